@@ -1,0 +1,125 @@
+"""The kernel registry: a decorator that names a kernel and what it supports.
+
+Contract (docs/kernels.md): a kernel is a destination-passing callable
+``fn(q, k, v, out, *, causal, scale) -> None``. q and out are (B, H, Nq, D), k and v are
+(B, Hkv, Nk, D) with H a multiple of Hkv (query head h reads kv head h // (H // Hkv)),
+all contiguous, on one device, of one dtype. The harness allocates ``out`` (poisoned with
+NaN before checked calls) and never reads anything the kernel returns.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import pkgutil
+import sys
+from dataclasses import dataclass, field
+from typing import Callable
+
+from harness.errors import UserError
+
+ENTRY_POINT_GROUP = "bench.kernels"
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    fn: Callable
+    workloads: tuple[str, ...]
+    dtypes: tuple[str, ...]
+    devices: tuple[str, ...]
+    source: str
+    description: str = ""
+    # Extra device bytes the kernel allocates beyond q, k, v and out, as a function of the
+    # Config (the VRAM model adds inputs, outputs, reference and flush/rotation buffers).
+    memory: Callable | None = None
+    # Python modules the kernel needs at call time (checked without importing heavy code).
+    requires: tuple[str, ...] = ()
+    # cfg -> None if supported, else the reason (e.g. "head_dim 96 not supported").
+    supports: Callable | None = None
+    # What the kernel fixes about its numerics (compute type, math mode, softmax dtype).
+    numerics: dict = field(default_factory=dict)
+
+    def extra_bytes(self, cfg) -> int:
+        return int(self.memory(cfg)) if self.memory else 0
+
+    def unusable_reason(self, device: str) -> str | None:
+        """Why this kernel cannot run on ``device`` here, or None."""
+        if device not in self.devices:
+            return f"runs on {'/'.join(self.devices)}, not {device}"
+        for mod in self.requires:
+            if importlib.util.find_spec(mod) is None:
+                return f"needs the Python module '{mod}' (pip install {mod})"
+        return None
+
+    def config_reason(self, cfg) -> str | None:
+        """Why this kernel does not support ``cfg``, or None."""
+        if cfg.workload not in self.workloads:
+            return f"kernel '{self.name}' has no workload '{cfg.workload}' (has {', '.join(self.workloads)})"
+        if cfg.dtype not in self.dtypes:
+            return f"kernel '{self.name}' does not support dtype {cfg.dtype} (supports {', '.join(self.dtypes)})"
+        return self.supports(cfg) if self.supports else None
+
+
+_REGISTRY: dict[str, KernelSpec] = {}
+_LOADED = False
+
+
+def kernel(name: str, *, workloads, dtypes, devices=("cpu", "cuda"), memory=None, requires=(),
+           supports=None, numerics=None, description: str = ""):
+    """Register ``fn`` as a kernel under ``name``; a second kernel with the same name is an error."""
+
+    def wrap(fn):
+        src = inspect.getsourcefile(fn) or "<unknown>"
+        if name in _REGISTRY and _REGISTRY[name].source != src:
+            raise UserError(f"kernel '{name}' is registered twice ({_REGISTRY[name].source} and {src}): rename one")
+        _REGISTRY[name] = KernelSpec(
+            name=name, fn=fn, workloads=tuple(workloads), dtypes=tuple(dtypes), devices=tuple(devices),
+            source=src, description=description or (inspect.getdoc(fn) or "").split("\n")[0],
+            memory=memory, requires=tuple(requires), supports=supports, numerics=dict(numerics or {}))
+        return fn
+
+    return wrap
+
+
+def load_kernels() -> dict[str, KernelSpec]:
+    """Import every public module of ``kernels`` and every ``bench.kernels`` entry point.
+
+    A module that fails to import is a UserError naming the file: a broken kernel must
+    never be silently dropped from a sweep.
+    """
+    global _LOADED
+    if not _LOADED:
+        import kernels as pkg
+
+        for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+            if info.name.startswith("_"):
+                continue
+            modname = f"kernels.{info.name}"
+            try:
+                importlib.import_module(modname)
+            except UserError:
+                raise
+            except Exception as exc:
+                path = getattr(info.module_finder, "path", pkg.__path__[0])
+                raise UserError(f"kernel module {path}/{info.name}.py failed to import: "
+                                f"{type(exc).__name__}: {exc} — fix or remove that file") from exc
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                ep.load()
+            except Exception as exc:
+                raise UserError(f"kernel entry point '{ep.name}' ({ep.value}) failed to load: "
+                                f"{type(exc).__name__}: {exc} — fix or uninstall that package") from exc
+        _LOADED = True
+    return dict(_REGISTRY)
+
+
+def get_kernel(name: str) -> KernelSpec:
+    kernels = load_kernels()
+    if name not in kernels:
+        raise UserError(f"unknown kernel '{name}': `bench kernels` lists the available ones "
+                        f"({', '.join(sorted(kernels))})")
+    return kernels[name]

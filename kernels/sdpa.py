@@ -1,0 +1,72 @@
+"""torch scaled_dot_product_attention, by backend, as candidate kernels.
+
+``sdpa`` lets torch choose; ``sdpa_flash``, ``sdpa_cudnn``, ``sdpa_efficient`` and
+``sdpa_math`` pin one backend (an unsupported config raises inside torch, and the sweep
+records it as crashed rather than silently falling back to another backend).
+"""
+
+from __future__ import annotations
+
+from kernels._registry import kernel
+
+_HALF = ("float16", "bfloat16")
+
+
+def _call(q, k, v, out, causal, scale, backend):
+    import torch
+    import torch.nn.functional as F
+
+    gqa = q.shape[1] != k.shape[1]
+    # Decode (one query row) is never causal; prefill causal is top-left aligned in SDPA,
+    # which equals bottom-right when Nq == Nk.
+    kw = dict(is_causal=bool(causal), scale=scale, enable_gqa=gqa)
+    if backend is None:
+        res = F.scaled_dot_product_attention(q, k, v, **kw)
+    else:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(getattr(SDPBackend, backend)):
+            res = F.scaled_dot_product_attention(q, k, v, **kw)
+    # SDPA has no out=: the copy is part of the measured call (one pass over out, small
+    # next to attention's N² work; noted in docs/kernels.md).
+    out.copy_(res)
+
+
+@kernel("sdpa", workloads=("attention", "decode"), dtypes=("float16", "bfloat16", "float32"),
+        memory=lambda cfg: _out_copy_bytes(cfg), numerics={"backend": "torch default dispatch"})
+def sdpa(q, k, v, out, *, causal, scale):
+    """torch SDPA, default backend selection."""
+    _call(q, k, v, out, causal, scale, None)
+
+
+def _out_copy_bytes(cfg):
+    return cfg.batch * cfg.heads * cfg.q_len * cfg.head_dim * cfg.elem_bytes
+
+
+@kernel("sdpa_flash", workloads=("attention", "decode"), dtypes=_HALF, devices=("cuda",),
+        memory=_out_copy_bytes, numerics={"backend": "FLASH_ATTENTION"})
+def sdpa_flash(q, k, v, out, *, causal, scale):
+    """torch SDPA pinned to the FlashAttention-2 backend."""
+    _call(q, k, v, out, causal, scale, "FLASH_ATTENTION")
+
+
+@kernel("sdpa_cudnn", workloads=("attention", "decode"), dtypes=_HALF, devices=("cuda",),
+        memory=_out_copy_bytes, numerics={"backend": "CUDNN_ATTENTION"})
+def sdpa_cudnn(q, k, v, out, *, causal, scale):
+    """torch SDPA pinned to the cuDNN attention backend."""
+    _call(q, k, v, out, causal, scale, "CUDNN_ATTENTION")
+
+
+@kernel("sdpa_efficient", workloads=("attention", "decode"), dtypes=("float16", "bfloat16", "float32"),
+        devices=("cuda",), memory=_out_copy_bytes, numerics={"backend": "EFFICIENT_ATTENTION"})
+def sdpa_efficient(q, k, v, out, *, causal, scale):
+    """torch SDPA pinned to the memory-efficient (xformers-style) backend."""
+    _call(q, k, v, out, causal, scale, "EFFICIENT_ATTENTION")
+
+
+@kernel("sdpa_math", workloads=("attention", "decode"), dtypes=("float16", "bfloat16", "float32"),
+        memory=lambda cfg: cfg.batch * cfg.heads * cfg.q_len * cfg.seq_len * 4 * 3,
+        numerics={"backend": "MATH"})
+def sdpa_math(q, k, v, out, *, causal, scale):
+    """torch SDPA pinned to the math (unfused) backend."""
+    _call(q, k, v, out, causal, scale, "MATH")
