@@ -1,0 +1,5 @@
+"""`python -m harness` is `bench`."""
+
+from harness.cli import run
+
+run()

@@ -1,0 +1,73 @@
+"""`bench ledger verify|show`"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from harness.cli import app
+
+ledger_app = typer.Typer(no_args_is_help=True, help="Inspect and verify the append-only ledgers.")
+app.add_typer(ledger_app, name="ledger")
+
+
+def _paths(line: Optional[str]) -> list[Path]:
+    from harness.errors import UserError
+    from harness.governance.gitguard import repo_root
+    from harness.governance.ledger import ledger_path
+
+    root = repo_root()
+    if line:
+        p = ledger_path(root, Path(line).stem)
+        if not p.exists():
+            raise UserError(f"no ledger for line '{Path(line).stem}' ({p}): register it first")
+        return [p]
+    paths = sorted((root / "ledger").glob("*.jsonl"))
+    if not paths:
+        raise UserError(f"no ledgers under {root / 'ledger'}: register a line first")
+    return paths
+
+
+@ledger_app.command("verify")
+def verify(line: Optional[str] = typer.Argument(None, help="line id (default: every ledger)")):
+    """Re-check every hash chain; name the first bad row. Exit 1 if any chain is broken."""
+    from harness.governance.ledger import verify as do_verify
+    from harness.reporting.console import console
+
+    bad = 0
+    for p in _paths(line):
+        res = do_verify(p)
+        if res.ok:
+            console().print(f"[green]ok[/]   {p.name}: {res.n_rows} rows, chain intact")
+        else:
+            bad += 1
+            console().print(f"[red]BAD[/]  {p.name}: {res.reason}")
+    raise typer.Exit(1 if bad else 0)
+
+
+@ledger_app.command("show")
+def show(line: str = typer.Argument(..., help="line id"),
+         csv: bool = typer.Option(False, "--csv", help="write all rows as CSV to stdout"),
+         json: bool = typer.Option(False, "--json", help="write all rows as JSON Lines to stdout"),
+         kind: Optional[str] = typer.Option(None, help="only rows of this kind")):
+    """Print a line's rows as a table (or export them)."""
+    import sys
+
+    from harness.governance.ledger import canonical, dataframe, read_rows
+    from harness.reporting.render import render_ledger
+
+    (path,) = _paths(line)
+    if csv:
+        df = dataframe(path)
+        if kind:
+            df = df[df["kind"] == kind]
+        df.to_csv(sys.stdout, index=False)
+        return
+    rows = [r for r in read_rows(path) if kind is None or r["kind"] == kind]
+    if json:
+        for r in rows:
+            sys.stdout.write(canonical(r) + "\n")
+        return
+    render_ledger(path.stem, rows)

@@ -1,0 +1,41 @@
+"""`bench sweep LINE`"""
+
+from __future__ import annotations
+
+import typer
+
+from harness.cli import app
+
+
+@app.command()
+def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
+          device: str = typer.Option("auto", help="auto | cuda | cpu"),
+          no_ceilings: bool = typer.Option(False, "--no-ceilings",
+                                           help="do not measure/attach device ceilings (no reductio check)")):
+    """Run the registered grid: memory check, correctness gate, timing, one ledger row per outcome."""
+    from harness.errors import UserError
+    from harness.governance.line import open_line
+    from harness.measurement.device import detect_device, env_summary
+    from harness.reporting.progress import SweepProgress
+    from harness.reporting.render import render_sweep_summary
+    from harness.sweep.loop import sweep as do_sweep
+
+    ln = open_line(line, action="a sweep")
+    dev = detect_device() if device == "auto" else device
+    if dev not in ("cpu", "cuda"):
+        raise UserError(f"--device {device!r}: use auto, cuda or cpu")
+    if dev == "cuda" and detect_device() != "cuda":
+        raise UserError("--device cuda but torch sees no GPU: use --device cpu or run on a GPU machine")
+    ceilings = None
+    if not no_ceilings:
+        from harness.sweep.ceilings import current_ceilings
+
+        ceilings, _ = current_ceilings(ln.root, device=dev)
+    monitor_factory = None
+    if dev == "cuda":
+        from harness.measurement.clocks import monitor_for_device
+
+        monitor_factory = monitor_for_device
+    summary = do_sweep(ln, dev, env_summary(dev), ceilings=ceilings, progress=SweepProgress(ln.reg.line),
+                       monitor_factory=monitor_factory)
+    render_sweep_summary(summary.as_dict())

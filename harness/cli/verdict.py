@@ -1,0 +1,21 @@
+"""`bench verdict LINE`"""
+
+from __future__ import annotations
+
+import typer
+
+from harness.cli import app
+
+
+@app.command()
+def verdict(line: str = typer.Argument(..., help="line id or registrations/NAME.toml")):
+    """Evaluate the bar on the ledger, write GO or NO-GO, close the line. Exit 0 GO, 1 NO-GO, 2 refused."""
+    from harness.governance.line import open_line
+    from harness.governance.verdict import GO, decide
+    from harness.measurement.device import env_summary
+    from harness.reporting.render import render_verdict
+
+    ln = open_line(line, action="a verdict")
+    v = decide(ln, env_summary("none"))
+    render_verdict(v)
+    raise typer.Exit(0 if v.outcome == GO else 1)

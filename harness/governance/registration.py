@@ -1,0 +1,317 @@
+"""Registrations: the GO/NO-GO bar, written down and committed before any number exists.
+
+A registration is a TOML file ``registrations/<line>.toml`` (the line id is the stem).
+``load`` parses and validates it completely — every problem is one ``UserError`` naming
+the key and the fix — so that a bad bar is refused at register time, not after a night
+of sweeping. The file's SHA-256 is the registration's identity: ``sweep`` and
+``verdict`` refuse a file whose hash differs from the registered one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UserError
+from harness.workloads import DTYPES, WORKLOADS, Config
+
+REGISTRATION_SCHEMA = 1
+DEFAULT_BASELINE = "cublas_stack"
+DEFAULT_PRIMARY = "geomean(speedup)"
+LINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Tolerances must be positive and below this (a "tolerance" of 1 accepts anything).
+MAX_TOLERANCE = 0.5
+# Refuse grids that would take a night per line by accident.
+MAX_GRID_CONFIGS = 4096
+
+TOP_KEYS = {"schema", "hypothesis", "workload", "candidate", "candidates", "baseline", "amends", "grid",
+            "correctness", "timing", "numerics", "bar", "notes"}
+GRID_KEYS = {"batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal"}
+CORRECTNESS_KEYS = {"atol", "rtol", "seeds", "families", "min_pass_rate"}
+BAR_KEYS = {"go", "prediction", "primary", "include_noisy"}
+
+
+@dataclass(frozen=True)
+class Registration:
+    line: str
+    path: Path
+    sha256: str
+    schema: int
+    hypothesis: str
+    workload: str
+    candidates: tuple[str, ...]
+    baseline: str
+    amends: str | None
+    grid: dict
+    configs: tuple[Config, ...]
+    atol: dict  # dtype -> atol
+    rtol: dict  # dtype -> rtol
+    seeds: tuple[int, ...]
+    families: tuple[str, ...]
+    min_pass_rate: float
+    timing: dict
+    numerics: dict
+    go: str
+    prediction: float
+    primary: str
+    include_noisy: bool
+    raw: dict = field(repr=False, default_factory=dict)
+
+    def summary(self) -> dict:
+        """What a ledger row carries so reports can be built from the ledger alone."""
+        return {"line": self.line, "path": self.path.as_posix(), "sha256": self.sha256, "schema": self.schema,
+                "hypothesis": self.hypothesis, "workload": self.workload, "candidates": list(self.candidates),
+                "baseline": self.baseline, "amends": self.amends, "grid": self.grid, "atol": self.atol,
+                "rtol": self.rtol, "seeds": list(self.seeds), "families": list(self.families),
+                "min_pass_rate": self.min_pass_rate, "timing": self.timing, "numerics": self.numerics,
+                "go": self.go, "prediction": self.prediction, "primary": self.primary,
+                "include_noisy": self.include_noisy}
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _err(path: Path, msg: str) -> UserError:
+    return UserError(f"{path}: {msg}")
+
+
+def _unknown(path: Path, where: str, keys, allowed) -> None:
+    extra = sorted(set(keys) - set(allowed))
+    if extra:
+        raise _err(path, f"unknown field{'s' if len(extra) > 1 else ''} {', '.join(extra)} in {where} "
+                         f"(allowed: {', '.join(sorted(allowed))})")
+
+
+def _list(path, key, value, kind, check=None) -> list:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise _err(path, f"[grid] {key} is empty: give at least one value")
+    out = []
+    for v in values:
+        ok = isinstance(v, kind) and not (kind is int and isinstance(v, bool))
+        if not ok:
+            raise _err(path, f"[grid] {key} = {v!r} is not a {kind.__name__}")
+        if check and (msg := check(v)):
+            raise _err(path, f"[grid] {key} = {v!r}: {msg}")
+        out.append(v)
+    if len(set(out)) != len(out):
+        raise _err(path, f"[grid] {key} lists a value twice: {out}")
+    return out
+
+
+def _positive(v):
+    return None if v > 0 else "must be > 0"
+
+
+def _tolerance(path, key, value) -> dict:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        table = {d: float(value) for d in DTYPES}
+    elif isinstance(value, dict):
+        _unknown(path, f"[correctness] {key}", value, DTYPES)
+        table = {}
+        for d, v in value.items():
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise _err(path, f"[correctness] {key}.{d} = {v!r} is not a number")
+            table[d] = float(v)
+    else:
+        raise _err(path, f"[correctness] {key} must be a number or a table of dtype = number")
+    for d, v in table.items():
+        if not (0 <= v < MAX_TOLERANCE):
+            raise _err(path, f"[correctness] {key} for {d} = {v} is outside [0, {MAX_TOLERANCE})")
+    return table
+
+
+def load(path: Path) -> Registration:
+    """Parse and fully validate a registration file (no ledger or git access)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"no registration file at {path}: write registrations/<line>.toml (see registrations/example.toml)")
+    if path.suffix != ".toml":
+        raise UserError(f"{path}: a registration is a .toml file")
+    line = path.stem
+    if not LINE_ID.match(line):
+        raise _err(path, f"line id {line!r} (the file name) must match {LINE_ID.pattern}")
+    raw_bytes = path.read_bytes()
+    try:
+        raw = tomllib.loads(raw_bytes.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise _err(path, f"not valid TOML: {exc}") from exc
+    _unknown(path, "the top level", raw, TOP_KEYS)
+
+    schema = raw.get("schema")
+    if not isinstance(schema, int) or isinstance(schema, bool):
+        raise _err(path, f"'schema' must be an integer (this bench writes schema = {REGISTRATION_SCHEMA})")
+    if schema > REGISTRATION_SCHEMA:
+        raise _err(path, f"registration schema {schema} is newer than this bench understands "
+                         f"({REGISTRATION_SCHEMA}): upgrade bench (pip install -U -e .)")
+    if schema < 1:
+        raise _err(path, f"'schema' must be >= 1, got {schema}")
+
+    hypothesis = raw.get("hypothesis")
+    if not isinstance(hypothesis, str) or not hypothesis.strip():
+        raise _err(path, "'hypothesis' must be a non-empty string saying what you expect and why")
+    workload = raw.get("workload", "attention")
+    if workload not in WORKLOADS:
+        raise _err(path, f"unknown workload {workload!r} (known: {', '.join(WORKLOADS)})")
+
+    if "candidate" in raw and "candidates" in raw:
+        raise _err(path, "give either 'candidate' or 'candidates', not both")
+    cands = raw.get("candidates", raw.get("candidate"))
+    cands = [cands] if isinstance(cands, str) else cands
+    if not isinstance(cands, list) or not cands or not all(isinstance(c, str) and c for c in cands):
+        raise _err(path, "'candidate' must name a kernel (or 'candidates' a list of kernels): `bench kernels` lists them")
+    if len(set(cands)) != len(cands):
+        raise _err(path, f"'candidates' lists a kernel twice: {cands}")
+    baseline = raw.get("baseline", DEFAULT_BASELINE)
+    if not isinstance(baseline, str) or not baseline:
+        raise _err(path, "'baseline' must name a kernel")
+    if baseline in cands:
+        raise _err(path, f"'{baseline}' is both baseline and candidate: the control arm already times the "
+                         f"baseline against itself")
+    amends = raw.get("amends")
+    if amends is not None and (not isinstance(amends, str) or not LINE_ID.match(amends) or amends == line):
+        raise _err(path, "'amends' must name the earlier line this one replaces (its file stem)")
+
+    grid_raw = raw.get("grid")
+    if not isinstance(grid_raw, dict):
+        raise _err(path, "missing [grid] table (batch, heads, seq_len, head_dim, dtype, causal)")
+    _unknown(path, "[grid]", grid_raw, GRID_KEYS)
+    for key in ("batch", "heads", "seq_len", "head_dim", "dtype"):
+        if key not in grid_raw:
+            raise _err(path, f"[grid] needs '{key}'")
+    grid = {
+        "batch": _list(path, "batch", grid_raw["batch"], int, _positive),
+        "heads": _list(path, "heads", grid_raw["heads"], int, _positive),
+        "kv_heads": _list(path, "kv_heads", grid_raw["kv_heads"], int, _positive) if "kv_heads" in grid_raw else None,
+        "seq_len": _list(path, "seq_len", grid_raw["seq_len"], int, _positive),
+        "head_dim": _list(path, "head_dim", grid_raw["head_dim"], int, _positive),
+        "dtype": _list(path, "dtype", grid_raw["dtype"], str,
+                       lambda d: None if d in DTYPES else f"unknown dtype (known: {', '.join(DTYPES)})"),
+        "causal": _list(path, "causal", grid_raw.get("causal", [False]), bool),
+    }
+    if workload == "decode" and True in grid["causal"]:
+        raise _err(path, "[grid] causal = true has no meaning for decode (one query attends to the whole cache)")
+    configs = []
+    for b, h, kv, n, d, dt, c in itertools.product(grid["batch"], grid["heads"], grid["kv_heads"] or [None],
+                                                   grid["seq_len"], grid["head_dim"], grid["dtype"], grid["causal"]):
+        kv = h if kv is None else kv
+        if kv > h or h % kv:
+            raise _err(path, f"[grid] heads {h} is not a multiple of kv_heads {kv}: each kv head must serve "
+                             f"a whole group of query heads")
+        configs.append(Config(workload, b, h, kv, n, d, dt, c))
+    if len(configs) > MAX_GRID_CONFIGS:
+        raise _err(path, f"[grid] expands to {len(configs)} configs (> {MAX_GRID_CONFIGS}): split the line")
+    grid["kv_heads"] = grid["kv_heads"] or "= heads"
+
+    corr = raw.get("correctness")
+    if not isinstance(corr, dict):
+        raise _err(path, "missing [correctness] table (atol, rtol, seeds)")
+    _unknown(path, "[correctness]", corr, CORRECTNESS_KEYS)
+    for key in ("atol", "rtol", "seeds"):
+        if key not in corr:
+            raise _err(path, f"[correctness] needs '{key}'")
+    atol = _tolerance(path, "atol", corr["atol"])
+    rtol = _tolerance(path, "rtol", corr["rtol"])
+    for dt in grid["dtype"]:
+        if dt not in atol or dt not in rtol:
+            raise _err(path, f"[correctness] atol/rtol give no tolerance for dtype {dt} of the grid")
+    seeds = corr["seeds"]
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if seeds < 1:
+            raise _err(path, "[correctness] seeds must be >= 1 (a count) or a list of seeds")
+        seeds = list(range(seeds))
+    if (not isinstance(seeds, list) or not seeds
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+        raise _err(path, "[correctness] seeds must be a count or a non-empty list of non-negative integers")
+    if len(set(seeds)) != len(seeds):
+        raise _err(path, f"[correctness] seeds lists a seed twice: {seeds}")
+    from harness.workloads.inputs import DEFAULT_FAMILIES, FAMILIES
+
+    families = corr.get("families", list(DEFAULT_FAMILIES))
+    if not isinstance(families, list) or not families:
+        raise _err(path, "[correctness] families must be a non-empty list")
+    for fam in families:
+        if fam not in FAMILIES:
+            raise _err(path, f"[correctness] unknown input family {fam!r} (known: {', '.join(FAMILIES)})")
+    min_pass_rate = corr.get("min_pass_rate", 1.0)
+    if not isinstance(min_pass_rate, (int, float)) or isinstance(min_pass_rate, bool) or not 0 < min_pass_rate <= 1:
+        raise _err(path, "[correctness] min_pass_rate must be in (0, 1]")
+
+    timing = raw.get("timing", {})
+    if not isinstance(timing, dict):
+        raise _err(path, "[timing] must be a table")
+    from harness.measurement.timing import TimingPolicy
+
+    try:
+        TimingPolicy.from_mapping(timing)
+    except UserError as exc:
+        raise _err(path, f"[timing] {exc}") from exc
+    numerics = raw.get("numerics", {})
+    if not isinstance(numerics, dict):
+        raise _err(path, "[numerics] must be a table")
+    from harness.measurement.numerics import NumericState
+
+    try:
+        NumericState.from_registration(numerics)
+    except UserError as exc:
+        raise _err(path, f"[numerics] {exc}") from exc
+
+    bar = raw.get("bar")
+    if not isinstance(bar, dict):
+        raise _err(path, "missing [bar] table with go = \"<expression>\" and prediction = <number>")
+    _unknown(path, "[bar]", bar, BAR_KEYS)
+    go = bar.get("go")
+    if not isinstance(go, str) or not go.strip():
+        raise _err(path, "[bar] go must be an expression, e.g. \"geomean(speedup) >= 1.10 and pass_rate == 1.0\"")
+    prediction = bar.get("prediction")
+    if not isinstance(prediction, (int, float)) or isinstance(prediction, bool):
+        raise _err(path, "[bar] prediction must be a number: your predicted value of the primary metric")
+    primary = bar.get("primary", DEFAULT_PRIMARY)
+    if not isinstance(primary, str):
+        raise _err(path, "[bar] primary must be an aggregate such as \"geomean(speedup)\"")
+    include_noisy = bar.get("include_noisy", False)
+    if not isinstance(include_noisy, bool):
+        raise _err(path, "[bar] include_noisy must be true or false")
+    from harness.governance import bar as barlang
+
+    try:
+        barlang.parse(go)
+        barlang.parse_aggregate(primary)
+    except UserError as exc:
+        raise _err(path, f"[bar] {exc}") from exc
+
+    return Registration(
+        line=line, path=path, sha256=hashlib.sha256(raw_bytes).hexdigest(), schema=schema,
+        hypothesis=hypothesis.strip(), workload=workload, candidates=tuple(cands), baseline=baseline,
+        amends=amends, grid=grid, configs=tuple(configs), atol=atol, rtol=rtol, seeds=tuple(seeds),
+        families=tuple(families), min_pass_rate=float(min_pass_rate), timing=dict(timing),
+        numerics=dict(numerics), go=go, prediction=float(prediction), primary=primary,
+        include_noisy=include_noisy, raw=raw)
+
+
+def check_kernels(reg: Registration) -> None:
+    """Every named kernel exists and supports the workload and every dtype of the grid."""
+    from kernels import get_kernel
+
+    for name in (*reg.candidates, reg.baseline):
+        spec = get_kernel(name)
+        if reg.workload not in spec.workloads:
+            raise _err(reg.path, f"kernel '{name}' has no workload '{reg.workload}' (has {', '.join(spec.workloads)})")
+        for dt in reg.grid["dtype"]:
+            if dt not in spec.dtypes:
+                raise _err(reg.path, f"kernel '{name}' does not support dtype {dt} of the grid "
+                                     f"(supports {', '.join(spec.dtypes)}): drop it from [grid] dtype or pick another kernel")
+
+
+def resolve(root: Path, line_or_path: str) -> Path:
+    """Accept a line id (``example``) or a path (``registrations/example.toml``)."""
+    p = Path(line_or_path)
+    if p.suffix == ".toml":
+        return p if p.is_absolute() else (Path.cwd() / p)
+    return Path(root) / "registrations" / f"{line_or_path}.toml"

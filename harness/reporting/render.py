@@ -1,0 +1,100 @@
+"""Renderers: the only code that prints. Everything here reads ledger rows or frozen data."""
+
+from __future__ import annotations
+
+from harness.reporting.console import console
+
+
+def _fmt(v, spec=".3g"):
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return format(v, spec)
+    return str(v)
+
+
+def outcome_reason(row: dict) -> str:
+    """One readable line saying what happened to a row (the reason at a glance)."""
+    kind = row["kind"]
+    if kind == "result":
+        m = row["metrics"]
+        flags = [f for f in ("impossible", "rig_noisy") if row.get(f)]
+        return (f"speedup {_fmt(m.get('speedup'), '.3f')}× [{_fmt(m.get('speedup_ci_low'), '.3f')}, "
+                f"{_fmt(m.get('speedup_ci_high'), '.3f')}], {_fmt(m.get('ms'), '.4g')} ms, control "
+                f"{_fmt(m.get('control'), '.4f')}" + (f" ({', '.join(flags)})" if flags else ""))
+    if kind == "incorrect":
+        return f"[{row.get('tag')}] {row.get('reason')}"
+    if kind in ("skipped", "unsupported", "crashed", "throttled"):
+        return row.get("reason", "")
+    if kind == "registered":
+        return f"bar: {row['registration']['go']} · prediction {row['registration']['prediction']}"
+    if kind == "verdict":
+        return f"{row['outcome']}: {row['primary']} = {_fmt(row.get('primary_value'), '.4g')} (predicted {row['prediction']})"
+    if kind == "supersedes":
+        return f"supersedes rows {row.get('supersedes')}: {row.get('reason')}"
+    if kind == "ceilings":
+        return f"copy {_fmt(row.get('copy_gbps'), '.4g')} GB/s"
+    return ""
+
+
+def render_ledger(line: str, rows: list[dict]) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"ledger/{line}.jsonl — {len(rows)} rows", show_lines=False)
+    for col in ("seq", "kind", "time", "commit", "candidate", "config", "outcome"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(str(r["seq"]), r["kind"], r["time"][:19], r["commit"][:10], r.get("candidate", ""),
+                  r.get("config_key", ""), outcome_reason(r))
+    console().print(t)
+
+
+def render_kernels(kernels: dict, device: str) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"kernels (this machine: {device})")
+    for col in ("name", "workloads", "dtypes", "devices", "usable here", "source"):
+        t.add_column(col, overflow="fold")
+    for name in sorted(kernels):
+        k = kernels[name]
+        why = k.unusable_reason(device)
+        t.add_row(name, ",".join(k.workloads), ",".join(k.dtypes), ",".join(k.devices),
+                  "[green]yes[/]" if why is None else f"[yellow]no[/]: {why}", k.source)
+    console().print(t)
+
+
+def render_verdict(v) -> None:
+    c = console()
+    for cl in v.bar.clauses:
+        mark = "[green]pass[/]" if cl.passed else "[red]fail[/]"
+        c.print(f"  {mark}  {cl.text}   → {_fmt(cl.value, '.4g')} over {cl.n} rows")
+    if v.excluded:
+        c.print(f"  excluded from the bar: {', '.join(f'{k}: {n}' for k, n in sorted(v.excluded.items()))}")
+    c.print(f"  {v.primary} = {_fmt(v.primary_value, '.4g')}, predicted {v.prediction:g}"
+            + ("" if v.primary_value is None else f" (outcome − prediction = {v.primary_value - v.prediction:+.4g})"))
+    color = "green" if v.outcome == "GO" else "red"
+    c.print(f"[bold {color}]{v.outcome}[/] — line {v.row['line']} closed at ledger row {v.row['seq']}")
+
+
+def render_ceilings(row: dict, measured: bool) -> None:
+    c = console()
+    c.print(f"{'measured' if measured else 'stored'} ceilings for {row.get('fingerprint', {}).get('name', row.get('device'))}:")
+    c.print(f"  copy bandwidth: {_fmt(row.get('copy_gbps'), '.4g')} GB/s (read + write)")
+    for dt, tf in sorted((row.get('matmul_tflops') or {}).items()):
+        c.print(f"  matmul {dt}: {_fmt(tf, '.4g')} TFLOP/s")
+
+
+def render_sweep_summary(summary: dict) -> None:
+    c = console()
+    counts = ", ".join(f"{k}: {n}" for k, n in sorted(summary["counts"].items())) or "nothing run"
+    c.print(f"sweep of line [bold]{summary['line']}[/] at {summary['commit'][:12]} — {counts}"
+            + (f"; {summary['resumed']} already done at this commit" if summary.get("resumed") else ""))
+    if summary.get("rejections"):
+        c.print("  correctness rejections by reason: "
+                + ", ".join(f"{k}: {n}" for k, n in sorted(summary["rejections"].items())))
+    ctl = summary.get("control")
+    if ctl:
+        c.print(f"  control (baseline vs itself): median {ctl['median']:.4f}, range [{ctl['min']:.4f}, {ctl['max']:.4f}] "
+                f"over {ctl['n']} configs; {ctl['noisy']} outside ±{ctl['tolerance']:.1%} (rig-noisy)")
+    for note in summary.get("notes", []):
+        c.print(f"  [yellow]note[/]: {note}")

@@ -1,0 +1,106 @@
+"""The sweep loop: plan the open pairs, run each config, append its rows as soon as it ends.
+
+Each config's rows are appended (fsynced) before the next config starts, so an
+interrupted sweep loses at most the config in flight, and re-running it resumes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.errors import UserError
+from harness.governance.line import Line
+from harness.sweep.plan import plan, stale_results
+from harness.sweep.run import SweepContext, crashed_outcomes, run_config
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    line: str
+    commit: str
+    counts: dict
+    rejections: dict
+    resumed: int
+    control: dict | None
+    notes: tuple[str, ...]
+
+    def as_dict(self) -> dict:
+        return {"line": self.line, "commit": self.commit, "counts": self.counts, "rejections": self.rejections,
+                "resumed": self.resumed, "control": self.control, "notes": list(self.notes)}
+
+
+def context(line: Line, device: str, ceilings: dict | None) -> SweepContext:
+    reg = line.reg
+    return SweepContext(line=reg.line, device=device, baseline=reg.baseline, atol=reg.atol, rtol=reg.rtol,
+                        seeds=reg.seeds, families=reg.families, min_pass_rate=reg.min_pass_rate,
+                        timing=reg.timing, numerics=reg.numerics, ceilings=ceilings,
+                        registration=reg.summary())
+
+
+def check_baseline_usable(line: Line, device: str) -> None:
+    """Fail closed: no baseline here means no sweep, never a sweep without a baseline."""
+    from kernels import get_kernel
+
+    reg = line.reg
+    for name in (reg.baseline, *reg.candidates):
+        get_kernel(name)  # unknown kernels are refused before anything runs
+    why = get_kernel(reg.baseline).unusable_reason(device)
+    if why:
+        raise UserError(f"baseline '{reg.baseline}' cannot run on this machine ({why}): sweep line "
+                        f"'{reg.line}' where its baseline runs")
+
+
+def sweep(line: Line, device: str, env: dict, *, ceilings: dict | None, progress=None,
+          monitor_factory=None) -> SweepSummary:
+    """Run every open (config, candidate) pair of the line and append one outcome row each."""
+    check_baseline_usable(line, device)
+    ctx = context(line, device, ceilings)
+    tasks, resumed = plan(line.reg, line.rows, line.commit)
+    stale = stale_results(line.rows, line.commit)
+    stamp = line.stamp(env).fields()
+    counts: dict[str, int] = {}
+    rejections: dict[str, int] = {}
+    controls: list[tuple[float, bool]] = []
+    tolerance = None
+    if progress:
+        progress.start(len(tasks))
+    try:
+        for task in tasks:
+            if progress:
+                progress.advance_to(task.config.key())
+            try:
+                outcomes = run_config(task.config, task.candidates, ctx, monitor_factory=monitor_factory)
+            except KeyboardInterrupt:
+                raise
+            except UserError:
+                raise
+            except Exception as exc:  # a kernel that crashes the config is an outcome, not the end of the night
+                outcomes = crashed_outcomes(task.config, task.candidates, ctx, exc)
+            for o in outcomes:
+                key = (o.payload["config_key"], o.payload["candidate"])
+                if key in stale:
+                    line.ledger.append("supersedes", {**stamp, "config_key": key[0], "candidate": key[1],
+                                                      "supersedes": stale.pop(key),
+                                                      "reason": f"re-measured at commit {line.commit[:12]}"})
+                line.ledger.append(o.kind, {**stamp, **o.payload})
+                counts[o.kind] = counts.get(o.kind, 0) + 1
+                if o.kind == "incorrect":
+                    rejections[o.payload["tag"]] = rejections.get(o.payload["tag"], 0) + 1
+                if o.kind == "result":
+                    controls.append((o.payload["metrics"]["control"], o.payload["rig_noisy"]))
+                    tolerance = o.payload["policy"]["control_tolerance"]
+            if progress:
+                progress.done(task.config.key())
+    finally:
+        if progress:
+            progress.stop()
+    control = None
+    if controls:
+        vals = sorted(c for c, _ in controls)
+        control = {"n": len(vals), "median": vals[len(vals) // 2] if len(vals) % 2 else
+                   (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2,
+                   "min": vals[0], "max": vals[-1], "noisy": sum(n for _, n in controls), "tolerance": tolerance}
+    notes = []
+    if device == "cpu":
+        notes.append("ran on the CPU: clocks not monitored, timings are host perf_counter_ns")
+    return SweepSummary(line.reg.line, line.commit, counts, rejections, resumed, control, tuple(notes))

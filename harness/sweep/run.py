@@ -1,0 +1,257 @@
+"""Running one config of a sweep: memory check → correctness gate → interleaved timing → recheck.
+
+``run_config`` is a function of plain data (the task and a SweepContext) that returns
+row payloads; it never writes the ledger, so it can move into a worker process. The
+order of stages is the policy: nothing is timed that has not passed the float64 gate on
+the same inputs, and nothing is reported that fails the recheck after timing.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+
+from harness.workloads import Config
+from harness.workloads import formulas
+
+# Fresh inputs for the post-timing recheck come from a seed no registration uses for the
+# gate, so a kernel cannot have seen them.
+RECHECK_SEED_OFFSET = 1_000_003
+
+
+@dataclass(frozen=True)
+class SweepContext:
+    line: str
+    device: str
+    baseline: str
+    atol: dict
+    rtol: dict
+    seeds: tuple[int, ...]
+    families: tuple[str, ...]
+    min_pass_rate: float
+    timing: dict
+    numerics: dict
+    ceilings: dict | None
+    registration: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One row to append: its kind and payload (the stamp is added by the writer)."""
+
+    kind: str
+    payload: dict
+
+
+def _base(cfg: Config, candidate: str, ctx: SweepContext) -> dict:
+    return {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": candidate, "baseline": ctx.baseline}
+
+
+def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext, *, monitor_factory=None) -> list[Outcome]:
+    """All outcome rows for one config (one per candidate, plus a baseline `incorrect` row if any)."""
+    from harness.measurement import memory
+    from kernels import get_kernel
+
+    base_spec = get_kernel(ctx.baseline)
+    out: list[Outcome] = []
+    runnable = []
+    why_base = base_spec.config_reason(cfg)
+    for name in candidates:
+        spec = get_kernel(name)
+        why = spec.unusable_reason(ctx.device) or spec.config_reason(cfg)
+        if why is None and why_base is not None:
+            why = f"baseline {ctx.baseline} cannot run this config: {why_base}"
+        if why:
+            out.append(Outcome("unsupported", {**_base(cfg, name, ctx), "reason": why}))
+        else:
+            runnable.append(spec)
+    if not runnable:
+        return out
+
+    from harness.measurement.timing import TimingPolicy
+
+    policy = TimingPolicy.from_mapping(ctx.timing)
+    pred = memory.predict(cfg, [base_spec, *runnable], policy, ctx.device, seeds=ctx.seeds, families=ctx.families)
+    avail = memory.available_bytes(ctx.device)
+    if pred.peak_bytes > avail:
+        for spec in runnable:
+            out.append(Outcome("skipped", {
+                **_base(cfg, spec.name, ctx), "predicted_bytes": pred.peak_bytes, "available_bytes": avail,
+                "memory_breakdown": pred.breakdown,
+                "reason": f"predicted peak {pred.peak_bytes / 2**30:.2f} GiB > available {avail / 2**30:.2f} GiB "
+                          f"(free memory less a {memory.MEMORY_MARGIN:.0%} margin)"}))
+        return out
+
+    memory.reset_peak(ctx.device)
+    try:
+        out.extend(_gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, monitor_factory))
+    except Exception as exc:
+        if not memory.is_oom(exc):
+            raise
+        memory.release(ctx.device)
+        for spec in runnable:
+            out.append(Outcome("crashed", {
+                **_base(cfg, spec.name, ctx), "predicted_bytes": pred.peak_bytes,
+                "reason": f"out of device memory although predicted {pred.peak_bytes / 2**30:.2f} GiB fits: "
+                          f"{str(exc).splitlines()[0]} (the memory model is wrong for this config)"}))
+    finally:
+        memory.release(ctx.device)
+    return out
+
+
+def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, monitor_factory) -> list[Outcome]:
+    from harness.measurement import memory
+    from harness.measurement.correctness import gate, recheck_in_place
+    from harness.measurement.numerics import NumericState, capture
+
+    out: list[Outcome] = []
+    state = NumericState.from_registration(ctx.numerics)
+    with state.apply():
+        numerics = capture().as_dict()
+        gates = {}
+        for spec in [base_spec, *runnable]:
+            g = gate(spec, cfg, seeds=ctx.seeds, families=ctx.families, atol=ctx.atol[cfg.dtype],
+                     rtol=ctx.rtol[cfg.dtype], device=ctx.device, min_pass_rate=ctx.min_pass_rate)
+            gates[spec.name] = g
+        gb = gates[base_spec.name]
+        if not gb.passed:
+            # A hollow baseline makes every speedup meaningless: record it and time nothing.
+            out.append(Outcome("incorrect", {**_base(cfg, base_spec.name, ctx), "role": "baseline",
+                                             "tag": gb.tag, "reason": gb.reason, "gate": gb.to_row()}))
+            for spec in runnable:
+                out.append(Outcome("skipped", {**_base(cfg, spec.name, ctx),
+                                               "reason": f"baseline {base_spec.name} failed the correctness gate "
+                                                         f"[{gb.tag}]: {gb.reason}"}))
+            return out
+        timed = []
+        for spec in runnable:
+            g = gates[spec.name]
+            if g.passed:
+                timed.append(spec)
+                continue
+            kind = "crashed" if g.tag == "exception" else "incorrect"
+            out.append(Outcome(kind, {**_base(cfg, spec.name, ctx), "role": "candidate", "tag": g.tag,
+                                      "reason": g.reason, "gate": g.to_row()}))
+        if not timed:
+            return out
+
+        m, bufs = _time(cfg, base_spec, timed, ctx, policy, monitor_factory)
+        measured_peak = memory.peak_bytes(ctx.device)
+        seed = ctx.seeds[0] + RECHECK_SEED_OFFSET
+        for spec in timed:
+            q, k, v, o = bufs[spec.name]
+            rc = recheck_in_place(spec, cfg, q, k, v, o, seed=seed, family="normal", atol=ctx.atol[cfg.dtype],
+                                  rtol=ctx.rtol[cfg.dtype])
+            if not rc.passed:
+                out.append(Outcome("incorrect", {**_base(cfg, spec.name, ctx), "role": "candidate",
+                                                 "tag": "recheck_" + rc.tag,
+                                                 "reason": f"after timing, on fresh inputs in the timed buffers: {rc.reason}",
+                                                 "gate": gates[spec.name].to_row()}))
+                continue
+            out.append(_result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, numerics))
+    return out
+
+
+def _time(cfg, base_spec, timed, ctx, policy, monitor_factory):
+    """Interleaved timing of every passing candidate, the baseline, and the control."""
+    import torch
+
+    from harness.measurement.timing import measure, rotation_slots
+    from harness.workloads.inputs import make_inputs
+
+    qs, ks, _ = cfg.shapes()
+    slot_bytes = cfg.elem_bytes * (2 * _numel(qs) + 2 * _numel(ks))
+    n_slots = rotation_slots(slot_bytes, _l2_bytes(ctx.device)) if policy.mode == "hot" and ctx.device == "cuda" else 1
+    slots = [make_inputs(cfg, ctx.seeds[0] + s, "normal", ctx.device) for s in range(n_slots)]
+    arm_specs = {spec.name: spec for spec in timed}
+    arm_specs["__baseline__"] = base_spec
+    arm_specs["__control__"] = base_spec  # the baseline again, timed as if it were a candidate
+    outs = {name: [torch.empty(qs, dtype=slots[0][0].dtype, device=ctx.device) for _ in range(n_slots)]
+            for name in arm_specs}
+
+    def arm(name):
+        fn = arm_specs[name].fn
+        o = outs[name]
+
+        def call(slot: int) -> None:
+            q, k, v = slots[slot]
+            fn(q, k, v, o[slot], causal=cfg.causal, scale=cfg.scale)
+
+        return call
+
+    monitor = monitor_factory() if monitor_factory else None
+    m = measure({name: arm(name) for name in arm_specs}, n_slots=n_slots, policy=policy, device=ctx.device,
+                monitor=monitor)
+    bufs = {spec.name: (*slots[0], outs[spec.name][0]) for spec in timed}
+    return m, bufs
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _l2_bytes(device: str) -> int:
+    import torch
+
+    return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0)) if device == "cuda" else 0
+
+
+def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, numerics) -> Outcome:
+    from harness.measurement.stats import speedup_ci
+
+    cand, base, ctl = m.arms[spec.name], m.arms["__baseline__"], m.arms["__control__"]
+    ms = cand.stats.median
+    speedup = base.stats.median / ms
+    lo, hi = speedup_ci(base.samples, cand.samples)
+    control = base.stats.median / ctl.stats.median
+    secs = ms * 1e-3
+    tflops = formulas.flops(cfg) / secs / 1e12
+    gbps = formulas.min_bytes(cfg) / secs / 1e9
+    kv_gbps = formulas.kv_bytes(cfg) / secs / 1e9
+    metrics = {"ms": ms, "baseline_ms": base.stats.median, "control_ms": ctl.stats.median, "speedup": speedup,
+               "speedup_ci_low": lo, "speedup_ci_high": hi, "control": control, "tflops": tflops, "gbps": gbps,
+               "kv_gbps": kv_gbps, "tflops_frac": None, "gbps_frac": None, "kv_gbps_frac": None}
+    impossible = None
+    if ctx.ceilings:
+        from harness.measurement.ceilings import Ceilings, impossible as reductio
+
+        ceil = Ceilings.from_row(ctx.ceilings)
+        mm = ceil.matmul_tflops.get(cfg.dtype)
+        metrics["tflops_frac"] = tflops / mm if mm else None
+        metrics["gbps_frac"] = gbps / ceil.copy_gbps if ceil.copy_gbps else None
+        metrics["kv_gbps_frac"] = kv_gbps / ceil.copy_gbps if ceil.copy_gbps else None
+        impossible = reductio(tflops, gbps, ceil, cfg.dtype)
+    rig_noisy = abs(control - 1.0) > policy.control_tolerance
+    kind = "throttled" if m.throttled else "result"
+    payload = {
+        **_base(cfg, spec.name, ctx),
+        "metrics": metrics,
+        "timing": m.to_row(),
+        "policy": policy.as_dict(),
+        "rig_noisy": rig_noisy,
+        "impossible": impossible,
+        "memory": {"predicted_peak_bytes": pred.peak_bytes, "measured_peak_bytes": measured_peak,
+                   "breakdown": pred.breakdown},
+        "gate": {"candidate": gates[spec.name].to_row(), "baseline": gates[base_spec.name].to_row()},
+        "numerics": numerics,
+        "kernel_numerics": {"candidate": spec.numerics, "baseline": base_spec.numerics},
+    }
+    if kind == "throttled":
+        payload["reason"] = (f"{m.clock.dropped_rounds} of {len(m.rounds)} rounds dropped for clocks below "
+                             f"{policy.throttle_threshold:.0%} of the reference ({m.clock.drop_reasons})")
+    return Outcome(kind, payload)
+
+
+def crashed_outcomes(cfg: Config, candidates, ctx: SweepContext, exc: BaseException) -> list[Outcome]:
+    """A kernel or harness failure inside one config: recorded, the sweep goes on."""
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return [Outcome("crashed", {**_base(cfg, c, ctx), "reason": f"{type(exc).__name__}: {exc}".splitlines()[0],
+                                "traceback": "".join(tb[-6:])}) for c in candidates]
+
+
+def elapsed(t0: float) -> float:
+    return time.perf_counter() - t0

@@ -1,0 +1,94 @@
+"""Shared fixtures: real temporary git repositories and a real `bench` subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _cuda():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (gpu marker); run on the device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def git(cwd: Path, *args: str) -> str:
+    res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
+    return res.stdout.strip()
+
+
+# A tiny line: fp32, two configs, one seed, so an end-to-end sweep takes seconds on a CPU.
+TINY = textwrap.dedent('''\
+    schema = 1
+    hypothesis = "SDPA beats the bmm-softmax-bmm stack on small CPU shapes"
+    workload = "attention"
+    candidate = "sdpa"
+    baseline = "torch_stack"
+
+    [grid]
+    batch = [1]
+    heads = [2]
+    seq_len = [32, 48]
+    head_dim = [16]
+    dtype = ["float32"]
+    causal = [false]
+
+    [correctness]
+    atol = 1e-5
+    rtol = 1e-4
+    seeds = [0]
+    families = ["normal", "large_logits"]
+
+    [timing]
+    warmup_ms = 5
+    min_samples = 5
+    max_samples = 40
+    min_time_ms = 5
+    timeout_s = 5
+
+    [bar]
+    go = "geomean(speedup) >= 0.01 and pass_rate == 1.0"
+    prediction = 1.5
+    ''')
+
+
+def run_bench(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A committed repository with registrations/tiny.toml and an empty ledger/."""
+    root = tmp_path / "proj"
+    (root / "registrations").mkdir(parents=True)
+    (root / "ledger").mkdir()
+    (root / "ledger" / ".gitkeep").write_text("")
+    (root / ".gitignore").write_text("ledger/*.lock\n__pycache__/\n")
+    (root / "registrations" / "tiny.toml").write_text(TINY)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.email", "test@example.com")
+    git(root, "config", "user.name", "test")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "register tiny")
+    return root

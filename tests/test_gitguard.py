@@ -1,0 +1,69 @@
+"""The git guard on real temporary repositories."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.errors import UserError
+from harness.governance import gitguard
+from tests.conftest import git
+
+
+def test_clean_repo_passes_and_gives_full_sha(repo):
+    tree = gitguard.require_clean(repo)
+    assert tree.commit == git(repo, "rev-parse", "HEAD")
+    assert len(tree.commit) == 40
+
+
+@pytest.mark.parametrize("how", ["modified", "staged", "untracked", "deleted"])
+def test_dirty_tree_refused_with_paths(repo, how):
+    target = repo / "registrations" / "tiny.toml"
+    if how == "modified":
+        target.write_text(target.read_text() + "\n# tweak\n")
+    elif how == "staged":
+        (repo / "kernel.py").write_text("x = 1\n")
+        git(repo, "add", "kernel.py")
+    elif how == "untracked":
+        (repo / "sub").mkdir()
+        (repo / "sub" / "new.py").write_text("x = 1\n")
+    elif how == "deleted":
+        target.unlink()
+    with pytest.raises(UserError) as err:
+        gitguard.require_clean(repo)
+    msg = str(err.value)
+    assert "uncommitted changes" in msg
+    expected = {"modified": "registrations/tiny.toml", "staged": "kernel.py", "untracked": "sub/new.py",
+                "deleted": "registrations/tiny.toml"}[how]
+    assert expected in msg
+
+
+def test_ledger_is_exempt_but_ignored_files_do_not_count(repo):
+    (repo / "ledger" / "tiny.jsonl").write_text("{}\n")
+    (repo / "ledger" / "other.jsonl").write_text("{}\n")
+    (repo / "__pycache__").mkdir()
+    (repo / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    gitguard.require_clean(repo)
+
+
+def test_ledger_like_name_elsewhere_is_not_exempt(repo):
+    (repo / "ledgerx").mkdir()
+    (repo / "ledgerx" / "a.jsonl").write_text("{}\n")
+    with pytest.raises(UserError, match="ledgerx/a.jsonl"):
+        gitguard.require_clean(repo)
+
+
+def test_outside_git_and_without_commit(tmp_path):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    with pytest.raises(UserError, match="not inside a git repository"):
+        gitguard.require_clean(plain)
+    git(plain, "init", "-q")
+    with pytest.raises(UserError, match="no commit yet"):
+        gitguard.require_clean(plain)
+
+
+def test_file_commit_requires_tracked_file(repo):
+    assert gitguard.file_commit(repo, repo / "registrations" / "tiny.toml") == git(repo, "rev-parse", "HEAD")
+    (repo / "registrations" / "new.toml").write_text("x")
+    with pytest.raises(UserError, match="not committed"):
+        gitguard.file_commit(repo, repo / "registrations" / "new.toml")
