@@ -21,7 +21,8 @@ from harness.cli import ceilings, kernels, ledger, register, sweep, verdict  # n
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        app(args=argv, standalone_mode=False)
+        # standalone_mode=False: click returns a command's typer.Exit code instead of exiting.
+        rc = app(args=argv, standalone_mode=False)
     except UserError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             print("bench: aborted", file=sys.stderr)
             return 130
         raise
-    return 0
+    return rc if isinstance(rc, int) else 0
 
 
 def run() -> None:

@@ -31,11 +31,5 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
         from harness.sweep.ceilings import current_ceilings
 
         ceilings, _ = current_ceilings(ln.root, device=dev)
-    monitor_factory = None
-    if dev == "cuda":
-        from harness.measurement.clocks import monitor_for_device
-
-        monitor_factory = monitor_for_device
-    summary = do_sweep(ln, dev, env_summary(dev), ceilings=ceilings, progress=SweepProgress(ln.reg.line),
-                       monitor_factory=monitor_factory)
+    summary = do_sweep(ln, dev, env_summary(dev), ceilings=ceilings, progress=SweepProgress(ln.reg.line))
     render_sweep_summary(summary.as_dict())

@@ -50,8 +50,7 @@ def check_baseline_usable(line: Line, device: str) -> None:
                         f"'{reg.line}' where its baseline runs")
 
 
-def sweep(line: Line, device: str, env: dict, *, ceilings: dict | None, progress=None,
-          monitor_factory=None) -> SweepSummary:
+def sweep(line: Line, device: str, env: dict, *, ceilings: dict | None, progress=None) -> SweepSummary:
     """Run every open (config, candidate) pair of the line and append one outcome row each."""
     check_baseline_usable(line, device)
     ctx = context(line, device, ceilings)
@@ -69,7 +68,7 @@ def sweep(line: Line, device: str, env: dict, *, ceilings: dict | None, progress
             if progress:
                 progress.advance_to(task.config.key())
             try:
-                outcomes = run_config(task.config, task.candidates, ctx, monitor_factory=monitor_factory)
+                outcomes = run_config(task.config, task.candidates, ctx)
             except KeyboardInterrupt:
                 raise
             except UserError:

@@ -48,7 +48,7 @@ def _base(cfg: Config, candidate: str, ctx: SweepContext) -> dict:
     return {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": candidate, "baseline": ctx.baseline}
 
 
-def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext, *, monitor_factory=None) -> list[Outcome]:
+def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> list[Outcome]:
     """All outcome rows for one config (one per candidate, plus a baseline `incorrect` row if any)."""
     from harness.measurement import memory
     from kernels import get_kernel
@@ -85,7 +85,7 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext, *, m
 
     memory.reset_peak(ctx.device)
     try:
-        out.extend(_gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, monitor_factory))
+        out.extend(_gate_and_time(cfg, base_spec, runnable, ctx, policy, pred))
     except Exception as exc:
         if not memory.is_oom(exc):
             raise
@@ -100,43 +100,53 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext, *, m
     return out
 
 
-def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, monitor_factory) -> list[Outcome]:
+def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred) -> list[Outcome]:
     from harness.measurement import memory
     from harness.measurement.correctness import gate, recheck_in_place
-    from harness.measurement.numerics import NumericState, capture
+    from harness.measurement.numerics import NumericState, apply, capture, diff
 
     out: list[Outcome] = []
     state = NumericState.from_registration(ctx.numerics)
-    with state.apply():
-        numerics = capture().as_dict()
-        gates = {}
-        for spec in [base_spec, *runnable]:
-            g = gate(spec, cfg, seeds=ctx.seeds, families=ctx.families, atol=ctx.atol[cfg.dtype],
-                     rtol=ctx.rtol[cfg.dtype], device=ctx.device, min_pass_rate=ctx.min_pass_rate)
-            gates[spec.name] = g
+    gates, changed = {}, {}
+    for spec in [base_spec, *runnable]:
+        with apply(state) as pinned:
+            gates[spec.name] = gate(spec, cfg, seeds=ctx.seeds, families=ctx.families, atol=ctx.atol[cfg.dtype],
+                                    rtol=ctx.rtol[cfg.dtype], device=ctx.device, min_pass_rate=ctx.min_pass_rate)
+            # Seed 003: a flag flipped between arms changes which kernels run. A kernel that
+            # changes global numeric state would make the arms differ: it is never timed.
+            moved = diff(pinned, capture())
+            if moved:
+                changed[spec.name] = moved
+    with apply(state) as pinned:
+        numerics = pinned.as_dict()
         gb = gates[base_spec.name]
-        if not gb.passed:
+        if base_spec.name in changed:
+            gb = None
+        if gb is None or not gb.passed:
             # A hollow baseline makes every speedup meaningless: record it and time nothing.
+            tag, reason = _failure(base_spec.name, gates, changed)
             out.append(Outcome("incorrect", {**_base(cfg, base_spec.name, ctx), "role": "baseline",
-                                             "tag": gb.tag, "reason": gb.reason, "gate": gb.to_row()}))
+                                             "tag": tag, "reason": reason,
+                                             "gate": gates[base_spec.name].to_row()}))
             for spec in runnable:
                 out.append(Outcome("skipped", {**_base(cfg, spec.name, ctx),
                                                "reason": f"baseline {base_spec.name} failed the correctness gate "
-                                                         f"[{gb.tag}]: {gb.reason}"}))
+                                                         f"[{tag}]: {reason}"}))
             return out
         timed = []
         for spec in runnable:
             g = gates[spec.name]
-            if g.passed:
+            if g.passed and spec.name not in changed:
                 timed.append(spec)
                 continue
-            kind = "crashed" if g.tag == "exception" else "incorrect"
-            out.append(Outcome(kind, {**_base(cfg, spec.name, ctx), "role": "candidate", "tag": g.tag,
-                                      "reason": g.reason, "gate": g.to_row()}))
+            tag, reason = _failure(spec.name, gates, changed)
+            kind = "crashed" if tag == "exception" else "incorrect"
+            out.append(Outcome(kind, {**_base(cfg, spec.name, ctx), "role": "candidate", "tag": tag,
+                                      "reason": reason, "gate": g.to_row()}))
         if not timed:
             return out
 
-        m, bufs = _time(cfg, base_spec, timed, ctx, policy, monitor_factory)
+        m, bufs = _time(cfg, base_spec, timed, ctx, policy)
         measured_peak = memory.peak_bytes(ctx.device)
         seed = ctx.seeds[0] + RECHECK_SEED_OFFSET
         for spec in timed:
@@ -153,20 +163,28 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, monitor_factory)
     return out
 
 
-def _time(cfg, base_spec, timed, ctx, policy, monitor_factory):
+def _failure(name, gates, changed) -> tuple[str, str]:
+    if name in changed:
+        flags = ", ".join(f"{k}: {a} → {b}" for k, (a, b) in changed[name].items())
+        return "numerics_changed", f"kernel {name} changed global numeric state during its call ({flags})"
+    g = gates[name]
+    return g.tag, g.reason
+
+
+def _time(cfg, base_spec, timed, ctx, policy):
     """Interleaved timing of every passing candidate, the baseline, and the control."""
     import torch
 
-    from harness.measurement.timing import measure, rotation_slots
+    from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, measure, rotation_slots
     from harness.workloads.inputs import make_inputs
 
     qs, ks, _ = cfg.shapes()
     slot_bytes = cfg.elem_bytes * (2 * _numel(qs) + 2 * _numel(ks))
     n_slots = rotation_slots(slot_bytes, _l2_bytes(ctx.device)) if policy.mode == "hot" and ctx.device == "cuda" else 1
     slots = [make_inputs(cfg, ctx.seeds[0] + s, "normal", ctx.device) for s in range(n_slots)]
-    arm_specs = {spec.name: spec for spec in timed}
-    arm_specs["__baseline__"] = base_spec
-    arm_specs["__control__"] = base_spec  # the baseline again, timed as if it were a candidate
+    arm_specs = {arm_name(spec.name): spec for spec in timed}
+    arm_specs[ARM_BASELINE] = base_spec
+    arm_specs[ARM_CONTROL] = base_spec  # the baseline again, its own buffers, timed as if it were a candidate
     outs = {name: [torch.empty(qs, dtype=slots[0][0].dtype, device=ctx.device) for _ in range(n_slots)]
             for name in arm_specs}
 
@@ -180,10 +198,8 @@ def _time(cfg, base_spec, timed, ctx, policy, monitor_factory):
 
         return call
 
-    monitor = monitor_factory() if monitor_factory else None
-    m = measure({name: arm(name) for name in arm_specs}, n_slots=n_slots, policy=policy, device=ctx.device,
-                monitor=monitor)
-    bufs = {spec.name: (*slots[0], outs[spec.name][0]) for spec in timed}
+    m = measure({name: arm(name) for name in arm_specs}, n_slots=n_slots, policy=policy, device=ctx.device)
+    bufs = {spec.name: (*slots[0], outs[arm_name(spec.name)][0]) for spec in timed}
     return m, bufs
 
 
@@ -200,14 +216,18 @@ def _l2_bytes(device: str) -> int:
     return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0)) if device == "cuda" else 0
 
 
-def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, numerics) -> Outcome:
-    from harness.measurement.stats import speedup_ci
+def arm_name(kernel: str) -> str:
+    """Candidate arms are prefixed so no kernel name can collide with 'baseline'/'control'."""
+    return f"candidate:{kernel}"
 
-    cand, base, ctl = m.arms[spec.name], m.arms["__baseline__"], m.arms["__control__"]
+
+def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, numerics) -> Outcome:
+    from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
+
+    cand, base, ctl = m.arms[arm_name(spec.name)], m.arms[ARM_BASELINE], m.arms[ARM_CONTROL]
     ms = cand.stats.median
-    speedup = base.stats.median / ms
-    lo, hi = speedup_ci(base.samples, cand.samples)
-    control = base.stats.median / ctl.stats.median
+    speedup, lo, hi = m.speedup(candidate=arm_name(spec.name), baseline=ARM_BASELINE)
+    control = m.control_ratio
     secs = ms * 1e-3
     tflops = formulas.flops(cfg) / secs / 1e12
     gbps = formulas.min_bytes(cfg) / secs / 1e9
@@ -224,7 +244,10 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, nu
         metrics["tflops_frac"] = tflops / mm if mm else None
         metrics["gbps_frac"] = gbps / ceil.copy_gbps if ceil.copy_gbps else None
         metrics["kv_gbps_frac"] = kv_gbps / ceil.copy_gbps if ceil.copy_gbps else None
-        impossible = reductio(tflops, gbps, ceil, cfg.dtype)
+        if ctx.device == "cuda":
+            impossible = reductio(tflops, gbps, ceil, cfg.dtype)
+        # On the CPU the "ceilings" are short host measurements on a shared machine, not
+        # peaks: fractions are recorded, the reductio is applied on GPUs only.
     rig_noisy = abs(control - 1.0) > policy.control_tolerance
     kind = "throttled" if m.throttled else "result"
     payload = {
@@ -241,8 +264,8 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, nu
         "kernel_numerics": {"candidate": spec.numerics, "baseline": base_spec.numerics},
     }
     if kind == "throttled":
-        payload["reason"] = (f"{m.clock.dropped_rounds} of {len(m.rounds)} rounds dropped for clocks below "
-                             f"{policy.throttle_threshold:.0%} of the reference ({m.clock.drop_reasons})")
+        payload["reason"] = m.throttle_note or (f"{m.n_dropped} of {len(m.rounds)} rounds dropped for clocks "
+                                                f"below {policy.throttle_threshold:.0%} of the reference")
     return Outcome(kind, payload)
 
 

@@ -1,0 +1,144 @@
+"""The VRAM model: predict a config's peak before running it, skip what cannot fit.
+
+Each kernel declares its own workspace (``KernelSpec.memory``: e.g. the stack's N×N
+score and probability tensors in their real dtypes); this module adds what the harness
+itself holds — inputs, outputs of every arm, rotation copies or the L2 flush buffer,
+the gate's pristine copies and the chunked float64 reference — phase by phase, and
+takes the largest phase. Result rows record the measured peak beside the prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Free memory held back from what a config may use: allocator fragmentation, the CUDA
+# context and library workspaces (cuBLAS, cuDNN) that allocate outside torch's counter.
+MEMORY_MARGIN = 0.05
+F64 = 8
+
+
+@dataclass(frozen=True)
+class MemoryPrediction:
+    peak_bytes: int
+    phase: str  # which phase decides the peak: "gate" or "timing"
+    breakdown: dict
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def predict(cfg, specs, policy, device: str, *, seeds=(), families=()) -> MemoryPrediction:
+    """Predicted peak bytes allocated through torch while this config runs.
+
+    ``specs[0]`` is the baseline; the rest are candidates. The control arm is the
+    baseline again with its own output buffers.
+    """
+    from harness.measurement.reference import reference_bytes
+    from harness.measurement.timing import flush_bytes, rotation_slots
+
+    qs, ks, _ = cfg.shapes()
+    es = cfg.elem_bytes
+    q = _numel(qs) * es
+    kv = 2 * _numel(ks) * es
+    out = q
+    inputs = q + kv
+    ref_out = _numel(qs) * F64
+    ref_work = reference_bytes(cfg)
+    extras = [s.extra_bytes(cfg) for s in specs]
+
+    # Gate: inputs + pristine copies + two outputs (before/after the reference, for the
+    # stale-memory defence) + the float64 reference and its output, + the kernel's workspace.
+    gate = 2 * inputs + 2 * out + ref_out + ref_work + max(extras)
+
+    n_arms = len(specs) + 1  # candidates + baseline + control
+    l2 = _l2_bytes(device)
+    hot = policy.mode == "hot" and device == "cuda"
+    n_slots = rotation_slots(inputs, l2) if hot else 1
+    timed_inputs = n_slots * inputs
+    timed_outs = n_slots * n_arms * out
+    flush = flush_bytes(l2) if (policy.mode == "cold" and device == "cuda") else 0
+    # A captured graph keeps each capture's workspace alive in its private pool.
+    if policy.mode == "graph" and device == "cuda":
+        workspace = n_slots * (sum(extras) + extras[0])
+    else:
+        workspace = max(extras)
+    timing = timed_inputs + timed_outs + flush + workspace
+    # The recheck after timing holds the timed buffers and a fresh reference.
+    recheck = timed_inputs + timed_outs + ref_out + ref_work + max(extras[1:] or [0])
+    phases = {"gate": gate, "timing": max(timing, recheck)}
+    phase = max(phases, key=phases.get)
+    breakdown = {"inputs_per_slot": inputs, "out": out, "n_slots": n_slots, "n_arms": n_arms,
+                 "flush": flush, "reference": ref_work + ref_out, "kernel_workspace": dict(zip(
+                     [s.name for s in specs], extras)), "gate_phase": gate, "timing_phase": timing,
+                 "recheck_phase": recheck}
+    return MemoryPrediction(int(phases[phase]), phase, breakdown)
+
+
+def _l2_bytes(device: str) -> int:
+    if device != "cuda":
+        return 0
+    import torch
+
+    return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0))
+
+
+def available_bytes(device: str) -> int:
+    """Memory a config may use: free device memory (plus torch's idle cache) less the margin."""
+    if device == "cuda":
+        import torch
+
+        free, _total = torch.cuda.mem_get_info()
+        idle_cache = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+        return int((free + idle_cache) * (1 - MEMORY_MARGIN))
+    avail = _meminfo_available()
+    return int(avail * (1 - MEMORY_MARGIN))
+
+
+def _meminfo_available() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import os
+
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def reset_peak(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_bytes(device: str) -> int | None:
+    """Measured peak since ``reset_peak`` (None on the CPU, where torch keeps no counter)."""
+    if device == "cuda":
+        import torch
+
+        return int(torch.cuda.max_memory_allocated())
+    return None
+
+
+def release(device: str) -> None:
+    import gc
+
+    gc.collect()
+    if device == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def is_oom(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()

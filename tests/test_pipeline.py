@@ -1,0 +1,171 @@
+"""register → sweep → verdict end to end, through the real CLI in real git repositories."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.governance.ledger import read_rows, verify
+from tests.conftest import git, run_bench
+
+pytestmark = pytest.mark.slow
+
+
+def rows(repo, line="tiny"):
+    return read_rows(repo / "ledger" / f"{line}.jsonl")
+
+
+def kinds(repo, line="tiny"):
+    return [r["kind"] for r in rows(repo, line)]
+
+
+def test_register_sweep_verdict_and_the_refusals(repo):
+    r = run_bench(repo, "register", "registrations/tiny.toml")
+    assert r.returncode == 0, r.stderr
+    assert kinds(repo) == ["registered"]
+    head = git(repo, "rev-parse", "HEAD")
+    assert rows(repo)[0]["commit"] == head and rows(repo)[0]["registration_commit"] == head
+
+    again = run_bench(repo, "register", "registrations/tiny.toml")
+    assert again.returncode == 2 and "already registered" in again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1
+
+    early = run_bench(repo, "verdict", "tiny")
+    assert early.returncode == 2 and "no outcome yet" in early.stderr
+
+    s = run_bench(repo, "sweep", "tiny")
+    assert s.returncode == 0, s.stderr + s.stdout
+    results = [r for r in rows(repo) if r["kind"] == "result"]
+    assert len(results) == 2
+    for res in results:
+        assert res["commit"] == head and len(res["commit"]) == 40
+        m = res["metrics"]
+        assert m["speedup"] > 0 and m["ms"] > 0 and m["tflops"] > 0
+        assert res["timing"]["clock_note"]  # CPU: says why clocks were not monitored
+        assert res["gate"]["candidate"]["passed"] and res["gate"]["baseline"]["passed"]
+        assert len(res["timing"]["arms"]["candidate:sdpa"]["samples_ms"]) >= 5
+    assert (repo / "ledger" / "_device_ceilings.jsonl").exists()
+
+    n = len(rows(repo))
+    resumed = run_bench(repo, "sweep", "tiny")
+    assert resumed.returncode == 0 and len(rows(repo)) == n  # every pair already done at this commit
+    assert "already done" in resumed.stdout
+
+    v = run_bench(repo, "verdict", "tiny")
+    assert v.returncode == 0, v.stderr + v.stdout
+    assert "GO" in v.stdout and "geomean(speedup) >= 0.01" in v.stdout
+    verdict = rows(repo)[-1]
+    assert verdict["kind"] == "verdict" and verdict["outcome"] == "GO"
+    assert verdict["prediction"] == 1.5 and verdict["primary_value"] > 0
+
+    closed = run_bench(repo, "sweep", "tiny")
+    assert closed.returncode == 2 and "closed" in closed.stderr
+    assert run_bench(repo, "verdict", "tiny").returncode == 2
+    assert len(rows(repo)) == n + 1
+
+    ok = run_bench(repo, "ledger", "verify")
+    assert ok.returncode == 0 and "chain intact" in ok.stdout
+    shown = run_bench(repo, "ledger", "show", "tiny")
+    assert shown.returncode == 0 and "result" in shown.stdout and "GO" in shown.stdout
+    csv = run_bench(repo, "ledger", "show", "tiny", "--csv")
+    assert csv.returncode == 0 and csv.stdout.splitlines()[0].count(",") > 10
+    js = run_bench(repo, "ledger", "show", "tiny", "--json")
+    assert [json.loads(x)["kind"] for x in js.stdout.splitlines()] == kinds(repo)
+
+
+def test_no_go_exits_1(repo):
+    p = repo / "registrations" / "tiny.toml"
+    p.write_text(p.read_text().replace("geomean(speedup) >= 0.01", "geomean(speedup) >= 1000"))
+    git(repo, "commit", "-qam", "impossible bar")
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    assert run_bench(repo, "sweep", "tiny").returncode == 0
+    v = run_bench(repo, "verdict", "tiny")
+    assert v.returncode == 1 and "NO-GO" in v.stdout
+    assert rows(repo)[-1]["outcome"] == "NO-GO"
+
+
+def test_dirty_tree_refused_and_nothing_written(repo):
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    before = (repo / "ledger" / "tiny.jsonl").read_bytes()
+    (repo / "scratch.py").write_text("print('hi')\n")
+    r = run_bench(repo, "sweep", "tiny")
+    assert r.returncode == 2 and "scratch.py" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert (repo / "ledger" / "tiny.jsonl").read_bytes() == before
+    assert run_bench(repo, "verdict", "tiny").returncode == 2
+    (repo / "registrations" / "other.toml").write_text("x")
+    assert run_bench(repo, "register", "registrations/tiny.toml").returncode == 2
+
+
+def test_edited_registration_refused_naming_the_commit(repo):
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    reg_commit = rows(repo)[0]["registration_commit"]
+    p = repo / "registrations" / "tiny.toml"
+    p.write_text(p.read_text().replace(">= 0.01", ">= 0.001"))
+    git(repo, "commit", "-qam", "loosen the bar after the fact")
+    r = run_bench(repo, "sweep", "tiny")
+    assert r.returncode == 2 and "changed since it was registered" in r.stderr and reg_commit[:12] in r.stderr
+    assert kinds(repo) == ["registered"]
+
+
+def test_amending_line_names_the_old_one(repo):
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    text = (repo / "registrations" / "tiny.toml").read_text()
+    (repo / "registrations" / "tiny2.toml").write_text('amends = "tiny"\n' + text.replace(">= 0.01", ">= 0.5"))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "amend")
+    assert run_bench(repo, "register", "tiny2").returncode == 0
+    assert rows(repo, "tiny2")[0]["amends"] == "tiny" and kinds(repo) == ["registered"]
+    (repo / "registrations" / "tiny3.toml").write_text('amends = "nope"\n' + text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "bad amend")
+    r = run_bench(repo, "register", "tiny3")
+    assert r.returncode == 2 and "no line 'nope'" in r.stderr
+    assert not (repo / "ledger" / "tiny3.jsonl").exists()
+
+
+def test_kill_mid_sweep_loses_no_written_row_and_resume_completes(repo):
+    p = repo / "registrations" / "tiny.toml"
+    p.write_text(p.read_text().replace("seq_len = [32, 48]", "seq_len = [32, 40, 48, 56, 64, 72]")
+                 .replace("min_time_ms = 5", "min_time_ms = 300").replace("warmup_ms = 5", "warmup_ms = 100"))
+    git(repo, "commit", "-qam", "six configs")
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", "tiny"], cwd=repo,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and sum(k == "result" for k in kinds(repo)) < 2:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    got = [r for r in rows(repo) if r["kind"] == "result"]
+    assert 2 <= len(got) < 6, "kill the sweep while configs remain"
+    assert verify(repo / "ledger" / "tiny.jsonl").ok
+    assert run_bench(repo, "sweep", "tiny").returncode == 0
+    results = [r["config_key"] for r in rows(repo) if r["kind"] == "result"]
+    assert len(results) == 6 and len(set(results)) == 6  # resumed: nothing run twice
+    assert verify(repo / "ledger" / "tiny.jsonl").ok
+
+
+def test_bad_input_gets_one_line_and_exit_2(repo, tmp_path):
+    r = run_bench(repo, "register", "registrations/missing.toml")
+    assert r.returncode == 2 and "no registration file" in r.stderr
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    r = run_bench(outside, "sweep", "tiny")
+    assert r.returncode == 2 and "not inside a git repository" in r.stderr
+    r = run_bench(repo, "sweep", "tiny")
+    assert r.returncode == 2 and "not registered" in r.stderr
+
+
+def test_cli_help_is_fast_and_lists_kernels(repo):
+    t0 = time.perf_counter()
+    h = run_bench(repo, "--help")
+    assert h.returncode == 0 and "sweep" in h.stdout
+    assert time.perf_counter() - t0 < 10
+    k = run_bench(repo, "kernels")
+    assert k.returncode == 0 and "torch_stack" in k.stdout and "cublas_stack" in k.stdout
