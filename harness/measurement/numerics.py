@@ -1,0 +1,254 @@
+"""Capture and pin the global numeric state that decides which kernels torch runs.
+
+TF32 for matmul/cuDNN, reduced-precision reductions, cuDNN autotuning/determinism and
+the SDPA backend switches are process-global: two arms timed under different settings
+are different experiments (a TF32 matmul is a different kernel). The harness captures
+the state each arm ran under, pins it from the registration's ``[numerics]`` table, and
+refuses a comparison whose arms differ (``check_same``).
+
+Flags torch does not have in this version read as None and cannot be pinned.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Iterator, Mapping
+
+from harness.errors import UserError
+
+PRECISIONS = ("highest", "high", "medium")
+
+
+def _attr(path: str) -> tuple[Callable[[], Any], Callable[[Any], None]]:
+    """Getter/setter for a plain attribute flag such as ``backends.cudnn.benchmark``."""
+
+    def obj():
+        import torch
+
+        o = torch
+        for part in path.split(".")[:-1]:
+            o = getattr(o, part)
+        return o
+
+    name = path.rsplit(".", 1)[1]
+    return (lambda: getattr(obj(), name)), (lambda v: setattr(obj(), name, v))
+
+
+def _fn(get: str, set_: str) -> tuple[Callable[[], Any], Callable[[Any], None]]:
+    """Getter/setter for a flag behind torch functions (``torch.backends.cuda.flash_sdp_enabled``)."""
+
+    def resolve(path):
+        import torch
+
+        o = torch
+        for part in path.split("."):
+            o = getattr(o, part)
+        return o
+
+    return (lambda: resolve(get)()), (lambda v: resolve(set_)(v))
+
+
+def _deterministic() -> tuple[Callable[[], Any], Callable[[Any], None]]:
+    def get():
+        import torch
+
+        return torch.are_deterministic_algorithms_enabled()
+
+    def set_(v):
+        import torch
+
+        # Keep whatever warn_only mode is set: only the on/off switch is pinned.
+        torch.use_deterministic_algorithms(v, warn_only=torch.is_deterministic_algorithms_warn_only_enabled())
+
+    return get, set_
+
+
+def _precision() -> tuple[Callable[[], Any], Callable[[Any], None]]:
+    def get():
+        import torch
+
+        return torch.get_float32_matmul_precision()
+
+    def set_(v):
+        import torch
+
+        torch.set_float32_matmul_precision(v)
+
+    return get, set_
+
+
+# name -> (torch spelling shown to users, getter, setter). Order matters when applying:
+# float32_matmul_precision is set before allow_tf32 because torch couples them
+# (allow_tf32 is exactly "precision != highest"; setting it rewrites the precision).
+_FLAGS: dict[str, tuple[str, tuple[Callable[[], Any], Callable[[Any], None]]]] = {
+    "float32_matmul_precision": ("torch.set_float32_matmul_precision()", _precision()),
+    "allow_tf32": ("torch.backends.cuda.matmul.allow_tf32", _attr("backends.cuda.matmul.allow_tf32")),
+    "cudnn_allow_tf32": ("torch.backends.cudnn.allow_tf32", _attr("backends.cudnn.allow_tf32")),
+    "cudnn_enabled": ("torch.backends.cudnn.enabled", _attr("backends.cudnn.enabled")),
+    "cudnn_benchmark": ("torch.backends.cudnn.benchmark", _attr("backends.cudnn.benchmark")),
+    "cudnn_deterministic": ("torch.backends.cudnn.deterministic", _attr("backends.cudnn.deterministic")),
+    "allow_fp16_reduced_precision_reduction": (
+        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
+        _attr("backends.cuda.matmul.allow_fp16_reduced_precision_reduction")),
+    "allow_bf16_reduced_precision_reduction": (
+        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
+        _attr("backends.cuda.matmul.allow_bf16_reduced_precision_reduction")),
+    "allow_fp16_accumulation": ("torch.backends.cuda.matmul.allow_fp16_accumulation",
+                                _attr("backends.cuda.matmul.allow_fp16_accumulation")),
+    "flash_sdp": ("torch.backends.cuda.enable_flash_sdp()",
+                  _fn("backends.cuda.flash_sdp_enabled", "backends.cuda.enable_flash_sdp")),
+    "mem_efficient_sdp": ("torch.backends.cuda.enable_mem_efficient_sdp()",
+                          _fn("backends.cuda.mem_efficient_sdp_enabled", "backends.cuda.enable_mem_efficient_sdp")),
+    "math_sdp": ("torch.backends.cuda.enable_math_sdp()",
+                 _fn("backends.cuda.math_sdp_enabled", "backends.cuda.enable_math_sdp")),
+    "cudnn_sdp": ("torch.backends.cuda.enable_cudnn_sdp()",
+                  _fn("backends.cuda.cudnn_sdp_enabled", "backends.cuda.enable_cudnn_sdp")),
+    "math_sdp_fp16_bf16_reduction": (
+        "torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp()",
+        _fn("backends.cuda.fp16_bf16_reduction_math_sdp_allowed", "backends.cuda.allow_fp16_bf16_reduction_math_sdp")),
+    "deterministic_algorithms": ("torch.use_deterministic_algorithms()", _deterministic()),
+}
+
+
+@dataclass(frozen=True)
+class NumericState:
+    """The global numeric flags (None: this torch has no such flag)."""
+
+    float32_matmul_precision: str
+    allow_tf32: bool
+    cudnn_allow_tf32: bool
+    cudnn_enabled: bool
+    cudnn_benchmark: bool
+    cudnn_deterministic: bool
+    allow_fp16_reduced_precision_reduction: bool
+    allow_bf16_reduced_precision_reduction: bool
+    allow_fp16_accumulation: bool | None
+    flash_sdp: bool
+    mem_efficient_sdp: bool
+    math_sdp: bool
+    cudnn_sdp: bool | None
+    math_sdp_fp16_bf16_reduction: bool | None
+    deterministic_algorithms: bool
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "NumericState":
+        """A full state from ``as_dict()`` output (e.g. a ledger row); unknown keys are an error."""
+        unknown = set(d) - set(_FLAGS)
+        if unknown:
+            raise UserError(f"unknown numerics flag(s) {', '.join(sorted(unknown))}: valid are {', '.join(_FLAGS)}")
+        return cls(**{name: d.get(name) for name in _FLAGS})
+
+    @classmethod
+    def from_registration(cls, mapping: Mapping[str, Any], base: "NumericState | None" = None) -> "NumericState":
+        """``base`` (default: the current state) with the registration's [numerics] pinned.
+
+        Unknown names and ill-typed values are a UserError naming the key. allow_tf32 and
+        float32_matmul_precision are one torch setting: giving one derives the other,
+        giving both inconsistently is an error.
+        """
+        pinned = _validate(mapping)
+        d = (base or capture()).as_dict()
+        d.update(pinned)
+        if "float32_matmul_precision" in pinned and "allow_tf32" not in pinned:
+            d["allow_tf32"] = pinned["float32_matmul_precision"] != "highest"
+        elif "allow_tf32" in pinned and "float32_matmul_precision" not in pinned:
+            if pinned["allow_tf32"] != (d["float32_matmul_precision"] != "highest"):
+                d["float32_matmul_precision"] = "high" if pinned["allow_tf32"] else "highest"
+        return cls(**d)
+
+
+def _validate(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """Check names and value types of a (partial) [numerics] mapping."""
+    if not isinstance(mapping, Mapping):
+        raise UserError(f"[numerics] must be a table of flag = value, got {type(mapping).__name__}")
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if key not in _FLAGS:
+            raise UserError(f"unknown numerics flag '{key}' in the registration's [numerics]: "
+                            f"valid flags are {', '.join(_FLAGS)}")
+        if key == "float32_matmul_precision":
+            if value not in PRECISIONS:
+                raise UserError(f"[numerics] float32_matmul_precision = {value!r}: must be one of "
+                                f"{', '.join(repr(p) for p in PRECISIONS)}")
+        elif not isinstance(value, bool):
+            raise UserError(f"[numerics] {key} = {value!r}: must be true or false")
+        out[key] = value
+    if "allow_tf32" in out and "float32_matmul_precision" in out:
+        if out["allow_tf32"] != (out["float32_matmul_precision"] != "highest"):
+            raise UserError(
+                f"[numerics] allow_tf32 = {out['allow_tf32']} contradicts float32_matmul_precision = "
+                f"{out['float32_matmul_precision']!r} (torch couples them: allow_tf32 means precision != "
+                f"'highest'): drop one of the two")
+    return out
+
+
+def _read(name: str) -> Any:
+    get = _FLAGS[name][1][0]
+    try:
+        return get()
+    except AttributeError:
+        return None  # this torch has no such flag
+
+
+def capture() -> NumericState:
+    """The current global numeric state."""
+    return NumericState(**{name: _read(name) for name in _FLAGS})
+
+
+def _set(values: Mapping[str, Any]) -> None:
+    for name in _FLAGS:  # _FLAGS order: precision before allow_tf32
+        if name not in values or values[name] is None:
+            continue
+        if name == "allow_tf32" and _read(name) == values[name]:
+            continue  # re-setting it would rewrite a 'medium' precision to 'high'
+        try:
+            _FLAGS[name][1][1](values[name])
+        except AttributeError as exc:
+            raise UserError(f"this torch has no {_FLAGS[name][0]}: remove '{name}' from [numerics]") from exc
+
+
+@contextmanager
+def apply(state: NumericState | Mapping[str, Any]) -> Iterator[NumericState]:
+    """Pin ``state`` (full, or a partial [numerics] mapping) for the block; restore afterwards.
+
+    Yields the state actually in force, after checking torch took every requested value.
+    """
+    wanted = ({k: v for k, v in state.as_dict().items() if v is not None} if isinstance(state, NumericState)
+              else _validate(state))
+    before = capture()
+    try:
+        _set(wanted)
+        now = capture()
+        wrong = [f"{k}: asked {v!r}, torch reports {getattr(now, k)!r}"
+                 for k, v in wanted.items() if getattr(now, k) != v]
+        if wrong:
+            raise UserError(f"could not pin numerics ({'; '.join(wrong)}): fix the registration's [numerics]")
+        yield now
+    finally:
+        _set({k: v for k, v in before.as_dict().items() if v is not None})
+
+
+def diff(a: NumericState, b: NumericState) -> dict[str, tuple[Any, Any]]:
+    """Flags that differ: name -> (value in a, value in b)."""
+    return {f.name: (getattr(a, f.name), getattr(b, f.name))
+            for f in fields(NumericState) if getattr(a, f.name) != getattr(b, f.name)}
+
+
+def check_same(a: NumericState | Mapping[str, Any], b: NumericState | Mapping[str, Any],
+               names: tuple[str, str] = ("baseline", "candidate")) -> None:
+    """Raise a UserError naming every flag on which the two arms ran differently."""
+    sa = a if isinstance(a, NumericState) else NumericState.from_dict(a)
+    sb = b if isinstance(b, NumericState) else NumericState.from_dict(b)
+    d = diff(sa, sb)
+    if d:
+        parts = [f"{names[0]} ran with {k}={va!r} but {names[1]} with {vb!r}" for k, (va, vb) in d.items()]
+        raise UserError("; ".join(parts) + ": fix the registration's [numerics]")
+
+
+FLAG_NAMES = tuple(_FLAGS)
+
+__all__ = ["FLAG_NAMES", "NumericState", "PRECISIONS", "apply", "capture", "check_same", "diff"]

@@ -1,0 +1,140 @@
+"""Statistics of timing samples: frozen summaries, the noise statistic, speedup intervals.
+
+The noise statistic (``rel_noise``) is defined once, here, and the timing loop stops on it:
+
+    rel_noise = (x_(n-k+1) - x_(k)) / (2 · median)
+
+where x_(1) ≤ … ≤ x_(n) are the sorted samples and [x_(k), x_(n-k+1)] is the
+distribution-free (binomial order-statistic) ``NOISE_CONFIDENCE`` confidence interval of the
+median: k is the largest integer with P(Bin(n, ½) ≤ k-1) ≤ α/2. It is the relative
+half-width of a 95% CI of the median, needs no normality assumption, costs one sort, and
+is ``inf`` when n is too small for any such interval (n < 6 at 95%).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Sequence
+
+NOISE_CONFIDENCE = 0.95
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_RESAMPLES = 2000
+DEFAULT_SEED = 0
+# Bootstrap resamples evaluated per batch (bounds memory at n_samples × BOOTSTRAP_BATCH floats).
+BOOTSTRAP_BATCH = 250
+
+
+@lru_cache(maxsize=4096)
+def _median_ci_rank(n: int, confidence: float) -> int:
+    """k (1-based) of the order-statistic CI [x_(k), x_(n-k+1)] of the median; 0 if none exists."""
+    from scipy.stats import binom
+
+    # ppf gives the smallest c with CDF(c) ≥ α/2, hence P(X ≤ c-1) < α/2: k = c.
+    return int(binom.ppf((1 - confidence) / 2, n, 0.5))
+
+
+def median_ci(samples: Sequence[float], confidence: float = NOISE_CONFIDENCE) -> tuple[float, float]:
+    """Distribution-free CI of the median; (nan, nan) when n is too small for ``confidence``."""
+    import numpy as np
+
+    x = np.sort(np.asarray(samples, dtype=float))
+    n = len(x)
+    k = _median_ci_rank(n, confidence) if n else 0
+    if k < 1:
+        return math.nan, math.nan
+    return float(x[k - 1]), float(x[n - k])
+
+
+def rel_noise(samples: Sequence[float], confidence: float = NOISE_CONFIDENCE) -> float:
+    """Relative half-width of the median's CI (see the module docstring); inf if undefined."""
+    import numpy as np
+
+    lo, hi = median_ci(samples, confidence)
+    if math.isnan(lo):
+        return math.inf
+    med = float(np.median(np.asarray(samples, dtype=float)))
+    if med <= 0:
+        return math.inf
+    return (hi - lo) / (2 * med)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary of one arm's kept samples (ms). Empty input gives n=0 and NaNs."""
+
+    n: int
+    median: float
+    min: float
+    max: float
+    mean: float
+    p20: float
+    p80: float
+    iqr: float
+    rel_noise: float
+    median_lo: float   # NOISE_CONFIDENCE CI of the median (order statistics)
+    median_hi: float
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[float]) -> "Stats":
+        import numpy as np
+
+        x = np.asarray(samples, dtype=float)
+        if x.size == 0:
+            nan = math.nan
+            return cls(0, nan, nan, nan, nan, nan, nan, nan, math.inf, nan, nan)
+        if not np.all(np.isfinite(x)):
+            raise ValueError("timing samples must be finite")
+        p20, p25, p50, p75, p80 = np.percentile(x, [20, 25, 50, 75, 80])
+        lo, hi = median_ci(x)
+        return cls(n=int(x.size), median=float(p50), min=float(x.min()), max=float(x.max()),
+                   mean=float(x.mean()), p20=float(p20), p80=float(p80), iqr=float(p75 - p25),
+                   rel_noise=rel_noise(x), median_lo=lo, median_hi=hi)
+
+    def as_dict(self) -> dict:
+        """JSON-safe: non-finite values become None."""
+        return {k: (v if not isinstance(v, float) or math.isfinite(v) else None)
+                for k, v in ((k, getattr(self, k)) for k in self.__dataclass_fields__)}
+
+
+def ratio(baseline: Sequence[float], candidate: Sequence[float]) -> float:
+    """Speedup of candidate over baseline: baseline median / candidate median (>1 = faster)."""
+    import numpy as np
+
+    return float(np.median(np.asarray(baseline, dtype=float)) / np.median(np.asarray(candidate, dtype=float)))
+
+
+def speedup_ci(baseline: Sequence[float], candidate: Sequence[float], confidence: float = DEFAULT_CONFIDENCE,
+               n_resamples: int = DEFAULT_RESAMPLES, random_state: int = DEFAULT_SEED) -> tuple[float, float]:
+    """Bootstrap CI of ``ratio(baseline, candidate)``.
+
+    Paired by round when the lengths match (the arms ran interleaved, so sample i of each
+    arm shares round i's drift), independent otherwise. Percentile method: BCa's jackknife
+    acceleration is unreliable for a median. Deterministic for a given ``random_state``.
+    Returns (nan, nan) with fewer than 2 samples in an arm.
+    """
+    import inspect
+
+    import numpy as np
+    from scipy import stats as sps
+
+    b, c = np.asarray(baseline, dtype=float), np.asarray(candidate, dtype=float)
+    if b.size < 2 or c.size < 2:
+        return math.nan, math.nan
+    if np.ptp(b) == 0 and np.ptp(c) == 0:  # no spread: the interval is the point
+        r = float(b[0] / c[0])
+        return r, r
+
+    def stat(x, y, axis=-1):
+        return np.median(x, axis=axis) / np.median(y, axis=axis)
+
+    seed_kw = ({"rng": np.random.default_rng(random_state)}
+               if "rng" in inspect.signature(sps.bootstrap).parameters else {"random_state": random_state})
+    res = sps.bootstrap((b, c), stat, paired=b.size == c.size, vectorized=True, n_resamples=n_resamples,
+                        confidence_level=confidence, method="percentile", batch=BOOTSTRAP_BATCH, **seed_kw)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+__all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_RESAMPLES", "DEFAULT_SEED", "NOISE_CONFIDENCE", "Stats", "median_ci",
+           "ratio", "rel_noise", "speedup_ci"]

@@ -1,0 +1,652 @@
+"""The timing protocol: interleaved arms, warm-up by time, adaptive stopping, clock-checked rounds.
+
+``measure(arms, ...)`` times several callables ("arms": candidate, baseline, control...)
+the same way, in rounds, and returns a frozen ``Measurement`` holding every raw sample.
+
+Protocol, step by step (each step is marked ``# step N`` in ``measure``):
+
+1. Pick the timer: CUDA events on a GPU, ``perf_counter_ns`` on the CPU (where every mode
+   degrades to plain host timing, and the result says so). Tests inject a ``ScriptedTimer``.
+2. Open the clock monitor (NVML on a GPU) before anything runs, in the timer's time base.
+3. Prime: one untimed-against-the-budget round (JIT, autotune, lazy init); in graph mode
+   this is the side-stream warm-up and the CUDA-graph capture of every arm × slot.
+4. Warm up by time budget (``warmup_ms``) in interleaved rounds; samples are discarded.
+5. Take the reference SM clock from the tail of warm-up (under load, not idle, not
+   throttled); extend the warm-up (at most ``WARMUP_MAX_EXTENSIONS`` times) while no clean
+   reading exists, so the reference is never an idle or throttled clock.
+6. Measure in rounds. Round r runs every arm once, in an order rotated by r (ABC, BCA,
+   CAB, ...) so drift hits all arms alike and no arm always runs first. Each call uses the
+   next input slot of a global rotation (see ``rotation_slots``). Each round records its
+   (t0, t1) so the monitor can attribute clocks to it.
+7. Stop adaptively: after ``min_samples`` kept rounds and ``min_time_ms`` of measured time,
+   when every arm's ``rel_noise`` ≤ ``noise_target`` ("noise_target"); else at
+   ``max_samples`` rounds ("max_samples"); else at ``timeout_s`` ("timeout").
+8. Drop rounds whose minimum SM clock < ``throttle_threshold`` × reference (their samples are
+   kept separately); the measurement is ``throttled`` when the dropped fraction exceeds
+   ``max_drop_fraction`` or the reference itself was taken under an abnormal throttle.
+
+Modes (GPU): ``cold`` zeroes a flush buffer of ``flush_bytes(L2)`` before every sample,
+outside the timed window; ``hot`` relies on input rotation (``n_slots`` copies) to keep
+the working set out of L2; ``graph`` replays per-slot CUDA graphs (launch overhead removed),
+optionally K replays per sample divided by K.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from harness.errors import UserError
+from harness.measurement import clocks as _clocks
+from harness.measurement.clocks import ClockMonitor, ClockSummary
+from harness.measurement.stats import Stats, ratio, rel_noise, speedup_ci
+
+MODES = ("cold", "hot", "graph")
+# Policy defaults.
+DEFAULT_MODE = "cold"
+DEFAULT_WARMUP_MS = 250.0          # long enough for boost clocks to settle under load
+DEFAULT_MIN_SAMPLES = 20           # kept rounds; the 95% median CI needs n ≥ 6 to exist at all
+DEFAULT_MAX_SAMPLES = 2000         # rounds run (kept + dropped)
+DEFAULT_MIN_TIME_MS = 200.0        # measured span, so slow drifts are sampled, not just a burst
+DEFAULT_NOISE_TARGET = 0.005       # rel_noise: relative half-width of the median's 95% CI
+DEFAULT_TIMEOUT_S = 60.0           # whole measure() call, warm-up included
+DEFAULT_THROTTLE_THRESHOLD = 0.85  # drop a round whose min SM clock < 0.85 × reference
+DEFAULT_MAX_DROP_FRACTION = 0.25   # more dropped rounds than this: the measurement is throttled
+DEFAULT_CONTROL_TOLERANCE = 0.02   # control (= baseline function) must agree within ±2%
+DEFAULT_GRAPH_REPLAYS = 0          # 0 = auto: enough replays per sample for GRAPH_TARGET_SAMPLE_MS
+# Protocol constants.
+WARMUP_MIN_ROUNDS = 1
+WARMUP_MAX_EXTENSIONS = 3
+GRAPH_TARGET_SAMPLE_MS = 0.2       # CUDA events resolve ~0.5 µs: a sample of ≥ 200 µs keeps that < 0.3%
+GRAPH_MAX_REPLAYS = 64
+GRAPH_SIDE_WARMUP_CALLS = 3        # calls on a side stream before capture (torch CUDA-graph docs)
+# Cache policy. Writing exactly L2 bytes does not guarantee eviction (the replacement policy
+# is not strict LRU, and Hopper's L2 is two partitions with far-side copies), so the flush
+# writes several × L2; the floor keeps small-L2 or misreported devices safely flushed.
+L2_FLUSH_FACTOR = 4
+FLUSH_FLOOR_BYTES = 256 * 2**20
+# Hot mode rotates inputs so the data touched between two uses of a slot exceeds L2 several times.
+ROTATION_FACTOR = 4
+MAX_ROTATION_SLOTS = 256           # caps graph count and allocations for tiny inputs
+
+ARM_CANDIDATE, ARM_BASELINE, ARM_CONTROL = "candidate", "baseline", "control"
+STOP_REASONS = ("noise_target", "max_samples", "timeout")
+# Time budgets compare with this slack so float round-off (0.12 - 0.02 < 0.1) never adds a round.
+TIME_EPS_S = 1e-9
+
+
+# ------------------------------------------------------------------------------------------
+# Policy
+# ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TimingPolicy:
+    """Every knob of the protocol; validated on construction (UserError names key and fix)."""
+
+    mode: str = DEFAULT_MODE
+    warmup_ms: float = DEFAULT_WARMUP_MS
+    min_samples: int = DEFAULT_MIN_SAMPLES
+    max_samples: int = DEFAULT_MAX_SAMPLES
+    min_time_ms: float = DEFAULT_MIN_TIME_MS
+    noise_target: float = DEFAULT_NOISE_TARGET
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    throttle_threshold: float = DEFAULT_THROTTLE_THRESHOLD
+    max_drop_fraction: float = DEFAULT_MAX_DROP_FRACTION
+    control_tolerance: float = DEFAULT_CONTROL_TOLERANCE
+    graph_replays: int = DEFAULT_GRAPH_REPLAYS
+
+    def __post_init__(self):
+        def num(key, lo, hi, *, integer=False, lo_open=False):
+            v = getattr(self, key)
+            ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
+            if isinstance(v, bool) or not ok_type:
+                kind = "an integer" if integer else "a number"
+                raise UserError(f"timing policy '{key}' = {v!r}: must be {kind} (e.g. {getattr(TimingPolicy, key)})")
+            if not math.isfinite(v) or (v <= lo if lo_open else v < lo) or v > hi:
+                rng = f"{'(' if lo_open else '['}{lo}, {hi}]"
+                raise UserError(f"timing policy '{key}' = {v!r}: must lie in {rng} "
+                                f"(default {getattr(TimingPolicy, key)})")
+
+        if self.mode not in MODES:
+            raise UserError(f"timing policy 'mode' = {self.mode!r}: must be one of {', '.join(MODES)}")
+        num("warmup_ms", 0, 1e7)
+        num("min_samples", 1, 10**7, integer=True)
+        num("max_samples", 1, 10**7, integer=True)
+        num("min_time_ms", 0, 1e7)
+        num("noise_target", 0, 1, lo_open=True)
+        num("timeout_s", 0, 1e6, lo_open=True)
+        num("throttle_threshold", 0, 1, lo_open=True)
+        num("max_drop_fraction", 0, 1)
+        num("control_tolerance", 0, 1, lo_open=True)
+        num("graph_replays", 0, GRAPH_MAX_REPLAYS * 16, integer=True)
+        if self.min_samples > self.max_samples:
+            raise UserError(f"timing policy 'min_samples' = {self.min_samples} exceeds 'max_samples' = "
+                            f"{self.max_samples}: raise max_samples or lower min_samples")
+
+    @classmethod
+    def from_mapping(cls, d: Mapping[str, Any] | None) -> "TimingPolicy":
+        """A policy from a registration's [timing] table; unknown keys are an error."""
+        if d is not None and not isinstance(d, Mapping):
+            raise UserError(f"[timing] must be a table of key = value, got {type(d).__name__}")
+        d = dict(d or {})
+        valid = [f.name for f in fields(cls)]
+        for key in d:
+            if key not in valid:
+                raise UserError(f"unknown timing policy key '{key}': valid keys are {', '.join(valid)}")
+        return cls(**d)
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def flush_bytes(l2_bytes: int) -> int:
+    """Size of the cold-mode flush buffer for a device with ``l2_bytes`` of L2."""
+    return max(L2_FLUSH_FACTOR * int(l2_bytes), FLUSH_FLOOR_BYTES)
+
+
+def rotation_slots(bytes_per_slot: int, l2_bytes: int, *, factor: int = ROTATION_FACTOR,
+                   max_slots: int = MAX_ROTATION_SLOTS) -> int:
+    """Input copies so that n × bytes_per_slot ≥ factor × L2 (capped at ``max_slots``).
+
+    When the cap binds (tiny inputs), residual L2 reuse remains: use mode 'cold' there.
+    """
+    if bytes_per_slot <= 0:
+        raise ValueError(f"bytes_per_slot must be > 0, got {bytes_per_slot}")
+    return max(1, min(max_slots, math.ceil(factor * l2_bytes / bytes_per_slot)))
+
+
+def device_l2_bytes(device: str) -> int:
+    """L2 size of a CUDA device as torch reports it."""
+    import torch
+
+    return int(torch.cuda.get_device_properties(torch.device(device)).L2_cache_size)
+
+
+# ------------------------------------------------------------------------------------------
+# Timers (the test seam)
+# ------------------------------------------------------------------------------------------
+class Timer(Protocol):
+    """Times one call. ``before`` runs outside the timed window (cold-mode flush)."""
+
+    name: str
+    virtual: bool
+
+    def now_s(self) -> float: ...
+
+    def time_call(self, fn: Callable[[], None], *, arm: str = "",
+                  before: Callable[[], None] | None = None) -> float:
+        """Run ``fn`` once and return its duration in ms."""
+        ...
+
+
+class HostTimer:
+    """Wall time around the call (CPU work only: it does not synchronize a GPU)."""
+
+    name = "host"
+    virtual = False
+
+    def now_s(self) -> float:
+        return time.perf_counter()
+
+    def time_call(self, fn, *, arm="", before=None) -> float:
+        if before is not None:
+            before()
+        t0 = time.perf_counter_ns()
+        fn()
+        return (time.perf_counter_ns() - t0) / 1e6
+
+
+class CudaEventTimer:
+    """CUDA events around the call on the current stream; ``before`` is enqueued first.
+
+    The flush kernel (``before``) is enqueued ahead of the start event, so its execution
+    is outside the [start, end] window; it also keeps the GPU busy while the host enqueues
+    the call, hiding launch latency in cold mode.
+    """
+
+    name = "cuda_event"
+    virtual = False
+
+    def __init__(self, device: str = "cuda"):
+        import torch
+
+        self._torch = torch
+        self._device = torch.device(device)
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+
+    def now_s(self) -> float:
+        return time.perf_counter()
+
+    def time_call(self, fn, *, arm="", before=None) -> float:
+        if before is not None:
+            before()
+        self._start.record()
+        fn()
+        self._end.record()
+        self._end.synchronize()
+        return float(self._start.elapsed_time(self._end))
+
+
+class ScriptedTimer:
+    """Virtual clock for tests: scripted durations per arm, time advances by them.
+
+    ``durations[arm]`` is a constant (ms), a sequence (indexed by the arm's call count,
+    IndexError when exhausted) or ``f(call_index, t_s) -> ms``. Each call also advances the
+    clock by ``overhead_ms``. Listeners (a virtual ``ClockMonitor``) are called with the new
+    time after every advance. Time is kept in integer ns so runs are bit-reproducible.
+    """
+
+    name = "scripted"
+    virtual = True
+
+    def __init__(self, durations: Mapping[str, float | Sequence[float] | Callable[[int, float], float]],
+                 *, overhead_ms: float = 0.0, start_s: float = 0.0):
+        self._durations = dict(durations)
+        self._overhead_ns = round(overhead_ms * 1e6)
+        self._ns = round(start_s * 1e9)
+        self._count: dict[str, int] = {}
+        self._listeners: list[Callable[[float], None]] = []
+        self.calls: list[tuple[str, float]] = []  # (arm, start time) of every timed call
+
+    def add_listener(self, cb: Callable[[float], None]) -> None:
+        self._listeners.append(cb)
+
+    def now_s(self) -> float:
+        return self._ns / 1e9
+
+    def advance(self, seconds: float) -> None:
+        """Let virtual time pass outside any call."""
+        self._ns += round(seconds * 1e9)
+        for cb in self._listeners:
+            cb(self.now_s())
+
+    def _duration(self, arm: str) -> float:
+        if arm not in self._durations:
+            raise KeyError(f"ScriptedTimer has no durations for arm '{arm}'")
+        spec, k = self._durations[arm], self._count.get(arm, 0)
+        self._count[arm] = k + 1
+        if callable(spec):
+            return float(spec(k, self.now_s()))
+        if isinstance(spec, (int, float)):
+            return float(spec)
+        return float(spec[k])
+
+    def time_call(self, fn, *, arm="", before=None) -> float:
+        if before is not None:
+            before()
+        self.calls.append((arm, self.now_s()))
+        fn()
+        ms = self._duration(arm)
+        self.advance((round(ms * 1e6) + self._overhead_ns) / 1e9)
+        return ms
+
+
+# ------------------------------------------------------------------------------------------
+# Results
+# ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Round:
+    """One interleaved round: when it ran, in which order, each arm's sample (ms), its clocks."""
+
+    index: int
+    t0: float
+    t1: float
+    order: tuple[str, ...]
+    samples: dict[str, float]          # never mutated
+    min_sm_mhz: float | None = None
+    dropped: bool = False
+    drop_reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ArmResult:
+    """Raw samples (ms) of one arm: kept rounds, dropped rounds, and stats of the kept ones."""
+
+    name: str
+    samples: tuple[float, ...]
+    dropped_samples: tuple[float, ...]
+    stats: Stats
+
+    @classmethod
+    def build(cls, name: str, samples: Sequence[float], dropped: Sequence[float]) -> "ArmResult":
+        s = tuple(float(x) for x in samples)
+        return cls(name, s, tuple(float(x) for x in dropped), Stats.from_samples(s))
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {str(k): _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return v
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Everything one ``measure`` call observed. Statistics are derived from the raw samples."""
+
+    arms: dict[str, ArmResult]         # never mutated; insertion order = arm order
+    rounds: tuple[Round, ...]
+    stop_reason: str
+    mode: str                          # requested
+    effective_mode: str                # "host" on the CPU
+    n_slots: int
+    graph_replays: int                 # K replays per sample (1 outside graph mode)
+    timer: str
+    policy: TimingPolicy
+    warmup_rounds: int
+    warmup_extensions: int
+    elapsed_s: float
+    clock: ClockSummary | None
+    clock_note: str | None             # why clocks are missing/doubtful: surface it as a warning
+    timing_note: str | None            # e.g. the CPU degrade
+    throttled: bool
+    throttle_note: str | None = None
+
+    @property
+    def n_dropped(self) -> int:
+        return sum(r.dropped for r in self.rounds)
+
+    @property
+    def drop_fraction(self) -> float:
+        return self.n_dropped / len(self.rounds) if self.rounds else 0.0
+
+    def speedup(self, candidate: str = ARM_CANDIDATE, baseline: str = ARM_BASELINE,
+                confidence: float = 0.95) -> tuple[float, float, float]:
+        """(ratio, lo, hi): baseline median / candidate median with its paired bootstrap CI."""
+        b, c = self.arms[baseline].samples, self.arms[candidate].samples
+        if not b or not c:
+            return math.nan, math.nan, math.nan
+        lo, hi = speedup_ci(b, c, confidence=confidence)
+        return ratio(b, c), lo, hi
+
+    @property
+    def control_ratio(self) -> float | None:
+        """baseline median / control median (the same function twice: should be 1)."""
+        if ARM_CONTROL not in self.arms or ARM_BASELINE not in self.arms:
+            return None
+        b, c = self.arms[ARM_BASELINE].samples, self.arms[ARM_CONTROL].samples
+        return ratio(b, c) if b and c else None
+
+    @property
+    def control_ok(self) -> bool | None:
+        r = self.control_ratio
+        return None if r is None else abs(r - 1.0) <= self.policy.control_tolerance
+
+    def to_row(self, *, include_rounds: bool = True) -> dict:
+        """JSON-serializable record for the ledger (non-finite floats become None)."""
+        row: dict[str, Any] = {
+            "mode": self.mode, "effective_mode": self.effective_mode, "timer": self.timer,
+            "n_slots": self.n_slots, "graph_replays": self.graph_replays, "stop_reason": self.stop_reason,
+            "n_rounds": len(self.rounds), "n_dropped": self.n_dropped, "throttled": self.throttled,
+            "throttle_note": self.throttle_note, "warmup_rounds": self.warmup_rounds,
+            "warmup_extensions": self.warmup_extensions, "elapsed_s": self.elapsed_s,
+            "timing_note": self.timing_note, "clock_note": self.clock_note, "policy": self.policy.as_dict(),
+            "arms": {name: {"stats": a.stats.as_dict(), "samples_ms": list(a.samples),
+                            "dropped_samples_ms": list(a.dropped_samples)} for name, a in self.arms.items()},
+            "clock": self.clock.as_dict() if self.clock else None,
+            "control_ratio": self.control_ratio, "control_ok": self.control_ok,
+        }
+        if include_rounds:  # columnar: compact for thousands of rounds
+            row["rounds"] = {
+                "t0": [r.t0 for r in self.rounds], "t1": [r.t1 for r in self.rounds],
+                "first": [r.order[0] for r in self.rounds],
+                "min_sm_mhz": [r.min_sm_mhz for r in self.rounds],
+                "dropped": [r.index for r in self.rounds if r.dropped],
+                "drop_reasons": {str(r.index): list(r.drop_reasons) for r in self.rounds if r.dropped},
+            }
+        return _json_safe(row)
+
+
+# ------------------------------------------------------------------------------------------
+# GPU helpers (torch imported lazily)
+# ------------------------------------------------------------------------------------------
+def _capture_graphs(arms: Mapping[str, Callable[[int], None]], names: Sequence[str], n_slots: int,
+                    device: str) -> dict[str, tuple]:
+    """One CUDA graph per arm × slot, after a side-stream warm-up (as the torch docs require)."""
+    import torch
+
+    dev = torch.device(device)
+    pool = torch.cuda.graph_pool_handle()
+    side = torch.cuda.Stream(device=dev)
+    graphs: dict[str, tuple] = {}
+    for name in names:
+        fn = arms[name]
+        try:
+            side.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(side):
+                for slot in range(n_slots):
+                    for _ in range(GRAPH_SIDE_WARMUP_CALLS if slot == 0 else 1):
+                        fn(slot)
+            torch.cuda.current_stream(dev).wait_stream(side)
+            torch.cuda.synchronize(dev)
+            per_slot = []
+            for slot in range(n_slots):
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=pool):
+                    fn(slot)
+                per_slot.append(g)
+            graphs[name] = tuple(per_slot)
+        except RuntimeError as exc:
+            raise UserError(f"arm '{name}' cannot be captured into a CUDA graph ({exc}): "
+                            f"time it with mode 'hot' or 'cold' instead") from exc
+    torch.cuda.synchronize(dev)
+    return graphs
+
+
+def _auto_replays(warm: Mapping[str, list[float]]) -> int:
+    """K so that a graph sample of the fastest arm lasts ≥ GRAPH_TARGET_SAMPLE_MS."""
+    import numpy as np
+
+    meds = [float(np.median(v)) for v in warm.values() if v]
+    fastest = min(meds) if meds else 0.0
+    if fastest <= 0:
+        return GRAPH_MAX_REPLAYS
+    return max(1, min(GRAPH_MAX_REPLAYS, math.ceil(GRAPH_TARGET_SAMPLE_MS / fastest)))
+
+
+# ------------------------------------------------------------------------------------------
+# The protocol
+# ------------------------------------------------------------------------------------------
+def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: TimingPolicy, device: str,
+            timer: Timer | None = None, monitor: ClockMonitor | None = None) -> Measurement:
+    """Time ``arms`` (name -> fn(slot)) interleaved under ``policy`` on ``device`` (module docstring)."""
+    names = tuple(arms)
+    if not names:
+        raise ValueError("measure() needs at least one arm")
+    if isinstance(n_slots, bool) or not isinstance(n_slots, int) or n_slots < 1:
+        raise ValueError(f"n_slots must be an integer ≥ 1, got {n_slots!r}")
+    on_gpu = device.startswith("cuda")
+
+    # step 1: the timer, and what the mode really means here
+    timing_note = None
+    if on_gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError(f"device '{device}' requested but torch.cuda.is_available() is False: "
+                            f"run on a GPU machine or use device 'cpu'")
+        effective_mode = policy.mode
+        timer = timer or CudaEventTimer(device)
+    else:
+        effective_mode = "host"
+        timing_note = (f"{device}: mode '{policy.mode}' degrades to host timing (perf_counter around each "
+                       f"call; no L2 flush, no CUDA graph)")
+        timer = timer or HostTimer()
+
+    # step 2: clocks, in the timer's time base, before anything runs (idle readings included)
+    clock_notes: list[str] = []
+    own_monitor = monitor is None
+    if monitor is None:
+        monitor, note = _clocks.open_monitor(device)
+        if note:
+            clock_notes.append(note)
+    flush_buf = None
+    graphs: dict[str, tuple] = {}
+    ctx = contextlib.ExitStack()
+    if on_gpu:  # events, flush buffer, graphs and arms all on the requested device
+        ctx.enter_context(torch.cuda.device(torch.device(device)))
+    t_begin = timer.now_s()
+    deadline = t_begin + policy.timeout_s
+    if monitor is not None:
+        monitor.start(timer)
+    try:
+        before = None
+        if effective_mode == "cold":  # (on a GPU: torch is imported in step 1)
+            flush_buf = torch.empty(flush_bytes(device_l2_bytes(device)), dtype=torch.uint8, device=device)
+            before = flush_buf.zero_
+        replays = 1
+        slot_counter = [0]
+
+        def run_round(rot: int, record: dict[str, list[float]] | None) -> tuple[float, float, tuple[str, ...], dict]:
+            # Rotate the arm order by the round index: ABC, BCA, CAB, ...
+            k = rot % len(names)
+            order = names[k:] + names[:k]
+            out: dict[str, float] = {}
+            t0 = timer.now_s()
+            for name in order:
+                # Global slot rotation across arms: consecutive calls never share inputs.
+                slot = slot_counter[0] % n_slots
+                slot_counter[0] += replays
+                if effective_mode == "graph":
+                    gs = graphs[name]
+                    idx = [(slot + j) % n_slots for j in range(replays)]
+
+                    def call(gs=gs, idx=idx):
+                        for i in idx:
+                            gs[i].replay()
+                else:
+                    fn = arms[name]
+
+                    def call(fn=fn, slot=slot):
+                        fn(slot)
+                ms = timer.time_call(call, arm=name, before=before) / replays
+                out[name] = ms
+                if record is not None:
+                    record[name].append(ms)
+            return t0, timer.now_s(), order, out
+
+        # step 3: prime (JIT/autotune/lazy init; graph capture) — not counted in the warm-up budget
+        if effective_mode == "graph":
+            graphs = _capture_graphs(arms, names, n_slots, device)
+        run_round(0, None)
+
+        # step 4: warm up by time budget
+        warm: dict[str, list[float]] = {n: [] for n in names}
+        warmup_rounds, timed_out = 0, False
+
+        def warm_up() -> tuple[float, float]:
+            nonlocal warmup_rounds, timed_out
+            w0 = timer.now_s()
+            n = 0
+            while n < WARMUP_MIN_ROUNDS or timer.now_s() - w0 < policy.warmup_ms / 1000.0 - TIME_EPS_S:
+                if timer.now_s() >= deadline - TIME_EPS_S:
+                    timed_out = True
+                    break
+                run_round(warmup_rounds, warm)
+                warmup_rounds += 1
+                n += 1
+            return w0, timer.now_s()
+
+        w0, w1 = warm_up()
+
+        # step 5: the reference clock from the tail of warm-up; extend while it is not clean
+        ref = _clocks.Reference(None, False)
+        extensions = 0
+        if monitor is not None:
+            ref = _clocks.reference_clock(monitor, w0, w1)
+            while not ref.clean and extensions < WARMUP_MAX_EXTENSIONS and not timed_out:
+                extensions += 1
+                w0, w1 = warm_up()
+                ref = _clocks.reference_clock(monitor, w0, w1)
+            if ref.note:
+                clock_notes.append(ref.note)
+        if effective_mode == "graph":
+            replays = policy.graph_replays or _auto_replays(warm)
+
+        # step 6/7: interleaved rounds with adaptive stopping
+        raw: list[tuple[float, float, tuple[str, ...], dict]] = []
+        verdicts: list[tuple[float | None, bool, tuple[str, ...]]] = []
+
+        def attribute(final: bool) -> None:
+            # A round is final once a reading after its end exists (no later reading can
+            # fall inside it); after the monitor stops, every round is.
+            while len(verdicts) < len(raw):
+                t0, t1 = raw[len(verdicts)][:2]
+                if not final and monitor.last_t <= t1:
+                    break
+                verdicts.append(_clocks.round_verdict(monitor.during(t0, t1), ref.mhz, policy.throttle_threshold))
+
+        samples: dict[str, list[float]] = {n: [] for n in names}
+        stop_reason = "timeout" if timed_out else None
+        t_m0 = timer.now_s()
+        while stop_reason is None:
+            t0, t1, order, out = run_round(len(raw), None)
+            raw.append((t0, t1, order, out))
+            for n in names:
+                samples[n].append(out[n])
+            if monitor is not None:
+                attribute(final=False)
+            kept = [i for i, v in enumerate(verdicts) if not v[1]] + list(range(len(verdicts), len(raw)))
+            now = timer.now_s()
+            if (len(kept) >= policy.min_samples and now - t_m0 >= policy.min_time_ms / 1000.0 - TIME_EPS_S
+                    and all(rel_noise([samples[n][i] for i in kept]) <= policy.noise_target for n in names)):
+                stop_reason = "noise_target"
+            elif len(raw) >= policy.max_samples:
+                stop_reason = "max_samples"
+            elif now >= deadline - TIME_EPS_S:
+                stop_reason = "timeout"
+    finally:
+        if monitor is not None:
+            monitor.stop()
+            if own_monitor:
+                monitor.source.close()
+        graphs, flush_buf, before = {}, None, None
+        ctx.close()
+
+    # step 8: final attribution, drops, summary
+    if monitor is not None:
+        attribute(final=True)
+        if monitor.error:
+            clock_notes.append(f"clock polling stopped early: {monitor.error}")
+    rounds = tuple(
+        Round(i, t0, t1, order, out, *(verdicts[i] if monitor is not None else (None, False, ())))
+        for i, (t0, t1, order, out) in enumerate(raw))
+    arm_results = {n: ArmResult.build(n, [r.samples[n] for r in rounds if not r.dropped],
+                                      [r.samples[n] for r in rounds if r.dropped]) for n in names}
+    clock = None
+    if monitor is not None:
+        span = (rounds[0].t0, rounds[-1].t1) if rounds else (w0, w1)
+        clock = _clocks.summarize(monitor, span[0], span[1], ref, [r.drop_reasons for r in rounds if r.dropped])
+        if clock.poll_hz < _clocks.MIN_POLL_HZ:
+            clock_notes.append(f"clock poll rate {clock.poll_hz:.0f} Hz < {_clocks.MIN_POLL_HZ:.0f} Hz: "
+                               f"rounds are attributed to sparse readings")
+    n_dropped = sum(r.dropped for r in rounds)
+    throttled, throttle_note = False, None
+    if rounds and n_dropped / len(rounds) > policy.max_drop_fraction:
+        throttled = True
+        throttle_note = (f"{n_dropped}/{len(rounds)} rounds dropped for SM clock < "
+                         f"{policy.throttle_threshold} × {ref.mhz:.0f} MHz (max {policy.max_drop_fraction:.0%})")
+    elif ref.mhz is not None and not ref.clean and _clocks.ABNORMAL_REASONS.intersection(ref.reasons):
+        throttled = True
+        throttle_note = f"the GPU stayed throttled through warm-up: {ref.note}"
+    if timed_out:
+        timing_note = "; ".join(filter(None, [timing_note, "timed out during warm-up: no measured rounds"]))
+    return Measurement(
+        arms=arm_results, rounds=rounds, stop_reason=stop_reason, mode=policy.mode, effective_mode=effective_mode,
+        n_slots=n_slots, graph_replays=replays, timer=timer.name, policy=policy, warmup_rounds=warmup_rounds,
+        warmup_extensions=extensions, elapsed_s=timer.now_s() - t_begin, clock=clock,
+        clock_note="; ".join(clock_notes) or None, timing_note=timing_note, throttled=throttled,
+        throttle_note=throttle_note)
+
+
+__all__ = [
+    "ARM_BASELINE", "ARM_CANDIDATE", "ARM_CONTROL", "ArmResult", "CudaEventTimer", "FLUSH_FLOOR_BYTES", "HostTimer",
+    "L2_FLUSH_FACTOR", "MAX_ROTATION_SLOTS", "MODES", "Measurement", "ROTATION_FACTOR", "Round", "STOP_REASONS",
+    "ScriptedTimer", "Timer", "TimingPolicy", "device_l2_bytes", "flush_bytes", "measure", "rotation_slots",
+]

@@ -1,0 +1,130 @@
+"""The measurement core on a real GPU (run on the device: ``pytest -m gpu``).
+
+A µs-scale kernel (an elementwise add of 1 Mi fp32) and an ms-scale one (a 4096³ fp16
+matmul), timed in every mode with real NVML clocks.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from harness.measurement.clocks import MIN_POLL_HZ, NvmlClockSource, ClockMonitor  # noqa: E402
+from harness.measurement.timing import (  # noqa: E402
+    STOP_REASONS, TimingPolicy, device_l2_bytes, measure, rotation_slots)
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+DEV = "cuda"
+
+
+def policy(mode: str, **kw) -> TimingPolicy:
+    base = dict(mode=mode, warmup_ms=300.0, min_samples=30, max_samples=5000, min_time_ms=300.0,
+                noise_target=0.005, timeout_s=30.0)
+    base.update(kw)
+    return TimingPolicy(**base)
+
+
+def add_kernel():
+    """(fn(slot), n_slots): out[s] = a[s] + b[s] on 1 Mi fp32, inputs rotated past L2."""
+    n = 1 << 20
+    slots = rotation_slots(3 * 4 * n, device_l2_bytes(DEV))
+    a = [torch.randn(n, device=DEV) for _ in range(slots)]
+    b = [torch.randn(n, device=DEV) for _ in range(slots)]
+    o = [torch.empty(n, device=DEV) for _ in range(slots)]
+    return (lambda s: torch.add(a[s], b[s], out=o[s])), slots
+
+
+def matmul_kernel():
+    """(fn(slot), n_slots): C[s] = A[s] @ B[s], 4096³ fp16."""
+    n = 4096
+    slots = rotation_slots(3 * 2 * n * n, device_l2_bytes(DEV))
+    A = [torch.randn(n, n, device=DEV, dtype=torch.float16) for _ in range(slots)]
+    B = [torch.randn(n, n, device=DEV, dtype=torch.float16) for _ in range(slots)]
+    C = [torch.empty(n, n, device=DEV, dtype=torch.float16) for _ in range(slots)]
+    return (lambda s: torch.matmul(A[s], B[s], out=C[s])), slots
+
+
+KERNELS = {"add": add_kernel, "matmul": matmul_kernel}
+
+
+def arms_for(fn):
+    # control is the baseline function through a distinct closure
+    return {"candidate": fn, "baseline": fn, "control": lambda s: fn(s)}
+
+
+def test_nvml_reads_real_clocks_during_a_timing_run():
+    fn, slots = matmul_kernel()
+    m = measure(arms_for(fn), n_slots=slots, policy=policy("hot"), device=DEV)
+    c = m.clock
+    assert c is not None, m.clock_note
+    assert c.source == "nvml" and c.n_readings > 0
+    assert c.poll_hz >= MIN_POLL_HZ, c
+    assert c.reference_mhz is not None and c.reference_mhz > 0
+    name = torch.cuda.get_device_name()
+    if "H200" in name or "H100" in name:
+        assert c.reference_mhz > 1000, c        # under-load clock, not the 345 MHz idle clock
+        assert c.max_clock_mhz and c.max_clock_mhz >= c.reference_mhz * 0.99
+    assert m.stop_reason in STOP_REASONS
+    assert not m.throttled, (m.throttle_note, c)
+
+
+def test_nvml_source_direct_reading():
+    src = NvmlClockSource(0)
+    try:
+        r = src.read(0.0)
+        assert r.sm_mhz > 0 and r.mem_mhz and r.mem_mhz > 0
+        assert all(isinstance(x, str) for x in r.reasons)
+    finally:
+        src.close()
+
+
+@pytest.mark.parametrize("kernel", ["add", "matmul"])
+def test_cold_hot_graph(kernel):
+    fn, slots = KERNELS[kernel]()
+    med = {}
+    for mode in ("cold", "hot", "graph"):
+        m = measure({"baseline": fn}, n_slots=slots, policy=policy(mode), device=DEV)
+        assert m.effective_mode == mode and m.timer == "cuda_event"
+        assert m.stop_reason in STOP_REASONS and len(m.rounds) >= 30
+        assert m.clock_note is None or "NVML unavailable" not in m.clock_note, m.clock_note
+        med[mode] = m.arms["baseline"].stats.median
+        if mode == "graph" and kernel == "add":
+            assert m.graph_replays > 1  # auto K for a µs kernel
+    assert all(v > 0 for v in med.values()), med
+    if kernel == "add":
+        assert all(0.0005 < v < 0.1 for v in med.values()), med   # µs scale
+        assert med["graph"] <= med["hot"] * 1.25, med               # launch overhead removed
+    else:
+        assert all(0.05 < v < 5.0 for v in med.values()), med     # ~0.1–1 ms
+        lo, hi = min(med.values()), max(med.values())
+        assert hi / lo < 1.15, med                                 # compute-bound: modes agree
+
+
+@pytest.mark.parametrize("kernel, mode", [("matmul", "hot"), ("matmul", "cold"), ("add", "graph")])
+def test_control_arm_agrees_with_baseline(kernel, mode):
+    fn, slots = KERNELS[kernel]()
+    m = measure(arms_for(fn), n_slots=slots, policy=policy(mode, min_time_ms=500.0), device=DEV)
+    assert m.control_ok, (m.control_ratio, {n: a.stats for n, a in m.arms.items()})
+    r, lo, hi = m.speedup()
+    assert lo <= 1.0 + m.policy.control_tolerance and hi >= 1.0 - m.policy.control_tolerance, (r, lo, hi)
+
+
+def test_cold_flush_is_outside_the_timed_window():
+    # The flush writes ≥ 256 MiB (~100 µs); an empty arm must still time at ~0.
+    m = measure({"empty": lambda s: None}, n_slots=1, policy=policy("cold", min_time_ms=50.0), device=DEV)
+    assert m.arms["empty"].stats.median < 0.02, m.arms["empty"].stats
+
+
+def test_explicit_monitor_is_used_and_left_open():
+    mon = ClockMonitor(NvmlClockSource(0), hz=200)
+    fn, slots = add_kernel()
+    try:
+        m = measure({"baseline": fn}, n_slots=slots, policy=policy("graph", min_time_ms=50.0), device=DEV,
+                    monitor=mon)
+        assert m.clock is not None and m.clock.poll_hz >= MIN_POLL_HZ
+        assert mon.source.read(0.0).sm_mhz > 0  # the caller's source is not closed for it
+    finally:
+        mon.source.close()

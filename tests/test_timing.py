@@ -1,0 +1,228 @@
+"""The timing protocol on the CPU, driven by a ScriptedTimer (virtual, deterministic time)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+from harness.errors import UserError
+from harness.measurement.stats import rel_noise
+from harness.measurement.timing import (
+    FLUSH_FLOOR_BYTES, MAX_ROTATION_SLOTS, ROTATION_FACTOR, HostTimer, Measurement, ScriptedTimer, TimingPolicy,
+    flush_bytes, measure, rotation_slots)
+
+ARMS3 = ("candidate", "baseline", "control")
+
+
+def noop(slot: int) -> None:
+    pass
+
+
+def arms_of(names=ARMS3, log=None):
+    def make(name):
+        def fn(slot):
+            if log is not None:
+                log.append((name, slot))
+        return fn
+    return {n: make(n) for n in names}
+
+
+def noisy(base_ms: float, sigma: float, seed: int):
+    rng = np.random.default_rng(seed)
+    return lambda k, t: base_ms * float(np.exp(sigma * rng.standard_normal()))
+
+
+def policy(**kw) -> TimingPolicy:
+    base = dict(warmup_ms=100.0, min_samples=10, max_samples=500, min_time_ms=0.0, noise_target=0.005,
+                timeout_s=1e5)
+    base.update(kw)
+    return TimingPolicy(**base)
+
+
+def run(durations, pol, n_slots=1, log=None, **kw) -> tuple[Measurement, ScriptedTimer]:
+    timer = ScriptedTimer(durations, **kw)
+    m = measure(arms_of(tuple(durations), log), n_slots=n_slots, policy=pol, device="cpu", timer=timer)
+    return m, timer
+
+
+# -- policy ---------------------------------------------------------------------------------
+def test_policy_defaults_are_named_and_valid():
+    p = TimingPolicy()
+    assert p.throttle_threshold == 0.85 and p.control_tolerance == 0.02 and p.mode in ("cold", "hot", "graph")
+    assert TimingPolicy.from_mapping(None) == p
+    assert TimingPolicy.from_mapping({"mode": "graph", "min_samples": 5}).mode == "graph"
+
+
+@pytest.mark.parametrize("bad, key", [
+    ({"mode": "warm"}, "mode"), ({"min_samples": 0}, "min_samples"), ({"min_samples": 2.5}, "min_samples"),
+    ({"noise_target": 0}, "noise_target"), ({"throttle_threshold": 1.5}, "throttle_threshold"),
+    ({"timeout_s": True}, "timeout_s"), ({"max_drop_fraction": -0.1}, "max_drop_fraction"),
+    ({"min_samples": 50, "max_samples": 10}, "min_samples"), ({"warmup": 10}, "warmup"),
+])
+def test_policy_rejects_bad_values_naming_the_key(bad, key):
+    with pytest.raises(UserError, match=key):
+        TimingPolicy.from_mapping(bad)
+
+
+def test_policy_is_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        TimingPolicy().mode = "hot"
+
+
+def test_flush_and_rotation_sizes():
+    h200_l2 = 60 * 2**20
+    assert flush_bytes(h200_l2) == FLUSH_FLOOR_BYTES          # 4 × 60 MiB < 256 MiB floor
+    assert flush_bytes(100 * 2**20) == 400 * 2**20
+    n = rotation_slots(10 * 2**20, h200_l2)
+    assert n * 10 * 2**20 >= ROTATION_FACTOR * h200_l2 and (n - 1) * 10 * 2**20 < ROTATION_FACTOR * h200_l2
+    assert rotation_slots(10 * 2**30, h200_l2) == 1
+    assert rotation_slots(1024, h200_l2) == MAX_ROTATION_SLOTS
+    with pytest.raises(ValueError):
+        rotation_slots(0, h200_l2)
+
+
+# -- stopping rules -------------------------------------------------------------------------
+def test_stops_at_min_samples_when_noise_free():
+    m, _ = run({"a": 1.0, "b": 2.0}, policy(min_samples=12))
+    assert m.stop_reason == "noise_target" and len(m.rounds) == 12
+    assert m.arms["a"].stats.n == 12 and m.arms["a"].stats.rel_noise == 0.0
+
+
+def test_min_time_holds_the_stop_back():
+    # 3 arms × 10 ms = 30 ms per round: 1000 ms needs 34 rounds although noise is 0 after 6.
+    m, _ = run({n: 10.0 for n in ARMS3}, policy(min_samples=6, min_time_ms=1000.0))
+    assert m.stop_reason == "noise_target" and len(m.rounds) == 34
+
+
+def test_stops_at_first_round_meeting_the_noise_target():
+    durations = {"a": noisy(1.0, 0.01, 1), "b": noisy(2.0, 0.01, 2)}
+    m, _ = run(durations, policy(min_samples=10))
+    assert m.stop_reason == "noise_target"
+    n = len(m.rounds)
+    assert 10 < n < 500
+    assert all(a.stats.rel_noise <= 0.005 for a in m.arms.values())
+    # one round earlier some arm was still above the target
+    assert any(rel_noise(a.samples[:-1]) > 0.005 for a in m.arms.values())
+
+
+def test_stops_at_max_samples_when_too_noisy():
+    m, _ = run({"a": noisy(1.0, 0.3, 3), "b": noisy(1.0, 0.3, 4)}, policy(max_samples=40))
+    assert m.stop_reason == "max_samples" and len(m.rounds) == 40
+
+
+def test_stops_at_timeout():
+    m, timer = run({"a": noisy(10.0, 0.3, 5), "b": noisy(10.0, 0.3, 6)}, policy(timeout_s=2.0))
+    assert m.stop_reason == "timeout"
+    assert 2.0 <= m.elapsed_s < 2.0 + 0.2  # stops within one round of the deadline
+
+
+def test_timeout_during_warm_up_gives_an_empty_but_valid_measurement():
+    m, _ = run({"a": 10.0}, policy(warmup_ms=10_000, timeout_s=0.5))
+    assert m.stop_reason == "timeout" and m.rounds == () and m.arms["a"].stats.n == 0
+    assert "warm-up" in m.timing_note
+    json.dumps(m.to_row())
+
+
+def test_warm_up_runs_by_time_budget_after_the_priming_round():
+    # priming round (20 ms) not counted; 100 ms of warm-up at 20 ms/round = 5 rounds.
+    m, timer = run({"a": 10.0, "b": 10.0}, policy(warmup_ms=100.0))
+    assert m.warmup_rounds == 5
+    assert len(timer.calls) == 2 * (1 + 5 + len(m.rounds))
+    assert m.rounds[0].t0 == pytest.approx(0.12)
+
+
+# -- interleaving, rotation, rounds ---------------------------------------------------------
+def test_rounds_interleave_with_rotated_order():
+    m, timer = run({n: 1.0 for n in ARMS3}, policy(min_samples=9))
+    assert [r.order for r in m.rounds[:3]] == [ARMS3, ARMS3[1:] + ARMS3[:1], ARMS3[2:] + ARMS3[:2]]
+    measured = [arm for arm, _ in timer.calls[-3 * len(m.rounds):]]
+    assert measured == [a for r in m.rounds for a in r.order]
+    firsts = [r.order[0] for r in m.rounds]
+    assert all(firsts.count(a) == len(m.rounds) // 3 for a in ARMS3)
+
+
+def test_every_call_takes_the_next_slot_of_a_global_rotation():
+    log: list = []
+    m, _ = run({"a": 1.0, "b": 1.0}, policy(min_samples=10), n_slots=5, log=log)
+    assert [s for _, s in log] == [i % 5 for i in range(len(log))]
+
+
+def test_rounds_record_contiguous_host_timestamps():
+    m, _ = run({"a": 1.0, "b": 2.0}, policy(min_samples=10), overhead_ms=0.5)
+    for r, nxt in zip(m.rounds, m.rounds[1:]):
+        assert r.t1 - r.t0 == pytest.approx(0.004)  # 1 + 2 ms + 2 × 0.5 ms overhead
+        assert nxt.t0 == pytest.approx(r.t1)
+    assert [r.index for r in m.rounds] == list(range(len(m.rounds)))
+
+
+def test_samples_are_per_call_durations_and_stats_derive_from_them():
+    seq = [1.0 + 0.01 * (k % 7) for k in range(1000)]
+    m, _ = run({"a": seq}, policy(min_samples=20, noise_target=0.001))
+    # calls: 1 priming + warm-up rounds, then measured ones
+    offset = 1 + m.warmup_rounds
+    assert m.arms["a"].samples == tuple(seq[offset:offset + len(m.rounds)])
+    assert m.arms["a"].stats.median == pytest.approx(float(np.median(m.arms["a"].samples)))
+
+
+# -- results --------------------------------------------------------------------------------
+def test_measurement_is_frozen_and_serializable():
+    m, _ = run({n: v for n, v in zip(ARMS3, (1.0, 1.25, 1.25))}, policy(min_samples=10))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.stop_reason = "x"
+    row = json.loads(json.dumps(m.to_row()))
+    assert row["stop_reason"] == "noise_target" and row["effective_mode"] == "host"
+    assert row["arms"]["candidate"]["samples_ms"] == [1.0] * 10
+    assert row["rounds"]["first"][:3] == list(ARMS3)
+    assert row["policy"]["throttle_threshold"] == 0.85
+
+
+def test_speedup_and_control():
+    m, _ = run({"candidate": 1.0, "baseline": 1.25, "control": 1.25}, policy(min_samples=10))
+    r, lo, hi = m.speedup()
+    assert r == pytest.approx(1.25) and lo == pytest.approx(1.25) and hi == pytest.approx(1.25)
+    assert m.control_ratio == pytest.approx(1.0) and m.control_ok is True
+    m2, _ = run({"candidate": 1.0, "baseline": 1.25, "control": 1.3}, policy(min_samples=10))
+    assert m2.control_ok is False
+
+
+def test_cpu_degrades_every_mode_to_host_timing_and_says_so():
+    for mode in ("cold", "hot", "graph"):
+        m, _ = run({"a": 1.0}, policy(mode=mode))
+        assert m.mode == mode and m.effective_mode == "host" and m.graph_replays == 1
+        assert "degrades to host timing" in m.timing_note
+
+
+def test_real_host_timer_on_cpu_without_clocks():
+    calls = []
+    pol = TimingPolicy(warmup_ms=5.0, min_samples=6, max_samples=50, min_time_ms=5.0, timeout_s=5.0)
+    m = measure({"a": lambda s: calls.append(s), "b": lambda s: sum(range(100))}, n_slots=2, policy=pol,
+                device="cpu")
+    assert m.timer == HostTimer.name and 6 <= len(m.rounds) <= 50
+    assert m.clock is None and m.clock_note == "CPU: no GPU clocks to monitor"
+    assert all(x >= 0 for x in m.arms["a"].samples)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        measure({}, n_slots=1, policy=policy(), device="cpu", timer=ScriptedTimer({}))
+    with pytest.raises(ValueError):
+        measure({"a": noop}, n_slots=0, policy=policy(), device="cpu", timer=ScriptedTimer({"a": 1.0}))
+
+
+def test_cuda_device_without_cuda_is_a_user_error():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present")
+    with pytest.raises(UserError, match="cuda"):
+        measure({"a": noop}, n_slots=1, policy=policy(), device="cuda", timer=ScriptedTimer({"a": 1.0}))
+
+
+def test_empty_stats_are_json_safe():
+    m, _ = run({"a": 10.0}, policy(warmup_ms=10_000, timeout_s=0.5))
+    row = m.to_row()
+    assert row["arms"]["a"]["stats"]["median"] is None and not math.isnan(row["elapsed_s"])
