@@ -4,6 +4,9 @@ On CUDA, ``torch.bmm`` calls cuBLAS's strided-batched GEMM, so this is the seeds
 baseline expressed through torch. It differs from ``cublas_stack`` (the direct cuBLAS
 call) in one documented way: the softmax runs in float32 and P is rounded to the input
 dtype before PV — the reference-style rounding of seed 003's bf16 trap.
+
+S is rounded to the input dtype once: the scale rides in the GEMM's alpha (baddbmm with
+beta=0), as in the cuBLAS stack, instead of a second rounding by a separate multiply.
 """
 
 from __future__ import annotations
@@ -39,8 +42,8 @@ def torch_stack(q, k, v, out, *, causal, scale):
 
     q3, k3, v3, o3, g = grouped_views(q, k, v, out)
     nq, nk = q.shape[2], k.shape[2]
-    s = torch.bmm(q3, k3.transpose(1, 2))
-    s.mul_(scale)
+    s = torch.baddbmm(torch.empty(0, dtype=q.dtype, device=q.device), q3, k3.transpose(1, 2),
+                      beta=0.0, alpha=scale)
     if causal:
         # Query i sees keys j <= i + (nk - nq) (bottom-right aligned, equal lengths in prefill).
         mask = torch.ones(nq, nk, dtype=torch.bool, device=q.device).triu_(nk - nq + 1)

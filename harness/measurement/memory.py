@@ -37,6 +37,7 @@ def predict(cfg, specs, policy, device: str, *, seeds=(), families=()) -> Memory
     ``specs[0]`` is the baseline; the rest are candidates. The control arm is the
     baseline again with its own output buffers.
     """
+    from harness.measurement.correctness import gate_bytes
     from harness.measurement.reference import reference_bytes
     from harness.measurement.timing import flush_bytes, rotation_slots
 
@@ -50,9 +51,9 @@ def predict(cfg, specs, policy, device: str, *, seeds=(), families=()) -> Memory
     ref_work = reference_bytes(cfg)
     extras = [s.extra_bytes(cfg) for s in specs]
 
-    # Gate: inputs + pristine copies + two outputs (before/after the reference, for the
-    # stale-memory defence) + the float64 reference and its output, + the kernel's workspace.
-    gate = 2 * inputs + 2 * out + ref_out + ref_work + max(extras)
+    # Gate: the gate's own buffers (correctness.gate_bytes: three input sets, outputs,
+    # the float64 reference) + the largest kernel workspace (kernels are gated one by one).
+    gate = gate_bytes(cfg) + max(extras)
 
     n_arms = len(specs) + 1  # candidates + baseline + control
     l2 = _l2_bytes(device)

@@ -1,0 +1,291 @@
+"""Measured ceilings of a device: copy bandwidth and dense matmul rate, and the reductio.
+
+A result is only believable below what the machine can do. The ceilings are *measured*
+(datasheet numbers are leads, not limits): a device-to-device copy of a buffer far larger
+than L2, counting bytes read plus bytes written, and dense matmuls of random data (never
+zeros: zeros run faster than real data) per dtype. ``impossible`` turns them into a
+reductio: seed 004's 9.6 TB/s "effective L2 rate" on a GPU whose fabric cannot do it was
+computable before any kernel was written, and would have saved a session.
+
+On the CPU the same quantities are measured with host timing on small sizes (fast, for
+tests and for honest CPU rows); they are GFLOP/s-class numbers stored in the same units.
+
+Ledger form: ``Ceilings.to_row()`` is a flat JSON dict (``device``, ``fingerprint``,
+``copy_gbps``, ``matmul_tflops``{dtype: TFLOP/s}, ``method``); ``Ceilings.from_row`` reads
+one back (extra ledger keys such as ``seq`` or ``hash`` are ignored).
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from harness.errors import UserError
+
+# A result more than this fraction above a measured ceiling is impossible, not fast.
+# Why 30%: measured ceilings are achievable rates, not hardware peaks. On the H200 the
+# datasheet HBM rate is 1.12x the measured copy rate (4.8 vs ~4.3 TB/s) and the datasheet
+# dense bf16 rate 1.26x the measured cuBLAS rate on random data (989 vs ~790 TFLOP/s), and a
+# read-mostly kernel can beat a copy's read+write rate by a few percent. 30% sits above all
+# of these, so only a number beyond the hardware's own peak is called impossible; seed
+# 004's 9.6 TB/s was 2.2x its copy ceiling.
+IMPOSSIBLE_MARGIN = 0.30
+
+# --- CUDA measurement sizes -------------------------------------------------------------
+# 2 GiB source: ~35x the H200's 60 MB L2, so the copy streams HBM, not cache.
+CUDA_COPY_BYTES = 2 * 1024**3
+CUDA_COPY_REPS = 20
+# 8192^3: large enough that cuBLAS runs at its steady-state rate (~1 ms in bf16 on an H200).
+CUDA_MATMUL_N = 8192
+CUDA_MATMUL_REPS = 10
+CUDA_WARMUP = 3
+
+# --- CPU measurement sizes (host timing; a whole measurement stays well under a second) --
+CPU_COPY_BYTES = 64 * 1024**2
+CPU_COPY_REPS = 7
+# fp16/bf16 matmuls on CPUs without native support run in scalar code: keep them small.
+CPU_MATMUL_N = {"float32": 512, "float16": 256, "bfloat16": 256}
+CPU_MATMUL_REPS = 5
+CPU_WARMUP = 1
+
+# Keys of ``matmul_tflops``: the three dtypes, plus float32 with TF32 tensor cores (CUDA only).
+TF32_KEY = "float32_tf32"
+MATMUL_KEYS = ("float16", "bfloat16", "float32", TF32_KEY)
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """What one device measurably can do; rates in GB/s (1e9 B/s) and TFLOP/s (1e12/s)."""
+
+    device: str                                  # "cuda" or "cpu"
+    fingerprint: Mapping[str, object]            # device_fingerprint(): when it changes, re-measure
+    copy_gbps: float                             # bytes read + bytes written per second
+    matmul_tflops: Mapping[str, float]           # dtype (or TF32_KEY) -> dense matmul rate
+    method: Mapping[str, object] = field(default_factory=dict)  # sizes, reps, timer
+
+    def __post_init__(self):
+        if self.device not in ("cuda", "cpu"):
+            raise UserError(f"ceilings device must be 'cuda' or 'cpu', not {self.device!r}")
+        if not (isinstance(self.copy_gbps, (int, float)) and self.copy_gbps > 0 and math.isfinite(self.copy_gbps)):
+            raise UserError(f"ceilings copy_gbps must be a positive finite number, not {self.copy_gbps!r}")
+        for k, v in dict(self.matmul_tflops).items():
+            if k not in MATMUL_KEYS:
+                raise UserError(f"ceilings matmul key {k!r} is not one of {', '.join(MATMUL_KEYS)}")
+            if not (isinstance(v, (int, float)) and v > 0 and math.isfinite(v)):
+                raise UserError(f"ceilings matmul_tflops[{k!r}] must be a positive finite number, not {v!r}")
+        # Read-only views: the dataclass is frozen, its mappings are too.
+        object.__setattr__(self, "fingerprint", MappingProxyType(dict(self.fingerprint)))
+        object.__setattr__(self, "matmul_tflops", MappingProxyType({k: float(v) for k, v in dict(self.matmul_tflops).items()}))
+        object.__setattr__(self, "method", MappingProxyType(dict(self.method)))
+        object.__setattr__(self, "copy_gbps", float(self.copy_gbps))
+
+    def tflops_ceiling(self, dtype: str) -> float | None:
+        """The matmul ceiling a ``dtype`` result is judged against, or None if unmeasured.
+
+        float32 is judged against the faster of plain fp32 and TF32: a float32 kernel may
+        legitimately use TF32 tensor cores, and the reductio must only reject the impossible.
+        """
+        if dtype == "float32":
+            vals = [self.matmul_tflops[k] for k in ("float32", TF32_KEY) if k in self.matmul_tflops]
+            return max(vals) if vals else None
+        return self.matmul_tflops.get(dtype)
+
+    def matches(self, fingerprint: Mapping[str, object]) -> bool:
+        """True when ``fingerprint`` (see device_fingerprint) is the one these were measured on."""
+        return dict(self.fingerprint) == dict(fingerprint)
+
+    def to_row(self) -> dict:
+        """Flat JSON-ready dict for a ledger ``ceilings`` row."""
+        return {
+            "device": self.device,
+            "fingerprint": dict(self.fingerprint),
+            "copy_gbps": self.copy_gbps,
+            "matmul_tflops": dict(self.matmul_tflops),
+            "method": dict(self.method),
+        }
+
+    @classmethod
+    def from_row(cls, row: Mapping) -> "Ceilings":
+        """Rebuild from ``to_row()`` output or a ledger row holding it (other keys ignored)."""
+        missing = [k for k in ("device", "fingerprint", "copy_gbps", "matmul_tflops") if k not in row]
+        if missing:
+            raise UserError(f"not a ceilings row: missing {', '.join(missing)} "
+                            f"(re-measure with `bench ceilings --force`)")
+        try:
+            copy = float(row["copy_gbps"])
+            mm = {str(k): float(v) for k, v in dict(row["matmul_tflops"]).items() if v is not None}
+        except (TypeError, ValueError) as exc:
+            raise UserError(f"ceilings row has a non-numeric rate ({exc}): re-measure with "
+                            f"`bench ceilings --force`") from exc
+        return cls(device=row["device"], fingerprint=dict(row["fingerprint"]), copy_gbps=copy,
+                   matmul_tflops=mm, method=dict(row.get("method") or {}))
+
+
+def impossible(tflops: float | None, gbps: float | None, ceilings: Ceilings, dtype: str,
+               margin: float = IMPOSSIBLE_MARGIN) -> str | None:
+    """Why a result is physically impossible on this device, or None if it is not.
+
+    ``gbps`` is an effective byte rate (e.g. K+V bytes over time for decode) judged against
+    the copy bandwidth; ``tflops`` a useful-FLOP rate judged against the dense matmul
+    ceiling of ``dtype``. Either may be None (not measured). A result is impossible when it
+    exceeds a ceiling by more than ``margin`` (a fraction: 0.30 = 30% above).
+    """
+    if margin < 0:
+        raise UserError(f"impossible(): margin must be >= 0, not {margin}")
+    limit = 1.0 + margin
+    reasons = []
+    if gbps is not None and not math.isfinite(gbps):
+        reasons.append(f"byte rate {gbps} is not finite")
+    elif gbps is not None and gbps > ceilings.copy_gbps * limit:
+        reasons.append(
+            f"{gbps:.4g} GB/s is {gbps / ceilings.copy_gbps:.2f}x the measured copy bandwidth "
+            f"{ceilings.copy_gbps:.4g} GB/s (more than {limit:.2f}x is impossible: count the bytes "
+            f"again, check for L2-resident data or skipped work)")
+    if tflops is not None:
+        ceil = ceilings.tflops_ceiling(dtype)
+        if not math.isfinite(tflops):
+            reasons.append(f"FLOP rate {tflops} is not finite")
+        elif ceil is not None and tflops > ceil * limit:
+            reasons.append(
+                f"{tflops:.4g} TFLOP/s is {tflops / ceil:.2f}x the measured {dtype} matmul rate "
+                f"{ceil:.4g} TFLOP/s (more than {limit:.2f}x is impossible: count the FLOPs "
+                f"again or check for skipped work)")
+    return "; ".join(reasons) if reasons else None
+
+
+def device_fingerprint(device: str | None = None) -> dict:
+    """What identifies a measuring setup: when any of it changes, measure the ceilings again.
+
+    name (GPU or CPU model), driver, CUDA runtime of torch and torch version.
+    """
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        from harness.measurement.device import _driver_version
+
+        return {"device": "cuda", "name": torch.cuda.get_device_name(torch.cuda.current_device()),
+                "driver": _driver_version(), "cuda": torch.version.cuda, "torch": torch.__version__}
+    if device != "cpu":
+        raise UserError(f"unknown device {device!r}: use 'cuda' or 'cpu'")
+    return {"device": "cpu", "name": _cpu_name(), "driver": None, "cuda": None, "torch": torch.__version__}
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def measure_ceilings(device: str) -> Ceilings:
+    """Measure copy bandwidth and matmul rates on ``device`` ('cuda' or 'cpu')."""
+    if device == "cuda":
+        return _measure_cuda()
+    if device == "cpu":
+        return _measure_cpu()
+    raise UserError(f"unknown device {device!r}: use 'cuda' or 'cpu'")
+
+
+def _random(shape, dtype, device):
+    """Random normal data: never zeros, which run faster than real data and hide bugs."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(0)
+    return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+
+def _cuda_median_ms(fn, reps: int, warmup: int) -> float:
+    """Median of ``reps`` CUDA-event timings of ``fn`` after ``warmup`` untimed calls."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def _measure_cuda() -> Ceilings:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UserError("measure_ceilings('cuda'): torch sees no CUDA device")
+    dev = torch.device("cuda", torch.cuda.current_device())
+    n_elem = CUDA_COPY_BYTES // 4
+    src = _random((n_elem,), torch.float32, dev)
+    dst = torch.empty_like(src)
+    ms = _cuda_median_ms(lambda: dst.copy_(src), CUDA_COPY_REPS, CUDA_WARMUP)
+    copy_gbps = 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
+    del src, dst
+
+    n = CUDA_MATMUL_N
+    tflops = {}
+    old_tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for key, dtype, tf32 in (("float16", torch.float16, False), ("bfloat16", torch.bfloat16, False),
+                                 ("float32", torch.float32, False), (TF32_KEY, torch.float32, True)):
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            a, b = _random((n, n), dtype, dev), _random((n, n), dtype, dev)
+            c = torch.empty((n, n), dtype=dtype, device=dev)
+            ms = _cuda_median_ms(lambda: torch.mm(a, b, out=c), CUDA_MATMUL_REPS, CUDA_WARMUP)
+            tflops[key] = 2.0 * n**3 / (ms * 1e-3) / 1e12
+            del a, b, c
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old_tf32
+    torch.cuda.empty_cache()
+    return Ceilings(device="cuda", fingerprint=device_fingerprint("cuda"), copy_gbps=copy_gbps,
+                    matmul_tflops=tflops,
+                    method={"timer": "cuda events, median", "copy_bytes": CUDA_COPY_BYTES,
+                            "copy_reps": CUDA_COPY_REPS, "matmul_n": n, "matmul_reps": CUDA_MATMUL_REPS,
+                            "data": "randn"})
+
+
+def _host_median_s(fn, reps: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _measure_cpu() -> Ceilings:
+    import torch
+
+    src = _random((CPU_COPY_BYTES // 4,), torch.float32, "cpu")
+    dst = torch.empty_like(src)
+    s = _host_median_s(lambda: dst.copy_(src), CPU_COPY_REPS, CPU_WARMUP)
+    copy_gbps = 2 * src.numel() * src.element_size() / s / 1e9
+    del src, dst
+    tflops = {}
+    for key, dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        n = CPU_MATMUL_N[key]
+        a, b = _random((n, n), dtype, "cpu"), _random((n, n), dtype, "cpu")
+        c = torch.empty((n, n), dtype=dtype)
+        s = _host_median_s(lambda: torch.mm(a, b, out=c), CPU_MATMUL_REPS, CPU_WARMUP)
+        tflops[key] = 2.0 * n**3 / s / 1e12
+    return Ceilings(device="cpu", fingerprint=device_fingerprint("cpu"), copy_gbps=copy_gbps,
+                    matmul_tflops=tflops,
+                    method={"timer": "perf_counter, median", "copy_bytes": CPU_COPY_BYTES,
+                            "copy_reps": CPU_COPY_REPS, "matmul_n": dict(CPU_MATMUL_N),
+                            "matmul_reps": CPU_MATMUL_REPS, "threads": torch.get_num_threads(),
+                            "data": "randn"})

@@ -1,0 +1,144 @@
+"""Triton code of ``triton_decode`` (see kernels/triton_decode.py for the design).
+
+Imported only when the kernel is first called: importing triton is slow and, on the CPU,
+must happen after TRITON_INTERPRET=1 is set.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from harness.errors import UserError
+from kernels.triton_decode import BLOCK_N_FOR_D, HEAD_DIMS, INTERPRET, MAX_GROUP, PROGRAMS_PER_SM, plan, sm_count
+
+LOG2E = 1.4426950408889634
+# The query tile is padded to this many rows: the smallest M of a tensor-core tl.dot.
+MIN_DOT_ROWS = 16
+# Defaults checked on an H200 with scripts/bench_decode.py --sweep (BLOCK_N 32/64/128,
+# 2/4/8 warps, 2-5 stages, 3-24 programs per SM, at B=16 L=8k, B=16 L=32k, B=64 L=32k):
+# no variant beat 4 warps and 3 stages by more than 2%. The interpreter has no pipeline.
+NUM_WARPS = 4
+NUM_STAGES = 3
+COMBINE_WARPS = 4
+
+
+@triton.jit
+def _dot(a, b, UPCAST: tl.constexpr):
+    """tl.dot, or (interpreter + bf16 only) the same dot on exactly upcast fp32 operands.
+
+    Triton's interpreter multiplies bf16 *bit patterns* in tl.dot (triton-lang/triton#11584,
+    "not supported yet"); bf16 -> fp32 is exact and "ieee" keeps fp32 products exact, so
+    the interpreter computes what the tensor cores do, up to accumulation order.
+    """
+    if UPCAST:
+        r = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        r = tl.dot(a, b)
+    return r
+
+
+@triton.jit
+def _split_kernel(Q, K, V, M, L, ACC, qk_scale, seq_len, chunk, num_splits,
+                  G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
+                  UPCAST: tl.constexpr):
+    """One program: kv head ``bkv`` (all its G query heads), keys [split·chunk, +chunk)."""
+    bkv = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
+    offs_g = tl.arange(0, G_PAD)
+    offs_d = tl.arange(0, D)
+    offs_n = tl.arange(0, BLOCK_N)
+    g_mask = offs_g < G
+    # q/out are (B, H, 1, D) with H = Hkv·G: the G heads of kv head bkv are rows bkv·G + g.
+    head = bkv * G + offs_g
+    q = tl.load(Q + head[:, None] * D + offs_d[None, :], mask=g_mask[:, None], other=0.0)
+
+    start = split * chunk
+    end = tl.minimum(start + chunk, seq_len)
+    # K/V are (B, Hkv, L, D): this kv head's rows start at bkv·L·D (64-bit: B·Hkv·L·D can pass 2^31).
+    offs = (bkv * seq_len + start) * D + offs_n[:, None] * D + offs_d[None, :]
+    k_ptrs = K + offs
+    v_ptrs = V + offs
+
+    m_i = tl.full([G_PAD], float("-inf"), tl.float32)
+    l_i = tl.zeros([G_PAD], tl.float32)
+    acc = tl.zeros([G_PAD, D], tl.float32)
+    for n0 in range(start, end, BLOCK_N):
+        n_mask = (n0 + offs_n) < end
+        k = tl.load(k_ptrs, mask=n_mask[:, None], other=0.0)
+        s = _dot(q, tl.trans(k), UPCAST) * qk_scale                      # (G_PAD, BLOCK_N), log2 units
+        s = tl.where(n_mask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))                        # finite: each tile has a live key
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_ptrs, mask=n_mask[:, None], other=0.0)
+        acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, UPCAST)
+        m_i = m_new
+        k_ptrs += BLOCK_N * D
+        v_ptrs += BLOCK_N * D
+
+    part = head * num_splits + split
+    tl.store(M + part, m_i, mask=g_mask)
+    tl.store(L + part, l_i, mask=g_mask)
+    tl.store(ACC + part[:, None] * D + offs_d[None, :], acc, mask=g_mask[:, None])
+
+
+@triton.jit
+def _combine_kernel(M, L, ACC, Out, num_splits, D: tl.constexpr, S_PAD: tl.constexpr):
+    """One program per query head: merge the splits' (m, l, acc) into out."""
+    row = tl.program_id(0).to(tl.int64)
+    offs_s = tl.arange(0, S_PAD)
+    offs_d = tl.arange(0, D)
+    s_mask = offs_s < num_splits
+    base = row * num_splits + offs_s
+    m = tl.load(M + base, mask=s_mask, other=float("-inf"))
+    l_ = tl.load(L + base, mask=s_mask, other=0.0)
+    m_max = tl.max(m, 0)
+    w = tl.where(s_mask, tl.exp2(m - m_max), 0.0)   # an empty split (m = -inf) weighs 0
+    denom = tl.sum(w * l_, 0)
+    acc = tl.load(ACC + base[:, None] * D + offs_d[None, :], mask=s_mask[:, None], other=0.0)
+    o = tl.sum(acc * w[:, None], 0) / denom
+    tl.store(Out + row * D + offs_d, o.to(Out.dtype.element_ty))
+
+
+def decode(q, k, v, out, scale, *, num_splits=None, block_n=None, num_warps=None, num_stages=None,
+           programs_per_sm=PROGRAMS_PER_SM):
+    """Launch split + combine; the keyword overrides exist for tests and tuning sweeps."""
+    b, h, nq, d = q.shape
+    hkv, seq_len = k.shape[1], k.shape[2]
+    if nq != 1:
+        raise UserError(f"triton_decode is a decode kernel: one query token, not {nq}")
+    if d not in HEAD_DIMS:
+        raise UserError(f"triton_decode supports head_dim {'/'.join(map(str, HEAD_DIMS))}, not {d}")
+    if h % hkv:
+        raise UserError(f"heads {h} is not a multiple of kv_heads {hkv}")
+    g = h // hkv
+    if g > MAX_GROUP:
+        raise UserError(f"triton_decode: group {g} > {MAX_GROUP}")
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        raise UserError(f"triton_decode supports float16/bfloat16, not {q.dtype}")
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        if not t.is_contiguous():
+            raise UserError(f"triton_decode needs contiguous tensors; {name} is not")
+
+    splits, chunk, block_n = plan(b, hkv, seq_len, d, sm_count(q.device), programs_per_sm, block_n)
+    if num_splits is not None:  # forced split count (tests): same rounding as plan()
+        chunk = -(-(-(-seq_len // num_splits)) // block_n) * block_n
+        splits = -(-seq_len // chunk)
+    if num_warps is None:
+        num_warps = NUM_WARPS
+    if num_stages is None:
+        num_stages = 1 if INTERPRET else NUM_STAGES
+
+    m = torch.empty((b * h, splits), dtype=torch.float32, device=q.device)
+    l_ = torch.empty((b * h, splits), dtype=torch.float32, device=q.device)
+    acc = torch.empty((b * h, splits, d), dtype=torch.float32, device=q.device)
+    _split_kernel[(b * hkv, splits)](
+        q, k, v, m, l_, acc, scale * LOG2E, seq_len, chunk, splits,
+        G=g, G_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(g)), D=d, BLOCK_N=block_n,
+        UPCAST=INTERPRET and q.dtype == torch.bfloat16, num_warps=num_warps, num_stages=num_stages)
+    _combine_kernel[(b * h,)](m, l_, acc, out, splits, D=d, S_PAD=max(2, triton.next_power_of_2(splits)),
+                              num_warps=COMBINE_WARPS)
+    return splits

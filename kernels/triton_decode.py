@@ -1,0 +1,135 @@
+"""Split-KV (flash-decoding) attention in Triton, for workload "decode".
+
+One query token per sequence, q (B, H, 1, D) against a KV cache k/v (B, Hkv, L, D).
+Decode is memory-bound (each K/V byte is used for G·2 FLOPs), so the design goal is to
+stream K and V once at full HBM bandwidth:
+
+* **GQA in one program**: a program owns one (batch, kv head) and all G query heads that
+  read it (a G×D query tile, padded to 16 rows for ``tl.dot``), so K/V are read once per
+  kv head, not G times.
+* **Split-KV**: B·Hkv programs alone cannot fill 132 SMs (B=16, Hkv=8 is 128 programs),
+  so the L keys are cut into ``num_splits`` chunks, one program per (kv head, chunk).
+  Each writes float32 partials (running max m, sum l, unnormalized acc) to scratch; a
+  combine kernel merges them per query head: out = Σ 2^(m_s − M) acc_s / Σ 2^(m_s − M) l_s.
+* The number of splits comes from L and the SM count (``plan``): enough programs to fill
+  the machine (PROGRAMS_PER_SM = 6 per SM, two waves), chunks of ≥ MIN_KEYS_PER_SPLIT keys, rounded to whole tiles,
+  nudged to keep the last wave full.
+
+Numerics: QKᵀ and PV on tensor cores with fp32 accumulation, softmax in fp32 (exp2 with
+log2(e) folded into the scale), P rounded to the input dtype for the PV dot (the usual
+FlashAttention choice), partials and combine in fp32, one final rounding of out.
+
+Measured on an H200 (scripts/bench_decode.py: fp16, H=32, Hkv=8, D=128, K/V streamed from
+HBM, copy bandwidth 4.28 TB/s read+write): effective K+V bandwidth 87% of copy at B=16,
+L=8k; 95% at B=32; 99-103% at B=64 or L=32k (reads alone may beat a copy's read+write
+rate); bf16 95% and D=64 88% at B=32, L=8k. cuDNN's SDPA is 2-5% faster there. Small
+batches are weaker: B=1, L=32k reaches 38% (cuDNN 60%); not yet diagnosed — one suspect is
+MAX_SPLITS: 8 kv heads × 64 splits is 1.3 waves of RESIDENT_PER_SM × 132 programs.
+
+Runs on CUDA; on the CPU only under ``TRITON_INTERPRET=1`` (Triton's interpreter, set
+before triton is first imported), where ``devices`` includes "cpu" — slow, for tests.
+The Triton code lives in ``kernels/_triton_decode_impl.py`` (imported on first call, so
+listing kernels never imports triton).
+"""
+
+from __future__ import annotations
+
+import os
+
+from harness.errors import UserError
+from kernels._registry import kernel
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+_DEVICES = ("cuda", "cpu") if INTERPRET else ("cuda",)
+
+HEAD_DIMS = (64, 128)
+# Keys per tile: 16 KB of K (and of V) per tile for both head dims.
+BLOCK_N_FOR_D = {64: 128, 128: 64}
+# Query heads per kv head that fit one program's tile (the tile is padded to >= 16 rows).
+MAX_GROUP = 64
+# Programs we aim for per SM: two full waves of RESIDENT_PER_SM, so every SM keeps
+# several K/V tiles in flight (HBM latency) and the tail of the last wave stays short.
+PROGRAMS_PER_SM = 6
+# Fewest keys a split should own: below this the pipeline barely fills and the partials
+# (G·(D+2)·4 bytes per split) stop being negligible next to the K/V bytes.
+MIN_KEYS_PER_SPLIT = 256
+# Most splits: bounds the combine's register tile (MAX_SPLITS × D floats per program).
+MAX_SPLITS = 64
+# Programs resident per SM, for the last-wave adjustment: the sm_90 build of the split
+# kernel (D=128, BLOCK_N=64, 4 warps, 3 stages) uses 70 KB of shared memory (3 fit in
+# 228 KB) and 102 registers/thread (5 fit), per Triton's AOT compile and cuobjdump.
+RESIDENT_PER_SM = 3
+# SM count used when no GPU is visible or under the interpreter (an H200 has 132).
+DEFAULT_SM_COUNT = 132
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def sm_count(device=None) -> int:
+    """SMs of ``device`` (a torch device), of the current CUDA device, or DEFAULT_SM_COUNT."""
+    if INTERPRET:
+        return DEFAULT_SM_COUNT
+    import torch
+
+    if device is not None and getattr(device, "type", None) != "cuda":
+        return DEFAULT_SM_COUNT
+    if not torch.cuda.is_available():
+        return DEFAULT_SM_COUNT
+    idx = device.index if device is not None and device.index is not None else torch.cuda.current_device()
+    return torch.cuda.get_device_properties(idx).multi_processor_count
+
+
+def plan(batch: int, kv_heads: int, seq_len: int, head_dim: int, sms: int,
+         programs_per_sm: int = PROGRAMS_PER_SM, block_n: int | None = None) -> tuple[int, int, int]:
+    """(num_splits, chunk, block_n): how the L keys are cut; chunk is a multiple of block_n.
+
+    Deterministic in its arguments, so ``scratch_bytes`` predicts exactly what ``decode``
+    allocates on the same device.
+    """
+    if seq_len < 1:
+        raise UserError(f"triton_decode needs at least one key, not seq_len={seq_len}")
+    block_n = block_n or BLOCK_N_FOR_D[head_dim]
+    pairs = batch * kv_heads
+    max_splits = max(1, min(MAX_SPLITS, _cdiv(seq_len, MIN_KEYS_PER_SPLIT)))
+    want = min(max(1, _cdiv(programs_per_sm * sms, pairs)), max_splits)
+    # Among want..2·want splits, take the one whose last wave is fullest (fewest on ties).
+    capacity = RESIDENT_PER_SM * sms
+    best, best_eff = want, -1.0
+    for s in range(want, min(2 * want, max_splits) + 1):
+        waves = pairs * s / capacity
+        eff = waves / _cdiv(pairs * s, capacity)
+        if eff > best_eff + 1e-9:
+            best, best_eff = s, eff
+    chunk = _cdiv(_cdiv(seq_len, best), block_n) * block_n
+    return _cdiv(seq_len, chunk), chunk, block_n
+
+
+def scratch_bytes(cfg) -> int:
+    """float32 partials: m and l (B·H·splits each) and acc (B·H·splits·D)."""
+    if cfg.head_dim not in HEAD_DIMS:
+        return 0
+    splits, _, _ = plan(cfg.batch, cfg.kv_heads, cfg.seq_len, cfg.head_dim, sm_count())
+    return cfg.batch * cfg.heads * splits * (cfg.head_dim + 2) * 4
+
+
+def _supports(cfg):
+    if cfg.head_dim not in HEAD_DIMS:
+        return f"triton_decode supports head_dim {'/'.join(map(str, HEAD_DIMS))}, not {cfg.head_dim}"
+    if cfg.group > MAX_GROUP:
+        return f"triton_decode keeps a kv head's query heads in one tile: group <= {MAX_GROUP}, not {cfg.group}"
+    return None
+
+
+@kernel("triton_decode", workloads=("decode",), dtypes=("float16", "bfloat16"), devices=_DEVICES,
+        requires=("triton",), memory=scratch_bytes, supports=_supports,
+        numerics={"dots": "tl.dot, fp32 accumulation", "softmax": "fp32 online (exp2), split-KV partials in fp32",
+                  "P": "rounded to input dtype for the PV dot", "combine": "fp32, one rounding of out"})
+def triton_decode(q, k, v, out, *, causal, scale):
+    """Split-KV flash-decoding in Triton: GQA heads share one K/V read, fp32 combine."""
+    from kernels._triton_decode_impl import decode
+
+    # Decode is never masked: the one query is the newest token and sees the whole cache.
+    del causal
+    decode(q, k, v, out, scale)

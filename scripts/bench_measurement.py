@@ -1,0 +1,173 @@
+"""Issue 3's measurement benchmark, run on the GPU (and runnable on a CPU, smaller).
+
+One run reports:
+  1. the control ratio (baseline vs itself) over every config of a grid, through run_config;
+  2. the harness's median vs triton.testing.do_bench's median on the same kernels and inputs;
+  3. the VRAM prediction error per config (example grid and a large grid up to seq_len 32k);
+  4. the NVML poll rate achieved and the reference clock;
+  5. harness wall time per config.
+Writes markdown and JSON under $OUT (or ./bench-out) and prints the tables last.
+
+    python scripts/bench_measurement.py [--large] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def example_configs():
+    from harness.governance.registration import load
+
+    return load(ROOT / "registrations" / "example.toml")
+
+
+def large_configs(device):
+    from harness.workloads import Config
+
+    # The baseline's N×N score (fp16) and probability (fp32) tensors reach 6·B·H·N² bytes:
+    # 103 GB at N = 32k with 16 heads.
+    ns = [4096, 8192, 16384, 32768] if device == "cuda" else [512, 1024]
+    return [Config("attention", 1, 16, 16, n, 128, "float16" if device == "cuda" else "float32", False)
+            for n in ns]
+
+
+def run_grid(configs, reg, device, timing, seeds, families):
+    from harness.sweep.run import SweepContext, run_config
+
+    ctx = SweepContext(line="bench-measurement", device=device, baseline=reg.baseline, atol=reg.atol,
+                       rtol=reg.rtol, seeds=seeds, families=families, min_pass_rate=1.0, timing=timing,
+                       numerics={}, ceilings=None)
+    rows = []
+    for cfg in configs:
+        t0 = time.perf_counter()
+        outs = run_config(cfg, reg.candidates, ctx)
+        wall = time.perf_counter() - t0
+        for o in outs:
+            p = o.payload
+            row = {"config": cfg.key(), "kind": o.kind, "wall_s": wall}
+            if o.kind in ("result", "throttled"):
+                t = p["timing"]
+                clock = t.get("clock") or {}
+                row.update(control=p["metrics"]["control"], speedup=p["metrics"]["speedup"],
+                           ms=p["metrics"]["ms"], baseline_ms=p["metrics"]["baseline_ms"],
+                           predicted=p["memory"]["predicted_peak_bytes"], measured=p["memory"]["measured_peak_bytes"],
+                           poll_hz=clock.get("poll_hz"), reference_mhz=clock.get("reference_mhz"),
+                           min_mhz=clock.get("min_mhz"), dropped=t.get("n_dropped"), rounds=t.get("n_rounds"),
+                           stop=t.get("stop_reason"), clock_note=t.get("clock_note"))
+            else:
+                row.update(reason=p.get("reason"))
+            rows.append(row)
+    return rows
+
+
+def do_bench_compare(configs, device, timing):
+    """Harness median (cold mode, interleaved) vs do_bench median (flushes L2 too) per kernel."""
+    import torch
+
+    from harness.measurement.timing import TimingPolicy, measure
+    from harness.workloads.inputs import make_inputs
+    from kernels import get_kernel
+
+    out = []
+    policy = TimingPolicy.from_mapping({**timing, "mode": "cold"})
+    for cfg in configs:
+        q, k, v = make_inputs(cfg, 0, "normal", device)
+        for name in ("torch_stack", "sdpa"):
+            spec = get_kernel(name)
+            o = torch.empty_like(q)
+
+            def call(slot=0, fn=spec.fn):
+                fn(q, k, v, o, causal=cfg.causal, scale=cfg.scale)
+
+            m = measure({name: call}, n_slots=1, policy=policy, device=device)
+            ours = m.arms[name].stats.median
+            if device == "cuda":
+                import triton.testing
+
+                theirs = triton.testing.do_bench(call, warmup=100, rep=500, return_mode="median")
+            else:
+                ts = []
+                for _ in range(30):
+                    t0 = time.perf_counter_ns()
+                    call()
+                    ts.append((time.perf_counter_ns() - t0) / 1e6)
+                theirs = statistics.median(ts)
+            out.append({"config": cfg.key(), "kernel": name, "harness_ms": ours, "do_bench_ms": theirs,
+                        "diff": ours / theirs - 1})
+    return out
+
+
+def md_table(rows, cols):
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r.get(c)
+            cells.append(f"{v:.4g}" if isinstance(v, float) else ("—" if v is None else str(v)))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--large", action="store_true", help="also the large grid (VRAM up to seq_len 32k)")
+    ap.add_argument("--quick", action="store_true", help="fewer configs (smoke run)")
+    args = ap.parse_args()
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    out_dir = Path(os.environ.get("OUT") or "bench-out")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    reg = example_configs()
+    configs = list(reg.configs)[: 4 if args.quick else None]
+    timing = dict(reg.timing)
+    report = {"device": device, "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None}
+
+    t0 = time.perf_counter()
+    grid = run_grid(configs, reg, device, timing, reg.seeds, reg.families)
+    report["example_grid"] = grid
+    controls = [r["control"] for r in grid if r.get("control") is not None]
+    report["control_summary"] = {
+        "n": len(controls), "median": statistics.median(controls) if controls else None,
+        "min": min(controls, default=None), "max": max(controls, default=None),
+        "within_2pct": sum(abs(c - 1) <= 0.02 for c in controls)}
+    report["do_bench"] = do_bench_compare(configs[:8], device, timing)
+    if args.large:
+        from harness.governance.registration import Registration  # noqa: F401  (type only)
+
+        large_timing = {**timing, "min_samples": 6, "max_samples": 12, "min_time_ms": 1, "timeout_s": 20,
+                        "warmup_ms": 10}
+        report["large_grid"] = run_grid(large_configs(device), reg, device, large_timing, (0,), ("normal",))
+    report["elapsed_s"] = time.perf_counter() - t0
+    for r in report["example_grid"] + report.get("large_grid", []):
+        if r.get("measured"):
+            r["vram_err"] = r["predicted"] / r["measured"] - 1
+    (out_dir / "measurement.json").write_text(json.dumps(report, indent=1, default=str))
+    md = [f"# measurement benchmark — {report['gpu'] or 'CPU'}",
+          "## example grid (control, VRAM, clocks, wall)",
+          md_table(report["example_grid"], ["config", "kind", "control", "speedup", "ms", "predicted", "measured",
+                                            "vram_err", "poll_hz", "reference_mhz", "min_mhz", "dropped", "rounds",
+                                            "stop", "wall_s"]),
+          "## control summary", json.dumps(report["control_summary"]),
+          "## harness vs triton.testing.do_bench (median ms)",
+          md_table(report["do_bench"], ["config", "kernel", "harness_ms", "do_bench_ms", "diff"])]
+    if args.large:
+        md += ["## large grid (VRAM model)", md_table(report["large_grid"], [
+            "config", "kind", "predicted", "measured", "vram_err", "ms", "baseline_ms", "wall_s", "reason"])]
+    text = "\n\n".join(md)
+    (out_dir / "measurement.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

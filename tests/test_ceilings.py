@@ -1,0 +1,108 @@
+"""Ceilings: the data type, the ledger round trip, the reductio, and a CPU measurement."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from harness.errors import UserError
+from harness.measurement.ceilings import (IMPOSSIBLE_MARGIN, TF32_KEY, Ceilings, device_fingerprint,
+                                          impossible, measure_ceilings)
+
+
+def _h200_like() -> Ceilings:
+    # Numbers of the order KINDS.md records for an H200 (copy ~4.3 TB/s, bf16 ~790 TFLOP/s).
+    return Ceilings(device="cuda", fingerprint={"device": "cuda", "name": "NVIDIA H200", "driver": "580.159.03",
+                                                "cuda": "13.0", "torch": "2.11.0"},
+                    copy_gbps=4300.0,
+                    matmul_tflops={"float16": 780.0, "bfloat16": 790.0, "float32": 50.0, TF32_KEY: 380.0})
+
+
+def test_seed_004_rate_is_impossible():
+    # Seed 004: 66.8 MB x 48 layers in 0.333 ms = 9.6 TB/s on a machine whose copy rate is far lower.
+    gbps = 66.8e6 * 48 / 0.333e-3 / 1e9
+    assert gbps == pytest.approx(9628, rel=1e-3)
+    why = impossible(None, gbps, _h200_like(), "float16")
+    assert why is not None and "copy bandwidth" in why and "2.24x" in why
+
+
+def test_reasonable_results_pass_and_margin_is_named():
+    c = _h200_like()
+    assert impossible(700.0, 4000.0, c, "bfloat16") is None
+    # Just inside and just outside the margin.
+    assert impossible(None, 4300.0 * (1 + IMPOSSIBLE_MARGIN) * 0.999, c, "float16") is None
+    assert impossible(None, 4300.0 * (1 + IMPOSSIBLE_MARGIN) * 1.001, c, "float16") is not None
+    assert impossible(790.0 * 1.2, None, c, "bfloat16", margin=0.1) is not None
+    assert impossible(790.0 * 1.2, None, c, "bfloat16", margin=0.3) is None
+    with pytest.raises(UserError):
+        impossible(1.0, 1.0, c, "float16", margin=-0.1)
+
+
+def test_float32_judged_against_tf32_and_non_finite_rejected():
+    c = _h200_like()
+    # 200 TFLOP/s in float32 beats plain fp32 4x but is possible with TF32 tensor cores.
+    assert impossible(200.0, None, c, "float32") is None
+    assert "float32 matmul" in impossible(600.0, None, c, "float32")
+    assert "not finite" in impossible(math.inf, None, c, "float16")
+    assert "not finite" in impossible(None, math.nan, c, "float16")
+    both = impossible(5000.0, 20000.0, c, "float16")
+    assert "TFLOP/s" in both and "GB/s" in both
+
+
+def test_row_round_trip_through_json_and_ledger_extras():
+    c = _h200_like()
+    row = json.loads(json.dumps(c.to_row()))
+    row.update({"seq": 3, "kind": "ceilings", "hash": "ab" * 32})  # ledger columns are ignored
+    back = Ceilings.from_row(row)
+    assert back == c
+    assert back.to_row() == c.to_row()
+    assert back.matches(c.fingerprint)
+    assert not back.matches({**dict(c.fingerprint), "driver": "999"})
+
+
+def test_frozen_and_validated():
+    c = _h200_like()
+    with pytest.raises(Exception):
+        c.copy_gbps = 1.0
+    with pytest.raises(TypeError):
+        c.matmul_tflops["float16"] = 1.0
+    with pytest.raises(UserError):
+        Ceilings.from_row({"device": "cuda", "copy_gbps": 1.0})
+    with pytest.raises(UserError):
+        Ceilings(device="cuda", fingerprint={}, copy_gbps=0.0, matmul_tflops={})
+    with pytest.raises(UserError):
+        Ceilings(device="cuda", fingerprint={}, copy_gbps=1.0, matmul_tflops={"int8": 1.0})
+    with pytest.raises(UserError):
+        Ceilings(device="tpu", fingerprint={}, copy_gbps=1.0, matmul_tflops={})
+
+
+def test_cpu_measurement_is_fast_and_sane():
+    import time
+
+    t0 = time.perf_counter()
+    c = measure_ceilings("cpu")
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 10.0
+    assert c.device == "cpu"
+    assert set(c.matmul_tflops) == {"float16", "bfloat16", "float32"}
+    # Any CPU copies faster than 10 MB/s and slower than 10 TB/s; matmul below 100 TFLOP/s.
+    assert 0.01 < c.copy_gbps < 10_000
+    assert all(0 < v < 100 for v in c.matmul_tflops.values())
+    assert c.fingerprint == device_fingerprint("cpu")
+    assert Ceilings.from_row(c.to_row()) == c
+    with pytest.raises(UserError):
+        measure_ceilings("tpu")
+
+
+@pytest.mark.gpu
+def test_cuda_measurement():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    c = measure_ceilings("cuda")
+    assert set(c.matmul_tflops) == {"float16", "bfloat16", "float32", TF32_KEY}
+    assert c.copy_gbps > 100
+    assert c.matmul_tflops["bfloat16"] > c.matmul_tflops["float32"]
+    assert c.fingerprint["name"] == torch.cuda.get_device_name()

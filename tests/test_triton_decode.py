@@ -1,0 +1,183 @@
+"""triton_decode: split planning (CPU), numerics under TRITON_INTERPRET=1 (CPU, subprocess), GPU.
+
+The interpreter check runs in a subprocess so TRITON_INTERPRET=1 is set before triton is
+first imported (triton reads it at import). Every check poisons ``out`` with NaN first and
+compares with a float64 reference by ‖out − ref‖ / ‖ref‖.
+
+Tolerance: 2 unit roundoffs of the rounding that dominates (P and out are rounded to the
+input dtype): fp16 2·2⁻¹¹, bf16 2·2⁻⁸. Triton's interpreter converts fp32 → bf16 by
+truncation, not round-to-nearest (measured: every element matches truncation), which
+doubles the unit roundoff there: 2·2⁻⁷ for bf16 under the interpreter only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from harness.workloads import Config
+from kernels.triton_decode import MAX_SPLITS, MIN_KEYS_PER_SPLIT, plan, scratch_bytes
+
+UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
+INTERPRETER_UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-7}
+
+
+@pytest.mark.parametrize("batch,kv_heads,seq_len,head_dim", [
+    (1, 1, 1, 64), (1, 8, 37, 128), (2, 2, 300, 64), (16, 8, 8192, 128), (64, 8, 32768, 128),
+    (1, 8, 32768, 128), (3, 5, 100_003, 64)])
+@pytest.mark.parametrize("sms", [1, 78, 132])
+def test_plan_covers_every_key_once(batch, kv_heads, seq_len, head_dim, sms):
+    splits, chunk, block_n = plan(batch, kv_heads, seq_len, head_dim, sms)
+    assert chunk % block_n == 0
+    assert 1 <= splits <= MAX_SPLITS
+    assert (splits - 1) * chunk < seq_len <= splits * chunk  # no empty split, nothing left over
+    if splits > 1:
+        # Splits keep at least ~MIN_KEYS_PER_SPLIT keys (the last one may be shorter).
+        assert chunk >= min(MIN_KEYS_PER_SPLIT, seq_len) - block_n
+
+
+def test_plan_fills_the_machine():
+    # B·Hkv = 128 programs alone would leave an H200 (132 SMs) under one program per SM.
+    splits, _, _ = plan(16, 8, 8192, 128, 132)
+    assert 16 * 8 * splits >= 2 * 132
+
+
+def test_registration_cpu_only_under_interpreter():
+    from kernels import load_kernels
+
+    spec = load_kernels()["triton_decode"]
+    want = ("cuda", "cpu") if os.environ.get("TRITON_INTERPRET") == "1" else ("cuda",)
+    assert spec.devices == want
+    assert spec.workloads == ("decode",)
+    cfg = Config("decode", 16, 32, 8, 8192, 128, "float16", False)
+    splits, _, _ = plan(16, 8, 8192, 128, 132)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        assert spec.extra_bytes(cfg) == 16 * 32 * splits * (128 + 2) * 4
+    assert spec.config_reason(Config("decode", 1, 8, 8, 64, 96, "float16", False)) is not None
+    assert spec.config_reason(Config("decode", 1, 8, 8, 64, 64, "float32", False)) is not None
+
+
+_INTERPRETER_CHECK = textwrap.dedent("""
+    import json, os, sys
+    assert os.environ["TRITON_INTERPRET"] == "1"
+    import torch
+    from harness.workloads import Config
+    from kernels import load_kernels
+    from kernels._triton_decode_impl import decode
+    from kernels.triton_decode import scratch_bytes
+
+    def reference(q, k, v, scale):
+        g = q.shape[1] // k.shape[1]
+        kk = k.double().repeat_interleave(g, dim=1)
+        vv = v.double().repeat_interleave(g, dim=1)
+        return torch.softmax((q.double() @ kk.transpose(-1, -2)) * scale, dim=-1) @ vv
+
+    import triton
+    import triton.language as tl
+
+    def _probe(X):
+        for i in range(tl.program_id(0), 1):
+            tl.store(X + i, 1.0)
+
+    try:  # loop bounds computed from program_id (as in the split kernel)
+        triton.jit(_probe)[(1,)](torch.zeros(1))
+    except Exception as exc:
+        print(json.dumps({"skip": f"this Triton interpreter cannot use a tensor as a loop bound "
+                                  f"({type(exc).__name__}: {exc}); triton 3.6's __index__ breaks on "
+                                  f"numpy >= 2.5 (later triton squeezes the value)"}))
+        sys.exit(0)
+
+    spec = load_kernels()["triton_decode"]
+    results = []
+    gen = torch.Generator().manual_seed(1234)
+    cases = [  # batch, heads, kv_heads, seq_len, head_dim, forced splits, via registry
+        (2, 8, 2, 1, 64, None, True), (1, 4, 4, 37, 64, None, False), (2, 8, 2, 300, 128, None, True),
+        (1, 8, 1, 300, 64, 3, False), (1, 4, 2, 300, 128, 5, False)]
+    for dtype in ("float16", "bfloat16"):
+        dt = getattr(torch, dtype)
+        for b, h, hkv, n, d, forced, via_registry in cases:
+            q = torch.randn(b, h, 1, d, generator=gen).to(dt)
+            k = torch.randn(b, hkv, n, d, generator=gen).to(dt)
+            v = torch.randn(b, hkv, n, d, generator=gen).to(dt)
+            out = torch.full_like(q, float("nan"))
+            scale = d ** -0.5
+            if via_registry:
+                spec.fn(q, k, v, out, causal=False, scale=scale)
+                splits = None
+            else:
+                splits = decode(q, k, v, out, scale, num_splits=forced)
+            ref = reference(q, k, v, scale)
+            err = ((out.double() - ref).norm() / ref.norm()).item()
+            cfg = Config("decode", b, h, hkv, n, d, dtype, False)
+            results.append(dict(dtype=dtype, shape=[b, h, hkv, n, d], forced=forced, splits=splits, err=err,
+                                finite=bool(torch.isfinite(out).all()), scratch=scratch_bytes(cfg),
+                                devices=list(spec.devices)))
+    print(json.dumps(results))
+""")
+
+
+def test_interpreter_matches_float64_reference(tmp_path):
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+    script = tmp_path / "interpreter_check.py"  # a file: triton.jit reads its source
+    script.write_text(_INTERPRETER_CHECK)
+    proc = subprocess.run([sys.executable, str(script)], env=env, cwd=root, capture_output=True,
+                          text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.fail(f"interpreter check failed:\n{proc.stderr[-4000:]}")
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    if isinstance(results, dict):
+        pytest.skip(results["skip"])
+    assert len(results) == 10
+    for r in results:
+        assert r["devices"] == ["cuda", "cpu"]
+        assert r["finite"], r
+        tol = 2 * INTERPRETER_UNIT_ROUNDOFF[r["dtype"]]
+        assert r["err"] < tol, r
+        if r["forced"] is not None:
+            assert r["splits"] > 1, r  # the combine of several splits, masked tail included
+
+
+def _reference(q, k, v, scale):
+    import torch
+
+    g = q.shape[1] // k.shape[1]
+    out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
+    for i in range(q.shape[0]):  # per sequence: a float64 copy of a 32k cache is large
+        kk = k[i:i + 1].double().repeat_interleave(g, dim=1)
+        vv = v[i:i + 1].double().repeat_interleave(g, dim=1)
+        out[i:i + 1] = torch.softmax((q[i:i + 1].double() @ kk.transpose(-1, -2)) * scale, dim=-1) @ vv
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("batch,heads,kv_heads,seq_len,head_dim", [
+    (2, 8, 2, 1, 64), (2, 8, 2, 37, 128), (3, 32, 8, 300, 128), (2, 32, 8, 4097, 128),
+    (2, 16, 16, 8191, 64), (4, 32, 8, 32768, 128), (1, 32, 1, 33000, 128)])
+def test_gpu_matches_float64_reference(dtype, batch, heads, kv_heads, seq_len, head_dim):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs CUDA (compiled Triton)")
+    from kernels import load_kernels
+
+    spec = load_kernels()["triton_decode"]
+    dt = getattr(torch, dtype)
+    gen = torch.Generator(device="cuda").manual_seed(seq_len)
+    q = torch.randn(batch, heads, 1, head_dim, generator=gen, device="cuda").to(dt)
+    k = torch.randn(batch, kv_heads, seq_len, head_dim, generator=gen, device="cuda").to(dt)
+    v = torch.randn(batch, kv_heads, seq_len, head_dim, generator=gen, device="cuda").to(dt)
+    out = torch.full_like(q, float("nan"))
+    spec.fn(q, k, v, out, causal=False, scale=head_dim ** -0.5)
+    ref = _reference(q, k, v, head_dim ** -0.5)
+    assert torch.isfinite(out).all()
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    assert err < 2 * UNIT_ROUNDOFF[dtype], err
