@@ -42,8 +42,8 @@ def torch_stack(q, k, v, out, *, causal, scale):
 
     q3, k3, v3, o3, g = grouped_views(q, k, v, out)
     nq, nk = q.shape[2], k.shape[2]
-    s = torch.baddbmm(torch.empty(0, dtype=q.dtype, device=q.device), q3, k3.transpose(1, 2),
-                      beta=0.0, alpha=scale)
+    s = torch.empty(q3.shape[0], q3.shape[1], nk, dtype=q.dtype, device=q.device)
+    s.baddbmm_(q3, k3.transpose(1, 2), beta=0.0, alpha=scale)  # beta=0: s's old contents are ignored
     if causal:
         # Query i sees keys j <= i + (nk - nq) (bottom-right aligned, equal lengths in prefill).
         mask = torch.ones(nq, nk, dtype=torch.bool, device=q.device).triu_(nk - nq + 1)
