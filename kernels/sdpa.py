@@ -17,9 +17,12 @@ def _call(q, k, v, out, causal, scale, backend):
     import torch.nn.functional as F
 
     gqa = q.shape[1] != k.shape[1]
-    # Decode (one query row) is never causal; prefill causal is top-left aligned in SDPA,
-    # which equals bottom-right when Nq == Nk.
-    kw = dict(is_causal=bool(causal), scale=scale, enable_gqa=gqa)
+    nq, nk = q.shape[2], k.shape[2]
+    # SDPA's causal mask is top-left aligned; the harness's is bottom-right. They agree when
+    # Nq == Nk; one query row (decode) sees every key either way, so it needs no mask.
+    if causal and 1 < nq != nk:
+        raise ValueError(f"sdpa: causal with {nq} queries over {nk} keys needs a bottom-right mask")
+    kw = dict(is_causal=bool(causal) and nq > 1, scale=scale, enable_gqa=gqa)
     if backend is None:
         res = F.scaled_dot_product_attention(q, k, v, **kw)
     else:

@@ -1,0 +1,250 @@
+"""Hollow kernels: plausible-looking attention that the correctness gate must reject.
+
+Each is a plain torch function with the kernel contract ``fn(q, k, v, out, *, causal,
+scale)`` and exactly one flaw, taken from the seeds (000: no softmax, 004: a fraction of the
+KV read, the Sakana incident: the reference's freed memory returned as the result) or from
+the usual ways a fused kernel goes wrong. ``ZOO`` lists them with the tag the gate must
+reject them with; stateful ones are built fresh per test by ``Hollow.make()``.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+from typing import Callable
+
+# first_tiles_only reads this many keys: one 64-wide tile, seed 004's "one 128-row
+# iteration per block" in miniature (7.9% of the cache there, half of it here).
+FIRST_KEYS = 64
+# tail_unwritten launches Nq // BLOCK_M row blocks (floor, not ceil).
+BLOCK_M = 64
+# side_stream sleeps this many GPU cycles before writing (~20 ms at 2 GHz), so the race with
+# the caller's stream is lost every time rather than by luck.
+SIDE_SLEEP_CYCLES = 40_000_000
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def scores(q, k, *, causal, scale, dtype=None, n_keys=None):
+    """q·kᵀ·scale in ``dtype`` (float32 by default), GQA expanded, bottom-right causal -inf."""
+    import torch
+
+    dtype = dtype or torch.float32
+    h, nq, nk = q.shape[1], q.shape[2], k.shape[2]
+    kk = k.repeat_interleave(h // k.shape[1], dim=1)
+    if n_keys is not None:
+        kk = kk[:, :, :n_keys]
+    s = torch.matmul(q.to(dtype), kk.to(dtype).transpose(-1, -2)) * scale
+    if causal:
+        j = torch.arange(s.shape[-1], device=q.device)
+        i = torch.arange(nq, device=q.device) + (nk - nq)
+        s = s.masked_fill(j[None, :] > i[:, None], float("-inf"))
+    return s
+
+
+def attention(q, k, v, *, causal, scale, dtype=None, n_keys=None, kv_map=None):
+    """Correct attention in ``dtype`` (float32 default): the base every hollow kernel bends."""
+    import torch
+
+    dtype = dtype or torch.float32
+    if kv_map is not None:  # explicit query-head -> kv-head mapping
+        k, v = k[:, kv_map], v[:, kv_map]
+    s = scores(q, k, causal=causal, scale=scale, dtype=dtype, n_keys=n_keys)
+    vv = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    if n_keys is not None:
+        vv = vv[:, :, :n_keys]
+    return torch.matmul(torch.softmax(s, dim=-1), vv.to(dtype))
+
+
+# ----------------------------------------------------------------------------- stateless
+
+
+def softmax_omitted(q, k, v, out, *, causal, scale):
+    """Seed 000: no softmax; every visible key weighted equally (the mean of V)."""
+    import torch
+
+    s = scores(q, k, causal=causal, scale=scale)
+    w = torch.isfinite(s).float()
+    w = w / w.sum(-1, keepdim=True)
+    vv = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1).float()
+    out.copy_(torch.matmul(w, vv))
+
+
+def no_max_subtraction(q, k, v, out, *, causal, scale):
+    """Seed 000's eager path: raw exp of the logits, no max-subtraction (overflows to inf/NaN)."""
+    import torch
+
+    e = torch.exp(scores(q, k, causal=causal, scale=scale))
+    vv = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1).float()
+    out.copy_(torch.matmul(e / e.sum(-1, keepdim=True), vv))
+
+
+def first_tiles_only(q, k, v, out, *, causal, scale):
+    """Seed 004: attends only to the first FIRST_KEYS keys of the cache."""
+    out.copy_(attention(q, k, v, causal=causal, scale=scale, n_keys=FIRST_KEYS))
+
+
+def tail_unwritten(q, k, v, out, *, causal, scale):
+    """Grid of Nq // BLOCK_M row blocks: the partial last block is never written."""
+    rows = (q.shape[2] // BLOCK_M) * BLOCK_M
+    if rows:
+        out[:, :, :rows] = attention(q, k, v, causal=causal, scale=scale)[:, :, :rows]
+
+
+def inputs_mutated(q, k, v, out, *, causal, scale):
+    """Folds the scale into q in place (q *= scale): right answer, corrupted input."""
+    q.mul_(scale)
+    out.copy_(attention(q, k, v, causal=causal, scale=1.0))
+
+
+def lower_precision(q, k, v, out, *, causal, scale):
+    """Declares float32 but computes in bfloat16 throughout."""
+    import torch
+
+    out.copy_(attention(q, k, v, causal=causal, scale=scale, dtype=torch.bfloat16))
+
+
+def wrong_gqa_mapping(q, k, v, out, *, causal, scale):
+    """Query head h reads kv head h % Hkv instead of h // (H // Hkv)."""
+    import torch
+
+    h, hkv = q.shape[1], k.shape[1]
+    kv_map = torch.arange(h, device=q.device) % hkv
+    out.copy_(attention(q, k, v, causal=causal, scale=scale, kv_map=kv_map))
+
+
+def k_as_v(q, k, v, out, *, causal, scale):
+    """Reuses the K operand where V belongs."""
+    out.copy_(attention(q, k, k, causal=causal, scale=scale))
+
+
+def raises(q, k, v, out, *, causal, scale):
+    """Fails the way a bad launch does."""
+    raise RuntimeError("CUDA error: an illegal memory access was encountered (emulated by the zoo)")
+
+
+def zero_output(q, k, v, out, *, causal, scale):
+    """Writes zeros: passes only a tolerance looser than the outputs themselves."""
+    out.zero_()
+
+
+# ----------------------------------------------------------------------------- stateful
+
+
+def make_accumulator_reused():
+    """Seed 000's RMSNorm slot never zeroed: adds the previous call's output to this one's."""
+    state = {}
+
+    def accumulator_reused(q, k, v, out, *, causal, scale):
+        res = attention(q, k, v, causal=causal, scale=scale)
+        prev = state.get(tuple(out.shape))
+        if prev is not None:
+            res = res + prev
+        state[tuple(out.shape)] = res
+        out.copy_(res)
+
+    return accumulator_reused
+
+
+def make_cached_by_shape():
+    """Computes once per input shape, then returns that result for any inputs of the shape."""
+    cache = {}
+
+    def cached_by_shape(q, k, v, out, *, causal, scale):
+        key = (tuple(q.shape), tuple(k.shape), causal)
+        if key not in cache:
+            cache[key] = attention(q, k, v, causal=causal, scale=scale).to(out.dtype)
+        out.copy_(cache[key])
+
+    return cached_by_shape
+
+
+def make_cached_by_pointer():
+    """Computes once per (q, k, v, out) address, then returns that result for those buffers."""
+    cache = {}
+
+    def cached_by_pointer(q, k, v, out, *, causal, scale):
+        key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), tuple(q.shape))
+        if key not in cache:
+            cache[key] = attention(q, k, v, causal=causal, scale=scale).to(out.dtype)
+        out.copy_(cache[key])
+
+    return cached_by_pointer
+
+
+def make_stash_from_freed():
+    """The Sakana incident, as close as torch allows: computes nothing, and returns whatever
+    float64 result of out's shape it can find in the process (the reference's), keeping the
+    last one it saw in a stash for later calls of that shape."""
+    import torch
+
+    stash = {}
+
+    def stash_from_freed(q, k, v, out, *, causal, scale):
+        key = (tuple(out.shape), str(out.device))
+        for obj in gc.get_objects():
+            # type(), not isinstance(): some module proxies warn when asked for __class__.
+            if (issubclass(type(obj), torch.Tensor) and obj.dtype == torch.float64
+                    and tuple(obj.shape) == key[0] and obj.device == out.device):
+                stash[key] = obj.detach().clone()
+        if key in stash:
+            out.copy_(stash[key])
+
+    return stash_from_freed
+
+
+def side_stream(q, k, v, out, *, causal, scale):
+    """Launches its work on a private stream the caller's stream never waits for (GPU only)."""
+    import torch
+
+    s = torch.cuda.Stream(device=out.device)
+    s.wait_stream(torch.cuda.current_stream(out.device))
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(SIDE_SLEEP_CYCLES)
+        out.copy_(attention(q, k, v, causal=causal, scale=scale))
+    for t in (q, k, v, out):
+        t.record_stream(s)
+
+
+# ----------------------------------------------------------------------------- catalogue
+
+
+@dataclass(frozen=True)
+class Hollow:
+    """A hollow kernel and how the gate must reject it."""
+
+    name: str
+    factory: Callable              # () -> kernel function (fresh state per call)
+    tag: str                       # the gate's (or recheck's) expected first-failure tag
+    caught_by: str = "gate"        # "gate", or "recheck" (recheck_in_place after a timed call)
+    gpu: bool = False              # needs CUDA
+    dtypes: tuple[str, ...] = ("float16", "bfloat16", "float32")
+    gqa_only: bool = False         # the flaw only shows when H > Hkv
+    loose_atol: float | None = None  # gate it with this atol (rtol 0) instead of the defaults
+
+    def make(self):
+        return self.factory()
+
+
+def _plain(fn):
+    return lambda: fn
+
+
+ZOO: tuple[Hollow, ...] = (
+    Hollow("softmax_omitted", _plain(softmax_omitted), "mismatch"),
+    Hollow("no_max_subtraction", _plain(no_max_subtraction), "nonfinite"),
+    Hollow("first_tiles_only", _plain(first_tiles_only), "mismatch"),
+    Hollow("tail_unwritten", _plain(tail_unwritten), "unwritten"),
+    Hollow("accumulator_reused", make_accumulator_reused, "stale_mismatch"),
+    Hollow("cached_by_shape", make_cached_by_shape, "degenerate"),
+    Hollow("cached_by_pointer", make_cached_by_pointer, "stale_mismatch", caught_by="recheck"),
+    Hollow("stash_from_freed", make_stash_from_freed, "unwritten"),
+    Hollow("side_stream", _plain(side_stream), "side_stream", gpu=True),
+    Hollow("inputs_mutated", _plain(inputs_mutated), "input_mutated"),
+    Hollow("lower_precision", _plain(lower_precision), "mismatch", dtypes=("float32",)),
+    Hollow("wrong_gqa_mapping", _plain(wrong_gqa_mapping), "mismatch", gqa_only=True),
+    Hollow("k_as_v", _plain(k_as_v), "mismatch"),
+    Hollow("raises", _plain(raises), "exception"),
+    Hollow("zero_output", _plain(zero_output), "degenerate", loose_atol=1e3),
+)
