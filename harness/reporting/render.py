@@ -49,6 +49,15 @@ def render_ledger(line: str, rows: list[dict]) -> None:
     console().print(t)
 
 
+def _rel(path: str) -> str:
+    from pathlib import Path
+
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return path
+
+
 def render_kernels(kernels: dict, device: str) -> None:
     from rich.table import Table
 
@@ -59,7 +68,7 @@ def render_kernels(kernels: dict, device: str) -> None:
         k = kernels[name]
         why = k.unusable_reason(device)
         t.add_row(name, ",".join(k.workloads), ",".join(k.dtypes), ",".join(k.devices),
-                  "[green]yes[/]" if why is None else f"[yellow]no[/]: {why}", k.source)
+                  "[green]yes[/]" if why is None else f"[yellow]no[/]: {why}", _rel(k.source))
     console().print(t)
 
 
