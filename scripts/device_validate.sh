@@ -13,21 +13,21 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 git rev-parse HEAD 2>&1 | tee -a "$OUT/gpu.txt"
 
 log "gpu tests"
-timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tail -40 > "$OUT/gpu-tests.txt"
+timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tail -40 > "$OUT/gpu-tests.txt"
 tail -5 "$OUT/gpu-tests.txt"
 
 log "example sweep (CLI, fresh clone)"
 work=$(mktemp -d)
 if git rev-parse HEAD >/dev/null 2>&1; then git clone -q . "$work/p"; else cp -r . "$work/p" && (cd "$work/p" && git init -q && git add -A && git -c user.email=d@d -c user.name=d commit -qm device); fi
 ( cd "$work/p" && { [ -s ledger/example.jsonl ] || python3 -m harness register example; } \
-  && timeout 300 python3 -m harness sweep example && python3 -m harness ledger verify example \
+  && timeout 150 python3 -m harness sweep example && python3 -m harness ledger verify example \
   && python3 -m harness ledger show example ) > "$OUT/example-sweep.txt" 2>&1
 echo "example sweep rc=$?"; tail -12 "$OUT/example-sweep.txt"
 cp "$work/p/ledger/example.jsonl" "$OUT/example-ledger.jsonl" 2>/dev/null
 
 if [ "${1:-}" != quick ]; then
   log "measurement benchmark"
-  timeout 420 python3 scripts/bench_measurement.py --large > "$OUT/measurement-log.txt" 2>&1
+  timeout 200 python3 scripts/bench_measurement.py --large > "$OUT/measurement-log.txt" 2>&1
   echo "measurement rc=$?"; tail -40 "$OUT/measurement-log.txt"
 fi
 log done
