@@ -44,8 +44,13 @@ def large_configs(device):
 def run_grid(configs, reg, device, timing, seeds, families):
     from harness.sweep.run import SweepContext, run_config
 
-    ctx = SweepContext(line="bench-measurement", device=device, baseline=reg.baseline, atol=reg.atol,
-                       rtol=reg.rtol, seeds=seeds, families=families, min_pass_rate=1.0, timing=timing,
+    from harness.measurement.correctness import DEFAULT_TOLERANCES
+
+    # The example's tolerances, plus the gate's named defaults for dtypes it does not list.
+    atol = {d: a for d, (a, _) in DEFAULT_TOLERANCES.items()} | reg.atol
+    rtol = {d: r for d, (_, r) in DEFAULT_TOLERANCES.items()} | reg.rtol
+    ctx = SweepContext(line="bench-measurement", device=device, baseline=reg.baseline, atol=atol,
+                       rtol=rtol, seeds=seeds, families=families, min_pass_rate=1.0, timing=timing,
                        numerics={}, ceilings=None)
     rows = []
     for cfg in configs:
