@@ -13,6 +13,12 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
           no_ceilings: bool = typer.Option(False, "--no-ceilings",
                                            help="do not measure/attach device ceilings (no reductio check)")):
     """Run the registered grid: memory check, correctness gate, timing, one ledger row per outcome."""
+    import os
+
+    # Before torch starts CUDA: N×N tensors of tens of GB, freed and re-allocated in other
+    # sizes config after config, fragment the caching allocator (an H200 run at seq_len
+    # 32k failed with 63 GiB reserved but unallocated); expandable segments avoid that.
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     from harness.errors import UserError
     from harness.governance.line import open_line
     from harness.measurement.device import detect_device, env_summary

@@ -38,6 +38,7 @@ def env_summary(device: str) -> dict:
         "triton": _version("triton"),
         "cupy": next((v for d in ("cupy-cuda13x", "cupy-cuda12x", "cupy") if (v := _version(d))), None),
         "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1",
+        "cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
     }
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)

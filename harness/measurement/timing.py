@@ -198,6 +198,25 @@ class HostTimer:
         return (time.perf_counter_ns() - t0) / 1e6
 
 
+# The spin that holds the stream while the host enqueues a timed call (CudaEventTimer).
+BLOCK_MIN_S = 20e-6
+BLOCK_MAX_S = 5e-3
+FALLBACK_SM_HZ = 2.0e9
+
+
+def _max_sm_hz(device) -> float:
+    """The GPU's max SM clock in Hz (NVML), or FALLBACK_SM_HZ when NVML cannot say."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        idx = device.index if device.index is not None else 0
+        h = pynvml.nvmlDeviceGetHandleByIndex(idx)
+        return float(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)) * 1e6
+    except Exception:  # NVML missing: the spin is only a lower bound on the hold time
+        return FALLBACK_SM_HZ
+
+
 class CudaEventTimer:
     """CUDA events around the call on the current stream; ``before`` is enqueued first.
 
@@ -216,6 +235,10 @@ class CudaEventTimer:
         self._device = torch.device(device)
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
+        self._enqueue_s: dict[str, float] = {}
+        # torch.cuda._sleep spins for a number of SM cycles; the max SM clock converts time to
+        # cycles (at a lower clock the spin only lasts longer, which is harmless).
+        self._cycles_per_s = _max_sm_hz(self._device)
 
     def now_s(self) -> float:
         return time.perf_counter()
@@ -223,9 +246,19 @@ class CudaEventTimer:
     def time_call(self, fn, *, arm="", before=None) -> float:
         if before is not None:
             before()
+        # Hold the stream with a spin kernel while the host enqueues the call (nvbench's
+        # blocking kernel). Without it a launch-bound call (several small kernels, µs each)
+        # is timed with the host's launch gaps inside the window, and those gaps depend on
+        # what the host did just before — which arm ran last — so the control arm (the
+        # baseline timed twice) drifted 10-25% from 1.0 on the H200. The spin lasts twice
+        # this arm's last host enqueue time, within [BLOCK_MIN_S, BLOCK_MAX_S].
+        hold = min(max(2.0 * self._enqueue_s.get(arm, BLOCK_MAX_S), BLOCK_MIN_S), BLOCK_MAX_S)
+        self._torch.cuda._sleep(int(hold * self._cycles_per_s))
         self._start.record()
+        h0 = time.perf_counter()
         fn()
         self._end.record()
+        self._enqueue_s[arm] = time.perf_counter() - h0
         self._end.synchronize()
         return float(self._start.elapsed_time(self._end))
 
