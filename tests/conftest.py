@@ -74,10 +74,15 @@ TINY = textwrap.dedent('''\
     ''')
 
 
+def bench_env() -> dict:
+    """The subprocess runs this checkout's code, whatever is (or is not) installed."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", "PYTHONPATH": path}
+
+
 def run_bench(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+                          timeout=timeout, env=bench_env())
 
 
 @pytest.fixture

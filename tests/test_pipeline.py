@@ -12,7 +12,7 @@ import time
 import pytest
 
 from harness.governance.ledger import read_rows, verify
-from tests.conftest import git, run_bench
+from tests.conftest import bench_env, git, run_bench
 
 pytestmark = pytest.mark.slow
 
@@ -136,7 +136,8 @@ def test_kill_mid_sweep_loses_no_written_row_and_resume_completes(repo):
     git(repo, "commit", "-qam", "six configs")
     assert run_bench(repo, "register", "tiny").returncode == 0
     proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", "tiny"], cwd=repo,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env=bench_env())
     deadline = time.time() + 120
     while time.time() < deadline and sum(k == "result" for k in kinds(repo)) < 2:
         time.sleep(0.05)
