@@ -36,7 +36,7 @@ def _numel(shape) -> int:
     return n
 
 
-def predict(cfg, specs, policy, device: str, *, seeds=(), families=()) -> MemoryPrediction:
+def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> MemoryPrediction:
     """Predicted peak bytes allocated through torch while this config runs.
 
     ``specs[0]`` is the baseline; the rest are candidates. The control arm is the
@@ -63,7 +63,7 @@ def predict(cfg, specs, policy, device: str, *, seeds=(), families=()) -> Memory
     gate = max(3 * (inputs + out) + ref_out + max(extras), gate_bytes(cfg))
 
     n_arms = len(specs) + 1  # candidates + baseline + control
-    l2 = _l2_bytes(device)
+    l2 = _l2_bytes(device) if l2_bytes is None else l2_bytes
     hot = policy.mode == "hot" and device == "cuda"
     n_slots = rotation_slots(inputs, l2) if hot else 1
     timed_inputs = n_slots * inputs

@@ -72,7 +72,7 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
     from harness.measurement.timing import TimingPolicy
 
     policy = TimingPolicy.from_mapping(ctx.timing)
-    pred = memory.predict(cfg, [base_spec, *runnable], policy, ctx.device, seeds=ctx.seeds, families=ctx.families)
+    pred = memory.predict(cfg, [base_spec, *runnable], policy, ctx.device)
     avail = memory.available_bytes(ctx.device)
     if pred.peak_bytes > avail:
         for spec in runnable:

@@ -1,0 +1,89 @@
+"""The VRAM model's arithmetic, and the skip path of a sweep that cannot fit."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.measurement import memory
+from harness.measurement.correctness import gate_bytes
+from harness.measurement.timing import TimingPolicy, flush_bytes
+from harness.sweep.run import SweepContext, run_config
+from harness.workloads import Config
+from kernels import get_kernel
+
+H200_L2 = 60 * 2**20
+CFG = Config("attention", 1, 16, 16, 4096, 128, "float16", False)
+
+
+def _sizes(cfg):
+    qs, ks, _ = cfg.shapes()
+    q = math.prod(qs) * cfg.elem_bytes
+    return q, q + 2 * math.prod(ks) * cfg.elem_bytes
+
+
+def test_stack_workspace_is_scores_plus_float32_probabilities():
+    n2 = 16 * 4096 * 4096
+    assert get_kernel("torch_stack").extra_bytes(CFG) == n2 * (2 + 4)
+    causal = Config("attention", 1, 16, 16, 4096, 128, "float16", True)
+    assert get_kernel("torch_stack").extra_bytes(causal) == n2 * 6 + 4096 * 4096  # + the bool mask
+
+
+def test_cold_mode_on_cuda_adds_flush_outputs_and_library_workspace():
+    specs = [get_kernel("torch_stack"), get_kernel("sdpa")]
+    pred = memory.predict(CFG, specs, TimingPolicy(mode="cold"), "cuda", l2_bytes=H200_L2)
+    out, inputs = _sizes(CFG)
+    stack = specs[0].extra_bytes(CFG)
+    timing = inputs + 3 * out + flush_bytes(H200_L2) + stack  # candidate, baseline, control outputs
+    assert pred.breakdown["timing_phase"] == timing
+    assert pred.breakdown["flush"] == max(4 * H200_L2, 256 * 2**20)
+    gate = max(3 * (inputs + out) + math.prod(CFG.shapes()[0]) * 8 + stack, gate_bytes(CFG))
+    assert pred.peak_bytes == max(gate, timing, pred.breakdown["recheck_phase"]) + memory.LIBRARY_WORKSPACE_BYTES
+
+
+def test_cpu_has_no_flush_or_library_workspace():
+    specs = [get_kernel("torch_stack"), get_kernel("sdpa")]
+    pred = memory.predict(CFG, specs, TimingPolicy(mode="cold"), "cpu")
+    assert pred.breakdown["flush"] == 0 and pred.breakdown["library_workspace"] == 0
+    assert pred.breakdown["n_slots"] == 1
+
+
+def test_hot_mode_rotates_enough_copies_to_defeat_l2():
+    small = Config("attention", 1, 2, 2, 256, 64, "float16", False)
+    specs = [get_kernel("torch_stack"), get_kernel("sdpa")]
+    pred = memory.predict(small, specs, TimingPolicy(mode="hot"), "cuda", l2_bytes=H200_L2)
+    _, inputs = _sizes(small)
+    assert pred.breakdown["n_slots"] * inputs >= 4 * H200_L2 or pred.breakdown["n_slots"] == 256
+    assert pred.breakdown["flush"] == 0
+
+
+def test_graph_mode_keeps_every_capture_workspace():
+    specs = [get_kernel("torch_stack"), get_kernel("sdpa")]
+    graph = memory.predict(CFG, specs, TimingPolicy(mode="graph"), "cuda", l2_bytes=H200_L2)
+    out, inputs = _sizes(CFG)
+    stack, sdpa = (s.extra_bytes(CFG) for s in specs)
+    # one slot (graph mode rotates nothing); baseline and control captures each keep a stack
+    # workspace alive in the graph pool, the candidate its own; no flush buffer
+    assert graph.breakdown["flush"] == 0
+    assert graph.breakdown["timing_phase"] == inputs + 3 * out + 2 * stack + sdpa
+
+
+def test_config_that_cannot_fit_is_skipped_with_both_numbers():
+    huge = Config("attention", 64, 64, 64, 65536, 128, "float32", False)  # the stack alone: ~8 PB
+    ctx = SweepContext(line="t", device="cpu", baseline="torch_stack", atol={"float32": 1e-5},
+                       rtol={"float32": 1e-4}, seeds=(0,), families=("normal",), min_pass_rate=1.0,
+                       timing={}, numerics={}, ceilings=None)
+    (row,) = run_config(huge, ("sdpa",), ctx)
+    assert row.kind == "skipped"
+    assert row.payload["predicted_bytes"] > row.payload["available_bytes"] > 0
+    assert "predicted peak" in row.payload["reason"] and "available" in row.payload["reason"]
+
+
+def test_unsupported_candidate_gets_a_row_not_silence():
+    cfg = Config("attention", 1, 2, 2, 32, 16, "float32", False)
+    ctx = SweepContext(line="t", device="cpu", baseline="torch_stack", atol={"float32": 1e-5},
+                       rtol={"float32": 1e-4}, seeds=(0,), families=("normal",), min_pass_rate=1.0,
+                       timing={}, numerics={}, ceilings=None)
+    (row,) = run_config(cfg, ("cublas_stack",), ctx)
+    assert row.kind == "unsupported" and "cuda" in row.payload["reason"]
