@@ -127,6 +127,18 @@ def _tolerance(path, key, value) -> dict:
     return table
 
 
+def _checked_table(path: Path, raw: dict, key: str, validate) -> dict:
+    """An optional table, validated by the room that owns it (its UserError gains the path)."""
+    table = raw.get(key, {})
+    if not isinstance(table, dict):
+        raise _err(path, f"[{key}] must be a table")
+    try:
+        validate(table)
+    except UserError as exc:
+        raise _err(path, f"[{key}] {exc}") from exc
+    return table
+
+
 def load(path: Path) -> Registration:
     """Parse and fully validate a registration file (no ledger or git access)."""
     path = Path(path)
@@ -243,24 +255,11 @@ def load(path: Path) -> Registration:
     if not isinstance(min_pass_rate, (int, float)) or isinstance(min_pass_rate, bool) or not 0 < min_pass_rate <= 1:
         raise _err(path, "[correctness] min_pass_rate must be in (0, 1]")
 
-    timing = raw.get("timing", {})
-    if not isinstance(timing, dict):
-        raise _err(path, "[timing] must be a table")
+    from harness.measurement.numerics import NumericState
     from harness.measurement.timing import TimingPolicy
 
-    try:
-        TimingPolicy.from_mapping(timing)
-    except UserError as exc:
-        raise _err(path, f"[timing] {exc}") from exc
-    numerics = raw.get("numerics", {})
-    if not isinstance(numerics, dict):
-        raise _err(path, "[numerics] must be a table")
-    from harness.measurement.numerics import NumericState
-
-    try:
-        NumericState.from_registration(numerics)
-    except UserError as exc:
-        raise _err(path, f"[numerics] {exc}") from exc
+    timing = _checked_table(path, raw, "timing", TimingPolicy.from_mapping)
+    numerics = _checked_table(path, raw, "numerics", NumericState.from_registration)
 
     bar = raw.get("bar")
     if not isinstance(bar, dict):
