@@ -13,7 +13,6 @@ import importlib
 import importlib.util
 import inspect
 import pkgutil
-import sys
 from dataclasses import dataclass, field
 from typing import Callable
 

@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from harness.errors import UserError
-from kernels.triton_decode import BLOCK_N_FOR_D, HEAD_DIMS, INTERPRET, MAX_GROUP, PROGRAMS_PER_SM, plan, sm_count
+from kernels.triton_decode import HEAD_DIMS, INTERPRET, MAX_GROUP, PROGRAMS_PER_SM, plan, sm_count
 
 LOG2E = 1.4426950408889634
 # The query tile is padded to this many rows: the smallest M of a tensor-core tl.dot.

@@ -13,7 +13,6 @@ _HALF = ("float16", "bfloat16")
 
 
 def _call(q, k, v, out, causal, scale, backend):
-    import torch
     import torch.nn.functional as F
 
     gqa = q.shape[1] != k.shape[1]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
 
 from harness.measurement import memory
 from harness.measurement.correctness import gate_bytes

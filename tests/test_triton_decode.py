@@ -21,7 +21,7 @@ import textwrap
 import pytest
 
 from harness.workloads import Config
-from kernels.triton_decode import MAX_SPLITS, MIN_KEYS_PER_SPLIT, plan, scratch_bytes
+from kernels.triton_decode import MAX_SPLITS, MIN_KEYS_PER_SPLIT, plan
 
 UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 INTERPRETER_UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-7}

@@ -15,7 +15,6 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from harness.errors import UserError
 from harness.workloads import DTYPES, WORKLOADS, Config

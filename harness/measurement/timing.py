@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from harness.errors import UserError

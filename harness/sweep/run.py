@@ -8,7 +8,6 @@ the same inputs, and nothing is reported that fails the recheck after timing.
 
 from __future__ import annotations
 
-import time
 import traceback
 from dataclasses import dataclass, field
 
@@ -274,7 +273,3 @@ def crashed_outcomes(cfg: Config, candidates, ctx: SweepContext, exc: BaseExcept
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
     return [Outcome("crashed", {**_base(cfg, c, ctx), "reason": f"{type(exc).__name__}: {exc}".splitlines()[0],
                                 "traceback": "".join(tb[-6:])}) for c in candidates]
-
-
-def elapsed(t0: float) -> float:
-    return time.perf_counter() - t0
