@@ -70,6 +70,8 @@ _INT_VIEW = {2: "int16", 4: "int32", 8: "int64"}
 
 # Elements per block in compare(): bounds its float64 temporaries (~6 live) to ~100 MiB.
 COMPARE_CHUNK_ELEMS = 1 << 21
+# compare()'s float64 working blocks (|out - ref|, tolerances, ...) at their peak.
+COMPARE_BYTES = 8 * 8 * COMPARE_CHUNK_ELEMS
 # An output exactly constant along an axis is degenerate when the reference varies along it
 # by more than this many ULPs of the dtype: a correctly rounded output could not be flat.
 DEGENERATE_ULPS = 4.0
@@ -319,7 +321,7 @@ class CheckReport:
     figures: ErrorFigures | None  # first call (before the reference existed) vs reference
     after_figures: ErrorFigures | None  # second call (fresh buffers, after the reference)
     reference_seconds: float
-    phase: str = "gate"           # "gate", "recheck" or "side_stream_check"
+    phase: str = "gate"           # "gate", "recheck", "timed_output" or "side_stream_check"
 
     def as_dict(self) -> dict:
         return {"config": self.config, "seed": self.seed, "family": self.family, "phase": self.phase,
@@ -715,6 +717,28 @@ def recheck_in_place(spec, cfg: Config, q, k, v, out, *, seed: int, family: str,
     if flat:
         return report("degenerate", flat, fig, secs)
     return report(fig=fig, secs=secs)
+
+
+def check_timed_output(cfg: Config, q, k, v, out, *, atol: float, rtol: float, label: str) -> CheckReport:
+    """After timing: the output the last timed call left in ``out`` against a fresh reference.
+
+    The gate saw a handful of calls; timing makes hundreds. A kernel that drifts, degrades
+    or caches after N calls passes the gate and is caught here, on the timed buffers
+    themselves (nothing is re-run, inputs are not touched).
+    """
+    _sync(out.device)
+    ref, secs = _timed_reference((q, k, v), cfg)
+    fig = compare(out, ref, atol=atol, rtol=rtol, dtype=cfg.dtype)
+    tag = None
+    if fig.n_unwritten:
+        tag = "unwritten"
+    elif fig.n_nonfinite:
+        tag = "nonfinite"
+    elif not fig.passed:
+        tag = "stale_mismatch"
+    return CheckReport(config=cfg.key(), seed=-1, family="timed", passed=tag is None, tag=tag,
+                       reason=f"{label}: output of the last timed call: {fig.line()}" if tag else None,
+                       figures=fig, after_figures=None, reference_seconds=secs, phase="timed_output")
 
 
 def side_stream_check(spec, q, k, v, out, *, causal: bool, scale: float) -> str | None:

@@ -42,7 +42,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     ``specs[0]`` is the baseline; the rest are candidates. The control arm is the
     baseline again with its own output buffers.
     """
-    from harness.measurement.correctness import gate_bytes
+    from harness.measurement.correctness import COMPARE_BYTES, gate_bytes
     from harness.measurement.reference import reference_bytes
     from harness.measurement.timing import flush_bytes, rotation_slots
 
@@ -75,8 +75,9 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     else:
         workspace = max(extras)
     timing = timed_inputs + timed_outs + flush + workspace
-    # The recheck after timing holds the timed buffers and a fresh reference.
-    recheck = timed_inputs + timed_outs + ref_out + ref_work + max(extras[1:] or [0])
+    # The checks after timing hold the timed buffers, a fresh reference and compare()'s
+    # blocks (+ a candidate's workspace during the recheck call).
+    recheck = timed_inputs + timed_outs + ref_out + ref_work + COMPARE_BYTES + max(extras[1:] or [0])
     lib = LIBRARY_WORKSPACE_BYTES if device == "cuda" else 0
     phases = {"gate": gate + lib, "timing": max(timing, recheck) + lib}
     phase = max(phases, key=phases.get)

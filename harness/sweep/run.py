@@ -145,11 +145,18 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred) -> list[Outcome]
         if not timed:
             return out
 
-        m, bufs = _time(cfg, base_spec, timed, ctx, policy)
+        m, slots, outs = _time(cfg, base_spec, timed, ctx, policy)
         measured_peak = memory.peak_bytes(ctx.device)
         seed = ctx.seeds[0] + RECHECK_SEED_OFFSET
         for spec in timed:
-            q, k, v, o = bufs[spec.name]
+            bad = _timed_output_failure(cfg, slots, outs[arm_name(spec.name)], ctx)
+            if bad is not None:
+                out.append(Outcome("incorrect", {**_base(cfg, spec.name, ctx), "role": "candidate",
+                                                 "tag": "timed_" + bad.tag, "reason": bad.reason,
+                                                 "gate": gates[spec.name].to_row()}))
+                continue
+            q, k, v = slots[0]
+            o = outs[arm_name(spec.name)][0]
             rc = recheck_in_place(spec, cfg, q, k, v, o, seed=seed, family="normal", atol=ctx.atol[cfg.dtype],
                                   rtol=ctx.rtol[cfg.dtype])
             if not rc.passed:
@@ -171,7 +178,10 @@ def _failure(name, gates, changed) -> tuple[str, str]:
 
 
 def _time(cfg, base_spec, timed, ctx, policy):
-    """Interleaved timing of every passing candidate, the baseline, and the control."""
+    """Interleaved timing of every passing candidate, the baseline, and the control.
+
+    Returns the measurement, the input slots and every arm's output buffers (per slot).
+    """
     import torch
 
     from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, measure, rotation_slots
@@ -198,8 +208,21 @@ def _time(cfg, base_spec, timed, ctx, policy):
         return call
 
     m = measure({name: arm(name) for name in arm_specs}, n_slots=n_slots, policy=policy, device=ctx.device)
-    bufs = {spec.name: (*slots[0], outs[arm_name(spec.name)][0]) for spec in timed}
-    return m, bufs
+    return m, slots, outs
+
+
+def _timed_output_failure(cfg, slots, outs, ctx):
+    """The first failing timed output among the checked slots, or None."""
+    from harness.measurement.correctness import check_timed_output
+
+    # The first and last rotation slots: each holds what the last timed call on it wrote.
+    for slot in sorted({0, len(slots) - 1}):
+        q, k, v = slots[slot]
+        rep = check_timed_output(cfg, q, k, v, outs[slot], atol=ctx.atol[cfg.dtype], rtol=ctx.rtol[cfg.dtype],
+                                 label=f"slot {slot}")
+        if not rep.passed:
+            return rep
+    return None
 
 
 def _numel(shape) -> int:

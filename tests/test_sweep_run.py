@@ -1,0 +1,74 @@
+"""One config through the sweep's stages on the CPU: what reaches a result and what never does."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.sweep.run import SweepContext, run_config
+from harness.workloads import Config
+from kernels import kernel
+from kernels.torch_stack import torch_stack
+
+CFG = Config("attention", 1, 2, 2, 32, 16, "float32", False)
+# The gate at CFG with one seed and one family makes 2 calls per config: CFG and its three
+# boundary configs (seq_len 1, 67, 131) -> 8 calls. Timing makes many more.
+GATE_CALLS = 8
+
+
+def ctx(**timing) -> SweepContext:
+    return SweepContext(line="t", device="cpu", baseline="torch_stack", atol={"float32": 1e-5},
+                        rtol={"float32": 1e-4}, seeds=(0,), families=("normal",), min_pass_rate=1.0,
+                        timing={"warmup_ms": 1, "min_samples": 5, "max_samples": 20, "min_time_ms": 1,
+                                "timeout_s": 5, **timing},
+                        numerics={}, ceilings=None)
+
+
+_calls = {"n": 0}
+
+
+@kernel("test_drifts_after_the_gate", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
+def drifting(q, k, v, out, *, causal, scale):
+    """Correct for the calls the gate makes, 10% off once timing has run it a while."""
+    torch_stack(q, k, v, out, causal=causal, scale=scale)
+    _calls["n"] += 1
+    if _calls["n"] > GATE_CALLS + 4:
+        out.mul_(1.1)
+
+
+_seen: dict = {}
+
+
+@kernel("test_cached_by_pointer", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
+def cached(q, k, v, out, *, causal, scale):
+    """Remembers its answer per (q pointer, shape): right on fresh buffers, stale in place."""
+    key = (q.data_ptr(), tuple(q.shape))
+    if key not in _seen:
+        torch_stack(q, k, v, out, causal=causal, scale=scale)
+        _seen[key] = out.clone()
+    out.copy_(_seen[key])
+
+
+def test_a_correct_kernel_gets_a_result_row_with_its_evidence():
+    (row,) = run_config(CFG, ("sdpa",), ctx())
+    assert row.kind == "result"
+    p = row.payload
+    assert p["gate"]["candidate"]["passed"] and p["gate"]["baseline"]["passed"]
+    assert p["metrics"]["speedup"] > 0 and p["metrics"]["control"] > 0
+    assert set(p["timing"]["arms"]) == {"candidate:sdpa", "baseline", "control"}
+    assert p["memory"]["predicted_peak_bytes"] > 0 and p["memory"]["measured_peak_bytes"] is None  # CPU
+
+
+def test_a_kernel_that_drifts_during_timing_is_caught_on_its_timed_output():
+    _calls["n"] = 0
+    (row,) = run_config(CFG, ("test_drifts_after_the_gate",), ctx())
+    assert row.kind == "incorrect", row.payload.get("reason")
+    assert row.payload["tag"] == "timed_stale_mismatch"
+    assert row.payload["gate"]["passed"]  # the gate alone was fooled
+    assert "output of the last timed call" in row.payload["reason"]
+
+
+def test_a_kernel_cached_by_pointer_is_caught_by_the_recheck_or_the_gate():
+    _seen.clear()
+    (row,) = run_config(CFG, ("test_cached_by_pointer",), ctx())
+    assert row.kind == "incorrect"
+    assert row.payload["tag"] in ("recheck_stale_mismatch", "stale_mismatch", "degenerate")
