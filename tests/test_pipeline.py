@@ -173,3 +173,18 @@ def test_cli_help_is_fast_and_lists_kernels(repo):
     assert time.perf_counter() - t0 < 10
     k = run_bench(repo, "kernels")
     assert k.returncode == 0 and "torch_stack" in k.stdout and "cublas_stack" in k.stdout
+
+
+def test_verdict_ignores_a_hollow_baseline_row_but_counts_its_candidates_as_skipped():
+    from harness.governance.verdict import bar_rows, latest_outcomes
+
+    cfg = {"workload": "attention", "batch": 1, "heads": 2, "kv_heads": 2, "seq_len": 32, "head_dim": 16,
+           "dtype": "float32", "causal": False}
+    rows = [
+        {"seq": 1, "kind": "incorrect", "role": "baseline", "config": cfg, "config_key": "c", "candidate": "stack"},
+        {"seq": 2, "kind": "skipped", "config": cfg, "config_key": "c", "candidate": "sdpa"},
+        {"seq": 3, "kind": "incorrect", "role": "candidate", "config": cfg, "config_key": "d", "candidate": "sdpa"},
+    ]
+    got, excluded = bar_rows(latest_outcomes(rows), include_noisy=False)
+    assert got == [{**cfg, "candidate": "sdpa", "correct": False}]
+    assert excluded == {"baseline_incorrect": 1, "skipped": 1}

@@ -26,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:
+        print("bench: interrupted — every row reported written is on disk; run the same command to resume",
+              file=sys.stderr)
+        return 130
     except typer.Exit as exc:
         return exc.exit_code
     except SystemExit as exc:  # click's own usage errors

@@ -49,6 +49,9 @@ def bar_rows(outcomes: dict, *, include_noisy: bool) -> tuple[list[dict], dict]:
                 excluded[why] = excluded.get(why, 0) + 1
                 continue
             rows.append({**r["config"], "candidate": r["candidate"], "correct": True, **r["metrics"]})
+        elif kind == "incorrect" and r.get("role") == "baseline":
+            # A hollow baseline is not a candidate failure: its candidates carry `skipped` rows.
+            excluded["baseline_incorrect"] = excluded.get("baseline_incorrect", 0) + 1
         elif kind == "incorrect":
             rows.append({**r["config"], "candidate": r["candidate"], "correct": False})
         else:
