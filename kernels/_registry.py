@@ -39,6 +39,12 @@ class KernelSpec:
     supports: Callable | None = None
     # What the kernel fixes about its numerics (compute type, math mode, softmax dtype).
     numerics: dict = field(default_factory=dict)
+    # (q, k, v, causal=, scale=) -> dict of what the kernel decided at run time for these
+    # inputs (e.g. which SDPA backend torch dispatched to); recorded in the result row.
+    describe: Callable | None = None
+
+    def details(self, q, k, v, cfg) -> dict:
+        return dict(self.describe(q, k, v, causal=cfg.causal, scale=cfg.scale)) if self.describe else {}
 
     def extra_bytes(self, cfg) -> int:
         return int(self.memory(cfg)) if self.memory else 0
@@ -66,7 +72,7 @@ _LOADED = False
 
 
 def kernel(name: str, *, workloads, dtypes, devices=("cpu", "cuda"), memory=None, requires=(),
-           supports=None, numerics=None, description: str = ""):
+           supports=None, numerics=None, describe=None, description: str = ""):
     """Register ``fn`` as a kernel under ``name``; a second kernel with the same name is an error."""
 
     def wrap(fn):
@@ -76,7 +82,8 @@ def kernel(name: str, *, workloads, dtypes, devices=("cpu", "cuda"), memory=None
         _REGISTRY[name] = KernelSpec(
             name=name, fn=fn, workloads=tuple(workloads), dtypes=tuple(dtypes), devices=tuple(devices),
             source=src, description=description or (inspect.getdoc(fn) or "").split("\n")[0],
-            memory=memory, requires=tuple(requires), supports=supports, numerics=dict(numerics or {}))
+            memory=memory, requires=tuple(requires), supports=supports, numerics=dict(numerics or {}),
+            describe=describe)
         return fn
 
     return wrap

@@ -34,8 +34,25 @@ def _call(q, k, v, out, causal, scale, backend):
     out.copy_(res)
 
 
+def backend_used(q, k, v, *, causal, scale) -> dict:
+    """Which backend torch's default dispatch picks for these inputs (seed 003: the flag
+    you did not set decides the kernel). Uses torch's private chooser; says so if absent."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    nq = q.shape[2]
+    try:
+        choice = torch._fused_sdp_choice(q, k, v, None, 0.0, bool(causal) and nq > 1, scale=scale,
+                                         enable_gqa=q.shape[1] != k.shape[1])
+    except (AttributeError, RuntimeError, TypeError) as exc:
+        return {"backend_used": f"unknown ({type(exc).__name__}: {exc})"}
+    names = {int(getattr(SDPBackend, n)): n for n in dir(SDPBackend) if n.isupper()}
+    return {"backend_used": names.get(int(choice), str(choice))}
+
+
 @kernel("sdpa", workloads=("attention", "decode"), dtypes=("float16", "bfloat16", "float32"),
-        memory=lambda cfg: _out_copy_bytes(cfg), numerics={"backend": "torch default dispatch"})
+        memory=lambda cfg: _out_copy_bytes(cfg), numerics={"backend": "torch default dispatch"},
+        describe=backend_used)
 def sdpa(q, k, v, out, *, causal, scale):
     """torch SDPA, default backend selection."""
     _call(q, k, v, out, causal, scale, None)

@@ -165,7 +165,8 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred) -> list[Outcome]
                                                  "reason": f"after timing, on fresh inputs in the timed buffers: {rc.reason}",
                                                  "gate": gates[spec.name].to_row()}))
                 continue
-            out.append(_result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, numerics))
+            details = {"candidate": spec.details(*slots[0], cfg), "baseline": base_spec.details(*slots[0], cfg)}
+            out.append(_result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, numerics, details))
     return out
 
 
@@ -243,7 +244,7 @@ def arm_name(kernel: str) -> str:
     return f"candidate:{kernel}"
 
 
-def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, numerics) -> Outcome:
+def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, numerics, details) -> Outcome:
     from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
 
     cand, base, ctl = m.arms[arm_name(spec.name)], m.arms[ARM_BASELINE], m.arms[ARM_CONTROL]
@@ -284,6 +285,7 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, nu
         "gate": {"candidate": gates[spec.name].to_row(), "baseline": gates[base_spec.name].to_row()},
         "numerics": numerics,
         "kernel_numerics": {"candidate": spec.numerics, "baseline": base_spec.numerics},
+        "kernel_details": details,
     }
     if kind == "throttled":
         payload["reason"] = m.throttle_note or (f"{m.n_dropped} of {len(m.rounds)} rounds dropped for clocks "
