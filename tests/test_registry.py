@@ -1,0 +1,74 @@
+"""Kernel discovery: broken kernels are errors naming their file; plugins register by entry point."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.errors import UserError
+from kernels import kernel
+from tests.conftest import REPO
+
+LIST = "from kernels import load_kernels; print(sorted(load_kernels()))"
+
+
+def _python(code: str, *paths: Path, isolated: bool = False) -> subprocess.CompletedProcess:
+    """Run ``code`` with ``paths`` first on sys.path. ``isolated`` skips site-packages, so an
+    editable install of this checkout cannot shadow a copied ``kernels`` package."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, paths), str(REPO)])}
+    flags = ["-S"] if isolated else []
+    return subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, env=env, cwd=paths[0],
+                          timeout=120)
+
+
+def test_a_kernel_module_that_fails_to_import_names_its_file(tmp_path):
+    pkg = tmp_path / "kernels"
+    shutil.copytree(REPO / "kernels", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    (pkg / "broken_kernel.py").write_text("import this_module_does_not_exist\n")
+    res = _python(LIST, tmp_path, isolated=True)
+    assert res.returncode != 0
+    assert "broken_kernel.py failed to import" in res.stderr and "this_module_does_not_exist" in res.stderr
+
+
+def test_an_entry_point_plugin_is_listed_and_usable(tmp_path):
+    (tmp_path / "myplugin_kernels.py").write_text(textwrap.dedent('''\
+        from kernels import kernel
+
+        @kernel("plugin_copy_of_stack", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
+        def plugin(q, k, v, out, *, causal, scale):
+            """A plugin kernel (the torch stack under another name)."""
+            from kernels.torch_stack import torch_stack
+            torch_stack(q, k, v, out, causal=causal, scale=scale)
+        '''))
+    info = tmp_path / "myplugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: myplugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[bench.kernels]\nmine = myplugin_kernels\n")
+    res = _python(LIST, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "plugin_copy_of_stack" in res.stdout
+
+
+def test_a_broken_entry_point_names_the_plugin(tmp_path):
+    info = tmp_path / "badplugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: badplugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[bench.kernels]\nbad = no_such_plugin_module\n")
+    res = _python(LIST, tmp_path)
+    assert res.returncode != 0 and "entry point 'bad'" in res.stderr
+
+
+def test_two_kernels_with_one_name_from_different_files_are_refused():
+    def first(q, k, v, out, *, causal, scale):
+        pass
+
+    kernel("test_registry_dup", workloads=("attention",), dtypes=("float32",))(first)
+    other = type(first)(first.__code__.replace(co_filename="/elsewhere/other.py"), first.__globals__, "other")
+    with pytest.raises(UserError, match="registered twice"):
+        kernel("test_registry_dup", workloads=("attention",), dtypes=("float32",))(other)
