@@ -244,7 +244,8 @@ def test_empty_selection_fails_closed():
     for expr in ("max(speedup where dtype == 'float8') > -1e9",
                  "pass_rate(where dtype == 'float8') >= 0"):
         assert not evaluate(parse(expr), rows).passed
-    assert evaluate(parse("not pass_rate(where dtype == 'float8') >= 0"), rows).passed
+    # "not" of a clause over no rows is still unknown: no GO from data that does not exist
+    assert not evaluate(parse("not pass_rate(where dtype == 'float8') >= 0"), rows).passed
     assert evaluate(parse("count(where dtype == 'float8') == 0"), rows).passed  # a count of nothing is 0
     assert not evaluate(parse(EXAMPLE), []).passed
 
@@ -292,3 +293,14 @@ def test_lone_aggregate_rejects(expr, fragment, column):
     with pytest.raises(BarError) as info:
         parse_aggregate(expr)
     assert fragment in str(info.value) and column_of(info.value) == column
+
+
+def test_negating_a_clause_over_no_rows_does_not_pass():
+    rows = [{"workload": "attention", "batch": 1, "heads": 2, "kv_heads": 2, "seq_len": 128, "head_dim": 64,
+             "dtype": "float32", "causal": False, "candidate": "sdpa", "correct": True, "speedup": 1.5}]
+    assert not evaluate(parse("not min(speedup where seq_len >= 4096) < 0.98"), rows).passed
+    assert not evaluate(parse('pass_rate(where candidate == "typo") == 1.0 or geomean(speedup) > 9'), rows).passed
+    # an unknown clause cannot sink a disjunction whose other side holds
+    assert evaluate(parse('min(speedup where seq_len >= 4096) > 1 or geomean(speedup) > 1.2'), rows).passed
+    # nor rescue a conjunction
+    assert not evaluate(parse('min(speedup where seq_len >= 4096) > 1 and geomean(speedup) > 1.2'), rows).passed

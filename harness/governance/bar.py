@@ -560,28 +560,33 @@ def _aggregate(agg: Aggregate, rows: list[dict]) -> tuple[float | None, int]:
     return float(_REDUCERS[agg.func](values)), len(values)
 
 
-def _combine(node: Node, results: list[bool]) -> bool:
+def _combine(node: Node, results: list[bool | None]) -> bool | None:
+    """Kleene three-valued logic: None (no data) stays unknown through not/and/or."""
     if isinstance(node, Comparison):
         return results[node.index]
     if isinstance(node, And):
-        return all(_combine(n, results) for n in node.operands)
+        vals = [_combine(n, results) for n in node.operands]
+        return False if False in vals else (None if None in vals else True)
     if isinstance(node, Or):
-        return any(_combine(n, results) for n in node.operands)
+        vals = [_combine(n, results) for n in node.operands]
+        return True if True in vals else (None if None in vals else False)
     if isinstance(node, Not):
-        return not _combine(node.operand, results)
+        val = _combine(node.operand, results)
+        return None if val is None else not val
     raise TypeError(f"not a bar node: {node!r}")
 
 
 def evaluate(bar: Bar, rows: list[dict]) -> BarOutcome:
     """Evaluate every clause over ``rows`` (one dict per config x candidate), then combine.
 
-    A clause whose aggregate is None (no rows) is false: a bar fails closed on data the
-    sweep did not produce.
+    A clause whose aggregate is None (no rows) is unknown, not false: ``not`` of an
+    unknown is still unknown, and an unknown bar is no GO — it fails closed on data the
+    sweep did not produce, however the clause is negated.
     """
-    outcomes = []
+    outcomes, truth = [], []
     for clause in bar.clauses():
         value, n = _aggregate(clause.aggregate, rows)
-        passed = value is not None and _COMPARE[clause.op](value, clause.threshold)
-        outcomes.append(ClauseOutcome(clause.text, value, clause.op, clause.threshold, passed, n))
-    passed = _combine(bar.root, [o.passed for o in outcomes])
-    return BarOutcome(passed, tuple(outcomes))
+        known = None if value is None else _COMPARE[clause.op](value, clause.threshold)
+        truth.append(known)
+        outcomes.append(ClauseOutcome(clause.text, value, clause.op, clause.threshold, bool(known), n))
+    return BarOutcome(_combine(bar.root, truth) is True, tuple(outcomes))
