@@ -67,3 +67,27 @@ def test_file_commit_requires_tracked_file(repo):
     (repo / "registrations" / "new.toml").write_text("x")
     with pytest.raises(UserError, match="not committed"):
         gitguard.file_commit(repo, repo / "registrations" / "new.toml")
+
+
+def test_a_rename_into_the_ledger_still_counts(repo):
+    (repo / "helper.py").write_text("x = 1\n")
+    git(repo, "add", "helper.py")
+    git(repo, "commit", "-qm", "helper")
+    git(repo, "mv", "helper.py", "ledger/helper.py")
+    with pytest.raises(UserError, match="helper.py -> ledger/helper.py"):
+        gitguard.require_clean(repo)
+
+
+def test_assume_unchanged_files_are_not_hidden(repo):
+    target = repo / "registrations" / "tiny.toml"
+    git(repo, "update-index", "--assume-unchanged", "registrations/tiny.toml")
+    target.write_text(target.read_text() + "\n# edited behind git's back\n")
+    with pytest.raises(UserError, match="assume-unchanged registrations/tiny.toml"):
+        gitguard.require_clean(repo)
+
+
+def test_a_file_outside_the_repository_is_one_clear_error(repo, tmp_path):
+    outside = tmp_path / "elsewhere.toml"
+    outside.write_text("x")
+    with pytest.raises(UserError, match="outside the repository"):
+        gitguard.file_commit(repo, outside)

@@ -42,8 +42,13 @@ def head_commit(root: Path) -> str:
     return res.stdout.strip()
 
 
+def _exempt(path: str) -> bool:
+    return path == LEDGER_DIR or path.startswith(LEDGER_DIR + "/")
+
+
 def dirty_paths(root: Path) -> list[str]:
-    """Modified, staged, deleted or untracked-and-not-ignored paths outside ``ledger/``."""
+    """Modified, staged, deleted, renamed or untracked-and-not-ignored paths outside ``ledger/``,
+    and tracked files git was told to stop looking at (assume-unchanged, skip-worktree)."""
     res = _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=all")
     if res.returncode != 0:
         raise UserError(f"git status failed in {root}: {res.stderr.strip()}")
@@ -56,11 +61,19 @@ def dirty_paths(root: Path) -> list[str]:
         if not entry:
             continue
         status, path = entry[:2], entry[3:]
-        if status[0] in "RC":  # a rename/copy carries its source path as the next entry
+        moved = []
+        if "R" in status or "C" in status:  # a rename/copy carries its source path as the next entry
+            moved.append(entries[i])
             i += 1
-        if path == LEDGER_DIR or path.startswith(LEDGER_DIR + "/"):
+        # A rename into ledger/ still removes a file from outside it: both ends must be exempt.
+        if all(_exempt(p) for p in [path, *moved]):
             continue
-        paths.append(f"{status.strip() or '??'} {path}")
+        shown = f"{moved[0]} -> {path}" if moved else path
+        paths.append(f"{status.strip() or '??'} {shown}")
+    hidden = _git(root, "ls-files", "-v", "-z")
+    for entry in hidden.stdout.split("\0"):
+        if entry and (entry[0].islower() or entry[0] == "S") and not _exempt(entry[2:]):
+            paths.append(f"{'assume-unchanged' if entry[0].islower() else 'skip-worktree'} {entry[2:]}")
     return paths
 
 
@@ -85,12 +98,21 @@ def require_clean(root: Path | None = None) -> CleanTree:
 
 def file_commit(root: Path, path: Path) -> str:
     """The last commit that touched ``path``; refuses a file git does not track."""
-    rel = Path(path).resolve().relative_to(root.resolve()).as_posix()
+    rel = relative(root, path)
     res = _git(root, "log", "-1", "--format=%H", "--", rel)
     if res.returncode != 0 or not res.stdout.strip():
         raise UserError(f"{rel} is not committed: git add {rel} && git commit, then register it")
     return res.stdout.strip()
 
 
-def is_ancestor(root: Path, commit: str, of: str = "HEAD") -> bool:
-    return _git(root, "merge-base", "--is-ancestor", commit, of).returncode == 0
+def relative(root: Path, path: Path) -> str:
+    """``path`` relative to the repository root; a file outside the repository is refused."""
+    try:
+        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        raise UserError(f"{path} is outside the repository at {root}: bench governs files of this "
+                        f"repository only — move it under {root}") from None
+
+
+def is_tracked(root: Path, path: Path) -> bool:
+    return _git(root, "ls-files", "--error-unmatch", "--", relative(root, path)).returncode == 0
