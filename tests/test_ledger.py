@@ -137,3 +137,13 @@ def test_dataframe_flattens_rows(tmp_path):
     df = dataframe(led.path)
     assert len(df) == 4
     assert "config.seq_len" in df.columns and df["config.seq_len"].iloc[-1] == 128
+
+
+@pytest.mark.parametrize("last", [b'{"schema":1,"seq":', b'[1, 2, 3]'])
+def test_a_garbled_last_row_is_one_clear_error(tmp_path, last):
+    led = _fill(tmp_path, 2)
+    led.path.write_bytes(led.path.read_bytes() + last + b"\n")
+    with pytest.raises(UserError, match="restore the file from git"):
+        led.append("result", {"commit": "c" * 40})
+    with pytest.raises(UserError, match="row 2"):
+        read_rows(led.path)

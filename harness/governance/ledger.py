@@ -10,6 +10,7 @@ Python API: ``read_rows(path)``, ``verify(path)``, ``dataframe(path)`` (pandas).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -76,6 +77,17 @@ def _check_schema(row: dict, path: Path, n: int) -> None:
                         f"({LEDGER_SCHEMA}): upgrade bench (pip install -U -e .) to read it")
 
 
+def _parse_row(raw: bytes, path: Path, n: int) -> dict:
+    try:
+        row = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: row {n} is not valid JSON ({exc.msg}): run `bench ledger verify` and "
+                        f"restore the file from git") from exc
+    if not isinstance(row, dict):
+        raise UserError(f"{path}: row {n} is not a JSON object: run `bench ledger verify` and restore the file from git")
+    return row
+
+
 def read_rows(path: Path) -> list[dict]:
     """All rows of a ledger file, schema-checked (chain not checked: use ``verify``)."""
     path = Path(path)
@@ -86,10 +98,7 @@ def read_rows(path: Path) -> list[dict]:
         for n, raw in enumerate(fh):
             if not raw.endswith(b"\n"):
                 break  # a torn final write: never acknowledged, so not a row
-            try:
-                row = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}: row {n} is not valid JSON ({exc.msg}): run `bench ledger verify`") from exc
+            row = _parse_row(raw, path, n)
             _check_schema(row, path, n)
             rows.append(row)
     return rows
@@ -179,10 +188,20 @@ class Ledger:
     def rows(self) -> list[dict]:
         return read_rows(self.path)
 
+    @contextlib.contextmanager
     def _lock(self):
-        from filelock import FileLock
+        from filelock import FileLock, Timeout
 
-        return FileLock(str(self.path) + ".lock", timeout=LOCK_TIMEOUT_S)
+        lock = FileLock(str(self.path) + ".lock", timeout=LOCK_TIMEOUT_S)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise UserError(f"{self.path} stayed locked for {LOCK_TIMEOUT_S:.0f} s by another writer: "
+                            f"check for a stuck bench process") from None
+        try:
+            yield
+        finally:
+            lock.release()
 
     def append(self, kind: str, fields: dict) -> dict:
         """Append one row; returns it once it is flushed and fsynced to disk."""
@@ -195,6 +214,7 @@ class Ledger:
                             "time": fields.get("time") or utc_now(), "prev_hash": prev})
             row["hash"] = row_hash(row)
             data = (canonical(row) + "\n").encode("utf-8")
+            created = not self.path.exists()
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 written = os.write(fd, data)
@@ -203,6 +223,8 @@ class Ledger:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            if created:  # the new file's directory entry must survive a power loss too
+                _fsync_dir(self.path.parent)
         return row
 
     def _tail(self) -> tuple[int, str]:
@@ -221,12 +243,20 @@ class Ledger:
         lines = data.splitlines()
         if not lines:
             return 0, GENESIS_HASH
-        last = json.loads(lines[-1])
+        last = _parse_row(lines[-1], self.path, len(lines) - 1)
         _check_schema(last, self.path, len(lines) - 1)
         if row_hash(last) != last.get("hash") or last.get("seq") != len(lines) - 1:
             raise UserError(f"{self.path}: the last row fails its hash check; refusing to chain onto it — "
                             f"run `bench ledger verify {self.line}` and restore the file from git")
         return len(lines), last["hash"]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def current_rows(rows: Iterable[dict]) -> list[dict]:
