@@ -188,3 +188,58 @@ def test_verdict_ignores_a_hollow_baseline_row_but_counts_its_candidates_as_skip
     got, excluded = bar_rows(latest_outcomes(rows), include_noisy=False)
     assert got == [{**cfg, "candidate": "sdpa", "correct": False}]
     assert excluded == {"baseline_incorrect": 1, "skipped": 1}
+
+
+def test_resume_is_per_device_and_retries_transient_outcomes():
+    from harness.sweep.plan import plan, replaced_by
+    from harness.workloads import Config
+
+    class Reg:
+        configs = (Config("attention", 1, 2, 2, 32, 16, "float32", False),
+                   Config("attention", 1, 2, 2, 48, 16, "float32", False))
+        candidates = ("sdpa",)
+
+    a, b = (c.key() for c in Reg.configs)
+    cpu = {"device": "cpu", "gpu": None}
+    rows = [{"seq": 1, "kind": "result", "config_key": a, "candidate": "sdpa", "commit": "c1", "env": cpu},
+            {"seq": 2, "kind": "throttled", "config_key": b, "candidate": "sdpa", "commit": "c1", "env": cpu},
+            {"seq": 3, "kind": "incorrect", "role": "baseline", "config_key": b, "candidate": "stack",
+             "commit": "c1", "env": cpu}]
+    tasks, done = plan(Reg, rows, ("c1", "cpu", None))
+    assert done == 1 and [t.config.key() for t in tasks] == [b]  # the throttled pair is retried
+    assert replaced_by(tasks[0], rows, ("c1", "cpu", None)) == [2, 3]
+    gpu_tasks, gpu_done = plan(Reg, rows, ("c1", "cuda", "NVIDIA H200"))
+    assert gpu_done == 0 and len(gpu_tasks) == 2  # a GPU sweep inherits nothing from the CPU
+    assert replaced_by(gpu_tasks[0], rows, ("c1", "cuda", "NVIDIA H200")) == [1]
+
+
+def test_verdict_refuses_a_tampered_chain_and_mixed_measurements(repo):
+    from harness.governance.ledger import Ledger
+
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    assert run_bench(repo, "sweep", "tiny").returncode == 0
+    path = repo / "ledger" / "tiny.jsonl"
+    good = path.read_bytes()
+    lines = good.split(b"\n")
+    lines[1] = lines[1].replace(b'"speedup":', b'"speedup":1000', 1).replace(b'"speedup":1000-', b'"speedup":-')
+    path.write_bytes(b"\n".join(lines))
+    r = run_bench(repo, "verdict", "tiny")
+    assert r.returncode == 2 and "fails verification" in r.stderr
+    assert path.read_bytes() == b"\n".join(lines)  # nothing appended
+
+    path.write_bytes(good)
+    last = [x for x in read_rows(path) if x["kind"] == "result"][-1]
+    moved = {k: v for k, v in last.items() if k not in ("seq", "hash", "prev_hash", "time", "schema", "kind", "line")}
+    Ledger(repo, "tiny").append("result", {**moved, "commit": "f" * 40})  # same pair, measured elsewhere
+    r = run_bench(repo, "verdict", "tiny")
+    assert r.returncode == 2 and "measured in 2 places" in r.stderr
+
+
+def test_a_line_in_use_is_refused(repo):
+    from harness.governance.line import line_lock
+
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    with line_lock(repo, "tiny"):
+        r = run_bench(repo, "sweep", "tiny")
+    assert r.returncode == 2 and "in use by another bench command" in r.stderr
+    assert kinds(repo) == ["registered"]

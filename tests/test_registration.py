@@ -77,3 +77,29 @@ def test_bad_line_id_and_toml(tmp_path):
         registration.load(_write(tmp_path, TINY, "bad name.toml"))
     with pytest.raises(UserError, match="not valid TOML"):
         registration.load(_write(tmp_path, "schema = = 1"))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (('families = ["normal", "large_logits"]', 'families = [["normal"]]'), "list of family names"),
+    (('families = ["normal", "large_logits"]', 'families = ["normal", "normal"]'), "family twice"),
+    (("seeds = [0]", "seeds = 100000000"), "more than 1000"),
+    (("prediction = 1.5", "prediction = nan"), "prediction must be a number"),
+    (('candidate = "sdpa"', 'candidate = "sdpa"\nnotes = { a = 1 }'), "'notes' must be a string"),
+    (('go = "geomean(speedup) >= 0.01 and pass_rate == 1.0"',
+      '''go = "geomean(speedup where candidate == 'sdpaa') >= 0.01"'''), "candidate == 'sdpaa'"),
+    (('go = "geomean(speedup) >= 0.01 and pass_rate == 1.0"',
+      '''go = "pass_rate(where dtype == 'float16') == 1.0"'''), "dtype == 'float16'"),
+])
+def test_more_bad_registrations(tmp_path, edit, message):
+    old, new = edit
+    assert old in TINY
+    with pytest.raises(UserError, match=message):
+        registration.load(_write(tmp_path, TINY.replace(old, new)))
+
+
+def test_a_config_a_kernel_refuses_is_caught_at_register_time(tmp_path):
+    text = TINY.replace('candidate = "sdpa"', 'candidate = "triton_flash"').replace("head_dim = [16]",
+                                                                                 "head_dim = [96]")
+    reg = registration.load(_write(tmp_path, text))
+    with pytest.raises(UserError, match="cannot run"):
+        registration.check_kernels(reg)

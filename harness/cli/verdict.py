@@ -10,12 +10,11 @@ from harness.cli import app
 @app.command()
 def verdict(line: str = typer.Argument(..., help="line id or registrations/NAME.toml")):
     """Evaluate the bar on the ledger, write GO or NO-GO, close the line. Exit 0 GO, 1 NO-GO, 2 refused."""
-    from harness.governance.line import open_line
+    from harness.governance.line import host_env, open_line
     from harness.governance.verdict import GO, decide
-    from harness.measurement.device import env_summary
     from harness.reporting.render import render_verdict
 
-    ln = open_line(line, action="a verdict")
-    v = decide(ln, env_summary("none"))
+    with open_line(line, action="a verdict") as ln:
+        v = decide(ln, host_env())
     render_verdict(v)
     raise typer.Exit(0 if v.outcome == GO else 1)

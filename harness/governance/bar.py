@@ -538,6 +538,23 @@ def _matches(node: Node, row: dict) -> bool:
     return _COMPARE[node.op](actual, node.value)
 
 
+def field_tests(node) -> list[FieldTest]:
+    """Every filter test in a bar, an aggregate or a node (to check literals against a grid)."""
+    if isinstance(node, Bar):
+        return field_tests(node.root)
+    if isinstance(node, FieldTest):
+        return [node]
+    if isinstance(node, Comparison):
+        return field_tests(node.aggregate)
+    if isinstance(node, Aggregate):
+        return field_tests(node.where) if node.where is not None else []
+    if isinstance(node, Not):
+        return field_tests(node.operand)
+    if isinstance(node, (And, Or)):
+        return [t for n in node.operands for t in field_tests(n)]
+    raise TypeError(f"not a bar node: {node!r}")
+
+
 def evaluate_aggregate(agg: Aggregate, rows: list[dict]) -> float | None:
     """The aggregate's value over ``rows`` (None when no row qualifies), for reporting."""
     return _aggregate(agg, rows)[0]

@@ -1,18 +1,22 @@
 """A registered line: its registration, its ledger, and the rules that govern them.
 
-``register`` writes the first row; ``open_line`` is what ``sweep`` and ``verdict`` call
-first: clean tree, registration intact (same SHA-256 as registered), line not closed.
+``register`` writes the first row; ``open_line`` is what ``sweep`` and ``verdict`` enter
+first: clean tree, line lock held, ledger chain intact, registration unchanged (same
+SHA-256 as registered), line not closed. The line lock is held for the whole command, so
+two sweeps, a sweep and a verdict, or two registrations of one line never interleave.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from harness import __version__
 from harness.errors import UserError
 from harness.governance import gitguard, registration
-from harness.governance.ledger import Ledger, ledger_path
+from harness.governance.ledger import Ledger, ledger_path, verify
 
 
 @dataclass(frozen=True)
@@ -42,9 +46,24 @@ class Line:
     def stamp(self, env: dict) -> Stamp:
         return Stamp(self.commit, self.registered["registration_sha256"], self.registered["registration_commit"], env)
 
-    @property
-    def verdict_row(self) -> dict | None:
-        return next((r for r in self.rows if r["kind"] == "verdict"), None)
+
+@contextlib.contextmanager
+def line_lock(root: Path, line: str) -> Iterator[None]:
+    """Exclusive use of one line for one bench command; a second one is refused at once."""
+    from filelock import FileLock, Timeout
+
+    path = ledger_path(root, line).with_suffix(".line.lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise UserError(f"line '{line}' is in use by another bench command (register, sweep or verdict): "
+                        f"wait for it to finish") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def register(path_or_line: str, *, root: Path | None = None, env: dict | None = None) -> dict:
@@ -52,24 +71,30 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
     tree = gitguard.require_clean(root)
     path = registration.resolve(tree.root, path_or_line)
     reg = registration.load(path)
+    rel = gitguard.relative(tree.root, path)
+    if rel.startswith(gitguard.LEDGER_DIR + "/"):
+        raise UserError(f"{rel}: registrations cannot live in ledger/ (the git guard exempts it): "
+                        f"move it to registrations/")
     registration.check_kernels(reg)
     reg_commit = gitguard.file_commit(tree.root, path)
-    led = Ledger(tree.root, reg.line)
-    if led.exists():
-        first = led.rows()[0] if led.rows() else {}
-        raise UserError(f"line '{reg.line}' is already registered (at commit {first.get('registration_commit', '?')[:12]}); "
-                        f"a changed bar is a new line: copy the file to a new name and set amends = \"{reg.line}\"")
-    if reg.amends:
-        old = ledger_path(tree.root, reg.amends)
-        if not old.exists():
-            raise UserError(f"{path}: amends = \"{reg.amends}\" but no line '{reg.amends}' is registered "
-                            f"(no {old.relative_to(tree.root)})")
-    stamp = Stamp(tree.commit, reg.sha256, reg_commit, env if env is not None else _light_env())
-    return led.append("registered", {**stamp.fields(), "registration": reg.summary(),
-                                     "n_configs": len(reg.configs), "amends": reg.amends})
+    with line_lock(tree.root, reg.line):
+        led = Ledger(tree.root, reg.line)
+        if led.exists():
+            first = led.rows()[0] if led.rows() else {}
+            raise UserError(f"line '{reg.line}' is already registered (at commit "
+                            f"{first.get('registration_commit', '?')[:12]}); a changed bar is a new line: copy the "
+                            f"file to a new name and set amends = \"{reg.line}\"")
+        if reg.amends:
+            old = ledger_path(tree.root, reg.amends)
+            if not old.exists():
+                raise UserError(f"{rel}: amends = \"{reg.amends}\" but no line '{reg.amends}' is registered "
+                                f"(no {old.relative_to(tree.root)})")
+        stamp = Stamp(tree.commit, reg.sha256, reg_commit, env if env is not None else host_env())
+        return led.append("registered", {**stamp.fields(), "registration": {**reg.summary(), "path": rel},
+                                         "n_configs": len(reg.configs), "amends": reg.amends})
 
 
-def _light_env() -> dict:
+def host_env() -> dict:
     """Registering needs no device: record only the host facts (no torch/NVML import)."""
     import platform
     import socket
@@ -77,31 +102,41 @@ def _light_env() -> dict:
     return {"python": platform.python_version(), "platform": platform.platform(), "host": socket.gethostname()}
 
 
-def open_line(line_or_path: str, *, root: Path | None = None, action: str) -> Line:
-    """Everything ``sweep``/``verdict`` must check before touching anything."""
+@contextlib.contextmanager
+def open_line(line_or_path: str, *, root: Path | None = None, action: str) -> Iterator[Line]:
+    """Everything ``sweep``/``verdict`` must check before touching anything; holds the line lock."""
     tree = gitguard.require_clean(root)
-    path = registration.resolve(tree.root, line_or_path)
-    line = path.stem
+    line = registration.resolve(tree.root, line_or_path).stem
+    with line_lock(tree.root, line):
+        yield _checked_line(tree, line, action)
+
+
+def _checked_line(tree: gitguard.CleanTree, line: str, action: str) -> Line:
     led = Ledger(tree.root, line)
+    if not led.exists():
+        raise UserError(f"line '{line}' is not registered: run `bench register registrations/{line}.toml` first")
+    res = verify(led.path)
+    if not res.ok:
+        raise UserError(f"ledger/{line}.jsonl fails verification ({res.reason}): restore it from git before {action}")
     rows = led.rows()
-    if not rows:
-        raise UserError(f"line '{line}' is not registered: run `bench register {path.relative_to(tree.root) if path.is_relative_to(tree.root) else path}` first")
     registered = rows[0]
     if registered.get("kind") != "registered":
-        raise UserError(f"{led.path}: the first row is not a `registered` row: run `bench ledger verify {line}`")
+        raise UserError(f"ledger/{line}.jsonl: the first row is not a `registered` row: it is not a bench ledger")
+    rel = registered["registration"]["path"]
+    at = registered["registration_commit"][:12]
+    path = tree.root / rel
     if not path.is_file():
-        raise UserError(f"registration {path} is gone, but line '{line}' was registered at commit "
-                        f"{registered['registration_commit'][:12]}: restore it with git checkout {registered['registration_commit'][:12]} -- {path.name}")
+        raise UserError(f"registration {rel} is gone, but line '{line}' was registered from it at commit {at}: "
+                        f"restore it with git checkout {at} -- {rel}")
     sha = registration.sha256_file(path)
     if sha != registered["registration_sha256"]:
-        raise UserError(f"registration {path.name} changed since it was registered at commit "
-                        f"{registered['registration_commit'][:12]} (sha256 {registered['registration_sha256'][:12]} → {sha[:12]}): "
-                        f"restore it (git checkout {registered['registration_commit'][:12]} -- registrations/{path.name}) "
-                        f"or register the new bar as a new line with amends = \"{line}\"")
+        raise UserError(f"registration {rel} changed since it was registered at commit {at} "
+                        f"(sha256 {registered['registration_sha256'][:12]} → {sha[:12]}): restore it "
+                        f"(git checkout {at} -- {rel}) or register the new bar as a new line with amends = \"{line}\"")
     verdict = next((r for r in rows if r["kind"] == "verdict"), None)
     if verdict is not None:
         raise UserError(f"line '{line}' is closed: its verdict ({verdict['outcome']}) was written at row {verdict['seq']} "
                         f"on commit {verdict['commit'][:12]}; {action} would change a decided line — register a new line "
                         f"(amends = \"{line}\") to measure again")
-    reg = registration.load(path)
-    return Line(root=tree.root, reg=reg, ledger=led, registered=registered, rows=tuple(rows), commit=tree.commit)
+    return Line(root=tree.root, reg=registration.load(path), ledger=led, registered=registered, rows=tuple(rows),
+                commit=tree.commit)

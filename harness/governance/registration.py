@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -23,16 +24,20 @@ REGISTRATION_SCHEMA = 1
 DEFAULT_BASELINE = "cublas_stack"
 DEFAULT_PRIMARY = "geomean(speedup)"
 LINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-# Tolerances must be positive and below this (a "tolerance" of 1 accepts anything).
+# Tolerances are >= 0 (atol 0 with rtol > 0 is a pure relative bar) and below this (a
+# "tolerance" of 1 accepts anything).
 MAX_TOLERANCE = 0.5
 # Refuse grids that would take a night per line by accident.
 MAX_GRID_CONFIGS = 4096
+# Seeds are checked one by one against a float64 reference; 1000 is far past any use
+# (seed 003 used 40) and keeps a typo from building a million-seed line.
+MAX_SEEDS = 1000
 
 TOP_KEYS = {"schema", "hypothesis", "workload", "candidate", "candidates", "baseline", "amends", "grid",
             "correctness", "timing", "numerics", "bar", "notes"}
 GRID_KEYS = {"batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal"}
 CORRECTNESS_KEYS = {"atol", "rtol", "seeds", "families", "min_pass_rate"}
-BAR_KEYS = {"go", "prediction", "primary", "include_noisy"}
+BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing"}
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class Registration:
     prediction: float
     primary: str
     include_noisy: bool
+    allow_missing: bool
     raw: dict = field(repr=False, default_factory=dict)
 
     def summary(self) -> dict:
@@ -69,7 +75,7 @@ class Registration:
                 "rtol": self.rtol, "seeds": list(self.seeds), "families": list(self.families),
                 "min_pass_rate": self.min_pass_rate, "timing": self.timing, "numerics": self.numerics,
                 "go": self.go, "prediction": self.prediction, "primary": self.primary,
-                "include_noisy": self.include_noisy}
+                "include_noisy": self.include_noisy, "allow_missing": self.allow_missing}
 
 
 def sha256_file(path: Path) -> str:
@@ -136,6 +142,19 @@ def _checked_table(path: Path, raw: dict, key: str, validate) -> dict:
     except UserError as exc:
         raise _err(path, f"[{key}] {exc}") from exc
     return table
+
+
+def _check_filters(path: Path, tests, allowed: dict) -> None:
+    """A filter naming a candidate, dtype or workload the line does not have can never
+    match: the bar would be decided on nothing. Refuse it now, not after the sweep."""
+    for t in tests:
+        if t.field not in allowed:
+            continue
+        values = t.value if isinstance(t.value, tuple) else (t.value,)
+        for v in values:
+            if v not in allowed[t.field]:
+                raise _err(path, f"[bar] filters on {t.field} == {v!r}, which this line does not have "
+                                 f"({', '.join(map(repr, allowed[t.field]))}): fix the bar")
 
 
 def load(path: Path) -> Registration:
@@ -240,13 +259,17 @@ def load(path: Path) -> Registration:
     if (not isinstance(seeds, list) or not seeds
             or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
         raise _err(path, "[correctness] seeds must be a count or a non-empty list of non-negative integers")
+    if len(seeds) > MAX_SEEDS:
+        raise _err(path, f"[correctness] {len(seeds)} seeds is more than {MAX_SEEDS}: give a count or list you mean")
     if len(set(seeds)) != len(seeds):
         raise _err(path, f"[correctness] seeds lists a seed twice: {seeds}")
     from harness.workloads.inputs import DEFAULT_FAMILIES, FAMILIES
 
     families = corr.get("families", list(DEFAULT_FAMILIES))
-    if not isinstance(families, list) or not families:
-        raise _err(path, "[correctness] families must be a non-empty list")
+    if not isinstance(families, list) or not families or not all(isinstance(f, str) for f in families):
+        raise _err(path, "[correctness] families must be a non-empty list of family names")
+    if len(set(families)) != len(families):
+        raise _err(path, f"[correctness] families lists a family twice: {families}")
     for fam in families:
         if fam not in FAMILIES:
             raise _err(path, f"[correctness] unknown input family {fam!r} (known: {', '.join(FAMILIES)})")
@@ -268,21 +291,28 @@ def load(path: Path) -> Registration:
     if not isinstance(go, str) or not go.strip():
         raise _err(path, "[bar] go must be an expression, e.g. \"geomean(speedup) >= 1.10 and pass_rate == 1.0\"")
     prediction = bar.get("prediction")
-    if not isinstance(prediction, (int, float)) or isinstance(prediction, bool):
+    if not isinstance(prediction, (int, float)) or isinstance(prediction, bool) or not math.isfinite(prediction):
         raise _err(path, "[bar] prediction must be a number: your predicted value of the primary metric")
     primary = bar.get("primary", DEFAULT_PRIMARY)
     if not isinstance(primary, str):
         raise _err(path, "[bar] primary must be an aggregate such as \"geomean(speedup)\"")
     include_noisy = bar.get("include_noisy", False)
-    if not isinstance(include_noisy, bool):
-        raise _err(path, "[bar] include_noisy must be true or false")
+    allow_missing = bar.get("allow_missing", False)
+    for key, val in (("include_noisy", include_noisy), ("allow_missing", allow_missing)):
+        if not isinstance(val, bool):
+            raise _err(path, f"[bar] {key} must be true or false")
     from harness.governance import bar as barlang
 
     try:
-        barlang.parse(go)
-        barlang.parse_aggregate(primary)
+        parsed = barlang.parse(go)
+        primary_agg = barlang.parse_aggregate(primary)
     except UserError as exc:
         raise _err(path, f"[bar] {exc}") from exc
+    _check_filters(path, [*barlang.field_tests(parsed), *barlang.field_tests(primary_agg)],
+                   {"candidate": cands, "dtype": grid["dtype"], "workload": [workload]})
+    notes = raw.get("notes", "")
+    if not isinstance(notes, str):
+        raise _err(path, "'notes' must be a string")
 
     return Registration(
         line=line, path=path, sha256=hashlib.sha256(raw_bytes).hexdigest(), schema=schema,
@@ -290,7 +320,7 @@ def load(path: Path) -> Registration:
         amends=amends, grid=grid, configs=tuple(configs), atol=atol, rtol=rtol, seeds=tuple(seeds),
         families=tuple(families), min_pass_rate=float(min_pass_rate), timing=dict(timing),
         numerics=dict(numerics), go=go, prediction=float(prediction), primary=primary,
-        include_noisy=include_noisy, raw=raw)
+        include_noisy=include_noisy, allow_missing=allow_missing, raw=raw)
 
 
 def check_kernels(reg: Registration) -> None:
@@ -305,6 +335,11 @@ def check_kernels(reg: Registration) -> None:
             if dt not in spec.dtypes:
                 raise _err(reg.path, f"kernel '{name}' does not support dtype {dt} of the grid "
                                      f"(supports {', '.join(spec.dtypes)}): drop it from [grid] dtype or pick another kernel")
+        for cfg in reg.configs:
+            why = spec.config_reason(cfg)
+            if why:
+                raise _err(reg.path, f"kernel '{name}' cannot run {cfg.key()} of the grid ({why}): "
+                                     f"shrink the grid or pick another kernel")
 
 
 def resolve(root: Path, line_or_path: str) -> Path:

@@ -25,6 +25,12 @@ def outcome_key(row: dict) -> tuple[str, str]:
     return row["config_key"], row["candidate"]
 
 
+def measured_on(row: dict) -> tuple:
+    """Where a row was measured: (commit, device, GPU name). One verdict, one such key."""
+    env = row.get("env") or {}
+    return row.get("commit"), env.get("device"), env.get("gpu")
+
+
 def latest_outcomes(rows) -> dict[tuple[str, str], dict]:
     """The last current outcome row per (config, candidate)."""
     latest = {}
@@ -34,28 +40,37 @@ def latest_outcomes(rows) -> dict[tuple[str, str], dict]:
     return latest
 
 
+# Outcomes that measured nothing: the bar cannot see these pairs at all.
+MISSING_KINDS = ("skipped", "unsupported", "throttled")
+
+
 def bar_rows(outcomes: dict, *, include_noisy: bool) -> tuple[list[dict], dict]:
-    """Rows for the bar language, plus counts of what was left out and why."""
+    """Rows for the bar language, plus counts of what was left out and why.
+
+    A crashed kernel and a result faster than the device can go ("impossible": work was
+    skipped, seed 004's reductio) count as failed pairs, not as missing ones.
+    """
     rows, excluded = [], {}
+
+    def leave_out(why):
+        excluded[why] = excluded.get(why, 0) + 1
+
     for r in outcomes.values():
         kind = r["kind"]
-        if kind == "result":
-            why = None
-            if r.get("impossible"):
-                why = "impossible"
-            elif r.get("rig_noisy") and not include_noisy:
-                why = "rig_noisy"
-            if why:
-                excluded[why] = excluded.get(why, 0) + 1
-                continue
+        failed = {**r["config"], "candidate": r["candidate"], "correct": False}
+        if r.get("role") == "baseline":
+            leave_out("baseline_incorrect")  # its candidates carry `skipped` rows
+        elif kind == "result" and r.get("impossible"):
+            rows.append(failed)
+            leave_out("impossible")
+        elif kind == "result" and r.get("rig_noisy") and not include_noisy:
+            leave_out("rig_noisy")
+        elif kind == "result":
             rows.append({**r["config"], "candidate": r["candidate"], "correct": True, **r["metrics"]})
-        elif kind == "incorrect" and r.get("role") == "baseline":
-            # A hollow baseline is not a candidate failure: its candidates carry `skipped` rows.
-            excluded["baseline_incorrect"] = excluded.get("baseline_incorrect", 0) + 1
-        elif kind == "incorrect":
-            rows.append({**r["config"], "candidate": r["candidate"], "correct": False})
+        elif kind in ("incorrect", "crashed"):
+            rows.append(failed)
         else:
-            excluded[kind] = excluded.get(kind, 0) + 1
+            leave_out(kind)
     return rows, excluded
 
 
@@ -74,14 +89,30 @@ class Verdict:
 def decide(line: Line, env: dict) -> Verdict:
     reg = line.reg
     outcomes = latest_outcomes(line.rows)
-    missing = [(c.key(), k) for c in reg.configs for k in reg.candidates if (c.key(), k) not in outcomes]
+    pairs = [(c.key(), k) for c in reg.configs for k in reg.candidates]
+    missing = [p for p in pairs if p not in outcomes]
     if missing:
         first = ", ".join(f"{k} @ {c}" for c, k in missing[:3])
         raise UserError(f"line '{reg.line}': {len(missing)} (config, candidate) pairs of the grid have no outcome yet "
                         f"(e.g. {first}): finish `bench sweep {reg.line}` before the verdict")
-    rows, excluded = bar_rows(outcomes, include_noisy=reg.include_noisy)
+    deciding = [outcomes[p] for p in pairs]
+    where = sorted({measured_on(r) for r in deciding}, key=str)
+    if len(where) > 1:
+        shown = "; ".join(f"{c[:12]} on {d}{' ' + g if g else ''}" for c, d, g in where[:4])
+        raise UserError(f"line '{reg.line}': its outcomes were measured in {len(where)} places ({shown}): one verdict "
+                        f"needs one commit on one device — run `bench sweep {reg.line}` at HEAD where it should be decided")
+    unmeasured = {}
+    for r in deciding:
+        if r["kind"] in MISSING_KINDS:
+            unmeasured[r["kind"]] = unmeasured.get(r["kind"], 0) + 1
+    if unmeasured and not reg.allow_missing:
+        counts = ", ".join(f"{k}: {n}" for k, n in sorted(unmeasured.items()))
+        raise UserError(f"line '{reg.line}': {sum(unmeasured.values())} pairs were never measured ({counts}); a bar over "
+                        f"the rest could pass on what was left out — re-run `bench sweep {reg.line}` (throttled and "
+                        f"memory-skipped pairs are retried), or register a line with [bar] allow_missing = true")
+    rows, excluded = bar_rows({outcome_key(r): r for r in deciding}, include_noisy=reg.include_noisy)
     if not any(r["correct"] for r in rows):
-        raise UserError(f"line '{reg.line}' has no usable result rows (outcomes: {excluded or 'only incorrect'}): "
+        raise UserError(f"line '{reg.line}' has no usable result rows (outcomes: {excluded or 'only failures'}): "
                         f"a verdict needs measurements — nothing was decided")
     outcome = barlang.evaluate(barlang.parse(reg.go), rows)
     primary_value = barlang.evaluate_aggregate(barlang.parse_aggregate(reg.primary), rows)
@@ -99,7 +130,8 @@ def decide(line: Line, env: dict) -> Verdict:
         "n_rows": len(rows),
         "n_correct": sum(r["correct"] for r in rows),
         "excluded": excluded,
-        "decided_on": sorted(r["seq"] for r in outcomes.values()),
+        "decided_on": sorted(r["seq"] for r in deciding),
+        "measured_at": {"commit": where[0][0], "device": where[0][1], "gpu": where[0][2]},
     }
     row = line.ledger.append("verdict", payload)
     return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded, row)

@@ -7,10 +7,12 @@ interrupted sweep loses at most the config in flight, and re-running it resumes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness.errors import UserError
 from harness.governance.line import Line
-from harness.sweep.plan import plan, stale_results
+from harness.governance.verdict import measured_on
+from harness.sweep.plan import plan, replaced_by
 from harness.sweep.run import SweepContext, crashed_outcomes, run_config
 
 
@@ -33,30 +35,39 @@ def context(line: Line, device: str, ceilings: dict | None) -> SweepContext:
     reg = line.reg
     return SweepContext(line=reg.line, device=device, baseline=reg.baseline, atol=reg.atol, rtol=reg.rtol,
                         seeds=reg.seeds, families=reg.families, min_pass_rate=reg.min_pass_rate,
-                        timing=reg.timing, numerics=reg.numerics, ceilings=ceilings,
-                        registration=reg.summary())
+                        timing=reg.timing, numerics=reg.numerics, ceilings=ceilings)
 
 
-def check_baseline_usable(line: Line, device: str) -> None:
-    """Fail closed: no baseline here means no sweep, never a sweep without a baseline."""
+def check_kernels_usable(line: Line, device: str) -> None:
+    """Fail closed before anything runs: every kernel of the line runs here, from tracked code.
+
+    A sweep without its baseline, or with a candidate quietly dropped, is never started; a
+    kernel whose source lies in this repository but is not tracked by git (an ignored
+    file) would produce numbers no commit can reproduce.
+    """
+    from harness.governance import gitguard
     from kernels import get_kernel
 
     reg = line.reg
-    for name in (reg.baseline, *reg.candidates):
-        get_kernel(name)  # unknown kernels are refused before anything runs
-    why = get_kernel(reg.baseline).unusable_reason(device)
-    if why:
-        raise UserError(f"baseline '{reg.baseline}' cannot run on this machine ({why}): sweep line "
-                        f"'{reg.line}' where its baseline runs")
+    for role, name in [("baseline", reg.baseline), *(("candidate", c) for c in reg.candidates)]:
+        spec = get_kernel(name)
+        why = spec.unusable_reason(device)
+        if why:
+            raise UserError(f"{role} '{name}' cannot run on this machine ({why}): sweep line "
+                            f"'{reg.line}' where all its kernels run")
+        src = Path(spec.source).resolve()
+        if src.is_relative_to(line.root.resolve()) and not gitguard.is_tracked(line.root, src):
+            raise UserError(f"{role} '{name}' comes from {gitguard.relative(line.root, src)}, which git does not "
+                            f"track (ignored?): commit it so the ledger's commit stamp covers the code")
 
 
 def sweep(line: Line, device: str, env: dict, *, ceilings: dict | None, progress=None) -> SweepSummary:
     """Run every open (config, candidate) pair of the line and append one outcome row each."""
-    check_baseline_usable(line, device)
+    check_kernels_usable(line, device)
     ctx = context(line, device, ceilings)
-    tasks, resumed = plan(line.reg, line.rows, line.commit)
-    stale = stale_results(line.rows, line.commit)
     stamp = line.stamp(env).fields()
+    key = measured_on(stamp)
+    tasks, resumed = plan(line.reg, line.rows, key)
     counts: dict[str, int] = {}
     rejections: dict[str, int] = {}
     controls: list[tuple[float, bool]] = []
@@ -69,18 +80,16 @@ def sweep(line: Line, device: str, env: dict, *, ceilings: dict | None, progress
                 progress.advance_to(task.config.key())
             try:
                 outcomes = run_config(task.config, task.candidates, ctx)
-            except KeyboardInterrupt:
-                raise
             except UserError:
                 raise
             except Exception as exc:  # a kernel that crashes the config is an outcome, not the end of the night
                 outcomes = crashed_outcomes(task.config, task.candidates, ctx, exc)
+            old = replaced_by(task, line.rows, key)
+            if old:
+                line.ledger.append("supersedes", {**stamp, "config_key": task.config.key(), "supersedes": old,
+                                                  "reason": f"re-measured at commit {line.commit[:12]} on {key[1]}"
+                                                            f"{' ' + key[2] if key[2] else ''}"})
             for o in outcomes:
-                key = (o.payload["config_key"], o.payload["candidate"])
-                if key in stale:
-                    line.ledger.append("supersedes", {**stamp, "config_key": key[0], "candidate": key[1],
-                                                      "supersedes": stale.pop(key),
-                                                      "reason": f"re-measured at commit {line.commit[:12]}"})
                 line.ledger.append(o.kind, {**stamp, **o.payload})
                 counts[o.kind] = counts.get(o.kind, 0) + 1
                 if o.kind == "incorrect":

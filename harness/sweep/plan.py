@@ -1,7 +1,10 @@
-"""Planning a sweep: which (config, candidate) pairs still need an outcome at this commit.
+"""Planning a sweep: which (config, candidate) pairs still need an outcome here and now.
 
-A Task is plain data (picklable) so that the loop can later hand tasks to worker
-processes; only the parent process appends to the ledger.
+A pair is done when it has an outcome measured at this commit on this device (a GPU
+sweep does not inherit a CPU sweep's rows, nor the reverse). Transient outcomes — a
+throttled measurement, a config skipped for lack of memory — are retried. A Task is plain
+data (picklable) so that the loop can later hand tasks to worker processes; only the
+parent process appends to the ledger.
 """
 
 from __future__ import annotations
@@ -9,39 +12,41 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.governance.ledger import current_rows
-from harness.governance.verdict import OUTCOME_KINDS
+from harness.governance.verdict import OUTCOME_KINDS, measured_on
 from harness.workloads import Config
 
 
 @dataclass(frozen=True)
 class Task:
-    index: int
     config: Config
     candidates: tuple[str, ...]
 
 
-def done_pairs(rows, commit: str) -> set[tuple[str, str]]:
-    """(config_key, candidate) pairs that already have an outcome row at ``commit``."""
-    return {(r["config_key"], r["candidate"]) for r in current_rows(rows)
-            if r.get("kind") in OUTCOME_KINDS and r.get("commit") == commit}
+def transient(row: dict) -> bool:
+    """An outcome worth measuring again: clocks throttled, or memory was short."""
+    return row["kind"] == "throttled" or (row["kind"] == "skipped" and "predicted_bytes" in row)
 
 
-def plan(reg, rows, commit: str) -> tuple[list[Task], int]:
-    """Tasks still to run, and how many pairs were already done (resume)."""
-    done = done_pairs(rows, commit)
-    tasks, skipped = [], 0
-    for i, cfg in enumerate(reg.configs):
+def _outcomes(rows):
+    return [r for r in current_rows(rows) if r.get("kind") in OUTCOME_KINDS]
+
+
+def plan(reg, rows, key: tuple) -> tuple[list[Task], int]:
+    """Tasks still to run at ``key`` (commit, device, gpu), and how many pairs were already done."""
+    done = {(r["config_key"], r["candidate"]) for r in _outcomes(rows)
+            if measured_on(r) == key and not transient(r)}
+    tasks, resumed = [], 0
+    for cfg in reg.configs:
         todo = tuple(c for c in reg.candidates if (cfg.key(), c) not in done)
-        skipped += len(reg.candidates) - len(todo)
+        resumed += len(reg.candidates) - len(todo)
         if todo:
-            tasks.append(Task(i, cfg, todo))
-    return tasks, skipped
+            tasks.append(Task(cfg, todo))
+    return tasks, resumed
 
 
-def stale_results(rows, commit: str) -> dict[tuple[str, str], list[int]]:
-    """Outcome rows from older commits that a fresh outcome at ``commit`` will supersede."""
-    stale: dict[tuple[str, str], list[int]] = {}
-    for r in current_rows(rows):
-        if r.get("kind") in OUTCOME_KINDS and r.get("commit") != commit:
-            stale.setdefault((r["config_key"], r["candidate"]), []).append(r["seq"])
-    return stale
+def replaced_by(task: Task, rows, key: tuple) -> list[int]:
+    """Current outcome rows of this config that the task's fresh rows supersede: those of
+    the pairs it re-runs, measured elsewhere, and the config's baseline rows."""
+    return sorted(r["seq"] for r in _outcomes(rows)
+                  if r["config_key"] == task.config.key()
+                  and (r["candidate"] in task.candidates or r.get("role") == "baseline" or measured_on(r) != key))

@@ -9,7 +9,7 @@ the same inputs, and nothing is reported that fails the recheck after timing.
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from harness.workloads import Config
 from harness.workloads import formulas
@@ -32,7 +32,6 @@ class SweepContext:
     timing: dict
     numerics: dict
     ceilings: dict | None
-    registration: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -286,11 +285,22 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, nu
         "numerics": numerics,
         "kernel_numerics": {"candidate": spec.numerics, "baseline": base_spec.numerics},
         "kernel_details": details,
+        "kernel_sources": {"candidate": _source(spec), "baseline": _source(base_spec)},
     }
     if kind == "throttled":
         payload["reason"] = m.throttle_note or (f"{m.n_dropped} of {len(m.rounds)} rounds dropped for clocks "
                                                 f"below {policy.throttle_threshold:.0%} of the reference")
     return Outcome(kind, payload)
+
+
+def _source(spec) -> dict:
+    """Which file the kernel came from and its SHA-256: the commit stamp covers this
+    repository, a plugin or an installed package is pinned by the hash instead."""
+    import hashlib
+    from pathlib import Path
+
+    p = Path(spec.source)
+    return {"path": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None}
 
 
 def crashed_outcomes(cfg: Config, candidates, ctx: SweepContext, exc: BaseException) -> list[Outcome]:
