@@ -243,3 +243,15 @@ def test_a_line_in_use_is_refused(repo):
         r = run_bench(repo, "sweep", "tiny")
     assert r.returncode == 2 and "in use by another bench command" in r.stderr
     assert kinds(repo) == ["registered"]
+
+
+def test_ceilings_are_stored_once_per_device_and_need_a_clean_tree(repo):
+    first = run_bench(repo, "ceilings")
+    assert first.returncode == 0 and "measured" in first.stdout and "copy bandwidth" in first.stdout
+    again = run_bench(repo, "ceilings")
+    assert again.returncode == 0 and "stored" in again.stdout
+    assert len(read_rows(repo / "ledger" / "_device_ceilings.jsonl")) == 1
+    (repo / "scratch.py").write_text("x = 1\n")
+    dirty = run_bench(repo, "ceilings", "--force")
+    assert dirty.returncode == 2 and "scratch.py" in dirty.stderr
+    assert len(read_rows(repo / "ledger" / "_device_ceilings.jsonl")) == 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 
 from harness.sweep.run import SweepContext, run_config
 from harness.workloads import Config

@@ -17,6 +17,7 @@ one back (extra ledger keys such as ``seq`` or ``hash`` are ignored).
 
 from __future__ import annotations
 
+import functools
 import math
 import platform
 import statistics
@@ -231,7 +232,7 @@ def _measure_cuda() -> Ceilings:
     n_elem = CUDA_COPY_BYTES // 4
     src = _random((n_elem,), torch.float32, dev)
     dst = torch.empty_like(src)
-    ms = _cuda_median_ms(lambda: dst.copy_(src), CUDA_COPY_REPS, CUDA_WARMUP)
+    ms = _cuda_median_ms(functools.partial(dst.copy_, src), CUDA_COPY_REPS, CUDA_WARMUP)
     copy_gbps = 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
     del src, dst
 
@@ -244,7 +245,7 @@ def _measure_cuda() -> Ceilings:
             torch.backends.cuda.matmul.allow_tf32 = tf32
             a, b = _random((n, n), dtype, dev), _random((n, n), dtype, dev)
             c = torch.empty((n, n), dtype=dtype, device=dev)
-            ms = _cuda_median_ms(lambda: torch.mm(a, b, out=c), CUDA_MATMUL_REPS, CUDA_WARMUP)
+            ms = _cuda_median_ms(functools.partial(torch.mm, a, b, out=c), CUDA_MATMUL_REPS, CUDA_WARMUP)
             tflops[key] = 2.0 * n**3 / (ms * 1e-3) / 1e12
             del a, b, c
     finally:
@@ -273,7 +274,7 @@ def _measure_cpu() -> Ceilings:
 
     src = _random((CPU_COPY_BYTES // 4,), torch.float32, "cpu")
     dst = torch.empty_like(src)
-    s = _host_median_s(lambda: dst.copy_(src), CPU_COPY_REPS, CPU_WARMUP)
+    s = _host_median_s(functools.partial(dst.copy_, src), CPU_COPY_REPS, CPU_WARMUP)
     copy_gbps = 2 * src.numel() * src.element_size() / s / 1e9
     del src, dst
     tflops = {}

@@ -9,6 +9,7 @@ takes the largest phase. Result rows record the measured peak beside the predict
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # Free memory held back from what a config may use: allocator fragmentation, the CUDA
@@ -29,11 +30,17 @@ class MemoryPrediction:
     breakdown: dict
 
 
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
+def timing_slots(cfg, policy, device: str, l2_bytes: int | None = None) -> int:
+    """How many input copies the timing rotates through: enough that the bytes each call
+    touches (formulas.min_bytes) exceed the L2 several times in hot mode, else one.
+    The sweep allocates exactly this many, and the model predicts exactly this many."""
+    from harness.measurement.timing import device_l2_bytes, rotation_slots
+    from harness.workloads.formulas import min_bytes
+
+    if policy.mode != "hot" or device != "cuda":
+        return 1
+    l2 = device_l2_bytes(device) if l2_bytes is None else l2_bytes
+    return rotation_slots(int(min_bytes(cfg)), l2)
 
 
 def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> MemoryPrediction:
@@ -44,15 +51,15 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     """
     from harness.measurement.correctness import COMPARE_BYTES, gate_bytes
     from harness.measurement.reference import reference_bytes
-    from harness.measurement.timing import flush_bytes, rotation_slots
+    from harness.measurement.timing import device_l2_bytes, flush_bytes
 
     qs, ks, _ = cfg.shapes()
     es = cfg.elem_bytes
-    q = _numel(qs) * es
-    kv = 2 * _numel(ks) * es
+    q = math.prod(qs) * es
+    kv = 2 * math.prod(ks) * es
     out = q
     inputs = q + kv
-    ref_out = _numel(qs) * F64
+    ref_out = math.prod(qs) * F64
     ref_work = reference_bytes(cfg)
     extras = [s.extra_bytes(cfg) for s in specs]
 
@@ -63,14 +70,14 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     gate = max(3 * (inputs + out) + ref_out + max(extras), gate_bytes(cfg))
 
     n_arms = len(specs) + 1  # candidates + baseline + control
-    l2 = _l2_bytes(device) if l2_bytes is None else l2_bytes
-    hot = policy.mode == "hot" and device == "cuda"
-    n_slots = rotation_slots(inputs, l2) if hot else 1
+    cuda = device == "cuda"
+    l2 = (device_l2_bytes(device) if cuda else 0) if l2_bytes is None else l2_bytes
+    n_slots = timing_slots(cfg, policy, device, l2)
     timed_inputs = n_slots * inputs
     timed_outs = n_slots * n_arms * out
-    flush = flush_bytes(l2) if (policy.mode == "cold" and device == "cuda") else 0
+    flush = flush_bytes(l2) if (policy.mode == "cold" and cuda) else 0
     # A captured graph keeps each capture's workspace alive in its private pool.
-    if policy.mode == "graph" and device == "cuda":
+    if policy.mode == "graph" and cuda:
         workspace = n_slots * (sum(extras) + extras[0])
     else:
         workspace = max(extras)
@@ -78,7 +85,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     # The checks after timing hold the timed buffers, a fresh reference and compare()'s
     # blocks (+ a candidate's workspace during the recheck call).
     recheck = timed_inputs + timed_outs + ref_out + ref_work + COMPARE_BYTES + max(extras[1:] or [0])
-    lib = LIBRARY_WORKSPACE_BYTES if device == "cuda" else 0
+    lib = LIBRARY_WORKSPACE_BYTES if cuda else 0
     phases = {"gate": gate + lib, "timing": max(timing, recheck) + lib}
     phase = max(phases, key=phases.get)
     breakdown = {"inputs_per_slot": inputs, "out": out, "n_slots": n_slots, "n_arms": n_arms,
@@ -86,14 +93,6 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
                      [s.name for s in specs], extras)), "gate_phase": gate, "timing_phase": timing,
                  "recheck_phase": recheck, "library_workspace": lib}
     return MemoryPrediction(int(phases[phase]), phase, breakdown)
-
-
-def _l2_bytes(device: str) -> int:
-    if device != "cuda":
-        return 0
-    import torch
-
-    return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0))
 
 
 def available_bytes(device: str) -> int:

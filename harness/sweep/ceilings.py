@@ -28,10 +28,7 @@ def current_ceilings(root: Path, *, device: str | None = None, force: bool = Fal
         for row in reversed(led.rows()):
             if row.get("fingerprint") == fp:
                 return row, False
-    try:
-        commit = gitguard.head_commit(root)
-    except Exception:
-        commit = None
+    commit = gitguard.head_commit(root)
     ceil = measure_ceilings(device)
     row = led.append("ceilings", {"commit": commit, "harness_version": __version__, "env": env_summary(device),
                                   "fingerprint": fp, **ceil.to_row()})

@@ -184,12 +184,13 @@ def _time(cfg, base_spec, timed, ctx, policy):
     """
     import torch
 
-    from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, measure, rotation_slots
+    from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, measure
     from harness.workloads.inputs import make_inputs
 
-    qs, ks, _ = cfg.shapes()
-    slot_bytes = cfg.elem_bytes * (2 * _numel(qs) + 2 * _numel(ks))
-    n_slots = rotation_slots(slot_bytes, _l2_bytes(ctx.device)) if policy.mode == "hot" and ctx.device == "cuda" else 1
+    from harness.measurement.memory import timing_slots
+
+    qs, _, _ = cfg.shapes()
+    n_slots = timing_slots(cfg, policy, ctx.device)
     slots = [make_inputs(cfg, ctx.seeds[0] + s, "normal", ctx.device) for s in range(n_slots)]
     arm_specs = {arm_name(spec.name): spec for spec in timed}
     arm_specs[ARM_BASELINE] = base_spec
@@ -223,19 +224,6 @@ def _timed_output_failure(cfg, slots, outs, ctx):
         if not rep.passed:
             return rep
     return None
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
-def _l2_bytes(device: str) -> int:
-    import torch
-
-    return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0)) if device == "cuda" else 0
 
 
 def arm_name(kernel: str) -> str:

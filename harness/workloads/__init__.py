@@ -12,8 +12,6 @@ from dataclasses import asdict, dataclass
 WORKLOADS = ("attention", "decode")
 DTYPES = ("float16", "bfloat16", "float32")
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-# Fields a bar filter may name (``where seq_len >= 2048``) and a config is keyed by.
-CONFIG_FIELDS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
 
 
 @dataclass(frozen=True)
