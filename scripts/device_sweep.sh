@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Sweep (and optionally decide) a registered line on the lent GPU with real commit stamps.
+#
+# The device receives a copy of the working tree without .git, so a sweep there cannot be
+# stamped with this repository's commits. Carry a git bundle instead:
+#   here:    git bundle create .cache/repo.bundle HEAD main   (.cache/ is git-ignored)
+#   device:  run(carry=[".cache"], command="bash scripts/device_sweep.sh flash-h200 [--verdict]")
+# The clone has the same commits, so its ledger rows chain onto the committed ones; copy
+# $OUT/<line>.jsonl back over ledger/<line>.jsonl, check `bench ledger verify`, commit.
+set -uo pipefail
+line=${1:?usage: device_sweep.sh LINE [--verdict]}
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+work=$(mktemp -d)
+git clone -q .cache/repo.bundle "$work/repo" || { echo "no .cache/repo.bundle: see the header of this script"; exit 2; }
+cd "$work/repo" || exit 2
+git -c advice.detachedHead=false checkout -q main 2>/dev/null || true
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this clone's code, installed or not
+python3 -m harness sweep "$line" 2>&1 | tee "$OUT/sweep-$line.log"
+rc=$?
+if [ "$rc" = 0 ] && [ "${2:-}" = --verdict ]; then
+  python3 -m harness verdict "$line" 2>&1 | tee "$OUT/verdict-$line.log"
+fi
+python3 -m harness ledger verify "$line" | tee -a "$OUT/sweep-$line.log"
+cp "ledger/$line.jsonl" "$OUT/$line.jsonl"
+cp ledger/_device_ceilings.jsonl "$OUT/" 2>/dev/null
+exit "$rc"
