@@ -3,7 +3,7 @@
 #
 # The device receives a copy of the working tree without .git, so a sweep there cannot be
 # stamped with this repository's commits. Carry a git bundle instead:
-#   here:    git bundle create .cache/repo.bundle HEAD main   (.cache/ is git-ignored)
+#   here:    mkdir -p .cache && git bundle create .cache/repo.bundle HEAD main   (.cache/ is git-ignored)
 #   device:  run(carry=[".cache"], command="bash scripts/device_sweep.sh flash-h200 [--verdict]")
 # The clone has the same commits, so its ledger rows chain onto the committed ones; copy
 # $OUT/<line>.jsonl back over ledger/<line>.jsonl, check `bench ledger verify`, commit.
