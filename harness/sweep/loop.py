@@ -6,6 +6,7 @@ interrupted sweep loses at most the config in flight, and re-running it resumes.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,10 +105,9 @@ def sweep(line: Line, device: str, env: dict, *, ceilings: dict | None, progress
             progress.stop()
     control = None
     if controls:
-        vals = sorted(c for c, _ in controls)
-        control = {"n": len(vals), "median": vals[len(vals) // 2] if len(vals) % 2 else
-                   (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2,
-                   "min": vals[0], "max": vals[-1], "noisy": sum(n for _, n in controls), "tolerance": tolerance}
+        vals = [c for c, _ in controls]
+        control = {"n": len(vals), "median": statistics.median(vals), "min": min(vals), "max": max(vals),
+                   "noisy": sum(n for _, n in controls), "tolerance": tolerance}
     notes = []
     if device == "cpu":
         notes.append("ran on the CPU: clocks not monitored, timings are host perf_counter_ns")
