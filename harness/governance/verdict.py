@@ -1,10 +1,12 @@
 """The verdict: evaluate the registered bar on the ledger, write GO or NO-GO, close the line.
 
-The bar sees one row per (config, candidate): the latest current (non-superseded)
-outcome. Results marked ``impossible`` (faster than a measured ceiling) are excluded,
-as are rig-noisy results (control outside tolerance) unless the registration says
-``include_noisy = true``. A verdict is refused — not a NO-GO — when there are no
-results, or when some (config, candidate) of the grid has no outcome row at all.
+The bar sees one row per registered (config, candidate): the latest current
+(non-superseded) outcome. Crashed kernels and results faster than a measured ceiling
+(``impossible``) count as failed pairs; rig-noisy results (control outside tolerance) are
+left out unless the registration says ``include_noisy = true``. A verdict is refused —
+not a NO-GO — when a pair has no outcome, when pairs were never measured (skipped,
+unsupported, throttled) and the registration does not ``allow_missing``, when the
+outcomes come from more than one commit or device, or when nothing was measured at all.
 """
 
 from __future__ import annotations
