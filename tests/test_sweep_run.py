@@ -74,3 +74,34 @@ def test_a_kernel_cached_by_pointer_is_caught_by_the_recheck_or_the_gate():
     (row,) = run_config(CFG, ("test_cached_by_pointer",), ctx())
     assert row.kind == "incorrect"
     assert row.payload["tag"] in ("recheck_stale_mismatch", "stale_mismatch", "degenerate")
+
+
+_memo: dict = {}
+_lazy = {"computed": 0, "skipped": 0}
+
+
+def _sample(t):
+    return t.reshape(-1)[::97].clone()
+
+
+@kernel("test_lazy_when_out_untouched", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
+def lazy(q, k, v, out, *, causal, scale):
+    """Skips its work whenever out still holds its last answer for these very buffers."""
+    import torch
+
+    key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr())
+    seen = _memo.get(key)
+    if seen is not None and all(torch.equal(_sample(t), s) for t, s in zip((q, k, v, out), seen)):
+        _lazy["skipped"] += 1
+        return
+    torch_stack(q, k, v, out, causal=causal, scale=scale)
+    _lazy["computed"] += 1
+    _memo[key] = tuple(_sample(t) for t in (q, k, v, out))
+
+
+def test_a_kernel_cannot_skip_timed_calls_by_finding_its_last_answer_in_place():
+    _memo.clear()
+    _lazy.update(computed=0, skipped=0)
+    (row,) = run_config(CFG, ("test_lazy_when_out_untouched",), ctx())
+    assert row.kind == "result"
+    assert _lazy["skipped"] == 0  # every timed call found a poisoned output and had to compute

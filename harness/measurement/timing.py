@@ -487,8 +487,14 @@ def _auto_replays(warm: Mapping[str, list[float]]) -> int:
 # The protocol
 # ------------------------------------------------------------------------------------------
 def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: TimingPolicy, device: str,
-            timer: Timer | None = None, monitor: ClockMonitor | None = None) -> Measurement:
-    """Time ``arms`` (name -> fn(slot)) interleaved under ``policy`` on ``device`` (module docstring)."""
+            timer: Timer | None = None, monitor: ClockMonitor | None = None,
+            prepare: Mapping[str, Callable[[int], None]] | None = None) -> Measurement:
+    """Time ``arms`` (name -> fn(slot)) interleaved under ``policy`` on ``device`` (module docstring).
+
+    ``prepare[name](slot)``, when given, runs before each of that arm's calls outside the
+    timed window (the sweep poisons the arm's output there, so no call can skip its work
+    by finding the last answer still in place).
+    """
     names = tuple(arms)
     if not names:
         raise ValueError("measure() needs at least one arm")
@@ -536,6 +542,19 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
         replays = 1
         slot_counter = [0]
 
+        def _before(name: str, slot: int):
+            prep = prepare.get(name) if prepare else None
+            if prep is None:
+                return before
+            flush = before
+
+            def both() -> None:
+                prep(slot)
+                if flush is not None:
+                    flush()  # the flush last: the poison write does not warm the L2 for the call
+
+            return both
+
         def run_round(rot: int, record: dict[str, list[float]] | None) -> tuple[float, float, tuple[str, ...], dict]:
             # Rotate the arm order by the round index: ABC, BCA, CAB, ...
             k = rot % len(names)
@@ -558,7 +577,7 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
 
                     def call(fn=fn, slot=slot):
                         fn(slot)
-                ms = timer.time_call(call, arm=name, before=before) / replays
+                ms = timer.time_call(call, arm=name, before=_before(name, slot)) / replays
                 out[name] = ms
                 if record is not None:
                     record[name].append(ms)
