@@ -216,3 +216,34 @@ def test_nvml_absent_gives_a_note_not_a_silent_pass():
         NvmlClockSource()
     mon, note = open_monitor("cuda:0")
     assert mon is None and note.startswith("NVML unavailable:") and "not monitored" in note
+
+
+# --- fail closed when the drop rule cannot be applied (review of 2026-11-29) ---------------
+from harness.measurement.clocks import ScriptedClockSource as _Src  # noqa: E402
+from harness.measurement.timing import ScriptedTimer as _Timer, TimingPolicy as _Pol, measure as _measure  # noqa: E402
+
+_ARMS = ("candidate", "baseline", "control")
+
+
+def _run(sm, reasons=None, pol=None, ms=10.0, **kw):
+    pol = pol or _Pol(warmup_ms=100.0, min_samples=40, max_samples=40, min_time_ms=0.0, timeout_s=1e5)
+    mon = ClockMonitor(_Src(sm, reasons=reasons, **kw), hz=200)
+    return _measure({a: (lambda s: None) for a in _ARMS}, n_slots=1, policy=pol, device="cpu",
+                    timer=_Timer({a: ms for a in _ARMS}), monitor=mon)
+
+
+def test_an_idle_only_reference_is_unverified_not_a_pass():
+    m = _run(lambda t: 345.0 if t < 0.6 else 1980.0, lambda t: ("gpu_idle",) if t < 0.6 else ())
+    assert m.clock.reference_mhz == 345.0 and m.throttled and "idle" in m.throttle_note
+
+
+def test_an_idle_reading_without_the_idle_bit_is_caught_by_the_max_clock():
+    m = _run(lambda t: 345.0 if t < 0.6 else 1980.0, max_clock_mhz=1980.0)
+    assert m.throttled and "below 50% of the max SM clock" in m.throttle_note
+
+
+def test_no_reading_in_the_warmup_tail_is_unverified():
+    pol = _Pol(warmup_ms=0.0, min_samples=20, max_samples=3000, min_time_ms=200, timeout_s=1e5)
+    m = _run(lambda t: 1980.0 if t < 0.002 else 600.0, lambda t: () if t < 0.002 else ("hw_slowdown",), pol=pol,
+             ms=0.1)
+    assert m.clock.reference_mhz is None and m.throttled and "no reference clock" in m.throttle_note

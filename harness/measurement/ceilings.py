@@ -238,18 +238,18 @@ def _measure_cuda() -> Ceilings:
 
     n = CUDA_MATMUL_N
     tflops = {}
-    old_tf32 = torch.backends.cuda.matmul.allow_tf32
-    try:
-        for key, dtype, tf32 in (("float16", torch.float16, False), ("bfloat16", torch.bfloat16, False),
-                                 ("float32", torch.float32, False), (TF32_KEY, torch.float32, True)):
-            torch.backends.cuda.matmul.allow_tf32 = tf32
+    from harness.measurement.numerics import apply
+
+    for key, dtype, tf32 in (("float16", torch.float16, False), ("bfloat16", torch.bfloat16, False),
+                             ("float32", torch.float32, False), (TF32_KEY, torch.float32, True)):
+        # numerics.apply restores the caller's exact state (a bare allow_tf32 setter would
+        # rewrite a 'medium' float32_matmul_precision to 'high').
+        with apply({"allow_tf32": tf32}):
             a, b = _random((n, n), dtype, dev), _random((n, n), dtype, dev)
             c = torch.empty((n, n), dtype=dtype, device=dev)
             ms = _cuda_median_ms(functools.partial(torch.mm, a, b, out=c), CUDA_MATMUL_REPS, CUDA_WARMUP)
             tflops[key] = 2.0 * n**3 / (ms * 1e-3) / 1e12
             del a, b, c
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old_tf32
     torch.cuda.empty_cache()
     return Ceilings(device="cuda", fingerprint=device_fingerprint("cuda"), copy_gbps=copy_gbps,
                     matmul_tflops=tflops,

@@ -82,9 +82,11 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     else:
         workspace = max(extras)
     timing = timed_inputs + timed_outs + flush + workspace
-    # The checks after timing hold the timed buffers, a fresh reference and compare()'s
-    # blocks (+ a candidate's workspace during the recheck call).
-    recheck = timed_inputs + timed_outs + ref_out + ref_work + COMPARE_BYTES + max(extras[1:] or [0])
+    # The checks after timing hold the timed buffers; the recheck adds pristine input copies
+    # and two output snapshots, a fresh reference (reference_bytes includes its output),
+    # compare()'s blocks and a candidate's workspace during its call.
+    recheck = (timed_inputs + timed_outs + inputs + 2 * out + ref_work + COMPARE_BYTES
+               + max(extras[1:] or [0]))
     lib = LIBRARY_WORKSPACE_BYTES if cuda else 0
     phases = {"gate": gate + lib, "timing": max(timing, recheck) + lib}
     phase = max(phases, key=phases.get)

@@ -192,6 +192,10 @@ def _read(name: str) -> Any:
         return get()
     except AttributeError:
         return None  # this torch has no such flag
+    except RuntimeError as exc:
+        # torch >= 2.9 refuses the legacy getters once the new fp32_precision API was used:
+        # record that as a state of its own, so a kernel that switches APIs is still caught.
+        return f"unreadable: {str(exc).splitlines()[0]}"
 
 
 def capture() -> NumericState:

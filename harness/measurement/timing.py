@@ -486,6 +486,26 @@ def _auto_replays(warm: Mapping[str, list[float]]) -> int:
 # ------------------------------------------------------------------------------------------
 # The protocol
 # ------------------------------------------------------------------------------------------
+# A reference below this fraction of the GPU's max SM clock is an idle or throttled reading
+# (the H200 idles at 345 of 1980 MHz), never a reference to judge rounds against.
+REFERENCE_MIN_FRACTION = 0.5
+
+
+def _unverified_clocks(ref, monitor) -> str | None:
+    """Why the rounds' clocks could not be checked against a trustworthy reference, or None."""
+    if monitor.error:
+        return f"clock polling stopped early ({monitor.error}): later rounds have no readings of their own"
+    if ref.mhz is None:
+        return "no clock reading in the tail of warm-up: no reference clock (raise [timing] warmup_ms)"
+    if not ref.clean and _clocks.IDLE_REASON in ref.reasons:
+        return f"the only reference available was read while the GPU reported idle ({ref.mhz:.0f} MHz)"
+    max_clock = monitor.limits[0]
+    if max_clock and ref.mhz < REFERENCE_MIN_FRACTION * max_clock:
+        return (f"reference clock {ref.mhz:.0f} MHz is below {REFERENCE_MIN_FRACTION:.0%} of the max SM clock "
+                f"{max_clock:.0f} MHz: an idle or throttled reading")
+    return None
+
+
 def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: TimingPolicy, device: str,
             timer: Timer | None = None, monitor: ClockMonitor | None = None,
             prepare: Mapping[str, Callable[[int], None]] | None = None) -> Measurement:
@@ -687,6 +707,11 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
     elif ref.mhz is not None and not ref.clean and _clocks.ABNORMAL_REASONS.intersection(ref.reasons):
         throttled = True
         throttle_note = f"the GPU stayed throttled through warm-up: {ref.note}"
+    elif monitor is not None:
+        # Fail closed: clocks were monitored but the drop rule could not be applied.
+        unverified = _unverified_clocks(ref, monitor)
+        if unverified:
+            throttled, throttle_note = True, f"clocks unverified: {unverified}"
     if timed_out:
         timing_note = "; ".join(filter(None, [timing_note, "timed out during warm-up: no measured rounds"]))
     return Measurement(

@@ -23,8 +23,9 @@ class Task:
 
 
 def transient(row: dict) -> bool:
-    """An outcome worth measuring again: clocks throttled, or memory was short."""
-    return row["kind"] == "throttled" or (row["kind"] == "skipped" and "predicted_bytes" in row)
+    """An outcome worth measuring again: clocks throttled, memory short, timing cut short."""
+    return row["kind"] == "throttled" or (row["kind"] == "skipped" and ("predicted_bytes" in row
+                                                                          or row.get("undersampled", False)))
 
 
 def _outcomes(rows):

@@ -246,6 +246,16 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, nu
     from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
 
     cand, base, ctl = m.arms[arm_name(spec.name)], m.arms[ARM_BASELINE], m.arms[ARM_CONTROL]
+    kept = min(len(a.samples) for a in (cand, base, ctl))
+    if m.throttled or kept < policy.min_samples:
+        # No number from a measurement the protocol could not vouch for: clocks dropped too
+        # many rounds (or could not be verified), or it stopped before min_samples.
+        kind = "throttled" if m.throttled else "skipped"
+        why = (m.throttle_note if m.throttled else
+               f"timing stopped ({m.stop_reason}) with {kept} kept rounds, fewer than min_samples "
+               f"{policy.min_samples}: raise [timing] timeout_s")
+        return Outcome(kind, {**_base(cfg, spec.name, ctx), "reason": why, "undersampled": kind == "skipped",
+                              "timing": m.to_row(), "policy": policy.as_dict()})
     ms = cand.stats.median
     speedup, lo, hi = m.speedup(candidate=arm_name(spec.name), baseline=ARM_BASELINE)
     control = m.control_ratio
@@ -270,7 +280,6 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, nu
         # On the CPU the "ceilings" are short host measurements on a shared machine, not
         # peaks: fractions are recorded, the reductio is applied on GPUs only.
     rig_noisy = abs(control - 1.0) > policy.control_tolerance
-    kind = "throttled" if m.throttled else "result"
     payload = {
         **_base(cfg, spec.name, ctx),
         "metrics": metrics,
@@ -286,10 +295,7 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, nu
         "kernel_details": details,
         "kernel_sources": {"candidate": _source(spec), "baseline": _source(base_spec)},
     }
-    if kind == "throttled":
-        payload["reason"] = m.throttle_note or (f"{m.n_dropped} of {len(m.rounds)} rounds dropped for clocks "
-                                                f"below {policy.throttle_threshold:.0%} of the reference")
-    return Outcome(kind, payload)
+    return Outcome("result", payload)
 
 
 def _source(spec) -> dict:
