@@ -136,13 +136,24 @@ def test_warm_up_runs_by_time_budget_after_the_priming_round():
 
 
 # -- interleaving, rotation, rounds ---------------------------------------------------------
-def test_rounds_interleave_with_rotated_order():
-    m, timer = run({n: 1.0 for n in ARMS3}, policy(min_samples=9))
-    assert [r.order for r in m.rounds[:3]] == [ARMS3, ARMS3[1:] + ARMS3[:1], ARMS3[2:] + ARMS3[:2]]
+def test_rounds_interleave_through_every_order():
+    m, timer = run({n: 1.0 for n in ARMS3}, policy(min_samples=12, max_samples=12))
+    orders = [r.order for r in m.rounds]
+    assert len(set(orders[:6])) == 6 and orders[6:12] == orders[:6]  # all 3! orders, cycled
     measured = [arm for arm, _ in timer.calls[-3 * len(m.rounds):]]
     assert measured == [a for r in m.rounds for a in r.order]
-    firsts = [r.order[0] for r in m.rounds]
-    assert all(firsts.count(a) == len(m.rounds) // 3 for a in ARMS3)
+    firsts = [o[0] for o in orders]
+    assert all(firsts.count(a) == len(orders) // 3 for a in ARMS3)
+    # and every arm follows every other arm equally often within rounds (carryover balance)
+    follows = [(o[i], o[i + 1]) for o in orders for i in range(2)]
+    assert len({follows.count(p) for p in set(follows)}) == 1 and len(set(follows)) == 6
+
+
+def test_many_arms_fall_back_to_rotations():
+    from harness.measurement.timing import round_orders
+
+    five = ("a", "b", "c", "d", "e")
+    assert round_orders(five) == [five[k:] + five[:k] for k in range(5)]
 
 
 def test_every_call_takes_the_next_slot_of_a_global_rotation():
@@ -176,7 +187,9 @@ def test_measurement_is_frozen_and_serializable():
     row = json.loads(json.dumps(m.to_row()))
     assert row["stop_reason"] == "noise_target" and row["effective_mode"] == "host"
     assert row["arms"]["candidate"]["samples_ms"] == [1.0] * 10
-    assert row["rounds"]["first"][:3] == list(ARMS3)
+    from harness.measurement.timing import round_orders
+
+    assert row["rounds"]["first"][:6] == [o[0] for o in round_orders(ARMS3)]
     assert row["policy"]["throttle_threshold"] == 0.85
 
 

@@ -34,6 +34,7 @@ optionally K replays per sample divided by K.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import time
 from dataclasses import dataclass, fields
@@ -486,6 +487,26 @@ def _auto_replays(warm: Mapping[str, list[float]]) -> int:
 # ------------------------------------------------------------------------------------------
 # The protocol
 # ------------------------------------------------------------------------------------------
+# Up to this many arms every permutation is used in turn (3 arms: 6 orders), so each arm
+# runs first, and follows each other arm, equally often; beyond it, plain rotations.
+MAX_PERMUTED_ARMS = 4
+
+
+def round_orders(names: Sequence[str]) -> list[tuple[str, ...]]:
+    """The arm orders rounds cycle through.
+
+    Rotations alone (ABC, BCA, CAB) put every arm first equally often but not after every
+    other arm equally often: with a candidate, the baseline follows the candidate in two of
+    three rounds and the control follows the baseline in two of three, so whatever one call
+    leaves behind (allocator state, host caches, clocks) lands on baseline and control
+    unequally — a bias in the control arm. Cycling through all permutations balances both.
+    """
+    names = tuple(names)
+    if len(names) <= MAX_PERMUTED_ARMS:
+        return list(itertools.permutations(names))
+    return [names[k:] + names[:k] for k in range(len(names))]
+
+
 # A reference below this fraction of the GPU's max SM clock is an idle or throttled reading
 # (the H200 idles at 345 of 1980 MHz), never a reference to judge rounds against.
 REFERENCE_MIN_FRACTION = 0.5
@@ -561,6 +582,7 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
             before = flush_buf.zero_
         replays = 1
         slot_counter = [0]
+        orders = round_orders(names)
 
         def _before(name: str, slot: int):
             prep = prepare.get(name) if prepare else None
@@ -576,9 +598,7 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
             return both
 
         def run_round(rot: int, record: dict[str, list[float]] | None) -> tuple[float, float, tuple[str, ...], dict]:
-            # Rotate the arm order by the round index: ABC, BCA, CAB, ...
-            k = rot % len(names)
-            order = names[k:] + names[:k]
+            order = orders[rot % len(orders)]
             out: dict[str, float] = {}
             t0 = timer.now_s()
             for name in order:
