@@ -14,8 +14,10 @@ Protocol, step by step (each step is marked ``# step N`` in ``measure``):
 5. Take the reference SM clock from the tail of warm-up (under load, not idle, not
    throttled); extend the warm-up (at most ``WARMUP_MAX_EXTENSIONS`` times) while no clean
    reading exists, so the reference is never an idle or throttled clock.
-6. Measure in rounds. Round r runs every arm once, in an order rotated by r (ABC, BCA,
-   CAB, ...) so drift hits all arms alike and no arm always runs first. Each call uses the
+6. Measure in rounds. Round r runs every arm once, in the r-th of ``round_orders`` (every
+   permutation in turn for up to four arms) so drift hits all arms alike and no arm always
+   runs first or always follows the same arm. Before each call, outside the timed window,
+   the caller's ``prepare`` runs (the sweep poisons the output there). Each call uses the
    next input slot of a global rotation (see ``rotation_slots``). Each round records its
    (t0, t1) so the monitor can attribute clocks to it.
 7. Stop adaptively: after ``min_samples`` kept rounds and ``min_time_ms`` of measured time,
