@@ -12,6 +12,11 @@ from kernels._registry import kernel
 _HALF = ("float16", "bfloat16")
 
 
+def _out_copy_bytes(cfg):
+    """SDPA returns a new tensor; copying it into `out` needs one output-sized buffer."""
+    return cfg.batch * cfg.heads * cfg.q_len * cfg.head_dim * cfg.elem_bytes
+
+
 def _call(q, k, v, out, causal, scale, backend):
     import torch.nn.functional as F
 
@@ -51,15 +56,11 @@ def backend_used(q, k, v, *, causal, scale) -> dict:
 
 
 @kernel("sdpa", workloads=("attention", "decode"), dtypes=("float16", "bfloat16", "float32"),
-        memory=lambda cfg: _out_copy_bytes(cfg), numerics={"backend": "torch default dispatch"},
+        memory=_out_copy_bytes, numerics={"backend": "torch default dispatch"},
         describe=backend_used)
 def sdpa(q, k, v, out, *, causal, scale):
     """torch SDPA, default backend selection."""
     _call(q, k, v, out, causal, scale, None)
-
-
-def _out_copy_bytes(cfg):
-    return cfg.batch * cfg.heads * cfg.q_len * cfg.head_dim * cfg.elem_bytes
 
 
 @kernel("sdpa_flash", workloads=("attention", "decode"), dtypes=_HALF, devices=("cuda",),

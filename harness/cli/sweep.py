@@ -24,7 +24,7 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
     from harness.measurement.device import detect_device, env_summary
     from harness.reporting.progress import SweepProgress
     from harness.reporting.render import render_sweep_summary
-    from harness.sweep.loop import check_kernels_usable, sweep as do_sweep
+    from harness.sweep.loop import sweep as do_sweep
 
     if device not in ("auto", "cpu", "cuda"):
         raise UserError(f"--device {device!r}: use auto, cuda or cpu")
@@ -32,11 +32,6 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
         dev = detect_device() if device == "auto" else device
         if dev == "cuda" and detect_device() != "cuda":
             raise UserError("--device cuda but torch sees no GPU: use --device cpu or run on a GPU machine")
-        check_kernels_usable(ln, dev)  # before anything is measured or written
-        ceilings = None
-        if not no_ceilings:
-            from harness.sweep.ceilings import current_ceilings
-
-            ceilings, _ = current_ceilings(ln.root, device=dev)
-        summary = do_sweep(ln, dev, env_summary(dev), ceilings=ceilings, progress=SweepProgress(ln.reg.line))
+        summary = do_sweep(ln, dev, env_summary(dev), with_ceilings=not no_ceilings,
+                           progress=SweepProgress(ln.reg.line))
     render_sweep_summary(summary.as_dict())

@@ -167,12 +167,14 @@ def device_fingerprint(device: str | None = None) -> dict:
     import torch
 
     if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        from harness.measurement.device import detect_device
+
+        device = detect_device()
     if device == "cuda":
-        from harness.measurement.device import _driver_version
+        from harness.measurement.device import driver_version
 
         return {"device": "cuda", "name": torch.cuda.get_device_name(torch.cuda.current_device()),
-                "driver": _driver_version(), "cuda": torch.version.cuda, "torch": torch.__version__}
+                "driver": driver_version(), "cuda": torch.version.cuda, "torch": torch.__version__}
     if device != "cpu":
         raise UserError(f"unknown device {device!r}: use 'cuda' or 'cpu'")
     return {"device": "cpu", "name": _cpu_name(), "driver": None, "cuda": None, "torch": torch.__version__}

@@ -50,7 +50,7 @@ def env_summary(device: str) -> dict:
             "gpu_memory_bytes": props.total_memory,
             "cuda": torch.version.cuda,
             "cudnn": torch.backends.cudnn.version(),
-            "driver": _driver_version(),
+            "driver": driver_version(),
         })
     else:
         env.update({"gpu": None, "cpu": platform.processor() or platform.machine(),
@@ -58,7 +58,7 @@ def env_summary(device: str) -> dict:
     return env
 
 
-def _driver_version() -> str | None:
+def driver_version() -> str | None:
     try:
         import pynvml
 

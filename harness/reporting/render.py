@@ -97,7 +97,7 @@ def render_sweep_summary(summary: dict) -> None:
     c = console()
     counts = ", ".join(f"{k}: {n}" for k, n in sorted(summary["counts"].items())) or "nothing run"
     c.print(f"sweep of line [bold]{summary['line']}[/] at {summary['commit'][:12]} — {counts}"
-            + (f"; {summary['resumed']} already done at this commit" if summary.get("resumed") else ""))
+            + (f"; {summary['resumed']} already done at this commit on this device" if summary.get("resumed") else ""))
     if summary.get("rejections"):
         c.print("  correctness rejections by reason: "
                 + ", ".join(f"{k}: {n}" for k, n in sorted(summary["rejections"].items())))

@@ -62,9 +62,18 @@ def check_kernels_usable(line: Line, device: str) -> None:
                             f"track (ignored?): commit it so the ledger's commit stamp covers the code")
 
 
-def sweep(line: Line, device: str, env: dict, *, ceilings: dict | None, progress=None) -> SweepSummary:
-    """Run every open (config, candidate) pair of the line and append one outcome row each."""
+def sweep(line: Line, device: str, env: dict, *, with_ceilings: bool = True, progress=None) -> SweepSummary:
+    """Run every open (config, candidate) pair of the line and append one outcome row each.
+
+    Every refusal comes before the first write: kernels are checked, then the device's
+    ceilings are looked up (measured and stored only if this device has none yet).
+    """
     check_kernels_usable(line, device)
+    ceilings = None
+    if with_ceilings:
+        from harness.sweep.ceilings import current_ceilings
+
+        ceilings, _ = current_ceilings(line.root, device=device)
     ctx = context(line, device, ceilings)
     stamp = line.stamp(env).fields()
     key = measured_on(stamp)
