@@ -255,3 +255,48 @@ def test_ceilings_are_stored_once_per_device_and_need_a_clean_tree(repo):
     dirty = run_bench(repo, "ceilings", "--force")
     assert dirty.returncode == 2 and "scratch.py" in dirty.stderr
     assert len(read_rows(repo / "ledger" / "_device_ceilings.jsonl")) == 1
+
+
+def test_a_candidate_that_cannot_run_here_refuses_the_sweep_before_any_write(repo):
+    p = repo / "registrations" / "tiny.toml"
+    p.write_text(p.read_text().replace('candidate = "sdpa"', 'candidates = ["sdpa", "cublas_stack"]'))
+    git(repo, "commit", "-qam", "a GPU-only candidate")
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    r = run_bench(repo, "sweep", "tiny")
+    assert r.returncode == 2 and "candidate 'cublas_stack' cannot run on this machine" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert kinds(repo) == ["registered"] and not (repo / "ledger" / "_device_ceilings.jsonl").exists()
+
+
+def test_never_measured_pairs_refuse_the_verdict_unless_the_bar_allows_missing(repo):
+    from harness.governance.ledger import Ledger
+
+    p = repo / "registrations" / "tiny.toml"
+    allow = p.read_text().replace("include_noisy = true", "include_noisy = true\nallow_missing = true")
+    (repo / "registrations" / "tiny2.toml").write_text(allow)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "a second line that allows missing pairs")
+    for line in ("tiny", "tiny2"):
+        assert run_bench(repo, "register", line).returncode == 0
+        assert run_bench(repo, "sweep", line).returncode == 0
+        # the last config's result is replaced by a memory skip measured at the same place
+        last = [x for x in read_rows(repo / "ledger" / f"{line}.jsonl") if x["kind"] == "result"][-1]
+        keep = ("commit", "registration_sha256", "registration_commit", "harness_version", "env", "config",
+                "config_key", "candidate", "baseline")
+        Ledger(repo, line).append("skipped", {**{k: last[k] for k in keep}, "predicted_bytes": 2, "available_bytes": 1,
+                                              "reason": "predicted peak > available"})
+    refused = run_bench(repo, "verdict", "tiny")
+    assert refused.returncode == 2 and "never measured (skipped: 1)" in refused.stderr
+    assert read_rows(repo / "ledger" / "tiny.jsonl")[-1]["kind"] == "skipped"  # nothing written
+    allowed = run_bench(repo, "verdict", "tiny2")
+    assert allowed.returncode == 0, allowed.stderr
+    assert read_rows(repo / "ledger" / "tiny2.jsonl")[-1]["excluded"] == {"skipped": 1}
+
+
+def test_a_registration_inside_the_ledger_directory_is_refused(repo):
+    (repo / "ledger" / "sneaky.toml").write_text((repo / "registrations" / "tiny.toml").read_text())
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "registration in ledger/")
+    r = run_bench(repo, "register", "ledger/sneaky.toml")
+    assert r.returncode == 2 and "cannot live in ledger/" in r.stderr
+    assert not (repo / "ledger" / "sneaky.jsonl").exists()
