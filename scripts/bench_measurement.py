@@ -42,6 +42,33 @@ def large_configs(device):
             for n in ns]
 
 
+def control_by_order(timing_row):
+    """Baseline/control median ratio split by whether the control ran after the baseline.
+
+    Diagnoses an order effect (what one call leaves behind for the next): with balanced
+    round orders the two halves may differ while the overall control stays near 1.
+    Reconstructs each round's order from ``round_orders`` (valid when no round was dropped).
+    """
+    from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, round_orders
+
+    arms = timing_row["arms"]
+    if timing_row.get("n_dropped") or ARM_CONTROL not in arms:
+        return None
+    orders = round_orders(list(arms))
+    b, c = arms[ARM_BASELINE]["samples_ms"], arms[ARM_CONTROL]["samples_ms"]
+    split = {True: ([], []), False: ([], [])}
+    for i, (x, y) in enumerate(zip(b, c)):
+        o = orders[i % len(orders)]
+        after = o.index(ARM_CONTROL) > o.index(ARM_BASELINE)
+        split[after][0].append(x)
+        split[after][1].append(y)
+    out = {}
+    for after, (xs, ys) in split.items():
+        if xs:
+            out["after" if after else "before"] = statistics.median(xs) / statistics.median(ys)
+    return out
+
+
 def run_grid(configs, reg, device, timing, seeds, families):
     from harness.sweep.run import SweepContext, run_config
 
@@ -70,6 +97,9 @@ def run_grid(configs, reg, device, timing, seeds, families):
                            poll_hz=clock.get("poll_hz"), reference_mhz=clock.get("reference_mhz"),
                            min_mhz=clock.get("min_mhz"), dropped=t.get("n_dropped"), rounds=t.get("n_rounds"),
                            stop=t.get("stop_reason"), clock_note=t.get("clock_note"))
+                split = control_by_order(t)
+                if split:
+                    row.update(ctrl_after_base=split.get("after"), ctrl_before_base=split.get("before"))
             else:
                 row.update(reason=p.get("reason"))
             rows.append(row)
@@ -156,7 +186,8 @@ def main():
     # tests/test_measurement_gpu.py's graph test on 2026-11-29).
     if device == "cuda":
         graph = run_grid(configs, reg, device, {**timing, "mode": "graph"}, reg.seeds[:1], reg.families[:1])
-        report["graph_control"] = [{"config": r["config"], "control": r.get("control")} for r in graph]
+        report["graph_control"] = [{k: r.get(k) for k in ("config", "control", "ctrl_after_base", "ctrl_before_base",
+                                                           "ms", "baseline_ms", "rounds")} for r in graph]
     if args.large:
         from harness.governance.registration import Registration  # noqa: F401  (type only)
 
@@ -170,7 +201,8 @@ def main():
     (out_dir / "measurement.json").write_text(json.dumps(report, indent=1, default=str))
     md = [f"# measurement benchmark — {report['gpu'] or 'CPU'}",
           "## example grid (control, VRAM, clocks, wall)",
-          md_table(report["example_grid"], ["config", "kind", "control", "speedup", "ms", "predicted", "measured",
+          md_table(report["example_grid"], ["config", "kind", "control", "ctrl_after_base", "ctrl_before_base",
+                                            "speedup", "ms", "predicted", "measured",
                                             "vram_err", "poll_hz", "reference_mhz", "min_mhz", "dropped", "rounds",
                                             "stop", "wall_s"]),
           "## control summary", json.dumps(report["control_summary"]),
@@ -179,7 +211,8 @@ def main():
           "## harness vs do_bench on ms-scale configs",
           md_table(report["do_bench_large"], ["config", "kernel", "harness_ms", "do_bench_ms", "diff"])]
     if "graph_control" in report:
-        md += ["## control in graph mode", md_table(report["graph_control"], ["config", "control"])]
+        md += ["## control in graph mode", md_table(report["graph_control"], [
+            "config", "control", "ctrl_after_base", "ctrl_before_base", "ms", "baseline_ms", "rounds"])]
     if args.large:
         md += ["## large grid (VRAM model)", md_table(report["large_grid"], [
             "config", "kind", "predicted", "measured", "vram_err", "ms", "baseline_ms", "wall_s", "reason"])]

@@ -85,6 +85,22 @@ def test_inputs_deterministic_fresh_per_seed_and_cast_from_float32():
         make_inputs(cfg, 0, "nope")
 
 
+def test_counter_based_generator_is_the_specified_hash_and_chunk_independent():
+    from harness.workloads import inputs as I
+
+    key = I._stream_key(12345, "k")
+    idx = torch.arange(1, 9, dtype=torch.int64)
+    z = I._splitmix64(idx * I._GOLDEN + key)
+    assert [int(x) % (1 << 64) for x in z] == [I.splitmix64_reference(key, i) for i in range(8)]
+    whole = I._normals(key, 0, 1000, "cpu")
+    parts = torch.cat([I._normals(key, s, n, "cpu") for s, n in ((0, 7), (7, 500), (507, 493))])
+    assert torch.equal(whole, parts)  # element i depends on i alone, not on the chunking
+    x = I._normals(key, 0, 1 << 20, "cpu").double()
+    assert abs(float(x.mean())) < 0.005 and abs(float(x.std()) - 1) < 0.005
+    assert abs(float((x ** 4).mean()) - 3) < 0.05  # normal kurtosis, not a uniform's 1.8
+    assert float(x.abs().max()) > 4
+
+
 def test_fill_inputs_keeps_pointers():
     cfg = cfg_of(workload="decode", dtype="float16", causal=False)
     q, k, v = make_inputs(cfg, 0, "normal")
@@ -390,6 +406,12 @@ def test_gpu_side_stream_check_and_identical_inputs():
     cfg = cfg_of(dtype="float16", seq_len=256)
     q, k, v = make_inputs(cfg, 0, "outliers", device="cuda")
     assert all(torch.equal(a.cpu(), b) for a, b in zip((q, k, v), make_inputs(cfg, 0, "outliers")))
+    # Bit-identical in float32 too, over several million draws (the log/cos of the GPU and
+    # the CPU may differ in float64's last bit; the float32 rounding must absorb it).
+    for fam in FAMILIES:
+        big = cfg_of(dtype="float32", seq_len=8192, heads=8, kv_heads=4, head_dim=64)
+        on_gpu = make_inputs(big, 1, fam, device="cuda")
+        assert all(torch.equal(a.cpu(), b) for a, b in zip(on_gpu, make_inputs(big, 1, fam))), fam
     out = torch.empty_like(q)
     why = side_stream_check(zoo.side_stream, q, k, v, out, causal=True, scale=cfg.scale)
     assert why and "stream" in why

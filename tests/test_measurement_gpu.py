@@ -57,6 +57,20 @@ def arms_for(fn):
     return {"candidate": fn, "baseline": fn, "control": lambda s: fn(s)}
 
 
+def _control_by_order(m):
+    """Baseline/control median ratio over rounds where the control ran after / before the
+    baseline: tells an order effect from a steady bias when the control fails."""
+    import statistics
+
+    split = {"after": ([], []), "before": ([], [])}
+    for r in m.rounds:
+        if not r.dropped:
+            key = "after" if r.order.index("control") > r.order.index("baseline") else "before"
+            split[key][0].append(r.samples["baseline"])
+            split[key][1].append(r.samples["control"])
+    return {k: statistics.median(b) / statistics.median(c) for k, (b, c) in split.items() if b}
+
+
 def test_nvml_reads_real_clocks_during_a_timing_run():
     fn, slots = matmul_kernel()
     m = measure(arms_for(fn), n_slots=slots, policy=policy("hot"), device=DEV)
@@ -112,7 +126,8 @@ def test_cold_hot_graph(kernel):
 def test_control_arm_agrees_with_baseline(kernel, mode):
     fn, slots = KERNELS[kernel]()
     m = measure(arms_for(fn), n_slots=slots, policy=policy(mode, min_time_ms=500.0), device=DEV)
-    assert m.control_ok, (m.control_ratio, {n: a.stats for n, a in m.arms.items()})
+    assert m.control_ok, (m.control_ratio, _control_by_order(m), m.graph_replays,
+                          {n: a.stats for n, a in m.arms.items()})
     r, lo, hi = m.speedup()
     assert lo <= 1.0 + m.policy.control_tolerance and hi >= 1.0 - m.policy.control_tolerance, (r, lo, hi)
 

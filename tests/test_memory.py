@@ -38,7 +38,22 @@ def test_cold_mode_on_cuda_adds_flush_outputs_and_library_workspace():
     assert pred.breakdown["timing_phase"] == timing
     assert pred.breakdown["flush"] == max(4 * H200_L2, 256 * 2**20)
     gate = max(3 * (inputs + out) + math.prod(CFG.shapes()[0]) * 8 + stack, gate_bytes(CFG))
-    assert pred.peak_bytes == max(gate, timing, pred.breakdown["recheck_phase"]) + memory.LIBRARY_WORKSPACE_BYTES
+    assert pred.peak_bytes == max(gate, timing, pred.breakdown["recheck_phase"],
+                                  pred.breakdown["generation_phase"]) + memory.LIBRARY_WORKSPACE_BYTES
+
+
+def test_generation_scratch_is_bounded_and_counted():
+    from harness.workloads.inputs import GEN_BYTES_PER_ELEM, GEN_CHUNK, generation_bytes
+
+    big = Config("decode", 64, 32, 8, 32768, 128, "float16", False)
+    assert generation_bytes(big) == GEN_BYTES_PER_ELEM * GEN_CHUNK        # chunked: not 2 G elements
+    tiny = Config("attention", 1, 2, 2, 64, 16, "float16", False)
+    assert generation_bytes(tiny) == GEN_BYTES_PER_ELEM * 2 * 64 * 16      # the largest tensor
+    specs = [get_kernel("torch_stack"), get_kernel("sdpa")]
+    pred = memory.predict(big, specs, TimingPolicy(mode="hot"), "cuda", l2_bytes=H200_L2)
+    b = pred.breakdown
+    timed = b["n_slots"] * b["inputs_per_slot"] + b["n_slots"] * b["n_arms"] * b["out"]
+    assert b["generation_phase"] == timed + generation_bytes(big)
 
 
 def test_cpu_has_no_flush_or_library_workspace():

@@ -52,6 +52,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     from harness.measurement.correctness import COMPARE_BYTES, gate_bytes
     from harness.measurement.reference import reference_bytes
     from harness.measurement.timing import device_l2_bytes, flush_bytes
+    from harness.workloads.inputs import generation_bytes
 
     qs, ks, _ = cfg.shapes()
     es = cfg.elem_bytes
@@ -88,12 +89,15 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     recheck = (timed_inputs + timed_outs + inputs + 2 * out + ref_work + COMPARE_BYTES
                + max(extras[1:] or [0]))
     lib = LIBRARY_WORKSPACE_BYTES if cuda else 0
-    phases = {"gate": gate + lib, "timing": max(timing, recheck) + lib}
+    # Inputs are drawn on the device (workloads.inputs): the gate draws into fresh buffers,
+    # the recheck redraws into the timed ones while every arm's outputs are alive.
+    generation = timed_inputs + timed_outs + generation_bytes(cfg)
+    phases = {"gate": gate + lib, "timing": max(timing, recheck) + lib, "generation": generation + lib}
     phase = max(phases, key=phases.get)
     breakdown = {"inputs_per_slot": inputs, "out": out, "n_slots": n_slots, "n_arms": n_arms,
                  "flush": flush, "reference": ref_work + ref_out, "kernel_workspace": dict(zip(
                      [s.name for s in specs], extras)), "gate_phase": gate, "timing_phase": timing,
-                 "recheck_phase": recheck, "library_workspace": lib}
+                 "recheck_phase": recheck, "generation_phase": generation, "library_workspace": lib}
     return MemoryPrediction(int(phases[phase]), phase, breakdown)
 
 

@@ -4,15 +4,20 @@ Random standard-normal inputs let a hollow kernel pass: softmax averages errors 
 small outputs hide inside an absolute tolerance (seed 000: a kernel with no softmax at all
 "produced finite plausible-looking floats"). Each family below defeats one shortcut.
 
-Inputs are generated on the CPU in float32 from a ``torch.Generator`` seeded by
-(seed, family, config) and only then cast and moved, so the CPU and every GPU see
-bit-identical inputs, and a fresh generator per call makes each seed reproducible alone.
+Inputs are generated where they are used, from a counter-based generator (``_normals``):
+element i of a tensor is a pure function of (seed, family, config, tensor, i), computed in
+integer arithmetic and float64, then rounded to float32 and to the dtype. So the CPU and
+every GPU see the same inputs, each seed is reproducible alone, and a 32k-token decode
+cache (billions of elements) is drawn on the GPU in a fraction of a second instead of
+half a minute of CPU randn per check. The families' few extra draws (outlier positions,
+one-hot columns) come from a seeded CPU ``torch.Generator``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 
 from harness.errors import UserError
 from harness.workloads import Config
@@ -83,18 +88,120 @@ def outlier_rows(rows: int, every: int) -> list[int]:
     return list(range(rows - 1, -1, -stride))
 
 
-def _generate(cfg: Config, seed: int, family: str):
-    """q, k, v as CPU float32 tensors for (cfg, seed, family)."""
+# The counter-based generator: splitmix64 (Steele, Lea, Flood 2014) over the element
+# index, Box-Muller on the hash's two 32-bit halves in float64. Integer steps are exact
+# everywhere (int64 arithmetic wraps modulo 2^64 in torch on the CPU and on CUDA); log/cos
+# are float64 library calls whose rare last-bit differences between devices vanish in the
+# rounding to float32 (tests compare CPU and GPU draws bit for bit on the device).
+_GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)   # splitmix64's increment, as a signed int64
+_MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)
+_MIX2 = 0x94D049BB133111EB - (1 << 64)
+_MASK32 = 0xFFFFFFFF
+# Elements per generation step: bounds the temporaries (GEN_BYTES_PER_ELEM each) to
+# 128 MiB whatever the tensor size, while keeping a 2-billion-element KV cache to ~500
+# steps of a few elementwise kernels each.
+GEN_CHUNK = 1 << 22
+# Peak live bytes per element inside _normals (the int64 state, one int64 temporary, two
+# float64 uniforms), plus the float32 draw and its cast: see the in-place steps there.
+GEN_BYTES_PER_ELEM = 8 + 8 + 8 + 8 + 4 + 2
+
+
+def generation_bytes(cfg: Config) -> int:
+    """Peak device scratch of generating ``cfg``'s inputs (the VRAM model adds it)."""
+    qs, ks, _ = cfg.shapes()
+    return GEN_BYTES_PER_ELEM * min(GEN_CHUNK, max(math.prod(qs), math.prod(ks)))
+
+
+def _srl_(z, s: int):
+    """Logical right shift of an int64 tensor, as a new tensor (torch's >> is arithmetic)."""
+    return (z >> s).bitwise_and_((1 << (64 - s)) - 1)
+
+
+def _splitmix64_(z):
+    """splitmix64's finalizer, in place on an int64 tensor (one temporary at a time)."""
+    for shift, mul in ((30, _MIX1), (27, _MIX2), (31, None)):
+        t = _srl_(z, shift)
+        z.bitwise_xor_(t)
+        del t
+        if mul is not None:
+            z.mul_(mul)
+    return z
+
+
+def _splitmix64(z):
+    return _splitmix64_(z.clone())
+
+
+def splitmix64_reference(key: int, i: int) -> int:
+    """The same hash in Python integers, unsigned (tests pin the tensor version to it)."""
+    m = (1 << 64) - 1
+    z = (key + (i + 1) * (_GOLDEN % (1 << 64))) & m
+    z = ((z ^ (z >> 30)) * (_MIX1 % (1 << 64))) & m
+    z = ((z ^ (z >> 27)) * (_MIX2 % (1 << 64))) & m
+    return z ^ (z >> 31)
+
+
+def _stream_key(base: int, name: str) -> int:
+    """A 63-bit key per (input seed, tensor): q, k and v never share a stream."""
+    return int.from_bytes(hashlib.sha256(f"{base}|{name}".encode()).digest()[:8], "little") & ((1 << 63) - 1)
+
+
+def _normals(key: int, start: int, count: int, device):
+    """Standard normals for element indices [start, start + count) of stream ``key``, float32.
+
+    In place wherever possible, so at most GEN_BYTES_PER_ELEM bytes per element are live.
+    """
+    import torch
+
+    z = torch.arange(start + 1, start + count + 1, dtype=torch.int64, device=device)
+    _splitmix64_(z.mul_(_GOLDEN).add_(key))
+    t = _srl_(z, 32)
+    u1 = t.to(torch.float64)                        # high 32 bits
+    del t
+    u1.add_(0.5).mul_(2.0 ** -32)                   # (0, 1): log never sees 0
+    r = u1.log_().mul_(-2.0).sqrt_()
+    t = z.bitwise_and_(_MASK32)                     # low 32 bits, in z's storage
+    theta = t.to(torch.float64)
+    del t, z
+    # (z·2^-32)·2π and z·(2π·2^-32) round to the same float64: the power of two is exact.
+    theta.mul_(2.0 * math.pi * 2.0 ** -32).cos_().mul_(r)
+    del r
+    return theta.to(torch.float32)
+
+
+def _fill_normal_(t, key: int, mean_std: tuple[float, float] | None = None) -> None:
+    """Write the stream's normals into ``t`` (contiguous, any float dtype) chunk by chunk.
+
+    ``mean_std`` is applied in float32 before the cast, as two roundings (x·std, then
+    + mean): the values do not depend on the dtype or the chunking.
+    """
+    flat = t.view(-1)
+    n = flat.numel()
+    for s in range(0, n, GEN_CHUNK):
+        e = min(n, s + GEN_CHUNK)
+        x = _normals(key, s, e - s, t.device)
+        if mean_std is not None:
+            x.mul_(mean_std[1]).add_(mean_std[0])
+        flat[s:e] = x
+        del x
+
+
+def _fill(q, k, v, cfg: Config, seed: int, family: str) -> None:
+    """Write (cfg, seed, family)'s inputs into contiguous q, k, v (any float dtype, any device)."""
     import torch
 
     _check_family(family)
+    base = input_seed(cfg, seed, family)
     gen = torch.Generator(device="cpu")
-    gen.manual_seed(input_seed(cfg, seed, family))
-    qs, ks, _ = cfg.shapes()
-    q = torch.randn(qs, generator=gen, dtype=torch.float32)
-    k = torch.randn(ks, generator=gen, dtype=torch.float32)
-    v = torch.randn(ks, generator=gen, dtype=torch.float32)
+    gen.manual_seed(base)
+    dev = q.device
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _fill_normal_(t, _stream_key(base, name), DISTINCT[name] if family == "distinct" else None)
     d = cfg.head_dim
+
+    def as_dtype(x, t):
+        # Values are formed in float32 (as the draw), then rounded once to t's dtype.
+        return x.to(torch.float32).to(t.dtype).to(dev)
 
     if family == "outliers":
         q_val = OUTLIER_Q * (d / OUTLIER_HEAD_DIM) ** 0.5
@@ -103,15 +210,17 @@ def _generate(cfg: Config, seed: int, family: str):
             rows = torch.tensor(outlier_rows(flat.shape[0], every), dtype=torch.long)
             cols = torch.randint(0, d, (rows.numel(),), generator=gen)
             signs = torch.randint(0, 2, (rows.numel(),), generator=gen).float() * 2 - 1
-            flat[rows, cols] = signs * val
+            flat[rows.to(dev), cols.to(dev)] = as_dtype(signs * val, t)
     elif family == "large_logits":
         # Column c of every kv head has one target key t_c (spread over the sequence, t_0 = 0
         # so the first causal query has one); query row i is beta·e_c for a column whose target
         # it can see, so its top logit is LARGE_LOGIT and every other is at most half of it.
+        # (±LARGE_K_CLAMP and LARGE_K_TARGET are exact in every dtype: clamping after the
+        # cast equals clamping before it.)
         nk, nq = cfg.seq_len, cfg.q_len
         k.clamp_(-LARGE_K_CLAMP, LARGE_K_CLAMP)
         targets = (torch.arange(d) * nk) // d
-        k[:, :, targets, torch.arange(d)] = LARGE_K_TARGET
+        k[:, :, targets.to(dev), torch.arange(d, device=dev)] = LARGE_K_TARGET
         beta = LARGE_LOGIT / (LARGE_K_TARGET * cfg.scale)
         off = nk - nq
         # Columns whose target row i can see: targets are increasing, so a prefix 0..n_i-1.
@@ -121,20 +230,19 @@ def _generate(cfg: Config, seed: int, family: str):
         u = torch.rand(cfg.batch, cfg.heads, nq, generator=gen)
         cols = torch.minimum((u * n_vis).long(), n_vis - 1)
         q.zero_()
-        q.scatter_(3, cols.unsqueeze(-1), beta)
-    elif family == "distinct":
-        for t, name in ((q, "q"), (k, "k"), (v, "v")):
-            mean, std = DISTINCT[name]
-            t.mul_(std).add_(mean)
-    return q, k, v
+        q.scatter_(3, cols.unsqueeze(-1).to(dev), as_dtype(torch.tensor(beta), q).expand(*cols.shape, 1))
 
 
 def make_inputs(cfg: Config, seed: int, family: str = "normal", device: str = "cpu"):
     """Fresh (q, k, v) of ``cfg``'s shapes and dtype on ``device``, identical on every device."""
     import torch
 
+    _check_family(family)
     dtype = getattr(torch, cfg.dtype)
-    return tuple(t.to(dtype).to(device).contiguous() for t in _generate(cfg, seed, family))
+    qs, ks, _ = cfg.shapes()
+    q, k, v = (torch.empty(s, dtype=dtype, device=device) for s in (qs, ks, ks))
+    _fill(q, k, v, cfg, seed, family)
+    return q, k, v
 
 
 def fill_inputs_(q, k, v, cfg: Config, seed: int, family: str = "normal") -> None:
@@ -143,8 +251,9 @@ def fill_inputs_(q, k, v, cfg: Config, seed: int, family: str = "normal") -> Non
     for name, t, shape in (("q", q, qs), ("k", k, ks), ("v", v, ks)):
         if tuple(t.shape) != tuple(shape):
             raise ValueError(f"{name} has shape {tuple(t.shape)}, config {cfg.key()} needs {shape}")
-    for dst, src in zip((q, k, v), _generate(cfg, seed, family)):
-        dst.copy_(src.to(dst.dtype))
+        if not t.is_contiguous():
+            raise ValueError(f"{name} is not contiguous: fill_inputs_ writes the flat buffer")
+    _fill(q, k, v, cfg, seed, family)
 
 
 def boundary_configs(cfg: Config) -> list[Config]:
