@@ -127,10 +127,30 @@ def do_bench_compare(configs, device, timing):
 
             m = measure({name: call}, n_slots=1, policy=policy, device=device)
             ours = m.arms[name].stats.median
+            clock = {"harness_mean_mhz": m.clock.mean_mhz if m.clock else None,
+                     "harness_power_w": m.clock.power_max_w if m.clock else None}
             if device == "cuda":
                 import triton.testing
 
+                from harness.measurement.clocks import open_monitor
+                from harness.measurement.timing import HostTimer
+
+                # The same NVML monitor around do_bench: when the two medians differ, the SM
+                # clock each protocol ran at says whether the timer or the GPU differs.
+                mon, _ = open_monitor(device)
+                host = HostTimer()
+                if mon is not None:
+                    mon.start(host)
+                t0 = host.now_s()
                 theirs = triton.testing.do_bench(call, warmup=100, rep=500, return_mode="median")
+                t1 = host.now_s()
+                if mon is not None:
+                    mon.stop()
+                    sm = [r.sm_mhz for r in mon.during(t0, t1) if r.sm_mhz]
+                    pw = [r.power_w for r in mon.during(t0, t1) if getattr(r, "power_w", None)]
+                    clock.update(do_bench_mean_mhz=statistics.fmean(sm) if sm else None,
+                                 do_bench_power_w=max(pw) if pw else None)
+                    mon.source.close()
             else:
                 ts = []
                 for _ in range(30):
@@ -139,7 +159,7 @@ def do_bench_compare(configs, device, timing):
                     ts.append((time.perf_counter_ns() - t0) / 1e6)
                 theirs = statistics.median(ts)
             out.append({"config": cfg.key(), "kernel": name, "harness_ms": ours, "do_bench_ms": theirs,
-                        "diff": ours / theirs - 1})
+                        "diff": ours / theirs - 1, **clock})
     return out
 
 
@@ -209,7 +229,9 @@ def main():
           "## harness vs triton.testing.do_bench (median ms)",
           md_table(report["do_bench"], ["config", "kernel", "harness_ms", "do_bench_ms", "diff"]),
           "## harness vs do_bench on ms-scale configs",
-          md_table(report["do_bench_large"], ["config", "kernel", "harness_ms", "do_bench_ms", "diff"])]
+          md_table(report["do_bench_large"], ["config", "kernel", "harness_ms", "do_bench_ms", "diff",
+                                              "harness_mean_mhz", "do_bench_mean_mhz", "harness_power_w",
+                                              "do_bench_power_w"])]
     if "graph_control" in report:
         md += ["## control in graph mode", md_table(report["graph_control"], [
             "config", "control", "ctrl_after_base", "ctrl_before_base", "ms", "baseline_ms", "rounds"])]

@@ -82,9 +82,9 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
                           f"(free memory less a {memory.MEMORY_MARGIN:.0%} margin)"}))
         return out
 
-    memory.reset_peak(ctx.device)
+    held = memory.reset_peak(ctx.device)
     try:
-        out.extend(_gate_and_time(cfg, base_spec, runnable, ctx, policy, pred))
+        out.extend(_gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held))
     except Exception as exc:
         if not memory.is_oom(exc):
             raise
@@ -99,7 +99,7 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
     return out
 
 
-def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred) -> list[Outcome]:
+def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Outcome]:
     from harness.measurement import memory
     from harness.measurement.correctness import gate, recheck_in_place
     from harness.measurement.numerics import NumericState, apply, capture, diff
@@ -146,7 +146,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred) -> list[Outcome]
             return out
 
         m, slots, outs = _time(cfg, base_spec, timed, ctx, policy)
-        measured_peak = memory.peak_bytes(ctx.device)
+        measured_peak = memory.peak_bytes(ctx.device, held)
         seed = ctx.seeds[0] + RECHECK_SEED_OFFSET
         for spec in timed:
             bad = _timed_output_failure(cfg, slots, outs[arm_name(spec.name)], ctx)
@@ -166,7 +166,8 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred) -> list[Outcome]
                                                  "gate": gates[spec.name].to_row()}))
                 continue
             details = {"candidate": spec.details(*slots[0], cfg), "baseline": base_spec.details(*slots[0], cfg)}
-            out.append(_result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, numerics, details))
+            out.append(_result(cfg, spec, base_spec, ctx, policy, m, gates, pred, (measured_peak, held), numerics,
+                               details))
     return out
 
 
@@ -242,7 +243,7 @@ def arm_name(kernel: str) -> str:
     return f"candidate:{kernel}"
 
 
-def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, numerics, details) -> Outcome:
+def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, details) -> Outcome:
     from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
 
     cand, base, ctl = m.arms[arm_name(spec.name)], m.arms[ARM_BASELINE], m.arms[ARM_CONTROL]
@@ -287,8 +288,9 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, measured_peak, nu
         "policy": policy.as_dict(),
         "rig_noisy": rig_noisy,
         "impossible": impossible,
-        "memory": {"predicted_peak_bytes": pred.peak_bytes, "measured_peak_bytes": measured_peak,
-                   "breakdown": pred.breakdown},
+        # measured: this config's own peak, above what was held when it started (held_bytes)
+        "memory": {"predicted_peak_bytes": pred.peak_bytes, "measured_peak_bytes": peak[0],
+                   "held_bytes": peak[1], "breakdown": pred.breakdown},
         "gate": {"candidate": gates[spec.name].to_row(), "baseline": gates[base_spec.name].to_row()},
         "numerics": numerics,
         "kernel_numerics": {"candidate": spec.numerics, "baseline": base_spec.numerics},
