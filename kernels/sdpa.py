@@ -70,8 +70,17 @@ def sdpa_flash(q, k, v, out, *, causal, scale):
     _call(q, k, v, out, causal, scale, "FLASH_ATTENTION")
 
 
+def _cudnn_supports(cfg):
+    # torch 2.11 on the H200: "cudnn SDPA does not support key/value sequence length 1"
+    # ("No available kernel"); declared here so the gate skips that boundary shape instead
+    # of recording the whole config as crashed.
+    if cfg.seq_len < 2:
+        return "cuDNN SDPA does not support a key/value sequence length of 1"
+    return None
+
+
 @kernel("sdpa_cudnn", workloads=("attention", "decode"), dtypes=_HALF, devices=("cuda",),
-        memory=_out_copy_bytes, numerics={"backend": "CUDNN_ATTENTION"})
+        memory=_out_copy_bytes, numerics={"backend": "CUDNN_ATTENTION"}, supports=_cudnn_supports)
 def sdpa_cudnn(q, k, v, out, *, causal, scale):
     """torch SDPA pinned to the cuDNN attention backend."""
     _call(q, k, v, out, causal, scale, "CUDNN_ATTENTION")

@@ -72,3 +72,14 @@ def test_two_kernels_with_one_name_from_different_files_are_refused():
     other = type(first)(first.__code__.replace(co_filename="/elsewhere/other.py"), first.__globals__, "other")
     with pytest.raises(UserError, match="registered twice"):
         kernel("test_registry_dup", workloads=("attention",), dtypes=("float32",))(other)
+
+
+def test_sdpa_cudnn_declares_its_kv_length_1_gap():
+    # torch 2.11's cuDNN SDPA raises "No available kernel" at one key; declared, the gate
+    # skips that boundary shape instead of recording the whole config as crashed.
+    from harness.workloads import Config
+    from kernels import get_kernel
+
+    spec = get_kernel("sdpa_cudnn")
+    assert "sequence length of 1" in spec.config_reason(Config("attention", 1, 2, 2, 1, 64, "float16", False))
+    assert spec.config_reason(Config("attention", 1, 2, 2, 67, 64, "float16", False)) is None

@@ -22,6 +22,14 @@ def ctx(**timing) -> SweepContext:
                         numerics={}, ceilings=None)
 
 
+def test_every_correct_candidate_of_a_config_gets_a_result():
+    # Regression (H200, 2026-11-29): the first candidate's recheck rewrote slot 0's inputs
+    # before the second candidate's timed output was checked against them, so every
+    # candidate after the first was rejected as timed_stale_mismatch.
+    rows = run_config(CFG, ("sdpa", "sdpa_math", "torch_stack"), ctx())
+    assert [r.kind for r in rows] == ["result"] * 3, [(r.kind, r.payload.get("reason")) for r in rows]
+
+
 _calls = {"n": 0}
 
 

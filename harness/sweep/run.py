@@ -148,8 +148,12 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         m, slots, outs = _time(cfg, base_spec, timed, ctx, policy)
         measured_peak = memory.peak_bytes(ctx.device, held)
         seed = ctx.seeds[0] + RECHECK_SEED_OFFSET
+        # Every timed output is checked before any recheck: a recheck rewrites slot 0's
+        # inputs in place, after which the other arms' timed outputs no longer match them
+        # (on the H200 this failed every arm after the first as "timed_stale_mismatch").
+        timed_bad = {spec.name: _timed_output_failure(cfg, slots, outs[arm_name(spec.name)], ctx) for spec in timed}
         for spec in timed:
-            bad = _timed_output_failure(cfg, slots, outs[arm_name(spec.name)], ctx)
+            bad = timed_bad[spec.name]
             if bad is not None:
                 out.append(Outcome("incorrect", {**_base(cfg, spec.name, ctx), "role": "candidate",
                                                  "tag": "timed_" + bad.tag, "reason": bad.reason,
