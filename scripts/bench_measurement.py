@@ -235,7 +235,7 @@ def main():
     md = [f"# measurement benchmark — {report['gpu'] or 'CPU'}",
           "## example grid (control, VRAM, clocks, wall)",
           md_table(report["example_grid"], ["config", "kind", "control", "ctrl_after_base", "ctrl_before_base",
-                                            "speedup", "ms", "predicted", "measured",
+                                            "speedup", "ms", "predicted", "measured", "held",
                                             "vram_err", "poll_hz", "reference_mhz", "min_mhz", "dropped", "rounds",
                                             "stop", "wall_s"]),
           "## control summary", json.dumps(report["control_summary"]),
