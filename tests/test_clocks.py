@@ -159,6 +159,27 @@ def test_a_slow_ramp_extends_warm_up_until_the_tail_is_loaded():
     assert not any(r.dropped for r in m.rounds) and m.clock_note is None
 
 
+def test_warm_up_extends_until_the_clock_stops_falling():
+    # Boost at first, then the power limiter pulls the clock down to its sustained value:
+    # the rounds must be timed (and judged) at the sustained clock, not in the burst.
+    def sm(t):
+        return LOAD if t < 0.05 else max(1700.0, LOAD - (t - 0.05) * 700.0)  # 1980 -> 1700 by 0.45 s
+
+    m = run(sm)
+    assert m.warmup_extensions >= 3
+    assert m.rounds[0].t0 >= 0.4                       # no measured round in the falling part
+    assert abs(m.clock.reference_mhz - 1700.0) <= 0.01 * 1700.0
+    assert not any(r.dropped for r in m.rounds) and m.clock_note is None
+
+
+def test_a_clock_that_never_settles_is_said():
+    from harness.measurement.timing import WARMUP_SETTLE_MAX_EXTENSIONS
+
+    m = run(lambda t: max(345.0, LOAD - t * 1000.0))   # falls 1000 MHz/s for the whole run
+    assert m.warmup_extensions == WARMUP_SETTLE_MAX_EXTENSIONS
+    assert "still falling" in m.clock_note and "warmup_ms" in m.clock_note
+
+
 # -- throttling during warm-up --------------------------------------------------------------
 def test_a_throttle_in_warm_up_does_not_lower_the_reference():
     hot = (0.06, 0.2)  # covers the whole warm-up tail, recovers during the extension

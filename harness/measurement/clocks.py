@@ -382,6 +382,20 @@ def reference_clock(monitor: ClockMonitor, t0: float, t1: float,
                      note=f"reference clock {best.sm_mhz:.0f} MHz taken {why} ({', '.join(seen)})")
 
 
+def still_falling(monitor: ClockMonitor, t0: float, t1: float, tolerance: float) -> tuple[float, float] | None:
+    """(first-half, second-half) mean SM clock under load over [t0, t1] when the second is
+    more than ``tolerance`` below the first — the GPU has not reached its sustained clock
+    yet (power limiter or heat still pulling it down) — else None."""
+    loaded = [r for r in monitor.between(t0, t1) if IDLE_REASON not in r.reasons]
+    mid = (t0 + t1) / 2
+    first = [r.sm_mhz for r in loaded if r.t < mid]
+    second = [r.sm_mhz for r in loaded if r.t >= mid]
+    if not first or not second:
+        return None
+    a, b = sum(first) / len(first), sum(second) / len(second)
+    return (a, b) if b < (1.0 - tolerance) * a else None
+
+
 def round_verdict(readings: Sequence[ClockReading], reference_mhz: float | None,
                   threshold: float) -> tuple[float | None, bool, tuple[str, ...]]:
     """(min SM clock, dropped, drop reasons) of one round from its attributed readings."""

@@ -13,7 +13,9 @@ Protocol, step by step (each step is marked ``# step N`` in ``measure``):
 4. Warm up by time budget (``warmup_ms``) in interleaved rounds; samples are discarded.
 5. Take the reference SM clock from the tail of warm-up (under load, not idle, not
    throttled); extend the warm-up (at most ``WARMUP_MAX_EXTENSIONS`` times) while no clean
-   reading exists, so the reference is never an idle or throttled clock.
+   reading exists, so the reference is never an idle or throttled clock; then extend it
+   while the clock is still falling (``CLOCK_SETTLE_TOLERANCE``), so rounds are timed at
+   the sustained clock, not in the boost burst before the power limiter settles.
 6. Measure in rounds. Round r runs every arm once, in the r-th of ``round_orders`` (every
    permutation in turn for up to four arms) so drift hits all arms alike and no arm always
    runs first or always follows the same arm. Before each call, outside the timed window,
@@ -64,6 +66,13 @@ DEFAULT_GRAPH_REPLAYS = 0          # 0 = auto: enough replays per sample for GRA
 # Protocol constants.
 WARMUP_MIN_ROUNDS = 1
 WARMUP_MAX_EXTENSIONS = 3
+# Sustained clocks: the warm-up is extended (up to WARMUP_SETTLE_MAX_EXTENSIONS more
+# budgets) while the SM clock in its second half is > CLOCK_SETTLE_TOLERANCE below its first
+# half. On the H200 a compute-bound kernel starts at 1980 MHz and settles at 1680-1820
+# under sustained load; timed in the burst before that, SDPA read 4-9% faster than
+# triton.testing.do_bench (2026-11-29, docs/benchmarks.md).
+WARMUP_SETTLE_MAX_EXTENSIONS = 8
+CLOCK_SETTLE_TOLERANCE = 0.01
 GRAPH_TARGET_SAMPLE_MS = 0.2       # CUDA events resolve ~0.5 µs: a sample of ≥ 200 µs keeps that < 0.3%
 GRAPH_MAX_REPLAYS = 64
 GRAPH_SIDE_WARMUP_CALLS = 3        # calls on a side stream before capture (torch CUDA-graph docs)
@@ -688,6 +697,17 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
                 extensions += 1
                 w0, w1 = warm_up()
                 ref = _clocks.reference_clock(monitor, w0, w1)
+            # step 5b: extend until the clock has stopped falling (sustained, not burst, clocks)
+            settle, falling = 0, _clocks.still_falling(monitor, w0, w1, CLOCK_SETTLE_TOLERANCE)
+            while falling and settle < WARMUP_SETTLE_MAX_EXTENSIONS and not timed_out:
+                settle += 1
+                w0, w1 = warm_up()
+                ref = _clocks.reference_clock(monitor, w0, w1)
+                falling = _clocks.still_falling(monitor, w0, w1, CLOCK_SETTLE_TOLERANCE)
+            extensions += settle
+            if falling:
+                clock_notes.append(f"SM clock still falling at the end of warm-up ({falling[0]:.0f} -> "
+                                   f"{falling[1]:.0f} MHz): raise [timing] warmup_ms")
             if ref.note:
                 clock_notes.append(ref.note)
         if effective_mode == "graph":
