@@ -88,7 +88,7 @@ def run_grid(configs, reg, device, timing, seeds, families):
         for o in outs:
             p = o.payload
             row = {"config": cfg.key(), "kind": o.kind, "wall_s": wall}
-            if o.kind in ("result", "throttled"):
+            if o.kind == "result":
                 t = p["timing"]
                 clock = t.get("clock") or {}
                 row.update(control=p["metrics"]["control"], speedup=p["metrics"]["speedup"],
@@ -102,7 +102,7 @@ def run_grid(configs, reg, device, timing, seeds, families):
                 if split:
                     row.update(ctrl_after_base=split.get("after"), ctrl_before_base=split.get("before"))
             else:
-                row.update(reason=p.get("reason"))
+                row.update(reason=p.get("reason") or (p.get("timing") or {}).get("throttle_note"))
             rows.append(row)
     return rows
 

@@ -34,6 +34,8 @@ DEFAULT_POLL_HZ = 200.0
 MIN_POLL_HZ = 100.0
 # The reference clock is the max SM clock over the last REFERENCE_TAIL_FRACTION of warm-up.
 REFERENCE_TAIL_FRACTION = 0.5
+# still_falling judges a trend only from at least this many loaded readings per half-window.
+SETTLE_MIN_READINGS = 3
 
 # NVML clocks-event-reason bits (nvmlClocksEventReason*, same values as the deprecated
 # nvmlClocksThrottleReason* names; stable in the NVML headers).
@@ -390,8 +392,8 @@ def still_falling(monitor: ClockMonitor, t0: float, t1: float, tolerance: float)
     mid = (t0 + t1) / 2
     first = [r.sm_mhz for r in loaded if r.t < mid]
     second = [r.sm_mhz for r in loaded if r.t >= mid]
-    if not first or not second:
-        return None
+    if min(len(first), len(second)) < SETTLE_MIN_READINGS:
+        return None  # too short a window to tell a trend from one noisy reading
     a, b = sum(first) / len(first), sum(second) / len(second)
     return (a, b) if b < (1.0 - tolerance) * a else None
 

@@ -688,23 +688,27 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
 
         w0, w1 = warm_up()
 
-        # step 5: the reference clock from the tail of warm-up; extend while it is not clean
+        # step 5: the reference clock from the tail of warm-up. Extend the warm-up while it is
+        # not clean (idle, throttled, missing), then while the clock is still falling
+        # (sustained, not burst, clocks); an extension for one reason re-checks the other, so
+        # the final reference always comes from the last window and is clean when one exists.
         ref = _clocks.Reference(None, False)
         extensions = 0
         if monitor is not None:
-            ref = _clocks.reference_clock(monitor, w0, w1)
-            while not ref.clean and extensions < WARMUP_MAX_EXTENSIONS and not timed_out:
-                extensions += 1
-                w0, w1 = warm_up()
-                ref = _clocks.reference_clock(monitor, w0, w1)
-            # step 5b: extend until the clock has stopped falling (sustained, not burst, clocks)
-            settle, falling = 0, _clocks.still_falling(monitor, w0, w1, CLOCK_SETTLE_TOLERANCE)
-            while falling and settle < WARMUP_SETTLE_MAX_EXTENSIONS and not timed_out:
-                settle += 1
-                w0, w1 = warm_up()
+            clean_ext = settle_ext = 0
+            while True:
                 ref = _clocks.reference_clock(monitor, w0, w1)
                 falling = _clocks.still_falling(monitor, w0, w1, CLOCK_SETTLE_TOLERANCE)
-            extensions += settle
+                if timed_out:
+                    break
+                if not ref.clean and clean_ext < WARMUP_MAX_EXTENSIONS:
+                    clean_ext += 1
+                elif ref.clean and falling and settle_ext < WARMUP_SETTLE_MAX_EXTENSIONS:
+                    settle_ext += 1
+                else:
+                    break
+                w0, w1 = warm_up()
+            extensions = clean_ext + settle_ext
             if falling:
                 clock_notes.append(f"SM clock still falling at the end of warm-up ({falling[0]:.0f} -> "
                                    f"{falling[1]:.0f} MHz): raise [timing] warmup_ms")
