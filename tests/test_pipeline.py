@@ -164,6 +164,12 @@ def test_bad_input_gets_one_line_and_exit_2(repo, tmp_path):
     assert r.returncode == 2 and "not inside a git repository" in r.stderr
     r = run_bench(repo, "sweep", "tiny")
     assert r.returncode == 2 and "not registered" in r.stderr
+    # Usage errors (from click, or the click copy typer vendors): one line, exit 2, no traceback.
+    for args, msg in ((("ledger", "verify", "a", "b"), "unexpected extra argument"),
+                      (("sweep", "--bogus"), "No such option"), (("nosuch",), "No such command")):
+        r = run_bench(repo, *args)
+        assert r.returncode == 2 and msg in r.stderr and "--help" in r.stderr, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
 
 
 def test_cli_help_is_fast_and_lists_kernels(repo):

@@ -35,16 +35,31 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # click's own usage errors
         return exc.code if isinstance(exc.code, int) else 2
     except Exception as exc:
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
+        click_errors, aborts = _click_exception_types()
+        if isinstance(exc, click_errors):  # bad usage: one line, exit 2, nothing written
+            ctx = getattr(exc, "ctx", None)
+            where = f" (see `{ctx.command_path} --help`)" if ctx is not None else " (see `bench --help`)"
+            print(f"bench: error: {exc.format_message()}{where}", file=sys.stderr)
             return exc.exit_code
-        if isinstance(exc, click.exceptions.Abort):
+        if isinstance(exc, aborts):
             print("bench: aborted", file=sys.stderr)
             return 130
         raise
     return rc if isinstance(rc, int) else 0
+
+
+def _click_exception_types() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """click's ClickException and Abort, from click itself and from the copy that newer
+    typer vendors (typer._click): a usage error may come from either."""
+    errors, aborts = [], []
+    for name in ("click.exceptions", "typer._click.exceptions"):
+        try:
+            mod = __import__(name, fromlist=["ClickException"])
+        except ImportError:
+            continue
+        errors += [c for c in (getattr(mod, "ClickException", None),) if c is not None]
+        aborts += [c for c in (getattr(mod, "Abort", None),) if c is not None]
+    return tuple(errors), tuple(aborts)
 
 
 def run() -> None:
