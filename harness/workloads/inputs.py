@@ -98,7 +98,7 @@ _MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)
 _MIX2 = 0x94D049BB133111EB - (1 << 64)
 _MASK32 = 0xFFFFFFFF
 # Elements per generation step: bounds the temporaries (GEN_BYTES_PER_ELEM each) to
-# 128 MiB whatever the tensor size, while keeping a 2-billion-element KV cache to ~500
+# ~150 MiB whatever the tensor size, while keeping a 2-billion-element KV cache to ~500
 # steps of a few elementwise kernels each.
 GEN_CHUNK = 1 << 22
 # Peak live bytes per element inside _normals (the int64 state, one int64 temporary, two
