@@ -90,7 +90,7 @@ def test_counter_based_generator_is_the_specified_hash_and_chunk_independent():
 
     key = I._stream_key(12345, "k")
     idx = torch.arange(1, 9, dtype=torch.int64)
-    z = I._splitmix64(idx * I._GOLDEN + key)
+    z = I._splitmix64_(idx * I._GOLDEN + key)
     assert [int(x) % (1 << 64) for x in z] == [I.splitmix64_reference(key, i) for i in range(8)]
     whole = I._normals(key, 0, 1000, "cpu")
     parts = torch.cat([I._normals(key, s, n, "cpu") for s, n in ((0, 7), (7, 500), (507, 493))])

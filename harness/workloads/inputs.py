@@ -128,10 +128,6 @@ def _splitmix64_(z):
     return z
 
 
-def _splitmix64(z):
-    return _splitmix64_(z.clone())
-
-
 def splitmix64_reference(key: int, i: int) -> int:
     """The same hash in Python integers, unsigned (tests pin the tensor version to it)."""
     m = (1 << 64) - 1
