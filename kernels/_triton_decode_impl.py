@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from harness.errors import UserError
-from kernels.triton_decode import HEAD_DIMS, INTERPRET, MAX_GROUP, PROGRAMS_PER_SM, plan, sm_count
+from kernels.triton_decode import COMBINE_SPLIT_BLOCK, HEAD_DIMS, INTERPRET, MAX_GROUP, PROGRAMS_PER_SM, plan, sm_count
 
 LOG2E = 1.4426950408889634
 # The query tile is padded to this many rows: the smallest M of a tensor-core tl.dot.
@@ -86,20 +86,30 @@ def _split_kernel(Q, K, V, M, L, ACC, qk_scale, seq_len, chunk, num_splits,
 
 
 @triton.jit
-def _combine_kernel(M, L, ACC, Out, num_splits, D: tl.constexpr, S_PAD: tl.constexpr):
-    """One program per query head: merge the splits' (m, l, acc) into out."""
+def _combine_kernel(M, L, ACC, Out, num_splits, D: tl.constexpr, S_PAD: tl.constexpr, S_BLOCK: tl.constexpr):
+    """One program per query head: merge the splits' (m, l, acc) into out.
+
+    The max over all splits first (a vector of S_PAD floats), then the weighted sums over
+    blocks of S_BLOCK splits, so the register tile stays S_BLOCK × D however many splits.
+    """
     row = tl.program_id(0).to(tl.int64)
-    offs_s = tl.arange(0, S_PAD)
+    offs_all = tl.arange(0, S_PAD)
+    m_all = tl.load(M + row * num_splits + offs_all, mask=offs_all < num_splits, other=float("-inf"))
+    m_max = tl.max(m_all, 0)
     offs_d = tl.arange(0, D)
-    s_mask = offs_s < num_splits
-    base = row * num_splits + offs_s
-    m = tl.load(M + base, mask=s_mask, other=float("-inf"))
-    l_ = tl.load(L + base, mask=s_mask, other=0.0)
-    m_max = tl.max(m, 0)
-    w = tl.where(s_mask, tl.exp2(m - m_max), 0.0)   # an empty split (m = -inf) weighs 0
-    denom = tl.sum(w * l_, 0)
-    acc = tl.load(ACC + base[:, None] * D + offs_d[None, :], mask=s_mask[:, None], other=0.0)
-    o = tl.sum(acc * w[:, None], 0) / denom
+    offs_b = tl.arange(0, S_BLOCK)
+    den = tl.zeros([S_BLOCK], tl.float32)
+    num = tl.zeros([S_BLOCK, D], tl.float32)
+    for s0 in range(0, num_splits, S_BLOCK):
+        s_mask = (s0 + offs_b) < num_splits
+        base = row * num_splits + s0 + offs_b
+        m = tl.load(M + base, mask=s_mask, other=float("-inf"))
+        l_ = tl.load(L + base, mask=s_mask, other=0.0)
+        w = tl.where(s_mask, tl.exp2(m - m_max), 0.0)   # an empty split (m = -inf) weighs 0
+        den += w * l_
+        acc = tl.load(ACC + base[:, None] * D + offs_d[None, :], mask=s_mask[:, None], other=0.0)
+        num += acc * w[:, None]
+    o = tl.sum(num, 0) / tl.sum(den, 0)
     tl.store(Out + row * D + offs_d, o.to(Out.dtype.element_ty))
 
 
@@ -140,5 +150,5 @@ def decode(q, k, v, out, scale, *, num_splits=None, block_n=None, num_warps=None
         G=g, G_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(g)), D=d, BLOCK_N=block_n,
         UPCAST=INTERPRET and q.dtype == torch.bfloat16, num_warps=num_warps, num_stages=num_stages)
     _combine_kernel[(b * h,)](m, l_, acc, out, splits, D=d, S_PAD=max(2, triton.next_power_of_2(splits)),
-                              num_warps=COMBINE_WARPS)
+                              S_BLOCK=COMBINE_SPLIT_BLOCK, num_warps=COMBINE_WARPS)
     return splits

@@ -55,6 +55,9 @@ PROGRAMS_PER_SM = 6
 MIN_KEYS_PER_SPLIT = 256
 # Most splits: bounds the combine's register tile (MAX_SPLITS × D floats per program).
 MAX_SPLITS = 64
+# Splits merged per step of the combine: a 32 × D fp32 tile is 32 registers per thread at
+# D=128 with 4 warps, and 32 splits cover every batch ≥ 16 plan in one step.
+COMBINE_SPLIT_BLOCK = 32
 # Programs resident per SM, for the last-wave adjustment: the sm_90 build of the split
 # kernel (D=128, BLOCK_N=64, 4 warps, 3 stages) uses 70 KB of shared memory (3 fit in
 # 228 KB) and 102 registers/thread (5 fit), per Triton's AOT compile and cuobjdump.

@@ -165,6 +165,44 @@ def do_bench_compare(configs, device, timing):
     return out
 
 
+def graph_compare(configs, device, timing):
+    """Harness graph mode vs ``triton.testing.do_bench_cudagraph``, medians per kernel.
+
+    On µs-scale kernels ``do_bench`` times the host's launch gaps (it records events around
+    each call as the host issues it), so there the like-for-like comparison is between the
+    two launch-free protocols: both replay CUDA graphs of many calls on one set of inputs
+    (n_slots=1: do_bench_cudagraph does not rotate inputs or flush the L2 either).
+    """
+    import torch
+
+    from harness.measurement.timing import TimingPolicy, measure
+    from harness.workloads.inputs import make_inputs
+    from kernels import get_kernel
+
+    out = []
+    if device != "cuda":
+        return out
+    import triton.testing
+
+    policy = TimingPolicy.from_mapping({**timing, "mode": "graph"})
+    for cfg in configs:
+        q, k, v = make_inputs(cfg, 0, "normal", device)
+        for name in ("torch_stack", "sdpa"):
+            spec = get_kernel(name)
+            o = torch.empty_like(q)
+
+            def call(slot=0, fn=spec.fn):
+                fn(q, k, v, o, causal=cfg.causal, scale=cfg.scale)
+
+            m = measure({name: call}, n_slots=1, policy=policy, device=device)
+            ours = m.arms[name].stats.median
+            # do_bench_cudagraph's rep is the graph's length in ms; 100 as in its default use.
+            theirs = triton.testing.do_bench_cudagraph(call, rep=100, return_mode="median")
+            out.append({"config": cfg.key(), "kernel": name, "harness_ms": ours, "do_bench_ms": theirs,
+                        "diff": ours / theirs - 1, "graph_replays": m.graph_replays})
+    return out
+
+
 def control_summary(controls):
     return {"n": len(controls), "median": statistics.median(controls) if controls else None,
             "min": min(controls, default=None), "max": max(controls, default=None),
@@ -212,6 +250,7 @@ def main():
         report["default_policy_control"] = control_summary([r["control"] for r in default
                                                             if r.get("control") is not None])
     report["do_bench"] = do_bench_compare(configs[:8], device, timing)
+    report["do_bench_graph"] = graph_compare(configs[:8], device, timing)
     # The example grid is µs-scale and launch-bound, where do_bench times host launch gaps
     # that the harness deliberately keeps out; ms-scale GPU-bound configs are where the two
     # protocols must agree within 3%.
@@ -244,6 +283,9 @@ def main():
           "## control summary", json.dumps(report["control_summary"]),
           "## harness vs triton.testing.do_bench (median ms)",
           md_table(report["do_bench"], ["config", "kernel", "harness_ms", "do_bench_ms", "diff"]),
+          "## harness graph mode vs do_bench_cudagraph (median ms, µs-scale, launch-free)",
+          md_table(report["do_bench_graph"], ["config", "kernel", "harness_ms", "do_bench_ms", "diff",
+                                              "graph_replays"]),
           "## harness vs do_bench on ms-scale configs",
           md_table(report["do_bench_large"], ["config", "kernel", "harness_ms", "do_bench_ms", "diff",
                                               "harness_mean_mhz", "do_bench_mean_mhz", "harness_power_w",

@@ -13,7 +13,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 git rev-parse HEAD 2>&1 | tee -a "$OUT/gpu.txt"
 
 log "gpu tests"
-timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tail -40 > "$OUT/gpu-tests.txt"
+timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tail -40 > "$OUT/gpu-tests.txt"
 tail -5 "$OUT/gpu-tests.txt"
 
 log "example sweep (CLI, fresh clone)"
@@ -27,7 +27,7 @@ cp "$work/p/ledger/example.jsonl" "$OUT/example-ledger.jsonl" 2>/dev/null
 
 if [ "${1:-}" != quick ]; then
   log "measurement benchmark"
-  timeout 200 python3 scripts/bench_measurement.py --large > "$OUT/measurement-log.txt" 2>&1
+  timeout 300 python3 scripts/bench_measurement.py --large > "$OUT/measurement-log.txt" 2>&1
   echo "measurement rc=$?"; tail -40 "$OUT/measurement-log.txt"
 fi
 log done

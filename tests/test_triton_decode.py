@@ -21,7 +21,7 @@ import textwrap
 import pytest
 
 from harness.workloads import Config
-from kernels.triton_decode import MAX_SPLITS, MIN_KEYS_PER_SPLIT, plan
+from kernels.triton_decode import COMBINE_SPLIT_BLOCK, MAX_SPLITS, MIN_KEYS_PER_SPLIT, plan
 
 UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 INTERPRETER_UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-7}
@@ -97,7 +97,8 @@ _INTERPRETER_CHECK = textwrap.dedent("""
     gen = torch.Generator().manual_seed(1234)
     cases = [  # batch, heads, kv_heads, seq_len, head_dim, forced splits, via registry
         (2, 8, 2, 1, 64, None, True), (1, 4, 4, 37, 64, None, False), (2, 8, 2, 300, 128, None, True),
-        (1, 8, 1, 300, 64, 3, False), (1, 4, 2, 300, 128, 5, False)]
+        (1, 8, 1, 300, 64, 3, False), (1, 4, 2, 300, 128, 5, False),
+        (1, 4, 2, 5000, 64, 40, False)]  # 40 splits: the combine merges them in two blocks of 32
     for dtype in ("float16", "bfloat16"):
         dt = getattr(torch, dtype)
         for b, h, hkv, n, d, forced, via_registry in cases:
@@ -135,7 +136,7 @@ def test_interpreter_matches_float64_reference(tmp_path):
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     if isinstance(results, dict):
         pytest.skip(results["skip"])
-    assert len(results) == 10
+    assert len(results) == 12
     for r in results:
         assert r["devices"] == ["cuda", "cpu"]
         assert r["finite"], r
@@ -143,6 +144,7 @@ def test_interpreter_matches_float64_reference(tmp_path):
         assert r["err"] < tol, r
         if r["forced"] is not None:
             assert r["splits"] > 1, r  # the combine of several splits, masked tail included
+    assert max(r["splits"] or 0 for r in results) > COMBINE_SPLIT_BLOCK
 
 
 def _reference(q, k, v, scale):

@@ -1,0 +1,159 @@
+#!/usr/bin/env python
+"""How triton_decode should cut the KV cache at small batch: split counts timed by the harness.
+
+For each decode shape, every split count in a list (plus the shipped plan and sdpa_cudnn as
+a yardstick) is first checked against the float64 reference (bench_decode.reference, the
+same gate as scripts/bench_decode.py), then all of them are timed together as arms of one
+``harness.measurement.timing.measure`` call in hot mode: interleaved rounds, a ring of KV
+copies ≥ 4 × L2 so no call finds its cache in L2, no L2 flush (a flush leaves the L2 full
+of dirty lines whose write-back the next call pays for), NVML clocks polled throughout.
+The same arms are then timed in graph mode (one CUDA graph of K calls per sample).
+
+Writes ``decode_splits.csv`` and ``decode_splits.md`` under $OUT (else the current directory).
+
+Usage (GPU machine, repo root): PYTHONUNBUFFERED=1 python scripts/explore_decode_splits.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+import time
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+for p in (_ROOT, os.path.join(_ROOT, "scripts")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+from bench_decode import TOLERANCE, reference, rel_err  # noqa: E402
+
+# (batch, heads, kv_heads, seq_len, head_dim, dtype): seed 004's single-sequence decode
+# first, then small batches, then two of the decode-h200 line's shapes as a check that a
+# new plan does not lose what the line measured.
+SHAPES = [
+    (1, 32, 8, 8192, 128, "float16"), (1, 32, 8, 32768, 128, "float16"), (1, 32, 8, 131072, 128, "float16"),
+    (2, 32, 8, 32768, 128, "float16"), (4, 32, 8, 8192, 128, "float16"), (4, 32, 8, 32768, 128, "float16"),
+    (16, 32, 8, 8192, 128, "float16"), (64, 32, 8, 8192, 128, "float16"),
+]
+QUICK_SHAPES = SHAPES[:2]
+# Split counts tried per shape (before rounding to whole tiles; duplicates after rounding dropped).
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 40, 47, 49, 64, 86, 99, 128, 198, 256, 396, 512)
+# Keys per split below this are not tried (the partials then outweigh the keys).
+MIN_KEYS = 128
+# Plans of more waves of resident programs than this are not tried.
+MAX_WAVES = 8
+# A 20 × (few µs) arm set: the harness defaults would spend minutes; these keep ~5 s/shape.
+POLICY = {"mode": "hot", "warmup_ms": 100, "min_samples": 12, "max_samples": 200, "min_time_ms": 30,
+          "noise_target": 0.01, "timeout_s": 15}
+# The KV ring holds this many L2s (as the harness's hot mode and bench_decode.py).
+ROTATE_L2_MULTIPLE = 4
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    import torch
+
+    from harness.measurement.ceilings import measure_ceilings
+    from harness.measurement.timing import TimingPolicy, device_l2_bytes, measure
+    from kernels import load_kernels
+    from kernels._triton_decode_impl import decode
+    from kernels.triton_decode import BLOCK_N_FOR_D, RESIDENT_PER_SM, plan, sm_count
+
+    out_dir = os.environ.get("OUT") or "."
+    os.makedirs(out_dir, exist_ok=True)
+    specs = load_kernels()
+    ceil = measure_ceilings("cuda")
+    l2 = device_l2_bytes("cuda")
+    sms = sm_count()
+    rows = []
+    for shape in (QUICK_SHAPES if args.quick else SHAPES):
+        b, h, hkv, n, d, dtype = shape
+        dt = getattr(torch, dtype)
+        scale = d ** -0.5
+        kv_bytes = 2 * b * hkv * n * d * dt.itemsize
+        copies = max(1, math.ceil(ROTATE_L2_MULTIPLE * l2 / kv_bytes))
+        gen = torch.Generator(device="cuda").manual_seed(n + b)
+        q = torch.randn((b, h, 1, d), generator=gen, device="cuda").to(dt)
+        ring = [(torch.randn((b, hkv, n, d), generator=gen, device="cuda").to(dt),
+                 torch.randn((b, hkv, n, d), generator=gen, device="cuda").to(dt)) for _ in range(copies)]
+        ref = reference(q, *ring[0], scale)
+        block_n = BLOCK_N_FOR_D[d]
+        shipped, _, _ = plan(b, hkv, n, d, sms)
+        tiles = -(-n // block_n)
+        variants = {}
+        for s in SPLITS + (shipped,):
+            t = -(-tiles // s)
+            actual = -(-tiles // t)
+            if actual in variants.values() or (s != shipped and (
+                    (t * block_n < MIN_KEYS and actual > 1) or b * hkv * actual > MAX_WAVES * RESIDENT_PER_SM * sms)):
+                continue
+            variants[f"s{actual}"] = actual
+        arms, outs, why = {}, {}, {}
+        for name, s in variants.items():
+            out = torch.full_like(q, float("nan"))
+            decode(q, *ring[0], out, scale, num_splits=s)
+            torch.cuda.synchronize()
+            err = rel_err(out, ref) if torch.isfinite(out).all() else math.nan
+            if not err < TOLERANCE[dtype]:
+                why[name] = f"rel err {err:.3g} >= {TOLERANCE[dtype]:.3g}"
+                continue
+            outs[name] = out
+
+            def arm(slot, s=s, out=out):
+                decode(q, *ring[slot % copies], out, scale, num_splits=s)
+            arms[name] = arm
+        cud = specs["sdpa_cudnn"]
+        o_c = torch.full_like(q, float("nan"))
+        cud.fn(q, *ring[0], o_c, causal=False, scale=scale)
+        torch.cuda.synchronize()
+        if rel_err(o_c, ref) < TOLERANCE[dtype]:
+            arms["sdpa_cudnn"] = lambda slot: cud.fn(q, *ring[slot % copies], o_c, causal=False, scale=scale)
+        for mode in ("hot", "graph"):
+            t0 = time.perf_counter()
+            m = measure(arms, n_slots=copies, policy=TimingPolicy.from_mapping({**POLICY, "mode": mode}),
+                        device="cuda")
+            wall = time.perf_counter() - t0
+            clk = m.clock
+            for name in arms:
+                med = m.arms[name].stats.median
+                gbps = kv_bytes / (med * 1e-3) / 1e9
+                rows.append({"B": b, "H": h, "Hkv": hkv, "L": n, "D": d, "dtype": dtype, "mode": mode,
+                             "arm": name, "splits": variants.get(name), "programs": (b * hkv * variants[name])
+                             if name in variants else None, "shipped": variants.get(name) == shipped,
+                             "us": med * 1e3, "gbps": gbps, "frac": gbps / ceil.copy_gbps,
+                             "rounds": len(m.rounds), "stop": m.stop_reason,
+                             "mean_mhz": clk.mean_mhz if clk else None, "wall_s": wall})
+        for name, reason in why.items():
+            rows.append({"B": b, "H": h, "Hkv": hkv, "L": n, "D": d, "dtype": dtype, "mode": "-", "arm": name,
+                         "splits": variants[name], "stop": reason})
+        best = max((r for r in rows if r.get("L") == n and r.get("B") == b and r.get("frac") and r["arm"] != "sdpa_cudnn"
+                    and r["mode"] == "hot"), key=lambda r: r["frac"], default=None)
+        print(f"{shape}: {len(arms)} arms, shipped s{shipped}, best hot {best and best['arm']} "
+              f"{best and round(best['frac'], 3)}", flush=True)
+        arms = outs = ring = q = ref = None  # free this shape's caches before the next
+        torch.cuda.empty_cache()
+
+    cols = ["B", "H", "Hkv", "L", "D", "dtype", "mode", "arm", "splits", "programs", "shipped", "us", "gbps", "frac",
+            "rounds", "stop", "mean_mhz", "wall_s"]
+    with open(os.path.join(out_dir, "decode_splits.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+    lines = [f"# triton_decode split counts — copy ceiling {ceil.copy_gbps:.0f} GB/s, {sms} SMs",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        lines.append("| " + " | ".join(f"{r.get(c):.4g}" if isinstance(r.get(c), float) else str(r.get(c, ""))
+                                       for c in cols) + " |")
+    text = "\n".join(lines)
+    with open(os.path.join(out_dir, "decode_splits.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
