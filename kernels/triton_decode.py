@@ -11,9 +11,10 @@ stream K and V once at full HBM bandwidth:
   so the L keys are cut into ``num_splits`` chunks, one program per (kv head, chunk).
   Each writes float32 partials (running max m, sum l, unnormalized acc) to scratch; a
   combine kernel merges them per query head: out = Σ 2^(m_s − M) acc_s / Σ 2^(m_s − M) l_s.
-* The number of splits comes from L and the SM count (``plan``): enough programs to fill
-  the machine (PROGRAMS_PER_SM = 6 per SM, two waves), chunks of ≥ MIN_KEYS_PER_SPLIT keys, rounded to whole tiles,
-  nudged to keep the last wave full.
+* The number of splits comes from B·Hkv and the SM count (``plan``): a small batch is cut
+  into one wave of ~SMALL_PROGRAMS_PER_SM programs per SM; a large one aims for
+  PROGRAMS_PER_SM per SM with the last wave of resident programs as full as possible.
+  Chunks are whole tiles of ≥ MIN_KEYS_PER_SPLIT keys.
 
 Numerics: QKᵀ and PV on tensor cores with fp32 accumulation, softmax in fp32 (exp2 with
 log2(e) folded into the scale), P rounded to the input dtype for the PV dot (the usual
@@ -53,8 +54,13 @@ PROGRAMS_PER_SM = 6
 # Fewest keys a split should own: below this the pipeline barely fills and the partials
 # (G·(D+2)·4 bytes per split) stop being negligible next to the K/V bytes.
 MIN_KEYS_PER_SPLIT = 256
-# Most splits: bounds the combine's register tile (MAX_SPLITS × D floats per program).
-MAX_SPLITS = 64
+# Most splits: bounds the partials' scratch and the combine's max pass (a vector of
+# MAX_SPLITS floats); the weighted sums go COMBINE_SPLIT_BLOCK splits at a time.
+MAX_SPLITS = 512
+# Programs per SM a small batch is cut for (B·Hkv ≤ this × SMs): one wave of about 2 per
+# SM, all resident at once, measured best on the H200 at B 1-16 (8 KV heads, 8k-128k keys:
+# 256 programs beat 376, 512 and 1024 by 4-15%; scripts/explore_decode_splits.py).
+SMALL_PROGRAMS_PER_SM = 2
 # Splits merged per step of the combine: a 32 × D fp32 tile is 32 registers per thread at
 # D=128 with 4 warps, and 32 splits cover every batch ≥ 16 plan in one step.
 COMBINE_SPLIT_BLOCK = 32
@@ -88,24 +94,35 @@ def plan(batch: int, kv_heads: int, seq_len: int, head_dim: int, sms: int,
          programs_per_sm: int = PROGRAMS_PER_SM, block_n: int | None = None) -> tuple[int, int, int]:
     """(num_splits, chunk, block_n): how the L keys are cut; chunk is a multiple of block_n.
 
-    Deterministic in its arguments, so ``scratch_bytes`` predicts exactly what ``decode``
-    allocates on the same device.
+    Few (batch, kv head) pairs (≤ SMALL_PROGRAMS_PER_SM per SM): cut each into as many
+    splits as keep the grid at SMALL_PROGRAMS_PER_SM programs per SM, one wave, all
+    resident. Many pairs: aim for ``programs_per_sm`` per SM and take, among want..2·want
+    splits, the one whose last wave of RESIDENT_PER_SM per SM is fullest (fewest on ties).
+    Splits are counted after rounding chunks to whole tiles, as launched. Deterministic in
+    its arguments, so ``scratch_bytes`` predicts exactly what ``decode`` allocates.
     """
     if seq_len < 1:
         raise UserError(f"triton_decode needs at least one key, not seq_len={seq_len}")
     block_n = block_n or BLOCK_N_FOR_D[head_dim]
     pairs = batch * kv_heads
+    tiles = _cdiv(seq_len, block_n)
     max_splits = max(1, min(MAX_SPLITS, _cdiv(seq_len, MIN_KEYS_PER_SPLIT)))
-    want = min(max(1, _cdiv(programs_per_sm * sms, pairs)), max_splits)
-    # Among want..2·want splits, take the one whose last wave is fullest (fewest on ties).
-    capacity = RESIDENT_PER_SM * sms
-    best, best_eff = want, -1.0
-    for s in range(want, min(2 * want, max_splits) + 1):
-        waves = pairs * s / capacity
-        eff = waves / _cdiv(pairs * s, capacity)
-        if eff > best_eff + 1e-9:
-            best, best_eff = s, eff
-    chunk = _cdiv(_cdiv(seq_len, best), block_n) * block_n
+
+    def launched(splits: int) -> int:  # splits after rounding each chunk up to whole tiles
+        return _cdiv(tiles, _cdiv(tiles, splits))
+
+    if pairs <= SMALL_PROGRAMS_PER_SM * sms:
+        best = launched(min(max(1, SMALL_PROGRAMS_PER_SM * sms // pairs), max_splits))
+    else:
+        want = min(max(1, _cdiv(programs_per_sm * sms, pairs)), max_splits)
+        capacity = RESIDENT_PER_SM * sms
+        best, best_eff = launched(want), -1.0
+        for s in sorted({launched(s) for s in range(want, min(2 * want, max_splits) + 1)}):
+            waves = pairs * s / capacity
+            eff = waves / _cdiv(pairs * s, capacity)
+            if eff > best_eff + 1e-9:
+                best, best_eff = s, eff
+    chunk = _cdiv(tiles, best) * block_n
     return _cdiv(seq_len, chunk), chunk, block_n
 
 

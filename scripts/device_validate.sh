@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call: install, GPU tests, the example sweep through the CLI, the measurement
-# benchmark (control, do_bench, VRAM, NVML) and the kernel benchmarks. Logs go to $OUT.
+# benchmark (control, do_bench, VRAM, NVML) and triton_decode's split counts. Logs go to $OUT.
 #   bash scripts/device_validate.sh [quick]
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
@@ -29,5 +29,8 @@ if [ "${1:-}" != quick ]; then
   log "measurement benchmark"
   timeout 300 python3 scripts/bench_measurement.py --large > "$OUT/measurement-log.txt" 2>&1
   echo "measurement rc=$?"; tail -40 "$OUT/measurement-log.txt"
+  log "decode split counts"
+  timeout 150 python3 scripts/explore_decode_splits.py > "$OUT/decode-splits-log.txt" 2>&1
+  echo "decode splits rc=$?"; grep -E "^\(" "$OUT/decode-splits-log.txt"
 fi
 log done

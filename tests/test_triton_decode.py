@@ -21,7 +21,7 @@ import textwrap
 import pytest
 
 from harness.workloads import Config
-from kernels.triton_decode import COMBINE_SPLIT_BLOCK, MAX_SPLITS, MIN_KEYS_PER_SPLIT, plan
+from kernels.triton_decode import COMBINE_SPLIT_BLOCK, MAX_SPLITS, MIN_KEYS_PER_SPLIT, SMALL_PROGRAMS_PER_SM, plan
 
 UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 INTERPRETER_UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-7}
@@ -41,10 +41,26 @@ def test_plan_covers_every_key_once(batch, kv_heads, seq_len, head_dim, sms):
         assert chunk >= min(MIN_KEYS_PER_SPLIT, seq_len) - block_n
 
 
-def test_plan_fills_the_machine():
-    # B·Hkv = 128 programs alone would leave an H200 (132 SMs) under one program per SM.
-    splits, _, _ = plan(16, 8, 8192, 128, 132)
-    assert 16 * 8 * splits >= 2 * 132
+@pytest.mark.parametrize("batch,seq_len", [(1, 8192), (1, 32768), (1, 131072), (2, 32768), (4, 8192),
+                                           (16, 8192), (32, 8192)])
+def test_a_small_batch_is_one_wave_of_about_two_programs_per_sm(batch, seq_len):
+    # B·Hkv programs alone would leave an H200 (132 SMs) under one program per SM at B ≤ 16;
+    # more than SMALL_PROGRAMS_PER_SM per SM measured slower (kernels/triton_decode.py).
+    splits, _, _ = plan(batch, 8, seq_len, 128, 132)
+    programs = batch * 8 * splits
+    assert SMALL_PROGRAMS_PER_SM * 132 // 2 < programs <= SMALL_PROGRAMS_PER_SM * 132, (splits, programs)
+
+
+def test_a_large_batch_fills_the_last_wave():
+    # B 64 × 8 KV heads = 512 pairs: 3 splits are 1536 programs, 3.9 waves of 3 × 132 resident.
+    splits, _, _ = plan(64, 8, 8192, 128, 132)
+    assert splits == 3
+
+
+def test_plan_counts_splits_as_launched():
+    # 1 sequence × 1 KV head: 264 wanted, capped at L / MIN_KEYS_PER_SPLIT = 129 splits of 4 tiles.
+    splits, chunk, block_n = plan(1, 1, 33000, 128, 132)
+    assert (splits, chunk, block_n) == (129, 256, 64)
 
 
 def test_registration_cpu_only_under_interpreter():

@@ -247,6 +247,13 @@ def arm_name(kernel: str) -> str:
     return f"candidate:{kernel}"
 
 
+def _memory(pred, peak) -> dict:
+    """Predicted vs measured peak; measured is this config's own, above what was held when it
+    started (``held_bytes``)."""
+    return {"predicted_peak_bytes": pred.peak_bytes, "measured_peak_bytes": peak[0], "held_bytes": peak[1],
+            "breakdown": pred.breakdown}
+
+
 def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, details) -> Outcome:
     from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
 
@@ -259,8 +266,9 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         why = (m.throttle_note if m.throttled else
                f"timing stopped ({m.stop_reason}) with {kept} kept rounds, fewer than min_samples "
                f"{policy.min_samples}: raise [timing] timeout_s")
+        # The measured peak is kept: memory does not depend on the clocks.
         return Outcome(kind, {**_base(cfg, spec.name, ctx), "reason": why, "undersampled": kind == "skipped",
-                              "timing": m.to_row(), "policy": policy.as_dict()})
+                              "timing": m.to_row(), "policy": policy.as_dict(), "memory": _memory(pred, peak)})
     ms = cand.stats.median
     speedup, lo, hi = m.speedup(candidate=arm_name(spec.name), baseline=ARM_BASELINE)
     control = m.control_ratio
@@ -292,9 +300,7 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         "policy": policy.as_dict(),
         "rig_noisy": rig_noisy,
         "impossible": impossible,
-        # measured: this config's own peak, above what was held when it started (held_bytes)
-        "memory": {"predicted_peak_bytes": pred.peak_bytes, "measured_peak_bytes": peak[0],
-                   "held_bytes": peak[1], "breakdown": pred.breakdown},
+        "memory": _memory(pred, peak),
         "gate": {"candidate": gates[spec.name].to_row(), "baseline": gates[base_spec.name].to_row()},
         "numerics": numerics,
         "kernel_numerics": {"candidate": spec.numerics, "baseline": base_spec.numerics},
