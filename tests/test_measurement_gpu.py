@@ -149,21 +149,3 @@ def test_explicit_monitor_is_used_and_left_open():
     finally:
         mon.source.close()
 
-
-def test_a_round_runs_back_to_back():
-    # One hold, then the round's calls with no host gap between them: a busy GPU, as in
-    # real use (per-call synchronization left it idle and at boost clocks). Each call is a
-    # 200 µs spin; the gap from one call's end event to the next call's start event must be
-    # GPU-side event overhead only, and every call must time the same spin.
-    from harness.measurement.timing import CudaEventTimer
-
-    timer = CudaEventTimer(DEV)
-    cycles = int(200e-6 * timer._cycles_per_s)
-    calls = [(f"arm{i}", lambda: torch.cuda._sleep(cycles), None) for i in range(4)]
-    timer.time_round(calls)  # the first round's hold is the longest; time the second
-    ms = timer.time_round(calls)
-    events = timer._events[:len(calls)]
-    gaps_ms = [events[i][1].elapsed_time(events[i + 1][0]) for i in range(len(calls) - 1)]
-    assert max(gaps_ms) < 0.010, gaps_ms
-    assert max(ms) / min(ms) < 1.05, ms
-    assert min(ms) >= 0.1, ms  # the spin itself is inside the window

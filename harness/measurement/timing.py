@@ -21,9 +21,7 @@ Protocol, step by step (each step is marked ``# step N`` in ``measure``):
    runs first or always follows the same arm. Before each call, outside the timed window,
    the caller's ``prepare`` runs (the sweep poisons the output there). Each call uses the
    next input slot of a global rotation (see ``rotation_slots``). Each round records its
-   (t0, t1) so the monitor can attribute clocks to it. On a GPU the whole round is queued
-   behind one spin kernel and synchronized once, so its calls run back to back (a busy
-   GPU's clocks) with the host's launch gaps outside every timed window.
+   (t0, t1) so the monitor can attribute clocks to it.
 7. Stop adaptively: after ``min_samples`` kept rounds and ``min_time_ms`` of measured time,
    when every arm's ``rel_noise`` ≤ ``noise_target`` ("noise_target"); else at
    ``max_samples`` rounds ("max_samples"); else at ``timeout_s`` ("timeout").
@@ -195,15 +193,6 @@ class Timer(Protocol):
         """Run ``fn`` once and return its duration in ms."""
         ...
 
-    def time_round(self, calls: Sequence[tuple[str, Callable[[], None], Callable[[], None] | None]]) -> list[float]:
-        """Run (arm, fn, before) calls in order; each one's duration in ms."""
-        ...
-
-
-def _one_by_one(timer, calls):
-    """``time_round`` for timers without a device queue: each call timed on its own."""
-    return [timer.time_call(fn, arm=arm, before=before) for arm, fn, before in calls]
-
 
 class HostTimer:
     """Wall time around the call (CPU work only: it does not synchronize a GPU)."""
@@ -221,13 +210,10 @@ class HostTimer:
         fn()
         return (time.perf_counter_ns() - t0) / 1e6
 
-    time_round = _one_by_one
 
-
-# The spin that holds the stream while the host enqueues a timed round (CudaEventTimer):
-# 20 ms covers the enqueue of a round of ~100 launch-bound calls.
+# The spin that holds the stream while the host enqueues a timed call (CudaEventTimer).
 BLOCK_MIN_S = 20e-6
-BLOCK_MAX_S = 20e-3
+BLOCK_MAX_S = 5e-3
 FALLBACK_SM_HZ = 2.0e9
 
 
@@ -245,10 +231,11 @@ def _max_sm_hz(device) -> float:
 
 
 class CudaEventTimer:
-    """CUDA events around each call on the current stream; a round is queued as a whole.
+    """CUDA events around the call on the current stream; ``before`` is enqueued first.
 
-    ``before`` (flush, poison) is enqueued ahead of the call's start event, so it runs
-    outside the [start, end] window.
+    The flush kernel (``before``) is enqueued ahead of the start event, so its execution
+    is outside the [start, end] window; it also keeps the GPU busy while the host enqueues
+    the call, hiding launch latency in cold mode.
     """
 
     name = "cuda_event"
@@ -259,8 +246,9 @@ class CudaEventTimer:
 
         self._torch = torch
         self._device = torch.device(device)
-        self._events: list[tuple[Any, Any]] = []
-        self._enqueue_s = BLOCK_MAX_S  # the first round gets the longest hold
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+        self._enqueue_s: dict[str, float] = {}
         # torch.cuda._sleep spins for a number of SM cycles; the max SM clock converts time to
         # cycles (at a lower clock the spin only lasts longer, which is harmless).
         self._cycles_per_s = _max_sm_hz(self._device)
@@ -269,36 +257,26 @@ class CudaEventTimer:
         return time.perf_counter()
 
     def time_call(self, fn, *, arm="", before=None) -> float:
-        return self.time_round([(arm, fn, before)])[0]
-
-    def time_round(self, calls) -> list[float]:
-        torch = self._torch
-        while len(self._events) < len(calls):
-            self._events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
-        # Hold the stream with a spin kernel while the host enqueues the whole round (nvbench's
+        if before is not None:
+            before()
+        # Hold the stream with a spin kernel while the host enqueues the call (nvbench's
         # blocking kernel). Without it a launch-bound call (several small kernels, µs each)
         # is timed with the host's launch gaps inside the window, and those gaps depend on
         # what the host did just before — which arm ran last — so the control arm (the
-        # baseline timed twice) drifted 10-25% from 1.0 on the H200. The spin lasts twice the
-        # last round's host enqueue time, within [BLOCK_MIN_S, BLOCK_MAX_S].
-        # One hold and one synchronize per round, not per call: then the calls run back to
-        # back as in real use. Holding and synchronizing around every call left the H200 idle
-        # between calls, under its power limit, at boost clocks a busy GPU does not keep
-        # (2026-11-29: SDPA at N 8192 timed at 1928 MHz, 9.5% faster than do_bench's
-        # back-to-back calls at 1652 MHz).
-        hold = min(max(2.0 * self._enqueue_s, BLOCK_MIN_S), BLOCK_MAX_S)
-        torch.cuda._sleep(int(hold * self._cycles_per_s))
+        # baseline timed twice) drifted 10-25% from 1.0 on the H200. The spin lasts twice
+        # this arm's last host enqueue time, within [BLOCK_MIN_S, BLOCK_MAX_S].
+        # Held and synchronized per call, not per round: queueing a whole round behind one
+        # hold (calls back to back, a busier GPU) was tried on the H200 at fb4c42d and the
+        # control's order effects grew to ±2.5% on µs configs (14/16 within ±2%, not 16/16).
+        hold = min(max(2.0 * self._enqueue_s.get(arm, BLOCK_MAX_S), BLOCK_MIN_S), BLOCK_MAX_S)
+        self._torch.cuda._sleep(int(hold * self._cycles_per_s))
+        self._start.record()
         h0 = time.perf_counter()
-        pairs = self._events[:len(calls)]
-        for (_arm, fn, before), (start, end) in zip(calls, pairs):
-            if before is not None:
-                before()
-            start.record()
-            fn()
-            end.record()
-        self._enqueue_s = time.perf_counter() - h0
-        pairs[-1][1].synchronize()
-        return [float(start.elapsed_time(end)) for start, end in pairs]
+        fn()
+        self._end.record()
+        self._enqueue_s[arm] = time.perf_counter() - h0
+        self._end.synchronize()
+        return float(self._start.elapsed_time(self._end))
 
 
 class ScriptedTimer:
@@ -353,8 +331,6 @@ class ScriptedTimer:
         ms = self._duration(arm)
         self.advance((round(ms * 1e6) + self._overhead_ns) / 1e9)
         return ms
-
-    time_round = _one_by_one
 
 
 # ------------------------------------------------------------------------------------------
@@ -669,7 +645,7 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
 
         def run_round(rot: int, record: dict[str, list[float]] | None) -> tuple[float, float, tuple[str, ...], dict]:
             order = orders[rot % len(orders)]
-            calls = []
+            out: dict[str, float] = {}
             t0 = timer.now_s()
             for name in order:
                 # Global slot rotation across arms: consecutive calls never share inputs.
@@ -685,13 +661,10 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
 
                     def call(fn=fn, slot=slot):
                         fn(slot)
-                calls.append((name, call, _before(name, slot)))
-            # A timer without time_round (an injected one) times the calls one by one.
-            timed = timer.time_round(calls) if hasattr(timer, "time_round") else _one_by_one(timer, calls)
-            out = {name: ms / replays for name, ms in zip(order, timed)}
-            if record is not None:
-                for name in order:
-                    record[name].append(out[name])
+                ms = timer.time_call(call, arm=name, before=_before(name, slot)) / replays
+                out[name] = ms
+                if record is not None:
+                    record[name].append(ms)
             return t0, timer.now_s(), order, out
 
         # step 3: prime (JIT/autotune/lazy init; graph capture) — not counted in the warm-up budget
