@@ -113,6 +113,28 @@ def _combine_kernel(M, L, ACC, Out, num_splits, D: tl.constexpr, S_PAD: tl.const
     tl.store(Out + row * D + offs_d, o.to(Out.dtype.element_ty))
 
 
+# The partials' scratch of the last shape, per device: (key, (m, l, acc)). Decode runs once
+# per token, so a serving loop reuses one buffer instead of three allocations per call.
+# It also sidesteps what the decode-small-h200 sweep hit at 9596fef (B 1, 8k keys, under
+# expandable_segments): the first timed arm's output held float32 data after the timing,
+# identically whichever kernel that arm was, while no kernel wrote out of bounds under
+# compute-sanitizer; per-call scratch was the only memory allocated and freed inside the
+# timed calls. Calls on one device must share a stream (the harness and serving loops do).
+_SCRATCH: dict = {}
+
+
+def _scratch(device, rows: int, splits: int, d: int):
+    key = (rows, splits, d)
+    hit = _SCRATCH.get(device)
+    if hit is None or hit[0] != key:
+        _SCRATCH.pop(device, None)  # the old shape's buffers go back before the new ones are taken
+        hit = (key, (torch.empty((rows, splits), dtype=torch.float32, device=device),
+                     torch.empty((rows, splits), dtype=torch.float32, device=device),
+                     torch.empty((rows, splits, d), dtype=torch.float32, device=device)))
+        _SCRATCH[device] = hit
+    return hit[1]
+
+
 def decode(q, k, v, out, scale, *, num_splits=None, block_n=None, num_warps=None, num_stages=None,
            programs_per_sm=PROGRAMS_PER_SM):
     """Launch split + combine; the keyword overrides exist for tests and tuning sweeps."""
@@ -142,9 +164,7 @@ def decode(q, k, v, out, scale, *, num_splits=None, block_n=None, num_warps=None
     if num_stages is None:
         num_stages = 1 if INTERPRET else NUM_STAGES
 
-    m = torch.empty((b * h, splits), dtype=torch.float32, device=q.device)
-    l_ = torch.empty((b * h, splits), dtype=torch.float32, device=q.device)
-    acc = torch.empty((b * h, splits, d), dtype=torch.float32, device=q.device)
+    m, l_, acc = _scratch(q.device, b * h, splits, d)
     _split_kernel[(b * hkv, splits)](
         q, k, v, m, l_, acc, scale * LOG2E, seq_len, chunk, splits,
         G=g, G_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(g)), D=d, BLOCK_N=block_n,
