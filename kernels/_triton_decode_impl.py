@@ -115,11 +115,13 @@ def _combine_kernel(M, L, ACC, Out, num_splits, D: tl.constexpr, S_PAD: tl.const
 
 # The partials' scratch of the last shape, per device: (key, (m, l, acc)). Decode runs once
 # per token, so a serving loop reuses one buffer instead of three allocations per call.
-# It also sidesteps what the decode-small-h200 sweep hit at 9596fef (B 1, 8k keys, under
-# expandable_segments): the first timed arm's output held float32 data after the timing,
-# identically whichever kernel that arm was, while no kernel wrote out of bounds under
-# compute-sanitizer; per-call scratch was the only memory allocated and freed inside the
-# timed calls. Calls on one device must share a stream (the harness and serving loops do).
+# It also removed a fault of the decode-small-h200 sweep at 9596fef (B 1, 8k keys, under
+# expandable_segments, four timed arms): after the timing, the first arm's output of the
+# last slot held what reads as float32 data, bit-identical whichever kernel that arm was,
+# and triton_decode (whose partials are float32) was an arm in every failing run; no
+# kernel wrote out of bounds under compute-sanitizer. With the scratch kept, the same
+# sweep passed (a78f794). The root cause is not pinned down (docs/benchmarks.md).
+# Calls on one device must share a stream (the harness and serving loops do).
 _SCRATCH: dict = {}
 
 
