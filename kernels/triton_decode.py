@@ -20,12 +20,14 @@ Numerics: QKᵀ and PV on tensor cores with fp32 accumulation, softmax in fp32 (
 log2(e) folded into the scale), P rounded to the input dtype for the PV dot (the usual
 FlashAttention choice), partials and combine in fp32, one final rounding of out.
 
-Measured on an H200 (scripts/bench_decode.py: fp16, H=32, Hkv=8, D=128, K/V streamed from
-HBM, copy bandwidth 4.28 TB/s read+write): effective K+V bandwidth 87% of copy at B=16,
-L=8k; 95% at B=32; 99-103% at B=64 or L=32k (reads alone may beat a copy's read+write
-rate); bf16 95% and D=64 88% at B=32, L=8k. cuDNN's SDPA is 2-5% faster there. Small
-batches are weaker: B=1, L=32k reaches 38% (cuDNN 60%); not yet diagnosed — one suspect is
-MAX_SPLITS: 8 kv heads × 64 splits is 1.3 waves of RESIDENT_PER_SM × 132 programs.
+Measured on an H200 through ``bench`` (hot mode, K/V streamed from HBM; fp16/bf16, H=32,
+Hkv=8, D=128; copy bandwidth 4.28 TB/s read+write; docs/benchmarks.md): effective K+V
+bandwidth 0.93 of copy at B=16, L=8k and 1.01-1.04 at B=64 or L=32k (line decode-h200, the
+earlier plan; reads alone may beat a copy's read+write rate); with the small-batch plan
+(line decode-small-h200) 0.96 at B=1, L=128k, 0.91 at B=2, L=32k, 0.97 at B=4, L=32k, but
+0.775 at B=1, L=32k and 0.45-0.78 at 8k keys for B<=4, where a call is 17-40 us and the
+two launches and the wave ramp weigh (a plain copy of the same K/V reaches 0.74 of the
+ceiling at B=1, 8k). cuDNN's SDPA is 0-5% behind at small batch, 2-5% ahead at B>=16.
 
 Runs on CUDA; on the CPU only under ``TRITON_INTERPRET=1`` (Triton's interpreter, set
 before triton is first imported), where ``devices`` includes "cpu" — slow, for tests.

@@ -18,7 +18,11 @@ tail -5 "$OUT/gpu-tests.txt"
 
 log "example sweep (CLI, fresh clone)"
 work=$(mktemp -d)
-if git rev-parse HEAD >/dev/null 2>&1; then git clone -q . "$work/p"; else cp -r . "$work/p" && (cd "$work/p" && git init -q && git add -A && git -c user.email=d@d -c user.name=d commit -qm device); fi
+# The bundle (see device_sweep.sh) has this repository's commits; without it, a fresh repo
+# of the copied tree. Never `git clone .`: a .git left on the device from an earlier
+# session once made this sweep run that session's commit instead of the copied tree.
+if [ -s .cache/repo.bundle ]; then git clone -q .cache/repo.bundle "$work/p" && (cd "$work/p" && git checkout -q main)
+else cp -r . "$work/p" && (cd "$work/p" && rm -rf .git && git init -q && git add -A && git -c user.email=d@d -c user.name=d commit -qm device); fi
 ( cd "$work/p" && { [ -s ledger/example.jsonl ] || python3 -m harness register example; } \
   && timeout 150 python3 -m harness sweep example && python3 -m harness ledger verify example \
   && python3 -m harness ledger show example ) > "$OUT/example-sweep.txt" 2>&1
