@@ -128,6 +128,11 @@ _SCRATCH: dict = {}
 def _scratch(device, rows: int, splits: int, d: int):
     key = (rows, splits, d)
     hit = _SCRATCH.get(device)
+    if (hit is None or hit[0] != key) and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        # Allocated inside a CUDA-graph capture: the memory belongs to the graph's pool and
+        # must not outlive the graph in this cache.
+        return tuple(torch.empty(shape, dtype=torch.float32, device=device)
+                     for shape in ((rows, splits), (rows, splits), (rows, splits, d)))
     if hit is None or hit[0] != key:
         _SCRATCH.pop(device, None)  # the old shape's buffers go back before the new ones are taken
         hit = (key, (torch.empty((rows, splits), dtype=torch.float32, device=device),

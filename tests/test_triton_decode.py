@@ -199,3 +199,41 @@ def test_gpu_matches_float64_reference(dtype, batch, heads, kv_heads, seq_len, h
     assert torch.isfinite(out).all()
     err = ((out.double() - ref).norm() / ref.norm()).item()
     assert err < 2 * UNIT_ROUNDOFF[dtype], err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("warm_first", [False, True])
+def test_gpu_cuda_graph_capture(warm_first):
+    # The split scratch is cached per device and shape; a shape first seen inside a capture
+    # must be allocated from the graph's pool and not cached (it would outlive the graph).
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs CUDA (compiled Triton)")
+    from kernels import _triton_decode_impl as impl
+    from kernels import load_kernels
+
+    spec = load_kernels()["triton_decode"]
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    q = torch.randn(1, 32, 1, 128, generator=gen, device="cuda").half()
+    k = torch.randn(1, 8, 5000 + warm_first, 128, generator=gen, device="cuda").half()
+    v = torch.randn(1, 8, 5000 + warm_first, 128, generator=gen, device="cuda").half()
+    out = torch.full_like(q, float("nan"))
+    impl._SCRATCH.clear()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        if warm_first:
+            spec.fn(q, k, v, out, causal=False, scale=128 ** -0.5)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            spec.fn(q, k, v, out, causal=False, scale=128 ** -0.5)
+    torch.cuda.current_stream().wait_stream(side)
+    assert (torch.device("cuda", torch.cuda.current_device()) in impl._SCRATCH) == warm_first
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    ref = _reference(q, k, v, 128 ** -0.5)
+    assert torch.isfinite(out).all()
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 2 * UNIT_ROUNDOFF["float16"]
