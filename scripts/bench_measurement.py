@@ -108,61 +108,67 @@ def run_grid(configs, reg, device, timing, seeds, families):
     return rows
 
 
-def do_bench_compare(configs, device, timing):
-    """Harness median (cold mode, interleaved) vs do_bench median (flushes L2 too) per kernel."""
+def _harness_runs(configs, device, timing):
+    """(cfg, kernel, call, Measurement) for torch_stack and sdpa on each config: one arm,
+    one input slot, under ``timing``; ``call`` is the same callable for the other tool."""
     import torch
 
     from harness.measurement.timing import TimingPolicy, measure
     from harness.workloads.inputs import make_inputs
     from kernels import get_kernel
 
-    out = []
-    policy = TimingPolicy.from_mapping({**timing, "mode": "cold"})
+    policy = TimingPolicy.from_mapping(timing)
     for cfg in configs:
         q, k, v = make_inputs(cfg, 0, "normal", device)
         for name in ("torch_stack", "sdpa"):
             spec = get_kernel(name)
             o = torch.empty_like(q)
 
-            def call(slot=0, fn=spec.fn):
+            def call(slot=0, fn=spec.fn, cfg=cfg, q=q, k=k, v=v, o=o):
                 fn(q, k, v, o, causal=cfg.causal, scale=cfg.scale)
 
-            m = measure({name: call}, n_slots=1, policy=policy, device=device)
-            ours = m.arms[name].stats.median
-            clock = {"harness_mean_mhz": m.clock.mean_mhz if m.clock else None,
-                     "harness_power_w": m.clock.power_max_w if m.clock else None,
-                     "warmup_ext": m.warmup_extensions, "harness_note": m.clock_note}
-            if device == "cuda":
-                import triton.testing
+            yield cfg, name, call, measure({name: call}, n_slots=1, policy=policy, device=device)
 
-                from harness.measurement.clocks import open_monitor
-                from harness.measurement.timing import HostTimer
 
-                # The same NVML monitor around do_bench: when the two medians differ, the SM
-                # clock each protocol ran at says whether the timer or the GPU differs.
-                mon, _ = open_monitor(device)
-                host = HostTimer()
-                if mon is not None:
-                    mon.start(host)
-                t0 = host.now_s()
-                theirs = triton.testing.do_bench(call, warmup=100, rep=500, return_mode="median")
-                t1 = host.now_s()
-                if mon is not None:
-                    mon.stop()
-                    sm = [r.sm_mhz for r in mon.during(t0, t1) if r.sm_mhz]
-                    pw = [r.power_w for r in mon.during(t0, t1) if getattr(r, "power_w", None)]
-                    clock.update(do_bench_mean_mhz=statistics.fmean(sm) if sm else None,
-                                 do_bench_power_w=max(pw) if pw else None)
-                    mon.source.close()
-            else:
-                ts = []
-                for _ in range(30):
-                    t0 = time.perf_counter_ns()
-                    call()
-                    ts.append((time.perf_counter_ns() - t0) / 1e6)
-                theirs = statistics.median(ts)
-            out.append({"config": cfg.key(), "kernel": name, "harness_ms": ours, "do_bench_ms": theirs,
-                        "diff": ours / theirs - 1, **clock})
+def do_bench_compare(configs, device, timing):
+    """Harness median (cold mode, interleaved) vs do_bench median (flushes L2 too) per kernel."""
+    out = []
+    for cfg, name, call, m in _harness_runs(configs, device, {**timing, "mode": "cold"}):
+        ours = m.arms[name].stats.median
+        clock = {"harness_mean_mhz": m.clock.mean_mhz if m.clock else None,
+                 "harness_power_w": m.clock.power_max_w if m.clock else None,
+                 "warmup_ext": m.warmup_extensions, "harness_note": m.clock_note}
+        if device == "cuda":
+            import triton.testing
+
+            from harness.measurement.clocks import open_monitor
+            from harness.measurement.timing import HostTimer
+
+            # The same NVML monitor around do_bench: when the two medians differ, the SM
+            # clock each protocol ran at says whether the timer or the GPU differs.
+            mon, _ = open_monitor(device)
+            host = HostTimer()
+            if mon is not None:
+                mon.start(host)
+            t0 = host.now_s()
+            theirs = triton.testing.do_bench(call, warmup=100, rep=500, return_mode="median")
+            t1 = host.now_s()
+            if mon is not None:
+                mon.stop()
+                sm = [r.sm_mhz for r in mon.during(t0, t1) if r.sm_mhz]
+                pw = [r.power_w for r in mon.during(t0, t1) if getattr(r, "power_w", None)]
+                clock.update(do_bench_mean_mhz=statistics.fmean(sm) if sm else None,
+                             do_bench_power_w=max(pw) if pw else None)
+                mon.source.close()
+        else:
+            ts = []
+            for _ in range(30):
+                t0 = time.perf_counter_ns()
+                call()
+                ts.append((time.perf_counter_ns() - t0) / 1e6)
+            theirs = statistics.median(ts)
+        out.append({"config": cfg.key(), "kernel": name, "harness_ms": ours, "do_bench_ms": theirs,
+                    "diff": ours / theirs - 1, **clock})
     return out
 
 
@@ -174,33 +180,17 @@ def graph_compare(configs, device, timing):
     two launch-free protocols: both replay CUDA graphs of many calls on one set of inputs
     (n_slots=1: do_bench_cudagraph does not rotate inputs or flush the L2 either).
     """
-    import torch
-
-    from harness.measurement.timing import TimingPolicy, measure
-    from harness.workloads.inputs import make_inputs
-    from kernels import get_kernel
-
     out = []
     if device != "cuda":
         return out
     import triton.testing
 
-    policy = TimingPolicy.from_mapping({**timing, "mode": "graph"})
-    for cfg in configs:
-        q, k, v = make_inputs(cfg, 0, "normal", device)
-        for name in ("torch_stack", "sdpa"):
-            spec = get_kernel(name)
-            o = torch.empty_like(q)
-
-            def call(slot=0, fn=spec.fn):
-                fn(q, k, v, o, causal=cfg.causal, scale=cfg.scale)
-
-            m = measure({name: call}, n_slots=1, policy=policy, device=device)
-            ours = m.arms[name].stats.median
-            # do_bench_cudagraph's rep is the graph's length in ms; 100 as in its default use.
-            theirs = triton.testing.do_bench_cudagraph(call, rep=100, return_mode="median")
-            out.append({"config": cfg.key(), "kernel": name, "harness_ms": ours, "do_bench_ms": theirs,
-                        "diff": ours / theirs - 1, "graph_replays": m.graph_replays})
+    for cfg, name, call, m in _harness_runs(configs, device, {**timing, "mode": "graph"}):
+        ours = m.arms[name].stats.median
+        # do_bench_cudagraph's rep is the graph's length in ms; 100 as in its default use.
+        theirs = triton.testing.do_bench_cudagraph(call, rep=100, return_mode="median")
+        out.append({"config": cfg.key(), "kernel": name, "harness_ms": ours, "do_bench_ms": theirs,
+                    "diff": ours / theirs - 1, "graph_replays": m.graph_replays})
     return out
 
 
