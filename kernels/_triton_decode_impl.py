@@ -128,18 +128,18 @@ _SCRATCH: dict = {}
 def _scratch(device, rows: int, splits: int, d: int):
     key = (rows, splits, d)
     hit = _SCRATCH.get(device)
-    if (hit is None or hit[0] != key) and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        # Allocated inside a CUDA-graph capture: the memory belongs to the graph's pool and
-        # must not outlive the graph in this cache.
-        return tuple(torch.empty(shape, dtype=torch.float32, device=device)
-                     for shape in ((rows, splits), (rows, splits), (rows, splits, d)))
-    if hit is None or hit[0] != key:
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    # Allocated inside a CUDA-graph capture, the memory belongs to the graph's pool and
+    # must not outlive the graph in this cache.
+    keep = not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+    if keep:
         _SCRATCH.pop(device, None)  # the old shape's buffers go back before the new ones are taken
-        hit = (key, (torch.empty((rows, splits), dtype=torch.float32, device=device),
-                     torch.empty((rows, splits), dtype=torch.float32, device=device),
-                     torch.empty((rows, splits, d), dtype=torch.float32, device=device)))
-        _SCRATCH[device] = hit
-    return hit[1]
+    buffers = tuple(torch.empty(shape, dtype=torch.float32, device=device)
+                    for shape in ((rows, splits), (rows, splits), (rows, splits, d)))
+    if keep:
+        _SCRATCH[device] = (key, buffers)
+    return buffers
 
 
 def decode(q, k, v, out, scale, *, num_splits=None, block_n=None, num_warps=None, num_stages=None,
