@@ -10,7 +10,9 @@ For each shape (one query token per sequence, KV cache of L tokens):
 3. the effective KV bandwidth (K+V bytes / time) is reported with its fraction of the copy
    bandwidth measured in the same run (harness.measurement.ceilings, bytes read + written).
 
-``--sweep`` also times triton_decode's tile/warp/stage/split variants (each checked first).
+``--sweep`` also times triton_decode's tile/warp/stage/split variants (each checked first);
+``programs_per_sm`` only moves the large-batch plan (B·Hkv > 2 × SMs; the row shows the
+splits launched): small-batch split counts are explored by scripts/explore_decode_splits.py.
 Writes ``bench_decode.csv``, ``bench_decode.md``, ``ceilings.json`` (and
 ``triton_sweep.csv``) under ``--out`` (default: $OUT, else the current directory).
 
