@@ -239,3 +239,38 @@ def test_empty_stats_are_json_safe():
     m, _ = run({"a": 10.0}, policy(warmup_ms=10_000, timeout_s=0.5))
     row = m.to_row()
     assert row["arms"]["a"]["stats"]["median"] is None and not math.isnan(row["elapsed_s"])
+
+
+# -- lead calls -----------------------------------------------------------------------------
+def test_lead_calls_run_untimed_on_earlier_slots_just_before_each_timed_call():
+    log: list[tuple[str, int]] = []
+    pol = policy(lead_calls=2, min_samples=12, max_samples=12, warmup_ms=0.0, noise_target=1.0)
+    m, timer = run({"baseline": 1.0, "control": 1.0}, pol, n_slots=8, log=log)
+    # Every timed call (the timer's record) is preceded by exactly two calls of the same arm,
+    # on the two slots before its own (already timed, not timed again for 8 calls).
+    timed = iter(timer.calls)
+    i = 0
+    n_timed = 0
+    while i < len(log):
+        (a1, s1), (a2, s2), (a3, s3) = log[i:i + 3]
+        arm, _ = next(timed)
+        assert a1 == a2 == a3 == arm
+        assert (s1, s2) == ((s3 - 1) % 8, (s3 - 2) % 8)
+        i += 3
+        n_timed += 1
+    assert n_timed == len(timer.calls)
+    # Untimed: the samples are the scripted durations alone, and the policy is on the row.
+    assert set(m.arms["baseline"].samples) == {1.0}
+    assert m.to_row()["policy"]["lead_calls"] == 2
+
+
+def test_lead_calls_default_to_none_and_graph_mode_refuses_them():
+    log: list[tuple[str, int]] = []
+    _, timer = run({"baseline": 1.0}, policy(min_samples=3, max_samples=3, warmup_ms=0.0), n_slots=4, log=log)
+    assert len(log) == len(timer.calls)
+    with pytest.raises(UserError, match="lead_calls.*graph"):
+        TimingPolicy(mode="graph", lead_calls=1)
+    with pytest.raises(UserError, match="lead_calls"):
+        TimingPolicy(lead_calls=-1)
+    with pytest.raises(UserError, match="lead_calls"):
+        TimingPolicy.from_mapping({"lead_calls": 1.5})

@@ -21,7 +21,11 @@ Protocol, step by step (each step is marked ``# step N`` in ``measure``):
    runs first or always follows the same arm. Before each call, outside the timed window,
    the caller's ``prepare`` runs (the sweep poisons the output there). Each call uses the
    next input slot of a global rotation (see ``rotation_slots``). Each round records its
-   (t0, t1) so the monitor can attribute clocks to it.
+   (t0, t1) so the monitor can attribute clocks to it. With ``lead_calls`` = k (cold and
+   hot modes), each timed call is preceded by k untimed calls of the same arm on earlier
+   slots, back to back, so the GPU runs as busy and as power-limited as in a loop of calls
+   (the timed call stays isolated); the outputs checked after timing may then be a lead
+   call's, computed by the same kernel on the same inputs.
 7. Stop adaptively: after ``min_samples`` kept rounds and ``min_time_ms`` of measured time,
    when every arm's ``rel_noise`` ≤ ``noise_target`` ("noise_target"); else at
    ``max_samples`` rounds ("max_samples"); else at ``timeout_s`` ("timeout").
@@ -63,6 +67,8 @@ DEFAULT_THROTTLE_THRESHOLD = 0.85  # drop a round whose min SM clock < 0.85 × r
 DEFAULT_MAX_DROP_FRACTION = 0.25   # more dropped rounds than this: the measurement is throttled
 DEFAULT_CONTROL_TOLERANCE = 0.02   # control (= baseline function) must agree within ±2%
 DEFAULT_GRAPH_REPLAYS = 0          # 0 = auto: enough replays per sample for GRAPH_TARGET_SAMPLE_MS
+DEFAULT_LEAD_CALLS = 0             # untimed calls of the same arm just before each timed one
+LEAD_CALLS_MAX = 64
 # Protocol constants.
 WARMUP_MIN_ROUNDS = 1
 WARMUP_MAX_EXTENSIONS = 3
@@ -109,6 +115,7 @@ class TimingPolicy:
     max_drop_fraction: float = DEFAULT_MAX_DROP_FRACTION
     control_tolerance: float = DEFAULT_CONTROL_TOLERANCE
     graph_replays: int = DEFAULT_GRAPH_REPLAYS
+    lead_calls: int = DEFAULT_LEAD_CALLS
 
     def __post_init__(self):
         def num(key, lo, hi, *, integer=False, lo_open=False):
@@ -134,6 +141,10 @@ class TimingPolicy:
         num("max_drop_fraction", 0, 1)
         num("control_tolerance", 0, 1, lo_open=True)
         num("graph_replays", 0, GRAPH_MAX_REPLAYS * 16, integer=True)
+        num("lead_calls", 0, LEAD_CALLS_MAX, integer=True)
+        if self.lead_calls and self.mode == "graph":
+            raise UserError(f"timing policy 'lead_calls' = {self.lead_calls} with mode 'graph': a graph sample "
+                            f"already replays many calls back to back; use lead_calls with mode cold or hot")
         if self.min_samples > self.max_samples:
             raise UserError(f"timing policy 'min_samples' = {self.min_samples} exceeds 'max_samples' = "
                             f"{self.max_samples}: raise max_samples or lower min_samples")
@@ -643,6 +654,24 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
 
             return both
 
+        def _lead(name: str, slot: int, then: Callable[[], None] | None) -> Callable[[], None] | None:
+            # lead_calls: the arm runs that many times, untimed and back to back, just before
+            # its timed call, so the GPU is as busy (as hot, as power-limited) as in a loop of
+            # calls; the timed call is still isolated by the hold and its own synchronize.
+            # On earlier slots (already timed, not timed again for n_slots calls), so the lead
+            # never warms the L2 for a timed call; then the caller's prepare and flush.
+            if not policy.lead_calls:
+                return then
+            fn = arms[name]
+
+            def lead_then() -> None:
+                for i in range(policy.lead_calls):
+                    fn((slot - 1 - i) % n_slots)
+                if then is not None:
+                    then()
+
+            return lead_then
+
         def run_round(rot: int, record: dict[str, list[float]] | None) -> tuple[float, float, tuple[str, ...], dict]:
             order = orders[rot % len(orders)]
             out: dict[str, float] = {}
@@ -661,7 +690,7 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
 
                     def call(fn=fn, slot=slot):
                         fn(slot)
-                ms = timer.time_call(call, arm=name, before=_before(name, slot)) / replays
+                ms = timer.time_call(call, arm=name, before=_lead(name, slot, _before(name, slot))) / replays
                 out[name] = ms
                 if record is not None:
                     record[name].append(ms)
