@@ -641,36 +641,27 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
         slot_counter = [0]
         orders = round_orders(names)
 
-        def _before(name: str, slot: int):
+        def _before(name: str, slot: int) -> Callable[[], None] | None:
+            # What runs before a timed call, outside its window: the lead calls, the caller's
+            # prepare, then the flush (last, so neither warms the L2 for the call).
             prep = prepare.get(name) if prepare else None
-            if prep is None:
-                return before
-            flush = before
+            lead, flush, fn = policy.lead_calls, before, arms[name]
+            if prep is None and not lead:
+                return flush
 
-            def both() -> None:
-                prep(slot)
-                if flush is not None:
-                    flush()  # the flush last: the poison write does not warm the L2 for the call
-
-            return both
-
-        def _lead(name: str, slot: int, then: Callable[[], None] | None) -> Callable[[], None] | None:
-            # lead_calls: the arm runs that many times, untimed and back to back, just before
-            # its timed call, so the GPU is as busy (as hot, as power-limited) as in a loop of
-            # calls; the timed call is still isolated by the hold and its own synchronize.
-            # On earlier slots (already timed, not timed again for n_slots calls), so the lead
-            # never warms the L2 for a timed call; then the caller's prepare and flush.
-            if not policy.lead_calls:
-                return then
-            fn = arms[name]
-
-            def lead_then() -> None:
-                for i in range(policy.lead_calls):
+            def run() -> None:
+                # lead_calls: untimed and back to back, so the GPU is as busy (as hot, as
+                # power-limited) as in a loop of calls; the timed call is still isolated by
+                # the hold and its own synchronize. On earlier slots (already timed, not
+                # timed again for n_slots calls), so a lead never warms a timed call's inputs.
+                for i in range(lead):
                     fn((slot - 1 - i) % n_slots)
-                if then is not None:
-                    then()
+                if prep is not None:
+                    prep(slot)
+                if flush is not None:
+                    flush()
 
-            return lead_then
+            return run
 
         def run_round(rot: int, record: dict[str, list[float]] | None) -> tuple[float, float, tuple[str, ...], dict]:
             order = orders[rot % len(orders)]
@@ -690,7 +681,7 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
 
                     def call(fn=fn, slot=slot):
                         fn(slot)
-                ms = timer.time_call(call, arm=name, before=_lead(name, slot, _before(name, slot))) / replays
+                ms = timer.time_call(call, arm=name, before=_before(name, slot)) / replays
                 out[name] = ms
                 if record is not None:
                     record[name].append(ms)
