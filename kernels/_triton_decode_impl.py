@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from harness.errors import UserError
-from kernels.triton_decode import COMBINE_SPLIT_BLOCK, HEAD_DIMS, INTERPRET, MAX_GROUP, PROGRAMS_PER_SM, plan, sm_count
+from kernels.triton_decode import COMBINE_SPLIT_BLOCK, HEAD_DIMS, INTERPRET, MAX_GROUP, PROGRAMS_PER_SM, cut, plan, sm_count
 
 LOG2E = 1.4426950408889634
 # The query tile is padded to this many rows: the smallest M of a tensor-core tl.dot.
@@ -163,9 +163,8 @@ def decode(q, k, v, out, scale, *, num_splits=None, block_n=None, num_warps=None
             raise UserError(f"triton_decode needs contiguous tensors; {name} is not")
 
     splits, chunk, block_n = plan(b, hkv, seq_len, d, sm_count(q.device), programs_per_sm, block_n)
-    if num_splits is not None:  # forced split count (tests): same rounding as plan()
-        chunk = -(-(-(-seq_len // num_splits)) // block_n) * block_n
-        splits = -(-seq_len // chunk)
+    if num_splits is not None:  # forced split count (tests, explorations): plan()'s rounding
+        splits, chunk = cut(seq_len, num_splits, block_n)
     if num_warps is None:
         num_warps = NUM_WARPS
     if num_stages is None:

@@ -92,6 +92,14 @@ def sm_count(device=None) -> int:
     return torch.cuda.get_device_properties(idx).multi_processor_count
 
 
+def cut(seq_len: int, splits: int, block_n: int) -> tuple[int, int]:
+    """(splits launched, chunk) for about ``splits`` chunks of whole tiles of block_n keys:
+    rounding each chunk up to tiles can leave fewer splits than asked, never an empty one."""
+    tiles = _cdiv(seq_len, block_n)
+    chunk = _cdiv(tiles, max(1, min(splits, tiles))) * block_n
+    return _cdiv(seq_len, chunk), chunk
+
+
 def plan(batch: int, kv_heads: int, seq_len: int, head_dim: int, sms: int,
          programs_per_sm: int = PROGRAMS_PER_SM, block_n: int | None = None) -> tuple[int, int, int]:
     """(num_splits, chunk, block_n): how the L keys are cut; chunk is a multiple of block_n.
@@ -107,11 +115,10 @@ def plan(batch: int, kv_heads: int, seq_len: int, head_dim: int, sms: int,
         raise UserError(f"triton_decode needs at least one key, not seq_len={seq_len}")
     block_n = block_n or BLOCK_N_FOR_D[head_dim]
     pairs = batch * kv_heads
-    tiles = _cdiv(seq_len, block_n)
     max_splits = max(1, min(MAX_SPLITS, _cdiv(seq_len, MIN_KEYS_PER_SPLIT)))
 
-    def launched(splits: int) -> int:  # splits after rounding each chunk up to whole tiles
-        return _cdiv(tiles, _cdiv(tiles, splits))
+    def launched(splits: int) -> int:
+        return cut(seq_len, splits, block_n)[0]
 
     if pairs <= SMALL_PROGRAMS_PER_SM * sms:
         best = launched(min(max(1, SMALL_PROGRAMS_PER_SM * sms // pairs), max_splits))
@@ -124,8 +131,7 @@ def plan(batch: int, kv_heads: int, seq_len: int, head_dim: int, sms: int,
             eff = waves / _cdiv(pairs * s, capacity)
             if eff > best_eff + 1e-9:
                 best, best_eff = s, eff
-    chunk = _cdiv(tiles, best) * block_n
-    return _cdiv(seq_len, chunk), chunk, block_n
+    return (*cut(seq_len, best, block_n), block_n)
 
 
 def scratch_bytes(cfg) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import os
 import sys
 import time
@@ -28,7 +27,7 @@ for p in (_ROOT, os.path.join(_ROOT, "scripts")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from bench_decode import TOLERANCE, reference, rel_err  # noqa: E402
+from bench_decode import TOLERANCE, check, reference, rel_err  # noqa: E402
 
 # (batch, heads, kv_heads, seq_len, head_dim, dtype): seed 004's single-sequence decode
 # first, then small batches, then two of the decode-h200 line's shapes as a check that a
@@ -50,8 +49,6 @@ MAX_WAVES = 8
 # A 20 × (few µs) arm set: the harness defaults would spend minutes; these keep ~5 s/shape.
 POLICY = {"mode": "hot", "warmup_ms": 100, "min_samples": 12, "max_samples": 200, "min_time_ms": 30,
           "noise_target": 0.01, "timeout_s": 15}
-# The KV ring holds this many L2s (as the harness's hot mode and bench_decode.py).
-ROTATE_L2_MULTIPLE = 4
 
 
 def main():
@@ -61,10 +58,10 @@ def main():
     import torch
 
     from harness.measurement.ceilings import measure_ceilings
-    from harness.measurement.timing import TimingPolicy, device_l2_bytes, measure
+    from harness.measurement.timing import TimingPolicy, device_l2_bytes, measure, rotation_slots
     from kernels import load_kernels
     from kernels._triton_decode_impl import decode
-    from kernels.triton_decode import BLOCK_N_FOR_D, RESIDENT_PER_SM, plan, sm_count
+    from kernels.triton_decode import BLOCK_N_FOR_D, RESIDENT_PER_SM, cut, plan, sm_count
 
     out_dir = os.environ.get("OUT") or "."
     os.makedirs(out_dir, exist_ok=True)
@@ -78,7 +75,7 @@ def main():
         dt = getattr(torch, dtype)
         scale = d ** -0.5
         kv_bytes = 2 * b * hkv * n * d * dt.itemsize
-        copies = max(1, math.ceil(ROTATE_L2_MULTIPLE * l2 / kv_bytes))
+        copies = rotation_slots(kv_bytes, l2)  # the harness's hot-mode ring: ≥ 4 × L2
         gen = torch.Generator(device="cuda").manual_seed(n + b)
         q = torch.randn((b, h, 1, d), generator=gen, device="cuda").to(dt)
         ring = [(torch.randn((b, hkv, n, d), generator=gen, device="cuda").to(dt),
@@ -86,25 +83,21 @@ def main():
         ref = reference(q, *ring[0], scale)
         block_n = BLOCK_N_FOR_D[d]
         shipped, _, _ = plan(b, hkv, n, d, sms)
-        tiles = -(-n // block_n)
         variants = {}
         for s in SPLITS + (shipped,):
-            t = -(-tiles // s)
-            actual = -(-tiles // t)
+            actual, chunk = cut(n, s, block_n)
             if actual in variants.values() or (s != shipped and (
-                    (t * block_n < MIN_KEYS and actual > 1) or b * hkv * actual > MAX_WAVES * RESIDENT_PER_SM * sms)):
+                    (chunk < MIN_KEYS and actual > 1) or b * hkv * actual > MAX_WAVES * RESIDENT_PER_SM * sms)):
                 continue
             variants[f"s{actual}"] = actual
-        arms, outs, why = {}, {}, {}
+        arms, why = {}, {}
         for name, s in variants.items():
-            out = torch.full_like(q, float("nan"))
-            decode(q, *ring[0], out, scale, num_splits=s)
-            torch.cuda.synchronize()
-            err = rel_err(out, ref) if torch.isfinite(out).all() else math.nan
+            def fn(q_, k_, v_, o_, *, causal, scale, s=s):
+                decode(q_, k_, v_, o_, scale, num_splits=s)
+            err, out = check(fn, q, ring, ref, scale)
             if not err < TOLERANCE[dtype]:
                 why[name] = f"rel err {err:.3g} >= {TOLERANCE[dtype]:.3g}"
                 continue
-            outs[name] = out
 
             def arm(slot, s=s, out=out):
                 decode(q, *ring[slot % copies], out, scale, num_splits=s)
@@ -148,7 +141,7 @@ def main():
                     and r["mode"] == "hot"), key=lambda r: r["frac"], default=None)
         print(f"{shape}: {len(arms)} arms, shipped s{shipped}, best hot {best and best['arm']} "
               f"{best and round(best['frac'], 3)}", flush=True)
-        arms = outs = ring = q = ref = dst = None  # free this shape's caches before the next
+        arms = ring = q = ref = dst = None  # free this shape's caches before the next
         torch.cuda.empty_cache()
 
     cols = ["B", "H", "Hkv", "L", "D", "dtype", "mode", "arm", "splits", "programs", "shipped", "us", "gbps", "frac",

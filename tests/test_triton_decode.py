@@ -21,7 +21,7 @@ import textwrap
 import pytest
 
 from harness.workloads import Config
-from kernels.triton_decode import COMBINE_SPLIT_BLOCK, MAX_SPLITS, MIN_KEYS_PER_SPLIT, SMALL_PROGRAMS_PER_SM, plan
+from kernels.triton_decode import COMBINE_SPLIT_BLOCK, MAX_SPLITS, MIN_KEYS_PER_SPLIT, SMALL_PROGRAMS_PER_SM, cut, plan
 
 UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 INTERPRETER_UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-7}
@@ -55,6 +55,14 @@ def test_a_large_batch_fills_the_last_wave():
     # B 64 × 8 KV heads = 512 pairs: 3 splits are 1536 programs, 3.9 waves of 3 × 132 resident.
     splits, _, _ = plan(64, 8, 8192, 128, 132)
     assert splits == 3
+
+
+@pytest.mark.parametrize("seq_len", [1, 63, 64, 65, 300, 8192, 33000])
+@pytest.mark.parametrize("asked", [1, 2, 3, 7, 40, 99, 10_000])
+def test_cut_is_whole_tiles_with_no_empty_split(seq_len, asked):
+    splits, chunk = cut(seq_len, asked, 64)
+    assert chunk % 64 == 0 and 1 <= splits <= asked
+    assert (splits - 1) * chunk < seq_len <= splits * chunk
 
 
 def test_plan_counts_splits_as_launched():
