@@ -24,6 +24,11 @@ def test_shipped_example_is_valid():
     assert len(reg.sha256) == 64
 
 
+def test_lead_calls_accepted_in_cold_mode(tmp_path):
+    reg = registration.load(_write(tmp_path, TINY.replace("timeout_s = 5", "timeout_s = 5\nlead_calls = 3")))
+    assert reg.timing["lead_calls"] == 3
+
+
 def test_tiny_expands_grid_and_defaults(tmp_path):
     reg = registration.load(_write(tmp_path, TINY))
     assert [c.seq_len for c in reg.configs] == [32, 48]
@@ -46,6 +51,8 @@ def test_tiny_expands_grid_and_defaults(tmp_path):
     (("heads = [2]", "heads = [3]\nkv_heads = [2]"), "not a multiple of kv_heads"),
     (('baseline = "torch_stack"', 'baseline = "sdpa"'), "both baseline and candidate"),
     (("timeout_s = 5", "timeout_s = -5"), "timeout_s"),
+    (("timeout_s = 5", 'timeout_s = 5\nmode = "graph"\nlead_calls = 2'), "lead_calls.*graph"),
+    (("timeout_s = 5", "timeout_s = 5\nlead_calls = 65"), "lead_calls"),
 ])
 def test_bad_registrations_rejected_with_the_key(tmp_path, edit, message):
     old, new = edit
