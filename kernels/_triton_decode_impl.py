@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from harness.errors import UserError
-from kernels.triton_decode import COMBINE_SPLIT_BLOCK, HEAD_DIMS, INTERPRET, MAX_GROUP, PROGRAMS_PER_SM, cut, plan, sm_count
+from kernels.triton_decode import COMBINE_SPLIT_BLOCK, FUSE_COMBINE, HEAD_DIMS, INTERPRET, MAX_GROUP, PROGRAMS_PER_SM, cut, plan, sm_count
 
 LOG2E = 1.4426950408889634
 # The query tile is padded to this many rows: the smallest M of a tensor-core tl.dot.
@@ -40,10 +40,14 @@ def _dot(a, b, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _split_kernel(Q, K, V, M, L, ACC, qk_scale, seq_len, chunk, num_splits,
+def _split_kernel(Q, K, V, M, L, ACC, Out, Count, qk_scale, seq_len, chunk, num_splits,
                   G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
-                  UPCAST: tl.constexpr):
-    """One program: kv head ``bkv`` (all its G query heads), keys [split·chunk, +chunk)."""
+                  UPCAST: tl.constexpr, FUSED: tl.constexpr, S_PAD: tl.constexpr, S_BLOCK: tl.constexpr):
+    """One program: kv head ``bkv`` (all its G query heads), keys [split·chunk, +chunk).
+
+    FUSED: the program that finishes last among its kv head's splits (an arrival counter
+    per kv head) merges their partials into out, so a call is one launch instead of two.
+    """
     bkv = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     offs_g = tl.arange(0, G_PAD)
@@ -83,18 +87,30 @@ def _split_kernel(Q, K, V, M, L, ACC, qk_scale, seq_len, chunk, num_splits,
     tl.store(M + part, m_i, mask=g_mask)
     tl.store(L + part, l_i, mask=g_mask)
     tl.store(ACC + part[:, None] * D + offs_d[None, :], acc, mask=g_mask[:, None])
+    if FUSED:
+        # Every thread's partial stores come before the arrival (the barrier), and the
+        # arrival is a gpu-scope release; the last arriver's acquire then orders its reads
+        # of the other programs' partials after their stores (PTX causality order is
+        # transitive through the CTA barrier). The reads bypass L1 (.cg): this SM's L1
+        # may still hold the scratch of an earlier call.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(Count + bkv, 1, sem="acq_rel", scope="gpu")
+        if arrived == num_splits - 1:
+            tl.atomic_xchg(Count + bkv, 0, sem="relaxed", scope="gpu")  # ready for the next call
+            for g in tl.static_range(G):
+                _merge_head(M, L, ACC, Out, bkv * G + g, num_splits, D, S_PAD, S_BLOCK)
 
 
 @triton.jit
-def _combine_kernel(M, L, ACC, Out, num_splits, D: tl.constexpr, S_PAD: tl.constexpr, S_BLOCK: tl.constexpr):
-    """One program per query head: merge the splits' (m, l, acc) into out.
+def _merge_head(M, L, ACC, Out, row, num_splits, D: tl.constexpr, S_PAD: tl.constexpr, S_BLOCK: tl.constexpr):
+    """Merge query head ``row``'s splits (m, l, acc) into out.
 
     The max over all splits first (a vector of S_PAD floats), then the weighted sums over
     blocks of S_BLOCK splits, so the register tile stays S_BLOCK × D however many splits.
     """
-    row = tl.program_id(0).to(tl.int64)
     offs_all = tl.arange(0, S_PAD)
-    m_all = tl.load(M + row * num_splits + offs_all, mask=offs_all < num_splits, other=float("-inf"))
+    m_all = tl.load(M + row * num_splits + offs_all, mask=offs_all < num_splits, other=float("-inf"),
+                    cache_modifier=".cg")
     m_max = tl.max(m_all, 0)
     offs_d = tl.arange(0, D)
     offs_b = tl.arange(0, S_BLOCK)
@@ -103,14 +119,21 @@ def _combine_kernel(M, L, ACC, Out, num_splits, D: tl.constexpr, S_PAD: tl.const
     for s0 in range(0, num_splits, S_BLOCK):
         s_mask = (s0 + offs_b) < num_splits
         base = row * num_splits + s0 + offs_b
-        m = tl.load(M + base, mask=s_mask, other=float("-inf"))
-        l_ = tl.load(L + base, mask=s_mask, other=0.0)
+        m = tl.load(M + base, mask=s_mask, other=float("-inf"), cache_modifier=".cg")
+        l_ = tl.load(L + base, mask=s_mask, other=0.0, cache_modifier=".cg")
         w = tl.where(s_mask, tl.exp2(m - m_max), 0.0)   # an empty split (m = -inf) weighs 0
         den += w * l_
-        acc = tl.load(ACC + base[:, None] * D + offs_d[None, :], mask=s_mask[:, None], other=0.0)
+        acc = tl.load(ACC + base[:, None] * D + offs_d[None, :], mask=s_mask[:, None], other=0.0,
+                      cache_modifier=".cg")
         num += acc * w[:, None]
     o = tl.sum(num, 0) / tl.sum(den, 0)
     tl.store(Out + row * D + offs_d, o.to(Out.dtype.element_ty))
+
+
+@triton.jit
+def _combine_kernel(M, L, ACC, Out, num_splits, D: tl.constexpr, S_PAD: tl.constexpr, S_BLOCK: tl.constexpr):
+    """One program per query head (the unfused path's second launch)."""
+    _merge_head(M, L, ACC, Out, tl.program_id(0).to(tl.int64), num_splits, D, S_PAD, S_BLOCK)
 
 
 # The partials' scratch of the last shape, per device: (key, (m, l, acc)). Decode runs once
@@ -125,26 +148,34 @@ def _combine_kernel(M, L, ACC, Out, num_splits, D: tl.constexpr, S_PAD: tl.const
 _SCRATCH: dict = {}
 
 
-def _scratch(device, rows: int, splits: int, d: int):
-    key = (rows, splits, d)
-    hit = _SCRATCH.get(device)
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    # Allocated inside a CUDA-graph capture, the memory belongs to the graph's pool and
-    # must not outlive the graph in this cache.
+def _scratch(device, pairs: int, rows: int, splits: int, d: int):
+    """(m, l, acc, arrivals): float32 partials and the fused path's int32 counter per kv head.
+
+    The counters start at zero and the last arriver of each call puts its back to zero.
+    """
+    key = (pairs, rows, splits, d)
+    # A call captured into a CUDA graph gets its own buffers from the graph's pool, never
+    # the cached ones: a later call of another shape evicts (frees) those while the graph
+    # still writes them on every replay. (explore_decode_splits at b4e3746 captured arms of
+    # several split counts in turn; its replays hit an illegal address.) And what a capture
+    # allocates must not outlive its graph in this cache.
     keep = not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+    hit = _SCRATCH.get(device)
+    if keep and hit is not None and hit[0] == key:
+        return hit[1]
     if keep:
         _SCRATCH.pop(device, None)  # the old shape's buffers go back before the new ones are taken
     buffers = tuple(torch.empty(shape, dtype=torch.float32, device=device)
                     for shape in ((rows, splits), (rows, splits), (rows, splits, d)))
+    buffers += (torch.zeros(pairs, dtype=torch.int32, device=device),)
     if keep:
         _SCRATCH[device] = (key, buffers)
     return buffers
 
 
 def decode(q, k, v, out, scale, *, num_splits=None, block_n=None, num_warps=None, num_stages=None,
-           programs_per_sm=PROGRAMS_PER_SM):
-    """Launch split + combine; the keyword overrides exist for tests and tuning sweeps."""
+           programs_per_sm=PROGRAMS_PER_SM, fused=None):
+    """Launch split (+ combine unless fused); the keyword overrides exist for tests and tuning sweeps."""
     b, h, nq, d = q.shape
     hkv, seq_len = k.shape[1], k.shape[2]
     if nq != 1:
@@ -169,12 +200,17 @@ def decode(q, k, v, out, scale, *, num_splits=None, block_n=None, num_warps=None
         num_warps = NUM_WARPS
     if num_stages is None:
         num_stages = 1 if INTERPRET else NUM_STAGES
+    if fused is None:
+        fused = FUSE_COMBINE
 
-    m, l_, acc = _scratch(q.device, b * h, splits, d)
+    m, l_, acc, arrivals = _scratch(q.device, b * hkv, b * h, splits, d)
+    s_pad = max(2, triton.next_power_of_2(splits))
     _split_kernel[(b * hkv, splits)](
-        q, k, v, m, l_, acc, scale * LOG2E, seq_len, chunk, splits,
+        q, k, v, m, l_, acc, out, arrivals, scale * LOG2E, seq_len, chunk, splits,
         G=g, G_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(g)), D=d, BLOCK_N=block_n,
-        UPCAST=INTERPRET and q.dtype == torch.bfloat16, num_warps=num_warps, num_stages=num_stages)
-    _combine_kernel[(b * h,)](m, l_, acc, out, splits, D=d, S_PAD=max(2, triton.next_power_of_2(splits)),
-                              S_BLOCK=COMBINE_SPLIT_BLOCK, num_warps=COMBINE_WARPS)
+        UPCAST=INTERPRET and q.dtype == torch.bfloat16, FUSED=fused, S_PAD=s_pad, S_BLOCK=COMBINE_SPLIT_BLOCK,
+        num_warps=num_warps, num_stages=num_stages)
+    if not fused:
+        _combine_kernel[(b * h,)](m, l_, acc, out, splits, D=d, S_PAD=s_pad, S_BLOCK=COMBINE_SPLIT_BLOCK,
+                                  num_warps=COMBINE_WARPS)
     return splits

@@ -66,6 +66,9 @@ SMALL_PROGRAMS_PER_SM = 2
 # Splits merged per step of the combine: a 32 × D fp32 tile is 32 registers per thread at
 # D=128 with 4 warps, and 32 splits cover every batch ≥ 16 plan in one step.
 COMBINE_SPLIT_BLOCK = 32
+# Merge the splits inside the split kernel (the last program of a kv head to finish
+# merges, found by an arrival counter) instead of a second launch.
+FUSE_COMBINE = False
 # Programs resident per SM, for the last-wave adjustment: the sm_90 build of the split
 # kernel (D=128, BLOCK_N=64, 4 warps, 3 stages) uses 70 KB of shared memory (3 fit in
 # 228 KB) and 102 registers/thread (5 fit), per Triton's AOT compile and cuobjdump.
@@ -135,11 +138,12 @@ def plan(batch: int, kv_heads: int, seq_len: int, head_dim: int, sms: int,
 
 
 def scratch_bytes(cfg) -> int:
-    """float32 partials: m and l (B·H·splits each) and acc (B·H·splits·D)."""
+    """float32 partials: m and l (B·H·splits each) and acc (B·H·splits·D); an int32 arrival
+    counter per (batch, kv head)."""
     if cfg.head_dim not in HEAD_DIMS:
         return 0
     splits, _, _ = plan(cfg.batch, cfg.kv_heads, cfg.seq_len, cfg.head_dim, sm_count())
-    return cfg.batch * cfg.heads * splits * (cfg.head_dim + 2) * 4
+    return cfg.batch * cfg.heads * splits * (cfg.head_dim + 2) * 4 + cfg.batch * cfg.kv_heads * 4
 
 
 def _supports(cfg):

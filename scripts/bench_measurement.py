@@ -130,6 +130,31 @@ def _harness_runs(configs, device, timing):
             yield cfg, name, call, measure({name: call}, n_slots=1, policy=policy, device=device)
 
 
+def _with_clocks(device, run):
+    """run()'s result and the SM clock and power NVML saw meanwhile: when the harness and
+    triton.testing differ, the clock each protocol ran at says whether the timer or the GPU
+    differs."""
+    from harness.measurement.clocks import open_monitor
+    from harness.measurement.timing import HostTimer
+
+    mon, _ = open_monitor(device)
+    host = HostTimer()
+    if mon is not None:
+        mon.start(host)
+    t0 = host.now_s()
+    result = run()
+    t1 = host.now_s()
+    seen = {}
+    if mon is not None:
+        mon.stop()
+        sm = [r.sm_mhz for r in mon.during(t0, t1) if r.sm_mhz]
+        pw = [r.power_w for r in mon.during(t0, t1) if getattr(r, "power_w", None)]
+        seen = {"do_bench_mean_mhz": statistics.fmean(sm) if sm else None,
+                "do_bench_power_w": max(pw) if pw else None}
+        mon.source.close()
+    return result, seen
+
+
 def do_bench_compare(configs, device, timing):
     """Harness median (cold mode, interleaved) vs do_bench median (flushes L2 too) per kernel."""
     out = []
@@ -141,25 +166,9 @@ def do_bench_compare(configs, device, timing):
         if device == "cuda":
             import triton.testing
 
-            from harness.measurement.clocks import open_monitor
-            from harness.measurement.timing import HostTimer
-
-            # The same NVML monitor around do_bench: when the two medians differ, the SM
-            # clock each protocol ran at says whether the timer or the GPU differs.
-            mon, _ = open_monitor(device)
-            host = HostTimer()
-            if mon is not None:
-                mon.start(host)
-            t0 = host.now_s()
-            theirs = triton.testing.do_bench(call, warmup=100, rep=500, return_mode="median")
-            t1 = host.now_s()
-            if mon is not None:
-                mon.stop()
-                sm = [r.sm_mhz for r in mon.during(t0, t1) if r.sm_mhz]
-                pw = [r.power_w for r in mon.during(t0, t1) if getattr(r, "power_w", None)]
-                clock.update(do_bench_mean_mhz=statistics.fmean(sm) if sm else None,
-                             do_bench_power_w=max(pw) if pw else None)
-                mon.source.close()
+            theirs, seen = _with_clocks(device, lambda: triton.testing.do_bench(call, warmup=100, rep=500,
+                                                                                return_mode="median"))
+            clock.update(seen)
         else:
             ts = []
             for _ in range(30):
@@ -188,9 +197,12 @@ def graph_compare(configs, device, timing):
     for cfg, name, call, m in _harness_runs(configs, device, {**timing, "mode": "graph"}):
         ours = m.arms[name].stats.median
         # do_bench_cudagraph's rep is the graph's length in ms; 100 as in its default use.
-        theirs = triton.testing.do_bench_cudagraph(call, rep=100, return_mode="median")
+        theirs, seen = _with_clocks(device, lambda: triton.testing.do_bench_cudagraph(call, rep=100,
+                                                                                     return_mode="median"))
         out.append({"config": cfg.key(), "kernel": name, "harness_ms": ours, "do_bench_ms": theirs,
-                    "diff": ours / theirs - 1, "graph_replays": m.graph_replays})
+                    "diff": ours / theirs - 1, "graph_replays": m.graph_replays,
+                    "harness_mean_mhz": m.clock.mean_mhz if m.clock else None,
+                    "harness_power_w": m.clock.power_max_w if m.clock else None, **seen})
     return out
 
 
@@ -279,7 +291,8 @@ def main():
           md_table(report["do_bench"], ["config", "kernel", "harness_ms", "do_bench_ms", "diff"]),
           "## harness graph mode vs do_bench_cudagraph (median ms, µs-scale, launch-free)",
           md_table(report["do_bench_graph"], ["config", "kernel", "harness_ms", "do_bench_ms", "diff",
-                                              "graph_replays"]),
+                                              "graph_replays", "harness_mean_mhz", "do_bench_mean_mhz",
+                                              "harness_power_w", "do_bench_power_w"]),
           "## harness vs do_bench on ms-scale configs",
           md_table(report["do_bench_large"], ["config", "kernel", "harness_ms", "do_bench_ms", "diff",
                                               "harness_mean_mhz", "do_bench_mean_mhz", "harness_power_w",

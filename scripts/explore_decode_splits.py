@@ -9,9 +9,14 @@ copies ≥ 4 × L2 so no call finds its cache in L2, no L2 flush (a flush leaves
 of dirty lines whose write-back the next call pays for), NVML clocks polled throughout.
 The same arms are then timed in graph mode (one CUDA graph of K calls per sample).
 
-Writes ``decode_splits.csv`` and ``decode_splits.md`` under $OUT (else the current directory).
+``--tune`` times, at the small batches where the kernel is furthest from the copy
+yardstick, the shipped plan against one-launch variants (the combine fused into the split
+kernel) and their tile, warp, stage and split-count neighbours.
 
-Usage (GPU machine, repo root): PYTHONUNBUFFERED=1 python scripts/explore_decode_splits.py [--quick]
+Writes ``decode_splits.csv`` and ``decode_splits.md`` (``decode_tune.*`` with --tune) under
+$OUT (else the current directory).
+
+Usage (GPU machine, repo root): PYTHONUNBUFFERED=1 python scripts/explore_decode_splits.py [--quick] [--tune]
 """
 
 from __future__ import annotations
@@ -39,6 +44,21 @@ SHAPES = [
     (64, 32, 8, 8192, 128, "float16"),
 ]
 QUICK_SHAPES = SHAPES[:2]
+# --tune: the small-batch shapes below 0.85 in decode-small-h200, one that met it, and a
+# decode-h200 shape as a check that a variant does not lose at large batch.
+TUNE_SHAPES = [
+    (1, 32, 8, 8192, 128, "float16"), (1, 32, 8, 32768, 128, "float16"), (2, 32, 8, 8192, 128, "float16"),
+    (4, 32, 8, 8192, 128, "float16"), (2, 32, 8, 32768, 128, "float16"), (16, 32, 8, 8192, 128, "float16"),
+]
+# --tune variants beside the shipped plan: decode() keyword overrides; "splits" scales the
+# plan's split count before rounding to whole tiles.
+TUNE = {
+    "unfused": {"fused": False}, "fused": {"fused": True},
+    "fused_w8": {"fused": True, "num_warps": 8}, "fused_st2": {"fused": True, "num_stages": 2},
+    "fused_st4": {"fused": True, "num_stages": 4}, "fused_bn32": {"fused": True, "block_n": 32},
+    "fused_bn32_st5": {"fused": True, "block_n": 32, "num_stages": 5},
+    "fused_x0.5": {"fused": True, "splits": 0.5}, "fused_x1.5": {"fused": True, "splits": 1.5},
+}
 # Split counts tried per shape beside the shipped plan (before rounding to whole tiles;
 # duplicates after rounding dropped). The first run (c4eff61) tried 21 counts up to 512.
 SPLITS = (1, 2, 4, 8, 16, 24, 32, 47, 64, 128)
@@ -54,6 +74,7 @@ POLICY = {"mode": "hot", "warmup_ms": 100, "min_samples": 12, "max_samples": 200
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--tune", action="store_true", help="time one-launch and tuning variants at small batch")
     args = ap.parse_args()
     import torch
 
@@ -70,7 +91,8 @@ def main():
     l2 = device_l2_bytes("cuda")
     sms = sm_count()
     rows = []
-    for shape in (QUICK_SHAPES if args.quick else SHAPES):
+    shapes = TUNE_SHAPES if args.tune else SHAPES
+    for shape in (shapes[:2] if args.quick else shapes):
         b, h, hkv, n, d, dtype = shape
         dt = getattr(torch, dtype)
         scale = d ** -0.5
@@ -83,24 +105,32 @@ def main():
         ref = reference(q, *ring[0], scale)
         block_n = BLOCK_N_FOR_D[d]
         shipped, _, _ = plan(b, hkv, n, d, sms)
-        variants = {}
-        for s in SPLITS + (shipped,):
-            actual, chunk = cut(n, s, block_n)
-            if actual in variants.values() or (s != shipped and (
-                    (chunk < MIN_KEYS and actual > 1) or b * hkv * actual > MAX_WAVES * RESIDENT_PER_SM * sms)):
-                continue
-            variants[f"s{actual}"] = actual
+        variants = {}  # name -> decode() keyword overrides; "num_splits" as launched
+        if args.tune:
+            variants["shipped"] = {"num_splits": shipped}
+            for name, kw in TUNE.items():
+                kw = dict(kw)
+                bn = kw.get("block_n", block_n)
+                kw["num_splits"] = cut(n, max(1, round(shipped * kw.pop("splits", 1.0))), bn)[0]
+                variants[name] = kw
+        else:
+            for s in SPLITS + (shipped,):
+                actual, chunk = cut(n, s, block_n)
+                if {"num_splits": actual} in variants.values() or (s != shipped and (
+                        (chunk < MIN_KEYS and actual > 1) or b * hkv * actual > MAX_WAVES * RESIDENT_PER_SM * sms)):
+                    continue
+                variants[f"s{actual}"] = {"num_splits": actual}
         arms, why = {}, {}
-        for name, s in variants.items():
-            def fn(q_, k_, v_, o_, *, causal, scale, s=s):
-                decode(q_, k_, v_, o_, scale, num_splits=s)
+        for name, kw in variants.items():
+            def fn(q_, k_, v_, o_, *, causal, scale, kw=kw):
+                decode(q_, k_, v_, o_, scale, **kw)
             err, out = check(fn, q, ring, ref, scale)
             if not err < TOLERANCE[dtype]:
                 why[name] = f"rel err {err:.3g} >= {TOLERANCE[dtype]:.3g}"
                 continue
 
-            def arm(slot, s=s, out=out):
-                decode(q, *ring[slot % copies], out, scale, num_splits=s)
+            def arm(slot, kw=kw, out=out):
+                decode(q, *ring[slot % copies], out, scale, **kw)
             arms[name] = arm
         cud = specs["sdpa_cudnn"]
         o_c = torch.full_like(q, float("nan"))
@@ -128,15 +158,16 @@ def main():
                 med = m.arms[name].stats.median
                 moved = 2 * kv_bytes if name == "copy_kv" else kv_bytes  # copy: read + write
                 gbps = moved / (med * 1e-3) / 1e9
+                splits = variants[name]["num_splits"] if name in variants else None
                 rows.append({"B": b, "H": h, "Hkv": hkv, "L": n, "D": d, "dtype": dtype, "mode": mode,
-                             "arm": name, "splits": variants.get(name), "programs": (b * hkv * variants[name])
-                             if name in variants else None, "shipped": variants.get(name) == shipped,
+                             "arm": name, "splits": splits, "programs": b * hkv * splits if splits else None,
+                             "shipped": name == "shipped" or (not args.tune and splits == shipped),
                              "us": med * 1e3, "gbps": gbps, "frac": gbps / ceil.copy_gbps,
                              "rounds": len(m.rounds), "stop": m.stop_reason,
                              "mean_mhz": clk.mean_mhz if clk else None, "wall_s": wall})
         for name, reason in why.items():
             rows.append({"B": b, "H": h, "Hkv": hkv, "L": n, "D": d, "dtype": dtype, "mode": "-", "arm": name,
-                         "splits": variants[name], "stop": reason})
+                         "splits": variants[name]["num_splits"], "stop": reason})
         best = max((r for r in rows if r.get("L") == n and r.get("B") == b and r.get("frac") and r["arm"] not in ("sdpa_cudnn", "copy_kv")
                     and r["mode"] == "hot"), key=lambda r: r["frac"], default=None)
         print(f"{shape}: {len(arms)} arms, shipped s{shipped}, best hot {best and best['arm']} "
@@ -146,7 +177,8 @@ def main():
 
     cols = ["B", "H", "Hkv", "L", "D", "dtype", "mode", "arm", "splits", "programs", "shipped", "us", "gbps", "frac",
             "rounds", "stop", "mean_mhz", "wall_s"]
-    with open(os.path.join(out_dir, "decode_splits.csv"), "w", newline="") as f:
+    stem = "decode_tune" if args.tune else "decode_splits"
+    with open(os.path.join(out_dir, stem + ".csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
         w.writerows(rows)
@@ -156,7 +188,7 @@ def main():
         lines.append("| " + " | ".join(f"{r.get(c):.4g}" if isinstance(r.get(c), float) else str(r.get(c, ""))
                                        for c in cols) + " |")
     text = "\n".join(lines)
-    with open(os.path.join(out_dir, "decode_splits.md"), "w") as f:
+    with open(os.path.join(out_dir, stem + ".md"), "w") as f:
         f.write(text + "\n")
     print(text)
 

@@ -81,7 +81,7 @@ def test_registration_cpu_only_under_interpreter():
     cfg = Config("decode", 16, 32, 8, 8192, 128, "float16", False)
     splits, _, _ = plan(16, 8, 8192, 128, 132)
     if os.environ.get("TRITON_INTERPRET") == "1":
-        assert spec.extra_bytes(cfg) == 16 * 32 * splits * (128 + 2) * 4
+        assert spec.extra_bytes(cfg) == 16 * 32 * splits * (128 + 2) * 4 + 16 * 8 * 4
     assert spec.config_reason(Config("decode", 1, 8, 8, 64, 96, "float16", False)) is not None
     assert spec.config_reason(Config("decode", 1, 8, 8, 64, 64, "float32", False)) is not None
 
@@ -119,13 +119,15 @@ _INTERPRETER_CHECK = textwrap.dedent("""
     spec = load_kernels()["triton_decode"]
     results = []
     gen = torch.Generator().manual_seed(1234)
-    cases = [  # batch, heads, kv_heads, seq_len, head_dim, forced splits, via registry
-        (2, 8, 2, 1, 64, None, True), (1, 4, 4, 37, 64, None, False), (2, 8, 2, 300, 128, None, True),
-        (1, 8, 1, 300, 64, 3, False), (1, 4, 2, 300, 128, 5, False),
-        (1, 4, 2, 5000, 64, 40, False)]  # 40 splits: the combine merges them in two blocks of 32
+    cases = [  # batch, heads, kv_heads, seq_len, head_dim, forced splits, via registry, fused
+        (2, 8, 2, 1, 64, None, True, None), (1, 4, 4, 37, 64, None, False, None),
+        (2, 8, 2, 300, 128, None, True, None), (1, 8, 1, 300, 64, 3, False, False), (1, 4, 2, 300, 128, 5, False, False),
+        (1, 4, 2, 5000, 64, 40, False, False),  # 40 splits: the combine merges them in two blocks of 32
+        (2, 8, 2, 300, 128, 3, False, True), (1, 4, 2, 5000, 64, 40, False, True)]  # merged by the last arriver
+    from kernels import _triton_decode_impl as impl
     for dtype in ("float16", "bfloat16"):
         dt = getattr(torch, dtype)
-        for b, h, hkv, n, d, forced, via_registry in cases:
+        for b, h, hkv, n, d, forced, via_registry, fused in cases:
             q = torch.randn(b, h, 1, d, generator=gen).to(dt)
             k = torch.randn(b, hkv, n, d, generator=gen).to(dt)
             v = torch.randn(b, hkv, n, d, generator=gen).to(dt)
@@ -135,13 +137,17 @@ _INTERPRETER_CHECK = textwrap.dedent("""
                 spec.fn(q, k, v, out, causal=False, scale=scale)
                 splits = None
             else:
-                splits = decode(q, k, v, out, scale, num_splits=forced)
+                splits = decode(q, k, v, out, scale, num_splits=forced, fused=fused)
+                if fused:  # a second call finds the arrival counters back at zero
+                    out.fill_(float("nan"))
+                    decode(q, k, v, out, scale, num_splits=forced, fused=fused)
+            arrivals = impl._SCRATCH[q.device][1][3]
             ref = reference(q, k, v, scale)
             err = ((out.double() - ref).norm() / ref.norm()).item()
             cfg = Config("decode", b, h, hkv, n, d, dtype, False)
             results.append(dict(dtype=dtype, shape=[b, h, hkv, n, d], forced=forced, splits=splits, err=err,
                                 finite=bool(torch.isfinite(out).all()), scratch=scratch_bytes(cfg),
-                                devices=list(spec.devices)))
+                                devices=list(spec.devices), fused=fused, arrivals=int(arrivals.abs().sum())))
     print(json.dumps(results))
 """)
 
@@ -160,8 +166,10 @@ def test_interpreter_matches_float64_reference(tmp_path):
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     if isinstance(results, dict):
         pytest.skip(results["skip"])
-    assert len(results) == 12
+    assert len(results) == 16
+    assert sum(1 for r in results if r["fused"]) == 4
     for r in results:
+        assert r["arrivals"] == 0, r  # every counter reset by its last arriver (0 when unfused)
         assert r["devices"] == ["cuda", "cpu"]
         assert r["finite"], r
         tol = 2 * INTERPRETER_UNIT_ROUNDOFF[r["dtype"]]
@@ -188,7 +196,8 @@ def _reference(q, k, v, scale):
 @pytest.mark.parametrize("batch,heads,kv_heads,seq_len,head_dim", [
     (2, 8, 2, 1, 64), (2, 8, 2, 37, 128), (3, 32, 8, 300, 128), (2, 32, 8, 4097, 128),
     (2, 16, 16, 8191, 64), (4, 32, 8, 32768, 128), (1, 32, 1, 33000, 128)])
-def test_gpu_matches_float64_reference(dtype, batch, heads, kv_heads, seq_len, head_dim):
+@pytest.mark.parametrize("fused", [None, True, False])
+def test_gpu_matches_float64_reference(dtype, batch, heads, kv_heads, seq_len, head_dim, fused):
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
     if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
@@ -202,18 +211,28 @@ def test_gpu_matches_float64_reference(dtype, batch, heads, kv_heads, seq_len, h
     k = torch.randn(batch, kv_heads, seq_len, head_dim, generator=gen, device="cuda").to(dt)
     v = torch.randn(batch, kv_heads, seq_len, head_dim, generator=gen, device="cuda").to(dt)
     out = torch.full_like(q, float("nan"))
-    spec.fn(q, k, v, out, causal=False, scale=head_dim ** -0.5)
     ref = _reference(q, k, v, head_dim ** -0.5)
-    assert torch.isfinite(out).all()
-    err = ((out.double() - ref).norm() / ref.norm()).item()
-    assert err < 2 * UNIT_ROUNDOFF[dtype], err
+    for _ in range(3):  # fused: each call finds its arrival counters reset by the last
+        out.fill_(float("nan"))
+        if fused is None:  # the shipped path, through the registry
+            spec.fn(q, k, v, out, causal=False, scale=head_dim ** -0.5)
+        else:
+            from kernels._triton_decode_impl import _SCRATCH, decode
+
+            decode(q, k, v, out, head_dim ** -0.5, fused=fused)
+            assert int(_SCRATCH[q.device][1][3].abs().sum()) == 0
+        assert torch.isfinite(out).all()
+        err = ((out.double() - ref).norm() / ref.norm()).item()
+        assert err < 2 * UNIT_ROUNDOFF[dtype], err
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("warm_first", [False, True])
-def test_gpu_cuda_graph_capture(warm_first):
-    # The split scratch is cached per device and shape; a shape first seen inside a capture
-    # must be allocated from the graph's pool and not cached (it would outlive the graph).
+@pytest.mark.parametrize("fused", [False, True])
+def test_gpu_cuda_graph_capture(warm_first, fused, monkeypatch):
+    # The split scratch is cached per device and shape for eager calls; a captured call
+    # always takes its own from the graph's pool, and nothing a capture allocates is cached
+    # (it would outlive the graph).
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
     if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
@@ -221,6 +240,7 @@ def test_gpu_cuda_graph_capture(warm_first):
     from kernels import _triton_decode_impl as impl
     from kernels import load_kernels
 
+    monkeypatch.setattr(impl, "FUSE_COMBINE", fused)
     spec = load_kernels()["triton_decode"]
     gen = torch.Generator(device="cuda").manual_seed(7)
     q = torch.randn(1, 32, 1, 128, generator=gen, device="cuda").half()
@@ -239,9 +259,17 @@ def test_gpu_cuda_graph_capture(warm_first):
             spec.fn(q, k, v, out, causal=False, scale=128 ** -0.5)
     torch.cuda.current_stream().wait_stream(side)
     assert (torch.device("cuda", torch.cuda.current_device()) in impl._SCRATCH) == warm_first
-    out.fill_(float("nan"))
-    g.replay()
+    # Another shape evicts the cached scratch, and empty_cache (which every capture runs)
+    # gives freed blocks back to the driver: a graph that had captured the cached buffers
+    # would now write unmapped memory (an illegal address at b4e3746).
+    k2, v2 = k[:, :, :3000].contiguous(), v[:, :, :3000].contiguous()
+    spec.fn(q, k2, v2, torch.empty_like(q), causal=False, scale=128 ** -0.5)
     torch.cuda.synchronize()
+    torch.cuda.empty_cache()
     ref = _reference(q, k, v, 128 ** -0.5)
-    assert torch.isfinite(out).all()
-    assert ((out.double() - ref).norm() / ref.norm()).item() < 2 * UNIT_ROUNDOFF["float16"]
+    for _ in range(3):  # fused: every replay finds the arrival counters reset
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.isfinite(out).all()
+        assert ((out.double() - ref).norm() / ref.norm()).item() < 2 * UNIT_ROUNDOFF["float16"]
