@@ -67,7 +67,10 @@ SMALL_PROGRAMS_PER_SM = 2
 # D=128 with 4 warps, and 32 splits cover every batch ≥ 16 plan in one step.
 COMBINE_SPLIT_BLOCK = 32
 # Merge the splits inside the split kernel (the last program of a kv head to finish
-# merges, found by an arrival counter) instead of a second launch.
+# merges, found by an arrival counter) instead of a second launch. Off: on the H200 the
+# one-launch path was slower at every small batch (84d7b14, explore_decode_splits --tune,
+# fp16, hot mode: 0.72 vs 0.76 of the copy ceiling at B 1, 32k; 0.74 vs 0.77 at B 4, 8k),
+# as the last program's serial merge outlasts the second launch it saves.
 FUSE_COMBINE = False
 # Programs resident per SM, for the last-wave adjustment: the sm_90 build of the split
 # kernel (D=128, BLOCK_N=64, 4 warps, 3 stages) uses 70 KB of shared memory (3 fit in

@@ -149,11 +149,22 @@ def test_rounds_interleave_through_every_order():
     assert len({follows.count(p) for p in set(follows)}) == 1 and len(set(follows)) == 6
 
 
-def test_many_arms_fall_back_to_rotations():
-    from harness.measurement.timing import round_orders
+@pytest.mark.parametrize("n", [5, 6, 7, 12, 13])
+def test_many_arms_are_balanced_for_first_place_and_predecessor(n):
+    # Past MAX_PERMUTED_ARMS a Williams design: n orders (2n for odd n) in which every arm
+    # runs first, and directly after every other arm, equally often.
+    from harness.measurement.timing import MAX_PERMUTED_ARMS, round_orders
 
-    five = ("a", "b", "c", "d", "e")
-    assert round_orders(five) == [five[k:] + five[:k] for k in range(5)]
+    names = tuple(f"arm{i}" for i in range(n))
+    assert n > MAX_PERMUTED_ARMS
+    orders = round_orders(names)
+    assert len(orders) == (n if n % 2 == 0 else 2 * n)
+    assert all(sorted(o) == sorted(names) for o in orders)
+    firsts = [o[0] for o in orders]
+    assert {firsts.count(a) for a in names} == {len(orders) // n}
+    follows = [(o[i], o[i + 1]) for o in orders for i in range(n - 1)]
+    assert len(set(follows)) == n * (n - 1)  # every ordered pair ...
+    assert {follows.count(p) for p in set(follows)} == {len(orders) // n}  # ... equally often
 
 
 def test_every_call_takes_the_next_slot_of_a_global_rotation():

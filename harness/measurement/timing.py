@@ -544,7 +544,7 @@ def _auto_replays(warm: Mapping[str, list[float]]) -> int:
 # The protocol
 # ------------------------------------------------------------------------------------------
 # Up to this many arms every permutation is used in turn (3 arms: 6 orders), so each arm
-# runs first, and follows each other arm, equally often; beyond it, plain rotations.
+# runs first, and follows each other arm, equally often; beyond it, a Williams design.
 MAX_PERMUTED_ARMS = 4
 
 
@@ -556,11 +556,31 @@ def round_orders(names: Sequence[str]) -> list[tuple[str, ...]]:
     three rounds and the control follows the baseline in two of three, so whatever one call
     leaves behind (allocator state, host caches, clocks) lands on baseline and control
     unequally — a bias in the control arm. Cycling through all permutations balances both.
+    Past MAX_PERMUTED_ARMS (5 arms: 120 orders) a Williams design does it in n orders (2n
+    for odd n): every arm first, and right after every other arm, equally often. Rotations
+    there measured 10-20% too slow an arm that always followed a K/V copy, which leaves the
+    L2 full of dirty lines for the next call to write back (explore_decode_splits, 12 arms,
+    84d7b14: the same kernel read 0.63 of the copy ceiling after copy_kv, 0.76 elsewhere).
     """
     names = tuple(names)
     if len(names) <= MAX_PERMUTED_ARMS:
         return list(itertools.permutations(names))
-    return [names[k:] + names[:k] for k in range(len(names))]
+    return [tuple(names[i] for i in row) for row in _williams(len(names))]
+
+
+def _williams(n: int) -> list[list[int]]:
+    """Williams' balanced Latin square: the first row 0, 1, n-1, 2, n-2, ..., each next row
+    shifted by one; for odd n also every row reversed."""
+    first, lo, hi = [0], 1, n - 1
+    while len(first) < n:
+        if len(first) % 2:
+            first.append(lo)
+            lo += 1
+        else:
+            first.append(hi)
+            hi -= 1
+    rows = [[(i + k) % n for i in first] for k in range(n)]
+    return rows + [row[::-1] for row in rows] if n % 2 else rows
 
 
 # A reference below this fraction of the GPU's max SM clock is an idle or throttled reading
