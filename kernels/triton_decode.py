@@ -27,7 +27,9 @@ earlier plan; reads alone may beat a copy's read+write rate); with the small-bat
 (line decode-small-h200) 0.96 at B=1, L=128k, 0.91 at B=2, L=32k, 0.97 at B=4, L=32k, but
 0.775 at B=1, L=32k and 0.45-0.78 at 8k keys for B<=4, where a call is 17-40 us and the
 two launches and the wave ramp weigh (a plain copy of the same K/V reaches 0.74 of the
-ceiling at B=1, 8k). cuDNN's SDPA is 0-5% behind at small batch, 2-5% ahead at B>=16.
+ceiling at B=1, 8k). Merging the splits in the split kernel (one launch, ``fused=True``)
+measured slower, as did other tiles, warps and stages (FUSE_COMBINE). cuDNN's SDPA is
+2-26% behind at small batch, 2-5% ahead at B>=16.
 
 Runs on CUDA; on the CPU only under ``TRITON_INTERPRET=1`` (Triton's interpreter, set
 before triton is first imported), where ``devices`` includes "cpu" — slow, for tests.

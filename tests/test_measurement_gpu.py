@@ -132,6 +132,30 @@ def test_control_arm_agrees_with_baseline(kernel, mode):
     assert lo <= 1.0 + m.policy.control_tolerance and hi >= 1.0 - m.policy.control_tolerance, (r, lo, hi)
 
 
+@pytest.mark.parametrize("mode", ["cold", "hot"])
+def test_lead_calls_run_before_every_timed_call(mode):
+    # lead_calls = 3: each timed call follows 3 untimed calls of the same arm (the GPU as
+    # busy as in a loop of calls, as do_bench's); the control must still agree.
+    fn, slots = matmul_kernel()
+    calls = {"baseline": 0, "control": 0}
+
+    def counted(name):
+        def call(s):
+            calls[name] += 1
+            fn(s)
+        return call
+
+    m = measure({n: counted(n) for n in calls}, n_slots=slots,
+                policy=policy(mode, lead_calls=3, min_time_ms=500.0), device=DEV)
+    timed = len(m.rounds)
+    for name in calls:
+        assert calls[name] >= 4 * timed, (calls, timed)  # warm-up calls come on top
+    assert m.control_ok, (m.control_ratio, _control_by_order(m))
+    assert m.clock is not None and m.clock.power_max_w, m.clock_note
+    flops = 2 * 4096 ** 3
+    assert flops / (m.arms["baseline"].stats.median * 1e-3) / 1e12 < FP16_DENSE_PEAK_TFLOPS
+
+
 def test_cold_flush_is_outside_the_timed_window():
     # The flush writes ≥ 256 MiB (~100 µs); an empty arm must still time at ~0.
     m = measure({"empty": lambda s: None}, n_slots=1, policy=policy("cold", min_time_ms=50.0), device=DEV)
