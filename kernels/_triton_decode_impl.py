@@ -11,7 +11,8 @@ import triton
 import triton.language as tl
 
 from harness.errors import UserError
-from kernels.triton_decode import COMBINE_SPLIT_BLOCK, FUSE_COMBINE, HEAD_DIMS, INTERPRET, MAX_GROUP, PROGRAMS_PER_SM, cut, plan, sm_count
+from kernels.triton_decode import (COMBINE_SPLIT_BLOCK, FUSE_COMBINE, HEAD_DIMS, INTERPRET, LAUNCH_PDL, MAX_GROUP,
+                                   PROGRAMS_PER_SM, cut, plan, sm_count)
 
 LOG2E = 1.4426950408889634
 # The query tile is padded to this many rows: the smallest M of a tensor-core tl.dot.
@@ -42,12 +43,20 @@ def _dot(a, b, UPCAST: tl.constexpr):
 @triton.jit
 def _split_kernel(Q, K, V, M, L, ACC, Out, Count, qk_scale, seq_len, chunk, num_splits,
                   G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
-                  UPCAST: tl.constexpr, FUSED: tl.constexpr, S_PAD: tl.constexpr, S_BLOCK: tl.constexpr):
+                  UPCAST: tl.constexpr, FUSED: tl.constexpr, S_PAD: tl.constexpr, S_BLOCK: tl.constexpr,
+                  USE_PDL: tl.constexpr):
     """One program: kv head ``bkv`` (all its G query heads), keys [split·chunk, +chunk).
 
     FUSED: the program that finishes last among its kv head's splits (an arrival counter
     per kv head) merges their partials into out, so a call is one launch instead of two.
     """
+    if USE_PDL:
+        # Launched early (programmatic dependent launch): wait until the kernel before
+        # this one in the stream has finished and its writes are visible (it may have
+        # written K/V, or still be reading the scratch), then let the combine launch, so
+        # its CTAs are resident and waiting when this grid ends.
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     bkv = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     offs_g = tl.arange(0, G_PAD)
@@ -131,8 +140,12 @@ def _merge_head(M, L, ACC, Out, row, num_splits, D: tl.constexpr, S_PAD: tl.cons
 
 
 @triton.jit
-def _combine_kernel(M, L, ACC, Out, num_splits, D: tl.constexpr, S_PAD: tl.constexpr, S_BLOCK: tl.constexpr):
+def _combine_kernel(M, L, ACC, Out, num_splits, D: tl.constexpr, S_PAD: tl.constexpr, S_BLOCK: tl.constexpr,
+                    USE_PDL: tl.constexpr):
     """One program per query head (the unfused path's second launch)."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()  # the split grid has finished: every partial is visible
+        tl.extra.cuda.gdc_launch_dependents()
     _merge_head(M, L, ACC, Out, tl.program_id(0).to(tl.int64), num_splits, D, S_PAD, S_BLOCK)
 
 
@@ -173,8 +186,14 @@ def _scratch(device, pairs: int, rows: int, splits: int, d: int):
     return buffers
 
 
+def pdl_available(device) -> bool:
+    """Programmatic dependent launch: compiled Triton with gdc_* on an sm_90+ GPU."""
+    return (not INTERPRET and device.type == "cuda" and hasattr(tl.extra.cuda, "gdc_wait")
+            and torch.cuda.get_device_capability(device)[0] >= 9)
+
+
 def decode(q, k, v, out, scale, *, num_splits=None, block_n=None, num_warps=None, num_stages=None,
-           programs_per_sm=PROGRAMS_PER_SM, fused=None):
+           programs_per_sm=PROGRAMS_PER_SM, fused=None, pdl=None):
     """Launch split (+ combine unless fused); the keyword overrides exist for tests and tuning sweeps."""
     b, h, nq, d = q.shape
     hkv, seq_len = k.shape[1], k.shape[2]
@@ -202,6 +221,12 @@ def decode(q, k, v, out, scale, *, num_splits=None, block_n=None, num_warps=None
         num_stages = 1 if INTERPRET else NUM_STAGES
     if fused is None:
         fused = FUSE_COMBINE
+    if pdl is None:
+        pdl = LAUNCH_PDL and pdl_available(q.device)
+    elif pdl and not pdl_available(q.device):
+        raise UserError("triton_decode: programmatic dependent launch needs compiled Triton with "
+                        "tl.extra.cuda.gdc_wait on an sm_90+ GPU; call with pdl=None or False")
+    launch = {"launch_pdl": True} if pdl else {}
 
     m, l_, acc, arrivals = _scratch(q.device, b * hkv, b * h, splits, d)
     s_pad = max(2, triton.next_power_of_2(splits))
@@ -209,8 +234,8 @@ def decode(q, k, v, out, scale, *, num_splits=None, block_n=None, num_warps=None
         q, k, v, m, l_, acc, out, arrivals, scale * LOG2E, seq_len, chunk, splits,
         G=g, G_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(g)), D=d, BLOCK_N=block_n,
         UPCAST=INTERPRET and q.dtype == torch.bfloat16, FUSED=fused, S_PAD=s_pad, S_BLOCK=COMBINE_SPLIT_BLOCK,
-        num_warps=num_warps, num_stages=num_stages)
+        USE_PDL=pdl, num_warps=num_warps, num_stages=num_stages, **launch)
     if not fused:
         _combine_kernel[(b * h,)](m, l_, acc, out, splits, D=d, S_PAD=s_pad, S_BLOCK=COMBINE_SPLIT_BLOCK,
-                                  num_warps=COMBINE_WARPS)
+                                  USE_PDL=pdl, num_warps=COMBINE_WARPS, **launch)
     return splits

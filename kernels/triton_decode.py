@@ -74,6 +74,10 @@ COMBINE_SPLIT_BLOCK = 32
 # fp16, hot mode: 0.72 vs 0.76 of the copy ceiling at B 1, 32k; 0.74 vs 0.77 at B 4, 8k),
 # as the last program's serial merge outlasts the second launch it saves.
 FUSE_COMBINE = False
+# Launch split and combine with programmatic dependent launch (sm_90+, compiled Triton):
+# each kernel's CTAs are scheduled while the kernel before it drains and wait on-chip
+# (griddepcontrol.wait) instead of after a full launch gap.
+LAUNCH_PDL = False
 # Programs resident per SM, for the last-wave adjustment: the sm_90 build of the split
 # kernel (D=128, BLOCK_N=64, 4 warps, 3 stages) uses 70 KB of shared memory (3 fit in
 # 228 KB) and 102 registers/thread (5 fit), per Triton's AOT compile and cuobjdump.

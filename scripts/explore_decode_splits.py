@@ -10,8 +10,10 @@ of dirty lines whose write-back the next call pays for), NVML clocks polled thro
 The same arms are then timed in graph mode (one CUDA graph of K calls per sample).
 
 ``--tune`` times, at the small batches where the kernel is furthest from the copy
-yardstick, the shipped plan against one-launch variants (the combine fused into the split
-kernel) and their tile, warp, stage and split-count neighbours.
+yardstick, the shipped plan against launch variants: two launches with and without
+programmatic dependent launch, and one launch (the combine fused into the split kernel).
+(At 1fe5d2f it also timed the fused path's tile, warp, stage and split-count neighbours:
+none won; docs/benchmarks.md.)
 
 Writes ``decode_splits.csv`` and ``decode_splits.md`` (``decode_tune.*`` with --tune) under
 $OUT (else the current directory).
@@ -53,11 +55,9 @@ TUNE_SHAPES = [
 # --tune variants beside the shipped plan: decode() keyword overrides; "splits" scales the
 # plan's split count before rounding to whole tiles.
 TUNE = {
-    "unfused": {"fused": False}, "fused": {"fused": True},
-    "fused_w8": {"fused": True, "num_warps": 8}, "fused_st2": {"fused": True, "num_stages": 2},
-    "fused_st4": {"fused": True, "num_stages": 4}, "fused_bn32": {"fused": True, "block_n": 32},
-    "fused_bn32_st5": {"fused": True, "block_n": 32, "num_stages": 5},
-    "fused_x0.5": {"fused": True, "splits": 0.5}, "fused_x1.5": {"fused": True, "splits": 1.5},
+    "two_launch": {"fused": False, "pdl": False}, "pdl": {"fused": False, "pdl": True},
+    "pdl_st4": {"fused": False, "pdl": True, "num_stages": 4},
+    "fused": {"fused": True, "pdl": False}, "fused_pdl": {"fused": True, "pdl": True},
 }
 # Split counts tried per shape beside the shipped plan (before rounding to whole tiles;
 # duplicates after rounding dropped). The first run (c4eff61) tried 21 counts up to 512.

@@ -77,10 +77,30 @@ def test_graph_mode_keeps_every_capture_workspace():
     graph = memory.predict(CFG, specs, TimingPolicy(mode="graph"), "cuda", l2_bytes=H200_L2)
     out, inputs = _sizes(CFG)
     stack, sdpa = (s.extra_bytes(CFG) for s in specs)
-    # one slot (graph mode rotates nothing); baseline and control captures each keep a stack
-    # workspace alive in the graph pool, the candidate its own; no flush buffer
+    # 67 MB read and written per call: rotated past 4 × L2 as in hot mode (4 copies); every slot's captures
+    # (baseline and control each a stack workspace, the candidate its own) stay alive in
+    # the graph pool; no flush buffer
+    n = graph.breakdown["n_slots"]
+    assert n == math.ceil(4 * H200_L2 / (inputs + out)) == 4
     assert graph.breakdown["flush"] == 0
-    assert graph.breakdown["timing_phase"] == inputs + 3 * out + 2 * stack + sdpa
+    assert graph.breakdown["timing_phase"] == n * (inputs + 3 * out + 2 * stack + sdpa)
+
+
+def test_graph_mode_rotates_a_kv_cache_but_not_tiny_inputs():
+    from harness.measurement.timing import GRAPH_MAX_ROTATION_SLOTS
+
+    graph = TimingPolicy(mode="graph")
+    # decode at B 1, 8k keys: 33.6 MB of K+V would sit in a 60 MB L2 on one copy
+    decode = Config("decode", 1, 32, 8, 8192, 128, "float16", False)
+    n = memory.timing_slots(decode, graph, "cuda", H200_L2)
+    assert 2 <= n <= GRAPH_MAX_ROTATION_SLOTS and n == memory.timing_slots(decode, TimingPolicy(mode="hot"),
+                                                                           "cuda", H200_L2)
+    # a µs kernel on 0.5 MB: 480 copies would be 480 captured graphs per arm; one copy, as
+    # do_bench_cudagraph times it
+    tiny = Config("attention", 2, 4, 4, 128, 64, "float32", False)
+    assert memory.timing_slots(tiny, graph, "cuda", H200_L2) == 1
+    assert memory.timing_slots(tiny, TimingPolicy(mode="hot"), "cuda", H200_L2) > GRAPH_MAX_ROTATION_SLOTS
+    assert memory.timing_slots(decode, graph, "cpu", H200_L2) == 1
 
 
 def test_config_that_cannot_fit_is_skipped_with_both_numbers():

@@ -148,7 +148,13 @@ _INTERPRETER_CHECK = textwrap.dedent("""
             results.append(dict(dtype=dtype, shape=[b, h, hkv, n, d], forced=forced, splits=splits, err=err,
                                 finite=bool(torch.isfinite(out).all()), scratch=scratch_bytes(cfg),
                                 devices=list(spec.devices), fused=fused, arrivals=int(arrivals.abs().sum())))
-    print(json.dumps(results))
+    from harness.errors import UserError
+    try:  # no programmatic dependent launch under the interpreter: refused, not ignored
+        decode(q, k, v, out, scale, pdl=True)
+        pdl = "ran"
+    except UserError as exc:
+        pdl = str(exc)
+    print(json.dumps({"results": results, "pdl": pdl}))
 """)
 
 
@@ -163,9 +169,11 @@ def test_interpreter_matches_float64_reference(tmp_path):
                           text=True, timeout=600)
     if proc.returncode != 0:
         pytest.fail(f"interpreter check failed:\n{proc.stderr[-4000:]}")
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
-    if isinstance(results, dict):
-        pytest.skip(results["skip"])
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "skip" in report:
+        pytest.skip(report["skip"])
+    assert "programmatic dependent launch needs" in report["pdl"], report["pdl"]
+    results = report["results"]
     assert len(results) == 16
     assert sum(1 for r in results if r["fused"]) == 4
     for r in results:
@@ -196,8 +204,8 @@ def _reference(q, k, v, scale):
 @pytest.mark.parametrize("batch,heads,kv_heads,seq_len,head_dim", [
     (2, 8, 2, 1, 64), (2, 8, 2, 37, 128), (3, 32, 8, 300, 128), (2, 32, 8, 4097, 128),
     (2, 16, 16, 8191, 64), (4, 32, 8, 32768, 128), (1, 32, 1, 33000, 128)])
-@pytest.mark.parametrize("fused", [None, True, False])
-def test_gpu_matches_float64_reference(dtype, batch, heads, kv_heads, seq_len, head_dim, fused):
+@pytest.mark.parametrize("path", [None, {"fused": True}, {"fused": False, "pdl": False}, {"fused": False, "pdl": True}])
+def test_gpu_matches_float64_reference(dtype, batch, heads, kv_heads, seq_len, head_dim, path):
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
     if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
@@ -212,14 +220,16 @@ def test_gpu_matches_float64_reference(dtype, batch, heads, kv_heads, seq_len, h
     v = torch.randn(batch, kv_heads, seq_len, head_dim, generator=gen, device="cuda").to(dt)
     out = torch.full_like(q, float("nan"))
     ref = _reference(q, k, v, head_dim ** -0.5)
+    from kernels._triton_decode_impl import _SCRATCH, decode, pdl_available
+
+    if path and path.get("pdl") and not pdl_available(q.device):
+        pytest.skip("programmatic dependent launch needs sm_90+")
     for _ in range(3):  # fused: each call finds its arrival counters reset by the last
         out.fill_(float("nan"))
-        if fused is None:  # the shipped path, through the registry
+        if path is None:  # the shipped path, through the registry
             spec.fn(q, k, v, out, causal=False, scale=head_dim ** -0.5)
         else:
-            from kernels._triton_decode_impl import _SCRATCH, decode
-
-            decode(q, k, v, out, head_dim ** -0.5, fused=fused)
+            decode(q, k, v, out, head_dim ** -0.5, **path)
             assert int(_SCRATCH[q.device][1][3].abs().sum()) == 0
         assert torch.isfinite(out).all()
         err = ((out.double() - ref).norm() / ref.norm()).item()
@@ -228,8 +238,8 @@ def test_gpu_matches_float64_reference(dtype, batch, heads, kv_heads, seq_len, h
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("warm_first", [False, True])
-@pytest.mark.parametrize("fused", [False, True])
-def test_gpu_cuda_graph_capture(warm_first, fused, monkeypatch):
+@pytest.mark.parametrize("fused, pdl", [(False, False), (True, False), (False, True)])
+def test_gpu_cuda_graph_capture(warm_first, fused, pdl, monkeypatch):
     # The split scratch is cached per device and shape for eager calls; a captured call
     # always takes its own from the graph's pool, and nothing a capture allocates is cached
     # (it would outlive the graph).
@@ -241,6 +251,9 @@ def test_gpu_cuda_graph_capture(warm_first, fused, monkeypatch):
     from kernels import load_kernels
 
     monkeypatch.setattr(impl, "FUSE_COMBINE", fused)
+    monkeypatch.setattr(impl, "LAUNCH_PDL", pdl)
+    if pdl and not impl.pdl_available(torch.device("cuda")):
+        pytest.skip("programmatic dependent launch needs sm_90+")
     spec = load_kernels()["triton_decode"]
     gen = torch.Generator(device="cuda").manual_seed(7)
     q = torch.randn(1, 32, 1, 128, generator=gen, device="cuda").half()

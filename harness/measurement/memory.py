@@ -32,15 +32,19 @@ class MemoryPrediction:
 
 def timing_slots(cfg, policy, device: str, l2_bytes: int | None = None) -> int:
     """How many input copies the timing rotates through: enough that the bytes each call
-    touches (formulas.min_bytes) exceed the L2 several times in hot mode, else one.
+    touches (formulas.min_bytes) exceed the L2 several times in hot mode, and in graph mode
+    when that takes at most GRAPH_MAX_ROTATION_SLOTS copies; else one.
     The sweep allocates exactly this many, and the model predicts exactly this many."""
-    from harness.measurement.timing import device_l2_bytes, rotation_slots
+    from harness.measurement.timing import GRAPH_MAX_ROTATION_SLOTS, device_l2_bytes, rotation_slots
     from harness.workloads.formulas import min_bytes
 
-    if policy.mode != "hot" or device != "cuda":
+    if policy.mode not in ("hot", "graph") or device != "cuda":
         return 1
     l2 = device_l2_bytes(device) if l2_bytes is None else l2_bytes
-    return rotation_slots(int(min_bytes(cfg)), l2)
+    n = rotation_slots(int(min_bytes(cfg)), l2)
+    if policy.mode == "graph" and n > GRAPH_MAX_ROTATION_SLOTS:
+        return 1
+    return n
 
 
 def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> MemoryPrediction:

@@ -90,6 +90,12 @@ FLUSH_FLOOR_BYTES = 256 * 2**20
 # Hot mode rotates inputs so the data touched between two uses of a slot exceeds L2 several times.
 ROTATION_FACTOR = 4
 MAX_ROTATION_SLOTS = 256           # caps graph count and allocations for tiny inputs
+# Graph mode rotates inputs past the L2 as hot mode does when that takes at most this many
+# copies: a memory-bound kernel (decode's KV cache: 2-8 copies) is then read from HBM, not
+# from an L2 its one copy would fit in. Each copy costs a captured graph per arm and chain
+# start, so µs kernels on tiny inputs (hundreds of copies) keep one L2-warm copy, as
+# do_bench_cudagraph does; the row's n_slots says which.
+GRAPH_MAX_ROTATION_SLOTS = 16
 
 ARM_CANDIDATE, ARM_BASELINE, ARM_CONTROL = "candidate", "baseline", "control"
 STOP_REASONS = ("noise_target", "max_samples", "timeout")
