@@ -27,9 +27,10 @@ earlier plan; reads alone may beat a copy's read+write rate); with the small-bat
 (line decode-small-h200) 0.96 at B=1, L=128k, 0.91 at B=2, L=32k, 0.97 at B=4, L=32k, but
 0.775 at B=1, L=32k and 0.45-0.78 at 8k keys for B<=4, where a call is 17-40 us and the
 two launches and the wave ramp weigh (a plain copy of the same K/V reaches 0.74 of the
-ceiling at B=1, 8k). Merging the splits in the split kernel (one launch, ``fused=True``)
-measured slower, as did other tiles, warps and stages (FUSE_COMBINE). cuDNN's SDPA is
-2-26% behind at small batch, 2-5% ahead at B>=16.
+ceiling at B=1, 8k). Programmatic dependent launch of both kernels (LAUNCH_PDL, sm_90+)
+adds 1-4%; merging the splits in the split kernel (one launch, ``fused=True``) measured
+slower, as did other tiles, warps and stages (FUSE_COMBINE). cuDNN's SDPA is 2-26%
+behind at small batch, 2-5% ahead at B>=16.
 
 Runs on CUDA; on the CPU only under ``TRITON_INTERPRET=1`` (Triton's interpreter, set
 before triton is first imported), where ``devices`` includes "cpu" — slow, for tests.
@@ -76,8 +77,10 @@ COMBINE_SPLIT_BLOCK = 32
 FUSE_COMBINE = False
 # Launch split and combine with programmatic dependent launch (sm_90+, compiled Triton):
 # each kernel's CTAs are scheduled while the kernel before it drains and wait on-chip
-# (griddepcontrol.wait) instead of after a full launch gap.
-LAUNCH_PDL = False
+# (griddepcontrol.wait) instead of after a full launch gap. On the H200 (61651b6,
+# explore_decode_splits --tune, fp16, hot mode) it gained at every shape tried: 0.762 ->
+# 0.796 of the copy ceiling at B 1, 32k; 0.764 -> 0.794 at B 4, 8k; 0.957 -> 0.966 at B 16, 8k.
+LAUNCH_PDL = True
 # Programs resident per SM, for the last-wave adjustment: the sm_90 build of the split
 # kernel (D=128, BLOCK_N=64, 4 warps, 3 stages) uses 70 KB of shared memory (3 fit in
 # 228 KB) and 102 registers/thread (5 fit), per Triton's AOT compile and cuobjdump.
