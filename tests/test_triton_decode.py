@@ -289,10 +289,12 @@ def test_gpu_cuda_graph_capture(warm_first, fused, pdl, monkeypatch):
 
 
 @pytest.mark.gpu
-def test_gpu_graph_mode_sweep_row_reads_the_kv_cache_from_hbm():
+@pytest.mark.parametrize("mode, batch, seq_len", [("graph", 1, 8192), ("hot", 2, 8192), ("hot", 1, 32768)])
+def test_gpu_sweep_row_rotates_the_kv_cache_and_the_vram_model_holds(mode, batch, seq_len):
     # A decode at B 1, 8k keys (34 MB of K+V) fits the 60 MB L2 on one copy: graph mode
     # rotates copies past 4 × L2 as hot mode does, the captured calls each keep their own
-    # scratch, the timed outputs pass the check, and the VRAM model holds (±10%).
+    # scratch, the timed outputs pass the check, and the VRAM model holds (±10%; it read
+    # +21%, +30% and +37% on these configs before compare_bytes and GEN_BYTES_PER_ELEM).
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
     if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
@@ -301,8 +303,8 @@ def test_gpu_graph_mode_sweep_row_reads_the_kv_cache_from_hbm():
     from harness.measurement.timing import TimingPolicy
     from harness.sweep.run import SweepContext, run_config
 
-    cfg = Config("decode", 1, 32, 8, 8192, 128, "float16", False)
-    timing = {"mode": "graph", "warmup_ms": 50, "min_samples": 10, "max_samples": 40, "min_time_ms": 20,
+    cfg = Config("decode", batch, 32, 8, seq_len, 128, "float16", False)
+    timing = {"mode": mode, "warmup_ms": 50, "min_samples": 10, "max_samples": 40, "min_time_ms": 20,
               "timeout_s": 30}
     ctx = SweepContext(line="t", device="cuda", baseline="torch_stack", atol={"float16": 2e-2},
                        rtol={"float16": 2e-2}, seeds=(0,), families=("normal",), min_pass_rate=1.0,

@@ -72,7 +72,14 @@ _INT_VIEW = {2: "int16", 4: "int32", 8: "int64"}
 # Elements per block in compare(): bounds its float64 temporaries (~6 live) to ~100 MiB.
 COMPARE_CHUNK_ELEMS = 1 << 21
 # compare()'s float64 working blocks (|out - ref|, tolerances, ...) at their peak.
-COMPARE_BYTES = 8 * 8 * COMPARE_CHUNK_ELEMS
+
+
+def compare_bytes(n_elems: int) -> int:
+    """Peak bytes of compare()'s float64 temporaries (8 bounds its ~6 live) on an output of
+    ``n_elems``: one block, which is the whole output when that is smaller than a block
+    (a decode output of 4096 elements needs 256 KiB, not the full block's 128 MiB)."""
+    return 8 * 8 * min(n_elems, COMPARE_CHUNK_ELEMS)
+
 # An output exactly constant along an axis is degenerate when the reference varies along it
 # by more than this many ULPs of the dtype: a correctly rounded output could not be flat.
 DEGENERATE_ULPS = 4.0
@@ -784,7 +791,7 @@ def gate_bytes(cfg: Config) -> int:
     q = math.prod(qs) * cfg.elem_bytes
     kv = 2 * math.prod(ks) * cfg.elem_bytes
     bool_mask = math.prod(qs)  # one full-size bool temporary at a time (bit comparisons)
-    return 3 * (q + kv) + 4 * q + bool_mask + reference_bytes(cfg) + 8 * 8 * COMPARE_CHUNK_ELEMS
+    return 3 * (q + kv) + 4 * q + bool_mask + reference_bytes(cfg) + compare_bytes(math.prod(qs))
 
 
 def default_tolerance(dtype: str) -> tuple[float, float]:

@@ -53,7 +53,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     ``specs[0]`` is the baseline; the rest are candidates. The control arm is the
     baseline again with its own output buffers.
     """
-    from harness.measurement.correctness import COMPARE_BYTES, gate_bytes
+    from harness.measurement.correctness import compare_bytes, gate_bytes
     from harness.measurement.reference import reference_bytes
     from harness.measurement.timing import device_l2_bytes, flush_bytes
     from harness.workloads.inputs import generation_bytes
@@ -90,7 +90,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     # The checks after timing hold the timed buffers; the recheck adds pristine input copies
     # and two output snapshots, a fresh reference (reference_bytes includes its output),
     # compare()'s blocks and a candidate's workspace during its call.
-    recheck = (timed_inputs + timed_outs + inputs + 2 * out + ref_work + COMPARE_BYTES
+    recheck = (timed_inputs + timed_outs + inputs + 2 * out + ref_work + compare_bytes(math.prod(qs))
                + max(extras[1:] or [0]))
     lib = LIBRARY_WORKSPACE_BYTES if cuda else 0
     # Inputs are drawn on the device (workloads.inputs): the gate draws into fresh buffers,

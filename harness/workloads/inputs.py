@@ -101,9 +101,11 @@ _MASK32 = 0xFFFFFFFF
 # ~150 MiB whatever the tensor size, while keeping a 2-billion-element KV cache to ~500
 # steps of a few elementwise kernels each.
 GEN_CHUNK = 1 << 22
-# Peak live bytes per element inside _normals (the int64 state, one int64 temporary, two
-# float64 uniforms), plus the float32 draw and its cast: see the in-place steps there.
-GEN_BYTES_PER_ELEM = 8 + 8 + 8 + 8 + 4 + 2
+# Peak live bytes per element inside _normals: three 8-byte arrays at once (the int64
+# state with its high half as int64 and float64, then the state, r and theta); the
+# splitmix steps hold two, the float32 draw and its cast 12. Summing every array (38)
+# over-predicted decode configs by ~60 MB per 4 Mi-element chunk (docs/benchmarks.md).
+GEN_BYTES_PER_ELEM = 3 * 8
 
 
 def generation_bytes(cfg: Config) -> int:
