@@ -6,6 +6,8 @@ must happen after TRITON_INTERPRET=1 is set.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -149,8 +151,8 @@ def _combine_kernel(M, L, ACC, Out, num_splits, D: tl.constexpr, S_PAD: tl.const
     _merge_head(M, L, ACC, Out, tl.program_id(0).to(tl.int64), num_splits, D, S_PAD, S_BLOCK)
 
 
-# The partials' scratch of the last shape, per device: (key, (m, l, acc)). Decode runs once
-# per token, so a serving loop reuses one buffer instead of three allocations per call.
+# The partials' scratch of the last shape, per device: (key, (m, l, acc, arrivals)). Decode
+# runs once per token, so a serving loop reuses one buffer instead of four allocations per call.
 # It also removed a fault of the decode-small-h200 sweep at 9596fef (B 1, 8k keys, under
 # expandable_segments, four timed arms): after the timing, the first arm's output of the
 # last slot held what reads as float32 data, bit-identical whichever kernel that arm was,
@@ -186,8 +188,10 @@ def _scratch(device, pairs: int, rows: int, splits: int, d: int):
     return buffers
 
 
+@functools.lru_cache(maxsize=None)
 def pdl_available(device) -> bool:
-    """Programmatic dependent launch: compiled Triton with gdc_* on an sm_90+ GPU."""
+    """Programmatic dependent launch: compiled Triton with gdc_* on an sm_90+ GPU (asked
+    once per device: decode's host time is on every call's path)."""
     return (not INTERPRET and device.type == "cuda" and hasattr(tl.extra.cuda, "gdc_wait")
             and torch.cuda.get_device_capability(device)[0] >= 9)
 

@@ -121,7 +121,8 @@ _INTERPRETER_CHECK = textwrap.dedent("""
     gen = torch.Generator().manual_seed(1234)
     cases = [  # batch, heads, kv_heads, seq_len, head_dim, forced splits, via registry, fused
         (2, 8, 2, 1, 64, None, True, None), (1, 4, 4, 37, 64, None, False, None),
-        (2, 8, 2, 300, 128, None, True, None), (1, 8, 1, 300, 64, 3, False, False), (1, 4, 2, 300, 128, 5, False, False),
+        (2, 8, 2, 300, 128, None, True, None), (1, 8, 1, 300, 64, 3, False, False),
+        (1, 4, 2, 300, 128, 5, False, False),
         (1, 4, 2, 5000, 64, 40, False, False),  # 40 splits: the combine merges them in two blocks of 32
         (2, 8, 2, 300, 128, 3, False, True), (1, 4, 2, 5000, 64, 40, False, True)]  # merged by the last arriver
     from kernels import _triton_decode_impl as impl
