@@ -45,15 +45,13 @@ SHAPES = [
     (16, 32, 8, 8192, 128, "float16"), (16, 32, 8, 32768, 128, "float16"), (32, 32, 8, 8192, 128, "float16"),
     (64, 32, 8, 8192, 128, "float16"),
 ]
-QUICK_SHAPES = SHAPES[:2]
 # --tune: the small-batch shapes below 0.85 in decode-small-h200, one that met it, and a
 # decode-h200 shape as a check that a variant does not lose at large batch.
 TUNE_SHAPES = [
     (1, 32, 8, 8192, 128, "float16"), (1, 32, 8, 32768, 128, "float16"), (2, 32, 8, 8192, 128, "float16"),
     (4, 32, 8, 8192, 128, "float16"), (2, 32, 8, 32768, 128, "float16"), (16, 32, 8, 8192, 128, "float16"),
 ]
-# --tune variants beside the shipped plan: decode() keyword overrides; "splits" scales the
-# plan's split count before rounding to whole tiles.
+# --tune variants beside the shipped plan: decode() keyword overrides, at the plan's split count.
 TUNE = {
     "two_launch": {"fused": False, "pdl": False}, "pdl": {"fused": False, "pdl": True},
     "pdl_st4": {"fused": False, "pdl": True, "num_stages": 4},
@@ -74,7 +72,7 @@ POLICY = {"mode": "hot", "warmup_ms": 100, "min_samples": 12, "max_samples": 200
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--tune", action="store_true", help="time one-launch and tuning variants at small batch")
+    ap.add_argument("--tune", action="store_true", help="time launch variants (PDL, one launch) at small batch")
     args = ap.parse_args()
     import torch
 
@@ -92,7 +90,7 @@ def main():
     sms = sm_count()
     rows = []
     shapes = TUNE_SHAPES if args.tune else SHAPES
-    for shape in (shapes[:2] if args.quick else shapes):
+    for shape in (shapes[:2] if args.quick else shapes):  # --quick: the first two
         b, h, hkv, n, d, dtype = shape
         dt = getattr(torch, dtype)
         scale = d ** -0.5
@@ -109,10 +107,7 @@ def main():
         if args.tune:
             variants["shipped"] = {"num_splits": shipped}
             for name, kw in TUNE.items():
-                kw = dict(kw)
-                bn = kw.get("block_n", block_n)
-                kw["num_splits"] = cut(n, max(1, round(shipped * kw.pop("splits", 1.0))), bn)[0]
-                variants[name] = kw
+                variants[name] = {**kw, "num_splits": shipped}
         else:
             for s in SPLITS + (shipped,):
                 actual, chunk = cut(n, s, block_n)
