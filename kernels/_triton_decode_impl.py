@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from harness.errors import UserError
-from kernels.triton_decode import (COMBINE_SPLIT_BLOCK, FUSE_COMBINE, HEAD_DIMS, INTERPRET, LAUNCH_PDL, MAX_GROUP,
+from kernels.triton_decode import (COMBINE_ONE_PASS_SPLITS, COMBINE_SPLIT_BLOCK, FUSE_COMBINE, HEAD_DIMS, INTERPRET, LAUNCH_PDL, MAX_GROUP,
                                    PROGRAMS_PER_SM, cut, plan, sm_count)
 
 LOG2E = 1.4426950408889634
@@ -43,10 +43,29 @@ def _dot(a, b, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _split_kernel(Q, K, V, M, L, ACC, Out, Count, qk_scale, seq_len, chunk, num_splits,
+def _globaltimer():
+    """The GPU's global nanosecond timer (the same on every SM), for timelines."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def _smid():
+    return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _record(Rec, slot, t0):
+    """Timeline row ``slot`` of this program: (start ns, end ns, SM)."""
+    tl.store(Rec + slot * 3, t0)
+    tl.store(Rec + slot * 3 + 1, _globaltimer())
+    tl.store(Rec + slot * 3 + 2, _smid().to(tl.int64))
+
+
+@triton.jit
+def _split_kernel(Q, K, V, M, L, ACC, Out, Count, Rec, qk_scale, seq_len, chunk, num_splits,
                   G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
                   UPCAST: tl.constexpr, FUSED: tl.constexpr, S_PAD: tl.constexpr, S_BLOCK: tl.constexpr,
-                  USE_PDL: tl.constexpr):
+                  USE_PDL: tl.constexpr, REC: tl.constexpr):
     """One program: kv head ``bkv`` (all its G query heads), keys [split·chunk, +chunk).
 
     FUSED: the program that finishes last among its kv head's splits (an arrival counter
@@ -59,6 +78,8 @@ def _split_kernel(Q, K, V, M, L, ACC, Out, Count, qk_scale, seq_len, chunk, num_
         # its CTAs are resident and waiting when this grid ends.
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
+    if REC:
+        t0 = _globaltimer()
     bkv = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     offs_g = tl.arange(0, G_PAD)
@@ -110,45 +131,64 @@ def _split_kernel(Q, K, V, M, L, ACC, Out, Count, qk_scale, seq_len, chunk, num_
             tl.atomic_xchg(Count + bkv, 0, sem="relaxed", scope="gpu")  # ready for the next call
             for g in tl.static_range(G):
                 _merge_head(M, L, ACC, Out, bkv * G + g, num_splits, D, S_PAD, S_BLOCK)
+    if REC:
+        _record(Rec, bkv * num_splits + split, t0)
 
 
 @triton.jit
 def _merge_head(M, L, ACC, Out, row, num_splits, D: tl.constexpr, S_PAD: tl.constexpr, S_BLOCK: tl.constexpr):
     """Merge query head ``row``'s splits (m, l, acc) into out.
 
-    The max over all splits first (a vector of S_PAD floats), then the weighted sums over
-    blocks of S_BLOCK splits, so the register tile stays S_BLOCK × D however many splits.
+    S_BLOCK ≥ S_PAD: one pass, every load issued before the first use (one L2 round trip).
+    Else the max over all splits first (a vector of S_PAD floats), then the weighted sums
+    over blocks of S_BLOCK splits, so the register tile stays S_BLOCK × D however many splits.
     """
-    offs_all = tl.arange(0, S_PAD)
-    m_all = tl.load(M + row * num_splits + offs_all, mask=offs_all < num_splits, other=float("-inf"),
-                    cache_modifier=".cg")
-    m_max = tl.max(m_all, 0)
     offs_d = tl.arange(0, D)
-    offs_b = tl.arange(0, S_BLOCK)
-    den = tl.zeros([S_BLOCK], tl.float32)
-    num = tl.zeros([S_BLOCK, D], tl.float32)
-    for s0 in range(0, num_splits, S_BLOCK):
-        s_mask = (s0 + offs_b) < num_splits
-        base = row * num_splits + s0 + offs_b
+    if S_BLOCK >= S_PAD:
+        offs = tl.arange(0, S_PAD)
+        s_mask = offs < num_splits
+        base = row * num_splits + offs
         m = tl.load(M + base, mask=s_mask, other=float("-inf"), cache_modifier=".cg")
         l_ = tl.load(L + base, mask=s_mask, other=0.0, cache_modifier=".cg")
-        w = tl.where(s_mask, tl.exp2(m - m_max), 0.0)   # an empty split (m = -inf) weighs 0
-        den += w * l_
         acc = tl.load(ACC + base[:, None] * D + offs_d[None, :], mask=s_mask[:, None], other=0.0,
                       cache_modifier=".cg")
-        num += acc * w[:, None]
-    o = tl.sum(num, 0) / tl.sum(den, 0)
+        w = tl.where(s_mask, tl.exp2(m - tl.max(m, 0)), 0.0)   # an empty split (m = -inf) weighs 0
+        o = tl.sum(acc * w[:, None], 0) / tl.sum(w * l_, 0)
+    else:
+        offs_all = tl.arange(0, S_PAD)
+        m_all = tl.load(M + row * num_splits + offs_all, mask=offs_all < num_splits, other=float("-inf"),
+                        cache_modifier=".cg")
+        m_max = tl.max(m_all, 0)
+        offs_b = tl.arange(0, S_BLOCK)
+        den = tl.zeros([S_BLOCK], tl.float32)
+        num = tl.zeros([S_BLOCK, D], tl.float32)
+        for s0 in range(0, num_splits, S_BLOCK):
+            s_mask = (s0 + offs_b) < num_splits
+            base = row * num_splits + s0 + offs_b
+            m = tl.load(M + base, mask=s_mask, other=float("-inf"), cache_modifier=".cg")
+            l_ = tl.load(L + base, mask=s_mask, other=0.0, cache_modifier=".cg")
+            w = tl.where(s_mask, tl.exp2(m - m_max), 0.0)
+            den += w * l_
+            acc = tl.load(ACC + base[:, None] * D + offs_d[None, :], mask=s_mask[:, None], other=0.0,
+                          cache_modifier=".cg")
+            num += acc * w[:, None]
+        o = tl.sum(num, 0) / tl.sum(den, 0)
     tl.store(Out + row * D + offs_d, o.to(Out.dtype.element_ty))
 
 
 @triton.jit
-def _combine_kernel(M, L, ACC, Out, num_splits, D: tl.constexpr, S_PAD: tl.constexpr, S_BLOCK: tl.constexpr,
-                    USE_PDL: tl.constexpr):
+def _combine_kernel(M, L, ACC, Out, Rec, num_splits, rec_first, D: tl.constexpr, S_PAD: tl.constexpr,
+                    S_BLOCK: tl.constexpr, USE_PDL: tl.constexpr, REC: tl.constexpr):
     """One program per query head (the unfused path's second launch)."""
     if USE_PDL:
         tl.extra.cuda.gdc_wait()  # the split grid has finished: every partial is visible
         tl.extra.cuda.gdc_launch_dependents()
-    _merge_head(M, L, ACC, Out, tl.program_id(0).to(tl.int64), num_splits, D, S_PAD, S_BLOCK)
+    if REC:
+        t0 = _globaltimer()
+    row = tl.program_id(0).to(tl.int64)
+    _merge_head(M, L, ACC, Out, row, num_splits, D, S_PAD, S_BLOCK)
+    if REC:
+        _record(Rec, rec_first + row, t0)
 
 
 # The partials' scratch of the last shape, per device: (key, (m, l, acc, arrivals)). Decode
@@ -197,8 +237,12 @@ def pdl_available(device) -> bool:
 
 
 def decode(q, k, v, out, scale, *, num_splits=None, block_n=None, num_warps=None, num_stages=None,
-           programs_per_sm=PROGRAMS_PER_SM, fused=None, pdl=None):
-    """Launch split (+ combine unless fused); the keyword overrides exist for tests and tuning sweeps."""
+           programs_per_sm=PROGRAMS_PER_SM, fused=None, pdl=None, combine_block=None, timeline=None):
+    """Launch split (+ combine unless fused); the keyword overrides exist for tests and tuning sweeps.
+
+    ``timeline``: an int64 CUDA tensor of ≥ (split programs + combine programs) × 3 elements
+    that receives each program's (start ns, end ns, SM), split programs first (explorations).
+    """
     b, h, nq, d = q.shape
     hkv, seq_len = k.shape[1], k.shape[2]
     if nq != 1:
@@ -234,12 +278,20 @@ def decode(q, k, v, out, scale, *, num_splits=None, block_n=None, num_warps=None
 
     m, l_, acc, arrivals = _scratch(q.device, b * hkv, b * h, splits, d)
     s_pad = max(2, triton.next_power_of_2(splits))
+    if combine_block is None:
+        combine_block = s_pad if s_pad <= COMBINE_ONE_PASS_SPLITS else COMBINE_SPLIT_BLOCK
+    rec = timeline is not None
+    if rec and INTERPRET:
+        raise UserError("triton_decode: a timeline reads %globaltimer, which needs compiled Triton on a GPU")
+    if rec and timeline.numel() < 3 * (b * hkv * splits + (0 if fused else b * h)):
+        raise UserError(f"triton_decode: timeline has {timeline.numel()} elements, fewer than 3 per program")
     _split_kernel[(b * hkv, splits)](
-        q, k, v, m, l_, acc, out, arrivals, scale * LOG2E, seq_len, chunk, splits,
+        q, k, v, m, l_, acc, out, arrivals, timeline if rec else arrivals, scale * LOG2E, seq_len, chunk, splits,
         G=g, G_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(g)), D=d, BLOCK_N=block_n,
         UPCAST=INTERPRET and q.dtype == torch.bfloat16, FUSED=fused, S_PAD=s_pad, S_BLOCK=COMBINE_SPLIT_BLOCK,
-        USE_PDL=pdl, num_warps=num_warps, num_stages=num_stages, **launch)
+        USE_PDL=pdl, REC=rec, num_warps=num_warps, num_stages=num_stages, **launch)
     if not fused:
-        _combine_kernel[(b * h,)](m, l_, acc, out, splits, D=d, S_PAD=s_pad, S_BLOCK=COMBINE_SPLIT_BLOCK,
-                                  USE_PDL=pdl, num_warps=COMBINE_WARPS, **launch)
+        _combine_kernel[(b * h,)](m, l_, acc, out, timeline if rec else arrivals, splits, b * hkv * splits, D=d,
+                                  S_PAD=s_pad, S_BLOCK=combine_block, USE_PDL=pdl, REC=rec,
+                                  num_warps=COMBINE_WARPS, **launch)
     return splits

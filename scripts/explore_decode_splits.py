@@ -15,10 +15,16 @@ programmatic dependent launch, and one launch (the combine fused into the split 
 (At 1fe5d2f it also timed the fused path's tile, warp, stage and split-count neighbours:
 none won; docs/benchmarks.md.)
 
-Writes ``decode_splits.csv`` and ``decode_splits.md`` (``decode_tune.*`` with --tune) under
-$OUT (else the current directory).
+``--floor`` asks what any kernel could reach at the small calls: beside the shipped plan
+(and 0.75× / 1.5× its splits) it times a read-only yardstick, a Triton kernel that only
+sums K and V (one launch, 1, 2 or 4 programs per SM; its sum checked in float64), and it
+records a per-program timeline of the shipped kernel (%globaltimer at each program's start
+and end, split and combine, between two stamp kernels) in ``decode_timeline.csv``.
 
-Usage (GPU machine, repo root): PYTHONUNBUFFERED=1 python scripts/explore_decode_splits.py [--quick] [--tune]
+Writes ``decode_splits.csv`` and ``decode_splits.md`` (``decode_tune.*`` with --tune,
+``decode_floor.*`` with --floor) under $OUT (else the current directory).
+
+Usage (GPU machine, repo root): PYTHONUNBUFFERED=1 python scripts/explore_decode_splits.py [--quick] [--tune|--floor]
 """
 
 from __future__ import annotations
@@ -53,10 +59,32 @@ TUNE_SHAPES = [
 ]
 # --tune variants beside the shipped plan: decode() keyword overrides, at the plan's split count.
 TUNE = {
-    "two_launch": {"fused": False, "pdl": False}, "pdl": {"fused": False, "pdl": True},
-    "pdl_st4": {"fused": False, "pdl": True, "num_stages": 4},
-    "fused": {"fused": True, "pdl": False}, "fused_pdl": {"fused": True, "pdl": True},
+    "combine_2pass": {"combine_block": 16}, "pdl_st4": {"num_stages": 4}, "fused_pdl": {"fused": True, "pdl": True},
+    # twice the plan's programs (~4 per SM) in less shared memory each (2 stages: 4 fit per SM)
+    "p4_st2": {"split_factor": 2, "num_stages": 2}, "p4_w2_st2": {"split_factor": 2, "num_stages": 2, "num_warps": 2},
 }
+# --timeline: per-program records, raw, of these (shape, name, decode() overrides); None = the plan's splits.
+TIMELINE_CASES = [
+    ((1, 32, 8, 32768, 128, "float16"), "shipped", {}),
+    ((1, 32, 8, 32768, 128, "float16"), "combine_2pass", {"combine_block": 16}),
+    ((1, 32, 8, 32768, 128, "float16"), "s47", {"num_splits": 47}),
+    ((1, 32, 8, 32768, 128, "float16"), "stages4", {"num_stages": 4}),
+    ((1, 32, 8, 32768, 128, "float16"), "nopdl", {"pdl": False}),
+    ((4, 32, 8, 8192, 128, "float16"), "shipped", {}),
+    ((1, 32, 8, 8192, 128, "float16"), "shipped", {}),
+]
+# --floor: the calls below 0.85 (16-128 MB of K+V) and one that met it.
+FLOOR_SHAPES = [
+    (1, 32, 8, 8192, 128, "float16"), (2, 32, 8, 8192, 128, "float16"), (4, 32, 8, 8192, 128, "float16"),
+    (1, 32, 8, 32768, 128, "float16"), (2, 32, 8, 32768, 128, "float16"), (1, 32, 8, 131072, 128, "float16"),
+]
+# --floor: split counts as multiples of the shipped plan's, and the yardstick's programs per SM.
+FLOOR_SPLIT_FACTORS = (0.75, 1.5)
+FLOOR_READ_PER_SM = (1, 2, 4)
+# Elements per load step of the read yardstick: 8 KB of fp16 each from K and V.
+READ_BLOCK = 4096
+# Timeline calls per shape (medians reported).
+TIMELINE_CALLS = 30
 # Split counts tried per shape beside the shipped plan (before rounding to whole tiles;
 # duplicates after rounding dropped). The first run (c4eff61) tried 21 counts up to 512.
 SPLITS = (1, 2, 4, 8, 16, 24, 32, 47, 64, 128)
@@ -73,6 +101,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--tune", action="store_true", help="time launch variants (PDL, one launch) at small batch")
+    ap.add_argument("--floor", action="store_true", help="read-only yardstick, split multiples and a timeline")
+    ap.add_argument("--timeline", action="store_true", help="only per-program timelines (TIMELINE_CASES), raw")
     args = ap.parse_args()
     import torch
 
@@ -88,8 +118,24 @@ def main():
     ceil = measure_ceilings("cuda")
     l2 = device_l2_bytes("cuda")
     sms = sm_count()
-    rows = []
-    shapes = TUNE_SHAPES if args.tune else SHAPES
+    rows, timeline, raw = [], [], []
+    if args.timeline:
+        shapes = []
+        for shape, name, kw in TIMELINE_CASES:
+            b, h, hkv, n, d, dtype = shape
+            dt = getattr(torch, dtype)
+            gen = torch.Generator(device="cuda").manual_seed(n + b)
+            q = torch.randn((b, h, 1, d), generator=gen, device="cuda").to(dt)
+            ring = [(torch.randn((b, hkv, n, d), generator=gen, device="cuda").to(dt),
+                     torch.randn((b, hkv, n, d), generator=gen, device="cuda").to(dt))
+                    for _ in range(rotation_slots(2 * b * hkv * n * d * dt.itemsize, l2))]
+            s_row, s_raw = decode_timeline(decode, q, ring, d ** -0.5, shape, kw, name)
+            timeline.append(s_row)
+            raw += s_raw
+            ring = q = None
+            torch.cuda.empty_cache()
+    else:
+        shapes = TUNE_SHAPES if args.tune else FLOOR_SHAPES if args.floor else SHAPES
     for shape in (shapes[:2] if args.quick else shapes):  # --quick: the first two
         b, h, hkv, n, d, dtype = shape
         dt = getattr(torch, dtype)
@@ -107,7 +153,15 @@ def main():
         if args.tune:
             variants["shipped"] = {"num_splits": shipped}
             for name, kw in TUNE.items():
-                variants[name] = {**kw, "num_splits": shipped}
+                kw = dict(kw)
+                factor = kw.pop("split_factor", 1)
+                variants[name] = {**kw, "num_splits": cut(n, round(shipped * factor), block_n)[0]}
+        elif args.floor:
+            variants["shipped"] = {"num_splits": shipped}
+            for f in FLOOR_SPLIT_FACTORS:
+                actual, _ = cut(n, max(1, round(shipped * f)), block_n)
+                if {"num_splits": actual} not in variants.values():
+                    variants[f"s{actual}"] = {"num_splits": actual}
         else:
             for s in SPLITS + (shipped,):
                 actual, chunk = cut(n, s, block_n)
@@ -145,6 +199,11 @@ def main():
             dk.copy_(ring[slot % copies][0])
             dv.copy_(ring[slot % copies][1])
         arms["copy_kv"] = copy_kv
+        read_arms = {}
+        if args.floor:
+            read_arms = read_yardsticks(ring, sms, why)
+            arms.update(read_arms)
+            timeline.append(decode_timeline(decode, q, ring, scale, shape, {}, "shipped")[0])
         for mode in ("hot", "graph"):
             t0 = time.perf_counter()
             m = measure(arms, n_slots=copies, policy=TimingPolicy.from_mapping({**POLICY, "mode": mode}),
@@ -156,17 +215,22 @@ def main():
                 moved = 2 * kv_bytes if name == "copy_kv" else kv_bytes  # copy: read + write
                 gbps = moved / (med * 1e-3) / 1e9
                 splits = variants[name]["num_splits"] if name in variants else None
+                if name in read_arms:
+                    splits = read_arms[name].programs
                 rows.append({"B": b, "H": h, "Hkv": hkv, "L": n, "D": d, "dtype": dtype, "mode": mode,
-                             "arm": name, "splits": splits, "programs": b * hkv * splits if splits else None,
+                             "arm": name, "splits": splits,
+                             "programs": splits if name in read_arms else b * hkv * splits if splits else None,
                              "shipped": name == "shipped" or (not args.tune and splits == shipped
                                                                   and "pdl" not in variants[name]),
                              "us": med * 1e3, "gbps": gbps, "frac": gbps / ceil.copy_gbps,
                              "rounds": len(m.rounds), "stop": m.stop_reason,
+                             "host_gaps": m.host_gaps.get(name, {}).get("retried", 0),
                              "mean_mhz": clk.mean_mhz if clk else None, "wall_s": wall})
         for name, reason in why.items():
             rows.append({"B": b, "H": h, "Hkv": hkv, "L": n, "D": d, "dtype": dtype, "mode": "-", "arm": name,
-                         "splits": variants[name]["num_splits"], "stop": reason})
-        best = max((r for r in rows if r.get("L") == n and r.get("B") == b and r.get("frac") and r["arm"] not in ("sdpa_cudnn", "copy_kv")
+                         "splits": variants[name]["num_splits"] if name in variants else None, "stop": reason})
+        best = max((r for r in rows if r.get("L") == n and r.get("B") == b and r.get("frac")
+                    and r["arm"] not in ("sdpa_cudnn", "copy_kv") and r["arm"] not in read_arms
                     and r["mode"] == "hot"), key=lambda r: r["frac"], default=None)
         print(f"{shape}: {len(arms)} arms, shipped s{shipped}, best hot {best and best['arm']} "
               f"{best and round(best['frac'], 3)}", flush=True)
@@ -174,8 +238,22 @@ def main():
         torch.cuda.empty_cache()
 
     cols = ["B", "H", "Hkv", "L", "D", "dtype", "mode", "arm", "splits", "programs", "shipped", "us", "gbps", "frac",
-            "rounds", "stop", "mean_mhz", "wall_s"]
-    stem = "decode_tune" if args.tune else "decode_splits"
+            "rounds", "stop", "host_gaps", "mean_mhz", "wall_s"]
+    stem = "decode_tune" if args.tune else "decode_floor" if args.floor else "decode_splits"
+    if raw:
+        with open(os.path.join(out_dir, "decode_timeline_raw.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(raw[0]))
+            w.writeheader()
+            w.writerows(raw)
+    if timeline:
+        with open(os.path.join(out_dir, "decode_timeline.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(timeline[0]))
+            w.writeheader()
+            w.writerows(timeline)
+        print("\n".join(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
+                        for r in timeline))
+    if args.timeline:
+        return
     with open(os.path.join(out_dir, stem + ".csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
@@ -189,6 +267,107 @@ def main():
     with open(os.path.join(out_dir, stem + ".md"), "w") as f:
         f.write(text + "\n")
     print(text)
+
+
+class ReadArm:
+    """The read-only yardstick: sum K and V (one launch, ``programs`` programs) into ``out``."""
+
+    def __init__(self, ring, programs: int):
+        import torch
+
+        self.ring, self.programs = ring, programs
+        self.total = ring[0][0].numel()
+        self.per = -(-self.total // programs)
+        self.per = -(-self.per // READ_BLOCK) * READ_BLOCK  # whole load steps per program
+        self.out = torch.zeros(programs, dtype=torch.float32, device=ring[0][0].device)
+
+    def __call__(self, slot: int) -> None:
+        from explore_read_kernel import read_sum
+
+        k, v = self.ring[slot % len(self.ring)]
+        read_sum[(self.programs,)](k, v, self.out, self.per, self.total, BLOCK=READ_BLOCK, num_warps=4,
+                                   num_stages=3)
+
+
+def read_yardsticks(ring, sms: int, why: dict) -> dict:
+    """ReadArm per FLOOR_READ_PER_SM, each checked: its sum of slot 0 against float64."""
+    arms = {}
+    k, v = ring[0]
+    want = k.double().sum() + v.double().sum()
+    scale = k.double().abs().sum() + v.double().abs().sum()
+    for per_sm in FLOOR_READ_PER_SM:
+        arm = ReadArm(ring, per_sm * sms)
+        arm(0)
+        got = arm.out.double().sum()
+        err = float((got - want).abs() / scale)
+        name = f"read_kv_p{per_sm}"
+        if err < 1e-5:  # fp32 partial sums of ≤ 2^27 terms, relative to Σ|x|
+            arms[name] = arm
+        else:
+            why[name] = f"sum off by {err:.3g} of sum |x|"
+    return arms
+
+
+def decode_timeline(decode, q, ring, scale, shape, kw: dict, name: str) -> tuple[dict, list[dict]]:
+    """Per-program %globaltimer records of ``decode(**kw)``, TIMELINE_CALLS eager calls.
+
+    Each call is held behind a spin (as the harness's hot mode) and framed by two stamp
+    kernels that write the timer: stamp → split → combine → stamp. Returns the median over
+    calls of: launch gap (stamp to first split start), spread of split starts, split span,
+    median/max split program, combine gap and span, total stamp to stamp; and the raw rows
+    (call, kind, program, start/end ns from the first stamp, SM).
+    """
+    import statistics
+
+    import torch
+    from explore_read_kernel import stamp
+
+    from kernels.triton_decode import plan, sm_count
+
+    b, h, hkv, n, d = shape[:5]
+    splits = kw.get("num_splits") or plan(b, hkv, n, d, sm_count())[0]
+    n_split, n_comb = b * hkv * splits, (0 if kw.get("fused") else b * h)
+    rec = torch.zeros((n_split + n_comb) * 3, dtype=torch.int64, device="cuda")
+    stamps = torch.zeros(2, dtype=torch.int64, device="cuda")
+    out = torch.empty_like(q)
+    per_call, raw = [], []
+    for i in range(TIMELINE_CALLS + 3):
+        k, v = ring[i % len(ring)]
+        torch.cuda._sleep(2_000_000)
+        stamp[(1,)](stamps, 0)
+        launched = decode(q, k, v, out, scale, **kw, timeline=rec)
+        stamp[(1,)](stamps, 1)
+        torch.cuda.synchronize()
+        if launched != splits:
+            raise RuntimeError(f"timeline: decode launched {launched} splits, expected {splits}")
+        if i < 3:  # compile and warm
+            continue
+        r = rec.view(-1, 3).cpu()
+        t0, t1 = (int(x) for x in stamps.cpu())
+        sp, cb = r[:n_split], r[n_split:]
+        dur = (sp[:, 1] - sp[:, 0]).double()
+        last = int(cb[:, 1].max()) if n_comb else int(sp[:, 1].max())
+        per_call.append({
+            "launch_gap_us": (int(sp[:, 0].min()) - t0) / 1e3,
+            "start_spread_us": float(sp[:, 0].max() - sp[:, 0].min()) / 1e3,
+            "split_span_us": float(sp[:, 1].max() - sp[:, 0].min()) / 1e3,
+            "split_prog_med_us": float(dur.median()) / 1e3,
+            "split_prog_max_us": float(dur.max()) / 1e3,
+            "end_spread_us": float(sp[:, 1].max() - sp[:, 1].min()) / 1e3,
+            "combine_gap_us": float(cb[:, 0].min() - sp[:, 1].max()) / 1e3 if n_comb else 0.0,
+            "combine_span_us": float(cb[:, 1].max() - cb[:, 0].min()) / 1e3 if n_comb else 0.0,
+            "tail_us": (t1 - last) / 1e3,
+            "total_us": (t1 - t0) / 1e3,
+            "sms_used": int(torch.unique(sp[:, 2]).numel()),
+        })
+        for j, (start, end, sm) in enumerate(r.tolist()):
+            raw.append({"case": name, "B": b, "L": n, "call": i - 3, "kind": "split" if j < n_split else "combine",
+                        "program": j if j < n_split else j - n_split, "start_ns": start - t0, "end_ns": end - t0,
+                        "sm": sm})
+    row = {"case": name, "B": b, "L": n, "splits": splits, "programs": n_split, "calls": len(per_call)}
+    for key in per_call[0]:
+        row[key] = float(statistics.median(c[key] for c in per_call))
+    return row, raw
 
 
 if __name__ == "__main__":

@@ -173,3 +173,47 @@ def test_explicit_monitor_is_used_and_left_open():
     finally:
         mon.source.close()
 
+
+
+@pytest.mark.parametrize("mode", ["cold", "hot"])
+def test_a_host_gap_in_the_window_is_caught_and_the_call_run_again(mode):
+    # Every third call sleeps 2 ms on the host before it launches: the hold learned from the
+    # fast calls before it (2 × their enqueue time) ends first, so the GPU would wait on the
+    # host inside the window. The timer must see that (the start event already reached when
+    # the enqueue returns) and run the call again with a longer hold: no sample holds the sleep.
+    import time
+
+    fn, slots = add_kernel()
+    calls = [0]
+
+    def sometimes_slow(s):
+        calls[0] += 1
+        if calls[0] % 3 == 0:
+            time.sleep(2e-3)
+        fn(s)
+
+    m = measure({"baseline": sometimes_slow}, n_slots=slots, policy=policy(mode, min_time_ms=100.0), device=DEV)
+    assert m.host_gaps.get("baseline", {}).get("retried", 0) >= len(m.rounds) // 4, (m.host_gaps, len(m.rounds))
+    assert "kept" not in m.host_gaps["baseline"] or m.host_gaps["baseline"]["kept"] == 0, m.host_gaps
+    samples = m.arms["baseline"].samples + m.arms["baseline"].dropped_samples
+    assert max(samples) < 1.0, max(samples)  # ms: a 1 Mi add takes µs; the sleep is 2 ms
+    assert m.to_row()["host_gaps"] == m.host_gaps
+
+
+def test_a_host_slower_than_the_longest_hold_is_reported():
+    # 15 ms of host work per call outlasts the 5 ms hold cap (a spin of 5 ms of cycles at the
+    # max SM clock, longer at a lower one): every retry fails, the samples are kept and
+    # counted, and the measurement says so.
+    import time
+
+    fn, slots = add_kernel()
+
+    def slow(s):
+        time.sleep(15e-3)
+        fn(s)
+
+    m = measure({"baseline": slow}, n_slots=slots,
+                policy=policy("hot", warmup_ms=1.0, min_samples=6, max_samples=6, min_time_ms=0.0), device=DEV)
+    assert m.host_gaps["baseline"]["kept"] == len(m.rounds) == 6, m.host_gaps
+    assert "host launch gaps" in (m.timing_note or ""), m.timing_note
+    assert m.arms["baseline"].stats.median >= 1.0  # the gap is in the sample: reported, not hidden

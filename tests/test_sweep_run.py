@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from harness.sweep.run import SweepContext, run_config
+from harness.sweep.run import SweepContext, rig_noise, run_config
 from harness.workloads import Config
 from kernels import kernel
 from kernels.torch_stack import torch_stack
@@ -124,3 +124,14 @@ def test_a_measurement_cut_short_gives_no_number():
     # The VRAM check does not depend on the timing: the prediction and the peak are kept.
     mem = row.payload["memory"]
     assert mem["predicted_peak_bytes"] > 0 and "measured_peak_bytes" in mem and "held_bytes" in mem
+
+
+def test_rig_noise_names_a_control_off_and_samples_with_host_gaps():
+    assert rig_noise(1.01, 0.02, {}) == []
+    assert rig_noise(1.01, 0.02, {"candidate:x": {"retried": 5, "kept": 0}}) == []  # re-run, clean
+    (why,) = rig_noise(1.03, 0.02, {})
+    assert why.startswith("control 1.0300 outside 1 ± 0.02")
+    assert rig_noise(float("nan"), 0.02, {})  # no control: noise, never a pass
+    (why,) = rig_noise(1.0, 0.02, {"baseline": {"retried": 3, "kept": 2}})
+    assert why == "samples that may include host launch gaps: baseline 2"
+    assert len(rig_noise(0.9, 0.02, {"baseline": {"kept": 1}})) == 2

@@ -21,7 +21,7 @@ import textwrap
 import pytest
 
 from harness.workloads import Config
-from kernels.triton_decode import COMBINE_SPLIT_BLOCK, MAX_SPLITS, MIN_KEYS_PER_SPLIT, SMALL_PROGRAMS_PER_SM, cut, plan
+from kernels.triton_decode import COMBINE_ONE_PASS_SPLITS, COMBINE_SPLIT_BLOCK, MAX_SPLITS, MIN_KEYS_PER_SPLIT, SMALL_PROGRAMS_PER_SM, cut, plan
 
 UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 INTERPRETER_UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-7}
@@ -123,8 +123,10 @@ _INTERPRETER_CHECK = textwrap.dedent("""
         (2, 8, 2, 1, 64, None, True, None), (1, 4, 4, 37, 64, None, False, None),
         (2, 8, 2, 300, 128, None, True, None), (1, 8, 1, 300, 64, 3, False, False),
         (1, 4, 2, 300, 128, 5, False, False),
-        (1, 4, 2, 5000, 64, 40, False, False),  # 40 splits: the combine merges them in two blocks of 32
-        (2, 8, 2, 300, 128, 3, False, True), (1, 4, 2, 5000, 64, 40, False, True)]  # merged by the last arriver
+        (1, 4, 2, 5000, 64, 40, False, False),  # 40 splits: the combine merges them in one pass
+        (1, 4, 2, 4480, 128, 70, False, False),  # 70 splits (> 64): in three blocks of 32, after the max
+        (2, 8, 2, 300, 128, 3, False, True),
+        (1, 4, 2, 5000, 64, 40, False, True)]  # merged by the last arriver, in two blocks of 32
     from kernels import _triton_decode_impl as impl
     for dtype in ("float16", "bfloat16"):
         dt = getattr(torch, dtype)
@@ -155,7 +157,12 @@ _INTERPRETER_CHECK = textwrap.dedent("""
         pdl = "ran"
     except UserError as exc:
         pdl = str(exc)
-    print(json.dumps({"results": results, "pdl": pdl}))
+    try:  # nor a timeline (%globaltimer)
+        decode(q, k, v, out, scale, timeline=torch.zeros(4096, dtype=torch.int64))
+        timeline = "ran"
+    except UserError as exc:
+        timeline = str(exc)
+    print(json.dumps({"results": results, "pdl": pdl, "timeline": timeline}))
 """)
 
 
@@ -174,8 +181,9 @@ def test_interpreter_matches_float64_reference(tmp_path):
     if "skip" in report:
         pytest.skip(report["skip"])
     assert "programmatic dependent launch needs" in report["pdl"], report["pdl"]
+    assert "needs compiled Triton on a GPU" in report["timeline"], report["timeline"]
     results = report["results"]
-    assert len(results) == 16
+    assert len(results) == 18
     assert sum(1 for r in results if r["fused"]) == 4
     for r in results:
         assert r["arrivals"] == 0, r  # every counter reset by its last arriver (0 when unfused)
@@ -185,7 +193,9 @@ def test_interpreter_matches_float64_reference(tmp_path):
         assert r["err"] < tol, r
         if r["forced"] is not None:
             assert r["splits"] > 1, r  # the combine of several splits, masked tail included
-    assert max(r["splits"] or 0 for r in results) > COMBINE_SPLIT_BLOCK
+    # both combine paths: one pass, and blocks of COMBINE_SPLIT_BLOCK after the max
+    assert max(r["splits"] or 0 for r in results if not r["fused"]) > COMBINE_ONE_PASS_SPLITS
+    assert any(COMBINE_SPLIT_BLOCK < (r["splits"] or 0) <= COMBINE_ONE_PASS_SPLITS for r in results)
 
 
 def _reference(q, k, v, scale):
@@ -316,3 +326,41 @@ def test_gpu_sweep_row_rotates_the_kv_cache_and_the_vram_model_holds(mode, batch
     assert slots == timing_slots(cfg, TimingPolicy(**timing), "cuda") >= 2
     mem = row.payload["memory"]
     assert abs(mem["predicted_peak_bytes"] / mem["measured_peak_bytes"] - 1) <= 0.10, mem
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pdl", [False, True])
+def test_gpu_timeline_records_every_program_in_order(pdl):
+    # decode(timeline=...) records (start ns, end ns, SM) per program from %globaltimer, as
+    # explore_decode_splits --floor/--timeline read it: every split and combine program once,
+    # each ending after it starts, on a real SM, and no combine program starting before the
+    # last split program ended (the combine waits for the whole split grid, with PDL too).
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs CUDA (compiled Triton)")
+    from harness.errors import UserError
+    from kernels._triton_decode_impl import decode, pdl_available
+    from kernels.triton_decode import sm_count
+
+    if pdl and not pdl_available(torch.device("cuda")):
+        pytest.skip("no programmatic dependent launch here")
+    b, h, hkv, n, d = 1, 32, 8, 8192, 128
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    q = torch.randn(b, h, 1, d, generator=gen, device="cuda").half()
+    k = torch.randn(b, hkv, n, d, generator=gen, device="cuda").half()
+    v = torch.randn(b, hkv, n, d, generator=gen, device="cuda").half()
+    ref = _reference(q, k, v, d ** -0.5)
+    out = torch.full_like(q, float("nan"))
+    rec = torch.full((4096 * 3,), -1, dtype=torch.int64, device="cuda")
+    splits = decode(q, k, v, out, d ** -0.5, pdl=pdl, timeline=rec)
+    torch.cuda.synchronize()
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 2 * UNIT_ROUNDOFF["float16"]
+    n_split, n_comb = b * hkv * splits, b * h
+    r = rec[: 3 * (n_split + n_comb)].view(-1, 3).cpu()
+    assert (rec[3 * (n_split + n_comb):] == -1).all()  # nothing past the programs launched
+    assert (r[:, 0] > 0).all() and (r[:, 1] >= r[:, 0]).all(), r
+    assert ((r[:, 2] >= 0) & (r[:, 2] < sm_count())).all()
+    assert int(r[n_split:, 0].min()) >= int(r[:n_split, 1].max())
+    with pytest.raises(UserError, match="timeline"):
+        decode(q, k, v, out, d ** -0.5, timeline=rec[:3])

@@ -46,7 +46,7 @@ import contextlib
 import itertools
 import math
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from harness.errors import UserError
@@ -232,6 +232,9 @@ class HostTimer:
 BLOCK_MIN_S = 20e-6
 BLOCK_MAX_S = 5e-3
 FALLBACK_SM_HZ = 2.0e9
+# Times a call is run again, each with twice the hold, when the spin ended before the host
+# had enqueued it (the window may then hold host launch gaps).
+HOST_GAP_RETRIES = 3
 
 
 def _max_sm_hz(device) -> float:
@@ -266,6 +269,9 @@ class CudaEventTimer:
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
         self._enqueue_s: dict[str, float] = {}
+        # Per arm: calls run again for a host gap; samples kept with one (retries spent).
+        self.host_gaps: dict[str, int] = {}
+        self.host_gaps_kept: dict[str, int] = {}
         # torch.cuda._sleep spins for a number of SM cycles; the max SM clock converts time to
         # cycles (at a lower clock the spin only lasts longer, which is harmless).
         self._cycles_per_s = _max_sm_hz(self._device)
@@ -274,8 +280,6 @@ class CudaEventTimer:
         return time.perf_counter()
 
     def time_call(self, fn, *, arm="", before=None) -> float:
-        if before is not None:
-            before()
         # Hold the stream with a spin kernel while the host enqueues the call (nvbench's
         # blocking kernel). Without it a launch-bound call (several small kernels, µs each)
         # is timed with the host's launch gaps inside the window, and those gaps depend on
@@ -285,15 +289,33 @@ class CudaEventTimer:
         # Held and synchronized per call, not per round: queueing a whole round behind one
         # hold (calls back to back, a busier GPU) was tried on the H200 at fb4c42d and the
         # control's order effects grew to ±2.5% on µs configs (14/16 within ±2%, not 16/16).
-        hold = min(max(2.0 * self._enqueue_s.get(arm, BLOCK_MAX_S), BLOCK_MIN_S), BLOCK_MAX_S)
-        self._torch.cuda._sleep(int(hold * self._cycles_per_s))
-        self._start.record()
-        h0 = time.perf_counter()
-        fn()
-        self._end.record()
-        self._enqueue_s[arm] = time.perf_counter() - h0
-        self._end.synchronize()
-        return float(self._start.elapsed_time(self._end))
+        for attempt in range(HOST_GAP_RETRIES + 1):
+            if before is not None:
+                before()
+            hold = min(max(2.0 * self._enqueue_s.get(arm, BLOCK_MAX_S), BLOCK_MIN_S), BLOCK_MAX_S)
+            self._torch.cuda._sleep(int(hold * self._cycles_per_s))
+            self._start.record()
+            h0 = time.perf_counter()
+            fn()
+            self._end.record()
+            enqueued = time.perf_counter() - h0
+            # Checked, not assumed: if the start event is already reached now, the spin ended
+            # before the host had enqueued the whole call, and the GPU may have waited on the
+            # host inside the window. Such a call is run again with at least twice the hold.
+            # (A host enqueue slower than usual — an allocation, a cache miss — made the
+            # last-enqueue hold too short: the first arm of decode explorations at B 1, 8k
+            # keys read ~10% slow in hot mode and not in graph mode.)
+            gap = self._start.query()
+            self._end.synchronize()
+            ms = float(self._start.elapsed_time(self._end))
+            if not gap:
+                self._enqueue_s[arm] = enqueued
+                return ms
+            self._enqueue_s[arm] = max(enqueued, hold)
+            if attempt < HOST_GAP_RETRIES:
+                self.host_gaps[arm] = self.host_gaps.get(arm, 0) + 1
+        self.host_gaps_kept[arm] = self.host_gaps_kept.get(arm, 0) + 1
+        return ms
 
 
 class ScriptedTimer:
@@ -413,6 +435,9 @@ class Measurement:
     timing_note: str | None            # e.g. the CPU degrade
     throttled: bool
     throttle_note: str | None = None
+    # CUDA-event timer: per arm, calls of the measured rounds re-run because the host had not
+    # enqueued them when the hold ended, and samples kept with a possible host gap.
+    host_gaps: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def n_dropped(self) -> int:
@@ -456,7 +481,7 @@ class Measurement:
             "arms": {name: {"stats": a.stats.as_dict(), "samples_ms": list(a.samples),
                             "dropped_samples_ms": list(a.dropped_samples)} for name, a in self.arms.items()},
             "clock": self.clock.as_dict() if self.clock else None,
-            "control_ratio": self.control_ratio, "control_ok": self.control_ok,
+            "control_ratio": self.control_ratio, "control_ok": self.control_ok, "host_gaps": self.host_gaps,
         }
         if include_rounds:  # columnar: compact for thousands of rounds
             row["rounds"] = {
@@ -787,6 +812,7 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
 
         samples: dict[str, list[float]] = {n: [] for n in names}
         stop_reason = "timeout" if timed_out else None
+        gaps0 = {k: dict(getattr(timer, k, {})) for k in ("host_gaps", "host_gaps_kept")}
         t_m0 = timer.now_s()
         while stop_reason is None:
             t0, t1, order, out = run_round(len(raw), None)
@@ -845,12 +871,23 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
             throttled, throttle_note = True, f"clocks unverified: {unverified}"
     if timed_out:
         timing_note = "; ".join(filter(None, [timing_note, "timed out during warm-up: no measured rounds"]))
+    host_gaps = {}
+    for n in names:
+        counts = {key: getattr(timer, attr, {}).get(n, 0) - gaps0[attr].get(n, 0)
+                  for key, attr in (("retried", "host_gaps"), ("kept", "host_gaps_kept"))}
+        if any(counts.values()):
+            host_gaps[n] = counts
+    kept_gaps = {n: c["kept"] for n, c in host_gaps.items() if c["kept"]}
+    if kept_gaps:
+        timing_note = "; ".join(filter(None, [timing_note, "samples that may include host launch gaps (the "
+                                              f"host outlasted a {BLOCK_MAX_S * 1e3:.0f} ms hold): " +
+                                              ", ".join(f"{n} {k}" for n, k in kept_gaps.items())]))
     return Measurement(
         arms=arm_results, rounds=rounds, stop_reason=stop_reason, mode=policy.mode, effective_mode=effective_mode,
         n_slots=n_slots, graph_replays=replays, timer=timer.name, policy=policy, warmup_rounds=warmup_rounds,
         warmup_extensions=extensions, elapsed_s=timer.now_s() - t_begin, clock=clock,
         clock_note="; ".join(clock_notes) or None, timing_note=timing_note, throttled=throttled,
-        throttle_note=throttle_note)
+        throttle_note=throttle_note, host_gaps=host_gaps)
 
 
 __all__ = [

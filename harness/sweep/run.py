@@ -292,13 +292,14 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
             impossible = reductio(tflops, gbps, ceil, cfg.dtype)
         # On the CPU the "ceilings" are short host measurements on a shared machine, not
         # peaks: fractions are recorded, the reductio is applied on GPUs only.
-    rig_noisy = abs(control - 1.0) > policy.control_tolerance
+    noise = rig_noise(control, policy.control_tolerance, m.host_gaps)
     payload = {
         **_base(cfg, spec.name, ctx),
         "metrics": metrics,
         "timing": m.to_row(),
         "policy": policy.as_dict(),
-        "rig_noisy": rig_noisy,
+        "rig_noisy": bool(noise),
+        "rig_noise": noise,
         "impossible": impossible,
         "memory": _memory(pred, peak),
         "gate": {"candidate": gates[spec.name].to_row(), "baseline": gates[base_spec.name].to_row()},
@@ -308,6 +309,19 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         "kernel_sources": {"candidate": _source(spec), "baseline": _source(base_spec)},
     }
     return Outcome("result", payload)
+
+
+def rig_noise(control: float, tolerance: float, host_gaps: dict) -> list[str]:
+    """Why the rig could not vouch for a result's timing (empty: it could): the control arm
+    (the baseline timed twice) off by more than the tolerance, or samples kept that may
+    include host launch gaps (the host outlasted the timer's longest hold)."""
+    why = []
+    if not abs(control - 1.0) <= tolerance:  # a NaN control is noise too
+        why.append(f"control {control:.4f} outside 1 ± {tolerance:g}")
+    kept = {arm: c.get("kept", 0) for arm, c in host_gaps.items() if c.get("kept", 0)}
+    if kept:
+        why.append("samples that may include host launch gaps: " + ", ".join(f"{a} {n}" for a, n in kept.items()))
+    return why
 
 
 def _source(spec) -> dict:
