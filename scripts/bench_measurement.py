@@ -98,7 +98,9 @@ def run_grid(configs, reg, device, timing, seeds, families):
                            ms=p["metrics"]["ms"], baseline_ms=p["metrics"]["baseline_ms"],
                            poll_hz=clock.get("poll_hz"), reference_mhz=clock.get("reference_mhz"),
                            min_mhz=clock.get("min_mhz"), dropped=t.get("n_dropped"), rounds=t.get("n_rounds"),
-                           stop=t.get("stop_reason"), clock_note=t.get("clock_note"))
+                           stop=t.get("stop_reason"), clock_note=t.get("clock_note"),
+                           host_gaps=sum(c.get("retried", 0) for c in (t.get("host_gaps") or {}).values()),
+                           rig_noise="; ".join(p.get("rig_noise") or []) or None)
                 split = control_by_order(t)
                 if split:
                     row.update(ctrl_after_base=split.get("after"), ctrl_before_base=split.get("before"))
@@ -285,7 +287,7 @@ def main():
           md_table(report["example_grid"], ["config", "kind", "control", "ctrl_after_base", "ctrl_before_base",
                                             "speedup", "ms", "predicted", "measured", "held",
                                             "vram_err", "poll_hz", "reference_mhz", "min_mhz", "dropped", "rounds",
-                                            "stop", "wall_s"]),
+                                            "host_gaps", "stop", "wall_s"]),
           "## control summary", json.dumps(report["control_summary"]),
           "## harness vs triton.testing.do_bench (median ms)",
           md_table(report["do_bench"], ["config", "kernel", "harness_ms", "do_bench_ms", "diff"]),
@@ -303,7 +305,8 @@ def main():
                                                     "do_bench_power_w", "warmup_ext", "harness_note"])]
     if "default_policy_grid" in report:
         md += ["## control under the default timing policy", md_table(report["default_policy_grid"], [
-            "config", "control", "ctrl_after_base", "ctrl_before_base", "ms", "rounds", "stop", "wall_s"]),
+            "config", "control", "ctrl_after_base", "ctrl_before_base", "ms", "rounds", "host_gaps", "stop",
+            "wall_s"]),
             json.dumps(report["default_policy_control"])]
     if "graph_control" in report:
         md += ["## control in graph mode", md_table(report["graph_control"], [
