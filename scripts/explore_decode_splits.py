@@ -10,10 +10,13 @@ of dirty lines whose write-back the next call pays for), NVML clocks polled thro
 The same arms are then timed in graph mode (one CUDA graph of K calls per sample).
 
 ``--tune`` times, at the small batches where the kernel is furthest from the copy
-yardstick, the shipped plan against launch variants: two launches with and without
-programmatic dependent launch, and one launch (the combine fused into the split kernel).
-(At 1fe5d2f it also timed the fused path's tile, warp, stage and split-count neighbours:
-none won; docs/benchmarks.md.)
+yardstick, the shipped plan against variants of itself (TUNE: the two-pass combine, 4
+stages, one launch with PDL, twice the splits in 2 stages). Earlier runs timed two
+launches with and without PDL (61651b6) and the one-launch path's tile, warp, stage and
+split-count neighbours (1fe5d2f); none beat the shipped plan (docs/benchmarks.md).
+
+``--timeline`` records per-program timelines (TIMELINE_CASES), raw, in
+``decode_timeline_raw.csv`` beside the medians in ``decode_timeline.csv``.
 
 ``--floor`` asks what any kernel could reach at the small calls: beside the shipped plan
 (and 0.75× / 1.5× its splits) it times a read-only yardstick, a Triton kernel that only
@@ -24,7 +27,7 @@ and end, split and combine, between two stamp kernels) in ``decode_timeline.csv`
 Writes ``decode_splits.csv`` and ``decode_splits.md`` (``decode_tune.*`` with --tune,
 ``decode_floor.*`` with --floor) under $OUT (else the current directory).
 
-Usage (GPU machine, repo root): PYTHONUNBUFFERED=1 python scripts/explore_decode_splits.py [--quick] [--tune|--floor]
+Usage (GPU machine, repo root): PYTHONUNBUFFERED=1 python scripts/explore_decode_splits.py [--quick] [--tune|--floor|--timeline]
 """
 
 from __future__ import annotations
