@@ -20,8 +20,8 @@ split-count neighbours (1fe5d2f); none beat the shipped plan (docs/benchmarks.md
 
 ``--floor`` asks what any kernel could reach at the small calls: beside the shipped plan
 (and 0.75× / 1.5× its splits) it times a read-only yardstick, a Triton kernel that only
-sums K and V (one launch, 1, 2 or 4 programs per SM; its sum checked in float64), and it
-records a per-program timeline of the shipped kernel (%globaltimer at each program's start
+sums K and V (one launch; FLOOR_READS programs per SM, load steps, stages; its sum
+checked in float64), and it records a per-program timeline of the shipped kernel (%globaltimer at each program's start
 and end, split and combine, between two stamp kernels) in ``decode_timeline.csv``.
 
 Writes ``decode_splits.csv`` and ``decode_splits.md`` (``decode_tune.*`` with --tune,
@@ -83,9 +83,10 @@ FLOOR_SHAPES = [
 ]
 # --floor: split counts as multiples of the shipped plan's, and the yardstick's programs per SM.
 FLOOR_SPLIT_FACTORS = (0.75, 1.5)
-FLOOR_READ_PER_SM = (1, 2, 4)
-# Elements per load step of the read yardstick: 8 KB of fp16 each from K and V.
-READ_BLOCK = 4096
+# Read yardsticks: (programs per SM, elements per load step of K and of V, pipeline stages).
+# At 88142b2 the run took (1|2|4, 4096, 3): 4 per SM was best. Each of these keeps ~192 KB
+# of shared memory per SM for the pipeline (all programs resident, one wave).
+FLOOR_READS = ((4, 4096, 3), (6, 4096, 2), (8, 2048, 3), (16, 1024, 3), (3, 8192, 2), (2, 8192, 3))
 # Timeline calls per shape (medians reported).
 TIMELINE_CALLS = 30
 # Split counts tried per shape beside the shipped plan (before rounding to whole tiles;
@@ -275,35 +276,35 @@ def main():
 class ReadArm:
     """The read-only yardstick: sum K and V (one launch, ``programs`` programs) into ``out``."""
 
-    def __init__(self, ring, programs: int):
+    def __init__(self, ring, programs: int, block: int, stages: int):
         import torch
 
-        self.ring, self.programs = ring, programs
+        self.ring, self.programs, self.block, self.stages = ring, programs, block, stages
         self.total = ring[0][0].numel()
         self.per = -(-self.total // programs)
-        self.per = -(-self.per // READ_BLOCK) * READ_BLOCK  # whole load steps per program
+        self.per = -(-self.per // block) * block  # whole load steps per program
         self.out = torch.zeros(programs, dtype=torch.float32, device=ring[0][0].device)
 
     def __call__(self, slot: int) -> None:
         from explore_read_kernel import read_sum
 
         k, v = self.ring[slot % len(self.ring)]
-        read_sum[(self.programs,)](k, v, self.out, self.per, self.total, BLOCK=READ_BLOCK, num_warps=4,
-                                   num_stages=3)
+        read_sum[(self.programs,)](k, v, self.out, self.per, self.total, BLOCK=self.block, num_warps=4,
+                                   num_stages=self.stages)
 
 
 def read_yardsticks(ring, sms: int, why: dict) -> dict:
-    """ReadArm per FLOOR_READ_PER_SM, each checked: its sum of slot 0 against float64."""
+    """ReadArm per FLOOR_READS, each checked: its sum of slot 0 against float64."""
     arms = {}
     k, v = ring[0]
     want = k.double().sum() + v.double().sum()
     scale = k.double().abs().sum() + v.double().abs().sum()
-    for per_sm in FLOOR_READ_PER_SM:
-        arm = ReadArm(ring, per_sm * sms)
+    for per_sm, block, stages in FLOOR_READS:
+        arm = ReadArm(ring, per_sm * sms, block, stages)
         arm(0)
         got = arm.out.double().sum()
         err = float((got - want).abs() / scale)
-        name = f"read_kv_p{per_sm}"
+        name = f"read_kv_p{per_sm}_b{block}_s{stages}"
         if err < 1e-5:  # fp32 partial sums of ≤ 2^27 terms, relative to Σ|x|
             arms[name] = arm
         else:
