@@ -62,10 +62,16 @@ TUNE_SHAPES = [
 ]
 # --tune variants beside the shipped plan: decode() keyword overrides, at the plan's split count.
 TUNE = {
-    "combine_2pass": {"combine_block": 16}, "pdl_st4": {"num_stages": 4}, "fused_pdl": {"fused": True, "pdl": True},
-    # twice the plan's programs (~4 per SM) in less shared memory each (2 stages: 4 fit per SM)
-    "p4_st2": {"split_factor": 2, "num_stages": 2}, "p4_w2_st2": {"split_factor": 2, "num_stages": 2, "num_warps": 2},
+    # more programs per SM (2 × split_factor), each with less shared memory: a bare read
+    # streams faster with 3-6 programs per SM than with 2 (--floor at 4e1ba4d)
+    "n32_p4": {"split_factor": 2, "block_n": 32}, "n32_p4_w2": {"split_factor": 2, "block_n": 32, "num_warps": 2},
+    "n32_p6_st2": {"split_factor": 3, "block_n": 32, "num_stages": 2},
+    "n32_p6_w2_st2": {"split_factor": 3, "block_n": 32, "num_stages": 2, "num_warps": 2},
+    "n16_p8_w2": {"split_factor": 4, "block_n": 16, "num_warps": 2},
+    "n64_p3_st2": {"split_factor": 1.5, "num_stages": 2},
 }
+# At 88142b2 --tune timed the two-pass combine, 4 stages, one launch with PDL, and twice the
+# splits in 2 stages (4 or 2 warps); none beat the shipped plan (docs/benchmarks.md).
 # --timeline: per-program records, raw, of these (shape, name, decode() overrides); None = the plan's splits.
 TIMELINE_CASES = [
     ((1, 32, 8, 32768, 128, "float16"), "shipped", {}),
@@ -159,7 +165,7 @@ def main():
             for name, kw in TUNE.items():
                 kw = dict(kw)
                 factor = kw.pop("split_factor", 1)
-                variants[name] = {**kw, "num_splits": cut(n, round(shipped * factor), block_n)[0]}
+                variants[name] = {**kw, "num_splits": cut(n, round(shipped * factor), kw.get("block_n", block_n))[0]}
         elif args.floor:
             variants["shipped"] = {"num_splits": shipped}
             for f in FLOOR_SPLIT_FACTORS:
