@@ -33,6 +33,9 @@ class KernelSpec:
     # Extra device bytes the kernel allocates beyond q, k, v and out, as a function of the
     # Config (the VRAM model adds inputs, outputs, reference and flush/rotation buffers).
     memory: Callable | None = None
+    # Extra device bytes only the first call per shape allocates, on top of ``memory`` (an
+    # autotuner's benchmark buffers): counted in the gate, where a shape is first called.
+    first_call_memory: Callable | None = None
     # Python modules the kernel needs at call time (checked without importing heavy code).
     requires: tuple[str, ...] = ()
     # cfg -> None if supported, else the reason (e.g. "head_dim 96 not supported").
@@ -48,6 +51,9 @@ class KernelSpec:
 
     def extra_bytes(self, cfg) -> int:
         return int(self.memory(cfg)) if self.memory else 0
+
+    def first_call_bytes(self, cfg) -> int:
+        return int(self.first_call_memory(cfg)) if self.first_call_memory else 0
 
     def unusable_reason(self, device: str) -> str | None:
         """Why this kernel cannot run on ``device`` here, or None."""
@@ -71,8 +77,8 @@ _REGISTRY: dict[str, KernelSpec] = {}
 _LOADED = False
 
 
-def kernel(name: str, *, workloads, dtypes, devices=("cpu", "cuda"), memory=None, requires=(),
-           supports=None, numerics=None, describe=None, description: str = ""):
+def kernel(name: str, *, workloads, dtypes, devices=("cpu", "cuda"), memory=None, first_call_memory=None,
+           requires=(), supports=None, numerics=None, describe=None, description: str = ""):
     """Register ``fn`` as a kernel under ``name``; a second kernel with the same name is an error."""
 
     def wrap(fn):
@@ -82,7 +88,8 @@ def kernel(name: str, *, workloads, dtypes, devices=("cpu", "cuda"), memory=None
         _REGISTRY[name] = KernelSpec(
             name=name, fn=fn, workloads=tuple(workloads), dtypes=tuple(dtypes), devices=tuple(devices),
             source=src, description=description or (inspect.getdoc(fn) or "").split("\n")[0],
-            memory=memory, requires=tuple(requires), supports=supports, numerics=dict(numerics or {}),
+            memory=memory, first_call_memory=first_call_memory, requires=tuple(requires), supports=supports,
+            numerics=dict(numerics or {}),
             describe=describe)
         return fn
 

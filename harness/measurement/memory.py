@@ -67,12 +67,14 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     ref_out = math.prod(qs) * F64
     ref_work = reference_bytes(cfg)
     extras = [s.extra_bytes(cfg) for s in specs]
+    firsts = [s.first_call_bytes(cfg) for s in specs]
 
     # Gate, while a kernel runs: three input/output sets (first call, pristine copies,
     # second call) and the float64 reference output, + that kernel's workspace (kernels are
-    # gated one by one). While the reference runs no kernel workspace is alive:
-    # correctness.gate_bytes covers that phase (reference chunks, compare blocks).
-    gate = max(3 * (inputs + out) + ref_out + max(extras), gate_bytes(cfg))
+    # gated one by one), with what its first call of a shape adds (an autotuner's buffers:
+    # the gate calls each shape first). While the reference runs no kernel workspace is
+    # alive: correctness.gate_bytes covers that phase (reference chunks, compare blocks).
+    gate = max(3 * (inputs + out) + ref_out + max(e + f for e, f in zip(extras, firsts)), gate_bytes(cfg))
 
     n_arms = len(specs) + 1  # candidates + baseline + control
     cuda = device == "cuda"
@@ -100,7 +102,8 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     phase = max(phases, key=phases.get)
     breakdown = {"inputs_per_slot": inputs, "out": out, "n_slots": n_slots, "n_arms": n_arms,
                  "flush": flush, "reference": ref_work + ref_out, "kernel_workspace": dict(zip(
-                     [s.name for s in specs], extras)), "gate_phase": gate, "timing_phase": timing,
+                     [s.name for s in specs], extras)), "first_call_workspace": dict(zip(
+                     [s.name for s in specs], firsts)), "gate_phase": gate, "timing_phase": timing,
                  "recheck_phase": recheck, "generation_phase": generation, "library_workspace": lib}
     return MemoryPrediction(int(phases[phase]), phase, breakdown)
 
