@@ -100,3 +100,30 @@ def repo(tmp_path: Path) -> Path:
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "register tiny")
     return root
+
+
+# Sweep rows run on the GPU to check what a row records (VRAM, slots): a short policy.
+GPU_ROW_TIMING = {"warmup_ms": 50, "min_samples": 10, "max_samples": 40, "min_time_ms": 20, "timeout_s": 30}
+# The VRAM model's goal (issue 3): predicted peak within ±10% of the measured one.
+VRAM_TOLERANCE = 0.10
+
+
+@pytest.fixture
+def vram_checked_row():
+    """``run(cfg, candidate, baseline=, mode=) -> (row, timing)``: one sweep row on the GPU
+    (one seed of normal inputs, tolerance 2e-2), asserted a result whose predicted peak is
+    within VRAM_TOLERANCE of the measured one."""
+    from harness.sweep.run import SweepContext, run_config
+
+    def run(cfg, candidate, *, baseline, mode):
+        timing = {**GPU_ROW_TIMING, "mode": mode}
+        ctx = SweepContext(line="t", device="cuda", baseline=baseline, atol={cfg.dtype: 2e-2},
+                           rtol={cfg.dtype: 2e-2}, seeds=(0,), families=("normal",), min_pass_rate=1.0,
+                           timing=timing, numerics={}, ceilings=None)
+        (row,) = run_config(cfg, (candidate,), ctx)
+        assert row.kind == "result", row.payload.get("reason")
+        mem = row.payload["memory"]
+        assert abs(mem["predicted_peak_bytes"] / mem["measured_peak_bytes"] - 1) <= VRAM_TOLERANCE, mem
+        return row, timing
+
+    return run
