@@ -89,8 +89,7 @@ def kernel(name: str, *, workloads, dtypes, devices=("cpu", "cuda"), memory=None
             name=name, fn=fn, workloads=tuple(workloads), dtypes=tuple(dtypes), devices=tuple(devices),
             source=src, description=description or (inspect.getdoc(fn) or "").split("\n")[0],
             memory=memory, first_call_memory=first_call_memory, requires=tuple(requires), supports=supports,
-            numerics=dict(numerics or {}),
-            describe=describe)
+            numerics=dict(numerics or {}), describe=describe)
         return fn
 
     return wrap

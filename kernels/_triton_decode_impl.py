@@ -13,8 +13,8 @@ import triton
 import triton.language as tl
 
 from harness.errors import UserError
-from kernels.triton_decode import (COMBINE_ONE_PASS_SPLITS, COMBINE_SPLIT_BLOCK, FUSE_COMBINE, HEAD_DIMS, INTERPRET, LAUNCH_PDL, MAX_GROUP,
-                                   PROGRAMS_PER_SM, cut, plan, sm_count)
+from kernels.triton_decode import (COMBINE_ONE_PASS_SPLITS, COMBINE_SPLIT_BLOCK, FUSE_COMBINE, HEAD_DIMS, INTERPRET,
+                                   LAUNCH_PDL, MAX_GROUP, PROGRAMS_PER_SM, cut, plan, sm_count)
 
 LOG2E = 1.4426950408889634
 # The query tile is padded to this many rows: the smallest M of a tensor-core tl.dot.

@@ -3,6 +3,8 @@
 import triton
 import triton.language as tl
 
+from kernels._triton_decode_impl import _globaltimer
+
 
 @triton.jit
 def read_sum(K, V, Out, per, total, BLOCK: tl.constexpr):
@@ -22,5 +24,4 @@ def read_sum(K, V, Out, per, total, BLOCK: tl.constexpr):
 @triton.jit
 def stamp(Stamps, i):
     """Stamps[i] = %globaltimer (ns), to frame a timeline."""
-    t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
-    tl.store(Stamps + i, t)
+    tl.store(Stamps + i, _globaltimer())
