@@ -280,9 +280,14 @@ def decode(q, k, v, out, scale, *, num_splits=None, block_n=None, num_warps=None
     s_pad = max(2, triton.next_power_of_2(splits))
     if combine_block is None:
         combine_block = s_pad if s_pad <= COMBINE_ONE_PASS_SPLITS else COMBINE_SPLIT_BLOCK
+    elif combine_block < 2 or combine_block & (combine_block - 1):
+        raise UserError(f"triton_decode: combine_block must be a power of 2 >= 2, not {combine_block}")
     rec = timeline is not None
     if rec and INTERPRET:
         raise UserError("triton_decode: a timeline reads %globaltimer, which needs compiled Triton on a GPU")
+    if rec and (timeline.dtype != torch.int64 or timeline.device != q.device or not timeline.is_contiguous()):
+        raise UserError(f"triton_decode: timeline must be a contiguous int64 tensor on {q.device}, "
+                        f"not {timeline.dtype} on {timeline.device}")
     if rec and timeline.numel() < 3 * (b * hkv * splits + (0 if fused else b * h)):
         raise UserError(f"triton_decode: timeline has {timeline.numel()} elements, fewer than 3 per program")
     _split_kernel[(b * hkv, splits)](

@@ -73,7 +73,7 @@ SMALL_PROGRAMS_PER_SM = 2
 # Splits merged per step of the combine: a 32 × D fp32 tile is 32 registers per thread at
 # D=128 with 4 warps, and 32 splits cover every batch ≥ 16 plan in one step.
 COMBINE_SPLIT_BLOCK = 32
-# Up to this many splits the combine merges in one pass (a ≤ 64 × D fp32 tile, 64 registers
+# Up to this many splits the combine kernel merges in one pass (a ≤ 64 × D fp32 tile, 64 registers
 # per thread): every load issued at once, one L2 round trip instead of two.
 COMBINE_ONE_PASS_SPLITS = 64
 # Merge the splits inside the split kernel (the last program of a kv head to finish

@@ -162,7 +162,12 @@ _INTERPRETER_CHECK = textwrap.dedent("""
         timeline = "ran"
     except UserError as exc:
         timeline = str(exc)
-    print(json.dumps({"results": results, "pdl": pdl, "timeline": timeline}))
+    try:  # a combine block that tl.arange cannot take
+        decode(q, k, v, out, scale, combine_block=24)
+        block = "ran"
+    except UserError as exc:
+        block = str(exc)
+    print(json.dumps({"results": results, "pdl": pdl, "timeline": timeline, "block": block}))
 """)
 
 
@@ -182,6 +187,7 @@ def test_interpreter_matches_float64_reference(tmp_path):
         pytest.skip(report["skip"])
     assert "programmatic dependent launch needs" in report["pdl"], report["pdl"]
     assert "needs compiled Triton on a GPU" in report["timeline"], report["timeline"]
+    assert "combine_block must be a power of 2" in report["block"], report["block"]
     results = report["results"]
     assert len(results) == 18
     assert sum(1 for r in results if r["fused"]) == 4
@@ -355,3 +361,7 @@ def test_gpu_timeline_records_every_program_in_order(pdl):
     assert int(r[n_split:, 0].min()) >= int(r[:n_split, 1].max())
     with pytest.raises(UserError, match="timeline"):
         decode(q, k, v, out, d ** -0.5, timeline=rec[:3])
+    with pytest.raises(UserError, match="contiguous int64"):
+        decode(q, k, v, out, d ** -0.5, timeline=rec.int())
+    with pytest.raises(UserError, match="power of 2"):
+        decode(q, k, v, out, d ** -0.5, combine_block=24)

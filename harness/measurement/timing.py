@@ -198,7 +198,12 @@ def device_l2_bytes(device: str) -> int:
 # Timers (the test seam)
 # ------------------------------------------------------------------------------------------
 class Timer(Protocol):
-    """Times one call. ``before`` runs outside the timed window (cold-mode flush)."""
+    """Times one call. ``before`` runs outside the timed window (cold-mode flush).
+
+    ``again()``, when given, returns a (fn, before) pair for the same arm on the next input
+    slot: a timer that must re-run a call (CudaEventTimer, after a host gap) takes that,
+    so the re-run never reads inputs the failed attempt left in L2.
+    """
 
     name: str
     virtual: bool
@@ -206,7 +211,9 @@ class Timer(Protocol):
     def now_s(self) -> float: ...
 
     def time_call(self, fn: Callable[[], None], *, arm: str = "",
-                  before: Callable[[], None] | None = None) -> float:
+                  before: Callable[[], None] | None = None,
+                  again: Callable[[], tuple[Callable[[], None], Callable[[], None] | None]] | None = None
+                  ) -> float:
         """Run ``fn`` once and return its duration in ms."""
         ...
 
@@ -220,7 +227,7 @@ class HostTimer:
     def now_s(self) -> float:
         return time.perf_counter()
 
-    def time_call(self, fn, *, arm="", before=None) -> float:
+    def time_call(self, fn, *, arm="", before=None, again=None) -> float:
         if before is not None:
             before()
         t0 = time.perf_counter_ns()
@@ -232,8 +239,9 @@ class HostTimer:
 BLOCK_MIN_S = 20e-6
 BLOCK_MAX_S = 5e-3
 FALLBACK_SM_HZ = 2.0e9
-# Times a call is run again, each with twice the hold, when the spin ended before the host
-# had enqueued it (the window may then hold host launch gaps).
+# Times a call is run again (on the next input slot, with at least twice the hold, up to
+# BLOCK_MAX_S) when the spin ended before the host had enqueued it: the window may then
+# hold host launch gaps.
 HOST_GAP_RETRIES = 3
 
 
@@ -279,7 +287,7 @@ class CudaEventTimer:
     def now_s(self) -> float:
         return time.perf_counter()
 
-    def time_call(self, fn, *, arm="", before=None) -> float:
+    def time_call(self, fn, *, arm="", before=None, again=None) -> float:
         # Hold the stream with a spin kernel while the host enqueues the call (nvbench's
         # blocking kernel). Without it a launch-bound call (several small kernels, µs each)
         # is timed with the host's launch gaps inside the window, and those gaps depend on
@@ -290,6 +298,8 @@ class CudaEventTimer:
         # hold (calls back to back, a busier GPU) was tried on the H200 at fb4c42d and the
         # control's order effects grew to ±2.5% on µs configs (14/16 within ±2%, not 16/16).
         for attempt in range(HOST_GAP_RETRIES + 1):
+            if attempt and again is not None:
+                fn, before = again()  # fresh inputs: the failed attempt left its own in L2
             if before is not None:
                 before()
             hold = min(max(2.0 * self._enqueue_s.get(arm, BLOCK_MAX_S), BLOCK_MIN_S), BLOCK_MAX_S)
@@ -299,12 +309,14 @@ class CudaEventTimer:
             fn()
             self._end.record()
             enqueued = time.perf_counter() - h0
-            # Checked, not assumed: if the start event is already reached now, the spin ended
-            # before the host had enqueued the whole call, and the GPU may have waited on the
-            # host inside the window. Such a call is run again with at least twice the hold.
-            # (A host enqueue slower than usual — an allocation, a cache miss — made the
-            # last-enqueue hold too short: the first arm of decode explorations at B 1, 8k
-            # keys read ~10% slow in hot mode and not in graph mode.)
+            # Checked, not assumed: if the start event is already reached now (the end
+            # event enqueued too), the spin ended before the host had enqueued the whole
+            # call, and the GPU may have waited on the host inside the window. (A spin that
+            # ends in the few µs between the end record and this query reads as a gap too:
+            # one needless re-run, never a missed gap.) Such a call is run again with at
+            # least twice the hold, up to BLOCK_MAX_S: a host enqueue slower than usual (an
+            # allocation, a cache miss) made the last-enqueue hold too short, and the first
+            # arm of decode explorations at B 1, 8k keys read ~10% slow in hot mode.
             gap = self._start.query()
             self._end.synchronize()
             ms = float(self._start.elapsed_time(self._end))
@@ -312,8 +324,9 @@ class CudaEventTimer:
                 self._enqueue_s[arm] = enqueued
                 return ms
             self._enqueue_s[arm] = max(enqueued, hold)
-            if attempt < HOST_GAP_RETRIES:
-                self.host_gaps[arm] = self.host_gaps.get(arm, 0) + 1
+            if hold >= BLOCK_MAX_S or attempt == HOST_GAP_RETRIES:
+                break  # no longer hold to try: keep the sample, counted
+            self.host_gaps[arm] = self.host_gaps.get(arm, 0) + 1
         self.host_gaps_kept[arm] = self.host_gaps_kept.get(arm, 0) + 1
         return ms
 
@@ -362,7 +375,7 @@ class ScriptedTimer:
             return float(spec)
         return float(spec[k])
 
-    def time_call(self, fn, *, arm="", before=None) -> float:
+    def time_call(self, fn, *, arm="", before=None, again=None) -> float:
         if before is not None:
             before()
         self.calls.append((arm, self.now_s()))
@@ -714,25 +727,27 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
 
             return run
 
+        def next_slot() -> int:
+            # Global slot rotation across arms: consecutive calls never share inputs.
+            slot = slot_counter[0] % n_slots
+            slot_counter[0] += replays
+            return slot
+
+        def make_call(name: str, slot: int) -> tuple[Callable[[], None], Callable[[], None] | None]:
+            """(call, before) of arm ``name`` on input slot ``slot``."""
+            if effective_mode == "graph":
+                return (chains[name][slot] if chains else graphs[name][slot]).replay, _before(name, slot)
+            fn = arms[name]
+            return (lambda: fn(slot)), _before(name, slot)
+
         def run_round(rot: int, record: dict[str, list[float]] | None) -> tuple[float, float, tuple[str, ...], dict]:
             order = orders[rot % len(orders)]
             out: dict[str, float] = {}
             t0 = timer.now_s()
             for name in order:
-                # Global slot rotation across arms: consecutive calls never share inputs.
-                slot = slot_counter[0] % n_slots
-                slot_counter[0] += replays
-                if effective_mode == "graph":
-                    g = chains[name][slot] if chains else graphs[name][slot]
-
-                    def call(g=g):
-                        g.replay()
-                else:
-                    fn = arms[name]
-
-                    def call(fn=fn, slot=slot):
-                        fn(slot)
-                ms = timer.time_call(call, arm=name, before=_before(name, slot)) / replays
+                call, pre = make_call(name, next_slot())
+                ms = timer.time_call(call, arm=name, before=pre,
+                                     again=lambda name=name: make_call(name, next_slot())) / replays
                 out[name] = ms
                 if record is not None:
                     record[name].append(ms)
@@ -880,7 +895,8 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
     kept_gaps = {n: c["kept"] for n, c in host_gaps.items() if c["kept"]}
     if kept_gaps:
         timing_note = "; ".join(filter(None, [timing_note, "samples that may include host launch gaps (the "
-                                              f"host outlasted a {BLOCK_MAX_S * 1e3:.0f} ms hold): " +
+                                              "host's enqueue outlasted the hold on every try, up to "
+                                              f"{BLOCK_MAX_S * 1e3:.0f} ms): " +
                                               ", ".join(f"{n} {k}" for n, k in kept_gaps.items())]))
     return Measurement(
         arms=arm_results, rounds=rounds, stop_reason=stop_reason, mode=policy.mode, effective_mode=effective_mode,
