@@ -27,7 +27,11 @@ and end, split and combine, between two stamp kernels) in ``decode_timeline.csv`
 Writes ``decode_splits.csv`` and ``decode_splits.md`` (``decode_tune.*`` with --tune,
 ``decode_floor.*`` with --floor) under $OUT (else the current directory).
 
-Usage (GPU machine, repo root): PYTHONUNBUFFERED=1 python scripts/explore_decode_splits.py [--quick] [--tune|--floor|--timeline]
+``--solo`` times the shipped plan twice beside sdpa_cudnn and the copy, one split count
+among the arms: elsewhere each decode arm of another split count evicts the cached
+scratch, and the next call reallocates it inside its timed window (hot mode).
+
+Usage (GPU machine, repo root): PYTHONUNBUFFERED=1 python scripts/explore_decode_splits.py [--quick] [--tune|--floor|--timeline|--solo]
 """
 
 from __future__ import annotations
@@ -113,6 +117,8 @@ def main():
     ap.add_argument("--tune", action="store_true", help="time launch variants (PDL, one launch) at small batch")
     ap.add_argument("--floor", action="store_true", help="read-only yardstick, split multiples and a timeline")
     ap.add_argument("--timeline", action="store_true", help="only per-program timelines (TIMELINE_CASES), raw")
+    ap.add_argument("--solo", action="store_true",
+                    help="the shipped plan as the only decode split count (twice), as in a sweep")
     args = ap.parse_args()
     import torch
 
@@ -145,7 +151,7 @@ def main():
             ring = q = None
             torch.cuda.empty_cache()
     else:
-        shapes = TUNE_SHAPES if args.tune else FLOOR_SHAPES if args.floor else SHAPES
+        shapes = TUNE_SHAPES if args.tune else FLOOR_SHAPES[:5] if args.solo else FLOOR_SHAPES if args.floor else SHAPES
     for shape in (shapes[:2] if args.quick else shapes):  # --quick: the first two
         b, h, hkv, n, d, dtype = shape
         dt = getattr(torch, dtype)
@@ -166,6 +172,12 @@ def main():
                 kw = dict(kw)
                 factor = kw.pop("split_factor", 1)
                 variants[name] = {**kw, "num_splits": cut(n, round(shipped * factor), kw.get("block_n", block_n))[0]}
+        elif args.solo:
+            # One split count among the arms, so the scratch stays cached from call to call
+            # as in a sweep: arms of other split counts reallocate it (and zero the arrival
+            # counters, a fill kernel) inside each other's timed window.
+            variants["shipped"] = {"num_splits": shipped}
+            variants["shipped_again"] = {"num_splits": shipped}
         elif args.floor:
             variants["shipped"] = {"num_splits": shipped}
             for f in FLOOR_SPLIT_FACTORS:
@@ -249,7 +261,8 @@ def main():
 
     cols = ["B", "H", "Hkv", "L", "D", "dtype", "mode", "arm", "splits", "programs", "shipped", "us", "gbps", "frac",
             "rounds", "stop", "host_gaps", "mean_mhz", "wall_s"]
-    stem = "decode_tune" if args.tune else "decode_floor" if args.floor else "decode_splits"
+    stem = ("decode_tune" if args.tune else "decode_floor" if args.floor else "decode_solo" if args.solo
+            else "decode_splits")
     if raw:
         with open(os.path.join(out_dir, "decode_timeline_raw.csv"), "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(raw[0]))
