@@ -297,7 +297,9 @@ class ReadArm:
 
     def __init__(self, ring, programs: int, block: int, stages: int):
         import torch
+        from explore_read_kernel import read_sum
 
+        self.kernel = read_sum[(programs,)]  # looked up once: __call__ runs on the timed path
         self.ring, self.programs, self.block, self.stages = ring, programs, block, stages
         self.total = ring[0][0].numel()
         self.per = -(-self.total // programs)
@@ -305,11 +307,8 @@ class ReadArm:
         self.out = torch.zeros(programs, dtype=torch.float32, device=ring[0][0].device)
 
     def __call__(self, slot: int) -> None:
-        from explore_read_kernel import read_sum
-
         k, v = self.ring[slot % len(self.ring)]
-        read_sum[(self.programs,)](k, v, self.out, self.per, self.total, BLOCK=self.block, num_warps=4,
-                                   num_stages=self.stages)
+        self.kernel(k, v, self.out, self.per, self.total, BLOCK=self.block, num_warps=4, num_stages=self.stages)
 
 
 def read_yardsticks(ring, sms: int, why: dict) -> dict:
