@@ -47,7 +47,7 @@ for p in (_ROOT, os.path.join(_ROOT, "scripts")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from bench_decode import TOLERANCE, check, reference, rel_err  # noqa: E402
+from bench_decode import TOLERANCE, check, reference  # noqa: E402
 
 # (batch, heads, kv_heads, seq_len, head_dim, dtype): seed 004's single-sequence decode
 # first, then small batches, then two of the decode-h200 line's shapes as a check that a
@@ -106,6 +106,9 @@ SPLITS = (1, 2, 4, 8, 16, 24, 32, 47, 64, 128)
 MIN_KEYS = 128
 # Plans of more waves of resident programs than this are not tried.
 MAX_WAVES = 8
+# Registered decode kernels timed beside triton_decode's plans (each checked first): cuDNN's
+# SDPA as the vendor yardstick, and the CUDA C++ kernel that merges its splits on chip.
+OTHER_KERNELS = ("sdpa_cudnn", "cuda_cluster_decode")
 # A 20 × (few µs) arm set: the harness defaults would spend minutes; these keep ~5 s/shape.
 POLICY = {"mode": "hot", "warmup_ms": 100, "min_samples": 12, "max_samples": 200, "min_time_ms": 30,
           "noise_target": 0.01, "timeout_s": 15}
@@ -205,12 +208,17 @@ def main():
             def arm(slot, kw=kw, out=out):
                 decode(q, *ring[slot % copies], out, scale, **kw)
             arms[name] = arm
-        cud = specs["sdpa_cudnn"]
-        o_c = torch.full_like(q, float("nan"))
-        cud.fn(q, *ring[0], o_c, causal=False, scale=scale)
-        torch.cuda.synchronize()
-        if rel_err(o_c, ref) < TOLERANCE[dtype]:
-            arms["sdpa_cudnn"] = lambda slot: cud.fn(q, *ring[slot % copies], o_c, causal=False, scale=scale)
+        for other in OTHER_KERNELS:
+            spec = specs[other]
+            if spec.unusable_reason("cuda"):
+                why[other] = spec.unusable_reason("cuda")
+                continue
+            err, o_c = check(spec.fn, q, ring, ref, scale)
+            if not err < TOLERANCE[dtype]:
+                why[other] = f"rel err {err:.3g} >= {TOLERANCE[dtype]:.3g}"
+                continue
+            arms[other] = lambda slot, fn=spec.fn, o_c=o_c: fn(q, *ring[slot % copies], o_c, causal=False,
+                                                                scale=scale)
         # Yardstick at this size: copying the same K and V (two launches, as decode's split +
         # combine) reads and writes 2 × kv_bytes; how near the 2 GiB copy ceiling a transfer
         # this small gets bounds what any decode kernel can reach here.
@@ -252,7 +260,7 @@ def main():
             rows.append({"B": b, "H": h, "Hkv": hkv, "L": n, "D": d, "dtype": dtype, "mode": "-", "arm": name,
                          "splits": variants[name]["num_splits"] if name in variants else None, "stop": reason})
         best = max((r for r in rows if r.get("L") == n and r.get("B") == b and r.get("frac")
-                    and r["arm"] not in ("sdpa_cudnn", "copy_kv") and r["arm"] not in read_arms
+                    and r["arm"] not in (*OTHER_KERNELS, "copy_kv") and r["arm"] not in read_arms
                     and r["mode"] == "hot"), key=lambda r: r["frac"], default=None)
         print(f"{shape}: {len(arms)} arms, shipped s{shipped}, best hot {best and best['arm']} "
               f"{best and round(best['frac'], 3)}", flush=True)

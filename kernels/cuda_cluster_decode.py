@@ -1,0 +1,196 @@
+"""Split-KV decode attention in CUDA C++ with the splits merged on chip (``decode_cluster.cu``).
+
+Why a second decode kernel: at small batch (B·Hkv ≪ SMs) triton_decode must cut each kv
+head's keys into splits to fill the GPU, and then pays for a second launch that merges the
+splits' float32 partials through global memory. On the H200 that merge costs ~2.3 µs of a
+~38 µs call at B 1, 32k keys (kernels/triton_decode.py). Here each (batch, kv head) is one
+thread-block *cluster* of C CTAs, one CTA per SM, and the C partials are merged through
+distributed shared memory at the end of the same kernel: one launch, no scratch, no
+partials in global memory.
+
+* ``plan``: C is the largest size ≤ MAX_CLUSTER with B·Hkv·C ≤ SMs whose B·Hkv clusters
+  the driver says can be resident at once (cuOccupancyMaxActiveClusters), so the grid is
+  one wave (C = 1 when none fits or B·Hkv·2 > SMs: then each CTA streams a whole kv head).
+* Each CTA streams its keys through a PIPELINE_BYTES ring of shared-memory stages that a
+  producer warp keeps full with 16-byte ``cp.async`` copies (XOR-swizzled for ldmatrix;
+  rows past the last key zero-filled), each stage completing on an mbarrier.
+* Two warpgroups take alternate tiles; each warp does FlashAttention-2's step for 16 keys on
+  tensor cores (``mma.sync`` m16n8k16): the G ≤ MAX_GROUP query heads of the kv head are
+  the rows of one 16-row A tile.
+
+Numerics: fp32 accumulation, fp32 online softmax (exp2, log2 e folded into the scale), P
+rounded to the input dtype for PV (as triton_decode and FlashAttention), merges in fp32,
+one rounding of out. CUDA only (NVRTC through cupy; clusters, ``cp.async.bulk`` and
+distributed shared memory need sm_90+).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from harness.errors import UserError
+from kernels._registry import kernel
+from kernels.cuda_raw import DTYPE_TAG, load_cu, on_torch_stream, ptr
+
+HEAD_DIMS = (64, 128)
+# Query heads per kv head: the rows of one m16n8k16 A tile.
+MAX_GROUP = 16
+# Keys per tile (CD_BLOCK_N in decode_cluster.cu): 16 per warp of a warpgroup.
+BLOCK_N = 64
+# Threads per CTA: 8 consumer warps (two warpgroups) + 1 producer warp (CD_THREADS).
+THREADS = 288
+NUM_CONSUMER_WARPS = (THREADS // 32) - 1
+# Shared memory for K/V stages per CTA (one CTA per SM): 6 stages of a 64-key K+V tile at
+# D=128, 12 at D=64. At the ~32 GB/s per SM that full HBM bandwidth asks for and ~1-2 µs of
+# load latency, 32-64 KB in flight would do; the rest absorbs uneven arrival.
+PIPELINE_BYTES = 192 * 1024
+# Largest cluster: 16 CTAs is Hopper's non-portable maximum (8 is portable), needed at B=1
+# with 8 kv heads to reach 128 of 132 SMs.
+MAX_CLUSTER = 16
+PORTABLE_CLUSTER = 8
+CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # cuda.h CUfunction_attribute
+LOG2E = 1.4426950408889634
+
+
+def plan(pairs: int, seq_len: int, head_dim: int, sms: int, co_resident) -> tuple[int, int, int]:
+    """(cluster size C, keys per CTA, pipeline stages) for B·Hkv = ``pairs`` kv heads.
+
+    C: the largest size ≤ MAX_CLUSTER with pairs·C ≤ sms for which ``co_resident(C)`` says
+    all ``pairs`` clusters fit on the GPU at once; else 1 (a CTA per kv head). A cluster's
+    CTAs must share one GPC, so the GPU's GPC sizes, not its SM count, decide: on the H200
+    timed here at most 7 clusters of 16 one-SM CTAs fit, and an 8th ran as a second wave
+    at half the bandwidth (ncu, Max Active Clusters). Any size works (the merge splits
+    G·D outputs over the C ranks), so 14 CTAs may fit where 16 do not.
+    Keys per CTA: whole tiles, so every CTA but the last of a cluster streams full tiles.
+    """
+    if seq_len < 1:
+        raise UserError(f"cuda_cluster_decode needs at least one key, not seq_len={seq_len}")
+    c = next((c for c in range(min(MAX_CLUSTER, sms // max(pairs, 1)), 1, -1) if co_resident(c)), 1)
+    tiles = -(-seq_len // BLOCK_N)
+    chunk = -(-tiles // c) * BLOCK_N
+    return c, chunk, pipeline_stages(head_dim)
+
+
+def pipeline_stages(head_dim: int) -> int:
+    """K+V tiles of BLOCK_N keys that fit PIPELINE_BYTES."""
+    return PIPELINE_BYTES // (2 * BLOCK_N * head_dim * 2)
+
+
+def smem_bytes(head_dim: int, group: int, stages: int) -> int:
+    """Dynamic shared memory of one CTA (the layout at the top of cluster_decode): the stages
+    (which the warps' merge states reuse after the loop), the CTA's state, the mbarriers."""
+    stage_bytes = stages * 2 * BLOCK_N * head_dim * 2
+    warp_states = NUM_CONSUMER_WARPS * group * (head_dim + 2) * 4
+    return max(stage_bytes, warp_states) + group * (head_dim + 2) * 4 + 2 * 8 * stages
+
+
+def _supports(cfg):
+    if cfg.head_dim not in HEAD_DIMS:
+        return f"cuda_cluster_decode supports head_dim {'/'.join(map(str, HEAD_DIMS))}, not {cfg.head_dim}"
+    if cfg.group > MAX_GROUP:
+        return (f"cuda_cluster_decode puts a kv head's query heads in one 16-row tensor-core tile: "
+                f"group (heads / kv_heads) <= {MAX_GROUP}, not {cfg.group}")
+    return None
+
+
+_LOCK = threading.Lock()
+_READY: dict = {}  # (name, device index, options) -> kernel with its attributes set
+_MAX_ACTIVE: dict = {}  # (device index, kernel name) -> max_active_clusters()
+
+
+def _kernel(name: str, device_index: int, cluster: int, smem: int, options=()):
+    """The compiled kernel, its shared-memory limit raised (and non-portable clusters allowed) once."""
+    key = (name, device_index, tuple(options))
+    fn = _READY.get(key)
+    if fn is not None:
+        return fn
+    import cupy
+
+    with _LOCK:
+        fn = load_cu("decode_cluster.cu", (name,), device_index, options)[name]
+        with cupy.cuda.Device(device_index):
+            driver = cupy.cuda.driver
+            driver.funcSetAttribute(fn.kernel.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+            if cluster > PORTABLE_CLUSTER:
+                driver.funcSetAttribute(fn.kernel.ptr, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+        _READY[key] = fn
+    return fn
+
+
+def _kernel_name(tag: int, d: int, g: int, cluster: int, stages: int) -> str:
+    return f"cluster_decode<{tag},{d},{g},{cluster},{stages}>"
+
+
+def max_active_clusters(fn, cluster: int, smem: int, device_index: int) -> int:
+    """How many clusters of ``fn`` (cluster size fixed at compile time) the GPU holds at once:
+    the driver's cuOccupancyMaxActiveClusters (cupy does not wrap it), through ctypes."""
+    import ctypes
+
+    import cupy
+
+    class LaunchConfig(ctypes.Structure):  # CUlaunchConfig (cuda.h)
+        _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_mem", ctypes.c_uint),
+                    ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
+
+    lib = ctypes.CDLL("libcuda.so.1")
+    cfg = LaunchConfig((cluster, 1, 1), (THREADS, 1, 1), smem, None, None, 0)
+    n = ctypes.c_int(0)
+    with cupy.cuda.Device(device_index):
+        rc = lib.cuOccupancyMaxActiveClusters(ctypes.byref(n), ctypes.c_void_p(fn.kernel.ptr), ctypes.byref(cfg))
+    if rc != 0:
+        raise RuntimeError(f"cuOccupancyMaxActiveClusters failed with CUresult {rc} (cluster size {cluster})")
+    return n.value
+
+
+def _co_resident(index: int, pairs: int, d: int, g: int, tag: int, stages: int, smem: int):
+    """co_resident(C) for plan(): can ``pairs`` clusters of C CTAs be resident at once? Each
+    size asked is compiled once and its driver answer cached."""
+
+    def co_resident(c: int) -> bool:
+        key = (index, _kernel_name(tag, d, g, c, stages))
+        if key not in _MAX_ACTIVE:
+            _MAX_ACTIVE[key] = max_active_clusters(_kernel(key[1], index, c, smem), c, smem, index)
+        return _MAX_ACTIVE[key] >= pairs
+
+    return co_resident
+
+
+@kernel("cuda_cluster_decode", workloads=("decode",), dtypes=("float16", "bfloat16"), devices=("cuda",),
+        requires=("cupy",), supports=_supports,
+        numerics={"dots": "mma.sync m16n8k16, fp32 accumulation", "softmax": "fp32 online (exp2)",
+                  "P": "rounded to input dtype for the PV product",
+                  "combine": "fp32 through cluster shared memory, one rounding of out"})
+def cuda_cluster_decode(q, k, v, out, *, causal, scale):
+    """Split-KV decode in CUDA C++: one cluster per kv head, splits merged in shared memory."""
+    import numpy as np
+    import torch
+
+    b, h, nq, d = q.shape
+    hkv, seq_len = k.shape[1], k.shape[2]
+    if nq != 1:
+        raise UserError(f"cuda_cluster_decode is a decode kernel: one query token, not {nq}")
+    if d not in HEAD_DIMS:
+        raise UserError(f"cuda_cluster_decode supports head_dim {'/'.join(map(str, HEAD_DIMS))}, not {d}")
+    if h % hkv or h // hkv > MAX_GROUP:
+        raise UserError(f"cuda_cluster_decode needs heads a multiple of kv_heads with group <= {MAX_GROUP}, "
+                        f"not heads {h}, kv_heads {hkv}")
+    dtype = str(q.dtype).removeprefix("torch.")
+    if dtype not in ("float16", "bfloat16"):
+        raise UserError(f"cuda_cluster_decode supports float16/bfloat16, not {dtype}")
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        if not t.is_contiguous():
+            raise UserError(f"cuda_cluster_decode needs contiguous tensors; {name} is not")
+    # Decode is never masked: the one query is the newest token and sees the whole cache.
+    del causal
+    g = h // hkv
+    tag = DTYPE_TAG[dtype]
+    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    stages = pipeline_stages(d)
+    smem = smem_bytes(d, g, stages)
+    sms = torch.cuda.get_device_properties(index).multi_processor_count
+    cluster, chunk, _ = plan(b * hkv, seq_len, d, sms, _co_resident(index, b * hkv, d, g, tag, stages, smem))
+    fn = _kernel(_kernel_name(tag, d, g, cluster, stages), index, cluster, smem)
+    with on_torch_stream(q.device):
+        fn((cluster, b * hkv), (THREADS,),
+           (ptr(q), ptr(k), ptr(v), ptr(out), np.int32(seq_len), np.int32(chunk), np.float32(scale * LOG2E)),
+           shared_mem=smem)
