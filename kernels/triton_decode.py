@@ -35,6 +35,9 @@ SDPA is 2-26% behind at small batch, 2-5% ahead at B>=16. Per-program timelines
 split (programs end over ~3 us) and 2.3 us of combine; a bare read of the same bytes (no
 softmax, no combine) reaches 0.91 of the copy ceiling in hot mode against this kernel's
 0.81, and at 34 MB (B=1, L=8k) no kernel timed reaches 0.85 (a bare read: 0.66 hot).
+Merging the splits on chip instead (kernels/cuda_cluster_decode.py: a thread-block cluster
+per kv head, one launch, no partials in memory) is slower at every batch on the H200: a
+cluster must fit one GPC, and all 8 kv heads' clusters fit at once only at 9 CTAs each.
 
 Runs on CUDA; on the CPU only under ``TRITON_INTERPRET=1`` (Triton's interpreter, set
 before triton is first imported), where ``devices`` includes "cpu" — slow, for tests.
