@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from harness.errors import UserError
+from kernels._decode_inputs import decode_dims
 from kernels.triton_decode import (COMBINE_ONE_PASS_SPLITS, COMBINE_SPLIT_BLOCK, FUSE_COMBINE, HEAD_DIMS, INTERPRET,
                                    LAUNCH_PDL, MAX_GROUP, PROGRAMS_PER_SM, cut, plan, sm_count)
 
@@ -243,22 +244,9 @@ def decode(q, k, v, out, scale, *, num_splits=None, block_n=None, num_warps=None
     ``timeline``: an int64 CUDA tensor of ≥ (split programs + combine programs) × 3 elements
     that receives each program's (start ns, end ns, SM), split programs first (explorations).
     """
-    b, h, nq, d = q.shape
-    hkv, seq_len = k.shape[1], k.shape[2]
-    if nq != 1:
-        raise UserError(f"triton_decode is a decode kernel: one query token, not {nq}")
-    if d not in HEAD_DIMS:
-        raise UserError(f"triton_decode supports head_dim {'/'.join(map(str, HEAD_DIMS))}, not {d}")
-    if h % hkv:
-        raise UserError(f"heads {h} is not a multiple of kv_heads {hkv}")
+    b, h, hkv, seq_len, d = decode_dims("triton_decode", q, k, v, out, head_dims=HEAD_DIMS, max_group=MAX_GROUP,
+                                        dtypes=("float16", "bfloat16"))
     g = h // hkv
-    if g > MAX_GROUP:
-        raise UserError(f"triton_decode: group {g} > {MAX_GROUP}")
-    if q.dtype not in (torch.float16, torch.bfloat16):
-        raise UserError(f"triton_decode supports float16/bfloat16, not {q.dtype}")
-    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
-        if not t.is_contiguous():
-            raise UserError(f"triton_decode needs contiguous tensors; {name} is not")
 
     splits, chunk, block_n = plan(b, hkv, seq_len, d, sm_count(q.device), programs_per_sm, block_n)
     if num_splits is not None:  # forced split count (tests, explorations): plan()'s rounding

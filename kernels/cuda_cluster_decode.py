@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 
 from harness.errors import UserError
+from kernels._decode_inputs import decode_dims
 from kernels._registry import kernel
 from kernels.cuda_raw import DTYPE_TAG, load_cu, on_torch_stream, ptr
 
@@ -165,21 +166,9 @@ def cuda_cluster_decode(q, k, v, out, *, causal, scale):
     import numpy as np
     import torch
 
-    b, h, nq, d = q.shape
-    hkv, seq_len = k.shape[1], k.shape[2]
-    if nq != 1:
-        raise UserError(f"cuda_cluster_decode is a decode kernel: one query token, not {nq}")
-    if d not in HEAD_DIMS:
-        raise UserError(f"cuda_cluster_decode supports head_dim {'/'.join(map(str, HEAD_DIMS))}, not {d}")
-    if h % hkv or h // hkv > MAX_GROUP:
-        raise UserError(f"cuda_cluster_decode needs heads a multiple of kv_heads with group <= {MAX_GROUP}, "
-                        f"not heads {h}, kv_heads {hkv}")
+    b, h, hkv, seq_len, d = decode_dims("cuda_cluster_decode", q, k, v, out, head_dims=HEAD_DIMS,
+                                        max_group=MAX_GROUP, dtypes=("float16", "bfloat16"))
     dtype = str(q.dtype).removeprefix("torch.")
-    if dtype not in ("float16", "bfloat16"):
-        raise UserError(f"cuda_cluster_decode supports float16/bfloat16, not {dtype}")
-    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
-        if not t.is_contiguous():
-            raise UserError(f"cuda_cluster_decode needs contiguous tensors; {name} is not")
     # Decode is never masked: the one query is the newest token and sees the whole cache.
     del causal
     g = h // hkv

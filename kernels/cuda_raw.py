@@ -19,6 +19,7 @@ import threading
 import warnings
 
 from harness.errors import UserError
+from kernels._decode_inputs import decode_dims
 from kernels._registry import kernel
 
 KERNELS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -125,10 +126,7 @@ def cuda_naive_decode(q, k, v, out, *, causal, scale):
     import numpy as np
     import torch
 
-    b, h, nq, d = q.shape
-    hkv, nk = k.shape[1], k.shape[2]
-    if nq != 1:
-        raise UserError(f"cuda_naive_decode is a decode kernel: one query token, not {nq}")
+    b, h, hkv, nk, d = decode_dims("cuda_naive_decode", q, k, v, out)  # raw pointers: contiguous
     if d > NAIVE_MAX_D:
         raise UserError(f"cuda_naive_decode stages q in shared memory: head_dim <= {NAIVE_MAX_D}, not {d}")
     # Decode is never masked: the one query is the newest token and sees the whole cache.
