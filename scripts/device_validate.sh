@@ -13,7 +13,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 git rev-parse HEAD 2>&1 | tee -a "$OUT/gpu.txt"
 
 log "gpu tests"
-timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tail -40 > "$OUT/gpu-tests.txt"
+timeout 330 python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tail -40 > "$OUT/gpu-tests.txt"
 tail -5 "$OUT/gpu-tests.txt"
 
 log "example sweep (CLI, fresh clone)"
