@@ -6,7 +6,9 @@ splits' float32 partials through global memory. On the H200 that merge costs ~2.
 ~38 µs call at B 1, 32k keys (kernels/triton_decode.py). Here each (batch, kv head) is one
 thread-block *cluster* of C CTAs, one CTA per SM, and the C partials are merged through
 distributed shared memory at the end of the same kernel: one launch, no scratch, no
-partials in global memory.
+partials in global memory. Measured on the H200 it is slower than triton_decode at every
+batch (docs/benchmarks.md): a cluster must fit one GPC, so all 8 kv heads of a B 1 call get
+their clusters at once only at 9 CTAs each (72 of 132 SMs), and one CTA streams ~31 GB/s.
 
 * ``plan``: C is the largest size ≤ MAX_CLUSTER with B·Hkv·C ≤ SMs whose B·Hkv clusters
   the driver says can be resident at once (cuOccupancyMaxActiveClusters), so the grid is
@@ -20,8 +22,8 @@ partials in global memory.
 
 Numerics: fp32 accumulation, fp32 online softmax (exp2, log2 e folded into the scale), P
 rounded to the input dtype for PV (as triton_decode and FlashAttention), merges in fp32,
-one rounding of out. CUDA only (NVRTC through cupy; clusters, ``cp.async.bulk`` and
-distributed shared memory need sm_90+).
+one rounding of out. CUDA only (NVRTC through cupy; clusters and distributed shared memory
+need sm_90+).
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ NUM_CONSUMER_WARPS = (THREADS // 32) - 1
 # D=128, 12 at D=64. At the ~32 GB/s per SM that full HBM bandwidth asks for and ~1-2 µs of
 # load latency, 32-64 KB in flight would do; the rest absorbs uneven arrival.
 PIPELINE_BYTES = 192 * 1024
-# Largest cluster: 16 CTAs is Hopper's non-portable maximum (8 is portable), needed at B=1
-# with 8 kv heads to reach 128 of 132 SMs.
+# Largest cluster: 16 CTAs is Hopper's non-portable maximum (8 is portable); 8 kv heads × 16
+# would cover 128 of 132 SMs, if 8 such clusters fit at once (on the H200 timed, 7 do).
 MAX_CLUSTER = 16
 PORTABLE_CLUSTER = 8
 CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # cuda.h CUfunction_attribute
@@ -59,9 +61,9 @@ def plan(pairs: int, seq_len: int, head_dim: int, sms: int, co_resident) -> tupl
     C: the largest size ≤ MAX_CLUSTER with pairs·C ≤ sms for which ``co_resident(C)`` says
     all ``pairs`` clusters fit on the GPU at once; else 1 (a CTA per kv head). A cluster's
     CTAs must share one GPC, so the GPU's GPC sizes, not its SM count, decide: on the H200
-    timed here at most 7 clusters of 16 one-SM CTAs fit, and an 8th ran as a second wave
-    at half the bandwidth (ncu, Max Active Clusters). Any size works (the merge splits
-    G·D outputs over the C ranks), so 14 CTAs may fit where 16 do not.
+    timed here 7 clusters of 10-16 one-SM CTAs fit at once, 9 of 9, 15 of 8 (an 8th
+    cluster of 16 ran as a second wave at half the bandwidth: ncu, Max Active Clusters).
+    Any size works (the merge splits the G·D outputs over the C ranks).
     Keys per CTA: whole tiles, so every CTA but the last of a cluster streams full tiles.
     """
     if seq_len < 1:
@@ -95,20 +97,20 @@ def _supports(cfg):
 
 
 _LOCK = threading.Lock()
-_READY: dict = {}  # (name, device index, options) -> kernel with its attributes set
+_READY: dict = {}  # (name, device index) -> kernel with its attributes set
 _MAX_ACTIVE: dict = {}  # (device index, kernel name) -> max_active_clusters()
 
 
-def _kernel(name: str, device_index: int, cluster: int, smem: int, options=()):
+def _kernel(name: str, device_index: int, cluster: int, smem: int):
     """The compiled kernel, its shared-memory limit raised (and non-portable clusters allowed) once."""
-    key = (name, device_index, tuple(options))
+    key = (name, device_index)
     fn = _READY.get(key)
     if fn is not None:
         return fn
     import cupy
 
     with _LOCK:
-        fn = load_cu("decode_cluster.cu", (name,), device_index, options)[name]
+        fn = load_cu("decode_cluster.cu", (name,), device_index)[name]
         with cupy.cuda.Device(device_index):
             driver = cupy.cuda.driver
             driver.funcSetAttribute(fn.kernel.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)

@@ -175,11 +175,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(CD_THREADS, 1)
 
     if (warp == CD_NWARPS) {  // producer: the warp copies each tile in 16-byte chunks
         unsigned long long policy;
-#if CD_EVICT_NORMAL
-        asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
-#else
         asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-#endif
         const unsigned short* kb = k + (pair * L + start) * D;
         const unsigned short* vb = v + (pair * L + start) * D;
         for (int t = 0; t < ntiles; ++t) {
