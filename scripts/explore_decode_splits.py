@@ -2,8 +2,9 @@
 """How triton_decode should cut the KV cache at small batch: split counts timed by the harness.
 
 For each decode shape, every split count in a list (plus the shipped plan, and as
-yardsticks sdpa_cudnn and cuda_cluster_decode: OTHER_KERNELS) is first checked against the float64 reference (bench_decode.reference, the
-same gate as scripts/bench_decode.py), then all of them are timed together as arms of one
+yardsticks sdpa_cudnn and cuda_cluster_decode: OTHER_KERNELS) is first checked against the
+float64 reference (bench_decode.reference, the same gate as scripts/bench_decode.py), then
+all of them are timed together as arms of one
 ``harness.measurement.timing.measure`` call in hot mode: interleaved rounds, a ring of KV
 copies ≥ 4 × L2 so no call finds its cache in L2, no L2 flush (a flush leaves the L2 full
 of dirty lines whose write-back the next call pays for), NVML clocks polled throughout.
