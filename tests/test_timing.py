@@ -151,20 +151,39 @@ def test_rounds_interleave_through_every_order():
 
 @pytest.mark.parametrize("n", [5, 6, 7, 12, 13])
 def test_many_arms_are_balanced_for_first_place_and_predecessor(n):
-    # Past MAX_PERMUTED_ARMS a Williams design: n orders (2n for odd n) in which every arm
-    # runs first, and directly after every other arm, equally often.
+    # Past MAX_PERMUTED_ARMS a Williams design: 2n orders in which every arm runs first,
+    # and directly after every other arm, equally often.
     from harness.measurement.timing import MAX_PERMUTED_ARMS, round_orders
 
     names = tuple(f"arm{i}" for i in range(n))
     assert n > MAX_PERMUTED_ARMS
     orders = round_orders(names)
-    assert len(orders) == (n if n % 2 == 0 else 2 * n)
+    assert len(orders) == 2 * n
     assert all(sorted(o) == sorted(names) for o in orders)
     firsts = [o[0] for o in orders]
     assert {firsts.count(a) for a in names} == {len(orders) // n}
     follows = [(o[i], o[i + 1]) for o in orders for i in range(n - 1)]
     assert len(set(follows)) == n * (n - 1)  # every ordered pair ...
     assert {follows.count(p) for p in set(follows)} == {len(orders) // n}  # ... equally often
+
+
+@pytest.mark.parametrize("n", range(1, 14))
+def test_round_boundaries_are_balanced_too(n):
+    # The last call of a round and the first of the next are neighbours as well. Over the
+    # cycle of orders, as one sequence of calls, every arm follows every other arm equally
+    # often, and follows itself (only at a boundary: orders are chained) equally often.
+    from collections import Counter
+
+    from harness.measurement.timing import round_orders
+
+    names = tuple(f"arm{i}" for i in range(n))
+    orders = round_orders(names)
+    assert all(nxt[0] == cur[-1] for cur, nxt in zip(orders, orders[1:] + orders[:1]))
+    calls = [a for o in orders for a in o]
+    follows = Counter(zip(calls[-1:] + calls[:-1], calls))  # cyclic: (before, after)
+    assert {follows[(a, a)] for a in names} == {len(orders) // n}
+    assert {follows[(a, b)] for a in names for b in names if a != b} == ({len(orders) // n} if n > 1 else set())
+    assert sum(follows.values()) == len(calls)
 
 
 def test_every_call_takes_the_next_slot_of_a_global_rotation():

@@ -17,8 +17,9 @@ Protocol, step by step (each step is marked ``# step N`` in ``measure``):
    while the clock is still falling (``CLOCK_SETTLE_TOLERANCE``), so rounds are timed at
    the sustained clock, not in the boost burst before the power limiter settles.
 6. Measure in rounds. Round r runs every arm once, in the r-th of ``round_orders`` (every
-   permutation in turn for up to four arms) so drift hits all arms alike and no arm always
-   runs first or always follows the same arm. Before each call, outside the timed window,
+   permutation in turn for up to four arms, chained so that each round starts with the arm
+   that ended the one before) so drift hits all arms alike and every arm runs first, and
+   right after each arm, equally often. Before each call, outside the timed window,
    the caller's ``prepare`` runs (the sweep poisons the output there). Each call uses the
    next input slot of a global rotation (see ``rotation_slots``). Each round records its
    (t0, t1) so the monitor can attribute clocks to it. With ``lead_calls`` = k (cold and
@@ -600,21 +601,40 @@ def round_orders(names: Sequence[str]) -> list[tuple[str, ...]]:
     three rounds and the control follows the baseline in two of three, so whatever one call
     leaves behind (allocator state, host caches, clocks) lands on baseline and control
     unequally — a bias in the control arm. Cycling through all permutations balances both.
-    Past MAX_PERMUTED_ARMS (5 arms: 120 orders) a Williams design does it in n orders (2n
-    for odd n): every arm first, and right after every other arm, equally often. Rotations
+    Past MAX_PERMUTED_ARMS (5 arms: 120 orders) a Williams design does it in 2n orders:
+    every arm first, and right after every other arm, equally often. Rotations
     there measured 10-20% too slow an arm that always followed a K/V copy, which leaves the
     L2 full of dirty lines for the next call to write back (explore_decode_splits, 12 arms,
     84d7b14: the same kernel read 0.63 of the copy ceiling after copy_kv, 0.76 elsewhere).
+
+    Both designs balance the pairs *inside* a round; the last call of one round and the
+    first of the next are a pair too (1 in n of all pairs). In their natural order those
+    were unbalanced: with 3 arms the control followed the candidate in half its rounds, the
+    baseline in a third; with 5 the first-listed arm followed the fourth-listed 59 times per
+    200 rounds, the second-listed 40. Two identical decode arms beside a K/V copy then read
+    1-2.5% apart in hot mode (explore_decode_splits --solo, a8c3a21). So the orders are
+    chained: each starts with the arm the one before ended with (an Euler circuit over the
+    orders, first arm -> last arm, cyclic), and every round boundary is an arm followed by
+    itself, which every arm gets equally often (as often as it runs first).
     """
     names = tuple(names)
     if len(names) <= MAX_PERMUTED_ARMS:
-        return list(itertools.permutations(names))
-    return [tuple(names[i] for i in row) for row in _williams(len(names))]
+        rows = list(itertools.permutations(names))
+    else:
+        rows = [tuple(names[i] for i in row) for row in _williams(len(names))]
+    return _chain(rows)
 
 
 def _williams(n: int) -> list[list[int]]:
-    """Williams' balanced Latin square: the first row 0, 1, n-1, 2, n-2, ..., each next row
-    shifted by one; for odd n also every row reversed."""
+    """Williams' balanced Latin square, 2n rows: every symbol first twice, and every ordered
+    pair of symbols adjacent twice, with the rows chainable (see ``_chain``).
+
+    The square: the first row 0, 1, n-1, 2, n-2, ..., each next row shifted by one; for odd n
+    also every row reversed. For even n its rows run k -> k + n/2 (first -> last), n/2
+    separate pairs that no chain can join, so the square is taken twice, the second time
+    with the symbols n/2 + j renamed n/2 + (j + 1) mod n/2: still balanced (a renamed
+    balanced square is one), and the renamed rows join the pairs into one cycle.
+    """
     first, lo, hi = [0], 1, n - 1
     while len(first) < n:
         if len(first) % 2:
@@ -624,7 +644,39 @@ def _williams(n: int) -> list[list[int]]:
             first.append(hi)
             hi -= 1
     rows = [[(i + k) % n for i in first] for k in range(n)]
-    return rows + [row[::-1] for row in rows] if n % 2 else rows
+    if n % 2:
+        return rows + [row[::-1] for row in rows]
+    half = n // 2
+    rename = [j if j < half else half + (j - half + 1) % half for j in range(n)]
+    return rows + [[rename[i] for i in row] for row in rows]
+
+
+def _chain(rows: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """``rows`` reordered so that each starts with the last arm of the one before, cyclically
+    (Hierholzer's algorithm on the multigraph with an edge first -> last per row; every arm
+    starts as many rows as it ends in both designs, so the circuit exists)."""
+    out_edges: dict[str, list[tuple[str, ...]]] = {}
+    for row in rows:
+        out_edges.setdefault(row[0], []).append(row)
+    for edges in out_edges.values():
+        edges.reverse()  # pop() from the end takes rows in their given order
+    stack: list[tuple[str, ...]] = []
+    circuit: list[tuple[str, ...]] = []
+    node = rows[0][0]
+    while True:
+        if out_edges.get(node):
+            row = out_edges[node].pop()
+            stack.append(row)
+            node = row[-1]
+        elif stack:
+            circuit.append(stack.pop())
+            node = circuit[-1][0]
+        else:
+            break
+    circuit.reverse()
+    if len(circuit) != len(rows):
+        raise RuntimeError(f"round orders could not be chained ({len(circuit)} of {len(rows)} rows)")
+    return circuit
 
 
 # A reference below this fraction of the GPU's max SM clock is an idle or throttled reading
