@@ -18,8 +18,9 @@ Protocol, step by step (each step is marked ``# step N`` in ``measure``):
    the sustained clock, not in the boost burst before the power limiter settles.
 6. Measure in rounds. Round r runs every arm once, in the r-th of ``round_orders`` (every
    permutation in turn for up to four arms, chained so that each round starts with the arm
-   that ended the one before) so drift hits all arms alike and every arm runs first, and
-   right after each arm, equally often. Before each call, outside the timed window,
+   that ended the one before; past four, renamed blocks of a Williams design) so drift
+   hits all arms alike and every arm runs first, and one and two calls after each arm,
+   equally often. Before each call, outside the timed window,
    the caller's ``prepare`` runs (the sweep poisons the output there). Each call uses the
    next input slot of a global rotation (see ``rotation_slots``). Each round records its
    (t0, t1) so the monitor can attribute clocks to it. With ``lead_calls`` = k (cold and
@@ -44,8 +45,10 @@ one graph per arm and start slot holding K consecutive calls, so a sample is one
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
+import random
 import time
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -591,6 +594,15 @@ def _auto_replays(warm: Mapping[str, list[float]]) -> int:
 # Up to this many arms every permutation is used in turn (3 arms: 6 orders), so each arm
 # runs first, and follows each other arm, equally often; beyond it, a Williams design.
 MAX_PERMUTED_ARMS = 4
+# Past MAX_PERMUTED_ARMS, ORDER_BLOCKS blocks of the Williams design (2n rounds each), the
+# arms renamed in each block: of ORDER_CANDIDATES seeded shuffles, the one that keeps the
+# counts of "arm x ran k calls before arm y" most even for k in ORDER_LAGS (for k = 1 only
+# the block boundaries vary: inside a block every pair is even). Seeded: the same orders
+# in every run.
+ORDER_SEED = 0
+ORDER_BLOCKS = 64
+ORDER_CANDIDATES = 24
+ORDER_LAGS = (1, 2, 3)
 
 
 def round_orders(names: Sequence[str]) -> list[tuple[str, ...]]:
@@ -615,14 +627,67 @@ def round_orders(names: Sequence[str]) -> list[tuple[str, ...]]:
     1-2.5% apart in hot mode (explore_decode_splits --solo, a8c3a21). So the orders are
     chained: each starts with the arm the one before ended with (an Euler circuit over the
     orders, first arm -> last arm, cyclic), and every round boundary is an arm followed by
-    itself, which every arm gets equally often (as often as it runs first).
+    itself, which every arm gets equally often (as often as it runs first). The chained
+    permutations are then balanced two calls back as well (up to 4 arms).
+
+    A Williams square is balanced only one call back: in its rows the arm two places before
+    another is mostly the same one. Beside a K/V copy, whose dirty L2 lines outlast the
+    next call, one of two identical decode arms had the copy two calls back in half its
+    rounds, the other never, and read 8.5% slower (B 1, 8k keys, hot mode, 2dc074b). So
+    past MAX_PERMUTED_ARMS the square is repeated in blocks with the arms renamed, each
+    renaming chosen to even out who runs two and three calls before whom (``_blocks``).
     """
     names = tuple(names)
     if len(names) <= MAX_PERMUTED_ARMS:
-        rows = list(itertools.permutations(names))
-    else:
-        rows = [tuple(names[i] for i in row) for row in _williams(len(names))]
-    return _chain(rows)
+        return _chain(list(itertools.permutations(names)))
+    return [tuple(names[i] for i in row) for row in _blocks(len(names))]
+
+
+@functools.lru_cache(maxsize=None)
+def _blocks(n: int) -> tuple[tuple[int, ...], ...]:
+    """ORDER_BLOCKS renamed copies of the chained Williams square on n arms (see
+    ``round_orders``): greedy, each block's renaming the seeded candidate that leaves the
+    running counts of (x k calls before y), k in ORDER_LAGS, closest to even."""
+    block = _chain([tuple(row) for row in _williams(n)])
+    rng = random.Random(ORDER_SEED)
+    counts = {k: [[0] * n for _ in range(n)] for k in ORDER_LAGS}
+    calls: list[int] = []
+    orders: list[tuple[int, ...]] = []
+
+    def added(seq: list[int]) -> dict:
+        """The (k, x, y) pairs that appending ``seq`` to ``calls`` adds."""
+        tail = calls[-max(ORDER_LAGS):]
+        full = tail + seq
+        return {k: [(full[i - k], full[i]) for i in range(len(tail), len(full)) if i >= k] for k in ORDER_LAGS}
+
+    def spread(new: dict) -> float:
+        total = 0.0
+        for k, pairs in new.items():
+            c = [row[:] for row in counts[k]]
+            for x, y in pairs:
+                c[x][y] += 1
+            off = [c[x][y] for x in range(n) for y in range(n) if x != y]
+            same = [c[x][x] for x in range(n)]
+            total += max(off) - min(off) + max(same) - min(same)
+        return total
+
+    for _ in range(ORDER_BLOCKS):
+        best = None
+        for _ in range(ORDER_CANDIDATES):
+            perm = list(range(n))
+            rng.shuffle(perm)
+            rows = [tuple(perm[i] for i in row) for row in block]
+            new = added([a for row in rows for a in row])
+            score = spread(new)
+            if best is None or score < best[0]:
+                best = (score, rows, new)
+        _, rows, new = best
+        for k, pairs in new.items():
+            for x, y in pairs:
+                counts[k][x][y] += 1
+        orders += rows
+        calls += [a for row in rows for a in row]
+    return tuple(orders)
 
 
 def _williams(n: int) -> list[list[int]]:
