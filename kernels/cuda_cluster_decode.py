@@ -55,8 +55,8 @@ CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # cuda.h CUfunction_at
 LOG2E = 1.4426950408889634
 
 
-def plan(pairs: int, seq_len: int, head_dim: int, sms: int, co_resident) -> tuple[int, int, int]:
-    """(cluster size C, keys per CTA, pipeline stages) for B·Hkv = ``pairs`` kv heads.
+def plan(pairs: int, seq_len: int, sms: int, co_resident) -> tuple[int, int]:
+    """(cluster size C, keys per CTA) for B·Hkv = ``pairs`` kv heads.
 
     C: the largest size ≤ MAX_CLUSTER with pairs·C ≤ sms for which ``co_resident(C)`` says
     all ``pairs`` clusters fit on the GPU at once; else 1 (a CTA per kv head). A cluster's
@@ -71,7 +71,7 @@ def plan(pairs: int, seq_len: int, head_dim: int, sms: int, co_resident) -> tupl
     c = next((c for c in range(min(MAX_CLUSTER, sms // max(pairs, 1)), 1, -1) if co_resident(c)), 1)
     tiles = -(-seq_len // BLOCK_N)
     chunk = -(-tiles // c) * BLOCK_N
-    return c, chunk, pipeline_stages(head_dim)
+    return c, chunk
 
 
 def pipeline_stages(head_dim: int) -> int:
@@ -179,7 +179,7 @@ def cuda_cluster_decode(q, k, v, out, *, causal, scale):
     stages = pipeline_stages(d)
     smem = smem_bytes(d, g, stages)
     sms = torch.cuda.get_device_properties(index).multi_processor_count
-    cluster, chunk, _ = plan(b * hkv, seq_len, d, sms, _co_resident(index, b * hkv, d, g, tag, stages, smem))
+    cluster, chunk = plan(b * hkv, seq_len, sms, _co_resident(index, b * hkv, d, g, tag, stages, smem))
     fn = _kernel(_kernel_name(tag, d, g, cluster, stages), index, cluster, smem)
     with on_torch_stream(q.device):
         fn((cluster, b * hkv), (THREADS,),

@@ -12,6 +12,7 @@ import re
 
 import pytest
 
+from harness.errors import UserError
 from harness.workloads import Config
 from kernels.cuda_cluster_decode import (
     BLOCK_N,
@@ -53,7 +54,7 @@ def test_plan_is_one_wave_of_the_largest_co_resident_cluster_and_covers_every_ke
         asked.append(c)
         return co_resident(c)
 
-    c, chunk, stages = plan(pairs, seq_len, 128, sms, spy)
+    c, chunk = plan(pairs, seq_len, sms, spy)
     assert 1 <= c <= MAX_CLUSTER
     assert c == 1 or (pairs * c <= sms and co_resident(c))  # one wave, all clusters resident
     # the largest such size: every larger one asked was refused (or is over the SM count)
@@ -61,7 +62,7 @@ def test_plan_is_one_wave_of_the_largest_co_resident_cluster_and_covers_every_ke
     assert all(x > c for x in asked[:-1])
     assert chunk % BLOCK_N == 0 and c * chunk >= seq_len  # whole tiles, every key owned
     assert chunk - BLOCK_N < seq_len / c  # and no more than one tile over an even share
-    assert stages * 2 * BLOCK_N * 128 * 2 == PIPELINE_BYTES
+    assert pipeline_stages(128) * 2 * BLOCK_N * 128 * 2 == PIPELINE_BYTES
 
 
 def test_plan_for_the_registered_shapes():
@@ -69,9 +70,14 @@ def test_plan_for_the_registered_shapes():
     # B 2, 4 at B 4, 1 from B 16. With GPCs of 14-18 SMs only 7 clusters of 16 fit at once
     # (a second wave), so B 1 takes 14; B 2 takes 7 (8 fit 15 times, not 16); B 4 takes 3
     # (4 fit 31 times, not 32).
-    assert [plan(b * 8, 8192, 128, 132, lambda c: True)[0] for b in (1, 2, 4, 16, 64)] == [16, 8, 4, 1, 1]
-    assert [plan(b * 8, 8192, 128, 132, gpc_model(b * 8))[0] for b in (1, 2, 4, 16)] == [14, 7, 3, 1]
-    assert plan(8, 8192, 128, 132, lambda c: True)[1] == 512
+    assert [plan(b * 8, 8192, 132, lambda c: True)[0] for b in (1, 2, 4, 16, 64)] == [16, 8, 4, 1, 1]
+    assert [plan(b * 8, 8192, 132, gpc_model(b * 8))[0] for b in (1, 2, 4, 16)] == [14, 7, 3, 1]
+    assert plan(8, 8192, 132, lambda c: True)[1] == 512
+
+
+def test_plan_refuses_an_empty_cache():
+    with pytest.raises(UserError, match="needs at least one key, not seq_len=0"):
+        plan(8, 0, 132, lambda c: True)
 
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
@@ -231,7 +237,7 @@ def test_gpu_the_plan_is_one_wave_on_this_gpu(pairs):
     stages = pipeline_stages(128)
     smem = smem_bytes(128, 4, stages)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    c, _, _ = plan(pairs, 8192, 128, sms, _co_resident(0, pairs, 128, 4, 1, stages, smem))
+    c, _ = plan(pairs, 8192, sms, _co_resident(0, pairs, 128, 4, 1, stages, smem))
     if c > 1:
         assert max_active_clusters(_kernel(_kernel_name(1, 128, 4, c, stages), 0, c, smem), c, smem, 0) >= pairs
     up = c + 1

@@ -635,7 +635,7 @@ def round_orders(names: Sequence[str]) -> list[tuple[str, ...]]:
     next call, one of two identical decode arms had the copy two calls back in half its
     rounds, the other never, and read 8.5% slower (B 1, 8k keys, hot mode, 2dc074b). So
     past MAX_PERMUTED_ARMS the square is repeated in blocks with the arms renamed, each
-    renaming chosen to even out who runs two and three calls before whom (``_blocks``).
+    renaming chosen to even out who runs one to three calls before whom (``_blocks``).
     """
     names = tuple(names)
     if len(names) <= MAX_PERMUTED_ARMS:
@@ -716,17 +716,17 @@ def _williams(n: int) -> list[list[int]]:
     return rows + [[rename[i] for i in row] for row in rows]
 
 
-def _chain(rows: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+def _chain(rows: list[tuple]) -> list[tuple]:
     """``rows`` reordered so that each starts with the last arm of the one before, cyclically
     (Hierholzer's algorithm on the multigraph with an edge first -> last per row; every arm
     starts as many rows as it ends in both designs, so the circuit exists)."""
-    out_edges: dict[str, list[tuple[str, ...]]] = {}
+    out_edges: dict = {}
     for row in rows:
         out_edges.setdefault(row[0], []).append(row)
     for edges in out_edges.values():
         edges.reverse()  # pop() from the end takes rows in their given order
-    stack: list[tuple[str, ...]] = []
-    circuit: list[tuple[str, ...]] = []
+    stack: list[tuple] = []
+    circuit: list[tuple] = []
     node = rows[0][0]
     while True:
         if out_edges.get(node):
