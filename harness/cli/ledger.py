@@ -51,7 +51,10 @@ def verify(line: Optional[str] = typer.Argument(None, help="line id (default: ev
 def show(line: str = typer.Argument(..., help="line id"),
          csv: bool = typer.Option(False, "--csv", help="write all rows as CSV to stdout"),
          json: bool = typer.Option(False, "--json", help="write all rows as JSON Lines to stdout"),
-         kind: Optional[str] = typer.Option(None, help="only rows of this kind")):
+         kind: Optional[str] = typer.Option(None, help="only rows of this kind"),
+         format: Optional[str] = typer.Option(None, "--format",
+                                              help="tidy: one CSV row per (config, kernel) outcome, typed config "
+                                                   "columns and one column per metric")):
     """Print a line's rows as a table (or export them)."""
     import sys
 
@@ -59,6 +62,18 @@ def show(line: str = typer.Argument(..., help="line id"),
     from harness.reporting.render import render_ledger
 
     (path,) = _paths(line)
+    if format is not None:
+        from harness.errors import UserError
+
+        if format != "tidy":
+            raise UserError(f"--format {format!r} is not a format: use --format tidy (or --csv / --json)")
+        if csv or json:
+            raise UserError("--format tidy is a CSV of its own: drop --csv / --json")
+        df = dataframe(path, tidy=True)
+        if kind:
+            df = df[df["kind"] == kind]
+        df.to_csv(sys.stdout, index=False)
+        return
     if csv:
         df = dataframe(path)
         if kind:

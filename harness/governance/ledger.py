@@ -5,7 +5,7 @@ numbers only) including ``prev_hash``, so editing, deleting, reordering or trunc
 row breaks the chain at that row. Rows are written under a file lock, flushed and
 fsynced before ``append`` returns: a row reported as written survives a crash or kill.
 
-Python API: ``read_rows(path)``, ``verify(path)``, ``dataframe(path)`` (pandas).
+Python API: ``read_rows(path)``, ``verify(path)``, ``dataframe(path, tidy=False)`` (pandas).
 """
 
 from __future__ import annotations
@@ -266,10 +266,18 @@ def current_rows(rows: Iterable[dict]) -> list[dict]:
     return [r for r in rows if r.get("seq") not in gone]
 
 
-def dataframe(path: Path):
-    """The ledger's rows as a flat pandas DataFrame (nested fields joined with '.')."""
+def dataframe(path: Path, *, tidy: bool = False):
+    """The ledger's rows as a flat pandas DataFrame (nested fields joined with '.').
+
+    ``tidy=True``: one row per current (config, kernel) outcome with typed config columns
+    and one float column per metric (``harness.reporting.tidy``).
+    """
     import pandas as pd
 
+    if tidy:
+        from harness.reporting.tidy import tidy as tidy_view
+
+        return tidy_view(Path(path))
     rows = read_rows(Path(path))
     if not rows:
         return pd.DataFrame()

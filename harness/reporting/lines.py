@@ -1,0 +1,127 @@
+"""Read-only views of a line's ledger for reports, comparisons, routing and status.
+
+Everything a report shows comes from the ledger rows alone (seed 003): the registration
+is in the `registered` row, every outcome row carries its config, metrics and raw samples.
+A view is refused — never silently used — when the chain fails ``verify``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import UserError
+
+# Outcomes that are failures of the kernel at that shape (never routed to, never "fast").
+FAILING_KINDS = ("incorrect", "crashed")
+
+
+@dataclass(frozen=True)
+class LineView:
+    line: str
+    path: Path
+    rows: tuple  # every row, in ledger order
+    commit: str | None  # the commit prefix asked for (LINE@commit), None for all
+
+    @property
+    def registered(self) -> dict | None:
+        return next((r for r in self.rows if r.get("kind") == "registered"), None)
+
+    @property
+    def registration(self) -> dict:
+        reg = self.registered
+        return (reg or {}).get("registration") or {}
+
+    @property
+    def verdict(self) -> dict | None:
+        return next((r for r in self.rows if r.get("kind") == "verdict"), None)
+
+    def outcomes(self) -> dict[tuple[str, str], dict]:
+        """The latest current outcome per (config_key, kernel), at the asked commit if any."""
+        from harness.governance.verdict import latest_outcomes
+
+        rows = self.rows
+        if self.commit:
+            rows = [r for r in rows if r.get("kind") == "supersedes" or str(r.get("commit", "")).startswith(self.commit)]
+        return latest_outcomes(rows)
+
+    def results(self) -> list[dict]:
+        return [r for r in self.outcomes().values() if r["kind"] == "result"]
+
+    def n_pairs(self) -> int | None:
+        """Registered (config, candidate) pairs: configs × candidates; None without a registration."""
+        reg = self.registered
+        if reg is None or not isinstance(reg.get("n_configs"), int):
+            return None
+        return reg["n_configs"] * len(self.registration.get("candidates") or [])
+
+    def commits(self) -> list[str]:
+        """Commits the current outcomes were measured at, oldest first."""
+        seen: list[str] = []
+        for r in sorted(self.outcomes().values(), key=lambda r: r["seq"]):
+            if r.get("commit") not in seen:
+                seen.append(r.get("commit"))
+        return seen
+
+
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """``LINE`` or ``LINE@commit`` (a commit prefix) → (line id, commit or None)."""
+    line, _, commit = spec.partition("@")
+    line = Path(line).stem if line.endswith(".jsonl") or line.endswith(".toml") else line
+    if not line:
+        raise UserError(f"'{spec}' names no line: use LINE or LINE@COMMIT")
+    if "@" in spec and not commit:
+        raise UserError(f"'{spec}' has an empty commit after '@': use LINE@COMMIT (a commit hash or its prefix)")
+    return line, commit or None
+
+
+def ledger_dir(root: Path) -> Path:
+    return Path(root) / "ledger"
+
+
+def line_paths(root: Path) -> list[Path]:
+    """Every line's ledger (files starting with '_' hold device data, not lines)."""
+    return sorted(p for p in ledger_dir(root).glob("*.jsonl") if not p.name.startswith("_"))
+
+
+def load(root: Path, spec: str) -> LineView:
+    """The line named by ``spec`` (LINE or LINE@commit), its chain verified first."""
+    from harness.governance.ledger import ledger_path
+
+    line, commit = split_spec(spec)
+    path = ledger_path(root, line)
+    if not path.exists():
+        raise UserError(f"no ledger for line '{line}' ({path}): register it first (bench register registrations/{line}.toml)")
+    return load_path(path, commit=commit)
+
+
+def load_path(path: Path, *, commit: str | None = None) -> LineView:
+    from harness.governance.ledger import read_rows, verify
+
+    res = verify(path)
+    if not res.ok:
+        raise UserError(f"{Path(path).name} fails verification ({res.reason}): restore it from git "
+                        f"(bench ledger verify names the bad row) before reporting on it")
+    rows = tuple(read_rows(path))
+    view = LineView(line=Path(path).stem, path=Path(path), rows=rows, commit=commit)
+    if commit and not any(str(r.get("commit", "")).startswith(commit) for r in rows if r.get("kind") == "result"):
+        have = ", ".join(c[:12] for c in view.commits() if c) or "none"
+        raise UserError(f"line '{view.line}' has no result measured at commit '{commit}' (measured at: {have})")
+    return view
+
+
+def arm_samples(row: dict, arm: str) -> list[float]:
+    """Raw kept samples (ms) of one arm of a result row: 'candidate', 'baseline' or 'control'."""
+    arms = (row.get("timing") or {}).get("arms") or {}
+    name = f"candidate:{row['candidate']}" if arm == "candidate" else arm
+    return [float(x) for x in (arms.get(name) or {}).get("samples_ms") or []]
+
+
+def device_of(row: dict) -> tuple[str | None, str | None]:
+    env = row.get("env") or {}
+    return env.get("device"), env.get("gpu")
+
+
+def device_label(row: dict) -> str:
+    device, gpu = device_of(row)
+    return gpu or device or "?"

@@ -1,0 +1,100 @@
+"""The tidy view of a ledger: one row per (config, kernel) outcome, named metric columns.
+
+``ledger show --csv`` flattens every nested field (hundreds of columns, samples as list
+strings); the tidy view is what a notebook or a spreadsheet wants instead: config fields
+as typed columns, each metric of the row's ``metrics`` dict as its own float column (new
+metrics appear without code changes), the outcome kind and its reason, sample counts and
+the clock summary. Superseded rows are left out; rows of every commit are kept (the
+``commit`` column tells them apart).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.governance.verdict import OUTCOME_KINDS
+
+CONFIG_COLUMNS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
+# pandas dtypes of the config columns (nullable, so a missing field stays <NA>, not a float NaN).
+CONFIG_DTYPES = {"workload": "string", "batch": "Int64", "heads": "Int64", "kv_heads": "Int64", "seq_len": "Int64",
+                 "head_dim": "Int64", "dtype": "string", "causal": "boolean"}
+LEAD_COLUMNS = ("line", "seq", "kind", "commit", "device", "gpu", "config_key", "kernel", "role", "baseline")
+TAIL_COLUMNS = ("n_samples", "n_baseline_samples", "n_rounds", "n_dropped_rounds", "sm_clock_mean_mhz", "timing_mode",
+                "rig_noisy", "impossible", "gate_pass_rate", "gate_tolerance_ratio", "reason", "time")
+
+
+def _number(v):
+    """Metrics as floats; the ledger writes non-finite floats as strings."""
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str) and v in ("NaN", "Infinity", "-Infinity"):
+        return float(v.replace("Infinity", "inf"))
+    return None
+
+
+def tidy_records(rows) -> tuple[list[dict], list[str]]:
+    """(records, metric names in first-seen order) for every current outcome row."""
+    from harness.governance.ledger import current_rows
+    from harness.reporting.lines import arm_samples
+
+    records, metrics = [], []
+    for r in current_rows(rows):
+        if r.get("kind") not in OUTCOME_KINDS:
+            continue
+        env = r.get("env") or {}
+        cfg = r.get("config") or {}
+        timing = r.get("timing") or {}
+        clock = timing.get("clock") or {}
+        gate = (r.get("gate") or {}).get("candidate") or {}
+        rec = {"line": r.get("line"), "seq": r.get("seq"), "kind": r["kind"], "commit": r.get("commit"),
+               "device": env.get("device"), "gpu": env.get("gpu"), "config_key": r.get("config_key"),
+               "kernel": r.get("candidate"), "role": r.get("role") or "candidate", "baseline": r.get("baseline"),
+               **{c: cfg.get(c) for c in CONFIG_COLUMNS}}
+        for name, value in (r.get("metrics") or {}).items():
+            if name not in metrics:
+                metrics.append(name)
+            rec[name] = _number(value)
+        is_result = r["kind"] == "result"
+        rounds = timing.get("rounds") or {}
+        rec.update({
+            "n_samples": len(arm_samples(r, "candidate")) if is_result else None,
+            "n_baseline_samples": len(arm_samples(r, "baseline")) if is_result else None,
+            "n_rounds": timing.get("n_rounds"),
+            "n_dropped_rounds": timing.get("n_dropped", len(rounds.get("dropped") or []) if rounds else None),
+            "sm_clock_mean_mhz": _number(clock.get("mean_mhz")),
+            "timing_mode": timing.get("effective_mode") or timing.get("mode"),
+            "rig_noisy": bool(r.get("rig_noisy")) if is_result else None,
+            "impossible": bool(r.get("impossible")) if is_result else None,
+            "gate_pass_rate": _number(gate.get("pass_rate")),
+            "gate_tolerance_ratio": _number(((gate.get("worst") or {}).get("figures") or {}).get("tolerance_ratio")),
+            "reason": None if is_result else (f"[{r['tag']}] " if r.get("tag") else "") + str(r.get("reason") or ""),
+            "time": r.get("time"),
+        })
+        records.append(rec)
+    return records, metrics
+
+
+def tidy_frame(rows):
+    """The tidy view as a pandas DataFrame with typed columns."""
+    import pandas as pd
+
+    records, metrics = tidy_records(rows)
+    columns = [*LEAD_COLUMNS, *CONFIG_COLUMNS, *metrics, *TAIL_COLUMNS]
+    df = pd.DataFrame.from_records(records, columns=columns)
+    types = {**CONFIG_DTYPES, **{m: "float64" for m in metrics}, "seq": "Int64", "n_samples": "Int64",
+             "n_baseline_samples": "Int64", "n_rounds": "Int64", "n_dropped_rounds": "Int64",
+             "sm_clock_mean_mhz": "float64", "rig_noisy": "boolean", "impossible": "boolean",
+             "gate_pass_rate": "float64", "gate_tolerance_ratio": "float64"}
+    for col in ("line", "kind", "commit", "device", "gpu", "config_key", "kernel", "role", "baseline", "timing_mode",
+                "reason", "time"):
+        types[col] = "string"
+    return df.astype(types)
+
+
+def tidy(path: Path):
+    """``tidy(ledger/<line>.jsonl)``: the tidy DataFrame of one ledger file."""
+    from harness.governance.ledger import read_rows
+
+    return tidy_frame(read_rows(Path(path)))
