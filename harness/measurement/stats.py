@@ -106,11 +106,13 @@ def ratio(baseline: Sequence[float], candidate: Sequence[float]) -> float:
 
 
 def speedup_ci(baseline: Sequence[float], candidate: Sequence[float], confidence: float = DEFAULT_CONFIDENCE,
-               n_resamples: int = DEFAULT_RESAMPLES, random_state: int = DEFAULT_SEED) -> tuple[float, float]:
+               n_resamples: int = DEFAULT_RESAMPLES, random_state: int = DEFAULT_SEED,
+               paired: bool | None = None) -> tuple[float, float]:
     """Bootstrap CI of ``ratio(baseline, candidate)``.
 
     Paired by round when the lengths match (the arms ran interleaved, so sample i of each
-    arm shares round i's drift), independent otherwise. Percentile method: BCa's jackknife
+    arm shares round i's drift), independent otherwise; ``paired=False`` forces independent
+    resampling (samples from two separate runs share no rounds). Percentile method: BCa's jackknife
     acceleration is unreliable for a median. Deterministic for a given ``random_state``.
     Returns (nan, nan) with fewer than 2 samples in an arm.
     """
@@ -131,7 +133,8 @@ def speedup_ci(baseline: Sequence[float], candidate: Sequence[float], confidence
 
     seed_kw = ({"rng": np.random.default_rng(random_state)}
                if "rng" in inspect.signature(sps.bootstrap).parameters else {"random_state": random_state})
-    res = sps.bootstrap((b, c), stat, paired=b.size == c.size, vectorized=True, n_resamples=n_resamples,
+    pair = b.size == c.size and (paired is None or paired)
+    res = sps.bootstrap((b, c), stat, paired=pair, vectorized=True, n_resamples=n_resamples,
                         confidence_level=confidence, method="percentile", batch=BOOTSTRAP_BATCH, **seed_kw)
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 

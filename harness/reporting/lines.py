@@ -42,7 +42,9 @@ class LineView:
 
         rows = self.rows
         if self.commit:
-            rows = [r for r in rows if r.get("kind") == "supersedes" or str(r.get("commit", "")).startswith(self.commit)]
+            # Rows (supersedes rows included) written at that commit: a later commit's re-sweep
+            # supersedes them, but they are still what was measured at this one.
+            rows = [r for r in rows if str(r.get("commit", "")).startswith(self.commit)]
         return latest_outcomes(rows)
 
     def results(self) -> list[dict]:
@@ -56,10 +58,10 @@ class LineView:
         return reg["n_configs"] * len(self.registration.get("candidates") or [])
 
     def commits(self) -> list[str]:
-        """Commits the current outcomes were measured at, oldest first."""
+        """Commits any result of this line was measured at (superseded or not), oldest first."""
         seen: list[str] = []
-        for r in sorted(self.outcomes().values(), key=lambda r: r["seq"]):
-            if r.get("commit") not in seen:
+        for r in self.rows:
+            if r.get("kind") == "result" and r.get("commit") not in seen:
                 seen.append(r.get("commit"))
         return seen
 

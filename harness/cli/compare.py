@@ -1,0 +1,55 @@
+"""`bench compare A B` and CI mode `bench compare [NEW] --against REF`"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from harness.cli import app
+
+
+@app.command()
+def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
+                                               help="two lines, or LINE@COMMIT twice (B is compared against A)"),
+            against: Optional[str] = typer.Option(None, "--against", metavar="REF",
+                                                  help="CI mode: compare [NEW] (default: REF's latest commit against "
+                                                       "its previous one) and exit 1 on a significant regression"),
+            threshold: float = typer.Option(None, "--threshold",
+                                            help="CI mode: fail on a SLOWER config more than this fraction slower "
+                                                 "(default 0.05)"),
+            allow_mixed: bool = typer.Option(False, "--allow-mixed",
+                                             help="compare rows from different devices, numeric flags or timing modes")):
+    """Config by config: ratio of medians, significance test on the raw samples, FASTER/SLOWER/SAME/UNCLEAR."""
+    from harness.errors import UserError
+    from harness.governance.gitguard import repo_root
+    from harness.reporting import compare as cmp_mod
+    from harness.reporting import lines
+    from harness.reporting.console import console
+
+    specs = list(specs or [])
+    if threshold is None:
+        threshold = cmp_mod.DEFAULT_THRESHOLD
+    elif not 0 <= threshold < 10:
+        raise UserError(f"--threshold {threshold} is not a fraction: give e.g. 0.05 for 5% slower")
+    root = repo_root()
+    if against is not None:
+        if len(specs) > 1:
+            raise UserError("--against takes at most one other line (the new side): bench compare [NEW] --against REF")
+        result = cmp_mod.against(root, against, specs[0] if specs else None, allow_mixed=allow_mixed)
+    else:
+        if len(specs) != 2:
+            raise UserError(f"bench compare needs two sides (A B, e.g. LINE@OLD LINE@NEW), got {len(specs)}; "
+                            f"or use --against REF for CI mode")
+        result = cmp_mod.compare(lines.load(root, specs[0]), lines.load(root, specs[1]), allow_mixed=allow_mixed)
+    c = console()
+    c.print(cmp_mod.comparison_table(result, threshold if against is not None else None))
+    for note in cmp_mod.comparison_notes(result):
+        c.print(f"  note: {note}")
+    if against is not None:
+        bad = result.regressions(threshold)
+        if bad:
+            c.print(f"[red]FAIL[/]: {len(bad)} config(s) significantly slower than {result.a} by more than "
+                    f"{threshold:.0%} (worst {max(p.slowdown for p in bad):.1%} slower)")
+            raise typer.Exit(1)
+        c.print(f"[green]ok[/]: no config significantly slower than {result.a} by more than {threshold:.0%}")

@@ -1,0 +1,239 @@
+"""`bench compare`: two lines, or one line at two commits, config by config.
+
+Per matched (config, kernel): the ratio of medians (speedup of B over A: median A /
+median B, > 1 means B is faster), a bootstrap CI of that ratio resampling each run's raw
+samples independently (two runs share no rounds), and a two-sided Mann-Whitney U test on
+the raw samples. The verdict per config:
+
+- SAME: the ratio's CI lies inside ±``SAME_BAND`` (any difference is too small to matter);
+- FASTER / SLOWER: the test is significant at ``ALPHA`` and the CI lies wholly above /
+  below 1;
+- UNCLEAR: anything else (too few samples or too much spread to tell).
+
+Rows measured on different devices, under different numeric flags or a different timing
+mode are refused unless ``allow_mixed``: their difference would not be the kernel's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from harness.errors import UserError
+from harness.reporting.lines import LineView, arm_samples, device_of
+
+ALPHA = 0.01  # significance level of the two-sided Mann-Whitney U test
+SAME_BAND = 0.02  # a ratio CI inside [1/(1+band), 1+band] is SAME
+DEFAULT_THRESHOLD = 0.05  # CI mode: a SLOWER config more than 5% slower fails the job
+MIN_SAMPLES = 5  # fewer raw samples in either run: UNCLEAR, no test
+FASTER, SLOWER, SAME, UNCLEAR = "FASTER", "SLOWER", "SAME", "UNCLEAR"
+
+
+@dataclass(frozen=True)
+class PairComparison:
+    config_key: str
+    kernel_a: str
+    kernel_b: str
+    median_a_ms: float
+    median_b_ms: float
+    n_a: int
+    n_b: int
+    speedup: float  # median A / median B: > 1 means B is faster
+    ci_low: float
+    ci_high: float
+    p_value: float
+    verdict: str
+
+    @property
+    def slowdown(self) -> float:
+        """How much longer B takes than A (0.05 = 5% slower); negative when B is faster."""
+        return 1 / self.speedup - 1 if self.speedup > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a: str
+    b: str
+    pairs: tuple[PairComparison, ...]
+    only_a: tuple[str, ...]  # "config_key kernel" measured in A only
+    only_b: tuple[str, ...]
+    mixed: tuple[str, ...] = field(default=())  # setting differences let through by allow_mixed
+
+    def counts(self) -> dict[str, int]:
+        out = {FASTER: 0, SLOWER: 0, SAME: 0, UNCLEAR: 0}
+        for p in self.pairs:
+            out[p.verdict] += 1
+        return out
+
+    def regressions(self, threshold: float) -> list[PairComparison]:
+        """SLOWER configs whose slowdown exceeds ``threshold`` (the CI mode's failures)."""
+        return [p for p in self.pairs if p.verdict == SLOWER and p.slowdown > threshold]
+
+
+def classify(ci_low: float, ci_high: float, p_value: float, *, alpha: float = ALPHA, band: float = SAME_BAND) -> str:
+    if any(math.isnan(x) for x in (ci_low, ci_high, p_value)):
+        return UNCLEAR
+    if ci_low >= 1 / (1 + band) and ci_high <= 1 + band:
+        return SAME
+    if p_value < alpha and ci_low > 1:
+        return FASTER
+    if p_value < alpha and ci_high < 1:
+        return SLOWER
+    return UNCLEAR
+
+
+def compare_samples(a: list[float], b: list[float]) -> tuple[float, float, float, float]:
+    """(speedup of b over a, CI low, CI high, Mann-Whitney p) from raw samples (ms)."""
+    import numpy as np
+    from scipy.stats import mannwhitneyu
+
+    from harness.measurement.stats import ratio, speedup_ci
+
+    if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
+        sp = ratio(a, b) if a and b else math.nan
+        return sp, math.nan, math.nan, math.nan
+    sp = ratio(a, b)
+    lo, hi = speedup_ci(a, b, paired=False)
+    if np.ptp(np.concatenate([a, b])) == 0:
+        p = 1.0
+    else:
+        p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    return sp, lo, hi, p
+
+
+def _settings(row: dict) -> dict:
+    """What must match for two rows' times to differ only by the kernel."""
+    timing = row.get("timing") or {}
+    device, gpu = device_of(row)
+    return {"device": device, "gpu": gpu, "numerics": row.get("numerics") or {},
+            "timing mode": timing.get("effective_mode") or timing.get("mode")}
+
+
+def _differences(ra: dict, rb: dict) -> list[str]:
+    sa, sb = _settings(ra), _settings(rb)
+    out = []
+    for k in sa:
+        if sa[k] != sb[k]:
+            if isinstance(sa[k], dict):
+                keys = sorted(x for x in set(sa[k]) | set(sb[k]) if sa[k].get(x) != sb[k].get(x))
+                shown = ", ".join(f"{x}: {sa[k].get(x)} vs {sb[k].get(x)}" for x in keys[:3])
+                out.append(f"{k} ({shown})")
+            else:
+                out.append(f"{k} ({sa[k]} vs {sb[k]})")
+    return out
+
+
+def _label(view: LineView) -> str:
+    return f"{view.line}@{view.commit}" if view.commit else view.line
+
+
+def _matched(a: LineView, b: LineView) -> tuple[list[tuple[dict, dict]], list[str], list[str]]:
+    ra = {k: r for k, r in a.outcomes().items() if r["kind"] == "result"}
+    rb = {k: r for k, r in b.outcomes().items() if r["kind"] == "result"}
+    kernels_a = {k for _, k in ra}
+    kernels_b = {k for _, k in rb}
+    if not ra or not rb:
+        empty = _label(a) if not ra else _label(b)
+        raise UserError(f"{empty} has no result rows to compare: sweep it first (bench sweep {empty.split('@')[0]})")
+    if kernels_a & kernels_b:
+        keys_a, keys_b = set(ra), set(rb)
+        pairs = [(ra[k], rb[k]) for k in sorted(keys_a & keys_b)]
+        only_a = sorted(f"{c} {k}" for c, k in keys_a - keys_b)
+        only_b = sorted(f"{c} {k}" for c, k in keys_b - keys_a)
+    elif len(kernels_a) == 1 and len(kernels_b) == 1:  # one kernel against another, shape by shape
+        ca = {c: r for (c, _), r in ra.items()}
+        cb = {c: r for (c, _), r in rb.items()}
+        pairs = [(ca[c], cb[c]) for c in sorted(set(ca) & set(cb))]
+        only_a = sorted(set(ca) - set(cb))
+        only_b = sorted(set(cb) - set(ca))
+    else:
+        raise UserError(f"{_label(a)} ({', '.join(sorted(kernels_a))}) and {_label(b)} ({', '.join(sorted(kernels_b))}) "
+                        f"share no kernel and each has several: compare lines that measure the same kernels, or one "
+                        f"kernel each")
+    if not pairs:
+        raise UserError(f"{_label(a)} and {_label(b)} share no measured config: nothing to compare")
+    return pairs, only_a, only_b
+
+
+def compare(a: LineView, b: LineView, *, allow_mixed: bool = False) -> Comparison:
+    """Config by config, B against A (see the module docstring)."""
+    pairs, only_a, only_b = _matched(a, b)
+    mixed = []
+    for ra, rb in pairs:
+        diff = _differences(ra, rb)
+        if diff and not allow_mixed:
+            raise UserError(f"{_label(a)} and {_label(b)} were measured under different settings at {ra['config_key']}: "
+                            f"{'; '.join(diff)} — their difference would not be the kernel's; pass --allow-mixed to "
+                            f"compare anyway")
+        mixed += [f"{ra['config_key']}: {d}" for d in diff]
+    import numpy as np
+
+    out = []
+    for ra, rb in pairs:
+        sa, sb = arm_samples(ra, "candidate"), arm_samples(rb, "candidate")
+        sp, lo, hi, p = compare_samples(sa, sb)
+        out.append(PairComparison(ra["config_key"], ra["candidate"], rb["candidate"], float(np.median(sa)),
+                                  float(np.median(sb)), len(sa), len(sb), sp, lo, hi, p, classify(lo, hi, p)))
+    return Comparison(_label(a), _label(b), tuple(out), tuple(only_a), tuple(only_b), tuple(mixed))
+
+
+def against(root, ref: str, new: str | None, *, allow_mixed: bool = False) -> Comparison:
+    """CI mode's pair of views: ``new`` against ``ref``; without ``new``, the line ``ref`` at its
+    latest measured commit against the commit measured before it."""
+    from harness.reporting import lines
+
+    if new is not None:
+        return compare(lines.load(root, ref), lines.load(root, new), allow_mixed=allow_mixed)
+    line, commit = lines.split_spec(ref)
+    if commit:
+        raise UserError(f"--against {ref} without a second line: name the line alone (it is compared at its last "
+                        f"two measured commits) or give the new side as LINE@COMMIT")
+    view = lines.load(root, line)
+    commits = view.commits()
+    if len(commits) < 2:
+        raise UserError(f"line '{line}' has results at {len(commits)} commit(s): CI mode needs the line measured at "
+                        f"two commits (sweep it again at the new commit) or a second line to compare")
+    return compare(lines.load(root, f"{line}@{commits[-2]}"), lines.load(root, f"{line}@{commits[-1]}"),
+                   allow_mixed=allow_mixed)
+
+
+VERDICT_STYLE = {FASTER: "green", SLOWER: "red", SAME: "cyan", UNCLEAR: "yellow"}
+
+
+def _f(x: float, spec: str) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def comparison_table(cmp: Comparison, threshold: float | None = None):
+    """A rich Table: one row per config, B against A; regressions beyond ``threshold`` marked."""
+    from rich.table import Table
+
+    counts = ", ".join(f"{k} {n}" for k, n in cmp.counts().items())
+    t = Table(title=f"{cmp.b} against {cmp.a} — {counts}", caption=(
+        f"speedup = median A / median B (> 1: B faster); CI: bootstrap 95%; p: Mann-Whitney U; "
+        f"SAME inside ±{SAME_BAND:.0%}, FASTER/SLOWER at p < {ALPHA:g}"))
+    for col in ("config", "kernel", "A ms", "B ms", "speedup", "CI", "p", "verdict"):
+        t.add_column(col, justify="left" if col in ("config", "kernel", "verdict") else "right")
+    failing = {id(p) for p in cmp.regressions(threshold)} if threshold is not None else set()
+    for p in cmp.pairs:
+        kernel = p.kernel_a if p.kernel_a == p.kernel_b else f"{p.kernel_a} → {p.kernel_b}"
+        style = VERDICT_STYLE[p.verdict]
+        mark = f" (beyond {threshold:.0%})" if id(p) in failing else ""
+        t.add_row(p.config_key, kernel, _f(p.median_a_ms, ".4g"), _f(p.median_b_ms, ".4g"), _f(p.speedup, ".3f") + "×",
+                  f"[{_f(p.ci_low, '.3f')}, {_f(p.ci_high, '.3f')}]", _f(p.p_value, ".2g"),
+                  f"[{style}]{p.verdict}[/]{mark}")
+    return t
+
+
+def comparison_notes(cmp: Comparison) -> list[str]:
+    notes = []
+    if cmp.only_a:
+        notes.append(f"only in {cmp.a} (not compared): {', '.join(cmp.only_a[:5])}"
+                     + (f" and {len(cmp.only_a) - 5} more" if len(cmp.only_a) > 5 else ""))
+    if cmp.only_b:
+        notes.append(f"only in {cmp.b} (not compared): {', '.join(cmp.only_b[:5])}"
+                     + (f" and {len(cmp.only_b) - 5} more" if len(cmp.only_b) > 5 else ""))
+    if cmp.mixed:
+        notes.append(f"compared across different settings (--allow-mixed): {'; '.join(cmp.mixed[:3])}"
+                     + (f" and {len(cmp.mixed) - 3} more" if len(cmp.mixed) > 3 else ""))
+    return notes
