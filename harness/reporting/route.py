@@ -1,0 +1,170 @@
+"""`bench route`: seed 003's shape-aware dispatch table, from ledgers alone.
+
+Per shape (config key), the fastest kernel (lowest median) among those that passed every
+check there — a result row that is neither rig-noisy nor impossible, and no failing row
+(incorrect, crashed, impossible) for that kernel at that shape in any of the lines — and
+whose speedup CI lies wholly above 1; otherwise the baseline. A kernel measured at one
+shape in several lines is judged by its weakest measurement there (lowest CI low). The
+table is written as JSON and as a small dispatcher module that imports nothing and falls
+back to the baseline for shapes it has not seen.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.reporting.lines import FAILING_KINDS, LineView, device_of
+
+ROUTE_SCHEMA = 1
+CONFIG_FIELDS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
+
+
+@dataclass(frozen=True)
+class Route:
+    config_key: str
+    config: dict
+    kernel: str
+    speedup: float  # of the chosen kernel over the baseline (1.0 for the baseline)
+    ci_low: float
+    ci_high: float
+    line: str | None  # where the chosen result came from (None: baseline)
+    seq: int | None
+    why: str  # why the baseline, or which kernels were passed over
+
+
+@dataclass(frozen=True)
+class RouteTable:
+    baseline: str
+    device: str
+    lines: tuple[str, ...]
+    routes: tuple[Route, ...]
+
+    @property
+    def geomean(self) -> float:
+        return math.exp(sum(math.log(r.speedup) for r in self.routes) / len(self.routes))
+
+    @property
+    def worst(self) -> Route:
+        return min(self.routes, key=lambda r: r.speedup)
+
+    def as_json(self) -> dict:
+        return {"schema": ROUTE_SCHEMA, "baseline": self.baseline, "device": self.device, "lines": list(self.lines),
+                "geomean_speedup": self.geomean, "worst_speedup": self.worst.speedup,
+                "routes": [{"config_key": r.config_key, "config": r.config, "kernel": r.kernel, "speedup": r.speedup,
+                            "speedup_ci": [r.ci_low, r.ci_high], "line": r.line, "seq": r.seq, "why": r.why}
+                           for r in self.routes]}
+
+
+def _failed(row: dict) -> bool:
+    return row["kind"] in FAILING_KINDS or (row["kind"] == "result" and bool(row.get("impossible")))
+
+
+def build(views: list[LineView]) -> RouteTable:
+    """The dispatch table over every shape any of ``views`` measured (see module docstring)."""
+    baselines = {v.registration.get("baseline") for v in views}
+    if len(baselines) != 1:
+        raise UserError(f"lines {', '.join(v.line for v in views)} time against different baselines "
+                        f"({', '.join(sorted(map(str, baselines)))}): a route needs speedups over one baseline")
+    (baseline,) = baselines
+    outcomes = [(v.line, r) for v in views for r in v.outcomes().values()]
+    devices = sorted({device_of(r) for _, r in outcomes if r["kind"] == "result"}, key=str)
+    if len(devices) > 1:
+        raise UserError(f"the lines' results come from {len(devices)} devices "
+                        f"({', '.join(g or d for d, g in devices)}): route one device's lines at a time")
+    if not devices:
+        raise UserError(f"lines {', '.join(v.line for v in views)} have no result rows: sweep them first")
+    by_shape: dict[str, list[tuple[str, dict]]] = {}
+    for line, r in outcomes:
+        by_shape.setdefault(r["config_key"], []).append((line, r))
+    routes = []
+    for key in sorted(by_shape):
+        rows = by_shape[key]
+        failed = {r["candidate"] for _, r in rows if _failed(r)}
+        best: dict[str, tuple[str, dict]] = {}
+        passed_over = []
+        for line, r in rows:
+            k = r["candidate"]
+            if r["kind"] != "result" or k in failed or r.get("role") == "baseline":
+                continue
+            if r.get("rig_noisy"):
+                passed_over.append(f"{k}: rig-noisy")
+                continue
+            if k not in best or r["metrics"]["speedup_ci_low"] < best[k][1]["metrics"]["speedup_ci_low"]:
+                best[k] = (line, r)
+        eligible = []
+        for k, (line, r) in sorted(best.items()):
+            lo = r["metrics"].get("speedup_ci_low")
+            if isinstance(lo, (int, float)) and lo > 1:
+                eligible.append((line, r))
+            else:
+                passed_over.append(f"{k}: speedup CI low {lo:.3f} ≤ 1" if isinstance(lo, (int, float))
+                                   else f"{k}: no speedup CI")
+        passed_over += [f"{k}: failed here" + (" (the baseline)" if k == baseline else "") for k in sorted(failed)]
+        config = next(r["config"] for _, r in rows)
+        if eligible:
+            line, r = min(eligible, key=lambda lr: lr[1]["metrics"]["ms"])
+            m = r["metrics"]
+            routes.append(Route(key, config, r["candidate"], m["speedup"], m["speedup_ci_low"], m["speedup_ci_high"],
+                                line, r["seq"], "; ".join(passed_over)))
+        else:
+            routes.append(Route(key, config, baseline, 1.0, 1.0, 1.0, None, None,
+                                "; ".join(passed_over) or "no kernel measured here"))
+    device, gpu = devices[0]
+    return RouteTable(baseline, gpu or device or "?", tuple(v.line for v in views), tuple(routes))
+
+
+DISPATCHER = '''"""Shape-aware dispatch table written by `bench route {lines}` from the ledgers alone.
+
+Device: {device}. Geomean speedup over {baseline} on the routed grid: {geomean:.4g}x,
+worst {worst:.4g}x. Shapes not in the table fall back to the baseline.
+"""
+
+BASELINE = {baseline!r}
+FIELDS = {fields!r}
+ROUTES = {{
+{routes}
+}}
+
+
+def choose(workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal):
+    """The kernel to run for this shape: the routed one, or BASELINE for an unseen shape."""
+    return ROUTES.get((workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal), BASELINE)
+'''
+
+
+def dispatcher_source(table: RouteTable) -> str:
+    entries = "\n".join(f"    {tuple(r.config.get(f) for f in CONFIG_FIELDS)!r}: {r.kernel!r},  # {r.speedup:.3f}x"
+                        for r in table.routes)
+    return DISPATCHER.format(lines=" ".join(table.lines), device=table.device, baseline=table.baseline,
+                             geomean=table.geomean, worst=table.worst.speedup, fields=CONFIG_FIELDS, routes=entries)
+
+
+def write(table: RouteTable, out: Path, stem: str = "route") -> tuple[Path, Path]:
+    """``<out>/<stem>.json`` and ``<out>/<stem>.py`` (the dispatcher)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    js, py = out / f"{stem}.json", out / f"{stem}.py"
+    js.write_text(json.dumps(table.as_json(), indent=1, sort_keys=True) + "\n")
+    py.write_text(dispatcher_source(table))
+    return js, py
+
+
+def route_table(table: RouteTable):
+    """A rich Table of the routes with the geomean and the worst case in the caption."""
+    from rich.table import Table
+
+    w = table.worst
+    t = Table(title=f"route over {', '.join(table.lines)} on {table.device} (baseline {table.baseline})",
+              caption=f"geomean {table.geomean:.3f}× over {len(table.routes)} shapes; worst {w.speedup:.3f}× "
+                      f"({w.config_key} → {w.kernel})")
+    for col in ("shape", "kernel", "speedup", "CI", "passed over"):
+        t.add_column(col, justify="right" if col in ("speedup", "CI") else "left", overflow="fold")
+    for r in table.routes:
+        style = "bold" if r.kernel != table.baseline else "dim"
+        t.add_row(r.config_key, f"[{style}]{r.kernel}[/]", f"{r.speedup:.3f}×",
+                  "—" if r.line is None else f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", r.why)
+    return t
