@@ -1,0 +1,392 @@
+"""`bench report LINE`: a Markdown report and one self-contained HTML page, from the ledger alone.
+
+The report is built once as plain data (``report_data``: formatted strings, no objects),
+then rendered through two jinja2 templates; the plots (``plots.py``) are PNG files beside
+the Markdown and base64 ``data:`` URIs inside the HTML, so the page needs nothing else.
+Rendering is deterministic: the same ledger gives the same text, byte for byte.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections import Counter
+from pathlib import Path
+
+from harness.reporting.lines import LineView, device_label
+
+REASON_CHARS = 160  # a reason longer than this is cut in tables (the ledger keeps it whole)
+# Known metrics: (name, column label, format). Other numeric metrics of result rows get a
+# column of their own under their ledger name, so new metrics appear without code changes.
+METRIC_COLUMNS = (("tflops", "TFLOP/s", ".4g"), ("gbps", "GB/s", ".4g"), ("tflops_frac", "of peak FLOP/s", ".1%"),
+                  ("gbps_frac", "of peak GB/s", ".1%"), ("host_us", "host µs", ".3g"))
+SHOWN_ELSEWHERE = {"ms", "baseline_ms", "control", "control_ms", "speedup", "speedup_ci_low", "speedup_ci_high",
+                   "kv_gbps", "kv_gbps_frac"}
+PLOTS = (("speedup", "Speedup by shape"), ("roofline", "Achieved rate against the ceilings"),
+         ("control", "Control ratio"), ("clock", "SM clock over the sweep"))
+
+
+def _f(v, spec: str = ".4g") -> str:
+    if isinstance(v, bool) or v is None:
+        return "—"
+    if isinstance(v, (int, float)):
+        return "—" if isinstance(v, float) and not math.isfinite(v) else format(v, spec)
+    return str(v)
+
+
+def _cut(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 1] + "…"
+
+
+def _reason_group(row: dict) -> str:
+    """Rows failing for the same cause share a group: kind, kernel and the reason's head."""
+    reason = str(row.get("reason") or "")
+    head = f"[{row['tag']}]" if row.get("tag") else reason.split(":")[0]
+    who = f"{row['candidate']}" + (" (baseline)" if row.get("role") == "baseline" else "")
+    return _cut(f"{who}: {head}")
+
+
+def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
+    """The verdict's clauses, or — with no verdict yet — the bar evaluated on the outcomes so far."""
+    from harness.governance import bar as barlang
+    from harness.governance.verdict import bar_rows
+
+    v = view.verdict
+    reg = view.registration
+    if v is not None:
+        clauses = v.get("clauses") or []
+        primary = {"expr": v.get("primary"), "value": v.get("primary_value"), "prediction": v.get("prediction")}
+    else:
+        go = reg.get("go")
+        if not go:
+            return [], None
+        rows, _ = bar_rows(outcomes, include_noisy=bool(reg.get("include_noisy")))
+        outcome = barlang.evaluate(barlang.parse(go), rows)
+        clauses = [{"text": c.text, "value": c.value, "op": c.op, "threshold": c.threshold, "passed": c.passed,
+                    "n": c.n} for c in outcome.clauses]
+        value = barlang.evaluate_aggregate(barlang.parse_aggregate(reg["primary"]), rows) if reg.get("primary") else None
+        primary = {"expr": reg.get("primary"), "value": value, "prediction": reg.get("prediction")}
+    out = [{"text": " ".join(c["text"].split()), "value": _f(c.get("value")), "op": c["op"],
+            "threshold": _f(c["threshold"], "g"), "n": c.get("n"),
+            "outcome": "unknown (no rows)" if c.get("value") is None else ("pass" if c["passed"] else "fail")}
+           for c in clauses]
+    if primary["value"] is not None and primary["prediction"] is not None:
+        primary["error"] = _f(primary["value"] - primary["prediction"], "+.4g")
+    primary = {**primary, "value": _f(primary["value"]), "prediction": _f(primary["prediction"], "g")}
+    return out, primary
+
+
+def speedup_thresholds(go: str | None) -> list[tuple[str, float]]:
+    """(clause text, threshold) of the bar's clauses over the speedup: the plot draws them."""
+    from harness.governance import bar as barlang
+
+    if not go:
+        return []
+    return [(" ".join(c.text.split()), c.threshold) for c in barlang.parse(go).clauses()
+            if c.aggregate.metric == "speedup"]
+
+
+def _gate(gate: dict | None) -> str:
+    if not gate:
+        return "—"
+    worst = (gate.get("worst") or {}).get("figures") or {}
+    ratio = worst.get("tolerance_ratio")
+    return (f"{gate.get('n_checks', 0) - gate.get('n_failed', 0)}/{gate.get('n_checks', 0)} checks, worst "
+            f"{_f(worst.get('max_abs_err'), '.2g')} abs ({_f(ratio, '.2f')} of tol)")
+
+
+def _clock(timing: dict) -> str:
+    clock = timing.get("clock") or {}
+    dropped = timing.get("n_dropped", 0)
+    if not isinstance(clock.get("mean_mhz"), (int, float)):
+        return "—" + (f" ({dropped} dropped)" if dropped else "")
+    return f"{clock['mean_mhz']:.0f} MHz" + (f", {dropped} dropped" if dropped else "")
+
+
+def _arm_spread(row: dict, arm: str) -> str:
+    name = f"candidate:{row['candidate']}" if arm == "candidate" else arm
+    stats = ((((row.get("timing") or {}).get("arms") or {}).get(name)) or {}).get("stats") or {}
+    if not stats:
+        return "—"
+    return f"{_f(stats.get('median'))} [{_f(stats.get('p20'))}–{_f(stats.get('p80'))}]"
+
+
+def _extra_metrics(results: list[dict]) -> list[tuple[str, str, str]]:
+    known = {m for m, _, _ in METRIC_COLUMNS} | SHOWN_ELSEWHERE
+    extra = []
+    for r in results:
+        for k, v in (r.get("metrics") or {}).items():
+            if k not in known and isinstance(v, (int, float)) and not isinstance(v, bool) and k not in extra:
+                extra.append(k)
+    present = [c for c in METRIC_COLUMNS if any(c[0] in (r.get("metrics") or {}) for r in results)]
+    return present + [(k, k, ".4g") for k in sorted(extra)]
+
+
+def _config_tables(outcomes: dict, results: list[dict]) -> tuple[list[str], list[dict]]:
+    metrics = _extra_metrics(results)
+    header = ["kernel", "median ms [p20–p80]", *[label for _, label, _ in metrics], "speedup [95% CI]", "control",
+              "SM clock", "correctness gate"]
+    by_config: dict[str, list[dict]] = {}
+    for r in sorted(outcomes.values(), key=lambda r: (r["config_key"], r.get("role") != "baseline", r["candidate"])):
+        by_config.setdefault(r["config_key"], []).append(r)
+    tables = []
+    from harness.reporting.tidy import CONFIG_COLUMNS
+
+    order = {r["config_key"]: tuple(str(v) if not isinstance(v, (int, float)) else f"{v:020.6f}"
+                                    for v in map((r.get("config") or {}).get, CONFIG_COLUMNS))
+             for r in outcomes.values()}
+    for key, rows in sorted(by_config.items(), key=lambda kv: (order[kv[0]], kv[0])):
+        body = []
+        base = next((r for r in rows if r["kind"] == "result"), None)
+        if base is not None:  # the baseline's own line, from the first result's baseline arm
+            m = base["metrics"]
+            scale = m["ms"] / m["baseline_ms"] if m.get("baseline_ms") else None
+            rates = [_f(m.get(name) * scale, spec) if scale and name in ("tflops", "gbps", "tflops_frac", "gbps_frac")
+                     and isinstance(m.get(name), (int, float)) else "—" for name, _, spec in metrics]
+            body.append([f"{base['baseline']} (baseline)", _arm_spread(base, "baseline"), *rates, "1 (baseline)",
+                         _f(m.get("control"), ".4f"), _clock(base.get("timing") or {}),
+                         _gate((base.get("gate") or {}).get("baseline"))])
+        for r in rows:
+            if r["kind"] == "result":
+                m = r["metrics"]
+                flags = [f for f in ("rig_noisy", "impossible") if r.get(f)]
+                body.append([r["candidate"] + (f" ({', '.join(flags)})" if flags else ""), _arm_spread(r, "candidate"),
+                             *[_f(m.get(name), spec) for name, _, spec in metrics],
+                             f"{_f(m.get('speedup'), '.3f')}× [{_f(m.get('speedup_ci_low'), '.3f')}, "
+                             f"{_f(m.get('speedup_ci_high'), '.3f')}]", _f(m.get("control"), ".4f"),
+                             _clock(r.get("timing") or {}), _gate((r.get("gate") or {}).get("candidate"))])
+            else:
+                who = r["candidate"] + (" (baseline)" if r.get("role") == "baseline" else "")
+                tag = f" [{r['tag']}]" if r.get("tag") else ""
+                body.append([who, f"**{r['kind']}**{tag}: {_cut(r.get('reason') or '')}",
+                             *["—"] * (len(header) - 2)])
+        tables.append({"key": key, "rows": body})
+    return header, tables
+
+
+def report_data(view: LineView) -> dict:
+    """Everything the report shows, as formatted strings (deterministic for a given ledger)."""
+    reg = view.registration
+    registered = view.registered or {}
+    outcomes = view.outcomes()
+    results = [r for r in outcomes.values() if r["kind"] == "result"]
+    verdict = view.verdict
+    pairs = {(k, c) for k, c in outcomes if c in (reg.get("candidates") or [])}
+    n_pairs = view.n_pairs()
+    clauses, primary = _clauses(view, outcomes)
+    counts = Counter(r["kind"] for r in outcomes.values())
+    groups = Counter((r["kind"], _reason_group(r)) for r in outcomes.values() if r["kind"] != "result")
+    flagged = Counter(f for r in results for f in ("rig_noisy", "impossible") if r.get(f))
+    commits = sorted({r.get("commit") for r in outcomes.values() if r.get("commit")})
+    devices = sorted({device_label(r) for r in outcomes.values()})
+    header, tables = _config_tables(outcomes, results)
+    control_tol = next(((r.get("policy") or {}).get("control_tolerance") for r in results), None)
+    return {
+        "line": view.line,
+        "provisional": verdict is None,
+        "hypothesis": " ".join(str(reg.get("hypothesis", "")).split()),
+        "facts": [("workload", reg.get("workload", "—")), ("baseline", reg.get("baseline", "—")),
+                  ("candidates", ", ".join(reg.get("candidates") or []) or "—"),
+                  ("registered", f"commit {str(registered.get('registration_commit', '?'))[:12]}, registration "
+                                 f"sha256 {str(registered.get('registration_sha256', '?'))[:12]}"),
+                  ("measured at", ", ".join(c[:12] for c in commits) or "nothing measured yet"),
+                  ("device", ", ".join(devices) or "—"),
+                  ("pairs with an outcome", f"{len(pairs)} of {n_pairs if n_pairs is not None else '?'}"),
+                  ("timing policy", ", ".join(f"{k}={v}" for k, v in sorted((reg.get("timing") or {}).items()))
+                   or "defaults")],
+        "go": " ".join(str(reg.get("go", "")).split()),
+        "verdict": None if verdict is None else {"outcome": verdict["outcome"], "seq": verdict["seq"],
+                                                 "commit": str(verdict.get("commit", ""))[:12],
+                                                 "excluded": ", ".join(f"{k}: {n}" for k, n in
+                                                                       sorted((verdict.get("excluded") or {}).items()))},
+        "clauses": clauses,
+        "primary": primary,
+        "counts": [(k, n) for k, n in sorted(counts.items())],
+        "flagged": [(k, n) for k, n in sorted(flagged.items())],
+        "reasons": [(kind, why, n) for (kind, why), n in sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))],
+        "header": header,
+        "tables": tables,
+        "control_tolerance": control_tol,
+    }
+
+
+def figures(view: LineView) -> dict[str, bytes]:
+    """name → PNG bytes for the report's four plots."""
+    from harness.reporting import plots
+
+    data_results = view.results()
+    tol = next(((r.get("policy") or {}).get("control_tolerance") for r in data_results), None)
+    return {"speedup": plots.speedup_plot(data_results, speedup_thresholds(view.registration.get("go"))),
+            "roofline": plots.roofline_plot(data_results),
+            "control": plots.control_plot(data_results, tol),
+            "clock": plots.clock_plot(data_results)}
+
+
+MARKDOWN = """\
+# {{ d.line }}: {% if d.provisional %}provisional report (no verdict yet){% else %}{{ d.verdict.outcome }}{% endif %}
+
+{% if d.provisional -%}
+> **Provisional.** This line has no verdict row: the clause values below are the bar evaluated on the
+> outcomes so far, not a decision. Finish the sweep and run `bench verdict {{ d.line }}`.
+
+{% endif -%}
+**Hypothesis.** {{ d.hypothesis }}
+
+| | |
+| --- | --- |
+{% for k, v in d.facts -%}
+| {{ k }} | {{ v }} |
+{% endfor %}
+## Bar and verdict
+
+Bar (committed before any number): `{{ d.go }}`
+
+| clause | value | op | threshold | rows | outcome |
+| --- | ---: | :-: | ---: | ---: | --- |
+{% for c in d.clauses -%}
+| `{{ c.text }}` | {{ c.value }} | {{ c.op }} | {{ c.threshold }} | {{ c.n }} | {{ c.outcome }} |
+{% endfor %}
+{% if d.primary -%}
+Primary `{{ d.primary.expr }}` = **{{ d.primary.value }}**, predicted {{ d.primary.prediction }}{% if d.primary.error %} (outcome − prediction = {{ d.primary.error }}){% endif %}.
+
+{% endif -%}
+{% if d.verdict -%}
+**Verdict: {{ d.verdict.outcome }}** (ledger row {{ d.verdict.seq }}, commit {{ d.verdict.commit }}){% if d.verdict.excluded %}; left out of the bar: {{ d.verdict.excluded }}{% endif %}.
+{% else -%}
+**No verdict yet.**
+{% endif %}
+## Outcomes
+
+{% for k, n in d.counts %}{{ k }}: {{ n }}{% if not loop.last %} · {% endif %}{% endfor %}{% for k, n in d.flagged %} · results flagged {{ k }}: {{ n }}{% endfor %}
+
+{% if d.reasons -%}
+| outcome | kernel and reason | count |
+| --- | --- | ---: |
+{% for kind, why, n in d.reasons -%}
+| {{ kind }} | {{ why | md_cell }} | {{ n }} |
+{% endfor %}
+{% endif -%}
+## Results per config
+
+{% for t in d.tables -%}
+### {{ t.key }}
+
+| {{ d.header | join(" | ") }} |
+|{% for h in d.header %} --- |{% endfor %}
+{% for row in t.rows -%}
+| {{ row | map("md_cell") | join(" | ") }} |
+{% endfor %}
+{% endfor -%}
+## Plots
+
+{% for name, title in plots -%}
+![{{ title }}]({{ name }}.png)
+
+{% endfor -%}
+"""
+
+HTML = """\
+<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>{{ d.line }} — bench report</title>
+<style>
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: #1d2330; background: #f6f7f9; }
+main { max-width: 1180px; margin: 0 auto; padding: 24px 28px 48px; }
+h1 { font-size: 24px; margin: 0 0 6px; } h2 { font-size: 18px; margin: 28px 0 10px; border-bottom: 1px solid #dde1e7; padding-bottom: 4px; }
+h3 { font-size: 14px; margin: 18px 0 6px; font-family: ui-monospace, monospace; }
+.badge { display: inline-block; padding: 2px 10px; border-radius: 12px; font-weight: 600; color: #fff; margin-left: 8px; font-size: 15px; }
+.GO { background: #1a7f37; } .NO-GO { background: #cf222e; } .PROVISIONAL { background: #9a6700; }
+.note { background: #fff8c5; border: 1px solid #d4a72c; padding: 8px 12px; border-radius: 6px; }
+.grid { display: grid; grid-template-columns: 1fr 1fr; gap: 14px; }
+.card { background: #fff; border: 1px solid #dde1e7; border-radius: 8px; padding: 12px 14px; }
+table { border-collapse: collapse; background: #fff; font-size: 12.5px; width: 100%; }
+th, td { border: 1px solid #dde1e7; padding: 4px 8px; text-align: left; vertical-align: top; }
+th { background: #eef1f5; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+code { font: 12px ui-monospace, monospace; background: #eef1f5; padding: 1px 4px; border-radius: 4px; }
+.pass { color: #1a7f37; font-weight: 600; } .fail { color: #cf222e; font-weight: 600; } .unknown { color: #9a6700; }
+figure { margin: 0; } figure img { width: 100%; height: auto; display: block; } figcaption { font-size: 12px; color: #57606a; }
+.facts td:first-child { width: 190px; color: #57606a; }
+</style></head>
+<body><main>
+<h1>{{ d.line }}{% if d.provisional %}<span class="badge PROVISIONAL">provisional</span>{% else %}<span class="badge {{ d.verdict.outcome }}">{{ d.verdict.outcome }}</span>{% endif %}</h1>
+{% if d.provisional %}<p class="note"><b>Provisional.</b> This line has no verdict row: the clause values below are the bar evaluated on the outcomes so far, not a decision. Finish the sweep and run <code>bench verdict {{ d.line }}</code>.</p>{% endif %}
+<div class="grid">
+<div class="card"><b>Hypothesis.</b> {{ d.hypothesis }}
+<table class="facts" style="margin-top:8px">{% for k, v in d.facts %}<tr><td>{{ k }}</td><td>{{ v }}</td></tr>{% endfor %}</table></div>
+<div class="card"><b>Bar</b> (committed before any number): <code>{{ d.go }}</code>
+<table style="margin-top:8px"><tr><th>clause</th><th>value</th><th>threshold</th><th>rows</th><th>outcome</th></tr>
+{% for c in d.clauses %}<tr><td><code>{{ c.text }}</code></td><td class="num">{{ c.value }}</td><td class="num">{{ c.op }} {{ c.threshold }}</td><td class="num">{{ c.n }}</td><td class="{{ c.outcome.split(' ')[0] }}">{{ c.outcome }}</td></tr>{% endfor %}
+</table>
+{% if d.primary %}<p>Primary <code>{{ d.primary.expr }}</code> = <b>{{ d.primary.value }}</b>, predicted {{ d.primary.prediction }}{% if d.primary.error %} (outcome − prediction = {{ d.primary.error }}){% endif %}.</p>{% endif %}
+<p>{% if d.verdict %}<b>Verdict: {{ d.verdict.outcome }}</b> (ledger row {{ d.verdict.seq }}, commit <code>{{ d.verdict.commit }}</code>){% if d.verdict.excluded %}; left out of the bar: {{ d.verdict.excluded }}{% endif %}.{% else %}<b>No verdict yet.</b>{% endif %}</p>
+<p>Outcomes: {% for k, n in d.counts %}{{ k }} {{ n }}{% if not loop.last %} · {% endif %}{% endfor %}{% for k, n in d.flagged %} · results flagged {{ k }}: {{ n }}{% endfor %}</p>
+</div></div>
+<h2>Plots</h2>
+<div class="grid">{% for name, title in plots %}<figure class="card"><img alt="{{ title }}" data-plot="{{ name }}" src="data:image/png;base64,{{ images[name] }}"><figcaption>{{ title }}</figcaption></figure>{% endfor %}</div>
+{% if d.reasons %}<h2>Outcomes other than results</h2>
+<table><tr><th>outcome</th><th>kernel and reason</th><th>count</th></tr>
+{% for kind, why, n in d.reasons %}<tr><td>{{ kind }}</td><td>{{ why }}</td><td class="num">{{ n }}</td></tr>{% endfor %}</table>{% endif %}
+<h2>Results per config</h2>
+{% for t in d.tables %}<h3>{{ t.key }}</h3>
+<table><tr>{% for h in d.header %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in t.rows %}<tr>{% for cell in row %}<td{% if not loop.first %} class="num"{% endif %}>{{ cell | md_bold }}</td>{% endfor %}</tr>{% endfor %}
+</table>{% endfor %}
+</main></body></html>
+"""
+
+
+def _env():
+    import jinja2
+    from markupsafe import Markup, escape
+
+    env = jinja2.Environment(autoescape=False, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+
+    def md_bold(text):  # the one Markdown construct table cells use: **kind**
+        parts = str(escape(text)).split("**")
+        return Markup("".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts)))
+
+    env.filters["md_bold"] = md_bold
+    env.filters["md_cell"] = lambda text: str(text).replace("|", "\\|")
+    return env
+
+
+def markdown(data: dict) -> str:
+    return _env().from_string(MARKDOWN).render(d=data, plots=PLOTS)
+
+
+def html(data: dict, images: dict[str, bytes]) -> str:
+    import jinja2
+
+    env = _env()
+    env.autoescape = True
+    encoded = {name: base64.b64encode(png).decode("ascii") for name, png in images.items()}
+    return env.from_string(HTML).render(d=data, plots=PLOTS, images=encoded)
+
+
+def write(view: LineView, out: Path) -> dict[str, Path]:
+    """Write ``report.md`` (with its PNGs) and the self-contained ``report.html`` under ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = report_data(view)
+    images = figures(view)
+    paths = {}
+    for name, png in images.items():
+        p = out / f"{name}.png"
+        p.write_bytes(png)
+        paths[name] = p
+    paths["markdown"] = out / "report.md"
+    paths["markdown"].write_text(markdown(data))
+    paths["html"] = out / "report.html"
+    paths["html"].write_text(html(data, images))
+    return paths
+
+
+def summary_lines(data: dict) -> list[str]:
+    """What the CLI prints beside the paths: the verdict (or provisional) and each clause."""
+    head = (f"{data['line']}: provisional (no verdict yet)" if data["provisional"]
+            else f"{data['line']}: {data['verdict']['outcome']} (ledger row {data['verdict']['seq']})")
+    lines = [head]
+    for c in data["clauses"]:
+        lines.append(f"  {c['outcome']:<8} {c['text']}  → {c['value']} ({c['op']} {c['threshold']}, {c['n']} rows)")
+    return lines
