@@ -30,7 +30,7 @@ def _png(fig) -> bytes:
 
     buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format="png", metadata={"Software": None})
+    fig.savefig(buf, format="png", metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
 

@@ -364,11 +364,11 @@ def html(data: dict, images: dict[str, bytes]) -> str:
     return env.from_string(HTML).render(d=data, plots=PLOTS, images=encoded)
 
 
-def write(view: LineView, out: Path) -> dict[str, Path]:
+def write(view: LineView, out: Path, data: dict | None = None) -> dict[str, Path]:
     """Write ``report.md`` (with its PNGs) and the self-contained ``report.html`` under ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    data = report_data(view)
+    data = data if data is not None else report_data(view)
     images = figures(view)
     paths = {}
     for name, png in images.items():
