@@ -1,0 +1,330 @@
+"""Reports, comparisons, routes, status and the tidy view — from ledgers alone.
+
+The fixture ledger (tests/data/report-fixture.jsonl) is a real CPU sweep made by
+tests/data/make_report_fixture.py; synthetic ledgers are written through Ledger.append
+with samples of known difference.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.errors import UserError
+from harness.governance.ledger import Ledger, dataframe, read_rows
+from harness.reporting import compare as cmp
+from harness.reporting import lines, plots, report, route, status, tidy
+from tests.conftest import REPO, run_bench
+
+DATA = Path(__file__).parent / "data"
+FIXTURE = DATA / "report-fixture.jsonl"
+GOLDEN = DATA / "report-fixture.md"
+H200 = REPO / "ledger" / "flash-h200.jsonl"
+
+# ------------------------------------------------------------------ synthetic ledgers
+
+CPU_ENV = {"device": "cpu", "gpu": None}
+GPU_ENV = {"device": "cuda", "gpu": "NVIDIA H200"}
+
+
+def _config(n: int) -> tuple[dict, str]:
+    cfg = {"workload": "attention", "batch": 1, "heads": 2, "kv_heads": 2, "seq_len": n, "head_dim": 16,
+           "dtype": "float32", "causal": False}
+    return cfg, f"attention/b1/h2/kv2/n{n}/d16/float32/full"
+
+
+def _ledger(root: Path, line: str, candidates=("fast",), commit="a" * 40) -> Ledger:
+    led = Ledger(root, line)
+    led.append("registered", {"commit": commit, "registration_commit": commit, "registration_sha256": "0" * 64,
+                              "env": {}, "n_configs": 3,
+                              "registration": {"line": line, "candidates": list(candidates), "baseline": "base",
+                                               "workload": "attention", "go": "geomean(speedup) >= 1.0",
+                                               "prediction": 1.1, "primary": "geomean(speedup)", "hypothesis": "h"}})
+    return led
+
+
+def _result(led: Ledger, n: int, kernel: str, cand: list[float], base: list[float], *, env=CPU_ENV, commit="a" * 40,
+            ci=None, **extra) -> dict:
+    from harness.measurement.stats import ratio, speedup_ci
+
+    cfg, key = _config(n)
+    lo, hi = ci if ci is not None else speedup_ci(base, cand)
+    ms = float(np.median(cand))
+    return led.append("result", {
+        "commit": commit, "env": env, "config": cfg, "config_key": key, "candidate": kernel, "baseline": "base",
+        "numerics": {"allow_tf32": False}, "policy": {"control_tolerance": 0.02},
+        "metrics": {"ms": ms, "baseline_ms": float(np.median(base)), "speedup": ratio(base, cand),
+                    "speedup_ci_low": lo, "speedup_ci_high": hi, "control": 1.0, "tflops": 1.0, "gbps": 2.0},
+        "timing": {"mode": "cold", "arms": {f"candidate:{kernel}": {"samples_ms": list(cand)},
+                                            "baseline": {"samples_ms": list(base)}}},
+        **extra})
+
+
+def _failure(led: Ledger, n: int, kernel: str, kind: str, commit="a" * 40, env=CPU_ENV) -> dict:
+    cfg, key = _config(n)
+    return led.append(kind, {"commit": commit, "env": env, "config": cfg, "config_key": key, "candidate": kernel,
+                             "baseline": "base", "reason": f"{kernel} {kind} here", "tag": "mismatch"})
+
+
+def _samples(median: float, n: int = 60, spread: float = 0.01, seed: int = 0) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return list(median * (1 + spread * rng.standard_normal(n)))
+
+
+# ------------------------------------------------------------------ tidy
+
+
+def test_tidy_has_one_typed_row_per_outcome_and_named_metric_columns():
+    rows = read_rows(FIXTURE)
+    outcomes = [r for r in rows if r["kind"] in ("result", "incorrect", "skipped")]
+    df = dataframe(FIXTURE, tidy=True)
+    assert len(df) == len(outcomes) == 15
+    assert list(df.columns[:10]) == list(tidy.LEAD_COLUMNS)
+    assert str(df["seq_len"].dtype) == "Int64" and str(df["causal"].dtype) == "boolean"
+    assert str(df["speedup"].dtype) == "float64" and str(df["dtype"].dtype) == "string"
+    for r in outcomes:
+        got = df[df["seq"] == r["seq"]].iloc[0]
+        assert got["kind"] == r["kind"] and got["kernel"] == r["candidate"] and got["seq_len"] == r["config"]["seq_len"]
+        if r["kind"] == "result":
+            assert got["speedup"] == r["metrics"]["speedup"] and got["n_samples"] == len(
+                r["timing"]["arms"][f"candidate:{r['candidate']}"]["samples_ms"])
+        else:
+            assert math.isnan(got["speedup"]) and r["reason"][:40] in got["reason"]
+
+
+def test_tidy_picks_up_a_new_metric_without_code_changes(tmp_path):
+    led = _ledger(tmp_path, "m")
+    _result(led, 32, "fast", _samples(1.0), _samples(2.0), host_us_note=None)
+    row = led.rows()[-1]
+    assert "host_us" not in row["metrics"]
+    led2 = _ledger(tmp_path, "m2")
+    cfg, key = _config(64)
+    led2.append("result", {**{k: v for k, v in row.items() if k not in ("seq", "hash", "prev_hash", "line", "kind")},
+                           "metrics": {**row["metrics"], "host_us": 12.5}})
+    df = tidy.tidy(led2.path)
+    assert df["host_us"].tolist() == [12.5]
+
+
+def test_ledger_show_format_tidy_and_its_refusals(repo):
+    shutil.copy(FIXTURE, repo / "ledger" / "report-fixture.jsonl")
+    r = run_bench(repo, "ledger", "show", "report-fixture", "--format", "tidy")
+    assert r.returncode == 0, r.stderr
+    head, *body = r.stdout.splitlines()
+    assert head.startswith("line,seq,kind,commit,device,gpu,config_key,kernel") and "speedup" in head.split(",")
+    assert len(body) == 15
+    bad = run_bench(repo, "ledger", "show", "report-fixture", "--format", "wide")
+    assert bad.returncode == 2 and "--format tidy" in bad.stderr and bad.stdout == ""
+    both = run_bench(repo, "ledger", "show", "report-fixture", "--format", "tidy", "--csv")
+    assert both.returncode == 2 and bad.stdout == ""
+    assert run_bench(repo, "ledger", "show", "report-fixture", "--csv").returncode == 0  # the old flags still work
+
+
+# ------------------------------------------------------------------ report
+
+
+def test_markdown_report_renders_deterministically_from_the_fixture_ledger():
+    """The golden file is the reviewed rendering; regenerate it with BENCH_UPDATE_GOLDEN=1 after a deliberate change."""
+    import os
+
+    text = report.markdown(report.report_data(lines.load_path(FIXTURE)))
+    assert text == report.markdown(report.report_data(lines.load_path(FIXTURE)))
+    if os.environ.get("BENCH_UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+    assert text.startswith("# report-fixture: GO")
+    assert "| `geomean(speedup where candidate == \"sdpa\") >= 1.0` | 1.36 | >= | 1 | 3 | pass |" in text
+    assert "| incorrect | torch_stack (baseline): [mismatch] | 3 |" in text  # non-result outcomes counted by reason
+    assert "rtol 1e-07·\\|ref\\|" in text  # a reason's '|' cannot break the table
+    assert max(len(line) for line in text.splitlines() if not line.startswith("|")) < 200
+
+
+def test_report_without_a_verdict_is_provisional_and_evaluates_the_bar_so_far(tmp_path):
+    led = _ledger(tmp_path, "open")
+    _result(led, 32, "fast", _samples(1.0), _samples(2.0))
+    data = report.report_data(lines.load_path(led.path))
+    assert data["provisional"] and data["verdict"] is None
+    text = report.markdown(data)
+    assert text.startswith("# open: provisional report (no verdict yet)") and "**Provisional.**" in text
+    (clause,) = data["clauses"]
+    assert clause["outcome"] == "pass" and float(clause["value"]) == pytest.approx(2.0, rel=0.05)
+    assert "1 of 3" in dict(data["facts"])["pairs with an outcome"]
+
+
+@pytest.mark.parametrize("path", [FIXTURE, H200], ids=["cpu-fixture", "h200"])
+def test_every_plot_renders_a_non_empty_image(path):
+    import matplotlib.image as mpimg
+
+    images = report.figures(lines.load_path(path))
+    assert set(images) == {name for name, _ in report.PLOTS}
+    for name, png in images.items():
+        assert png[:8] == b"\x89PNG\r\n\x1a\n", name
+        pixels = mpimg.imread(__import__("io").BytesIO(png))
+        assert pixels.shape[0] > 100 and pixels.shape[1] > 300, name
+        assert np.ptp(pixels[..., :3]) > 0.5, f"{name} is blank"
+
+
+def test_clock_plot_says_why_when_there_are_no_clock_readings():
+    res = [r for r in read_rows(FIXTURE) if r["kind"] == "result"]
+    assert all(v is None for r in res for v in r["timing"]["rounds"]["min_sm_mhz"])
+    assert plots.clock_plot(res)[:4] == b"\x89PNG"
+
+
+def test_bench_report_writes_markdown_html_and_plots(repo, tmp_path):
+    shutil.copy(FIXTURE, repo / "ledger" / "report-fixture.jsonl")
+    r = run_bench(repo, "report", "report-fixture", "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert "report-fixture: GO (ledger row 16)" in r.stdout
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert page.count("src=\"data:image/png;base64,") == 4 and "<script" not in page
+    assert (tmp_path / "out" / "report.md").read_text() == GOLDEN.read_text()
+    assert all((tmp_path / "out" / f"{name}.png").stat().st_size > 1000 for name, _ in report.PLOTS)
+    missing = run_bench(repo, "report", "nope")
+    assert missing.returncode == 2 and "no ledger for line 'nope'" in missing.stderr
+
+
+# ------------------------------------------------------------------ compare
+
+
+@pytest.mark.parametrize("factor, expected", [(0.8, cmp.FASTER), (1.25, cmp.SLOWER), (1.0, cmp.SAME),
+                                              (1.004, cmp.SAME)])
+def test_compare_verdicts_on_samples_with_known_differences(tmp_path, factor, expected):
+    a, b = _ledger(tmp_path, "a"), _ledger(tmp_path, "b")
+    _result(a, 32, "fast", _samples(1.0, seed=1), _samples(2.0, seed=2))
+    _result(b, 32, "fast", _samples(1.0 * factor, seed=3), _samples(2.0, seed=4))
+    (pair,) = cmp.compare(lines.load_path(a.path), lines.load_path(b.path)).pairs
+    assert pair.verdict == expected, pair
+    assert pair.speedup == pytest.approx(1 / factor, rel=0.01)
+    if expected != cmp.SAME:
+        assert pair.p_value < cmp.ALPHA
+
+
+def test_compare_is_unclear_when_the_samples_cannot_tell(tmp_path):
+    a, b = _ledger(tmp_path, "a"), _ledger(tmp_path, "b")
+    _result(a, 32, "fast", _samples(1.0, n=8, spread=0.3, seed=1), _samples(2.0))
+    _result(b, 32, "fast", _samples(1.05, n=8, spread=0.3, seed=2), _samples(2.0))
+    (pair,) = cmp.compare(lines.load_path(a.path), lines.load_path(b.path)).pairs
+    assert pair.verdict == cmp.UNCLEAR
+    tiny = cmp.compare_samples([1.0, 1.1], [0.5, 0.6])
+    assert math.isnan(tiny[3]) and cmp.classify(*tiny[1:]) == cmp.UNCLEAR
+
+
+def test_compare_refuses_different_devices_unless_told(tmp_path):
+    a, b = _ledger(tmp_path, "a"), _ledger(tmp_path, "b")
+    _result(a, 32, "fast", _samples(1.0), _samples(2.0))
+    _result(b, 32, "fast", _samples(1.0), _samples(2.0), env=GPU_ENV)
+    with pytest.raises(UserError, match="different settings.*device \\(cpu vs cuda\\).*--allow-mixed"):
+        cmp.compare(lines.load_path(a.path), lines.load_path(b.path))
+    mixed = cmp.compare(lines.load_path(a.path), lines.load_path(b.path), allow_mixed=True)
+    assert mixed.mixed and mixed.pairs[0].verdict == cmp.SAME
+
+
+def test_compare_against_in_ci_mode_fails_on_a_significant_regression(repo):
+    old, new = "1" * 40, "2" * 40
+    led = _ledger(repo, "ci", commit=old)
+    _result(led, 32, "fast", _samples(1.0, seed=1), _samples(2.0), commit=old)
+    _result(led, 64, "fast", _samples(1.0, seed=2), _samples(2.0), commit=old)
+    _result(led, 32, "fast", _samples(1.0, seed=3), _samples(2.0), commit=new)
+    _result(led, 64, "fast", _samples(1.3, seed=4), _samples(2.0), commit=new)  # 30% slower
+    r = run_bench(repo, "compare", "--against", "ci")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAIL: 1 config(s) significantly slower" in r.stdout and "SLOWER" in r.stdout
+    ok = run_bench(repo, "compare", "--against", "ci", "--threshold", "0.5")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    both = run_bench(repo, "compare", f"ci@{old[:8]}", f"ci@{new[:8]}")
+    assert both.returncode == 0 and "SAME 1" in both.stdout and "SLOWER 1" in both.stdout
+    one = run_bench(repo, "compare", "ci")
+    assert one.returncode == 2 and "needs two sides" in one.stderr
+
+
+# ------------------------------------------------------------------ route
+
+
+def _route_lines(root: Path):
+    """Line x: fast wins n32, is incorrect at n64 in line y, impossible at n128; slow's CI straddles 1."""
+    x, y = _ledger(root, "x", candidates=("fast", "slow")), _ledger(root, "y", candidates=("fast", "mid"))
+    _result(x, 32, "fast", _samples(0.5, seed=1), _samples(1.0, seed=2))
+    _result(x, 32, "slow", _samples(1.0, seed=3), _samples(1.0, seed=4), ci=(0.98, 1.03))
+    _result(y, 32, "mid", _samples(0.8, seed=5), _samples(1.0, seed=6))
+    _result(x, 64, "fast", _samples(0.4, seed=7), _samples(1.0, seed=8))
+    _failure(y, 64, "fast", "incorrect")
+    _result(y, 64, "mid", _samples(0.9, seed=9), _samples(1.0, seed=10))
+    _result(x, 128, "fast", _samples(0.1, seed=11), _samples(1.0, seed=12), impossible={"why": "faster than copy"})
+    _result(x, 128, "slow", _samples(1.0, seed=13), _samples(1.0, seed=14), ci=(0.97, 1.02))
+    _failure(y, 128, "mid", "crashed")
+    return x, y
+
+
+def test_route_never_picks_a_kernel_with_a_failing_row_at_that_shape(tmp_path):
+    x, y = _route_lines(tmp_path)
+    table = route.build([lines.load_path(x.path), lines.load_path(y.path)])
+    chosen = {r.config["seq_len"]: r.kernel for r in table.routes}
+    assert chosen == {32: "fast", 64: "mid", 128: "base"}
+    assert "fast: failed here" in next(r.why for r in table.routes if r.config["seq_len"] == 64)
+    speedups = [r.speedup for r in table.routes]
+    assert table.geomean == pytest.approx(math.exp(sum(map(math.log, speedups)) / 3))
+    assert table.worst.kernel == "base" and table.worst.speedup == 1.0
+
+
+def test_route_writes_json_and_an_importable_dispatcher_that_falls_back(tmp_path):
+    x, y = _route_lines(tmp_path)
+    table = route.build([lines.load_path(x.path), lines.load_path(y.path)])
+    js, py = route.write(table, tmp_path / "out", "dispatch")
+    data = json.loads(js.read_text())
+    assert data["schema"] == route.ROUTE_SCHEMA and data["baseline"] == "base" and len(data["routes"]) == 3
+    spec = importlib.util.spec_from_file_location("dispatch", py)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.choose("attention", 1, 2, 2, 32, 16, "float32", False) == "fast"
+    assert mod.choose("attention", 1, 2, 2, 64, 16, "float32", False) == "mid"
+    assert mod.choose("attention", 1, 2, 2, 999, 16, "float32", False) == "base"  # unseen shape
+
+
+def test_route_refuses_mixed_devices_and_baselines(tmp_path):
+    x = _ledger(tmp_path, "x")
+    _result(x, 32, "fast", _samples(0.5), _samples(1.0))
+    z = _ledger(tmp_path, "z")
+    _result(z, 64, "fast", _samples(0.5), _samples(1.0), env=GPU_ENV)
+    with pytest.raises(UserError, match="2 devices"):
+        route.build([lines.load_path(x.path), lines.load_path(z.path)])
+
+
+def test_bench_route_on_the_h200_ledger(repo, tmp_path):
+    shutil.copy(H200, repo / "ledger" / "flash-h200.jsonl")
+    r = run_bench(repo, "route", "flash-h200", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    data = json.loads((tmp_path / "route.json").read_text())
+    assert data["device"] == "NVIDIA H200" and len(data["routes"]) == 12
+    assert "geomean" in r.stdout and "worst" in r.stdout
+
+
+# ------------------------------------------------------------------ status
+
+
+def test_status_shows_every_line_state_commit_and_device(repo):
+    assert run_bench(repo, "register", "registrations/tiny.toml").returncode == 0
+    shutil.copy(FIXTURE, repo / "ledger" / "report-fixture.jsonl")
+    led = _ledger(repo, "half")
+    _result(led, 32, "fast", _samples(1.0), _samples(2.0))
+    got = {s.line: s for s in status.statuses(repo)}
+    assert got["tiny"].state == "registered"
+    assert got["report-fixture"].state == "closed GO" and got["report-fixture"].device == "cpu"
+    assert got["half"].state == "swept 1 of 3 pairs" and got["half"].commit == "a" * 40
+    r = run_bench(repo, "status")
+    assert r.returncode == 0 and "closed GO" in r.stdout and "swept 1 of 3 pairs" in r.stdout
+    (repo / "ledger" / "half.jsonl").write_text(led.path.read_text().replace('"fast"', '"FAST"', 1))
+    assert status.line_status(repo / "ledger" / "half.jsonl").state.startswith("BROKEN")
+
+
+def test_a_line_spec_with_an_unknown_commit_is_refused(tmp_path):
+    led = _ledger(tmp_path, "a")
+    _result(led, 32, "fast", _samples(1.0), _samples(2.0))
+    with pytest.raises(UserError, match="no result measured at commit 'beef'"):
+        lines.load(tmp_path, "a@beef")
+    with pytest.raises(UserError, match="empty commit"):
+        lines.split_spec("a@")
