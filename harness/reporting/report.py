@@ -144,23 +144,23 @@ def _config_tables(outcomes: dict, results: list[dict]) -> tuple[list[str], list
             scale = m["ms"] / m["baseline_ms"] if m.get("baseline_ms") else None
             rates = [_f(m.get(name) * scale, spec) if scale and name in ("tflops", "gbps", "tflops_frac", "gbps_frac")
                      and isinstance(m.get(name), (int, float)) else "—" for name, _, spec in metrics]
-            body.append([f"{base['baseline']} (baseline)", _arm_spread(base, "baseline"), *rates, "1 (baseline)",
-                         _f(m.get("control"), ".4f"), _clock(base.get("timing") or {}),
-                         _gate((base.get("gate") or {}).get("baseline"))])
+            body.append({"cells": [f"{base['baseline']} (baseline)", _arm_spread(base, "baseline"), *rates,
+                                   "1 (baseline)", _f(m.get("control"), ".4f"), _clock(base.get("timing") or {}),
+                                   _gate((base.get("gate") or {}).get("baseline"))], "span": False})
         for r in rows:
             if r["kind"] == "result":
                 m = r["metrics"]
                 flags = [f for f in ("rig_noisy", "impossible") if r.get(f)]
-                body.append([r["candidate"] + (f" ({', '.join(flags)})" if flags else ""), _arm_spread(r, "candidate"),
-                             *[_f(m.get(name), spec) for name, _, spec in metrics],
-                             f"{_f(m.get('speedup'), '.3f')}× [{_f(m.get('speedup_ci_low'), '.3f')}, "
-                             f"{_f(m.get('speedup_ci_high'), '.3f')}]", _f(m.get("control"), ".4f"),
-                             _clock(r.get("timing") or {}), _gate((r.get("gate") or {}).get("candidate"))])
+                body.append({"cells": [r["candidate"] + (f" ({', '.join(flags)})" if flags else ""),
+                                       _arm_spread(r, "candidate"), *[_f(m.get(name), spec) for name, _, spec in metrics],
+                                       f"{_f(m.get('speedup'), '.3f')}× [{_f(m.get('speedup_ci_low'), '.3f')}, "
+                                       f"{_f(m.get('speedup_ci_high'), '.3f')}]", _f(m.get("control"), ".4f"),
+                                       _clock(r.get("timing") or {}), _gate((r.get("gate") or {}).get("candidate"))],
+                             "span": False})
             else:
                 who = r["candidate"] + (" (baseline)" if r.get("role") == "baseline" else "")
                 tag = f" [{r['tag']}]" if r.get("tag") else ""
-                body.append([who, f"**{r['kind']}**{tag}: {_cut(r.get('reason') or '')}",
-                             *["—"] * (len(header) - 2)])
+                body.append({"cells": [who, f"**{r['kind']}**{tag}: {_cut(r.get('reason') or '')}"], "span": True})
         tables.append({"key": key, "rows": body})
     return header, tables
 
@@ -275,7 +275,7 @@ Primary `{{ d.primary.expr }}` = **{{ d.primary.value }}**, predicted {{ d.prima
 | {{ d.header | join(" | ") }} |
 |{% for h in d.header %} --- |{% endfor %}
 {% for row in t.rows -%}
-| {{ row | map("md_cell") | join(" | ") }} |
+| {{ row.cells | map("md_cell") | join(" | ") }} |{% if row.span %}{% for _ in d.header[2:] %} — |{% endfor %}{% endif %}
 {% endfor %}
 {% endfor -%}
 ## Plots
@@ -330,7 +330,7 @@ figure { margin: 0; } figure img { width: 100%; height: auto; display: block; } 
 <h2>Results per config</h2>
 {% for t in d.tables %}<h3>{{ t.key }}</h3>
 <table><tr>{% for h in d.header %}<th>{{ h }}</th>{% endfor %}</tr>
-{% for row in t.rows %}<tr>{% for cell in row %}<td{% if not loop.first %} class="num"{% endif %}>{{ cell | md_bold }}</td>{% endfor %}</tr>{% endfor %}
+{% for row in t.rows %}<tr>{% if row.span %}<td>{{ row.cells[0] }}</td><td colspan="{{ d.header | length - 1 }}">{{ row.cells[1] | md_bold }}</td>{% else %}{% for cell in row.cells %}<td{% if not loop.first and not loop.last %} class="num"{% endif %}>{{ cell }}</td>{% endfor %}{% endif %}</tr>{% endfor %}
 </table>{% endfor %}
 </main></body></html>
 """
