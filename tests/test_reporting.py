@@ -98,17 +98,18 @@ def test_tidy_has_one_typed_row_per_outcome_and_named_metric_columns():
             assert math.isnan(got["speedup"]) and r["reason"][:40] in got["reason"]
 
 
-def test_tidy_picks_up_a_new_metric_without_code_changes(tmp_path):
+def test_new_metrics_appear_in_the_tidy_view_and_the_report_without_code_changes(tmp_path):
     led = _ledger(tmp_path, "m")
-    _result(led, 32, "fast", _samples(1.0), _samples(2.0), host_us_note=None)
-    row = led.rows()[-1]
-    assert "host_us" not in row["metrics"]
+    row = _result(led, 32, "fast", _samples(1.0), _samples(2.0))
     led2 = _ledger(tmp_path, "m2")
-    cfg, key = _config(64)
     led2.append("result", {**{k: v for k, v in row.items() if k not in ("seq", "hash", "prev_hash", "line", "kind")},
-                           "metrics": {**row["metrics"], "host_us": 12.5}})
+                           "metrics": {**row["metrics"], "host_us": 12.5, "l2_hit_rate": 0.75}})
     df = tidy.tidy(led2.path)
-    assert df["host_us"].tolist() == [12.5]
+    assert df["host_us"].tolist() == [12.5] and df["l2_hit_rate"].tolist() == [0.75]
+    data = report.report_data(lines.load_path(led2.path))
+    assert "host µs" in data["header"] and "l2_hit_rate" in data["header"]
+    cells = data["tables"][0]["rows"][1]["cells"]
+    assert cells[data["header"].index("host µs")] == "12.5" and cells[data["header"].index("l2_hit_rate")] == "0.75"
 
 
 def test_ledger_show_format_tidy_and_its_refusals(repo):
@@ -328,3 +329,21 @@ def test_a_line_spec_with_an_unknown_commit_is_refused(tmp_path):
         lines.load(tmp_path, "a@beef")
     with pytest.raises(UserError, match="empty commit"):
         lines.split_spec("a@")
+
+
+def test_compare_pairs_one_kernel_against_another_and_refuses_other_numeric_flags(tmp_path):
+    a, b = _ledger(tmp_path, "a", candidates=("old",)), _ledger(tmp_path, "b", candidates=("new",))
+    _result(a, 32, "old", _samples(1.0, seed=1), _samples(2.0))
+    _result(a, 64, "old", _samples(1.0, seed=2), _samples(2.0))
+    _result(b, 32, "new", _samples(0.5, seed=3), _samples(2.0))
+    result = cmp.compare(lines.load_path(a.path), lines.load_path(b.path))
+    (pair,) = result.pairs
+    assert (pair.kernel_a, pair.kernel_b, pair.verdict) == ("old", "new", cmp.FASTER)
+    assert result.only_a == ("attention/b1/h2/kv2/n64/d16/float32/full",)
+    c = _ledger(tmp_path, "c", candidates=("old",))
+    row = _result(c, 32, "old", _samples(1.0, seed=4), _samples(2.0))
+    d = Ledger(tmp_path, "d")
+    d.append("result", {**{k: v for k, v in row.items() if k not in ("seq", "hash", "prev_hash", "line", "kind")},
+                        "numerics": {"allow_tf32": True}})
+    with pytest.raises(UserError, match="numerics \\(allow_tf32: False vs True\\)"):
+        cmp.compare(lines.load_path(c.path), lines.load_path(d.path))
