@@ -350,3 +350,22 @@ def test_compare_pairs_one_kernel_against_another_and_refuses_other_numeric_flag
                         "numerics": {"allow_tf32": True}})
     with pytest.raises(UserError, match="numerics \\(allow_tf32: False vs True\\)"):
         cmp.compare(lines.load_path(c.path), lines.load_path(d.path))
+
+
+def test_terminal_tables_render_the_same_at_a_fixed_width():
+    from rich.console import Console
+
+    def text(renderable) -> str:
+        c = Console(width=120, record=True, file=__import__("io").StringIO(), color_system=None)
+        c.print(renderable)
+        return c.export_text()
+
+    view = lines.load_path(FIXTURE)
+    table = route.build([view])
+    shown = text(route.route_table(table))
+    assert shown == text(route.route_table(route.build([lines.load_path(FIXTURE)])))
+    assert all(len(line) <= 120 for line in shown.splitlines())
+    assert f"geomean {table.geomean:.3f}×" in shown and "torch_stack: failed here (the baseline)" in shown
+    same = text(cmp.comparison_table(cmp.compare(view, lines.load_path(FIXTURE))))
+    # Identical samples, but CPU-noisy: the ratio's CI is wider than ±2%, so no claim of SAME either.
+    assert "SLOWER 0" in same and "FASTER 0" in same and all(len(line) <= 120 for line in same.splitlines())
