@@ -119,8 +119,11 @@ def roofline_plot(results: list[dict]) -> bytes:
     if not roofs:
         ax.text(0.02, 0.95, "no measured device ceilings in these rows", transform=ax.transAxes, fontsize=8,
                 va="top", color="#555")
+    from matplotlib.ticker import NullFormatter
+
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())  # decades only; intensity spans several
     ax.set_xlabel("arithmetic intensity (FLOP / byte moved, minimum bytes)")
     ax.set_ylabel("achieved TFLOP/s")
     ax.set_title("Achieved rate against the device ceilings (roofline)", fontsize=10)
