@@ -34,7 +34,8 @@ def test_cold_mode_on_cuda_adds_flush_outputs_and_library_workspace():
     pred = memory.predict(CFG, specs, TimingPolicy(mode="cold"), "cuda", l2_bytes=H200_L2)
     out, inputs = _sizes(CFG)
     stack = specs[0].extra_bytes(CFG)
-    timing = inputs + 3 * out + flush_bytes(H200_L2) + stack  # candidate, baseline, control outputs
+    # candidate, baseline, control outputs, and each arm's copy of its randomly chosen call's
+    timing = inputs + 3 * out + 3 * out + flush_bytes(H200_L2) + stack
     assert pred.breakdown["timing_phase"] == timing
     assert pred.breakdown["flush"] == max(4 * H200_L2, 256 * 2**20)
     gate = max(3 * (inputs + out) + math.prod(CFG.shapes()[0]) * 8 + stack, gate_bytes(CFG))

@@ -69,6 +69,10 @@ METRICS: tuple[str, ...] = (
     "tflops_frac",
     "gbps_frac",
     "kv_gbps_frac",
+    "host_us",
+    "baseline_host_us",
+    "sm_mhz",
+    "power_w",
 )
 
 FILTER_FIELDS: dict[str, type] = {

@@ -433,6 +433,7 @@ class ClockSummary:
     temp_max_c: float | None = None
     power_min_w: float | None = None
     power_max_w: float | None = None
+    power_mean_w: float | None = None
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -463,7 +464,12 @@ def summarize(monitor: ClockMonitor, t0: float, t1: float, reference: Reference,
         poll_hz=monitor.achieved_hz(), n_readings=len(monitor.readings()),
         dropped_rounds=len(dropped_reasons), drop_reasons=dict(sorted(counts.items())),
         mem_min_mhz=mem[0], mem_max_mhz=mem[1], temp_min_c=temp[0], temp_max_c=temp[1],
-        power_min_w=power[0], power_max_w=power[1])
+        power_min_w=power[0], power_max_w=power[1], power_mean_w=_mean([r.power_w for r in rs]))
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    vs = [v for v in values if v is not None]
+    return sum(vs) / len(vs) if vs else None
 
 
 def open_monitor(device: str, hz: float = DEFAULT_POLL_HZ) -> tuple[ClockMonitor | None, str | None]:

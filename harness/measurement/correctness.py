@@ -727,7 +727,8 @@ def recheck_in_place(spec, cfg: Config, q, k, v, out, *, seed: int, family: str,
     return report(fig=fig, secs=secs)
 
 
-def check_timed_output(cfg: Config, q, k, v, out, *, atol: float, rtol: float, label: str) -> CheckReport:
+def check_timed_output(cfg: Config, q, k, v, out, *, atol: float, rtol: float, label: str,
+                       what: str = "output of the last timed call") -> CheckReport:
     """After timing: the output the last timed call left in ``out`` against a fresh reference.
 
     The gate saw a handful of calls; timing makes hundreds. A kernel that drifts, degrades
@@ -745,7 +746,7 @@ def check_timed_output(cfg: Config, q, k, v, out, *, atol: float, rtol: float, l
     elif not fig.passed:
         tag = "stale_mismatch"
     return CheckReport(config=cfg.key(), seed=-1, family="timed", passed=tag is None, tag=tag,
-                       reason=f"{label}: output of the last timed call: {fig.line()}" if tag else None,
+                       reason=f"{label}: {what}: {fig.line()}" if tag else None,
                        figures=fig, after_figures=None, reference_seconds=secs, phase="timed_output")
 
 

@@ -88,12 +88,14 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
         workspace = n_slots * (sum(extras) + extras[0])
     else:
         workspace = max(extras)
-    timing = timed_inputs + timed_outs + flush + workspace
+    # One copy per arm of the output of a randomly chosen timed call (checked after timing).
+    spot = n_arms * out
+    timing = timed_inputs + timed_outs + spot + flush + workspace
     # The checks after timing hold the timed buffers; the recheck adds pristine input copies
     # and two output snapshots, a fresh reference (reference_bytes includes its output),
     # compare()'s blocks and a candidate's workspace during its call.
-    recheck = (timed_inputs + timed_outs + inputs + 2 * out + ref_work + compare_bytes(math.prod(qs))
-               + max(extras[1:] or [0]))
+    recheck = (timed_inputs + timed_outs + max(inputs + 2 * out + max(extras[1:] or [0]), spot) + ref_work
+               + compare_bytes(math.prod(qs)))
     lib = LIBRARY_WORKSPACE_BYTES if cuda else 0
     # Inputs are drawn on the device (workloads.inputs): the gate draws into fresh buffers,
     # the recheck redraws into the timed ones while every arm's outputs are alive.
@@ -101,7 +103,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     phases = {"gate": gate + lib, "timing": max(timing, recheck) + lib, "generation": generation + lib}
     phase = max(phases, key=phases.get)
     breakdown = {"inputs_per_slot": inputs, "out": out, "n_slots": n_slots, "n_arms": n_arms,
-                 "flush": flush, "reference": ref_work + ref_out, "kernel_workspace": dict(zip(
+                 "flush": flush, "spot_copies": spot, "reference": ref_work + ref_out, "kernel_workspace": dict(zip(
                      [s.name for s in specs], extras)), "first_call_workspace": dict(zip(
                      [s.name for s in specs], firsts)), "gate_phase": gate, "timing_phase": timing,
                  "recheck_phase": recheck, "generation_phase": generation, "library_workspace": lib}

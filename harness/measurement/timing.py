@@ -49,6 +49,7 @@ import functools
 import itertools
 import math
 import random
+import statistics
 import time
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -207,10 +208,14 @@ class Timer(Protocol):
     ``again()``, when given, returns a (fn, before) pair for the same arm on the next input
     slot: a timer that must re-run a call (CudaEventTimer, after a host gap) takes that,
     so the re-run never reads inputs the failed attempt left in L2.
+
+    After each call, ``last_host_s`` holds the host time the call's enqueue took
+    (perf_counter around ``fn``): the row's ``host_us``.
     """
 
     name: str
     virtual: bool
+    last_host_s: float
 
     def now_s(self) -> float: ...
 
@@ -236,7 +241,9 @@ class HostTimer:
             before()
         t0 = time.perf_counter_ns()
         fn()
-        return (time.perf_counter_ns() - t0) / 1e6
+        ms = (time.perf_counter_ns() - t0) / 1e6
+        self.last_host_s = ms / 1e3  # on the host, the whole call is host time
+        return ms
 
 
 # The spin that holds the stream while the host enqueues a timed call (CudaEventTimer).
@@ -324,6 +331,7 @@ class CudaEventTimer:
             gap = self._start.query()
             self._end.synchronize()
             ms = float(self._start.elapsed_time(self._end))
+            self.last_host_s = enqueued
             if not gap:
                 self._enqueue_s[arm] = enqueued
                 return ms
@@ -383,7 +391,9 @@ class ScriptedTimer:
         if before is not None:
             before()
         self.calls.append((arm, self.now_s()))
+        h0 = time.perf_counter()
         fn()
+        self.last_host_s = time.perf_counter() - h0  # real host time: the arm's own Python
         ms = self._duration(arm)
         self.advance((round(ms * 1e6) + self._overhead_ns) / 1e9)
         return ms
@@ -455,6 +465,12 @@ class Measurement:
     # CUDA-event timer: per arm, calls of the measured rounds re-run because the host had not
     # enqueued them when the hold ended, and samples kept with a possible host gap.
     host_gaps: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Per arm: median host time (µs) of enqueuing one timed call, over the kept rounds.
+    host_us: dict[str, float | None] = field(default_factory=dict)
+    # The random timed call whose output the caller checks (``spot``): per arm, its index
+    # among the arm's measured calls and its input slot; the seed that chose it.
+    spot_calls: dict[str, dict[str, int]] = field(default_factory=dict)
+    spot_seed: int | None = None
 
     @property
     def n_dropped(self) -> int:
@@ -499,6 +515,7 @@ class Measurement:
                             "dropped_samples_ms": list(a.dropped_samples)} for name, a in self.arms.items()},
             "clock": self.clock.as_dict() if self.clock else None,
             "control_ratio": self.control_ratio, "control_ok": self.control_ok, "host_gaps": self.host_gaps,
+            "host_us": self.host_us, "spot_calls": self.spot_calls, "spot_seed": self.spot_seed,
         }
         if include_rounds:  # columnar: compact for thousands of rounds
             row["rounds"] = {
@@ -766,12 +783,19 @@ def _unverified_clocks(ref, monitor) -> str | None:
 
 def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: TimingPolicy, device: str,
             timer: Timer | None = None, monitor: ClockMonitor | None = None,
-            prepare: Mapping[str, Callable[[int], None]] | None = None) -> Measurement:
+            prepare: Mapping[str, Callable[[int], None]] | None = None,
+            spot: Mapping[str, Callable[[int], None]] | None = None, spot_seed: int = 0) -> Measurement:
     """Time ``arms`` (name -> fn(slot)) interleaved under ``policy`` on ``device`` (module docstring).
 
     ``prepare[name](slot)``, when given, runs before each of that arm's calls outside the
     timed window (the sweep poisons the arm's output there, so no call can skip its work
     by finding the last answer still in place).
+
+    ``spot[name](slot)``, when given, runs right after one of that arm's measured calls,
+    outside the window, chosen uniformly at random among all of them (reservoir sampling,
+    ``random.Random(spot_seed)``): the sweep copies that call's output there and checks it
+    after timing, so a kernel right only on some calls cannot count on which are checked.
+    It may run more than once (each later choice replaces the earlier); the last is the one.
     """
     names = tuple(arms)
     if not names:
@@ -857,17 +881,40 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
             fn = arms[name]
             return (lambda: fn(slot)), _before(name, slot)
 
-        def run_round(rot: int, record: dict[str, list[float]] | None) -> tuple[float, float, tuple[str, ...], dict]:
+        spot_rng = random.Random(spot_seed)
+        spot_seen: dict[str, int] = {}
+        spot_calls: dict[str, dict[str, int]] = {}
+
+        def after_call(name: str, slot: int) -> None:
+            # Reservoir sampling: the k-th measured call replaces the choice with chance 1/k.
+            k = spot_seen[name] = spot_seen.get(name, 0) + 1
+            if spot_rng.random() * k < 1.0:
+                spot[name](slot)
+                spot_calls[name] = {"call": k - 1, "slot": slot}
+
+        def run_round(rot: int, record: dict[str, list[float]] | None,
+                      host: dict[str, list[float]] | None = None) -> tuple[float, float, tuple[str, ...], dict]:
             order = orders[rot % len(orders)]
             out: dict[str, float] = {}
             t0 = timer.now_s()
             for name in order:
-                call, pre = make_call(name, next_slot())
-                ms = timer.time_call(call, arm=name, before=pre,
-                                     again=lambda name=name: make_call(name, next_slot())) / replays
+                slot = next_slot()
+                call, pre = make_call(name, slot)
+                # A re-run (host gap) takes later slots: the slot of the call kept is the last taken.
+                taken = [slot]
+
+                def again(name=name):
+                    taken.append(next_slot())
+                    return make_call(name, taken[-1])
+
+                ms = timer.time_call(call, arm=name, before=pre, again=again) / replays
                 out[name] = ms
                 if record is not None:
                     record[name].append(ms)
+                if host is not None:
+                    host[name].append(getattr(timer, "last_host_s", math.nan))
+                    if spot and name in spot:
+                        after_call(name, taken[-1])
             return t0, timer.now_s(), order, out
 
         # step 3: prime (JIT/autotune/lazy init; graph capture) — not counted in the warm-up budget
@@ -943,11 +990,12 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
                 verdicts.append(_clocks.round_verdict(monitor.during(t0, t1), ref.mhz, policy.throttle_threshold))
 
         samples: dict[str, list[float]] = {n: [] for n in names}
+        host_s: dict[str, list[float]] = {n: [] for n in names}
         stop_reason = "timeout" if timed_out else None
         gaps0 = {k: dict(getattr(timer, k, {})) for k in ("host_gaps", "host_gaps_kept")}
         t_m0 = timer.now_s()
         while stop_reason is None:
-            t0, t1, order, out = run_round(len(raw), None)
+            t0, t1, order, out = run_round(len(raw), None, host_s)
             raw.append((t0, t1, order, out))
             for n in names:
                 samples[n].append(out[n])
@@ -1015,16 +1063,88 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
                                               "host's enqueue outlasted the hold on every try, up to "
                                               f"{BLOCK_MAX_S * 1e3:.0f} ms): " +
                                               ", ".join(f"{n} {k}" for n, k in kept_gaps.items())]))
+    kept_idx = [r.index for r in rounds if not r.dropped]
+    host_us = {}
+    for n in names:
+        vals = [host_s[n][i] * 1e6 for i in kept_idx if math.isfinite(host_s[n][i])] if rounds else []
+        host_us[n] = statistics.median(vals) if vals else None
     return Measurement(
         arms=arm_results, rounds=rounds, stop_reason=stop_reason, mode=policy.mode, effective_mode=effective_mode,
         n_slots=n_slots, graph_replays=replays, timer=timer.name, policy=policy, warmup_rounds=warmup_rounds,
         warmup_extensions=extensions, elapsed_s=timer.now_s() - t_begin, clock=clock,
         clock_note="; ".join(clock_notes) or None, timing_note=timing_note, throttled=throttled,
-        throttle_note=throttle_note, host_gaps=host_gaps)
+        throttle_note=throttle_note, host_gaps=host_gaps, host_us=host_us, spot_calls=spot_calls,
+        spot_seed=spot_seed if spot else None)
+
+
+# ------------------------------------------------------------------------------------------
+# The empty window
+# ------------------------------------------------------------------------------------------
+# A kernel whose work runs where the timed window does not see it (another stream, a
+# thread) reads as an empty window. What that reads is measured here, per device and mode,
+# through the same timer path as the arms (hold, events, flush, graph replays): a no-op arm
+# with short budgets. An arm is told apart from it when its median exceeds
+# EMPTY_WINDOW_FACTOR times the empty window's median and its median's CI lies above the
+# empty window's (a real call holds at least one kernel: several µs against ~1 µs).
+EMPTY_WINDOW_FACTOR = 2.0
+EMPTY_WINDOW_BUDGET = {"warmup_ms": 20.0, "min_samples": 20, "max_samples": 400, "min_time_ms": 20.0,
+                       "noise_target": 0.05, "timeout_s": 10.0}
+EMPTY_ARM = "empty"
+_empty_cache: dict[tuple, "EmptyWindow"] = {}
+
+
+@dataclass(frozen=True)
+class EmptyWindow:
+    """What a timed window holding nothing read, in one mode on one device (ms)."""
+
+    mode: str
+    effective_mode: str
+    stats: Stats
+    note: str | None = None
+
+    def as_dict(self) -> dict:
+        return _json_safe({"mode": self.mode, "effective_mode": self.effective_mode,
+                           "stats": self.stats.as_dict(), "note": self.note, "factor": EMPTY_WINDOW_FACTOR})
+
+
+def told_apart(arm: Stats, empty: Stats) -> bool:
+    """Whether an arm's samples can be told apart from an empty window's (see above)."""
+    if not (arm.n and empty.n) or math.isnan(empty.median):
+        return True  # nothing to compare with: the rule cannot apply
+    return arm.median > EMPTY_WINDOW_FACTOR * empty.median and arm.median_lo > empty.median_hi
+
+
+def empty_window(policy: TimingPolicy, device: str, *, timer: Timer | None = None,
+                 monitor: ClockMonitor | None = None) -> EmptyWindow:
+    """Time a no-op arm under ``policy``'s mode on ``device`` (cached per process, device and
+    mode unless a timer is given). In graph mode a no-op captures an empty graph; where the
+    driver refuses that, a one-element write stands in (a floor above the empty one, noted)."""
+    key = (device, policy.mode, policy.lead_calls, policy.graph_replays)
+    if timer is None and key in _empty_cache:
+        return _empty_cache[key]
+    budget = TimingPolicy(**{**policy.as_dict(), **EMPTY_WINDOW_BUDGET})
+    note = None
+    try:
+        m = measure({EMPTY_ARM: lambda slot: None}, n_slots=1, policy=budget, device=device, timer=timer,
+                    monitor=monitor)
+    except (UserError, RuntimeError) as exc:
+        if policy.mode != "graph" or timer is not None:
+            raise
+        import torch
+
+        cell = torch.zeros(1, device=device)
+        m = measure({EMPTY_ARM: lambda slot: cell.fill_(0.0)}, n_slots=1, policy=budget, device=device,
+                    monitor=monitor)
+        note = f"an empty graph could not be replayed ({str(exc).splitlines()[0]}): a one-element write stood in"
+    ew = EmptyWindow(policy.mode, m.effective_mode, m.arms[EMPTY_ARM].stats, note)
+    if timer is None:
+        _empty_cache[key] = ew
+    return ew
 
 
 __all__ = [
     "ARM_BASELINE", "ARM_CANDIDATE", "ARM_CONTROL", "ArmResult", "CudaEventTimer", "FLUSH_FLOOR_BYTES", "HostTimer",
     "L2_FLUSH_FACTOR", "MAX_ROTATION_SLOTS", "MODES", "Measurement", "ROTATION_FACTOR", "Round", "STOP_REASONS",
     "ScriptedTimer", "Timer", "TimingPolicy", "device_l2_bytes", "flush_bytes", "measure", "rotation_slots",
+    "EmptyWindow", "empty_window", "told_apart",
 ]

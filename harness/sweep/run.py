@@ -18,6 +18,15 @@ from harness.workloads import formulas
 # gate, so a kernel cannot have seen them.
 RECHECK_SEED_OFFSET = 1_000_003
 TIMING_SEED_OFFSET = 2_000_003
+# Lines whose bar judges an absolute rate (RATE_METRICS) time compute-bound configs
+# (FLOPs per byte above the device's ridge point) with this many lead calls unless the
+# registration sets [timing] lead_calls: the kernel then runs at the sustained clock and
+# power of a loop of calls, as triton.testing.do_bench times it (docs/benchmarks.md).
+RATE_LEAD_CALLS = 3
+RATE_METRICS = frozenset({"tflops", "gbps", "tflops_frac", "gbps_frac", "kv_gbps_frac"})
+# The ridge point (FLOP per byte) when no ceilings are stored: the H100/H200's dense fp16
+# peak over its HBM bandwidth (~990 TFLOP/s / 4.8 TB/s).
+DEFAULT_RIDGE_FLOP_PER_BYTE = 200.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,7 @@ class SweepContext:
     timing: dict
     numerics: dict
     ceilings: dict | None
+    rate_bar: bool = False  # the bar judges an absolute rate (see RATE_LEAD_CALLS)
 
 
 @dataclass(frozen=True)
@@ -70,7 +80,7 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
 
     from harness.measurement.timing import TimingPolicy
 
-    policy = TimingPolicy.from_mapping(ctx.timing)
+    policy = TimingPolicy.from_mapping(timing_for(cfg, ctx))
     pred = memory.predict(cfg, [base_spec, *runnable], policy, ctx.device)
     avail = memory.available_bytes(ctx.device)
     if pred.peak_bytes > avail:
@@ -97,6 +107,39 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
     finally:
         memory.release(ctx.device)
     return out
+
+
+def compute_bound(cfg: Config, ceilings: dict | None) -> bool:
+    """FLOPs per byte moved above the ridge point (stored ceilings', else the default's)."""
+    ridge = DEFAULT_RIDGE_FLOP_PER_BYTE
+    if ceilings:
+        from harness.measurement.ceilings import Ceilings
+
+        ceil = Ceilings.from_row(ceilings)
+        mm = ceil.matmul_tflops.get(cfg.dtype)
+        if mm and ceil.copy_gbps:
+            ridge = mm * 1e12 / (ceil.copy_gbps * 1e9)
+    return formulas.flops(cfg) / formulas.min_bytes(cfg) > ridge
+
+
+def timing_for(cfg: Config, ctx: SweepContext) -> dict:
+    """The [timing] table a config is timed under: the registration's, with RATE_LEAD_CALLS
+    lead calls for a compute-bound config of a line whose bar judges absolute rates (unless
+    the registration chose lead_calls, or graph mode, which replays calls back to back)."""
+    timing = dict(ctx.timing)
+    if (ctx.rate_bar and "lead_calls" not in timing and timing.get("mode", "cold") != "graph"
+            and ctx.device != "cpu" and compute_bound(cfg, ctx.ceilings)):
+        timing["lead_calls"] = RATE_LEAD_CALLS
+    return timing
+
+
+def spot_seed(cfg: Config, ctx: SweepContext) -> int:
+    """The seed of the random timed call checked per arm: from the config and the line's
+    seeds, so it is recorded and reproducible but not known to a kernel before it runs."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{ctx.line}|{cfg.key()}|{ctx.seeds[0]}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
 
 
 def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Outcome]:
@@ -145,18 +188,44 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         if not timed:
             return out
 
-        m, slots, outs = _time(cfg, base_spec, timed, ctx, policy)
+        m, slots, outs, snaps = _time(cfg, base_spec, timed, ctx, policy)
         measured_peak = memory.peak_bytes(ctx.device, held)
         seed = ctx.seeds[0] + RECHECK_SEED_OFFSET
         # Every timed output is checked before any recheck: a recheck rewrites slot 0's
         # inputs in place, after which the other arms' timed outputs no longer match them
         # (on the H200 this failed every arm after the first as "timed_stale_mismatch").
-        timed_bad = {spec.name: _timed_output_failure(cfg, slots, outs[arm_name(spec.name)], ctx) for spec in timed}
+        # Then the random timed call of each arm (baseline and control included); its
+        # copies are checked first and dropped before the recheck allocates.
+        from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
+
+        spot_bad = {name: _spot_failure(cfg, slots, m, snaps, name, ctx) for name in snaps}
+        snaps.clear()
+        base_bad = spot_bad.get(ARM_BASELINE) or spot_bad.get(ARM_CONTROL)
+        if base_bad is not None:
+            # The baseline wrong on some timed call: every speedup against it is meaningless.
+            out.append(Outcome("incorrect", {**_base(cfg, base_spec.name, ctx), "role": "baseline",
+                                             "tag": "random_call_" + base_bad.tag, "reason": base_bad.reason,
+                                             "gate": gates[base_spec.name].to_row()}))
+            for spec in timed:
+                out.append(Outcome("skipped", {**_base(cfg, spec.name, ctx),
+                                               "reason": f"baseline {base_spec.name} failed a timed-call check "
+                                                         f"[random_call_{base_bad.tag}]: {base_bad.reason}"}))
+            return out
+        last_bad = {spec.name: _timed_output_failure(cfg, slots, outs[arm_name(spec.name)], ctx) for spec in timed}
+        empty = _empty_window(policy, ctx.device)
         for spec in timed:
-            bad = timed_bad[spec.name]
+            bad = last_bad[spec.name] or spot_bad.get(arm_name(spec.name))
             if bad is not None:
+                prefix = "timed_" if last_bad[spec.name] is not None else "random_call_"
                 out.append(Outcome("incorrect", {**_base(cfg, spec.name, ctx), "role": "candidate",
-                                                 "tag": "timed_" + bad.tag, "reason": bad.reason,
+                                                 "tag": prefix + bad.tag, "reason": bad.reason,
+                                                 "gate": gates[spec.name].to_row()}))
+                continue
+            hollow = _empty_failure(m, arm_name(spec.name), empty)
+            if hollow is not None:
+                out.append(Outcome("incorrect", {**_base(cfg, spec.name, ctx), "role": "candidate",
+                                                 "tag": "empty_window", "reason": hollow,
+                                                 "empty_window": empty.as_dict(), "timing": m.to_row(),
                                                  "gate": gates[spec.name].to_row()}))
                 continue
             q, k, v = slots[0]
@@ -171,7 +240,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
                 continue
             details = {"candidate": spec.details(*slots[0], cfg), "baseline": base_spec.details(*slots[0], cfg)}
             out.append(_result(cfg, spec, base_spec, ctx, policy, m, gates, pred, (measured_peak, held), numerics,
-                               details))
+                               details, empty))
     return out
 
 
@@ -186,7 +255,8 @@ def _failure(name, gates, changed) -> tuple[str, str]:
 def _time(cfg, base_spec, timed, ctx, policy):
     """Interleaved timing of every passing candidate, the baseline, and the control.
 
-    Returns the measurement, the input slots and every arm's output buffers (per slot).
+    Returns the measurement, the input slots, every arm's output buffers (per slot) and,
+    per arm, a copy of the output of one measured call chosen at random (``measure``'s spot).
     """
     import torch
 
@@ -223,9 +293,57 @@ def _time(cfg, base_spec, timed, ctx, policy):
 
         return fill
 
+    snaps: dict = {}
+
+    def snapshot(name):
+        o = outs[name]
+
+        def keep(slot: int) -> None:
+            if name in snaps:
+                snaps[name].copy_(o[slot])
+            else:
+                snaps[name] = o[slot].clone()
+
+        return keep
+
     m = measure({name: arm(name) for name in arm_specs}, n_slots=n_slots, policy=policy, device=ctx.device,
-                prepare={name: poison(name) for name in arm_specs})
-    return m, slots, outs
+                prepare={name: poison(name) for name in arm_specs},
+                spot={name: snapshot(name) for name in arm_specs}, spot_seed=spot_seed(cfg, ctx))
+    return m, slots, outs, snaps
+
+
+def _spot_failure(cfg, slots, m, snaps, name, ctx):
+    """The check of arm ``name``'s randomly chosen timed call (its output copy against a fresh
+    reference on that call's inputs), or None when it passed."""
+    from harness.measurement.correctness import check_timed_output
+
+    chosen = m.spot_calls.get(name)
+    if chosen is None or name not in snaps:
+        return None
+    q, k, v = slots[chosen["slot"]]
+    rep = check_timed_output(cfg, q, k, v, snaps[name], atol=ctx.atol[cfg.dtype], rtol=ctx.rtol[cfg.dtype],
+                             label=f"{name}: measured call {chosen['call']} (chosen at random, seed "
+                                   f"{m.spot_seed}) on slot {chosen['slot']}", what="output of that call")
+    return None if rep.passed else rep
+
+
+def _empty_window(policy, device):
+    from harness.measurement.timing import empty_window
+
+    return empty_window(policy, device)
+
+
+def _empty_failure(m, arm, empty) -> str | None:
+    """Why an arm's timing is an empty window's while the baseline's is not, or None."""
+    from harness.measurement.timing import ARM_BASELINE, EMPTY_WINDOW_FACTOR, told_apart
+
+    cand, base = m.arms[arm].stats, m.arms[ARM_BASELINE].stats
+    if told_apart(cand, empty.stats) or not told_apart(base, empty.stats):
+        return None
+    return (f"its timed window reads {cand.median * 1e3:.3g} µs, which cannot be told apart from an empty "
+            f"window on this device in mode {empty.mode} ({empty.stats.median * 1e3:.3g} µs, factor "
+            f"{EMPTY_WINDOW_FACTOR:g}), while the baseline's reads {base.median * 1e3:.3g} µs: its work runs "
+            f"where the timed window does not see it")
 
 
 def _timed_output_failure(cfg, slots, outs, ctx):
@@ -254,7 +372,7 @@ def _memory(pred, peak) -> dict:
             "breakdown": pred.breakdown}
 
 
-def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, details) -> Outcome:
+def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, details, empty=None) -> Outcome:
     from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
 
     cand, base, ctl = m.arms[arm_name(spec.name)], m.arms[ARM_BASELINE], m.arms[ARM_CONTROL]
@@ -278,7 +396,12 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
     kv_gbps = formulas.kv_bytes(cfg) / secs / 1e9
     metrics = {"ms": ms, "baseline_ms": base.stats.median, "control_ms": ctl.stats.median, "speedup": speedup,
                "speedup_ci_low": lo, "speedup_ci_high": hi, "control": control, "tflops": tflops, "gbps": gbps,
-               "kv_gbps": kv_gbps, "tflops_frac": None, "gbps_frac": None, "kv_gbps_frac": None}
+               "kv_gbps": kv_gbps, "tflops_frac": None, "gbps_frac": None, "kv_gbps_frac": None,
+               # Host time of enqueuing one timed call (nvbench's CPU time beside GPU time).
+               "host_us": m.host_us.get(arm_name(spec.name)), "baseline_host_us": m.host_us.get(ARM_BASELINE),
+               # The clock and power the rates were measured at (NVML, measured rounds).
+               "sm_mhz": m.clock.mean_mhz if m.clock else None,
+               "power_w": m.clock.power_mean_w if m.clock else None}
     impossible = None
     if ctx.ceilings:
         from harness.measurement.ceilings import Ceilings, impossible as reductio
@@ -298,6 +421,7 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         "metrics": metrics,
         "timing": m.to_row(),
         "policy": policy.as_dict(),
+        "empty_window": empty.as_dict() if empty is not None else None,
         "rig_noisy": bool(noise),
         "rig_noise": noise,
         "impossible": impossible,
