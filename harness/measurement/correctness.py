@@ -83,12 +83,15 @@ def compare_bytes(n_elems: int) -> int:
 # An output exactly constant along an axis is degenerate when the reference varies along it
 # by more than this many ULPs of the dtype: a correctly rounded output could not be flat.
 DEGENERATE_ULPS = 4.0
-# side_stream_check: event time on the current stream below this fraction of the wall time,
-# by more than SIDE_STREAM_MIN_GAP_S (launch and sync overheads are tens of µs), in every
-# one of SIDE_STREAM_REPS calls, means the work ran somewhere the current stream did not wait for.
-SIDE_STREAM_RATIO = 0.5
-SIDE_STREAM_MIN_GAP_S = 1e-3
-SIDE_STREAM_REPS = 3
+# side_stream_check holds the current stream with a spin of SIDE_STREAM_HOLD_S while the
+# kernel is called, waits SIDE_STREAM_SETTLE_S on the host, and looks at `out` from a
+# stream of its own: anything written while the hold lasts ran on a stream that does not
+# wait for the caller's. A hold that ended before the look (a slow host) is doubled, up to
+# SIDE_STREAM_MAX_HOLD_S; SIDE_STREAM_REPS such looks are made.
+SIDE_STREAM_HOLD_S = 0.05
+SIDE_STREAM_MAX_HOLD_S = 0.8
+SIDE_STREAM_SETTLE_S = 0.01
+SIDE_STREAM_REPS = 2
 # Failures listed in full in GateResult.to_row(): the rest are counted by tag.
 MAX_ROW_FAILURES = 20
 
@@ -751,36 +754,71 @@ def check_timed_output(cfg: Config, q, k, v, out, *, atol: float, rtol: float, l
 
 
 def side_stream_check(spec, q, k, v, out, *, causal: bool, scale: float) -> str | None:
-    """Why the kernel seems to run off the current stream, or None (always None on the CPU).
+    """Why the kernel's work runs off the current stream, or None (always None on the CPU).
 
-    Times calls with CUDA events on the current stream against the wall time to a device-wide
-    synchronize, on an otherwise idle device: work the current stream never waits for makes
-    the event time a small fraction of the wall time.
+    Decided by ordering, not by a race the kernel could win however fast it is:
+
+    * a spin holds the current stream while the kernel is called; ``out`` is read from a
+      stream of the check's own while the hold still lasts (checked by an event after the
+      spin): every element must still hold the poison, since nothing the caller's stream
+      orders may have run yet. Work on a stream that does not wait for the caller's writes
+      during the hold, however short it is;
+    * a copy of ``out`` enqueued on the current stream right after the call (no host sync
+      in between) must equal ``out`` after a device-wide synchronize: work forked to another
+      stream and never joined back writes after the current stream is done with the call.
     """
     import torch
 
     if not _is_cuda(out):
         return None
+    from harness.measurement.timing import _max_sm_hz
+
     fn, _ = _spec_parts(spec)
-    stream = torch.cuda.current_stream(out.device)
-    seen = []
-    for _ in range(SIDE_STREAM_REPS):
-        torch.cuda.synchronize(out.device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    dev = out.device
+    stream = torch.cuda.current_stream(dev)
+    watcher = torch.cuda.Stream(device=dev)  # a pool stream: it never waits for the caller's
+    cycles_per_s = _max_sm_hz(dev)
+    hold, looks = SIDE_STREAM_HOLD_S, 0
+    during = torch.empty_like(out)
+    while looks < SIDE_STREAM_REPS:
+        poison_(out)
+        torch.cuda.synchronize(dev)
+        torch.cuda._sleep(int(hold * cycles_per_s))
+        held = torch.cuda.Event()
+        held.record(stream)
         t0 = time.perf_counter()
-        start.record(stream)
         fn(q, k, v, out, causal=causal, scale=scale)
-        end.record(stream)
-        torch.cuda.synchronize(out.device)
-        wall = time.perf_counter() - t0
-        event = start.elapsed_time(end) / 1e3
-        if not (wall - event > SIDE_STREAM_MIN_GAP_S and event < SIDE_STREAM_RATIO * wall):
-            return None
-        seen.append((event, wall))
-    event, wall = min(seen, key=lambda ew: ew[0] / ew[1])
-    return (f"the current stream's events saw {event * 1e3:.3g} ms of a {wall * 1e3:.3g} ms call in each of "
-            f"{SIDE_STREAM_REPS} calls (ratio < {SIDE_STREAM_RATIO}): its work runs on a stream the "
-            f"caller's stream does not wait for")
+        t_call = time.perf_counter() - t0
+        visible = out.clone()  # on the current stream, right behind the call
+        time.sleep(SIDE_STREAM_SETTLE_S)
+        with torch.cuda.stream(watcher):
+            during.copy_(out)
+        watcher.synchronize()
+        still_held = not held.query()
+        torch.cuda.synchronize(dev)
+        if not still_held:
+            if t_call >= hold or hold >= SIDE_STREAM_MAX_HOLD_S:
+                # The call itself waited for the hold (it synchronizes), or the host never
+                # outlasted it: the look cannot be made; the forked-work look below and the
+                # gate's per-call stream check still stand.
+                if not _bits_equal(visible, out):
+                    late = int(_bits_diff(visible, out).sum())
+                    return (f"{late} of {out.numel()} output elements were written after the caller's stream had "
+                            f"finished the call: work forked to another stream and never joined back")
+                return None
+            hold *= 2
+            continue
+        looks += 1
+        early = int((~unwritten_mask(during)).sum())
+        if early:
+            return (f"{early} of {out.numel()} output elements were written while the caller's stream was still "
+                    f"held before the call ({hold * 1e3:.0f} ms spin): the work runs on a stream that does not "
+                    f"wait for the caller's")
+        if not _bits_equal(visible, out):
+            late = int(_bits_diff(visible, out).sum())
+            return (f"{late} of {out.numel()} output elements were written after the caller's stream had finished "
+                    f"the call: work forked to another stream and never joined back")
+    return None
 
 
 def gate_bytes(cfg: Config) -> int:
