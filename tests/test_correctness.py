@@ -422,3 +422,21 @@ def test_gpu_side_stream_check_and_identical_inputs():
     assert rep.passed, rep.reason
     ref = reference(q, k, v, causal=True, scale=cfg.scale)
     assert ref.device.type == "cuda"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_cuda, reason="needs CUDA")
+@pytest.mark.parametrize("seq_len", [67, 320])
+def test_gpu_fast_side_stream_work_is_caught_without_a_race(seq_len):
+    # Issue 16: work on another stream with no delay passed the race-based check at B 1,
+    # H 2, N 67-320, D 32. Held stream: it cannot win, however fast it is.
+    cfg = cfg_of(dtype="float16", batch=1, heads=2, kv_heads=2, seq_len=seq_len, head_dim=32, causal=False)
+    q, k, v = make_inputs(cfg, 0, "normal", device="cuda")
+    for fn in (zoo.side_stream_fast, zoo.side_stream_forked):
+        for _ in range(5):
+            why = side_stream_check(fn, q, k, v, torch.empty_like(q), causal=False, scale=cfg.scale)
+            assert why and "stream" in why, fn.__name__
+        res = gate(spec(fn, name=fn.__name__), cfg, seeds=(0,), atol=2e-2, rtol=2e-2, device="cuda")
+        assert not res.passed and res.tag == "side_stream", res.reason
+    assert side_stream_check(torch_stack, q, k, v, torch.empty_like(q), causal=False, scale=cfg.scale) is None
+

@@ -207,6 +207,46 @@ def side_stream(q, k, v, out, *, causal, scale):
         t.record_stream(s)
 
 
+def side_stream_fast(q, k, v, out, *, causal, scale):
+    """Issue 16's cheat: all the work on a private stream that never waits for the caller's,
+    with no delay, so it usually finishes before the caller's stream reads ``out``."""
+    import torch
+
+    s = torch.cuda.Stream(device=out.device)
+    with torch.cuda.stream(s):
+        out.copy_(attention(q, k, v, causal=causal, scale=scale))
+    for t in (q, k, v, out):
+        t.record_stream(s)
+
+
+def side_stream_forked(q, k, v, out, *, causal, scale):
+    """Forks to a private stream after the caller's work (wait_stream) but never joins back."""
+    import torch
+
+    s = torch.cuda.Stream(device=out.device)
+    s.wait_stream(torch.cuda.current_stream(out.device))
+    with torch.cuda.stream(s):
+        out.copy_(attention(q, k, v, causal=causal, scale=scale))
+    for t in (q, k, v, out):
+        t.record_stream(s)
+
+
+def make_alternating_wrong(honest_calls: int):
+    """Right for its first ``honest_calls`` calls (the gate's), then wrong (10% high) on every
+    other call: right only on some calls, so which timed call is checked decides."""
+    state = {"n": 0}
+
+    def alternating_wrong(q, k, v, out, *, causal, scale):
+        state["n"] += 1
+        res = attention(q, k, v, causal=causal, scale=scale)
+        if state["n"] > honest_calls and state["n"] % 2:
+            res = res * 1.1
+        out.copy_(res)
+
+    alternating_wrong.state = state
+    return alternating_wrong
+
+
 # ----------------------------------------------------------------------------- catalogue
 
 
@@ -241,6 +281,8 @@ ZOO: tuple[Hollow, ...] = (
     Hollow("cached_by_pointer", make_cached_by_pointer, "stale_mismatch", caught_by="recheck"),
     Hollow("stash_from_freed", make_stash_from_freed, "unwritten"),
     Hollow("side_stream", _plain(side_stream), "side_stream", gpu=True),
+    Hollow("side_stream_fast", _plain(side_stream_fast), "side_stream", gpu=True),
+    Hollow("side_stream_forked", _plain(side_stream_forked), "side_stream", gpu=True),
     Hollow("inputs_mutated", _plain(inputs_mutated), "input_mutated"),
     Hollow("lower_precision", _plain(lower_precision), "mismatch", dtypes=("float32",)),
     Hollow("wrong_gqa_mapping", _plain(wrong_gqa_mapping), "mismatch", gqa_only=True),

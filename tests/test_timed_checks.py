@@ -1,0 +1,209 @@
+"""Issue 16's timed-call checks on the CPU: host time per call, the output of one timed call
+chosen at random, and the empty-window rule (the GPU halves are marked ``gpu``)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harness.governance import bar as barlang
+from harness.measurement.correctness import check_timed_output
+from harness.measurement.stats import Stats
+from harness.measurement.timing import (ARM_BASELINE, ARM_CONTROL, EMPTY_WINDOW_FACTOR, ScriptedTimer,
+                                        TimingPolicy, empty_window, measure, told_apart)
+from harness.sweep.run import SweepContext, _empty_failure, run_config
+from harness.workloads import Config
+from harness.workloads.inputs import make_inputs
+from kernels import kernel
+from tests import zoo
+
+CFG = Config("attention", 1, 2, 2, 32, 16, "float32", False)
+# CFG's gate with one seed and one family: 2 calls at CFG and each of its 3 boundary configs.
+GATE_CALLS = 8
+
+
+def policy(**kw) -> TimingPolicy:
+    base = dict(warmup_ms=1.0, min_samples=30, max_samples=60, min_time_ms=0.0, noise_target=1e-9, timeout_s=1e5)
+    return TimingPolicy(**{**base, **kw})
+
+
+def ctx(line="t", **timing) -> SweepContext:
+    return SweepContext(line=line, device="cpu", baseline="torch_stack", atol={"float32": 1e-5},
+                        rtol={"float32": 1e-4}, seeds=(0,), families=("normal",), min_pass_rate=1.0,
+                        timing={"warmup_ms": 1, "min_samples": 5, "max_samples": 20, "min_time_ms": 1,
+                                "timeout_s": 5, **timing},
+                        numerics={}, ceilings=None)
+
+
+# ----------------------------------------------------------------------------- host_us
+
+
+def test_host_time_per_call_is_measured_per_arm():
+    arms = {"slow": lambda s: time.sleep(0.002), "fast": lambda s: None}
+    m = measure(arms, n_slots=1, policy=policy(min_samples=5, max_samples=5), device="cpu",
+                timer=ScriptedTimer({"slow": 1.0, "fast": 1.0}))
+    # The device time is scripted (1 ms each); the host time is the arm's own Python.
+    assert m.host_us["slow"] >= 2000 and m.host_us["fast"] < 1000
+    assert m.to_row()["host_us"] == m.host_us
+
+
+def test_host_us_is_a_result_metric_and_a_bar_metric():
+    (row,) = run_config(CFG, ("sdpa",), ctx())
+    assert row.kind == "result"
+    met = row.payload["metrics"]
+    assert met["host_us"] > 0 and met["baseline_host_us"] > 0
+    assert set(row.payload["timing"]["host_us"]) == {"candidate:sdpa", ARM_BASELINE, ARM_CONTROL}
+    # On the CPU no clocks are read: the rates carry no clock or power, and say so with None.
+    assert met["sm_mhz"] is None and met["power_w"] is None
+    bar = barlang.parse("max(host_us) <= 1e9 and min(baseline_host_us) > 0")
+    rows = [{**CFG.as_dict(), "candidate": "sdpa", "correct": True, **met}]
+    assert barlang.evaluate(bar, rows).passed
+
+
+# ----------------------------------------------------------------------------- one random timed call
+
+
+def _spot_run(seed: int):
+    """An alternating-wrong kernel timed alone; returns (measurement, its copy, inputs, kernel)."""
+    import torch
+
+    fn = zoo.make_alternating_wrong(honest_calls=0)
+    q, k, v = make_inputs(CFG, 5, "normal", "cpu")
+    out = torch.empty(CFG.shapes()[0])
+    snap = {}
+    m = measure({"a": lambda s: fn(q, k, v, out, causal=False, scale=CFG.scale)}, n_slots=1,
+                policy=policy(), device="cpu", timer=ScriptedTimer({"a": 1.0}),
+                spot={"a": lambda s: snap.__setitem__("a", out.clone())}, spot_seed=seed)
+    return m, snap["a"], (q, k, v), fn
+
+
+def test_one_random_timed_call_is_chosen_reproducibly_and_its_output_kept():
+    m1, s1, _, _ = _spot_run(3)
+    m2, s2, _, _ = _spot_run(3)
+    assert m1.spot_calls == m2.spot_calls and m1.spot_seed == 3  # recorded, reproducible
+    assert 0 <= m1.spot_calls["a"]["call"] < len(m1.rounds)
+    assert m1.to_row()["spot_calls"] == m1.spot_calls
+    chosen = {_spot_run(seed)[0].spot_calls["a"]["call"] for seed in range(12)}
+    assert len(chosen) >= 4  # not always the same call
+
+
+def test_a_kernel_wrong_on_alternate_calls_is_caught_when_the_random_call_is_a_wrong_one():
+    caught = 0
+    for seed in range(12):
+        m, snap, (q, k, v), fn = _spot_run(seed)
+        # The kernel's call number of the chosen measured call: prime + warm-up rounds come first.
+        n = 1 + m.warmup_rounds + m.spot_calls["a"]["call"] + 1
+        rep = check_timed_output(CFG, q, k, v, snap, atol=1e-5, rtol=1e-4, label="a", what="that call")
+        assert rep.passed == (n % 2 == 0), (seed, n, rep.reason)
+        caught += not rep.passed
+    assert 0 < caught < 12
+
+
+_alt = {"fn": None}
+
+
+@kernel("test_alternating_wrong", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
+def alternating(q, k, v, out, *, causal, scale):
+    _alt["fn"](q, k, v, out, causal=causal, scale=scale)
+
+
+def test_run_config_checks_a_random_timed_call_of_every_arm():
+    # Right on the gate's calls, then wrong on every other call: the last timed output and the
+    # recheck each see one call (right or wrong by parity); the random call is a third, drawn
+    # with a seed the row records. Different lines draw different calls: within a few lines
+    # the random check is the one that catches it.
+    tags = []
+    for attempt in range(24):
+        _alt["fn"] = zoo.make_alternating_wrong(honest_calls=GATE_CALLS)
+        (row,) = run_config(CFG, ("test_alternating_wrong",), ctx(line=f"alt{attempt}"))
+        tags.append(row.payload.get("tag"))
+        if row.kind == "incorrect" and row.payload["tag"].startswith("random_call_"):
+            assert "chosen at random, seed" in row.payload["reason"]
+            break
+    else:
+        pytest.fail(f"the random timed call never caught it: {tags}")
+
+
+def test_result_rows_record_which_random_call_each_arm_had_checked():
+    (row,) = run_config(CFG, ("sdpa",), ctx())
+    t = row.payload["timing"]
+    assert set(t["spot_calls"]) == {"candidate:sdpa", ARM_BASELINE, ARM_CONTROL}
+    assert isinstance(t["spot_seed"], int)
+
+
+# ----------------------------------------------------------------------------- empty windows
+
+
+def stats(*xs) -> Stats:
+    return Stats.from_samples(xs)
+
+
+def test_told_apart_needs_a_factor_and_a_separate_median_ci():
+    empty = stats(*[0.0012] * 10)
+    assert not told_apart(stats(*[0.0012] * 10), empty)
+    assert not told_apart(stats(*[0.0012 * EMPTY_WINDOW_FACTOR] * 10), empty)
+    assert told_apart(stats(*[0.0012 * EMPTY_WINDOW_FACTOR * 1.5] * 10), empty)
+    assert told_apart(stats(0.5), Stats.from_samples([]))  # nothing measured: the rule cannot apply
+
+
+def test_the_empty_window_is_timed_through_the_same_timer_path():
+    timer = ScriptedTimer({"empty": 0.0011})
+    ew = empty_window(TimingPolicy(mode="hot"), "cpu", timer=timer)
+    assert ew.stats.median == pytest.approx(0.0011) and ew.stats.n >= 20
+    assert {arm for arm, _ in timer.calls} == {"empty"}
+    assert ew.as_dict()["factor"] == EMPTY_WINDOW_FACTOR and ew.mode == "hot"
+
+
+def _arms_timed(cand_ms: float, base_ms: float):
+    names = ("candidate:x", ARM_BASELINE, ARM_CONTROL)
+    timer = ScriptedTimer({"candidate:x": cand_ms, ARM_BASELINE: base_ms, ARM_CONTROL: base_ms})
+    return measure({n: (lambda s: None) for n in names}, n_slots=1, policy=policy(), device="cpu", timer=timer)
+
+
+def test_an_arm_that_reads_as_an_empty_window_while_the_baseline_does_not_gets_no_result():
+    empty = empty_window(policy(), "cpu", timer=ScriptedTimer({"empty": 0.0012}))
+    why = _empty_failure(_arms_timed(0.0013, 0.050), "candidate:x", empty)
+    assert why and "cannot be told apart from an empty window" in why
+    assert _empty_failure(_arms_timed(0.020, 0.050), "candidate:x", empty) is None  # a real, fast call
+    # Both as fast as nothing: nothing tells a real kernel apart here, the rule does not apply.
+    assert _empty_failure(_arms_timed(0.0013, 0.0012), "candidate:x", empty) is None
+
+
+def test_result_rows_carry_the_empty_window_they_were_judged_against():
+    (row,) = run_config(CFG, ("sdpa",), ctx())
+    ew = row.payload["empty_window"]
+    assert ew["effective_mode"] == "host" and ew["stats"]["n"] >= 1
+
+
+# ----------------------------------------------------------------------------- on the GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["cold", "hot", "graph"])
+def test_gpu_empty_window_reads_microseconds_and_a_hollow_arm_is_told_from_a_real_one(mode):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    pol = TimingPolicy(mode=mode, warmup_ms=50, min_samples=20, max_samples=400, min_time_ms=50,
+                       noise_target=0.02, timeout_s=30)
+    ew = empty_window(pol, "cuda")
+    assert 0 < ew.stats.median < 0.02, ew.as_dict()  # an empty window: µs, not a kernel's time
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    c = torch.empty_like(a)
+    side = torch.cuda.Stream()
+
+    def hollow(slot):  # issue 16's cheat: the work on a stream the window does not see
+        with torch.cuda.stream(side):
+            torch.matmul(a, a, out=c)
+
+    arms = {"candidate:x": hollow, ARM_BASELINE: lambda s: torch.matmul(a, a, out=c),
+            ARM_CONTROL: lambda s: torch.matmul(a, a, out=c)}
+    m = measure(arms, n_slots=1, policy=pol, device="cuda")
+    torch.cuda.synchronize()
+    why = _empty_failure(m, "candidate:x", ew)
+    assert why and "empty window" in why, (m.arms["candidate:x"].stats, ew.stats)
+    honest = measure({"candidate:x": lambda s: torch.matmul(a, a, out=c), ARM_BASELINE: arms[ARM_BASELINE],
+                      ARM_CONTROL: arms[ARM_CONTROL]}, n_slots=1, policy=pol, device="cuda")
+    assert _empty_failure(honest, "candidate:x", ew) is None
