@@ -37,7 +37,10 @@ TOP_KEYS = {"schema", "hypothesis", "workload", "candidate", "candidates", "base
             "correctness", "timing", "numerics", "bar", "notes"}
 GRID_KEYS = {"batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal"}
 CORRECTNESS_KEYS = {"atol", "rtol", "seeds", "families", "min_pass_rate"}
-BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing"}
+BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing", "min_coverage"}
+# A verdict needs every registered pair decided unless [bar] min_coverage says less
+# (allow_missing = true, the older key, means min_coverage = 0 unless it is given).
+DEFAULT_MIN_COVERAGE = 1.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class Registration:
     primary: str
     include_noisy: bool
     allow_missing: bool
+    min_coverage: float = DEFAULT_MIN_COVERAGE
     raw: dict = field(repr=False, default_factory=dict)
 
     def summary(self) -> dict:
@@ -75,7 +79,8 @@ class Registration:
                 "rtol": self.rtol, "seeds": list(self.seeds), "families": list(self.families),
                 "min_pass_rate": self.min_pass_rate, "timing": self.timing, "numerics": self.numerics,
                 "go": self.go, "prediction": self.prediction, "primary": self.primary,
-                "include_noisy": self.include_noisy, "allow_missing": self.allow_missing}
+                "include_noisy": self.include_noisy, "allow_missing": self.allow_missing,
+                "min_coverage": self.min_coverage}
 
 
 def sha256_file(path: Path) -> str:
@@ -301,6 +306,11 @@ def load(path: Path) -> Registration:
     for key, val in (("include_noisy", include_noisy), ("allow_missing", allow_missing)):
         if not isinstance(val, bool):
             raise _err(path, f"[bar] {key} must be true or false")
+    min_coverage = bar.get("min_coverage", 0.0 if allow_missing else DEFAULT_MIN_COVERAGE)
+    if (not isinstance(min_coverage, (int, float)) or isinstance(min_coverage, bool)
+            or not 0 <= min_coverage <= 1):
+        raise _err(path, "[bar] min_coverage must be a number in [0, 1]: the share of registered pairs "
+                         "the verdict must have decided")
     from harness.governance import bar as barlang
 
     try:
@@ -320,7 +330,7 @@ def load(path: Path) -> Registration:
         amends=amends, grid=grid, configs=tuple(configs), atol=atol, rtol=rtol, seeds=tuple(seeds),
         families=tuple(families), min_pass_rate=float(min_pass_rate), timing=dict(timing),
         numerics=dict(numerics), go=go, prediction=float(prediction), primary=primary,
-        include_noisy=include_noisy, allow_missing=allow_missing, raw=raw)
+        include_noisy=include_noisy, allow_missing=allow_missing, min_coverage=float(min_coverage), raw=raw)
 
 
 def check_kernels(reg: Registration) -> None:

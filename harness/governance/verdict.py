@@ -76,6 +76,31 @@ def bar_rows(outcomes: dict, *, include_noisy: bool) -> tuple[list[dict], dict]:
     return rows, excluded
 
 
+# Undecided pairs named in a refusal (the verdict row lists them all).
+MAX_NAMED_PAIRS = 6
+
+
+def decided(row: dict, *, include_noisy: bool) -> bool:
+    """Whether the bar sees a pair's outcome as a decided row (a measured result, or a failure)."""
+    if row.get("role") == "baseline":
+        return False
+    if row["kind"] in ("incorrect", "crashed"):
+        return True
+    if row["kind"] == "result":
+        return bool(row.get("impossible")) or include_noisy or not row.get("rig_noisy")
+    return False
+
+
+def coverage(deciding, *, include_noisy: bool) -> dict:
+    """How many registered pairs the bar decides on, and which it cannot (rig-noisy left out,
+    never measured, or behind a failed baseline)."""
+    undecided = [f"{r['candidate']} @ {r['config_key']} ({'rig-noisy' if r.get('rig_noisy') else r['kind']})"
+                 for r in deciding if not decided(r, include_noisy=include_noisy)]
+    n = len(deciding)
+    return {"pairs": n, "decided": n - len(undecided), "fraction": (n - len(undecided)) / n if n else 0.0,
+            "undecided": undecided}
+
+
 @dataclass(frozen=True)
 class Verdict:
     outcome: str
@@ -113,6 +138,14 @@ def decide(line: Line, env: dict) -> Verdict:
                         f"the rest could pass on what was left out — re-run `bench sweep {reg.line}` (throttled and "
                         f"memory-skipped pairs are retried), or register a line with [bar] allow_missing = true")
     rows, excluded = bar_rows({outcome_key(r): r for r in deciding}, include_noisy=reg.include_noisy)
+    cov = coverage(deciding, include_noisy=reg.include_noisy)
+    if cov["fraction"] < reg.min_coverage:
+        shown = ", ".join(cov["undecided"][:MAX_NAMED_PAIRS])
+        more = len(cov["undecided"]) - MAX_NAMED_PAIRS
+        raise UserError(f"line '{reg.line}': the bar would decide on {cov['decided']} of {cov['pairs']} registered "
+                        f"pairs ({cov['fraction']:.0%} < min_coverage {reg.min_coverage:g}); undecided: {shown}"
+                        f"{f' and {more} more' if more > 0 else ''} — re-run `bench sweep {reg.line}` on a quieter "
+                        f"machine, or register a line with [bar] min_coverage set to what it may decide on")
     if not any(r["correct"] for r in rows):
         raise UserError(f"line '{reg.line}' has no usable result rows (outcomes: {excluded or 'only failures'}): "
                         f"a verdict needs measurements — nothing was decided")
@@ -133,6 +166,7 @@ def decide(line: Line, env: dict) -> Verdict:
         "n_correct": sum(r["correct"] for r in rows),
         "excluded": excluded,
         "decided_on": sorted(r["seq"] for r in deciding),
+        "coverage": {**cov, "min_coverage": reg.min_coverage},
         "measured_at": {"commit": where[0][0], "device": where[0][1], "gpu": where[0][2]},
     }
     row = line.ledger.append("verdict", payload)

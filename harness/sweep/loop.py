@@ -13,8 +13,11 @@ from pathlib import Path
 from harness.errors import UserError
 from harness.governance.line import Line
 from harness.governance.verdict import measured_on
-from harness.sweep.plan import plan, replaced_by
-from harness.sweep.run import SweepContext, crashed_outcomes, run_config
+from harness.sweep.plan import Task, plan, replaced_by
+from harness.sweep.run import RATE_METRICS, SweepContext, crashed_outcomes, run_config
+
+# Times a sweep measures its rig-noisy pairs again, after every other config has run.
+NOISY_REMEASURES = 2
 
 
 @dataclass(frozen=True)
@@ -32,11 +35,19 @@ class SweepSummary:
                 "resumed": self.resumed, "control": self.control, "notes": list(self.notes)}
 
 
+def judges_rates(go: str) -> bool:
+    """Whether a bar has a clause over an absolute rate (RATE_METRICS)."""
+    from harness.governance import bar as barlang
+
+    return any(c.aggregate.metric in RATE_METRICS for c in barlang.parse(go).clauses())
+
+
 def context(line: Line, device: str, ceilings: dict | None) -> SweepContext:
     reg = line.reg
     return SweepContext(line=reg.line, device=device, baseline=reg.baseline, atol=reg.atol, rtol=reg.rtol,
                         seeds=reg.seeds, families=reg.families, min_pass_rate=reg.min_pass_rate,
-                        timing=reg.timing, numerics=reg.numerics, ceilings=ceilings)
+                        timing=reg.timing, numerics=reg.numerics, ceilings=ceilings,
+                        rate_bar=judges_rates(reg.go))
 
 
 def check_kernels_usable(line: Line, device: str) -> None:
@@ -82,42 +93,72 @@ def sweep(line: Line, device: str, env: dict, *, with_ceilings: bool = True, pro
     rejections: dict[str, int] = {}
     controls: list[tuple[float, bool]] = []
     tolerance = None
+    remeasured = 0
     if progress:
         progress.start(len(tasks))
+    appended: list[dict] = []
+
+    def run_task(task: Task, why: str) -> list:
+        if progress:
+            progress.advance_to(task.config.key())
+        try:
+            outcomes = run_config(task.config, task.candidates, ctx)
+        except UserError:
+            raise
+        except Exception as exc:  # a kernel that crashes the config is an outcome, not the end of the night
+            outcomes = crashed_outcomes(task.config, task.candidates, ctx, exc)
+        old = replaced_by(task, [*line.rows, *appended], key)
+        if old:
+            appended.append(line.ledger.append("supersedes", {
+                **stamp, "config_key": task.config.key(), "supersedes": old,
+                "reason": f"{why} at commit {line.commit[:12]} on {key[1]}{' ' + key[2] if key[2] else ''}"}))
+        for o in outcomes:
+            appended.append(line.ledger.append(o.kind, {**stamp, **o.payload}))
+        if progress:
+            progress.done(task.config.key())
+        return outcomes
+
+    latest: dict[tuple[str, str], object] = {}
     try:
         for task in tasks:
-            if progress:
-                progress.advance_to(task.config.key())
-            try:
-                outcomes = run_config(task.config, task.candidates, ctx)
-            except UserError:
-                raise
-            except Exception as exc:  # a kernel that crashes the config is an outcome, not the end of the night
-                outcomes = crashed_outcomes(task.config, task.candidates, ctx, exc)
-            old = replaced_by(task, line.rows, key)
-            if old:
-                line.ledger.append("supersedes", {**stamp, "config_key": task.config.key(), "supersedes": old,
-                                                  "reason": f"re-measured at commit {line.commit[:12]} on {key[1]}"
-                                                            f"{' ' + key[2] if key[2] else ''}"})
-            for o in outcomes:
-                line.ledger.append(o.kind, {**stamp, **o.payload})
-                counts[o.kind] = counts.get(o.kind, 0) + 1
-                if o.kind == "incorrect":
-                    rejections[o.payload["tag"]] = rejections.get(o.payload["tag"], 0) + 1
-                if o.kind == "result":
-                    controls.append((o.payload["metrics"]["control"], o.payload["rig_noisy"]))
-                    tolerance = o.payload["policy"]["control_tolerance"]
-            if progress:
-                progress.done(task.config.key())
+            for o in run_task(task, "re-measured"):
+                latest[(o.payload["config_key"], o.payload["candidate"])] = o
+        # Rig-noisy pairs are measured again later in the sweep (the rig may have quietened),
+        # up to NOISY_REMEASURES times; the fresh rows supersede the noisy ones. A line that
+        # counts noisy results (include_noisy) has them decided already.
+        for attempt in range(0 if line.reg.include_noisy else NOISY_REMEASURES):
+            by_cfg: dict[str, tuple] = {}
+            for task in tasks:
+                noisy = tuple(c for c in task.candidates
+                              if getattr(latest.get((task.config.key(), c)), "kind", None) == "result"
+                              and latest[(task.config.key(), c)].payload["rig_noisy"])
+                if noisy:
+                    by_cfg[task.config.key()] = Task(task.config, noisy)
+            if not by_cfg:
+                break
+            remeasured += len(by_cfg)
+            for task in by_cfg.values():
+                for o in run_task(task, f"rig-noisy, measured again ({attempt + 1} of {NOISY_REMEASURES})"):
+                    latest[(o.payload["config_key"], o.payload["candidate"])] = o
     finally:
         if progress:
             progress.stop()
+    for o in latest.values():
+        counts[o.kind] = counts.get(o.kind, 0) + 1
+        if o.kind == "incorrect":
+            rejections[o.payload["tag"]] = rejections.get(o.payload["tag"], 0) + 1
+        if o.kind == "result":
+            controls.append((o.payload["metrics"]["control"], o.payload["rig_noisy"]))
+            tolerance = o.payload["policy"]["control_tolerance"]
     control = None
     if controls:
         vals = [c for c, _ in controls]
         control = {"n": len(vals), "median": statistics.median(vals), "min": min(vals), "max": max(vals),
                    "noisy": sum(n for _, n in controls), "tolerance": tolerance}
     notes = []
+    if remeasured:
+        notes.append(f"{remeasured} rig-noisy config(s) measured again later in the sweep (up to "
+                     f"{NOISY_REMEASURES} times each)")
     if device == "cpu":
         notes.append("ran on the CPU: clocks not monitored, timings are host perf_counter_ns")
     return SweepSummary(line.reg.line, line.commit, counts, rejections, resumed, control, tuple(notes))
