@@ -11,9 +11,7 @@ from harness.cli import app
 def register(registration: str = typer.Argument(..., help="registrations/NAME.toml (or the line id NAME)")):
     """Validate a committed registration and write its `registered` row (its bar is fixed from now on)."""
     from harness.governance.line import register as do_register
-    from harness.reporting.console import console
 
-    row = do_register(registration)
-    console().print(f"registered line [bold]{row['line']}[/] — sha256 {row['registration_sha256'][:12]}, "
-                    f"commit {row['registration_commit'][:12]}, {row['n_configs']} configs; "
-                    f"bar: {row['registration']['go']}")
+    from harness.reporting.render import render_registered
+
+    render_registered(do_register(registration))

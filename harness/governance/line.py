@@ -76,6 +76,10 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
         raise UserError(f"{rel}: registrations cannot live in ledger/ (the git guard exempts it): "
                         f"move it to registrations/")
     registration.check_kernels(reg)
+    from harness.governance import power
+
+    tol_power = power.tolerance_power(reg)  # refuses a tolerance that cannot fail a canary
+    resolution = power.timing_resolution(tree.root, reg)
     reg_commit = gitguard.file_commit(tree.root, path)
     with line_lock(tree.root, reg.line):
         led = Ledger(tree.root, reg.line)
@@ -91,7 +95,8 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
                                 f"(no {old.relative_to(tree.root)})")
         stamp = Stamp(tree.commit, reg.sha256, reg_commit, env if env is not None else host_env())
         return led.append("registered", {**stamp.fields(), "registration": {**reg.summary(), "path": rel},
-                                         "n_configs": len(reg.configs), "amends": reg.amends})
+                                         "n_configs": len(reg.configs), "amends": reg.amends,
+                                         "tolerance_power": tol_power, "timing_resolution": resolution})
 
 
 def host_env() -> dict:

@@ -36,7 +36,7 @@ MAX_SEEDS = 1000
 TOP_KEYS = {"schema", "hypothesis", "workload", "candidate", "candidates", "baseline", "amends", "grid",
             "correctness", "timing", "numerics", "bar", "notes"}
 GRID_KEYS = {"batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal"}
-CORRECTNESS_KEYS = {"atol", "rtol", "seeds", "families", "min_pass_rate"}
+CORRECTNESS_KEYS = {"atol", "rtol", "seeds", "families", "min_pass_rate", "accept_weak"}
 BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing", "min_coverage"}
 # A verdict needs every registered pair decided unless [bar] min_coverage says less
 # (allow_missing = true, the older key, means min_coverage = 0 unless it is given).
@@ -69,6 +69,7 @@ class Registration:
     include_noisy: bool
     allow_missing: bool
     min_coverage: float = DEFAULT_MIN_COVERAGE
+    accept_weak: tuple[str, ...] = ()  # canaries (measurement.canaries) the tolerance may let through
     raw: dict = field(repr=False, default_factory=dict)
 
     def summary(self) -> dict:
@@ -80,7 +81,7 @@ class Registration:
                 "min_pass_rate": self.min_pass_rate, "timing": self.timing, "numerics": self.numerics,
                 "go": self.go, "prediction": self.prediction, "primary": self.primary,
                 "include_noisy": self.include_noisy, "allow_missing": self.allow_missing,
-                "min_coverage": self.min_coverage}
+                "min_coverage": self.min_coverage, "accept_weak": list(self.accept_weak)}
 
 
 def sha256_file(path: Path) -> str:
@@ -278,6 +279,14 @@ def load(path: Path) -> Registration:
     for fam in families:
         if fam not in FAMILIES:
             raise _err(path, f"[correctness] unknown input family {fam!r} (known: {', '.join(FAMILIES)})")
+    from harness.measurement.canaries import CANARIES
+
+    accept_weak = corr.get("accept_weak", [])
+    if not isinstance(accept_weak, list) or not all(isinstance(a, str) for a in accept_weak):
+        raise _err(path, f"[correctness] accept_weak must be a list of canary names ({', '.join(CANARIES)})")
+    for name in accept_weak:
+        if name not in CANARIES:
+            raise _err(path, f"[correctness] accept_weak names unknown canary {name!r} (known: {', '.join(CANARIES)})")
     min_pass_rate = corr.get("min_pass_rate", 1.0)
     if not isinstance(min_pass_rate, (int, float)) or isinstance(min_pass_rate, bool) or not 0 < min_pass_rate <= 1:
         raise _err(path, "[correctness] min_pass_rate must be in (0, 1]")
@@ -330,7 +339,8 @@ def load(path: Path) -> Registration:
         amends=amends, grid=grid, configs=tuple(configs), atol=atol, rtol=rtol, seeds=tuple(seeds),
         families=tuple(families), min_pass_rate=float(min_pass_rate), timing=dict(timing),
         numerics=dict(numerics), go=go, prediction=float(prediction), primary=primary,
-        include_noisy=include_noisy, allow_missing=allow_missing, min_coverage=float(min_coverage), raw=raw)
+        include_noisy=include_noisy, allow_missing=allow_missing, min_coverage=float(min_coverage),
+        accept_weak=tuple(accept_weak), raw=raw)
 
 
 def check_kernels(reg: Registration) -> None:

@@ -72,6 +72,29 @@ def render_kernels(kernels: dict, device: str) -> None:
     console().print(t)
 
 
+def render_registered(row: dict) -> None:
+    """The registered row: identity, bar, and what the line can tell apart (governance.power)."""
+    c = console()
+    c.print(f"registered line [bold]{row['line']}[/] — sha256 {row['registration_sha256'][:12]}, "
+            f"commit {row['registration_commit'][:12]}, {row['n_configs']} configs; "
+            f"bar: {row['registration']['go']}")
+    power = row.get("tolerance_power") or {}
+    checks = power.get("canaries", [])
+    if checks:
+        n_rej = sum(ch["rejected"] for ch in checks)
+        c.print(f"  tolerance power: {n_rej} of {len(checks)} canary checks rejected"
+                + (f"; waived (accept_weak): {', '.join(power['accepted_weak'])}" if power.get("accepted_weak") else ""))
+    for what, seen in sorted((power.get("downgrades") or {}).items()):
+        c.print(f"  precision {what}: {seen}")
+    res = row.get("timing_resolution") or {}
+    if res:
+        c.print(f"  smallest resolvable speedup ({res['mode']} mode): {res['resolvable_speedup']:.3f}"
+                + (f" (control spread on {', '.join(res['devices'])})" if res.get("devices")
+                   else f" (no recorded control spread: the control tolerance {res['control_tolerance']:g})"))
+        for w in res.get("warnings", []):
+            c.print(f"  [yellow]warning[/]: {w}")
+
+
 def render_verdict(v) -> None:
     c = console()
     for cl in v.bar.clauses:

@@ -1,0 +1,87 @@
+"""What a registration can tell apart, shown before any number exists (`bench register`).
+
+Correctness: the canaries of ``measurement.canaries`` against the registered tolerance; a
+canary that passes at a canary point refuses the registration (naming the canary, the point
+and a tolerance that would reject it) unless ``[correctness] accept_weak`` waives it. The
+precision downgrades the tolerance can and cannot see are reported.
+
+Timing: the smallest speedup the line can resolve on each device with recorded results in
+the line's timing mode — 1 + the 95th percentile of the control arm's |ratio − 1| over
+every ledger's results there (the baseline timed against itself), capped by the policy's
+``control_tolerance`` (results beyond it are rig-noisy and left out of verdicts); with too
+few recorded results, the control tolerance itself. A speedup threshold of the bar inside
+that band is warned about: the bar would be decided by rig noise there.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from harness.errors import UserError
+
+# Recorded results per device below which its control spread is not trusted.
+MIN_SPREAD_ROWS = 5
+SPREAD_QUANTILE = 0.95
+SPEEDUP_METRICS = ("speedup", "speedup_ci_low", "speedup_ci_high")
+
+
+def tolerance_power(reg) -> dict:
+    """Canary checks and the downgrade report; UserError when a canary passes un-waived."""
+    from harness.measurement import canaries
+
+    seed = reg.seeds[0]
+    checks = canaries.check(reg.configs, atol=reg.atol, rtol=reg.rtol, seed=seed, families=reg.families)
+    passing = [c for c in checks if not c.rejected]
+    for c in passing:
+        if c.canary not in reg.accept_weak:
+            raise UserError(
+                f"{reg.path}: the registered tolerance cannot fail canary '{c.canary}' ({canaries.CANARIES[c.canary]}) "
+                f"at {c.point}: {c.dtype} atol {c.atol:g} rtol {c.rtol:g} lets it through (worst "
+                f"{c.worst_ratio:.2f} of the bound); {c.fix()} would reject it — tighten [correctness] there, or "
+                f"waive it with [correctness] accept_weak = [\"{c.canary}\"] and say why in a comment")
+    return {"canaries": [c.as_dict() for c in checks], "accepted_weak": sorted({c.canary for c in passing}),
+            "downgrades": canaries.downgrades(reg.configs, atol=reg.atol, rtol=reg.rtol, seed=seed,
+                                              families=reg.families),
+            "subset": f"batch 1, one KV head, seed {seed}, up to {canaries.CANARY_ROWS} query rows per view"}
+
+
+def _recorded_controls(root: Path, mode: str) -> dict[str, list[float]]:
+    """|control − 1| of every result row in ``root``/ledger, per GPU, in timing ``mode``."""
+    out: dict[str, list[float]] = {}
+    for path in sorted((Path(root) / "ledger").glob("*.jsonl")):
+        for text in path.read_text().splitlines():
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            if row.get("kind") != "result" or (row.get("policy") or {}).get("mode") != mode:
+                continue
+            control = (row.get("metrics") or {}).get("control")
+            gpu = (row.get("env") or {}).get("gpu") or (row.get("env") or {}).get("device")
+            if isinstance(control, (int, float)) and gpu:
+                out.setdefault(gpu, []).append(abs(control - 1.0))
+    return out
+
+
+def timing_resolution(root: Path, reg) -> dict:
+    """The smallest resolvable speedup per device, and warnings for bar thresholds inside it."""
+    from harness.governance import bar as barlang
+    from harness.measurement.timing import TimingPolicy
+
+    policy = TimingPolicy.from_mapping(reg.timing)
+    tol = policy.control_tolerance
+    devices = {}
+    for gpu, devs in _recorded_controls(root, policy.mode).items():
+        if len(devs) >= MIN_SPREAD_ROWS:
+            spread = statistics.quantiles(devs, n=100, method="inclusive")[round(SPREAD_QUANTILE * 100) - 1]
+            devices[gpu] = {"n": len(devs), "spread": min(spread, tol), "observed_spread": spread}
+    worst = max((d["spread"] for d in devices.values()), default=tol)
+    warnings = []
+    for clause in barlang.parse(reg.go).clauses():
+        if clause.aggregate.metric in SPEEDUP_METRICS and 1 / (1 + worst) < clause.threshold < 1 + worst:
+            warnings.append(f"bar clause `{clause.text}`: its threshold {clause.threshold:g} lies inside the smallest "
+                            f"speedup this line can resolve (1 ± {worst:.3g}, mode {policy.mode}): rig noise decides it")
+    return {"mode": policy.mode, "control_tolerance": tol, "devices": devices,
+            "resolvable_speedup": 1 + worst, "warnings": warnings}
