@@ -306,3 +306,37 @@ def test_a_registration_inside_the_ledger_directory_is_refused(repo):
     r = run_bench(repo, "register", "ledger/sneaky.toml")
     assert r.returncode == 2 and "cannot live in ledger/" in r.stderr
     assert not (repo / "ledger" / "sneaky.jsonl").exists()
+
+
+def test_rig_noisy_pairs_are_measured_again_and_a_verdict_needs_every_pair_decided(repo):
+    # A control tolerance no rig meets: every result is rig-noisy, so the sweep measures each
+    # config again (NOISY_REMEASURES times, superseding the noisy rows), and the verdict
+    # refuses, naming the undecided pairs.
+    from harness.sweep.loop import NOISY_REMEASURES
+
+    p = repo / "registrations" / "tiny.toml"
+    noisy = p.read_text().replace("timeout_s = 5", "timeout_s = 5\ncontrol_tolerance = 1e-12").replace(
+        "include_noisy = true", "include_noisy = false")
+    (repo / "registrations" / "noisy.toml").write_text(noisy)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "a line with an impossible control tolerance")
+    assert run_bench(repo, "register", "noisy").returncode == 0
+    s = run_bench(repo, "sweep", "noisy")
+    assert s.returncode == 0, s.stderr
+    assert "measured again later in the sweep" in s.stdout
+    rs = rows(repo, "noisy")
+    assert sum(r["kind"] == "result" for r in rs) == 2 * (1 + NOISY_REMEASURES)
+    assert sum(r["kind"] == "supersedes" and "rig-noisy" in r["reason"] for r in rs) == 2 * NOISY_REMEASURES
+    refused = run_bench(repo, "verdict", "noisy")
+    assert refused.returncode == 2 and "decide on 0 of 2 registered pairs" in refused.stderr
+    assert "sdpa @ attention/b1/h2/kv2/n32/d16/float32/full (rig-noisy)" in refused.stderr
+    assert rows(repo, "noisy")[-1]["kind"] == "result"  # nothing written
+
+
+def test_the_verdict_row_records_its_coverage(repo):
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    assert run_bench(repo, "sweep", "tiny").returncode == 0
+    assert run_bench(repo, "verdict", "tiny").returncode in (0, 1)
+    v = rows(repo)[-1]
+    assert v["kind"] == "verdict"
+    assert v["coverage"] == {"pairs": 2, "decided": 2, "fraction": 1.0, "undecided": [], "min_coverage": 1.0}

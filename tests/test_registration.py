@@ -35,6 +35,9 @@ def test_tiny_expands_grid_and_defaults(tmp_path):
     assert all(c.kv_heads == c.heads for c in reg.configs)
     assert reg.primary == "geomean(speedup)" and reg.prediction == 1.5
     assert reg.atol["float32"] == 1e-5
+    assert reg.min_coverage == 1.0 and reg.accept_weak == ()  # every pair decided, no canary waived
+    allow = registration.load(_write(tmp_path, TINY.replace("include_noisy = true", "allow_missing = true"), "a.toml"))
+    assert allow.min_coverage == 0.0  # the older key: decide on what was measured
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -96,6 +99,9 @@ def test_bad_line_id_and_toml(tmp_path):
       '''go = "geomean(speedup where candidate == 'sdpaa') >= 0.01"'''), "candidate == 'sdpaa'"),
     (('go = "geomean(speedup) >= 0.01 and pass_rate == 1.0"',
       '''go = "pass_rate(where dtype == 'float16') == 1.0"'''), "dtype == 'float16'"),
+    (("include_noisy = true", "include_noisy = true\nmin_coverage = 1.5"), "min_coverage must be a number in"),
+    (("include_noisy = true", "include_noisy = true\nmin_coverage = true"), "min_coverage must be a number in"),
+    (("seeds = [0]", "seeds = [0]\naccept_weak = \"tf32\""), "accept_weak must be a list"),
 ])
 def test_more_bad_registrations(tmp_path, edit, message):
     old, new = edit
