@@ -207,3 +207,25 @@ def test_gpu_empty_window_reads_microseconds_and_a_hollow_arm_is_told_from_a_rea
     honest = measure({"candidate:x": lambda s: torch.matmul(a, a, out=c), ARM_BASELINE: arms[ARM_BASELINE],
                       ARM_CONTROL: arms[ARM_CONTROL]}, n_slots=1, policy=pol, device="cuda")
     assert _empty_failure(honest, "candidate:x", ew) is None
+
+
+# ----------------------------------------------------------------------------- absolute rates
+
+
+def test_a_rate_bar_times_compute_bound_configs_at_the_sustained_clock():
+    from dataclasses import replace
+
+    from harness.sweep.loop import judges_rates
+    from harness.sweep.run import RATE_LEAD_CALLS, compute_bound, timing_for
+
+    flash = Config("attention", 1, 16, 16, 4096, 128, "float16", False)
+    decode = Config("decode", 16, 32, 8, 8192, 128, "float16", False)
+    assert compute_bound(flash, None) and not compute_bound(decode, None)
+    assert judges_rates('min(tflops where seq_len >= 4096) >= 500 and pass_rate == 1.0')
+    assert not judges_rates("geomean(speedup) >= 1.1")
+    gpu = replace(ctx(), device="cuda", timing={"mode": "cold"}, rate_bar=True)
+    assert timing_for(flash, gpu)["lead_calls"] == RATE_LEAD_CALLS
+    assert "lead_calls" not in timing_for(decode, gpu)  # memory-bound: the clock barely matters
+    assert timing_for(flash, replace(gpu, timing={"mode": "cold", "lead_calls": 0}))["lead_calls"] == 0  # chosen
+    assert "lead_calls" not in timing_for(flash, replace(gpu, timing={"mode": "graph"}))
+    assert "lead_calls" not in timing_for(flash, replace(gpu, rate_bar=False))  # speedups: arms share one clock

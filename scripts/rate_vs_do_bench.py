@@ -1,0 +1,91 @@
+"""Issue 16, item 5: absolute rates a user can reproduce with triton.testing.do_bench.
+
+For triton_flash (fp16, B 1 and B 8 (flash-h200's config), H 16, N 4096, D 128, non-causal)
+and triton_decode (fp16, B 16, H 32, Hkv 8, 8k keys), back to back on the same GPU:
+  1. the harness's number: ``run_config`` under the default policy for a line whose bar
+     judges absolute rates (compute-bound configs get RATE_LEAD_CALLS lead calls), with the
+     SM clock and power the row records;
+  2. ``triton.testing.do_bench`` (median) of the same kernel on the same inputs, with the
+     SM clock and power NVML saw meanwhile;
+and prints harness / do_bench − 1 (goal: within ±3%). Writes $OUT/rate_vs_do_bench.json.
+
+    python3 scripts/rate_vs_do_bench.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # as `bench sweep` does
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+# do_bench's budgets (ms): its 600 ms loop of back-to-back calls is what users run.
+DO_BENCH_WARMUP_MS = 100
+DO_BENCH_REP_MS = 600
+GOAL = 0.03
+
+
+def cases():
+    from harness.workloads import Config
+
+    return [
+        ("triton_flash", Config("attention", 1, 16, 16, 4096, 128, "float16", False), {"mode": "cold"}),
+        ("triton_flash", Config("attention", 8, 16, 16, 4096, 128, "float16", False), {"mode": "cold"}),  # flash-h200
+        ("triton_decode", Config("decode", 16, 32, 8, 8192, 128, "float16", False), {"mode": "hot"}),  # decode-h200
+    ]
+
+
+def main() -> None:
+    import torch
+    import triton.testing
+
+    from bench_measurement import _with_clocks
+    from harness.sweep.run import SweepContext, run_config
+    from harness.workloads.inputs import make_inputs
+    from kernels import get_kernel
+
+    out_dir = Path(os.environ.get("OUT", ROOT / "bench-out"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = []
+    for name, cfg, timing in cases():
+        ctx = SweepContext(line="rate-vs-do-bench", device="cuda", baseline="cublas_stack",
+                           atol={cfg.dtype: 2e-2}, rtol={cfg.dtype: 2e-2}, seeds=(0,), families=("normal",),
+                           min_pass_rate=1.0, timing=timing, numerics={}, ceilings=None, rate_bar=True)
+        rows = run_config(cfg, (name,), ctx)
+        row = next((r for r in rows if r.payload.get("candidate") == name), rows[0])
+        if row.kind != "result":
+            report.append({"config": cfg.key(), "kernel": name, "kind": row.kind, "reason": row.payload.get("reason")})
+            print(f"{name} {cfg.key()}: {row.kind}: {row.payload.get('reason')}", flush=True)
+            continue
+        met = row.payload["metrics"]
+        spec = get_kernel(name)
+        q, k, v = make_inputs(cfg, 0, "normal", "cuda")
+        o = torch.empty_like(q)
+
+        def call():
+            spec.fn(q, k, v, o, causal=cfg.causal, scale=cfg.scale)
+
+        theirs, seen = _with_clocks("cuda", lambda: triton.testing.do_bench(
+            call, warmup=DO_BENCH_WARMUP_MS, rep=DO_BENCH_REP_MS, return_mode="median"))
+        diff = met["ms"] / theirs - 1
+        entry = {"config": cfg.key(), "kernel": name, "lead_calls": row.payload["policy"]["lead_calls"],
+                 "harness_ms": met["ms"], "do_bench_ms": theirs, "diff": diff, "within_goal": abs(diff) <= GOAL,
+                 "harness_tflops": met["tflops"], "harness_gbps": met["gbps"], "harness_sm_mhz": met["sm_mhz"],
+                 "harness_power_w": met["power_w"], "host_us": met["host_us"], **seen}
+        report.append(entry)
+        print(f"{name} {cfg.key()}: harness {met['ms']:.4f} ms (lead_calls {entry['lead_calls']}, "
+              f"{met['sm_mhz'] or 0:.0f} MHz, {met['power_w'] or 0:.0f} W) vs do_bench {theirs:.4f} ms "
+              f"({seen.get('do_bench_mean_mhz') or 0:.0f} MHz, max {seen.get('do_bench_power_w') or 0:.0f} W): "
+              f"{diff:+.2%} {'ok' if abs(diff) <= GOAL else 'OUTSIDE ±3%'}", flush=True)
+        del q, k, v, o
+        torch.cuda.empty_cache()
+    (out_dir / "rate_vs_do_bench.json").write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
