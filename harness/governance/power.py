@@ -32,7 +32,10 @@ def tolerance_power(reg) -> dict:
     from harness.measurement import canaries
 
     seed = reg.seeds[0]
-    checks = canaries.check(reg.configs, atol=reg.atol, rtol=reg.rtol, seed=seed, families=reg.families)
+    # One pass: canaries and downgrades share each point's inputs and reference.
+    names = tuple(dict.fromkeys((*canaries.CANARIES, *canaries.downgrade_names(reg.grid["dtype"]))))
+    every = canaries.check(reg.configs, atol=reg.atol, rtol=reg.rtol, seed=seed, families=reg.families, names=names)
+    checks = [c for c in every if c.canary in canaries.CANARIES]
     passing = [c for c in checks if not c.rejected]
     for c in passing:
         if c.canary not in reg.accept_weak:
@@ -42,8 +45,7 @@ def tolerance_power(reg) -> dict:
                 f"{c.worst_ratio:.2f} of the bound); {c.fix()} would reject it — tighten [correctness] there, or "
                 f"waive it with [correctness] accept_weak = [\"{c.canary}\"] and say why in a comment")
     return {"canaries": [c.as_dict() for c in checks], "accepted_weak": sorted({c.canary for c in passing}),
-            "downgrades": canaries.downgrades(reg.configs, atol=reg.atol, rtol=reg.rtol, seed=seed,
-                                              families=reg.families),
+            "downgrades": canaries.downgrades(every),
             "subset": f"batch 1, one KV head, seed {seed}, up to {canaries.CANARY_ROWS} query rows per view"}
 
 

@@ -97,11 +97,12 @@ def _bent(name: str, q, k, v, *, causal: bool, scale: float):
 
 
 def applies(name: str, cfg: Config) -> bool:
+    """Whether canary (or precision) ``name`` means anything at ``cfg``."""
     if name == "causal_shift":
         return cfg.causal
     if name == "tf32":
         return cfg.dtype == "float32"
-    return name in CANARIES or name in ("float16", "bfloat16")
+    return name in CANARIES or name in DOWNGRADES[cfg.dtype]
 
 
 def canary_points(configs) -> list[Config]:
@@ -180,18 +181,21 @@ def check(configs, *, atol: dict, rtol: dict, seed: int, families, names=None) -
     return out
 
 
-def downgrades(configs, *, atol: dict, rtol: dict, seed: int, families) -> dict:
-    """Per line dtype and lower precision: 'seen' when the tolerance rejects QKᵀ and PV with
-    operands in it at every canary point, 'unseen at <points>' otherwise."""
+def downgrade_names(dtypes) -> tuple[str, ...]:
+    """The lower precisions reported for a line of ``dtypes`` (check()'s extra names)."""
+    return tuple(dict.fromkeys(f for dt in dtypes for f in DOWNGRADES.get(dt, ())))
+
+
+def downgrades(checks: list[Check]) -> dict:
+    """Per line dtype and lower precision (checks of DOWNGRADES names): 'seen' when the
+    tolerance rejects QKᵀ and PV with operands in it at every canary point of the dtype,
+    'unseen at <points>' otherwise."""
     report = {}
-    dtypes = sorted({c.dtype for c in configs})
-    for dt in dtypes:
-        lower = DOWNGRADES.get(dt, ())
-        if not lower:
-            continue
-        cfgs = [c for c in configs if c.dtype == dt]
-        checks = check(cfgs, atol=atol, rtol=rtol, seed=seed, families=families, names=lower)
-        for fmt in lower:
-            missed = [c.point for c in checks if c.canary == fmt and not c.rejected]
+    for dt in sorted({c.dtype for c in checks}):
+        for fmt in DOWNGRADES.get(dt, ()):
+            mine = [c for c in checks if c.dtype == dt and c.canary == fmt]
+            if not mine:
+                continue
+            missed = [c.point for c in mine if not c.rejected]
             report[f"{fmt} inside {dt}"] = "seen" if not missed else "unseen at " + ", ".join(missed)
     return report

@@ -14,7 +14,9 @@ checks more than closeness on one random input:
 * an output bit-identical to an earlier input's, or exactly constant along an axis where
   the reference is not, is degenerate however loose the tolerance;
 * on CUDA only the current stream is synchronized before ``out`` is read, so work left on a
-  side stream shows up as unwritten;
+  side stream shows up as unwritten; and ``side_stream_check`` holds the caller's stream
+  while the kernel is called, so work on a stream that does not wait for it shows up
+  however fast it is;
 * an exception from the kernel is a failing check carrying its text, never swallowed.
 
 Every failure is one readable line plus a short tag (``FAILURE_TAGS``) for sweep summaries.
@@ -43,7 +45,8 @@ FAILURE_TAGS = {
     "input_mutated": "the kernel wrote into q, k or v",
     "degenerate": "output unchanged when the inputs changed, or constant along a whole axis",
     "exception": "the kernel raised",
-    "side_stream": "output written only after the current stream finished: work on another stream",
+    "side_stream": "output written while the caller's stream was held, or after it had finished the call: "
+                   "work on another stream",
 }
 # Failures a pass-rate threshold never excuses: min_pass_rate < 1 tolerates numerical seed
 # luck (seed 003: 21 of 40 seeds), not a kernel that skips, caches or corrupts.

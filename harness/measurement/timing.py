@@ -28,6 +28,9 @@ Protocol, step by step (each step is marked ``# step N`` in ``measure``):
    slots, back to back, so the GPU runs as busy and as power-limited as in a loop of calls
    (the timed call stays isolated); the outputs checked after timing may then be a lead
    call's, computed by the same kernel on the same inputs.
+   After each measured call, outside its window, the timer's host time for the enqueue is
+   kept (``host_us``), and the caller's ``spot`` hook may copy the call's output: one
+   measured call per arm, chosen at random (reservoir sampling, ``spot_seed``).
 7. Stop adaptively: after ``min_samples`` kept rounds and ``min_time_ms`` of measured time,
    when every arm's ``rel_noise`` ≤ ``noise_target`` ("noise_target"); else at
    ``max_samples`` rounds ("max_samples"); else at ``timeout_s`` ("timeout").
