@@ -190,6 +190,8 @@ def test_gpu_empty_window_reads_microseconds_and_a_hollow_arm_is_told_from_a_rea
                        noise_target=0.02, timeout_s=30)
     ew = empty_window(pol, "cuda")
     assert 0 < ew.stats.median < 0.02, ew.as_dict()  # an empty window: µs, not a kernel's time
+    if mode == "graph":
+        return  # work on a stream outside the capture is not captured at all: nothing to time
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
     c = torch.empty_like(a)
     side = torch.cuda.Stream()
