@@ -19,9 +19,12 @@ def outcome_reason(row: dict) -> str:
     if kind == "result":
         m = row["metrics"]
         flags = [f for f in ("impossible", "rig_noisy") if row.get(f)]
+        at = (f" at {m['sm_mhz']:.0f} MHz, {m['power_w']:.0f} W" if m.get("sm_mhz") and m.get("power_w")
+              else "")
         return (f"speedup {_fmt(m.get('speedup'), '.3f')}× [{_fmt(m.get('speedup_ci_low'), '.3f')}, "
-                f"{_fmt(m.get('speedup_ci_high'), '.3f')}], {_fmt(m.get('ms'), '.4g')} ms, control "
-                f"{_fmt(m.get('control'), '.4f')}" + (f" ({', '.join(flags)})" if flags else ""))
+                f"{_fmt(m.get('speedup_ci_high'), '.3f')}], {_fmt(m.get('ms'), '.4g')} ms{at}, host "
+                f"{_fmt(m.get('host_us'), '.3g')} µs/call, control {_fmt(m.get('control'), '.4f')}"
+                + (f" ({', '.join(flags)})" if flags else ""))
     if kind == "incorrect":
         return f"[{row.get('tag')}] {row.get('reason')}"
     if kind in ("skipped", "unsupported", "crashed", "throttled"):
@@ -29,7 +32,10 @@ def outcome_reason(row: dict) -> str:
     if kind == "registered":
         return f"bar: {row['registration']['go']} · prediction {row['registration']['prediction']}"
     if kind == "verdict":
-        return f"{row['outcome']}: {row['primary']} = {_fmt(row.get('primary_value'), '.4g')} (predicted {row['prediction']})"
+        cov = row.get("coverage")
+        on = f"; decided on {cov['decided']} of {cov['pairs']} pairs" if cov else ""
+        return (f"{row['outcome']}: {row['primary']} = {_fmt(row.get('primary_value'), '.4g')} "
+                f"(predicted {row['prediction']}){on}")
     if kind == "supersedes":
         return f"supersedes rows {row.get('supersedes')}: {row.get('reason')}"
     if kind == "ceilings":
@@ -102,6 +108,10 @@ def render_verdict(v) -> None:
         c.print(f"  {mark}  {cl.text}   → {_fmt(cl.value, '.4g')} over {cl.n} rows")
     if v.excluded:
         c.print(f"  excluded from the bar: {', '.join(f'{k}: {n}' for k, n in sorted(v.excluded.items()))}")
+    cov = v.row.get("coverage")
+    if cov:
+        c.print(f"  coverage: decided on {cov['decided']} of {cov['pairs']} registered pairs "
+                f"(min_coverage {cov['min_coverage']:g})")
     c.print(f"  {v.primary} = {_fmt(v.primary_value, '.4g')}, predicted {v.prediction:g}"
             + ("" if v.primary_value is None else f" (outcome − prediction = {v.primary_value - v.prediction:+.4g})"))
     color = "green" if v.outcome == "GO" else "red"
