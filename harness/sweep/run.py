@@ -167,14 +167,8 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         if gb is None or not gb.passed:
             # A hollow baseline makes every speedup meaningless: record it and time nothing.
             tag, reason = _failure(base_spec.name, gates, changed)
-            out.append(Outcome("incorrect", {**_base(cfg, base_spec.name, ctx), "role": "baseline",
-                                             "tag": tag, "reason": reason,
-                                             "gate": gates[base_spec.name].to_row()}))
-            for spec in runnable:
-                out.append(Outcome("skipped", {**_base(cfg, spec.name, ctx),
-                                               "reason": f"baseline {base_spec.name} failed the correctness gate "
-                                                         f"[{tag}]: {reason}"}))
-            return out
+            return out + _baseline_failed(cfg, base_spec, runnable, ctx, tag, reason, gates[base_spec.name],
+                                          "the correctness gate")
         timed = []
         for spec in runnable:
             g = gates[spec.name]
@@ -203,14 +197,8 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         base_bad = spot_bad.get(ARM_BASELINE) or spot_bad.get(ARM_CONTROL)
         if base_bad is not None:
             # The baseline wrong on some timed call: every speedup against it is meaningless.
-            out.append(Outcome("incorrect", {**_base(cfg, base_spec.name, ctx), "role": "baseline",
-                                             "tag": "random_call_" + base_bad.tag, "reason": base_bad.reason,
-                                             "gate": gates[base_spec.name].to_row()}))
-            for spec in timed:
-                out.append(Outcome("skipped", {**_base(cfg, spec.name, ctx),
-                                               "reason": f"baseline {base_spec.name} failed a timed-call check "
-                                                         f"[random_call_{base_bad.tag}]: {base_bad.reason}"}))
-            return out
+            return out + _baseline_failed(cfg, base_spec, timed, ctx, "random_call_" + base_bad.tag, base_bad.reason,
+                                          gates[base_spec.name], "a timed-call check")
         last_bad = {spec.name: _timed_output_failure(cfg, slots, outs[arm_name(spec.name)], ctx) for spec in timed}
         empty = _empty_window(policy, ctx.device)
         for spec in timed:
@@ -241,6 +229,16 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
             details = {"candidate": spec.details(*slots[0], cfg), "baseline": base_spec.details(*slots[0], cfg)}
             out.append(_result(cfg, spec, base_spec, ctx, policy, m, gates, pred, (measured_peak, held), numerics,
                                details, empty))
+    return out
+
+
+def _baseline_failed(cfg, base_spec, specs, ctx, tag, reason, gate, what) -> list[Outcome]:
+    """A hollow baseline: its `incorrect` row, and a `skipped` row for every candidate."""
+    out = [Outcome("incorrect", {**_base(cfg, base_spec.name, ctx), "role": "baseline", "tag": tag,
+                                 "reason": reason, "gate": gate.to_row()})]
+    for spec in specs:
+        out.append(Outcome("skipped", {**_base(cfg, spec.name, ctx),
+                                       "reason": f"baseline {base_spec.name} failed {what} [{tag}]: {reason}"}))
     return out
 
 
