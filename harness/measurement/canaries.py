@@ -20,6 +20,7 @@ refused all the same (fail closed).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from harness.workloads import Config
@@ -135,13 +136,14 @@ class Check:
     reject_rtol: float      # an rtol below this (at the registered atol) rejects it
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        """JSON-safe (a bound no finite tolerance reaches is None)."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in self.__dict__.items()}
 
     def fix(self) -> str:
         parts = []
         if self.reject_atol > 0:
             parts.append(f"atol < {self.reject_atol:.3g} (at rtol {self.rtol:g})")
-        if self.reject_rtol > 0:
+        if self.reject_rtol > 0 and math.isfinite(self.reject_rtol):
             parts.append(f"rtol < {self.reject_rtol:.3g} (at atol {self.atol:g})")
         return " or ".join(parts) if parts else "no tolerance of this dtype (the canary is exact in it)"
 
