@@ -16,7 +16,8 @@ from harness.errors import UserError
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="bench: register a GO/NO-GO bar, sweep it, get a verdict — numbers you can publish.")
 
-from harness.cli import ceilings, compare, kernels, ledger, register, report, route, status, sweep, verdict  # noqa: E402,F401  (registers commands)
+from harness.cli import (ceilings, compare, kernels, ledger, register, report, route, status,  # noqa: E402,F401
+                        sweep, verdict, warm)  # (importing a command module registers it)
 
 
 def main(argv: list[str] | None = None) -> int:

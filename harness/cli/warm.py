@@ -1,0 +1,27 @@
+"""`bench warm LINE [--workers N]`"""
+
+from __future__ import annotations
+
+import typer
+
+from harness.cli import app
+
+
+@app.command()
+def warm(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
+         workers: int = typer.Option(None, help="worker processes (default: one per core but one)")):
+    """Compile the line's Triton kernels for its configs in parallel, so its sweep loads cached binaries.
+
+    Nothing is timed or recorded; on a machine where nothing compiles ahead it says so.
+    """
+    from harness.governance import gitguard, registration
+    from harness.measurement.device import detect_device
+    from harness.reporting.render import render_warmed, render_warm_summary
+    from harness.sweep.warm import default_workers, plan, warm as do_warm
+
+    reg = registration.load(registration.resolve(gitguard.repo_root(), line))
+    summary = do_warm(plan(reg, detect_device()), default_workers() if workers is None else workers,
+                      on_done=render_warmed)
+    render_warm_summary(summary)
+    if summary.failed:
+        raise typer.Exit(1)
