@@ -25,7 +25,7 @@ for f in "ledger/$line.jsonl" ledger/_device_ceilings.jsonl; do
 done
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this clone's code, installed or not
-python3 scripts/warm_kernels.py "$line" > "$OUT/warm-$line.log" 2>&1; tail -1 "$OUT/warm-$line.log"
+python3 -m harness warm "$line" > "$OUT/warm-$line.log" 2>&1; tail -1 "$OUT/warm-$line.log"
 python3 -m harness sweep "$line" 2>&1 | tee "$OUT/sweep-$line.log"
 rc=$?
 if [ "$rc" = 0 ] && [ "${2:-}" = --verdict ]; then
