@@ -20,9 +20,8 @@ from kernels.triton_decode import (COMBINE_ONE_PASS_SPLITS, COMBINE_SPLIT_BLOCK,
 LOG2E = 1.4426950408889634
 # The query tile is padded to this many rows: the smallest M of a tensor-core tl.dot.
 MIN_DOT_ROWS = 16
-# Defaults checked on an H200 with scripts/bench_decode.py --sweep (BLOCK_N 32/64/128,
-# 2/4/8 warps, 2-5 stages, 3-24 programs per SM, at B=16 L=8k, B=16 L=32k, B=64 L=32k):
-# no variant beat 4 warps and 3 stages by more than 2%. The interpreter has no pipeline.
+# Launch defaults: no tile, warp, stage or programs-per-SM variant measured faster by more
+# than 2% (docs/benchmarks.md). The interpreter has no pipeline.
 NUM_WARPS = 4
 NUM_STAGES = 3
 COMBINE_WARPS = 4
@@ -193,14 +192,10 @@ def _combine_kernel(M, L, ACC, Out, Rec, num_splits, rec_first, D: tl.constexpr,
 
 
 # The partials' scratch of the last shape, per device: (key, (m, l, acc, arrivals)). Decode
-# runs once per token, so a serving loop reuses one buffer instead of four allocations per call.
-# It also removed a fault of the decode-small-h200 sweep at 9596fef (B 1, 8k keys, under
-# expandable_segments, four timed arms): after the timing, the first arm's output of the
-# last slot held what reads as float32 data, bit-identical whichever kernel that arm was,
-# and triton_decode (whose partials are float32) was an arm in every failing run; no
-# kernel wrote out of bounds under compute-sanitizer. With the scratch kept, the same
-# sweep passed (a78f794). The root cause is not pinned down (docs/benchmarks.md).
-# Calls on one device must share a stream (the harness and serving loops do).
+# runs once per token, so a serving loop reuses one buffer instead of four allocations per
+# call (keeping it also made a fault of a timed sweep go away whose cause is not pinned
+# down: docs/benchmarks.md). Calls on one device must share a stream (the harness and
+# serving loops do).
 _SCRATCH: dict = {}
 
 
@@ -212,9 +207,9 @@ def _scratch(device, pairs: int, rows: int, splits: int, d: int):
     key = (pairs, rows, splits, d)
     # A call captured into a CUDA graph gets its own buffers from the graph's pool, never
     # the cached ones: a later call of another shape evicts (frees) those while the graph
-    # still writes them on every replay. (explore_decode_splits at b4e3746 captured arms of
-    # several split counts in turn; its replays hit an illegal address.) And what a capture
-    # allocates must not outlive its graph in this cache.
+    # still writes them on every replay (an illegal address once arms of several split
+    # counts were captured in turn). And what a capture allocates must not outlive its
+    # graph in this cache.
     keep = not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
     hit = _SCRATCH.get(device)
     if keep and hit is not None and hit[0] == key:

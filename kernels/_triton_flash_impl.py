@@ -15,9 +15,9 @@ Three load paths share one kernel body (``DESC`` constexpr):
   (rows, D) views, as in the tutorial.
 * ``DESC_DEVICE`` (2): the same descriptors built in-kernel (``tl.make_tensor_descriptor``,
   needs ``triton.set_allocator``); the tutorial's choice for Hopper + warp specialization.
-  Kept for explicit configs and comparison only: on the H200 it was slower than host
-  descriptors, and with ``WARP_SPECIALIZE`` two configs gave wrong results under Triton 3.6
-  (scripts/bench_triton_flash.py), so no shipped config uses either.
+  Kept for explicit configs and comparison only: it measured slower than host
+  descriptors, and with ``WARP_SPECIALIZE`` two configs gave wrong results under one Triton
+  version (docs/benchmarks.md), so no shipped config uses either.
 
 The descriptor paths are used only on sm_90 for float16/bfloat16 (HOPPER_CONFIGS). Their views are flattened
 over batch·heads, so a tile that crosses the end of a head would read the next head's rows:
@@ -225,8 +225,8 @@ def _attn_fwd(Q, K, V, O, desc_q, desc_k, desc_v, desc_o, qk_scale,
                                             HEAD_DIM, BLOCK_N, 2, False, False, EMU_BF16)
 
     # Epilogue: the online softmax's normalization, as one reciprocal per row and a multiply
-    # per element (BLOCK_M divisions instead of BLOCK_M·HEAD_DIM: +1.2% at fp16 D128 N4096
-    # on the H200, scripts/explore_flash_variants.py; the extra fp32 rounding is ~1e-7).
+    # per element (BLOCK_M divisions instead of BLOCK_M·HEAD_DIM; the extra fp32 rounding
+    # is ~1e-7).
     out = acc * (1.0 / l_i)[:, None]
     if EMU_BF16:
         out = _bf16_rtne(out)
@@ -278,8 +278,7 @@ def config_str(cfg) -> str:
 
 
 # Hopper (sm_90) fp16/bf16, per (head_dim, causal): host TMA descriptors. Chosen by three
-# sweeps on an H200 (scripts/bench_triton_flash.py --explore; the script's docstring has the
-# findings) from the tutorial's space (BLOCK_M 64..256, BLOCK_N 32..128, 4/8 warps, 2..4
+# tile sweeps (docs/benchmarks.md, "Design notes moved from code") from the tutorial's space (BLOCK_M 64..256, BLOCK_N 32..128, 4/8 warps, 2..4
 # stages, host vs in-kernel descriptors, warp specialization, lazy rescaling), then kept to
 # the configs the autotuner picked in the final benchmark plus the runner-up: a short list
 # keeps first-call tuning (compiling every candidate) cheap. BM128/BN64/4 warps/2 stages at

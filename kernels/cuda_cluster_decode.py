@@ -2,13 +2,12 @@
 
 Why a second decode kernel: at small batch (B·Hkv ≪ SMs) triton_decode must cut each kv
 head's keys into splits to fill the GPU, and then pays for a second launch that merges the
-splits' float32 partials through global memory. On the H200 that merge costs ~2.3 µs of a
-~38 µs call at B 1, 32k keys (kernels/triton_decode.py). Here each (batch, kv head) is one
+splits' float32 partials through global memory. Here each (batch, kv head) is one
 thread-block *cluster* of C CTAs, one CTA per SM, and the C partials are merged through
 distributed shared memory at the end of the same kernel: one launch, no scratch, no
-partials in global memory. Measured on the H200 it is slower than triton_decode at every
-batch (docs/benchmarks.md): a cluster must fit one GPC, so all 8 kv heads of a B 1 call get
-their clusters at once only at 9 CTAs each (72 of 132 SMs), and one CTA streams ~31 GB/s.
+partials in global memory. It measured slower than triton_decode at every batch
+(docs/benchmarks.md): a cluster must fit one GPC, so few clusters of a useful size are
+resident at once, and one CTA alone cannot stream a kv head at full bandwidth.
 
 * ``plan``: C is the largest size ≤ MAX_CLUSTER with B·Hkv·C ≤ SMs whose B·Hkv clusters
   the driver says can be resident at once (cuOccupancyMaxActiveClusters), so the grid is
@@ -48,7 +47,7 @@ NUM_CONSUMER_WARPS = (THREADS // 32) - 1
 # load latency, 32-64 KB in flight would do; the rest absorbs uneven arrival.
 PIPELINE_BYTES = 192 * 1024
 # Largest cluster: 16 CTAs is Hopper's non-portable maximum (8 is portable); 8 kv heads × 16
-# would cover 128 of 132 SMs, if 8 such clusters fit at once (on the H200 timed, 7 do).
+# would cover 128 of 132 SMs, if 8 such clusters fit at once (``resident_clusters`` says).
 MAX_CLUSTER = 16
 PORTABLE_CLUSTER = 8
 CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # cuda.h CUfunction_attribute
@@ -60,10 +59,8 @@ def plan(pairs: int, seq_len: int, sms: int, co_resident) -> tuple[int, int]:
 
     C: the largest size ≤ MAX_CLUSTER with pairs·C ≤ sms for which ``co_resident(C)`` says
     all ``pairs`` clusters fit on the GPU at once; else 1 (a CTA per kv head). A cluster's
-    CTAs must share one GPC, so the GPU's GPC sizes, not its SM count, decide: on the H200
-    timed here 7 clusters of 10-16 one-SM CTAs fit at once, 9 of 9, 15 of 8 (an 8th
-    cluster of 16 ran as a second wave at half the bandwidth: ncu, Max Active Clusters).
-    Any size works (the merge splits the G·D outputs over the C ranks).
+    CTAs must share one GPC, so the GPU's GPC sizes, not its SM count, decide (a cluster
+    beyond those resident runs as a second wave). Any size works (the merge splits the G·D outputs over the C ranks).
     Keys per CTA: whole tiles, so every CTA but the last of a cluster streams full tiles.
     """
     if seq_len < 1:
@@ -145,17 +142,22 @@ def max_active_clusters(fn, cluster: int, smem: int, device_index: int) -> int:
     return n.value
 
 
-def _co_resident(index: int, pairs: int, d: int, g: int, tag: int, stages: int, smem: int):
-    """co_resident(C) for plan(): can ``pairs`` clusters of C CTAs be resident at once? Each
-    size asked is compiled once and its driver answer cached."""
+def resident_clusters(device_index: int, cluster: int, head_dim: int, group: int, dtype: str = "float16") -> int:
+    """How many clusters of ``cluster`` CTAs this kernel (at ``head_dim``, ``group``) can have
+    resident at once on a GPU: the driver's answer, each size compiled once and cached."""
+    stages = pipeline_stages(head_dim)
+    smem = smem_bytes(head_dim, group, stages)
+    name = _kernel_name(DTYPE_TAG[dtype], head_dim, group, cluster, stages)
+    key = (device_index, name)
+    if key not in _MAX_ACTIVE:
+        _MAX_ACTIVE[key] = max_active_clusters(_kernel(name, device_index, cluster, smem), cluster, smem,
+                                               device_index)
+    return _MAX_ACTIVE[key]
 
-    def co_resident(c: int) -> bool:
-        key = (index, _kernel_name(tag, d, g, c, stages))
-        if key not in _MAX_ACTIVE:
-            _MAX_ACTIVE[key] = max_active_clusters(_kernel(key[1], index, c, smem), c, smem, index)
-        return _MAX_ACTIVE[key] >= pairs
 
-    return co_resident
+def _co_resident(index: int, pairs: int, d: int, g: int, dtype: str):
+    """co_resident(C) for plan(): can ``pairs`` clusters of C CTAs be resident at once?"""
+    return lambda c: resident_clusters(index, c, d, g, dtype) >= pairs
 
 
 @kernel("cuda_cluster_decode", workloads=("decode",), dtypes=("float16", "bfloat16"), devices=("cuda",),
@@ -179,7 +181,7 @@ def cuda_cluster_decode(q, k, v, out, *, causal, scale):
     stages = pipeline_stages(d)
     smem = smem_bytes(d, g, stages)
     sms = torch.cuda.get_device_properties(index).multi_processor_count
-    cluster, chunk = plan(b * hkv, seq_len, sms, _co_resident(index, b * hkv, d, g, tag, stages, smem))
+    cluster, chunk = plan(b * hkv, seq_len, sms, _co_resident(index, b * hkv, d, g, dtype))
     fn = _kernel(_kernel_name(tag, d, g, cluster, stages), index, cluster, smem)
     with on_torch_stream(q.device):
         fn((cluster, b * hkv), (THREADS,),

@@ -20,29 +20,14 @@ Numerics: QKᵀ and PV on tensor cores with fp32 accumulation, softmax in fp32 (
 log2(e) folded into the scale), P rounded to the input dtype for the PV dot (the usual
 FlashAttention choice), partials and combine in fp32, one final rounding of out.
 
-Measured on an H200 through ``bench`` (hot mode, K/V streamed from HBM; fp16/bf16, H=32,
-Hkv=8, D=128; copy bandwidth 4.28 TB/s read+write; docs/benchmarks.md): effective K+V
-bandwidth 0.93 of copy at B=16, L=8k and 1.01-1.04 at B=64 or L=32k (line decode-h200, the
-earlier plan; reads alone may beat a copy's read+write rate); with the small-batch plan
-(line decode-small-h200) 0.96 at B=1, L=128k, 0.91 at B=2, L=32k, 0.97 at B=4, L=32k, but
-0.775 at B=1, L=32k and 0.45-0.78 at 8k keys for B<=4, where a call is 17-40 us and the
-two launches and the wave ramp weigh (a plain copy of the same K/V reaches 0.74 of the
-ceiling at B=1, 8k). Programmatic dependent launch of both kernels (LAUNCH_PDL, sm_90+)
-adds 1-4%; merging the splits in the split kernel (one launch, ``fused=True``) measured
-slower, as did other tiles, warps, stages, more programs per SM and work stealing. cuDNN's
-SDPA is 2-26% behind at small batch, 2-5% ahead at B>=16. Per-program timelines
-(``decode(timeline=...)``) put a 134 MB call (B=1, L=32k) at 0.6 us launch, 34 us of
-split (programs end over ~3 us) and 2.3 us of combine; a bare read of the same bytes (no
-softmax, no combine) reaches 0.91 of the copy ceiling in hot mode against this kernel's
-0.81, and at 34 MB (B=1, L=8k) no kernel timed reaches 0.85 (a bare read: 0.66 hot).
-Merging the splits on chip instead (kernels/cuda_cluster_decode.py: a thread-block cluster
-per kv head, one launch, no partials in memory) is slower at every batch on the H200: a
-cluster must fit one GPC, and all 8 kv heads' clusters fit at once only at 9 CTAs each.
+Measured figures (bandwidth against the copy ceiling per batch and length, the variants
+that measured slower, per-program timelines) are in docs/benchmarks.md.
 
 Runs on CUDA; on the CPU only under ``TRITON_INTERPRET=1`` (Triton's interpreter, set
 before triton is first imported), where ``devices`` includes "cpu" — slow, for tests.
 The Triton code lives in ``kernels/_triton_decode_impl.py`` (imported on first call, so
-listing kernels never imports triton).
+listing kernels never imports triton); ``decode`` is its public entry with the tuning
+overrides that explorations (research/) time.
 """
 
 from __future__ import annotations
@@ -70,8 +55,7 @@ MIN_KEYS_PER_SPLIT = 256
 # MAX_SPLITS floats); the weighted sums go COMBINE_SPLIT_BLOCK splits at a time.
 MAX_SPLITS = 512
 # Programs per SM a small batch is cut for (B·Hkv ≤ this × SMs): one wave of about 2 per
-# SM, all resident at once, measured best on the H200 at B 1-16 (8 KV heads, 8k-128k keys:
-# 256 programs beat 376, 512 and 1024 by 4-15%; scripts/explore_decode_splits.py).
+# SM, all resident at once; more programs measured slower (docs/benchmarks.md, split plan).
 SMALL_PROGRAMS_PER_SM = 2
 # Splits merged per step of the combine: a 32 × D fp32 tile is 32 registers per thread at
 # D=128 with 4 warps, and 32 splits cover every batch ≥ 16 plan in one step.
@@ -80,16 +64,14 @@ COMBINE_SPLIT_BLOCK = 32
 # per thread): every load issued at once, one L2 round trip instead of two.
 COMBINE_ONE_PASS_SPLITS = 64
 # Merge the splits inside the split kernel (the last program of a kv head to finish
-# merges, found by an arrival counter) instead of a second launch. Off: on the H200 the
-# one-launch path was slower at every small batch (84d7b14, explore_decode_splits --tune,
-# fp16, hot mode: 0.72 vs 0.76 of the copy ceiling at B 1, 32k; 0.74 vs 0.77 at B 4, 8k),
-# as the last program's serial merge outlasts the second launch it saves.
+# merges, found by an arrival counter) instead of a second launch. Off: the last program's
+# serial merge outlasts the second launch it saves (measured slower at every small batch:
+# docs/benchmarks.md).
 FUSE_COMBINE = False
 # Launch split and combine with programmatic dependent launch (sm_90+, compiled Triton):
 # each kernel's CTAs are scheduled while the kernel before it drains and wait on-chip
-# (griddepcontrol.wait) instead of after a full launch gap. On the H200 (61651b6,
-# explore_decode_splits --tune, fp16, hot mode) it gained at every shape tried: 0.762 ->
-# 0.796 of the copy ceiling at B 1, 32k; 0.764 -> 0.794 at B 4, 8k; 0.957 -> 0.966 at B 16, 8k.
+# (griddepcontrol.wait) instead of after a full launch gap (a gain at every shape measured:
+# docs/benchmarks.md).
 LAUNCH_PDL = True
 # Programs resident per SM, for the last-wave adjustment: the sm_90 build of the split
 # kernel (D=128, BLOCK_N=64, 4 warps, 3 stages) uses 70 KB of shared memory (3 fit in
@@ -182,8 +164,19 @@ def _supports(cfg):
                   "P": "rounded to input dtype for the PV dot", "combine": "fp32, one rounding of out"})
 def triton_decode(q, k, v, out, *, causal, scale):
     """Split-KV flash-decoding in Triton: GQA heads share one K/V read, fp32 combine."""
-    from kernels._triton_decode_impl import decode
-
     # Decode is never masked: the one query is the newest token and sees the whole cache.
     del causal
     decode(q, k, v, out, scale)
+
+
+def decode(q, k, v, out, scale: float, **tuning) -> int:
+    """The kernel's launch, with tuning overrides for explorations; returns the splits launched.
+
+    ``tuning`` (each defaults to the shipped choice): ``num_splits`` (forced, rounded to whole
+    tiles), ``block_n``, ``num_warps``, ``num_stages``, ``programs_per_sm``, ``fused`` (merge
+    in the split kernel), ``pdl`` (programmatic dependent launch), ``combine_block``, and
+    ``timeline`` (an int64 CUDA tensor receiving each program's start ns, end ns and SM).
+    """
+    from kernels._triton_decode_impl import decode as launch
+
+    return launch(q, k, v, out, scale, **tuning)

@@ -34,8 +34,8 @@ def flash_bytes(cfg) -> int:
 
 def flash_first_call_bytes(cfg) -> int:
     """The first call of a shape autotunes: the benchmarker's L2-flush buffer, freed after.
-    (Declared as every call's extra before, it over-predicted the flash-h200 line by 27% at
-    N 1024: the timing and recheck phases counted it too.)"""
+    Only the first call: declared as every call's extra, the timing and recheck phases
+    would count it too and over-predict the peak."""
     return AUTOTUNE_FLUSH_BYTES
 
 

@@ -237,7 +237,7 @@ def test_gpu_the_plan_is_one_wave_on_this_gpu(pairs):
     stages = pipeline_stages(128)
     smem = smem_bytes(128, 4, stages)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    c, _ = plan(pairs, 8192, sms, _co_resident(0, pairs, 128, 4, 1, stages, smem))
+    c, _ = plan(pairs, 8192, sms, _co_resident(0, pairs, 128, 4, "float16"))
     if c > 1:
         assert max_active_clusters(_kernel(_kernel_name(1, 128, 4, c, stages), 0, c, smem), c, smem, 0) >= pairs
     up = c + 1
