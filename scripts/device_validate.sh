@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One device call: install, GPU tests, the example sweep through the CLI, the measurement
-# benchmark (control, do_bench, VRAM, NVML) and triton_decode's split counts. Logs go to $OUT.
-#   bash scripts/device_validate.sh [quick]
+# One device call: install, the GPU tests, the example sweep through the CLI, the measurement
+# validation (tests/test_measurement_validation.py: control, do_bench, VRAM, NVML) and
+# triton_decode's split counts (research/). Logs go to $OUT.
+#   bash scripts/device_validate.sh [quick]      (quick: the first two only)
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
@@ -13,7 +14,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 git rev-parse HEAD 2>&1 | tee -a "$OUT/gpu.txt"
 
 log "gpu tests"
-timeout 330 python3 -m pytest -q -m gpu -p no:cacheprovider 2>&1 | tail -40 > "$OUT/gpu-tests.txt"
+timeout 330 python3 -m pytest -q -m "gpu and not slow" -p no:cacheprovider 2>&1 | tail -40 > "$OUT/gpu-tests.txt"
 tail -5 "$OUT/gpu-tests.txt"
 
 log "example sweep (CLI, fresh clone)"
@@ -30,11 +31,12 @@ echo "example sweep rc=$?"; tail -12 "$OUT/example-sweep.txt"
 cp "$work/p/ledger/example.jsonl" "$OUT/example-ledger.jsonl" 2>/dev/null
 
 if [ "${1:-}" != quick ]; then
-  log "measurement benchmark"
-  timeout 300 python3 scripts/bench_measurement.py --large > "$OUT/measurement-log.txt" 2>&1
+  log "measurement validation"
+  timeout 420 python3 -m pytest -q -m "gpu and slow" -p no:cacheprovider tests/test_measurement_validation.py \
+    > "$OUT/measurement-log.txt" 2>&1
   echo "measurement rc=$?"; tail -40 "$OUT/measurement-log.txt"
   log "decode split counts"
-  timeout 150 python3 scripts/explore_decode_splits.py > "$OUT/decode-splits-log.txt" 2>&1
+  timeout 150 python3 -m research.explore_decode_splits > "$OUT/decode-splits-log.txt" 2>&1
   echo "decode splits rc=$?"; grep -E "^\(" "$OUT/decode-splits-log.txt"
 fi
 log done

@@ -12,11 +12,12 @@ For each shape (one query token per sequence, KV cache of L tokens):
 
 ``--sweep`` also times triton_decode's tile/warp/stage/split variants (each checked first);
 ``programs_per_sm`` only moves the large-batch plan (B·Hkv > 2 × SMs; the row shows the
-splits launched): small-batch split counts are explored by scripts/explore_decode_splits.py.
+splits launched): small-batch split counts are explored by research/explore_decode_splits.py.
+The figures are not ledger-backed: a decision needs a registered line (`bench sweep`).
 Writes ``bench_decode.csv``, ``bench_decode.md``, ``ceilings.json`` (and
 ``triton_sweep.csv``) under ``--out`` (default: $OUT, else the current directory).
 
-Usage (on the GPU machine, repo root): PYTHONUNBUFFERED=1 python scripts/bench_decode.py [--sweep] [--quick]
+Usage (on the GPU machine, repo root): PYTHONUNBUFFERED=1 python3 -m research.bench_decode [--sweep] [--quick]
 """
 
 from __future__ import annotations
@@ -30,11 +31,6 @@ import sys
 import time
 import traceback
 
-# Run from a checkout without `pip install -e .` too: the repo root holds harness/ and kernels/.
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
 # The KV ring must hold this many L2s, so the timed call always streams from HBM.
 ROTATE_L2_MULTIPLE = 4
 # Fallback when torch does not report the L2 size (an H200 has 60 MB).
@@ -43,8 +39,6 @@ DEFAULT_L2_BYTES = 60 * 1024**2
 # (S, P and out each rounded once, + fp32 accumulation; tests/test_cublas_stack.py). The
 # per-kernel tests hold tighter bounds where a kernel rounds less (triton_decode: 2u).
 TOLERANCE = {"float16": 4 * 2.0**-11, "bfloat16": 4 * 2.0**-8}
-# The float64 reference is computed in batch chunks of at most this many bytes of K+V.
-REF_CHUNK_BYTES = 2 * 1024**3
 DO_BENCH_WARMUP_MS = 25
 DO_BENCH_REP_MS = 100
 
@@ -68,21 +62,10 @@ SWEEP = [  # block_n, num_warps, num_stages, programs_per_sm
 
 
 def reference(q, k, v, scale):
-    """float64 attention of one query per head, GQA by viewing q as (B, Hkv, G, D)."""
-    import torch
+    """The harness's float64 reference of one decode step (the gate's own)."""
+    from harness.measurement.reference import reference as float64_reference
 
-    b, h, _, d = q.shape
-    hkv, n = k.shape[1], k.shape[2]
-    g = h // hkv
-    per_seq = 2 * hkv * n * d * 8
-    step = max(1, REF_CHUNK_BYTES // per_seq)
-    out = torch.empty((b, h, 1, d), dtype=torch.float64, device=q.device)
-    for i in range(0, b, step):
-        qq = q[i:i + step].double().view(-1, hkv, g, d)
-        kk, vv = k[i:i + step].double(), v[i:i + step].double()
-        p = torch.softmax(torch.matmul(qq, kk.transpose(-1, -2)) * scale, dim=-1)
-        out[i:i + step] = torch.matmul(p, vv).view(-1, h, 1, d)
-    return out
+    return float64_reference(q, k, v, causal=False, scale=scale)
 
 
 def rel_err(out, ref) -> float:
@@ -222,7 +205,7 @@ def main(argv=None) -> int:
                 f"decode on {props.name}, copy bandwidth {copy:.0f} GB/s")
 
     if args.sweep:
-        from kernels import _triton_decode_impl as impl
+        from kernels.triton_decode import decode
 
         sweep_rows = []
         for si, shape in enumerate(SWEEP_SHAPES):
@@ -234,14 +217,14 @@ def main(argv=None) -> int:
             print(f"\nsweep B={b} L={n}:")
             for bn, warps, stages, pps in SWEEP:
                 def fn(q_, k_, v_, o_, *, causal, scale, bn=bn, warps=warps, stages=stages, pps=pps):
-                    return impl.decode(q_, k_, v_, o_, scale, block_n=bn, num_warps=warps, num_stages=stages,
+                    return decode(q_, k_, v_, o_, scale, block_n=bn, num_warps=warps, num_stages=stages,
                                        programs_per_sm=pps)
                 row = {"batch": b, "seq_len": n, "block_n": bn, "warps": warps, "stages": stages,
                        "programs_per_sm": pps, "splits": math.nan, "rel_err": math.nan, "us": math.nan,
                        "kv_gbps": math.nan, "frac_copy": math.nan, "note": ""}
                 try:
                     k0, v0 = ring[0]
-                    row["splits"] = impl.decode(q, k0, v0, out, scale, block_n=bn, num_warps=warps,
+                    row["splits"] = decode(q, k0, v0, out, scale, block_n=bn, num_warps=warps,
                                                 num_stages=stages, programs_per_sm=pps)
                     err, _ = check(fn, q, ring, ref, scale)
                     row["rel_err"] = err

@@ -1,9 +1,14 @@
-"""Triton helpers of scripts/explore_decode_splits.py --floor (imported on first use: triton is slow to import)."""
+"""Triton helpers of research/explore_decode_splits.py --floor and --timeline (imported on
+first use: triton is slow to import)."""
 
 import triton
 import triton.language as tl
 
-from kernels._triton_decode_impl import _globaltimer
+
+@triton.jit
+def globaltimer():
+    """The GPU's global nanosecond timer (the same on every SM)."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -24,4 +29,4 @@ def read_sum(K, V, Out, per, total, BLOCK: tl.constexpr):
 @triton.jit
 def stamp(Stamps, i):
     """Stamps[i] = %globaltimer (ns), to frame a timeline."""
-    tl.store(Stamps + i, _globaltimer())
+    tl.store(Stamps + i, globaltimer())

@@ -3,7 +3,7 @@
 
 For each decode shape, every split count in a list (plus the shipped plan, and as
 yardsticks sdpa_cudnn and cuda_cluster_decode: OTHER_KERNELS) is first checked against the
-float64 reference (bench_decode.reference, the same gate as scripts/bench_decode.py), then
+float64 reference (the harness's, through research/bench_decode.py's check), then
 all of them are timed together as arms of one
 ``harness.measurement.timing.measure`` call in hot mode: interleaved rounds, a ring of KV
 copies ≥ 4 × L2 so no call finds its cache in L2, no L2 flush (a flush leaves the L2 full
@@ -32,7 +32,9 @@ Writes ``decode_splits.csv`` and ``decode_splits.md`` (``decode_tune.*`` with --
 among the arms: elsewhere each decode arm of another split count evicts the cached
 scratch, and the next call reallocates it inside its timed window (hot mode).
 
-Usage (GPU machine, repo root): PYTHONUNBUFFERED=1 python scripts/explore_decode_splits.py [--quick] [--tune|--floor|--timeline|--solo]
+The figures are not ledger-backed: a decision needs a registered line (`bench sweep`).
+
+Usage (GPU machine, repo root): PYTHONUNBUFFERED=1 python3 -m research.explore_decode_splits [--quick] [--tune|--floor|--timeline|--solo]
 """
 
 from __future__ import annotations
@@ -40,15 +42,9 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import sys
 import time
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for p in (_ROOT, os.path.join(_ROOT, "scripts")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
-
-from bench_decode import TOLERANCE, check, reference  # noqa: E402
+from research.bench_decode import TOLERANCE, check, reference
 
 # (batch, heads, kv_heads, seq_len, head_dim, dtype): seed 004's single-sequence decode
 # first, then small batches, then two of the decode-h200 line's shapes as a check that a
@@ -116,7 +112,7 @@ POLICY = {"mode": "hot", "warmup_ms": 100, "min_samples": 12, "max_samples": 200
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--tune", action="store_true", help="time launch variants (PDL, one launch) at small batch")
     ap.add_argument("--floor", action="store_true", help="read-only yardstick, split multiples and a timeline")
@@ -126,11 +122,14 @@ def main():
     args = ap.parse_args()
     import torch
 
+    if not torch.cuda.is_available():
+        print("explore_decode_splits needs a CUDA GPU")
+        return 2
+
     from harness.measurement.ceilings import measure_ceilings
     from harness.measurement.timing import TimingPolicy, device_l2_bytes, measure, rotation_slots
     from kernels import load_kernels
-    from kernels._triton_decode_impl import decode
-    from kernels.triton_decode import BLOCK_N_FOR_D, RESIDENT_PER_SM, cut, plan, sm_count
+    from kernels.triton_decode import BLOCK_N_FOR_D, RESIDENT_PER_SM, cut, decode, plan, sm_count
 
     out_dir = os.environ.get("OUT") or "."
     os.makedirs(out_dir, exist_ok=True)
@@ -306,7 +305,7 @@ class ReadArm:
 
     def __init__(self, ring, programs: int, block: int, stages: int):
         import torch
-        from explore_read_kernel import read_sum
+        from research.decode_read_kernel import read_sum
 
         self.kernel = read_sum[(programs,)]  # looked up once: __call__ runs on the timed path
         self.ring, self.programs, self.block, self.stages = ring, programs, block, stages
@@ -351,7 +350,7 @@ def decode_timeline(decode, q, ring, scale, shape, kw: dict, name: str) -> tuple
     import statistics
 
     import torch
-    from explore_read_kernel import stamp
+    from research.decode_read_kernel import stamp
 
     from kernels.triton_decode import plan, sm_count
 
@@ -402,4 +401,4 @@ def decode_timeline(decode, q, ring, scale, shape, kw: dict, name: str) -> tuple
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

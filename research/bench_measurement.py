@@ -1,4 +1,7 @@
-"""Issue 3's measurement benchmark, run on the GPU (and runnable on a CPU, smaller).
+"""The measurement benchmark's tables, run on the GPU (and runnable on a CPU, smaller).
+
+The goals themselves are asserted by tests/test_measurement_validation.py (gpu, slow); this
+script prints the tables docs/benchmarks.md quotes. Its figures are not ledger-backed.
 
 One run reports:
   1. the control ratio (baseline vs itself) over every config of a grid, through run_config;
@@ -8,7 +11,7 @@ One run reports:
   5. harness wall time per config.
 Writes markdown and JSON under $OUT (or ./bench-out) and prints the tables last.
 
-    python scripts/bench_measurement.py [--large] [--quick]
+    python3 -m research.bench_measurement [--large] [--quick]
 """
 
 from __future__ import annotations
@@ -17,13 +20,11 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # as `bench sweep` does
-sys.path.insert(0, str(ROOT))
 
 
 def example_configs():
@@ -226,7 +227,7 @@ def md_table(rows, cols):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--large", action="store_true", help="also the large grid (VRAM up to seq_len 32k)")
     ap.add_argument("--quick", action="store_true", help="fewer configs (smoke run)")
     args = ap.parse_args()
