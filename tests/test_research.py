@@ -1,0 +1,66 @@
+"""research/: outside the installed package, public imports only, every script runs."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from tests.conftest import REPO, bench_env
+
+SCRIPTS = sorted(p for p in (REPO / "research").glob("*.py") if p.name != "__init__.py")
+# Modules of this project whose private names research must not use.
+PROJECT = ("harness", "kernels", "research")
+
+
+def _private_uses(path) -> list[str]:
+    """Private modules or names of this project imported by ``path``, and sys.path edits."""
+    found = []
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+            names = []
+        elif isinstance(node, ast.ImportFrom):
+            mods = [node.module or ""]
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", None) == "sys":
+            found.append(f"line {node.lineno}: sys.path")
+            continue
+        else:
+            continue
+        for mod in mods:
+            parts = mod.split(".")
+            if parts[0] not in PROJECT:
+                continue
+            if any(p.startswith("_") for p in parts) or any(n.startswith("_") for n in names):
+                found.append(f"line {node.lineno}: {mod} {names}")
+    return found
+
+
+def test_research_is_not_installed():
+    cfg = tomllib.loads((REPO / "pyproject.toml").read_text())
+    include = cfg["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert not any("research".startswith(p.rstrip("*")) for p in include), include
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_research_imports_nothing_private(path):
+    assert _private_uses(path) == []
+
+
+def test_the_check_sees_a_private_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sys\nsys.path.insert(0, '.')\nfrom kernels._registry import kernel\n"
+                   "from kernels.triton_decode import _supports\nimport torch._dynamo\n")
+    assert sorted(f.split(":")[0] for f in _private_uses(bad)) == ["line 2", "line 3", "line 4"]
+
+
+@pytest.mark.parametrize("path", [p for p in SCRIPTS if "argparse" in p.read_text()], ids=lambda p: p.name)
+def test_research_script_help_runs(path):
+    r = subprocess.run([sys.executable, "-m", f"research.{path.stem}", "--help"], cwd=REPO, capture_output=True,
+                       text=True, timeout=300, env=bench_env())
+    assert r.returncode == 0 and "usage:" in r.stdout, r.stderr
