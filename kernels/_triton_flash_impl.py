@@ -42,7 +42,6 @@ except ImportError:  # pragma: no cover - older triton: pointer path only
 LOG2E = 1.4426950408889634  # softmax via exp2: exp(x·scale) = exp2(x·scale·log2 e)
 
 DESC_POINTER, DESC_HOST, DESC_DEVICE = 0, 1, 2
-PATHS = {"pointer": DESC_POINTER, "host_tma": DESC_HOST, "device_tma": DESC_DEVICE}
 
 HEAD_DIMS = (32, 64, 128)
 
@@ -270,16 +269,10 @@ def make_config(bm, bn, warps, stages, desc=DESC_POINTER, ws=False):
                          num_warps=warps, num_stages=stages, pre_hook=_set_block_shapes)
 
 
-def config_str(cfg) -> str:
-    kw = cfg.kwargs
-    path = {v: k for k, v in PATHS.items()}[kw["DESC"]]
-    return (f"{path} BM{kw['BLOCK_M']} BN{kw['BLOCK_N']} w{cfg.num_warps} s{cfg.num_stages}"
-            + (" ws" if kw["WARP_SPECIALIZE"] else ""))
-
-
 # Hopper (sm_90) fp16/bf16, per (head_dim, causal): host TMA descriptors. Chosen by three
-# tile sweeps (docs/benchmarks.md, "Design notes moved from code") from the tutorial's space (BLOCK_M 64..256, BLOCK_N 32..128, 4/8 warps, 2..4
-# stages, host vs in-kernel descriptors, warp specialization, lazy rescaling), then kept to
+# tile sweeps (docs/benchmarks.md, "Design notes moved from code") from the tutorial's
+# space (BLOCK_M 64..256, BLOCK_N 32..128, 4/8 warps, 2..4 stages, host vs in-kernel
+# descriptors, warp specialization, lazy rescaling), then kept to
 # the configs the autotuner picked in the final benchmark plus the runner-up: a short list
 # keeps first-call tuning (compiling every candidate) cheap. BM128/BN64/4 warps/2 stages at
 # head_dim 128 uses 98 KB of shared memory and ≤ 255 registers: two CTAs per SM.
@@ -376,8 +369,7 @@ def validate(q, k, v, out):
 def attention_forward(q, k, v, out, *, causal: bool, scale: float, config=None) -> None:
     """out = softmax(q kᵀ · scale [causal]) v, written in place.
 
-    ``config``: a ``make_config(...)`` to launch without autotuning (tests and the tuning
-    sweep); None picks the autotuned list for this device/dtype/head_dim.
+    ``config``: a ``make_config(...)`` to launch without autotuning (tests); None picks the autotuned list for this device/dtype/head_dim.
     """
     validate(q, k, v, out)
     b, h, n, d = q.shape
@@ -419,11 +411,3 @@ def attention_forward(q, k, v, out, *, causal: bool, scale: float, config=None) 
         _attn_fwd_heur[grid](*args, **meta, **kw, num_warps=config.num_warps, num_stages=config.num_stages)
     else:
         _tuner(name, configs)[grid](*args, **meta)
-
-
-def chosen_config(q, causal):
-    """The autotuner's pick for the last-tuned key of these inputs' tuner (for reports), or None."""
-    name, _ = default_configs(q, causal)
-    tuner = _TUNERS.get(name)
-    best = getattr(tuner, "best_config", None)
-    return None if best is None else config_str(best)
