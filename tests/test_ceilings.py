@@ -8,7 +8,7 @@ import math
 import pytest
 
 from harness.errors import UserError
-from harness.measurement.ceilings import (IMPOSSIBLE_MARGIN, TF32_KEY, Ceilings, device_fingerprint,
+from harness.measurement.ceilings import (CPU_WARMUP, IMPOSSIBLE_MARGIN, TF32_KEY, Ceilings, device_fingerprint,
                                           impossible, measure_ceilings)
 
 
@@ -78,13 +78,19 @@ def test_frozen_and_validated():
         Ceilings(device="tpu", fingerprint={}, copy_gbps=1.0, matmul_tflops={})
 
 
-def test_cpu_measurement_is_fast_and_sane():
-    import time
+# "Fast" as work, not wall time (a loaded machine stretches wall time): the CPU ceilings
+# move at most this many bytes and compute at most this many FLOPs, seconds on any CPU.
+CPU_CEILINGS_MAX_BYTES = 1024**3
+CPU_CEILINGS_MAX_FLOP = 2.5e9
 
-    t0 = time.perf_counter()
+
+def test_cpu_measurement_is_fast_and_sane():
     c = measure_ceilings("cpu")
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 10.0
+    m = c.method
+    calls = m["copy_reps"] + CPU_WARMUP
+    assert 2 * m["copy_bytes"] * calls <= CPU_CEILINGS_MAX_BYTES, m  # read + write per copy
+    flop = sum(2 * n**3 for n in m["matmul_n"].values()) * (m["matmul_reps"] + CPU_WARMUP)
+    assert flop <= CPU_CEILINGS_MAX_FLOP, m
     assert c.device == "cpu"
     assert set(c.matmul_tflops) == {"float16", "bfloat16", "float32"}
     # Any CPU copies faster than 10 MB/s and slower than 10 TB/s; matmul below 100 TFLOP/s.
