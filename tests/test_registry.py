@@ -24,7 +24,7 @@ def _python(code: str, *paths: Path, isolated: bool = False) -> subprocess.Compl
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, paths), str(REPO)])}
     flags = ["-S"] if isolated else []
     return subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, env=env, cwd=paths[0],
-                          timeout=120)
+                          timeout=600)  # a hang guard: imports torch, slow on a loaded machine
 
 
 def test_a_kernel_module_that_fails_to_import_names_its_file(tmp_path):
