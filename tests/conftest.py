@@ -85,21 +85,26 @@ def run_bench(cwd: Path, *args: str, timeout: float = 600) -> subprocess.Complet
                           timeout=timeout, env=bench_env())
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A committed repository with registrations/tiny.toml and an empty ledger/."""
-    root = tmp_path / "proj"
+def init_repo(root: Path, registrations: dict[str, str]) -> Path:
+    """A committed repository at ``root`` with registrations/<line>.toml and an empty ledger/."""
     (root / "registrations").mkdir(parents=True)
     (root / "ledger").mkdir()
     (root / "ledger" / ".gitkeep").write_text("")
     (root / ".gitignore").write_text("ledger/*.lock\n__pycache__/\n")
-    (root / "registrations" / "tiny.toml").write_text(TINY)
+    for line, text in registrations.items():
+        (root / "registrations" / f"{line}.toml").write_text(text)
     git(root, "init", "-q", "-b", "main")
     git(root, "config", "user.email", "test@example.com")
     git(root, "config", "user.name", "test")
     git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "register tiny")
+    git(root, "commit", "-q", "-m", f"register {', '.join(registrations)}")
     return root
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A committed repository with registrations/tiny.toml and an empty ledger/."""
+    return init_repo(tmp_path / "proj", {"tiny": TINY})
 
 
 # Sweep rows run on the GPU to check what a row records (VRAM, slots): a short policy.

@@ -23,7 +23,7 @@ import pytest
 from harness.governance.ledger import read_rows
 from harness.measurement.clocks import MIN_POLL_HZ
 from harness.measurement.timing import DEFAULT_CONTROL_TOLERANCE
-from tests.conftest import REPO, VRAM_TOLERANCE, git, run_bench
+from tests.conftest import REPO, VRAM_TOLERANCE, init_repo, run_bench
 
 torch = pytest.importorskip("torch")
 
@@ -84,22 +84,11 @@ def swept(tmp_path_factory) -> dict[str, list[dict]]:
     """Result rows per line: example (as shipped), example-graph, vram-large."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    root = tmp_path_factory.mktemp("validation") / "proj"
-    (root / "registrations").mkdir(parents=True)
-    (root / "ledger").mkdir()
-    (root / "ledger" / ".gitkeep").write_text("")
-    (root / ".gitignore").write_text("ledger/*.lock\n__pycache__/\n")
     example = (REPO / "registrations" / "example.toml").read_text()
     graph = example.replace('mode = "cold"', 'mode = "graph"')
     assert graph != example
     lines = {"example": example, "example-graph": graph, "vram-large": LARGE}
-    for name, text in lines.items():
-        (root / "registrations" / f"{name}.toml").write_text(text)
-    git(root, "init", "-q", "-b", "main")
-    git(root, "config", "user.email", "test@example.com")
-    git(root, "config", "user.name", "test")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "lines")
+    root = init_repo(tmp_path_factory.mktemp("validation") / "proj", lines)
     out = {}
     for name in lines:
         for args in (("register", name), ("sweep", name, "--no-ceilings")):
