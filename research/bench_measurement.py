@@ -133,7 +133,7 @@ def _harness_runs(configs, device, timing):
             yield cfg, name, call, measure({name: call}, n_slots=1, policy=policy, device=device)
 
 
-def _with_clocks(device, run):
+def with_clocks(device, run):
     """run()'s result and the SM clock and power NVML saw meanwhile: when the harness and
     triton.testing differ, the clock each protocol ran at says whether the timer or the GPU
     differs."""
@@ -169,7 +169,7 @@ def do_bench_compare(configs, device, timing):
         if device == "cuda":
             import triton.testing
 
-            theirs, seen = _with_clocks(device, lambda: triton.testing.do_bench(call, warmup=100, rep=500,
+            theirs, seen = with_clocks(device, lambda: triton.testing.do_bench(call, warmup=100, rep=500,
                                                                                 return_mode="median"))
             clock.update(seen)
         else:
@@ -200,7 +200,7 @@ def graph_compare(configs, device, timing):
     for cfg, name, call, m in _harness_runs(configs, device, {**timing, "mode": "graph"}):
         ours = m.arms[name].stats.median
         # do_bench_cudagraph's rep is the graph's length in ms; 100 as in its default use.
-        theirs, seen = _with_clocks(device, lambda: triton.testing.do_bench_cudagraph(call, rep=100,
+        theirs, seen = with_clocks(device, lambda: triton.testing.do_bench_cudagraph(call, rep=100,
                                                                                      return_mode="median"))
         out.append({"config": cfg.key(), "kernel": name, "harness_ms": ours, "do_bench_ms": theirs,
                     "diff": ours / theirs - 1, "graph_replays": m.graph_replays,

@@ -8,21 +8,19 @@ and triton_decode (fp16, B 16, H 32, Hkv 8, 8k keys), back to back on the same G
   2. ``triton.testing.do_bench`` (median) of the same kernel on the same inputs, with the
      SM clock and power NVML saw meanwhile;
 and prints harness / do_bench − 1 (goal: within ±3%). Writes $OUT/rate_vs_do_bench.json.
+Its figures are not ledger-backed.
 
-    python3 scripts/rate_vs_do_bench.py
+    python3 -m research.rate_vs_do_bench
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # as `bench sweep` does
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 # do_bench's budgets (ms): its 600 ms loop of back-to-back calls is what users run.
 DO_BENCH_WARMUP_MS = 100
@@ -43,16 +41,21 @@ def cases():
     ]
 
 
-def main() -> None:
+def main() -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
     import torch
+
+    if not torch.cuda.is_available():
+        print("rate_vs_do_bench needs a CUDA GPU")
+        return 2
     import triton.testing
 
-    from bench_measurement import _with_clocks
     from harness.sweep.run import SweepContext, run_config
     from harness.workloads.inputs import make_inputs
     from kernels import get_kernel
+    from research.bench_measurement import with_clocks
 
-    out_dir = Path(os.environ.get("OUT", ROOT / "bench-out"))
+    out_dir = Path(os.environ.get("OUT") or "bench-out")
     out_dir.mkdir(parents=True, exist_ok=True)
     report = []
     for name, cfg, timing in cases():
@@ -73,7 +76,7 @@ def main() -> None:
         def call():
             spec.fn(q, k, v, o, causal=cfg.causal, scale=cfg.scale)
 
-        theirs, seen = _with_clocks("cuda", lambda: triton.testing.do_bench(
+        theirs, seen = with_clocks("cuda", lambda: triton.testing.do_bench(
             call, warmup=DO_BENCH_WARMUP_MS, rep=DO_BENCH_REP_MS, return_mode="median"))
         diff = met["ms"] / theirs - 1
         entry = {"config": cfg.key(), "kernel": name, "lead_calls": row.payload["policy"]["lead_calls"],
@@ -88,7 +91,8 @@ def main() -> None:
         del q, k, v, o
         torch.cuda.empty_cache()
     (out_dir / "rate_vs_do_bench.json").write_text(json.dumps(report, indent=2))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
