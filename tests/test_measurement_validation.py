@@ -62,6 +62,9 @@ LARGE = textwrap.dedent('''\
     rtol = 2e-2
     seeds = [0]
     families = ["normal"]
+    # This line checks the VRAM model, not a kernel: at 4k-32k keys one dropped key or a 1%
+    # scale error is below fp16 tolerances, as for the example line.
+    accept_weak = ["scale_1pct", "drop_last_key"]
 
     # Few rounds (the point is VRAM), but a warm-up long enough for the settle rule to see
     # the power limiter: at N 32k a call is ~0.1 s and the clock sinks after ~1 s.
@@ -81,7 +84,8 @@ LARGE = textwrap.dedent('''\
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory) -> dict[str, list[dict]]:
-    """Result rows per line: example (as shipped), example-graph, vram-large."""
+    """The latest result row per config of each line: example (as shipped), example-graph,
+    vram-large (a sweep measures a rig-noisy pair again later; the later row is the one kept)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     example = (REPO / "registrations" / "example.toml").read_text()
@@ -95,7 +99,8 @@ def swept(tmp_path_factory) -> dict[str, list[dict]]:
             r = run_bench(root, *args)
             assert r.returncode == 0, (args, r.stdout[-3000:], r.stderr[-3000:])
         rows = read_rows(root / "ledger" / f"{name}.jsonl")
-        out[name] = [r for r in rows if r["kind"] == "result"]
+        latest = {r["config_key"]: r for r in rows if r["kind"] == "result"}  # ledger order: last wins
+        out[name] = list(latest.values())
         assert out[name], [(r["kind"], r.get("reason")) for r in rows]
     return out
 
