@@ -75,7 +75,8 @@ def test_partial_last_row_is_named_and_append_recovers(tmp_path):
     data = led.path.read_bytes()
     led.path.write_bytes(data + b'{"schema":1,"seq":5,"kin')  # a write killed mid-row
     res = verify(led.path)
-    assert not res.ok and res.bad_row == 5 and "partial" in res.reason
+    assert not res.ok and res.bad_row == 5 and res.torn
+    assert "incomplete final line" in res.reason and "bench ledger repair line" in res.reason
     assert len(read_rows(led.path)) == 5  # never acknowledged, so never a row
     led.append("result", {"commit": "c" * 40})
     assert verify(led.path).ok and len(led.rows()) == 6

@@ -1,4 +1,4 @@
-"""`bench ledger verify|show`"""
+"""`bench ledger verify|show|repair`"""
 
 from __future__ import annotations
 
@@ -13,37 +13,53 @@ ledger_app = typer.Typer(no_args_is_help=True, help="Inspect and verify the appe
 app.add_typer(ledger_app, name="ledger")
 
 
-def _paths(line: Optional[str]) -> list[Path]:
+def _paths(line: Optional[str]) -> tuple[list[Path], list[tuple[str, str]]]:
+    """The ledgers to look at, and ledgers git knows of that are gone from the work tree."""
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
-    from harness.governance.ledger import ledger_path
+    from harness.governance.ledger import ledger_path, missing_ledgers
 
     root = repo_root()
+    missing = missing_ledgers(root)
     if line:
         p = ledger_path(root, Path(line).stem)
-        if not p.exists():
+        gone = [m for m in missing if m[0] == f"ledger/{p.name}"]
+        if not p.exists() and not gone:
             raise UserError(f"no ledger for line '{Path(line).stem}' ({p}): register it first")
-        return [p]
+        return ([p] if p.exists() else []), gone
     paths = sorted((root / "ledger").glob("*.jsonl"))
-    if not paths:
+    if not paths and not missing:
         raise UserError(f"no ledgers under {root / 'ledger'}: register a line first")
-    return paths
+    return paths, missing
+
+
+def _one(line: str) -> Path:
+    from harness.errors import UserError
+
+    paths, gone = _paths(line)
+    if gone:
+        raise UserError(f"{gone[0][0]} is {gone[0][1]}")
+    return paths[0]
 
 
 @ledger_app.command("verify")
 def verify(line: Optional[str] = typer.Argument(None, help="line id (default: every ledger)")):
-    """Re-check every hash chain; name the first bad row. Exit 1 if any chain is broken."""
+    """Re-check every hash chain and its committed history; name the first bad row, and ledgers
+    deleted from the work tree or from git. Exit 1 if anything is wrong."""
     from harness.governance.ledger import verify as do_verify
     from harness.reporting.console import console
 
-    bad = 0
-    for p in _paths(line):
+    paths, gone = _paths(line)
+    bad = len(gone)
+    for p in paths:
         res = do_verify(p)
         if res.ok:
             console().print(f"[green]ok[/]   {p.name}: {res.n_rows} rows, chain intact")
         else:
             bad += 1
             console().print(f"[red]BAD[/]  {p.name}: {res.reason}")
+    for rel, why in gone:
+        console().print(f"[red]GONE[/] {Path(rel).name}: {why}")
     raise typer.Exit(1 if bad else 0)
 
 
@@ -55,13 +71,15 @@ def show(line: str = typer.Argument(..., help="line id"),
          format: Optional[str] = typer.Option(None, "--format",
                                               help="tidy: one CSV row per (config, kernel) outcome, typed config "
                                                    "columns and one column per metric")):
-    """Print a line's rows as a table (or export them)."""
+    """Print a line's rows as a table (or export them). A ledger that fails verification is
+    still shown as far as it reads, with a warning on stderr, and exits 1."""
     import sys
 
-    from harness.governance.ledger import canonical, dataframe, read_rows
+    from harness.governance.ledger import canonical, dataframe, read_rows, torn_refusal
+    from harness.governance.ledger import verify as do_verify
     from harness.reporting.render import render_ledger
 
-    (path,) = _paths(line)
+    path = _one(line)
     if format is not None:
         from harness.errors import UserError
 
@@ -69,20 +87,41 @@ def show(line: str = typer.Argument(..., help="line id"),
             raise UserError(f"--format {format!r} is not a format: use --format tidy (or --csv / --json)")
         if csv or json:
             raise UserError("--format tidy is a CSV of its own: drop --csv / --json")
+    res = do_verify(path)
+    if not res.ok:
+        print(f"bench: warning: {torn_refusal(path.stem, res, 'trusting these rows')}", file=sys.stderr)
+    if format is not None:
         df = dataframe(path, tidy=True)
         if kind:
             df = df[df["kind"] == kind]
         df.to_csv(sys.stdout, index=False)
-        return
-    if csv:
+    elif csv:
         df = dataframe(path)
         if kind:
             df = df[df["kind"] == kind]
         df.to_csv(sys.stdout, index=False)
-        return
-    rows = [r for r in read_rows(path) if kind is None or r["kind"] == kind]
-    if json:
-        for r in rows:
-            sys.stdout.write(canonical(r) + "\n")
-        return
-    render_ledger(path.stem, rows)
+    else:
+        rows = [r for r in read_rows(path) if kind is None or r["kind"] == kind]
+        if json:
+            for r in rows:
+                sys.stdout.write(canonical(r) + "\n")
+        else:
+            render_ledger(path.stem, rows)
+    raise typer.Exit(0 if res.ok else 1)
+
+
+@ledger_app.command("repair")
+def repair(line: str = typer.Argument(..., help="line id")):
+    """Remove an incomplete final line (a write that never finished) and nothing else."""
+    from harness.governance.gitguard import repo_root
+    from harness.governance.ledger import Ledger
+    from harness.governance.line import line_lock
+    from harness.reporting.console import console
+
+    path = _one(line)
+    root = repo_root()
+    with line_lock(root, path.stem):
+        fixed = Ledger(root, path.stem).repair()
+    kept = f"rows 0-{fixed.row - 1} are intact" if fixed.row else "no complete row was in it"
+    console().print(f"repaired {fixed.path}: removed an incomplete final line ({fixed.removed_bytes} bytes, "
+                    f"what would have been row {fixed.row}); {kept}")

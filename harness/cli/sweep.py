@@ -11,8 +11,11 @@ from harness.cli import app
 def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
           device: str = typer.Option("auto", help="auto | cuda | cpu"),
           no_ceilings: bool = typer.Option(False, "--no-ceilings",
-                                           help="do not measure/attach device ceilings (no reductio check)")):
-    """Run the registered grid: memory check, correctness gate, timing, one ledger row per outcome."""
+                                           help="do not measure/attach device ceilings (no reductio check)"),
+          no_commit: bool = typer.Option(False, "--no-commit",
+                                         help="leave the rows uncommitted (the verdict refuses until they are)")):
+    """Run the registered grid: memory check, correctness gate, timing, one ledger row per outcome,
+    committed to git after each config."""
     import os
 
     # Before torch starts CUDA: N×N tensors of tens of GB, freed and re-allocated in other
@@ -32,6 +35,6 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
         dev = detect_device() if device == "auto" else device
         if dev == "cuda" and detect_device() != "cuda":
             raise UserError("--device cuda but torch sees no GPU: use --device cpu or run on a GPU machine")
-        summary = do_sweep(ln, dev, env_summary(dev), with_ceilings=not no_ceilings,
+        summary = do_sweep(ln, dev, env_summary(dev), with_ceilings=not no_ceilings, commit=not no_commit,
                            progress=SweepProgress(ln.reg.line))
     render_sweep_summary(summary.as_dict())

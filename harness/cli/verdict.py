@@ -8,13 +8,15 @@ from harness.cli import app
 
 
 @app.command()
-def verdict(line: str = typer.Argument(..., help="line id or registrations/NAME.toml")):
-    """Evaluate the bar on the ledger, write GO or NO-GO, close the line. Exit 0 GO, 1 NO-GO, 2 refused."""
+def verdict(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
+            no_commit: bool = typer.Option(False, "--no-commit", help="leave the verdict row uncommitted")):
+    """Evaluate the bar on the committed ledger, write GO or NO-GO, commit it, close the line.
+    Exit 0 GO, 1 NO-GO, 2 refused."""
     from harness.governance.line import host_env, open_line
     from harness.governance.verdict import GO, decide
     from harness.reporting.render import render_verdict
 
     with open_line(line, action="a verdict") as ln:
-        v = decide(ln, host_env())
+        v = decide(ln, host_env(), commit=not no_commit)
     render_verdict(v)
     raise typer.Exit(0 if v.outcome == GO else 1)

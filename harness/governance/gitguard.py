@@ -1,8 +1,10 @@
 """The git guard: no number is produced from a tree that differs from a commit.
 
-Every ledger row carries the full SHA of HEAD; that stamp means something only if the
-working tree is exactly that commit. The ledger directory is the harness's output and
-is the one exemption.
+Every ledger row carries the full SHA of the code commit: the newest commit that changed
+anything outside ``ledger/``. That stamp means something only if the working tree is
+exactly that commit outside ``ledger/``; the ledger directory is the harness's output and
+is the one exemption. Commits that only append ledger rows (bench anchors its rows in git)
+move HEAD but not the code commit, so they never split a sweep across two stamps.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from pathlib import Path
 from harness.errors import UserError
 
 LEDGER_DIR = "ledger"
+# Who commits ledger rows where git has no identity configured (CI machines).
+FALLBACK_NAME = "bench"
+FALLBACK_EMAIL = "bench@localhost"
 # How many offending paths a refusal lists before summarising the rest.
 MAX_LISTED_PATHS = 20
 
@@ -77,23 +82,40 @@ def dirty_paths(root: Path) -> list[str]:
     return paths
 
 
+def code_commit(root: Path) -> str:
+    """The newest commit that changed anything outside ``ledger/``: what rows are stamped with.
+
+    Ledger-only commits are skipped, so a sweep that commits its rows after each config
+    keeps one stamp. Falls back to HEAD where that commit's tree outside ``ledger/`` is not
+    HEAD's (it always is with git's history simplification; checked, not assumed).
+    """
+    head = head_commit(root)
+    outside = [":(top)", f":(top,exclude){LEDGER_DIR}"]
+    res = _git(root, "log", "-1", "--format=%H", head, "--", *outside)
+    code = res.stdout.strip()
+    if res.returncode != 0 or not code or code == head:
+        return head
+    same = _git(root, "diff", "--quiet", code, head, "--", *outside)
+    return code if same.returncode == 0 else head
+
+
 @dataclass(frozen=True)
 class CleanTree:
     root: Path
-    commit: str
+    commit: str  # the code commit (``code_commit``): the stamp of every row written now
 
 
 def require_clean(root: Path | None = None) -> CleanTree:
     """Refuse (UserError, exit 2) unless the tree equals HEAD outside ``ledger/``."""
     root = repo_root(root)
-    commit = head_commit(root)
+    head_commit(root)
     dirty = dirty_paths(root)
     if dirty:
         shown = dirty[:MAX_LISTED_PATHS]
         more = f" (+{len(dirty) - len(shown)} more)" if len(dirty) > len(shown) else ""
         raise UserError("uncommitted changes outside ledger/ — commit or remove them first: "
                         + "; ".join(shown) + more)
-    return CleanTree(root=root, commit=commit)
+    return CleanTree(root=root, commit=code_commit(root))
 
 
 def file_commit(root: Path, path: Path) -> str:
@@ -116,3 +138,93 @@ def relative(root: Path, path: Path) -> str:
 
 def is_tracked(root: Path, path: Path) -> bool:
     return _git(root, "ls-files", "--error-unmatch", "--", relative(root, path)).returncode == 0
+
+
+def is_ignored(root: Path, rel: str) -> bool:
+    return _git(root, "check-ignore", "-q", "--", rel).returncode == 0
+
+
+def _identity(root: Path) -> list[str]:
+    """``-c`` options giving git the fallback identity where the user has none configured."""
+    for who in ("GIT_AUTHOR_IDENT", "GIT_COMMITTER_IDENT"):
+        if _git(root, "var", who).returncode != 0:
+            return ["-c", f"user.name={FALLBACK_NAME}", "-c", f"user.email={FALLBACK_EMAIL}"]
+    return []
+
+
+def commit_file(root: Path, rel: str, message: str) -> str:
+    """Commit the work-tree content of ``rel`` alone; returns the new HEAD.
+
+    ``commit --only`` leaves whatever else the user staged staged and uncommitted. Hooks
+    are skipped (``--no-verify``): this is the harness's own output, committed after every
+    config of an overnight sweep.
+    """
+    add = _git(root, "add", "--", rel)
+    if add.returncode != 0:
+        raise UserError(f"git add {rel} failed ({_last_line(add.stderr)}): commit {rel} by hand")
+    res = _git(root, *_identity(root), "commit", "--only", "--no-verify", "-q", "-m", message, "--", rel)
+    if res.returncode != 0:
+        raise UserError(f"could not commit {rel} ({_last_line(res.stderr or res.stdout)}): its rows are written "
+                        f"but not anchored — fix that and run git commit -m 'bench: ledger rows' -- {rel}")
+    return head_commit(root)
+
+
+def _last_line(text: str) -> str:
+    lines = [x.strip() for x in text.strip().splitlines() if x.strip()]
+    return lines[-1] if lines else "no message"
+
+
+def show_file(root: Path, commit: str, rel: str) -> bytes | None:
+    """``rel`` as committed at ``commit``, or None where it does not exist there."""
+    res = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=root, capture_output=True)
+    return res.stdout if res.returncode == 0 else None
+
+
+def file_history(root: Path, rel: str) -> list[tuple[str, str]]:
+    """(commit, subject) of every commit that added, changed or deleted ``rel``, oldest first."""
+    res = _git(root, "log", "--no-renames", "--format=%H %s", "HEAD", "--", rel)
+    if res.returncode != 0:
+        return []
+    return [tuple(x.split(" ", 1)) if " " in x else (x, "") for x in reversed(res.stdout.splitlines())]
+
+
+def blobs(root: Path, specs: list[str]):
+    """Yield the content of each ``<commit>:<path>`` (None where missing) from one git process."""
+    proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=root, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE)
+    try:
+        for spec in specs:
+            proc.stdin.write(spec.encode() + b"\n")
+            proc.stdin.flush()
+            header = proc.stdout.readline().split()
+            if len(header) != 3 or header[1] != b"blob":
+                yield None
+                continue
+            data = proc.stdout.read(int(header[2]))
+            proc.stdout.read(1)  # the newline after each object
+            yield data
+    finally:
+        proc.stdin.close()
+        proc.stdout.close()
+        proc.wait()
+
+
+def deleted_files(root: Path, under: str, suffix: str) -> dict[str, tuple[str, str]]:
+    """Files directly under ``under`` ending in ``suffix`` that some commit deleted (renames
+    count as deletions): path → (commit, subject) of the latest such deletion."""
+    res = _git(root, "log", "--no-renames", "--diff-filter=D", "--name-only", "--format=\x01%H %s", "HEAD",
+               "--", under)
+    found: dict[str, tuple[str, str]] = {}
+    commit = ("", "")
+    for text in res.stdout.splitlines() if res.returncode == 0 else []:
+        if text.startswith("\x01"):
+            sha, _, subject = text[1:].partition(" ")
+            commit = (sha, subject)
+        elif text and text.endswith(suffix) and Path(text).parent.as_posix() == under:
+            found.setdefault(text, commit)  # log runs newest first
+    return found
+
+
+def files_at_head(root: Path, under: str) -> list[str]:
+    res = _git(root, "ls-tree", "--name-only", "HEAD", "--", under + "/")
+    return res.stdout.splitlines() if res.returncode == 0 else []

@@ -3,7 +3,10 @@
 Each row's ``hash`` is the SHA-256 of its canonical JSON (sorted keys, no spaces, finite
 numbers only) including ``prev_hash``, so editing, deleting, reordering or truncating any
 row breaks the chain at that row. Rows are written under a file lock, flushed and
-fsynced before ``append`` returns: a row reported as written survives a crash or kill.
+fsynced before ``append`` returns: a row reported as written survives a crash or kill;
+an append that fails leaves no partial row. The chain alone cannot tell a file re-hashed
+from scratch or cut after a valid row: git is the anchor (``anchor`` commits a line's new
+rows; ``verify`` checks every committed version is still a prefix of the file).
 
 Python API: ``read_rows(path)``, ``verify(path)``, ``dataframe(path, tidy=False)`` (pandas).
 """
@@ -16,12 +19,15 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from harness.errors import UserError
+from harness.governance.gitguard import LEDGER_DIR
 
 LEDGER_SCHEMA = 1
 GENESIS_HASH = "0" * 64
@@ -29,6 +35,9 @@ GENESIS_HASH = "0" * 64
 KINDS = ("registered", "result", "skipped", "incorrect", "throttled", "crashed", "verdict",
          "supersedes", "ceilings", "unsupported")
 LOCK_TIMEOUT_S = 60.0
+# Free space a command needs on the ledger's file system before it starts: a result row
+# is tens of KB, and a sweep commits a new version of the file after every config.
+MIN_FREE_BYTES = 64 * 2**20
 
 
 def canonical(obj: Any) -> str:
@@ -65,7 +74,7 @@ def utc_now() -> str:
 
 
 def ledger_path(root: Path, line: str) -> Path:
-    return Path(root) / "ledger" / f"{line}.jsonl"
+    return Path(root) / LEDGER_DIR / f"{line}.jsonl"
 
 
 def _check_schema(row: dict, path: Path, n: int) -> None:
@@ -111,67 +120,158 @@ class VerifyResult:
     n_rows: int
     bad_row: int | None = None
     reason: str | None = None
+    torn: bool = False  # the only damage is an incomplete final line (`bench ledger repair` removes it)
 
 
-def _committed_bytes(path: Path) -> bytes | None:
-    """The ledger file as committed at HEAD, or None outside git / when untracked."""
+def _git_location(path: Path) -> tuple[Path, str] | None:
+    """(repository root, path relative to it) of a ledger file, or None outside git."""
     try:
         top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path.parent, capture_output=True,
                              text=True)
         if top.returncode != 0:
             return None
-        rel = path.resolve().relative_to(Path(top.stdout.strip()).resolve()).as_posix()
-        res = subprocess.run(["git", "show", f"HEAD:{rel}"], cwd=path.parent, capture_output=True)
-    except (FileNotFoundError, ValueError):
+        root = Path(top.stdout.strip())
+        return root, path.resolve().relative_to(root.resolve()).as_posix()
+    except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
-    return res.stdout if res.returncode == 0 else None
+
+
+def _committed_bytes(path: Path) -> bytes | None:
+    """The ledger file as committed at HEAD, or None outside git / when not committed."""
+    from harness.governance.gitguard import show_file
+
+    where = _git_location(path)
+    return None if where is None else show_file(where[0], "HEAD", where[1])
+
+
+def _first_difference(a: bytes, b: bytes) -> int:
+    """Index of the first row where ``a`` and ``b`` differ."""
+    for i, (x, y) in enumerate(zip(a.split(b"\n"), b.split(b"\n"))):
+        if x != y:
+            return i
+    return min(a.count(b"\n"), b.count(b"\n"))
+
+
+def _check_chain(lines: list[bytes], path: Path) -> tuple[VerifyResult | None, str]:
+    """The first broken row of complete ``lines`` (or None), and the last row's hash."""
+    prev = GENESIS_HASH
+    for n, raw in enumerate(lines):
+        try:
+            row = json.loads(raw)
+        except json.JSONDecodeError:
+            return VerifyResult(str(path), False, n, n, f"row {n} is not valid JSON: edited or truncated"), prev
+        if not isinstance(row, dict):
+            return VerifyResult(str(path), False, n, n, f"row {n} is not a JSON object: edited"), prev
+        if isinstance(row.get("schema"), int) and row["schema"] > LEDGER_SCHEMA:
+            _check_schema(row, path, n)
+        if row.get("seq") != n:
+            return VerifyResult(str(path), False, n, n,
+                                f"row {n} has seq {row.get('seq')}: a row before it was deleted or rows were "
+                                f"reordered"), prev
+        if row.get("prev_hash") != prev:
+            return VerifyResult(str(path), False, n, n,
+                                f"row {n} does not chain to row {n - 1}: a row was deleted, inserted or "
+                                f"reordered"), prev
+        if row_hash(row) != row.get("hash"):
+            return VerifyResult(str(path), False, n, n,
+                                f"row {n} was edited: its content no longer matches its hash"), prev
+        prev = row["hash"]
+    return None, prev
+
+
+def _check_git(body: bytes, path: Path) -> VerifyResult | None:
+    """Rows committed at HEAD, and in every earlier committed version, must all still be here."""
+    from harness.governance.gitguard import blobs, file_history
+
+    where = _git_location(path)
+    if where is None:
+        return None
+    root, rel = where
+    count = body.count(b"\n")
+    committed = _committed_bytes(path)
+    if committed is not None and not body.startswith(committed):
+        committed_rows = committed.count(b"\n")
+        i = _first_difference(committed, body)
+        if i < count:
+            return VerifyResult(str(path), False, count, i, f"row {i} differs from the row committed at HEAD")
+        return VerifyResult(str(path), False, count, count,
+                            f"rows {count}..{committed_rows - 1} committed at HEAD are missing (truncated)")
+    history = file_history(root, rel)
+    taken: tuple[int, str, str] | None = None  # the first committed version this file no longer extends
+    for (sha, subject), version in zip(history, blobs(root, [f"{sha}:{rel}" for sha, _ in history])):
+        version = version or b""  # deleted in this commit
+        if taken is None:
+            if not body.startswith(version):
+                taken = (_first_difference(version, body), sha, subject)
+                kept = version
+        elif not version.startswith(kept):
+            i, was, was_subject = taken
+            return VerifyResult(str(path), False, count, i,
+                                f"row {i} as committed in {was[:12]} ({was_subject}) was rewritten or taken back "
+                                f"in commit {sha[:12]} ({subject}): committed rows never change — see "
+                                f"git show {was[:12]}:{rel}")
+    if taken is not None:
+        i, was, was_subject = taken
+        return VerifyResult(str(path), False, count, i,
+                            f"row {i} as committed in {was[:12]} ({was_subject}) is changed or missing in the "
+                            f"work tree: restore it with git checkout {was[:12]} -- {rel}")
+    return None
 
 
 def verify(path: Path) -> VerifyResult:
     """Re-check the whole chain and name the first bad row.
 
     Catches an edited byte (hash mismatch), a deleted or reordered row (seq / prev_hash
-    break), a torn final row, and — where the file is committed — rows missing or changed
-    relative to HEAD (a truncated tail leaves a valid chain, so git is the anchor).
+    break), an incomplete final line, and — where the file is in git — rows missing or
+    changed relative to HEAD or to any earlier committed version (a truncated tail or a
+    re-hashed file leaves a valid chain, so git is the anchor).
     """
     path = Path(path)
     if not path.exists():
         raise UserError(f"no ledger at {path}: register the line first (bench register registrations/<line>.toml)")
     data = path.read_bytes()
-    lines = data.split(b"\n")
-    tail = lines.pop()  # b"" when the file ends in a newline
-    prev = GENESIS_HASH
-    n = 0
-    for n, raw in enumerate(lines):
-        try:
-            row = json.loads(raw)
-        except json.JSONDecodeError:
-            return VerifyResult(str(path), False, n, n, f"row {n} is not valid JSON: edited or truncated")
-        if not isinstance(row, dict):
-            return VerifyResult(str(path), False, n, n, f"row {n} is not a JSON object: edited")
-        if isinstance(row.get("schema"), int) and row["schema"] > LEDGER_SCHEMA:
-            _check_schema(row, path, n)
-        if row.get("seq") != n:
-            return VerifyResult(str(path), False, n, n,
-                                f"row {n} has seq {row.get('seq')}: a row before it was deleted or rows were reordered")
-        if row.get("prev_hash") != prev:
-            return VerifyResult(str(path), False, n, n,
-                                f"row {n} does not chain to row {n - 1}: a row was deleted, inserted or reordered")
-        if row_hash(row) != row.get("hash"):
-            return VerifyResult(str(path), False, n, n, f"row {n} was edited: its content no longer matches its hash")
-        prev = row["hash"]
+    cut = data.rfind(b"\n") + 1
+    body, tail = data[:cut], data[cut:]
+    lines = body.split(b"\n")[:-1]
+    bad, prev = _check_chain(lines, path)
+    if bad is None:
+        bad = _check_git(body, path)
+    if bad is not None:
+        return bad
     count = len(lines)
     if tail:
-        return VerifyResult(str(path), False, count, count, f"row {count} is a partial write (truncated)")
-    committed = _committed_bytes(path)
-    if committed is not None and not data.startswith(committed):
-        committed_rows = committed.count(b"\n")
-        for i, (a, b) in enumerate(zip(committed.split(b"\n"), lines)):
-            if a != b:
-                return VerifyResult(str(path), False, count, i, f"row {i} differs from the row committed at HEAD")
+        if _completes_chain(tail, prev, count):
+            return VerifyResult(str(path), False, count, count,
+                                f"row {count} is complete but lacks its final newline (bench writes none without "
+                                f"it): add the newline (echo >> ledger/{path.name})")
         return VerifyResult(str(path), False, count, count,
-                            f"rows {count}..{committed_rows - 1} committed at HEAD are missing (truncated)")
+                            f"row {count} is an incomplete final line ({len(tail)} bytes of a write that never "
+                            f"finished): `bench ledger repair {path.stem}` removes it", torn=True)
     return VerifyResult(str(path), True, count)
+
+
+def _completes_chain(raw: bytes, prev: str, seq: int) -> bool:
+    try:
+        row = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return (isinstance(row, dict) and row.get("seq") == seq and row.get("prev_hash") == prev
+            and row_hash(row) == row.get("hash"))
+
+
+def torn_refusal(line: str, res: VerifyResult, action: str) -> str:
+    """What sweep/verdict/show say about a ledger that fails verification: the fix it needs."""
+    if res.torn:
+        return (f"ledger/{line}.jsonl ends in an incomplete row ({res.reason}): run `bench ledger repair {line}` "
+                f"(it removes only that line), then {action} again")
+    return f"ledger/{line}.jsonl fails verification ({res.reason}): restore it from git before {action}"
+
+
+@dataclass(frozen=True)
+class Repaired:
+    path: str
+    removed_bytes: int
+    row: int  # the row the incomplete line would have been; rows 0..row-1 are kept
 
 
 class Ledger:
@@ -203,8 +303,41 @@ class Ledger:
         finally:
             lock.release()
 
+    @property
+    def rel(self) -> str:
+        return f"{LEDGER_DIR}/{self.line}.jsonl"
+
+    def require_writable(self) -> None:
+        """Refuse before any work unless a row can be appended: the directory takes new files
+        (lock files, the ledger), the file opens for append, and the file system has room.
+
+        Opening for append writes nothing, and it is what the kernel actually allows —
+        root included: an immutable file or a read-only mount refuses root too.
+        """
+        where = self.path.parent
+        try:
+            if where.is_dir():
+                with tempfile.TemporaryFile(dir=where):
+                    pass
+            if self.path.exists():
+                os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND))
+        except OSError as exc:
+            what = self.rel if self.path.exists() and exc.filename == str(self.path) else f"{LEDGER_DIR}/"
+            raise UserError(f"{what} is not writable ({exc.strerror}): bench appends rows there — make it "
+                            f"writable (chmod u+w; chattr -i; a read-write mount) and run the command again") from None
+        while not where.exists():
+            where = where.parent
+        free = shutil.disk_usage(where).free
+        if free < MIN_FREE_BYTES:
+            raise UserError(f"only {free / 2**20:.1f} MiB free on the file system of {LEDGER_DIR}/, bench needs "
+                            f"{MIN_FREE_BYTES / 2**20:.0f} MiB before it starts: free disk space and run it again")
+
     def append(self, kind: str, fields: dict) -> dict:
-        """Append one row; returns it once it is flushed and fsynced to disk."""
+        """Append one row; returns it once it is flushed and fsynced to disk.
+
+        A write or fsync that fails (disk full, I/O error, short write) is cut back to the
+        previous end of the file, so no partial row is left, and raised as one UserError.
+        """
         if kind not in KINDS:
             raise ValueError(f"unknown ledger row kind {kind!r}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -215,17 +348,60 @@ class Ledger:
             row["hash"] = row_hash(row)
             data = (canonical(row) + "\n").encode("utf-8")
             created = not self.path.exists()
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                written = os.write(fd, data)
-                if written != len(data):
-                    raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
-                os.fsync(fd)
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise UserError(f"cannot open {self.rel} to append row {seq} ({exc.strerror}): make it writable "
+                                f"and run the same command again") from None
+            try:
+                size = os.fstat(fd).st_size
+                try:
+                    written = os.write(fd, data)
+                    if written != len(data):
+                        raise OSError(0, f"short write, {written} of {len(data)} bytes")
+                    os.fsync(fd)
+                except OSError as exc:
+                    self._cut_back(fd, size, seq, exc)
             finally:
                 os.close(fd)
             if created:  # the new file's directory entry must survive a power loss too
                 _fsync_dir(self.path.parent)
         return row
+
+    def _cut_back(self, fd: int, size: int, seq: int, exc: OSError) -> None:
+        """After a failed append: restore the file to ``size`` bytes, then raise one UserError."""
+        why = exc.strerror or str(exc)
+        try:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        except OSError as cut:
+            raise UserError(f"appending row {seq} to {self.rel} failed ({why}) and so did cutting the partial "
+                            f"row off ({cut.strerror}): free disk space, then run `bench ledger repair "
+                            f"{self.line}`") from None
+        raise UserError(f"appending row {seq} to {self.rel} failed ({why}): nothing of it was kept, the ledger "
+                        f"still ends at row {seq - 1} — free disk space (or fix the file system) and run the same "
+                        f"command again") from None
+
+    def repair(self) -> Repaired:
+        """Remove an incomplete final line — a write that never finished — and nothing else.
+
+        Refuses a ledger that verifies and one with any other damage: a complete row is
+        never removed, and a ledger that is wrong elsewhere is restored from git, not here.
+        """
+        with self._lock():
+            res = verify(self.path)
+            if res.ok:
+                raise UserError(f"{self.rel} verifies ({res.n_rows} rows, chain intact): nothing to repair")
+            if not res.torn:
+                raise UserError(f"{self.rel} fails verification ({res.reason}); `bench ledger repair` removes "
+                                f"only an incomplete final line — restore the file from git")
+            with open(self.path, "rb+") as fh:
+                data = fh.read()
+                cut = data.rfind(b"\n") + 1
+                fh.truncate(cut)
+                fh.flush()
+                os.fsync(fh.fileno())
+        return Repaired(self.rel, len(data) - cut, res.n_rows)
 
     def _tail(self) -> tuple[int, str]:
         """Next seq and the hash to chain to; a torn (never acknowledged) final write is cut off."""
@@ -282,3 +458,66 @@ def dataframe(path: Path, *, tidy: bool = False):
     if not rows:
         return pd.DataFrame()
     return pd.json_normalize(rows, sep=".")
+
+
+def committed_rows(led: Ledger) -> int:
+    """How many of the line's rows are committed at HEAD (0 where the file is not)."""
+    from harness.governance.gitguard import show_file
+
+    committed = show_file(led.root, "HEAD", led.rel)
+    return 0 if committed is None else committed.count(b"\n")
+
+
+def _row_count(led: Ledger) -> int:
+    return led.path.read_bytes().count(b"\n") if led.path.exists() else 0
+
+
+def _rows_text(first: int, last: int) -> str:
+    return f"row {first}" if first == last else f"rows {first}-{last}"
+
+
+def require_anchorable(led: Ledger) -> None:
+    """Refuse before any work where the line's rows could not be committed."""
+    from harness.governance.gitguard import is_ignored
+
+    if is_ignored(led.root, led.rel):
+        raise UserError(f"{led.rel} is ignored by git (.gitignore or .git/info/exclude), so bench cannot commit "
+                        f"its rows: stop ignoring it, or pass --no-commit")
+
+
+def anchor(led: Ledger, why: str) -> str | None:
+    """Commit the line's rows that HEAD does not hold yet (only this file; the user's index is
+    left alone). Returns the new commit, or None when every row is already committed."""
+    from harness.governance.gitguard import commit_file
+
+    first, n = committed_rows(led), _row_count(led)
+    if n <= first:
+        return None
+    return commit_file(led.root, led.rel, f"bench: {led.rel} {_rows_text(first, n - 1)} ({why})")
+
+
+def require_anchored(led: Ledger, action: str) -> None:
+    """Refuse while any row of the line is not committed: decide only on rows git holds."""
+    first, n = committed_rows(led), _row_count(led)
+    if n > first:
+        raise UserError(f"{led.rel}: {_rows_text(first, n - 1)} not committed; {action} decides on committed "
+                        f"rows only — commit them: git add {led.rel} && git commit -m 'ledger: {led.line} rows' "
+                        f"-- {led.rel}")
+
+
+def missing_ledgers(root: Path) -> list[tuple[str, str]]:
+    """Ledgers absent from the work tree that git says existed: (path, what happened)."""
+    from harness.governance.gitguard import deleted_files, files_at_head
+
+    root = Path(root)
+    missing = []
+    at_head = [p for p in files_at_head(root, LEDGER_DIR) if p.endswith(".jsonl")]
+    for rel in at_head:
+        if not (root / rel).exists():
+            missing.append((rel, f"committed at HEAD but deleted from the work tree: restore it with "
+                                 f"git checkout HEAD -- {rel}"))
+    for rel, (sha, subject) in sorted(deleted_files(root, LEDGER_DIR, ".jsonl").items()):
+        if rel not in at_head and not (root / rel).exists():
+            missing.append((rel, f"deleted in commit {sha[:12]} ({subject}): its rows are still in git — restore "
+                                 f"them with git checkout {sha[:12]}^ -- {rel}"))
+    return missing

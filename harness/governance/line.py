@@ -1,8 +1,8 @@
 """A registered line: its registration, its ledger, and the rules that govern them.
 
 ``register`` writes the first row; ``open_line`` is what ``sweep`` and ``verdict`` enter
-first: clean tree, line lock held, ledger chain intact, registration unchanged (same
-SHA-256 as registered), line not closed. The line lock is held for the whole command, so
+first: clean tree, ledger writable with room to grow, line lock held, ledger chain intact,
+registration unchanged (same SHA-256 as registered), line not closed. The line lock is held for the whole command, so
 two sweeps, a sweep and a verdict, or two registrations of one line never interleave.
 """
 
@@ -16,7 +16,7 @@ from typing import Iterator
 from harness import __version__
 from harness.errors import UserError
 from harness.governance import gitguard, registration
-from harness.governance.ledger import Ledger, ledger_path, verify
+from harness.governance.ledger import Ledger, ledger_path, torn_refusal, verify
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Line:
     ledger: Ledger
     registered: dict  # the line's `registered` row
     rows: tuple
-    commit: str  # HEAD now
+    commit: str  # the code commit (gitguard.code_commit): what rows written now are stamped with
 
     def stamp(self, env: dict) -> Stamp:
         return Stamp(self.commit, self.registered["registration_sha256"], self.registered["registration_commit"], env)
@@ -112,6 +112,7 @@ def open_line(line_or_path: str, *, root: Path | None = None, action: str) -> It
     """Everything ``sweep``/``verdict`` must check before touching anything; holds the line lock."""
     tree = gitguard.require_clean(root)
     line = registration.resolve(tree.root, line_or_path).stem
+    Ledger(tree.root, line).require_writable()  # before the lock file is created, and before any work
     with line_lock(tree.root, line):
         yield _checked_line(tree, line, action)
 
@@ -122,7 +123,7 @@ def _checked_line(tree: gitguard.CleanTree, line: str, action: str) -> Line:
         raise UserError(f"line '{line}' is not registered: run `bench register registrations/{line}.toml` first")
     res = verify(led.path)
     if not res.ok:
-        raise UserError(f"ledger/{line}.jsonl fails verification ({res.reason}): restore it from git before {action}")
+        raise UserError(torn_refusal(line, res, action))
     rows = led.rows()
     registered = rows[0]
     if registered.get("kind") != "registered":

@@ -6,7 +6,9 @@ The bar sees one row per registered (config, candidate): the latest current
 left out unless the registration says ``include_noisy = true``. A verdict is refused —
 not a NO-GO — when a pair has no outcome, when pairs were never measured (skipped,
 unsupported, throttled) and the registration does not ``allow_missing``, when the
-outcomes come from more than one commit or device, or when nothing was measured at all.
+outcomes come from more than one commit or device, when nothing was measured at all, or
+while any row of the line is not committed. The verdict row is committed at once (unless
+``commit=False``), so a decided line cannot be quietly re-rolled.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 from harness.errors import UserError
 from harness.governance import bar as barlang
-from harness.governance.ledger import current_rows
+from harness.governance.ledger import anchor, current_rows, require_anchored
 from harness.governance.line import Line
 
 # Kinds that settle a (config, candidate): the sweep has decided what happened to it.
@@ -111,9 +113,11 @@ class Verdict:
     n_rows: int
     excluded: dict
     row: dict  # the appended ledger row
+    anchored: str | None  # the commit holding the verdict row (None with commit=False)
 
 
-def decide(line: Line, env: dict) -> Verdict:
+def decide(line: Line, env: dict, *, commit: bool = True) -> Verdict:
+    """Evaluate the bar, append the verdict row and (``commit``) commit it."""
     reg = line.reg
     outcomes = latest_outcomes(line.rows)
     pairs = [(c.key(), k) for c in reg.configs for k in reg.candidates]
@@ -169,5 +173,7 @@ def decide(line: Line, env: dict) -> Verdict:
         "coverage": {**cov, "min_coverage": reg.min_coverage},
         "measured_at": {"commit": where[0][0], "device": where[0][1], "gpu": where[0][2]},
     }
+    require_anchored(line.ledger, "a verdict")
     row = line.ledger.append("verdict", payload)
-    return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded, row)
+    anchored = anchor(line.ledger, f"verdict of {reg.line}: {verdict}") if commit else None
+    return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded, row, anchored)

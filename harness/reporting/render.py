@@ -115,7 +115,9 @@ def render_verdict(v) -> None:
     c.print(f"  {v.primary} = {_fmt(v.primary_value, '.4g')}, predicted {v.prediction:g}"
             + ("" if v.primary_value is None else f" (outcome − prediction = {v.primary_value - v.prediction:+.4g})"))
     color = "green" if v.outcome == "GO" else "red"
-    c.print(f"[bold {color}]{v.outcome}[/] — line {v.row['line']} closed at ledger row {v.row['seq']}")
+    c.print(f"[bold {color}]{v.outcome}[/] — line {v.row['line']} closed at ledger row {v.row['seq']}"
+            + (f", committed as {v.anchored[:12]}" if v.anchored
+               else f" (not committed: git add ledger/{v.row['line']}.jsonl && git commit)"))
 
 
 def render_ceilings(row: dict, measured: bool) -> None:
@@ -140,6 +142,12 @@ def render_sweep_summary(summary: dict) -> None:
                 f"over {ctl['n']} configs; {ctl['noisy']} outside ±{ctl['tolerance']:.1%} (rig-noisy)")
     for note in summary.get("notes", []):
         c.print(f"  [yellow]note[/]: {note}")
+    if summary.get("anchored"):
+        c.print(f"  rows committed to git after each config ({len(summary['anchored'])} commits, last "
+                f"{summary['anchored'][-1][:12]})")
+    elif not summary.get("committed", True):
+        c.print(f"  [yellow]rows not committed[/] (--no-commit): the verdict refuses until they are — "
+                f"git add ledger/{summary['line']}.jsonl && git commit")
 
 
 def render_warmed(w) -> None:

@@ -28,7 +28,8 @@ def current_ceilings(root: Path, *, device: str | None = None, force: bool = Fal
         for row in reversed(led.rows()):
             if row.get("fingerprint") == fp:
                 return row, False
-    commit = gitguard.head_commit(root)
+    led.require_writable()
+    commit = gitguard.code_commit(root)
     ceil = measure_ceilings(device)
     row = led.append("ceilings", {"commit": commit, "harness_version": __version__, "env": env_summary(device),
                                   "fingerprint": fp, **ceil.to_row()})

@@ -1,7 +1,8 @@
 """The sweep loop: plan the open pairs, run each config, append its rows as soon as it ends.
 
-Each config's rows are appended (fsynced) before the next config starts, so an
-interrupted sweep loses at most the config in flight, and re-running it resumes.
+Each config's rows are appended (fsynced) and committed to git before the next config
+starts, so an interrupted sweep loses at most the config in flight, re-running it resumes,
+and what it reported as written cannot be rewritten unnoticed.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.governance.ledger import anchor, require_anchorable
 from harness.governance.line import Line
 from harness.governance.verdict import measured_on
 from harness.sweep.plan import Task, plan, replaced_by
@@ -29,10 +31,13 @@ class SweepSummary:
     resumed: int
     control: dict | None
     notes: tuple[str, ...]
+    anchored: tuple[str, ...] = ()  # commits holding this sweep's rows, one per config
+    committed: bool = True  # False under --no-commit: the rows are not committed
 
     def as_dict(self) -> dict:
         return {"line": self.line, "commit": self.commit, "counts": self.counts, "rejections": self.rejections,
-                "resumed": self.resumed, "control": self.control, "notes": list(self.notes)}
+                "resumed": self.resumed, "control": self.control, "notes": list(self.notes),
+                "anchored": list(self.anchored), "committed": self.committed}
 
 
 def judges_rates(go: str) -> bool:
@@ -73,13 +78,17 @@ def check_kernels_usable(line: Line, device: str) -> None:
                             f"track (ignored?): commit it so the ledger's commit stamp covers the code")
 
 
-def sweep(line: Line, device: str, env: dict, *, with_ceilings: bool = True, progress=None) -> SweepSummary:
+def sweep(line: Line, device: str, env: dict, *, with_ceilings: bool = True, commit: bool = True,
+          progress=None) -> SweepSummary:
     """Run every open (config, candidate) pair of the line and append one outcome row each.
 
     Every refusal comes before the first write: kernels are checked, then the device's
-    ceilings are looked up (measured and stored only if this device has none yet).
+    ceilings are looked up (measured and stored only if this device has none yet). With
+    ``commit``, each config's rows are committed (``ledger.anchor``) as soon as they are written.
     """
     check_kernels_usable(line, device)
+    if commit:
+        require_anchorable(line.ledger)
     ceilings = None
     if with_ceilings:
         from harness.sweep.ceilings import current_ceilings
@@ -94,6 +103,8 @@ def sweep(line: Line, device: str, env: dict, *, with_ceilings: bool = True, pro
     controls: list[tuple[float, bool]] = []
     tolerance = None
     remeasured = 0
+    anchored: list[str | None] = []
+    why_commit = f"sweep of {line.reg.line} at {line.commit[:12]}"
     if progress:
         progress.start(len(tasks))
     appended: list[dict] = []
@@ -114,6 +125,8 @@ def sweep(line: Line, device: str, env: dict, *, with_ceilings: bool = True, pro
                 "reason": f"{why} at commit {line.commit[:12]} on {key[1]}{' ' + key[2] if key[2] else ''}"}))
         for o in outcomes:
             appended.append(line.ledger.append(o.kind, {**stamp, **o.payload}))
+        if commit:
+            anchored.append(anchor(line.ledger, why_commit))
         if progress:
             progress.done(task.config.key())
         return outcomes
@@ -143,6 +156,8 @@ def sweep(line: Line, device: str, env: dict, *, with_ceilings: bool = True, pro
     finally:
         if progress:
             progress.stop()
+    if commit:  # rows an interrupted earlier run wrote but did not commit, even when nothing ran now
+        anchored.append(anchor(line.ledger, why_commit))
     for o in latest.values():
         counts[o.kind] = counts.get(o.kind, 0) + 1
         if o.kind == "incorrect":
@@ -161,4 +176,5 @@ def sweep(line: Line, device: str, env: dict, *, with_ceilings: bool = True, pro
                      f"{NOISY_REMEASURES} times each)")
     if device == "cpu":
         notes.append("ran on the CPU: clocks not monitored, timings are host perf_counter_ns")
-    return SweepSummary(line.reg.line, line.commit, counts, rejections, resumed, control, tuple(notes))
+    return SweepSummary(line.reg.line, line.commit, counts, rejections, resumed, control, tuple(notes),
+                        tuple(a for a in anchored if a), commit)
