@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,7 +16,7 @@ import pytest
 from harness.errors import UserError
 from harness.governance.ledger import (GENESIS_HASH, LEDGER_SCHEMA, Ledger, dataframe, read_rows, row_hash,
                                        verify)
-from tests.conftest import git
+from tests.conftest import bench_env, git
 
 
 def _fill(root: Path, n: int = 5) -> Ledger:
@@ -148,3 +153,153 @@ def test_a_garbled_last_row_is_one_clear_error(tmp_path, last):
         led.append("result", {"commit": "c" * 40})
     with pytest.raises(UserError, match="row 2"):
         read_rows(led.path)
+
+
+# --- torn rows, failed appends, repair --------------------------------------------------
+
+def test_repair_removes_only_an_incomplete_final_line(tmp_path):
+    led = _fill(tmp_path)
+    good = led.path.read_bytes()
+    led.path.write_bytes(good + b'{"schema":1,"seq":5,"kin')
+    fixed = led.repair()
+    assert fixed.removed_bytes == 24 and fixed.row == 5 and fixed.path == "ledger/line.jsonl"
+    assert led.path.read_bytes() == good and verify(led.path).ok
+    with pytest.raises(UserError, match="verifies .5 rows, chain intact.: nothing to repair"):
+        led.repair()
+    assert led.path.read_bytes() == good
+
+
+def test_repair_refuses_any_other_damage(tmp_path):
+    led = _fill(tmp_path)
+    lines = _lines(led.path)
+    edited = lines[:]
+    edited[2] = edited[2].replace(b'"value":3.0', b'"value":3.1')
+    torn_and_edited = b"\n".join(edited) + b'\n{"schema":1,"se'
+    led.path.write_bytes(torn_and_edited)
+    with pytest.raises(UserError, match="row 2 was edited.*only an incomplete final line"):
+        led.repair()
+    assert led.path.read_bytes() == torn_and_edited
+    # A complete, chaining row that only lacks its newline is a row: never removed.
+    no_newline = b"\n".join(lines)
+    led.path.write_bytes(no_newline)
+    res = verify(led.path)
+    assert not res.ok and not res.torn and "lacks its final newline" in res.reason
+    with pytest.raises(UserError, match="lacks its final newline"):
+        led.repair()
+    assert led.path.read_bytes() == no_newline
+
+
+_SHORT_WRITE = """
+import resource, signal, sys
+from pathlib import Path
+from harness.errors import UserError
+from harness.governance.ledger import Ledger
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit, write() returns short / EFBIG
+led = Ledger(Path(sys.argv[1]), "line")
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (led.path.stat().st_size + int(sys.argv[2]), hard))
+try:
+    led.append("result", {"commit": "c" * 40, "pad": "x" * 4000})
+except UserError as exc:
+    print(exc)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("room", [100, 0])
+def test_a_failed_append_leaves_no_partial_row(tmp_path, room):
+    """A real kernel-enforced file size limit: a short write (room 100) or EFBIG (room 0)."""
+    led = _fill(tmp_path)
+    before = led.path.read_bytes()
+    r = subprocess.run([sys.executable, "-c", _SHORT_WRITE, str(tmp_path), str(room)], capture_output=True,
+                       text=True, env=bench_env(), timeout=60)
+    assert r.returncode == 3, r.stderr
+    assert "appending row 5 to ledger/line.jsonl failed" in r.stdout and "nothing of it was kept" in r.stdout
+    assert "(File too large)" in r.stdout
+    assert led.path.read_bytes() == before and verify(led.path).ok
+    led.append("result", {"commit": "c" * 40})  # and the next append chains on as usual
+    assert verify(led.path).ok and len(led.rows()) == 6
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A 256 KiB tmpfs mounted at tmp_path/'small' (needs root with CAP_SYS_ADMIN; else skipped)."""
+    where = tmp_path / "small"
+    where.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root, or no CAP_SYS_ADMIN)")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+def test_disk_full_leaves_no_partial_row_and_low_space_is_refused_first(tiny_fs):
+    led = Ledger(tiny_fs, "line")
+    led.append("registered", {"commit": "c" * 40})
+    with pytest.raises(UserError, match=r"MiB free on the file system of ledger/, bench needs 64 MiB"):
+        led.require_writable()
+    before = led.path.read_bytes()
+    with pytest.raises(UserError, match=r"appending row 1 to ledger/line.jsonl failed \(No space left on device\)"):
+        led.append("result", {"commit": "c" * 40, "pad": "x" * 400_000})
+    assert led.path.read_bytes() == before and verify(led.path).ok
+
+
+def _chattr(flag: str, path: Path) -> bool:
+    try:
+        return subprocess.run(["chattr", flag, str(path)], capture_output=True).returncode == 0
+    except FileNotFoundError:
+        return False
+
+
+def test_an_immutable_ledger_is_refused_before_any_work(tmp_path):
+    led = _fill(tmp_path, 2)
+    if not _chattr("+i", led.path):
+        pytest.skip("chattr +i is not available here (file system, or not root)")
+    try:
+        with pytest.raises(UserError, match=r"ledger/line.jsonl is not writable \(Operation not permitted\)"):
+            led.require_writable()
+        with pytest.raises(UserError, match="cannot open ledger/line.jsonl to append a row"):
+            led.append("result", {"commit": "c" * 40})
+    finally:
+        _chattr("-i", led.path)
+    led.require_writable()
+
+
+_AS_NOBODY = """
+import sys
+from pathlib import Path
+from harness.errors import UserError
+from harness.governance.ledger import Ledger
+try:
+    Ledger(Path(sys.argv[1]), "line").require_writable()
+except UserError as exc:
+    print(exc)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_read_only_ledger_refused_for_a_user_without_root(tmp_path, what):
+    """Root writes a mode-0444 file regardless, so this runs as `nobody` (skipped where it cannot)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run the check as nobody")
+    base = Path(tempfile.mkdtemp(prefix="bench-ro-"))
+    try:
+        base.chmod(0o755)
+        led = _fill(base, 2)
+        for p in (base, led.path.parent, led.path):
+            os.chown(p, 65534, 65534)
+        (led.path if what == "file" else led.path.parent).chmod(0o444 if what == "file" else 0o555)
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                            _AS_NOBODY, str(base)], capture_output=True, text=True, env=bench_env(), timeout=60)
+        if "Permission denied" in r.stderr and "Traceback" not in r.stderr:
+            pytest.skip(f"cannot run Python as nobody here: {r.stderr.strip()}")
+        assert r.returncode == 3, r.stderr
+        shown = "ledger/line.jsonl" if what == "file" else "ledger/"
+        assert r.stdout.startswith(f"{shown} is not writable (Permission denied)"), r.stdout
+    finally:
+        led.path.parent.chmod(0o755)
+        shutil.rmtree(base)

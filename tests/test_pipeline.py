@@ -299,6 +299,11 @@ def test_never_measured_pairs_refuse_the_verdict_unless_the_bar_allows_missing(r
                 "config_key", "candidate", "baseline")
         Ledger(repo, line).append("skipped", {**{k: last[k] for k in keep}, "predicted_bytes": 2, "available_bytes": 1,
                                               "reason": "predicted peak > available"})
+    uncommitted = run_bench(repo, "verdict", "tiny2")
+    assert uncommitted.returncode == 2 and "row 3 not committed" in uncommitted.stderr
+    assert "git add ledger/tiny2.jsonl" in uncommitted.stderr and len(uncommitted.stderr.strip().splitlines()) == 1
+    git(repo, "add", "ledger/tiny.jsonl", "ledger/tiny2.jsonl")
+    git(repo, "commit", "-qm", "the skips")
     refused = run_bench(repo, "verdict", "tiny")
     assert refused.returncode == 2 and "never measured (skipped: 1)" in refused.stderr
     assert read_rows(repo / "ledger" / "tiny.jsonl")[-1]["kind"] == "skipped"  # nothing written

@@ -342,23 +342,26 @@ class Ledger:
             raise ValueError(f"unknown ledger row kind {kind!r}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock():
-            seq, prev = self._tail()
-            row = jsonable({**fields, "schema": LEDGER_SCHEMA, "seq": seq, "kind": kind, "line": self.line,
-                            "time": fields.get("time") or utc_now(), "prev_hash": prev})
-            row["hash"] = row_hash(row)
-            data = (canonical(row) + "\n").encode("utf-8")
             created = not self.path.exists()
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             except OSError as exc:
-                raise UserError(f"cannot open {self.rel} to append row {seq} ({exc.strerror}): make it writable "
+                raise UserError(f"cannot open {self.rel} to append a row ({exc.strerror}): make it writable "
                                 f"and run the same command again") from None
             try:
+                seq, prev = self._tail()
+                row = jsonable({**fields, "schema": LEDGER_SCHEMA, "seq": seq, "kind": kind, "line": self.line,
+                                "time": fields.get("time") or utc_now(), "prev_hash": prev})
+                row["hash"] = row_hash(row)
+                data = (canonical(row) + "\n").encode("utf-8")
                 size = os.fstat(fd).st_size
                 try:
-                    written = os.write(fd, data)
-                    if written != len(data):
-                        raise OSError(0, f"short write, {written} of {len(data)} bytes")
+                    done = 0
+                    while done < len(data):  # a short write is retried once more to learn why it stopped
+                        n = os.write(fd, data[done:])
+                        if n == 0:
+                            raise OSError(0, f"short write, {done} of {len(data)} bytes")
+                        done += n
                     os.fsync(fd)
                 except OSError as exc:
                     self._cut_back(fd, size, seq, exc)
