@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from harness.errors import UserError
@@ -91,3 +93,46 @@ def test_a_file_outside_the_repository_is_one_clear_error(repo, tmp_path):
     outside.write_text("x")
     with pytest.raises(UserError, match="outside the repository"):
         gitguard.file_commit(repo, outside)
+
+
+def test_the_stamp_is_the_code_commit_not_a_ledger_only_commit(repo):
+    code = git(repo, "rev-parse", "HEAD")
+    (repo / "ledger" / "tiny.jsonl").write_text("{}\n")
+    git(repo, "add", "ledger/tiny.jsonl")
+    git(repo, "commit", "-qm", "rows")
+    assert git(repo, "rev-parse", "HEAD") != code
+    assert gitguard.require_clean(repo).commit == code == gitguard.code_commit(repo)
+    (repo / "kernel.py").write_text("x = 1\n")
+    git(repo, "add", "kernel.py")
+    git(repo, "commit", "-qm", "code")
+    assert gitguard.code_commit(repo) == git(repo, "rev-parse", "HEAD")
+
+
+def test_commit_file_commits_one_file_and_leaves_the_index_alone(repo):
+    (repo / "ledger" / "tiny.jsonl").write_text("{}\n")
+    (repo / "ledger" / "other.jsonl").write_text("{}\n")
+    git(repo, "add", "ledger/other.jsonl")  # staged by the user, not bench's to commit
+    head = gitguard.commit_file(repo, "ledger/tiny.jsonl", "bench: ledger/tiny.jsonl row 0")
+    assert head == git(repo, "rev-parse", "HEAD")
+    assert git(repo, "show", "--name-only", "--format=%s|%an", "HEAD").splitlines() == [
+        "bench: ledger/tiny.jsonl row 0|test", "", "ledger/tiny.jsonl"]
+    assert git(repo, "status", "--porcelain", "--", "ledger") == "A  ledger/other.jsonl"
+
+
+def test_commit_file_falls_back_to_a_bench_identity(tmp_path, monkeypatch):
+    """CI machines have no git identity: the commit is made as bench <bench@localhost>."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for var in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL"):
+        monkeypatch.delenv(var, raising=False)
+    root = tmp_path / "ci"
+    root.mkdir()
+    git(root, "init", "-q")
+    git(root, "config", "user.useConfigOnly", "true")  # no guessing from the host name either
+    (root / "a.txt").write_text("a\n")
+    with pytest.raises(subprocess.CalledProcessError):
+        git(root, "commit", "-qm", "x", "--allow-empty")
+    gitguard.commit_file(root, "a.txt", "bench: a")
+    assert git(root, "log", "-1", "--format=%an <%ae>|%cn <%ce>") == "bench <bench@localhost>|bench <bench@localhost>"
+    unset = subprocess.run(["git", "config", "--get", "user.name"], cwd=root, capture_output=True)
+    assert unset.returncode == 1  # nothing written to the config

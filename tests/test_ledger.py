@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.governance.ledger import (GENESIS_HASH, LEDGER_SCHEMA, Ledger, dataframe, read_rows, row_hash,
-                                       verify)
-from tests.conftest import bench_env, git
+from harness.governance.ledger import (GENESIS_HASH, LEDGER_SCHEMA, Ledger, anchor, canonical, dataframe, read_rows,
+                                       require_anchorable, require_anchored, row_hash, verify)
+from tests.conftest import bench_env, git, run_bench
 
 
 def _fill(root: Path, n: int = 5) -> Ledger:
@@ -303,3 +303,125 @@ def test_read_only_ledger_refused_for_a_user_without_root(tmp_path, what):
     finally:
         led.path.parent.chmod(0o755)
         shutil.rmtree(base)
+
+
+# --- anchoring in git ------------------------------------------------------------------
+
+def test_anchor_commits_the_new_rows_and_a_verdict_refuses_uncommitted_ones(repo):
+    led = _fill(repo, 3)
+    with pytest.raises(UserError, match=r"ledger/line.jsonl: rows 0-2 not committed; a verdict decides on "
+                                        r"committed rows only — commit them: git add ledger/line.jsonl"):
+        require_anchored(led, "a verdict")
+    made = anchor(led, "sweep of line at abc")
+    assert made == git(repo, "rev-parse", "HEAD")
+    assert git(repo, "log", "-1", "--format=%s") == "bench: ledger/line.jsonl rows 0-2 (sweep of line at abc)"
+    require_anchored(led, "a verdict")
+    assert anchor(led, "nothing new") is None
+    led.append("verdict", {"commit": "c" * 40})
+    anchor(led, "verdict of line: GO")
+    assert git(repo, "log", "-1", "--format=%s") == "bench: ledger/line.jsonl row 3 (verdict of line: GO)"
+    assert git(repo, "status", "--porcelain") == ""
+    (repo / ".git" / "info" / "exclude").write_text("ledger/other.jsonl\n")
+    with pytest.raises(UserError, match="ledger/other.jsonl is ignored by git .* or pass --no-commit"):
+        require_anchorable(Ledger(repo, "other"))
+
+
+def _verify_cli(repo, *line):
+    return run_bench(repo, "ledger", "verify", *line)
+
+
+def test_a_committed_row_taken_back_is_named_with_the_commit_that_took_it(repo):
+    led = _fill(repo, 3)
+    anchor(led, "sweep")
+    led.append("verdict", {"commit": "c" * 40, "outcome": "NO-GO"})
+    verdict_commit = anchor(led, "verdict of line: NO-GO")
+    _write(led.path, _lines(led.path)[:3])  # the verdict row cut off, the line to be re-rolled
+    git(repo, "commit", "-qam", "take the verdict back")
+    taken = git(repo, "rev-parse", "HEAD")
+    res = verify(led.path)
+    assert not res.ok and res.bad_row == 3
+    assert f"as committed in {verdict_commit[:12]}" in res.reason and f"taken back in commit {taken[:12]}" in res.reason
+    led.append("result", {"commit": "c" * 40})  # re-rolled and committed: still caught
+    anchor(led, "sweep again")
+    r = _verify_cli(repo, "line")
+    assert r.returncode == 1 and "BAD" in r.stdout and taken[:12] in r.stdout
+
+
+def test_rows_rewritten_and_rehashed_after_their_commit_are_caught(repo):
+    led = _fill(repo, 3)
+    anchor(led, "sweep")
+    rows = led.rows()
+    prev = GENESIS_HASH
+    for r in rows:  # a consistent chain, forged from scratch
+        if r["kind"] == "result":
+            r["value"] = 99.0
+        r["prev_hash"] = prev
+        r["hash"] = prev = row_hash(r)
+    led.path.write_text("".join(canonical(r) + "\n" for r in rows))
+    res = verify(led.path)
+    assert not res.ok and res.bad_row == 1 and "differs from the row committed at HEAD" in res.reason
+
+
+def test_deleted_ledgers_are_reported_by_verify(repo):
+    led = _fill(repo, 2)
+    anchor(led, "sweep")
+    keep = _fill_line(repo, "kept")
+    anchor(keep, "sweep")
+    led.path.unlink()
+    r = _verify_cli(repo)
+    assert r.returncode == 1, r.stdout
+    assert "ok   kept.jsonl" in r.stdout
+    assert "GONE line.jsonl: committed at HEAD but deleted from the work tree: restore it with git checkout " \
+           "HEAD -- ledger/line.jsonl" in r.stdout
+    git(repo, "commit", "-qam", "drop the line")
+    gone = git(repo, "rev-parse", "HEAD")
+    for args in ((), ("line",)):
+        r = _verify_cli(repo, *args)
+        assert r.returncode == 1 and f"GONE line.jsonl: deleted in commit {gone[:12]} (drop the line)" in r.stdout
+    show = run_bench(repo, "ledger", "show", "line")
+    assert show.returncode == 2 and f"deleted in commit {gone[:12]}" in show.stderr
+
+
+def _fill_line(root: Path, line: str) -> Ledger:
+    led = Ledger(root, line)
+    led.append("registered", {"commit": "c" * 40})
+    return led
+
+
+def _shown_ledger(root: Path) -> Ledger:
+    """Rows the table renderer can show: a registration and two skips."""
+    led = Ledger(root, "line")
+    led.append("registered", {"commit": "c" * 40, "registration": {"go": "min(speedup) >= 1", "prediction": 1.2}})
+    for i in (1, 2):
+        led.append("skipped", {"commit": "c" * 40, "reason": f"skip {i}", "value": i * 1.5})
+    return led
+
+
+@pytest.mark.parametrize("fmt", [(), ("--csv",), ("--json",)])
+def test_show_of_a_ledger_that_fails_verification_warns_and_exits_1(repo, fmt):
+    led = _shown_ledger(repo)
+    good = led.path.read_bytes()
+    lines = _lines(led.path)
+    lines[1] = lines[1].replace(b'"value":1.5', b'"value":9.5')
+    _write(led.path, lines)
+    r = run_bench(repo, "ledger", "show", "line", *fmt)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("bench: warning: ledger/line.jsonl fails verification (row 1 was edited")
+    assert len(r.stderr.strip().splitlines()) == 1 and "skip 2" in r.stdout  # still shown, as far as it reads
+    led.path.write_bytes(good)
+    ok = run_bench(repo, "ledger", "show", "line", *fmt)
+    assert ok.returncode == 0 and ok.stderr == "" and "skip 2" in ok.stdout
+
+
+def test_ledger_repair_through_the_cli(repo):
+    led = _shown_ledger(repo)
+    good = led.path.read_bytes()
+    led.path.write_bytes(good + b'{"schema":1,"seq":3,"ki')
+    shown = run_bench(repo, "ledger", "show", "line")
+    assert shown.returncode == 1 and "run `bench ledger repair line`" in shown.stderr
+    r = run_bench(repo, "ledger", "repair", "line")
+    assert r.returncode == 0, r.stderr
+    assert "removed an incomplete final line (23 bytes, what would have been row 3); rows 0-2 are intact" in r.stdout
+    assert led.path.read_bytes() == good
+    again = run_bench(repo, "ledger", "repair", "line")
+    assert again.returncode == 2 and "nothing to repair" in again.stderr
