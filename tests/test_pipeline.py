@@ -54,6 +54,12 @@ def test_register_sweep_verdict_and_the_refusals(repo):
         assert res["gate"]["candidate"]["passed"] and res["gate"]["baseline"]["passed"]
         assert len(res["timing"]["arms"]["candidate:sdpa"]["samples_ms"]) >= 5
     assert (repo / "ledger" / "_device_ceilings.jsonl").exists()
+    # Each config's rows were committed as it ended; the stamp stayed the code commit.
+    subjects = git(repo, "log", "--format=%s", f"{head}..HEAD").splitlines()
+    assert len(subjects) == 2 and subjects[-1].startswith("bench: ledger/tiny.jsonl rows 0-"), subjects
+    assert all(x.endswith(f"(sweep of tiny at {head[:12]})") for x in subjects), subjects
+    assert subjects[0].endswith(f"row {len(rows(repo)) - 1} (sweep of tiny at {head[:12]})"), subjects
+    assert git(repo, "status", "--porcelain", "--", "ledger/tiny.jsonl") == ""
 
     n = len(rows(repo))
     resumed = run_bench(repo, "sweep", "tiny")
@@ -64,7 +70,9 @@ def test_register_sweep_verdict_and_the_refusals(repo):
     assert v.returncode == 0, v.stderr + v.stdout
     assert "GO" in v.stdout and "geomean(speedup) >= 0.01" in v.stdout
     verdict = rows(repo)[-1]
-    assert verdict["kind"] == "verdict" and verdict["outcome"] == "GO"
+    assert verdict["kind"] == "verdict" and verdict["outcome"] == "GO" and verdict["commit"] == head
+    assert git(repo, "log", "-1", "--format=%s") == f"bench: ledger/tiny.jsonl row {n} (verdict of tiny: GO)"
+    assert "committed as" in v.stdout
     assert verdict["prediction"] == 1.5 and verdict["primary_value"] > 0
 
     closed = run_bench(repo, "sweep", "tiny")
@@ -353,3 +361,51 @@ def test_the_verdict_row_records_its_coverage(repo):
     v = rows(repo)[-1]
     assert v["kind"] == "verdict"
     assert v["coverage"] == {"pairs": 2, "decided": 2, "fraction": 1.0, "undecided": [], "min_coverage": 1.0}
+
+
+def test_no_commit_leaves_the_rows_to_the_user_and_the_verdict_waits_for_them(repo):
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    head = git(repo, "rev-parse", "HEAD")
+    s = run_bench(repo, "sweep", "tiny", "--no-commit")
+    assert s.returncode == 0, s.stderr
+    assert "rows not committed" in s.stdout and git(repo, "rev-parse", "HEAD") == head
+    last = len(rows(repo)) - 1
+    v = run_bench(repo, "verdict", "tiny")
+    assert v.returncode == 2 and f"rows 0-{last} not committed" in v.stderr
+    assert "git add ledger/tiny.jsonl && git commit" in v.stderr and len(v.stderr.strip().splitlines()) == 1
+    assert kinds(repo)[-1] != "verdict"
+    git(repo, "add", "ledger/tiny.jsonl")
+    git(repo, "commit", "-qm", "tiny swept")
+    v = run_bench(repo, "verdict", "tiny", "--no-commit")
+    assert v.returncode == 0, v.stderr
+    assert kinds(repo)[-1] == "verdict" and "not committed" in v.stdout
+    assert git(repo, "status", "--porcelain", "--", "ledger/tiny.jsonl") == "M ledger/tiny.jsonl"
+    assert run_bench(repo, "ledger", "verify", "tiny").returncode == 0
+
+
+def test_an_unwritable_ledger_is_refused_before_any_work(repo):
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    path = repo / "ledger" / "tiny.jsonl"
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not available here (file system, or not root)")
+    try:
+        for cmd in ("sweep", "verdict"):
+            r = run_bench(repo, cmd, "tiny")
+            assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+            assert "ledger/tiny.jsonl is not writable (Operation not permitted)" in r.stderr
+        assert not (repo / "ledger" / "_device_ceilings.jsonl").exists()  # no work was done
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+    assert kinds(repo) == ["registered"]
+
+
+def test_a_torn_final_row_names_the_repair_and_the_repaired_line_sweeps(repo):
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    path = repo / "ledger" / "tiny.jsonl"
+    path.write_bytes(path.read_bytes() + b'{"schema":1,"seq":1,"kind":"res')  # killed mid-write
+    r = run_bench(repo, "sweep", "tiny")
+    assert r.returncode == 2 and "run `bench ledger repair tiny`" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    fixed = run_bench(repo, "ledger", "repair", "tiny")
+    assert fixed.returncode == 0 and "what would have been row 1" in fixed.stdout
+    assert kinds(repo) == ["registered"] and verify(path).ok
