@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.errors import UserError
+from harness.governance import gitguard
 from harness.governance.gitguard import LEDGER_DIR
 
 LEDGER_SCHEMA = 1
@@ -138,10 +139,8 @@ def _git_location(path: Path) -> tuple[Path, str] | None:
 
 def _committed_bytes(path: Path) -> bytes | None:
     """The ledger file as committed at HEAD, or None outside git / when not committed."""
-    from harness.governance.gitguard import show_file
-
     where = _git_location(path)
-    return None if where is None else show_file(where[0], "HEAD", where[1])
+    return None if where is None else gitguard.show_file(where[0], "HEAD", where[1])
 
 
 def _first_difference(a: bytes, b: bytes) -> int:
@@ -181,8 +180,6 @@ def _check_chain(lines: list[bytes], path: Path) -> tuple[VerifyResult | None, s
 
 def _check_git(body: bytes, path: Path) -> VerifyResult | None:
     """Rows committed at HEAD, and in every earlier committed version, must all still be here."""
-    from harness.governance.gitguard import blobs, file_history
-
     where = _git_location(path)
     if where is None:
         return None
@@ -196,22 +193,21 @@ def _check_git(body: bytes, path: Path) -> VerifyResult | None:
             return VerifyResult(str(path), False, count, i, f"row {i} differs from the row committed at HEAD")
         return VerifyResult(str(path), False, count, count,
                             f"rows {count}..{committed_rows - 1} committed at HEAD are missing (truncated)")
-    history = file_history(root, rel)
-    taken: tuple[int, str, str] | None = None  # the first committed version this file no longer extends
-    for (sha, subject), version in zip(history, blobs(root, [f"{sha}:{rel}" for sha, _ in history])):
+    history = gitguard.file_history(root, rel)
+    taken = None  # (row, commit, subject, content) of the first committed version the file no longer extends
+    for (sha, subject), version in zip(history, gitguard.blobs(root, [f"{sha}:{rel}" for sha, _ in history])):
         version = version or b""  # deleted in this commit
         if taken is None:
             if not body.startswith(version):
-                taken = (_first_difference(version, body), sha, subject)
-                kept = version
-        elif not version.startswith(kept):
-            i, was, was_subject = taken
+                taken = (_first_difference(version, body), sha, subject, version)
+        elif not version.startswith(taken[3]):
+            i, was, was_subject, _ = taken
             return VerifyResult(str(path), False, count, i,
                                 f"row {i} as committed in {was[:12]} ({was_subject}) was rewritten or taken back "
                                 f"in commit {sha[:12]} ({subject}): committed rows never change — see "
                                 f"git show {was[:12]}:{rel}")
     if taken is not None:
-        i, was, was_subject = taken
+        i, was, was_subject, _ = taken
         return VerifyResult(str(path), False, count, i,
                             f"row {i} as committed in {was[:12]} ({was_subject}) is changed or missing in the "
                             f"work tree: restore it with git checkout {was[:12]} -- {rel}")
@@ -246,7 +242,7 @@ def verify(path: Path) -> VerifyResult:
                                 f"it): add the newline (echo >> ledger/{path.name})")
         return VerifyResult(str(path), False, count, count,
                             f"row {count} is an incomplete final line ({len(tail)} bytes of a write that never "
-                            f"finished): `bench ledger repair {path.stem}` removes it", torn=True)
+                            f"finished): run `bench ledger repair {path.stem}` to remove it", torn=True)
     return VerifyResult(str(path), True, count)
 
 
@@ -262,8 +258,7 @@ def _completes_chain(raw: bytes, prev: str, seq: int) -> bool:
 def torn_refusal(line: str, res: VerifyResult, action: str) -> str:
     """What sweep/verdict/show say about a ledger that fails verification: the fix it needs."""
     if res.torn:
-        return (f"ledger/{line}.jsonl ends in an incomplete row ({res.reason}): run `bench ledger repair {line}` "
-                f"(it removes only that line), then {action} again")
+        return f"ledger/{line}.jsonl: {res.reason} before {action}"
     return f"ledger/{line}.jsonl fails verification ({res.reason}): restore it from git before {action}"
 
 
@@ -465,9 +460,7 @@ def dataframe(path: Path, *, tidy: bool = False):
 
 def committed_rows(led: Ledger) -> int:
     """How many of the line's rows are committed at HEAD (0 where the file is not)."""
-    from harness.governance.gitguard import show_file
-
-    committed = show_file(led.root, "HEAD", led.rel)
+    committed = gitguard.show_file(led.root, "HEAD", led.rel)
     return 0 if committed is None else committed.count(b"\n")
 
 
@@ -481,9 +474,7 @@ def _rows_text(first: int, last: int) -> str:
 
 def require_anchorable(led: Ledger) -> None:
     """Refuse before any work where the line's rows could not be committed."""
-    from harness.governance.gitguard import is_ignored
-
-    if is_ignored(led.root, led.rel):
+    if gitguard.is_ignored(led.root, led.rel):
         raise UserError(f"{led.rel} is ignored by git (.gitignore or .git/info/exclude), so bench cannot commit "
                         f"its rows: stop ignoring it, or pass --no-commit")
 
@@ -491,12 +482,10 @@ def require_anchorable(led: Ledger) -> None:
 def anchor(led: Ledger, why: str) -> str | None:
     """Commit the line's rows that HEAD does not hold yet (only this file; the user's index is
     left alone). Returns the new commit, or None when every row is already committed."""
-    from harness.governance.gitguard import commit_file
-
     first, n = committed_rows(led), _row_count(led)
     if n <= first:
         return None
-    return commit_file(led.root, led.rel, f"bench: {led.rel} {_rows_text(first, n - 1)} ({why})")
+    return gitguard.commit_file(led.root, led.rel, f"bench: {led.rel} {_rows_text(first, n - 1)} ({why})")
 
 
 def require_anchored(led: Ledger, action: str) -> None:
@@ -510,16 +499,14 @@ def require_anchored(led: Ledger, action: str) -> None:
 
 def missing_ledgers(root: Path) -> list[tuple[str, str]]:
     """Ledgers absent from the work tree that git says existed: (path, what happened)."""
-    from harness.governance.gitguard import deleted_files, files_at_head
-
     root = Path(root)
     missing = []
-    at_head = [p for p in files_at_head(root, LEDGER_DIR) if p.endswith(".jsonl")]
+    at_head = [p for p in gitguard.files_at_head(root, LEDGER_DIR) if p.endswith(".jsonl")]
     for rel in at_head:
         if not (root / rel).exists():
             missing.append((rel, f"committed at HEAD but deleted from the work tree: restore it with "
                                  f"git checkout HEAD -- {rel}"))
-    for rel, (sha, subject) in sorted(deleted_files(root, LEDGER_DIR, ".jsonl").items()):
+    for rel, (sha, subject) in sorted(gitguard.deleted_files(root, LEDGER_DIR, ".jsonl").items()):
         if rel not in at_head and not (root / rel).exists():
             missing.append((rel, f"deleted in commit {sha[:12]} ({subject}): its rows are still in git — restore "
                                  f"them with git checkout {sha[:12]}^ -- {rel}"))
