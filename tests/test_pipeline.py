@@ -161,6 +161,7 @@ def test_kill_mid_sweep_loses_no_written_row_and_resume_completes(repo):
     results = [r["config_key"] for r in rows(repo) if r["kind"] == "result"]
     assert len(results) == 6 and len(set(results)) == 6  # resumed: nothing run twice
     assert verify(repo / "ledger" / "tiny.jsonl").ok
+    assert git(repo, "status", "--porcelain", "--", "ledger/tiny.jsonl") == ""  # every row committed
 
 
 def test_bad_input_gets_one_line_and_exit_2(repo, tmp_path):
@@ -374,8 +375,9 @@ def test_no_commit_leaves_the_rows_to_the_user_and_the_verdict_waits_for_them(re
     assert v.returncode == 2 and f"rows 0-{last} not committed" in v.stderr
     assert "git add ledger/tiny.jsonl && git commit" in v.stderr and len(v.stderr.strip().splitlines()) == 1
     assert kinds(repo)[-1] != "verdict"
-    git(repo, "add", "ledger/tiny.jsonl")
-    git(repo, "commit", "-qm", "tiny swept")
+    again = run_bench(repo, "sweep", "tiny")  # nothing left to run: it commits what the first one left
+    assert again.returncode == 0 and "already done" in again.stdout
+    assert git(repo, "log", "-1", "--format=%s") == f"bench: ledger/tiny.jsonl rows 0-{last} (sweep of tiny at {head[:12]})"
     v = run_bench(repo, "verdict", "tiny", "--no-commit")
     assert v.returncode == 0, v.stderr
     assert kinds(repo)[-1] == "verdict" and "not committed" in v.stdout
