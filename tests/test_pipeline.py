@@ -377,7 +377,8 @@ def test_no_commit_leaves_the_rows_to_the_user_and_the_verdict_waits_for_them(re
     assert kinds(repo)[-1] != "verdict"
     again = run_bench(repo, "sweep", "tiny")  # nothing left to run: it commits what the first one left
     assert again.returncode == 0 and "already done" in again.stdout
-    assert git(repo, "log", "-1", "--format=%s") == f"bench: ledger/tiny.jsonl rows 0-{last} (sweep of tiny at {head[:12]})"
+    subject = git(repo, "log", "-1", "--format=%s")
+    assert subject == f"bench: ledger/tiny.jsonl rows 0-{last} (sweep of tiny at {head[:12]})"
     v = run_bench(repo, "verdict", "tiny", "--no-commit")
     assert v.returncode == 0, v.stderr
     assert kinds(repo)[-1] == "verdict" and "not committed" in v.stdout
