@@ -75,7 +75,7 @@ def show(line: str = typer.Argument(..., help="line id"),
     still shown as far as it reads, with a warning on stderr, and exits 1."""
     import sys
 
-    from harness.governance.ledger import canonical, dataframe, read_rows, torn_refusal
+    from harness.governance.ledger import canonical, dataframe, read_rows, verify_refusal
     from harness.governance.ledger import verify as do_verify
     from harness.reporting.render import render_ledger
 
@@ -89,7 +89,7 @@ def show(line: str = typer.Argument(..., help="line id"),
             raise UserError("--format tidy is a CSV of its own: drop --csv / --json")
     res = do_verify(path)
     if not res.ok:
-        print(f"bench: warning: {torn_refusal(path.stem, res, 'trusting these rows')}", file=sys.stderr)
+        print(f"bench: warning: {verify_refusal(path.stem, res, 'trusting these rows')}", file=sys.stderr)
     if format is not None:
         df = dataframe(path, tidy=True)
         if kind:

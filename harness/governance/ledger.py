@@ -255,8 +255,9 @@ def _completes_chain(raw: bytes, prev: str, seq: int) -> bool:
             and row_hash(row) == row.get("hash"))
 
 
-def torn_refusal(line: str, res: VerifyResult, action: str) -> str:
-    """What sweep/verdict/show say about a ledger that fails verification: the fix it needs."""
+def verify_refusal(line: str, res: VerifyResult, action: str) -> str:
+    """What a command says of a ledger that fails verification: the fix it needs (an
+    incomplete final line is repaired, anything else is restored from git)."""
     if res.torn:
         return f"ledger/{line}.jsonl: {res.reason} before {action}"
     return f"ledger/{line}.jsonl fails verification ({res.reason}): restore it from git before {action}"

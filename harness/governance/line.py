@@ -16,7 +16,7 @@ from typing import Iterator
 from harness import __version__
 from harness.errors import UserError
 from harness.governance import gitguard, registration
-from harness.governance.ledger import Ledger, ledger_path, torn_refusal, verify
+from harness.governance.ledger import Ledger, ledger_path, verify, verify_refusal
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def _checked_line(tree: gitguard.CleanTree, line: str, action: str) -> Line:
         raise UserError(f"line '{line}' is not registered: run `bench register registrations/{line}.toml` first")
     res = verify(led.path)
     if not res.ok:
-        raise UserError(torn_refusal(line, res, action))
+        raise UserError(verify_refusal(line, res, action))
     rows = led.rows()
     registered = rows[0]
     if registered.get("kind") != "registered":

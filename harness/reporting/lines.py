@@ -98,12 +98,11 @@ def load(root: Path, spec: str) -> LineView:
 
 
 def load_path(path: Path, *, commit: str | None = None) -> LineView:
-    from harness.governance.ledger import read_rows, verify
+    from harness.governance.ledger import read_rows, verify, verify_refusal
 
     res = verify(path)
     if not res.ok:
-        raise UserError(f"{Path(path).name} fails verification ({res.reason}): restore it from git "
-                        f"(bench ledger verify names the bad row) before reporting on it")
+        raise UserError(verify_refusal(Path(path).stem, res, "reporting on it"))
     rows = tuple(read_rows(path))
     view = LineView(line=Path(path).stem, path=Path(path), rows=rows, commit=commit)
     if commit and not any(str(r.get("commit", "")).startswith(commit) for r in rows if r.get("kind") == "result"):
