@@ -89,7 +89,7 @@ def show(line: str = typer.Argument(..., help="line id"),
             raise UserError("--format tidy is a CSV of its own: drop --csv / --json")
     res = do_verify(path)
     if not res.ok:
-        print(f"bench: warning: {verify_refusal(path.stem, res, 'trusting these rows')}", file=sys.stderr)
+        print(f"bench: warning: {verify_refusal(f'ledger/{path.name}', res, 'trusting these rows')}", file=sys.stderr)
     if format is not None:
         df = dataframe(path, tidy=True)
         if kind:

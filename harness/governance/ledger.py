@@ -193,6 +193,8 @@ def _check_git(body: bytes, path: Path) -> VerifyResult | None:
             return VerifyResult(str(path), False, count, i, f"row {i} differs from the row committed at HEAD")
         return VerifyResult(str(path), False, count, count,
                             f"rows {count}..{committed_rows - 1} committed at HEAD are missing (truncated)")
+    if not rel.startswith(LEDGER_DIR + "/"):
+        return None  # a copy elsewhere (a test fixture, an export) is no line's ledger: HEAD is its anchor
     history = gitguard.file_history(root, rel)
     taken = None  # (row, commit, subject, content) of the first committed version the file no longer extends
     for (sha, subject), version in zip(history, gitguard.blobs(root, [f"{sha}:{rel}" for sha, _ in history])):
@@ -255,12 +257,12 @@ def _completes_chain(raw: bytes, prev: str, seq: int) -> bool:
             and row_hash(row) == row.get("hash"))
 
 
-def verify_refusal(line: str, res: VerifyResult, action: str) -> str:
-    """What a command says of a ledger that fails verification: the fix it needs (an
-    incomplete final line is repaired, anything else is restored from git)."""
+def verify_refusal(shown: str, res: VerifyResult, action: str) -> str:
+    """What a command says of the ledger file ``shown`` when it fails verification: the fix
+    it needs (an incomplete final line is repaired, anything else is restored from git)."""
     if res.torn:
-        return f"ledger/{line}.jsonl: {res.reason} before {action}"
-    return f"ledger/{line}.jsonl fails verification ({res.reason}): restore it from git before {action}"
+        return f"{shown}: {res.reason} before {action}"
+    return f"{shown} fails verification ({res.reason}): restore it from git before {action}"
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,7 @@ def _checked_line(tree: gitguard.CleanTree, line: str, action: str) -> Line:
         raise UserError(f"line '{line}' is not registered: run `bench register registrations/{line}.toml` first")
     res = verify(led.path)
     if not res.ok:
-        raise UserError(verify_refusal(line, res, action))
+        raise UserError(verify_refusal(f"ledger/{line}.jsonl", res, action))
     rows = led.rows()
     registered = rows[0]
     if registered.get("kind") != "registered":

@@ -102,7 +102,7 @@ def load_path(path: Path, *, commit: str | None = None) -> LineView:
 
     res = verify(path)
     if not res.ok:
-        raise UserError(verify_refusal(Path(path).stem, res, "reporting on it"))
+        raise UserError(verify_refusal(Path(path).name, res, "reporting on it"))
     rows = tuple(read_rows(path))
     view = LineView(line=Path(path).stem, path=Path(path), rows=rows, commit=commit)
     if commit and not any(str(r.get("commit", "")).startswith(commit) for r in rows if r.get("kind") == "result"):
