@@ -321,6 +321,11 @@ def test_anchor_commits_the_new_rows_and_a_verdict_refuses_uncommitted_ones(repo
     anchor(led, "verdict of line: GO")
     assert git(repo, "log", "-1", "--format=%s") == "bench: ledger/line.jsonl row 3 (verdict of line: GO)"
     assert git(repo, "status", "--porcelain") == ""
+    (repo / ".git" / "index.lock").write_text("")  # left by a git command that was killed
+    with pytest.raises(UserError, match=r"\.git/index\.lock exists: .* remove it \(rm \.git/index\.lock\)"):
+        require_anchorable(led)
+    (repo / ".git" / "index.lock").unlink()
+    require_anchorable(led)
     (repo / ".git" / "info" / "exclude").write_text("ledger/other.jsonl\n")
     with pytest.raises(UserError, match="ledger/other.jsonl is ignored by git .* or pass --no-commit"):
         require_anchorable(Ledger(repo, "other"))

@@ -144,6 +144,16 @@ def is_ignored(root: Path, rel: str) -> bool:
     return _git(root, "check-ignore", "-q", "--", rel).returncode == 0
 
 
+def require_committable(root: Path) -> None:
+    """Refuse before any work where git's index is locked: a commit after the first config
+    would fail. A git command killed mid-write (a sweep killed with SIGKILL while it
+    committed) leaves the lock behind; only the user can tell it is stale."""
+    lock = _git(root, "rev-parse", "--git-path", "index.lock").stdout.strip()
+    if lock and (Path(root) / lock).exists():
+        raise UserError(f"{lock} exists: another git command is running, or one was killed — if none is running, "
+                        f"remove it (rm {lock}) and run the same command again (or pass --no-commit)")
+
+
 def _identity(root: Path) -> list[str]:
     """``-c`` options giving git the fallback identity where the user has none configured."""
     for who in ("GIT_AUTHOR_IDENT", "GIT_COMMITTER_IDENT"):

@@ -477,6 +477,7 @@ def _rows_text(first: int, last: int) -> str:
 
 def require_anchorable(led: Ledger) -> None:
     """Refuse before any work where the line's rows could not be committed."""
+    gitguard.require_committable(led.root)
     if gitguard.is_ignored(led.root, led.rel):
         raise UserError(f"{led.rel} is ignored by git (.gitignore or .git/info/exclude), so bench cannot commit "
                         f"its rows: stop ignoring it, or pass --no-commit")

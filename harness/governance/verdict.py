@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from harness.errors import UserError
 from harness.governance import bar as barlang
-from harness.governance.ledger import anchor, current_rows, require_anchored
+from harness.governance.ledger import anchor, current_rows, require_anchorable, require_anchored
 from harness.governance.line import Line
 
 # Kinds that settle a (config, candidate): the sweep has decided what happened to it.
@@ -118,6 +118,8 @@ class Verdict:
 
 def decide(line: Line, env: dict, *, commit: bool = True) -> Verdict:
     """Evaluate the bar, append the verdict row and (``commit``) commit it."""
+    if commit:
+        require_anchorable(line.ledger)
     reg = line.reg
     outcomes = latest_outcomes(line.rows)
     pairs = [(c.key(), k) for c in reg.configs for k in reg.candidates]
