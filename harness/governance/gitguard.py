@@ -145,13 +145,15 @@ def is_ignored(root: Path, rel: str) -> bool:
 
 
 def require_committable(root: Path) -> None:
-    """Refuse before any work where git's index is locked: a commit after the first config
-    would fail. A git command killed mid-write (a sweep killed with SIGKILL while it
+    """Refuse before any work where git's index, HEAD or branch is locked: a commit after the
+    first config would fail. A git command killed mid-write (a sweep killed with SIGKILL while it
     committed) leaves the lock behind; only the user can tell it is stale."""
-    lock = _git(root, "rev-parse", "--git-path", "index.lock").stdout.strip()
-    if lock and (Path(root) / lock).exists():
-        raise UserError(f"{lock} exists: another git command is running, or one was killed — if none is running, "
-                        f"remove it (rm {lock}) and run the same command again (or pass --no-commit)")
+    ref = _git(root, "symbolic-ref", "-q", "HEAD").stdout.strip()
+    for name in ("index", "HEAD", *([ref] if ref else [])):
+        lock = _git(root, "rev-parse", "--git-path", f"{name}.lock").stdout.strip()
+        if lock and (Path(root) / lock).exists():
+            raise UserError(f"{lock} exists: another git command is running, or one was killed — if none is "
+                            f"running, remove it (rm {lock}) and run the same command again (or pass --no-commit)")
 
 
 def _identity(root: Path) -> list[str]:
