@@ -2,4 +2,6 @@
 
 from harness.cli import run
 
-run()
+# Guarded: sweep workers are spawned processes, which import the parent's main module.
+if __name__ == "__main__":
+    run()

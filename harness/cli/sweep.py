@@ -10,6 +10,16 @@ from harness.cli import app
 @app.command()
 def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
           device: str = typer.Option("auto", help="auto | cuda | cpu"),
+          gpus: str = typer.Option(None, "--gpus", help="GPUs to shard the configs over, one worker each: "
+                                                        "0,1,… (nvidia-smi numbering) or all (default: GPU 0)"),
+          workers: int = typer.Option(1, "--workers", help="CPU sweeps: worker processes (they share the CPU: "
+                                                           "for testing the pool, not for numbers)"),
+          inline: bool = typer.Option(False, "--inline", help="run configs in this process (debugging): no "
+                                                              "isolation, no watchdog"),
+          retry_crashed: bool = typer.Option(False, "--retry-crashed",
+                                             help="re-run pairs that crashed at this commit on this device"),
+          no_wait: bool = typer.Option(False, "--no-wait", help="refuse, instead of waiting, when another bench "
+                                                                "process is measuring on a device"),
           no_ceilings: bool = typer.Option(False, "--no-ceilings",
                                            help="do not measure/attach device ceilings (no reductio check)"),
           no_commit: bool = typer.Option(False, "--no-commit",
@@ -18,16 +28,17 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
     committed to git after each config."""
     import os
 
-    # Before torch starts CUDA: N×N tensors of tens of GB, freed and re-allocated in other
-    # sizes config after config, fragment the caching allocator (an H200 run at seq_len
-    # 32k failed with 63 GiB reserved but unallocated); expandable segments avoid that.
+    # Before torch starts CUDA (workers inherit it): N×N tensors of tens of GB, freed and
+    # re-allocated in other sizes config after config, fragment the caching allocator (an
+    # H200 run at seq_len 32k failed with 63 GiB reserved but unallocated); expandable
+    # segments avoid that.
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     from harness.errors import UserError
     from harness.governance.line import open_line
-    from harness.measurement.device import detect_device, env_summary
+    from harness.measurement.device import detect_device
     from harness.reporting.progress import SweepProgress
-    from harness.reporting.render import render_sweep_summary
-    from harness.sweep.loop import sweep as do_sweep
+    from harness.reporting.render import render_device_wait, render_interrupt_pending, render_sweep_summary
+    from harness.sweep.loop import make_executor, sweep as do_sweep
 
     if device not in ("auto", "cpu", "cuda"):
         raise UserError(f"--device {device!r}: use auto, cuda or cpu")
@@ -35,6 +46,9 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
         dev = detect_device() if device == "auto" else device
         if dev == "cuda" and detect_device() != "cuda":
             raise UserError("--device cuda but torch sees no GPU: use --device cpu or run on a GPU machine")
-        summary = do_sweep(ln, dev, env_summary(dev), with_ceilings=not no_ceilings, commit=not no_commit,
-                           progress=SweepProgress(ln.reg.line))
+        executor = make_executor(dev, inline=inline, gpus=gpus, workers=workers)
+        summary = do_sweep(ln, dev, executor=executor, with_ceilings=not no_ceilings, commit=not no_commit,
+                           retry_crashed=retry_crashed,
+                           wait=not no_wait, progress=SweepProgress(ln.reg.line), on_wait=render_device_wait,
+                           on_interrupt=render_interrupt_pending)
     render_sweep_summary(summary.as_dict())

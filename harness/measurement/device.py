@@ -51,11 +51,34 @@ def env_summary(device: str) -> dict:
             "cuda": torch.version.cuda,
             "cudnn": torch.backends.cudnn.version(),
             "driver": driver_version(),
+            **gpu_identity(),
         })
     else:
-        env.update({"gpu": None, "cpu": platform.processor() or platform.machine(),
+        env.update({"gpu": None, "gpu_index": None, "gpu_uuid": None, "cpu": platform.processor() or platform.machine(),
                     "torch_threads": torch.get_num_threads()})
     return env
+
+
+def gpu_identity() -> dict:
+    """Which physical GPU this process measures on (torch's device 0): its NVML index and
+    UUID, so rows from several GPUs of one host say which one each came from, whatever
+    CUDA_VISIBLE_DEVICES renumbered."""
+    import torch
+
+    raw = getattr(torch.cuda.get_device_properties(0), "uuid", None)
+    uuid = str(raw) if raw else None
+    if uuid and not uuid.startswith(("GPU-", "MIG-")):
+        uuid = f"GPU-{uuid}"
+    index = None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        index = int(pynvml.nvmlDeviceGetIndex(pynvml.nvmlDeviceGetHandleByUUID(uuid)))
+    except Exception:  # no NVML: the first visible device, when CUDA_VISIBLE_DEVICES names it by number
+        first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+        index = int(first) if first.isdigit() else None
+    return {"gpu_index": index, "gpu_uuid": uuid}
 
 
 def driver_version() -> str | None:

@@ -76,6 +76,10 @@ DEFAULT_MAX_DROP_FRACTION = 0.25   # more dropped rounds than this: the measurem
 DEFAULT_CONTROL_TOLERANCE = 0.02   # control (= baseline function) must agree within ±2%
 DEFAULT_GRAPH_REPLAYS = 0          # 0 = auto: enough replays per sample for GRAPH_TARGET_SAMPLE_MS
 DEFAULT_LEAD_CALLS = 0             # untimed calls of the same arm just before each timed one
+# A worker that spends longer than this in one phase of one kernel (gate, recheck; timing
+# gets its own timeout_s on top) is killed and the pair recorded as crashed: a hung kernel
+# costs minutes, not the night. Minutes, because the first call of a shape may compile.
+DEFAULT_WATCHDOG_S = 600.0
 LEAD_CALLS_MAX = 64
 # Protocol constants.
 WARMUP_MIN_ROUNDS = 1
@@ -130,6 +134,7 @@ class TimingPolicy:
     control_tolerance: float = DEFAULT_CONTROL_TOLERANCE
     graph_replays: int = DEFAULT_GRAPH_REPLAYS
     lead_calls: int = DEFAULT_LEAD_CALLS
+    watchdog_s: float = DEFAULT_WATCHDOG_S
 
     def __post_init__(self):
         def num(key, lo, hi, *, integer=False, lo_open=False):
@@ -156,6 +161,7 @@ class TimingPolicy:
         num("control_tolerance", 0, 1, lo_open=True)
         num("graph_replays", 0, GRAPH_MAX_REPLAYS * 16, integer=True)
         num("lead_calls", 0, LEAD_CALLS_MAX, integer=True)
+        num("watchdog_s", 0, 1e6, lo_open=True)
         if self.lead_calls and self.mode == "graph":
             raise UserError(f"timing policy 'lead_calls' = {self.lead_calls} with mode 'graph': a graph sample "
                             f"already replays many calls back to back; use lead_calls with mode cold or hot")

@@ -168,3 +168,16 @@ def render_warm_summary(summary) -> None:
     c.print(f"warmed {len(summary.warmed)} (kernel, config) pairs of line [bold]{p.line}[/] on {p.device} "
             f"in {summary.seconds:.0f}s" + (f", [red]{failed} failed[/] (the sweep's gate will say why)"
                                              if failed else ""))
+
+
+def render_device_wait(key: str, holder: dict | None) -> None:
+    from harness.sweep.devicelock import describe_holder
+
+    console().print(f"[yellow]waiting[/] for device {key}: another bench process is measuring on it"
+                    f"{describe_holder(holder)}; this sweep starts when it is done (Ctrl-C to give up, "
+                    f"--no-wait to refuse instead)")
+
+
+def render_interrupt_pending() -> None:
+    console().print("[yellow]interrupted[/]: finishing the config(s) in flight and writing their rows, then "
+                    "stopping; press Ctrl-C again to stop at once (nothing partial is written either way)")

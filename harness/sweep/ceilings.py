@@ -16,21 +16,32 @@ CEILINGS_LEDGER = "_device_ceilings"
 
 
 def current_ceilings(root: Path, *, device: str | None = None, force: bool = False) -> tuple[dict, bool]:
-    """The stored ceilings row matching this device, measuring and appending one if needed."""
-    from harness.governance import gitguard
+    """The stored ceilings row matching this device, measuring (in this process) and appending one if needed."""
     from harness.measurement.ceilings import device_fingerprint, measure_ceilings
     from harness.measurement.device import detect_device, env_summary
 
     device = device or detect_device()
     fp = device_fingerprint(device)
+    row = None if force else stored_ceilings(root, fp)
+    if row is not None:
+        return row, False
+    Ledger(root, CEILINGS_LEDGER).require_writable()  # refuse before minutes of measuring, not after
+    return append_ceilings(root, fp, env_summary(device), measure_ceilings(device).to_row()), True
+
+
+def stored_ceilings(root: Path, fingerprint: dict) -> dict | None:
+    """The latest ceilings row measured on a device with this fingerprint, or None."""
+    for row in reversed(Ledger(root, CEILINGS_LEDGER).rows()):
+        if row.get("fingerprint") == fingerprint:
+            return row
+    return None
+
+
+def append_ceilings(root: Path, fingerprint: dict, env: dict, measured: dict) -> dict:
+    """Store ceilings measured on the device ``env`` describes (by a worker, or in-process)."""
+    from harness.governance import gitguard
+
     led = Ledger(root, CEILINGS_LEDGER)
-    if not force:
-        for row in reversed(led.rows()):
-            if row.get("fingerprint") == fp:
-                return row, False
     led.require_writable()
-    commit = gitguard.code_commit(root)
-    ceil = measure_ceilings(device)
-    row = led.append("ceilings", {"commit": commit, "harness_version": __version__, "env": env_summary(device),
-                                  "fingerprint": fp, **ceil.to_row()})
-    return row, True
+    return led.append("ceilings", {"commit": gitguard.code_commit(root), "harness_version": __version__,
+                                   "env": env, "fingerprint": fingerprint, **measured})

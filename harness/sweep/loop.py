@@ -7,8 +7,9 @@ and what it reported as written cannot be rewritten unnoticed.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UserError
@@ -16,7 +17,7 @@ from harness.governance.ledger import anchor, require_anchorable
 from harness.governance.line import Line
 from harness.governance.verdict import measured_on
 from harness.sweep.plan import Task, plan, replaced_by
-from harness.sweep.run import RATE_METRICS, SweepContext, crashed_outcomes, run_config
+from harness.sweep.run import RATE_METRICS, SweepContext
 
 # Times a sweep measures its rig-noisy pairs again, after every other config has run.
 NOISY_REMEASURES = 2
@@ -31,13 +32,17 @@ class SweepSummary:
     resumed: int
     control: dict | None
     notes: tuple[str, ...]
+    # Stopped by a Ctrl-C before every config ran: how many configs were left.
+    interrupted: bool = False
+    left: int = 0
     anchored: tuple[str, ...] = ()  # commits holding this sweep's rows, one per config
     committed: bool = True  # False under --no-commit: the rows are not committed
 
     def as_dict(self) -> dict:
         return {"line": self.line, "commit": self.commit, "counts": self.counts, "rejections": self.rejections,
                 "resumed": self.resumed, "control": self.control, "notes": list(self.notes),
-                "anchored": list(self.anchored), "committed": self.committed}
+                "interrupted": self.interrupted, "left": self.left, "anchored": list(self.anchored),
+                "committed": self.committed}
 
 
 def judges_rates(go: str) -> bool:
@@ -78,87 +83,143 @@ def check_kernels_usable(line: Line, device: str) -> None:
                             f"track (ignored?): commit it so the ledger's commit stamp covers the code")
 
 
-def sweep(line: Line, device: str, env: dict, *, with_ceilings: bool = True, commit: bool = True,
-          progress=None) -> SweepSummary:
+@dataclass
+class _Written:
+    """What this sweep appended, and the latest outcome it wrote per (config, candidate)."""
+
+    appended: list = field(default_factory=list)
+    latest: dict = field(default_factory=dict)
+
+
+def gpu_slots(spec: str | None) -> list[str]:
+    """``--gpus``: the CUDA_VISIBLE_DEVICES entry of each worker, from indices into what this
+    process sees ("0,1", "all"; default one GPU)."""
+    import os
+
+    import torch
+
+    seen = [v.strip() for v in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if v.strip()] \
+        if os.environ.get("CUDA_VISIBLE_DEVICES") is not None else None
+    count = torch.cuda.device_count()
+    if spec is None or spec == "all":
+        picked = list(range(count)) if spec == "all" else [0]
+    else:
+        try:
+            picked = [int(v) for v in spec.split(",") if v.strip()]
+        except ValueError:
+            raise UserError(f"--gpus {spec!r}: give GPU indices like 0,1 or 'all'") from None
+        if not picked or len(set(picked)) != len(picked):
+            raise UserError(f"--gpus {spec!r}: give each GPU index once, like 0,1, or 'all'")
+    bad = [i for i in picked if not 0 <= i < count]
+    if bad or not picked:
+        raise UserError(f"--gpus {spec}: this process sees {count} GPU(s) (indices 0..{count - 1}): pick among them")
+    return [seen[i] if seen is not None else str(i) for i in picked]
+
+
+def make_executor(device: str, *, inline: bool = False, gpus: str | None = None, workers: int = 1):
+    """The executor a sweep runs on: inline (debugging), or one worker per GPU / CPU slot."""
+    if inline:
+        if gpus is not None or workers != 1:
+            raise UserError("--inline runs in this process, on one device: drop --gpus/--workers "
+                            "(pick the GPU with CUDA_VISIBLE_DEVICES)")
+        from harness.sweep.inline import InlineExecutor
+
+        return InlineExecutor(device)
+    from harness.sweep.workers import LocalPool
+
+    if device == "cuda":
+        if workers != 1:
+            raise UserError("--workers is for CPU sweeps: on GPUs use --gpus (one worker per GPU)")
+        return LocalPool(device, gpu_slots(gpus))
+    if gpus is not None:
+        raise UserError(f"--gpus {gpus} but this sweep runs on the CPU: drop --gpus (or run on a GPU machine)")
+    if workers < 1:
+        raise UserError(f"--workers {workers}: give at least 1")
+    return LocalPool(device, [None] * workers)
+
+
+def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True, commit: bool = True,
+          retry_crashed: bool = False, wait: bool = True, progress=None, on_wait=None,
+          on_interrupt=None) -> SweepSummary:
     """Run every open (config, candidate) pair of the line and append one outcome row each.
 
-    Every refusal comes before the first write: kernels are checked, then the device's
-    ceilings are looked up (measured and stored only if this device has none yet). With
-    ``commit``, each config's rows are committed (``ledger.anchor``) as soon as they are written.
+    Every refusal comes before the first write: kernels are checked, the executor's slots
+    start and report their devices (one GPU model per sweep), each device is locked, then
+    the device's ceilings are looked up (measured by a worker, stored only if this device
+    has none yet). Only this process appends; configs run wherever ``executor`` puts them
+    (default: one worker process). With ``commit``, each config's rows are committed
+    (``ledger.anchor``) as soon as they are written.
     """
+    from harness.sweep.devicelock import device_key, device_lock
+    from harness.sweep.executor import schedule
+
     check_kernels_usable(line, device)
     if commit:
         require_anchorable(line.ledger)
-    ceilings = None
-    if with_ceilings:
-        from harness.sweep.ceilings import current_ceilings
-
-        ceilings, _ = current_ceilings(line.root, device=device)
-    ctx = context(line, device, ceilings)
-    stamp = line.stamp(env).fields()
-    key = measured_on(stamp)
-    tasks, resumed = plan(line.reg, line.rows, key)
-    counts: dict[str, int] = {}
-    rejections: dict[str, int] = {}
-    controls: list[tuple[float, bool]] = []
-    tolerance = None
-    remeasured = 0
     anchored: list[str | None] = []
     why_commit = f"sweep of {line.reg.line} at {line.commit[:12]}"
-    if progress:
-        progress.start(len(tasks))
-    appended: list[dict] = []
-
-    def run_task(task: Task, why: str) -> list:
+    executor = executor or make_executor(device)
+    with contextlib.ExitStack() as stack:
+        stack.callback(executor.close)
+        slots = executor.start()
+        envs = [s.env for s in slots]
+        _one_model(envs)
+        who = {"line": line.reg.line, "root": str(line.root)}
+        for key in sorted({device_key(e) for e in envs}):
+            stack.enter_context(device_lock(key, who=who, wait=wait, on_wait=on_wait))
+        ceilings = _ceilings(line, executor, slots[0]) if with_ceilings else None
+        ctx = context(line, device, ceilings)
+        key = measured_on(line.stamp(envs[0]).fields())
+        tasks, resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed)
+        written = _Written()
+        guard = stack.enter_context(_interrupts(on_interrupt))
         if progress:
-            progress.advance_to(task.config.key())
-        try:
-            outcomes = run_config(task.config, task.candidates, ctx)
-        except UserError:
-            raise
-        except Exception as exc:  # a kernel that crashes the config is an outcome, not the end of the night
-            outcomes = crashed_outcomes(task.config, task.candidates, ctx, exc)
-        old = replaced_by(task, [*line.rows, *appended], key)
-        if old:
-            appended.append(line.ledger.append("supersedes", {
-                **stamp, "config_key": task.config.key(), "supersedes": old,
-                "reason": f"{why} at commit {line.commit[:12]} on {key[1]}{' ' + key[2] if key[2] else ''}"}))
-        for o in outcomes:
-            appended.append(line.ledger.append(o.kind, {**stamp, **o.payload}))
-        if commit:
-            anchored.append(anchor(line.ledger, why_commit))
-        if progress:
-            progress.done(task.config.key())
-        return outcomes
+            progress.start(len(tasks))
+            stack.callback(progress.stop)
+        first_pass: list = []
 
-    latest: dict[tuple[str, str], object] = {}
-    try:
-        for task in tasks:
-            for o in run_task(task, "re-measured"):
-                latest[(o.payload["config_key"], o.payload["candidate"])] = o
+        def on_config(why, done=None):
+            def append(task, rows):
+                with guard.shielded():
+                    append_config(line, task, rows, key, written, why)
+                    if commit:
+                        anchored.append(anchor(line.ledger, why_commit))
+                if done is not None:
+                    done.append(task)
+                if progress:
+                    progress.done(task.config.key())
+            return append
+
+        on_start = (lambda t: progress.advance_to(t.config.key())) if progress else None
+        finished = schedule(executor, envs, tasks, ctx, on_config=on_config("re-measured", first_pass),
+                            stopping=guard.stopping, on_start=on_start)
         # Rig-noisy pairs are measured again later in the sweep (the rig may have quietened),
         # up to NOISY_REMEASURES times; the fresh rows supersede the noisy ones. A line that
         # counts noisy results (include_noisy) has them decided already.
-        for attempt in range(0 if line.reg.include_noisy else NOISY_REMEASURES):
-            by_cfg: dict[str, tuple] = {}
+        remeasured = 0
+        for attempt in range(0 if line.reg.include_noisy or not finished else NOISY_REMEASURES):
+            by_cfg: dict[str, Task] = {}
             for task in tasks:
                 noisy = tuple(c for c in task.candidates
-                              if getattr(latest.get((task.config.key(), c)), "kind", None) == "result"
-                              and latest[(task.config.key(), c)].payload["rig_noisy"])
+                              if getattr(written.latest.get((task.config.key(), c)), "kind", None) == "result"
+                              and written.latest[(task.config.key(), c)].payload["rig_noisy"])
                 if noisy:
                     by_cfg[task.config.key()] = Task(task.config, noisy)
             if not by_cfg:
                 break
             remeasured += len(by_cfg)
-            for task in by_cfg.values():
-                for o in run_task(task, f"rig-noisy, measured again ({attempt + 1} of {NOISY_REMEASURES})"):
-                    latest[(o.payload["config_key"], o.payload["candidate"])] = o
-    finally:
-        if progress:
-            progress.stop()
+            why = f"rig-noisy, measured again ({attempt + 1} of {NOISY_REMEASURES})"
+            finished = schedule(executor, envs, list(by_cfg.values()), ctx, on_config=on_config(why),
+                                stopping=guard.stopping, on_start=on_start)
+            if not finished:
+                break
     if commit:  # rows an interrupted earlier run wrote but did not commit, even when nothing ran now
         anchored.append(anchor(line.ledger, why_commit))
-    for o in latest.values():
+    counts: dict[str, int] = {}
+    rejections: dict[str, int] = {}
+    controls: list[tuple[float, bool]] = []
+    tolerance = None
+    for o in written.latest.values():
         counts[o.kind] = counts.get(o.kind, 0) + 1
         if o.kind == "incorrect":
             rejections[o.payload["tag"]] = rejections.get(o.payload["tag"], 0) + 1
@@ -170,11 +231,111 @@ def sweep(line: Line, device: str, env: dict, *, with_ceilings: bool = True, com
         vals = [c for c, _ in controls]
         control = {"n": len(vals), "median": statistics.median(vals), "min": min(vals), "max": max(vals),
                    "noisy": sum(n for _, n in controls), "tolerance": tolerance}
-    notes = []
+    notes = [_where(envs, executor)]
     if remeasured:
         notes.append(f"{remeasured} rig-noisy config(s) measured again later in the sweep (up to "
                      f"{NOISY_REMEASURES} times each)")
     if device == "cpu":
         notes.append("ran on the CPU: clocks not monitored, timings are host perf_counter_ns")
     return SweepSummary(line.reg.line, line.commit, counts, rejections, resumed, control, tuple(notes),
-                        tuple(a for a in anchored if a), commit)
+                        interrupted=not finished, left=len(tasks) - len(first_pass),
+                        anchored=tuple(a for a in anchored if a), committed=commit)
+
+
+def append_config(line: Line, task: Task, rows, key: tuple, written: _Written, why: str) -> None:
+    """Append one config's rows (and the `supersedes` row its re-run needs): the one place rows are written."""
+    old = replaced_by(task, [*line.rows, *written.appended], key)
+    if old:
+        stamp = line.stamp(rows[0][1]).fields()
+        written.appended.append(line.ledger.append("supersedes", {
+            **stamp, "config_key": task.config.key(), "supersedes": old,
+            "reason": f"{why} at commit {line.commit[:12]} on {key[1]}{' ' + key[2] if key[2] else ''}"}))
+    for o, env in rows:
+        written.appended.append(line.ledger.append(o.kind, {**line.stamp(env).fields(), **o.payload}))
+        written.latest[(o.payload["config_key"], o.payload["candidate"])] = o
+
+
+def _where(envs: list[dict], executor) -> str:
+    """Where the configs ran, for the summary."""
+    how = "inline, in this process (no isolation, no watchdog)" if not executor.can_kill else \
+        f"{len(envs)} worker process{'es' if len(envs) > 1 else ''}"
+    hosts = sorted({e.get("host") or "?" for e in envs})
+    gpus = [f"GPU {e.get('gpu_index')} ({e.get('gpu')})" for e in envs if e.get("gpu")]
+    return f"ran {how} on {', '.join(hosts)}" + (f": {', '.join(gpus)}" if gpus else "")
+
+
+def _one_model(envs: list[dict]) -> None:
+    """Resume and verdicts key rows by (commit, device, GPU model): one model per sweep."""
+    models = {(e.get("device"), e.get("gpu")) for e in envs}
+    if len(models) > 1:
+        names = ", ".join(f"GPU {e.get('gpu_index')} {e.get('gpu')}" for e in envs)
+        raise UserError(f"the GPUs picked are of different models ({names}): sweep one model at a time "
+                        f"with --gpus")
+
+
+def _ceilings(line: Line, executor, slot) -> dict:
+    """This device's stored ceilings, or ones measured now by the first slot's worker."""
+    from harness.governance.ledger import Ledger
+    from harness.sweep.ceilings import CEILINGS_LEDGER, append_ceilings, stored_ceilings
+    from harness.sweep.executor import Job, call
+
+    row = stored_ceilings(line.root, slot.fingerprint)
+    if row is None:
+        from harness.measurement.timing import TimingPolicy
+
+        Ledger(line.root, CEILINGS_LEDGER).require_writable()  # refuse before the worker measures, not after
+        measured = call(executor, 0, Job(-1, "ceilings"),
+                        timeout_s=TimingPolicy.from_mapping(line.reg.timing).watchdog_s)
+        row = append_ceilings(line.root, slot.fingerprint, slot.env, measured)
+    return row
+
+
+class _Interrupts:
+    """Ctrl-C policy: the first stops new configs (the ones in flight finish and are
+    written); a second stops at once, but never in the middle of writing a config's rows."""
+
+    def __init__(self, on_interrupt):
+        self.on_interrupt = on_interrupt
+        self.count = 0
+        self._shield = 0
+        self._deferred = False
+
+    def stopping(self) -> bool:
+        return self.count > 0
+
+    def handle(self, signum, frame) -> None:
+        self.count += 1
+        if self.count == 1:
+            if self.on_interrupt:
+                self.on_interrupt()
+            return
+        if self._shield:
+            self._deferred = True
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def shielded(self):
+        self._shield += 1
+        try:
+            yield
+        finally:
+            self._shield -= 1
+        if self._deferred and not self._shield:
+            raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _interrupts(on_interrupt):
+    import signal
+    import threading
+
+    guard = _Interrupts(on_interrupt)
+    if threading.current_thread() is not threading.main_thread():
+        yield guard
+        return
+    previous = signal.signal(signal.SIGINT, guard.handle)
+    try:
+        yield guard
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -32,10 +32,14 @@ def _outcomes(rows):
     return [r for r in current_rows(rows) if r.get("kind") in OUTCOME_KINDS]
 
 
-def plan(reg, rows, key: tuple) -> tuple[list[Task], int]:
-    """Tasks still to run at ``key`` (commit, device, gpu), and how many pairs were already done."""
+def plan(reg, rows, key: tuple, *, retry_crashed: bool = False) -> tuple[list[Task], int]:
+    """Tasks still to run at ``key`` (commit, device, gpu), and how many pairs were already done.
+
+    A pair that crashed at ``key`` stays done (a kernel that took its worker down would do it
+    again) unless ``retry_crashed``.
+    """
     done = {(r["config_key"], r["candidate"]) for r in _outcomes(rows)
-            if measured_on(r) == key and not transient(r)}
+            if measured_on(r) == key and not transient(r) and not (retry_crashed and r["kind"] == "crashed")}
     tasks, resumed = [], 0
     for cfg in reg.configs:
         todo = tuple(c for c in reg.candidates if (cfg.key(), c) not in done)

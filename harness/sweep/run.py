@@ -11,6 +11,7 @@ from __future__ import annotations
 import traceback
 from dataclasses import dataclass
 
+from harness.sweep import phase
 from harness.workloads import Config
 from harness.workloads import formulas
 
@@ -80,6 +81,7 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
 
     from harness.measurement.timing import TimingPolicy
 
+    phase.report(None, phase.SETUP)
     policy = TimingPolicy.from_mapping(timing_for(cfg, ctx))
     pred = memory.predict(cfg, [base_spec, *runnable], policy, ctx.device)
     avail = memory.available_bytes(ctx.device)
@@ -151,6 +153,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
     state = NumericState.from_registration(ctx.numerics)
     gates, changed = {}, {}
     for spec in [base_spec, *runnable]:
+        phase.report(spec.name, phase.GATE)
         with apply(state) as pinned:
             gates[spec.name] = gate(spec, cfg, seeds=ctx.seeds, families=ctx.families, atol=ctx.atol[cfg.dtype],
                                     rtol=ctx.rtol[cfg.dtype], device=ctx.device, min_pass_rate=ctx.min_pass_rate)
@@ -182,7 +185,9 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         if not timed:
             return out
 
+        phase.report((base_spec.name, *(spec.name for spec in timed)), phase.TIMING)
         m, slots, outs, snaps = _time(cfg, base_spec, timed, ctx, policy)
+        phase.report(None, phase.CHECK)
         measured_peak = memory.peak_bytes(ctx.device, held)
         seed = ctx.seeds[0] + RECHECK_SEED_OFFSET
         # Every timed output is checked before any recheck: a recheck rewrites slot 0's
@@ -218,6 +223,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
                 continue
             q, k, v = slots[0]
             o = outs[arm_name(spec.name)][0]
+            phase.report(spec.name, phase.RECHECK)
             rc = recheck_in_place(spec, cfg, q, k, v, o, seed=seed, family="normal", atol=ctx.atol[cfg.dtype],
                                   rtol=ctx.rtol[cfg.dtype])
             if not rc.passed:
@@ -454,6 +460,12 @@ def _source(spec) -> dict:
 
     p = Path(spec.source)
     return {"path": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None}
+
+
+def fault_outcome(cfg: Config, candidate: str, ctx: SweepContext, reason: str, fault: dict) -> Outcome:
+    """The `crashed` row of a pair whose kernel took its worker down (killed, hung, poisoned
+    its device): ``fault`` says in which phase, and the worker's last output."""
+    return Outcome("crashed", {**_base(cfg, candidate, ctx), "reason": reason, "fault": fault})
 
 
 def crashed_outcomes(cfg: Config, candidates, ctx: SweepContext, exc: BaseException) -> list[Outcome]:

@@ -1,0 +1,265 @@
+"""Where configs run: the Executor seam, and the scheduler every executor shares.
+
+An ``Executor`` owns a set of slots (one per GPU, or per CPU worker) and runs one ``Job``
+per slot at a time: ``InlineExecutor`` (inline.py) in the driver process, for debugging;
+``LocalPool`` (workers.py) in one spawned worker process per slot, the default. A cluster
+executor implements the same five methods. Executors never touch the ledger.
+
+``schedule`` is the policy, the same for every executor: hand configs to idle slots, keep a
+per-(config, kernel) watchdog on the phase each slot reports, and when a worker dies, hangs
+or poisons its device, blame the kernel that was running (one `crashed` row), start a fresh
+worker and run the rest of that config without it. A config's rows reach the driver's
+``on_config`` all at once, when every part of it is done: nothing partial is written.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable
+
+from harness.sweep import phase as phases
+from harness.sweep.plan import Task
+from harness.sweep.run import Outcome, SweepContext, fault_outcome
+
+# How long a fresh worker may take to import torch, open its device and say it is ready.
+STARTUP_TIMEOUT_S = 300.0
+# Longest wait in one poll, so deadlines and a Ctrl-C are noticed promptly.
+POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit of work for a slot: a config's pairs, or the device's ceilings."""
+
+    id: int
+    kind: str  # "config" | "ceilings"
+    task: Task | None = None
+    ctx: SweepContext | None = None
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    """What a started slot reports: its env stamp (host; GPU index, UUID, name) and the
+    device fingerprint its ceilings are stored under."""
+
+    env: dict
+    fingerprint: dict
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The slot's job entered ``phase`` of ``kernels`` (harness.sweep.phase)."""
+
+    slot: int
+    job: int
+    kernels: tuple[str, ...]
+    phase: str
+
+
+@dataclass(frozen=True)
+class Done:
+    """The slot finished ``job``: config outcomes, or a ceilings payload."""
+
+    slot: int
+    job: int
+    result: object
+
+
+@dataclass(frozen=True)
+class Lost:
+    """The slot's worker is gone (died, raised fatally, was killed): ``cause`` says why."""
+
+    slot: int
+    job: int | None
+    cause: str
+    output: str = ""
+
+
+class Executor(ABC):
+    """Slots that run jobs. ``can_kill``: a hung job can be stopped (not so in-process)."""
+
+    can_kill: bool = True
+
+    @abstractmethod
+    def start(self) -> list[SlotInfo]:
+        """Start every slot; return what each one runs on."""
+
+    @abstractmethod
+    def submit(self, slot: int, job: Job) -> None:
+        """Hand ``job`` to an idle slot (returns at once)."""
+
+    @abstractmethod
+    def poll(self, timeout: float) -> list:
+        """Events (Phase, Done, Lost) that arrived within ``timeout`` seconds."""
+
+    @abstractmethod
+    def replace(self, slot: int, cause: str | None = None) -> tuple[Lost | None, SlotInfo]:
+        """Kill the slot's worker (if ``cause``: a Lost carrying it and the worker's last
+        output is returned) and start a fresh one; returns (lost, the new worker's SlotInfo)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop every worker; nothing may outlive this."""
+
+
+@dataclass
+class _Running:
+    key: str
+    task: Task
+    job: int
+    kernels: tuple[str, ...] = ()
+    phase: str | None = None
+    since: float = 0.0
+
+
+@dataclass
+class _ConfigState:
+    task: Task  # as planned
+    begun: bool = False
+    pending: int = 0
+    rows: list = field(default_factory=list)  # (Outcome, slot env)
+
+
+def schedule(executor: Executor, envs: list[dict], tasks: list[Task], ctx: SweepContext, *,
+             on_config: Callable[[Task, list[tuple[Outcome, dict]]], None],
+             on_start: Callable[[Task], None] | None = None,
+             stopping: Callable[[], bool] = lambda: False,
+             clock: Callable[[], float] = time.monotonic) -> bool:
+    """Run ``tasks`` on the executor's slots; returns False if stopped before all were done.
+
+    ``on_config(task, [(outcome, env)])`` receives every config's rows once it is complete;
+    after ``stopping()`` turns true, no new config starts, the ones in flight finish.
+    """
+    from harness.measurement.timing import TimingPolicy
+
+    policy = TimingPolicy.from_mapping(ctx.timing)
+    queue = collections.deque((t.config.key(), t) for t in tasks)
+    configs = {t.config.key(): _ConfigState(t) for t in tasks}
+    running: dict[int, _Running] = {}
+    envs = list(envs)
+    next_job = 0
+
+    def finish_part(key, rows):
+        st = configs[key]
+        st.rows.extend(rows)
+        st.pending -= 1
+        if st.pending == 0 and not any(k == key for k, _ in queue):
+            on_config(st.task, st.rows)
+            del configs[key]
+
+    while True:
+        for slot in range(len(envs)):
+            if slot in running:
+                continue
+            pick = None
+            for i, (key, task) in enumerate(queue):
+                # Once stopping, only the remaining parts of configs already begun still run.
+                if not stopping() or configs[key].begun:
+                    pick = i
+                    break
+            if pick is None:
+                break
+            key, task = queue[pick]
+            del queue[pick]
+            st = configs[key]
+            st.pending += 1
+            if not st.begun:
+                st.begun = True
+                if on_start:
+                    on_start(st.task)
+            running[slot] = _Running(key, task, next_job, since=clock())
+            executor.submit(slot, Job(next_job, "config", task, ctx))
+            next_job += 1
+        if not running:
+            return not queue
+        events = executor.poll(_next_wait(running, policy, clock, executor.can_kill))
+        for ev in events:
+            run = running.get(ev.slot)
+            if isinstance(ev, Lost) and (run is None or ev.job != run.job):
+                envs[ev.slot] = executor.replace(ev.slot)[1].env  # an idle worker died: start another
+                continue
+            if run is None or ev.job != run.job:
+                continue
+            if isinstance(ev, Phase):
+                run.kernels, run.phase, run.since = ev.kernels, ev.phase, clock()
+            elif isinstance(ev, Done):
+                del running[ev.slot]
+                finish_part(run.key, [(o, envs[ev.slot]) for o in ev.result])
+            elif isinstance(ev, Lost):
+                del running[ev.slot]
+                _fault(run, ev, ctx, envs[ev.slot], queue, finish_part)
+                envs[ev.slot] = executor.replace(ev.slot)[1].env
+        if executor.can_kill:
+            now = clock()
+            for slot, run in list(running.items()):
+                limit = _limit(run.phase, policy)
+                if now - run.since > limit:
+                    del running[slot]
+                    what = f"{run.phase} of {', '.join(run.kernels)}" if run.kernels else (run.phase or "start")
+                    lost, info = executor.replace(slot, f"watchdog after {limit:g} s in {what}")
+                    _fault(run, lost, ctx, envs[slot], queue, finish_part)
+                    envs[slot] = info.env
+
+
+def _limit(phase: str | None, policy) -> float:
+    """The watchdog's deadline for a phase: timing stops itself at timeout_s; watchdog_s on top."""
+    return policy.watchdog_s + (policy.timeout_s if phase == phases.TIMING else 0.0)
+
+
+def _next_wait(running, policy, clock, can_kill) -> float:
+    if not can_kill:
+        return POLL_S
+    now = clock()
+    left = min(_limit(r.phase, policy) - (now - r.since) for r in running.values())
+    return max(0.0, min(POLL_S, left))
+
+
+def _fault(run: _Running, lost: Lost, ctx: SweepContext, env: dict, queue, finish_part) -> None:
+    """Blame the pair that was running when the worker was lost; queue the rest of its config.
+
+    A phase naming one candidate blames it. The baseline failing takes every candidate of
+    the config with it (there is nothing to compare against). A phase naming several
+    kernels (timing) or none (setup, check) cannot tell: the config's candidates are re-run
+    one per job, so a second loss names its kernel.
+    """
+    cfg, cands = run.task.config, run.task.candidates
+    where = f"{run.phase or 'start'} of {', '.join(run.kernels)}" if run.kernels else (run.phase or "start")
+    fault = {"phase": run.phase, "kernels": list(run.kernels), "cause": lost.cause, "output": lost.output}
+    single = [k for k in run.kernels if k in cands] if len(run.kernels) == 1 else []
+    if single:
+        blamed = single[0]
+        rest = tuple(c for c in cands if c != blamed)
+        rows = [(fault_outcome(cfg, blamed, ctx, f"worker lost in {where}: {lost.cause}", fault), env)]
+        if rest:
+            queue.appendleft((run.key, Task(cfg, rest)))
+        finish_part(run.key, rows)
+    elif run.kernels == (ctx.baseline,):
+        finish_part(run.key, [(fault_outcome(cfg, c, ctx, f"baseline {ctx.baseline} took its worker down in "
+                                                          f"{where}: {lost.cause}", fault), env) for c in cands])
+    elif len(cands) > 1:
+        for c in reversed(cands):
+            queue.appendleft((run.key, Task(cfg, (c,))))
+        finish_part(run.key, [])
+    else:
+        finish_part(run.key, [(fault_outcome(cfg, cands[0], ctx, f"worker lost in {where}: {lost.cause}", fault),
+                               env)])
+
+
+def call(executor: Executor, slot: int, job: Job, *, timeout_s: float, clock: Callable[[], float] = time.monotonic):
+    """Run one job on one slot and return its result (ceilings); a lost worker is an error."""
+    executor.submit(slot, job)
+    start = clock()
+    while True:
+        for ev in executor.poll(POLL_S):
+            if ev.slot != slot:
+                continue
+            if isinstance(ev, Done):
+                return ev.result
+            if isinstance(ev, Lost):
+                raise RuntimeError(f"worker {slot} was lost running {job.kind}: {ev.cause}\n{ev.output}")
+        if executor.can_kill and clock() - start > timeout_s:
+            lost, _ = executor.replace(slot, f"watchdog after {timeout_s:g} s")
+            raise RuntimeError(f"worker {slot} hung running {job.kind}: {lost.cause}\n{lost.output}")

@@ -1,0 +1,64 @@
+"""The inline executor: one slot, configs run in the driver process (``bench sweep --inline``).
+
+For debugging (a breakpoint, a profiler, a traceback where it happened). It cannot survive
+a kernel that kills or hangs its process, so there is no watchdog; an exception out of a
+config is the config's `crashed` rows, as before workers existed.
+"""
+
+from __future__ import annotations
+
+from harness.sweep.executor import Done, Executor, Job, SlotInfo
+
+
+class InlineExecutor(Executor):
+    can_kill = False
+
+    def __init__(self, device: str):
+        self.device = device
+        self._job: tuple[int, Job] | None = None
+
+    def start(self) -> list[SlotInfo]:
+        from harness.measurement.ceilings import device_fingerprint
+        from harness.measurement.device import env_summary
+
+        return [SlotInfo(env_summary(self.device), device_fingerprint(self.device))]
+
+    def submit(self, slot: int, job: Job) -> None:
+        self._job = (slot, job)
+
+    def poll(self, timeout: float) -> list:
+        if self._job is None:
+            return []
+        slot, job = self._job
+        self._job = None
+        return [Done(slot, job.id, run_job(job, self.device))]
+
+    def replace(self, slot: int, cause: str | None = None):
+        raise RuntimeError("the inline executor cannot replace its process")
+
+    def close(self) -> None:
+        self._job = None
+
+
+def run_job(job: Job, device: str, *, contain: bool = True):
+    """What a job computes, in whichever process runs it: config outcomes or a ceilings row.
+
+    ``contain``: an exception out of a config becomes its `crashed` rows (in-process); a
+    worker passes False, because a process that raised there may not measure again.
+    """
+    from harness.errors import UserError
+    from harness.sweep.run import crashed_outcomes, run_config
+
+    if job.kind == "ceilings":
+        from harness.measurement.ceilings import measure_ceilings
+
+        return measure_ceilings(device).to_row()
+    try:
+        return run_config(job.task.config, job.task.candidates, job.ctx)
+    except UserError:
+        raise
+    except Exception as exc:
+        if not contain:
+            raise
+        # a kernel that crashes the config is an outcome, not the end of the night
+        return crashed_outcomes(job.task.config, job.task.candidates, job.ctx, exc)

@@ -1,0 +1,324 @@
+"""The local worker pool: one spawned worker process per slot (GPU), reused while healthy.
+
+A worker opens only its own GPU (``CUDA_VISIBLE_DEVICES`` set before torch is imported),
+reports its environment, then runs jobs: it sends a phase message whenever ``run_config``
+moves to another kernel or stage, and the outcomes when the config ends. It never touches
+the ledger. Its stdout/stderr go to a log file whose last lines the driver attaches to a
+fault row. A worker ends itself when its driver is gone (``PR_SET_PDEATHSIG`` on Linux, and
+a parent check elsewhere), so a ``kill -9`` of the driver leaves nothing holding a GPU.
+
+After a kernel error on the GPU the worker checks the device at the next phase: a sticky
+CUDA error (an illegal address poisons the context) ends the worker, blaming the kernel of
+the phase that just ended, instead of failing every later kernel in that process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.sweep.executor import STARTUP_TIMEOUT_S, Done, Executor, Job, Lost, Phase, SlotInfo
+
+# The worker's last output attached to a fault row.
+LAST_OUTPUT_LINES = 20
+LAST_OUTPUT_CHARS = 4000
+# How often a worker checks that its driver still exists (where PDEATHSIG is unavailable).
+PARENT_POLL_S = 1.0
+# Exit status of a worker that ended itself after a fatal error (the driver reads the cause
+# from the message it sent first).
+FATAL_EXIT = 3
+# How long close() waits for a worker to leave on its own before killing it.
+CLOSE_GRACE_S = 5.0
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class _Worker:
+    process: object
+    conn: object
+    log: Path
+    job: int | None = None
+    fatal: str | None = None
+    dead: bool = False
+
+
+class LocalPool(Executor):
+    """``visible[i]``: the CUDA_VISIBLE_DEVICES entry of slot i (None on the CPU)."""
+
+    def __init__(self, device: str, visible: list[str | None]):
+        import multiprocessing
+
+        if not visible:
+            raise ValueError("a worker pool needs at least one slot")
+        self.device = device
+        self.visible = list(visible)
+        self._mp = multiprocessing.get_context("spawn")
+        self._logdir = Path(tempfile.mkdtemp(prefix="bench-workers-"))
+        self._workers: list[_Worker | None] = [None] * len(visible)
+        self._launched = 0
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> list[SlotInfo]:
+        for slot in range(len(self.visible)):
+            self._workers[slot] = self._launch(slot)
+        return [self._await_ready(slot) for slot in range(len(self.visible))]
+
+    def _launch(self, slot: int) -> _Worker:
+        self._launched += 1
+        log = self._logdir / f"worker{slot}-{self._launched}.log"
+        parent, child = self._mp.Pipe(duplex=True)
+        p = self._mp.Process(target=worker_main, args=(child, self.device, self.visible[slot], str(log), os.getpid()),
+                             name=f"bench-worker-{slot}")
+        p.start()
+        child.close()
+        return _Worker(p, parent, log)
+
+    def _await_ready(self, slot: int) -> SlotInfo:
+        from multiprocessing.connection import wait
+
+        w = self._workers[slot]
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        where = self._where(slot)
+        while time.monotonic() < deadline:
+            wait([w.conn, w.process.sentinel], timeout=1.0)
+            if w.conn.poll():
+                try:
+                    msg = w.conn.recv()
+                except (EOFError, OSError):
+                    msg = None
+                if msg and msg[0] == "ready":
+                    return SlotInfo(msg[1], msg[2])
+                if msg and msg[0] == "error":
+                    raise UserError(f"the worker for {where} cannot start: {msg[1]}")
+            if not w.process.is_alive():
+                w.process.join()
+                raise RuntimeError(f"the worker for {where} died while starting ({_exit_cause(w.process.exitcode)})"
+                                   f"; its last output:\n{tail(w.log)}")
+        self._kill(w)
+        raise RuntimeError(f"the worker for {where} did not start within {STARTUP_TIMEOUT_S:g} s; its last output:\n"
+                           f"{tail(w.log)}")
+
+    def _where(self, slot: int) -> str:
+        return f"GPU {self.visible[slot]}" if self.device == "cuda" else f"CPU worker {slot}"
+
+    def replace(self, slot: int, cause: str | None = None):
+        w = self._workers[slot]
+        self._kill(w)
+        lost = Lost(slot, w.job, cause, tail(w.log)) if cause else None
+        self._workers[slot] = self._launch(slot)
+        return lost, self._await_ready(slot)
+
+    def close(self) -> None:
+        for w in self._workers:
+            if w is None:
+                continue
+            with contextlib.suppress(Exception):
+                if w.process.is_alive() and w.job is None:
+                    w.conn.send(None)  # idle: let it leave on its own
+                else:
+                    w.process.kill()  # busy (the sweep is stopping at once): no grace
+        for w in self._workers:
+            if w is None:
+                continue
+            w.process.join(CLOSE_GRACE_S)
+            self._kill(w)
+            with contextlib.suppress(Exception):
+                w.conn.close()
+        shutil.rmtree(self._logdir, ignore_errors=True)
+
+    @staticmethod
+    def _kill(w: _Worker) -> None:
+        if w.process.is_alive():
+            w.process.kill()
+        w.process.join()
+
+    # -- jobs ----------------------------------------------------------------------------
+    def submit(self, slot: int, job: Job) -> None:
+        w = self._workers[slot]
+        w.job, w.fatal = job.id, None
+        try:
+            w.conn.send(job)
+        except (BrokenPipeError, OSError):
+            w.dead = True  # poll reports it Lost
+
+    def poll(self, timeout: float) -> list:
+        from multiprocessing.connection import wait
+
+        live = [(slot, w) for slot, w in enumerate(self._workers) if w is not None]
+        if not any(w.dead for _, w in live):
+            wait([w.conn for _, w in live] + [w.process.sentinel for _, w in live], timeout=timeout)
+        events = []
+        for slot, w in live:
+            events.extend(self._drain(slot, w))
+            if w.dead or not w.process.is_alive():
+                events.extend(self._drain(slot, w))
+                w.process.join()
+                cause = w.fatal or _exit_cause(w.process.exitcode)
+                events.append(Lost(slot, w.job, cause, tail(w.log)))
+                self._workers[slot].dead = True
+        return events
+
+    def _drain(self, slot: int, w: _Worker) -> list:
+        out = []
+        while True:
+            try:
+                if not w.conn.poll():
+                    break
+                msg = w.conn.recv()
+            except (EOFError, OSError):
+                w.dead = True
+                break
+            tag = msg[0]
+            if tag == "phase":
+                out.append(Phase(slot, msg[1], tuple(msg[2]), msg[3]))
+            elif tag == "done":
+                w.job = None
+                out.append(Done(slot, msg[1], msg[2]))
+            elif tag == "fatal":
+                w.fatal = w.fatal or msg[2]
+            elif tag == "error":
+                raise UserError(msg[1])
+        return out
+
+
+def _exit_cause(code: int | None) -> str:
+    if code is None:
+        return "worker vanished"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"worker exited with status {code}"
+
+
+def tail(log: Path) -> str:
+    """The last lines a worker wrote (stdout, stderr, faulthandler's traceback)."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-LAST_OUTPUT_LINES:])[-LAST_OUTPUT_CHARS:]
+
+
+# -- the worker process ------------------------------------------------------------------
+def worker_main(conn, device: str, visible: str | None, log: str, parent_pid: int) -> None:
+    """Entry point of a spawned worker: set up, say ready, then run jobs until told to stop."""
+    _watch_parent(parent_pid)
+    # Ctrl-C reaches the whole terminal process group: the driver alone decides what it means.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.reconfigure(line_buffering=True)
+    import faulthandler
+
+    faulthandler.enable()  # a segfault leaves its Python traceback in the log
+    if visible is not None:
+        # Before torch is imported: this process sees one GPU, numbered as nvidia-smi does.
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
+        os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    try:
+        from harness.measurement.ceilings import device_fingerprint
+        from harness.measurement.device import env_summary
+
+        if device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                conn.send(("error", f"torch sees no GPU with CUDA_VISIBLE_DEVICES={visible}: pick GPUs that "
+                                    f"nvidia-smi lists"))
+                return
+        env = dict(env_summary(device))
+        fp = device_fingerprint(device)
+    except UserError as exc:
+        conn.send(("error", str(exc)))
+        return
+    conn.send(("ready", env, fp))
+    _serve(conn, device)
+
+
+def _serve(conn, device: str) -> None:
+    import traceback
+
+    from harness.sweep import phase
+    from harness.sweep.inline import run_job
+
+    current: list[int | None] = [None]
+
+    def sink(kernels, ph):
+        err = _device_error(device)
+        if err:
+            conn.send(("fatal", current[0], err))
+            raise phase.Fatal(err)
+        conn.send(("phase", current[0], kernels, ph))
+
+    phase.install(sink)
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            os._exit(0)  # the driver is gone
+        if job is None:
+            return
+        current[0] = job.id
+        try:
+            result = run_job(job, device, contain=False)
+            err = _device_error(device)
+            if err:
+                conn.send(("fatal", job.id, err))
+                os._exit(FATAL_EXIT)
+        except phase.Fatal:
+            os._exit(FATAL_EXIT)
+        except UserError as exc:
+            conn.send(("error", str(exc)))
+            continue
+        except BaseException as exc:
+            traceback.print_exc()
+            conn.send(("fatal", job.id, f"{type(exc).__name__}: {exc}".splitlines()[0]))
+            os._exit(FATAL_EXIT)
+        conn.send(("done", job.id, result))
+
+
+def _device_error(device: str) -> str | None:
+    """A sticky device error (the CUDA context is poisoned), as its first line of text, or None."""
+    if device != "cuda":
+        return None
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return None
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """End this worker as soon as its driver is gone, however the driver ended."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(Exception):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the driver died before the line above took effect
+        os._exit(1)
+
+    def watch():
+        while True:
+            time.sleep(PARENT_POLL_S)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="bench-parent-watch", daemon=True).start()
