@@ -5,12 +5,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Sweeps in tests lock their device in a directory of their own: a real sweep running on
+# this host must not make the suite wait, nor the suite a real sweep.
+os.environ.setdefault("BENCH_DEVICE_LOCK_DIR", tempfile.mkdtemp(prefix="bench-test-locks-"))
 
 
 def _cuda() -> bool:

@@ -1,0 +1,360 @@
+"""An overnight sweep survives any kernel: worker isolation, the watchdog, the device lock,
+interruption, and several workers, end to end through real `bench` subprocesses.
+
+Fault kernels (tests/fault_kernels.py) are installed as a ``bench.kernels`` entry-point
+plugin; each runs between two honest candidates, and the sweep must end normally with a
+result for every honest pair and one `crashed` row naming the cause for the faulty one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, bench_env, git
+
+# Short enough that the hang test costs seconds; long enough for a tiny gate on a loaded CI host.
+TEST_WATCHDOG_S = 15
+
+FAULT_LINE = textwrap.dedent('''\
+    schema = 1
+    hypothesis = "an honest kernel is measured whatever its neighbour does"
+    workload = "attention"
+    candidates = ["sdpa", "{fault}", "honest_stack"]
+    baseline = "torch_stack"
+
+    [grid]
+    batch = [1]
+    heads = [2]
+    seq_len = {seq_lens}
+    head_dim = [16]
+    dtype = ["{dtype}"]
+    causal = [false]
+
+    [correctness]
+    atol = {tol}
+    rtol = {tol}
+    seeds = [0]
+    families = ["normal"]
+
+    [timing]
+    warmup_ms = 2
+    min_samples = 3
+    max_samples = 10
+    min_time_ms = 2
+    timeout_s = 2
+    watchdog_s = {watchdog}
+
+    [bar]
+    go = "pass_rate >= 0.0"
+    prediction = 1.0
+    include_noisy = true
+    ''')
+
+# fault kernel -> text its `crashed` row's reason must contain
+CPU_FAULTS = {
+    "fault_raise": "deliberate failure",
+    "fault_oom": "allocate",
+    "fault_segv": "SIGSEGV",
+    "fault_sigkill": "SIGKILL",
+    "fault_hang": f"watchdog after {TEST_WATCHDOG_S} s in gate of fault_hang",
+}
+GPU_FAULTS = {
+    **CPU_FAULTS,
+    "fault_oom": "out of memory",
+    "fault_oob_write": "illegal memory access",
+    "fault_spin": f"watchdog after {TEST_WATCHDOG_S} s in gate of fault_spin",
+}
+
+
+def _plugin_env(tmp_path: Path) -> dict:
+    """bench's environment with the fault kernels installed as an entry-point plugin."""
+    site = tmp_path / "site"
+    info = site / "benchfaults-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: benchfaults\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[bench.kernels]\nfaults = fault_kernels\n")
+    env = bench_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(site), str(REPO / "tests"), env["PYTHONPATH"]])
+    return env
+
+
+def _repo(tmp_path: Path, line: str, text: str) -> Path:
+    root = tmp_path / "proj"
+    (root / "registrations").mkdir(parents=True)
+    (root / "ledger").mkdir()
+    (root / "ledger" / ".gitkeep").write_text("")
+    (root / ".gitignore").write_text("ledger/*.lock\n__pycache__/\n")
+    (root / "registrations" / f"{line}.toml").write_text(text)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.email", "test@example.com")
+    git(root, "config", "user.name", "test")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "register")
+    return root
+
+
+def _bench(root: Path, env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=root, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _popen(root: Path, env: dict, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=root, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _rows(root: Path, line: str) -> list[dict]:
+    path = root / "ledger" / f"{line}.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def _outcomes(root: Path, line: str) -> list[dict]:
+    from harness.governance.ledger import current_rows
+    from harness.governance.verdict import OUTCOME_KINDS
+
+    return [r for r in current_rows(_rows(root, line)) if r["kind"] in OUTCOME_KINDS]
+
+
+def _fault_sweep(tmp_path, fault, *, device="cpu", dtype="float32", tol="1e-5", seq_lens="[32, 48]"):
+    line = "faults"
+    root = _repo(tmp_path, line, FAULT_LINE.format(fault=fault, dtype=dtype, tol=tol, seq_lens=seq_lens,
+                                                   watchdog=TEST_WATCHDOG_S))
+    env = _plugin_env(tmp_path)
+    reg = _bench(root, env, "register", line)
+    assert reg.returncode == 0, reg.stderr
+    res = _bench(root, env, "sweep", line, "--device", device, "--no-ceilings")
+    return root, env, line, res
+
+
+def _assert_survived(root, env, line, fault, cause, n_configs):
+    outs = _outcomes(root, line)
+    by_pair = {}
+    for r in outs:
+        by_pair.setdefault((r["config_key"], r["candidate"]), []).append(r)
+    configs = {r["config_key"] for r in outs}
+    assert len(configs) == n_configs
+    for cfg in configs:
+        for honest in ("sdpa", "honest_stack"):
+            kinds = [r["kind"] for r in by_pair[(cfg, honest)]]
+            assert kinds == ["result"], (cfg, honest, [r.get("reason") for r in by_pair[(cfg, honest)]])
+        (row,) = by_pair[(cfg, fault)]
+        assert row["kind"] == "crashed" and cause in row["reason"], row["reason"]
+    ver = _bench(root, env, "ledger", "verify", line)
+    assert ver.returncode == 0 and "chain intact" in ver.stdout, ver.stdout + ver.stderr
+
+
+@pytest.mark.parametrize("fault", sorted(CPU_FAULTS))
+def test_a_faulty_kernel_costs_only_its_own_pair(tmp_path, fault):
+    root, env, line, res = _fault_sweep(tmp_path, fault)
+    assert res.returncode == 0, res.stdout + res.stderr
+    _assert_survived(root, env, line, fault, CPU_FAULTS[fault], n_configs=2)
+    if fault == "fault_segv":  # the worker's last output: faulthandler's traceback names the kernel
+        crashed = [r for r in _outcomes(root, line) if r["kind"] == "crashed"]
+        assert all("fault_segv" in r["fault"]["output"] for r in crashed), crashed[0]["fault"]
+        assert all(r["fault"]["phase"] == "gate" for r in crashed)
+
+
+def test_resume_skips_a_crashed_pair_unless_asked(tmp_path):
+    root, env, line, res = _fault_sweep(tmp_path, "fault_sigkill", seq_lens="[32]")
+    assert res.returncode == 0, res.stderr
+    again = _bench(root, env, "sweep", line, "--device", "cpu", "--no-ceilings")
+    assert again.returncode == 0 and "nothing run" in again.stdout, again.stdout
+    retry = _bench(root, env, "sweep", line, "--device", "cpu", "--no-ceilings", "--retry-crashed")
+    assert retry.returncode == 0, retry.stderr
+    rows = _rows(root, line)
+    (sup,) = [r for r in rows if r["kind"] == "supersedes"]
+    outs = _outcomes(root, line)
+    assert sorted((r["candidate"], r["kind"]) for r in outs) == [
+        ("fault_sigkill", "crashed"), ("honest_stack", "result"), ("sdpa", "result")]
+    # Only the crashed pair was re-run: its old row is superseded, the honest ones stand.
+    (old,) = [r for r in rows if r["seq"] in sup["supersedes"] and r["kind"] == "crashed"]
+    assert old["candidate"] == "fault_sigkill"
+    assert _bench(root, env, "ledger", "verify", line).returncode == 0
+
+
+def test_two_cpu_workers_cover_the_grid_once(repo):
+    from conftest import run_bench
+
+    (repo / "registrations" / "tiny.toml").write_text(
+        (repo / "registrations" / "tiny.toml").read_text().replace("seq_len = [32, 48]", "seq_len = [32, 40, 48, 56]"))
+    git(repo, "commit", "-qam", "four configs")
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    res = run_bench(repo, "sweep", "tiny", "--device", "cpu", "--workers", "2", "--no-ceilings")
+    assert res.returncode == 0, res.stdout + res.stderr
+    outs = _outcomes(repo, "tiny")
+    assert sorted(r["config_key"] for r in outs) == sorted({r["config_key"] for r in outs})
+    assert len(outs) == 4 and all(r["kind"] == "result" for r in outs)
+    assert all(r["env"]["host"] and "gpu_index" in r["env"] and "gpu_uuid" in r["env"] for r in outs)
+    assert run_bench(repo, "ledger", "verify", "tiny").returncode == 0
+
+
+def test_gpus_on_a_cpu_sweep_and_inline_with_workers_are_refused(repo):
+    from conftest import run_bench
+
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    for args, words in [(("--gpus", "0,1"), "--gpus"), (("--inline", "--workers", "2"), "--inline")]:
+        res = run_bench(repo, "sweep", "tiny", "--device", "cpu", *args)
+        assert res.returncode == 2 and words in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    assert [r["kind"] for r in _rows(repo, "tiny")] == ["registered"]
+
+
+HOLD = textwrap.dedent('''\
+    import sys, time
+    from harness.sweep.devicelock import device_lock
+    with device_lock("cpu", who={"line": "other"}, wait=False):
+        print("held", flush=True)
+        time.sleep(float(sys.argv[1]))
+    ''')
+
+
+def _hold_cpu(seconds: float) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", HOLD, str(seconds)], stdout=subprocess.PIPE, text=True,
+                         env=bench_env())
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_a_second_sweep_on_a_busy_device_refuses_or_waits(repo):
+    from conftest import run_bench
+
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    holder = _hold_cpu(60)
+    try:
+        res = run_bench(repo, "sweep", "tiny", "--device", "cpu", "--no-wait", "--no-ceilings")
+        assert res.returncode == 2 and "in use by another bench process" in res.stderr, res.stderr
+        assert "line 'other'" in res.stderr and f"pid {holder.pid}" in res.stderr
+        assert [r["kind"] for r in _rows(repo, "tiny")] == ["registered"]
+    finally:
+        holder.kill()
+        holder.wait()
+    holder = _hold_cpu(8)
+    res = run_bench(repo, "sweep", "tiny", "--device", "cpu", "--no-ceilings")
+    holder.wait()
+    assert res.returncode == 0 and "waiting for device cpu" in res.stdout.replace("\n", " "), res.stdout
+    assert [r["kind"] for r in _outcomes(repo, "tiny")] == ["result", "result"]
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_kill_9_of_the_driver_leaves_no_worker_and_the_sweep_resumes(tmp_path):
+    line = "faults"
+    root = _repo(tmp_path, line, FAULT_LINE.format(fault="fault_hang", dtype="float32", tol="1e-5",
+                                                   seq_lens="[32]", watchdog=600))
+    env = _plugin_env(tmp_path)
+    assert _bench(root, env, "register", line).returncode == 0
+    driver = _popen(root, env, "sweep", line, "--device", "cpu", "--no-ceilings")
+    deadline = time.monotonic() + 120
+    workers = []
+    while time.monotonic() < deadline and not workers:
+        time.sleep(0.5)
+        workers = [p for p in _children(driver.pid) if "worker_main" in _cmdline(p) or "spawn" in _cmdline(p)]
+    assert workers, "no worker started"
+    time.sleep(3)  # into the config (the hang keeps it there)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(w) for w in workers):
+        time.sleep(0.2)
+    assert not any(_alive(w) for w in workers), "a worker outlived its driver"
+    assert _bench(root, env, "ledger", "verify", line).returncode == 0
+    assert _outcomes(root, line) == []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return ""
+
+
+def test_ctrl_c_finishes_the_config_in_flight_then_resumes_without_duplicates(repo):
+    from conftest import run_bench
+
+    (repo / "registrations" / "tiny.toml").write_text(
+        (repo / "registrations" / "tiny.toml").read_text().replace("seq_len = [32, 48]", "seq_len = [32, 40, 48, 56]"))
+    git(repo, "commit", "-qam", "four configs")
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    driver = _popen(repo, bench_env(), "sweep", "tiny", "--device", "cpu", "--no-ceilings")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not _outcomes(repo, "tiny"):
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGINT)
+    out, err = driver.communicate(timeout=300)
+    assert driver.returncode == 130, out + err
+    assert "finishing the config" in out.replace("\n", " ") and "to resume" in err, out + err
+    first = _outcomes(repo, "tiny")
+    assert 1 <= len(first) < 4 and len({r["config_key"] for r in first}) == len(first)
+    res = run_bench(repo, "sweep", "tiny", "--device", "cpu", "--no-ceilings")
+    assert res.returncode == 0, res.stderr
+    outs = _outcomes(repo, "tiny")
+    assert len(outs) == 4 and len({r["config_key"] for r in outs}) == 4
+    assert not [r for r in _rows(repo, "tiny") if r["kind"] == "supersedes"]
+    assert run_bench(repo, "ledger", "verify", "tiny").returncode == 0
+
+
+def test_a_second_ctrl_c_stops_at_once_and_writes_nothing_partial(tmp_path):
+    line = "faults"
+    root = _repo(tmp_path, line, FAULT_LINE.format(fault="fault_hang", dtype="float32", tol="1e-5",
+                                                   seq_lens="[32]", watchdog=600))
+    env = _plugin_env(tmp_path)
+    assert _bench(root, env, "register", line).returncode == 0
+    driver = _popen(root, env, "sweep", line, "--device", "cpu", "--no-ceilings")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _children(driver.pid):
+        time.sleep(0.5)
+    time.sleep(5)  # the config is in flight, held by the hang
+    driver.send_signal(signal.SIGINT)
+    time.sleep(1)
+    driver.send_signal(signal.SIGINT)
+    out, err = driver.communicate(timeout=30)
+    assert driver.returncode == 130 and "to resume" in err, out + err
+    assert _outcomes(root, line) == []
+    assert _bench(root, env, "ledger", "verify", line).returncode == 0
+
+
+def test_watchdog_s_is_validated():
+    from harness.errors import UserError
+    from harness.measurement.timing import DEFAULT_WATCHDOG_S, TimingPolicy
+
+    assert TimingPolicy().watchdog_s == DEFAULT_WATCHDOG_S >= 60
+    with pytest.raises(UserError, match="watchdog_s"):
+        TimingPolicy.from_mapping({"watchdog_s": 0})
+
+
+# -- on the GPU --------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("fault", sorted(GPU_FAULTS))
+def test_a_faulty_kernel_costs_only_its_own_pair_on_the_gpu(tmp_path, fault):
+    root, env, line, res = _fault_sweep(tmp_path, fault, device="cuda", dtype="float16", tol="2e-2")
+    assert res.returncode == 0, res.stdout + res.stderr
+    _assert_survived(root, env, line, fault, GPU_FAULTS[fault], n_configs=2)
+    rows = _outcomes(root, line)
+    assert all(r["env"]["gpu"] and r["env"]["gpu_uuid"] and r["env"]["gpu_index"] is not None for r in rows)
