@@ -52,3 +52,5 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
                            wait=not no_wait, progress=SweepProgress(ln.reg.line), on_wait=render_device_wait,
                            on_interrupt=render_interrupt_pending)
     render_sweep_summary(summary.as_dict())
+    if summary.interrupted:
+        raise typer.Exit(130)

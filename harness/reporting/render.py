@@ -148,6 +148,9 @@ def render_sweep_summary(summary: dict) -> None:
     elif not summary.get("committed", True):
         c.print(f"  [yellow]rows not committed[/] (--no-commit): the verdict refuses until they are — "
                 f"git add ledger/{summary['line']}.jsonl && git commit")
+    if summary.get("interrupted"):
+        c.print(f"[yellow]stopped[/] by Ctrl-C with {summary['left']} config(s) not run; every row above is "
+                f"written: run `bench sweep {summary['line']}` again to resume")
 
 
 def render_warmed(w) -> None:
