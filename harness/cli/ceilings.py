@@ -11,9 +11,16 @@ from harness.cli import app
 def ceilings(force: bool = typer.Option(False, "--force", help="re-measure even if this device has ceilings")):
     """Measure this device's copy bandwidth and matmul TFLOP/s; store them as a ledger row."""
     from harness.governance.gitguard import require_clean
-    from harness.reporting.render import render_ceilings
+    from harness.measurement.device import detect_device, env_summary
+    from harness.reporting.render import render_ceilings, render_device_wait
     from harness.sweep.ceilings import current_ceilings
+    from harness.sweep.devicelock import device_key, device_lock
 
     # Ceilings feed every later reductio: stamp them with a commit that means something.
-    row, measured = current_ceilings(require_clean().root, force=force)
+    root = require_clean().root
+    device = detect_device()
+    # Measuring: no sweep may time this device meanwhile (nor this measure it).
+    with device_lock(device_key(env_summary(device)), who={"line": "(bench ceilings)", "root": str(root)},
+                     wait=True, on_wait=render_device_wait):
+        row, measured = current_ceilings(root, device=device, force=force)
     render_ceilings(row, measured)
