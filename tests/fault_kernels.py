@@ -3,7 +3,8 @@
 Registered as a ``bench.kernels`` entry-point plugin by the tests (never shipped in
 ``kernels/``). ``honest_stack`` is the torch stack under another name, so a line can put a
 fault between two honest candidates. Each fault happens on the kernel's first call, i.e.
-in the correctness gate, as it would for a broken kernel under test.
+in the correctness gate, as it would for a broken kernel under test, except
+``fault_timing_segv``'s, which waits for the timing phase (where every arm runs at once).
 """
 
 from __future__ import annotations
@@ -45,6 +46,18 @@ def fault_segv(q, k, v, out, *, causal, scale):
     import ctypes
 
     ctypes.string_at(0)
+
+
+@kernel("fault_timing_segv", **_ANY)
+def fault_timing_segv(q, k, v, out, *, causal, scale):
+    """Honest through the correctness gate, a segfault once timed (the phase names every arm)."""
+    from harness.sweep import phase
+
+    if phase.current()[1] == phase.TIMING:
+        import ctypes
+
+        ctypes.string_at(0)
+    honest_stack(q, k, v, out, causal=causal, scale=scale)
 
 
 @kernel("fault_sigkill", **_ANY)

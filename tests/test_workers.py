@@ -64,6 +64,7 @@ CPU_FAULTS = {
     "fault_raise": "deliberate failure",
     "fault_oom": "allocate",
     "fault_segv": "SIGSEGV",
+    "fault_timing_segv": "SIGSEGV",
     "fault_sigkill": "SIGKILL",
     "fault_hang": f"watchdog after {TEST_WATCHDOG_S} s in gate of fault_hang",
 }
@@ -167,6 +168,9 @@ def test_a_faulty_kernel_costs_only_its_own_pair(tmp_path, fault):
         crashed = [r for r in _outcomes(root, line) if r["kind"] == "crashed"]
         assert all("fault_segv" in r["fault"]["output"] for r in crashed), crashed[0]["fault"]
         assert all(r["fault"]["phase"] == "gate" for r in crashed)
+    if fault == "fault_timing_segv":  # timing names every arm: the candidates re-ran one per job
+        (row,) = [r for r in _outcomes(root, line) if r["kind"] == "crashed"]
+        assert row["fault"]["phase"] == "timing" and row["fault"]["kernels"] == ["torch_stack", fault]
 
 
 def test_resume_skips_a_crashed_pair_unless_asked(tmp_path):

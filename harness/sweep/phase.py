@@ -19,6 +19,7 @@ SETUP, GATE, TIMING, CHECK, RECHECK = "setup", "gate", "timing", "check", "reche
 PHASES = (SETUP, GATE, TIMING, CHECK, RECHECK)
 
 _sink: Callable[[tuple[str, ...], str], None] | None = None
+_current: tuple[tuple[str, ...], str | None] = ((), None)
 
 
 class Fatal(BaseException):
@@ -30,9 +31,16 @@ class Fatal(BaseException):
 
 def report(kernels: str | tuple[str, ...] | None, phase: str) -> None:
     """The config now runs ``phase`` of ``kernels`` (one name, several for timing, None for none)."""
+    global _current
+    names = () if kernels is None else (kernels,) if isinstance(kernels, str) else tuple(kernels)
     if _sink is not None:
-        names = () if kernels is None else (kernels,) if isinstance(kernels, str) else tuple(kernels)
         _sink(names, phase)
+    _current = (names, phase)
+
+
+def current() -> tuple[tuple[str, ...], str | None]:
+    """The kernels and phase last reported in this process."""
+    return _current
 
 
 def install(sink: Callable[[tuple[str, ...], str], None] | None) -> None:
