@@ -62,12 +62,13 @@ class LocalPool(Executor):
         self.device = device
         self.visible = list(visible)
         self._mp = multiprocessing.get_context("spawn")
-        self._logdir = Path(tempfile.mkdtemp(prefix="bench-workers-"))
+        self._logdir: Path | None = None  # made by start(): nothing exists before the sweep begins
         self._workers: list[_Worker | None] = [None] * len(visible)
         self._launched = 0
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> list[SlotInfo]:
+        self._logdir = Path(tempfile.mkdtemp(prefix="bench-workers-"))
         for slot in range(len(self.visible)):
             self._workers[slot] = self._launch(slot)
         return [self._await_ready(slot) for slot in range(len(self.visible))]
@@ -133,7 +134,8 @@ class LocalPool(Executor):
             self._kill(w)
             with contextlib.suppress(Exception):
                 w.conn.close()
-        shutil.rmtree(self._logdir, ignore_errors=True)
+        if self._logdir is not None:
+            shutil.rmtree(self._logdir, ignore_errors=True)
 
     @staticmethod
     def _kill(w: _Worker) -> None:
