@@ -124,7 +124,7 @@ def _reopens(root: Path, line: str, rel: str, reopen: bool) -> dict | None:
     if not reopen:
         raise UserError(f"line '{line}' was registered before: {led_rel} last existed at commit {at[:12]} and is "
                         f"gone from the work tree; a line is never silently re-opened — restore it "
-                        f"(git checkout {at[:12]} -- {led_rel}), or register `bench register {rel} --reopen` "
+                        f"(git checkout {at[:12]} -- {led_rel}), or run `bench register {rel} --reopen` "
                         f"(allowed only if that ledger holds no verdict)")
     old = _old_rows(root, at, led_rel)
     verdict = next((r for r in old if r.get("kind") == "verdict"), None)
