@@ -33,7 +33,7 @@ def commit_all(root: Path, msg: str) -> None:
 
 
 def clone(src: Path, dst: Path, *config: str) -> Path:
-    subprocess.run(["git", *config, "clone", "-q", str(src), str(dst)], check=True, capture_output=True)
+    subprocess.run(["git", "clone", "-q", *config, str(src), str(dst)], check=True, capture_output=True)
     git(dst, "config", "user.email", "test@example.com")
     git(dst, "config", "user.name", "test")
     return dst
@@ -42,7 +42,7 @@ def clone(src: Path, dst: Path, *config: str) -> Path:
 # --- 1. registration paths -------------------------------------------------------------------
 
 def test_the_registration_path_is_stored_relative_to_the_root_whatever_form_was_typed(repo, tmp_path, monkeypatch):
-    forms = ["absolute", "relative", "dot", "parent", "symlinked_cwd", "line_id"]
+    forms = ["absolute", "relative", "dot", "parent", "symlinked_cwd", "through_link", "line_id"]
     for f in forms:
         (repo / "registrations" / f"{f}.toml").write_text(TINY)
     (repo / "sub").mkdir()
@@ -55,6 +55,7 @@ def test_the_registration_path_is_stored_relative_to_the_root_whatever_form_was_
              "dot": (repo, "./registrations/dot.toml"),
              "parent": (repo / "sub", "../registrations/parent.toml"),
              "symlinked_cwd": (link / "sub", "../registrations/symlinked_cwd.toml"),
+             "through_link": (repo, str(link / "registrations" / "through_link.toml")),
              "line_id": (repo, "line_id")}
     for f, (cwd, arg) in typed.items():
         monkeypatch.chdir(cwd)
