@@ -17,7 +17,7 @@ import pytest
 from harness.errors import UserError
 from harness.governance import line as gl
 from harness.governance.ledger import Ledger, read_rows, verify
-from tests.conftest import REPO, TINY, bench_env, git, run_bench
+from tests.conftest import REPO, TINY, bench_env, git, installed_dist, run_bench
 
 ENV = {"host": "test"}
 OUTCOMES = ("result", "skipped", "incorrect", "throttled", "crashed", "unsupported")
@@ -205,8 +205,8 @@ def test_an_imported_module_from_the_repository_must_be_tracked_and_unchanged(re
 
 def _plugin(where: Path) -> Path:
     """A real installed distribution (dist-info on sys.path) whose entry point adds a kernel."""
-    where.mkdir()
-    (where / "myplugin_kernels.py").write_text(textwrap.dedent('''\
+    return installed_dist(where, "myplugin", "0.3.1", "[bench.kernels]\nmine = myplugin_kernels\n",
+                          {"myplugin_kernels": textwrap.dedent('''\
         from kernels import kernel
 
         @kernel("plugin_stack", workloads=("attention",), dtypes=("float32",), devices=("cpu", "cuda"))
@@ -214,12 +214,7 @@ def _plugin(where: Path) -> Path:
             """The torch stack, shipped by another package."""
             from kernels.torch_stack import torch_stack
             torch_stack(q, k, v, out, causal=causal, scale=scale)
-        '''))
-    info = where / "myplugin-0.3.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: myplugin\nVersion: 0.3.1\n")
-    (info / "entry_points.txt").write_text("[bench.kernels]\nmine = myplugin_kernels\n")
-    return where
+        ''')})
 
 
 @pytest.mark.slow

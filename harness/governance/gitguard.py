@@ -89,11 +89,14 @@ def require_clean(root: Path | None = None) -> CleanTree:
     commit = head_commit(root)
     dirty = dirty_paths(root)
     if dirty:
-        shown = dirty[:MAX_LISTED_PATHS]
-        more = f" (+{len(dirty) - len(shown)} more)" if len(dirty) > len(shown) else ""
-        raise UserError("uncommitted changes outside ledger/ — commit or remove them first: "
-                        + "; ".join(shown) + more)
+        raise UserError("uncommitted changes outside ledger/ — commit or remove them first: " + listed(dirty))
     return CleanTree(root=root, commit=commit)
+
+
+def listed(paths: list[str]) -> str:
+    """Paths for a refusal: the first MAX_LISTED_PATHS, then how many more."""
+    shown = paths[:MAX_LISTED_PATHS]
+    return "; ".join(shown) + (f" (+{len(paths) - len(shown)} more)" if len(paths) > len(shown) else "")
 
 
 def file_commit(root: Path, path: Path) -> str:

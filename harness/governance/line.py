@@ -184,10 +184,8 @@ def require_tracked_code(root: Path, *, load_kernels: bool = True) -> None:
 
 def _refuse_code(bad: list[str], when: str) -> None:
     if bad:
-        shown = bad[:gitguard.MAX_LISTED_PATHS]
-        more = f" (+{len(bad) - len(shown)} more)" if len(bad) > len(shown) else ""
         raise UserError(f"code in the repository that is not committed as it is ({when}, and no commit stamp covers "
-                        f"it): {'; '.join(shown)}{more} — commit it or delete it (`git status --ignored` shows "
+                        f"it): {gitguard.listed(bad)} — commit it or delete it (`git status --ignored` shows "
                         f"ignored files)")
 
 
