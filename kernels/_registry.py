@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 import inspect
 import pkgutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from harness.errors import UserError
@@ -45,6 +45,9 @@ class KernelSpec:
     # (q, k, v, causal=, scale=) -> dict of what the kernel decided at run time for these
     # inputs (e.g. which SDPA backend torch dispatched to); recorded in the result row.
     describe: Callable | None = None
+    # The installed package a ``bench.kernels`` entry point loaded it from, as
+    # {"name", "version"}; None for kernels of this repository (the commit stamp covers them).
+    distribution: dict | None = None
 
     def details(self, q, k, v, cfg) -> dict:
         return dict(self.describe(q, k, v, causal=cfg.causal, scale=cfg.scale)) if self.describe else {}
@@ -120,13 +123,30 @@ def load_kernels() -> dict[str, KernelSpec]:
         from importlib.metadata import entry_points
 
         for ep in entry_points(group=ENTRY_POINT_GROUP):
+            before = set(_REGISTRY)
             try:
                 ep.load()
             except Exception as exc:
                 raise UserError(f"kernel entry point '{ep.name}' ({ep.value}) failed to load: "
                                 f"{type(exc).__name__}: {exc} — fix or uninstall that package") from exc
+            _mark_distribution(ep, before)
         _LOADED = True
     return dict(_REGISTRY)
+
+
+def _mark_distribution(ep, before: set) -> None:
+    """Name the package (and version) behind each kernel an entry point registered: no
+    commit of this repository covers its code, so every row using it says where it came from."""
+    dist = ep.dist
+    if dist is None:
+        raise UserError(f"kernel entry point '{ep.name}' ({ep.value}) belongs to no installed distribution: "
+                        f"bench cannot record which package version its kernels came from — reinstall that package")
+    origin = {"name": dist.metadata["Name"], "version": dist.version}
+    module = ep.module
+    for name, spec in _REGISTRY.items():
+        mod = getattr(spec.fn, "__module__", "") or ""
+        if name not in before or mod == module or mod.startswith(module + "."):
+            _REGISTRY[name] = replace(spec, distribution=origin)
 
 
 def get_kernel(name: str) -> KernelSpec:

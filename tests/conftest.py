@@ -79,6 +79,19 @@ TINY = textwrap.dedent('''\
     ''')
 
 
+def installed_dist(where: Path, name: str, version: str, entry_points: str, modules: dict | None = None) -> Path:
+    """A real installed distribution in ``where`` (put it on sys.path): its ``.dist-info``
+    with METADATA and entry_points.txt, beside the module files ``modules`` (name -> code)."""
+    where.mkdir(parents=True, exist_ok=True)
+    for mod, code in (modules or {}).items():
+        (where / f"{mod}.py").write_text(code)
+    info = where / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    return where
+
+
 def bench_env() -> dict:
     """The subprocess runs this checkout's code, whatever is (or is not) installed."""
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))

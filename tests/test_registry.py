@@ -13,7 +13,7 @@ import pytest
 
 from harness.errors import UserError
 from kernels import kernel
-from tests.conftest import REPO
+from tests.conftest import REPO, installed_dist
 
 LIST = "from kernels import load_kernels; print(sorted(load_kernels()))"
 
@@ -37,7 +37,7 @@ def test_a_kernel_module_that_fails_to_import_names_its_file(tmp_path):
 
 
 def test_an_entry_point_plugin_is_listed_and_usable(tmp_path):
-    (tmp_path / "myplugin_kernels.py").write_text(textwrap.dedent('''\
+    code = textwrap.dedent('''\
         from kernels import kernel
 
         @kernel("plugin_copy_of_stack", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
@@ -45,21 +45,15 @@ def test_an_entry_point_plugin_is_listed_and_usable(tmp_path):
             """A plugin kernel (the torch stack under another name)."""
             from kernels.torch_stack import torch_stack
             torch_stack(q, k, v, out, causal=causal, scale=scale)
-        '''))
-    info = tmp_path / "myplugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: myplugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[bench.kernels]\nmine = myplugin_kernels\n")
+        ''')
+    installed_dist(tmp_path, "myplugin", "0.1", "[bench.kernels]\nmine = myplugin_kernels\n", {"myplugin_kernels": code})
     res = _python(LIST, tmp_path)
     assert res.returncode == 0, res.stderr
     assert "plugin_copy_of_stack" in res.stdout
 
 
 def test_a_broken_entry_point_names_the_plugin(tmp_path):
-    info = tmp_path / "badplugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: badplugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[bench.kernels]\nbad = no_such_plugin_module\n")
+    installed_dist(tmp_path, "badplugin", "0.1", "[bench.kernels]\nbad = no_such_plugin_module\n")
     res = _python(LIST, tmp_path)
     assert res.returncode != 0 and "entry point 'bad'" in res.stderr
 

@@ -8,10 +8,12 @@ from harness.cli import app
 
 
 @app.command()
-def register(registration: str = typer.Argument(..., help="registrations/NAME.toml (or the line id NAME)")):
+def register(registration: str = typer.Argument(..., help="registrations/NAME.toml (or the line id NAME)"),
+             reopen: bool = typer.Option(False, "--reopen",
+                                         help="register again a line whose ledger was deleted (only if that "
+                                              "ledger, read from git history, holds no verdict)")):
     """Validate a committed registration and write its `registered` row (its bar is fixed from now on)."""
     from harness.governance.line import register as do_register
-
     from harness.reporting.render import render_registered
 
-    render_registered(do_register(registration))
+    render_registered(do_register(registration, reopen=reopen))

@@ -111,11 +111,14 @@ def require_clean(root: Path | None = None) -> CleanTree:
     head_commit(root)
     dirty = dirty_paths(root)
     if dirty:
-        shown = dirty[:MAX_LISTED_PATHS]
-        more = f" (+{len(dirty) - len(shown)} more)" if len(dirty) > len(shown) else ""
-        raise UserError("uncommitted changes outside ledger/ — commit or remove them first: "
-                        + "; ".join(shown) + more)
+        raise UserError("uncommitted changes outside ledger/ — commit or remove them first: " + listed(dirty))
     return CleanTree(root=root, commit=code_commit(root))
+
+
+def listed(paths: list[str]) -> str:
+    """Paths for a refusal: the first MAX_LISTED_PATHS, then how many more."""
+    shown = paths[:MAX_LISTED_PATHS]
+    return "; ".join(shown) + (f" (+{len(paths) - len(shown)} more)" if len(paths) > len(shown) else "")
 
 
 def file_commit(root: Path, path: Path) -> str:
@@ -240,3 +243,52 @@ def deleted_files(root: Path, under: str, suffix: str) -> dict[str, tuple[str, s
 def files_at_head(root: Path, under: str) -> list[str]:
     res = _git(root, "ls-tree", "--name-only", "HEAD", "--", under + "/")
     return res.stdout.splitlines() if res.returncode == 0 else []
+
+
+def _files(res: subprocess.CompletedProcess, what: str, root: Path) -> set[str]:
+    if res.returncode != 0:
+        raise UserError(f"git {what} failed in {root}: {res.stderr.strip()}")
+    return {p for p in res.stdout.split("\0") if p}
+
+
+def untracked_files(root: Path, dirs: list[str]) -> list[str]:
+    """Files under the repository-relative ``dirs`` that git does not track, each as
+    'path (ignored)' or 'path (untracked)'. The dirty-tree check never sees ignored files,
+    yet Python imports them like any other; bytecode caches (``__pycache__/``) are skipped."""
+    if not dirs:
+        return []
+    others = _files(_git(root, "--literal-pathspecs", "ls-files", "-z", "--others", "--", *dirs), "ls-files", root)
+    ignored = _files(_git(root, "--literal-pathspecs", "ls-files", "-z", "--others", "--ignored",
+                          "--exclude-standard", "--", *dirs), "ls-files", root)
+    return [f"{p} ({'ignored' if p in ignored else 'untracked'})" for p in sorted(others)
+            if "__pycache__" not in p.split("/")]
+
+
+def unverified_files(root: Path, paths: list[str]) -> list[str]:
+    """Of the repository-relative ``paths``, those not tracked or not equal to HEAD, each as
+    'path (why)' — including files under ``ledger/``, which the dirty-tree check exempts."""
+    if not paths:
+        return []
+    tracked = _files(_git(root, "--literal-pathspecs", "ls-files", "-z", "--", *paths), "ls-files", root)
+    changed = _files(_git(root, "--literal-pathspecs", "diff", "--name-only", "-z", "HEAD", "--", *paths),
+                     "diff", root)
+    out = []
+    for p in sorted(set(paths)):
+        if p not in tracked:
+            ignored = _git(root, "check-ignore", "-q", "--", p).returncode == 0
+            out.append(f"{p} ({'ignored' if ignored else 'untracked'})")
+        elif p in changed:
+            out.append(f"{p} (changed since HEAD)")
+    return out
+
+
+def last_commit_holding(root: Path, rel: str) -> str | None:
+    """The newest commit of HEAD's history whose tree holds ``rel`` (None: never committed)."""
+    res = _git(root, "--literal-pathspecs", "log", "--format=%H", "HEAD", "--", rel)
+    if res.returncode != 0:
+        raise UserError(f"git log failed in {root}: {res.stderr.strip()}")
+    for commit in res.stdout.split():
+        # The newest commit that touched it either holds it or deleted it (then an older one holds it).
+        if _git(root, "cat-file", "-e", f"{commit}:{rel}").returncode == 0:
+            return commit
+    return None

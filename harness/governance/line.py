@@ -9,8 +9,9 @@ two sweeps, a sweep and a verdict, or two registrations of one line never interl
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Iterator
 
 from harness import __version__
@@ -66,8 +67,14 @@ def line_lock(root: Path, line: str) -> Iterator[None]:
         lock.release()
 
 
-def register(path_or_line: str, *, root: Path | None = None, env: dict | None = None) -> dict:
-    """Validate, require a committed clean tree, and append the line's `registered` row."""
+def register(path_or_line: str, *, root: Path | None = None, env: dict | None = None, reopen: bool = False) -> dict:
+    """Validate, require a committed clean tree, and append the line's `registered` row.
+
+    The row names the registration by its path relative to the repository root, whatever
+    form was typed, so the line reads the same in every clone. A line whose ledger is in
+    git history is never silently re-opened: ``reopen`` is allowed only when that ledger
+    holds no verdict, and the new row says what it replaces.
+    """
     tree = gitguard.require_clean(root)
     path = registration.resolve(tree.root, path_or_line)
     reg = registration.load(path)
@@ -75,6 +82,7 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
     if rel.startswith(gitguard.LEDGER_DIR + "/"):
         raise UserError(f"{rel}: registrations cannot live in ledger/ (the git guard exempts it): "
                         f"move it to registrations/")
+    require_tracked_code(tree.root)
     registration.check_kernels(reg)
     from harness.governance import power
 
@@ -88,15 +96,122 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
             raise UserError(f"line '{reg.line}' is already registered (at commit "
                             f"{first.get('registration_commit', '?')[:12]}); a changed bar is a new line: copy the "
                             f"file to a new name and set amends = \"{reg.line}\"")
+        reopens = _reopens(tree.root, reg.line, rel, reopen)
         if reg.amends:
             old = ledger_path(tree.root, reg.amends)
             if not old.exists():
                 raise UserError(f"{rel}: amends = \"{reg.amends}\" but no line '{reg.amends}' is registered "
                                 f"(no {old.relative_to(tree.root)})")
         stamp = Stamp(tree.commit, reg.sha256, reg_commit, env if env is not None else host_env())
-        return led.append("registered", {**stamp.fields(), "registration": {**reg.summary(), "path": rel},
-                                         "n_configs": len(reg.configs), "amends": reg.amends,
-                                         "tolerance_power": tol_power, "timing_resolution": resolution})
+        fields = {**stamp.fields(), "registration": {**reg.summary(), "path": rel},
+                  "n_configs": len(reg.configs), "amends": reg.amends,
+                  "tolerance_power": tol_power, "timing_resolution": resolution}
+        if reopens is not None:
+            fields["reopens"] = reopens
+        return led.append("registered", fields)
+
+
+def _reopens(root: Path, line: str, rel: str, reopen: bool) -> dict | None:
+    """What a new registration of ``line`` replaces: None when its ledger never was committed;
+    a refusal when it was, unless ``reopen`` and that ledger holds no verdict."""
+    led_rel = ledger_path(root, line).relative_to(root).as_posix()
+    at = gitguard.last_commit_holding(root, led_rel)
+    if at is None:
+        if reopen:
+            raise UserError(f"--reopen: line '{line}' has no earlier ledger in git history ({led_rel} was never "
+                            f"committed): register it without --reopen")
+        return None
+    if not reopen:
+        raise UserError(f"line '{line}' was registered before: {led_rel} last existed at commit {at[:12]} and is "
+                        f"gone from the work tree; a line is never silently re-opened — restore it "
+                        f"(git checkout {at[:12]} -- {led_rel}), or run `bench register {rel} --reopen` "
+                        f"(allowed only if that ledger holds no verdict)")
+    old = _old_rows(root, at, led_rel)
+    verdict = next((r for r in old if r.get("kind") == "verdict"), None)
+    if verdict is not None:
+        raise UserError(f"--reopen: {led_rel} at commit {at[:12]} holds a verdict ({verdict.get('outcome')}, row "
+                        f"{verdict.get('seq')}): a decided line is never re-opened — register the bar as a new "
+                        f"line (copy {rel} to a new name and set amends = \"{line}\")")
+    return {"commit": at, "rows": len(old), "last_hash": old[-1]["hash"] if old else None}
+
+
+def _old_rows(root: Path, commit: str, led_rel: str) -> list[dict]:
+    """The rows of a ledger as committed at ``commit``, chain verified (a broken chain could
+    hide a verdict, so it refuses)."""
+    import tempfile
+
+    from harness.governance.ledger import read_rows
+
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / Path(led_rel).name
+        old = gitguard.show_file(root, commit, led_rel)
+        if old is None:
+            raise UserError(f"git show {commit[:12]}:{led_rel} failed: the re-opened ledger cannot be read back")
+        copy.write_bytes(old)
+        res = verify(copy)
+        if not res.ok:
+            raise UserError(f"--reopen: {led_rel} at commit {commit[:12]} fails verification ({res.reason}): "
+                            f"it cannot be shown to hold no verdict — register the bar as a new line with amends")
+        return read_rows(copy)
+
+
+# The code packages whose files Python imports from this repository.
+CODE_PACKAGES = ("harness", "kernels")
+
+
+def require_tracked_code(root: Path, *, load_kernels: bool = True) -> None:
+    """Refuse, by name, any code this command would run from the repository that is not
+    tracked and unchanged at HEAD: the commit stamp vouches for nothing else.
+
+    Ignored or untracked files in the code packages are refused before kernel discovery
+    imports them (it imports every public module of kernels/); after it, every module
+    loaded from inside the repository (outside the Python environment) must be tracked and
+    unchanged. Kernel sources such as kernels/*.cu are covered by the first check.
+    """
+    import importlib.util
+
+    top = Path(root).resolve()
+    dirs = []
+    for pkg in CODE_PACKAGES:
+        spec = importlib.util.find_spec(pkg)
+        for loc in (spec.submodule_search_locations or []) if spec else []:
+            if Path(loc).resolve().is_relative_to(top):
+                dirs.append(Path(loc).resolve().relative_to(top).as_posix())
+    _refuse_code(gitguard.untracked_files(top, dirs), "bench would import it")
+    if load_kernels:
+        from kernels import load_kernels as discover
+
+        discover()
+    _refuse_code(gitguard.unverified_files(top, _repo_modules(top)), "bench imported it")
+
+
+def _refuse_code(bad: list[str], when: str) -> None:
+    if bad:
+        raise UserError(f"code in the repository that is not committed as it is ({when}, and no commit stamp covers "
+                        f"it): {gitguard.listed(bad)} — commit it or delete it (`git status --ignored` shows "
+                        f"ignored files)")
+
+
+def _repo_modules(top: Path) -> list[str]:
+    """Repository-relative files of every imported module that lives inside the repository,
+    leaving out a Python environment that happens to live there (e.g. .venv/)."""
+    import sys
+    import sysconfig
+
+    env = set()
+    for p in {sys.prefix, sys.exec_prefix, sys.base_prefix, *sysconfig.get_paths().values()}:
+        q = Path(p).resolve()
+        if q != top and q.is_relative_to(top):
+            env.add(q)
+    out = []
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None)
+        if not isinstance(f, str) or not os.path.isabs(f):  # some extension modules name a bare file
+            continue
+        p = Path(f).resolve()
+        if p.is_relative_to(top) and not any(p.is_relative_to(e) for e in env):
+            out.append(p.relative_to(top).as_posix())
+    return out
 
 
 def host_env() -> dict:
@@ -111,10 +226,30 @@ def host_env() -> dict:
 def open_line(line_or_path: str, *, root: Path | None = None, action: str) -> Iterator[Line]:
     """Everything ``sweep``/``verdict`` must check before touching anything; holds the line lock."""
     tree = gitguard.require_clean(root)
+    require_tracked_code(tree.root, load_kernels=False)
     line = registration.resolve(tree.root, line_or_path).stem
     Ledger(tree.root, line).require_writable()  # before the lock file is created, and before any work
     with line_lock(tree.root, line):
         yield _checked_line(tree, line, action)
+
+
+def registered_path(registered: dict, line: str, *, closed: bool) -> str:
+    """The registration path of a line's `registered` row, refused unless it is relative and
+    stays inside the repository: any other path names a file of some machine, not of this
+    clone's commit (bench would hash the wrong file, or none)."""
+    rel = (registered.get("registration") or {}).get("path")
+    if not isinstance(rel, str) or not rel:
+        raise UserError(f"ledger/{line}.jsonl: row 0 names no registration path: it is not a bench ledger")
+    posix, win = PurePosixPath(rel), PureWindowsPath(rel)
+    if posix.is_absolute() or win.is_absolute() or win.drive or ".." in posix.parts or ".." in win.parts:
+        where = "leaves the repository" if ".." in posix.parts or ".." in win.parts else \
+            "is an absolute path of the machine it was registered on"
+        fix = (f"register the bar again as a new line (copy the file to a new name and set amends = \"{line}\")"
+               if closed else
+               f"git rm ledger/{line}.jsonl, commit, and `bench register {line} --reopen`")
+        raise UserError(f"ledger/{line}.jsonl: row 0 names its registration as {rel}, which {where}; bench reads "
+                        f"registrations relative to the repository only — {fix}")
+    return posix.as_posix()
 
 
 def _checked_line(tree: gitguard.CleanTree, line: str, action: str) -> Line:
@@ -128,7 +263,7 @@ def _checked_line(tree: gitguard.CleanTree, line: str, action: str) -> Line:
     registered = rows[0]
     if registered.get("kind") != "registered":
         raise UserError(f"ledger/{line}.jsonl: the first row is not a `registered` row: it is not a bench ledger")
-    rel = registered["registration"]["path"]
+    rel = registered_path(registered, line, closed=any(r["kind"] == "verdict" for r in rows))
     at = registered["registration_commit"][:12]
     path = tree.root / rel
     if not path.is_file():

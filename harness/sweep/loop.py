@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from harness.errors import UserError
 from harness.governance.ledger import anchor, require_anchorable
@@ -57,19 +56,20 @@ def context(line: Line, device: str, ceilings: dict | None) -> SweepContext:
     return SweepContext(line=reg.line, device=device, baseline=reg.baseline, atol=reg.atol, rtol=reg.rtol,
                         seeds=reg.seeds, families=reg.families, min_pass_rate=reg.min_pass_rate,
                         timing=reg.timing, numerics=reg.numerics, ceilings=ceilings,
-                        rate_bar=judges_rates(reg.go))
+                        rate_bar=judges_rates(reg.go), root=str(line.root))
 
 
 def check_kernels_usable(line: Line, device: str) -> None:
     """Fail closed before anything runs: every kernel of the line runs here, from tracked code.
 
-    A sweep without its baseline, or with a candidate quietly dropped, is never started; a
-    kernel whose source lies in this repository but is not tracked by git (an ignored
-    file) would produce numbers no commit can reproduce.
+    A sweep without its baseline, or with a candidate quietly dropped, is never started; code
+    in this repository that git does not have at HEAD (an ignored kernels/ file, say) would
+    produce numbers no commit can reproduce, so it is refused by name before any import of it.
     """
-    from harness.governance import gitguard
+    from harness.governance.line import require_tracked_code
     from kernels import get_kernel
 
+    require_tracked_code(line.root)
     reg = line.reg
     for role, name in [("baseline", reg.baseline), *(("candidate", c) for c in reg.candidates)]:
         spec = get_kernel(name)
@@ -77,10 +77,6 @@ def check_kernels_usable(line: Line, device: str) -> None:
         if why:
             raise UserError(f"{role} '{name}' cannot run on this machine ({why}): sweep line "
                             f"'{reg.line}' where all its kernels run")
-        src = Path(spec.source).resolve()
-        if src.is_relative_to(line.root.resolve()) and not gitguard.is_tracked(line.root, src):
-            raise UserError(f"{role} '{name}' comes from {gitguard.relative(line.root, src)}, which git does not "
-                            f"track (ignored?): commit it so the ledger's commit stamp covers the code")
 
 
 @dataclass

@@ -44,6 +44,8 @@ class SweepContext:
     numerics: dict
     ceilings: dict | None
     rate_bar: bool = False  # the bar judges an absolute rate (see RATE_LEAD_CALLS)
+    # The repository root: kernel sources inside it are recorded by their path relative to it.
+    root: str | None = None
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,11 @@ class Outcome:
 
 
 def _base(cfg: Config, candidate: str, ctx: SweepContext) -> dict:
-    return {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": candidate, "baseline": ctx.baseline}
+    from kernels import get_kernel
+
+    return {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": candidate, "baseline": ctx.baseline,
+            "kernel_sources": {"candidate": _source(get_kernel(candidate), ctx.root),
+                               "baseline": _source(get_kernel(ctx.baseline), ctx.root)}}
 
 
 def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> list[Outcome]:
@@ -434,7 +440,6 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         "numerics": numerics,
         "kernel_numerics": {"candidate": spec.numerics, "baseline": base_spec.numerics},
         "kernel_details": details,
-        "kernel_sources": {"candidate": _source(spec), "baseline": _source(base_spec)},
     }
     return Outcome("result", payload)
 
@@ -452,14 +457,19 @@ def rig_noise(control: float, tolerance: float, host_gaps: dict) -> list[str]:
     return why
 
 
-def _source(spec) -> dict:
-    """Which file the kernel came from and its SHA-256: the commit stamp covers this
-    repository, a plugin or an installed package is pinned by the hash instead."""
+def _source(spec, root: str | None) -> dict:
+    """Which file the kernel came from and its SHA-256, and for a kernel of an installed
+    package (a ``bench.kernels`` entry point) that package's name and version: the commit
+    stamp covers this repository only. A path inside the repository is relative to its root."""
     import hashlib
     from pathlib import Path
 
     p = Path(spec.source)
-    return {"path": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None}
+    shown = p.as_posix()
+    if root is not None and p.resolve().is_relative_to(Path(root).resolve()):
+        shown = p.resolve().relative_to(Path(root).resolve()).as_posix()
+    return {"path": shown, "sha256": hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None,
+            "distribution": spec.distribution}
 
 
 def fault_outcome(cfg: Config, candidate: str, ctx: SweepContext, reason: str, fault: dict) -> Outcome:
