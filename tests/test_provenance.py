@@ -308,6 +308,28 @@ def test_reopen_records_what_it_replaces(repo, monkeypatch):
     (row,) = rows(repo)
     assert row["reopens"] == {"commit": at, "rows": 1, "last_hash": old[-1]["hash"]}
     assert verify(repo / "ledger" / "tiny.jsonl").ok
+    # Committed, the re-opened ledger's history starts after the old one's deletion.
+    commit_all(repo, "the re-opened line")
+    assert verify(repo / "ledger" / "tiny.jsonl").ok
+    r = run_bench(repo, "ledger", "verify")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_forged_reopen_declaration_does_not_hide_a_verdict(repo, monkeypatch):
+    """A row 0 claiming to re-open an earlier, undecided version of a ledger that went on to
+    get a verdict is caught: the declared commit must hold the old ledger's last version."""
+    at = _registered_and_committed(repo, monkeypatch)
+    first = rows(repo)
+    Ledger(repo, "tiny").append("verdict", {"outcome": "NO-GO"})
+    commit_all(repo, "a decided line")
+    git(repo, "rm", "-q", "ledger/tiny.jsonl")
+    git(repo, "commit", "-qm", "drop the decided ledger")
+    Ledger(repo, "tiny").append("registered", {"reopens": {"commit": at, "rows": 1,
+                                                           "last_hash": first[-1]["hash"]}})
+    commit_all(repo, "a forged re-open")
+    res = verify(repo / "ledger" / "tiny.jsonl")
+    assert not res.ok and res.bad_row == 0
+    assert "not deleted right after it" in res.reason
 
 
 def test_reopen_refuses_a_line_with_a_verdict_and_a_line_never_committed(repo, monkeypatch):

@@ -196,9 +196,12 @@ def _check_git(body: bytes, path: Path) -> VerifyResult | None:
     if not rel.startswith(LEDGER_DIR + "/"):
         return None  # a copy elsewhere (a test fixture, an export) is no line's ledger: HEAD is its anchor
     history = gitguard.file_history(root, rel)
+    versions = [v or b"" for v in gitguard.blobs(root, [f"{sha}:{rel}" for sha, _ in history])]  # b"": deleted
+    start = _current_incarnation(body, history, versions, path)
+    if isinstance(start, VerifyResult):
+        return start
     taken = None  # (row, commit, subject, content) of the first committed version the file no longer extends
-    for (sha, subject), version in zip(history, gitguard.blobs(root, [f"{sha}:{rel}" for sha, _ in history])):
-        version = version or b""  # deleted in this commit
+    for (sha, subject), version in list(zip(history, versions))[start:]:
         if taken is None:
             if not body.startswith(version):
                 taken = (_first_difference(version, body), sha, subject, version)
@@ -214,6 +217,45 @@ def _check_git(body: bytes, path: Path) -> VerifyResult | None:
                             f"row {i} as committed in {was[:12]} ({was_subject}) is changed or missing in the "
                             f"work tree: restore it with git checkout {was[:12]} -- {rel}")
     return None
+
+
+def _current_incarnation(body: bytes, history: list, versions: list[bytes], path: Path) -> int | VerifyResult:
+    """Where this file's own history starts: 0, or — for a line re-opened with
+    ``bench register --reopen`` — just past the deletion of the ledger its row 0 declares it
+    replaces. The declaration is checked, not trusted: the named commit must hold the last
+    version of the old ledger (the next change deleted it), with the declared row count and
+    last hash, and no verdict (a decided line is never re-opened)."""
+    first = body.split(b"\n", 1)[0]
+    try:
+        declared = json.loads(first).get("reopens") if first else None
+    except (json.JSONDecodeError, AttributeError):
+        return 0
+    if not declared:
+        return 0
+    shas = [sha for sha, _ in history]
+    at = declared.get("commit")
+    i = shas.index(at) if at in shas else -1
+    old = versions[i].split(b"\n")[:-1] if i >= 0 else []
+    rows = []
+    for raw in old:
+        try:
+            rows.append(json.loads(raw))
+        except json.JSONDecodeError:
+            rows = []
+            break
+    bad = None
+    if i < 0 or not old:
+        bad = f"names commit {str(at)[:12]}, which holds no version of this ledger"
+    elif i + 1 >= len(versions) or versions[i + 1] != b"":
+        bad = f"names commit {at[:12]}, but the old ledger was not deleted right after it (a later version exists)"
+    elif len(rows) != declared.get("rows") or (rows and rows[-1].get("hash") != declared.get("last_hash")):
+        bad = f"declares {declared.get('rows')} rows ending in {str(declared.get('last_hash'))[:12]}, which is not " \
+              f"the ledger committed at {at[:12]}"
+    elif any(r.get("kind") == "verdict" for r in rows):
+        bad = f"re-opens the ledger committed at {at[:12]}, which holds a verdict"
+    if bad:
+        return VerifyResult(str(path), False, body.count(b"\n"), 0, f"row 0 re-opens this line but {bad}")
+    return i + 2
 
 
 def verify(path: Path) -> VerifyResult:
