@@ -7,9 +7,9 @@ from typing import Optional
 
 import typer
 
-from harness.cli import app
+from harness.cli import HELP_OPTIONS, app
 
-ledger_app = typer.Typer(no_args_is_help=True, help="Inspect and verify the append-only ledgers.")
+ledger_app = typer.Typer(no_args_is_help=True, context_settings=HELP_OPTIONS, help="Inspect and verify the append-only ledgers.")
 app.add_typer(ledger_app, name="ledger")
 
 
