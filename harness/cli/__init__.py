@@ -73,7 +73,9 @@ def _interrupt(exc: BaseException | None) -> KeyboardInterrupt | None:
 def main(argv: list[str] | None = None) -> int:
     # Only the main thread may install handlers (a caller's thread keeps its own).
     on_main = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if on_main else {}
+    # A signal the parent ignores (SIGINT of a job started with `&`) stays ignored.
+    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)
+                if on_main and signal.getsignal(s) is not signal.SIG_IGN}
     _received.clear()
     try:
         return _main(argv)

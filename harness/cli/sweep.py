@@ -20,7 +20,9 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
     # 32k failed with 63 GiB reserved but unallocated); expandable segments avoid that.
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     from harness.errors import UserError
+    from harness.governance import gitguard
     from harness.governance.line import open_line
+    from harness.governance.verdict import latest_outcomes, measured_on
     from harness.measurement.device import detect_device, env_summary
     from harness.reporting.progress import SweepProgress
     from harness.reporting.render import render_sweep_summary
@@ -32,6 +34,9 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
         dev = detect_device() if device == "auto" else device
         if dev == "cuda" and detect_device() != "cuda":
             raise UserError("--device cuda but torch sees no GPU: use --device cpu or run on a GPU machine")
-        summary = do_sweep(ln, dev, env_summary(dev), with_ceilings=not no_ceilings,
-                           progress=SweepProgress(ln.reg.line))
-    render_sweep_summary(summary.as_dict())
+        env = env_summary(dev)
+        summary = do_sweep(ln, dev, env, with_ceilings=not no_ceilings, progress=SweepProgress(ln.reg.line))
+        here = measured_on({"commit": ln.commit, "env": env})
+        rows = [r for r in latest_outcomes(ln.ledger.rows()).values() if measured_on(r) == here]
+        dirty = gitguard.has_uncommitted(ln.root, ln.ledger.path)
+    render_sweep_summary(summary.as_dict(), rows, gitguard.relative(ln.root, ln.ledger.path) if dirty else None)

@@ -116,3 +116,9 @@ def relative(root: Path, path: Path) -> str:
 
 def is_tracked(root: Path, path: Path) -> bool:
     return _git(root, "ls-files", "--error-unmatch", "--", relative(root, path)).returncode == 0
+
+
+def has_uncommitted(root: Path, path: Path) -> bool:
+    """Whether ``path`` differs from HEAD or is untracked (rows a commit has not anchored)."""
+    res = _git(root, "status", "--porcelain", "--untracked-files=all", "--", relative(root, path))
+    return res.returncode != 0 or bool(res.stdout.strip())

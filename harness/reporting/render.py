@@ -13,6 +13,11 @@ def _fmt(v, spec=".3g"):
     return str(v)
 
 
+def plural(n: int, noun: str) -> str:
+    """``1 row``, ``2 rows``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def outcome_reason(row: dict) -> str:
     """One readable line saying what happened to a row (the reason at a glance)."""
     kind = row["kind"]
@@ -46,7 +51,7 @@ def outcome_reason(row: dict) -> str:
 def render_ledger(line: str, rows: list[dict]) -> None:
     from rich.table import Table
 
-    t = Table(title=f"ledger/{line}.jsonl — {len(rows)} rows", show_lines=False)
+    t = Table(title=f"ledger/{line}.jsonl — {plural(len(rows), 'row')}", show_lines=False)
     for col in ("seq", "kind", "time", "commit", "candidate", "config", "outcome"):
         t.add_column(col, overflow="fold")
     for r in rows:
@@ -126,8 +131,47 @@ def render_ceilings(row: dict, measured: bool) -> None:
         c.print(f"  matmul {dt}: {_fmt(tf, '.4g')} TFLOP/s")
 
 
-def render_sweep_summary(summary: dict) -> None:
+def _who(row: dict) -> str:
+    return f"baseline {row['candidate']}" if row.get("role") == "baseline" else row.get("candidate", "")
+
+
+def config_line(done: int, total: int, config_key: str, rows, elapsed: float | None) -> str:
+    """One finished config for a log: its key, each candidate's outcome, and how long it took."""
+    parts = [f"{_who(r)} {r['kind']}: {outcome_reason(r).splitlines()[0]}" for r in rows if r["kind"] != "supersedes"]
+    took = "" if elapsed is None else f" ({elapsed:.1f} s)"
+    counter = f"[{done}/{total}]" if done <= total else "[again]"  # a rig-noisy pair measured again
+    return f"{counter} {config_key}{took} — " + ("; ".join(parts) or "no outcome")
+
+
+def _sweep_table(rows: list[dict]):
+    """Per (config, candidate): outcome, speedup with its CI, control."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title="outcomes at this commit on this device", show_lines=False)
+    t.add_column("config", no_wrap=True)
+    for col in ("candidate", "outcome", "speedup [CI]", "control"):
+        t.add_column(escape(col), overflow="fold")
+    for r in sorted(rows, key=lambda r: (r["seq"])):
+        m = r.get("metrics") or {}
+        if r["kind"] == "result":
+            flags = [f for f in ("impossible", "rig_noisy") if r.get(f)]
+            outcome = "result" + (f" ({', '.join(flags)})" if flags else "")
+            speed = (f"{_fmt(m.get('speedup'), '.3f')}× [{_fmt(m.get('speedup_ci_low'), '.3f')}, "
+                     f"{_fmt(m.get('speedup_ci_high'), '.3f')}]")
+        else:
+            outcome, speed = f"{r['kind']}: {outcome_reason(r).splitlines()[0]}", "—"
+        t.add_row(r["config_key"], escape(_who(r)), escape(outcome), escape(speed), _fmt(m.get("control"), ".4f"))
+    return t
+
+
+def render_sweep_summary(summary: dict, rows: list[dict] = (), uncommitted: str | None = None) -> None:
+    """The sweep's end: a per-config table of ``rows`` (current outcomes at this commit and
+    device), the counts, the control, notes, and — when ``uncommitted`` names the ledger
+    file and git says it has rows no commit holds — the command that anchors them."""
     c = console()
+    if rows:
+        c.print(_sweep_table(list(rows)))
     counts = ", ".join(f"{k}: {n}" for k, n in sorted(summary["counts"].items())) or "nothing run"
     c.print(f"sweep of line [bold]{summary['line']}[/] at {summary['commit'][:12]} — {counts}"
             + (f"; {summary['resumed']} already done at this commit on this device" if summary.get("resumed") else ""))
@@ -140,3 +184,6 @@ def render_sweep_summary(summary: dict) -> None:
                 f"over {ctl['n']} configs; {ctl['noisy']} outside ±{ctl['tolerance']:.1%} (rig-noisy)")
     for note in summary.get("notes", []):
         c.print(f"  [yellow]note[/]: {note}")
+    if uncommitted:
+        c.print(f"  {uncommitted} has rows no commit holds yet: commit them (git add {uncommitted} && "
+                f"git commit -m \"ledger: {summary['line']}\") so git anchors what was measured")

@@ -108,6 +108,7 @@ def sweep(line: Line, device: str, env: dict, *, with_ceilings: bool = True, pro
         except Exception as exc:  # a kernel that crashes the config is an outcome, not the end of the night
             outcomes = crashed_outcomes(task.config, task.candidates, ctx, exc)
         old = replaced_by(task, [*line.rows, *appended], key)
+        start = len(appended)
         if old:
             appended.append(line.ledger.append("supersedes", {
                 **stamp, "config_key": task.config.key(), "supersedes": old,
@@ -115,7 +116,7 @@ def sweep(line: Line, device: str, env: dict, *, with_ceilings: bool = True, pro
         for o in outcomes:
             appended.append(line.ledger.append(o.kind, {**stamp, **o.payload}))
         if progress:
-            progress.done(task.config.key())
+            progress.done(task.config.key(), appended[start:])
         return outcomes
 
     latest: dict[tuple[str, str], object] = {}
