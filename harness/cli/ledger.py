@@ -17,12 +17,14 @@ def _paths(line: Optional[str]) -> list[Path]:
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
     from harness.governance.ledger import ledger_path
+    from harness.governance.registration import line_of
 
     root = repo_root()
     if line:
-        p = ledger_path(root, Path(line).stem)
+        name, _ = line_of(root, line)
+        p = ledger_path(root, name)
         if not p.exists():
-            raise UserError(f"no ledger for line '{Path(line).stem}' ({p}): register it first")
+            raise UserError(f"no ledger for line '{name}' (ledger/{p.name}): register it first")
         return [p]
     paths = sorted((root / "ledger").glob("*.jsonl"))
     if not paths:
@@ -33,6 +35,7 @@ def _paths(line: Optional[str]) -> list[Path]:
 @ledger_app.command("verify")
 def verify(line: Optional[str] = typer.Argument(None, help="line id (default: every ledger)")):
     """Re-check every hash chain; name the first bad row. Exit 1 if any chain is broken."""
+    from harness.errors import plural
     from harness.governance.ledger import verify as do_verify
     from harness.reporting.console import console
 
@@ -40,7 +43,7 @@ def verify(line: Optional[str] = typer.Argument(None, help="line id (default: ev
     for p in _paths(line):
         res = do_verify(p)
         if res.ok:
-            console().print(f"[green]ok[/]   {p.name}: {res.n_rows} rows, chain intact")
+            console().print(f"[green]ok[/]   {p.name}: {plural(res.n_rows, 'row')}, chain intact")
         else:
             bad += 1
             console().print(f"[red]BAD[/]  {p.name}: {res.reason}")
@@ -58,9 +61,14 @@ def show(line: str = typer.Argument(..., help="line id"),
     """Print a line's rows as a table (or export them)."""
     import sys
 
-    from harness.governance.ledger import canonical, dataframe, read_rows
+    from harness.errors import UserError
+    from harness.governance.ledger import KINDS, canonical, dataframe, read_rows
     from harness.reporting.render import render_ledger
 
+    if csv and json:
+        raise UserError("--csv and --json both given: pick one output format")
+    if kind is not None and kind not in KINDS:
+        raise UserError(f"--kind {kind!r} is not a row kind (kinds: {', '.join(KINDS)})")
     (path,) = _paths(line)
     if format is not None:
         from harness.errors import UserError

@@ -81,22 +81,29 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
     tol_power = power.tolerance_power(reg)  # refuses a tolerance that cannot fail a canary
     resolution = power.timing_resolution(tree.root, reg)
     reg_commit = gitguard.file_commit(tree.root, path)
+    _require_new(tree.root, reg, rel)  # before the lock: a refused command leaves no lock file
     with line_lock(tree.root, reg.line):
-        led = Ledger(tree.root, reg.line)
-        if led.exists():
-            first = led.rows()[0] if led.rows() else {}
-            raise UserError(f"line '{reg.line}' is already registered (at commit "
-                            f"{first.get('registration_commit', '?')[:12]}); a changed bar is a new line: copy the "
-                            f"file to a new name and set amends = \"{reg.line}\"")
-        if reg.amends:
-            old = ledger_path(tree.root, reg.amends)
-            if not old.exists():
-                raise UserError(f"{rel}: amends = \"{reg.amends}\" but no line '{reg.amends}' is registered "
-                                f"(no {old.relative_to(tree.root)})")
+        led = _require_new(tree.root, reg, rel)  # again under the lock: another register may have won
         stamp = Stamp(tree.commit, reg.sha256, reg_commit, env if env is not None else host_env())
         return led.append("registered", {**stamp.fields(), "registration": {**reg.summary(), "path": rel},
                                          "n_configs": len(reg.configs), "amends": reg.amends,
                                          "tolerance_power": tol_power, "timing_resolution": resolution})
+
+
+def _require_new(root: Path, reg: registration.Registration, rel: str) -> Ledger:
+    """The new line's (empty) ledger; refuses a line already registered or amending none."""
+    led = Ledger(root, reg.line)
+    if led.exists():
+        first = led.rows()[0] if led.rows() else {}
+        raise UserError(f"line '{reg.line}' is already registered (at commit "
+                        f"{first.get('registration_commit', '?')[:12]}); a changed bar is a new line: copy the "
+                        f"file to a new name and set amends = \"{reg.line}\"")
+    if reg.amends:
+        old = ledger_path(root, reg.amends)
+        if not old.exists():
+            raise UserError(f"{rel}: amends = \"{reg.amends}\" but no line '{reg.amends}' is registered "
+                            f"(no {old.relative_to(root)})")
+    return led
 
 
 def host_env() -> dict:
@@ -111,15 +118,24 @@ def host_env() -> dict:
 def open_line(line_or_path: str, *, root: Path | None = None, action: str) -> Iterator[Line]:
     """Everything ``sweep``/``verdict`` must check before touching anything; holds the line lock."""
     tree = gitguard.require_clean(root)
-    line = registration.resolve(tree.root, line_or_path).stem
+    line, given = registration.line_of(tree.root, line_or_path)
+    _require_registered(tree.root, line)  # before the lock: a refused command leaves no lock file
     with line_lock(tree.root, line):
-        yield _checked_line(tree, line, action)
+        ln = _checked_line(tree, line, action)
+        if given is not None and given.resolve() != ln.reg.path.resolve():
+            raise UserError(f"{line_or_path} is not the registration of line '{line}' (registered from "
+                            f"{gitguard.relative(tree.root, ln.reg.path)}): give the line id {line}")
+        yield ln
+
+
+def _require_registered(root: Path, line: str) -> None:
+    if not ledger_path(root, line).exists():
+        raise UserError(f"line '{line}' is not registered: run `bench register registrations/{line}.toml` first")
 
 
 def _checked_line(tree: gitguard.CleanTree, line: str, action: str) -> Line:
     led = Ledger(tree.root, line)
-    if not led.exists():
-        raise UserError(f"line '{line}' is not registered: run `bench register registrations/{line}.toml` first")
+    _require_registered(tree.root, line)
     res = verify(led.path)
     if not res.ok:
         raise UserError(f"ledger/{line}.jsonl fails verification ({res.reason}): restore it from git before {action}")

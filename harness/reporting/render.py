@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.errors import plural, shown
 from harness.reporting.console import console
 
 
@@ -11,11 +12,6 @@ def _fmt(v, spec=".3g"):
     if isinstance(v, float):
         return format(v, spec)
     return str(v)
-
-
-def plural(n: int, noun: str) -> str:
-    """``1 row``, ``2 rows``."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def outcome_reason(row: dict) -> str:
@@ -60,15 +56,6 @@ def render_ledger(line: str, rows: list[dict]) -> None:
     console().print(t)
 
 
-def _rel(path: str) -> str:
-    from pathlib import Path
-
-    try:
-        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except ValueError:
-        return path
-
-
 def render_kernels(kernels: dict, device: str) -> None:
     from rich.table import Table
 
@@ -79,16 +66,18 @@ def render_kernels(kernels: dict, device: str) -> None:
         k = kernels[name]
         why = k.unusable_reason(device)
         t.add_row(name, ",".join(k.workloads), ",".join(k.dtypes), ",".join(k.devices),
-                  "[green]yes[/]" if why is None else f"[yellow]no[/]: {why}", _rel(k.source))
+                  "[green]yes[/]" if why is None else f"[yellow]no[/]: {why}", shown(k.source))
     console().print(t)
 
 
 def render_registered(row: dict) -> None:
     """The registered row: identity, bar, and what the line can tell apart (governance.power)."""
+    from rich.markup import escape
+
     c = console()
     c.print(f"registered line [bold]{row['line']}[/] — sha256 {row['registration_sha256'][:12]}, "
-            f"commit {row['registration_commit'][:12]}, {row['n_configs']} configs; "
-            f"bar: {row['registration']['go']}")
+            f"commit {row['registration_commit'][:12]}, {plural(row['n_configs'], 'config')}; "
+            f"bar: {escape(row['registration']['go'])}")
     power = row.get("tolerance_power") or {}
     checks = power.get("canaries", [])
     if checks:
@@ -110,7 +99,7 @@ def render_verdict(v) -> None:
     c = console()
     for cl in v.bar.clauses:
         mark = "[green]pass[/]" if cl.passed else "[red]fail[/]"
-        c.print(f"  {mark}  {cl.text}   → {_fmt(cl.value, '.4g')} over {cl.n} rows")
+        c.print(f"  {mark}  {cl.text}   → {_fmt(cl.value, '.4g')} over {plural(cl.n, 'row')}")
     if v.excluded:
         c.print(f"  excluded from the bar: {', '.join(f'{k}: {n}' for k, n in sorted(v.excluded.items()))}")
     cov = v.row.get("coverage")
@@ -181,7 +170,7 @@ def render_sweep_summary(summary: dict, rows: list[dict] = (), uncommitted: str 
     ctl = summary.get("control")
     if ctl:
         c.print(f"  control (baseline vs itself): median {ctl['median']:.4f}, range [{ctl['min']:.4f}, {ctl['max']:.4f}] "
-                f"over {ctl['n']} configs; {ctl['noisy']} outside ±{ctl['tolerance']:.1%} (rig-noisy)")
+                f"over {plural(ctl['n'], 'config')}; {ctl['noisy']} outside ±{ctl['tolerance']:.1%} (rig-noisy)")
     for note in summary.get("notes", []):
         c.print(f"  [yellow]note[/]: {note}")
     if uncommitted:
