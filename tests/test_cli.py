@@ -96,7 +96,7 @@ def test_a_sweep_without_a_terminal_prints_a_line_per_config_then_a_table_and_th
     assert table.count("attention/b1/h2/kv2/n") == 2 and "×" in table
     assert "ledger/tiny.jsonl has rows no commit holds yet" in " ".join(lines[-4:])
 
-    again = run_bench(repo, "sweep", "tiny")  # the same commit: nothing left to run
+    again = run_bench(repo, "sweep", "registrations/tiny.toml")  # the same commit: nothing left to run
     assert again.returncode == 0, again.stderr
     assert "0/0" not in again.stdout and "ETA" not in again.stdout and "to run" not in again.stdout
     assert "2 already done" in again.stdout and "outcomes at this commit" in again.stdout
@@ -133,3 +133,118 @@ def test_the_terminal_bar_is_not_drawn_when_nothing_is_to_run(capsys):
     one.done("cfg", [])
     one.stop()
     assert "1/1" in capsys.readouterr().out
+
+
+def test_version_help_and_a_bare_bench(repo):
+    v = run_bench(repo, "--version")
+    assert v.returncode == 0 and v.stdout.strip().startswith("bench ")
+    h = run_bench(repo, "-h")
+    assert h.returncode == 0 and "Usage: bench" in h.stdout and "--version" in h.stdout
+    for args in ((), ("ledger",)):
+        bare = run_bench(repo, *args)
+        assert bare.returncode == 0 and "Usage: bench" in bare.stdout and bare.stderr == "", (args, bare.stderr)
+    sub = run_bench(repo, "sweep", "-h")
+    assert sub.returncode == 0 and "Usage: bench sweep" in sub.stdout
+
+
+def _variants(repo):
+    """Bad registrations next to tiny, committed (a sweep needs a clean tree)."""
+    from tests.conftest import TINY
+
+    reg = repo / "registrations"
+    go = 'go = "geomean(speedup) >= 0.01 and pass_rate == 1.0"'
+    files = {
+        "empty.toml": "",
+        "syntax.toml": "schema = 1\nfoo = [",
+        "unknownkey.toml": TINY.replace('workload = "attention"', 'bogus = 1\nworkload = "attention"'),
+        "badtype.toml": TINY.replace("batch = [1]", 'batch = ["x"]'),
+        "nomatch.toml": TINY.replace(go, 'go = "min(speedup where seq_len >= 4096) >= 1"'),
+        "huge.toml": TINY.replace("seq_len = [32, 48]", "seq_len = [32, 1048576]").replace("heads = [2]",
+                                                                                       "heads = [64]"),
+        "orphan.toml": TINY.replace('baseline = "torch_stack"', 'baseline = "torch_stack"\namends = "nosuch"'),
+        "tiny.txt": TINY,
+    }
+    for name, text in files.items():
+        (reg / name).write_text(text)
+    (reg / "latin.toml").write_bytes(TINY.encode().replace(b"SDPA", b"SDP\xe9"))
+    (repo / "some" / "dir").mkdir(parents=True)
+    (repo / "some" / "dir" / "tiny.toml").write_text(TINY)  # a copy, not the registered file
+    (reg / "dir.toml").mkdir()
+    (reg / "dir.toml" / ".keep").write_text("")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "bad registrations")
+
+
+BAD = [
+    (("register", "registrations/empty.toml"), "registrations/empty.toml: 'schema' must be an integer"),
+    (("register", "registrations/syntax.toml"), "not valid TOML"),
+    (("register", "registrations/unknownkey.toml"), "unknown field bogus in the top level"),
+    (("register", "registrations/badtype.toml"), "[grid] batch = 'x' is not an integer"),
+    (("register", "registrations/latin.toml"), "is not UTF-8 text"),
+    (("register", "registrations/nomatch.toml"), "can never be decided"),
+    (("register", "registrations/huge.toml"), "[grid] point attention/b1/h64/kv64/n1048576/d16/float32/full needs"),
+    (("register", "registrations/orphan.toml"), "amends = \"nosuch\" but no line 'nosuch' is registered"),
+    (("register", "registrations/dir.toml"), "registrations/dir.toml is a directory, not a registration"),
+    (("register", "registrations"), "registrations is a directory, not a registration"),
+    (("register", "registrations/tiny.txt"), "registrations/tiny.txt is not a registration (a .toml file)"),
+    (("register", "bad id!"), "neither a line id"),
+    (("register", "tiny"), "line 'tiny' is already registered"),
+    (("register", "nosuch"), "no registration file at registrations/nosuch.toml"),
+    (("sweep", "nosuch"), "line 'nosuch' is not registered"),
+    (("sweep", "some/dir/x.toml"), "no registration file at some/dir/x.toml"),
+    (("sweep", "some/dir/tiny.toml"), "some/dir/tiny.toml is not the registration of line 'tiny' (registered "
+                                      "from registrations/tiny.toml)"),
+    (("sweep", "registrations/dir.toml"), "is a directory, not a registration"),
+    (("sweep", "tiny", "--device", "gpu"), "--device 'gpu': use auto, cuda or cpu"),
+    (("verdict", "nosuch"), "line 'nosuch' is not registered"),
+    (("verdict", "some/dir/x.toml"), "no registration file at some/dir/x.toml"),
+    (("ledger", "verify", "some/dir/x.toml"), "no registration file at some/dir/x.toml"),
+    (("ledger", "verify", "nosuch"), "no ledger for line 'nosuch'"),
+    (("ledger", "show", "tiny", "--csv", "--json"), "--csv and --json both given"),
+    (("ledger", "show", "tiny", "--kind", "bogus"), "--kind 'bogus' is not a row kind"),
+    (("ledger", "show"), "Missing argument"),
+    (("sweep", "--bogus", "tiny"), "No such option: --bogus"),
+]
+
+
+def test_bad_input_is_one_line_exit_2_and_leaves_the_ledger_untouched(repo, monkeypatch, capsys):
+    """Each refusal: one line naming the problem, exit 2, not one byte or lock file more in ledger/."""
+    from harness.cli import main
+
+    _variants(repo)
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    for lock in (repo / "ledger").glob("*.lock"):
+        lock.unlink()  # what a successful register leaves; refused commands must add none
+    monkeypatch.chdir(repo)
+
+    def snapshot():
+        return {p.name: p.read_bytes() for p in (repo / "ledger").iterdir()}
+
+    before = snapshot()
+    for args, message in BAD:
+        rc = main(list(args))
+        err = capsys.readouterr().err
+        assert rc == 2, (args, rc, err)
+        assert message in err and err.startswith("bench: error: "), (args, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (args, err)
+        assert snapshot() == before, (args, sorted(set(snapshot()) ^ set(before)))
+
+
+def test_the_registered_path_and_line_id_both_work_and_counts_are_singular(repo, monkeypatch, capsys):
+    from harness.cli import main
+
+    monkeypatch.chdir(repo)
+    assert main(["register", "registrations/tiny.toml"]) == 0
+    assert "2 configs" in capsys.readouterr().out
+    assert main(["ledger", "verify", "registrations/tiny.toml"]) == 0
+    assert "tiny.jsonl: 1 row, chain intact" in capsys.readouterr().out
+    assert main(["ledger", "show", "tiny"]) == 0
+    assert "ledger/tiny.jsonl — 1 row" in capsys.readouterr().out
+    assert main(["ledger", "show", "./registrations/tiny.toml", "--kind", "registered", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kind"] == "registered"
+    # A path into the registrations of another directory is that file, and refused if absent.
+    (repo / "sub").mkdir()
+    monkeypatch.chdir(repo / "sub")
+    assert main(["ledger", "verify", "../registrations/tiny.toml"]) == 0
+    assert main(["ledger", "verify", "registrations/tiny.toml"]) == 2
+    assert "no registration file at registrations/tiny.toml" in capsys.readouterr().err

@@ -9,12 +9,13 @@ two sweeps, a sweep and a verdict, or two registrations of one line never interl
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from harness import __version__
-from harness.errors import UserError
+from harness.errors import UserError, shown
 from harness.governance import gitguard, registration
 from harness.governance.ledger import Ledger, ledger_path, verify
 
@@ -119,18 +120,27 @@ def open_line(line_or_path: str, *, root: Path | None = None, action: str) -> It
     """Everything ``sweep``/``verdict`` must check before touching anything; holds the line lock."""
     tree = gitguard.require_clean(root)
     line, given = registration.line_of(tree.root, line_or_path)
-    _require_registered(tree.root, line)  # before the lock: a refused command leaves no lock file
+    # Refusals that need no lock come before it: a refused command leaves no lock file.
+    _require_registered(tree.root, line, given)
     with line_lock(tree.root, line):
-        ln = _checked_line(tree, line, action)
-        if given is not None and given.resolve() != ln.reg.path.resolve():
-            raise UserError(f"{line_or_path} is not the registration of line '{line}' (registered from "
-                            f"{gitguard.relative(tree.root, ln.reg.path)}): give the line id {line}")
-        yield ln
+        yield _checked_line(tree, line, action)
 
 
-def _require_registered(root: Path, line: str) -> None:
-    if not ledger_path(root, line).exists():
+def _require_registered(root: Path, line: str, given: Path | None = None) -> None:
+    """The line has a ledger, and a registration the user named by path is the registered one."""
+    path = ledger_path(root, line)
+    if not path.exists():
         raise UserError(f"line '{line}' is not registered: run `bench register registrations/{line}.toml` first")
+    if given is None:
+        return
+    try:  # only row 0 is needed; a ledger it cannot be read from is refused under the lock
+        with open(path, "rb") as fh:
+            rel = json.loads(fh.readline())["registration"]["path"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if (root / rel).resolve() != given.resolve():
+        raise UserError(f"{shown(given)} is not the registration of line '{line}' (registered from "
+                        f"{rel}): give the line id {line}")
 
 
 def _checked_line(tree: gitguard.CleanTree, line: str, action: str) -> Line:
