@@ -141,7 +141,7 @@ def _sweep_table(rows: list[dict]):
     t.add_column("config", no_wrap=True)
     for col in ("candidate", "outcome", "speedup [CI]", "control"):
         t.add_column(escape(col), overflow="fold")
-    for r in sorted(rows, key=lambda r: (r["seq"])):
+    for r in sorted(rows, key=lambda r: r["seq"]):
         m = r.get("metrics") or {}
         if r["kind"] == "result":
             flags = [f for f in ("impossible", "rig_noisy") if r.get(f)]
