@@ -9,7 +9,8 @@ import typer
 
 from harness.cli import HELP_OPTIONS, app
 
-ledger_app = typer.Typer(no_args_is_help=True, context_settings=HELP_OPTIONS, help="Inspect and verify the append-only ledgers.")
+ledger_app = typer.Typer(no_args_is_help=True, context_settings=HELP_OPTIONS,
+                         help="Inspect and verify the append-only ledgers.")
 app.add_typer(ledger_app, name="ledger")
 
 
@@ -33,7 +34,7 @@ def _paths(line: Optional[str]) -> list[Path]:
 
 
 @ledger_app.command("verify")
-def verify(line: Optional[str] = typer.Argument(None, help="line id (default: every ledger)")):
+def verify(line: Optional[str] = typer.Argument(None, help="line id or registrations/NAME.toml (default: every ledger)")):
     """Re-check every hash chain; name the first bad row. Exit 1 if any chain is broken."""
     from harness.errors import plural
     from harness.governance.ledger import verify as do_verify
@@ -51,7 +52,7 @@ def verify(line: Optional[str] = typer.Argument(None, help="line id (default: ev
 
 
 @ledger_app.command("show")
-def show(line: str = typer.Argument(..., help="line id"),
+def show(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
          csv: bool = typer.Option(False, "--csv", help="write all rows as CSV to stdout"),
          json: bool = typer.Option(False, "--json", help="write all rows as JSON Lines to stdout"),
          kind: Optional[str] = typer.Option(None, help="only rows of this kind"),
@@ -65,18 +66,17 @@ def show(line: str = typer.Argument(..., help="line id"),
     from harness.governance.ledger import KINDS, canonical, dataframe, read_rows
     from harness.reporting.render import render_ledger
 
+    # Contradictory flags are refused before anything is read.
     if csv and json:
         raise UserError("--csv and --json both given: pick one output format")
+    if format is not None and format != "tidy":
+        raise UserError(f"--format {format!r} is not a format: use --format tidy (or --csv / --json)")
+    if format is not None and (csv or json):
+        raise UserError("--format tidy is a CSV of its own: drop --csv / --json")
     if kind is not None and kind not in KINDS:
         raise UserError(f"--kind {kind!r} is not a row kind (kinds: {', '.join(KINDS)})")
     (path,) = _paths(line)
     if format is not None:
-        from harness.errors import UserError
-
-        if format != "tidy":
-            raise UserError(f"--format {format!r} is not a format: use --format tidy (or --csv / --json)")
-        if csv or json:
-            raise UserError("--format tidy is a CSV of its own: drop --csv / --json")
         df = dataframe(path, tidy=True)
         if kind:
             df = df[df["kind"] == kind]
