@@ -12,3 +12,18 @@ class UserError(Exception):
     def __init__(self, message: str, exit_code: int = 2):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 row``, ``2 rows``: counts in messages and reports."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def shown(path) -> str:
+    """``path`` as a message shows it: relative to the current directory when under it."""
+    from pathlib import Path
+
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except (ValueError, OSError):
+        return str(path)

@@ -116,3 +116,96 @@ def test_a_config_a_kernel_refuses_is_caught_at_register_time(tmp_path):
     reg = registration.load(_write(tmp_path, text))
     with pytest.raises(UserError, match="cannot run"):
         registration.check_kernels(reg)
+
+
+def test_every_shipped_registration_is_valid_and_fits_a_known_device():
+    shipped = sorted((REPO / "registrations").glob("*.toml"))
+    assert shipped
+    for path in shipped:
+        registration.check_kernels(registration.load(path))
+
+
+@pytest.mark.parametrize("bar, primary, message", [
+    ("min(speedup where seq_len >= 4096) >= 1.0 and pass_rate == 1.0", None,
+     r"clause `min\(speedup where seq_len >= 4096\) >= 1.0` filters out every registered config \(2 pairs"),
+    ("pass_rate(where seq_len == 33) == 1.0", None, "clause `pass_rate.where seq_len == 33. == 1.0`"),
+    ("count(where causal) >= 1", None, "can never be decided"),
+    ("geomean(speedup) >= 1.0", "geomean(speedup where heads > 2)", "primary `geomean.speedup where heads > 2.`"),
+])
+def test_a_bar_filter_that_matches_no_registered_config_is_refused(tmp_path, bar, primary, message):
+    old = 'go = "geomean(speedup) >= 0.01 and pass_rate == 1.0"'
+    text = TINY.replace(old, f'go = "{bar}"' + (f'\nprimary = "{primary}"' if primary else ""))
+    with pytest.raises(UserError, match=message):
+        registration.load(_write(tmp_path, text))
+
+
+def test_a_filter_matching_some_registered_config_is_accepted(tmp_path):
+    old = 'go = "geomean(speedup) >= 0.01 and pass_rate == 1.0"'
+    reg = registration.load(_write(tmp_path, TINY.replace(old, 'go = "min(speedup where seq_len == 33 or '
+                                                                    'seq_len >= 48) >= 1.0"')))
+    assert reg.go.startswith("min(speedup where seq_len == 33")
+
+
+def test_a_grid_point_no_known_device_holds_is_refused_by_name_and_by_how_much(tmp_path):
+    text = TINY.replace("seq_len = [32, 48]", "seq_len = [32, 1048576]").replace("heads = [2]", "heads = [64]")
+    reg = registration.load(_write(tmp_path, text))
+    with pytest.raises(UserError) as info:
+        registration.check_kernels(reg)
+    msg = str(info.value)
+    assert "[grid] point attention/b1/h64/kv64/n1048576/d16/float32/full needs a predicted " in msg
+    assert "GiB more than the largest known device that runs its kernels holds" in msg
+    assert "shrink the grid" in msg and "n32/" not in msg
+
+
+def test_unholdable_names_the_closest_known_device_that_runs_the_kernels():
+    from harness.measurement.memory import KnownDevice, MEMORY_MARGIN, predict, unholdable
+    from harness.measurement.timing import TimingPolicy
+    from harness.workloads import Config
+    from kernels import get_kernel
+
+    cfg = Config("attention", 1, 2, 2, 4096, 64, "float32", False)
+    specs = [get_kernel("torch_stack"), get_kernel("sdpa")]
+    policy = TimingPolicy()
+    peak = predict(cfg, specs, policy, "cuda", l2_bytes=2**20).peak_bytes
+    small = KnownDevice("small", "cuda", peak // 2, 2**20)
+    smaller = KnownDevice("smaller", "cuda", peak // 4, 2**20)
+    why = unholdable(cfg, specs, policy, (smaller, small))
+    short = (peak - int(small.memory_bytes * (1 - MEMORY_MARGIN))) / 2**30
+    assert f"small: " in why and "smaller" not in why and f"{short:.1f} GiB more" in why
+    assert unholdable(cfg, specs, policy, (small, KnownDevice("big", "cuda", 4 * peak, 2**20))) is None
+    # No known device runs cublas_stack on the CPU: nothing to say about a CPU-only table.
+    assert unholdable(cfg, [get_kernel("cublas_stack"), get_kernel("sdpa")], policy,
+                      (KnownDevice("host", "cpu", 1, 0),)) is None
+
+
+def test_wording_and_encodings(tmp_path):
+    with pytest.raises(UserError, match=r"\[grid\] batch = 'x' is not an integer$"):
+        registration.load(_write(tmp_path, TINY.replace("batch = [1]", 'batch = ["x"]')))
+    with pytest.raises(UserError, match=r"causal = 'no' is not true or false$"):
+        registration.load(_write(tmp_path, TINY.replace("causal = [false]", 'causal = ["no"]')))
+    with pytest.raises(UserError, match=r"is not UTF-8 text \(byte 0xe9 at offset \d+\): save it as UTF-8"):
+        p = tmp_path / "latin.toml"
+        p.write_bytes(TINY.encode().replace(b"SDPA", b"SDP\xe9"))
+        registration.load(p)
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + TINY.encode())
+    assert registration.load(bom).line == "bom"  # an editor's byte-order mark is not an error
+    with pytest.raises(UserError, match=r"\[bar\] go: expected"):
+        registration.load(_write(tmp_path, TINY.replace("geomean(speedup) >= 0.01", "geomean(speedup >= 1")))
+
+
+def test_resolve_takes_a_path_as_given_and_a_line_id_under_registrations(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "registrations").mkdir()
+    (tmp_path / "some").mkdir()
+    assert registration.resolve(tmp_path, "x") == tmp_path / "registrations" / "x.toml"
+    assert registration.resolve(tmp_path, "some/dir/x.toml") == tmp_path / "some" / "dir" / "x.toml"
+    for arg, message in (("some", "some is a directory, not a registration"),
+                         ("some/", "is a directory, not a registration"),
+                         ("registrations/x.txt", "is not a registration \\(a .toml file\\)"),
+                         ("bad id!", "neither a line id")):
+        with pytest.raises(UserError, match=message):
+            registration.resolve(tmp_path, arg)
+    with pytest.raises(UserError, match="no registration file at some/dir/x.toml"):
+        registration.line_of(tmp_path, "some/dir/x.toml")
+    assert registration.line_of(tmp_path, "x") == ("x", None)

@@ -2,51 +2,131 @@
 
 One module per command (asv style). Only ``UserError`` is caught here: it becomes one
 line on stderr and exit code 2 (or its own code); anything else keeps its traceback.
-Heavy imports stay inside the command functions so ``bench --help`` is fast.
+Ctrl-C (SIGINT) and SIGTERM end a command the same way — one line saying that every row
+reported written is on disk and that the same command resumes — with the shell's exit
+codes 130 and 143. Heavy imports stay inside the command functions so ``bench --help``
+is fast.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 
 import typer
 
 from harness.errors import UserError
 
+# The shell's convention for a command ended by a signal: 128 + the signal number.
+EXIT_SIGINT = 128 + signal.SIGINT
+EXIT_SIGTERM = 128 + signal.SIGTERM
+INTERRUPTED = "interrupted — every row reported written is on disk; run the same command to resume"
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings=HELP_OPTIONS,
                   help="bench: register a GO/NO-GO bar, sweep it, get a verdict — numbers you can publish.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from harness import __version__
+
+        print(f"bench {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print bench's version and exit")) -> None:
+    """bench: register a GO/NO-GO bar, sweep it, get a verdict — numbers you can publish."""
+
 
 from harness.cli import (ceilings, compare, kernels, ledger, register, report, route, status,  # noqa: E402,F401
                         sweep, verdict, warm)  # (importing a command module registers it)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt: whatever cleans up after an
+    interrupt (locks released in ``finally``, the progress bar stopped) does so for both."""
+
+
+# The signals received while a command ran. typer turns a KeyboardInterrupt into a plain
+# return of 130 (no exception reaches main), so main learns of the signal from here.
+_received: list[int] = []
+
+
+def _on_signal(signum, frame):
+    _received.append(signum)
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _interrupt(exc: BaseException | None) -> KeyboardInterrupt | None:
+    """The interrupt behind ``exc`` (typer and click re-raise it as Exit or Abort ``from`` it)."""
+    while exc is not None:
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        exc = exc.__cause__
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    # Only the main thread may install handlers (a caller's thread keeps its own).
+    on_main = threading.current_thread() is threading.main_thread()
+    # A signal the parent ignores (SIGINT of a job started with `&`) stays ignored.
+    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)
+                if on_main and signal.getsignal(s) is not signal.SIG_IGN}
+    _received.clear()
+    try:
+        return _main(argv)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         # standalone_mode=False: click returns a command's typer.Exit code instead of exiting.
-        rc = app(args=argv, standalone_mode=False)
+        rc = app(args=argv, prog_name="bench", standalone_mode=False)
     except UserError as exc:
-        print(f"bench: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("bench: interrupted — every row reported written is on disk; run the same command to resume",
-              file=sys.stderr)
-        return 130
-    except typer.Exit as exc:
-        return exc.exit_code
-    except SystemExit as exc:  # click's own usage errors
-        return exc.code if isinstance(exc.code, int) else 2
-    except Exception as exc:
-        click_errors, aborts = _click_exception_types()
-        if isinstance(exc, click_errors):  # bad usage: one line, exit 2, nothing written
-            ctx = getattr(exc, "ctx", None)
-            where = f" (see `{ctx.command_path} --help`)" if ctx is not None else " (see `bench --help`)"
-            print(f"bench: error: {exc.format_message()}{where}", file=sys.stderr)
+        if not _received:
+            print(f"bench: error: {exc}", file=sys.stderr)
             return exc.exit_code
-        if isinstance(exc, aborts):
-            print("bench: aborted", file=sys.stderr)
-            return 130
-        raise
-    return rc if isinstance(rc, int) else 0
+        return _interrupted(None)
+    except BaseException as exc:
+        return _interrupted(exc) if (_received or _interrupt(exc)) else _handled(exc)
+    return _interrupted(None) if _received else (rc if isinstance(rc, int) else 0)
+
+
+def _interrupted(exc: BaseException | None) -> int:
+    """One line and the shell's exit code for the signal that ended the command."""
+    print(f"bench: {INTERRUPTED}", file=sys.stderr)
+    terminated = signal.SIGTERM in _received or isinstance(_interrupt(exc), Terminated)
+    return EXIT_SIGTERM if terminated else EXIT_SIGINT
+
+
+def _handled(exc: BaseException) -> int:
+    """Exit code for what the command raised, after printing its one line (or re-raise a bug)."""
+    if isinstance(exc, typer.Exit):
+        return exc.exit_code
+    if isinstance(exc, SystemExit):  # click's own usage errors
+        return exc.code if isinstance(exc.code, int) else 2
+    if not isinstance(exc, Exception):
+        raise exc
+    click_errors, aborts = _click_exception_types()
+    if isinstance(exc, click_errors):  # bad usage: one line, exit 2, nothing written
+        message = exc.format_message()
+        if not message:  # a bare `bench` or `bench ledger`: click printed the help, nothing went wrong
+            return 0
+        ctx = getattr(exc, "ctx", None)
+        where = f" (see `{ctx.command_path} --help`)" if ctx is not None else " (see `bench --help`)"
+        print(f"bench: error: {message}{where}", file=sys.stderr)
+        return exc.exit_code
+    if isinstance(exc, aborts):
+        print("bench: aborted", file=sys.stderr)
+        return EXIT_SIGINT
+    raise exc
 
 
 def _click_exception_types() -> tuple[tuple[type, ...], tuple[type, ...]]:

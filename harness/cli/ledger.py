@@ -7,9 +7,10 @@ from typing import Optional
 
 import typer
 
-from harness.cli import app
+from harness.cli import HELP_OPTIONS, app
 
-ledger_app = typer.Typer(no_args_is_help=True, help="Inspect and verify the append-only ledgers.")
+ledger_app = typer.Typer(no_args_is_help=True, context_settings=HELP_OPTIONS,
+                         help="Inspect and verify the append-only ledgers.")
 app.add_typer(ledger_app, name="ledger")
 
 
@@ -18,14 +19,16 @@ def _paths(line: Optional[str]) -> tuple[list[Path], list[tuple[str, str]]]:
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
     from harness.governance.ledger import ledger_path, missing_ledgers
+    from harness.governance.registration import line_of
 
     root = repo_root()
     missing = missing_ledgers(root)
     if line:
-        p = ledger_path(root, Path(line).stem)
+        name, _ = line_of(root, line)
+        p = ledger_path(root, name)
         gone = [m for m in missing if m[0] == f"ledger/{p.name}"]
         if not p.exists() and not gone:
-            raise UserError(f"no ledger for line '{Path(line).stem}' ({p}): register it first")
+            raise UserError(f"no ledger for line '{name}' (ledger/{p.name}): register it first")
         return ([p] if p.exists() else []), gone
     paths = sorted((root / "ledger").glob("*.jsonl"))
     if not paths and not missing:
@@ -43,9 +46,10 @@ def _one(line: str) -> Path:
 
 
 @ledger_app.command("verify")
-def verify(line: Optional[str] = typer.Argument(None, help="line id (default: every ledger)")):
+def verify(line: Optional[str] = typer.Argument(None, help="line id or registrations/NAME.toml (default: every ledger)")):
     """Re-check every hash chain and its committed history; name the first bad row, and ledgers
     deleted from the work tree or from git. Exit 1 if anything is wrong."""
+    from harness.errors import plural
     from harness.governance.ledger import verify as do_verify
     from harness.reporting.console import console
 
@@ -54,7 +58,7 @@ def verify(line: Optional[str] = typer.Argument(None, help="line id (default: ev
     for p in paths:
         res = do_verify(p)
         if res.ok:
-            console().print(f"[green]ok[/]   {p.name}: {res.n_rows} rows, chain intact")
+            console().print(f"[green]ok[/]   {p.name}: {plural(res.n_rows, 'row')}, chain intact")
         else:
             bad += 1
             console().print(f"[red]BAD[/]  {p.name}: {res.reason}")
@@ -64,7 +68,7 @@ def verify(line: Optional[str] = typer.Argument(None, help="line id (default: ev
 
 
 @ledger_app.command("show")
-def show(line: str = typer.Argument(..., help="line id"),
+def show(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
          csv: bool = typer.Option(False, "--csv", help="write all rows as CSV to stdout"),
          json: bool = typer.Option(False, "--json", help="write all rows as JSON Lines to stdout"),
          kind: Optional[str] = typer.Option(None, help="only rows of this kind"),
@@ -75,18 +79,21 @@ def show(line: str = typer.Argument(..., help="line id"),
     still shown as far as it reads, with a warning on stderr, and exits 1."""
     import sys
 
-    from harness.governance.ledger import canonical, dataframe, read_rows, verify_refusal
+    from harness.errors import UserError
+    from harness.governance.ledger import KINDS, canonical, dataframe, read_rows, verify_refusal
     from harness.governance.ledger import verify as do_verify
     from harness.reporting.render import render_ledger
 
+    # Contradictory flags are refused before anything is read.
+    if csv and json:
+        raise UserError("--csv and --json both given: pick one output format")
+    if format is not None and format != "tidy":
+        raise UserError(f"--format {format!r} is not a format: use --format tidy (or --csv / --json)")
+    if format is not None and (csv or json):
+        raise UserError("--format tidy is a CSV of its own: drop --csv / --json")
+    if kind is not None and kind not in KINDS:
+        raise UserError(f"--kind {kind!r} is not a row kind (kinds: {', '.join(KINDS)})")
     path = _one(line)
-    if format is not None:
-        from harness.errors import UserError
-
-        if format != "tidy":
-            raise UserError(f"--format {format!r} is not a format: use --format tidy (or --csv / --json)")
-        if csv or json:
-            raise UserError("--format tidy is a CSV of its own: drop --csv / --json")
     res = do_verify(path)
     if not res.ok:
         print(f"bench: warning: {verify_refusal(f'ledger/{path.name}', res, 'trusting these rows')}", file=sys.stderr)

@@ -34,7 +34,9 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
     # segments avoid that.
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     from harness.errors import UserError
+    from harness.governance import gitguard
     from harness.governance.line import open_line
+    from harness.governance.verdict import latest_outcomes, measured_on
     from harness.measurement.device import detect_device
     from harness.reporting.progress import SweepProgress
     from harness.reporting.render import render_device_wait, render_interrupt_pending, render_sweep_summary
@@ -51,6 +53,8 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
                            retry_crashed=retry_crashed,
                            wait=not no_wait, progress=SweepProgress(ln.reg.line), on_wait=render_device_wait,
                            on_interrupt=render_interrupt_pending)
-    render_sweep_summary(summary.as_dict())
+        rows = [r for r in latest_outcomes(ln.ledger.rows()).values() if measured_on(r) == summary.measured_on]
+        dirty = gitguard.has_uncommitted(ln.root, ln.ledger.path)
+    render_sweep_summary(summary.as_dict(), rows, gitguard.relative(ln.root, ln.ledger.path) if dirty else None)
     if summary.interrupted:
         raise typer.Exit(130)

@@ -559,6 +559,13 @@ def field_tests(node) -> list[FieldTest]:
     raise TypeError(f"not a bar node: {node!r}")
 
 
+def matches_nothing(agg: Aggregate, rows: list[dict]) -> bool:
+    """Whether ``agg`` filters out every row: over a line's registered (config, candidate)
+    rows, such an aggregate is over nothing whatever the sweep measures (None; a count is
+    always 0), so a clause on it can never be decided."""
+    return agg.where is not None and not any(_matches(agg.where, r) for r in rows)
+
+
 def evaluate_aggregate(agg: Aggregate, rows: list[dict]) -> float | None:
     """The aggregate's value over ``rows`` (None when no row qualifies), for reporting."""
     return _aggregate(agg, rows)[0]

@@ -292,3 +292,9 @@ def last_commit_holding(root: Path, rel: str) -> str | None:
         if _git(root, "cat-file", "-e", f"{commit}:{rel}").returncode == 0:
             return commit
     return None
+
+
+def has_uncommitted(root: Path, path: Path) -> bool:
+    """Whether ``path`` differs from HEAD or is untracked (rows a commit has not anchored)."""
+    res = _git(root, "status", "--porcelain", "--untracked-files=all", "--", relative(root, path))
+    return res.returncode != 0 or bool(res.stdout.strip())

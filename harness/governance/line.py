@@ -9,13 +9,14 @@ two sweeps, a sweep and a verdict, or two registrations of one line never interl
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Iterator
 
 from harness import __version__
-from harness.errors import UserError
+from harness.errors import UserError, shown
 from harness.governance import gitguard, registration
 from harness.governance.ledger import Ledger, ledger_path, verify, verify_refusal
 
@@ -89,19 +90,10 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
     tol_power = power.tolerance_power(reg)  # refuses a tolerance that cannot fail a canary
     resolution = power.timing_resolution(tree.root, reg)
     reg_commit = gitguard.file_commit(tree.root, path)
+    _require_new(tree.root, reg, rel)  # before the lock: a refused command leaves no lock file
+    reopens = _reopens(tree.root, reg.line, rel, reopen)
     with line_lock(tree.root, reg.line):
-        led = Ledger(tree.root, reg.line)
-        if led.exists():
-            first = led.rows()[0] if led.rows() else {}
-            raise UserError(f"line '{reg.line}' is already registered (at commit "
-                            f"{first.get('registration_commit', '?')[:12]}); a changed bar is a new line: copy the "
-                            f"file to a new name and set amends = \"{reg.line}\"")
-        reopens = _reopens(tree.root, reg.line, rel, reopen)
-        if reg.amends:
-            old = ledger_path(tree.root, reg.amends)
-            if not old.exists():
-                raise UserError(f"{rel}: amends = \"{reg.amends}\" but no line '{reg.amends}' is registered "
-                                f"(no {old.relative_to(tree.root)})")
+        led = _require_new(tree.root, reg, rel)  # again under the lock: another register may have won
         stamp = Stamp(tree.commit, reg.sha256, reg_commit, env if env is not None else host_env())
         fields = {**stamp.fields(), "registration": {**reg.summary(), "path": rel},
                   "n_configs": len(reg.configs), "amends": reg.amends,
@@ -214,6 +206,22 @@ def _repo_modules(top: Path) -> list[str]:
     return out
 
 
+def _require_new(root: Path, reg: registration.Registration, rel: str) -> Ledger:
+    """The new line's (empty) ledger; refuses a line already registered or amending none."""
+    led = Ledger(root, reg.line)
+    if led.exists():
+        first = led.rows()[0] if led.rows() else {}
+        raise UserError(f"line '{reg.line}' is already registered (at commit "
+                        f"{first.get('registration_commit', '?')[:12]}); a changed bar is a new line: copy the "
+                        f"file to a new name and set amends = \"{reg.line}\"")
+    if reg.amends:
+        old = ledger_path(root, reg.amends)
+        if not old.exists():
+            raise UserError(f"{rel}: amends = \"{reg.amends}\" but no line '{reg.amends}' is registered "
+                            f"(no {old.relative_to(root)})")
+    return led
+
+
 def host_env() -> dict:
     """Registering needs no device: record only the host facts (no torch/NVML import)."""
     import platform
@@ -227,7 +235,9 @@ def open_line(line_or_path: str, *, root: Path | None = None, action: str) -> It
     """Everything ``sweep``/``verdict`` must check before touching anything; holds the line lock."""
     tree = gitguard.require_clean(root)
     require_tracked_code(tree.root, load_kernels=False)
-    line = registration.resolve(tree.root, line_or_path).stem
+    line, given = registration.line_of(tree.root, line_or_path)
+    # Refusals that need no lock come before it: a refused command leaves no lock file.
+    _require_registered(tree.root, line, given)
     Ledger(tree.root, line).require_writable()  # before the lock file is created, and before any work
     with line_lock(tree.root, line):
         yield _checked_line(tree, line, action)
@@ -252,10 +262,28 @@ def registered_path(registered: dict, line: str, *, closed: bool) -> str:
     return posix.as_posix()
 
 
+def _require_registered(root: Path, line: str, given: Path | None = None) -> None:
+    """The line has a ledger, and a registration the user named by path is the registered one."""
+    path = ledger_path(root, line)
+    if not path.exists():
+        raise UserError(f"line '{line}' is not registered: run `bench register registrations/{line}.toml` first")
+    if given is None:
+        return
+    try:  # only row 0 is needed; a ledger it cannot be read from is refused under the lock
+        with open(path, "rb") as fh:
+            rel = json.loads(fh.readline())["registration"]["path"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if not isinstance(rel, str) or PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
+        return  # registered_path refuses it, with its fix, under the lock
+    if (root / rel).resolve() != given.resolve():
+        raise UserError(f"{shown(given)} is not the registration of line '{line}' (registered from "
+                        f"{rel}): give the line id {line}")
+
+
 def _checked_line(tree: gitguard.CleanTree, line: str, action: str) -> Line:
     led = Ledger(tree.root, line)
-    if not led.exists():
-        raise UserError(f"line '{line}' is not registered: run `bench register registrations/{line}.toml` first")
+    _require_registered(tree.root, line)
     res = verify(led.path)
     if not res.ok:
         raise UserError(verify_refusal(f"ledger/{line}.jsonl", res, action))

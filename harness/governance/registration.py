@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import UserError
+from harness.errors import UserError, plural, shown
 from harness.workloads import DTYPES, WORKLOADS, Config
 
 REGISTRATION_SCHEMA = 1
@@ -89,7 +90,8 @@ def sha256_file(path: Path) -> str:
 
 
 def _err(path: Path, msg: str) -> UserError:
-    return UserError(f"{path}: {msg}")
+    return UserError(f"{shown(path)}: {msg}")
+
 
 
 def _unknown(path: Path, where: str, keys, allowed) -> None:
@@ -107,13 +109,16 @@ def _list(path, key, value, kind, check=None) -> list:
     for v in values:
         ok = isinstance(v, kind) and not (kind is int and isinstance(v, bool))
         if not ok:
-            raise _err(path, f"[grid] {key} = {v!r} is not a {kind.__name__}")
+            raise _err(path, f"[grid] {key} = {v!r} is not {_KIND_NAMES[kind]}")
         if check and (msg := check(v)):
             raise _err(path, f"[grid] {key} = {v!r}: {msg}")
         out.append(v)
     if len(set(out)) != len(out):
         raise _err(path, f"[grid] {key} lists a value twice: {out}")
     return out
+
+
+_KIND_NAMES = {int: "an integer", str: "a string", bool: "true or false"}
 
 
 def _positive(v):
@@ -163,20 +168,47 @@ def _check_filters(path: Path, tests, allowed: dict) -> None:
                                  f"({', '.join(map(repr, allowed[t.field]))}): fix the bar")
 
 
+def _parsed(path: Path, key: str, text: str, parse):
+    """``parse(text)``; its error (which begins "bar: ") names the key instead."""
+    try:
+        return parse(text)
+    except UserError as exc:
+        raise _err(path, f"[bar] {key}: {str(exc).removeprefix('bar: ')}") from exc
+
+
+def _check_decidable(path: Path, parsed, primary: str, primary_agg, rows: list[dict]) -> None:
+    """A filter that matches none of the registered (config, candidate) pairs aggregates
+    nothing whatever the sweep measures: its clause can never be decided. Refuse it now."""
+    from harness.governance import bar as barlang
+
+    named = [(f"clause `{c.text}`", c.aggregate) for c in parsed.clauses()] + [(f"primary `{primary}`", primary_agg)]
+    for what, agg in named:
+        if barlang.matches_nothing(agg, rows):
+            raise _err(path, f"[bar] {what} filters out every registered config ({plural(len(rows), 'pair')} of "
+                             f"grid × candidates): it can never be decided — fix the filter or widen the grid")
+
+
 def load(path: Path) -> Registration:
     """Parse and fully validate a registration file (no ledger or git access)."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{shown(path)} is a directory, not a registration: give registrations/<line>.toml")
     if not path.is_file():
-        raise UserError(f"no registration file at {path}: write registrations/<line>.toml (see registrations/example.toml)")
+        raise UserError(f"no registration file at {shown(path)}: write registrations/<line>.toml (see registrations/example.toml)")
     if path.suffix != ".toml":
-        raise UserError(f"{path}: a registration is a .toml file")
+        raise _err(path, "a registration is a .toml file")
     line = path.stem
     if not LINE_ID.match(line):
         raise _err(path, f"line id {line!r} (the file name) must match {LINE_ID.pattern}")
     raw_bytes = path.read_bytes()
     try:
-        raw = tomllib.loads(raw_bytes.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        text = raw_bytes.decode("utf-8-sig")  # an editor's byte-order mark is not an error
+    except UnicodeDecodeError as exc:
+        raise _err(path, f"is not UTF-8 text (byte 0x{raw_bytes[exc.start]:02x} at offset {exc.start}): "
+                         f"save it as UTF-8") from exc
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise _err(path, f"not valid TOML: {exc}") from exc
     _unknown(path, "the top level", raw, TOP_KEYS)
 
@@ -322,13 +354,11 @@ def load(path: Path) -> Registration:
                          "the verdict must have decided")
     from harness.governance import bar as barlang
 
-    try:
-        parsed = barlang.parse(go)
-        primary_agg = barlang.parse_aggregate(primary)
-    except UserError as exc:
-        raise _err(path, f"[bar] {exc}") from exc
+    parsed = _parsed(path, "go", go, barlang.parse)
+    primary_agg = _parsed(path, "primary", primary, barlang.parse_aggregate)
     _check_filters(path, [*barlang.field_tests(parsed), *barlang.field_tests(primary_agg)],
                    {"candidate": cands, "dtype": grid["dtype"], "workload": [workload]})
+    _check_decidable(path, parsed, primary, primary_agg, [{**c.as_dict(), "candidate": k} for c in configs for k in cands])
     notes = raw.get("notes", "")
     if not isinstance(notes, str):
         raise _err(path, "'notes' must be a string")
@@ -344,7 +374,8 @@ def load(path: Path) -> Registration:
 
 
 def check_kernels(reg: Registration) -> None:
-    """Every named kernel exists and supports the workload and every dtype of the grid."""
+    """Every named kernel exists and supports the workload and every dtype of the grid, and
+    every grid point fits a known device."""
     from kernels import get_kernel
 
     for name in (*reg.candidates, reg.baseline):
@@ -360,11 +391,53 @@ def check_kernels(reg: Registration) -> None:
             if why:
                 raise _err(reg.path, f"kernel '{name}' cannot run {cfg.key()} of the grid ({why}): "
                                      f"shrink the grid or pick another kernel")
+    check_fits(reg)
+
+
+def check_fits(reg: Registration) -> None:
+    """Every grid point fits some known device (memory.KNOWN_DEVICES) by the VRAM model: a
+    point none can hold would be skipped on every machine, and its pairs never measured."""
+    from harness.measurement import memory
+    from harness.measurement.timing import TimingPolicy
+    from kernels import get_kernel
+
+    specs = [get_kernel(reg.baseline), *(get_kernel(c) for c in reg.candidates)]
+    policy = TimingPolicy.from_mapping(reg.timing)
+    for cfg in reg.configs:
+        why = memory.unholdable(cfg, specs, policy)
+        if why:
+            raise _err(reg.path, f"[grid] point {cfg.key()} {why}: shrink the grid")
+
+
+def is_path(arg: str) -> bool:
+    """An argument with a directory part or a .toml suffix is a path; anything else a line id."""
+    return "/" in arg or os.sep in arg or arg.endswith(".toml")
 
 
 def resolve(root: Path, line_or_path: str) -> Path:
-    """Accept a line id (``example``) or a path (``registrations/example.toml``)."""
-    p = Path(line_or_path)
-    if p.suffix == ".toml":
-        return p if p.is_absolute() else (Path.cwd() / p)
-    return Path(root) / "registrations" / f"{line_or_path}.toml"
+    """The registration file an argument names: a line id (``example``) is
+    ``registrations/<id>.toml`` of the repository, a path is taken as given (relative to the
+    current directory) — never reduced to its stem. A directory or a file that is not
+    ``.toml`` is refused by name."""
+    arg = str(line_or_path)
+    given = Path(arg) if Path(arg).is_absolute() else Path.cwd() / arg
+    if given.is_dir() and (is_path(arg) or not (Path(root) / "registrations" / f"{arg}.toml").is_file()):
+        raise UserError(f"{arg} is a directory, not a registration: give registrations/<line>.toml or a line id")
+    if is_path(arg):
+        if given.suffix != ".toml":
+            raise UserError(f"{arg} is not a registration (a .toml file): give registrations/<line>.toml or a line id")
+        return given
+    if not LINE_ID.match(arg):
+        raise UserError(f"{arg!r} is neither a line id (matching {LINE_ID.pattern}) nor a path to a .toml registration")
+    return Path(root) / "registrations" / f"{arg}.toml"
+
+
+def line_of(root: Path, line_or_path: str) -> tuple[str, Path | None]:
+    """The line id an argument names, and the registration file when it was given as a path
+    (which must exist: a path that names nothing is refused, not read as a line id)."""
+    path = resolve(root, line_or_path)
+    if not is_path(str(line_or_path)):
+        return path.stem, None
+    if not path.is_file():
+        raise UserError(f"no registration file at {line_or_path}: give the registration's path or its line id")
+    return path.stem, path

@@ -24,6 +24,28 @@ LIBRARY_WORKSPACE_BYTES = 34 * 2**20
 
 
 @dataclass(frozen=True)
+class KnownDevice:
+    """A device a registration's grid must fit: its memory as torch reports it
+    (``total_memory``) and its L2 (rotation slots and the flush buffer depend on it)."""
+
+    name: str
+    device: str  # "cuda" or "cpu"
+    memory_bytes: int
+    l2_bytes: int
+
+
+# What `bench register` checks every grid point against: a point that no device here can
+# hold (predicted peak above its memory less MEMORY_MARGIN) would be skipped on every
+# machine, so it is refused before it is registered. GPU figures are those a bench run
+# recorded in its rows' env (gpu_memory_bytes, l2_bytes); add a device the same way. The
+# host entry bounds CPU-only lines: no host past it is considered.
+KNOWN_DEVICES = (
+    KnownDevice("NVIDIA H200", "cuda", 150_109_880_320, 62_914_560),
+    KnownDevice("a 4 TiB host", "cpu", 4 * 2**40, 0),
+)
+
+
+@dataclass(frozen=True)
 class MemoryPrediction:
     peak_bytes: int
     phase: str  # which phase decides the peak: "gate" or "timing"
@@ -108,6 +130,29 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
                      [s.name for s in specs], firsts)), "gate_phase": gate, "timing_phase": timing,
                  "recheck_phase": recheck, "generation_phase": generation, "library_workspace": lib}
     return MemoryPrediction(int(phases[phase]), phase, breakdown)
+
+
+def unholdable(cfg, specs, policy, devices=KNOWN_DEVICES) -> str | None:
+    """Why no device in ``devices`` on which every kernel of ``specs`` runs can hold ``cfg``
+    (which device comes closest, and by how much it falls short), or None if one can — or
+    if no known device runs them all (nothing to say)."""
+    best = None
+    for d in devices:
+        if not all(d.device in s.devices for s in specs):
+            continue
+        pred = predict(cfg, specs, policy, d.device, l2_bytes=d.l2_bytes)
+        usable = int(d.memory_bytes * (1 - MEMORY_MARGIN))
+        if pred.peak_bytes <= usable:
+            return None
+        if best is None or pred.peak_bytes - usable < best[0]:
+            best = (pred.peak_bytes - usable, d, pred, usable)
+    if best is None:
+        return None
+    short, d, pred, usable = best
+    gib = 2**30
+    return (f"needs a predicted {pred.peak_bytes / gib:.1f} GiB ({pred.phase} phase), {short / gib:.1f} GiB more "
+            f"than the largest known device that runs its kernels holds ({d.name}: {usable / gib:.1f} GiB usable "
+            f"after the {MEMORY_MARGIN:.0%} margin)")
 
 
 def available_bytes(device: str) -> int:

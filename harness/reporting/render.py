@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.errors import plural, shown
 from harness.reporting.console import console
 
 
@@ -46,22 +47,13 @@ def outcome_reason(row: dict) -> str:
 def render_ledger(line: str, rows: list[dict]) -> None:
     from rich.table import Table
 
-    t = Table(title=f"ledger/{line}.jsonl — {len(rows)} rows", show_lines=False)
+    t = Table(title=f"ledger/{line}.jsonl — {plural(len(rows), 'row')}", show_lines=False)
     for col in ("seq", "kind", "time", "commit", "candidate", "config", "outcome"):
         t.add_column(col, overflow="fold")
     for r in rows:
         t.add_row(str(r["seq"]), r["kind"], r["time"][:19], r["commit"][:10], r.get("candidate", ""),
                   r.get("config_key", ""), outcome_reason(r))
     console().print(t)
-
-
-def _rel(path: str) -> str:
-    from pathlib import Path
-
-    try:
-        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except ValueError:
-        return path
 
 
 def render_kernels(kernels: dict, device: str) -> None:
@@ -74,16 +66,18 @@ def render_kernels(kernels: dict, device: str) -> None:
         k = kernels[name]
         why = k.unusable_reason(device)
         t.add_row(name, ",".join(k.workloads), ",".join(k.dtypes), ",".join(k.devices),
-                  "[green]yes[/]" if why is None else f"[yellow]no[/]: {why}", _rel(k.source))
+                  "[green]yes[/]" if why is None else f"[yellow]no[/]: {why}", shown(k.source))
     console().print(t)
 
 
 def render_registered(row: dict) -> None:
     """The registered row: identity, bar, and what the line can tell apart (governance.power)."""
+    from rich.markup import escape
+
     c = console()
     c.print(f"registered line [bold]{row['line']}[/] — sha256 {row['registration_sha256'][:12]}, "
-            f"commit {row['registration_commit'][:12]}, {row['n_configs']} configs; "
-            f"bar: {row['registration']['go']}")
+            f"commit {row['registration_commit'][:12]}, {plural(row['n_configs'], 'config')}; "
+            f"bar: {escape(row['registration']['go'])}")
     power = row.get("tolerance_power") or {}
     checks = power.get("canaries", [])
     if checks:
@@ -105,7 +99,7 @@ def render_verdict(v) -> None:
     c = console()
     for cl in v.bar.clauses:
         mark = "[green]pass[/]" if cl.passed else "[red]fail[/]"
-        c.print(f"  {mark}  {cl.text}   → {_fmt(cl.value, '.4g')} over {cl.n} rows")
+        c.print(f"  {mark}  {cl.text}   → {_fmt(cl.value, '.4g')} over {plural(cl.n, 'row')}")
     if v.excluded:
         c.print(f"  excluded from the bar: {', '.join(f'{k}: {n}' for k, n in sorted(v.excluded.items()))}")
     cov = v.row.get("coverage")
@@ -128,8 +122,47 @@ def render_ceilings(row: dict, measured: bool) -> None:
         c.print(f"  matmul {dt}: {_fmt(tf, '.4g')} TFLOP/s")
 
 
-def render_sweep_summary(summary: dict) -> None:
+def _who(row: dict) -> str:
+    return f"baseline {row['candidate']}" if row.get("role") == "baseline" else row.get("candidate", "")
+
+
+def config_line(done: int, total: int, config_key: str, rows, elapsed: float | None) -> str:
+    """One finished config for a log: its key, each candidate's outcome, and how long it took."""
+    parts = [f"{_who(r)} {r['kind']}: {outcome_reason(r).splitlines()[0]}" for r in rows if r["kind"] != "supersedes"]
+    took = "" if elapsed is None else f" ({elapsed:.1f} s)"
+    counter = f"[{done}/{total}]" if done <= total else "[again]"  # a rig-noisy pair measured again
+    return f"{counter} {config_key}{took} — " + ("; ".join(parts) or "no outcome")
+
+
+def _sweep_table(rows: list[dict]):
+    """Per (config, candidate): outcome, speedup with its CI, control."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title="outcomes at this commit on this device", show_lines=False)
+    t.add_column("config", no_wrap=True)
+    for col in ("candidate", "outcome", "speedup [CI]", "control"):
+        t.add_column(escape(col), overflow="fold")
+    for r in sorted(rows, key=lambda r: r["seq"]):
+        m = r.get("metrics") or {}
+        if r["kind"] == "result":
+            flags = [f for f in ("impossible", "rig_noisy") if r.get(f)]
+            outcome = "result" + (f" ({', '.join(flags)})" if flags else "")
+            speed = (f"{_fmt(m.get('speedup'), '.3f')}× [{_fmt(m.get('speedup_ci_low'), '.3f')}, "
+                     f"{_fmt(m.get('speedup_ci_high'), '.3f')}]")
+        else:
+            outcome, speed = f"{r['kind']}: {outcome_reason(r).splitlines()[0]}", "—"
+        t.add_row(r["config_key"], escape(_who(r)), escape(outcome), escape(speed), _fmt(m.get("control"), ".4f"))
+    return t
+
+
+def render_sweep_summary(summary: dict, rows: list[dict] = (), uncommitted: str | None = None) -> None:
+    """The sweep's end: a per-config table of ``rows`` (current outcomes at this commit and
+    device), the counts, the control, notes, and — when ``uncommitted`` names the ledger
+    file and git says it has rows no commit holds — the command that anchors them."""
     c = console()
+    if rows:
+        c.print(_sweep_table(list(rows)))
     counts = ", ".join(f"{k}: {n}" for k, n in sorted(summary["counts"].items())) or "nothing run"
     c.print(f"sweep of line [bold]{summary['line']}[/] at {summary['commit'][:12]} — {counts}"
             + (f"; {summary['resumed']} already done at this commit on this device" if summary.get("resumed") else ""))
@@ -139,15 +172,16 @@ def render_sweep_summary(summary: dict) -> None:
     ctl = summary.get("control")
     if ctl:
         c.print(f"  control (baseline vs itself): median {ctl['median']:.4f}, range [{ctl['min']:.4f}, {ctl['max']:.4f}] "
-                f"over {ctl['n']} configs; {ctl['noisy']} outside ±{ctl['tolerance']:.1%} (rig-noisy)")
+                f"over {plural(ctl['n'], 'config')}; {ctl['noisy']} outside ±{ctl['tolerance']:.1%} (rig-noisy)")
     for note in summary.get("notes", []):
         c.print(f"  [yellow]note[/]: {note}")
     if summary.get("anchored"):
         c.print(f"  rows committed to git after each config ({len(summary['anchored'])} commits, last "
                 f"{summary['anchored'][-1][:12]})")
-    elif not summary.get("committed", True):
-        c.print(f"  [yellow]rows not committed[/] (--no-commit): the verdict refuses until they are — "
-                f"git add ledger/{summary['line']}.jsonl && git commit")
+    if uncommitted:
+        c.print(f"  {uncommitted} has rows no commit holds yet: commit them (git add {uncommitted} && "
+                f"git commit -m \"ledger: {summary['line']}\") so git anchors what was measured; the verdict "
+                f"refuses until then")
     if summary.get("interrupted"):
         c.print(f"[yellow]stopped[/] by Ctrl-C with {summary['left']} config(s) not run; every row above is "
                 f"written: run `bench sweep {summary['line']}` again to resume")

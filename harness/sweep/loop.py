@@ -36,6 +36,7 @@ class SweepSummary:
     left: int = 0
     anchored: tuple[str, ...] = ()  # commits holding this sweep's rows, one per config
     committed: bool = True  # False under --no-commit: the rows are not committed
+    measured_on: tuple = ()  # the (commit, device, GPU) key its rows were measured on
 
     def as_dict(self) -> dict:
         return {"line": self.line, "commit": self.commit, "counts": self.counts, "rejections": self.rejections,
@@ -176,6 +177,7 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
 
         def on_config(why, done=None):
             def append(task, rows):
+                start = len(written.appended)
                 with guard.shielded():
                     append_config(line, task, rows, key, written, why)
                     if commit:
@@ -183,7 +185,7 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
                 if done is not None:
                     done.append(task)
                 if progress:
-                    progress.done(task.config.key())
+                    progress.done(task.config.key(), written.appended[start:])
             return append
 
         on_start = (lambda t: progress.advance_to(t.config.key())) if progress else None
@@ -235,7 +237,7 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
         notes.append("ran on the CPU: clocks not monitored, timings are host perf_counter_ns")
     return SweepSummary(line.reg.line, line.commit, counts, rejections, resumed, control, tuple(notes),
                         interrupted=not finished, left=len(tasks) - len(first_pass),
-                        anchored=tuple(a for a in anchored if a), committed=commit)
+                        anchored=tuple(a for a in anchored if a), committed=commit, measured_on=key)
 
 
 def append_config(line: Line, task: Task, rows, key: tuple, written: _Written, why: str) -> None:
