@@ -34,7 +34,10 @@ def _default_sigint():
 
 
 def sweep_until(repo, n_results: int, sig: int) -> subprocess.CompletedProcess:
-    """Start `bench sweep tiny`, send ``sig`` once ``n_results`` result rows are on disk."""
+    """Start `bench sweep tiny`, send ``sig`` once ``n_results`` result rows are on disk and
+    this run has written one of them (a signal before bench installs its handlers would
+    test nothing of bench)."""
+    n_results = max(n_results, len(results(repo)) + 1)
     proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", "tiny"], cwd=repo, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=bench_env(), preexec_fn=_default_sigint)
     deadline = time.time() + 300
@@ -82,7 +85,7 @@ def test_a_sweep_without_a_terminal_prints_a_line_per_config_then_a_table_and_th
     assert run_bench(repo, "register", "tiny").returncode == 0
     git(repo, "add", "ledger")
     git(repo, "commit", "-qm", "register tiny")
-    s = run_bench(repo, "sweep", "tiny")  # stdout is a pipe: no terminal
+    s = run_bench(repo, "sweep", "tiny", "--no-commit")  # stdout is a pipe: no terminal
     assert s.returncode == 0, s.stderr
     lines = s.stdout.splitlines()
     assert "sweep of line tiny: 2 configs to run" in lines
@@ -96,17 +99,16 @@ def test_a_sweep_without_a_terminal_prints_a_line_per_config_then_a_table_and_th
     assert table.count("attention/b1/h2/kv2/n") == 2 and "×" in table
     assert "ledger/tiny.jsonl has rows no commit holds yet" in " ".join(lines[-4:])
 
+    # The hint shows only while git says the ledger has rows no commit holds (--no-commit).
+    ledger = repo / "ledger" / "tiny.jsonl"
+    assert gitguard.has_uncommitted(repo, ledger)
     again = run_bench(repo, "sweep", "registrations/tiny.toml")  # the same commit: nothing left to run
     assert again.returncode == 0, again.stderr
     assert "0/0" not in again.stdout and "ETA" not in again.stdout and "to run" not in again.stdout
     assert "2 already done" in again.stdout and "outcomes at this commit" in again.stdout
-
-    # The hint shows only while git says the ledger has rows no commit holds.
-    ledger = repo / "ledger" / "tiny.jsonl"
-    assert gitguard.has_uncommitted(repo, ledger)
-    git(repo, "add", "ledger")
-    git(repo, "commit", "-qm", "tiny measured")
+    # Without --no-commit the sweep commits what an earlier run left uncommitted, and says so.
     assert not gitguard.has_uncommitted(repo, ledger)
+    assert "has rows no commit holds yet" not in again.stdout and "rows committed to git" in again.stdout
 
 
 def test_the_commit_hint_is_printed_only_for_an_uncommitted_ledger(capsys):

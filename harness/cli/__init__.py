@@ -57,6 +57,12 @@ class Terminated(KeyboardInterrupt):
 _received: list[int] = []
 
 
+def interrupted_by(signum: int) -> None:
+    """A command that handled a signal itself (the sweep lets its configs in flight finish
+    on the first Ctrl-C) ends the way an unhandled one would: the resume line and 128 + signal."""
+    _received.append(signum)
+
+
 def _on_signal(signum, frame):
     _received.append(signum)
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()

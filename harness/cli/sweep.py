@@ -27,6 +27,7 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
     """Run the registered grid: memory check, correctness gate, timing, one ledger row per outcome,
     committed to git after each config."""
     import os
+    import signal
 
     # Before torch starts CUDA (workers inherit it): N×N tensors of tens of GB, freed and
     # re-allocated in other sizes config after config, fragment the caching allocator (an
@@ -56,5 +57,7 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
         rows = [r for r in latest_outcomes(ln.ledger.rows()).values() if measured_on(r) == summary.measured_on]
         dirty = gitguard.has_uncommitted(ln.root, ln.ledger.path)
     render_sweep_summary(summary.as_dict(), rows, gitguard.relative(ln.root, ln.ledger.path) if dirty else None)
-    if summary.interrupted:
-        raise typer.Exit(130)
+    if summary.interrupted:  # the first Ctrl-C let the configs in flight finish: end as an interrupt
+        from harness.cli import interrupted_by
+
+        interrupted_by(signal.SIGINT)
