@@ -42,6 +42,9 @@ FAULT_LINE = textwrap.dedent('''\
     [correctness]
     atol = {tol}
     rtol = {tol}
+    # This line tests isolation, not tolerance power: the float16 GPU variant's 2e-2 cannot
+    # see a 1% scale error or a dropped last key at these sizes (register would refuse it).
+    accept_weak = {weak}
     seeds = [0]
     families = ["normal"]
 
@@ -117,6 +120,7 @@ def _outcomes(root: Path, line: str) -> list[dict]:
 def _fault_sweep(tmp_path, fault, *, device="cpu", dtype="float32", tol="1e-5", seq_lens="[32, 48]"):
     line = "faults"
     root = _repo(tmp_path, line, FAULT_LINE.format(fault=fault, dtype=dtype, tol=tol, seq_lens=seq_lens,
+                                                   weak='["scale_1pct", "drop_last_key"]' if dtype == "float16" else "[]",
                                                    watchdog=TEST_WATCHDOG_S))
     env = _plugin_env(tmp_path)
     reg = _bench(root, env, "register", line)
