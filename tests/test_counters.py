@@ -153,3 +153,26 @@ def test_counter_table_is_one_tidy_row_per_launch():
     assert {"config_key", "seq_len", "dtype", "kernel", "dram_read_bytes", "registers", "tensor_pct",
             "occupancy_pct", "impossible"} <= set(df.columns)
     assert df["dram_read_bytes"].iloc[0] == 51_201_024
+
+
+@pytest.mark.parametrize("kernel, passed", [("sdpa", True), ("tests.zoo:half_kv_sdpa", False)])
+def test_worker_runs_the_kernel_and_checks_what_it_wrote(tmp_path, kernel, passed):
+    """The process ncu profiles, run without ncu on the CPU: it resolves registered and
+    module:function kernels and reports the float64 check of the profiled call's output."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO, bench_env
+
+    cfg = Config("attention", 1, 2, 2, 64, 16, "float32", True)
+    spec = {"config": cfg.as_dict(), "kernel": kernel, "name": kernel.rsplit(":", 1)[-1], "seed": 5, "atol": 1e-5,
+            "rtol": 1e-4, "numerics": {}, "calls": 1, "result": str(tmp_path / "r.json"), "device": "cpu"}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    res = subprocess.run([sys.executable, "-m", "harness.measurement.profile_worker", str(tmp_path / "spec.json")],
+                         cwd=REPO, env=bench_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout == "", res.stderr
+    check = json.loads((tmp_path / "r.json").read_text())["output_check"]
+    assert check["passed"] is passed and check["phase"] == "timed_output"
+    if not passed:
+        assert check["tag"] == "stale_mismatch" and "profiled call" in check["reason"]

@@ -42,18 +42,22 @@ def run(spec: dict) -> dict:
 
     cfg = Config(**spec["config"])
     fn = resolve(spec["kernel"])
-    q, k, v = make_inputs(cfg, spec["seed"], "normal", "cuda")
+    device = spec.get("device", "cuda")  # "cpu" only to test this worker without a GPU
+    cuda = device == "cuda"
+    q, k, v = make_inputs(cfg, spec["seed"], "normal", device)
     out = torch.empty(cfg.shapes()[2], dtype=q.dtype, device=q.device)
     with apply(NumericState.from_registration(spec.get("numerics") or {})):
         for _ in range(WARMUP_CALLS):
             fn(q, k, v, out, causal=cfg.causal, scale=cfg.scale)
         for _ in range(spec["calls"]):
             out.fill_(float("nan"))  # a call that skips its work leaves NaN, caught below
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_push(nvtx_range(spec["name"]))
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.nvtx.range_push(nvtx_range(spec["name"]))
             fn(q, k, v, out, causal=cfg.causal, scale=cfg.scale)
-            torch.cuda.synchronize()
-            torch.cuda.nvtx.range_pop()
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.nvtx.range_pop()
     rep = check_timed_output(cfg, q, k, v, out, atol=spec["atol"], rtol=spec["rtol"], label="profiled call")
     return jsonable({"output_check": rep.as_dict()})
 
