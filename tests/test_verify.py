@@ -197,9 +197,19 @@ def _decide(repo, env):
 
 
 def test_verdict_refuses_results_without_counters(repo):
+    from harness.governance.ledger import read_rows
+    from harness.governance.verdict import measured_on
+    from harness.sweep.profile import pending_verify
+
     env = _line_with_results(repo, ["registers <= 255"], profile_with=None)
     with pytest.raises(UserError, match="no counters from this commit and device"):
         _decide(repo, env)
+    # What the sweep's [verify] pass would profile: both results, each with its row's seq.
+    rows = read_rows(repo / "ledger" / "v.jsonl")
+    results = [r for r in rows if r["kind"] == "result"]
+    todo = pending_verify(rows, measured_on(results[0]))
+    assert todo == {(r["config_key"], r["candidate"]): r["seq"] for r in results} and len(todo) == 2
+    assert pending_verify(rows, ("another commit", "cpu", None)) == {}
 
 
 def test_verdict_go_needs_every_verify_clause(repo):
@@ -214,8 +224,14 @@ def test_verdict_go_needs_every_verify_clause(repo):
 
 
 def test_verdict_go_when_the_clauses_hold(repo):
+    from harness.governance.ledger import read_rows
+    from harness.governance.verdict import measured_on
+    from harness.sweep.profile import pending_verify
+
     env = _line_with_results(repo, ["registers <= 255", "tensor_active >= 0.3", "launches == 1"],
                              profile_with=("triton_flash", "triton_flash"))
+    rows = read_rows(repo / "ledger" / "v.jsonl")
+    assert pending_verify(rows, measured_on(rows[-1])) == {}  # every result has its counters
     v = _decide(repo, env)
     assert v.outcome == "GO" and all(c.passed for c in v.verify)
 

@@ -220,15 +220,18 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
             # The [verify] pass, after timing and still under the device lock: counters of
             # every candidate result here that has none yet (a resumed sweep profiles what an
             # interrupted one did not reach). ncu runs in a child process; rows are written
-            # by append_profiles and committed like a config's.
+            # by append_profile and committed one by one.
             from harness.sweep.profile import verify_pass
 
-            payloads = verify_pass(line, device, key, line.ledger.rows())
-            with guard.shielded():
-                append_profiles(line, payloads, envs[0], written)
-                if commit:
-                    anchored.append(anchor(line.ledger, why_commit))
-            profiled = len(payloads)
+            for p in verify_pass(line, device, key, line.ledger.rows()):
+                with guard.shielded():
+                    append_profile(line, p, envs[0], written)
+                    if commit:
+                        anchored.append(anchor(line.ledger, why_commit))
+                profiled += 1
+                if guard.stopping():  # a Ctrl-C: a resumed sweep profiles the rest
+                    finished = False
+                    break
     if commit:  # rows an interrupted earlier run wrote but did not commit, even when nothing ran now
         anchored.append(anchor(line.ledger, why_commit))
     counts: dict[str, int] = {}
@@ -273,11 +276,9 @@ def append_config(line: Line, task: Task, rows, key: tuple, written: _Written, w
         written.latest[(o.payload["config_key"], o.payload["candidate"])] = o
 
 
-def append_profiles(line: Line, payloads: list[dict], env: dict, written: _Written) -> None:
-    """Append `profile` rows (harness/sweep/profile.py payloads) measured on ``env``'s device."""
-    stamp = line.stamp(env).fields()
-    for p in payloads:
-        written.appended.append(line.ledger.append("profile", {**stamp, **p}))
+def append_profile(line: Line, payload: dict, env: dict, written: _Written) -> None:
+    """Append one `profile` row (a harness/sweep/profile.py payload) measured on ``env``'s device."""
+    written.appended.append(line.ledger.append("profile", {**line.stamp(env).fields(), **payload}))
 
 
 def _where(envs: list[dict], executor) -> str:

@@ -1,7 +1,7 @@
 """Counter profiles of a line's kernels: `bench profile` and the sweep's [verify] pass.
 
 ``profile_rows`` gates each kernel on the float64 reference (as the sweep does), then
-profiles it under ncu (harness/measurement/profile.py) and returns `profile` row
+profiles it under ncu (harness/measurement/profile.py) and yields `profile` row
 payloads; it never writes the ledger. ``verify_pass`` finds the candidate results a
 [verify] line still lacks counters for at this commit on this device, so an interrupted
 sweep resumes its profiles too.
@@ -17,6 +17,8 @@ check of the profiled call), ``correct``, ``error`` (why there are no counters) 
 """
 
 from __future__ import annotations
+
+from typing import Iterator
 
 from harness.errors import UserError
 from harness.governance.ledger import current_rows
@@ -87,8 +89,9 @@ def require_profiler(device: str) -> tuple[str, str]:
 
 
 def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool = True,
-                 gated: dict | None = None) -> list[dict]:
-    """Payloads of `profile` rows for the line's kernels (baseline and candidates) at ``configs``.
+                 gated: dict | None = None) -> Iterator[dict]:
+    """Payloads of `profile` rows for the line's kernels (baseline and candidates) at ``configs``,
+    one at a time (the caller appends each before the next profile starts).
 
     ``gated`` maps (config_key, kernel) to the seq of the sweep row whose gate it passed;
     those pairs are not gated again. A kernel that fails the gate gets a row with the
@@ -107,7 +110,6 @@ def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool =
     gated = gated or {}
     kernels = [(reg.baseline, "baseline"), *((c, "candidate") for c in reg.candidates)] if gate_first else \
         [(c, "candidate") for c in reg.candidates]
-    out = []
     for cfg in configs:
         for name, role in kernels:
             if (cfg.key(), name) not in gated and not gate_first:
@@ -125,17 +127,16 @@ def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool =
                 memory.release(device)
                 gate_info = g.to_row()
                 if not g.passed:
-                    out.append({"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": name, "role": role,
-                                "gate": gate_info, "launches": [], "counters": None, "formulas": formula_values(cfg),
-                                "l2_bytes": l2, "impossible": None, "output_check": None, "correct": False,
-                                "error": f"failed the correctness gate [{g.tag}]: {g.reason}"})
+                    yield {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": name, "role": role,
+                           "gate": gate_info, "launches": [], "counters": None, "formulas": formula_values(cfg),
+                           "l2_bytes": l2, "impossible": None, "output_check": None, "correct": False,
+                           "error": f"failed the correctness gate [{g.tag}]: {g.reason}"}
                     continue
             memory.release(device)
             res = profile(cfg, name, seed=reg.seeds[0] + PROFILE_SEED_OFFSET, atol=reg.atol[cfg.dtype],
                           rtol=reg.rtol[cfg.dtype], numerics=reg.numerics, l2_bytes=l2, cwd=line.root, ncu=ncu,
                           version=version)
-            out.append(payload(res, role, gate_info))
-    return out
+            yield payload(res, role, gate_info)
 
 
 def profile_line(line, configs: list[Config], device: str, *, commit: bool = True, wait: bool = True,
@@ -181,11 +182,11 @@ def pending_verify(rows, key: tuple) -> dict:
     return todo
 
 
-def verify_pass(line, device: str, key: tuple, rows) -> list[dict]:
+def verify_pass(line, device: str, key: tuple, rows) -> Iterator[dict]:
     """Profile every candidate result of a [verify] line (``rows``: its ledger now) that has
     no counters yet here."""
     todo = pending_verify(rows, key)
     if not todo:
-        return []
+        return iter(())
     configs = [c for c in line.reg.configs if any(ck == c.key() for ck, _ in todo)]
     return profile_rows(line, configs, device, gate_first=False, gated=todo)
