@@ -176,3 +176,28 @@ def test_worker_runs_the_kernel_and_checks_what_it_wrote(tmp_path, kernel, passe
     assert check["passed"] is passed and check["phase"] == "timed_output"
     if not passed:
         assert check["tag"] == "stale_mismatch" and "profiled call" in check["reason"]
+
+
+def test_profile_table_renders_the_issue_table(capsys, monkeypatch):
+    from harness.measurement.profile import ProfileResult
+    from harness.reporting.console import console
+    from harness.reporting.render import render_profile
+    from harness.sweep.profile import payload
+
+    ls = launches()
+    rows = []
+    for kernel in ("triton_flash", "cublas_stack", "hollow_half_kv"):
+        inside = tuple(by_kernel(ls, kernel))
+        per = counters.per_call(list(inside), 1)
+        res = ProfileResult(CFG, kernel, launches=inside, per_call=per, output_check={"passed": True},
+                            impossible=counters.counter_impossible(per["dram_read_bytes"], formulas.min_read_bytes(CFG), 0))
+        rows.append(payload(res, "candidate", {"passed": True}))
+    monkeypatch.setenv("COLUMNS", "200")
+    console.cache_clear()  # a console bound to this test's captured stdout and width
+    try:
+        render_profile("t", rows)
+        out = capsys.readouterr().out
+    finally:
+        console.cache_clear()
+    assert "_attn_fwd" in out and "softmax_rows" in out and "51.2" in out and "537" in out
+    assert "impossible hollow_half_kv" in out and "incorrect" not in out

@@ -179,7 +179,8 @@ def parse_csv(text: str) -> list[Launch]:
     launches = []
     for row in data:
         if len(row) != len(header):
-            continue  # a trailing message line, not a launch
+            raise UserError(f"ncu's table has a row of {len(row)} fields under a header of {len(header)}: the log is "
+                            f"truncated or interleaved with other output")
         metrics = {}
         for ours, theirs in LAUNCH_METRICS.items():
             i = col[theirs]

@@ -57,33 +57,35 @@ def _mb(v):
 
 
 def render_profile(line: str, rows: list[dict]) -> None:
-    """The counter table of `bench profile`: one line per kernel launch, per-call totals."""
+    """The counter table of `bench profile`: one table per config, one line per kernel launch."""
     from rich.table import Table
 
-    t = Table(title=f"counters of line {line} (ncu, one call each; MB = 1e6 bytes)")
-    for col in ("config", "kernel", "launch", "DRAM read MB", "DRAM write MB", "regs", "tensor %", "local spill B",
-                "µs", "grid×block", "smem B", "occupancy %"):
-        t.add_column(col, overflow="fold")
-    for r in rows:
-        if r.get("error"):
-            t.add_row(r["config_key"], r["candidate"], "—", f"[red]{r['error']}[/]", *[""] * 8)
-            continue
-        for launch in r["launches"]:
-            smem = sum(launch.get(k) or 0 for k in ("shared_mem_static_bytes", "shared_mem_dynamic_bytes"))
-            t.add_row(r["config_key"], r["candidate"], launch["kernel"][:48], _fmt(_mb(launch["dram_read_bytes"]), ".4g"),
-                      _fmt(_mb(launch["dram_write_bytes"]), ".4g"), _fmt(launch["registers"], ".0f"),
-                      _fmt(launch["tensor_pct"], ".3g"),
-                      _fmt((launch["local_load_bytes"] or 0) + (launch["local_store_bytes"] or 0), ".4g"),
-                      _fmt(None if launch["duration_ns"] is None else launch["duration_ns"] / 1e3, ".4g"),
-                      f"{_fmt(launch['grid_size'], '.0f')}×{_fmt(launch['block_size'], '.0f')}", _fmt(smem, ".0f"),
-                      _fmt(launch["occupancy_pct"], ".3g"))
-    console().print(t)
+    c = console()
+    for key in dict.fromkeys(r["config_key"] for r in rows):
+        t = Table(title=f"{line} · {key} — ncu counters of one call (MB = 1e6 bytes)")
+        for col in ("kernel", "launch", "DRAM read MB", "DRAM write MB", "regs", "tensor %", "spill B", "µs",
+                    "grid×block", "smem B", "occ %"):
+            t.add_column(col, overflow="fold")
+        for r in (r for r in rows if r["config_key"] == key):
+            if r.get("error"):
+                t.add_row(r["candidate"], "—", f"[red]{r['error']}[/]", *[""] * 8)
+                continue
+            for launch in r["launches"]:
+                smem = sum(launch.get(k) or 0 for k in ("shared_mem_static_bytes", "shared_mem_dynamic_bytes"))
+                spill = (launch["local_load_bytes"] or 0) + (launch["local_store_bytes"] or 0)
+                t.add_row(r["candidate"], launch["kernel"][:40], _fmt(_mb(launch["dram_read_bytes"]), ".4g"),
+                          _fmt(_mb(launch["dram_write_bytes"]), ".4g"), _fmt(launch["registers"], ".0f"),
+                          _fmt(launch["tensor_pct"], ".3g"), _fmt(spill, ".4g"),
+                          _fmt(None if launch["duration_ns"] is None else launch["duration_ns"] / 1e3, ".4g"),
+                          f"{_fmt(launch['grid_size'], '.0f')}×{_fmt(launch['block_size'], '.0f')}",
+                          _fmt(smem, ".0f"), _fmt(launch["occupancy_pct"], ".3g"))
+        c.print(t)
     for r in rows:
         if r.get("impossible"):
-            console().print(f"  [red]impossible[/] {r['candidate']} @ {r['config_key']}: {r['impossible']}")
+            c.print(f"  [red]impossible[/] {r['candidate']} @ {r['config_key']}: {r['impossible']}")
         check = r.get("output_check") or {}
         if check and not check.get("passed"):
-            console().print(f"  [red]incorrect[/] {r['candidate']} @ {r['config_key']}: {check.get('reason')}")
+            c.print(f"  [red]incorrect[/] {r['candidate']} @ {r['config_key']}: {check.get('reason')}")
 
 
 def render_ledger(line: str, rows: list[dict]) -> None:
