@@ -56,9 +56,8 @@ MEASURED_METRICS = tuple(m for m in LAUNCH_METRICS.values() if not m.startswith(
 # trailing "/" makes ncu match a push/pop range rather than a start/end one.
 NVTX_RANGE = "bench_kernel"
 NVTX_COLUMN_PREFIX = "thread Domain:Push/Pop_Range"
-# Where to look for ncu besides PATH; BENCH_NCU names the binary explicitly.
+# ncu is looked up on PATH; BENCH_NCU names the binary explicitly.
 NCU_ENV = "BENCH_NCU"
-NCU_FALLBACKS = ("/usr/local/cuda/bin/ncu",)
 # A reductio allowance: this many L2 sizes of q/k/v may have come from cache, not DRAM.
 L2_ALLOWANCE = 1.0
 # ncu's messages when it cannot read counters (permissions, unsupported device, in use).
@@ -80,10 +79,10 @@ def ncu_path() -> str:
         if shutil.which(explicit) is None:
             raise UserError(f"{NCU_ENV}={explicit} is not an executable ncu: fix the path or unset it")
         return explicit
-    found = shutil.which("ncu") or next((p for p in NCU_FALLBACKS if os.access(p, os.X_OK)), None)
+    found = shutil.which("ncu")
     if found is None:
-        raise UserError("Nsight Compute (ncu) not found on PATH: install it (it ships with the CUDA toolkit) "
-                        f"or set {NCU_ENV} to its path — counters cannot be read without it")
+        raise UserError("Nsight Compute (ncu) not found on PATH: add the CUDA toolkit's bin directory to PATH "
+                        f"or set {NCU_ENV} to the ncu binary — counters cannot be read without it")
     return found
 
 
