@@ -67,7 +67,7 @@ def test_per_call_counters_show_the_fused_kernel_never_stores_s():
     assert flash["dram_write_bytes"] < 0.05 * s_bytes
     # The stack: S written by the QKᵀ GEMM, read and rewritten by softmax, read by PV.
     assert stack["dram_read_bytes"] > 2 * s_bytes > 20 * q_k_v
-    assert stack["dram_write_bytes"] > 1.9 * s_bytes
+    assert stack["dram_write_bytes"] > 1.9 * s_bytes  # the GPU test allows more slack (another run)
     assert stack["registers"] == 168  # the most of any launch (the GEMMs; softmax uses 18)
     assert flash["local_spill_bytes"] == 0 and stack["local_spill_bytes"] == 0
     assert flash["tensor_active"] == pytest.approx(0.5316)

