@@ -80,6 +80,9 @@ REG = textwrap.dedent('''\
     rtol = 2e-2
     seeds = [0]
     families = ["normal"]
+    # fp16 at this tolerance cannot see a 1% scale error or one key of 4096 left out; the
+    # claim under test is the counters'.
+    accept_weak = ["scale_1pct", "drop_last_key"]
 
     [timing]
     {timing}
@@ -100,7 +103,8 @@ def test_bench_profile_and_a_verify_sweep_end_to_end(repo):
     (repo / "registrations" / "fused.toml").write_text(REG.format(timing=timing, clauses=json.dumps(ISSUE_CLAUSES)))
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "fused")
-    assert run_bench(repo, "register", "registrations/fused.toml").returncode == 0
+    res = run_bench(repo, "register", "registrations/fused.toml")
+    assert res.returncode == 0, res.stderr
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "registered")
 
