@@ -125,6 +125,8 @@ def test_bench_profile_and_a_verify_sweep_end_to_end(repo):
     assert set(prof) == {"triton_flash", "cublas_stack"} and prof["cublas_stack"]["role"] == "baseline"
     assert prof["triton_flash"]["gate"]["passed"] and len(prof["cublas_stack"]["launches"]) == 3
     assert "_attn_fwd" in res.stdout  # the counter table
+    # Sweep and profile committed every row they wrote: the verdict decides on committed rows only.
+    assert git(repo, "status", "--porcelain", "--", "ledger") == ""
 
     res = run_bench(repo, "verdict", "fused")
     assert res.returncode == 0, res.stdout + res.stderr
