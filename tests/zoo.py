@@ -85,6 +85,18 @@ def first_tiles_only(q, k, v, out, *, causal, scale):
     out.copy_(attention(q, k, v, causal=causal, scale=scale, n_keys=FIRST_KEYS))
 
 
+def half_kv_sdpa(q, k, v, out, *, causal, scale):
+    """Seed 004 at full scale: a fast fused kernel (torch SDPA) over only the first half of
+    the keys. The views are never copied, so the half that is skipped is never read: the
+    counter reductio (harness/measurement/counters.py) must call its DRAM reads impossible."""
+    import torch
+
+    half = max(1, k.shape[2] // 2)
+    o = torch.nn.functional.scaled_dot_product_attention(q, k[:, :, :half], v[:, :, :half], is_causal=causal,
+                                                         scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+    out.copy_(o)
+
+
 def tail_unwritten(q, k, v, out, *, causal, scale):
     """Grid of Nq // BLOCK_M row blocks: the partial last block is never written."""
     rows = (q.shape[2] // BLOCK_M) * BLOCK_M
@@ -275,6 +287,7 @@ ZOO: tuple[Hollow, ...] = (
     Hollow("softmax_omitted", _plain(softmax_omitted), "mismatch"),
     Hollow("no_max_subtraction", _plain(no_max_subtraction), "nonfinite"),
     Hollow("first_tiles_only", _plain(first_tiles_only), "mismatch"),
+    Hollow("half_kv_sdpa", _plain(half_kv_sdpa), "mismatch"),
     Hollow("tail_unwritten", _plain(tail_unwritten), "unwritten"),
     Hollow("accumulator_reused", make_accumulator_reused, "stale_mismatch"),
     Hollow("cached_by_shape", make_cached_by_shape, "degenerate"),

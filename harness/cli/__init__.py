@@ -43,8 +43,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """bench: register a GO/NO-GO bar, sweep it, get a verdict — numbers you can publish."""
 
 
-from harness.cli import (ceilings, compare, kernels, ledger, register, report, route, status,  # noqa: E402,F401
-                        sweep, verdict, warm)  # (importing a command module registers it)
+from harness.cli import (ceilings, compare, kernels, ledger, profile, register, report, route,  # noqa: E402,F401
+                        status, sweep, verdict, warm)  # (importing a command module registers it)
 
 
 class Terminated(KeyboardInterrupt):

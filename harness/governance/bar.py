@@ -125,6 +125,10 @@ _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NUMBER_TAIL = re.compile(r"[A-Za-z0-9_.]")  # a number glued to these is malformed
 _OPERATORS = ("==", "!=", "<=", ">=", "<", ">")  # two-character ones first
 _PUNCTUATION = "()[],"
+# Arithmetic, for the [verify] clauses (harness/governance/verify.py); the bar grammar has
+# no place for it, so the bar parser refuses these tokens where they appear. "-" glued to
+# digits is a number's sign (the number rule is tried first).
+_ARITHMETIC = "+-*/"
 
 
 @dataclass(frozen=True)
@@ -142,14 +146,14 @@ class _Token:
         return f"'{self.text}'"
 
 
-def _error(expr: str, pos: int, what: str, hint: str | None = None) -> BarError:
+def _error(expr: str, pos: int, what: str, hint: str | None = None, label: str = "bar") -> BarError:
     """A BarError naming the 1-based column, with the expression and a caret under it."""
     suffix = f" ({hint})" if hint else ""
     shown = re.sub(r"\s", " ", expr)  # one column per character, so the caret lines up
-    return BarError(f"bar: {what} at column {pos + 1}{suffix}\n  {shown}\n  {' ' * pos}^")
+    return BarError(f"{label}: {what} at column {pos + 1}{suffix}\n  {shown}\n  {' ' * pos}^")
 
 
-def _tokenize(expr: str) -> list[_Token]:
+def _tokenize(expr: str, label: str = "bar") -> list[_Token]:
     tokens: list[_Token] = []
     pos = 0
     while pos < len(expr):
@@ -162,10 +166,10 @@ def _tokenize(expr: str) -> list[_Token]:
             text = number.group()
             end = number.end()
             if end < len(expr) and _NUMBER_TAIL.match(expr, end):
-                raise _error(expr, pos, f"malformed number '{text}{expr[end]}'")
+                raise _error(expr, pos, f"malformed number '{text}{expr[end]}'", label=label)
             value = float(text) if any(c in text for c in ".eE") else int(text)
             if not math.isfinite(value):
-                raise _error(expr, pos, f"number {text} is out of range")
+                raise _error(expr, pos, f"number {text} is out of range", label=label)
             tokens.append(_Token(_NUM, text, pos, value))
             pos = end
             continue
@@ -177,7 +181,7 @@ def _tokenize(expr: str) -> list[_Token]:
         if ch in "\"'":
             close = expr.find(ch, pos + 1)
             if close < 0:
-                raise _error(expr, pos, "unterminated string", f"close it with {ch}")
+                raise _error(expr, pos, "unterminated string", f"close it with {ch}", label=label)
             tokens.append(_Token(_STR, expr[pos : close + 1], pos, expr[pos + 1 : close]))
             pos = close + 1
             continue
@@ -186,12 +190,12 @@ def _tokenize(expr: str) -> list[_Token]:
             tokens.append(_Token(_OP, op, pos))
             pos += len(op)
             continue
-        if ch in _PUNCTUATION:
+        if ch in _PUNCTUATION or ch in _ARITHMETIC:
             tokens.append(_Token(_PUNCT, ch, pos))
             pos += 1
             continue
         hint = "use '==' to compare" if ch == "=" else None
-        raise _error(expr, pos, f"unexpected character '{ch}'", hint)
+        raise _error(expr, pos, f"unexpected character '{ch}'", hint, label)
     tokens.append(_Token(_END, "", len(expr)))
     return tokens
 

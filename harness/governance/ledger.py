@@ -34,7 +34,7 @@ LEDGER_SCHEMA = 1
 GENESIS_HASH = "0" * 64
 # Row kinds; a row of another kind is refused at append time.
 KINDS = ("registered", "result", "skipped", "incorrect", "throttled", "crashed", "verdict",
-         "supersedes", "ceilings", "unsupported")
+         "supersedes", "ceilings", "unsupported", "profile")
 LOCK_TIMEOUT_S = 60.0
 # Free space a command needs on the ledger's file system before it starts: a result row
 # is tens of KB, and a sweep commits a new version of the file after every config.

@@ -35,13 +35,14 @@ MAX_GRID_CONFIGS = 4096
 MAX_SEEDS = 1000
 
 TOP_KEYS = {"schema", "hypothesis", "workload", "candidate", "candidates", "baseline", "amends", "grid",
-            "correctness", "timing", "numerics", "bar", "notes"}
+            "correctness", "timing", "numerics", "bar", "notes", "verify"}
 GRID_KEYS = {"batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal"}
 CORRECTNESS_KEYS = {"atol", "rtol", "seeds", "families", "min_pass_rate", "accept_weak"}
 BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing", "min_coverage"}
 # A verdict needs every registered pair decided unless [bar] min_coverage says less
 # (allow_missing = true, the older key, means min_coverage = 0 unless it is given).
 DEFAULT_MIN_COVERAGE = 1.0
+VERIFY_KEYS = {"clauses"}
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class Registration:
     min_coverage: float = DEFAULT_MIN_COVERAGE
     accept_weak: tuple[str, ...] = ()  # canaries (measurement.canaries) the tolerance may let through
     raw: dict = field(repr=False, default_factory=dict)
+    verify: tuple[str, ...] = ()  # [verify] clauses over hardware counters (governance/verify.py)
 
     def summary(self) -> dict:
         """What a ledger row carries so reports can be built from the ledger alone."""
@@ -82,7 +84,8 @@ class Registration:
                 "min_pass_rate": self.min_pass_rate, "timing": self.timing, "numerics": self.numerics,
                 "go": self.go, "prediction": self.prediction, "primary": self.primary,
                 "include_noisy": self.include_noisy, "allow_missing": self.allow_missing,
-                "min_coverage": self.min_coverage, "accept_weak": list(self.accept_weak)}
+                "min_coverage": self.min_coverage, "accept_weak": list(self.accept_weak),
+                "verify": list(self.verify)}
 
 
 def sha256_file(path: Path) -> str:
@@ -186,6 +189,26 @@ def _check_decidable(path: Path, parsed, primary: str, primary_agg, rows: list[d
         if barlang.matches_nothing(agg, rows):
             raise _err(path, f"[bar] {what} filters out every registered config ({plural(len(rows), 'pair')} of "
                              f"grid × candidates): it can never be decided — fix the filter or widen the grid")
+
+
+def _verify_clauses(path: Path, raw: dict) -> tuple[str, ...]:
+    """The optional [verify] table: clauses over hardware counters, parsed now so a typo is
+    refused at register time (an unknown metric names the known ones)."""
+    if "verify" not in raw:
+        return ()
+    table = raw["verify"]
+    if not isinstance(table, dict):
+        raise _err(path, "[verify] must be a table with clauses = [\"<counter clause>\", ...]")
+    _unknown(path, "[verify]", table, VERIFY_KEYS)
+    if "clauses" not in table:
+        raise _err(path, "[verify] needs clauses = [\"dram_read_bytes <= 1.2 * min_bytes\", ...]")
+    from harness.governance import verify
+
+    try:
+        verify.parse_all(table["clauses"])
+    except UserError as exc:
+        raise _err(path, f"[verify] {exc}") from exc
+    return tuple(table["clauses"])
 
 
 def load(path: Path) -> Registration:
@@ -359,6 +382,7 @@ def load(path: Path) -> Registration:
     _check_filters(path, [*barlang.field_tests(parsed), *barlang.field_tests(primary_agg)],
                    {"candidate": cands, "dtype": grid["dtype"], "workload": [workload]})
     _check_decidable(path, parsed, primary, primary_agg, [{**c.as_dict(), "candidate": k} for c in configs for k in cands])
+    verify = _verify_clauses(path, raw)
     notes = raw.get("notes", "")
     if not isinstance(notes, str):
         raise _err(path, "'notes' must be a string")
@@ -370,7 +394,7 @@ def load(path: Path) -> Registration:
         families=tuple(families), min_pass_rate=float(min_pass_rate), timing=dict(timing),
         numerics=dict(numerics), go=go, prediction=float(prediction), primary=primary,
         include_noisy=include_noisy, allow_missing=allow_missing, min_coverage=float(min_coverage),
-        accept_weak=tuple(accept_weak), raw=raw)
+        accept_weak=tuple(accept_weak), raw=raw, verify=verify)
 
 
 def check_kernels(reg: Registration) -> None:

@@ -9,6 +9,11 @@ unsupported, throttled) and the registration does not ``allow_missing``, when th
 outcomes come from more than one commit or device, when nothing was measured at all, or
 while any row of the line is not committed. The verdict row is committed at once (unless
 ``commit=False``), so a decided line cannot be quietly re-rolled.
+
+A line with ``[verify]`` clauses also needs counters (`profile` rows) for every candidate
+result, measured where the results were: a clause must hold on each of them for a GO,
+and a result whose counters show fewer DRAM reads than any correct kernel makes
+(counters.counter_impossible) counts as a failed pair, as the time reductio does.
 """
 
 from __future__ import annotations
@@ -17,12 +22,15 @@ from dataclasses import dataclass
 
 from harness.errors import UserError
 from harness.governance import bar as barlang
+from harness.governance import verify as verifylang
 from harness.governance.ledger import anchor, current_rows, require_anchorable, require_anchored
 from harness.governance.line import Line
 
 # Kinds that settle a (config, candidate): the sweep has decided what happened to it.
 OUTCOME_KINDS = ("result", "incorrect", "skipped", "throttled", "crashed", "unsupported")
 GO, NO_GO = "GO", "NO-GO"
+# Failing pairs a verdict row lists per [verify] clause (the count is always complete).
+MAX_LISTED_FAILURES = 5
 
 
 def outcome_key(row: dict) -> tuple[str, str]:
@@ -103,6 +111,42 @@ def coverage(deciding, *, include_noisy: bool) -> dict:
             "undecided": undecided}
 
 
+def latest_profiles(rows, where: tuple) -> dict[tuple[str, str], dict]:
+    """The last current `profile` row with counters per (config, kernel), measured at ``where``."""
+    latest = {}
+    for r in current_rows(rows):
+        if r.get("kind") == "profile" and r.get("counters") and measured_on(r) == where:
+            latest[outcome_key(r)] = r
+    return latest
+
+
+def verify_clauses(reg, deciding: list[dict], rows, where: tuple) -> tuple[tuple, dict]:
+    """The [verify] clauses over the counters of every candidate result, and the results
+    whose counters show an impossible read count ((config, candidate) -> reason).
+
+    Refused when a result has no counters measured where it was: the claim was never checked.
+    """
+    results = [r for r in deciding if r["kind"] == "result"]
+    profiles = latest_profiles(rows, where)
+    missing = [outcome_key(r) for r in results if outcome_key(r) not in profiles]
+    if missing:
+        first = ", ".join(f"{k} @ {c}" for c, k in missing[:3])
+        raise UserError(f"line '{reg.line}' has [verify] clauses but {len(missing)} results have no counters from "
+                        f"this commit and device (e.g. {first}): run `bench sweep {reg.line}` on a GPU with ncu to "
+                        f"profile them")
+    pairs, impossible = [], {}
+    for r in results:
+        p = profiles[outcome_key(r)]
+        env = {**p["formulas"], **p["counters"]}
+        if not p.get("correct"):
+            env = {}  # counters of a call whose output failed the check decide nothing: unknown
+        pairs.append((r["config_key"], r["candidate"], env))
+        if p.get("impossible"):
+            impossible[outcome_key(r)] = f"counters: {p['impossible']}"
+    clauses = verifylang.parse_all(list(reg.verify))
+    return verifylang.evaluate(clauses, pairs), impossible
+
+
 @dataclass(frozen=True)
 class Verdict:
     outcome: str
@@ -114,6 +158,7 @@ class Verdict:
     excluded: dict
     row: dict  # the appended ledger row
     anchored: str | None  # the commit holding the verdict row (None with commit=False)
+    verify: tuple = ()  # verify.ClauseResult per [verify] clause
 
 
 def decide(line: Line, env: dict, *, commit: bool = True) -> Verdict:
@@ -143,8 +188,15 @@ def decide(line: Line, env: dict, *, commit: bool = True) -> Verdict:
         raise UserError(f"line '{reg.line}': {sum(unmeasured.values())} pairs were never measured ({counts}); a bar over "
                         f"the rest could pass on what was left out — re-run `bench sweep {reg.line}` (throttled and "
                         f"memory-skipped pairs are retried), or register a line with [bar] allow_missing = true")
-    rows, excluded = bar_rows({outcome_key(r): r for r in deciding}, include_noisy=reg.include_noisy)
-    cov = coverage(deciding, include_noisy=reg.include_noisy)
+    by_pair = {outcome_key(r): r for r in deciding}
+    checked = ()
+    if reg.verify:
+        checked, counter_impossible = verify_clauses(reg, deciding, line.rows, where[0])
+        for pair, why in counter_impossible.items():
+            prior = by_pair[pair].get("impossible")
+            by_pair[pair] = {**by_pair[pair], "impossible": f"{prior}; {why}" if prior else why}
+    rows, excluded = bar_rows(by_pair, include_noisy=reg.include_noisy)
+    cov = coverage(list(by_pair.values()), include_noisy=reg.include_noisy)
     if cov["fraction"] < reg.min_coverage:
         shown = ", ".join(cov["undecided"][:MAX_NAMED_PAIRS])
         more = len(cov["undecided"]) - MAX_NAMED_PAIRS
@@ -157,7 +209,7 @@ def decide(line: Line, env: dict, *, commit: bool = True) -> Verdict:
                         f"a verdict needs measurements — nothing was decided")
     outcome = barlang.evaluate(barlang.parse(reg.go), rows)
     primary_value = barlang.evaluate_aggregate(barlang.parse_aggregate(reg.primary), rows)
-    verdict = GO if outcome.passed else NO_GO
+    verdict = GO if outcome.passed and all(c.passed is True for c in checked) else NO_GO
     payload = {
         **line.stamp(env).fields(),
         "outcome": verdict,
@@ -166,6 +218,7 @@ def decide(line: Line, env: dict, *, commit: bool = True) -> Verdict:
                      "passed": c.passed, "n": c.n} for c in outcome.clauses],
         "primary": reg.primary,
         "primary_value": primary_value,
+        "verify": [c.as_row(MAX_LISTED_FAILURES) for c in checked],
         "prediction": reg.prediction,
         "prediction_error": None if primary_value is None else primary_value - reg.prediction,
         "n_rows": len(rows),
@@ -178,4 +231,5 @@ def decide(line: Line, env: dict, *, commit: bool = True) -> Verdict:
     require_anchored(line.ledger, "a verdict")
     row = line.ledger.append("verdict", payload)
     anchored = anchor(line.ledger, f"verdict of {reg.line}: {verdict}") if commit else None
-    return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded, row, anchored)
+    return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded, row, anchored,
+                   checked)

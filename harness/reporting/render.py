@@ -39,9 +39,53 @@ def outcome_reason(row: dict) -> str:
                 f"(predicted {row['prediction']}){on}")
     if kind == "supersedes":
         return f"supersedes rows {row.get('supersedes')}: {row.get('reason')}"
+    if kind == "profile":
+        if row.get("error"):
+            return f"no counters: {row['error']}"
+        k = row.get("counters") or {}
+        flag = f" (impossible: {row['impossible']})" if row.get("impossible") else ""
+        return (f"DRAM read {_fmt(_mb(k.get('dram_read_bytes')), '.4g')} MB, write "
+                f"{_fmt(_mb(k.get('dram_write_bytes')), '.4g')} MB, {_fmt(k.get('launches'), '.0f')} launches"
+                + flag)
     if kind == "ceilings":
         return f"copy {_fmt(row.get('copy_gbps'), '.4g')} GB/s"
     return ""
+
+
+def _mb(v):
+    return None if v is None else v / 1e6
+
+
+def render_profile(line: str, rows: list[dict]) -> None:
+    """The counter table of `bench profile`: one table per config, one line per kernel launch."""
+    from rich.table import Table
+
+    c = console()
+    for key in dict.fromkeys(r["config_key"] for r in rows):
+        t = Table(title=f"{line} · {key} — ncu counters of one call (MB = 1e6 bytes)")
+        for col in ("kernel", "launch", "DRAM read MB", "DRAM write MB", "regs", "tensor %", "spill B", "µs",
+                    "grid×block", "smem B", "occ %"):
+            t.add_column(col, overflow="fold")
+        for r in (r for r in rows if r["config_key"] == key):
+            if r.get("error"):
+                t.add_row(r["candidate"], "—", f"[red]{r['error']}[/]", *[""] * 8)
+                continue
+            for launch in r["launches"]:
+                smem = sum(launch.get(k) or 0 for k in ("shared_mem_static_bytes", "shared_mem_dynamic_bytes"))
+                spill = (launch["local_load_bytes"] or 0) + (launch["local_store_bytes"] or 0)
+                t.add_row(r["candidate"], launch["kernel"][:40], _fmt(_mb(launch["dram_read_bytes"]), ".4g"),
+                          _fmt(_mb(launch["dram_write_bytes"]), ".4g"), _fmt(launch["registers"], ".0f"),
+                          _fmt(launch["tensor_pct"], ".3g"), _fmt(spill, ".4g"),
+                          _fmt(None if launch["duration_ns"] is None else launch["duration_ns"] / 1e3, ".4g"),
+                          f"{_fmt(launch['grid_size'], '.0f')}×{_fmt(launch['block_size'], '.0f')}",
+                          _fmt(smem, ".0f"), _fmt(launch["occupancy_pct"], ".3g"))
+        c.print(t)
+    for r in rows:
+        if r.get("impossible"):
+            c.print(f"  [red]impossible[/] {r['candidate']} @ {r['config_key']}: {r['impossible']}")
+        check = r.get("output_check") or {}
+        if check and not check.get("passed"):
+            c.print(f"  [red]incorrect[/] {r['candidate']} @ {r['config_key']}: {check.get('reason')}")
 
 
 def render_ledger(line: str, rows: list[dict]) -> None:
@@ -100,6 +144,13 @@ def render_verdict(v) -> None:
     for cl in v.bar.clauses:
         mark = "[green]pass[/]" if cl.passed else "[red]fail[/]"
         c.print(f"  {mark}  {cl.text}   → {_fmt(cl.value, '.4g')} over {plural(cl.n, 'row')}")
+    for cl in v.verify:
+        mark = {True: "[green]pass[/]", False: "[red]fail[/]", None: "[yellow]unknown[/]"}[cl.passed]
+        bad = [x for x in cl.checks if x.holds is not True]
+        shown = "; ".join(f"{x.candidate} @ {x.config_key}: {_fmt(x.left, '.4g')} vs {_fmt(x.right, '.4g')}"
+                          for x in bad[:3])
+        c.print(f"  {mark}  verify: {cl.text}   over {plural(len(cl.checks), 'profiled result')}"
+                + (f" — {len(bad)} not holding, e.g. {shown}" if bad else ""))
     if v.excluded:
         c.print(f"  excluded from the bar: {', '.join(f'{k}: {n}' for k, n in sorted(v.excluded.items()))}")
     cov = v.row.get("coverage")

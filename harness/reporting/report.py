@@ -22,6 +22,9 @@ METRIC_COLUMNS = (("tflops", "TFLOP/s", ".4g"), ("gbps", "GB/s", ".4g"), ("tflop
                   ("gbps_frac", "of peak GB/s", ".1%"), ("host_us", "host µs", ".3g"))
 SHOWN_ELSEWHERE = {"ms", "baseline_ms", "control", "control_ms", "speedup", "speedup_ci_low", "speedup_ci_high",
                    "kv_gbps", "kv_gbps_frac"}
+# The counter table (`profile` rows): one row per kernel launch, then the call's totals.
+COUNTER_HEADER = ("kernel", "launch", "DRAM read MB", "DRAM write MB", "regs", "tensor %", "spill B", "µs",
+                  "occupancy %")
 PLOTS = (("speedup", "Speedup by shape"), ("roofline", "Achieved rate against the ceilings"),
          ("control", "Control ratio"), ("clock", "SM clock over the sweep"))
 
@@ -165,6 +168,52 @@ def _config_tables(outcomes: dict, results: list[dict]) -> tuple[list[str], list
     return header, tables
 
 
+def _mb(v):
+    return None if v is None else v / 1e6
+
+
+def _counter_tables(view: LineView) -> list[dict]:
+    """The latest `profile` row per (config, kernel): a table per config, a row per launch,
+    the call's totals, and the counter reductio's finding where it has one."""
+    from harness.governance.ledger import current_rows
+
+    latest = {}
+    for r in current_rows(view.rows):
+        if r.get("kind") == "profile" and (not view.commit or str(r.get("commit", "")).startswith(view.commit)):
+            latest[(r["config_key"], r["candidate"])] = r
+    tables: dict[str, list] = {}
+    for (key, kernel), r in sorted(latest.items()):
+        rows = tables.setdefault(key, [])
+        who = kernel + (" (baseline)" if r.get("role") == "baseline" else "")
+        if r.get("error"):
+            rows.append({"cells": [who, f"**no counters**: {_cut(r['error'])}"], "span": True})
+            continue
+        for x in r.get("launches") or []:
+            spill = None if x.get("local_load_bytes") is None else x["local_load_bytes"] + (x.get("local_store_bytes") or 0)
+            rows.append({"cells": [who, _cut(x["kernel"])[:48], _f(_mb(x.get("dram_read_bytes"))),
+                                   _f(_mb(x.get("dram_write_bytes"))), _f(x.get("registers"), ".0f"),
+                                   _f(x.get("tensor_pct"), ".3g"), _f(spill),
+                                   _f(None if x.get("duration_ns") is None else x["duration_ns"] / 1e3),
+                                   _f(x.get("occupancy_pct"), ".3g")], "span": False})
+        c = r.get("counters") or {}
+        tensor = c.get("tensor_active")
+        rows.append({"cells": [who, f"per call ({_f(c.get('launches'), '.0f')} launches)",
+                               _f(_mb(c.get("dram_read_bytes"))), _f(_mb(c.get("dram_write_bytes"))),
+                               _f(c.get("registers"), ".0f"), _f(None if tensor is None else 100 * tensor, ".3g"),
+                               _f(c.get("local_spill_bytes")), _f(c.get("duration_us")), "—"], "span": False})
+        if r.get("impossible"):
+            rows.append({"cells": [who, f"**impossible**: {_cut(r['impossible'])}"], "span": True})
+    return [{"key": k, "rows": v} for k, v in tables.items()]
+
+
+def _verify(view: LineView) -> list[dict]:
+    """The verdict's [verify] clauses (counter claims), as shown beside the bar."""
+    v = view.verdict or {}
+    return [{"text": c["text"], "n": c.get("n"), "n_failed": c.get("n_failed"),
+             "outcome": {True: "pass", False: "fail", None: "unknown"}[c.get("passed")]}
+            for c in v.get("verify") or []]
+
+
 def report_data(view: LineView) -> dict:
     """Everything the report shows, as formatted strings (deterministic for a given ledger)."""
     reg = view.registration
@@ -207,6 +256,9 @@ def report_data(view: LineView) -> dict:
         "reasons": [(kind, why, n) for (kind, why), n in sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))],
         "header": header,
         "tables": tables,
+        "counter_header": list(COUNTER_HEADER),
+        "counters": _counter_tables(view),
+        "verify": _verify(view),
         "control_tolerance": control_tol,
     }
 
@@ -251,6 +303,15 @@ Bar (committed before any number): `{{ d.go }}`
 Primary `{{ d.primary.expr }}` = **{{ d.primary.value }}**, predicted {{ d.primary.prediction }}{% if d.primary.error %} (outcome − prediction = {{ d.primary.error }}){% endif %}.
 
 {% endif -%}
+{% if d.verify -%}
+Counter clauses (`[verify]`, each must hold on every profiled result):
+
+| clause | profiled results | not holding | outcome |
+| --- | ---: | ---: | --- |
+{% for c in d.verify -%}
+| `{{ c.text }}` | {{ c.n }} | {{ c.n_failed }} | {{ c.outcome }} |
+{% endfor %}
+{% endif -%}
 {% if d.verdict -%}
 **Verdict: {{ d.verdict.outcome }}** (ledger row {{ d.verdict.seq }}, commit {{ d.verdict.commit }}){% if d.verdict.excluded %}; left out of the bar: {{ d.verdict.excluded }}{% endif %}.
 {% else -%}
@@ -278,6 +339,19 @@ Primary `{{ d.primary.expr }}` = **{{ d.primary.value }}**, predicted {{ d.prima
 | {{ row.cells | map("md_cell") | join(" | ") }} |{% if row.span %}{% for _ in d.header[2:] %} — |{% endfor %}{% endif %}
 {% endfor %}
 {% endfor -%}
+{% if d.counters -%}
+## Hardware counters (Nsight Compute, one call)
+
+{% for t in d.counters -%}
+### {{ t.key }}
+
+| {{ d.counter_header | join(" | ") }} |
+|{% for h in d.counter_header %} --- |{% endfor %}
+{% for row in t.rows -%}
+| {{ row.cells | map("md_cell") | join(" | ") }} |{% if row.span %}{% for _ in d.counter_header[2:] %} — |{% endfor %}{% endif %}
+{% endfor %}
+{% endfor -%}
+{% endif -%}
 ## Plots
 
 {% for name, title in plots -%}
@@ -318,6 +392,8 @@ figure { margin: 0; } figure img { width: 100%; height: auto; display: block; } 
 <table style="margin-top:8px"><tr><th>clause</th><th>value</th><th>threshold</th><th>rows</th><th>outcome</th></tr>
 {% for c in d.clauses %}<tr><td><code>{{ c.text }}</code></td><td class="num">{{ c.value }}</td><td class="num">{{ c.op }} {{ c.threshold }}</td><td class="num">{{ c.n }}</td><td class="{{ c.outcome.split(' ')[0] }}">{{ c.outcome }}</td></tr>{% endfor %}
 </table>
+{% if d.verify %}<p>Counter clauses (<code>[verify]</code>):</p><table><tr><th>clause</th><th>profiled results</th><th>not holding</th><th>outcome</th></tr>
+{% for c in d.verify %}<tr><td><code>{{ c.text }}</code></td><td class="num">{{ c.n }}</td><td class="num">{{ c.n_failed }}</td><td class="{{ c.outcome }}">{{ c.outcome }}</td></tr>{% endfor %}</table>{% endif %}
 {% if d.primary %}<p>Primary <code>{{ d.primary.expr }}</code> = <b>{{ d.primary.value }}</b>, predicted {{ d.primary.prediction }}{% if d.primary.error %} (outcome − prediction = {{ d.primary.error }}){% endif %}.</p>{% endif %}
 <p>{% if d.verdict %}<b>Verdict: {{ d.verdict.outcome }}</b> (ledger row {{ d.verdict.seq }}, commit <code>{{ d.verdict.commit }}</code>){% if d.verdict.excluded %}; left out of the bar: {{ d.verdict.excluded }}{% endif %}.{% else %}<b>No verdict yet.</b>{% endif %}</p>
 <p>Outcomes: {% for k, n in d.counts %}{{ k }} {{ n }}{% if not loop.last %} · {% endif %}{% endfor %}{% for k, n in d.flagged %} · results flagged {{ k }}: {{ n }}{% endfor %}</p>
@@ -332,6 +408,11 @@ figure { margin: 0; } figure img { width: 100%; height: auto; display: block; } 
 <table><tr>{% for h in d.header %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for row in t.rows %}<tr>{% if row.span %}<td>{{ row.cells[0] }}</td><td colspan="{{ d.header | length - 1 }}">{{ row.cells[1] | md_bold }}</td>{% else %}{% for cell in row.cells %}<td{% if not loop.first and not loop.last %} class="num"{% endif %}>{{ cell }}</td>{% endfor %}{% endif %}</tr>{% endfor %}
 </table>{% endfor %}
+{% if d.counters %}<h2>Hardware counters (Nsight Compute, one call)</h2>
+{% for t in d.counters %}<h3>{{ t.key }}</h3>
+<table><tr>{% for h in d.counter_header %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in t.rows %}<tr>{% if row.span %}<td>{{ row.cells[0] }}</td><td colspan="{{ d.counter_header | length - 1 }}">{{ row.cells[1] | md_bold }}</td>{% else %}{% for cell in row.cells %}<td{% if not loop.first and loop.index > 2 %} class="num"{% endif %}>{{ cell }}</td>{% endfor %}{% endif %}</tr>{% endfor %}
+</table>{% endfor %}{% endif %}
 </main></body></html>
 """
 

@@ -151,6 +151,10 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     from harness.sweep.executor import schedule
 
     check_kernels_usable(line, device)
+    if line.reg.verify:
+        from harness.sweep.profile import require_profiler
+
+        require_profiler(device)  # [verify] needs counters: no ncu, no sweep (nothing written yet)
     if commit:
         require_anchorable(line.ledger)
     anchored: list[str | None] = []
@@ -211,6 +215,23 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
                                 stopping=guard.stopping, on_start=on_start)
             if not finished:
                 break
+        profiled = 0
+        if line.reg.verify and finished:
+            # The [verify] pass, after timing and still under the device lock: counters of
+            # every candidate result here that has none yet (a resumed sweep profiles what an
+            # interrupted one did not reach). ncu runs in a child process; rows are written
+            # by append_profile and committed one by one.
+            from harness.sweep.profile import verify_pass
+
+            for p in verify_pass(line, device, key, line.ledger.rows()):
+                with guard.shielded():
+                    append_profile(line, p, envs[0], written)
+                    if commit:
+                        anchored.append(anchor(line.ledger, why_commit))
+                profiled += 1
+                if guard.stopping():  # a Ctrl-C: a resumed sweep profiles the rest
+                    finished = False
+                    break
     if commit:  # rows an interrupted earlier run wrote but did not commit, even when nothing ran now
         anchored.append(anchor(line.ledger, why_commit))
     counts: dict[str, int] = {}
@@ -224,6 +245,8 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
         if o.kind == "result":
             controls.append((o.payload["metrics"]["control"], o.payload["rig_noisy"]))
             tolerance = o.payload["policy"]["control_tolerance"]
+    if profiled:
+        counts["profile"] = profiled
     control = None
     if controls:
         vals = [c for c, _ in controls]
@@ -251,6 +274,11 @@ def append_config(line: Line, task: Task, rows, key: tuple, written: _Written, w
     for o, env in rows:
         written.appended.append(line.ledger.append(o.kind, {**line.stamp(env).fields(), **o.payload}))
         written.latest[(o.payload["config_key"], o.payload["candidate"])] = o
+
+
+def append_profile(line: Line, payload: dict, env: dict, written: _Written) -> None:
+    """Append one `profile` row (a harness/sweep/profile.py payload) measured on ``env``'s device."""
+    written.appended.append(line.ledger.append("profile", {**line.stamp(env).fields(), **payload}))
 
 
 def _where(envs: list[dict], executor) -> str:

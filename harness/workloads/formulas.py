@@ -17,12 +17,21 @@ def flops(cfg: Config) -> float:
     return f
 
 
-def min_bytes(cfg: Config) -> float:
-    """Fewest bytes any implementation must move: read q, k, v once, write out once."""
+def min_read_bytes(cfg: Config) -> float:
+    """Fewest bytes any correct implementation must read: q, k and v, once each.
+
+    Causal masking does not lower it: the last query row attends to every key.
+    """
     qs, ks, _ = cfg.shapes()
     q = qs[0] * qs[1] * qs[2] * qs[3]
     kv = 2 * ks[0] * ks[1] * ks[2] * ks[3]
-    return float((2 * q + kv) * cfg.elem_bytes)
+    return float((q + kv) * cfg.elem_bytes)
+
+
+def min_bytes(cfg: Config) -> float:
+    """Fewest bytes any implementation must move: read q, k, v once, write out once."""
+    qs, _, _ = cfg.shapes()
+    return min_read_bytes(cfg) + float(qs[0] * qs[1] * qs[2] * qs[3] * cfg.elem_bytes)
 
 
 def kv_bytes(cfg: Config) -> float:

@@ -1,0 +1,111 @@
+"""Profiling one kernel at one config under Nsight Compute, in a child process.
+
+``profile`` runs harness/measurement/profile_worker.py under ``ncu`` (options from
+counters.ncu_args), parses the CSV log and returns frozen data: every launch ncu saw
+inside the worker's NVTX range, the per-call [verify] counters, the counter reductio and
+the float64 check of what the profiled call wrote. It never touches the ledger.
+
+ncu missing, or unable to read counters (ERR_NVGPUCTRPERM and kin), is a UserError (one
+line, exit 2): counters that cannot be read are never a pass. A kernel that crashes in
+the worker, or a call that launched nothing ncu could profile, comes back as a result
+with ``error`` set and no counters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.measurement import counters
+from harness.workloads import Config, formulas
+
+# Profiled calls per (config, kernel): ncu replays each launch until every metric is
+# collected, so one call gives complete counters; per-call values divide by this.
+PROFILE_CALLS = 1
+# One profile (ncu start, imports, warm-up, replays, the float64 check) may take this long.
+PROFILE_TIMEOUT_S = 900
+# Lines of the worker's stderr kept when it fails.
+ERROR_TAIL_LINES = 8
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    config: Config
+    kernel: str                   # the name the NVTX range carries
+    launches: tuple = ()          # counters.Launch, inside the range, in launch order
+    per_call: dict = field(default_factory=dict)   # counters.per_call
+    impossible: str | None = None  # counters.counter_impossible
+    output_check: dict | None = None  # the float64 check of the profiled call's output
+    error: str | None = None      # why there are no counters (crash, nothing launched)
+    l2_bytes: int | None = None
+    ncu_version: str | None = None
+    outside_range: int = 0        # launches ncu reported outside the range (dropped)
+
+    @property
+    def correct(self) -> bool:
+        return self.error is None and bool(self.output_check and self.output_check.get("passed"))
+
+
+def ncu_version(ncu: str) -> str:
+    res = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60)
+    lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else "unknown"
+
+
+def _pythonpath() -> str:
+    """The worker imports the same harness and kernels packages as this process."""
+    import harness
+    import kernels
+
+    roots = {str(Path(m.__file__).resolve().parents[1]) for m in (harness, kernels)}
+    return os.pathsep.join([*sorted(roots), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
+def profile(cfg: Config, kernel: str, *, name: str | None = None, seed: int, atol: float, rtol: float,
+            numerics: dict | None = None, l2_bytes: int | None, cwd: Path | None = None,
+            ncu: str | None = None, version: str | None = None,
+            timeout_s: float = PROFILE_TIMEOUT_S) -> ProfileResult:
+    """Counters of one call of ``kernel`` (a registered name or ``module:function``) at ``cfg``."""
+    ncu = ncu or counters.ncu_path()
+    name = name or kernel.rsplit(":", 1)[-1]
+    if "/" in name or "@" in name:
+        raise UserError(f"kernel name {name!r} cannot name an NVTX range filter ('/' and '@' are ncu's separators)")
+    with tempfile.TemporaryDirectory(prefix="bench-ncu-") as tmp:
+        log, spec_path, result_path = (Path(tmp) / n for n in ("ncu.csv", "spec.json", "result.json"))
+        spec_path.write_text(json.dumps({
+            "config": cfg.as_dict(), "kernel": kernel, "name": name, "seed": seed, "atol": atol, "rtol": rtol,
+            "numerics": numerics or {}, "calls": PROFILE_CALLS, "result": str(result_path)}))
+        cmd = [ncu, *counters.ncu_args(str(log), name), sys.executable, "-m", "harness.measurement.profile_worker",
+               str(spec_path)]
+        env = {**os.environ, "PYTHONPATH": _pythonpath()}
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=cwd, env=env)
+        except subprocess.TimeoutExpired:
+            return ProfileResult(cfg, name, error=f"ncu did not finish within {timeout_s:.0f} s", l2_bytes=l2_bytes,
+                                 ncu_version=version)
+        text = log.read_text(errors="replace") if log.exists() else ""
+        perm = counters.counter_error("\n".join([text, res.stdout, res.stderr]))
+        if perm:
+            raise UserError(f"ncu cannot read the GPU's performance counters ({perm}): allow profiling for this "
+                            f"user (NVreg_RestrictProfilingToAdminUsers=0) or run as an administrator")
+        if res.returncode != 0 or not result_path.exists():
+            tail = " | ".join((res.stderr or text).strip().splitlines()[-ERROR_TAIL_LINES:])
+            return ProfileResult(cfg, name, error=f"the profiled worker failed (exit {res.returncode}): {tail}",
+                                 l2_bytes=l2_bytes, ncu_version=version)
+        output_check = json.loads(result_path.read_text())["output_check"]
+    # No table at all: ncu profiled nothing (its log says "No kernels were profiled").
+    launches = counters.parse_csv(text) if counters.has_table(text) else []
+    inside = tuple(launch for launch in launches if counters.in_range(launch, name))
+    per_call = counters.per_call(list(inside), PROFILE_CALLS)
+    error = None if inside else (f"ncu profiled no kernel launch inside the NVTX range "
+                                 f"{counters.nvtx_range(name)!r}: the call launched no kernel ncu can see")
+    impossible = counters.counter_impossible(per_call["dram_read_bytes"], formulas.min_read_bytes(cfg), l2_bytes)
+    return ProfileResult(cfg, name, launches=inside, per_call=per_call, impossible=impossible,
+                         output_check=output_check, error=error, l2_bytes=l2_bytes, ncu_version=version,
+                         outside_range=len(launches) - len(inside))
