@@ -376,7 +376,7 @@ def test_no_commit_leaves_the_rows_to_the_user_and_the_verdict_waits_for_them(re
     head = git(repo, "rev-parse", "HEAD")
     s = run_bench(repo, "sweep", "tiny", "--no-commit")
     assert s.returncode == 0, s.stderr
-    assert "rows not committed" in s.stdout and git(repo, "rev-parse", "HEAD") == head
+    assert "has rows no commit holds yet" in s.stdout and git(repo, "rev-parse", "HEAD") == head
     last = len(rows(repo)) - 1
     v = run_bench(repo, "verdict", "tiny")
     assert v.returncode == 2 and f"rows 0-{last} not committed" in v.stderr

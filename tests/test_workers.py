@@ -49,7 +49,8 @@ FAULT_LINE = textwrap.dedent('''\
     families = ["normal"]
 
     [timing]
-    warmup_ms = 2
+    # On a GPU, warm-up must outlast a few NVML polls (the reference clock is read in its tail).
+    warmup_ms = {warmup}
     min_samples = 3
     max_samples = 10
     min_time_ms = 2
@@ -121,6 +122,7 @@ def _fault_sweep(tmp_path, fault, *, device="cpu", dtype="float32", tol="1e-5", 
     line = "faults"
     root = _repo(tmp_path, line, FAULT_LINE.format(fault=fault, dtype=dtype, tol=tol, seq_lens=seq_lens,
                                                    weak='["scale_1pct", "drop_last_key"]' if dtype == "float16" else "[]",
+                                                   warmup=50 if device == "cuda" else 2,
                                                    watchdog=TEST_WATCHDOG_S))
     env = _plugin_env(tmp_path)
     reg = _bench(root, env, "register", line)
