@@ -16,7 +16,7 @@ import pytest
 from harness.errors import UserError
 from harness.governance.ledger import (GENESIS_HASH, LEDGER_SCHEMA, Ledger, anchor, canonical, dataframe, read_rows,
                                        require_anchorable, require_anchored, row_hash, verify)
-from tests.conftest import bench_env, git, run_bench
+from tests.conftest import REPO, bench_env, git, run_bench
 
 
 def _fill(root: Path, n: int = 5) -> Ledger:
@@ -293,8 +293,14 @@ def test_read_only_ledger_refused_for_a_user_without_root(tmp_path, what):
         for p in (base, led.path.parent, led.path):
             os.chown(p, 65534, 65534)
         (led.path if what == "file" else led.path.parent).chmod(0o444 if what == "file" else 0o555)
+        # nobody may not read this checkout (a clone under a 0700 directory): it imports a copy.
+        code = Path(tempfile.mkdtemp(prefix="bench-ro-code-"))
+        code.chmod(0o755)
+        shutil.copytree(REPO / "harness", code / "harness", ignore=shutil.ignore_patterns("__pycache__"))
         r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
-                            _AS_NOBODY, str(base)], capture_output=True, text=True, env=bench_env(), timeout=60)
+                            _AS_NOBODY, str(base)], capture_output=True, text=True,
+                           env={**bench_env(), "PYTHONPATH": str(code)}, timeout=60)
+        shutil.rmtree(code)
         if "Permission denied" in r.stderr and "Traceback" not in r.stderr:
             pytest.skip(f"cannot run Python as nobody here: {r.stderr.strip()}")
         assert r.returncode == 3, r.stderr
