@@ -283,7 +283,7 @@ def _hanging_sweep(tmp_path):
     """A sweep held inside its config by a host hang (watchdog far away), and its worker pids."""
     line = "faults"
     root = _repo(tmp_path, line, FAULT_LINE.format(fault="fault_hang", dtype="float32", tol="1e-5",
-                                                   seq_lens="[32]", watchdog=600))
+                                                   seq_lens="[32]", weak="[]", warmup=2, watchdog=600))
     env = _plugin_env(tmp_path)
     assert _bench(root, env, "register", line).returncode == 0
     driver = _popen(root, env, "sweep", line, "--device", "cpu", "--no-ceilings")
