@@ -235,6 +235,12 @@ class Timer(Protocol):
         """Run ``fn`` once and return its duration in ms."""
         ...
 
+    def time_loop(self, calls: Sequence[tuple[Callable[[], None], Callable[[], None] | None]], *,
+                  arm: str = "") -> list[float]:
+        """Run ``(fn, before)`` pairs back to back, as a loop of calls runs, and return each
+        ``fn``'s duration in ms (``before`` outside its window). No hold, no per-call sync."""
+        ...
+
 
 class HostTimer:
     """Wall time around the call (CPU work only: it does not synchronize a GPU)."""
@@ -253,6 +259,9 @@ class HostTimer:
         ms = (time.perf_counter_ns() - t0) / 1e6
         self.last_host_s = ms / 1e3  # on the host, the whole call is host time
         return ms
+
+    def time_loop(self, calls, *, arm="") -> list[float]:
+        return [self.time_call(fn, arm=arm, before=before) for fn, before in calls]
 
 
 # The spin that holds the stream while the host enqueues a timed call (CudaEventTimer).
@@ -351,6 +360,22 @@ class CudaEventTimer:
         self.host_gaps_kept[arm] = self.host_gaps_kept.get(arm, 0) + 1
         return ms
 
+    def time_loop(self, calls, *, arm="") -> list[float]:
+        # Each call between its own events, all enqueued back to back and synchronized once:
+        # the GPU goes from one call to the next as in a user's loop (triton.testing.do_bench),
+        # with the next launch queued while the previous call runs.
+        torch = self._torch
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in calls]
+        for (fn, before), (start, end) in zip(calls, events):
+            if before is not None:
+                before()
+            start.record()
+            fn()
+            end.record()
+        if events:
+            events[-1][1].synchronize()
+        return [float(start.elapsed_time(end)) for start, end in events]
+
 
 class ScriptedTimer:
     """Virtual clock for tests: scripted durations per arm, time advances by them.
@@ -406,6 +431,9 @@ class ScriptedTimer:
         ms = self._duration(arm)
         self.advance((round(ms * 1e6) + self._overhead_ns) / 1e9)
         return ms
+
+    def time_loop(self, calls, *, arm="") -> list[float]:
+        return [self.time_call(fn, arm=arm, before=before) for fn, before in calls]
 
 
 # ------------------------------------------------------------------------------------------

@@ -14,9 +14,10 @@ from typing import Callable
 
 # Phases, in the order a config goes through them. ``setup`` (memory model, allocation)
 # and ``check`` (the timed outputs against the reference) name no single kernel;
-# ``timing`` names every timed arm at once.
-SETUP, GATE, TIMING, CHECK, RECHECK = "setup", "gate", "timing", "check", "recheck"
-PHASES = (SETUP, GATE, TIMING, CHECK, RECHECK)
+# ``timing`` names every timed arm at once; ``rates`` (a line whose bar judges absolute
+# rates) times one candidate's calls back to back.
+SETUP, GATE, TIMING, CHECK, RATES, RECHECK = "setup", "gate", "timing", "check", "rates", "recheck"
+PHASES = (SETUP, GATE, TIMING, CHECK, RATES, RECHECK)
 
 _sink: Callable[[tuple[str, ...], str], None] | None = None
 _current: tuple[tuple[str, ...], str | None] = ((), None)

@@ -13,21 +13,16 @@ from dataclasses import dataclass
 
 from harness.sweep import phase
 from harness.workloads import Config
-from harness.workloads import formulas
 
 # Fresh inputs for the post-timing recheck come from a seed no registration uses for the
 # gate, so a kernel cannot have seen them.
 RECHECK_SEED_OFFSET = 1_000_003
 TIMING_SEED_OFFSET = 2_000_003
-# Lines whose bar judges an absolute rate (RATE_METRICS) time compute-bound configs
-# (FLOPs per byte above the device's ridge point) with this many lead calls unless the
-# registration sets [timing] lead_calls: the kernel then runs at the sustained clock and
-# power of a loop of calls, as triton.testing.do_bench times it (docs/benchmarks.md).
-RATE_LEAD_CALLS = 3
-RATE_METRICS = frozenset({"tflops", "gbps", "tflops_frac", "gbps_frac", "kv_gbps_frac"})
-# The ridge point (FLOP per byte) when no ceilings are stored: the H100/H200's dense fp16
-# peak over its HBM bandwidth (~990 TFLOP/s / 4.8 TB/s).
-DEFAULT_RIDGE_FLOP_PER_BYTE = 200.0
+# Lines whose bar judges an absolute rate (one of RATE_METRICS) take each candidate's rates
+# from a sustained phase after the interleaved rounds (harness/measurement/sustained.py):
+# calls back to back at the clock a loop of calls holds, as triton.testing.do_bench times
+# them. Speedups still come from the interleaved rounds, where the arms share one clock.
+RATE_METRICS = frozenset({"ms", "tflops", "gbps", "kv_gbps", "tflops_frac", "gbps_frac", "kv_gbps_frac"})
 
 
 @dataclass(frozen=True)
@@ -43,7 +38,7 @@ class SweepContext:
     timing: dict
     numerics: dict
     ceilings: dict | None
-    rate_bar: bool = False  # the bar judges an absolute rate (see RATE_LEAD_CALLS)
+    rate_bar: bool = False  # the bar judges an absolute rate: rates from the sustained phase
     # The repository root: kernel sources inside it are recorded by their path relative to it.
     root: str | None = None
 
@@ -88,7 +83,7 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
     from harness.measurement.timing import TimingPolicy
 
     phase.report(None, phase.SETUP)
-    policy = TimingPolicy.from_mapping(timing_for(cfg, ctx))
+    policy = TimingPolicy.from_mapping(ctx.timing)
     pred = memory.predict(cfg, [base_spec, *runnable], policy, ctx.device)
     avail = memory.available_bytes(ctx.device)
     if pred.peak_bytes > avail:
@@ -115,30 +110,6 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
     finally:
         memory.release(ctx.device)
     return out
-
-
-def compute_bound(cfg: Config, ceilings: dict | None) -> bool:
-    """FLOPs per byte moved above the ridge point (stored ceilings', else the default's)."""
-    ridge = DEFAULT_RIDGE_FLOP_PER_BYTE
-    if ceilings:
-        from harness.measurement.ceilings import Ceilings
-
-        ceil = Ceilings.from_row(ceilings)
-        mm = ceil.matmul_tflops.get(cfg.dtype)
-        if mm and ceil.copy_gbps:
-            ridge = mm * 1e12 / (ceil.copy_gbps * 1e9)
-    return formulas.flops(cfg) / formulas.min_bytes(cfg) > ridge
-
-
-def timing_for(cfg: Config, ctx: SweepContext) -> dict:
-    """The [timing] table a config is timed under: the registration's, with RATE_LEAD_CALLS
-    lead calls for a compute-bound config of a line whose bar judges absolute rates (unless
-    the registration chose lead_calls, or graph mode, which replays calls back to back)."""
-    timing = dict(ctx.timing)
-    if (ctx.rate_bar and "lead_calls" not in timing and timing.get("mode", "cold") != "graph"
-            and ctx.device != "cpu" and compute_bound(cfg, ctx.ceilings)):
-        timing["lead_calls"] = RATE_LEAD_CALLS
-    return timing
 
 
 def spot_seed(cfg: Config, ctx: SweepContext) -> int:
@@ -227,6 +198,16 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
                                                  "empty_window": empty.as_dict(), "timing": m.to_row(),
                                                  "gate": gates[spec.name].to_row()}))
                 continue
+            sus = None
+            if ctx.rate_bar and policy.mode != "graph":
+                phase.report(spec.name, phase.RATES)
+                sus, bad = _sustained(cfg, spec, slots, outs[arm_name(spec.name)], ctx, policy)
+                if bad is not None:
+                    out.append(Outcome("incorrect", {**_base(cfg, spec.name, ctx), "role": "candidate",
+                                                     "tag": "sustained_" + bad.tag, "reason": bad.reason,
+                                                     "sustained": sus.as_dict(),
+                                                     "gate": gates[spec.name].to_row()}))
+                    continue
             q, k, v = slots[0]
             o = outs[arm_name(spec.name)][0]
             phase.report(spec.name, phase.RECHECK)
@@ -240,7 +221,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
                 continue
             details = {"candidate": spec.details(*slots[0], cfg), "baseline": base_spec.details(*slots[0], cfg)}
             out.append(_result(cfg, spec, base_spec, ctx, policy, m, gates, pred, (measured_peak, held), numerics,
-                               details, empty))
+                               details, empty, sus))
     return out
 
 
@@ -337,6 +318,26 @@ def _spot_failure(cfg, slots, m, snaps, name, ctx):
     return None if rep.passed else rep
 
 
+def _sustained(cfg, spec, slots, outs, ctx, policy):
+    """The candidate's calls back to back at the sustained clock (rates for a rate bar), and
+    the check of the last call's output (poisoned before every call), or None when it passed."""
+    from harness.measurement.correctness import check_timed_output
+    from harness.measurement.sustained import sustain
+
+    def call(slot: int) -> None:
+        q, k, v = slots[slot]
+        spec.fn(q, k, v, outs[slot], causal=cfg.causal, scale=cfg.scale)
+
+    def poison(slot: int) -> None:
+        outs[slot].fill_(float("nan"))
+
+    sus = sustain(arm_name(spec.name), call, n_slots=len(slots), mode=policy.mode, device=ctx.device, prepare=poison)
+    q, k, v = slots[sus.last_slot]
+    rep = check_timed_output(cfg, q, k, v, outs[sus.last_slot], atol=ctx.atol[cfg.dtype], rtol=ctx.rtol[cfg.dtype],
+                             label=f"slot {sus.last_slot}", what="output of the last call timed back to back")
+    return sus, (None if rep.passed else rep)
+
+
 def _empty_window(policy, device):
     from harness.measurement.timing import empty_window
 
@@ -382,7 +383,8 @@ def _memory(pred, peak) -> dict:
             "breakdown": pred.breakdown}
 
 
-def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, details, empty=None) -> Outcome:
+def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, details, empty=None,
+            sus=None) -> Outcome:
     from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
 
     cand, base, ctl = m.arms[arm_name(spec.name)], m.arms[ARM_BASELINE], m.arms[ARM_CONTROL]
@@ -397,21 +399,28 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         # The measured peak is kept: memory does not depend on the clocks.
         return Outcome(kind, {**_base(cfg, spec.name, ctx), "reason": why, "undersampled": kind == "skipped",
                               "timing": m.to_row(), "policy": policy.as_dict(), "memory": _memory(pred, peak)})
-    ms = cand.stats.median
+    from harness.measurement.sustained import rates
+
     speedup, lo, hi = m.speedup(candidate=arm_name(spec.name), baseline=ARM_BASELINE)
     control = m.control_ratio
-    secs = ms * 1e-3
-    tflops = formulas.flops(cfg) / secs / 1e12
-    gbps = formulas.min_bytes(cfg) / secs / 1e9
-    kv_gbps = formulas.kv_bytes(cfg) / secs / 1e9
+    # Absolute rates: from the sustained phase when the bar judges them, else from the
+    # interleaved rounds; the clock and power recorded are those the rates were measured at.
+    if sus is not None:
+        ms, sm_mhz, power_w = sus.median_ms, sus.sm_mhz, sus.power_w
+    else:
+        ms = cand.stats.median
+        sm_mhz = m.clock.mean_mhz if m.clock else None
+        power_w = m.clock.power_mean_w if m.clock else None
+    r = rates(cfg, ms)
+    tflops, gbps, kv_gbps = r["tflops"], r["gbps"], r["kv_gbps"]
     metrics = {"ms": ms, "baseline_ms": base.stats.median, "control_ms": ctl.stats.median, "speedup": speedup,
                "speedup_ci_low": lo, "speedup_ci_high": hi, "control": control, "tflops": tflops, "gbps": gbps,
                "kv_gbps": kv_gbps, "tflops_frac": None, "gbps_frac": None, "kv_gbps_frac": None,
                # Host time of enqueuing one timed call (nvbench's CPU time beside GPU time).
                "host_us": m.host_us.get(arm_name(spec.name)), "baseline_host_us": m.host_us.get(ARM_BASELINE),
-               # The clock and power the rates were measured at (NVML, measured rounds).
-               "sm_mhz": m.clock.mean_mhz if m.clock else None,
-               "power_w": m.clock.power_mean_w if m.clock else None}
+               "sm_mhz": sm_mhz, "power_w": power_w,
+               # The candidate's median in the interleaved rounds (the speedup's numerator).
+               "interleaved_ms": cand.stats.median}
     impossible = None
     if ctx.ceilings:
         from harness.measurement.ceilings import Ceilings, impossible as reductio
@@ -432,6 +441,8 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         "timing": m.to_row(),
         "policy": policy.as_dict(),
         "empty_window": empty.as_dict() if empty is not None else None,
+        "rate_protocol": "sustained" if sus is not None else "interleaved",
+        "sustained": sus.as_dict() if sus is not None else None,
         "rig_noisy": bool(noise),
         "rig_noise": noise,
         "impossible": impossible,

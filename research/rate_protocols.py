@@ -1,0 +1,162 @@
+"""Issue 16, item 5: why an absolute rate differs between two timers, one factor at a time.
+
+Two questions, on one GPU, same kernel, same inputs:
+  1. decode (memory-bound, B 16, H 32, Hkv 8, 8k keys, fp16): does do_bench's L2 flush
+     (``zero_`` of 256 MB, which leaves the L2 full of dirty lines) slow the timed kernel?
+     Per-call event timing, back to back, with: no flush; a zero_ flush (as do_bench); a
+     zero_ flush followed by a read of another 256 MB buffer (clean L2, same eviction).
+  2. flash (compute-bound, B 8, H 16, N 4096, D 128, fp16): how long must a kernel run back
+     to back before its clock and time settle? After 3 s idle, W ms of back-to-back calls,
+     then 100 timed back-to-back calls, for W in WARM_MS; NVML's SM clock and power during
+     the timed calls.
+plus ``triton.testing.do_bench`` of each. Writes $OUT/rate_protocols.json; prints a table.
+Figures are not ledger-backed.
+
+    python3 -m research.rate_protocols
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import threading
+import time
+from pathlib import Path
+
+FLUSH_BYTES = 256 << 20  # triton.testing's cache buffer size
+WARM_MS = (0, 50, 200, 1000, 3000)
+N_TIMED = 100
+IDLE_S = 3.0
+
+
+class Poller:
+    """SM clock and power from NVML every 5 ms, in a thread."""
+
+    def __init__(self):
+        import pynvml
+
+        pynvml.nvmlInit()
+        self.nv = pynvml
+        self.h = pynvml.nvmlDeviceGetHandleByIndex(int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or 0))
+        self.samples = []
+        self.stop_ev = threading.Event()
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self):
+        nv = self.nv
+        while not self.stop_ev.is_set():
+            self.samples.append((time.perf_counter(), nv.nvmlDeviceGetClockInfo(self.h, nv.NVML_CLOCK_SM),
+                                 nv.nvmlDeviceGetPowerUsage(self.h) / 1000))
+            time.sleep(0.005)
+
+    def between(self, t0, t1):
+        s = [x for x in self.samples if t0 <= x[0] <= t1]
+        if not s:
+            return None, None
+        return statistics.fmean(x[1] for x in s), max(x[2] for x in s)
+
+    def close(self):
+        self.stop_ev.set()
+        self.t.join()
+
+
+def timed_loop(fn, before, n):
+    """Per-call event times (ms) of n back-to-back calls, ``before`` outside each window."""
+    import torch
+
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    for s, e in ev:
+        if before is not None:
+            before()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in ev]
+
+
+def run_for(fn, ms):
+    import torch
+
+    t_end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < t_end:
+        for _ in range(4):
+            fn()
+        torch.cuda.synchronize()
+
+
+def main() -> int:
+    import torch
+    import triton.testing
+
+    from harness.workloads import Config
+    from harness.workloads.inputs import make_inputs
+    from kernels import get_kernel
+
+    out_dir = Path(os.environ.get("OUT") or "bench-out")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    poll = Poller()
+    report = {"decode": [], "flash": []}
+
+    def clocked(run):
+        t0 = time.perf_counter()
+        r = run()
+        t1 = time.perf_counter()
+        return r, poll.between(t0, t1)
+
+    # 1. decode and the flush's dirty lines
+    cfg = Config("decode", 16, 32, 8, 8192, 128, "float16", False)
+    spec = get_kernel("triton_decode")
+    q, k, v = make_inputs(cfg, 0, "normal", "cuda")
+    o = torch.empty_like(q)
+    fn = lambda: spec.fn(q, k, v, o, causal=cfg.causal, scale=cfg.scale)  # noqa: E731
+    zbuf = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    rbuf = torch.ones(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    sink = torch.empty((), dtype=torch.int64, device="cuda")
+
+    def zero_then_read():
+        zbuf.zero_()
+        sink.copy_(rbuf.sum())
+
+    run_for(fn, 300)
+    for label, before in (("no flush", None), ("zero_ flush (as do_bench)", zbuf.zero_),
+                          ("zero_ then read flush (clean L2)", zero_then_read)):
+        ts, (mhz, pw) = clocked(lambda: timed_loop(fn, before, 200))
+        report["decode"].append({"protocol": label, "median_ms": statistics.median(ts), "sm_mhz": mhz, "power_w": pw})
+    theirs, (mhz, pw) = clocked(lambda: triton.testing.do_bench(fn, warmup=100, rep=600, return_mode="median"))
+    report["decode"].append({"protocol": "triton.testing.do_bench", "median_ms": theirs, "sm_mhz": mhz, "power_w": pw})
+    del q, k, v, o
+    torch.cuda.empty_cache()
+
+    # 2. flash and the clock's settling time
+    cfg = Config("attention", 8, 16, 16, 4096, 128, "float16", False)
+    spec = get_kernel("triton_flash")
+    q, k, v = make_inputs(cfg, 0, "normal", "cuda")
+    o = torch.empty_like(q)
+    fn = lambda: spec.fn(q, k, v, o, causal=cfg.causal, scale=cfg.scale)  # noqa: E731
+    run_for(fn, 200)  # compile
+    for w in WARM_MS:
+        for before_label, before in (("cold", zbuf.zero_), ("hot", None)):
+            time.sleep(IDLE_S)
+            run_for(fn, w)
+            ts, (mhz, pw) = clocked(lambda: timed_loop(fn, before, N_TIMED))
+            report["flash"].append({"warm_ms": w, "mode": before_label, "median_ms": statistics.median(ts),
+                                    "first10_ms": statistics.median(ts[:10]), "last10_ms": statistics.median(ts[-10:]),
+                                    "sm_mhz": mhz, "power_w": pw})
+    time.sleep(IDLE_S)
+    theirs, (mhz, pw) = clocked(lambda: triton.testing.do_bench(fn, warmup=100, rep=600, return_mode="median"))
+    report["flash"].append({"warm_ms": "do_bench", "mode": "cold", "median_ms": theirs, "sm_mhz": mhz, "power_w": pw})
+    poll.close()
+
+    (out_dir / "rate_protocols.json").write_text(json.dumps(report, indent=2))
+    for part, rows in report.items():
+        print(f"## {part}")
+        for r in rows:
+            print("  " + "  ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
