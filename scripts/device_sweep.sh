@@ -26,8 +26,10 @@ done
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this clone's code, installed or not
 python3 -m harness warm "$line" > "$OUT/warm-$line.log" 2>&1; tail -1 "$OUT/warm-$line.log"
-python3 -m harness sweep "$line" 2>&1 | tee "$OUT/sweep-$line.log"
-rc=$?
+# SWEEP_TIMEOUT_S (default: none) ends the sweep with SIGTERM, which it takes as a graceful
+# stop (configs in flight finish, exit 143): the rows so far are still copied to $OUT below.
+timeout -s TERM "${SWEEP_TIMEOUT_S:-0}" python3 -m harness sweep "$line" 2>&1 | tee "$OUT/sweep-$line.log"
+rc=${PIPESTATUS[0]}
 if [ "$rc" = 0 ] && [ "${2:-}" = --verdict ]; then
   python3 -m harness verdict "$line" 2>&1 | tee "$OUT/verdict-$line.log"
 fi
