@@ -12,7 +12,14 @@ Two questions, on one GPU, same kernel, same inputs:
 plus ``triton.testing.do_bench`` of each. Writes $OUT/rate_protocols.json; prints a table.
 Figures are not ledger-backed.
 
-    python3 -m research.rate_protocols
+    python3 -m research.rate_protocols                  (both parts, ~2 min on the H200)
+    python3 -m research.rate_protocols --decode-mechanism   (~1 min: part 1 split by cause)
+
+``--decode-mechanism`` separates two suspects for decode's gap to do_bench: host launch
+gaps (a loop whose host enqueue is slower than the GPU puts launch latency inside the
+window; a spin kernel queued first keeps the GPU behind the host) and the flush's dirty
+L2 lines written back during the timed kernel (zero_ vs zero_ then a read). It also times
+the harness's sustained phase in cold and hot mode, as ``bench sweep`` runs it.
 """
 
 from __future__ import annotations
@@ -87,7 +94,79 @@ def run_for(fn, ms):
         torch.cuda.synchronize()
 
 
+def timed_loop_ahead(fn, before, n, spin_ms):
+    """timed_loop behind a spin kernel of spin_ms: the host enqueues ahead of the GPU."""
+    import torch
+
+    torch.cuda._sleep(int(spin_ms * 1e-3 * 2.0e9))
+    return timed_loop(fn, before, n)
+
+
+def host_enqueue_us(fn, n=200):
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(50e-3 * 2.0e9))  # the GPU busy: enqueue never waits on it
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t = (time.perf_counter() - t0) / n * 1e6
+    torch.cuda.synchronize()
+    return t
+
+
+def decode_mechanism() -> int:
+    import torch
+    import triton.testing
+
+    from harness.measurement.sustained import sustain
+    from harness.workloads import Config
+    from harness.workloads.inputs import make_inputs
+    from kernels import get_kernel
+
+    out_dir = Path(os.environ.get("OUT") or "bench-out")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = Config("decode", 16, 32, 8, 8192, 128, "float16", False)
+    spec = get_kernel("triton_decode")
+    q, k, v = make_inputs(cfg, 0, "normal", "cuda")
+    o = torch.empty_like(q)
+    fn = lambda: spec.fn(q, k, v, o, causal=cfg.causal, scale=cfg.scale)  # noqa: E731
+    zbuf = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    rbuf = torch.ones(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    sink = torch.empty((), dtype=torch.int64, device="cuda")
+
+    def zero_then_read():
+        zbuf.zero_()
+        sink.copy_(rbuf.sum())
+
+    def poison():
+        o.fill_(float("nan"))
+
+    run_for(fn, 300)
+    rows = [{"protocol": "host enqueue of one call (us)", "value": host_enqueue_us(fn)}]
+    n = 100
+    for label, before in (("no flush", None), ("poison fill", poison), ("zero_ flush", zbuf.zero_),
+                          ("zero_ then read", zero_then_read)):
+        rows.append({"protocol": f"{label}: loop", "value": statistics.median(timed_loop(fn, before, n))})
+        rows.append({"protocol": f"{label}: loop behind a 20 ms spin",
+                     "value": statistics.median(timed_loop_ahead(fn, before, n, 20.0))})
+    for mode in ("hot", "cold"):
+        sus = sustain("d", lambda s: fn(), n_slots=1, mode=mode, device="cuda", prepare=lambda s: poison(),
+                      warm_s=0.2, timed_s=0.2)
+        rows.append({"protocol": f"harness sustained phase, mode {mode}", "value": sus.median_ms})
+    rows.append({"protocol": "triton.testing.do_bench",
+                 "value": triton.testing.do_bench(fn, warmup=100, rep=300, return_mode="median")})
+    (out_dir / "decode_mechanism.json").write_text(json.dumps(rows, indent=2))
+    for r in rows:
+        print(f"  {r['protocol']:<45} {r['value']:.4f}")
+    return 0
+
+
 def main() -> int:
+    import sys
+
+    if "--decode-mechanism" in sys.argv[1:]:
+        return decode_mechanism()
     import torch
     import triton.testing
 
