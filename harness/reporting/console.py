@@ -4,9 +4,20 @@ from __future__ import annotations
 
 import functools
 
+# Width of output that goes to a file or a pipe (an overnight sweep's log, CI), where rich
+# would otherwise wrap every table at 80 columns and split config keys and numbers across
+# lines. COLUMNS, when set, still wins.
+NON_TTY_WIDTH = 160
+
 
 @functools.lru_cache(maxsize=None)
 def console():
+    import os
+    import sys
+
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False)
+    width = None
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        width = NON_TTY_WIDTH
+    return Console(highlight=False, soft_wrap=False, width=width)
