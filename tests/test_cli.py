@@ -250,3 +250,19 @@ def test_the_registered_path_and_line_id_both_work_and_counts_are_singular(repo,
     assert main(["ledger", "verify", "../registrations/tiny.toml"]) == 0
     assert main(["ledger", "verify", "registrations/tiny.toml"]) == 2
     assert "no registration file at registrations/tiny.toml" in capsys.readouterr().err
+
+
+def test_output_to_a_pipe_is_wide_enough_for_tables_unless_columns_says_otherwise():
+    import subprocess
+    import sys
+
+    from harness.reporting.console import NON_TTY_WIDTH
+    from tests.conftest import bench_env
+
+    code = "from harness.reporting.console import console; print(console().width)"
+    env = {k: v for k, v in bench_env().items() if k != "COLUMNS"}
+    piped = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert int(piped.stdout) == NON_TTY_WIDTH
+    narrow = subprocess.run([sys.executable, "-c", code], env={**env, "COLUMNS": "100"}, capture_output=True,
+                            text=True, check=True)
+    assert int(narrow.stdout) == 100
