@@ -113,8 +113,24 @@ def gpu_slots(spec: str | None) -> list[str]:
     return [seen[i] if seen is not None else str(i) for i in picked]
 
 
-def make_executor(device: str, *, inline: bool = False, gpus: str | None = None, workers: int = 1):
-    """The executor a sweep runs on: inline (debugging), or one worker per GPU / CPU slot."""
+def make_executor(device: str, *, inline: bool = False, gpus: str | None = None, workers: int = 1,
+                  executor: str = "local", address: str | None = None):
+    """The executor a sweep runs on: inline (debugging), one worker per GPU / CPU slot, or
+    one Ray actor per GPU of a cluster (``executor="ray"``)."""
+    if executor not in ("local", "ray"):
+        raise UserError(f"--executor {executor!r}: use local or ray")
+    if address is not None and executor != "ray":
+        raise UserError("--address names a Ray cluster: add --executor ray (or drop --address)")
+    if executor == "ray":
+        if inline or gpus is not None:
+            raise UserError("--executor ray runs one actor per GPU of the cluster: drop --inline/--gpus")
+        if device == "cuda" and workers != 1:
+            raise UserError("--workers is for CPU sweeps: on a Ray cluster every GPU gets one actor")
+        if workers < 1:
+            raise UserError(f"--workers {workers}: give at least 1")
+        from harness.sweep.ray_executor import RayExecutor
+
+        return RayExecutor(device, address=address, workers=workers)
     if inline:
         if gpus is not None or workers != 1:
             raise UserError("--inline runs in this process, on one device: drop --gpus/--workers "
@@ -162,11 +178,12 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     executor = executor or make_executor(device)
     with contextlib.ExitStack() as stack:
         stack.callback(executor.close)
+        executor.prepare(line)
         slots = executor.start()
         envs = [s.env for s in slots]
         _one_model(envs)
         who = {"line": line.reg.line, "root": str(line.root)}
-        for key in sorted({device_key(e) for e in envs}):
+        for key in sorted({device_key(e) for e in envs} if not executor.locks_devices else ()):
             stack.enter_context(device_lock(key, who=who, wait=wait, on_wait=on_wait))
         ceilings = _ceilings(line, executor, slots[0]) if with_ceilings else None
         ctx = context(line, device, ceilings)
@@ -284,7 +301,7 @@ def append_profile(line: Line, payload: dict, env: dict, written: _Written) -> N
 def _where(envs: list[dict], executor) -> str:
     """Where the configs ran, for the summary."""
     how = "inline, in this process (no isolation, no watchdog)" if not executor.can_kill else \
-        f"{len(envs)} worker process{'es' if len(envs) > 1 else ''}"
+        f"{len(envs)} {executor.labels[len(envs) > 1]}"
     hosts = sorted({e.get("host") or "?" for e in envs})
     gpus = [f"GPU {e.get('gpu_index')} ({e.get('gpu')})" for e in envs if e.get("gpu")]
     return f"ran {how} on {', '.join(hosts)}" + (f": {', '.join(gpus)}" if gpus else "")
