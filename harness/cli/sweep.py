@@ -60,7 +60,7 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
                            retry_crashed=retry_crashed,
                            wait=not no_wait, progress=SweepProgress(ln.reg.line), on_wait=render_device_wait,
                            on_interrupt=render_interrupt_pending)
-        rows = [r for r in latest_outcomes(ln.ledger.rows()).values() if measured_on(r) == summary.measured_on]
+        rows = [r for r in latest_outcomes(ln.ledger.rows()).values() if measured_on(r, ln.reg.mixed_devices) == summary.measured_on]
         dirty = gitguard.has_uncommitted(ln.root, ln.ledger.path)
     render_sweep_summary(summary.as_dict(), rows, gitguard.relative(ln.root, ln.ledger.path) if dirty else None)
     if summary.interrupted:  # the first Ctrl-C let the configs in flight finish: end as an interrupt

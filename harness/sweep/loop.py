@@ -181,13 +181,14 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
         executor.prepare(line)
         slots = executor.start()
         envs = [s.env for s in slots]
-        _one_model(envs)
+        if not line.reg.mixed_devices:
+            _one_model(envs)
         who = {"line": line.reg.line, "root": str(line.root)}
         for key in sorted({device_key(e) for e in envs} if not executor.locks_devices else ()):
             stack.enter_context(device_lock(key, who=who, wait=wait, on_wait=on_wait))
         ceilings = _ceilings(line, executor, slots[0]) if with_ceilings else None
         ctx = context(line, device, ceilings)
-        key = measured_on(line.stamp(envs[0]).fields())
+        key = measured_on(line.stamp(envs[0]).fields(), line.reg.mixed_devices)
         tasks, resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed)
         written = _Written()
         guard = stack.enter_context(_interrupts(on_interrupt))
@@ -282,7 +283,7 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
 
 def append_config(line: Line, task: Task, rows, key: tuple, written: _Written, why: str) -> None:
     """Append one config's rows (and the `supersedes` row its re-run needs): the one place rows are written."""
-    old = replaced_by(task, [*line.rows, *written.appended], key)
+    old = replaced_by(task, [*line.rows, *written.appended], key, line.reg.mixed_devices)
     if old:
         stamp = line.stamp(rows[0][1]).fields()
         written.appended.append(line.ledger.append("supersedes", {
@@ -313,7 +314,7 @@ def _one_model(envs: list[dict]) -> None:
     if len(models) > 1:
         names = ", ".join(f"GPU {e.get('gpu_index')} {e.get('gpu')}" for e in envs)
         raise UserError(f"the GPUs picked are of different models ({names}): sweep one model at a time "
-                        f"with --gpus")
+                        f"with --gpus, or register the line with [bar] mixed_devices = true")
 
 
 def _ceilings(line: Line, executor, slot) -> dict:

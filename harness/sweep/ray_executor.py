@@ -247,6 +247,9 @@ class RayExecutor(Executor):
 
     def prepare(self, line) -> None:
         reg = line.reg
+        if reg.verify:
+            raise UserError(f"line '{reg.line}' has [verify], whose counters are profiled by ncu in the driver's "
+                            f"process, not on the cluster: sweep it with the local executor on a GPU host")
         self.kernels = (reg.baseline, *reg.candidates)
         self.who = {"line": reg.line, "root": str(line.root), "host": socket.gethostname()}
 
