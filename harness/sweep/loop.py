@@ -186,7 +186,10 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
         who = {"line": line.reg.line, "root": str(line.root)}
         for key in sorted({device_key(e) for e in envs} if not executor.locks_devices else ()):
             stack.enter_context(device_lock(key, who=who, wait=wait, on_wait=on_wait))
-        ceilings = _ceilings(line, executor, slots[0]) if with_ceilings else None
+        # Ceilings are a GPU model's: a sweep over several models (mixed_devices) attaches none,
+        # so no row carries a fraction of another device's peak.
+        one_model = len({(e.get("device"), e.get("gpu")) for e in envs}) == 1
+        ceilings = _ceilings(line, executor, slots[0]) if with_ceilings and one_model else None
         ctx = context(line, device, ceilings)
         key = measured_on(line.stamp(envs[0]).fields(), line.reg.mixed_devices)
         tasks, resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed)
