@@ -135,3 +135,32 @@ def test_a_ray_worker_running_other_code_refuses_naming_the_file(tmp_path, clust
     assert res.returncode == 2, res.stdout + res.stderr
     assert "harness/sweep/run.py" in res.stderr and "driver's commit" in res.stderr, res.stderr
     assert [r["kind"] for r in _outcomes(root, "faults")] == []
+
+
+@pytest.mark.gpu
+def test_a_ray_sweep_on_the_gpu_writes_the_local_sweeps_rows(tmp_path, cluster):
+    """One actor per GPU (num_gpus=1): the same rows as local workers, a poisoned CUDA context
+    and a killed actor included, each row naming its GPU."""
+    address, env, _ = cluster
+    if not ray.cluster_resources().get("GPU"):
+        pytest.fail("the Ray cluster sees no GPU on a machine where torch does")
+    cands = ["sdpa", "fault_oob_write", "fault_sigkill", "honest_stack"]
+    roots = {}
+    for name in ("local", "ray"):
+        text = FAULT_LINE.format(fault="x", dtype="float16", tol="2e-2", seq_lens="[32, 48]",
+                                 weak='["scale_1pct", "drop_last_key"]', warmup=50, watchdog=TEST_WATCHDOG_S)
+        text = text.replace('candidates = ["sdpa", "x", "honest_stack"]', f"candidates = {cands!r}".replace("'", '"'))
+        roots[name] = _repo(tmp_path / name, "faults", text)
+        assert _bench(roots[name], env, "register", "faults").returncode == 0
+    res = _bench(roots["ray"], env, "sweep", "faults", "--device", "cuda", "--no-ceilings", "--executor", "ray",
+                 "--address", address)
+    assert res.returncode == 0, res.stdout + res.stderr
+    loc = _bench(roots["local"], env, "sweep", "faults", "--device", "cuda", "--no-ceilings")
+    assert loc.returncode == 0, loc.stdout + loc.stderr
+    assert _kinds(roots["ray"]) == _kinds(roots["local"]) and len(_kinds(roots["ray"])) == 8
+    rows = _outcomes(roots["ray"], "faults")
+    assert all(r["env"]["gpu"] and r["env"]["gpu_uuid"] and r["env"]["host"] for r in rows)
+    oob = [r for r in rows if r["candidate"] == "fault_oob_write"]
+    assert all(r["kind"] == "crashed" and "illegal memory access" in r["reason"] for r in oob), oob
+    for root in roots.values():
+        _verified(root, "faults")
