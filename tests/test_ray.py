@@ -13,11 +13,10 @@ import os
 import shutil
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, bench_env
+from conftest import REPO
 from test_workers import FAULT_LINE, TEST_WATCHDOG_S, _bench, _outcomes, _plugin_env, _popen, _repo, _verified
 
 ray = pytest.importorskip("ray")

@@ -139,29 +139,17 @@ class RayWorker:
         self.locks = contextlib.ExitStack()
         for k, v in env.items():
             os.environ[k] = v
-        fd, self.log = _open_log()
-        self._redirect(fd)
+        import tempfile
 
-    @staticmethod
-    def _redirect(fd: int) -> None:
-        import faulthandler
-        import signal
-        import sys
+        from harness.sweep.workers import isolate
 
-        # Ctrl-C belongs to the driver; this process's output goes to its own log, whose tail
-        # a fault row carries; a segfault leaves its Python traceback there.
-        with contextlib.suppress(ValueError):
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.reconfigure(line_buffering=True)
-        faulthandler.enable(file=sys.stderr)
+        fd, self.log = tempfile.mkstemp(prefix="bench-ray-worker-", suffix=".log")
+        isolate(fd)
 
     def ready(self) -> tuple:
         """("ready", env, fingerprint, host, log) or ("error", message)."""
+        import importlib
+
         from harness.measurement.ceilings import device_fingerprint
         from harness.measurement.device import env_summary
         from harness.sweep.devicelock import device_key
@@ -174,7 +162,7 @@ class RayWorker:
                     return "error", f"the Ray worker on {socket.gethostname()} sees no GPU: start its node with GPUs"
             env = dict(env_summary(self.device))
             fp = device_fingerprint(self.device)
-            import harness.sweep.run  # noqa: F401  (what a config runs, so its sources are checked now)
+            importlib.import_module("harness.sweep.run")  # what a config runs: its sources are checked now
 
             bad = source_mismatch(self.expected, loaded_sources(self.kernels), self.checked)
             if bad:
@@ -215,13 +203,6 @@ class RayWorker:
     def cleanup(self) -> None:
         with contextlib.suppress(OSError):
             os.unlink(self.log)
-
-
-def _open_log() -> tuple[int, str]:
-    import tempfile
-
-    fd, path = tempfile.mkstemp(prefix="bench-ray-worker-", suffix=".log")
-    return fd, path
 
 
 # -- the driver's side ---------------------------------------------------------------------

@@ -213,21 +213,27 @@ def tail(log: Path) -> str:
 
 
 # -- the worker process ------------------------------------------------------------------
-def worker_main(conn, device: str, visible: str | None, log: str, parent_pid: int) -> None:
-    """Entry point of a spawned worker: set up, say ready, then run jobs until told to stop."""
-    _watch_parent(parent_pid)
-    # Ctrl-C reaches the whole terminal process group: the driver alone decides what it means.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+def isolate(fd: int) -> None:
+    """Set up a worker process (local or a Ray actor): Ctrl-C reaches the whole terminal
+    process group, but the driver alone decides what it means; stdout and stderr go to the
+    log ``fd`` (whose tail a fault row carries), where a segfault leaves its Python traceback."""
+    import faulthandler
+
+    with contextlib.suppress(ValueError):  # not the main thread: no signal handlers to set
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.reconfigure(line_buffering=True)
-    import faulthandler
+    faulthandler.enable()
 
-    faulthandler.enable()  # a segfault leaves its Python traceback in the log
+
+def worker_main(conn, device: str, visible: str | None, log: str, parent_pid: int) -> None:
+    """Entry point of a spawned worker: set up, say ready, then run jobs until told to stop."""
+    _watch_parent(parent_pid)
+    isolate(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
     if visible is not None:
         # Before torch is imported: this process sees one GPU, numbered as nvidia-smi does.
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
