@@ -228,6 +228,7 @@ def test_resume_is_per_device_and_retries_transient_outcomes():
         configs = (Config("attention", 1, 2, 2, 32, 16, "float32", False),
                    Config("attention", 1, 2, 2, 48, 16, "float32", False))
         candidates = ("sdpa",)
+        mixed_devices = False
 
     a, b = (c.key() for c in Reg.configs)
     cpu = {"device": "cpu", "gpu": None}
