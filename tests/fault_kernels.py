@@ -71,8 +71,15 @@ def fault_sigkill(q, k, v, out, *, causal, scale):
 
 @kernel("fault_hang", **_ANY)
 def fault_hang(q, k, v, out, *, causal, scale):
-    """A host hang: a launcher that deadlocks on its own lock."""
+    """A host hang: a launcher that deadlocks on its own lock. With ``BENCH_FAULT_PID_FILE``
+    set it first writes its pid there, so a test can kill the worker mid-config."""
+    import os
     import threading
+
+    mark = os.environ.get("BENCH_FAULT_PID_FILE")
+    if mark:
+        with open(mark, "w") as f:
+            f.write(str(os.getpid()))
 
     lock = threading.Lock()
     lock.acquire()

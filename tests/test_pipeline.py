@@ -12,7 +12,7 @@ import time
 import pytest
 
 from harness.governance.ledger import read_rows, verify
-from tests.conftest import bench_env, git, run_bench
+from tests.conftest import TINY, bench_env, git, run_bench
 
 pytestmark = pytest.mark.slow
 
@@ -228,6 +228,7 @@ def test_resume_is_per_device_and_retries_transient_outcomes():
         configs = (Config("attention", 1, 2, 2, 32, 16, "float32", False),
                    Config("attention", 1, 2, 2, 48, 16, "float32", False))
         candidates = ("sdpa",)
+        mixed_devices = False
 
     a, b = (c.key() for c in Reg.configs)
     cpu = {"device": "cpu", "gpu": None}
@@ -263,6 +264,37 @@ def test_verdict_refuses_a_tampered_chain_and_mixed_measurements(repo):
     Ledger(repo, "tiny").append("result", {**moved, "commit": "f" * 40})  # same pair, measured elsewhere
     r = run_bench(repo, "verdict", "tiny")
     assert r.returncode == 2 and "measured in 2 places" in r.stderr
+
+
+def test_a_verdict_over_several_gpu_models_needs_mixed_devices(repo):
+    """Rows of one commit from two GPU models (as a Ray cluster of mixed hosts writes them):
+    refused by default, decided for a line registered with [bar] mixed_devices = true."""
+    from harness.governance.ledger import Ledger, current_rows
+    from harness.governance.verdict import OUTCOME_KINDS
+
+    mix = TINY.replace("schema = 1", "schema = 2").replace("include_noisy = true",
+                                                           "include_noisy = true\nmixed_devices = true")
+    (repo / "registrations" / "tinymix.toml").write_text(mix)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "a line over mixed devices")
+    for line in ("tiny", "tinymix"):
+        assert run_bench(repo, "register", line).returncode == 0
+    assert run_bench(repo, "sweep", "tiny", "--device", "cpu", "--no-ceilings").returncode == 0
+    outs = [r for r in current_rows(read_rows(repo / "ledger" / "tiny.jsonl")) if r["kind"] in OUTCOME_KINDS]
+    gpus = ("NVIDIA H100 80GB HBM3", "NVIDIA H200")
+    for line in ("tiny", "tinymix"):
+        for i, r in enumerate(outs):
+            moved = {k: v for k, v in r.items() if k not in ("seq", "hash", "prev_hash", "time", "schema", "kind", "line")}
+            Ledger(repo, line).append(r["kind"], {**moved, "env": {**r["env"], "device": "cuda", "gpu": gpus[i % 2]}})
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "rows from two GPU models")
+    refused = run_bench(repo, "verdict", "tiny")
+    assert refused.returncode == 2 and "mixed_devices = true" in refused.stderr, refused.stderr
+    assert "NVIDIA H100 80GB HBM3, NVIDIA H200" in refused.stderr
+    decided = run_bench(repo, "verdict", "tinymix")
+    assert decided.returncode in (0, 1), decided.stdout + decided.stderr
+    (verdict,) = [r for r in read_rows(repo / "ledger" / "tinymix.jsonl") if r["kind"] == "verdict"]
+    assert verdict["measured_at"]["gpu"] == " + ".join(gpus)
 
 
 def test_a_line_in_use_is_refused(repo):

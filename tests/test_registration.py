@@ -102,6 +102,8 @@ def test_bad_line_id_and_toml(tmp_path):
     (("include_noisy = true", "include_noisy = true\nmin_coverage = 1.5"), "min_coverage must be a number in"),
     (("include_noisy = true", "include_noisy = true\nmin_coverage = true"), "min_coverage must be a number in"),
     (("seeds = [0]", "seeds = [0]\naccept_weak = \"tf32\""), "accept_weak must be a list"),
+    # a key newer than the schema the file declares: an older bench must say "upgrade", not misread it
+    (("include_noisy = true", "include_noisy = true\nmixed_devices = true"), "mixed_devices needs schema = 2"),
 ])
 def test_more_bad_registrations(tmp_path, edit, message):
     old, new = edit
@@ -209,3 +211,17 @@ def test_resolve_takes_a_path_as_given_and_a_line_id_under_registrations(tmp_pat
     with pytest.raises(UserError, match="no registration file at some/dir/x.toml"):
         registration.line_of(tmp_path, "some/dir/x.toml")
     assert registration.line_of(tmp_path, "x") == ("x", None)
+
+
+def test_mixed_devices_needs_schema_2_and_excludes_verify(tmp_path):
+    text = TINY.replace("schema = 1", "schema = 2").replace("include_noisy = true",
+                                                            "include_noisy = true\nmixed_devices = true")
+    reg = registration.load(_write(tmp_path, text))
+    assert reg.mixed_devices and reg.summary()["mixed_devices"] is True
+    assert not registration.load(_write(tmp_path, TINY, "plain.toml")).mixed_devices
+    assert "mixed_devices" not in registration.load(_write(tmp_path, TINY, "plain2.toml")).summary()
+    with pytest.raises(UserError, match=r"\[verify\] with \[bar\] mixed_devices"):
+        registration.load(_write(tmp_path, text + '\n[verify]\nclauses = ["dram_read_bytes <= 2 * min_bytes"]\n',
+                                 "verify.toml"))
+    with pytest.raises(UserError, match="upgrade bench"):
+        registration.load(_write(tmp_path, text.replace("schema = 2", "schema = 3"), "newer.toml"))

@@ -366,3 +366,19 @@ def test_a_faulty_kernel_costs_only_its_own_pair_on_the_gpu(tmp_path, fault):
     _assert_survived(root, env, line, fault, GPU_FAULTS[fault], n_configs=2)
     rows = _outcomes(root, line)
     assert all(r["env"]["gpu"] and r["env"]["gpu_uuid"] and r["env"]["gpu_index"] is not None for r in rows)
+
+
+def test_executor_ray_without_ray_says_how_to_install_it(repo):
+    """Ray is an optional extra: where it cannot be imported (``sys.modules['ray'] = None`` is
+    how Python marks a module absent), `--executor ray` is one line, exit 2, nothing written."""
+    from conftest import run_bench
+
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    code = "import sys; sys.modules['ray'] = None; from harness.cli import run; run()"
+    res = subprocess.run([sys.executable, "-c", code, "sweep", "tiny", "--device", "cpu", "--executor", "ray"],
+                         cwd=repo, capture_output=True, text=True, timeout=300, env=bench_env())
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stdout + res.stderr
+    assert 'pip install -e ".[ray]"' in res.stderr, res.stderr
+    assert [r["kind"] for r in _rows(repo, "tiny")] == ["registered"]
+    bad = run_bench(repo, "sweep", "tiny", "--device", "cpu", "--address", "127.0.0.1:6379")
+    assert bad.returncode == 2 and "--executor ray" in bad.stderr, bad.stderr

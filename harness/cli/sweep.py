@@ -14,6 +14,11 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
                                                         "0,1,… (nvidia-smi numbering) or all (default: GPU 0)"),
           workers: int = typer.Option(1, "--workers", help="CPU sweeps: worker processes (they share the CPU: "
                                                            "for testing the pool, not for numbers)"),
+          executor: str = typer.Option("local", "--executor", help="local (worker processes on this host) | "
+                                                                   "ray (one actor per GPU of a Ray cluster: "
+                                                                   "docs/cluster.md)"),
+          address: str = typer.Option(None, "--address", help="--executor ray: the cluster's address "
+                                                               "(default: start Ray on this host)"),
           inline: bool = typer.Option(False, "--inline", help="run configs in this process (debugging): no "
                                                               "isolation, no watchdog"),
           retry_crashed: bool = typer.Option(False, "--retry-crashed",
@@ -47,14 +52,15 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
         raise UserError(f"--device {device!r}: use auto, cuda or cpu")
     with open_line(line, action="a sweep") as ln:
         dev = detect_device() if device == "auto" else device
-        if dev == "cuda" and detect_device() != "cuda":
+        if dev == "cuda" and executor != "ray" and detect_device() != "cuda":  # a Ray driver needs no GPU
             raise UserError("--device cuda but torch sees no GPU: use --device cpu or run on a GPU machine")
-        executor = make_executor(dev, inline=inline, gpus=gpus, workers=workers)
+        executor = make_executor(dev, inline=inline, gpus=gpus, workers=workers, executor=executor,
+                                 address=address)
         summary = do_sweep(ln, dev, executor=executor, with_ceilings=not no_ceilings, commit=not no_commit,
                            retry_crashed=retry_crashed,
                            wait=not no_wait, progress=SweepProgress(ln.reg.line), on_wait=render_device_wait,
                            on_interrupt=render_interrupt_pending)
-        rows = [r for r in latest_outcomes(ln.ledger.rows()).values() if measured_on(r) == summary.measured_on]
+        rows = [r for r in latest_outcomes(ln.ledger.rows()).values() if measured_on(r, ln.reg.mixed_devices) == summary.measured_on]
         dirty = gitguard.has_uncommitted(ln.root, ln.ledger.path)
     render_sweep_summary(summary.as_dict(), rows, gitguard.relative(ln.root, ln.ledger.path) if dirty else None)
     if summary.interrupted:  # the first Ctrl-C let the configs in flight finish: end as an interrupt

@@ -21,7 +21,7 @@ from pathlib import Path
 from harness.errors import UserError, plural, shown
 from harness.workloads import DTYPES, WORKLOADS, Config
 
-REGISTRATION_SCHEMA = 1
+REGISTRATION_SCHEMA = 2
 DEFAULT_BASELINE = "cublas_stack"
 DEFAULT_PRIMARY = "geomean(speedup)"
 LINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -38,7 +38,10 @@ TOP_KEYS = {"schema", "hypothesis", "workload", "candidate", "candidates", "base
             "correctness", "timing", "numerics", "bar", "notes", "verify"}
 GRID_KEYS = {"batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal"}
 CORRECTNESS_KEYS = {"atol", "rtol", "seeds", "families", "min_pass_rate", "accept_weak"}
-BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing", "min_coverage"}
+BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing", "min_coverage", "mixed_devices"}
+# The schema a key first appeared in: a file using it must declare at least that schema, so
+# a bench that predates the key refuses the file with "upgrade bench", never misreads it.
+KEY_SCHEMA = {"mixed_devices": 2}
 # A verdict needs every registered pair decided unless [bar] min_coverage says less
 # (allow_missing = true, the older key, means min_coverage = 0 unless it is given).
 DEFAULT_MIN_COVERAGE = 1.0
@@ -74,6 +77,7 @@ class Registration:
     accept_weak: tuple[str, ...] = ()  # canaries (measurement.canaries) the tolerance may let through
     raw: dict = field(repr=False, default_factory=dict)
     verify: tuple[str, ...] = ()  # [verify] clauses over hardware counters (governance/verify.py)
+    mixed_devices: bool = False  # [bar]: the verdict may decide over rows from several GPU models
 
     def summary(self) -> dict:
         """What a ledger row carries so reports can be built from the ledger alone."""
@@ -85,7 +89,7 @@ class Registration:
                 "go": self.go, "prediction": self.prediction, "primary": self.primary,
                 "include_noisy": self.include_noisy, "allow_missing": self.allow_missing,
                 "min_coverage": self.min_coverage, "accept_weak": list(self.accept_weak),
-                "verify": list(self.verify)}
+                "verify": list(self.verify), **({"mixed_devices": True} if self.mixed_devices else {})}
 
 
 def sha256_file(path: Path) -> str:
@@ -367,9 +371,15 @@ def load(path: Path) -> Registration:
         raise _err(path, "[bar] primary must be an aggregate such as \"geomean(speedup)\"")
     include_noisy = bar.get("include_noisy", False)
     allow_missing = bar.get("allow_missing", False)
-    for key, val in (("include_noisy", include_noisy), ("allow_missing", allow_missing)):
+    mixed_devices = bar.get("mixed_devices", False)
+    for key, val in (("include_noisy", include_noisy), ("allow_missing", allow_missing),
+                     ("mixed_devices", mixed_devices)):
         if not isinstance(val, bool):
             raise _err(path, f"[bar] {key} must be true or false")
+    for key, since in KEY_SCHEMA.items():
+        if key in bar and schema < since:
+            raise _err(path, f"[bar] {key} needs schema = {since} (a bench older than that would refuse the "
+                             f"file): set schema = {since}")
     min_coverage = bar.get("min_coverage", 0.0 if allow_missing else DEFAULT_MIN_COVERAGE)
     if (not isinstance(min_coverage, (int, float)) or isinstance(min_coverage, bool)
             or not 0 <= min_coverage <= 1):
@@ -383,6 +393,9 @@ def load(path: Path) -> Registration:
                    {"candidate": cands, "dtype": grid["dtype"], "workload": [workload]})
     _check_decidable(path, parsed, primary, primary_agg, [{**c.as_dict(), "candidate": k} for c in configs for k in cands])
     verify = _verify_clauses(path, raw)
+    if verify and mixed_devices:
+        raise _err(path, "[verify] with [bar] mixed_devices = true: counters are profiled on one GPU model, so a "
+                         "line with [verify] is decided on one — drop one of the two")
     notes = raw.get("notes", "")
     if not isinstance(notes, str):
         raise _err(path, "'notes' must be a string")
@@ -394,7 +407,7 @@ def load(path: Path) -> Registration:
         families=tuple(families), min_pass_rate=float(min_pass_rate), timing=dict(timing),
         numerics=dict(numerics), go=go, prediction=float(prediction), primary=primary,
         include_noisy=include_noisy, allow_missing=allow_missing, min_coverage=float(min_coverage),
-        accept_weak=tuple(accept_weak), raw=raw, verify=verify)
+        accept_weak=tuple(accept_weak), raw=raw, verify=verify, mixed_devices=mixed_devices)
 
 
 def check_kernels(reg: Registration) -> None:

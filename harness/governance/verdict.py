@@ -37,10 +37,11 @@ def outcome_key(row: dict) -> tuple[str, str]:
     return row["config_key"], row["candidate"]
 
 
-def measured_on(row: dict) -> tuple:
-    """Where a row was measured: (commit, device, GPU name). One verdict, one such key."""
+def measured_on(row: dict, any_gpu: bool = False) -> tuple:
+    """Where a row was measured: (commit, device, GPU name). One verdict, one such key;
+    ``any_gpu`` (a line registered with ``[bar] mixed_devices``) leaves the GPU name out."""
     env = row.get("env") or {}
-    return row.get("commit"), env.get("device"), env.get("gpu")
+    return row.get("commit"), env.get("device"), None if any_gpu else env.get("gpu")
 
 
 def latest_outcomes(rows) -> dict[tuple[str, str], dict]:
@@ -174,7 +175,12 @@ def decide(line: Line, env: dict, *, commit: bool = True) -> Verdict:
         raise UserError(f"line '{reg.line}': {len(missing)} (config, candidate) pairs of the grid have no outcome yet "
                         f"(e.g. {first}): finish `bench sweep {reg.line}` before the verdict")
     deciding = [outcomes[p] for p in pairs]
-    where = sorted({measured_on(r) for r in deciding}, key=str)
+    where = sorted({measured_on(r, reg.mixed_devices) for r in deciding}, key=str)
+    gpus = sorted({measured_on(r)[2] for r in deciding if measured_on(r)[2]})
+    if len(where) > 1 and len({w[:2] for w in where}) == 1:
+        raise UserError(f"line '{reg.line}': its outcomes were measured on {len(where)} GPU models "
+                        f"({', '.join(gpus)}): a verdict over mixed devices needs a line registered with "
+                        f"[bar] mixed_devices = true — or run `bench sweep {reg.line}` on one model")
     if len(where) > 1:
         shown = "; ".join(f"{c[:12]} on {d}{' ' + g if g else ''}" for c, d, g in where[:4])
         raise UserError(f"line '{reg.line}': its outcomes were measured in {len(where)} places ({shown}): one verdict "
@@ -226,7 +232,7 @@ def decide(line: Line, env: dict, *, commit: bool = True) -> Verdict:
         "excluded": excluded,
         "decided_on": sorted(r["seq"] for r in deciding),
         "coverage": {**cov, "min_coverage": reg.min_coverage},
-        "measured_at": {"commit": where[0][0], "device": where[0][1], "gpu": where[0][2]},
+        "measured_at": {"commit": where[0][0], "device": where[0][1], "gpu": " + ".join(gpus) or None},
     }
     require_anchored(line.ledger, "a verdict")
     row = line.ledger.append("verdict", payload)

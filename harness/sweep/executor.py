@@ -2,8 +2,9 @@
 
 An ``Executor`` owns a set of slots (one per GPU, or per CPU worker) and runs one ``Job``
 per slot at a time: ``InlineExecutor`` (inline.py) in the driver process, for debugging;
-``LocalPool`` (workers.py) in one spawned worker process per slot, the default. A cluster
-executor implements the same five methods. Executors never touch the ledger.
+``LocalPool`` (workers.py) in one spawned worker process per slot, the default;
+``RayExecutor`` (ray_executor.py) in one Ray actor per GPU of a cluster. Each implements the
+same five methods. Executors never touch the ledger.
 
 ``schedule`` is the policy, the same for every executor: hand configs to idle slots, keep a
 per-(config, kernel) watchdog on the phase each slot reports, and when a worker dies, hangs
@@ -79,9 +80,16 @@ class Lost:
 
 
 class Executor(ABC):
-    """Slots that run jobs. ``can_kill``: a hung job can be stopped (not so in-process)."""
+    """Slots that run jobs. ``can_kill``: a hung job can be stopped (not so in-process).
+    ``locks_devices``: each slot locks its own device where it runs (on another host the
+    driver's lock could not exclude anything), so the driver does not."""
 
     can_kill: bool = True
+    locks_devices: bool = False
+    labels: tuple[str, str] = ("worker process", "worker processes")  # one slot, several, for the summary
+
+    def prepare(self, line) -> None:
+        """Learn the line before ``start`` (its kernels, for a worker that checks its sources)."""
 
     @abstractmethod
     def start(self) -> list[SlotInfo]:

@@ -113,8 +113,24 @@ def gpu_slots(spec: str | None) -> list[str]:
     return [seen[i] if seen is not None else str(i) for i in picked]
 
 
-def make_executor(device: str, *, inline: bool = False, gpus: str | None = None, workers: int = 1):
-    """The executor a sweep runs on: inline (debugging), or one worker per GPU / CPU slot."""
+def make_executor(device: str, *, inline: bool = False, gpus: str | None = None, workers: int = 1,
+                  executor: str = "local", address: str | None = None):
+    """The executor a sweep runs on: inline (debugging), one worker per GPU / CPU slot, or
+    one Ray actor per GPU of a cluster (``executor="ray"``)."""
+    if executor not in ("local", "ray"):
+        raise UserError(f"--executor {executor!r}: use local or ray")
+    if address is not None and executor != "ray":
+        raise UserError("--address names a Ray cluster: add --executor ray (or drop --address)")
+    if executor == "ray":
+        if inline or gpus is not None:
+            raise UserError("--executor ray runs one actor per GPU of the cluster: drop --inline/--gpus")
+        if device == "cuda" and workers != 1:
+            raise UserError("--workers is for CPU sweeps: on a Ray cluster every GPU gets one actor")
+        if workers < 1:
+            raise UserError(f"--workers {workers}: give at least 1")
+        from harness.sweep.ray_executor import RayExecutor
+
+        return RayExecutor(device, address=address, workers=workers)
     if inline:
         if gpus is not None or workers != 1:
             raise UserError("--inline runs in this process, on one device: drop --gpus/--workers "
@@ -162,15 +178,20 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     executor = executor or make_executor(device)
     with contextlib.ExitStack() as stack:
         stack.callback(executor.close)
+        executor.prepare(line)
         slots = executor.start()
         envs = [s.env for s in slots]
-        _one_model(envs)
+        if not line.reg.mixed_devices:
+            _one_model(envs)
         who = {"line": line.reg.line, "root": str(line.root)}
-        for key in sorted({device_key(e) for e in envs}):
+        for key in sorted({device_key(e) for e in envs} if not executor.locks_devices else ()):
             stack.enter_context(device_lock(key, who=who, wait=wait, on_wait=on_wait))
-        ceilings = _ceilings(line, executor, slots[0]) if with_ceilings else None
+        # Ceilings are a GPU model's: a sweep over several models (mixed_devices) attaches none,
+        # so no row carries a fraction of another device's peak.
+        one_model = len({(e.get("device"), e.get("gpu")) for e in envs}) == 1
+        ceilings = _ceilings(line, executor, slots[0]) if with_ceilings and one_model else None
         ctx = context(line, device, ceilings)
-        key = measured_on(line.stamp(envs[0]).fields())
+        key = measured_on(line.stamp(envs[0]).fields(), line.reg.mixed_devices)
         tasks, resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed)
         written = _Written()
         guard = stack.enter_context(_interrupts(on_interrupt))
@@ -265,7 +286,7 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
 
 def append_config(line: Line, task: Task, rows, key: tuple, written: _Written, why: str) -> None:
     """Append one config's rows (and the `supersedes` row its re-run needs): the one place rows are written."""
-    old = replaced_by(task, [*line.rows, *written.appended], key)
+    old = replaced_by(task, [*line.rows, *written.appended], key, line.reg.mixed_devices)
     if old:
         stamp = line.stamp(rows[0][1]).fields()
         written.appended.append(line.ledger.append("supersedes", {
@@ -284,7 +305,7 @@ def append_profile(line: Line, payload: dict, env: dict, written: _Written) -> N
 def _where(envs: list[dict], executor) -> str:
     """Where the configs ran, for the summary."""
     how = "inline, in this process (no isolation, no watchdog)" if not executor.can_kill else \
-        f"{len(envs)} worker process{'es' if len(envs) > 1 else ''}"
+        f"{len(envs)} {executor.labels[len(envs) > 1]}"
     hosts = sorted({e.get("host") or "?" for e in envs})
     gpus = [f"GPU {e.get('gpu_index')} ({e.get('gpu')})" for e in envs if e.get("gpu")]
     return f"ran {how} on {', '.join(hosts)}" + (f": {', '.join(gpus)}" if gpus else "")
@@ -296,7 +317,7 @@ def _one_model(envs: list[dict]) -> None:
     if len(models) > 1:
         names = ", ".join(f"GPU {e.get('gpu_index')} {e.get('gpu')}" for e in envs)
         raise UserError(f"the GPUs picked are of different models ({names}): sweep one model at a time "
-                        f"with --gpus")
+                        f"with --gpus, or register the line with [bar] mixed_devices = true")
 
 
 def _ceilings(line: Line, executor, slot) -> dict:

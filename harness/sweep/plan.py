@@ -33,13 +33,14 @@ def _outcomes(rows):
 
 
 def plan(reg, rows, key: tuple, *, retry_crashed: bool = False) -> tuple[list[Task], int]:
-    """Tasks still to run at ``key`` (commit, device, gpu), and how many pairs were already done.
+    """Tasks still to run at ``key`` (commit, device, gpu — no gpu for a line with
+    ``mixed_devices``), and how many pairs were already done.
 
     A pair that crashed at ``key`` stays done (a kernel that took its worker down would do it
     again) unless ``retry_crashed``.
     """
     done = {(r["config_key"], r["candidate"]) for r in _outcomes(rows)
-            if measured_on(r) == key and not transient(r) and not (retry_crashed and r["kind"] == "crashed")}
+            if measured_on(r, reg.mixed_devices) == key and not transient(r) and not (retry_crashed and r["kind"] == "crashed")}
     tasks, resumed = [], 0
     for cfg in reg.configs:
         todo = tuple(c for c in reg.candidates if (cfg.key(), c) not in done)
@@ -49,9 +50,9 @@ def plan(reg, rows, key: tuple, *, retry_crashed: bool = False) -> tuple[list[Ta
     return tasks, resumed
 
 
-def replaced_by(task: Task, rows, key: tuple) -> list[int]:
+def replaced_by(task: Task, rows, key: tuple, any_gpu: bool = False) -> list[int]:
     """Current outcome rows of this config that the task's fresh rows supersede: those of
     the pairs it re-runs, measured elsewhere, and the config's baseline rows."""
     return sorted(r["seq"] for r in _outcomes(rows)
                   if r["config_key"] == task.config.key()
-                  and (r["candidate"] in task.candidates or r.get("role") == "baseline" or measured_on(r) != key))
+                  and (r["candidate"] in task.candidates or r.get("role") == "baseline" or measured_on(r, any_gpu) != key))

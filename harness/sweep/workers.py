@@ -213,21 +213,27 @@ def tail(log: Path) -> str:
 
 
 # -- the worker process ------------------------------------------------------------------
-def worker_main(conn, device: str, visible: str | None, log: str, parent_pid: int) -> None:
-    """Entry point of a spawned worker: set up, say ready, then run jobs until told to stop."""
-    _watch_parent(parent_pid)
-    # Ctrl-C reaches the whole terminal process group: the driver alone decides what it means.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+def isolate(fd: int) -> None:
+    """Set up a worker process (local or a Ray actor): Ctrl-C reaches the whole terminal
+    process group, but the driver alone decides what it means; stdout and stderr go to the
+    log ``fd`` (whose tail a fault row carries), where a segfault leaves its Python traceback."""
+    import faulthandler
+
+    with contextlib.suppress(ValueError):  # not the main thread: no signal handlers to set
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.reconfigure(line_buffering=True)
-    import faulthandler
+    faulthandler.enable()
 
-    faulthandler.enable()  # a segfault leaves its Python traceback in the log
+
+def worker_main(conn, device: str, visible: str | None, log: str, parent_pid: int) -> None:
+    """Entry point of a spawned worker: set up, say ready, then run jobs until told to stop."""
+    _watch_parent(parent_pid)
+    isolate(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
     if visible is not None:
         # Before torch is imported: this process sees one GPU, numbered as nvidia-smi does.
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
@@ -253,21 +259,6 @@ def worker_main(conn, device: str, visible: str | None, log: str, parent_pid: in
 
 
 def _serve(conn, device: str) -> None:
-    import traceback
-
-    from harness.sweep import phase
-    from harness.sweep.inline import run_job
-
-    current: list[int | None] = [None]
-
-    def sink(kernels, ph):
-        err = _device_error(device)
-        if err:
-            conn.send(("fatal", current[0], err))
-            raise phase.Fatal(err)
-        conn.send(("phase", current[0], kernels, ph))
-
-    phase.install(sink)
     while True:
         try:
             job = conn.recv()
@@ -275,23 +266,47 @@ def _serve(conn, device: str) -> None:
             os._exit(0)  # the driver is gone
         if job is None:
             return
-        current[0] = job.id
-        try:
-            result = run_job(job, device, contain=False)
-            err = _device_error(device)
-            if err:
-                conn.send(("fatal", job.id, err))
-                os._exit(FATAL_EXIT)
-        except phase.Fatal:
+        tag, value = run_isolated(job, device, conn.send)
+        if tag == "fatal":
+            conn.send(("fatal", job.id, value))
             os._exit(FATAL_EXIT)
-        except UserError as exc:
-            conn.send(("error", str(exc)))
-            continue
-        except BaseException as exc:
-            traceback.print_exc()
-            conn.send(("fatal", job.id, f"{type(exc).__name__}: {exc}".splitlines()[0]))
-            os._exit(FATAL_EXIT)
-        conn.send(("done", job.id, result))
+        conn.send(("error", value) if tag == "error" else ("done", job.id, value))
+
+
+def run_isolated(job: Job, device: str, send) -> tuple[str, object]:
+    """Run one job in a worker (a local process, a Ray actor): ``("done", result)``,
+    ``("error", message)`` (a UserError: the sweep stops) or ``("fatal", cause)`` (this
+    process may not measure again: the caller ends it).
+
+    Each phase the config enters is sent first as ``("phase", job.id, kernels, phase)``; on a
+    GPU the device is checked at every phase, so a poisoned context is blamed on the kernel
+    of the phase that just ended.
+    """
+    import traceback
+
+    from harness.sweep import phase
+    from harness.sweep.inline import run_job
+
+    def sink(kernels, ph):
+        err = _device_error(device)
+        if err:
+            raise phase.Fatal(err)
+        send(("phase", job.id, kernels, ph))
+
+    phase.install(sink)
+    try:
+        result = run_job(job, device, contain=False)
+        err = _device_error(device)
+        return ("fatal", err) if err else ("done", result)
+    except phase.Fatal as exc:
+        return "fatal", str(exc)
+    except UserError as exc:
+        return "error", str(exc)
+    except BaseException as exc:
+        traceback.print_exc()
+        return "fatal", f"{type(exc).__name__}: {exc}".splitlines()[0]
+    finally:
+        phase.install(None)
 
 
 def _device_error(device: str) -> str | None:
