@@ -12,8 +12,9 @@ import pytest
 from harness.errors import UserError
 from harness.measurement.stats import rel_noise
 from harness.measurement.timing import (
-    FLUSH_FLOOR_BYTES, MAX_ROTATION_SLOTS, ROTATION_FACTOR, HostTimer, Measurement, ScriptedTimer, TimingPolicy,
+    FLUSH_FLOOR_BYTES, MAX_ROTATION_SLOTS, ROTATION_FACTOR, HostTimer, Measurement, TimingPolicy,
     flush_bytes, measure, rotation_slots)
+from tests.timers import ScriptedTimer
 
 ARMS3 = ("candidate", "baseline", "control")
 
@@ -153,7 +154,7 @@ def test_rounds_interleave_through_every_order():
 def test_many_arms_are_balanced_for_first_place_and_predecessor(n):
     # Past MAX_PERMUTED_ARMS, blocks of a Williams design: 2n orders, chained, in which every
     # arm runs first, and directly after every other arm, equally often.
-    from harness.measurement.timing import MAX_PERMUTED_ARMS, ORDER_BLOCKS, round_orders
+    from harness.measurement.timing.orders import MAX_PERMUTED_ARMS, ORDER_BLOCKS, round_orders
 
     names = tuple(f"arm{i}" for i in range(n))
     assert n > MAX_PERMUTED_ARMS
