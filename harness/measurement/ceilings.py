@@ -29,12 +29,10 @@ from harness.errors import UserError
 from harness.measurement.timing.timers import CudaEventTimer, HostTimer, Timer, median_ms
 
 # A result more than this fraction above a measured ceiling is impossible, not fast.
-# Why 30%: measured ceilings are achievable rates, not hardware peaks. On the H200 the
-# datasheet HBM rate is 1.12x the measured copy rate (4.8 vs ~4.3 TB/s) and the datasheet
-# dense bf16 rate 1.26x the measured cuBLAS rate on random data (989 vs ~790 TFLOP/s), and a
-# read-mostly kernel can beat a copy's read+write rate by a few percent. 30% sits above all
-# of these, so only a number beyond the hardware's own peak is called impossible; seed
-# 004's 9.6 TB/s was 2.2x its copy ceiling.
+# Measured ceilings are achievable rates, not hardware peaks: the datasheet peaks sit up to
+# a quarter above them, and a read-mostly kernel can beat a copy's read+write rate by a few
+# percent. 30% sits above both, so only a number beyond the hardware's own peak is called
+# impossible (figures: docs/benchmarks.md).
 IMPOSSIBLE_MARGIN = 0.30
 
 # --- CUDA measurement sizes -------------------------------------------------------------
