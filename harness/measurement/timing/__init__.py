@@ -4,6 +4,7 @@
     timers.py   the Timer protocol (the test seam), HostTimer, CudaEventTimer, median_ms
     orders.py   round orders: which arm runs when, balanced against carry-over
     graphs.py   CUDA-graph capture for graph mode
+    rounds.py   RoundRunner: one round of calls (slots, lead calls, prepare, flush, spot check)
     measure.py  measure(): the protocol (prime, warm up, settle, rounds, result), step by step
     results.py  Round, ArmResult, Measurement (frozen, raw samples kept) and its ledger form
     empty.py    the empty window: what a window holding nothing reads; told_apart

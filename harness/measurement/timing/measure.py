@@ -46,19 +46,18 @@ from __future__ import annotations
 
 import contextlib
 import math
-import random
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Callable, Mapping
 
 from harness.errors import UserError
 from harness.measurement import clocks as _clocks
 from harness.measurement.clocks import ClockMonitor
 from harness.measurement.stats import rel_noise
 from harness.measurement.timing.graphs import auto_replays, capture_chains, capture_graphs
-from harness.measurement.timing.orders import round_orders
-from harness.measurement.timing.policy import TimingPolicy, device_l2_bytes, flush_bytes
+from harness.measurement.timing.policy import TimingPolicy
 from harness.measurement.timing.results import ArmResult, Measurement, Round
+from harness.measurement.timing.rounds import RawRound, RoundRunner
 from harness.measurement.timing.timers import BLOCK_MAX_S, CudaEventTimer, HostTimer, Timer
 
 WARMUP_MIN_ROUNDS = 1
@@ -76,112 +75,6 @@ TIME_EPS_S = 1e-9
 REFERENCE_MIN_FRACTION = 0.5
 
 
-class _RawRound(NamedTuple):
-    t0: float
-    t1: float
-    order: tuple[str, ...]
-    samples: dict[str, float]
-
-
-class _Calls:
-    """The arms' calls: input slots in one global rotation, what runs before each call (lead
-    calls, the caller's prepare, the flush), graph replays, and the spot-checked call."""
-
-    def __init__(self, arms: Mapping[str, Callable[[int], None]], n_slots: int, policy: TimingPolicy,
-                 mode: str, device: str, timer: Timer, prepare: Mapping[str, Callable[[int], None]] | None,
-                 spot: Mapping[str, Callable[[int], None]] | None, spot_seed: int):
-        self.arms, self.names, self.n_slots, self.policy = arms, tuple(arms), n_slots, policy
-        self.mode, self.timer, self.prepare, self.spot, self.spot_seed = mode, timer, prepare, spot, spot_seed
-        # Cold mode: the flush buffer (on a GPU: torch is imported by _pick_timer).
-        self.flush: Callable[[], None] | None = None
-        if mode == "cold":
-            import torch
-
-            self.flush = torch.empty(flush_bytes(device_l2_bytes(device)), dtype=torch.uint8, device=device).zero_
-        self.orders = round_orders(self.names)
-        self.replays = 1                 # calls per sample (graph chains)
-        self.slot_counter = 0
-        self.graphs: dict[str, tuple] = {}
-        self.chains: dict[str, dict[int, Any]] = {}
-        self._spot_rng = random.Random(spot_seed)
-        self._spot_seen: dict[str, int] = {}
-        self.spot_calls: dict[str, dict[str, int]] = {}
-
-    def release(self) -> None:
-        """Drop the graphs and the flush buffer (device memory) once timing is over."""
-        self.graphs, self.chains, self.flush = {}, {}, None
-
-    def next_slot(self) -> int:
-        # Global slot rotation across arms: consecutive calls never share inputs.
-        slot = self.slot_counter % self.n_slots
-        self.slot_counter += self.replays
-        return slot
-
-    def _before(self, name: str, slot: int) -> Callable[[], None] | None:
-        # What runs before a timed call, outside its window: the lead calls, the caller's
-        # prepare, then the flush (last, so neither warms the L2 for the call).
-        prep = self.prepare.get(name) if self.prepare else None
-        lead, flush, fn, n_slots = self.policy.lead_calls, self.flush, self.arms[name], self.n_slots
-        if prep is None and not lead:
-            return flush
-
-        def run() -> None:
-            # lead_calls: untimed and back to back, so the GPU is as busy (as hot, as
-            # power-limited) as in a loop of calls; the timed call is still isolated by
-            # the hold and its own synchronize. On earlier slots (already timed, not
-            # timed again for n_slots calls), so a lead never warms a timed call's inputs.
-            for i in range(lead):
-                fn((slot - 1 - i) % n_slots)
-            if prep is not None:
-                prep(slot)
-            if flush is not None:
-                flush()
-
-        return run
-
-    def call(self, name: str, slot: int) -> tuple[Callable[[], None], Callable[[], None] | None]:
-        """(call, before) of arm ``name`` on input slot ``slot``."""
-        if self.mode == "graph":
-            return (self.chains[name][slot] if self.chains else self.graphs[name][slot]).replay, \
-                self._before(name, slot)
-        fn = self.arms[name]
-        return (lambda: fn(slot)), self._before(name, slot)
-
-    def _spot_check(self, name: str, slot: int) -> None:
-        # Reservoir sampling: the k-th measured call replaces the choice with chance 1/k.
-        k = self._spot_seen[name] = self._spot_seen.get(name, 0) + 1
-        if self._spot_rng.random() * k < 1.0:
-            self.spot[name](slot)
-            self.spot_calls[name] = {"call": k - 1, "slot": slot}
-
-    def round(self, index: int, record: dict[str, list[float]] | None = None,
-              host: dict[str, list[float]] | None = None) -> _RawRound:
-        """Every arm once, in the ``index``-th order. ``record`` collects samples (warm-up);
-        ``host`` (measured rounds) collects host enqueue times and drives the spot check."""
-        order = self.orders[index % len(self.orders)]
-        out: dict[str, float] = {}
-        t0 = self.timer.now_s()
-        for name in order:
-            slot = self.next_slot()
-            call, pre = self.call(name, slot)
-            # A re-run (host gap) takes later slots: the slot of the call kept is the last taken.
-            taken = [slot]
-
-            def again(name=name):
-                taken.append(self.next_slot())
-                return self.call(name, taken[-1])
-
-            ms = self.timer.time_call(call, arm=name, before=pre, again=again) / self.replays
-            out[name] = ms
-            if record is not None:
-                record[name].append(ms)
-            if host is not None:
-                host[name].append(getattr(self.timer, "last_host_s", math.nan))
-                if self.spot and name in self.spot:
-                    self._spot_check(name, taken[-1])
-        return _RawRound(t0, self.timer.now_s(), order, out)
-
-
 @dataclass
 class _State:
     """What one measure() call has seen so far; the phases fill it in, in order."""
@@ -197,7 +90,7 @@ class _State:
     window: tuple[float, float] = (0.0, 0.0)                     # the last warm-up window
     ref: _clocks.Reference = _clocks.Reference(None, False)
     extensions: int = 0
-    raw: list[_RawRound] = field(default_factory=list)           # measured rounds
+    raw: list[RawRound] = field(default_factory=list)            # measured rounds
     verdicts: list[tuple[float | None, bool, tuple[str, ...]]] = field(default_factory=list)
     samples: dict[str, list[float]] = field(default_factory=dict)
     host_s: dict[str, list[float]] = field(default_factory=dict)
@@ -246,25 +139,25 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
     st.deadline = st.t_begin + policy.timeout_s
     if monitor is not None:
         monitor.start(timer)
-    calls = None
+    runner = None
     try:
-        calls = _Calls(arms, n_slots, policy, mode, device, timer, prepare, spot, spot_seed)
-        _prime(calls, device)
-        _warm_up(st, calls, policy)
+        runner = RoundRunner(arms, n_slots, policy, mode, device, timer, prepare, spot, spot_seed)
+        _prime(runner, device)
+        _warm_up(st, runner, policy)
         if monitor is not None:
-            _settle(st, calls, policy, monitor)
+            _settle(st, runner, policy, monitor)
         if mode == "graph":
-            _chain_graphs(st, calls, policy, device)
-        _measure_rounds(st, calls, policy, monitor)
+            _chain_graphs(st, runner, policy, device)
+        _measure_rounds(st, runner, policy, monitor)
     finally:
         if monitor is not None:
             monitor.stop()
             if own_monitor:
                 monitor.source.close()
-        if calls is not None:
-            calls.release()
+        if runner is not None:
+            runner.release()
         ctx.close()
-    return _result(st, calls, policy, monitor)
+    return _result(st, runner, policy, monitor)
 
 
 def _pick_timer(policy: TimingPolicy, device: str, timer: Timer | None) -> tuple[Timer, str, str | None]:
@@ -282,31 +175,31 @@ def _pick_timer(policy: TimingPolicy, device: str, timer: Timer | None) -> tuple
     return timer or HostTimer(), "host", note
 
 
-def _prime(calls: _Calls, device: str) -> None:
+def _prime(runner: RoundRunner, device: str) -> None:
     """One round not counted in the warm-up budget (JIT, autotune, lazy init); in graph mode
     the per-slot graphs are captured first (their side-stream warm-up included)."""
-    if calls.mode == "graph":
-        calls.graphs = capture_graphs(calls.arms, calls.names, calls.n_slots, device)
-    calls.round(0)
+    if runner.mode == "graph":
+        runner.graphs = capture_graphs(runner.arms, runner.names, runner.n_slots, device)
+    runner.round(0)
 
 
-def _warm_up(st: _State, calls: _Calls, policy: TimingPolicy) -> None:
+def _warm_up(st: _State, runner: RoundRunner, policy: TimingPolicy) -> None:
     """Interleaved rounds for ``warmup_ms`` (at least WARMUP_MIN_ROUNDS), samples kept only in
     ``st.warm``; stops at the deadline (``st.timed_out``). Sets ``st.window``."""
-    timer = calls.timer
+    timer = runner.timer
     w0 = timer.now_s()
     n = 0
     while n < WARMUP_MIN_ROUNDS or timer.now_s() - w0 < policy.warmup_ms / 1000.0 - TIME_EPS_S:
         if timer.now_s() >= st.deadline - TIME_EPS_S:
             st.timed_out = True
             break
-        calls.round(st.warmup_rounds, st.warm)
+        runner.round(st.warmup_rounds, st.warm)
         st.warmup_rounds += 1
         n += 1
     st.window = (w0, timer.now_s())
 
 
-def _settle(st: _State, calls: _Calls, policy: TimingPolicy, monitor: ClockMonitor) -> None:
+def _settle(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: ClockMonitor) -> None:
     """The reference clock from the tail of warm-up. The warm-up is extended while the
     reference is not clean (idle, throttled, missing), then while the clock is still falling
     (sustained, not burst, clocks); an extension for one reason re-checks the other, so the
@@ -324,7 +217,7 @@ def _settle(st: _State, calls: _Calls, policy: TimingPolicy, monitor: ClockMonit
             settle_ext += 1
         else:
             break
-        _warm_up(st, calls, policy)
+        _warm_up(st, runner, policy)
     st.extensions = clean_ext + settle_ext
     if falling:
         st.clock_notes.append(f"SM clock still falling at the end of warm-up ({falling[0]:.0f} -> "
@@ -333,27 +226,27 @@ def _settle(st: _State, calls: _Calls, policy: TimingPolicy, monitor: ClockMonit
         st.clock_notes.append(st.ref.note)
 
 
-def _chain_graphs(st: _State, calls: _Calls, policy: TimingPolicy, device: str) -> None:
+def _chain_graphs(st: _State, runner: RoundRunner, policy: TimingPolicy, device: str) -> None:
     """Graph mode: K calls per sample (``graph_replays``, or auto from the warm-up samples);
     for K > 1 one graph per arm and start slot replaces the per-slot graphs."""
-    calls.replays = policy.graph_replays or auto_replays(st.warm)
-    if calls.replays > 1:
+    runner.replays = policy.graph_replays or auto_replays(st.warm)
+    if runner.replays > 1:
         # Every start slot the measured rounds will reach (the counter steps by replays).
-        c0, k, n_slots = calls.slot_counter, calls.replays, calls.n_slots
+        c0, k, n_slots = runner.slot_counter, runner.replays, runner.n_slots
         starts = sorted({(c0 + i * k) % n_slots for i in range(n_slots)})
-        calls.chains = capture_chains(calls.arms, calls.names, n_slots, starts, k, device)
-        calls.graphs = {}
+        runner.chains = capture_chains(runner.arms, runner.names, n_slots, starts, k, device)
+        runner.graphs = {}
 
 
-def _measure_rounds(st: _State, calls: _Calls, policy: TimingPolicy, monitor: ClockMonitor | None) -> None:
+def _measure_rounds(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: ClockMonitor | None) -> None:
     """Interleaved rounds until a stop rule holds (noise target, max_samples, timeout); the
     rounds' clocks are attributed as readings arrive, so dropped rounds do not count as kept."""
-    timer = calls.timer
+    timer = runner.timer
     st.stop_reason = "timeout" if st.timed_out else None
     st.gaps0 = {k: dict(getattr(timer, k, {})) for k in ("host_gaps", "host_gaps_kept")}
     t_m0 = timer.now_s()
     while st.stop_reason is None:
-        rnd = calls.round(len(st.raw), None, st.host_s)
+        rnd = runner.round(len(st.raw), None, st.host_s)
         st.raw.append(rnd)
         for n in st.names:
             st.samples[n].append(rnd.samples[n])
@@ -380,9 +273,9 @@ def _attribute(st: _State, monitor: ClockMonitor, policy: TimingPolicy, *, final
         st.verdicts.append(_clocks.round_verdict(monitor.during(t0, t1), st.ref.mhz, policy.throttle_threshold))
 
 
-def _result(st: _State, calls: _Calls, policy: TimingPolicy, monitor: ClockMonitor | None) -> Measurement:
+def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: ClockMonitor | None) -> Measurement:
     """The frozen Measurement: final clock attribution, drops, the throttle judgement, notes."""
-    timer, names, ref = calls.timer, st.names, st.ref
+    timer, names, ref = runner.timer, st.names, st.ref
     if monitor is not None:
         _attribute(st, monitor, policy, final=True)
         if monitor.error:
@@ -416,12 +309,12 @@ def _result(st: _State, calls: _Calls, policy: TimingPolicy, monitor: ClockMonit
         vals = [st.host_s[n][i] * 1e6 for i in kept_idx if math.isfinite(st.host_s[n][i])] if rounds else []
         host_us[n] = statistics.median(vals) if vals else None
     return Measurement(
-        arms=arm_results, rounds=rounds, stop_reason=st.stop_reason, mode=policy.mode, effective_mode=calls.mode,
-        n_slots=calls.n_slots, graph_replays=calls.replays, timer=timer.name, policy=policy,
+        arms=arm_results, rounds=rounds, stop_reason=st.stop_reason, mode=policy.mode, effective_mode=runner.mode,
+        n_slots=runner.n_slots, graph_replays=runner.replays, timer=timer.name, policy=policy,
         warmup_rounds=st.warmup_rounds, warmup_extensions=st.extensions, elapsed_s=timer.now_s() - st.t_begin,
         clock=clock, clock_note="; ".join(st.clock_notes) or None, timing_note=timing_note, throttled=throttled,
-        throttle_note=throttle_note, host_gaps=host_gaps, host_us=host_us, spot_calls=calls.spot_calls,
-        spot_seed=calls.spot_seed if calls.spot else None)
+        throttle_note=throttle_note, host_gaps=host_gaps, host_us=host_us, spot_calls=runner.spot_calls,
+        spot_seed=runner.spot_seed if runner.spot else None)
 
 
 def _throttle(rounds: tuple[Round, ...], ref: _clocks.Reference, policy: TimingPolicy,
