@@ -7,9 +7,9 @@ zeros: zeros run faster than real data) per dtype. ``impossible`` turns them int
 reductio: seed 004's 9.6 TB/s "effective L2 rate" on a GPU whose fabric cannot do it was
 computable before any kernel was written, and would have saved a session.
 
-Every rate is the median of a fixed number of calls timed through the timing path's
-``Timer`` (CUDA events on a held stream on a GPU; host time on the CPU, on small sizes: fast,
-for tests and for honest CPU rows, GFLOP/s-class numbers stored in the same units).
+Every rate is the median of a fixed number of calls timed back to back through the timing
+path's ``Timer`` (CUDA events on a GPU; host time on the CPU, on small sizes: fast, for tests
+and for honest CPU rows, GFLOP/s-class numbers stored in the same units).
 
 Ledger form: ``Ceilings.to_row()`` is a flat JSON dict (``device``, ``fingerprint``,
 ``copy_gbps``, ``matmul_tflops``{dtype: TFLOP/s}, ``method``); ``Ceilings.from_row`` reads

@@ -1,6 +1,7 @@
-"""Timers: how one call is timed. ``Timer`` is the protocol (and the test seam: tests inject
-a virtual timer); ``HostTimer`` times CPU work, ``CudaEventTimer`` a GPU call between events
-on a held stream. Everything that times a call — ``measure``, the ceilings — goes through one."""
+"""Timers: how calls are timed. ``Timer`` is the protocol (and the test seam: tests inject a
+virtual timer); ``HostTimer`` times CPU work, ``CudaEventTimer`` GPU calls between events.
+Everything that times a kernel — ``measure``, the sustained phase, the ceilings — goes
+through one."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Callable, Protocol, Sequence
 
 
 class Timer(Protocol):
-    """Times one call. ``before`` runs outside the timed window (cold-mode flush).
+    """Times calls: one isolated call (``time_call``), or calls back to back (``time_loop``).
+    ``before`` runs outside the timed window (cold-mode flush).
 
     ``again()``, when given, returns a (fn, before) pair for the same arm on the next input
     slot: a timer that must re-run a call (CudaEventTimer, after a host gap) takes that,
@@ -41,11 +43,12 @@ class Timer(Protocol):
 
 
 def median_ms(timer: Timer, fn: Callable[[], None], *, reps: int, warmup: int, arm: str = "") -> float:
-    """Median of ``reps`` timed calls of ``fn`` after ``warmup`` untimed ones (a fixed-count
-    measurement, for rates of long calls; ``measure`` is the protocol for comparisons)."""
+    """Median of ``reps`` calls of ``fn`` timed back to back (``time_loop``) after ``warmup``
+    untimed ones: a fixed-count rate of a long call, as a loop runs it (the ceilings);
+    ``measure`` is the protocol for comparing arms."""
     for _ in range(warmup):
         fn()
-    return statistics.median(timer.time_call(fn, arm=arm) for _ in range(reps))
+    return statistics.median(timer.time_loop([(fn, None)] * reps, arm=arm))
 
 
 class HostTimer:
