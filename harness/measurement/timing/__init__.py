@@ -2,6 +2,7 @@
 
     policy.py   TimingPolicy (the [timing] knobs, validated), flush and rotation sizing
     timers.py   the Timer protocol (the test seam), HostTimer, CudaEventTimer, median_ms
+                (ceilings); the sustained phase (measurement/sustained.py) times through it too
     orders.py   round orders: which arm runs when, balanced against carry-over
     graphs.py   CUDA-graph capture for graph mode
     rounds.py   RoundRunner: one round of calls (slots, lead calls, prepare, flush, spot check)
