@@ -8,8 +8,10 @@ import math
 import pytest
 
 from harness.errors import UserError
-from harness.measurement.ceilings import (CPU_WARMUP, IMPOSSIBLE_MARGIN, TF32_KEY, Ceilings, device_fingerprint,
-                                          impossible, measure_ceilings)
+from harness.measurement.ceilings import (CPU_COPY_BYTES, CPU_COPY_REPS, CPU_MATMUL_N, CPU_MATMUL_REPS, CPU_WARMUP,
+                                          IMPOSSIBLE_MARGIN, TF32_KEY, Ceilings, device_fingerprint, impossible,
+                                          measure_ceilings)
+from tests.timers import ScriptedTimer
 
 
 def _h200_like() -> Ceilings:
@@ -91,7 +93,7 @@ def test_cpu_measurement_is_fast_and_sane():
     assert 2 * m["copy_bytes"] * calls <= CPU_CEILINGS_MAX_BYTES, m  # read + write per copy
     flop = sum(2 * n**3 for n in m["matmul_n"].values()) * (m["matmul_reps"] + CPU_WARMUP)
     assert flop <= CPU_CEILINGS_MAX_FLOP, m
-    assert c.device == "cpu"
+    assert c.device == "cpu" and m["timer"] == "perf_counter, median"
     assert set(c.matmul_tflops) == {"float16", "bfloat16", "float32"}
     # Any CPU copies faster than 10 MB/s and slower than 10 TB/s; matmul below 100 TFLOP/s.
     assert 0.01 < c.copy_gbps < 10_000
@@ -100,6 +102,21 @@ def test_cpu_measurement_is_fast_and_sane():
     assert Ceilings.from_row(c.to_row()) == c
     with pytest.raises(UserError):
         measure_ceilings("tpu")
+
+
+def test_ceilings_time_through_the_timer_seam():
+    # The rates are the medians of what the timer read, one scripted arm per quantity:
+    # the median discards the one outlier in each.
+    copy = [4.0] * (CPU_COPY_REPS - 1) + [400.0]
+    mm = {k: [2.0] * (CPU_MATMUL_REPS - 1) + [0.5] for k in CPU_MATMUL_N}
+    timer = ScriptedTimer({"copy": copy, **{f"matmul {k}": v for k, v in mm.items()}})
+    c = measure_ceilings("cpu", timer=timer)
+    assert c.copy_gbps == pytest.approx(2 * CPU_COPY_BYTES / 4e-3 / 1e9)
+    assert c.matmul_tflops == pytest.approx({k: 2.0 * n**3 / 2e-3 / 1e12 for k, n in CPU_MATMUL_N.items()})
+    # Timed calls only: the warm-up calls run untimed, outside the timer.
+    assert [a for a, _ in timer.calls].count("copy") == CPU_COPY_REPS
+    assert len(timer.calls) == CPU_COPY_REPS + len(CPU_MATMUL_N) * CPU_MATMUL_REPS
+    assert c.method["timer"] == "scripted, median"
 
 
 @pytest.mark.gpu
@@ -112,3 +129,4 @@ def test_cuda_measurement():
     assert c.copy_gbps > 100
     assert c.matmul_tflops["bfloat16"] > c.matmul_tflops["float32"]
     assert c.fingerprint["name"] == torch.cuda.get_device_name()
+    assert c.method["timer"] == "cuda events, median"

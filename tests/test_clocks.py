@@ -9,7 +9,8 @@ import pytest
 from harness.measurement.clocks import (
     ClockMonitor, ClockUnavailable, NvmlClockSource, ScriptedClockSource, open_monitor, reason_names,
     reference_clock)
-from harness.measurement.timing import HostTimer, ScriptedTimer, TimingPolicy, measure
+from harness.measurement.timing import HostTimer, TimingPolicy, measure
+from tests.timers import ScriptedTimer
 
 IDLE, LOAD = 345.0, 1980.0
 ARMS = ("candidate", "baseline", "control")
@@ -173,7 +174,7 @@ def test_warm_up_extends_until_the_clock_stops_falling():
 
 
 def test_a_clock_that_never_settles_is_said():
-    from harness.measurement.timing import WARMUP_SETTLE_MAX_EXTENSIONS
+    from harness.measurement.timing.measure import WARMUP_SETTLE_MAX_EXTENSIONS
 
     m = run(lambda t: max(345.0, LOAD - t * 1000.0))   # falls 1000 MHz/s for the whole run
     assert m.warmup_extensions == WARMUP_SETTLE_MAX_EXTENSIONS
@@ -241,7 +242,8 @@ def test_nvml_absent_gives_a_note_not_a_silent_pass():
 
 # --- fail closed when the drop rule cannot be applied (review of 2026-11-29) ---------------
 from harness.measurement.clocks import ScriptedClockSource as _Src  # noqa: E402
-from harness.measurement.timing import ScriptedTimer as _Timer, TimingPolicy as _Pol, measure as _measure  # noqa: E402
+from harness.measurement.timing import TimingPolicy as _Pol, measure as _measure  # noqa: E402
+from tests.timers import ScriptedTimer as _Timer  # noqa: E402
 
 _ARMS = ("candidate", "baseline", "control")
 

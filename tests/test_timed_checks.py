@@ -10,13 +10,14 @@ import pytest
 from harness.governance import bar as barlang
 from harness.measurement.correctness import check_timed_output
 from harness.measurement.stats import Stats
-from harness.measurement.timing import (ARM_BASELINE, ARM_CONTROL, EMPTY_WINDOW_FACTOR, ScriptedTimer,
-                                        TimingPolicy, empty_window, measure, told_apart)
+from harness.measurement.timing import (ARM_BASELINE, ARM_CONTROL, EMPTY_WINDOW_FACTOR, TimingPolicy,
+                                        empty_window, measure, told_apart)
 from harness.sweep.run import SweepContext, _empty_failure, run_config
 from harness.workloads import Config
 from harness.workloads.inputs import make_inputs
 from kernels import kernel
 from tests import zoo
+from tests.timers import ScriptedTimer
 
 CFG = Config("attention", 1, 2, 2, 32, 16, "float32", False)
 # CFG's gate with one seed and one family: 2 calls at CFG and each of its 3 boundary configs.

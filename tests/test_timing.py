@@ -12,8 +12,9 @@ import pytest
 from harness.errors import UserError
 from harness.measurement.stats import rel_noise
 from harness.measurement.timing import (
-    FLUSH_FLOOR_BYTES, MAX_ROTATION_SLOTS, ROTATION_FACTOR, HostTimer, Measurement, ScriptedTimer, TimingPolicy,
+    FLUSH_FLOOR_BYTES, MAX_ROTATION_SLOTS, ROTATION_FACTOR, HostTimer, Measurement, TimingPolicy,
     flush_bytes, measure, rotation_slots)
+from tests.timers import ScriptedTimer
 
 ARMS3 = ("candidate", "baseline", "control")
 
@@ -153,7 +154,7 @@ def test_rounds_interleave_through_every_order():
 def test_many_arms_are_balanced_for_first_place_and_predecessor(n):
     # Past MAX_PERMUTED_ARMS, blocks of a Williams design: 2n orders, chained, in which every
     # arm runs first, and directly after every other arm, equally often.
-    from harness.measurement.timing import MAX_PERMUTED_ARMS, ORDER_BLOCKS, round_orders
+    from harness.measurement.timing.orders import MAX_PERMUTED_ARMS, ORDER_BLOCKS, round_orders
 
     names = tuple(f"arm{i}" for i in range(n))
     assert n > MAX_PERMUTED_ARMS
@@ -178,7 +179,7 @@ def test_round_boundaries_are_balanced_too(n):
     # with every permutation (up to 4 arms) two calls back as well.
     from collections import Counter
 
-    from harness.measurement.timing import round_orders
+    from harness.measurement.timing.orders import round_orders
 
     names = tuple(f"arm{i}" for i in range(n))
     orders = round_orders(names)
@@ -198,7 +199,7 @@ def test_five_arms_two_and_three_calls_back_are_nearly_even():
     # over the first 200 rounds (about 40 each), and each arm's own repeats alike.
     from collections import Counter
 
-    from harness.measurement.timing import round_orders
+    from harness.measurement.timing.orders import round_orders
 
     names = tuple(f"arm{i}" for i in range(5))
     calls = [a for o in round_orders(names)[:200] for a in o]
@@ -240,7 +241,7 @@ def test_measurement_is_frozen_and_serializable():
     row = json.loads(json.dumps(m.to_row()))
     assert row["stop_reason"] == "noise_target" and row["effective_mode"] == "host"
     assert row["arms"]["candidate"]["samples_ms"] == [1.0] * 10
-    from harness.measurement.timing import round_orders
+    from harness.measurement.timing.orders import round_orders
 
     assert row["rounds"]["first"][:6] == [o[0] for o in round_orders(ARMS3)]
     assert row["policy"]["throttle_threshold"] == 0.85
@@ -292,6 +293,17 @@ def test_empty_stats_are_json_safe():
     m, _ = run({"a": 10.0}, policy(warmup_ms=10_000, timeout_s=0.5))
     row = m.to_row()
     assert row["arms"]["a"]["stats"]["median"] is None and not math.isnan(row["elapsed_s"])
+
+
+def test_rows_are_strict_json_with_the_ledgers_spelling_of_non_finite_numbers():
+    # A control that reads 0 ms makes the control ratio infinite: the row spells it as the
+    # ledger does (one sanitiser, harness.jsonsafe), and strict JSON encodes the whole row.
+    pol = policy(warmup_ms=0.0, min_samples=6, max_samples=6, noise_target=1.0)
+    with np.errstate(divide="ignore"):
+        m, _ = run({"candidate": 1.0, "baseline": 1.0, "control": 0.0}, pol)
+        row, ratio = m.to_row(), m.control_ratio
+    assert ratio == math.inf and row["control_ratio"] == "Infinity" and row["control_ok"] is False
+    json.dumps(row, allow_nan=False)
 
 
 # -- lead calls -----------------------------------------------------------------------------

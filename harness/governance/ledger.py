@@ -17,7 +17,6 @@ import contextlib
 import datetime as _dt
 import hashlib
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -29,6 +28,7 @@ from typing import Any, Iterable
 from harness.errors import UserError
 from harness.governance import gitguard
 from harness.governance.gitguard import LEDGER_DIR
+from harness.jsonsafe import jsonable
 
 LEDGER_SCHEMA = 1
 GENESIS_HASH = "0" * 64
@@ -44,25 +44,6 @@ MIN_FREE_BYTES = 64 * 2**20
 def canonical(obj: Any) -> str:
     """The exact text that is hashed: sorted keys, compact separators, no NaN/Infinity."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def jsonable(obj: Any) -> Any:
-    """Make ``obj`` strict-JSON: non-finite floats become strings, tuples lists, numpy scalars Python."""
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, bool) or obj is None or isinstance(obj, (str, int)):
-        return obj
-    if isinstance(obj, float):
-        if math.isfinite(obj):
-            return obj
-        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
-    if hasattr(obj, "item"):  # numpy / torch scalars
-        return jsonable(obj.item())
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"ledger rows hold JSON data only, not {type(obj).__name__}: {obj!r}")
 
 
 def row_hash(row: dict) -> str:

@@ -7,8 +7,9 @@ zeros: zeros run faster than real data) per dtype. ``impossible`` turns them int
 reductio: seed 004's 9.6 TB/s "effective L2 rate" on a GPU whose fabric cannot do it was
 computable before any kernel was written, and would have saved a session.
 
-On the CPU the same quantities are measured with host timing on small sizes (fast, for
-tests and for honest CPU rows); they are GFLOP/s-class numbers stored in the same units.
+Every rate is the median of a fixed number of calls timed back to back through the timing
+path's ``Timer`` (CUDA events on a GPU; host time on the CPU, on small sizes: fast, for tests
+and for honest CPU rows, GFLOP/s-class numbers stored in the same units).
 
 Ledger form: ``Ceilings.to_row()`` is a flat JSON dict (``device``, ``fingerprint``,
 ``copy_gbps``, ``matmul_tflops``{dtype: TFLOP/s}, ``method``); ``Ceilings.from_row`` reads
@@ -20,21 +21,18 @@ from __future__ import annotations
 import functools
 import math
 import platform
-import statistics
-import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
 from harness.errors import UserError
+from harness.measurement.timing.timers import CudaEventTimer, HostTimer, Timer, median_ms
 
 # A result more than this fraction above a measured ceiling is impossible, not fast.
-# Why 30%: measured ceilings are achievable rates, not hardware peaks. On the H200 the
-# datasheet HBM rate is 1.12x the measured copy rate (4.8 vs ~4.3 TB/s) and the datasheet
-# dense bf16 rate 1.26x the measured cuBLAS rate on random data (989 vs ~790 TFLOP/s), and a
-# read-mostly kernel can beat a copy's read+write rate by a few percent. 30% sits above all
-# of these, so only a number beyond the hardware's own peak is called impossible; seed
-# 004's 9.6 TB/s was 2.2x its copy ceiling.
+# Measured ceilings are achievable rates, not hardware peaks: the datasheet peaks sit up to
+# a quarter above them, and a read-mostly kernel can beat a copy's read+write rate by a few
+# percent. 30% sits above both, so only a number beyond the hardware's own peak is called
+# impossible (figures: docs/benchmarks.md).
 IMPOSSIBLE_MARGIN = 0.30
 
 # --- CUDA measurement sizes -------------------------------------------------------------
@@ -191,13 +189,23 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def measure_ceilings(device: str) -> Ceilings:
-    """Measure copy bandwidth and matmul rates on ``device`` ('cuda' or 'cpu')."""
+def measure_ceilings(device: str, *, timer: Timer | None = None) -> Ceilings:
+    """Measure copy bandwidth and matmul rates on ``device`` ('cuda' or 'cpu'), each the median
+    of a fixed number of calls timed by ``timer`` (CUDA events on a GPU, host time on the CPU,
+    as ``measure`` times; tests inject a virtual one)."""
     if device == "cuda":
-        return _measure_cuda()
+        return _measure_cuda(timer)
     if device == "cpu":
-        return _measure_cpu()
+        return _measure_cpu(timer)
     raise UserError(f"unknown device {device!r}: use 'cuda' or 'cpu'")
+
+
+# What ``method["timer"]`` says for each timer (the words ceilings rows have always held).
+TIMER_WORDS = {"cuda_event": "cuda events, median", "host": "perf_counter, median"}
+
+
+def _timer_words(timer: Timer) -> str:
+    return TIMER_WORDS.get(timer.name, f"{timer.name}, median")
 
 
 def _random(shape, dtype, device):
@@ -208,33 +216,17 @@ def _random(shape, dtype, device):
     return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
 
 
-def _cuda_median_ms(fn, reps: int, warmup: int) -> float:
-    """Median of ``reps`` CUDA-event timings of ``fn`` after ``warmup`` untimed calls."""
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for s, e in zip(starts, ends):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
-
-
-def _measure_cuda() -> Ceilings:
+def _measure_cuda(timer: Timer | None) -> Ceilings:
     import torch
 
     if not torch.cuda.is_available():
         raise UserError("measure_ceilings('cuda'): torch sees no CUDA device")
     dev = torch.device("cuda", torch.cuda.current_device())
+    timer = timer or CudaEventTimer(dev)
     n_elem = CUDA_COPY_BYTES // 4
     src = _random((n_elem,), torch.float32, dev)
     dst = torch.empty_like(src)
-    ms = _cuda_median_ms(functools.partial(dst.copy_, src), CUDA_COPY_REPS, CUDA_WARMUP)
+    ms = median_ms(timer, functools.partial(dst.copy_, src), reps=CUDA_COPY_REPS, warmup=CUDA_WARMUP, arm="copy")
     copy_gbps = 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
     del src, dst
 
@@ -249,46 +241,38 @@ def _measure_cuda() -> Ceilings:
         with apply({"allow_tf32": tf32}):
             a, b = _random((n, n), dtype, dev), _random((n, n), dtype, dev)
             c = torch.empty((n, n), dtype=dtype, device=dev)
-            ms = _cuda_median_ms(functools.partial(torch.mm, a, b, out=c), CUDA_MATMUL_REPS, CUDA_WARMUP)
+            ms = median_ms(timer, functools.partial(torch.mm, a, b, out=c), reps=CUDA_MATMUL_REPS,
+                           warmup=CUDA_WARMUP, arm=f"matmul {key}")
             tflops[key] = 2.0 * n**3 / (ms * 1e-3) / 1e12
             del a, b, c
     torch.cuda.empty_cache()
     return Ceilings(device="cuda", fingerprint=device_fingerprint("cuda"), copy_gbps=copy_gbps,
                     matmul_tflops=tflops,
-                    method={"timer": "cuda events, median", "copy_bytes": CUDA_COPY_BYTES,
+                    method={"timer": _timer_words(timer), "copy_bytes": CUDA_COPY_BYTES,
                             "copy_reps": CUDA_COPY_REPS, "matmul_n": n, "matmul_reps": CUDA_MATMUL_REPS,
                             "data": "randn"})
 
 
-def _host_median_s(fn, reps: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def _measure_cpu() -> Ceilings:
+def _measure_cpu(timer: Timer | None) -> Ceilings:
     import torch
 
+    timer = timer or HostTimer()
     src = _random((CPU_COPY_BYTES // 4,), torch.float32, "cpu")
     dst = torch.empty_like(src)
-    s = _host_median_s(functools.partial(dst.copy_, src), CPU_COPY_REPS, CPU_WARMUP)
-    copy_gbps = 2 * src.numel() * src.element_size() / s / 1e9
+    ms = median_ms(timer, functools.partial(dst.copy_, src), reps=CPU_COPY_REPS, warmup=CPU_WARMUP, arm="copy")
+    copy_gbps = 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
     del src, dst
     tflops = {}
     for key, dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16), ("float32", torch.float32)):
         n = CPU_MATMUL_N[key]
         a, b = _random((n, n), dtype, "cpu"), _random((n, n), dtype, "cpu")
         c = torch.empty((n, n), dtype=dtype)
-        s = _host_median_s(lambda: torch.mm(a, b, out=c), CPU_MATMUL_REPS, CPU_WARMUP)
-        tflops[key] = 2.0 * n**3 / s / 1e12
+        ms = median_ms(timer, lambda: torch.mm(a, b, out=c), reps=CPU_MATMUL_REPS, warmup=CPU_WARMUP,
+                       arm=f"matmul {key}")
+        tflops[key] = 2.0 * n**3 / (ms * 1e-3) / 1e12
     return Ceilings(device="cpu", fingerprint=device_fingerprint("cpu"), copy_gbps=copy_gbps,
                     matmul_tflops=tflops,
-                    method={"timer": "perf_counter, median", "copy_bytes": CPU_COPY_BYTES,
+                    method={"timer": _timer_words(timer), "copy_bytes": CPU_COPY_BYTES,
                             "copy_reps": CPU_COPY_REPS, "matmul_n": dict(CPU_MATMUL_N),
                             "matmul_reps": CPU_MATMUL_REPS, "threads": torch.get_num_threads(),
                             "data": "randn"})

@@ -6,9 +6,10 @@ every reading with a timestamp in the *timer's* time base, so the timing loop ca
 
 * real time: ``start(timer)`` spawns a daemon thread polling at ``hz`` (≥ 100 Hz) and
   stamps each reading with ``timer.now_s()``;
-* virtual time: when the timer is virtual (``ScriptedTimer``), the monitor registers as a
-  listener and the timer calls ``poll_until(t)`` each time it advances its clock; readings
-  are taken on the exact grid ``t_start + k / hz``. No thread, fully deterministic.
+* virtual time: when the timer is virtual (the tests' ``ScriptedTimer``), the monitor
+  registers as a listener and the timer calls ``poll_until(t)`` each time it advances its
+  clock; readings are taken on the exact grid ``t_start + k / hz``. No thread, fully
+  deterministic.
 
 Throttle policy (why it looks like this): the reference is the SM clock *under load at the
 end of warm-up* — never an idle reading (an H200 idles at 345 MHz and runs at 1980 MHz, so

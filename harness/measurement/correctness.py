@@ -774,19 +774,19 @@ def side_stream_check(spec, q, k, v, out, *, causal: bool, scale: float) -> str 
 
     if not _is_cuda(out):
         return None
-    from harness.measurement.timing import _max_sm_hz
+    from harness.measurement.timing.timers import hold_stream, max_sm_hz
 
     fn, _ = _spec_parts(spec)
     dev = out.device
     stream = torch.cuda.current_stream(dev)
     watcher = torch.cuda.Stream(device=dev)  # a pool stream: it never waits for the caller's
-    cycles_per_s = _max_sm_hz(dev)
+    cycles_per_s = max_sm_hz(dev)
     hold, looks = SIDE_STREAM_HOLD_S, 0
     during = torch.empty_like(out)
     while looks < SIDE_STREAM_REPS:
         poison_(out)
         torch.cuda.synchronize(dev)
-        torch.cuda._sleep(int(hold * cycles_per_s))
+        hold_stream(hold, cycles_per_s)
         held = torch.cuda.Event()
         held.record(stream)
         t0 = time.perf_counter()

@@ -57,7 +57,7 @@ def timing_slots(cfg, policy, device: str, l2_bytes: int | None = None) -> int:
     touches (formulas.min_bytes) exceed the L2 several times in hot mode, and in graph mode
     when that takes at most GRAPH_MAX_ROTATION_SLOTS copies; else one.
     The sweep allocates exactly this many, and the model predicts exactly this many."""
-    from harness.measurement.timing import GRAPH_MAX_ROTATION_SLOTS, device_l2_bytes, rotation_slots
+    from harness.measurement.timing.policy import GRAPH_MAX_ROTATION_SLOTS, device_l2_bytes, rotation_slots
     from harness.workloads.formulas import min_bytes
 
     if policy.mode not in ("hot", "graph") or device != "cuda":
@@ -77,7 +77,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     """
     from harness.measurement.correctness import compare_bytes, gate_bytes
     from harness.measurement.reference import reference_bytes
-    from harness.measurement.timing import device_l2_bytes, flush_bytes
+    from harness.measurement.timing.policy import device_l2_bytes, flush_bytes
     from harness.workloads.inputs import generation_bytes
 
     qs, ks, _ = cfg.shapes()

@@ -33,7 +33,7 @@ def resolve(ref: str):
 def run(spec: dict) -> dict:
     import torch
 
-    from harness.governance.ledger import jsonable
+    from harness.jsonsafe import jsonable
     from harness.measurement.correctness import check_timed_output
     from harness.measurement.counters import nvtx_range
     from harness.measurement.numerics import NumericState, apply

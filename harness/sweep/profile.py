@@ -73,7 +73,7 @@ def payload(result, role: str, gate) -> dict:
 
 
 def _l2_bytes() -> int:
-    from harness.measurement.timing import device_l2_bytes
+    from harness.measurement.timing.policy import device_l2_bytes
 
     return device_l2_bytes("cuda")
 

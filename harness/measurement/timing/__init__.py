@@ -1,0 +1,56 @@
+"""The timing path: every timed number in bench goes through here.
+
+    policy.py   TimingPolicy (the [timing] knobs, validated), flush and rotation sizing
+    timers.py   the Timer protocol (the test seam), HostTimer, CudaEventTimer, median_ms
+                (ceilings); the sustained phase (measurement/sustained.py) times through it too
+    orders.py   round orders: which arm runs when, balanced against carry-over
+    graphs.py   CUDA-graph capture for graph mode
+    rounds.py   RoundRunner: one round of calls (slots, lead calls, prepare, flush, spot check)
+    measure.py  measure(): the protocol (prime, warm up, settle, rounds, result), step by step
+    results.py  Round, ArmResult, Measurement (frozen, raw samples kept) and its ledger form
+    empty.py    the empty window: what a window holding nothing reads; told_apart
+
+The package re-exports every public name of its modules, so ``from
+harness.measurement.timing import X`` works; import from the module to say which part.
+"""
+
+from harness.measurement.timing.empty import (
+    EMPTY_ARM, EMPTY_WINDOW_BUDGET, EMPTY_WINDOW_FACTOR, EmptyWindow, empty_window, told_apart)
+from harness.measurement.timing.graphs import GRAPH_SIDE_WARMUP_CALLS, GRAPH_TARGET_SAMPLE_MS
+from harness.measurement.timing.measure import (
+    CLOCK_SETTLE_TOLERANCE, REFERENCE_MIN_FRACTION, TIME_EPS_S, WARMUP_MAX_EXTENSIONS, WARMUP_MIN_ROUNDS,
+    WARMUP_SETTLE_MAX_EXTENSIONS, measure)
+from harness.measurement.timing.orders import (
+    MAX_PERMUTED_ARMS, ORDER_BLOCKS, ORDER_CANDIDATES, ORDER_LAGS, ORDER_SEED, round_orders)
+from harness.measurement.timing.policy import (
+    DEFAULT_CONTROL_TOLERANCE, DEFAULT_GRAPH_REPLAYS, DEFAULT_LEAD_CALLS, DEFAULT_MAX_DROP_FRACTION,
+    DEFAULT_MAX_SAMPLES, DEFAULT_MIN_SAMPLES, DEFAULT_MIN_TIME_MS, DEFAULT_MODE, DEFAULT_NOISE_TARGET,
+    DEFAULT_THROTTLE_THRESHOLD, DEFAULT_TIMEOUT_S, DEFAULT_WARMUP_MS, DEFAULT_WATCHDOG_S, FLUSH_FLOOR_BYTES,
+    GRAPH_MAX_REPLAYS, GRAPH_MAX_ROTATION_SLOTS, L2_FLUSH_FACTOR, LEAD_CALLS_MAX, MAX_ROTATION_SLOTS, MODES,
+    ROTATION_FACTOR, TimingPolicy, device_l2_bytes, flush_bytes, rotation_slots)
+from harness.measurement.timing.results import (
+    ARM_BASELINE, ARM_CANDIDATE, ARM_CONTROL, STOP_REASONS, ArmResult, Measurement, Round)
+from harness.measurement.timing.timers import (
+    BLOCK_MAX_S, BLOCK_MIN_S, FALLBACK_SM_HZ, HOST_GAP_RETRIES, CudaEventTimer, HostTimer, Timer, hold_stream,
+    max_sm_hz, median_ms)
+
+__all__ = [
+    # policy
+    "DEFAULT_CONTROL_TOLERANCE", "DEFAULT_GRAPH_REPLAYS", "DEFAULT_LEAD_CALLS", "DEFAULT_MAX_DROP_FRACTION",
+    "DEFAULT_MAX_SAMPLES", "DEFAULT_MIN_SAMPLES", "DEFAULT_MIN_TIME_MS", "DEFAULT_MODE", "DEFAULT_NOISE_TARGET",
+    "DEFAULT_THROTTLE_THRESHOLD", "DEFAULT_TIMEOUT_S", "DEFAULT_WARMUP_MS", "DEFAULT_WATCHDOG_S", "FLUSH_FLOOR_BYTES",
+    "GRAPH_MAX_REPLAYS", "GRAPH_MAX_ROTATION_SLOTS", "L2_FLUSH_FACTOR", "LEAD_CALLS_MAX", "MAX_ROTATION_SLOTS",
+    "MODES", "ROTATION_FACTOR", "TimingPolicy", "device_l2_bytes", "flush_bytes", "rotation_slots",
+    # timers
+    "BLOCK_MAX_S", "BLOCK_MIN_S", "FALLBACK_SM_HZ", "HOST_GAP_RETRIES", "CudaEventTimer", "HostTimer", "Timer",
+    "hold_stream", "max_sm_hz", "median_ms",
+    # orders, graphs
+    "MAX_PERMUTED_ARMS", "ORDER_BLOCKS", "ORDER_CANDIDATES", "ORDER_LAGS", "ORDER_SEED", "round_orders",
+    "GRAPH_SIDE_WARMUP_CALLS", "GRAPH_TARGET_SAMPLE_MS",
+    # measure, results
+    "CLOCK_SETTLE_TOLERANCE", "REFERENCE_MIN_FRACTION", "TIME_EPS_S", "WARMUP_MAX_EXTENSIONS", "WARMUP_MIN_ROUNDS",
+    "WARMUP_SETTLE_MAX_EXTENSIONS", "measure",
+    "ARM_BASELINE", "ARM_CANDIDATE", "ARM_CONTROL", "STOP_REASONS", "ArmResult", "Measurement", "Round",
+    # empty window
+    "EMPTY_ARM", "EMPTY_WINDOW_BUDGET", "EMPTY_WINDOW_FACTOR", "EmptyWindow", "empty_window", "told_apart",
+]

@@ -1,0 +1,128 @@
+"""What ``measure`` returns: frozen rounds, per-arm raw samples, and the whole ``Measurement``
+with its ledger form (``to_row``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from harness.jsonsafe import jsonable
+from harness.measurement.clocks import ClockSummary
+from harness.measurement.stats import Stats, ratio, speedup_ci
+from harness.measurement.timing.policy import TimingPolicy
+
+ARM_CANDIDATE, ARM_BASELINE, ARM_CONTROL = "candidate", "baseline", "control"
+STOP_REASONS = ("noise_target", "max_samples", "timeout")
+
+
+@dataclass(frozen=True)
+class Round:
+    """One interleaved round: when it ran, in which order, each arm's sample (ms), its clocks."""
+
+    index: int
+    t0: float
+    t1: float
+    order: tuple[str, ...]
+    samples: dict[str, float]          # never mutated
+    min_sm_mhz: float | None = None
+    dropped: bool = False
+    drop_reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ArmResult:
+    """Raw samples (ms) of one arm: kept rounds, dropped rounds, and stats of the kept ones."""
+
+    name: str
+    samples: tuple[float, ...]
+    dropped_samples: tuple[float, ...]
+    stats: Stats
+
+    @classmethod
+    def build(cls, name: str, samples: Sequence[float], dropped: Sequence[float]) -> "ArmResult":
+        s = tuple(float(x) for x in samples)
+        return cls(name, s, tuple(float(x) for x in dropped), Stats.from_samples(s))
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Everything one ``measure`` call observed. Statistics are derived from the raw samples."""
+
+    arms: dict[str, ArmResult]         # never mutated; insertion order = arm order
+    rounds: tuple[Round, ...]
+    stop_reason: str
+    mode: str                          # requested
+    effective_mode: str                # "host" on the CPU
+    n_slots: int
+    graph_replays: int                 # K replays per sample (1 outside graph mode)
+    timer: str
+    policy: TimingPolicy
+    warmup_rounds: int
+    warmup_extensions: int
+    elapsed_s: float
+    clock: ClockSummary | None
+    clock_note: str | None             # why clocks are missing/doubtful: surface it as a warning
+    timing_note: str | None            # e.g. the CPU degrade
+    throttled: bool
+    throttle_note: str | None = None
+    # CUDA-event timer: per arm, calls of the measured rounds re-run because the host had not
+    # enqueued them when the hold ended, and samples kept with a possible host gap.
+    host_gaps: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Per arm: median host time (µs) of enqueuing one timed call, over the kept rounds.
+    host_us: dict[str, float | None] = field(default_factory=dict)
+    # The random timed call whose output the caller checks (``spot``): per arm, its index
+    # among the arm's measured calls and its input slot; the seed that chose it.
+    spot_calls: dict[str, dict[str, int]] = field(default_factory=dict)
+    spot_seed: int | None = None
+
+    @property
+    def n_dropped(self) -> int:
+        return sum(r.dropped for r in self.rounds)
+
+    def speedup(self, candidate: str = ARM_CANDIDATE, baseline: str = ARM_BASELINE,
+                confidence: float = 0.95) -> tuple[float, float, float]:
+        """(ratio, lo, hi): baseline median / candidate median with its paired bootstrap CI."""
+        b, c = self.arms[baseline].samples, self.arms[candidate].samples
+        if not b or not c:
+            return math.nan, math.nan, math.nan
+        lo, hi = speedup_ci(b, c, confidence=confidence)
+        return ratio(b, c), lo, hi
+
+    @property
+    def control_ratio(self) -> float | None:
+        """baseline median / control median (the same function twice: should be 1)."""
+        if ARM_CONTROL not in self.arms or ARM_BASELINE not in self.arms:
+            return None
+        b, c = self.arms[ARM_BASELINE].samples, self.arms[ARM_CONTROL].samples
+        return ratio(b, c) if b and c else None
+
+    @property
+    def control_ok(self) -> bool | None:
+        r = self.control_ratio
+        return None if r is None else abs(r - 1.0) <= self.policy.control_tolerance
+
+    def to_row(self, *, include_rounds: bool = True) -> dict:
+        """Strict-JSON record for the ledger (``harness.jsonsafe``)."""
+        row: dict[str, Any] = {
+            "mode": self.mode, "effective_mode": self.effective_mode, "timer": self.timer,
+            "n_slots": self.n_slots, "graph_replays": self.graph_replays, "stop_reason": self.stop_reason,
+            "n_rounds": len(self.rounds), "n_dropped": self.n_dropped, "throttled": self.throttled,
+            "throttle_note": self.throttle_note, "warmup_rounds": self.warmup_rounds,
+            "warmup_extensions": self.warmup_extensions, "elapsed_s": self.elapsed_s,
+            "timing_note": self.timing_note, "clock_note": self.clock_note, "policy": self.policy.as_dict(),
+            "arms": {name: {"stats": a.stats.as_dict(), "samples_ms": list(a.samples),
+                            "dropped_samples_ms": list(a.dropped_samples)} for name, a in self.arms.items()},
+            "clock": self.clock.as_dict() if self.clock else None,
+            "control_ratio": self.control_ratio, "control_ok": self.control_ok, "host_gaps": self.host_gaps,
+            "host_us": self.host_us, "spot_calls": self.spot_calls, "spot_seed": self.spot_seed,
+        }
+        if include_rounds:  # columnar: compact for thousands of rounds
+            row["rounds"] = {
+                "t0": [r.t0 for r in self.rounds], "t1": [r.t1 for r in self.rounds],
+                "first": [r.order[0] for r in self.rounds],
+                "min_sm_mhz": [r.min_sm_mhz for r in self.rounds],
+                "dropped": [r.index for r in self.rounds if r.dropped],
+                "drop_reasons": {str(r.index): list(r.drop_reasons) for r in self.rounds if r.dropped},
+            }
+        return jsonable(row)

@@ -1,0 +1,65 @@
+"""A virtual timer for the timing tests: scripted durations, bit-reproducible time."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping, Sequence
+
+
+class ScriptedTimer:
+    """Virtual clock: scripted durations per arm, time advances by them (a ``Timer``).
+
+    ``durations[arm]`` is a constant (ms), a sequence (indexed by the arm's call count,
+    IndexError when exhausted) or ``f(call_index, t_s) -> ms``. Each call also advances the
+    clock by ``overhead_ms``. Listeners (a virtual ``ClockMonitor``) are called with the new
+    time after every advance. Time is kept in integer ns so runs are bit-reproducible.
+    """
+
+    name = "scripted"
+    virtual = True
+
+    def __init__(self, durations: Mapping[str, float | Sequence[float] | Callable[[int, float], float]],
+                 *, overhead_ms: float = 0.0, start_s: float = 0.0):
+        self._durations = dict(durations)
+        self._overhead_ns = round(overhead_ms * 1e6)
+        self._ns = round(start_s * 1e9)
+        self._count: dict[str, int] = {}
+        self._listeners: list[Callable[[float], None]] = []
+        self.calls: list[tuple[str, float]] = []  # (arm, start time) of every timed call
+
+    def add_listener(self, cb: Callable[[float], None]) -> None:
+        self._listeners.append(cb)
+
+    def now_s(self) -> float:
+        return self._ns / 1e9
+
+    def advance(self, seconds: float) -> None:
+        """Let virtual time pass outside any call."""
+        self._ns += round(seconds * 1e9)
+        for cb in self._listeners:
+            cb(self.now_s())
+
+    def _duration(self, arm: str) -> float:
+        if arm not in self._durations:
+            raise KeyError(f"ScriptedTimer has no durations for arm '{arm}'")
+        spec, k = self._durations[arm], self._count.get(arm, 0)
+        self._count[arm] = k + 1
+        if callable(spec):
+            return float(spec(k, self.now_s()))
+        if isinstance(spec, (int, float)):
+            return float(spec)
+        return float(spec[k])
+
+    def time_call(self, fn, *, arm="", before=None, again=None) -> float:
+        if before is not None:
+            before()
+        self.calls.append((arm, self.now_s()))
+        h0 = time.perf_counter()
+        fn()
+        self.last_host_s = time.perf_counter() - h0  # real host time: the arm's own Python
+        ms = self._duration(arm)
+        self.advance((round(ms * 1e6) + self._overhead_ns) / 1e9)
+        return ms
+
+    def time_loop(self, calls, *, arm="") -> list[float]:
+        return [self.time_call(fn, arm=arm, before=before) for fn, before in calls]
