@@ -75,7 +75,7 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, mode: str, dev
     on the CPU. ``mode`` is the line's timing mode: ``cold`` flushes the L2 before every call.
     """
     from harness.measurement import clocks
-    from harness.measurement.timing import CudaEventTimer, HostTimer, device_l2_bytes, flush_bytes
+    from harness.measurement.timing import CudaEventTimer, HostTimer, l2_flush
 
     if n_slots < 1:
         raise ValueError(f"n_slots must be ≥ 1, got {n_slots}")
@@ -86,12 +86,9 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, mode: str, dev
     timed_s = TIMED_S[kind] if timed_s is None else timed_s
     flush = None
     if kind == "cuda":
-        import torch
-
         timer = timer or CudaEventTimer(device)
         if mode == "cold":
-            buf = torch.empty(flush_bytes(device_l2_bytes(device)), dtype=torch.uint8, device=device)
-            flush = buf.zero_
+            flush = l2_flush(device)
     else:
         timer = timer or HostTimer()
     own = monitor is None

@@ -27,7 +27,7 @@ from harness.measurement.timing.policy import (
     DEFAULT_MAX_SAMPLES, DEFAULT_MIN_SAMPLES, DEFAULT_MIN_TIME_MS, DEFAULT_MODE, DEFAULT_NOISE_TARGET,
     DEFAULT_THROTTLE_THRESHOLD, DEFAULT_TIMEOUT_S, DEFAULT_WARMUP_MS, DEFAULT_WATCHDOG_S, FLUSH_FLOOR_BYTES,
     GRAPH_MAX_REPLAYS, GRAPH_MAX_ROTATION_SLOTS, L2_FLUSH_FACTOR, LEAD_CALLS_MAX, MAX_ROTATION_SLOTS, MODES,
-    ROTATION_FACTOR, TimingPolicy, device_l2_bytes, flush_bytes, rotation_slots)
+    ROTATION_FACTOR, TimingPolicy, device_l2_bytes, flush_bytes, l2_flush, rotation_slots)
 from harness.measurement.timing.results import (
     ARM_BASELINE, ARM_CANDIDATE, ARM_CONTROL, STOP_REASONS, ArmResult, Measurement, Round)
 from harness.measurement.timing.timers import (
@@ -40,7 +40,7 @@ __all__ = [
     "DEFAULT_MAX_SAMPLES", "DEFAULT_MIN_SAMPLES", "DEFAULT_MIN_TIME_MS", "DEFAULT_MODE", "DEFAULT_NOISE_TARGET",
     "DEFAULT_THROTTLE_THRESHOLD", "DEFAULT_TIMEOUT_S", "DEFAULT_WARMUP_MS", "DEFAULT_WATCHDOG_S", "FLUSH_FLOOR_BYTES",
     "GRAPH_MAX_REPLAYS", "GRAPH_MAX_ROTATION_SLOTS", "L2_FLUSH_FACTOR", "LEAD_CALLS_MAX", "MAX_ROTATION_SLOTS",
-    "MODES", "ROTATION_FACTOR", "TimingPolicy", "device_l2_bytes", "flush_bytes", "rotation_slots",
+    "MODES", "ROTATION_FACTOR", "TimingPolicy", "device_l2_bytes", "flush_bytes", "l2_flush", "rotation_slots",
     # timers
     "BLOCK_MAX_S", "BLOCK_MIN_S", "FALLBACK_SM_HZ", "HOST_GAP_RETRIES", "CudaEventTimer", "HostTimer", "Timer",
     "hold_stream", "max_sm_hz", "median_ms",

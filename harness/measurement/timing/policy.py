@@ -116,6 +116,14 @@ def flush_bytes(l2_bytes: int) -> int:
     return max(L2_FLUSH_FACTOR * int(l2_bytes), FLUSH_FLOOR_BYTES)
 
 
+def l2_flush(device: str):
+    """The cold-mode flush on a CUDA ``device``: zeroes a buffer of ``flush_bytes`` of its L2
+    (allocated once here); called before a timed call, outside its window."""
+    import torch
+
+    return torch.empty(flush_bytes(device_l2_bytes(device)), dtype=torch.uint8, device=device).zero_
+
+
 def rotation_slots(bytes_per_slot: int, l2_bytes: int, *, factor: int = ROTATION_FACTOR,
                    max_slots: int = MAX_ROTATION_SLOTS) -> int:
     """Input copies so that n × bytes_per_slot ≥ factor × L2 (capped at ``max_slots``).

@@ -9,7 +9,7 @@ import random
 from typing import Any, Callable, Mapping, NamedTuple
 
 from harness.measurement.timing.orders import round_orders
-from harness.measurement.timing.policy import TimingPolicy, device_l2_bytes, flush_bytes
+from harness.measurement.timing.policy import TimingPolicy, l2_flush
 from harness.measurement.timing.timers import Timer
 
 
@@ -34,9 +34,7 @@ class RoundRunner:
         # Cold mode: the flush buffer (on a GPU: torch is imported by _pick_timer).
         self.flush: Callable[[], None] | None = None
         if mode == "cold":
-            import torch
-
-            self.flush = torch.empty(flush_bytes(device_l2_bytes(device)), dtype=torch.uint8, device=device).zero_
+            self.flush = l2_flush(device)
         self.orders = round_orders(self.names)
         self.replays = 1                 # calls per sample (graph chains)
         self.slot_counter = 0
