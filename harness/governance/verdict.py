@@ -144,8 +144,7 @@ def verify_clauses(reg, deciding: list[dict], rows, where: tuple) -> tuple[tuple
         pairs.append((r["config_key"], r["candidate"], env))
         if p.get("impossible"):
             impossible[outcome_key(r)] = f"counters: {p['impossible']}"
-    clauses = verifylang.parse_all(list(reg.verify))
-    return verifylang.evaluate(clauses, pairs), impossible
+    return verifylang.evaluate(reg.verify_clauses, pairs), impossible
 
 
 @dataclass(frozen=True)
@@ -213,8 +212,8 @@ def decide(line: Line, env: dict, *, commit: bool = True) -> Verdict:
     if not any(r["correct"] for r in rows):
         raise UserError(f"line '{reg.line}' has no usable result rows (outcomes: {excluded or 'only failures'}): "
                         f"a verdict needs measurements — nothing was decided")
-    outcome = barlang.evaluate(barlang.parse(reg.go), rows)
-    primary_value = barlang.evaluate_aggregate(barlang.parse_aggregate(reg.primary), rows)
+    outcome = barlang.evaluate(reg.bar, rows)
+    primary_value = barlang.evaluate_aggregate(reg.primary_aggregate, rows)
     verdict = GO if outcome.passed and all(c.passed is True for c in checked) else NO_GO
     payload = {
         **line.stamp(env).fields(),

@@ -13,15 +13,14 @@ import math
 from collections import Counter
 from pathlib import Path
 
+from harness.governance.metrics import METRICS
 from harness.reporting.lines import LineView, device_label
 
 REASON_CHARS = 160  # a reason longer than this is cut in tables (the ledger keeps it whole)
 # Known metrics: (name, column label, format). Other numeric metrics of result rows get a
 # column of their own under their ledger name, so new metrics appear without code changes.
-METRIC_COLUMNS = (("tflops", "TFLOP/s", ".4g"), ("gbps", "GB/s", ".4g"), ("tflops_frac", "of peak FLOP/s", ".1%"),
-                  ("gbps_frac", "of peak GB/s", ".1%"), ("host_us", "host µs", ".3g"))
-SHOWN_ELSEWHERE = {"ms", "baseline_ms", "control", "control_ms", "speedup", "speedup_ci_low", "speedup_ci_high",
-                   "kv_gbps", "kv_gbps_frac"}
+METRIC_COLUMNS = tuple((m.name, m.label, m.fmt) for m in METRICS if m.label)
+SHOWN_ELSEWHERE = {m.name for m in METRICS if m.shown_elsewhere}
 # The counter table (`profile` rows): one row per kernel launch, then the call's totals.
 COUNTER_HEADER = ("kernel", "launch", "DRAM read MB", "DRAM write MB", "regs", "tensor %", "spill B", "µs",
                   "occupancy %")

@@ -16,7 +16,7 @@ from harness.governance.ledger import anchor, require_anchorable
 from harness.governance.line import Line
 from harness.governance.verdict import measured_on
 from harness.sweep.plan import Task, plan, replaced_by
-from harness.sweep.run import RATE_METRICS, SweepContext
+from harness.sweep.run import SweepContext
 
 # Times a sweep measures its rig-noisy pairs again, after every other config has run.
 NOISY_REMEASURES = 2
@@ -45,19 +45,8 @@ class SweepSummary:
                 "committed": self.committed}
 
 
-def judges_rates(go: str) -> bool:
-    """Whether a bar has a clause over an absolute rate (RATE_METRICS)."""
-    from harness.governance import bar as barlang
-
-    return any(c.aggregate.metric in RATE_METRICS for c in barlang.parse(go).clauses())
-
-
 def context(line: Line, device: str, ceilings: dict | None) -> SweepContext:
-    reg = line.reg
-    return SweepContext(line=reg.line, device=device, baseline=reg.baseline, atol=reg.atol, rtol=reg.rtol,
-                        seeds=reg.seeds, families=reg.families, min_pass_rate=reg.min_pass_rate,
-                        timing=reg.timing, numerics=reg.numerics, ceilings=ceilings,
-                        rate_bar=judges_rates(reg.go), root=str(line.root))
+    return SweepContext(reg=line.reg, device=device, ceilings=ceilings, root=str(line.root))
 
 
 def check_kernels_usable(line: Line, device: str) -> None:
@@ -328,11 +317,8 @@ def _ceilings(line: Line, executor, slot) -> dict:
 
     row = stored_ceilings(line.root, slot.fingerprint)
     if row is None:
-        from harness.measurement.timing import TimingPolicy
-
         Ledger(line.root, CEILINGS_LEDGER).require_writable()  # refuse before the worker measures, not after
-        measured = call(executor, 0, Job(-1, "ceilings"),
-                        timeout_s=TimingPolicy.from_mapping(line.reg.timing).watchdog_s)
+        measured = call(executor, 0, Job(-1, "ceilings"), timeout_s=line.reg.timing.watchdog_s)
         row = append_ceilings(line.root, slot.fingerprint, slot.env, measured)
     return row
 

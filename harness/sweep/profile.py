@@ -99,14 +99,14 @@ def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool =
     """
     from harness.measurement import memory
     from harness.measurement.correctness import gate
-    from harness.measurement.numerics import NumericState, apply
+    from harness.measurement.numerics import apply
     from harness.measurement.profile import profile
     from kernels import get_kernel
 
     reg = line.reg
     ncu, version = require_profiler(device)
     l2 = _l2_bytes()
-    state = NumericState.from_registration(reg.numerics)
+    state = reg.numerics.state()
     gated = gated or {}
     kernels = [(reg.baseline, "baseline"), *((c, "candidate") for c in reg.candidates)] if gate_first else \
         [(c, "candidate") for c in reg.candidates]
@@ -134,7 +134,7 @@ def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool =
                     continue
             memory.release(device)
             res = profile(cfg, name, seed=reg.seeds[0] + PROFILE_SEED_OFFSET, atol=reg.atol[cfg.dtype],
-                          rtol=reg.rtol[cfg.dtype], numerics=reg.numerics, l2_bytes=l2, cwd=line.root, ncu=ncu,
+                          rtol=reg.rtol[cfg.dtype], numerics=reg.numerics.as_dict(), l2_bytes=l2, cwd=line.root, ncu=ncu,
                           version=version)
             yield payload(res, role, gate_info)
 

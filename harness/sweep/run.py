@@ -10,37 +10,40 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from harness.sweep import phase
 from harness.workloads import Config
+
+if TYPE_CHECKING:
+    from harness.governance.registration import Registration
 
 # Fresh inputs for the post-timing recheck come from a seed no registration uses for the
 # gate, so a kernel cannot have seen them.
 RECHECK_SEED_OFFSET = 1_000_003
 TIMING_SEED_OFFSET = 2_000_003
-# Lines whose bar judges an absolute rate (one of RATE_METRICS) take each candidate's rates
+# Lines whose bar judges an absolute rate (one of metrics.RATE_METRICS) take each candidate's rates
 # from a sustained phase after the interleaved rounds (harness/measurement/sustained.py):
 # calls back to back at the clock a loop of calls holds, as triton.testing.do_bench times
 # them. Speedups still come from the interleaved rounds, where the arms share one clock.
-RATE_METRICS = frozenset({"ms", "tflops", "gbps", "kv_gbps", "tflops_frac", "gbps_frac", "kv_gbps_frac"})
 
 
 @dataclass(frozen=True)
 class SweepContext:
-    line: str
+    """What a config runs under: the line's registration (parsed once, at load) and what the
+    registration cannot know — the device, its stored ceilings, the repository root (kernel
+    sources inside it are recorded by their path relative to it). Picklable: it travels to
+    the worker processes."""
+
+    reg: Registration
     device: str
-    baseline: str
-    atol: dict
-    rtol: dict
-    seeds: tuple[int, ...]
-    families: tuple[str, ...]
-    min_pass_rate: float
-    timing: dict
-    numerics: dict
-    ceilings: dict | None
-    rate_bar: bool = False  # the bar judges an absolute rate: rates from the sustained phase
-    # The repository root: kernel sources inside it are recorded by their path relative to it.
+    ceilings: dict | None = None
     root: str | None = None
+
+    @property
+    def rate_bar(self) -> bool:
+        """The bar judges an absolute rate: rates from the sustained phase."""
+        return self.reg.judges_rates()
 
 
 @dataclass(frozen=True)
@@ -54,9 +57,9 @@ class Outcome:
 def _base(cfg: Config, candidate: str, ctx: SweepContext) -> dict:
     from kernels import get_kernel
 
-    return {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": candidate, "baseline": ctx.baseline,
+    return {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": candidate, "baseline": ctx.reg.baseline,
             "kernel_sources": {"candidate": _source(get_kernel(candidate), ctx.root),
-                               "baseline": _source(get_kernel(ctx.baseline), ctx.root)}}
+                               "baseline": _source(get_kernel(ctx.reg.baseline), ctx.root)}}
 
 
 def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> list[Outcome]:
@@ -64,7 +67,7 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
     from harness.measurement import memory
     from kernels import get_kernel
 
-    base_spec = get_kernel(ctx.baseline)
+    base_spec = get_kernel(ctx.reg.baseline)
     out: list[Outcome] = []
     runnable = []
     why_base = base_spec.config_reason(cfg)
@@ -72,7 +75,7 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
         spec = get_kernel(name)
         why = spec.unusable_reason(ctx.device) or spec.config_reason(cfg)
         if why is None and why_base is not None:
-            why = f"baseline {ctx.baseline} cannot run this config: {why_base}"
+            why = f"baseline {ctx.reg.baseline} cannot run this config: {why_base}"
         if why:
             out.append(Outcome("unsupported", {**_base(cfg, name, ctx), "reason": why}))
         else:
@@ -80,10 +83,8 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
     if not runnable:
         return out
 
-    from harness.measurement.timing import TimingPolicy
-
     phase.report(None, phase.SETUP)
-    policy = TimingPolicy.from_mapping(ctx.timing)
+    policy = ctx.reg.timing
     pred = memory.predict(cfg, [base_spec, *runnable], policy, ctx.device)
     avail = memory.available_bytes(ctx.device)
     if pred.peak_bytes > avail:
@@ -117,23 +118,24 @@ def spot_seed(cfg: Config, ctx: SweepContext) -> int:
     seeds, so it is recorded and reproducible but not known to a kernel before it runs."""
     import hashlib
 
-    digest = hashlib.sha256(f"{ctx.line}|{cfg.key()}|{ctx.seeds[0]}".encode()).digest()
+    digest = hashlib.sha256(f"{ctx.reg.line}|{cfg.key()}|{ctx.reg.seeds[0]}".encode()).digest()
     return int.from_bytes(digest[:8], "little")
 
 
 def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Outcome]:
     from harness.measurement import memory
     from harness.measurement.correctness import gate, recheck_in_place
-    from harness.measurement.numerics import NumericState, apply, capture, diff
+    from harness.measurement.numerics import apply, capture, diff
 
+    reg = ctx.reg
     out: list[Outcome] = []
-    state = NumericState.from_registration(ctx.numerics)
+    state = reg.numerics.state()
     gates, changed = {}, {}
     for spec in [base_spec, *runnable]:
         phase.report(spec.name, phase.GATE)
         with apply(state) as pinned:
-            gates[spec.name] = gate(spec, cfg, seeds=ctx.seeds, families=ctx.families, atol=ctx.atol[cfg.dtype],
-                                    rtol=ctx.rtol[cfg.dtype], device=ctx.device, min_pass_rate=ctx.min_pass_rate)
+            gates[spec.name] = gate(spec, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype],
+                                    rtol=reg.rtol[cfg.dtype], device=ctx.device, min_pass_rate=reg.min_pass_rate)
             # Seed 003: a flag flipped between arms changes which kernels run. A kernel that
             # changes global numeric state would make the arms differ: it is never timed.
             moved = diff(pinned, capture())
@@ -166,7 +168,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         m, slots, outs, snaps = _time(cfg, base_spec, timed, ctx, policy)
         phase.report(None, phase.CHECK)
         measured_peak = memory.peak_bytes(ctx.device, held)
-        seed = ctx.seeds[0] + RECHECK_SEED_OFFSET
+        seed = reg.seeds[0] + RECHECK_SEED_OFFSET
         # Every timed output is checked before any recheck: a recheck rewrites slot 0's
         # inputs in place, after which the other arms' timed outputs no longer match them
         # (on the H200 this failed every arm after the first as "timed_stale_mismatch").
@@ -211,8 +213,8 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
             q, k, v = slots[0]
             o = outs[arm_name(spec.name)][0]
             phase.report(spec.name, phase.RECHECK)
-            rc = recheck_in_place(spec, cfg, q, k, v, o, seed=seed, family="normal", atol=ctx.atol[cfg.dtype],
-                                  rtol=ctx.rtol[cfg.dtype])
+            rc = recheck_in_place(spec, cfg, q, k, v, o, seed=seed, family="normal", atol=reg.atol[cfg.dtype],
+                                  rtol=reg.rtol[cfg.dtype])
             if not rc.passed:
                 out.append(Outcome("incorrect", {**_base(cfg, spec.name, ctx), "role": "candidate",
                                                  "tag": "recheck_" + rc.tag,
@@ -259,7 +261,7 @@ def _time(cfg, base_spec, timed, ctx, policy):
     qs, _, _ = cfg.shapes()
     n_slots = timing_slots(cfg, policy, ctx.device)
     # Timing inputs come from seeds the gate never uses, so no answer is already known.
-    slots = [make_inputs(cfg, TIMING_SEED_OFFSET + ctx.seeds[0] + s, "normal", ctx.device) for s in range(n_slots)]
+    slots = [make_inputs(cfg, TIMING_SEED_OFFSET + ctx.reg.seeds[0] + s, "normal", ctx.device) for s in range(n_slots)]
     arm_specs = {arm_name(spec.name): spec for spec in timed}
     arm_specs[ARM_BASELINE] = base_spec
     arm_specs[ARM_CONTROL] = base_spec  # the baseline again, its own buffers, timed as if it were a candidate
@@ -312,7 +314,7 @@ def _spot_failure(cfg, slots, m, snaps, name, ctx):
     if chosen is None or name not in snaps:
         return None
     q, k, v = slots[chosen["slot"]]
-    rep = check_timed_output(cfg, q, k, v, snaps[name], atol=ctx.atol[cfg.dtype], rtol=ctx.rtol[cfg.dtype],
+    rep = check_timed_output(cfg, q, k, v, snaps[name], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
                              label=f"{name}: measured call {chosen['call']} (chosen at random, seed "
                                    f"{m.spot_seed}) on slot {chosen['slot']}", what="output of that call")
     return None if rep.passed else rep
@@ -333,7 +335,7 @@ def _sustained(cfg, spec, slots, outs, ctx, policy):
 
     sus = sustain(arm_name(spec.name), call, n_slots=len(slots), mode=policy.mode, device=ctx.device, prepare=poison)
     q, k, v = slots[sus.last_slot]
-    rep = check_timed_output(cfg, q, k, v, outs[sus.last_slot], atol=ctx.atol[cfg.dtype], rtol=ctx.rtol[cfg.dtype],
+    rep = check_timed_output(cfg, q, k, v, outs[sus.last_slot], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
                              label=f"slot {sus.last_slot}", what="output of the last call timed back to back")
     return sus, (None if rep.passed else rep)
 
@@ -364,7 +366,7 @@ def _timed_output_failure(cfg, slots, outs, ctx):
     # The first and last rotation slots: each holds what the last timed call on it wrote.
     for slot in sorted({0, len(slots) - 1}):
         q, k, v = slots[slot]
-        rep = check_timed_output(cfg, q, k, v, outs[slot], atol=ctx.atol[cfg.dtype], rtol=ctx.rtol[cfg.dtype],
+        rep = check_timed_output(cfg, q, k, v, outs[slot], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
                                  label=f"slot {slot}")
         if not rep.passed:
             return rep
@@ -385,6 +387,8 @@ def _memory(pred, peak) -> dict:
 
 def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, details, empty=None,
             sus=None) -> Outcome:
+    """A `result` row; its ``metrics`` are the metric table's (governance/metrics.py)."""
+    from harness.governance.metrics import result_metrics
     from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
 
     cand, base, ctl = m.arms[arm_name(spec.name)], m.arms[ARM_BASELINE], m.arms[ARM_CONTROL]
@@ -437,7 +441,7 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
     noise = rig_noise(control, policy.control_tolerance, m.host_gaps)
     payload = {
         **_base(cfg, spec.name, ctx),
-        "metrics": metrics,
+        "metrics": result_metrics(metrics),
         "timing": m.to_row(),
         "policy": policy.as_dict(),
         "empty_window": empty.as_dict() if empty is not None else None,
