@@ -20,6 +20,7 @@ import statistics
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.governance.outcomes import RESULT
 
 # Recorded results per device below which its control spread is not trusted.
 MIN_SPREAD_ROWS = 5
@@ -58,7 +59,7 @@ def _recorded_controls(root: Path, mode: str) -> dict[str, list[float]]:
                 row = json.loads(text)
             except json.JSONDecodeError:
                 continue
-            if row.get("kind") != "result" or (row.get("policy") or {}).get("mode") != mode:
+            if row.get("kind") != RESULT or (row.get("policy") or {}).get("mode") != mode:
                 continue
             control = (row.get("metrics") or {}).get("control")
             gpu = (row.get("env") or {}).get("gpu") or (row.get("env") or {}).get("device")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from harness.errors import UserError
 from harness.governance.ledger import anchor, require_anchorable
 from harness.governance.line import Line
-from harness.governance.verdict import measured_on
+from harness.governance.outcomes import INCORRECT, PROFILE, RESULT, SUPERSEDES, measured_on
 from harness.sweep.plan import Task, plan, replaced_by
 from harness.sweep.run import SweepContext
 
@@ -213,7 +213,7 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
             by_cfg: dict[str, Task] = {}
             for task in tasks:
                 noisy = tuple(c for c in task.candidates
-                              if getattr(written.latest.get((task.config.key(), c)), "kind", None) == "result"
+                              if getattr(written.latest.get((task.config.key(), c)), "kind", None) == RESULT
                               and written.latest[(task.config.key(), c)].payload["rig_noisy"])
                 if noisy:
                     by_cfg[task.config.key()] = Task(task.config, noisy)
@@ -250,9 +250,9 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     tolerance = None
     for o in written.latest.values():
         counts[o.kind] = counts.get(o.kind, 0) + 1
-        if o.kind == "incorrect":
+        if o.kind == INCORRECT:
             rejections[o.payload["tag"]] = rejections.get(o.payload["tag"], 0) + 1
-        if o.kind == "result":
+        if o.kind == RESULT:
             controls.append((o.payload["metrics"]["control"], o.payload["rig_noisy"]))
             tolerance = o.payload["policy"]["control_tolerance"]
     if profiled:
@@ -278,7 +278,7 @@ def append_config(line: Line, task: Task, rows, key: tuple, written: _Written, w
     old = replaced_by(task, [*line.rows, *written.appended], key, line.reg.mixed_devices)
     if old:
         stamp = line.stamp(rows[0][1]).fields()
-        written.appended.append(line.ledger.append("supersedes", {
+        written.appended.append(line.ledger.append(SUPERSEDES, {
             **stamp, "config_key": task.config.key(), "supersedes": old,
             "reason": f"{why} at commit {line.commit[:12]} on {key[1]}{' ' + key[2] if key[2] else ''}"}))
     for o, env in rows:
@@ -288,7 +288,7 @@ def append_config(line: Line, task: Task, rows, key: tuple, written: _Written, w
 
 def append_profile(line: Line, payload: dict, env: dict, written: _Written) -> None:
     """Append one `profile` row (a harness/sweep/profile.py payload) measured on ``env``'s device."""
-    written.appended.append(line.ledger.append("profile", {**line.stamp(env).fields(), **payload}))
+    written.appended.append(line.ledger.append(PROFILE, {**line.stamp(env).fields(), **payload}))
 
 
 def _where(envs: list[dict], executor) -> str:

@@ -12,6 +12,7 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from harness.governance.outcomes import CRASHED, INCORRECT, RESULT, SKIPPED, THROTTLED, UNSUPPORTED
 from harness.sweep import phase
 from harness.workloads import Config
 
@@ -77,7 +78,7 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
         if why is None and why_base is not None:
             why = f"baseline {ctx.reg.baseline} cannot run this config: {why_base}"
         if why:
-            out.append(Outcome("unsupported", {**_base(cfg, name, ctx), "reason": why}))
+            out.append(Outcome(UNSUPPORTED, {**_base(cfg, name, ctx), "reason": why}))
         else:
             runnable.append(spec)
     if not runnable:
@@ -89,7 +90,7 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
     avail = memory.available_bytes(ctx.device)
     if pred.peak_bytes > avail:
         for spec in runnable:
-            out.append(Outcome("skipped", {
+            out.append(Outcome(SKIPPED, {
                 **_base(cfg, spec.name, ctx), "predicted_bytes": pred.peak_bytes, "available_bytes": avail,
                 "memory_breakdown": pred.breakdown,
                 "reason": f"predicted peak {pred.peak_bytes / 2**30:.2f} GiB > available {avail / 2**30:.2f} GiB "
@@ -104,7 +105,7 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
             raise
         memory.release(ctx.device)
         for spec in runnable:
-            out.append(Outcome("crashed", {
+            out.append(Outcome(CRASHED, {
                 **_base(cfg, spec.name, ctx), "predicted_bytes": pred.peak_bytes,
                 "reason": f"out of device memory although predicted {pred.peak_bytes / 2**30:.2f} GiB fits: "
                           f"{str(exc).splitlines()[0]} (the memory model is wrong for this config)"}))
@@ -158,7 +159,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
                 timed.append(spec)
                 continue
             tag, reason = _failure(spec.name, gates, changed)
-            kind = "crashed" if tag == "exception" else "incorrect"
+            kind = CRASHED if tag == "exception" else INCORRECT
             out.append(Outcome(kind, {**_base(cfg, spec.name, ctx), "role": "candidate", "tag": tag,
                                       "reason": reason, "gate": g.to_row()}))
         if not timed:
@@ -189,13 +190,13 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
             bad = last_bad[spec.name] or spot_bad.get(arm_name(spec.name))
             if bad is not None:
                 prefix = "timed_" if last_bad[spec.name] is not None else "random_call_"
-                out.append(Outcome("incorrect", {**_base(cfg, spec.name, ctx), "role": "candidate",
+                out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate",
                                                  "tag": prefix + bad.tag, "reason": bad.reason,
                                                  "gate": gates[spec.name].to_row()}))
                 continue
             hollow = _empty_failure(m, arm_name(spec.name), empty)
             if hollow is not None:
-                out.append(Outcome("incorrect", {**_base(cfg, spec.name, ctx), "role": "candidate",
+                out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate",
                                                  "tag": "empty_window", "reason": hollow,
                                                  "empty_window": empty.as_dict(), "timing": m.to_row(),
                                                  "gate": gates[spec.name].to_row()}))
@@ -216,7 +217,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
             rc = recheck_in_place(spec, cfg, q, k, v, o, seed=seed, family="normal", atol=reg.atol[cfg.dtype],
                                   rtol=reg.rtol[cfg.dtype])
             if not rc.passed:
-                out.append(Outcome("incorrect", {**_base(cfg, spec.name, ctx), "role": "candidate",
+                out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate",
                                                  "tag": "recheck_" + rc.tag,
                                                  "reason": f"after timing, on fresh inputs in the timed buffers: {rc.reason}",
                                                  "gate": gates[spec.name].to_row()}))
@@ -229,10 +230,10 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
 
 def _baseline_failed(cfg, base_spec, specs, ctx, tag, reason, gate, what) -> list[Outcome]:
     """A hollow baseline: its `incorrect` row, and a `skipped` row for every candidate."""
-    out = [Outcome("incorrect", {**_base(cfg, base_spec.name, ctx), "role": "baseline", "tag": tag,
+    out = [Outcome(INCORRECT, {**_base(cfg, base_spec.name, ctx), "role": "baseline", "tag": tag,
                                  "reason": reason, "gate": gate.to_row()})]
     for spec in specs:
-        out.append(Outcome("skipped", {**_base(cfg, spec.name, ctx),
+        out.append(Outcome(SKIPPED, {**_base(cfg, spec.name, ctx),
                                        "reason": f"baseline {base_spec.name} failed {what} [{tag}]: {reason}"}))
     return out
 
@@ -396,12 +397,12 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
     if m.throttled or kept < policy.min_samples:
         # No number from a measurement the protocol could not vouch for: clocks dropped too
         # many rounds (or could not be verified), or it stopped before min_samples.
-        kind = "throttled" if m.throttled else "skipped"
+        kind = THROTTLED if m.throttled else SKIPPED
         why = (m.throttle_note if m.throttled else
                f"timing stopped ({m.stop_reason}) with {kept} kept rounds, fewer than min_samples "
                f"{policy.min_samples}: raise [timing] timeout_s")
         # The measured peak is kept: memory does not depend on the clocks.
-        return Outcome(kind, {**_base(cfg, spec.name, ctx), "reason": why, "undersampled": kind == "skipped",
+        return Outcome(kind, {**_base(cfg, spec.name, ctx), "reason": why, "undersampled": kind == SKIPPED,
                               "timing": m.to_row(), "policy": policy.as_dict(), "memory": _memory(pred, peak)})
     from harness.measurement.sustained import rates
 
@@ -456,7 +457,7 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         "kernel_numerics": {"candidate": spec.numerics, "baseline": base_spec.numerics},
         "kernel_details": details,
     }
-    return Outcome("result", payload)
+    return Outcome(RESULT, payload)
 
 
 def rig_noise(control: float, tolerance: float, host_gaps: dict) -> list[str]:
@@ -503,11 +504,11 @@ def _module_path(p) -> str:
 def fault_outcome(cfg: Config, candidate: str, ctx: SweepContext, reason: str, fault: dict) -> Outcome:
     """The `crashed` row of a pair whose kernel took its worker down (killed, hung, poisoned
     its device): ``fault`` says in which phase, and the worker's last output."""
-    return Outcome("crashed", {**_base(cfg, candidate, ctx), "reason": reason, "fault": fault})
+    return Outcome(CRASHED, {**_base(cfg, candidate, ctx), "reason": reason, "fault": fault})
 
 
 def crashed_outcomes(cfg: Config, candidates, ctx: SweepContext, exc: BaseException) -> list[Outcome]:
     """A kernel or harness failure inside one config: recorded, the sweep goes on."""
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return [Outcome("crashed", {**_base(cfg, c, ctx), "reason": f"{type(exc).__name__}: {exc}".splitlines()[0],
+    return [Outcome(CRASHED, {**_base(cfg, c, ctx), "reason": f"{type(exc).__name__}: {exc}".splitlines()[0],
                                 "traceback": "".join(tb[-6:])}) for c in candidates]
