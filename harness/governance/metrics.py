@@ -82,6 +82,6 @@ def markdown() -> str:
     lines = ["| metric | unit | higher is better | what it is |", "| --- | --- | --- | --- |"]
     better = {True: "yes", False: "no", None: "—"}
     for m in METRICS:
-        when = {"ceilings": " (needs stored ceilings)", "nvml": " (GPU: NVML)"}.get(m.needs, "")
+        when = {"ceilings": " (null without the device's ceilings)", "nvml": " (null on the CPU)"}.get(m.needs, "")
         lines.append(f"| `{m.name}` | {m.unit} | {better[m.higher_is_better]} | {m.description}{when} |")
     return "\n".join(lines) + "\n"
