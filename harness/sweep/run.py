@@ -206,7 +206,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
                 phase.report(spec.name, phase.RATES)
                 sus, bad = _sustained(cfg, spec, slots, outs[arm_name(spec.name)], ctx, policy)
                 if bad is not None:
-                    out.append(Outcome("incorrect", {**_base(cfg, spec.name, ctx), "role": "candidate",
+                    out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate",
                                                      "tag": "sustained_" + bad.tag, "reason": bad.reason,
                                                      "sustained": sus.as_dict(),
                                                      "gate": gates[spec.name].to_row()}))
