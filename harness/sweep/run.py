@@ -207,9 +207,9 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
                 sus, bad = _sustained(cfg, spec, slots, outs[arm_name(spec.name)], ctx, policy)
                 if bad is not None:
                     out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate",
-                                                     "tag": "sustained_" + bad.tag, "reason": bad.reason,
-                                                     "sustained": sus.as_dict(),
-                                                     "gate": gates[spec.name].to_row()}))
+                                                   "tag": "sustained_" + bad.tag, "reason": bad.reason,
+                                                   "sustained": sus.as_dict(),
+                                                   "gate": gates[spec.name].to_row()}))
                     continue
             q, k, v = slots[0]
             o = outs[arm_name(spec.name)][0]
