@@ -78,9 +78,11 @@ def run_grid(configs, reg, device, timing, seeds, families):
     # The example's tolerances, plus the gate's named defaults for dtypes it does not list.
     atol = {d: a for d, (a, _) in DEFAULT_TOLERANCES.items()} | reg.atol
     rtol = {d: r for d, (_, r) in DEFAULT_TOLERANCES.items()} | reg.rtol
-    ctx = SweepContext(line="bench-measurement", device=device, baseline=reg.baseline, atol=atol,
-                       rtol=rtol, seeds=seeds, families=families, min_pass_rate=1.0, timing=timing,
-                       numerics={}, ceilings=None)
+    from harness.governance.registration import from_table
+
+    raw = {**reg.raw, "timing": timing, "correctness": {**reg.raw["correctness"], "atol": atol, "rtol": rtol,
+                                                         "seeds": list(seeds), "families": list(families)}}
+    ctx = SweepContext(reg=from_table(raw, reg.path, reg.sha256), device=device)
     rows = []
     for cfg in configs:
         t0 = time.perf_counter()
@@ -238,7 +240,7 @@ def main():
     out_dir.mkdir(parents=True, exist_ok=True)
     reg = example_configs()
     configs = list(reg.configs)[: 4 if args.quick else None]
-    timing = dict(reg.timing)
+    timing = reg.timing_table
     report = {"device": device, "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None}
 
     t0 = time.perf_counter()

@@ -41,6 +41,19 @@ def cases():
     ]
 
 
+def rate_line(candidate, cfg, timing):
+    """A registration whose bar judges an absolute rate (so the sweep takes rates from its
+    sustained phase), against cublas_stack at ``cfg``'s dtype, timed under ``timing``."""
+    from harness.governance.registration import from_table
+
+    raw = {"schema": 1, "hypothesis": "the sweep's rates match do_bench's", "candidate": candidate,
+           "baseline": "cublas_stack",
+           "grid": {"batch": [1], "heads": [1], "seq_len": [128], "head_dim": [64], "dtype": [cfg.dtype]},
+           "correctness": {"atol": 2e-2, "rtol": 2e-2, "seeds": [0], "families": ["normal"]},
+           "timing": timing, "bar": {"go": "min(tflops) > 0 and pass_rate == 1.0", "prediction": 1.0}}
+    return from_table(raw, Path("registrations/rate-vs-do-bench.toml"), "")
+
+
 def main() -> int:
     argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()
     import torch
@@ -59,9 +72,7 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     report = []
     for name, cfg, timing in cases():
-        ctx = SweepContext(line="rate-vs-do-bench", device="cuda", baseline="cublas_stack",
-                           atol={cfg.dtype: 2e-2}, rtol={cfg.dtype: 2e-2}, seeds=(0,), families=("normal",),
-                           min_pass_rate=1.0, timing=timing, numerics={}, ceilings=None, rate_bar=True)
+        ctx = SweepContext(reg=rate_line(name, cfg, timing), device="cuda")
         rows = run_config(cfg, (name,), ctx)
         row = next((r for r in rows if r.payload.get("candidate") == name), rows[0])
         if row.kind != "result":

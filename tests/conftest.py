@@ -126,6 +126,29 @@ def repo(tmp_path: Path) -> Path:
 
 
 # Sweep rows run on the GPU to check what a row records (VRAM, slots): a short policy.
+def sweep_context(*, device: str = "cpu", baseline: str = "torch_stack", candidates=("sdpa",),
+                  atol: dict | None = None, rtol: dict | None = None, timing: dict | None = None,
+                  line: str = "t", go: str = "pass_rate == 1.0", ceilings: dict | None = None):
+    """A SweepContext for ``run_config`` under a registration made of these tables, validated
+    as `bench register` validates a file (one seed, the normal family). The grid's dtypes
+    are the tolerances' (run_config is given its configs, not the grid's)."""
+    import hashlib
+    import json
+
+    from harness.governance.registration import from_table
+    from harness.sweep.run import SweepContext
+
+    atol = atol or {"float32": 1e-5}
+    rtol = rtol or {d: 1e-4 for d in atol}
+    raw = {"schema": 1, "hypothesis": "a test line", "candidates": list(candidates), "baseline": baseline,
+           "grid": {"batch": [1], "heads": [2], "seq_len": [32], "head_dim": [16], "dtype": sorted(atol)},
+           "correctness": {"atol": atol, "rtol": rtol, "seeds": [0], "families": ["normal"]},
+           "timing": dict(timing or {}), "bar": {"go": go, "prediction": 1.0}}
+    sha = hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()
+    reg = from_table(raw, Path(f"registrations/{line}.toml"), sha)
+    return SweepContext(reg=reg, device=device, ceilings=ceilings)
+
+
 GPU_ROW_TIMING = {"warmup_ms": 50, "min_samples": 10, "max_samples": 40, "min_time_ms": 20, "timeout_s": 30}
 # The VRAM model's goal (issue 3): predicted peak within ±10% of the measured one.
 VRAM_TOLERANCE = 0.10
@@ -136,13 +159,12 @@ def vram_checked_row():
     """``run(cfg, candidate, baseline=, mode=) -> (row, timing)``: one sweep row on the GPU
     (one seed of normal inputs, tolerance 2e-2), asserted a result whose predicted peak is
     within VRAM_TOLERANCE of the measured one."""
-    from harness.sweep.run import SweepContext, run_config
+    from harness.sweep.run import run_config
 
     def run(cfg, candidate, *, baseline, mode):
         timing = {**GPU_ROW_TIMING, "mode": mode}
-        ctx = SweepContext(line="t", device="cuda", baseline=baseline, atol={cfg.dtype: 2e-2},
-                           rtol={cfg.dtype: 2e-2}, seeds=(0,), families=("normal",), min_pass_rate=1.0,
-                           timing=timing, numerics={}, ceilings=None)
+        ctx = sweep_context(device="cuda", baseline=baseline, candidates=(candidate,), atol={cfg.dtype: 2e-2},
+                            rtol={cfg.dtype: 2e-2}, timing=timing)
         (row,) = run_config(cfg, (candidate,), ctx)
         assert row.kind == "result", row.payload.get("reason")
         mem = row.payload["memory"]

@@ -8,9 +8,10 @@ import math
 from harness.measurement import memory
 from harness.measurement.correctness import gate_bytes
 from harness.measurement.timing import TimingPolicy, flush_bytes
-from harness.sweep.run import SweepContext, run_config
+from harness.sweep.run import run_config
 from harness.workloads import Config
 from kernels import get_kernel
+from tests.conftest import sweep_context
 
 H200_L2 = 60 * 2**20
 CFG = Config("attention", 1, 16, 16, 4096, 128, "float16", False)
@@ -106,9 +107,7 @@ def test_graph_mode_rotates_a_kv_cache_but_not_tiny_inputs():
 
 def test_config_that_cannot_fit_is_skipped_with_both_numbers():
     huge = Config("attention", 64, 64, 64, 65536, 128, "float32", False)  # the stack alone: ~8 PB
-    ctx = SweepContext(line="t", device="cpu", baseline="torch_stack", atol={"float32": 1e-5},
-                       rtol={"float32": 1e-4}, seeds=(0,), families=("normal",), min_pass_rate=1.0,
-                       timing={}, numerics={}, ceilings=None)
+    ctx = sweep_context()
     (row,) = run_config(huge, ("sdpa",), ctx)
     assert row.kind == "skipped"
     assert row.payload["predicted_bytes"] > row.payload["available_bytes"] > 0
@@ -117,9 +116,7 @@ def test_config_that_cannot_fit_is_skipped_with_both_numbers():
 
 def test_unsupported_candidate_gets_a_row_not_silence():
     cfg = Config("attention", 1, 2, 2, 32, 16, "float32", False)
-    ctx = SweepContext(line="t", device="cpu", baseline="torch_stack", atol={"float32": 1e-5},
-                       rtol={"float32": 1e-4}, seeds=(0,), families=("normal",), min_pass_rate=1.0,
-                       timing={}, numerics={}, ceilings=None)
+    ctx = sweep_context()
     (row,) = run_config(cfg, ("cublas_stack",), ctx)
     assert row.kind == "unsupported" and "cuda" in row.payload["reason"]
 

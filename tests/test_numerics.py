@@ -90,3 +90,17 @@ def test_from_dict_roundtrip_and_unknown_keys():
     assert NumericState.from_dict(s.as_dict()) == s
     with pytest.raises(UserError, match="bogus"):
         NumericState.from_dict({**s.as_dict(), "bogus": 1})
+
+
+def test_a_registrations_pins_are_checked_at_load_and_laid_over_the_measuring_process():
+    from harness.measurement.numerics import NumericPins
+
+    pins = NumericPins.from_registration({"float32_matmul_precision": "highest"})
+    assert pins.as_dict() == {"float32_matmul_precision": "highest"}
+    base = capture()
+    state = pins.state(base)
+    assert state.float32_matmul_precision == "highest" and state.allow_tf32 is False
+    assert {k: v for k, v in state.as_dict().items() if k not in ("float32_matmul_precision", "allow_tf32")} == \
+        {k: v for k, v in base.as_dict().items() if k not in ("float32_matmul_precision", "allow_tf32")}
+    with pytest.raises(UserError, match="unknown numerics flag 'nope'"):
+        NumericPins.from_registration({"nope": True})

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from harness.governance import metrics
 from harness.governance.ledger import read_rows, verify
 from tests.conftest import TINY, bench_env, git, run_bench
 
@@ -53,6 +54,12 @@ def test_register_sweep_verdict_and_the_refusals(repo):
             assert res["timing"]["clock"]["poll_hz"] >= 100 and res["timing"]["clock"]["reference_mhz"] > 0
         assert res["gate"]["candidate"]["passed"] and res["gate"]["baseline"]["passed"]
         assert len(res["timing"]["arms"]["candidate:sdpa"]["samples_ms"]) >= 5
+        # Every metric the bar accepts is in the row, and known: the fractions from the
+        # ceilings the sweep measured, only NVML's clock and power unknown on the CPU.
+        assert set(m) == set(metrics.NAMES)
+        unknown = [x.name for x in metrics.METRICS if m[x.name] is None]
+        assert unknown == ([x.name for x in metrics.METRICS if x.needs == "nvml"] if res["env"]["device"] == "cpu"
+                           else []), unknown
     assert (repo / "ledger" / "_device_ceilings.jsonl").exists()
     # Each config's rows were committed as it ended; the stamp stayed the code commit.
     subjects = git(repo, "log", "--format=%s", f"{head}..HEAD").splitlines()
@@ -270,7 +277,7 @@ def test_a_verdict_over_several_gpu_models_needs_mixed_devices(repo):
     """Rows of one commit from two GPU models (as a Ray cluster of mixed hosts writes them):
     refused by default, decided for a line registered with [bar] mixed_devices = true."""
     from harness.governance.ledger import Ledger, current_rows
-    from harness.governance.verdict import OUTCOME_KINDS
+    from harness.governance.outcomes import OUTCOME_KINDS
 
     mix = TINY.replace("schema = 1", "schema = 2").replace("include_noisy = true",
                                                            "include_noisy = true\nmixed_devices = true")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ def test_shipped_example_is_valid():
 
 def test_lead_calls_accepted_in_cold_mode(tmp_path):
     reg = registration.load(_write(tmp_path, TINY.replace("timeout_s = 5", "timeout_s = 5\nlead_calls = 3")))
-    assert reg.timing["lead_calls"] == 3
+    assert reg.timing.lead_calls == 3
 
 
 def test_tiny_expands_grid_and_defaults(tmp_path):
@@ -225,3 +226,45 @@ def test_mixed_devices_needs_schema_2_and_excludes_verify(tmp_path):
                                  "verify.toml"))
     with pytest.raises(UserError, match="upgrade bench"):
         registration.load(_write(tmp_path, text.replace("schema = 2", "schema = 3"), "newer.toml"))
+
+
+def _round_trip(ctx):
+    """In a spawned process (as the sweep's workers receive it): what it reads of the context."""
+    return (ctx.reg.timing, ctx.reg.numerics.as_dict(), [c.text for c in ctx.reg.bar.clauses()],
+            [c.text for c in ctx.reg.verify_clauses], ctx.rate_bar, ctx.device)
+
+
+def test_the_parsed_registration_travels_to_a_worker_process(tmp_path):
+    # The sweep sends its SweepContext, registration included, to spawned workers
+    # (sweep/workers.py): every parsed table must survive pickling unchanged.
+    import multiprocessing as mp
+    import pickle
+
+    from harness.sweep.run import SweepContext
+
+    text = TINY.replace("timeout_s = 5", "timeout_s = 5\nlead_calls = 2") + textwrap.dedent('''\
+        [numerics]
+        allow_tf32 = false
+
+        [verify]
+        clauses = ["dram_read_bytes <= 1.2 * min_bytes"]
+        ''')
+    reg = registration.load(_write(tmp_path, text.replace("geomean(speedup) >= 0.01", "min(tflops) >= 0.001")))
+    ctx = SweepContext(reg=reg, device="cpu", ceilings=None, root=str(tmp_path))
+    assert pickle.loads(pickle.dumps(ctx)) == ctx
+    with mp.get_context("spawn").Pool(1) as pool:
+        timing, numerics, clauses, verify, rate_bar, device = pool.apply(_round_trip, (ctx,))
+    assert timing == reg.timing and timing.lead_calls == 2
+    assert numerics == {"allow_tf32": False}
+    assert clauses == ["min(tflops) >= 0.001", "pass_rate == 1.0"]
+    assert verify == ["dram_read_bytes <= 1.2 * min_bytes"]
+    assert rate_bar is True and device == "cpu"
+
+
+def test_the_ledger_keeps_the_tables_as_written(tmp_path):
+    # The registered row carries [timing] and [numerics] as the file gives them (defaults
+    # are not written in): a reader sees what was registered, not what this bench fills in.
+    text = TINY + "\n[numerics]\nfloat32_matmul_precision = \"highest\"\n"
+    s = registration.load(_write(tmp_path, text)).summary()
+    assert s["timing"] == {"warmup_ms": 5, "min_samples": 5, "max_samples": 40, "min_time_ms": 5, "timeout_s": 5}
+    assert s["numerics"] == {"float32_matmul_precision": "highest"}

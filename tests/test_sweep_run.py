@@ -7,6 +7,7 @@ from harness.sweep.run import SweepContext, rig_noise, run_config
 from harness.workloads import Config
 from kernels import kernel
 from kernels.torch_stack import torch_stack
+from tests.conftest import sweep_context
 
 CFG = Config("attention", 1, 2, 2, 32, 16, "float32", False)
 # The gate at CFG with one seed and one family makes 2 calls per config: CFG and its three
@@ -18,11 +19,8 @@ TIMEOUT_S = 120
 
 
 def ctx(**timing) -> SweepContext:
-    return SweepContext(line="t", device="cpu", baseline="torch_stack", atol={"float32": 1e-5},
-                        rtol={"float32": 1e-4}, seeds=(0,), families=("normal",), min_pass_rate=1.0,
-                        timing={"warmup_ms": 1, "min_samples": 5, "max_samples": 20, "min_time_ms": 1,
-                                "timeout_s": TIMEOUT_S, **timing},
-                        numerics={}, ceilings=None)
+    return sweep_context(timing={"warmup_ms": 1, "min_samples": 5, "max_samples": 20, "min_time_ms": 1,
+                                 "timeout_s": TIMEOUT_S, **timing})
 
 
 def test_every_correct_candidate_of_a_config_gets_a_result():

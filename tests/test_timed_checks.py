@@ -17,6 +17,7 @@ from harness.workloads import Config
 from harness.workloads.inputs import make_inputs
 from kernels import kernel
 from tests import zoo
+from tests.conftest import sweep_context
 from tests.timers import ScriptedTimer
 
 CFG = Config("attention", 1, 2, 2, 32, 16, "float32", False)
@@ -29,12 +30,13 @@ def policy(**kw) -> TimingPolicy:
     return TimingPolicy(**{**base, **kw})
 
 
-def ctx(line="t", **timing) -> SweepContext:
-    return SweepContext(line=line, device="cpu", baseline="torch_stack", atol={"float32": 1e-5},
-                        rtol={"float32": 1e-4}, seeds=(0,), families=("normal",), min_pass_rate=1.0,
-                        timing={"warmup_ms": 1, "min_samples": 5, "max_samples": 20, "min_time_ms": 1,
-                                "timeout_s": 5, **timing},
-                        numerics={}, ceilings=None)
+def ctx(line="t", go="pass_rate == 1.0", **timing) -> SweepContext:
+    return sweep_context(line=line, go=go, timing={"warmup_ms": 1, "min_samples": 5, "max_samples": 20,
+                                                   "min_time_ms": 1, "timeout_s": 5, **timing})
+
+
+# A bar over an absolute rate: its line takes rates from the sustained phase.
+RATE_BAR = "min(tflops) >= 0 and pass_rate == 1.0"
 
 
 # ----------------------------------------------------------------------------- host_us
@@ -216,11 +218,9 @@ def test_gpu_empty_window_reads_microseconds_and_a_hollow_arm_is_told_from_a_rea
 
 
 def test_a_bar_over_absolute_rates_is_told_from_a_bar_over_speedups():
-    from harness.sweep.loop import judges_rates
-
-    assert judges_rates('min(tflops where seq_len >= 4096) >= 500 and pass_rate == 1.0')
-    assert judges_rates("max(ms) <= 2.0")
-    assert not judges_rates("geomean(speedup) >= 1.1")
+    assert ctx(go="min(tflops where seq_len >= 32) >= 500 and pass_rate == 1.0").rate_bar
+    assert ctx(go="max(ms) <= 2.0").rate_bar
+    assert not ctx(go="geomean(speedup) >= 1.1").rate_bar
 
 
 def _rotation():
@@ -271,9 +271,7 @@ def test_sustain_reports_the_clock_and_power_of_the_timed_calls_only():
 
 
 def test_a_rate_bar_takes_rates_from_the_sustained_phase_and_speedups_from_the_rounds():
-    from dataclasses import replace
-
-    (row,) = run_config(CFG, ("sdpa",), replace(ctx(), rate_bar=True))
+    (row,) = run_config(CFG, ("sdpa",), ctx(go=RATE_BAR))
     assert row.kind == "result", row.payload.get("reason")
     p, met = row.payload, row.payload["metrics"]
     assert p["rate_protocol"] == "sustained"
@@ -303,8 +301,6 @@ def wrong_when_looped(q, k, v, out, *, causal, scale):
 
 
 def test_a_kernel_that_stops_writing_in_a_long_loop_gets_no_rate():
-    from dataclasses import replace
-
     # Honest for the gate, the rounds and their checks; then, once its calls come back to back
     # (here: told by the phase report a worker sends its driver), it leaves its output as it
     # was. The sustained phase poisons the output before every call and checks the last one.
@@ -315,6 +311,6 @@ def test_a_kernel_that_stops_writing_in_a_long_loop_gets_no_rate():
             out.copy_(zoo.attention(q, k, v, causal=causal, scale=scale))
 
     _late["fn"] = lazy_in_a_loop
-    (row,) = run_config(CFG, ("test_wrong_when_looped",), replace(ctx(), rate_bar=True))
+    (row,) = run_config(CFG, ("test_wrong_when_looped",), ctx(go=RATE_BAR))
     assert row.kind == "incorrect" and row.payload["tag"].startswith("sustained_"), row.payload.get("reason")
     assert "back to back" in row.payload["reason"]

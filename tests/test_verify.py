@@ -200,7 +200,7 @@ def _decide(repo, env):
 
 def test_verdict_refuses_results_without_counters(repo):
     from harness.governance.ledger import read_rows
-    from harness.governance.verdict import measured_on
+    from harness.governance.outcomes import measured_on
     from harness.sweep.profile import pending_verify
 
     env = _line_with_results(repo, ["registers <= 255"], profile_with=None)
@@ -227,7 +227,7 @@ def test_verdict_go_needs_every_verify_clause(repo):
 
 def test_verdict_go_when_the_clauses_hold(repo):
     from harness.governance.ledger import read_rows
-    from harness.governance.verdict import measured_on
+    from harness.governance.outcomes import measured_on
     from harness.sweep.profile import pending_verify
 
     env = _line_with_results(repo, ["registers <= 255", "tensor_active >= 0.3", "launches == 1"],

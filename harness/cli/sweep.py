@@ -42,7 +42,7 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
     from harness.errors import UserError
     from harness.governance import gitguard
     from harness.governance.line import open_line
-    from harness.governance.verdict import latest_outcomes, measured_on
+    from harness.governance.outcomes import latest_outcomes, measured_on
     from harness.measurement.device import detect_device
     from harness.reporting.progress import SweepProgress
     from harness.reporting.render import render_device_wait, render_interrupt_pending, render_sweep_summary

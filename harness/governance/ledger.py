@@ -28,13 +28,13 @@ from typing import Any, Iterable
 from harness.errors import UserError
 from harness.governance import gitguard
 from harness.governance.gitguard import LEDGER_DIR
+from harness.governance.outcomes import ROW_KINDS, SUPERSEDES, VERDICT
 from harness.jsonsafe import jsonable
 
 LEDGER_SCHEMA = 1
 GENESIS_HASH = "0" * 64
-# Row kinds; a row of another kind is refused at append time.
-KINDS = ("registered", "result", "skipped", "incorrect", "throttled", "crashed", "verdict",
-         "supersedes", "ceilings", "unsupported", "profile")
+# Row kinds (governance/outcomes.py); a row of another kind is refused at append time.
+KINDS = ROW_KINDS
 LOCK_TIMEOUT_S = 60.0
 # Free space a command needs on the ledger's file system before it starts: a result row
 # is tens of KB, and a sweep commits a new version of the file after every config.
@@ -232,7 +232,7 @@ def _current_incarnation(body: bytes, history: list, versions: list[bytes], path
     elif len(rows) != declared.get("rows") or (rows and rows[-1].get("hash") != declared.get("last_hash")):
         bad = f"declares {declared.get('rows')} rows ending in {str(declared.get('last_hash'))[:12]}, which is not " \
               f"the ledger committed at {at[:12]}"
-    elif any(r.get("kind") == "verdict" for r in rows):
+    elif any(r.get("kind") == VERDICT for r in rows):
         bad = f"re-opens the ledger committed at {at[:12]}, which holds a verdict"
     if bad:
         return VerifyResult(str(path), False, body.count(b"\n"), 0, f"row 0 re-opens this line but {bad}")
@@ -462,7 +462,7 @@ def _fsync_dir(path: Path) -> None:
 def current_rows(rows: Iterable[dict]) -> list[dict]:
     """Rows not named by any ``supersedes`` row."""
     rows = list(rows)
-    gone = {s for r in rows if r.get("kind") == "supersedes" for s in r.get("supersedes", [])}
+    gone = {s for r in rows if r.get("kind") == SUPERSEDES for s in r.get("supersedes", [])}
     return [r for r in rows if r.get("seq") not in gone]
 
 

@@ -19,6 +19,7 @@ from harness import __version__
 from harness.errors import UserError, shown
 from harness.governance import gitguard, registration
 from harness.governance.ledger import Ledger, ledger_path, verify, verify_refusal
+from harness.governance.outcomes import REGISTERED, VERDICT
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
                   "tolerance_power": tol_power, "timing_resolution": resolution}
         if reopens is not None:
             fields["reopens"] = reopens
-        return led.append("registered", fields)
+        return led.append(REGISTERED, fields)
 
 
 def _reopens(root: Path, line: str, rel: str, reopen: bool) -> dict | None:
@@ -119,7 +120,7 @@ def _reopens(root: Path, line: str, rel: str, reopen: bool) -> dict | None:
                         f"(git checkout {at[:12]} -- {led_rel}), or run `bench register {rel} --reopen` "
                         f"(allowed only if that ledger holds no verdict)")
     old = _old_rows(root, at, led_rel)
-    verdict = next((r for r in old if r.get("kind") == "verdict"), None)
+    verdict = next((r for r in old if r.get("kind") == VERDICT), None)
     if verdict is not None:
         raise UserError(f"--reopen: {led_rel} at commit {at[:12]} holds a verdict ({verdict.get('outcome')}, row "
                         f"{verdict.get('seq')}): a decided line is never re-opened — register the bar as a new "
@@ -289,9 +290,9 @@ def _checked_line(tree: gitguard.CleanTree, line: str, action: str) -> Line:
         raise UserError(verify_refusal(f"ledger/{line}.jsonl", res, action))
     rows = led.rows()
     registered = rows[0]
-    if registered.get("kind") != "registered":
+    if registered.get("kind") != REGISTERED:
         raise UserError(f"ledger/{line}.jsonl: the first row is not a `registered` row: it is not a bench ledger")
-    rel = registered_path(registered, line, closed=any(r["kind"] == "verdict" for r in rows))
+    rel = registered_path(registered, line, closed=any(r["kind"] == VERDICT for r in rows))
     at = registered["registration_commit"][:12]
     path = tree.root / rel
     if not path.is_file():
@@ -302,7 +303,7 @@ def _checked_line(tree: gitguard.CleanTree, line: str, action: str) -> Line:
         raise UserError(f"registration {rel} changed since it was registered at commit {at} "
                         f"(sha256 {registered['registration_sha256'][:12]} → {sha[:12]}): restore it "
                         f"(git checkout {at} -- {rel}) or register the new bar as a new line with amends = \"{line}\"")
-    verdict = next((r for r in rows if r["kind"] == "verdict"), None)
+    verdict = next((r for r in rows if r["kind"] == VERDICT), None)
     if verdict is not None:
         raise UserError(f"line '{line}' is closed: its verdict ({verdict['outcome']}) was written at row {verdict['seq']} "
                         f"on commit {verdict['commit'][:12]}; {action} would change a decided line — register a new line "

@@ -20,6 +20,7 @@ import statistics
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.governance.outcomes import RESULT
 
 # Recorded results per device below which its control spread is not trusted.
 MIN_SPREAD_ROWS = 5
@@ -58,7 +59,7 @@ def _recorded_controls(root: Path, mode: str) -> dict[str, list[float]]:
                 row = json.loads(text)
             except json.JSONDecodeError:
                 continue
-            if row.get("kind") != "result" or (row.get("policy") or {}).get("mode") != mode:
+            if row.get("kind") != RESULT or (row.get("policy") or {}).get("mode") != mode:
                 continue
             control = (row.get("metrics") or {}).get("control")
             gpu = (row.get("env") or {}).get("gpu") or (row.get("env") or {}).get("device")
@@ -69,10 +70,7 @@ def _recorded_controls(root: Path, mode: str) -> dict[str, list[float]]:
 
 def timing_resolution(root: Path, reg) -> dict:
     """The smallest resolvable speedup per device, and warnings for bar thresholds inside it."""
-    from harness.governance import bar as barlang
-    from harness.measurement.timing import TimingPolicy
-
-    policy = TimingPolicy.from_mapping(reg.timing)
+    policy = reg.timing
     tol = policy.control_tolerance
     devices = {}
     for gpu, devs in _recorded_controls(root, policy.mode).items():
@@ -81,7 +79,7 @@ def timing_resolution(root: Path, reg) -> dict:
             devices[gpu] = {"n": len(devs), "spread": min(spread, tol), "observed_spread": spread}
     worst = max((d["spread"] for d in devices.values()), default=tol)
     warnings = []
-    for clause in barlang.parse(reg.go).clauses():
+    for clause in reg.bar.clauses():
         if clause.aggregate.metric in SPEEDUP_METRICS and 1 / (1 + worst) < clause.threshold < 1 + worst:
             warnings.append(f"bar clause `{clause.text}`: its threshold {clause.threshold:g} lies inside the smallest "
                             f"speedup this line can resolve (1 ± {worst:.3g}, mode {policy.mode}): rig noise decides it")

@@ -17,9 +17,16 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.errors import UserError, plural, shown
 from harness.workloads import DTYPES, WORKLOADS, Config
+
+if TYPE_CHECKING:
+    from harness.governance.bar import Aggregate, Bar
+    from harness.governance.verify import Clause
+    from harness.measurement.numerics import NumericPins
+    from harness.measurement.timing import TimingPolicy
 
 REGISTRATION_SCHEMA = 2
 DEFAULT_BASELINE = "cublas_stack"
@@ -50,6 +57,10 @@ VERIFY_KEYS = {"clauses"}
 
 @dataclass(frozen=True)
 class Registration:
+    """A validated registration, its tables parsed once: the sweep, power and verdict read
+    these objects and never the TOML again. It is plain data (picklable): the sweep sends
+    it to its worker processes."""
+
     line: str
     path: Path
     sha256: str
@@ -66,11 +77,13 @@ class Registration:
     seeds: tuple[int, ...]
     families: tuple[str, ...]
     min_pass_rate: float
-    timing: dict
-    numerics: dict
+    timing: TimingPolicy  # [timing] with the named defaults filled in
+    numerics: NumericPins  # the [numerics] flags pinned over the measuring process's state
     go: str
+    bar: Bar  # ``go`` parsed
     prediction: float
     primary: str
+    primary_aggregate: Aggregate  # ``primary`` parsed
     include_noisy: bool
     allow_missing: bool
     min_coverage: float = DEFAULT_MIN_COVERAGE
@@ -78,6 +91,18 @@ class Registration:
     raw: dict = field(repr=False, default_factory=dict)
     verify: tuple[str, ...] = ()  # [verify] clauses over hardware counters (governance/verify.py)
     mixed_devices: bool = False  # [bar]: the verdict may decide over rows from several GPU models
+    verify_clauses: tuple[Clause, ...] = ()  # ``verify`` parsed
+
+    @property
+    def timing_table(self) -> dict:
+        """[timing] as written (only the keys the registration sets)."""
+        return dict(self.raw.get("timing", {}))
+
+    def judges_rates(self) -> bool:
+        """Whether the bar has a clause over an absolute rate (metrics.RATE_METRICS)."""
+        from harness.governance.metrics import RATE_METRICS
+
+        return any(c.aggregate.metric in RATE_METRICS for c in self.bar.clauses())
 
     def summary(self) -> dict:
         """What a ledger row carries so reports can be built from the ledger alone."""
@@ -85,9 +110,9 @@ class Registration:
                 "hypothesis": self.hypothesis, "workload": self.workload, "candidates": list(self.candidates),
                 "baseline": self.baseline, "amends": self.amends, "grid": self.grid, "atol": self.atol,
                 "rtol": self.rtol, "seeds": list(self.seeds), "families": list(self.families),
-                "min_pass_rate": self.min_pass_rate, "timing": self.timing, "numerics": self.numerics,
-                "go": self.go, "prediction": self.prediction, "primary": self.primary,
-                "include_noisy": self.include_noisy, "allow_missing": self.allow_missing,
+                "min_pass_rate": self.min_pass_rate, "timing": self.timing_table,
+                "numerics": dict(self.raw.get("numerics", {})), "go": self.go, "prediction": self.prediction,
+                "primary": self.primary, "include_noisy": self.include_noisy, "allow_missing": self.allow_missing,
                 "min_coverage": self.min_coverage, "accept_weak": list(self.accept_weak),
                 "verify": list(self.verify), **({"mixed_devices": True} if self.mixed_devices else {})}
 
@@ -150,16 +175,15 @@ def _tolerance(path, key, value) -> dict:
     return table
 
 
-def _checked_table(path: Path, raw: dict, key: str, validate) -> dict:
-    """An optional table, validated by the room that owns it (its UserError gains the path)."""
+def _checked_table(path: Path, raw: dict, key: str, parse):
+    """An optional table, parsed by the room that owns it (its UserError gains the path)."""
     table = raw.get(key, {})
     if not isinstance(table, dict):
         raise _err(path, f"[{key}] must be a table")
     try:
-        validate(table)
+        return parse(table)
     except UserError as exc:
         raise _err(path, f"[{key}] {exc}") from exc
-    return table
 
 
 def _check_filters(path: Path, tests, allowed: dict) -> None:
@@ -195,11 +219,11 @@ def _check_decidable(path: Path, parsed, primary: str, primary_agg, rows: list[d
                              f"grid × candidates): it can never be decided — fix the filter or widen the grid")
 
 
-def _verify_clauses(path: Path, raw: dict) -> tuple[str, ...]:
+def _verify_clauses(path: Path, raw: dict) -> tuple[tuple[str, ...], tuple]:
     """The optional [verify] table: clauses over hardware counters, parsed now so a typo is
     refused at register time (an unknown metric names the known ones)."""
     if "verify" not in raw:
-        return ()
+        return (), ()
     table = raw["verify"]
     if not isinstance(table, dict):
         raise _err(path, "[verify] must be a table with clauses = [\"<counter clause>\", ...]")
@@ -209,10 +233,10 @@ def _verify_clauses(path: Path, raw: dict) -> tuple[str, ...]:
     from harness.governance import verify
 
     try:
-        verify.parse_all(table["clauses"])
+        parsed = verify.parse_all(table["clauses"])
     except UserError as exc:
         raise _err(path, f"[verify] {exc}") from exc
-    return tuple(table["clauses"])
+    return tuple(table["clauses"]), parsed
 
 
 def load(path: Path) -> Registration:
@@ -224,9 +248,6 @@ def load(path: Path) -> Registration:
         raise UserError(f"no registration file at {shown(path)}: write registrations/<line>.toml (see registrations/example.toml)")
     if path.suffix != ".toml":
         raise _err(path, "a registration is a .toml file")
-    line = path.stem
-    if not LINE_ID.match(line):
-        raise _err(path, f"line id {line!r} (the file name) must match {LINE_ID.pattern}")
     raw_bytes = path.read_bytes()
     try:
         text = raw_bytes.decode("utf-8-sig")  # an editor's byte-order mark is not an error
@@ -237,6 +258,16 @@ def load(path: Path) -> Registration:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise _err(path, f"not valid TOML: {exc}") from exc
+    return from_table(raw, path, hashlib.sha256(raw_bytes).hexdigest())
+
+
+def from_table(raw: dict, path: Path, sha256: str) -> Registration:
+    """Validate a parsed registration table (the TOML's content) read from ``path``, whose
+    bytes hash to ``sha256``; the line id is the file's stem."""
+    path = Path(path)
+    line = path.stem
+    if not LINE_ID.match(line):
+        raise _err(path, f"line id {line!r} (the file name) must match {LINE_ID.pattern}")
     _unknown(path, "the top level", raw, TOP_KEYS)
 
     schema = raw.get("schema")
@@ -350,11 +381,11 @@ def load(path: Path) -> Registration:
     if not isinstance(min_pass_rate, (int, float)) or isinstance(min_pass_rate, bool) or not 0 < min_pass_rate <= 1:
         raise _err(path, "[correctness] min_pass_rate must be in (0, 1]")
 
-    from harness.measurement.numerics import NumericState
+    from harness.measurement.numerics import NumericPins
     from harness.measurement.timing import TimingPolicy
 
     timing = _checked_table(path, raw, "timing", TimingPolicy.from_mapping)
-    numerics = _checked_table(path, raw, "numerics", NumericState.from_registration)
+    numerics = _checked_table(path, raw, "numerics", NumericPins.from_registration)
 
     bar = raw.get("bar")
     if not isinstance(bar, dict):
@@ -392,7 +423,7 @@ def load(path: Path) -> Registration:
     _check_filters(path, [*barlang.field_tests(parsed), *barlang.field_tests(primary_agg)],
                    {"candidate": cands, "dtype": grid["dtype"], "workload": [workload]})
     _check_decidable(path, parsed, primary, primary_agg, [{**c.as_dict(), "candidate": k} for c in configs for k in cands])
-    verify = _verify_clauses(path, raw)
+    verify, verify_clauses = _verify_clauses(path, raw)
     if verify and mixed_devices:
         raise _err(path, "[verify] with [bar] mixed_devices = true: counters are profiled on one GPU model, so a "
                          "line with [verify] is decided on one — drop one of the two")
@@ -401,13 +432,14 @@ def load(path: Path) -> Registration:
         raise _err(path, "'notes' must be a string")
 
     return Registration(
-        line=line, path=path, sha256=hashlib.sha256(raw_bytes).hexdigest(), schema=schema,
+        line=line, path=path, sha256=sha256, schema=schema,
         hypothesis=hypothesis.strip(), workload=workload, candidates=tuple(cands), baseline=baseline,
         amends=amends, grid=grid, configs=tuple(configs), atol=atol, rtol=rtol, seeds=tuple(seeds),
-        families=tuple(families), min_pass_rate=float(min_pass_rate), timing=dict(timing),
-        numerics=dict(numerics), go=go, prediction=float(prediction), primary=primary,
-        include_noisy=include_noisy, allow_missing=allow_missing, min_coverage=float(min_coverage),
-        accept_weak=tuple(accept_weak), raw=raw, verify=verify, mixed_devices=mixed_devices)
+        families=tuple(families), min_pass_rate=float(min_pass_rate), timing=timing,
+        numerics=numerics, go=go, bar=parsed, prediction=float(prediction), primary=primary,
+        primary_aggregate=primary_agg, include_noisy=include_noisy, allow_missing=allow_missing,
+        min_coverage=float(min_coverage), accept_weak=tuple(accept_weak), raw=raw, verify=verify,
+        verify_clauses=verify_clauses, mixed_devices=mixed_devices)
 
 
 def check_kernels(reg: Registration) -> None:
@@ -435,13 +467,11 @@ def check_fits(reg: Registration) -> None:
     """Every grid point fits some known device (memory.KNOWN_DEVICES) by the VRAM model: a
     point none can hold would be skipped on every machine, and its pairs never measured."""
     from harness.measurement import memory
-    from harness.measurement.timing import TimingPolicy
     from kernels import get_kernel
 
     specs = [get_kernel(reg.baseline), *(get_kernel(c) for c in reg.candidates)]
-    policy = TimingPolicy.from_mapping(reg.timing)
     for cfg in reg.configs:
-        why = memory.unholdable(cfg, specs, policy)
+        why = memory.unholdable(cfg, specs, reg.timing)
         if why:
             raise _err(reg.path, f"[grid] point {cfg.key()} {why}: shrink the grid")
 

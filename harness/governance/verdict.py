@@ -25,36 +25,12 @@ from harness.governance import bar as barlang
 from harness.governance import verify as verifylang
 from harness.governance.ledger import anchor, current_rows, require_anchorable, require_anchored
 from harness.governance.line import Line
+from harness.governance.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, latest_outcomes,
+                                         measured_on, outcome_key)
 
-# Kinds that settle a (config, candidate): the sweep has decided what happened to it.
-OUTCOME_KINDS = ("result", "incorrect", "skipped", "throttled", "crashed", "unsupported")
 GO, NO_GO = "GO", "NO-GO"
 # Failing pairs a verdict row lists per [verify] clause (the count is always complete).
 MAX_LISTED_FAILURES = 5
-
-
-def outcome_key(row: dict) -> tuple[str, str]:
-    return row["config_key"], row["candidate"]
-
-
-def measured_on(row: dict, any_gpu: bool = False) -> tuple:
-    """Where a row was measured: (commit, device, GPU name). One verdict, one such key;
-    ``any_gpu`` (a line registered with ``[bar] mixed_devices``) leaves the GPU name out."""
-    env = row.get("env") or {}
-    return row.get("commit"), env.get("device"), None if any_gpu else env.get("gpu")
-
-
-def latest_outcomes(rows) -> dict[tuple[str, str], dict]:
-    """The last current outcome row per (config, candidate)."""
-    latest = {}
-    for r in current_rows(rows):
-        if r.get("kind") in OUTCOME_KINDS:
-            latest[outcome_key(r)] = r
-    return latest
-
-
-# Outcomes that measured nothing: the bar cannot see these pairs at all.
-MISSING_KINDS = ("skipped", "unsupported", "throttled")
 
 
 def bar_rows(outcomes: dict, *, include_noisy: bool) -> tuple[list[dict], dict]:
@@ -73,14 +49,14 @@ def bar_rows(outcomes: dict, *, include_noisy: bool) -> tuple[list[dict], dict]:
         failed = {**r["config"], "candidate": r["candidate"], "correct": False}
         if r.get("role") == "baseline":
             leave_out("baseline_incorrect")  # its candidates carry `skipped` rows
-        elif kind == "result" and r.get("impossible"):
+        elif kind == RESULT and r.get("impossible"):
             rows.append(failed)
             leave_out("impossible")
-        elif kind == "result" and r.get("rig_noisy") and not include_noisy:
+        elif kind == RESULT and r.get("rig_noisy") and not include_noisy:
             leave_out("rig_noisy")
-        elif kind == "result":
+        elif kind == RESULT:
             rows.append({**r["config"], "candidate": r["candidate"], "correct": True, **r["metrics"]})
-        elif kind in ("incorrect", "crashed"):
+        elif kind in FAILING_KINDS:
             rows.append(failed)
         else:
             leave_out(kind)
@@ -95,9 +71,9 @@ def decided(row: dict, *, include_noisy: bool) -> bool:
     """Whether the bar sees a pair's outcome as a decided row (a measured result, or a failure)."""
     if row.get("role") == "baseline":
         return False
-    if row["kind"] in ("incorrect", "crashed"):
+    if row["kind"] in FAILING_KINDS:
         return True
-    if row["kind"] == "result":
+    if row["kind"] == RESULT:
         return bool(row.get("impossible")) or include_noisy or not row.get("rig_noisy")
     return False
 
@@ -116,7 +92,7 @@ def latest_profiles(rows, where: tuple) -> dict[tuple[str, str], dict]:
     """The last current `profile` row with counters per (config, kernel), measured at ``where``."""
     latest = {}
     for r in current_rows(rows):
-        if r.get("kind") == "profile" and r.get("counters") and measured_on(r) == where:
+        if r.get("kind") == PROFILE and r.get("counters") and measured_on(r) == where:
             latest[outcome_key(r)] = r
     return latest
 
@@ -127,7 +103,7 @@ def verify_clauses(reg, deciding: list[dict], rows, where: tuple) -> tuple[tuple
 
     Refused when a result has no counters measured where it was: the claim was never checked.
     """
-    results = [r for r in deciding if r["kind"] == "result"]
+    results = [r for r in deciding if r["kind"] == RESULT]
     profiles = latest_profiles(rows, where)
     missing = [outcome_key(r) for r in results if outcome_key(r) not in profiles]
     if missing:
@@ -144,8 +120,7 @@ def verify_clauses(reg, deciding: list[dict], rows, where: tuple) -> tuple[tuple
         pairs.append((r["config_key"], r["candidate"], env))
         if p.get("impossible"):
             impossible[outcome_key(r)] = f"counters: {p['impossible']}"
-    clauses = verifylang.parse_all(list(reg.verify))
-    return verifylang.evaluate(clauses, pairs), impossible
+    return verifylang.evaluate(reg.verify_clauses, pairs), impossible
 
 
 @dataclass(frozen=True)
@@ -213,8 +188,8 @@ def decide(line: Line, env: dict, *, commit: bool = True) -> Verdict:
     if not any(r["correct"] for r in rows):
         raise UserError(f"line '{reg.line}' has no usable result rows (outcomes: {excluded or 'only failures'}): "
                         f"a verdict needs measurements — nothing was decided")
-    outcome = barlang.evaluate(barlang.parse(reg.go), rows)
-    primary_value = barlang.evaluate_aggregate(barlang.parse_aggregate(reg.primary), rows)
+    outcome = barlang.evaluate(reg.bar, rows)
+    primary_value = barlang.evaluate_aggregate(reg.primary_aggregate, rows)
     verdict = GO if outcome.passed and all(c.passed is True for c in checked) else NO_GO
     payload = {
         **line.stamp(env).fields(),
@@ -235,7 +210,7 @@ def decide(line: Line, env: dict, *, commit: bool = True) -> Verdict:
         "measured_at": {"commit": where[0][0], "device": where[0][1], "gpu": " + ".join(gpus) or None},
     }
     require_anchored(line.ledger, "a verdict")
-    row = line.ledger.append("verdict", payload)
+    row = line.ledger.append(VERDICT, payload)
     anchored = anchor(line.ledger, f"verdict of {reg.line}: {verdict}") if commit else None
     return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded, row, anchored,
                    checked)

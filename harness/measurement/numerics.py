@@ -161,6 +161,26 @@ class NumericState:
         return cls(**d)
 
 
+@dataclass(frozen=True)
+class NumericPins:
+    """A registration's [numerics]: the flags it pins, validated. The state a config runs
+    under is these pins over the measuring process's own state (``state()``), taken there."""
+
+    flags: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def from_registration(cls, mapping: Mapping[str, Any]) -> "NumericPins":
+        """Unknown names and ill-typed values are a UserError naming the key."""
+        return cls(tuple(_validate(mapping).items()))
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.flags)
+
+    def state(self, base: NumericState | None = None) -> NumericState:
+        """``base`` (default: this process's current state) with these flags pinned."""
+        return NumericState.from_registration(self.as_dict(), base)
+
+
 def _validate(mapping: Mapping[str, Any]) -> dict[str, Any]:
     """Check names and value types of a (partial) [numerics] mapping."""
     if not isinstance(mapping, Mapping):

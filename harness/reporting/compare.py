@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 
 from harness.errors import UserError
+from harness.governance.outcomes import RESULT
 from harness.reporting.lines import LineView, arm_samples, device_of
 
 ALPHA = 0.01  # significance level of the two-sided Mann-Whitney U test
@@ -128,8 +129,8 @@ def _label(view: LineView) -> str:
 
 
 def _matched(a: LineView, b: LineView) -> tuple[list[tuple[dict, dict]], list[str], list[str]]:
-    ra = {k: r for k, r in a.outcomes().items() if r["kind"] == "result"}
-    rb = {k: r for k, r in b.outcomes().items() if r["kind"] == "result"}
+    ra = {k: r for k, r in a.outcomes().items() if r["kind"] == RESULT}
+    rb = {k: r for k, r in b.outcomes().items() if r["kind"] == RESULT}
     kernels_a = {k for _, k in ra}
     kernels_b = {k for _, k in rb}
     if not ra or not rb:

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.governance.outcomes import REGISTERED, RESULT, VERDICT
 
-# Outcomes that are failures of the kernel at that shape (never routed to, never "fast").
-FAILING_KINDS = ("incorrect", "crashed")
 
 
 @dataclass(frozen=True)
@@ -25,7 +24,7 @@ class LineView:
 
     @property
     def registered(self) -> dict | None:
-        return next((r for r in self.rows if r.get("kind") == "registered"), None)
+        return next((r for r in self.rows if r.get("kind") == REGISTERED), None)
 
     @property
     def registration(self) -> dict:
@@ -34,11 +33,11 @@ class LineView:
 
     @property
     def verdict(self) -> dict | None:
-        return next((r for r in self.rows if r.get("kind") == "verdict"), None)
+        return next((r for r in self.rows if r.get("kind") == VERDICT), None)
 
     def outcomes(self) -> dict[tuple[str, str], dict]:
         """The latest current outcome per (config_key, kernel), at the asked commit if any."""
-        from harness.governance.verdict import latest_outcomes
+        from harness.governance.outcomes import latest_outcomes
 
         rows = self.rows
         if self.commit:
@@ -48,7 +47,7 @@ class LineView:
         return latest_outcomes(rows)
 
     def results(self) -> list[dict]:
-        return [r for r in self.outcomes().values() if r["kind"] == "result"]
+        return [r for r in self.outcomes().values() if r["kind"] == RESULT]
 
     def n_pairs(self) -> int | None:
         """Registered (config, candidate) pairs: configs × candidates; None without a registration."""
@@ -61,7 +60,7 @@ class LineView:
         """Commits any result of this line was measured at (superseded or not), oldest first."""
         seen: list[str] = []
         for r in self.rows:
-            if r.get("kind") == "result" and r.get("commit") not in seen:
+            if r.get("kind") == RESULT and r.get("commit") not in seen:
                 seen.append(r.get("commit"))
         return seen
 
@@ -105,7 +104,7 @@ def load_path(path: Path, *, commit: str | None = None) -> LineView:
         raise UserError(verify_refusal(Path(path).name, res, "reporting on it"))
     rows = tuple(read_rows(path))
     view = LineView(line=Path(path).stem, path=Path(path), rows=rows, commit=commit)
-    if commit and not any(str(r.get("commit", "")).startswith(commit) for r in rows if r.get("kind") == "result"):
+    if commit and not any(str(r.get("commit", "")).startswith(commit) for r in rows if r.get("kind") == RESULT):
         have = ", ".join(c[:12] for c in view.commits() if c) or "none"
         raise UserError(f"line '{view.line}' has no result measured at commit '{commit}' (measured at: {have})")
     return view

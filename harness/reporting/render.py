@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness.errors import plural, shown
+from harness.governance.outcomes import CEILINGS, CRASHED, INCORRECT, PROFILE, REGISTERED, RESULT, SKIPPED, SUPERSEDES, THROTTLED, UNSUPPORTED, VERDICT
 from harness.reporting.console import console
 
 
@@ -17,7 +18,7 @@ def _fmt(v, spec=".3g"):
 def outcome_reason(row: dict) -> str:
     """One readable line saying what happened to a row (the reason at a glance)."""
     kind = row["kind"]
-    if kind == "result":
+    if kind == RESULT:
         m = row["metrics"]
         flags = [f for f in ("impossible", "rig_noisy") if row.get(f)]
         at = (f" at {m['sm_mhz']:.0f} MHz, {m['power_w']:.0f} W" if m.get("sm_mhz") and m.get("power_w")
@@ -26,20 +27,20 @@ def outcome_reason(row: dict) -> str:
                 f"{_fmt(m.get('speedup_ci_high'), '.3f')}], {_fmt(m.get('ms'), '.4g')} ms{at}, host "
                 f"{_fmt(m.get('host_us'), '.3g')} µs/call, control {_fmt(m.get('control'), '.4f')}"
                 + (f" ({', '.join(flags)})" if flags else ""))
-    if kind == "incorrect":
+    if kind == INCORRECT:
         return f"[{row.get('tag')}] {row.get('reason')}"
-    if kind in ("skipped", "unsupported", "crashed", "throttled"):
+    if kind in (SKIPPED, UNSUPPORTED, CRASHED, THROTTLED):
         return row.get("reason", "")
-    if kind == "registered":
+    if kind == REGISTERED:
         return f"bar: {row['registration']['go']} · prediction {row['registration']['prediction']}"
-    if kind == "verdict":
+    if kind == VERDICT:
         cov = row.get("coverage")
         on = f"; decided on {cov['decided']} of {cov['pairs']} pairs" if cov else ""
         return (f"{row['outcome']}: {row['primary']} = {_fmt(row.get('primary_value'), '.4g')} "
                 f"(predicted {row['prediction']}){on}")
-    if kind == "supersedes":
+    if kind == SUPERSEDES:
         return f"supersedes rows {row.get('supersedes')}: {row.get('reason')}"
-    if kind == "profile":
+    if kind == PROFILE:
         if row.get("error"):
             return f"no counters: {row['error']}"
         k = row.get("counters") or {}
@@ -47,7 +48,7 @@ def outcome_reason(row: dict) -> str:
         return (f"DRAM read {_fmt(_mb(k.get('dram_read_bytes')), '.4g')} MB, write "
                 f"{_fmt(_mb(k.get('dram_write_bytes')), '.4g')} MB, {_fmt(k.get('launches'), '.0f')} launches"
                 + flag)
-    if kind == "ceilings":
+    if kind == CEILINGS:
         return f"copy {_fmt(row.get('copy_gbps'), '.4g')} GB/s"
     return ""
 
@@ -179,7 +180,7 @@ def _who(row: dict) -> str:
 
 def config_line(done: int, total: int, config_key: str, rows, elapsed: float | None) -> str:
     """One finished config for a log: its key, each candidate's outcome, and how long it took."""
-    parts = [f"{_who(r)} {r['kind']}: {outcome_reason(r).splitlines()[0]}" for r in rows if r["kind"] != "supersedes"]
+    parts = [f"{_who(r)} {r['kind']}: {outcome_reason(r).splitlines()[0]}" for r in rows if r["kind"] != SUPERSEDES]
     took = "" if elapsed is None else f" ({elapsed:.1f} s)"
     counter = f"[{done}/{total}]" if done <= total else "[again]"  # a rig-noisy pair measured again
     return f"{counter} {config_key}{took} — " + ("; ".join(parts) or "no outcome")
@@ -196,7 +197,7 @@ def _sweep_table(rows: list[dict]):
         t.add_column(escape(col), overflow="fold")
     for r in sorted(rows, key=lambda r: r["seq"]):
         m = r.get("metrics") or {}
-        if r["kind"] == "result":
+        if r["kind"] == RESULT:
             flags = [f for f in ("impossible", "rig_noisy") if r.get(f)]
             outcome = "result" + (f" ({', '.join(flags)})" if flags else "")
             speed = (f"{_fmt(m.get('speedup'), '.3f')}× [{_fmt(m.get('speedup_ci_low'), '.3f')}, "

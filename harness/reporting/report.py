@@ -13,15 +13,15 @@ import math
 from collections import Counter
 from pathlib import Path
 
+from harness.governance.metrics import METRICS
+from harness.governance.outcomes import PROFILE, RESULT
 from harness.reporting.lines import LineView, device_label
 
 REASON_CHARS = 160  # a reason longer than this is cut in tables (the ledger keeps it whole)
 # Known metrics: (name, column label, format). Other numeric metrics of result rows get a
 # column of their own under their ledger name, so new metrics appear without code changes.
-METRIC_COLUMNS = (("tflops", "TFLOP/s", ".4g"), ("gbps", "GB/s", ".4g"), ("tflops_frac", "of peak FLOP/s", ".1%"),
-                  ("gbps_frac", "of peak GB/s", ".1%"), ("host_us", "host µs", ".3g"))
-SHOWN_ELSEWHERE = {"ms", "baseline_ms", "control", "control_ms", "speedup", "speedup_ci_low", "speedup_ci_high",
-                   "kv_gbps", "kv_gbps_frac"}
+METRIC_COLUMNS = tuple((m.name, m.label, m.fmt) for m in METRICS if m.label)
+SHOWN_ELSEWHERE = {m.name for m in METRICS if m.shown_elsewhere}
 # The counter table (`profile` rows): one row per kernel launch, then the call's totals.
 COUNTER_HEADER = ("kernel", "launch", "DRAM read MB", "DRAM write MB", "regs", "tensor %", "spill B", "µs",
                   "occupancy %")
@@ -141,7 +141,7 @@ def _config_tables(outcomes: dict, results: list[dict]) -> tuple[list[str], list
              for r in outcomes.values()}
     for key, rows in sorted(by_config.items(), key=lambda kv: (order[kv[0]], kv[0])):
         body = []
-        base = next((r for r in rows if r["kind"] == "result"), None)
+        base = next((r for r in rows if r["kind"] == RESULT), None)
         if base is not None:  # the baseline's own line, from the first result's baseline arm
             m = base["metrics"]
             scale = m["ms"] / m["baseline_ms"] if m.get("baseline_ms") else None
@@ -151,7 +151,7 @@ def _config_tables(outcomes: dict, results: list[dict]) -> tuple[list[str], list
                                    "1 (baseline)", _f(m.get("control"), ".4f"), _clock(base.get("timing") or {}),
                                    _gate((base.get("gate") or {}).get("baseline"))], "span": False})
         for r in rows:
-            if r["kind"] == "result":
+            if r["kind"] == RESULT:
                 m = r["metrics"]
                 flags = [f for f in ("rig_noisy", "impossible") if r.get(f)]
                 body.append({"cells": [r["candidate"] + (f" ({', '.join(flags)})" if flags else ""),
@@ -179,7 +179,7 @@ def _counter_tables(view: LineView) -> list[dict]:
 
     latest = {}
     for r in current_rows(view.rows):
-        if r.get("kind") == "profile" and (not view.commit or str(r.get("commit", "")).startswith(view.commit)):
+        if r.get("kind") == PROFILE and (not view.commit or str(r.get("commit", "")).startswith(view.commit)):
             latest[(r["config_key"], r["candidate"])] = r
     tables: dict[str, list] = {}
     for (key, kernel), r in sorted(latest.items()):
@@ -219,13 +219,13 @@ def report_data(view: LineView) -> dict:
     reg = view.registration
     registered = view.registered or {}
     outcomes = view.outcomes()
-    results = [r for r in outcomes.values() if r["kind"] == "result"]
+    results = [r for r in outcomes.values() if r["kind"] == RESULT]
     verdict = view.verdict
     pairs = {(k, c) for k, c in outcomes if c in (reg.get("candidates") or [])}
     n_pairs = view.n_pairs()
     clauses, primary = _clauses(view, outcomes)
     counts = Counter(r["kind"] for r in outcomes.values())
-    groups = Counter((r["kind"], _reason_group(r)) for r in outcomes.values() if r["kind"] != "result")
+    groups = Counter((r["kind"], _reason_group(r)) for r in outcomes.values() if r["kind"] != RESULT)
     flagged = Counter(f for r in results for f in ("rig_noisy", "impossible") if r.get(f))
     commits = sorted({r.get("commit") for r in outcomes.values() if r.get("commit")})
     devices = sorted({device_label(r) for r in outcomes.values()})

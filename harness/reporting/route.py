@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.reporting.lines import FAILING_KINDS, LineView, device_of
+from harness.governance.outcomes import FAILING_KINDS, RESULT
+from harness.reporting.lines import LineView, device_of
 
 ROUTE_SCHEMA = 1
 CONFIG_FIELDS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
@@ -60,7 +61,7 @@ class RouteTable:
 
 
 def _failed(row: dict) -> bool:
-    return row["kind"] in FAILING_KINDS or (row["kind"] == "result" and bool(row.get("impossible")))
+    return row["kind"] in FAILING_KINDS or (row["kind"] == RESULT and bool(row.get("impossible")))
 
 
 def build(views: list[LineView]) -> RouteTable:
@@ -71,7 +72,7 @@ def build(views: list[LineView]) -> RouteTable:
                         f"({', '.join(sorted(map(str, baselines)))}): a route needs speedups over one baseline")
     (baseline,) = baselines
     outcomes = [(v.line, r) for v in views for r in v.outcomes().values()]
-    devices = sorted({device_of(r) for _, r in outcomes if r["kind"] == "result"}, key=str)
+    devices = sorted({device_of(r) for _, r in outcomes if r["kind"] == RESULT}, key=str)
     if len(devices) > 1:
         raise UserError(f"the lines' results come from {len(devices)} devices "
                         f"({', '.join(g or d for d, g in devices)}): route one device's lines at a time")
@@ -88,7 +89,7 @@ def build(views: list[LineView]) -> RouteTable:
         passed_over = []
         for line, r in rows:
             k = r["candidate"]
-            if r["kind"] != "result" or k in failed or r.get("role") == "baseline":
+            if r["kind"] != RESULT or k in failed or r.get("role") == "baseline":
                 continue
             if r.get("rig_noisy"):
                 passed_over.append(f"{k}: rig-noisy")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.governance.verdict import OUTCOME_KINDS
+from harness.governance.outcomes import OUTCOME_KINDS, RESULT
 
 CONFIG_COLUMNS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
 # pandas dtypes of the config columns (nullable, so a missing field stays <NA>, not a float NaN).
@@ -56,7 +56,7 @@ def tidy_records(rows) -> tuple[list[dict], list[str]]:
             if name not in metrics:
                 metrics.append(name)
             rec[name] = _number(value)
-        is_result = r["kind"] == "result"
+        is_result = r["kind"] == RESULT
         rounds = timing.get("rounds") or {}
         rec.update({
             "n_samples": len(arm_samples(r, "candidate")) if is_result else None,

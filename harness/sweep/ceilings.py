@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness import __version__
 from harness.governance.ledger import Ledger
+from harness.governance.outcomes import CEILINGS
 
 CEILINGS_LEDGER = "_device_ceilings"
 
@@ -43,5 +44,5 @@ def append_ceilings(root: Path, fingerprint: dict, env: dict, measured: dict) ->
 
     led = Ledger(root, CEILINGS_LEDGER)
     led.require_writable()
-    return led.append("ceilings", {"commit": gitguard.code_commit(root), "harness_version": __version__,
+    return led.append(CEILINGS, {"commit": gitguard.code_commit(root), "harness_version": __version__,
                                    "env": env, "fingerprint": fingerprint, **measured})

@@ -141,9 +141,7 @@ def schedule(executor: Executor, envs: list[dict], tasks: list[Task], ctx: Sweep
     ``on_config(task, [(outcome, env)])`` receives every config's rows once it is complete;
     after ``stopping()`` turns true, no new config starts, the ones in flight finish.
     """
-    from harness.measurement.timing import TimingPolicy
-
-    policy = TimingPolicy.from_mapping(ctx.timing)
+    policy = ctx.reg.timing
     queue = collections.deque((t.config.key(), t) for t in tasks)
     configs = {t.config.key(): _ConfigState(t) for t in tasks}
     running: dict[int, _Running] = {}
@@ -244,8 +242,8 @@ def _fault(run: _Running, lost: Lost, ctx: SweepContext, env: dict, queue, finis
         if rest:
             queue.appendleft((run.key, Task(cfg, rest)))
         finish_part(run.key, rows)
-    elif run.kernels == (ctx.baseline,):
-        finish_part(run.key, [(fault_outcome(cfg, c, ctx, f"baseline {ctx.baseline} took its worker down in "
+    elif run.kernels == (ctx.reg.baseline,):
+        finish_part(run.key, [(fault_outcome(cfg, c, ctx, f"baseline {ctx.reg.baseline} took its worker down in "
                                                           f"{where}: {lost.cause}", fault), env) for c in cands])
     elif len(cands) > 1:
         for c in reversed(cands):

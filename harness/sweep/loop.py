@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from harness.errors import UserError
 from harness.governance.ledger import anchor, require_anchorable
 from harness.governance.line import Line
-from harness.governance.verdict import measured_on
+from harness.governance.outcomes import INCORRECT, PROFILE, RESULT, SUPERSEDES, measured_on
 from harness.sweep.plan import Task, plan, replaced_by
-from harness.sweep.run import RATE_METRICS, SweepContext
+from harness.sweep.run import SweepContext
 
 # Times a sweep measures its rig-noisy pairs again, after every other config has run.
 NOISY_REMEASURES = 2
@@ -45,19 +45,8 @@ class SweepSummary:
                 "committed": self.committed}
 
 
-def judges_rates(go: str) -> bool:
-    """Whether a bar has a clause over an absolute rate (RATE_METRICS)."""
-    from harness.governance import bar as barlang
-
-    return any(c.aggregate.metric in RATE_METRICS for c in barlang.parse(go).clauses())
-
-
 def context(line: Line, device: str, ceilings: dict | None) -> SweepContext:
-    reg = line.reg
-    return SweepContext(line=reg.line, device=device, baseline=reg.baseline, atol=reg.atol, rtol=reg.rtol,
-                        seeds=reg.seeds, families=reg.families, min_pass_rate=reg.min_pass_rate,
-                        timing=reg.timing, numerics=reg.numerics, ceilings=ceilings,
-                        rate_bar=judges_rates(reg.go), root=str(line.root))
+    return SweepContext(reg=line.reg, device=device, ceilings=ceilings, root=str(line.root))
 
 
 def check_kernels_usable(line: Line, device: str) -> None:
@@ -224,7 +213,7 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
             by_cfg: dict[str, Task] = {}
             for task in tasks:
                 noisy = tuple(c for c in task.candidates
-                              if getattr(written.latest.get((task.config.key(), c)), "kind", None) == "result"
+                              if getattr(written.latest.get((task.config.key(), c)), "kind", None) == RESULT
                               and written.latest[(task.config.key(), c)].payload["rig_noisy"])
                 if noisy:
                     by_cfg[task.config.key()] = Task(task.config, noisy)
@@ -261,9 +250,9 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     tolerance = None
     for o in written.latest.values():
         counts[o.kind] = counts.get(o.kind, 0) + 1
-        if o.kind == "incorrect":
+        if o.kind == INCORRECT:
             rejections[o.payload["tag"]] = rejections.get(o.payload["tag"], 0) + 1
-        if o.kind == "result":
+        if o.kind == RESULT:
             controls.append((o.payload["metrics"]["control"], o.payload["rig_noisy"]))
             tolerance = o.payload["policy"]["control_tolerance"]
     if profiled:
@@ -289,7 +278,7 @@ def append_config(line: Line, task: Task, rows, key: tuple, written: _Written, w
     old = replaced_by(task, [*line.rows, *written.appended], key, line.reg.mixed_devices)
     if old:
         stamp = line.stamp(rows[0][1]).fields()
-        written.appended.append(line.ledger.append("supersedes", {
+        written.appended.append(line.ledger.append(SUPERSEDES, {
             **stamp, "config_key": task.config.key(), "supersedes": old,
             "reason": f"{why} at commit {line.commit[:12]} on {key[1]}{' ' + key[2] if key[2] else ''}"}))
     for o, env in rows:
@@ -299,7 +288,7 @@ def append_config(line: Line, task: Task, rows, key: tuple, written: _Written, w
 
 def append_profile(line: Line, payload: dict, env: dict, written: _Written) -> None:
     """Append one `profile` row (a harness/sweep/profile.py payload) measured on ``env``'s device."""
-    written.appended.append(line.ledger.append("profile", {**line.stamp(env).fields(), **payload}))
+    written.appended.append(line.ledger.append(PROFILE, {**line.stamp(env).fields(), **payload}))
 
 
 def _where(envs: list[dict], executor) -> str:
@@ -328,11 +317,8 @@ def _ceilings(line: Line, executor, slot) -> dict:
 
     row = stored_ceilings(line.root, slot.fingerprint)
     if row is None:
-        from harness.measurement.timing import TimingPolicy
-
         Ledger(line.root, CEILINGS_LEDGER).require_writable()  # refuse before the worker measures, not after
-        measured = call(executor, 0, Job(-1, "ceilings"),
-                        timeout_s=TimingPolicy.from_mapping(line.reg.timing).watchdog_s)
+        measured = call(executor, 0, Job(-1, "ceilings"), timeout_s=line.reg.timing.watchdog_s)
         row = append_ceilings(line.root, slot.fingerprint, slot.env, measured)
     return row
 

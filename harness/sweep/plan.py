@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.governance.ledger import current_rows
-from harness.governance.verdict import OUTCOME_KINDS, measured_on
+from harness.governance.outcomes import CRASHED, current_outcomes, measured_on, transient
 from harness.workloads import Config
 
 
@@ -22,16 +21,6 @@ class Task:
     candidates: tuple[str, ...]
 
 
-def transient(row: dict) -> bool:
-    """An outcome worth measuring again: clocks throttled, memory short, timing cut short."""
-    return row["kind"] == "throttled" or (row["kind"] == "skipped" and ("predicted_bytes" in row
-                                                                          or row.get("undersampled", False)))
-
-
-def _outcomes(rows):
-    return [r for r in current_rows(rows) if r.get("kind") in OUTCOME_KINDS]
-
-
 def plan(reg, rows, key: tuple, *, retry_crashed: bool = False) -> tuple[list[Task], int]:
     """Tasks still to run at ``key`` (commit, device, gpu — no gpu for a line with
     ``mixed_devices``), and how many pairs were already done.
@@ -39,8 +28,9 @@ def plan(reg, rows, key: tuple, *, retry_crashed: bool = False) -> tuple[list[Ta
     A pair that crashed at ``key`` stays done (a kernel that took its worker down would do it
     again) unless ``retry_crashed``.
     """
-    done = {(r["config_key"], r["candidate"]) for r in _outcomes(rows)
-            if measured_on(r, reg.mixed_devices) == key and not transient(r) and not (retry_crashed and r["kind"] == "crashed")}
+    done = {(r["config_key"], r["candidate"]) for r in current_outcomes(rows)
+            if measured_on(r, reg.mixed_devices) == key and not transient(r)
+            and not (retry_crashed and r["kind"] == CRASHED)}
     tasks, resumed = [], 0
     for cfg in reg.configs:
         todo = tuple(c for c in reg.candidates if (cfg.key(), c) not in done)
@@ -53,6 +43,6 @@ def plan(reg, rows, key: tuple, *, retry_crashed: bool = False) -> tuple[list[Ta
 def replaced_by(task: Task, rows, key: tuple, any_gpu: bool = False) -> list[int]:
     """Current outcome rows of this config that the task's fresh rows supersede: those of
     the pairs it re-runs, measured elsewhere, and the config's baseline rows."""
-    return sorted(r["seq"] for r in _outcomes(rows)
+    return sorted(r["seq"] for r in current_outcomes(rows)
                   if r["config_key"] == task.config.key()
                   and (r["candidate"] in task.candidates or r.get("role") == "baseline" or measured_on(r, any_gpu) != key))

@@ -22,7 +22,7 @@ from typing import Iterator
 
 from harness.errors import UserError
 from harness.governance.ledger import current_rows
-from harness.governance.verdict import measured_on
+from harness.governance.outcomes import PROFILE, RESULT, measured_on
 from harness.measurement import counters
 from harness.workloads import Config, formulas
 
@@ -99,14 +99,14 @@ def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool =
     """
     from harness.measurement import memory
     from harness.measurement.correctness import gate
-    from harness.measurement.numerics import NumericState, apply
+    from harness.measurement.numerics import apply
     from harness.measurement.profile import profile
     from kernels import get_kernel
 
     reg = line.reg
     ncu, version = require_profiler(device)
     l2 = _l2_bytes()
-    state = NumericState.from_registration(reg.numerics)
+    state = reg.numerics.state()
     gated = gated or {}
     kernels = [(reg.baseline, "baseline"), *((c, "candidate") for c in reg.candidates)] if gate_first else \
         [(c, "candidate") for c in reg.candidates]
@@ -134,7 +134,7 @@ def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool =
                     continue
             memory.release(device)
             res = profile(cfg, name, seed=reg.seeds[0] + PROFILE_SEED_OFFSET, atol=reg.atol[cfg.dtype],
-                          rtol=reg.rtol[cfg.dtype], numerics=reg.numerics, l2_bytes=l2, cwd=line.root, ncu=ncu,
+                          rtol=reg.rtol[cfg.dtype], numerics=reg.numerics.as_dict(), l2_bytes=l2, cwd=line.root, ncu=ncu,
                           version=version)
             yield payload(res, role, gate_info)
 
@@ -159,7 +159,7 @@ def profile_line(line, configs: list[Config], device: str, *, commit: bool = Tru
                      on_wait=on_wait):
         for cfg in configs:
             for p in profile_rows(line, [cfg], device):
-                written.append(line.ledger.append("profile", {**stamp, **p}))
+                written.append(line.ledger.append(PROFILE, {**stamp, **p}))
             if commit:
                 anchored.append(anchor(line.ledger, why))
     return written, tuple(a for a in anchored if a)
@@ -168,7 +168,7 @@ def profile_line(line, configs: list[Config], device: str, *, commit: bool = Tru
 def profiled(rows, key: tuple) -> set[tuple[str, str]]:
     """(config_key, kernel) pairs with counters measured at ``key`` (commit, device, gpu)."""
     return {(r["config_key"], r["candidate"]) for r in current_rows(rows)
-            if r.get("kind") == "profile" and r.get("counters") and measured_on(r) == key}
+            if r.get("kind") == PROFILE and r.get("counters") and measured_on(r) == key}
 
 
 def pending_verify(rows, key: tuple) -> dict:
@@ -176,7 +176,7 @@ def pending_verify(rows, key: tuple) -> dict:
     done = profiled(rows, key)
     todo = {}
     for r in current_rows(rows):
-        if (r.get("kind") == "result" and measured_on(r) == key
+        if (r.get("kind") == RESULT and measured_on(r) == key
                 and (r["config_key"], r["candidate"]) not in done):
             todo[(r["config_key"], r["candidate"])] = r["seq"]
     return todo

@@ -10,37 +10,41 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from harness.governance.outcomes import CRASHED, INCORRECT, RESULT, SKIPPED, THROTTLED, UNSUPPORTED
 from harness.sweep import phase
 from harness.workloads import Config
+
+if TYPE_CHECKING:
+    from harness.governance.registration import Registration
 
 # Fresh inputs for the post-timing recheck come from a seed no registration uses for the
 # gate, so a kernel cannot have seen them.
 RECHECK_SEED_OFFSET = 1_000_003
 TIMING_SEED_OFFSET = 2_000_003
-# Lines whose bar judges an absolute rate (one of RATE_METRICS) take each candidate's rates
+# Lines whose bar judges an absolute rate (one of metrics.RATE_METRICS) take each candidate's rates
 # from a sustained phase after the interleaved rounds (harness/measurement/sustained.py):
 # calls back to back at the clock a loop of calls holds, as triton.testing.do_bench times
 # them. Speedups still come from the interleaved rounds, where the arms share one clock.
-RATE_METRICS = frozenset({"ms", "tflops", "gbps", "kv_gbps", "tflops_frac", "gbps_frac", "kv_gbps_frac"})
 
 
 @dataclass(frozen=True)
 class SweepContext:
-    line: str
+    """What a config runs under: the line's registration (parsed once, at load) and what the
+    registration cannot know — the device, its stored ceilings, the repository root (kernel
+    sources inside it are recorded by their path relative to it). Picklable: it travels to
+    the worker processes."""
+
+    reg: Registration
     device: str
-    baseline: str
-    atol: dict
-    rtol: dict
-    seeds: tuple[int, ...]
-    families: tuple[str, ...]
-    min_pass_rate: float
-    timing: dict
-    numerics: dict
-    ceilings: dict | None
-    rate_bar: bool = False  # the bar judges an absolute rate: rates from the sustained phase
-    # The repository root: kernel sources inside it are recorded by their path relative to it.
+    ceilings: dict | None = None
     root: str | None = None
+
+    @property
+    def rate_bar(self) -> bool:
+        """The bar judges an absolute rate: rates from the sustained phase."""
+        return self.reg.judges_rates()
 
 
 @dataclass(frozen=True)
@@ -54,9 +58,9 @@ class Outcome:
 def _base(cfg: Config, candidate: str, ctx: SweepContext) -> dict:
     from kernels import get_kernel
 
-    return {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": candidate, "baseline": ctx.baseline,
+    return {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": candidate, "baseline": ctx.reg.baseline,
             "kernel_sources": {"candidate": _source(get_kernel(candidate), ctx.root),
-                               "baseline": _source(get_kernel(ctx.baseline), ctx.root)}}
+                               "baseline": _source(get_kernel(ctx.reg.baseline), ctx.root)}}
 
 
 def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> list[Outcome]:
@@ -64,7 +68,7 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
     from harness.measurement import memory
     from kernels import get_kernel
 
-    base_spec = get_kernel(ctx.baseline)
+    base_spec = get_kernel(ctx.reg.baseline)
     out: list[Outcome] = []
     runnable = []
     why_base = base_spec.config_reason(cfg)
@@ -72,23 +76,21 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
         spec = get_kernel(name)
         why = spec.unusable_reason(ctx.device) or spec.config_reason(cfg)
         if why is None and why_base is not None:
-            why = f"baseline {ctx.baseline} cannot run this config: {why_base}"
+            why = f"baseline {ctx.reg.baseline} cannot run this config: {why_base}"
         if why:
-            out.append(Outcome("unsupported", {**_base(cfg, name, ctx), "reason": why}))
+            out.append(Outcome(UNSUPPORTED, {**_base(cfg, name, ctx), "reason": why}))
         else:
             runnable.append(spec)
     if not runnable:
         return out
 
-    from harness.measurement.timing import TimingPolicy
-
     phase.report(None, phase.SETUP)
-    policy = TimingPolicy.from_mapping(ctx.timing)
+    policy = ctx.reg.timing
     pred = memory.predict(cfg, [base_spec, *runnable], policy, ctx.device)
     avail = memory.available_bytes(ctx.device)
     if pred.peak_bytes > avail:
         for spec in runnable:
-            out.append(Outcome("skipped", {
+            out.append(Outcome(SKIPPED, {
                 **_base(cfg, spec.name, ctx), "predicted_bytes": pred.peak_bytes, "available_bytes": avail,
                 "memory_breakdown": pred.breakdown,
                 "reason": f"predicted peak {pred.peak_bytes / 2**30:.2f} GiB > available {avail / 2**30:.2f} GiB "
@@ -103,7 +105,7 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
             raise
         memory.release(ctx.device)
         for spec in runnable:
-            out.append(Outcome("crashed", {
+            out.append(Outcome(CRASHED, {
                 **_base(cfg, spec.name, ctx), "predicted_bytes": pred.peak_bytes,
                 "reason": f"out of device memory although predicted {pred.peak_bytes / 2**30:.2f} GiB fits: "
                           f"{str(exc).splitlines()[0]} (the memory model is wrong for this config)"}))
@@ -117,23 +119,24 @@ def spot_seed(cfg: Config, ctx: SweepContext) -> int:
     seeds, so it is recorded and reproducible but not known to a kernel before it runs."""
     import hashlib
 
-    digest = hashlib.sha256(f"{ctx.line}|{cfg.key()}|{ctx.seeds[0]}".encode()).digest()
+    digest = hashlib.sha256(f"{ctx.reg.line}|{cfg.key()}|{ctx.reg.seeds[0]}".encode()).digest()
     return int.from_bytes(digest[:8], "little")
 
 
 def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Outcome]:
     from harness.measurement import memory
     from harness.measurement.correctness import gate, recheck_in_place
-    from harness.measurement.numerics import NumericState, apply, capture, diff
+    from harness.measurement.numerics import apply, capture, diff
 
+    reg = ctx.reg
     out: list[Outcome] = []
-    state = NumericState.from_registration(ctx.numerics)
+    state = reg.numerics.state()
     gates, changed = {}, {}
     for spec in [base_spec, *runnable]:
         phase.report(spec.name, phase.GATE)
         with apply(state) as pinned:
-            gates[spec.name] = gate(spec, cfg, seeds=ctx.seeds, families=ctx.families, atol=ctx.atol[cfg.dtype],
-                                    rtol=ctx.rtol[cfg.dtype], device=ctx.device, min_pass_rate=ctx.min_pass_rate)
+            gates[spec.name] = gate(spec, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype],
+                                    rtol=reg.rtol[cfg.dtype], device=ctx.device, min_pass_rate=reg.min_pass_rate)
             # Seed 003: a flag flipped between arms changes which kernels run. A kernel that
             # changes global numeric state would make the arms differ: it is never timed.
             moved = diff(pinned, capture())
@@ -156,7 +159,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
                 timed.append(spec)
                 continue
             tag, reason = _failure(spec.name, gates, changed)
-            kind = "crashed" if tag == "exception" else "incorrect"
+            kind = CRASHED if tag == "exception" else INCORRECT
             out.append(Outcome(kind, {**_base(cfg, spec.name, ctx), "role": "candidate", "tag": tag,
                                       "reason": reason, "gate": g.to_row()}))
         if not timed:
@@ -166,7 +169,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         m, slots, outs, snaps = _time(cfg, base_spec, timed, ctx, policy)
         phase.report(None, phase.CHECK)
         measured_peak = memory.peak_bytes(ctx.device, held)
-        seed = ctx.seeds[0] + RECHECK_SEED_OFFSET
+        seed = reg.seeds[0] + RECHECK_SEED_OFFSET
         # Every timed output is checked before any recheck: a recheck rewrites slot 0's
         # inputs in place, after which the other arms' timed outputs no longer match them
         # (on the H200 this failed every arm after the first as "timed_stale_mismatch").
@@ -187,13 +190,13 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
             bad = last_bad[spec.name] or spot_bad.get(arm_name(spec.name))
             if bad is not None:
                 prefix = "timed_" if last_bad[spec.name] is not None else "random_call_"
-                out.append(Outcome("incorrect", {**_base(cfg, spec.name, ctx), "role": "candidate",
+                out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate",
                                                  "tag": prefix + bad.tag, "reason": bad.reason,
                                                  "gate": gates[spec.name].to_row()}))
                 continue
             hollow = _empty_failure(m, arm_name(spec.name), empty)
             if hollow is not None:
-                out.append(Outcome("incorrect", {**_base(cfg, spec.name, ctx), "role": "candidate",
+                out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate",
                                                  "tag": "empty_window", "reason": hollow,
                                                  "empty_window": empty.as_dict(), "timing": m.to_row(),
                                                  "gate": gates[spec.name].to_row()}))
@@ -203,18 +206,18 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
                 phase.report(spec.name, phase.RATES)
                 sus, bad = _sustained(cfg, spec, slots, outs[arm_name(spec.name)], ctx, policy)
                 if bad is not None:
-                    out.append(Outcome("incorrect", {**_base(cfg, spec.name, ctx), "role": "candidate",
-                                                     "tag": "sustained_" + bad.tag, "reason": bad.reason,
-                                                     "sustained": sus.as_dict(),
-                                                     "gate": gates[spec.name].to_row()}))
+                    out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate",
+                                                   "tag": "sustained_" + bad.tag, "reason": bad.reason,
+                                                   "sustained": sus.as_dict(),
+                                                   "gate": gates[spec.name].to_row()}))
                     continue
             q, k, v = slots[0]
             o = outs[arm_name(spec.name)][0]
             phase.report(spec.name, phase.RECHECK)
-            rc = recheck_in_place(spec, cfg, q, k, v, o, seed=seed, family="normal", atol=ctx.atol[cfg.dtype],
-                                  rtol=ctx.rtol[cfg.dtype])
+            rc = recheck_in_place(spec, cfg, q, k, v, o, seed=seed, family="normal", atol=reg.atol[cfg.dtype],
+                                  rtol=reg.rtol[cfg.dtype])
             if not rc.passed:
-                out.append(Outcome("incorrect", {**_base(cfg, spec.name, ctx), "role": "candidate",
+                out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate",
                                                  "tag": "recheck_" + rc.tag,
                                                  "reason": f"after timing, on fresh inputs in the timed buffers: {rc.reason}",
                                                  "gate": gates[spec.name].to_row()}))
@@ -227,10 +230,10 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
 
 def _baseline_failed(cfg, base_spec, specs, ctx, tag, reason, gate, what) -> list[Outcome]:
     """A hollow baseline: its `incorrect` row, and a `skipped` row for every candidate."""
-    out = [Outcome("incorrect", {**_base(cfg, base_spec.name, ctx), "role": "baseline", "tag": tag,
+    out = [Outcome(INCORRECT, {**_base(cfg, base_spec.name, ctx), "role": "baseline", "tag": tag,
                                  "reason": reason, "gate": gate.to_row()})]
     for spec in specs:
-        out.append(Outcome("skipped", {**_base(cfg, spec.name, ctx),
+        out.append(Outcome(SKIPPED, {**_base(cfg, spec.name, ctx),
                                        "reason": f"baseline {base_spec.name} failed {what} [{tag}]: {reason}"}))
     return out
 
@@ -259,7 +262,7 @@ def _time(cfg, base_spec, timed, ctx, policy):
     qs, _, _ = cfg.shapes()
     n_slots = timing_slots(cfg, policy, ctx.device)
     # Timing inputs come from seeds the gate never uses, so no answer is already known.
-    slots = [make_inputs(cfg, TIMING_SEED_OFFSET + ctx.seeds[0] + s, "normal", ctx.device) for s in range(n_slots)]
+    slots = [make_inputs(cfg, TIMING_SEED_OFFSET + ctx.reg.seeds[0] + s, "normal", ctx.device) for s in range(n_slots)]
     arm_specs = {arm_name(spec.name): spec for spec in timed}
     arm_specs[ARM_BASELINE] = base_spec
     arm_specs[ARM_CONTROL] = base_spec  # the baseline again, its own buffers, timed as if it were a candidate
@@ -312,7 +315,7 @@ def _spot_failure(cfg, slots, m, snaps, name, ctx):
     if chosen is None or name not in snaps:
         return None
     q, k, v = slots[chosen["slot"]]
-    rep = check_timed_output(cfg, q, k, v, snaps[name], atol=ctx.atol[cfg.dtype], rtol=ctx.rtol[cfg.dtype],
+    rep = check_timed_output(cfg, q, k, v, snaps[name], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
                              label=f"{name}: measured call {chosen['call']} (chosen at random, seed "
                                    f"{m.spot_seed}) on slot {chosen['slot']}", what="output of that call")
     return None if rep.passed else rep
@@ -333,7 +336,7 @@ def _sustained(cfg, spec, slots, outs, ctx, policy):
 
     sus = sustain(arm_name(spec.name), call, n_slots=len(slots), mode=policy.mode, device=ctx.device, prepare=poison)
     q, k, v = slots[sus.last_slot]
-    rep = check_timed_output(cfg, q, k, v, outs[sus.last_slot], atol=ctx.atol[cfg.dtype], rtol=ctx.rtol[cfg.dtype],
+    rep = check_timed_output(cfg, q, k, v, outs[sus.last_slot], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
                              label=f"slot {sus.last_slot}", what="output of the last call timed back to back")
     return sus, (None if rep.passed else rep)
 
@@ -364,7 +367,7 @@ def _timed_output_failure(cfg, slots, outs, ctx):
     # The first and last rotation slots: each holds what the last timed call on it wrote.
     for slot in sorted({0, len(slots) - 1}):
         q, k, v = slots[slot]
-        rep = check_timed_output(cfg, q, k, v, outs[slot], atol=ctx.atol[cfg.dtype], rtol=ctx.rtol[cfg.dtype],
+        rep = check_timed_output(cfg, q, k, v, outs[slot], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
                                  label=f"slot {slot}")
         if not rep.passed:
             return rep
@@ -385,6 +388,8 @@ def _memory(pred, peak) -> dict:
 
 def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, details, empty=None,
             sus=None) -> Outcome:
+    """A `result` row; its ``metrics`` are the metric table's (governance/metrics.py)."""
+    from harness.governance.metrics import result_metrics
     from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
 
     cand, base, ctl = m.arms[arm_name(spec.name)], m.arms[ARM_BASELINE], m.arms[ARM_CONTROL]
@@ -392,12 +397,12 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
     if m.throttled or kept < policy.min_samples:
         # No number from a measurement the protocol could not vouch for: clocks dropped too
         # many rounds (or could not be verified), or it stopped before min_samples.
-        kind = "throttled" if m.throttled else "skipped"
+        kind = THROTTLED if m.throttled else SKIPPED
         why = (m.throttle_note if m.throttled else
                f"timing stopped ({m.stop_reason}) with {kept} kept rounds, fewer than min_samples "
                f"{policy.min_samples}: raise [timing] timeout_s")
         # The measured peak is kept: memory does not depend on the clocks.
-        return Outcome(kind, {**_base(cfg, spec.name, ctx), "reason": why, "undersampled": kind == "skipped",
+        return Outcome(kind, {**_base(cfg, spec.name, ctx), "reason": why, "undersampled": kind == SKIPPED,
                               "timing": m.to_row(), "policy": policy.as_dict(), "memory": _memory(pred, peak)})
     from harness.measurement.sustained import rates
 
@@ -437,7 +442,7 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
     noise = rig_noise(control, policy.control_tolerance, m.host_gaps)
     payload = {
         **_base(cfg, spec.name, ctx),
-        "metrics": metrics,
+        "metrics": result_metrics(metrics),
         "timing": m.to_row(),
         "policy": policy.as_dict(),
         "empty_window": empty.as_dict() if empty is not None else None,
@@ -452,7 +457,7 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         "kernel_numerics": {"candidate": spec.numerics, "baseline": base_spec.numerics},
         "kernel_details": details,
     }
-    return Outcome("result", payload)
+    return Outcome(RESULT, payload)
 
 
 def rig_noise(control: float, tolerance: float, host_gaps: dict) -> list[str]:
@@ -499,11 +504,11 @@ def _module_path(p) -> str:
 def fault_outcome(cfg: Config, candidate: str, ctx: SweepContext, reason: str, fault: dict) -> Outcome:
     """The `crashed` row of a pair whose kernel took its worker down (killed, hung, poisoned
     its device): ``fault`` says in which phase, and the worker's last output."""
-    return Outcome("crashed", {**_base(cfg, candidate, ctx), "reason": reason, "fault": fault})
+    return Outcome(CRASHED, {**_base(cfg, candidate, ctx), "reason": reason, "fault": fault})
 
 
 def crashed_outcomes(cfg: Config, candidates, ctx: SweepContext, exc: BaseException) -> list[Outcome]:
     """A kernel or harness failure inside one config: recorded, the sweep goes on."""
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return [Outcome("crashed", {**_base(cfg, c, ctx), "reason": f"{type(exc).__name__}: {exc}".splitlines()[0],
+    return [Outcome(CRASHED, {**_base(cfg, c, ctx), "reason": f"{type(exc).__name__}: {exc}".splitlines()[0],
                                 "traceback": "".join(tb[-6:])}) for c in candidates]

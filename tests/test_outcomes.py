@@ -1,0 +1,35 @@
+"""One row vocabulary: the kinds, which outcomes are retried, and the resume key live in
+governance/outcomes.py; the rest of the harness names them, never restates them."""
+
+from __future__ import annotations
+
+import re
+
+from harness.governance import ledger, outcomes
+from harness.sweep import plan
+from tests.conftest import REPO
+
+KIND_LITERAL = re.compile(r"""(?:\bkind"?\]?\)?\s*(?:==|!=)\s*|\bOutcome\(|\.append\()["'](%s)["']"""
+                          % "|".join(outcomes.ROW_KINDS))
+
+
+def test_every_room_reads_the_kinds_from_one_module():
+    assert ledger.KINDS == outcomes.ROW_KINDS
+    assert set(outcomes.OUTCOME_KINDS) <= set(outcomes.ROW_KINDS)
+    assert set(outcomes.FAILING_KINDS) | set(outcomes.MISSING_KINDS) | {outcomes.RESULT} == set(outcomes.OUTCOME_KINDS)
+    assert plan.transient is outcomes.transient and plan.measured_on is outcomes.measured_on
+    # measurement/ sits below governance: it may not import it (counters reads profile rows).
+    # A job's kind (sweep/executor.py: "config" or "ceilings") is not a row kind.
+    restated = [f"{p.relative_to(REPO)}:{n}: {line.strip()}"
+                for p in sorted((REPO / "harness").rglob("*.py"))
+                if p.name != "outcomes.py" and "measurement" not in p.parts
+                for n, line in enumerate(p.read_text().splitlines(), 1) if KIND_LITERAL.search(line) and "job.kind" not in line]
+    assert restated == [], "kind literals outside governance/outcomes.py:\n" + "\n".join(restated)
+
+
+def test_transient_outcomes_are_the_ones_measured_again():
+    assert outcomes.transient({"kind": "throttled"})
+    assert outcomes.transient({"kind": "skipped", "predicted_bytes": 1})
+    assert outcomes.transient({"kind": "skipped", "undersampled": True})
+    assert not outcomes.transient({"kind": "skipped", "reason": "baseline failed"})
+    assert not any(outcomes.transient({"kind": k}) for k in ("result", "incorrect", "crashed", "unsupported"))
