@@ -259,6 +259,20 @@ def make_alternating_wrong(honest_calls: int):
     return alternating_wrong
 
 
+def make_timed_unwritten(honest_calls: int):
+    """Right for its first ``honest_calls`` calls (the gate's), then returns without writing
+    ``out``: only the timed calls leave it unwritten."""
+    state = {"n": 0}
+
+    def timed_unwritten(q, k, v, out, *, causal, scale):
+        state["n"] += 1
+        if state["n"] <= honest_calls:
+            out.copy_(attention(q, k, v, causal=causal, scale=scale))
+
+    timed_unwritten.state = state
+    return timed_unwritten
+
+
 # ----------------------------------------------------------------------------- catalogue
 
 

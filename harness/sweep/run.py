@@ -254,6 +254,7 @@ def _time(cfg, base_spec, timed, ctx, policy):
     """
     import torch
 
+    from harness.measurement.correctness import poison_
     from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, measure
     from harness.workloads.inputs import make_inputs
 
@@ -283,7 +284,7 @@ def _time(cfg, base_spec, timed, ctx, policy):
         o = outs[name]
 
         def fill(slot: int) -> None:
-            o[slot].fill_(float("nan"))
+            poison_(o[slot])  # the gate's poison: what a timed call leaves unwritten is told apart
 
         return fill
 
