@@ -46,7 +46,7 @@ import time
 
 from research.bench_decode import TOLERANCE, check, reference
 
-# (batch, heads, kv_heads, seq_len, head_dim, dtype): seed 004's single-sequence decode
+# (batch, heads, kv_heads, seq_len, head_dim, dtype): the llama-bench decode artifact's single-sequence decode
 # first, then small batches, then two of the decode-h200 line's shapes as a check that a
 # new plan does not lose what the line measured.
 SHAPES = [

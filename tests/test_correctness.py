@@ -113,7 +113,7 @@ def test_fill_inputs_keeps_pointers():
 
 
 def test_outliers_land_in_short_tensors_and_at_the_tail():
-    assert outlier_rows(32768, 1543)[:3] == [32767, 31224, 29681]  # seed 004's stride on a long cache
+    assert outlier_rows(32768, 1543)[:3] == [32767, 31224, 29681]  # the llama-bench artifact's stride on a long cache
     assert outlier_rows(3255, 1543) == [3254, 2440, 1626, 812]    # shorter: denser, at least 4
     assert outlier_rows(40, 911) == [39, 29, 19, 9]        # a 40-head decode query still gets 4
     assert outlier_rows(1, 911) == [0]
@@ -173,7 +173,7 @@ def test_ulp_matches_seed_003():
     assert ulp(1.0, "float16") == 2.0 ** -10 and ulp(1.0, "float32") == 2.0 ** -23
     assert ulp(0.0, "float16") == 2.0 ** -24  # smallest subnormal spacing
     ref = torch.full((1, 1, 1, 1), 2.17, dtype=torch.float64)
-    out = (ref + 0.03125).to(torch.bfloat16)  # seed 003's worst element: 2 ULP, 1.44% relative
+    out = (ref + 0.03125).to(torch.bfloat16)  # the bf16 2-ULP trap's worst element: 2 ULP, 1.44% relative
     fig = compare(out, ref, atol=0.0, rtol=1e-2, dtype="bfloat16")
     assert not fig.passed
     assert fig.worst_ulps == pytest.approx(abs(float(out) - 2.17) / 2 ** -6)

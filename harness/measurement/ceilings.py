@@ -4,7 +4,7 @@ A result is only believable below what the machine can do. The ceilings are *mea
 (datasheet numbers are leads, not limits): a device-to-device copy of a buffer far larger
 than L2, counting bytes read plus bytes written, and dense matmuls of random data (never
 zeros: zeros run faster than real data) per dtype. ``impossible`` turns them into a
-reductio: seed 004's 9.6 TB/s "effective L2 rate" on a GPU whose fabric cannot do it was
+reductio: the llama-bench decode artifact's 9.6 TB/s "effective L2 rate" on a GPU whose fabric cannot do it was
 computable before any kernel was written, and would have saved a session.
 
 Every rate is the median of a fixed number of calls timed back to back through the timing

@@ -18,8 +18,8 @@ Per launch we keep the metrics of ``LAUNCH_METRICS``; per call they are reduced 
 * ``launches``: kernel launches per call.
 
 The reductio (``counter_impossible``): a correct kernel reads q, k and v; DRAM reads below
-that, less what the L2 could have held, mean work was skipped (seed 004's decode kernel
-read 7.9% of the cache).
+that, less what the L2 could have held, mean work was skipped (the llama-bench decode artifact:
+its decode kernel read 7.9% of the cache).
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         with apply(state) as pinned:
             gates[spec.name] = gate(spec, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype],
                                     rtol=reg.rtol[cfg.dtype], device=ctx.device, min_pass_rate=reg.min_pass_rate)
-            # Seed 003: a flag flipped between arms changes which kernels run. A kernel that
+            # The TF32 incident: a flag flipped between arms changes which kernels run. A kernel that
             # changes global numeric state would make the arms differ: it is never timed.
             moved = diff(pinned, capture())
             if moved:
