@@ -218,14 +218,14 @@ def control_summary(controls):
 
 
 def md_table(rows, cols):
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         cells = []
         for c in cols:
             v = r.get(c)
             cells.append(f"{v:.4g}" if isinstance(v, float) else ("—" if v is None else str(v)))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        md.append("| " + " | ".join(cells) + " |")
+    return "\n".join(md)
 
 
 def main():

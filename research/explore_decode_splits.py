@@ -289,12 +289,12 @@ def main():
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
         w.writerows(rows)
-    lines = [f"# triton_decode split counts — copy ceiling {ceil.copy_gbps:.0f} GB/s, {sms} SMs",
+    md = [f"# triton_decode split counts — copy ceiling {ceil.copy_gbps:.0f} GB/s, {sms} SMs",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        lines.append("| " + " | ".join(f"{r.get(c):.4g}" if isinstance(r.get(c), float) else str(r.get(c, ""))
+        md.append("| " + " | ".join(f"{r.get(c):.4g}" if isinstance(r.get(c), float) else str(r.get(c, ""))
                                        for c in cols) + " |")
-    text = "\n".join(lines)
+    text = "\n".join(md)
     with open(os.path.join(out_dir, stem + ".md"), "w") as f:
         f.write(text + "\n")
     print(text)

@@ -191,7 +191,7 @@ def test_poison_is_told_apart_from_computed_nan():
         assert (fig.n_unwritten, fig.n_nonfinite, fig.n_failing) == (11, 1, 12)
         assert fig.first_unwritten == (0, 1, 0, 1) and fig.last_unwritten == (0, 1, 2, 3)
         assert fig.first_nonfinite == (0, 1, 0, 0)
-        assert not fig.passed and "NaN poison" in fig.line()
+        assert not fig.passed and "NaN poison" in fig.summary()
 
 
 def test_checksum_tells_bit_identical_outputs():
@@ -203,14 +203,14 @@ def test_checksum_tells_bit_identical_outputs():
     assert checksum(t.flip(0)) != checksum(t)  # the same values elsewhere differ too
 
 
-def test_failure_line_names_element_ulps_and_bar():
+def test_failure_summary_names_element_ulps_and_bar():
     ref = torch.zeros(1, 2, 3, 4, dtype=torch.float64)
     ref[0, 1, 2, 3] = 0.49
     out = ref.clone().half()
     out[0, 1, 2, 3] = -0.02
-    line = compare(out, ref, atol=0.01, rtol=0.01).line()
-    assert "at (0,1,2,3)" in line and "out=-0.02" in line and "ref=0.49" in line
-    assert "ulp float16" in line and "> atol 0.01 + rtol 0.01·|ref|" in line
+    said = compare(out, ref, atol=0.01, rtol=0.01).summary()
+    assert "at (0,1,2,3)" in said and "out=-0.02" in said and "ref=0.49" in said
+    assert "ulp float16" in said and "> atol 0.01 + rtol 0.01·|ref|" in said
 
 
 # ----------------------------------------------------------------------------- correct kernels pass

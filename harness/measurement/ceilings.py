@@ -181,9 +181,9 @@ def device_fingerprint(device: str | None = None) -> dict:
 def _cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+            for entry in f:
+                if entry.lower().startswith("model name"):
+                    return entry.split(":", 1)[1].strip()
     except OSError:
         pass
     return platform.processor() or platform.machine()

@@ -179,7 +179,7 @@ class ErrorFigures:
     first_nonfinite: tuple | None
     first_nonfinite_ref: float | None
 
-    def line(self) -> str:
+    def summary(self) -> str:
         """One readable line: the worst element, by how much, in ULPs, against the bar."""
         parts = []
         if self.n_unwritten:
@@ -355,7 +355,7 @@ class CheckReport:
 
 @dataclass(frozen=True)
 class GateResult:
-    """The gate's verdict on one kernel at one config (plus its boundary configs)."""
+    """The gate's result for one kernel at one config (plus its boundary configs)."""
 
     kernel: str
     config: str
@@ -556,19 +556,19 @@ def _judge(out, fig: ErrorFigures, ref, dtype, *, mismatch: str = "mismatch", no
     later one (``stale_mismatch``: state carried across calls).
     """
     if fig.n_unwritten:
-        return "unwritten", fig.line()
+        return "unwritten", fig.summary()
     if repeat is not None and not fig.passed:
         found = repeat(out, fig)
         if found is not None:
             return found
     if fig.n_nonfinite:
-        return nonfinite, fig.line()
+        return nonfinite, fig.summary()
     if not fig.passed:
-        return mismatch, fig.line()
+        return mismatch, fig.summary()
     if flat:
         axis = _constant_axis(out, ref, dtype)
         if axis:
-            return "degenerate", f"{axis} (within tolerance only because the tolerance is loose: {fig.line()})"
+            return "degenerate", f"{axis} (within tolerance only because the tolerance is loose: {fig.summary()})"
     return None, None
 
 
@@ -630,7 +630,7 @@ def _run_case(fn, cfg: Config, seed: int, family: str, atol: float, rtol: float,
         if earlier is None:
             return None
         return "degenerate", (f"output is bit-identical to seed {earlier[0]} family {earlier[1]}'s although "
-                              f"the inputs changed (a result cached by shape or pointer?): {fig.line()}")
+                              f"the inputs changed (a result cached by shape or pointer?): {fig.summary()}")
 
     first = _check_call(fn, cfg, q, k, v, _new_out(cfg, device), pristine, atol=atol, rtol=rtol, repeat=repeat)
     secs = first.reference_seconds
