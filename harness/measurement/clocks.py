@@ -412,8 +412,7 @@ def round_drop(readings: Sequence[ClockReading], reference_mhz: float | None,
     return low, True, tuple(names) or (NO_REASON,)
 
 
-# The old name, for measurement/timing.py until it calls round_drop (its move to a package is
-# in flight on another branch): "verdict" is the GO/NO-GO of governance/verdict.py.
+# The old name, while measurement/timing.py still calls it ("verdict" is governance's GO/NO-GO).
 round_verdict = round_drop
 
 

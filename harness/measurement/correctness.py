@@ -2,9 +2,8 @@
 
 The fused-attention campaign's hollow decode kernel compiled, launched and produced finite,
 plausible floats with no softmax in it; the llama-bench decode artifact read 7.9% of the KV
-cache; the Sakana incident
-returned the reference's own result from memory the reference had just freed. So the gate
-checks more than closeness on one random input:
+cache; the Sakana incident returned the reference's own result from memory the reference
+had just freed. So the gate checks more than closeness on one random input:
 
 * adversarial input families (``harness.workloads.inputs``) and boundary sequence lengths;
 * ``out`` poisoned with a NaN of a private bit pattern before every call, so an unwritten
@@ -55,7 +54,8 @@ FAILURE_TAGS = {
                    "work on another stream",
 }
 # Failures a pass-rate threshold never excuses: min_pass_rate < 1 tolerates numerical seed
-# luck (shape-aware attention's causal config passed 21 of 40 seeds), not a kernel that skips, caches or corrupts.
+# luck (shape-aware attention's causal config passed 21 of 40 seeds), not a kernel that
+# skips, caches or corrupts.
 STRUCTURAL_TAGS = frozenset({"unwritten", "input_mutated", "degenerate", "exception", "side_stream",
                              "stale_mismatch"})
 # Tags of the call checks (before any comparison with the reference).
