@@ -325,7 +325,7 @@ def _spot_failure(cfg, slots, m, snaps, name, ctx):
 def _sustained(cfg, spec, slots, outs, ctx, policy):
     """The candidate's calls back to back at the sustained clock (rates for a rate bar), and
     the check of the last call's output (poisoned before every call), or None when it passed."""
-    from harness.measurement.correctness import check_timed_output
+    from harness.measurement.correctness import check_timed_output, poison_
     from harness.measurement.sustained import sustain
 
     def call(slot: int) -> None:
@@ -333,7 +333,7 @@ def _sustained(cfg, spec, slots, outs, ctx, policy):
         spec.fn(q, k, v, outs[slot], causal=cfg.causal, scale=cfg.scale)
 
     def poison(slot: int) -> None:
-        outs[slot].fill_(float("nan"))
+        poison_(outs[slot])  # the gate's poison: what a call leaves unwritten is told apart
 
     sus = sustain(arm_name(spec.name), call, n_slots=len(slots), mode=policy.mode, device=ctx.device, prepare=poison)
     q, k, v = slots[sus.last_slot]
