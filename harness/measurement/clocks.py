@@ -412,10 +412,6 @@ def round_drop(readings: Sequence[ClockReading], reference_mhz: float | None,
     return low, True, tuple(names) or (NO_REASON,)
 
 
-# The old name, while measurement/timing.py still calls it ("verdict" is governance's GO/NO-GO).
-round_verdict = round_drop
-
-
 @dataclass(frozen=True)
 class ClockSummary:
     """What the clocks did during the measured rounds."""
