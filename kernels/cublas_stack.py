@@ -1,31 +1,31 @@
-"""The seeds' exact baseline: cublasGemmStridedBatchedEx → standalone softmax → cublasGemmStridedBatchedEx.
+"""The user accounts' exact baseline: cublasGemmStridedBatchedEx → standalone softmax → cublasGemmStridedBatchedEx.
 
-Seed 000's opponent, called directly (cupy's thin cuBLAS bindings on torch's memory and
+The fused-attention campaign's opponent, called directly (cupy's thin cuBLAS bindings on torch's memory and
 torch's current stream), not through torch.bmm:
 
 1. S = scale·Q·Kᵀ with ``cublasGemmStridedBatchedEx`` (fp32 accumulation, scale folded
-   into alpha), written to HBM in the input dtype — as the seeds' stack wrote S in fp16.
+   into alpha), written to HBM in the input dtype — as the accounts' stack wrote S in fp16.
 2. ``softmax_rows`` (kernels/softmax_rows.cu, NVRTC through cupy): one block per row,
    row max subtracted, float32 reductions, causal mask applied here, P written in the
    input dtype **in place of S** (same bytes moved as a separate P buffer, half the memory).
 3. out = P·V with ``cublasGemmStridedBatchedEx`` (fp32 accumulation) straight into ``out``.
 
 Why a CUDA C++ softmax rather than Triton: the baseline must not need Triton, it stays
-the seeds' kind of kernel (a standalone CUDA softmax), and it gives kernels/cuda_raw.py's
+the accounts' kind of kernel (a standalone CUDA softmax), and it gives kernels/cuda_raw.py's
 NVRTC path a real user.
 
 GQA folds the G query heads of a kv head into the row dimension (``grouped_views``): one
 strided batch of B·Hkv GEMMs with G·Nq rows each. Decode is the same stack with Nq = 1
 (the GEMMs become GEMV-like strided batches).
 
-Numerics vs the other references (seed 003's bf16 trap):
+Numerics vs the other references (the bf16 2-ULP trap):
 * vs ``torch_stack``: both round S and P to the input dtype and accumulate in fp32.
   torch_stack rounds S twice (bmm output, then ``mul_(scale)``); here the scale is applied
   in fp32 inside the GEMM (alpha) and S is rounded once. Agreement is therefore at the
   dtype's rounding level, not bitwise.
 * vs the float64 reference and fused kernels (P kept in fp32 registers): the rounding of
   P to fp16/bf16 before PV is an error of the baseline, ~1 unit roundoff of the dtype
-  relative; an elementwise test against a baseline must allow for it (seed 003).
+  relative; an elementwise test against a baseline must allow for it (the bf16 2-ULP trap).
 * float32 inputs: CUBLAS_COMPUTE_32F with CUBLAS_DEFAULT_MATH — no TF32, like torch with
   ``allow_tf32 = False`` (torch's default for matmul).
 """
@@ -121,7 +121,7 @@ def _gemm(cublas, handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, l
                   "S": "input dtype, in HBM", "softmax": "float32, max-subtracted, one block per row",
                   "P": "input dtype, in place of S"})
 def cublas_stack(q, k, v, out, *, causal, scale):
-    """cuBLAS strided-batched QKᵀ → CUDA softmax (S in HBM) → cuBLAS PV: the seeds' baseline."""
+    """cuBLAS strided-batched QKᵀ → CUDA softmax (S in HBM) → cuBLAS PV: the accounts' baseline."""
     import numpy as np
     import torch
     from cupy_backends.cuda.libs import cublas

@@ -6,7 +6,7 @@ splits' float32 partials through global memory. Here each (batch, kv head) is on
 thread-block *cluster* of C CTAs, one CTA per SM, and the C partials are merged through
 distributed shared memory at the end of the same kernel: one launch, no scratch, no
 partials in global memory. It measured slower than triton_decode at every batch
-(docs/benchmarks.md): a cluster must fit one GPC, so few clusters of a useful size are
+(docs/benchmarks-log.md): a cluster must fit one GPC, so few clusters of a useful size are
 resident at once, and one CTA alone cannot stream a kv head at full bandwidth.
 
 * ``plan``: C is the largest size ≤ MAX_CLUSTER with B·Hkv·C ≤ SMs whose B·Hkv clusters

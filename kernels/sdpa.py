@@ -40,8 +40,8 @@ def _call(q, k, v, out, causal, scale, backend):
 
 
 def backend_used(q, k, v, *, causal, scale) -> dict:
-    """Which backend torch's default dispatch picks for these inputs (seed 003: the flag
-    you did not set decides the kernel). Uses torch's private chooser; says so if absent."""
+    """Which backend torch's default dispatch picks for these inputs (the TF32 incident:
+    the flag you did not set decides the kernel). Uses torch's private chooser; says so if absent."""
     import torch
     from torch.nn.attention import SDPBackend
 

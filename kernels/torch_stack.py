@@ -1,9 +1,9 @@
 """The torch 3-kernel stack: bmm (QKᵀ) → softmax → bmm (PV).
 
-On CUDA, ``torch.bmm`` calls cuBLAS's strided-batched GEMM, so this is the seeds'
-baseline expressed through torch. It differs from ``cublas_stack`` (the direct cuBLAS
+On CUDA, ``torch.bmm`` calls cuBLAS's strided-batched GEMM, so this is the user
+accounts' baseline expressed through torch. It differs from ``cublas_stack`` (the direct cuBLAS
 call) in one documented way: the softmax runs in float32 and P is rounded to the input
-dtype before PV — the reference-style rounding of seed 003's bf16 trap.
+dtype before PV — the reference-style rounding of the bf16 2-ULP trap.
 
 S is rounded to the input dtype once: the scale rides in the GEMM's alpha (baddbmm with
 beta=0), as in the cuBLAS stack, instead of a second rounding by a separate multiply.

@@ -1,7 +1,7 @@
 """The measurement benchmark's tables, run on the GPU (and runnable on a CPU, smaller).
 
 The goals themselves are asserted by tests/test_measurement_validation.py (gpu, slow); this
-script prints the tables docs/benchmarks.md quotes. Its figures are not ledger-backed.
+script prints the tables docs/benchmarks-log.md quotes. Its figures are not ledger-backed.
 
 One run reports:
   1. the control ratio (baseline vs itself) over every config of a grid, through run_config;
@@ -218,14 +218,14 @@ def control_summary(controls):
 
 
 def md_table(rows, cols):
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         cells = []
         for c in cols:
             v = r.get(c)
             cells.append(f"{v:.4g}" if isinstance(v, float) else ("—" if v is None else str(v)))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        md.append("| " + " | ".join(cells) + " |")
+    return "\n".join(md)
 
 
 def main():

@@ -14,7 +14,7 @@ The same arms are then timed in graph mode (one CUDA graph of K calls per sample
 yardstick, the shipped plan against variants of itself (TUNE: the two-pass combine, 4
 stages, one launch with PDL, twice the splits in 2 stages). Earlier runs timed two
 launches with and without PDL (61651b6) and the one-launch path's tile, warp, stage and
-split-count neighbours (1fe5d2f); none beat the shipped plan (docs/benchmarks.md).
+split-count neighbours (1fe5d2f); none beat the shipped plan (docs/benchmarks-log.md).
 
 ``--timeline`` records per-program timelines (TIMELINE_CASES), raw, in
 ``decode_timeline_raw.csv`` beside the medians in ``decode_timeline.csv``.
@@ -46,7 +46,7 @@ import time
 
 from research.bench_decode import TOLERANCE, check, reference
 
-# (batch, heads, kv_heads, seq_len, head_dim, dtype): seed 004's single-sequence decode
+# (batch, heads, kv_heads, seq_len, head_dim, dtype): the llama-bench decode artifact's single-sequence decode
 # first, then small batches, then two of the decode-h200 line's shapes as a check that a
 # new plan does not lose what the line measured.
 SHAPES = [
@@ -72,7 +72,7 @@ TUNE = {
     "n64_p3_st2": {"split_factor": 1.5, "num_stages": 2},
 }
 # At 88142b2 --tune timed the two-pass combine, 4 stages, one launch with PDL, and twice the
-# splits in 2 stages (4 or 2 warps); none beat the shipped plan (docs/benchmarks.md).
+# splits in 2 stages (4 or 2 warps); none beat the shipped plan (docs/benchmarks-log.md).
 # --timeline: per-program records, raw, of these (shape, name, decode() overrides); None = the plan's splits.
 TIMELINE_CASES = [
     ((1, 32, 8, 32768, 128, "float16"), "shipped", {}),
@@ -289,12 +289,12 @@ def main():
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
         w.writerows(rows)
-    lines = [f"# triton_decode split counts — copy ceiling {ceil.copy_gbps:.0f} GB/s, {sms} SMs",
+    md = [f"# triton_decode split counts — copy ceiling {ceil.copy_gbps:.0f} GB/s, {sms} SMs",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        lines.append("| " + " | ".join(f"{r.get(c):.4g}" if isinstance(r.get(c), float) else str(r.get(c, ""))
+        md.append("| " + " | ".join(f"{r.get(c):.4g}" if isinstance(r.get(c), float) else str(r.get(c, ""))
                                        for c in cols) + " |")
-    text = "\n".join(lines)
+    text = "\n".join(md)
     with open(os.path.join(out_dir, stem + ".md"), "w") as f:
         f.write(text + "\n")
     print(text)

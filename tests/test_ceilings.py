@@ -23,7 +23,8 @@ def _h200_like() -> Ceilings:
 
 
 def test_seed_004_rate_is_impossible():
-    # Seed 004: 66.8 MB x 48 layers in 0.333 ms = 9.6 TB/s on a machine whose copy rate is far lower.
+    # The llama-bench decode artifact: 66.8 MB x 48 layers in 0.333 ms = 9.6 TB/s on a machine
+    # whose copy rate is far lower.
     gbps = 66.8e6 * 48 / 0.333e-3 / 1e9
     assert gbps == pytest.approx(9628, rel=1e-3)
     why = impossible(None, gbps, _h200_like(), "float16")

@@ -197,12 +197,12 @@ def test_bench_report_writes_markdown_html_and_plots(repo, tmp_path):
 
 @pytest.mark.parametrize("factor, expected", [(0.8, cmp.FASTER), (1.25, cmp.SLOWER), (1.0, cmp.SAME),
                                               (1.004, cmp.SAME)])
-def test_compare_verdicts_on_samples_with_known_differences(tmp_path, factor, expected):
+def test_compare_changes_on_samples_with_known_differences(tmp_path, factor, expected):
     a, b = _ledger(tmp_path, "a"), _ledger(tmp_path, "b")
     _result(a, 32, "fast", _samples(1.0, seed=1), _samples(2.0, seed=2))
     _result(b, 32, "fast", _samples(1.0 * factor, seed=3), _samples(2.0, seed=4))
     (pair,) = cmp.compare(lines.load_path(a.path), lines.load_path(b.path)).pairs
-    assert pair.verdict == expected, pair
+    assert pair.change == expected, pair
     assert pair.speedup == pytest.approx(1 / factor, rel=0.01)
     if expected != cmp.SAME:
         assert pair.p_value < cmp.ALPHA
@@ -213,7 +213,7 @@ def test_compare_is_unclear_when_the_samples_cannot_tell(tmp_path):
     _result(a, 32, "fast", _samples(1.0, n=8, spread=0.3, seed=1), _samples(2.0))
     _result(b, 32, "fast", _samples(1.05, n=8, spread=0.3, seed=2), _samples(2.0))
     (pair,) = cmp.compare(lines.load_path(a.path), lines.load_path(b.path)).pairs
-    assert pair.verdict == cmp.UNCLEAR
+    assert pair.change == cmp.UNCLEAR
     tiny = cmp.compare_samples([1.0, 1.1], [0.5, 0.6])
     assert math.isnan(tiny[3]) and cmp.classify(*tiny[1:]) == cmp.UNCLEAR
 
@@ -225,7 +225,7 @@ def test_compare_refuses_different_devices_unless_told(tmp_path):
     with pytest.raises(UserError, match="different settings.*device \\(cpu vs cuda\\).*--allow-mixed"):
         cmp.compare(lines.load_path(a.path), lines.load_path(b.path))
     mixed = cmp.compare(lines.load_path(a.path), lines.load_path(b.path), allow_mixed=True)
-    assert mixed.mixed and mixed.pairs[0].verdict == cmp.SAME
+    assert mixed.mixed and mixed.pairs[0].change == cmp.SAME
 
 
 def test_compare_against_in_ci_mode_fails_on_a_significant_regression(repo):
@@ -341,7 +341,7 @@ def test_compare_pairs_one_kernel_against_another_and_refuses_other_numeric_flag
     _result(b, 32, "new", _samples(0.5, seed=3), _samples(2.0))
     result = cmp.compare(lines.load_path(a.path), lines.load_path(b.path))
     (pair,) = result.pairs
-    assert (pair.kernel_a, pair.kernel_b, pair.verdict) == ("old", "new", cmp.FASTER)
+    assert (pair.kernel_a, pair.kernel_b, pair.change) == ("old", "new", cmp.FASTER)
     assert result.only_a == ("attention/b1/h2/kv2/n64/d16/float32/full",)
     c = _ledger(tmp_path, "c", candidates=("old",))
     row = _result(c, 32, "old", _samples(1.0, seed=4), _samples(2.0))

@@ -64,3 +64,36 @@ def test_research_script_help_runs(path):
     r = subprocess.run([sys.executable, "-m", f"research.{path.stem}", "--help"], cwd=REPO, capture_output=True,
                        text=True, timeout=300, env=bench_env())
     assert r.returncode == 0 and "usage:" in r.stdout, r.stderr
+
+
+def _page_section() -> str:
+    from research.results_page import BEGIN, END, PAGE
+
+    page = (REPO / PAGE).read_text()
+    return page.split(BEGIN, 1)[1].split(END, 1)[0]
+
+
+def test_the_results_page_is_what_the_ledgers_give_now():
+    from research.results_page import generated
+
+    assert _page_section() == "\n" + generated(REPO), "run: python3 -m research.results_page --write"
+
+
+def test_the_results_page_quotes_each_verdict_and_ceiling_row():
+    # Read straight from the ledger files, not through the generator: the page's numbers are theirs.
+    import json
+
+    section = _page_section()
+    for path in sorted((REPO / "ledger").glob("*.jsonl")):
+        rows = [json.loads(x) for x in path.read_text().splitlines()]
+        for row in rows:
+            if row["kind"] == "verdict":
+                assert f"### `{row['line']}`: {row['outcome']}" in section
+                assert f"ledger row {row['seq']}, measured at `{row['measured_at']['commit'][:12]}`" in section
+                for c in row["clauses"]:
+                    assert f"`{' '.join(c['text'].split())}` | {c['value']:.4g} | {c['n']} |" in section, c
+            elif row["kind"] == "ceilings":
+                assert f"| {row['fingerprint']['name']} |" in section
+                assert f"| {row['copy_gbps']:.0f} |" in section
+                for tf in row["matmul_tflops"].values():
+                    assert f" {tf:.1f} |" in section

@@ -64,7 +64,7 @@ def test_a_correct_kernel_gets_a_result_row_with_its_evidence():
     assert p["metrics"]["speedup"] > 0 and p["metrics"]["control"] > 0
     assert set(p["timing"]["arms"]) == {"candidate:sdpa", "baseline", "control"}
     assert p["memory"]["predicted_peak_bytes"] > 0 and p["memory"]["measured_peak_bytes"] is None  # CPU
-    # seed 003: the backend torch's dispatch actually chose is on the row
+    # the TF32 incident: the backend torch's dispatch actually chose is on the row
     assert p["kernel_details"]["candidate"]["backend_used"] in ("FLASH_ATTENTION", "MATH", "EFFICIENT_ATTENTION",
                                                                 "CUDNN_ATTENTION")
 

@@ -3,6 +3,7 @@ chosen at random, and the empty-window rule (the GPU halves are marked ``gpu``).
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -126,6 +127,41 @@ def test_run_config_checks_a_random_timed_call_of_every_arm():
             break
     else:
         pytest.fail(f"the random timed call never caught it: {tags}")
+
+
+_skip = {"fn": None}
+
+
+@kernel("test_timed_unwritten", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
+def skips_when_timed(q, k, v, out, *, causal, scale):
+    _skip["fn"](q, k, v, out, causal=causal, scale=scale)
+
+
+def test_a_timed_output_left_unwritten_is_tagged_unwritten_not_nonfinite():
+    # The timed path poisons with the gate's poison, so an output no timed call wrote reads
+    # as the poison, not as a NaN the kernel computed.
+    _skip["fn"] = zoo.make_timed_unwritten(honest_calls=GATE_CALLS)
+    (row,) = run_config(CFG, ("test_timed_unwritten",), ctx(line="skip"))
+    assert row.kind == "incorrect", row.payload
+    assert row.payload["tag"] == "timed_unwritten", row.payload["reason"]
+    assert "still hold the NaN poison (never written)" in row.payload["reason"]
+    n = math.prod(CFG.shapes()[0])
+    assert f"{n} of {n} output elements" in row.payload["reason"]
+
+
+def test_the_timed_check_tells_unwritten_from_a_computed_nan():
+    import torch
+
+    from harness.measurement.correctness import poison_
+
+    q, k, v = make_inputs(CFG, 5, "normal", "cpu")
+    out = poison_(torch.empty(CFG.shapes()[0]))
+    rep = check_timed_output(CFG, q, k, v, out, atol=1e-5, rtol=1e-4, label="slot 0")
+    assert rep.tag == "unwritten" and rep.figures.n_unwritten == out.numel()
+    out.fill_(float("nan"))  # a canonical NaN: computed, not left over
+    rep = check_timed_output(CFG, q, k, v, out, atol=1e-5, rtol=1e-4, label="slot 0")
+    assert rep.tag == "nonfinite" and rep.figures.n_unwritten == 0
+    assert rep.reason.startswith("slot 0: output of the last timed call: ")
 
 
 def test_result_rows_record_which_random_call_each_arm_had_checked():

@@ -1,9 +1,10 @@
 """Hollow kernels: plausible-looking attention that the correctness gate must reject.
 
 Each is a plain torch function with the kernel contract ``fn(q, k, v, out, *, causal,
-scale)`` and exactly one flaw, taken from the seeds (000: no softmax, 004: a fraction of the
-KV read, the Sakana incident: the reference's freed memory returned as the result) or from
-the usual ways a fused kernel goes wrong. ``ZOO`` lists them with the tag the gate must
+scale)`` and exactly one flaw, taken from the user accounts (the fused-attention campaign:
+no softmax; the llama-bench decode artifact: a fraction of the KV read; the Sakana
+incident: the reference's freed memory returned as the result) or from the usual ways a
+fused kernel goes wrong. ``ZOO`` lists them with the tag the gate must
 reject them with; stateful ones are built fresh per test by ``Hollow.make()``.
 """
 
@@ -13,7 +14,7 @@ import gc
 from dataclasses import dataclass
 from typing import Callable
 
-# first_tiles_only reads this many keys: one 64-wide tile, seed 004's "one 128-row
+# first_tiles_only reads this many keys: one 64-wide tile, the llama-bench artifact's "one 128-row
 # iteration per block" in miniature (7.9% of the cache there, half of it here).
 FIRST_KEYS = 64
 # tail_unwritten launches Nq // BLOCK_M row blocks (floor, not ceil).
@@ -61,7 +62,7 @@ def attention(q, k, v, *, causal, scale, dtype=None, n_keys=None, kv_map=None):
 
 
 def softmax_omitted(q, k, v, out, *, causal, scale):
-    """Seed 000: no softmax; every visible key weighted equally (the mean of V)."""
+    """The fused-attention campaign: no softmax; every visible key weighted equally (the mean of V)."""
     import torch
 
     s = scores(q, k, causal=causal, scale=scale)
@@ -72,7 +73,7 @@ def softmax_omitted(q, k, v, out, *, causal, scale):
 
 
 def no_max_subtraction(q, k, v, out, *, causal, scale):
-    """Seed 000's eager path: raw exp of the logits, no max-subtraction (overflows to inf/NaN)."""
+    """The fused-attention campaign's eager path: raw exp of the logits, no max-subtraction (overflows to inf/NaN)."""
     import torch
 
     e = torch.exp(scores(q, k, causal=causal, scale=scale))
@@ -81,12 +82,12 @@ def no_max_subtraction(q, k, v, out, *, causal, scale):
 
 
 def first_tiles_only(q, k, v, out, *, causal, scale):
-    """Seed 004: attends only to the first FIRST_KEYS keys of the cache."""
+    """The llama-bench decode artifact: attends only to the first FIRST_KEYS keys of the cache."""
     out.copy_(attention(q, k, v, causal=causal, scale=scale, n_keys=FIRST_KEYS))
 
 
 def half_kv_sdpa(q, k, v, out, *, causal, scale):
-    """Seed 004 at full scale: a fast fused kernel (torch SDPA) over only the first half of
+    """The llama-bench decode artifact at full scale: a fast fused kernel (torch SDPA) over only the first half of
     the keys. The views are never copied, so the half that is skipped is never read: the
     counter reductio (harness/measurement/counters.py) must call its DRAM reads impossible."""
     import torch
@@ -145,7 +146,7 @@ def zero_output(q, k, v, out, *, causal, scale):
 
 
 def make_accumulator_reused():
-    """Seed 000's RMSNorm slot never zeroed: adds the previous call's output to this one's."""
+    """The fused-attention campaign's RMSNorm slot never zeroed: adds the previous call's output to this one's."""
     state = {}
 
     def accumulator_reused(q, k, v, out, *, causal, scale):
@@ -257,6 +258,20 @@ def make_alternating_wrong(honest_calls: int):
 
     alternating_wrong.state = state
     return alternating_wrong
+
+
+def make_timed_unwritten(honest_calls: int):
+    """Right for its first ``honest_calls`` calls (the gate's), then returns without writing
+    ``out``: only the timed calls leave it unwritten."""
+    state = {"n": 0}
+
+    def timed_unwritten(q, k, v, out, *, causal, scale):
+        state["n"] += 1
+        if state["n"] <= honest_calls:
+            out.copy_(attention(q, k, v, causal=causal, scale=scale))
+
+    timed_unwritten.state = state
+    return timed_unwritten
 
 
 # ----------------------------------------------------------------------------- catalogue

@@ -25,6 +25,6 @@ def report(line: str = typer.Argument(..., help="line id (or LINE@COMMIT: only r
     data = report_mod.report_data(view)
     paths = report_mod.write(view, target, data)
     c = console()
-    for text in report_mod.summary_lines(data):
+    for text in report_mod.summary(data):
         c.print(text, markup=False)
     c.print(f"wrote {paths['html']} (self-contained) and {paths['markdown']} with its plots", markup=False)

@@ -176,17 +176,17 @@ def commit_file(root: Path, rel: str, message: str) -> str:
     """
     add = _git(root, "add", "--", rel)
     if add.returncode != 0:
-        raise UserError(f"git add {rel} failed ({_last_line(add.stderr)}): commit {rel} by hand")
+        raise UserError(f"git add {rel} failed ({_last_message(add.stderr)}): commit {rel} by hand")
     res = _git(root, *_identity(root), "commit", "--only", "--no-verify", "-q", "-m", message, "--", rel)
     if res.returncode != 0:
-        raise UserError(f"could not commit {rel} ({_last_line(res.stderr or res.stdout)}): its rows are written "
+        raise UserError(f"could not commit {rel} ({_last_message(res.stderr or res.stdout)}): its rows are written "
                         f"but not anchored — fix that and run git commit -m 'bench: ledger rows' -- {rel}")
     return head_commit(root)
 
 
-def _last_line(text: str) -> str:
-    lines = [x.strip() for x in text.strip().splitlines() if x.strip()]
-    return lines[-1] if lines else "no message"
+def _last_message(text: str) -> str:
+    said = [x.strip() for x in text.strip().splitlines() if x.strip()]
+    return said[-1] if said else "no message"
 
 
 def show_file(root: Path, commit: str, rel: str) -> bytes | None:

@@ -132,10 +132,10 @@ def _first_difference(a: bytes, b: bytes) -> int:
     return min(a.count(b"\n"), b.count(b"\n"))
 
 
-def _check_chain(lines: list[bytes], path: Path) -> tuple[VerifyResult | None, str]:
-    """The first broken row of complete ``lines`` (or None), and the last row's hash."""
+def _check_chain(records: list[bytes], path: Path) -> tuple[VerifyResult | None, str]:
+    """The first broken row of complete ``records`` (or None), and the last row's hash."""
     prev = GENESIS_HASH
-    for n, raw in enumerate(lines):
+    for n, raw in enumerate(records):
         try:
             row = json.loads(raw)
         except json.JSONDecodeError:
@@ -253,13 +253,13 @@ def verify(path: Path) -> VerifyResult:
     data = path.read_bytes()
     cut = data.rfind(b"\n") + 1
     body, tail = data[:cut], data[cut:]
-    lines = body.split(b"\n")[:-1]
-    bad, prev = _check_chain(lines, path)
+    records = body.split(b"\n")[:-1]
+    bad, prev = _check_chain(records, path)
     if bad is None:
         bad = _check_git(body, path)
     if bad is not None:
         return bad
-    count = len(lines)
+    count = len(records)
     if tail:
         if _completes_chain(tail, prev, count):
             return VerifyResult(str(path), False, count, count,
@@ -440,15 +440,15 @@ class Ledger:
                 fh.truncate(cut)
                 os.fsync(fh.fileno())
                 data = data[:cut]
-        lines = data.splitlines()
-        if not lines:
+        records = data.splitlines()
+        if not records:
             return 0, GENESIS_HASH
-        last = _parse_row(lines[-1], self.path, len(lines) - 1)
-        _check_schema(last, self.path, len(lines) - 1)
-        if row_hash(last) != last.get("hash") or last.get("seq") != len(lines) - 1:
+        last = _parse_row(records[-1], self.path, len(records) - 1)
+        _check_schema(last, self.path, len(records) - 1)
+        if row_hash(last) != last.get("hash") or last.get("seq") != len(records) - 1:
             raise UserError(f"{self.path}: the last row fails its hash check; refusing to chain onto it — "
                             f"run `bench ledger verify {self.line}` and restore the file from git")
-        return len(lines), last["hash"]
+        return len(records), last["hash"]
 
 
 def _fsync_dir(path: Path) -> None:

@@ -38,7 +38,7 @@ MAX_TOLERANCE = 0.5
 # Refuse grids that would take a night per line by accident.
 MAX_GRID_CONFIGS = 4096
 # Seeds are checked one by one against a float64 reference; 1000 is far past any use
-# (seed 003 used 40) and keeps a typo from building a million-seed line.
+# (shape-aware attention used 40) and keeps a typo from building a million-seed line.
 MAX_SEEDS = 1000
 
 TOP_KEYS = {"schema", "hypothesis", "workload", "candidate", "candidates", "baseline", "amends", "grid",

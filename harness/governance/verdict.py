@@ -37,7 +37,7 @@ def bar_rows(outcomes: dict, *, include_noisy: bool) -> tuple[list[dict], dict]:
     """Rows for the bar language, plus counts of what was left out and why.
 
     A crashed kernel and a result faster than the device can go ("impossible": work was
-    skipped, seed 004's reductio) count as failed pairs, not as missing ones.
+    skipped, the llama-bench decode artifact's reductio) count as failed pairs, not as missing ones.
     """
     rows, excluded = [], {}
 

@@ -1,6 +1,6 @@
 """``[verify]`` clauses: claims about a kernel checked against its hardware counters.
 
-Seed 002: a kernel "fused" on paper can still stream S through memory, miss the tensor
+The tensor-core fusion notes: a kernel "fused" on paper can still stream S through memory, miss the tensor
 cores or spill registers, and only counters say so. A registration may therefore state
 such claims next to its bar::
 

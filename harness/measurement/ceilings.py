@@ -4,7 +4,7 @@ A result is only believable below what the machine can do. The ceilings are *mea
 (datasheet numbers are leads, not limits): a device-to-device copy of a buffer far larger
 than L2, counting bytes read plus bytes written, and dense matmuls of random data (never
 zeros: zeros run faster than real data) per dtype. ``impossible`` turns them into a
-reductio: seed 004's 9.6 TB/s "effective L2 rate" on a GPU whose fabric cannot do it was
+reductio: the llama-bench decode artifact's 9.6 TB/s "effective L2 rate" on a GPU whose fabric cannot do it was
 computable before any kernel was written, and would have saved a session.
 
 Every rate is the median of a fixed number of calls timed back to back through the timing
@@ -32,7 +32,7 @@ from harness.measurement.timing.timers import CudaEventTimer, HostTimer, Timer, 
 # Measured ceilings are achievable rates, not hardware peaks: the datasheet peaks sit up to
 # a quarter above them, and a read-mostly kernel can beat a copy's read+write rate by a few
 # percent. 30% sits above both, so only a number beyond the hardware's own peak is called
-# impossible (figures: docs/benchmarks.md).
+# impossible (figures: docs/benchmarks-log.md).
 IMPOSSIBLE_MARGIN = 0.30
 
 # --- CUDA measurement sizes -------------------------------------------------------------
@@ -181,9 +181,9 @@ def device_fingerprint(device: str | None = None) -> dict:
 def _cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+            for entry in f:
+                if entry.lower().startswith("model name"):
+                    return entry.split(":", 1)[1].strip()
     except OSError:
         pass
     return platform.processor() or platform.machine()

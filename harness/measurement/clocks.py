@@ -399,8 +399,8 @@ def still_falling(monitor: ClockMonitor, t0: float, t1: float, tolerance: float)
     return (a, b) if b < (1.0 - tolerance) * a else None
 
 
-def round_verdict(readings: Sequence[ClockReading], reference_mhz: float | None,
-                  threshold: float) -> tuple[float | None, bool, tuple[str, ...]]:
+def round_drop(readings: Sequence[ClockReading], reference_mhz: float | None,
+               threshold: float) -> tuple[float | None, bool, tuple[str, ...]]:
     """(min SM clock, dropped, drop reasons) of one round from its attributed readings."""
     if not readings:
         return None, False, ()
@@ -497,5 +497,5 @@ def open_monitor(device: str, hz: float = DEFAULT_POLL_HZ) -> tuple[ClockMonitor
 __all__ = [
     "ABNORMAL_REASONS", "ClockMonitor", "ClockReading", "ClockSource", "ClockSummary", "ClockUnavailable",
     "DEFAULT_POLL_HZ", "MIN_POLL_HZ", "NvmlClockSource", "REASON_BITS", "REFERENCE_TAIL_FRACTION", "Reference",
-    "ScriptedClockSource", "open_monitor", "reason_names", "reference_clock", "round_verdict", "summarize",
+    "ScriptedClockSource", "open_monitor", "reason_names", "reference_clock", "round_drop", "summarize",
 ]

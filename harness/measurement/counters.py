@@ -18,8 +18,8 @@ Per launch we keep the metrics of ``LAUNCH_METRICS``; per call they are reduced 
 * ``launches``: kernel launches per call.
 
 The reductio (``counter_impossible``): a correct kernel reads q, k and v; DRAM reads below
-that, less what the L2 could have held, mean work was skipped (seed 004's decode kernel
-read 7.9% of the cache).
+that, less what the L2 could have held, mean work was skipped (the llama-bench decode artifact:
+its decode kernel read 7.9% of the cache).
 """
 
 from __future__ import annotations
@@ -105,9 +105,9 @@ def ncu_args(log_file: str, kernel: str) -> list[str]:
 
 def counter_error(text: str) -> str | None:
     """ncu's own line saying it could not read counters, if ``text`` holds one."""
-    for line in text.splitlines():
-        if any(e in line for e in COUNTER_ERRORS):
-            return line.strip()
+    for message in text.splitlines():
+        if any(e in message for e in COUNTER_ERRORS):
+            return message.strip()
     return None
 
 
@@ -161,13 +161,13 @@ def parse_csv(text: str) -> list[Launch]:
     Raises UserError when the output holds no header (ncu failed before profiling) or a
     requested metric is missing from it (a metric this ncu/GPU does not know).
     """
-    lines = text.splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
+    out_rows = text.splitlines()
+    start = next((i for i, ln in enumerate(out_rows) if ln.startswith('"ID"')), None)
     if start is None:
         err = counter_error(text)
         raise UserError(f"ncu could not read counters: {err}" if err else
                         "ncu wrote no CSV table: no kernel launch was profiled (see the ncu log above)")
-    table = "\n".join(ln for ln in lines[start:] if not ln.startswith("=="))
+    table = "\n".join(ln for ln in out_rows[start:] if not ln.startswith("=="))
     rows = list(csv.reader(io.StringIO(table)))
     header, units, data = rows[0], rows[1], rows[2:]
     col = {name: i for i, name in enumerate(header)}

@@ -170,9 +170,9 @@ def available_bytes(device: str) -> int:
 def _meminfo_available() -> int:
     try:
         with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+            for entry in fh:
+                if entry.startswith("MemAvailable:"):
+                    return int(entry.split()[1]) * 1024
     except OSError:
         pass
     import os

@@ -54,8 +54,8 @@ class ProfileResult:
 
 def ncu_version(ncu: str) -> str:
     res = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60)
-    lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
-    return lines[-1].strip() if lines else "unknown"
+    said = [ln for ln in res.stdout.splitlines() if ln.strip()]
+    return said[-1].strip() if said else "unknown"
 
 
 def _pythonpath() -> str:

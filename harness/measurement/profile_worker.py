@@ -34,7 +34,7 @@ def run(spec: dict) -> dict:
     import torch
 
     from harness.jsonsafe import jsonable
-    from harness.measurement.correctness import check_timed_output
+    from harness.measurement.correctness import check_timed_output, poison_
     from harness.measurement.counters import nvtx_range
     from harness.measurement.numerics import NumericState, apply
     from harness.workloads import Config
@@ -50,7 +50,7 @@ def run(spec: dict) -> dict:
         for _ in range(WARMUP_CALLS):
             fn(q, k, v, out, causal=cfg.causal, scale=cfg.scale)
         for _ in range(spec["calls"]):
-            out.fill_(float("nan"))  # a call that skips its work leaves NaN, caught below
+            poison_(out)  # a call that skips its work leaves the poison: unwritten, caught below
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.nvtx.range_push(nvtx_range(spec["name"]))

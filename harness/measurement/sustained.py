@@ -28,7 +28,7 @@ from typing import Callable, Mapping
 
 # Back-to-back load before timing. triton_flash at B 8, N 4096 fp16 on the H200: after
 # 0.2 s of calls the SM clock is still ~1800 MHz, after 1 s ~1755, after 3 s ~1725
-# (docs/benchmarks.md); 1 s is where the time per call is within 1% of its 3 s value.
+# (docs/benchmarks-log.md); 1 s is where the time per call is within 1% of its 3 s value.
 WARM_S = {"cuda": 1.0, "cpu": 0.0}
 # Timed loop length: as long as do_bench's default measurement loop is in the same order.
 TIMED_S = {"cuda": 0.5, "cpu": 0.05}

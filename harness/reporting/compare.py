@@ -3,7 +3,7 @@
 Per matched (config, kernel): the ratio of medians (speedup of B over A: median A /
 median B, > 1 means B is faster), a bootstrap CI of that ratio resampling each run's raw
 samples independently (two runs share no rounds), and a two-sided Mann-Whitney U test on
-the raw samples. The verdict per config:
+the raw samples. The change per config:
 
 - SAME: the ratio's CI lies inside ±``SAME_BAND`` (any difference is too small to matter);
 - FASTER / SLOWER: the test is significant at ``ALPHA`` and the CI lies wholly above /
@@ -43,7 +43,7 @@ class PairComparison:
     ci_low: float
     ci_high: float
     p_value: float
-    verdict: str
+    change: str  # FASTER, SLOWER, SAME or UNCLEAR
 
     @property
     def slowdown(self) -> float:
@@ -63,12 +63,12 @@ class Comparison:
     def counts(self) -> dict[str, int]:
         out = {FASTER: 0, SLOWER: 0, SAME: 0, UNCLEAR: 0}
         for p in self.pairs:
-            out[p.verdict] += 1
+            out[p.change] += 1
         return out
 
     def regressions(self, threshold: float) -> list[PairComparison]:
         """SLOWER configs whose slowdown exceeds ``threshold`` (the CI mode's failures)."""
-        return [p for p in self.pairs if p.verdict == SLOWER and p.slowdown > threshold]
+        return [p for p in self.pairs if p.change == SLOWER and p.slowdown > threshold]
 
 
 def classify(ci_low: float, ci_high: float, p_value: float, *, alpha: float = ALPHA, band: float = SAME_BAND) -> str:
@@ -198,7 +198,7 @@ def against(root, ref: str, new: str | None, *, allow_mixed: bool = False) -> Co
                    allow_mixed=allow_mixed)
 
 
-VERDICT_STYLE = {FASTER: "green", SLOWER: "red", SAME: "cyan", UNCLEAR: "yellow"}
+CHANGE_STYLE = {FASTER: "green", SLOWER: "red", SAME: "cyan", UNCLEAR: "yellow"}
 
 
 def _f(x: float, spec: str) -> str:
@@ -213,16 +213,16 @@ def comparison_table(cmp: Comparison, threshold: float | None = None):
     t = Table(title=f"{cmp.b} against {cmp.a} — {counts}", caption=(
         f"speedup = median A / median B (> 1: B faster); CI: bootstrap 95%; p: Mann-Whitney U; "
         f"SAME inside ±{SAME_BAND:.0%}, FASTER/SLOWER at p < {ALPHA:g}"))
-    for col in ("config", "kernel", "A ms", "B ms", "speedup", "CI", "p", "verdict"):
-        t.add_column(col, justify="left" if col in ("config", "kernel", "verdict") else "right")
+    for col in ("config", "kernel", "A ms", "B ms", "speedup", "CI", "p", "change"):
+        t.add_column(col, justify="left" if col in ("config", "kernel", "change") else "right")
     failing = {id(p) for p in cmp.regressions(threshold)} if threshold is not None else set()
     for p in cmp.pairs:
         kernel = p.kernel_a if p.kernel_a == p.kernel_b else f"{p.kernel_a} → {p.kernel_b}"
-        style = VERDICT_STYLE[p.verdict]
+        style = CHANGE_STYLE[p.change]
         mark = f" (beyond {threshold:.0%})" if id(p) in failing else ""
         t.add_row(p.config_key, kernel, _f(p.median_a_ms, ".4g"), _f(p.median_b_ms, ".4g"), _f(p.speedup, ".3f") + "×",
                   f"[{_f(p.ci_low, '.3f')}, {_f(p.ci_high, '.3f')}]", _f(p.p_value, ".2g"),
-                  f"[{style}]{p.verdict}[/]{mark}")
+                  f"[{style}]{p.change}[/]{mark}")
     return t
 
 

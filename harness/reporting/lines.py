@@ -1,6 +1,7 @@
 """Read-only views of a line's ledger for reports, comparisons, routing and status.
 
-Everything a report shows comes from the ledger rows alone (seed 003): the registration
+Everything a report shows comes from the ledger rows alone (shape-aware attention kept superseded rows beside
+their corrections): the registration
 is in the `registered` row, every outcome row carries its config, metrics and raw samples.
 A view is refused — never silently used — when the chain fails ``verify``.
 """

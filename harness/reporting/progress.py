@@ -48,7 +48,7 @@ class SweepProgress:
     def done(self, config_key: str, rows=()) -> None:
         """A config ended; ``rows`` are the ledger rows it appended."""
         from harness.reporting.console import console
-        from harness.reporting.render import config_line
+        from harness.reporting.render import config_progress
 
         self._done += 1
         if self._progress is not None:
@@ -56,7 +56,7 @@ class SweepProgress:
             return
         elapsed = None if self._started is None else time.monotonic() - self._started
         # One unwrapped plain line per config: a log stays greppable.
-        console().print(config_line(self._done, self._total, config_key, rows, elapsed), markup=False,
+        console().print(config_progress(self._done, self._total, config_key, rows, elapsed), markup=False,
                         soft_wrap=True)
 
     def stop(self) -> None:

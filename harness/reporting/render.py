@@ -178,7 +178,7 @@ def _who(row: dict) -> str:
     return f"baseline {row['candidate']}" if row.get("role") == "baseline" else row.get("candidate", "")
 
 
-def config_line(done: int, total: int, config_key: str, rows, elapsed: float | None) -> str:
+def config_progress(done: int, total: int, config_key: str, rows, elapsed: float | None) -> str:
     """One finished config for a log: its key, each candidate's outcome, and how long it took."""
     parts = [f"{_who(r)} {r['kind']}: {outcome_reason(r).splitlines()[0]}" for r in rows if r["kind"] != SUPERSEDES]
     took = "" if elapsed is None else f" ({elapsed:.1f} s)"

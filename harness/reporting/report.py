@@ -463,11 +463,11 @@ def write(view: LineView, out: Path, data: dict | None = None) -> dict[str, Path
     return paths
 
 
-def summary_lines(data: dict) -> list[str]:
+def summary(data: dict) -> list[str]:
     """What the CLI prints beside the paths: the verdict (or provisional) and each clause."""
     head = (f"{data['line']}: provisional (no verdict yet)" if data["provisional"]
             else f"{data['line']}: {data['verdict']['outcome']} (ledger row {data['verdict']['seq']})")
-    lines = [head]
+    said = [head]
     for c in data["clauses"]:
-        lines.append(f"  {c['outcome']:<8} {c['text']}  → {c['value']} ({c['op']} {c['threshold']}, {c['n']} rows)")
-    return lines
+        said.append(f"  {c['outcome']:<8} {c['text']}  → {c['value']} ({c['op']} {c['threshold']}, {c['n']} rows)")
+    return said

@@ -1,4 +1,4 @@
-"""`bench route`: seed 003's shape-aware dispatch table, from ledgers alone.
+"""`bench route`: a dispatch table per shape as in shape-aware attention, from ledgers alone.
 
 Per shape (config key), the fastest kernel (lowest median) among those that passed every
 check there — a result row that is neither rig-noisy nor impossible, and no failing row

@@ -137,7 +137,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         with apply(state) as pinned:
             gates[spec.name] = gate(spec, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype],
                                     rtol=reg.rtol[cfg.dtype], device=ctx.device, min_pass_rate=reg.min_pass_rate)
-            # Seed 003: a flag flipped between arms changes which kernels run. A kernel that
+            # The TF32 incident: a flag flipped between arms changes which kernels run. A kernel that
             # changes global numeric state would make the arms differ: it is never timed.
             moved = diff(pinned, capture())
             if moved:
@@ -254,6 +254,7 @@ def _time(cfg, base_spec, timed, ctx, policy):
     """
     import torch
 
+    from harness.measurement.correctness import poison_
     from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, measure
     from harness.workloads.inputs import make_inputs
 
@@ -283,7 +284,7 @@ def _time(cfg, base_spec, timed, ctx, policy):
         o = outs[name]
 
         def fill(slot: int) -> None:
-            o[slot].fill_(float("nan"))
+            poison_(o[slot])  # the gate's poison: what a timed call leaves unwritten is told apart
 
         return fill
 
@@ -324,7 +325,7 @@ def _spot_failure(cfg, slots, m, snaps, name, ctx):
 def _sustained(cfg, spec, slots, outs, ctx, policy):
     """The candidate's calls back to back at the sustained clock (rates for a rate bar), and
     the check of the last call's output (poisoned before every call), or None when it passed."""
-    from harness.measurement.correctness import check_timed_output
+    from harness.measurement.correctness import check_timed_output, poison_
     from harness.measurement.sustained import sustain
 
     def call(slot: int) -> None:
@@ -332,7 +333,7 @@ def _sustained(cfg, spec, slots, outs, ctx, policy):
         spec.fn(q, k, v, outs[slot], causal=cfg.causal, scale=cfg.scale)
 
     def poison(slot: int) -> None:
-        outs[slot].fill_(float("nan"))
+        poison_(outs[slot])  # the gate's poison: what a call leaves unwritten is told apart
 
     sus = sustain(arm_name(spec.name), call, n_slots=len(slots), mode=policy.mode, device=ctx.device, prepare=poison)
     q, k, v = slots[sus.last_slot]

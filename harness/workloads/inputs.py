@@ -1,7 +1,7 @@
 """Input families for the correctness gate: deterministic, adversarial q, k, v.
 
 Random standard-normal inputs let a hollow kernel pass: softmax averages errors away and
-small outputs hide inside an absolute tolerance (seed 000: a kernel with no softmax at all
+small outputs hide inside an absolute tolerance (the fused-attention campaign: a kernel with no softmax at all
 "produced finite plausible-looking floats"). Each family below defeats one shortcut.
 
 Inputs are generated where they are used, from a counter-based generator (``_normals``):
@@ -24,7 +24,7 @@ from harness.workloads import Config
 
 FAMILIES: dict[str, str] = {
     "normal": "q, k, v standard normal",
-    "outliers": "seed 004's injections: ±57 in q every 911 rows, ±138 in v every 1543 rows "
+    "outliers": "the llama-bench decode artifact's injections: ±57 in q every 911 rows, ±138 in v every 1543 rows "
                 "(strides shrink on short tensors so at least OUTLIER_MIN_HITS land)",
     "large_logits": "one-hot attention with logits ≈ LARGE_LOGIT: exp without max-subtraction "
                     "overflows in every dtype",
@@ -34,8 +34,8 @@ FAMILIES: dict[str, str] = {
 # Every family by default: each one is the only family that catches some hollow kernel.
 DEFAULT_FAMILIES: tuple[str, ...] = ("normal", "outliers", "large_logits", "distinct")
 
-# Seed 004's magnitudes and strides (a decode kernel that read 7.9% of the KV cache passed
-# plain random data). q's value is seed 004's at head_dim 128 and scales with √(D/128), so
+# The llama-bench decode artifact's magnitudes and strides (a decode kernel that read 7.9% of
+# the KV cache passed plain random data). q's value is the artifact's at head_dim 128 and scales with √(D/128), so
 # its effect on a logit (57·k·D^-½ ≈ 5 per unit of k) is the same at every head_dim.
 OUTLIER_Q, OUTLIER_Q_EVERY, OUTLIER_HEAD_DIM = 57.0, 911, 128
 OUTLIER_V, OUTLIER_V_EVERY = 138.0, 1543
@@ -104,7 +104,7 @@ GEN_CHUNK = 1 << 22
 # Peak live bytes per element inside _normals: three 8-byte arrays at once (the int64
 # state with its high half as int64 and float64, then the state, r and theta); the
 # splitmix steps hold two, the float32 draw and its cast 12. Summing every array (38)
-# over-predicted decode configs by ~60 MB per 4 Mi-element chunk (docs/benchmarks.md).
+# over-predicted decode configs by ~60 MB per 4 Mi-element chunk (docs/benchmarks-log.md).
 GEN_BYTES_PER_ELEM = 3 * 8
 
 

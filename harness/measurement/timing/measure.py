@@ -65,7 +65,7 @@ WARMUP_MAX_EXTENSIONS = 3
 # Sustained clocks: the warm-up is extended (up to WARMUP_SETTLE_MAX_EXTENSIONS more
 # budgets) while the SM clock in its second half is > CLOCK_SETTLE_TOLERANCE below its first
 # half: a compute-bound kernel timed in the boost burst before the power limiter settles
-# reads faster than it runs in a loop of calls (docs/benchmarks.md).
+# reads faster than it runs in a loop of calls (docs/benchmarks-log.md).
 WARMUP_SETTLE_MAX_EXTENSIONS = 8
 CLOCK_SETTLE_TOLERANCE = 0.01
 # Time budgets compare with this slack so float round-off (0.12 - 0.02 < 0.1) never adds a round.
@@ -91,7 +91,7 @@ class _State:
     ref: _clocks.Reference = _clocks.Reference(None, False)
     extensions: int = 0
     raw: list[RawRound] = field(default_factory=list)            # measured rounds
-    verdicts: list[tuple[float | None, bool, tuple[str, ...]]] = field(default_factory=list)
+    drops: list[tuple[float | None, bool, tuple[str, ...]]] = field(default_factory=list)  # per round: round_drop()
     samples: dict[str, list[float]] = field(default_factory=dict)
     host_s: dict[str, list[float]] = field(default_factory=dict)
     stop_reason: str | None = None
@@ -252,7 +252,7 @@ def _measure_rounds(st: _State, runner: RoundRunner, policy: TimingPolicy, monit
             st.samples[n].append(rnd.samples[n])
         if monitor is not None:
             _attribute(st, monitor, policy, final=False)
-        kept = [i for i, v in enumerate(st.verdicts) if not v[1]] + list(range(len(st.verdicts), len(st.raw)))
+        kept = [i for i, v in enumerate(st.drops) if not v[1]] + list(range(len(st.drops), len(st.raw)))
         now = timer.now_s()
         if (len(kept) >= policy.min_samples and now - t_m0 >= policy.min_time_ms / 1000.0 - TIME_EPS_S
                 and all(rel_noise([st.samples[n][i] for i in kept]) <= policy.noise_target for n in st.names)):
@@ -266,11 +266,11 @@ def _measure_rounds(st: _State, runner: RoundRunner, policy: TimingPolicy, monit
 def _attribute(st: _State, monitor: ClockMonitor, policy: TimingPolicy, *, final: bool) -> None:
     """Judge each measured round's clocks. A round is final once a reading after its end
     exists (no later reading can fall inside it); after the monitor stops, every round is."""
-    while len(st.verdicts) < len(st.raw):
-        t0, t1 = st.raw[len(st.verdicts)][:2]
+    while len(st.drops) < len(st.raw):
+        t0, t1 = st.raw[len(st.drops)][:2]
         if not final and monitor.last_t <= t1:
             break
-        st.verdicts.append(_clocks.round_verdict(monitor.during(t0, t1), st.ref.mhz, policy.throttle_threshold))
+        st.drops.append(_clocks.round_drop(monitor.during(t0, t1), st.ref.mhz, policy.throttle_threshold))
 
 
 def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: ClockMonitor | None) -> Measurement:
@@ -281,7 +281,7 @@ def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: Cloc
         if monitor.error:
             st.clock_notes.append(f"clock polling stopped early: {monitor.error}")
     rounds = tuple(
-        Round(i, t0, t1, order, out, *(st.verdicts[i] if monitor is not None else (None, False, ())))
+        Round(i, t0, t1, order, out, *(st.drops[i] if monitor is not None else (None, False, ())))
         for i, (t0, t1, order, out) in enumerate(st.raw))
     arm_results = {n: ArmResult.build(n, [r.samples[n] for r in rounds if not r.dropped],
                                       [r.samples[n] for r in rounds if r.dropped]) for n in names}
