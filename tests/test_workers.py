@@ -260,13 +260,16 @@ def test_a_second_sweep_on_a_busy_device_refuses_or_waits(repo):
 
 
 def _children(pid: int) -> list[int]:
+    """The worker processes of driver ``pid``: its spawned children (``spawn_main``), not the
+    multiprocessing resource tracker, which leaves on its own once the driver has gone."""
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[1]) == pid:
+        if int(fields[1]) == pid and b"spawn_main" in cmdline:
             out.append(int(stat.parent.name))
     return out
 
