@@ -115,29 +115,41 @@ def host_enqueue_us(fn, n=200):
     return t
 
 
-def decode_mechanism() -> int:
+def decode_case():
+    """triton_decode at B 16, H 32, Hkv 8, 8k keys fp16: (call, its output, the zero_ flush,
+    the zero_-then-read flush)."""
     import torch
-    import triton.testing
 
-    from harness.measurement.sustained import sustain
     from harness.workloads import Config
     from harness.workloads.inputs import make_inputs
     from kernels import get_kernel
 
-    out_dir = Path(os.environ.get("OUT") or "bench-out")
-    out_dir.mkdir(parents=True, exist_ok=True)
     cfg = Config("decode", 16, 32, 8, 8192, 128, "float16", False)
     spec = get_kernel("triton_decode")
     q, k, v = make_inputs(cfg, 0, "normal", "cuda")
     o = torch.empty_like(q)
-    fn = lambda: spec.fn(q, k, v, o, causal=cfg.causal, scale=cfg.scale)  # noqa: E731
     zbuf = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     rbuf = torch.ones(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     sink = torch.empty((), dtype=torch.int64, device="cuda")
 
+    def fn():
+        spec.fn(q, k, v, o, causal=cfg.causal, scale=cfg.scale)
+
     def zero_then_read():
         zbuf.zero_()
         sink.copy_(rbuf.sum())
+
+    return fn, o, zbuf.zero_, zero_then_read
+
+
+def decode_mechanism() -> int:
+    import triton.testing
+
+    from harness.measurement.sustained import sustain
+
+    out_dir = Path(os.environ.get("OUT") or "bench-out")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fn, o, zero_flush, zero_then_read = decode_case()
 
     def poison():
         o.fill_(float("nan"))
@@ -145,7 +157,7 @@ def decode_mechanism() -> int:
     run_for(fn, 300)
     rows = [{"protocol": "host enqueue of one call (us)", "value": host_enqueue_us(fn)}]
     n = 100
-    for label, before in (("no flush", None), ("poison fill", poison), ("zero_ flush", zbuf.zero_),
+    for label, before in (("no flush", None), ("poison fill", poison), ("zero_ flush", zero_flush),
                           ("zero_ then read", zero_then_read)):
         rows.append({"protocol": f"{label}: loop", "value": statistics.median(timed_loop(fn, before, n))})
         rows.append({"protocol": f"{label}: loop behind a 20 ms spin",
@@ -186,27 +198,16 @@ def main() -> int:
         return r, poll.between(t0, t1)
 
     # 1. decode and the flush's dirty lines
-    cfg = Config("decode", 16, 32, 8, 8192, 128, "float16", False)
-    spec = get_kernel("triton_decode")
-    q, k, v = make_inputs(cfg, 0, "normal", "cuda")
-    o = torch.empty_like(q)
-    fn = lambda: spec.fn(q, k, v, o, causal=cfg.causal, scale=cfg.scale)  # noqa: E731
-    zbuf = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    rbuf = torch.ones(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-    sink = torch.empty((), dtype=torch.int64, device="cuda")
-
-    def zero_then_read():
-        zbuf.zero_()
-        sink.copy_(rbuf.sum())
+    fn, o, zero_flush, zero_then_read = decode_case()
 
     run_for(fn, 300)
-    for label, before in (("no flush", None), ("zero_ flush (as do_bench)", zbuf.zero_),
+    for label, before in (("no flush", None), ("zero_ flush (as do_bench)", zero_flush),
                           ("zero_ then read flush (clean L2)", zero_then_read)):
         ts, (mhz, pw) = clocked(lambda: timed_loop(fn, before, 200))
         report["decode"].append({"protocol": label, "median_ms": statistics.median(ts), "sm_mhz": mhz, "power_w": pw})
     theirs, (mhz, pw) = clocked(lambda: triton.testing.do_bench(fn, warmup=100, rep=600, return_mode="median"))
     report["decode"].append({"protocol": "triton.testing.do_bench", "median_ms": theirs, "sm_mhz": mhz, "power_w": pw})
-    del q, k, v, o
+    del fn, o
     torch.cuda.empty_cache()
 
     # 2. flash and the clock's settling time
@@ -217,7 +218,7 @@ def main() -> int:
     fn = lambda: spec.fn(q, k, v, o, causal=cfg.causal, scale=cfg.scale)  # noqa: E731
     run_for(fn, 200)  # compile
     for w in WARM_MS:
-        for before_label, before in (("cold", zbuf.zero_), ("hot", None)):
+        for before_label, before in (("cold", zero_flush), ("hot", None)):
             time.sleep(IDLE_S)
             run_for(fn, w)
             ts, (mhz, pw) = clocked(lambda: timed_loop(fn, before, N_TIMED))
