@@ -276,14 +276,14 @@ def test_sustain_times_only_after_the_warm_up_and_back_to_back():
     # the slow start, and only the settled calls are timed.
     timer = ScriptedTimer({"a": lambda k, t: 20.0 if t < 0.2 else 10.0})
     calls, prepared, fn, prep = _rotation()
-    sus = sustain("a", fn, n_slots=3, mode="cold", device="cpu", prepare=prep, timer=timer,
+    sus = sustain("a", fn, n_slots=3, device="cpu", prepare=prep, timer=timer,
                   warm_s=0.2, timed_s=0.1, min_calls=4)
     assert set(sus.samples) == {10.0} and sus.median_ms == 10.0
     assert len(sus.samples) >= 10  # 0.1 s of 10 ms calls
     assert calls == prepared  # the caller's prepare ran before every call, on its slot
     assert calls == [i % 3 for i in range(len(calls))]  # the input rotation, across warm-up and timing
     assert sus.last_slot == calls[-1]
-    assert sus.sm_mhz is None and sus.mode == "host"  # the CPU: no clocks
+    assert sus.sm_mhz is None and sus.flush == "none"  # the CPU: no clocks
     row = sus.as_dict()
     assert row["n_calls"] == len(sus.samples) and row["samples_ms"] == list(sus.samples)
 
@@ -292,7 +292,7 @@ def test_sustain_takes_at_least_min_calls_however_slow_the_call():
     from harness.measurement.sustained import sustain
 
     calls, prepared, fn, prep = _rotation()
-    sus = sustain("a", fn, n_slots=1, mode="hot", device="cpu", timer=ScriptedTimer({"a": 500.0}),
+    sus = sustain("a", fn, n_slots=1, device="cpu", timer=ScriptedTimer({"a": 500.0}),
                   warm_s=0.0, timed_s=0.01, min_calls=7)
     assert len(sus.samples) == 7
 
@@ -306,7 +306,7 @@ def test_sustain_reports_the_clock_and_power_of_the_timed_calls_only():
     src = ScriptedClockSource(lambda t: 1980.0 if t < 0.5 else 1750.0, power=lambda t: 300.0 if t < 0.5 else 690.0)
     mon = ClockMonitor(src, hz=1000)
     _, _, fn, _ = _rotation()
-    sus = sustain("a", fn, n_slots=2, mode="cold", device="cpu", timer=ScriptedTimer({"a": 2.0}), monitor=mon,
+    sus = sustain("a", fn, n_slots=2, device="cpu", timer=ScriptedTimer({"a": 2.0}), monitor=mon,
                   warm_s=0.5, timed_s=0.2)
     assert sus.sm_mhz == pytest.approx(1750.0) and sus.power_w == pytest.approx(690.0)
 

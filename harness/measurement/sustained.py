@@ -5,16 +5,24 @@ synchronize): right for a ratio of arms, which then share one clock, but a GPU t
 between calls runs a multi-millisecond compute-bound kernel in its boost burst, above the
 clock a loop of calls settles at. An absolute rate (TFLOP/s, GB/s) is what a user checks
 with an independent timer, ``triton.testing.do_bench``, which times a loop. So for lines
-whose bar judges an absolute rate, each candidate's rates come from this phase:
+whose bar judges an absolute rate, each candidate's rates come from this phase, which is
+do_bench's protocol:
 
 1. warm: ``warm_s`` of back-to-back calls, untimed, so the clock and power reach the level
    a loop holds (a compute-bound kernel's clock falls for about a second under load);
 2. timed: at least ``min_calls`` calls and ``timed_s`` of them, each timed by its own
-   window but enqueued back to back (``Timer.time_loop``), every call behind the mode's
-   flush (cold) on the next input slot of the rotation, after the caller's ``prepare``
-   (the sweep poisons the output there, so the output checked after the phase was written
-   by the last timed call);
+   window but enqueued back to back (``Timer.time_loop``), on the next input slot of the
+   rotation, each after the caller's ``prepare`` (the sweep poisons the output there, so
+   the output checked after the phase was written by the last timed call) and then
+   do_bench's L2 flush, whatever the line's timing mode;
 3. the median call, with the SM clock and power NVML saw during the timed calls.
+
+Why the flush in every mode: do_bench zeroes a 256 MB buffer before each call, which
+leaves the L2 full of dirty lines that the timed kernel then writes back. A memory-bound
+kernel pays for that inside its window (triton_decode at B 16, 8k keys on the H200: 7%
+slower than with no flush or a clean flush; docs/benchmarks-log.md). A rate that a user
+checks with do_bench is measured under do_bench's flush; the line's own mode still
+governs the interleaved rounds, its speedups and the row's ``interleaved_ms``.
 
 On the CPU there is no boost clock: no warm-up, a short timed loop.
 """
@@ -45,7 +53,7 @@ class Sustained:
     """One arm's back-to-back calls: raw per-call times (ms) kept, statistics derived."""
 
     arm: str
-    mode: str
+    flush: str                      # what preceded each timed call: "l2_zero" (a GPU) or "none"
     timer: str
     warm_s: float                   # back-to-back load before the timed calls (s)
     samples: tuple[float, ...]      # per-call times of the timed calls (ms)
@@ -59,36 +67,33 @@ class Sustained:
         return statistics.median(self.samples)
 
     def as_dict(self) -> dict:
-        return {"arm": self.arm, "mode": self.mode, "timer": self.timer, "warm_s": self.warm_s,
+        return {"arm": self.arm, "flush": self.flush, "timer": self.timer, "warm_s": self.warm_s,
                 "n_calls": len(self.samples), "median_ms": self.median_ms, "samples_ms": list(self.samples),
                 "last_slot": self.last_slot, "sm_mhz": self.sm_mhz, "power_w": self.power_w,
                 "clock_note": self.clock_note}
 
 
-def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, mode: str, device: str,
+def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
             prepare: Callable[[int], None] | None = None, timer=None, monitor=None,
             warm_s: float | None = None, timed_s: float | None = None, min_calls: int = MIN_CALLS) -> Sustained:
     """Time ``fn(slot)`` back to back after a warm-up of back-to-back calls (module docstring).
 
     ``timer`` and ``monitor`` are injectable (tests pass a ``ScriptedTimer`` and a clock
     monitor on a scripted source); by default CUDA events and NVML on a GPU, the host clock
-    on the CPU. ``mode`` is the line's timing mode: ``cold`` flushes the L2 before every call.
+    on the CPU. On a GPU every call follows the cold-mode flush (do_bench's), in every mode.
     """
     from harness.measurement import clocks
     from harness.measurement.timing import CudaEventTimer, HostTimer, l2_flush
 
     if n_slots < 1:
         raise ValueError(f"n_slots must be ≥ 1, got {n_slots}")
-    if mode == "graph":
-        raise ValueError("sustain() times eager calls; graph mode already replays calls back to back")
     kind = "cuda" if device.startswith("cuda") else "cpu"
     warm_s = WARM_S[kind] if warm_s is None else warm_s
     timed_s = TIMED_S[kind] if timed_s is None else timed_s
     flush = None
     if kind == "cuda":
         timer = timer or CudaEventTimer(device)
-        if mode == "cold":
-            flush = l2_flush(device)
+        flush = l2_flush(device)
     else:
         timer = timer or HostTimer()
     own = monitor is None
@@ -139,7 +144,7 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, mode: str, dev
             note = "no clock reading during the timed calls"
         if own:
             monitor.source.close()
-    return Sustained(arm=arm, mode=mode if kind == "cuda" else "host", timer=timer.name, warm_s=warm_s,
+    return Sustained(arm=arm, flush="l2_zero" if flush is not None else "none", timer=timer.name, warm_s=warm_s,
                      samples=tuple(samples), last_slot=(slot[0] - 1) % n_slots, sm_mhz=sm, power_w=power,
                      clock_note=note)
 

@@ -204,7 +204,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
             sus = None
             if ctx.rate_bar and policy.mode != "graph":
                 phase.report(spec.name, phase.RATES)
-                sus, bad = _sustained(cfg, spec, slots, outs[arm_name(spec.name)], ctx, policy)
+                sus, bad = _sustained(cfg, spec, slots, outs[arm_name(spec.name)], ctx)
                 if bad is not None:
                     out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate",
                                                    "tag": "sustained_" + bad.tag, "reason": bad.reason,
@@ -322,7 +322,7 @@ def _spot_failure(cfg, slots, m, snaps, name, ctx):
     return None if rep.passed else rep
 
 
-def _sustained(cfg, spec, slots, outs, ctx, policy):
+def _sustained(cfg, spec, slots, outs, ctx):
     """The candidate's calls back to back at the sustained clock (rates for a rate bar), and
     the check of the last call's output (poisoned before every call), or None when it passed."""
     from harness.measurement.correctness import check_timed_output, poison_
@@ -335,7 +335,7 @@ def _sustained(cfg, spec, slots, outs, ctx, policy):
     def poison(slot: int) -> None:
         poison_(outs[slot])  # the gate's poison: what a call leaves unwritten is told apart
 
-    sus = sustain(arm_name(spec.name), call, n_slots=len(slots), mode=policy.mode, device=ctx.device, prepare=poison)
+    sus = sustain(arm_name(spec.name), call, n_slots=len(slots), device=ctx.device, prepare=poison)
     q, k, v = slots[sus.last_slot]
     rep = check_timed_output(cfg, q, k, v, outs[sus.last_slot], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
                              label=f"slot {sus.last_slot}", what="output of the last call timed back to back")

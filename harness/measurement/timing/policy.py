@@ -33,7 +33,7 @@ GRAPH_MAX_REPLAYS = 64             # the most calls one graph sample holds when 
 # is not strict LRU, and Hopper's L2 is two partitions with far-side copies), so the flush
 # writes several × L2; the floor keeps small-L2 or misreported devices safely flushed.
 L2_FLUSH_FACTOR = 4
-FLUSH_FLOOR_BYTES = 256 * 2**20
+FLUSH_FLOOR_BYTES = 256 * 2**20  # also triton.testing.do_bench's flush: sustained rates reproduce it
 # Hot mode rotates inputs so the data touched between two uses of a slot exceeds L2 several times.
 ROTATION_FACTOR = 4
 MAX_ROTATION_SLOTS = 256           # caps graph count and allocations for tiny inputs
