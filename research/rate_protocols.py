@@ -14,6 +14,9 @@ Figures are not ledger-backed.
 
     python3 -m research.rate_protocols                  (both parts, ~2 min on the H200)
     python3 -m research.rate_protocols --decode-mechanism   (~1 min: part 1 split by cause)
+    python3 -m research.rate_protocols --sweep-context [--no-run-config]
+        (~1 min: decode's sustained phase inside run_config vs outside it; run it with and
+        without PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)
 
 ``--decode-mechanism`` separates two suspects for decode's gap to do_bench: host launch
 gaps (a loop whose host enqueue is slower than the GPU puts launch latency inside the
@@ -172,11 +175,69 @@ def decode_mechanism() -> int:
     return 0
 
 
+def sweep_context() -> int:
+    """Decode's sustained phase inside ``run_config`` (as ``bench sweep`` runs it) against the
+    same phase outside it, factor by factor: the row's calls, ``sustain`` on fresh inputs with
+    and without the poison, a plain flushed loop, do_bench; host time per loop iteration
+    against device time per call (a host slower than the GPU puts launch gaps in windows)."""
+    import sys
+
+    import torch
+    import triton.testing
+
+    from harness.measurement.correctness import poison_
+    from harness.measurement.sustained import sustain
+    from harness.measurement.timing import l2_flush
+    from harness.sweep.run import SweepContext, run_config
+    from research.rate_vs_do_bench import TIMEOUT_S, rate_line
+
+    out_dir = Path(os.environ.get("OUT") or "bench-out")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tag = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "default allocator")
+    rows = []
+
+    def q(xs):
+        xs = sorted(xs)
+        return f"p10 {xs[len(xs) // 10]:.4f} p50 {statistics.median(xs):.4f} p90 {xs[9 * len(xs) // 10]:.4f} n {len(xs)}"
+
+    fn, o, zero_flush, _ = decode_case()
+    from harness.workloads import Config
+    cfg = Config("decode", 16, 32, 8, 8192, 128, "float16", False)
+    if "--no-run-config" not in sys.argv:
+        ctx = SweepContext(reg=rate_line("triton_decode", cfg, {"mode": "hot", "timeout_s": TIMEOUT_S}), device="cuda")
+        row = next(r for r in run_config(cfg, ("triton_decode",), ctx) if r.payload.get("candidate") == "triton_decode")
+        sus = row.payload.get("sustained") or {}
+        rows.append(("run_config sustained calls", q(sus.get("samples_ms") or [0.0]),
+                     f"host_us {row.payload['metrics'].get('host_us')}"))
+    run_for(fn, 300)
+    flush = l2_flush("cuda")
+    for label, prep in (("sustain, poison_ + flush", lambda s: poison_(o)), ("sustain, flush only", None)):
+        s = sustain("d", lambda s: fn(), n_slots=1, device="cuda", prepare=prep, warm_s=0.3, timed_s=0.3)
+        rows.append((label, q(s.samples), ""))
+    for label, before in (("loop, l2_flush", flush), ("loop, poison_ then l2_flush", lambda: (poison_(o), flush())),
+                          ("loop, do_bench-size zero_", zero_flush)):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        ts = timed_loop(fn, before, 200)
+        wall = (time.perf_counter() - t0) / 200 * 1e3
+        rows.append((label, q(ts), f"wall per iteration {wall:.4f} ms (host enqueue + drain)"))
+    rows.append(("host enqueue of one call (us)", f"{host_enqueue_us(fn):.1f}", ""))
+    rows.append(("do_bench", f"{triton.testing.do_bench(fn, warmup=100, rep=300, return_mode='median'):.4f}", ""))
+    print(f"## allocator: {tag}")
+    for r in rows:
+        print(f"  {r[0]:<32} {r[1]}  {r[2]}")
+    name = "sweep_context_" + ("expandable" if "expandable" in tag else "default") + ".json"
+    (out_dir / name).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
 def main() -> int:
     import sys
 
     if "--decode-mechanism" in sys.argv[1:]:
         return decode_mechanism()
+    if "--sweep-context" in sys.argv[1:]:
+        return sweep_context()
     import torch
     import triton.testing
 
