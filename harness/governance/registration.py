@@ -348,6 +348,9 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
         if dt not in atol or dt not in rtol:
             raise _err(path, f"[correctness] atol/rtol give no tolerance for dtype {dt} of the grid")
     seeds = corr["seeds"]
+    count = len(seeds) if isinstance(seeds, list) else seeds
+    if isinstance(count, int) and not isinstance(count, bool) and count > MAX_SEEDS:  # before a count expands
+        raise _err(path, f"[correctness] {count} seeds is more than {MAX_SEEDS}: give a count or list you mean")
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         if seeds < 1:
             raise _err(path, "[correctness] seeds must be >= 1 (a count) or a list of seeds")
@@ -355,8 +358,6 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
     if (not isinstance(seeds, list) or not seeds
             or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
         raise _err(path, "[correctness] seeds must be a count or a non-empty list of non-negative integers")
-    if len(seeds) > MAX_SEEDS:
-        raise _err(path, f"[correctness] {len(seeds)} seeds is more than {MAX_SEEDS}: give a count or list you mean")
     if len(set(seeds)) != len(seeds):
         raise _err(path, f"[correctness] seeds lists a seed twice: {seeds}")
     from harness.workloads.inputs import DEFAULT_FAMILIES, FAMILIES
