@@ -227,8 +227,11 @@ def _set(values: Mapping[str, Any]) -> None:
     for name in _FLAGS:  # _FLAGS order: precision before allow_tf32
         if name not in values or values[name] is None:
             continue
-        if name == "allow_tf32" and _read(name) == values[name]:
-            continue  # re-setting it would rewrite a 'medium' precision to 'high'
+        if _read(name) == values[name]:
+            # Already in force: re-setting allow_tf32 would rewrite a 'medium' precision to
+            # 'high', and torch's deterministic switch imports torch._inductor on first use
+            # (seconds per process).
+            continue
         try:
             _FLAGS[name][1][1](values[name])
         except AttributeError as exc:
