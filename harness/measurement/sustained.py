@@ -18,11 +18,10 @@ do_bench's protocol:
 3. the median call, with the SM clock and power NVML saw during the timed calls.
 
 Why the flush in every mode: do_bench zeroes a 256 MB buffer before each call, which
-leaves the L2 full of dirty lines that the timed kernel then writes back. A memory-bound
-kernel pays for that inside its window (triton_decode at B 16, 8k keys on the H200: 7%
-slower than with no flush or a clean flush; docs/benchmarks-log.md). A rate that a user
-checks with do_bench is measured under do_bench's flush; the line's own mode still
-governs the interleaved rounds, its speedups and the row's ``interleaved_ms``.
+leaves the L2 full of dirty lines that the timed kernel then writes back: a memory-bound
+kernel pays for that inside its window (docs/benchmarks-log.md measures it). A rate that a
+user checks with do_bench is measured under do_bench's flush; the line's own mode still
+governs the interleaved rounds, their speedups and the row's ``interleaved_ms``.
 
 On the CPU there is no boost clock: no warm-up, a short timed loop.
 """
@@ -34,9 +33,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-# Back-to-back load before timing. triton_flash at B 8, N 4096 fp16 on the H200: after
-# 0.2 s of calls the SM clock is still ~1800 MHz, after 1 s ~1755, after 3 s ~1725
-# (docs/benchmarks-log.md); 1 s is where the time per call is within 1% of its 3 s value.
+# Back-to-back load before timing: long enough for a compute-bound kernel's clock to settle
+# near the level a long loop holds (docs/benchmarks-log.md: the settling curve on the H200).
 WARM_S = {"cuda": 1.0, "cpu": 0.0}
 # Timed loop length: as long as do_bench's default measurement loop is in the same order.
 TIMED_S = {"cuda": 0.5, "cpu": 0.05}
