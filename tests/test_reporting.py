@@ -171,6 +171,20 @@ def test_non_finite_gate_figures_and_stats_are_written_spelled_and_read_back_as_
     assert cells["median ms [p20–p80]"] == "— [—–—]" and cells["correctness gate"] == "1/2 checks, worst — abs (— of tol)"
 
 
+def test_the_primary_renders_with_no_outcome_yet_and_when_a_verdict_recorded_it_as_nan(tmp_path):
+    led = _ledger(tmp_path, "empty")
+    data = report.report_data(lines.load_path(led.path))
+    assert data["primary"]["value"] == "—" and data["primary"]["error"] is None
+    written = report.write(lines.load_path(led.path), tmp_path / "out", data)  # both templates render
+    assert "Primary `geomean(speedup)` = **—**, predicted 1.1." in Path(written["markdown"]).read_text()
+    assert "<b>—</b>, predicted 1.1." in Path(written["html"]).read_text()
+    led.append("verdict", {"commit": "a" * 40, "outcome": "NO-GO", "clauses": [], "primary": "geomean(speedup)",
+                           "primary_value": math.nan, "prediction": 1.1})
+    assert read_rows(led.path)[-1]["primary_value"] == "NaN"
+    data = report.report_data(lines.load_path(led.path))
+    assert data["primary"]["value"] == "nan" and data["primary"]["error"] == "nan"
+
+
 def test_ledger_show_format_tidy_and_its_refusals(repo):
     shutil.copy(FIXTURE, repo / "ledger" / "report-fixture.jsonl")
     r = run_bench(repo, "ledger", "show", "report-fixture", "--format", "tidy")

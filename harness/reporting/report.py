@@ -80,8 +80,8 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
             "outcome": "unknown (no rows)" if c.get("value") is None else ("pass" if c["passed"] else "fail")}
            for c in clauses]
     value, prediction = number(primary["value"]), number(primary["prediction"])
-    if value is not None and prediction is not None:
-        primary["error"] = _f(value - prediction, "+.4g")
+    # Always present (None: no outcome yet), so the templates never read a missing key.
+    primary["error"] = _f(value - prediction, "+.4g") if value is not None and prediction is not None else None
     primary = {**primary, "value": _f(primary["value"]), "prediction": _f(primary["prediction"], "g")}
     return out, primary
 
