@@ -1,9 +1,11 @@
-"""Strict JSON for rows: the one sanitiser (the ledger's row encoder and measurement results use it).
+"""Strict JSON for rows: the one sanitiser and its reader (one NaN policy for every row).
 
-Non-finite floats are spelled ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (strict JSON has no
-such numbers, and a string keeps which one it was; ``reporting.tidy`` reads them back),
+Measurement objects hand over their raw floats; ``jsonable`` — the ledger's row encoder,
+and anything else that writes JSON — spells non-finite floats ``"NaN"``, ``"Infinity"``,
+``"-Infinity"`` (strict JSON has no such numbers, and a string keeps which one it was),
 tuples become lists, numpy/torch scalars Python numbers, paths strings; anything else is
-refused, so a row never holds what a reader cannot parse back.
+refused, so a row never holds what a reader cannot parse back. ``number`` reads a numeric
+field back: a spelled non-finite value is that float, null is an absent value.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from typing import Any
+
+# How a row spells each non-finite float (and how a reader recognises one).
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
 def jsonable(obj: Any) -> Any:
@@ -30,3 +35,16 @@ def jsonable(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"ledger rows hold JSON data only, not {type(obj).__name__}: {obj!r}")
+
+
+def number(v: Any) -> float | None:
+    """A numeric row field as a float: numbers and spelled non-finite values; None for null
+    (absent — rows written before the one policy also held null for a non-finite value),
+    booleans and anything else."""
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str) and v in NON_FINITE:
+        return NON_FINITE[v]
+    return None

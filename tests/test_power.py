@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -55,6 +56,22 @@ def test_a_loose_float32_tolerance_lets_tf32_through_and_says_what_would_reject_
     assert not tf32.rejected and 0 < tf32.reject_atol < 1e-2
     assert "atol <" in tf32.fix()
     assert next(c for c in checks if c.canary == "drop_last_key").rejected
+
+
+def test_an_infinite_canary_bound_is_written_infinity_and_read_back_as_inf(tmp_path):
+    # A bound no finite tolerance reaches is inf in the Check, "Infinity" in the ledger (never null).
+    from harness.governance.ledger import Ledger, verify
+    from harness.jsonsafe import number
+
+    chk = canaries.Check("tf32", "attention/b1/h2/kv2/n67/d32/float32/full", "float32", False, 1e-2, 1e-2,
+                         0.5, 3e-3, math.inf)
+    assert chk.as_dict()["reject_rtol"] == math.inf and "rtol <" not in chk.fix()
+    led = Ledger(tmp_path, "canary")
+    led.append("registered", {"commit": "c" * 40, "tolerance_power": {"canaries": [chk.as_dict()]}})
+    assert '"reject_rtol":"Infinity"' in led.path.read_text() and verify(led.path).ok
+    (back,) = read_rows(led.path)[0]["tolerance_power"]["canaries"]
+    assert back["reject_rtol"] == "Infinity" and number(back["reject_rtol"]) == math.inf
+    assert back["reject_atol"] == 3e-3 and back["worst_ratio"] == 0.5
 
 
 def test_register_refuses_a_tolerance_a_canary_passes_naming_canary_point_and_fix(repo):

@@ -7,6 +7,7 @@ with samples of known difference.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -110,6 +111,78 @@ def test_new_metrics_appear_in_the_tidy_view_and_the_report_without_code_changes
     assert "host µs" in data["header"] and "l2_hit_rate" in data["header"]
     cells = data["tables"][0]["rows"][1]["cells"]
     assert cells[data["header"].index("host µs")] == "12.5" and cells[data["header"].index("l2_hit_rate")] == "0.75"
+
+
+def _gate_with_non_finite_figures():
+    """A gate that passed at min_pass_rate 0.5 with one failing check: its error is NaN and,
+    against an all-zero reference under a zero tolerance, its tolerance ratio infinite."""
+    import torch
+
+    from harness.measurement.correctness import CheckReport, GateResult, compare
+
+    _, key = _config(32)
+    zeros = torch.zeros(4, dtype=torch.float64)
+    bad = compare(torch.full((4,), 100.0), zeros, atol=0.0, rtol=0.0)
+    assert bad.tolerance_ratio == math.inf and bad.rel_frobenius == math.inf
+    bad = dataclasses.replace(bad, max_abs_err=math.nan)
+    good = compare(torch.zeros(4), zeros, atol=0.0, rtol=0.0)
+    reports = (CheckReport(key, 0, "normal", True, None, None, good, good, 0.01),
+               CheckReport(key, 1, "normal", False, "mismatch", "seed 1: off", bad, None, math.nan))
+    return GateResult("fast", key, True, 0.5, 2, 1, 0.5, (0, 1), ("normal",), (), (), 0.0, 0.0, reports,
+                      "seed 1: off", "mismatch", 0.01, 0.02)
+
+
+def test_non_finite_gate_figures_and_stats_are_written_spelled_and_read_back_as_non_finite(tmp_path):
+    # One NaN policy: the gate's figures and an arm's Stats hand over raw floats, the ledger
+    # spells them "NaN"/"Infinity" (never null: null is an absent value) and tidy and the
+    # report read them back as nan/inf. A row written before the policy (null there) still reads.
+    from harness.jsonsafe import number
+    from harness.measurement.stats import Stats
+
+    gate = _gate_with_non_finite_figures().to_row()
+    empty = Stats.from_samples([]).as_dict()
+    base = _samples(2.0)
+    timing = {"mode": "cold", "arms": {"candidate:fast": {"samples_ms": [], "stats": empty},
+                                       "baseline": {"samples_ms": base, "stats": Stats.from_samples(base).as_dict()}}}
+    led = _ledger(tmp_path, "nan")
+    _result(led, 32, "fast", _samples(1.0), base, timing=timing, gate={"candidate": gate, "baseline": gate})
+    (row,) = [r for r in read_rows(led.path) if r["kind"] == "result"]
+    worst, failed = row["gate"]["candidate"]["worst"], row["gate"]["candidate"]["failures"][0]
+    assert worst["figures"]["max_abs_err"] == "NaN" and worst["figures"]["tolerance_ratio"] == "Infinity"
+    assert worst["figures"]["rel_frobenius"] == "Infinity" and failed["reference_seconds"] == "NaN"
+    assert worst["figures"]["worst_out"] == 100.0  # finite values stay numbers
+    stats = row["timing"]["arms"]["candidate:fast"]["stats"]
+    assert stats["n"] == 0 and stats["median"] == "NaN" and stats["rel_noise"] == "Infinity"
+    assert math.isnan(number(stats["median"])) and number(stats["rel_noise"]) == math.inf
+    assert "null" not in json.dumps([worst["figures"]["max_abs_err"], stats])
+    assert tidy.tidy(led.path)["gate_tolerance_ratio"].tolist() == [math.inf]
+    data = report.report_data(lines.load_path(led.path))
+    cells = dict(zip(data["header"], data["tables"][0]["rows"][1]["cells"]))
+    assert cells["median ms [p20–p80]"] == "nan [nan–nan]"  # measured and NaN, not "—" (absent)
+    assert cells["correctness gate"] == "1/2 checks, worst nan abs (inf of tol)"
+
+    # The same row as the ledger held it before: null where a value was non-finite.
+    old = json.loads(json.dumps(row).replace('"NaN"', "null").replace('"Infinity"', "null"))
+    led2 = _ledger(tmp_path, "old")
+    led2.append("result", {k: v for k, v in old.items() if k not in ("seq", "hash", "prev_hash", "line", "kind")})
+    assert math.isnan(tidy.tidy(led2.path)["gate_tolerance_ratio"].iloc[0])
+    data = report.report_data(lines.load_path(led2.path))
+    cells = dict(zip(data["header"], data["tables"][0]["rows"][1]["cells"]))
+    assert cells["median ms [p20–p80]"] == "— [—–—]" and cells["correctness gate"] == "1/2 checks, worst — abs (— of tol)"
+
+
+def test_the_primary_renders_with_no_outcome_yet_and_when_a_verdict_recorded_it_as_nan(tmp_path):
+    led = _ledger(tmp_path, "empty")
+    data = report.report_data(lines.load_path(led.path))
+    assert data["primary"]["value"] == "—" and data["primary"]["error"] is None
+    written = report.write(lines.load_path(led.path), tmp_path / "out", data)  # both templates render
+    assert "Primary `geomean(speedup)` = **—**, predicted 1.1." in Path(written["markdown"]).read_text()
+    assert "<b>—</b>, predicted 1.1." in Path(written["html"]).read_text()
+    led.append("verdict", {"commit": "a" * 40, "outcome": "NO-GO", "clauses": [], "primary": "geomean(speedup)",
+                           "primary_value": math.nan, "prediction": 1.1})
+    assert read_rows(led.path)[-1]["primary_value"] == "NaN"
+    data = report.report_data(lines.load_path(led.path))
+    assert data["primary"]["value"] == "nan" and data["primary"]["error"] == "nan"
 
 
 def test_ledger_show_format_tidy_and_its_refusals(repo):

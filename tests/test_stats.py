@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from harness.jsonsafe import jsonable
 from harness.measurement.stats import Stats, _median_ci_rank, median_ci, ratio, rel_noise, speedup_ci
 
 
@@ -50,7 +51,9 @@ def test_rel_noise_shrinks_like_one_over_sqrt_n():
 def test_empty_stats_are_nan_and_json_safe():
     s = Stats.from_samples([])
     assert s.n == 0 and math.isnan(s.median) and s.rel_noise == math.inf
-    assert s.as_dict()["median"] is None and s.as_dict()["rel_noise"] is None
+    d = s.as_dict()  # raw values; the one encoder spells them for JSON
+    assert math.isnan(d["median"]) and d["rel_noise"] == math.inf
+    assert jsonable(d)["median"] == "NaN" and jsonable(d)["rel_noise"] == "Infinity"
 
 
 def test_non_finite_samples_are_rejected():

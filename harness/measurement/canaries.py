@@ -136,8 +136,8 @@ class Check:
     reject_rtol: float      # an rtol below this (at the registered atol) rejects it
 
     def as_dict(self) -> dict:
-        """JSON-safe (a bound no finite tolerance reaches is None)."""
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in self.__dict__.items()}
+        """Raw values: a bound no finite tolerance reaches stays inf (the ledger writes "Infinity")."""
+        return dict(self.__dict__)
 
     def fix(self) -> str:
         parts = []

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from harness.errors import UserError
+from harness.jsonsafe import jsonable
 from harness.measurement.reference import reference, reference_bytes
 from harness.workloads import Config
 from harness.workloads.inputs import (DEFAULT_FAMILIES, FAMILIES, boundary_configs, fill_inputs_,
@@ -134,14 +135,6 @@ def _ulp_tensor(x, dtype):
     return torch.ldexp(torch.full_like(x, fi.eps), (exp - 1).to(x.dtype))
 
 
-def _safe(x):
-    """JSON-safe float: non-finite becomes None."""
-    if x is None:
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
 def _unravel(flat: int, shape) -> tuple[int, ...]:
     idx = []
     for n in reversed(tuple(shape)):
@@ -201,11 +194,10 @@ class ErrorFigures:
         return "; ".join(parts)
 
     def as_dict(self) -> dict:
+        """Raw values (NaN and inf too: ``harness.jsonsafe`` spells them where JSON is written)."""
         d = asdict(self)
         for key, val in d.items():
-            if isinstance(val, float):
-                d[key] = _safe(val)
-            elif isinstance(val, tuple):
+            if isinstance(val, tuple):
                 d[key] = list(val)
         return d
 
@@ -350,7 +342,7 @@ class CheckReport:
                 "passed": self.passed, "tag": self.tag, "reason": self.reason,
                 "figures": self.figures.as_dict() if self.figures else None,
                 "after_figures": self.after_figures.as_dict() if self.after_figures else None,
-                "reference_seconds": _safe(self.reference_seconds)}
+                "reference_seconds": self.reference_seconds}
 
 
 @dataclass(frozen=True)
@@ -387,11 +379,11 @@ class GateResult:
         return counts
 
     def to_row(self) -> dict:
-        """JSON-serializable summary; failing checks carry their full error figures."""
+        """Strict-JSON summary (``harness.jsonsafe``); failing checks carry their full error figures."""
         fails = self.failures
         worst = max((r for r in self.reports if r.figures is not None),
                     key=lambda r: r.figures.tolerance_ratio, default=None)
-        return {
+        return jsonable({
             "kernel": self.kernel, "config": self.config, "passed": self.passed,
             "pass_rate": self.pass_rate, "n_seeds": self.n_seeds, "n_seeds_passed": self.n_seeds_passed,
             "min_pass_rate": self.min_pass_rate, "seeds": list(self.seeds), "families": list(self.families),
@@ -399,11 +391,11 @@ class GateResult:
             "skipped_configs": [list(s) for s in self.skipped_configs],
             "atol": self.atol, "rtol": self.rtol, "tag": self.tag, "reason": self.reason,
             "tags": self.tag_counts(), "n_checks": len(self.reports), "n_failed": len(fails),
-            "reference_seconds": _safe(self.reference_seconds), "gate_seconds": _safe(self.seconds),
+            "reference_seconds": self.reference_seconds, "gate_seconds": self.seconds,
             "worst": worst.as_dict() if worst else None,
             "failures": [r.as_dict() for r in fails[:MAX_ROW_FAILURES]],
             "failures_left_out": max(0, len(fails) - MAX_ROW_FAILURES),
-        }
+        })
 
 
 # ----------------------------------------------------------------------------- calls

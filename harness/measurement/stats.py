@@ -93,9 +93,8 @@ class Stats:
                    rel_noise=rel_noise(x), median_lo=lo, median_hi=hi)
 
     def as_dict(self) -> dict:
-        """JSON-safe: non-finite values become None."""
-        return {k: (v if not isinstance(v, float) or math.isfinite(v) else None)
-                for k, v in ((k, getattr(self, k)) for k in self.__dataclass_fields__)}
+        """Raw values (an empty arm's NaNs too: ``harness.jsonsafe`` spells them where JSON is written)."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
 def ratio(baseline: Sequence[float], candidate: Sequence[float]) -> float:

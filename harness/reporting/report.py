@@ -15,6 +15,7 @@ from pathlib import Path
 
 from harness.governance.metrics import METRICS
 from harness.governance.outcomes import PROFILE, RESULT
+from harness.jsonsafe import NON_FINITE, number
 from harness.reporting.lines import LineView, device_label
 
 REASON_CHARS = 160  # a reason longer than this is cut in tables (the ledger keeps it whole)
@@ -30,10 +31,14 @@ PLOTS = (("speedup", "Speedup by shape"), ("roofline", "Achieved rate against th
 
 
 def _f(v, spec: str = ".4g") -> str:
+    """A row's value as text: "—" when absent, a non-finite number (a row spells it "NaN",
+    "Infinity") as nan/inf — measured, not missing."""
+    if isinstance(v, str) and v in NON_FINITE:
+        v = NON_FINITE[v]
     if isinstance(v, bool) or v is None:
         return "—"
     if isinstance(v, (int, float)):
-        return "—" if isinstance(v, float) and not math.isfinite(v) else format(v, spec)
+        return format(v, spec) if math.isfinite(v) else str(float(v))
     return str(v)
 
 
@@ -74,8 +79,9 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
             "threshold": _f(c["threshold"], "g"), "n": c.get("n"),
             "outcome": "unknown (no rows)" if c.get("value") is None else ("pass" if c["passed"] else "fail")}
            for c in clauses]
-    if primary["value"] is not None and primary["prediction"] is not None:
-        primary["error"] = _f(primary["value"] - primary["prediction"], "+.4g")
+    value, prediction = number(primary["value"]), number(primary["prediction"])
+    # Always present (None: no outcome yet), so the templates never read a missing key.
+    primary["error"] = _f(value - prediction, "+.4g") if value is not None and prediction is not None else None
     primary = {**primary, "value": _f(primary["value"]), "prediction": _f(primary["prediction"], "g")}
     return out, primary
 

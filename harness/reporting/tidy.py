@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.governance.outcomes import OUTCOME_KINDS, RESULT
+from harness.jsonsafe import number
 
 CONFIG_COLUMNS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
 # pandas dtypes of the config columns (nullable, so a missing field stays <NA>, not a float NaN).
@@ -21,17 +22,6 @@ CONFIG_DTYPES = {"workload": "string", "batch": "Int64", "heads": "Int64", "kv_h
 LEAD_COLUMNS = ("line", "seq", "kind", "commit", "device", "gpu", "config_key", "kernel", "role", "baseline")
 TAIL_COLUMNS = ("n_samples", "n_baseline_samples", "n_rounds", "n_dropped_rounds", "sm_clock_mean_mhz", "timing_mode",
                 "rig_noisy", "impossible", "gate_pass_rate", "gate_tolerance_ratio", "reason", "time")
-
-
-def _number(v):
-    """Metrics as floats; the ledger writes non-finite floats as strings."""
-    if isinstance(v, bool) or v is None:
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str) and v in ("NaN", "Infinity", "-Infinity"):
-        return float(v.replace("Infinity", "inf"))
-    return None
 
 
 def tidy_records(rows) -> tuple[list[dict], list[str]]:
@@ -55,7 +45,7 @@ def tidy_records(rows) -> tuple[list[dict], list[str]]:
         for name, value in (r.get("metrics") or {}).items():
             if name not in metrics:
                 metrics.append(name)
-            rec[name] = _number(value)
+            rec[name] = number(value)
         is_result = r["kind"] == RESULT
         rounds = timing.get("rounds") or {}
         rec.update({
@@ -63,12 +53,12 @@ def tidy_records(rows) -> tuple[list[dict], list[str]]:
             "n_baseline_samples": len(arm_samples(r, "baseline")) if is_result else None,
             "n_rounds": timing.get("n_rounds"),
             "n_dropped_rounds": timing.get("n_dropped", len(rounds.get("dropped") or []) if rounds else None),
-            "sm_clock_mean_mhz": _number(clock.get("mean_mhz")),
+            "sm_clock_mean_mhz": number(clock.get("mean_mhz")),
             "timing_mode": timing.get("effective_mode") or timing.get("mode"),
             "rig_noisy": bool(r.get("rig_noisy")) if is_result else None,
             "impossible": bool(r.get("impossible")) if is_result else None,
-            "gate_pass_rate": _number(gate.get("pass_rate")),
-            "gate_tolerance_ratio": _number(((gate.get("worst") or {}).get("figures") or {}).get("tolerance_ratio")),
+            "gate_pass_rate": number(gate.get("pass_rate")),
+            "gate_tolerance_ratio": number(((gate.get("worst") or {}).get("figures") or {}).get("tolerance_ratio")),
             "reason": None if is_result else (f"[{r['tag']}] " if r.get("tag") else "") + str(r.get("reason") or ""),
             "time": r.get("time"),
         })
