@@ -362,6 +362,19 @@ def test_route_writes_json_and_an_importable_dispatcher_that_falls_back(tmp_path
     assert mod.choose("attention", 1, 2, 2, 999, 16, "float32", False) == "base"  # unseen shape
 
 
+def test_route_passes_over_a_result_whose_ci_could_not_be_formed(tmp_path):
+    """A NaN CI low (written "NaN" by the ledger) is the worst a candidate has at that shape:
+    it is never routed to there, the shape falls back to the baseline, and nothing crashes."""
+    led = _ledger(tmp_path, "nan", candidates=("fast", "odd"))
+    _result(led, 32, "fast", _samples(0.5, seed=1), _samples(1.0, seed=2))
+    _result(led, 32, "fast", _samples(0.5, seed=3), _samples(1.0, seed=4), ci=(math.nan, math.nan))
+    _result(led, 32, "odd", _samples(0.4, seed=5), _samples(1.0, seed=6), ci=(math.nan, math.nan))
+    assert '"speedup_ci_low":"NaN"' in led.path.read_text()
+    table = route.build([lines.load_path(led.path)])
+    (r,) = table.routes
+    assert r.kernel == "base" and "fast: no speedup CI" in r.why and "odd: no speedup CI" in r.why
+
+
 def test_route_refuses_mixed_devices_and_baselines(tmp_path):
     x = _ledger(tmp_path, "x")
     _result(x, 32, "fast", _samples(0.5), _samples(1.0))

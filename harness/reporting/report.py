@@ -150,9 +150,10 @@ def _config_tables(outcomes: dict, results: list[dict]) -> tuple[list[str], list
         base = next((r for r in rows if r["kind"] == RESULT), None)
         if base is not None:  # the baseline's own line, from the first result's baseline arm
             m = base["metrics"]
-            scale = m["ms"] / m["baseline_ms"] if m.get("baseline_ms") else None
-            rates = [_f(m.get(name) * scale, spec) if scale and name in ("tflops", "gbps", "tflops_frac", "gbps_frac")
-                     and isinstance(m.get(name), (int, float)) else "—" for name, _, spec in metrics]
+            ms, base_ms = number(m.get("ms")), number(m.get("baseline_ms"))
+            scale = ms / base_ms if ms is not None and base_ms else None
+            rates = [_f(number(m.get(name)) * scale, spec) if scale and name in ("tflops", "gbps", "tflops_frac", "gbps_frac")
+                     and number(m.get(name)) is not None else "—" for name, _, spec in metrics]
             body.append({"cells": [f"{base['baseline']} (baseline)", _arm_spread(base, "baseline"), *rates,
                                    "1 (baseline)", _f(m.get("control"), ".4f"), _clock(base.get("timing") or {}),
                                    _gate((base.get("gate") or {}).get("baseline"))], "span": False})

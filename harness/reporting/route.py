@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.jsonsafe import number
 from harness.governance.outcomes import FAILING_KINDS, RESULT
 from harness.reporting.lines import LineView, device_of
 
@@ -60,6 +61,22 @@ class RouteTable:
                            for r in self.routes]}
 
 
+def _ci_low(row: dict) -> float:
+    """The row's speedup CI low as a float (NaN where none could be formed or none is given)."""
+    lo = number(row["metrics"].get("speedup_ci_low"))
+    return math.nan if lo is None else lo
+
+
+def _worse(a: float, b: float) -> bool:
+    """``a`` is a worse CI low than ``b``: lower, or NaN (no interval) where ``b`` has one."""
+    return (math.isnan(a) and not math.isnan(b)) or a < b
+
+
+def _or_inf(v) -> float:
+    x = number(v)
+    return math.inf if x is None or math.isnan(x) else x
+
+
 def _failed(row: dict) -> bool:
     return row["kind"] in FAILING_KINDS or (row["kind"] == RESULT and bool(row.get("impossible")))
 
@@ -94,20 +111,19 @@ def build(views: list[LineView]) -> RouteTable:
             if r.get("rig_noisy"):
                 passed_over.append(f"{k}: rig-noisy")
                 continue
-            if k not in best or r["metrics"]["speedup_ci_low"] < best[k][1]["metrics"]["speedup_ci_low"]:
+            if k not in best or _worse(_ci_low(r), _ci_low(best[k][1])):  # its worst result here
                 best[k] = (line, r)
         eligible = []
         for k, (line, r) in sorted(best.items()):
-            lo = r["metrics"].get("speedup_ci_low")
-            if isinstance(lo, (int, float)) and lo > 1:
+            lo = _ci_low(r)
+            if lo > 1:
                 eligible.append((line, r))
             else:
-                passed_over.append(f"{k}: speedup CI low {lo:.3f} ≤ 1" if isinstance(lo, (int, float))
-                                   else f"{k}: no speedup CI")
+                passed_over.append(f"{k}: speedup CI low {lo:.3f} ≤ 1" if not math.isnan(lo) else f"{k}: no speedup CI")
         passed_over += [f"{k}: failed here" + (" (the baseline)" if k == baseline else "") for k in sorted(failed)]
         config = next(r["config"] for _, r in rows)
         if eligible:
-            line, r = min(eligible, key=lambda lr: lr[1]["metrics"]["ms"])
+            line, r = min(eligible, key=lambda lr: _or_inf(lr[1]["metrics"].get("ms")))
             m = r["metrics"]
             routes.append(Route(key, config, r["candidate"], m["speedup"], m["speedup_ci_low"], m["speedup_ci_high"],
                                 line, r["seq"], "; ".join(passed_over)))
