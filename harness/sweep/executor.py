@@ -182,6 +182,9 @@ def schedule(executor: Executor, envs: list[dict], tasks: list[Task], ctx: Sweep
         if not running:
             return not queue
         events = executor.poll(_next_wait(running, policy, clock, executor.can_kill))
+        # Deadlines are judged as of this poll: a replace below can take a worker's start-up
+        # time, during which the other slots' phase reports wait undrained in their pipes.
+        polled = clock()
         for ev in events:
             run = running.get(ev.slot)
             if isinstance(ev, Lost) and (run is None or ev.job != run.job):
@@ -199,10 +202,9 @@ def schedule(executor: Executor, envs: list[dict], tasks: list[Task], ctx: Sweep
                 _fault(run, ev, ctx, envs[ev.slot], queue, finish_part)
                 envs[ev.slot] = executor.replace(ev.slot)[1].env
         if executor.can_kill:
-            now = clock()
             for slot, run in list(running.items()):
                 limit = _limit(run.phase, policy)
-                if now - run.since > limit:
+                if polled - run.since > limit:
                     del running[slot]
                     what = f"{run.phase} of {', '.join(run.kernels)}" if run.kernels else (run.phase or "start")
                     lost, info = executor.replace(slot, f"watchdog after {limit:g} s in {what}")
