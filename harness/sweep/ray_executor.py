@@ -150,18 +150,12 @@ class RayWorker:
         """("ready", env, fingerprint, host, log) or ("error", message)."""
         import importlib
 
-        from harness.measurement.ceilings import device_fingerprint
-        from harness.measurement.device import env_summary
         from harness.sweep.devicelock import device_key
+        from harness.sweep.workers import slot_info
 
         try:
-            if self.device == "cuda":
-                import torch
-
-                if not torch.cuda.is_available():
-                    return "error", f"the Ray worker on {socket.gethostname()} sees no GPU: start its node with GPUs"
-            env = dict(env_summary(self.device))
-            fp = device_fingerprint(self.device)
+            env, fp = slot_info(self.device, f"the Ray worker on {socket.gethostname()} sees no GPU: start its "
+                                             f"node with GPUs")
             importlib.import_module("harness.sweep.run")  # what a config runs: its sources are checked now
 
             bad = source_mismatch(self.expected, loaded_sources(self.kernels), self.checked)

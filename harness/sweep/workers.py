@@ -239,23 +239,27 @@ def worker_main(conn, device: str, visible: str | None, log: str, parent_pid: in
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
         os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     try:
-        from harness.measurement.ceilings import device_fingerprint
-        from harness.measurement.device import env_summary
-
-        if device == "cuda":
-            import torch
-
-            if not torch.cuda.is_available():
-                conn.send(("error", f"torch sees no GPU with CUDA_VISIBLE_DEVICES={visible}: pick GPUs that "
-                                    f"nvidia-smi lists"))
-                return
-        env = dict(env_summary(device))
-        fp = device_fingerprint(device)
+        env, fp = slot_info(device, f"torch sees no GPU with CUDA_VISIBLE_DEVICES={visible}: pick GPUs that "
+                                    f"nvidia-smi lists")
     except UserError as exc:
         conn.send(("error", str(exc)))
         return
     conn.send(("ready", env, fp))
     _serve(conn, device)
+
+
+def slot_info(device: str, no_gpu: str) -> tuple[dict, dict]:
+    """What a worker (a local process, a Ray actor) reports when it starts: the env stamp and
+    the fingerprint of the device it opened; UserError ``no_gpu`` where torch sees no GPU."""
+    from harness.measurement.ceilings import device_fingerprint
+    from harness.measurement.device import env_summary
+
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError(no_gpu)
+    return dict(env_summary(device)), device_fingerprint(device)
 
 
 def _serve(conn, device: str) -> None:
