@@ -131,6 +131,8 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
     finally:
         if monitor is not None:
             monitor.stop()
+            if own:  # on every exit: a kernel that raised here leaves no NVML session open
+                monitor.source.close()
     sm = power = None
     if monitor is not None:
         rs = monitor.during(t1, t2)
@@ -140,8 +142,6 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
             note = f"clock polling stopped early: {monitor.error}"
         elif sm is None:
             note = "no clock reading during the timed calls"
-        if own:
-            monitor.source.close()
     return Sustained(arm=arm, flush="l2_zero" if flush is not None else "none", timer=timer.name, warm_s=warm_s,
                      samples=tuple(samples), last_slot=(slot[0] - 1) % n_slots, sm_mhz=sm, power_w=power,
                      clock_note=note)
