@@ -171,8 +171,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         measured_peak = memory.peak_bytes(ctx.device, held)
         seed = reg.seeds[0] + RECHECK_SEED_OFFSET
         # Every timed output is checked before any recheck: a recheck rewrites slot 0's
-        # inputs in place, after which the other arms' timed outputs no longer match them
-        # (on the H200 this failed every arm after the first as "timed_stale_mismatch").
+        # inputs in place, after which the other arms' timed outputs no longer match them.
         # Then the random timed call of each arm (baseline and control included); its
         # copies are checked first and dropped before the recheck allocates.
         from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
