@@ -351,6 +351,39 @@ def test_a_second_ctrl_c_stops_at_once_and_writes_nothing_partial(tmp_path):
     _verified(root, line)
 
 
+def test_sigterm_stops_at_once_but_never_while_a_configs_rows_are_written():
+    """SIGTERM goes to the CLI's raising handler as a second Ctrl-C does: at once, except
+    inside ``shielded`` (a config's rows being appended and committed), where it waits."""
+    from harness.sweep.loop import _interrupts
+
+    class Stop(Exception):
+        pass
+
+    def raising(signum, frame):
+        raise Stop()
+
+    previous = signal.signal(signal.SIGTERM, raising)
+    written = []
+    try:
+        with pytest.raises(Stop):
+            with _interrupts(None) as guard:
+                with guard.shielded():
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(0.1)  # the handler has run by now
+                    written.append("the config's last row")
+                written.append("the next config")
+        assert written == ["the config's last row"]
+        with pytest.raises(Stop):
+            with _interrupts(None):
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.1)
+                written.append("unshielded")
+        assert "unshielded" not in written
+        assert signal.getsignal(signal.SIGTERM) is raising  # restored
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_watchdog_s_is_validated():
     from harness.errors import UserError
     from harness.measurement.timing import DEFAULT_WATCHDOG_S, TimingPolicy

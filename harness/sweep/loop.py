@@ -325,13 +325,16 @@ def _ceilings(line: Line, executor, slot) -> dict:
 
 class _Interrupts:
     """Ctrl-C policy: the first stops new configs (the ones in flight finish and are
-    written); a second stops at once, but never in the middle of writing a config's rows."""
+    written); a second stops at once, but never in the middle of writing a config's rows.
+    SIGTERM stops at once, through its own handler, also never in that middle."""
 
-    def __init__(self, on_interrupt):
+    def __init__(self, on_interrupt, on_terminate=None):
         self.on_interrupt = on_interrupt
+        self.on_terminate = on_terminate  # the SIGTERM handler this one defers
         self.count = 0
         self._shield = 0
         self._deferred = False
+        self._deferred_term: tuple | None = None
 
     def stopping(self) -> bool:
         return self.count > 0
@@ -347,6 +350,12 @@ class _Interrupts:
             return
         raise KeyboardInterrupt
 
+    def terminate(self, signum, frame) -> None:
+        if self._shield:
+            self._deferred_term = (signum, frame)
+            return
+        self.on_terminate(signum, frame)
+
     @contextlib.contextmanager
     def shielded(self):
         self._shield += 1
@@ -354,7 +363,11 @@ class _Interrupts:
             yield
         finally:
             self._shield -= 1
-        if self._deferred and not self._shield:
+        if self._shield:
+            return
+        if self._deferred_term is not None:
+            self.on_terminate(*self._deferred_term)
+        if self._deferred:
             raise KeyboardInterrupt
 
 
@@ -363,12 +376,19 @@ def _interrupts(on_interrupt):
     import signal
     import threading
 
-    guard = _Interrupts(on_interrupt)
     if threading.current_thread() is not threading.main_thread():
-        yield guard
+        yield _Interrupts(on_interrupt)
         return
+    # A SIGTERM handler that raises (the CLI's) waits for the config being written; the
+    # default action and an ignored SIGTERM are left as they are.
+    term = signal.getsignal(signal.SIGTERM)
+    guard = _Interrupts(on_interrupt, term if callable(term) else None)
     previous = signal.signal(signal.SIGINT, guard.handle)
+    if guard.on_terminate is not None:
+        signal.signal(signal.SIGTERM, guard.terminate)
     try:
         yield guard
     finally:
         signal.signal(signal.SIGINT, previous)
+        if guard.on_terminate is not None:
+            signal.signal(signal.SIGTERM, term)
