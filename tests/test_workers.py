@@ -384,6 +384,50 @@ def test_sigterm_stops_at_once_but_never_while_a_configs_rows_are_written():
         signal.signal(signal.SIGTERM, previous)
 
 
+SLOW_GIT = textwrap.dedent('''\
+    #!/bin/sh
+    # git, except that a commit first marks that it started and waits: a Ctrl-C can land then.
+    case " $* " in *" commit "*) touch "$SLOW_GIT_MARK"; sleep 3;; esac
+    exec {git} "$@"
+    ''')
+
+COMMIT = textwrap.dedent('''\
+    import signal, sys
+    signal.signal(signal.SIGINT, lambda *a: None)  # the sweep's first Ctrl-C: finish, commit
+    from harness.governance.gitguard import commit_file
+    print(commit_file(sys.argv[1], "ledger/x.jsonl", "bench: ledger/x.jsonl row 0"))
+    ''')
+
+
+def test_a_ctrl_c_at_the_terminal_does_not_kill_the_commit_of_a_configs_rows(tmp_path):
+    """The terminal sends Ctrl-C to its whole foreground group: git, started to commit a
+    config's rows after the sweep's first Ctrl-C, must not die of it half-way."""
+    import shutil
+
+    from conftest import init_repo
+
+    root = init_repo(tmp_path / "proj", {"x": "schema = 1\n"})
+    (root / "ledger" / "x.jsonl").write_text("{}\n")
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "git").write_text(SLOW_GIT.format(git=shutil.which("git")))
+    (shim / "git").chmod(0o755)
+    mark = tmp_path / "committing"
+    env = {**bench_env(), "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}", "SLOW_GIT_MARK": str(mark)}
+    # A process group of its own, as a terminal's foreground job has.
+    p = subprocess.Popen([sys.executable, "-c", COMMIT, str(root)], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not mark.exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mark.exists(), p.communicate()
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert git(root, "log", "-1", "--format=%s") == "bench: ledger/x.jsonl row 0"
+    assert git(root, "status", "--porcelain", "--", "ledger/x.jsonl") == ""
+
+
 def test_watchdog_s_is_validated():
     from harness.errors import UserError
     from harness.measurement.timing import DEFAULT_WATCHDOG_S, TimingPolicy

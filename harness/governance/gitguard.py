@@ -24,7 +24,11 @@ MAX_LISTED_PATHS = 20
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    """git in a process group of its own (``process_group=0``): a Ctrl-C at the terminal,
+    sent to the whole foreground group, cannot kill it half-way (a sweep's first Ctrl-C lets
+    its configs in flight finish and commits each); this process alone decides what the
+    Ctrl-C means, and an interrupt raised here ends git with it (``subprocess.run``)."""
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, process_group=0)
 
 
 def repo_root(start: Path | None = None) -> Path:
@@ -191,7 +195,7 @@ def _last_message(text: str) -> str:
 
 def show_file(root: Path, commit: str, rel: str) -> bytes | None:
     """``rel`` as committed at ``commit``, or None where it does not exist there."""
-    res = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=root, capture_output=True)
+    res = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=root, capture_output=True, process_group=0)
     return res.stdout if res.returncode == 0 else None
 
 
