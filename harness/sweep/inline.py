@@ -2,7 +2,7 @@
 
 For debugging (a breakpoint, a profiler, a traceback where it happened). It cannot survive
 a kernel that kills or hangs its process, so there is no watchdog; an exception out of a
-config is the config's `crashed` rows, as before workers existed.
+config is the config's `crashed` rows.
 """
 
 from __future__ import annotations

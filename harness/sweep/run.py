@@ -23,10 +23,8 @@ if TYPE_CHECKING:
 # gate, so a kernel cannot have seen them.
 RECHECK_SEED_OFFSET = 1_000_003
 TIMING_SEED_OFFSET = 2_000_003
-# Lines whose bar judges an absolute rate (one of metrics.RATE_METRICS) take each candidate's rates
-# from a sustained phase after the interleaved rounds (harness/measurement/sustained.py):
-# calls back to back at the clock a loop of calls holds, as triton.testing.do_bench times
-# them. Speedups still come from the interleaved rounds, where the arms share one clock.
+# The last frames of a config's exception kept in its `crashed` rows.
+TRACEBACK_FRAMES = 6
 
 
 @dataclass(frozen=True)
@@ -43,7 +41,10 @@ class SweepContext:
 
     @property
     def rate_bar(self) -> bool:
-        """The bar judges an absolute rate: rates from the sustained phase."""
+        """The bar judges an absolute rate (one of metrics.RATE_METRICS): each candidate's
+        rates come from the sustained phase after the interleaved rounds (calls back to back,
+        as triton.testing.do_bench times them); speedups still come from the rounds, where
+        the arms share one clock."""
         return self.reg.judges_rates()
 
 
@@ -511,4 +512,4 @@ def crashed_outcomes(cfg: Config, candidates, ctx: SweepContext, exc: BaseExcept
     """A kernel or harness failure inside one config: recorded, the sweep goes on."""
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
     return [Outcome(CRASHED, {**_base(cfg, c, ctx), "reason": f"{type(exc).__name__}: {exc}".splitlines()[0],
-                                "traceback": "".join(tb[-6:])}) for c in candidates]
+                                "traceback": "".join(tb[-TRACEBACK_FRAMES:])}) for c in candidates]
