@@ -303,12 +303,18 @@ def test_sustain_reports_the_clock_and_power_of_the_timed_calls_only():
 
     # Boost clock and low power while warming (t < 0.5 s), then settled: the row must carry the
     # settled figures, the ones the timed calls ran at.
-    src = ScriptedClockSource(lambda t: 1980.0 if t < 0.5 else 1750.0, power=lambda t: 300.0 if t < 0.5 else 690.0)
+    src = ScriptedClockSource(lambda t: 1980.0 if t < 0.5 else 1750.0, power=lambda t: 300.0 if t < 0.5 else 690.0,
+                              mem=lambda t: 3201.0 if t < 0.5 else 2619.0,
+                              reasons=lambda t: ("sw_power_cap",) if t < 0.5 else ("hw_thermal_slowdown",))
     mon = ClockMonitor(src, hz=1000)
     _, _, fn, _ = _rotation()
     sus = sustain("a", fn, n_slots=2, device="cpu", timer=ScriptedTimer({"a": 2.0}), monitor=mon,
                   warm_s=0.5, timed_s=0.2)
     assert sus.sm_mhz == pytest.approx(1750.0) and sus.power_w == pytest.approx(690.0)
+    # the memory clock and the clock-event reasons of the timed calls too: a memory-bound
+    # rate read while the HBM clock had dropped says so in its row
+    assert sus.mem_mhz == pytest.approx(2619.0) and sus.reasons == ("hw_thermal_slowdown",)
+    assert sus.as_dict()["mem_mhz"] == pytest.approx(2619.0) and sus.as_dict()["reasons"] == ["hw_thermal_slowdown"]
 
 
 def test_a_rate_bar_takes_rates_from_the_sustained_phase_and_speedups_from_the_rounds():

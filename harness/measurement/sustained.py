@@ -15,7 +15,8 @@ do_bench's protocol:
    rotation, each after the caller's ``prepare`` (the sweep poisons the output there, so
    the output checked after the phase was written by the last timed call) and then
    do_bench's L2 flush, whatever the line's timing mode;
-3. the median call, with the SM clock and power NVML saw during the timed calls.
+3. the median call, with the SM and memory clocks, power and clock-event reasons NVML saw
+   during the timed calls.
 
 Why the flush in every mode: do_bench zeroes a 256 MB buffer before each call, which
 leaves the L2 full of dirty lines that the timed kernel then writes back: a memory-bound
@@ -59,6 +60,8 @@ class Sustained:
     sm_mhz: float | None            # mean SM clock during the timed calls (NVML; None on the CPU)
     power_w: float | None           # mean board power during the timed calls
     clock_note: str | None = None
+    mem_mhz: float | None = None    # mean memory clock during the timed calls: a memory-bound rate moves with it
+    reasons: tuple[str, ...] = ()   # NVML clock-event reasons seen during the timed calls (sorted)
 
     @property
     def median_ms(self) -> float:
@@ -68,7 +71,7 @@ class Sustained:
         return {"arm": self.arm, "flush": self.flush, "timer": self.timer, "warm_s": self.warm_s,
                 "n_calls": len(self.samples), "median_ms": self.median_ms, "samples_ms": list(self.samples),
                 "last_slot": self.last_slot, "sm_mhz": self.sm_mhz, "power_w": self.power_w,
-                "clock_note": self.clock_note}
+                "mem_mhz": self.mem_mhz, "reasons": list(self.reasons), "clock_note": self.clock_note}
 
 
 def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
@@ -133,18 +136,21 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
             monitor.stop()
             if own:  # on every exit: a kernel that raised here leaves no NVML session open
                 monitor.source.close()
-    sm = power = None
+    sm = power = mem = None
+    reasons: tuple[str, ...] = ()
     if monitor is not None:
         rs = monitor.during(t1, t2)
         sm = _mean([r.sm_mhz for r in rs])
         power = _mean([r.power_w for r in rs])
+        mem = _mean([r.mem_mhz for r in rs])
+        reasons = tuple(sorted({why for r in rs for why in r.reasons}))
         if monitor.error:
             note = f"clock polling stopped early: {monitor.error}"
         elif sm is None:
             note = "no clock reading during the timed calls"
     return Sustained(arm=arm, flush="l2_zero" if flush is not None else "none", timer=timer.name, warm_s=warm_s,
                      samples=tuple(samples), last_slot=(slot[0] - 1) % n_slots, sm_mhz=sm, power_w=power,
-                     clock_note=note)
+                     clock_note=note, mem_mhz=mem, reasons=reasons)
 
 
 def _mean(values) -> float | None:
