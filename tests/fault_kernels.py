@@ -69,6 +69,32 @@ def fault_sigkill(q, k, v, out, *, causal, scale):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _dies_before_start(cfg):
+    """Kills the worker that asks, before the config's first phase: once when
+    ``BENCH_FAULT_START`` names a file that does not exist yet (it is created), every time
+    when it is ``always``. Only in a worker process: the driver asks too, and lives."""
+    import multiprocessing
+    import os
+    import signal
+
+    how = os.environ.get("BENCH_FAULT_START")
+    if not how or multiprocessing.parent_process() is None:
+        return None
+    if how != "always":
+        try:
+            open(how, "x").close()
+        except FileExistsError:
+            return None
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@kernel("fault_before_start", supports=_dies_before_start, **_ANY)
+def fault_before_start(q, k, v, out, *, causal, scale):
+    """Honest, but its worker dies while the config is being set up (``_dies_before_start``),
+    before any phase is reported: as a worker that died idle looks to the driver."""
+    honest_stack(q, k, v, out, causal=causal, scale=scale)
+
+
 @kernel("fault_hang", **_ANY)
 def fault_hang(q, k, v, out, *, causal, scale):
     """A host hang: a launcher that deadlocks on its own lock. With ``BENCH_FAULT_PID_FILE``

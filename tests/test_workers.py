@@ -168,6 +168,33 @@ def test_a_faulty_kernel_costs_only_its_own_pair(tmp_path, fault):
         assert row["fault"]["phase"] == "timing" and row["fault"]["kernels"] == ["torch_stack", fault]
 
 
+def _before_start_sweep(tmp_path, how: str):
+    line = "faults"
+    text = FAULT_LINE.format(fault="x", dtype="float32", tol="1e-5", seq_lens="[32]", weak="[]", warmup=2,
+                             watchdog=TEST_WATCHDOG_S)
+    text = text.replace('candidates = ["sdpa", "x", "honest_stack"]', 'candidates = ["fault_before_start"]')
+    root = _repo(tmp_path, line, text)
+    env = {**_plugin_env(tmp_path), "BENCH_FAULT_START": how}
+    assert _bench(root, env, "register", line).returncode == 0
+    res = _bench(root, env, "sweep", line, "--device", "cpu", "--no-ceilings")
+    assert res.returncode == 0, res.stdout + res.stderr
+    return root, line
+
+
+def test_a_job_lost_before_it_began_runs_again_and_is_blamed_only_if_lost_again(tmp_path):
+    """A worker that dies before a config's first phase (as one that died idle looks) had not
+    begun the job: the job runs again on a fresh worker instead of blaming its only candidate.
+    Lost that way a second time, the candidate is blamed, with the cause."""
+    root, line = _before_start_sweep(tmp_path / "once", str(tmp_path / "died-once"))
+    assert (tmp_path / "died-once").exists()  # the first worker did die
+    assert [(r["candidate"], r["kind"]) for r in _outcomes(root, line)] == [("fault_before_start", "result")]
+    _verified(root, line)
+    root, line = _before_start_sweep(tmp_path / "always", "always")
+    (row,) = _outcomes(root, line)
+    assert row["kind"] == "crashed" and "worker lost in start" in row["reason"] and "SIGKILL" in row["reason"]
+    _verified(root, line)
+
+
 def test_resume_skips_a_crashed_pair_unless_asked(tmp_path):
     root, env, line, res = _fault_sweep(tmp_path, "fault_sigkill", seq_lens="[32]")
     assert res.returncode == 0, res.stderr

@@ -147,6 +147,7 @@ def schedule(executor: Executor, envs: list[dict], tasks: list[Task], ctx: Sweep
     running: dict[int, _Running] = {}
     envs = list(envs)
     next_job = 0
+    retried: set[str] = set()  # configs whose job was lost once before it began (see _fault)
 
     def finish_part(key, rows):
         st = configs[key]
@@ -199,7 +200,7 @@ def schedule(executor: Executor, envs: list[dict], tasks: list[Task], ctx: Sweep
                 finish_part(run.key, [(o, envs[ev.slot]) for o in ev.result])
             elif isinstance(ev, Lost):
                 del running[ev.slot]
-                _fault(run, ev, ctx, envs[ev.slot], queue, finish_part)
+                _fault(run, ev, ctx, envs[ev.slot], queue, finish_part, retried)
                 envs[ev.slot] = executor.replace(ev.slot)[1].env
         if executor.can_kill:
             for slot, run in list(running.items()):
@@ -208,7 +209,7 @@ def schedule(executor: Executor, envs: list[dict], tasks: list[Task], ctx: Sweep
                     del running[slot]
                     what = f"{run.phase} of {', '.join(run.kernels)}" if run.kernels else (run.phase or "start")
                     lost, info = executor.replace(slot, f"watchdog after {limit:g} s in {what}")
-                    _fault(run, lost, ctx, envs[slot], queue, finish_part)
+                    _fault(run, lost, ctx, envs[slot], queue, finish_part, retried)
                     envs[slot] = info.env
 
 
@@ -225,14 +226,22 @@ def _next_wait(running, policy, clock, can_kill) -> float:
     return max(0.0, min(POLL_S, left))
 
 
-def _fault(run: _Running, lost: Lost, ctx: SweepContext, env: dict, queue, finish_part) -> None:
+def _fault(run: _Running, lost: Lost, ctx: SweepContext, env: dict, queue, finish_part, retried: set) -> None:
     """Blame the pair that was running when the worker was lost; queue the rest of its config.
 
-    A phase naming one candidate blames it. The baseline failing takes every candidate of
+    A job lost before it reported any phase was lost by a worker that had not begun it (one
+    that died idle, which a Ray actor does unnoticed until it is sent work): it runs again
+    once, blaming no one; lost so again, it is blamed as follows. A phase naming one
+    candidate blames it. The baseline failing takes every candidate of
     the config with it (there is nothing to compare against). A phase naming several
     kernels (timing) or none (setup, check) cannot tell: the config's candidates are re-run
     one per job, so a second loss names its kernel.
     """
+    if run.phase is None and run.key not in retried:
+        retried.add(run.key)
+        queue.appendleft((run.key, run.task))
+        finish_part(run.key, [])
+        return
     cfg, cands = run.task.config, run.task.candidates
     where = f"{run.phase or 'start'} of {', '.join(run.kernels)}" if run.kernels else (run.phase or "start")
     fault = {"phase": run.phase, "kernels": list(run.kernels), "cause": lost.cause, "output": lost.output}
