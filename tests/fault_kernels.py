@@ -72,13 +72,14 @@ def fault_sigkill(q, k, v, out, *, causal, scale):
 def _dies_before_start(cfg):
     """Kills the worker that asks, before the config's first phase: once when
     ``BENCH_FAULT_START`` names a file that does not exist yet (it is created), every time
-    when it is ``always``. Only in a worker process: the driver asks too, and lives."""
-    import multiprocessing
+    when it is ``always``. Only in a worker (a local worker process, a Ray actor): the
+    `bench` commands the test starts itself (their parent is ``BENCH_FAULT_SPARE_PPID``)
+    ask too, and live."""
     import os
     import signal
 
     how = os.environ.get("BENCH_FAULT_START")
-    if not how or multiprocessing.parent_process() is None:
+    if not how or str(os.getppid()) == os.environ.get("BENCH_FAULT_SPARE_PPID"):
         return None
     if how != "always":
         try:

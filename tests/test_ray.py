@@ -33,6 +33,10 @@ def cluster(tmp_path_factory):
     env = _plugin_env(base)
     mark = base / "hang.pid"
     env["BENCH_FAULT_PID_FILE"] = str(mark)
+    # fault_before_start kills the first actor that sets up a config of it (the test's own
+    # `bench` commands are spared)
+    env["BENCH_FAULT_START"] = str(base / "died-once")
+    env["BENCH_FAULT_SPARE_PPID"] = str(os.getpid())
     saved = dict(os.environ)
     os.environ.update(env)  # the Ray workers inherit this process's environment
     try:
@@ -113,6 +117,20 @@ def test_a_killed_or_hung_ray_worker_is_a_fault_row_and_the_sweep_goes_on(tmp_pa
     assert "the Ray actor died" in hung[0], hung
     assert f"watchdog after {TEST_WATCHDOG_S} s in gate of fault_hang" in hung[1], hung
     assert all(r["fault"]["phase"] == "gate" for r in outs if r["kind"] == "crashed")
+    _verified(root, "faults")
+
+
+def test_an_actor_lost_before_a_config_began_costs_no_pair(tmp_path, cluster):
+    """An actor that dies before the config's first phase (as one that died idle is found out,
+    when it is sent work) had not begun it: the config runs again on a fresh actor."""
+    address, env, _ = cluster
+    root = _line(tmp_path, "idle", ["fault_before_start"], watchdog=TEST_WATCHDOG_S)
+    assert _bench(root, env, "register", "faults").returncode == 0
+    res = _bench(root, env, "sweep", "faults", "--device", "cpu", "--no-ceilings", "--executor", "ray",
+                 "--address", address)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert os.path.exists(env["BENCH_FAULT_START"])  # an actor did die
+    assert [(r["candidate"], r["kind"]) for r in _outcomes(root, "faults")] == [("fault_before_start", "result")]
     _verified(root, "faults")
 
 

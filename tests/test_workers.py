@@ -174,7 +174,7 @@ def _before_start_sweep(tmp_path, how: str):
                              watchdog=TEST_WATCHDOG_S)
     text = text.replace('candidates = ["sdpa", "x", "honest_stack"]', 'candidates = ["fault_before_start"]')
     root = _repo(tmp_path, line, text)
-    env = {**_plugin_env(tmp_path), "BENCH_FAULT_START": how}
+    env = {**_plugin_env(tmp_path), "BENCH_FAULT_START": how, "BENCH_FAULT_SPARE_PPID": str(os.getpid())}
     assert _bench(root, env, "register", line).returncode == 0
     res = _bench(root, env, "sweep", line, "--device", "cpu", "--no-ceilings")
     assert res.returncode == 0, res.stdout + res.stderr
