@@ -85,6 +85,31 @@ def test_pairing_by_round_cancels_shared_drift():
     assert plo < 1.2 < phi
 
 
+def test_median_ci_rank_is_scipys_binomial_quantile():
+    from scipy.stats import binom
+
+    for conf in (0.9, 0.95, 0.99):
+        for n in range(1, 400):
+            assert _median_ci_rank(n, conf) == int(binom.ppf((1 - conf) / 2, n, 0.5)), (n, conf)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_speedup_ci_agrees_with_scipys_percentile_bootstrap(paired):
+    """Same resampling as scipy.stats.bootstrap(method="percentile"), other draws: the
+    endpoints agree to a small share of the interval's width."""
+    from scipy.stats import bootstrap
+
+    rng = np.random.default_rng(3)
+    for n, spread in ((12, 0.02), (60, 0.05), (300, 0.01)):
+        b, c = 1.4 * rng.lognormal(0, spread, n), rng.lognormal(0, spread, n)
+        lo, hi = speedup_ci(b, c, paired=paired)
+        ref = bootstrap((b, c), lambda x, y, axis=-1: np.median(x, axis=axis) / np.median(y, axis=axis),
+                        paired=paired, vectorized=True, n_resamples=20000, method="percentile",
+                        rng=np.random.default_rng(0)).confidence_interval
+        width = ref.high - ref.low
+        assert abs(lo - ref.low) < 0.15 * width and abs(hi - ref.high) < 0.15 * width, (n, lo, hi, ref)
+
+
 def test_speedup_ci_degenerate_inputs():
     assert speedup_ci([2.0] * 10, [1.0] * 10) == (2.0, 2.0)
     assert all(math.isnan(v) for v in speedup_ci([1.0], [1.0, 2.0]))

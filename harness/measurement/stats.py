@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 from typing import Sequence
 
@@ -28,11 +29,20 @@ BOOTSTRAP_BATCH = 250
 
 @lru_cache(maxsize=4096)
 def _median_ci_rank(n: int, confidence: float) -> int:
-    """k (1-based) of the order-statistic CI [x_(k), x_(n-k+1)] of the median; 0 if none exists."""
-    from scipy.stats import binom
+    """k (1-based) of the order-statistic CI [x_(k), x_(n-k+1)] of the median; 0 if none exists.
 
-    # ppf gives the smallest c with CDF(c) ≥ α/2, hence P(X ≤ c-1) < α/2: k = c.
-    return int(binom.ppf((1 - confidence) / 2, n, 0.5))
+    The smallest c with P(Bin(n, ½) ≤ c) ≥ α/2 (scipy's ``binom.ppf``), hence P(X ≤ c-1) < α/2:
+    k = c. Summed in exact integers (C(n, i) against α/2 · 2ⁿ), which also keeps scipy.stats,
+    seconds to import, out of every sweep process.
+    """
+    target = Fraction((1 - confidence) / 2) * 2**n
+    term = cum = 1  # C(n, 0)
+    c = 0
+    while cum < target:
+        c += 1
+        term = term * (n - c + 1) // c
+        cum += term
+    return c
 
 
 def median_ci(samples: Sequence[float], confidence: float = NOISE_CONFIDENCE) -> tuple[float, float]:
@@ -115,10 +125,7 @@ def speedup_ci(baseline: Sequence[float], candidate: Sequence[float], confidence
     acceleration is unreliable for a median. Deterministic for a given ``random_state``.
     Returns (nan, nan) with fewer than 2 samples in an arm.
     """
-    import inspect
-
     import numpy as np
-    from scipy import stats as sps
 
     b, c = np.asarray(baseline, dtype=float), np.asarray(candidate, dtype=float)
     if b.size < 2 or c.size < 2:
@@ -126,16 +133,19 @@ def speedup_ci(baseline: Sequence[float], candidate: Sequence[float], confidence
     if np.ptp(b) == 0 and np.ptp(c) == 0:  # no spread: the interval is the point
         r = float(b[0] / c[0])
         return r, r
-
-    def stat(x, y, axis=-1):
-        return np.median(x, axis=axis) / np.median(y, axis=axis)
-
-    seed_kw = ({"rng": np.random.default_rng(random_state)}
-               if "rng" in inspect.signature(sps.bootstrap).parameters else {"random_state": random_state})
+    # The resampling of scipy.stats.bootstrap(method="percentile"), in numpy: importing
+    # scipy.stats costs seconds in every sweep process.
+    rng = np.random.default_rng(random_state)
     pair = b.size == c.size and (paired is None or paired)
-    res = sps.bootstrap((b, c), stat, paired=pair, vectorized=True, n_resamples=n_resamples,
-                        confidence_level=confidence, method="percentile", batch=BOOTSTRAP_BATCH, **seed_kw)
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    stats = []
+    for start in range(0, n_resamples, BOOTSTRAP_BATCH):
+        m = min(BOOTSTRAP_BATCH, n_resamples - start)
+        ib = rng.integers(0, b.size, size=(m, b.size))
+        ic = ib if pair else rng.integers(0, c.size, size=(m, c.size))
+        stats.append(np.median(b[ib], axis=-1) / np.median(c[ic], axis=-1))
+    alpha = (1 - confidence) / 2
+    lo, hi = np.percentile(np.concatenate(stats), [100 * alpha, 100 * (1 - alpha)])
+    return float(lo), float(hi)
 
 
 __all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_RESAMPLES", "DEFAULT_SEED", "NOISE_CONFIDENCE", "Stats", "median_ci",
