@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness.governance.metrics import METRICS
 from harness.governance.outcomes import PROFILE, RESULT
-from harness.jsonsafe import NON_FINITE, number
+from harness.jsonsafe import number
 from harness.reporting.lines import LineView, device_label
 
 REASON_CHARS = 160  # a reason longer than this is cut in tables (the ledger keeps it whole)
@@ -33,13 +33,10 @@ PLOTS = (("speedup", "Speedup by shape"), ("roofline", "Achieved rate against th
 def _f(v, spec: str = ".4g") -> str:
     """A row's value as text: "—" when absent, a non-finite number (a row spells it "NaN",
     "Infinity") as nan/inf — measured, not missing."""
-    if isinstance(v, str) and v in NON_FINITE:
-        v = NON_FINITE[v]
-    if isinstance(v, bool) or v is None:
-        return "—"
-    if isinstance(v, (int, float)):
-        return format(v, spec) if math.isfinite(v) else str(float(v))
-    return str(v)
+    x = number(v)
+    if x is not None:
+        return format(x, spec) if math.isfinite(x) else str(x)
+    return "—" if v is None or isinstance(v, bool) else str(v)
 
 
 def _cut(text: str) -> str:
