@@ -189,7 +189,7 @@ def sweep_context() -> int:
     from harness.measurement.sustained import sustain
     from harness.measurement.timing import l2_flush
     from harness.sweep.run import SweepContext, run_config
-    from research.rate_vs_do_bench import TIMEOUT_S, rate_line
+    from research.rate_vs_do_bench import TIMEOUT_S, quantiles, rate_line
 
     out_dir = Path(os.environ.get("OUT") or "bench-out")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -197,8 +197,8 @@ def sweep_context() -> int:
     rows = []
 
     def q(xs):
-        xs = sorted(xs)
-        return f"p10 {xs[len(xs) // 10]:.4f} p50 {statistics.median(xs):.4f} p90 {xs[9 * len(xs) // 10]:.4f} n {len(xs)}"
+        d = quantiles(xs)
+        return f"p10 {d['p10']:.4f} p50 {d['p50']:.4f} p90 {d['p90']:.4f} n {d['n']}"
 
     fn, o, zero_flush, _ = decode_case()
     from harness.workloads import Config

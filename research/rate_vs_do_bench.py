@@ -58,7 +58,8 @@ def rate_line(candidate, cfg, timing):
     return from_table(raw, Path("registrations/rate-vs-do-bench.toml"), "")
 
 
-def _quantiles(xs) -> dict:
+def quantiles(xs) -> dict:
+    """n, p10, p50, p90 and max of per-call times (what tells a shifted median from a tail)."""
     xs = sorted(xs)
     return {"n": len(xs), "p10": xs[len(xs) // 10], "p50": xs[len(xs) // 2], "p90": xs[9 * len(xs) // 10],
             "max": xs[-1]}
@@ -105,7 +106,7 @@ def main() -> int:
                  "harness_ms": met["ms"], "do_bench_ms": theirs, "diff": diff, "within_goal": abs(diff) <= GOAL,
                  "harness_tflops": met["tflops"], "harness_gbps": met["gbps"], "harness_sm_mhz": met["sm_mhz"],
                  "harness_power_w": met["power_w"], "host_us": met["host_us"],
-                 "harness_calls_ms": _quantiles(row.payload["sustained"]["samples_ms"]) if row.payload["sustained"] else None,
+                 "harness_calls_ms": quantiles(row.payload["sustained"]["samples_ms"]) if row.payload["sustained"] else None,
                  **seen}
         report.append(entry)
         print(f"{name} {cfg.key()}: harness {met['ms']:.4f} ms ({entry['rate_protocol']}, interleaved {met['interleaved_ms']:.4f} ms, "
