@@ -113,13 +113,16 @@ def _gemm(cublas, handle, transa, transb, m, n, k, alpha, a, lda, stride_a, b, l
         batch, cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
 
 
+NUMERICS = {"gemm": "cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT",
+            "math_mode": "CUBLAS_DEFAULT_MATH (no TF32 for float32)",
+            "scale": "alpha of the QK^T GEMM (fp32), S rounded once",
+            "S": "input dtype, in HBM", "softmax": "float32, max-subtracted, one block per row",
+            "P": "input dtype, in place of S"}
+
+
 @kernel("cublas_stack", workloads=("attention", "decode"), dtypes=("float16", "bfloat16", "float32"),
         devices=("cuda",), requires=("cupy",), memory=cublas_stack_bytes,
-        numerics={"gemm": "cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT",
-                  "math_mode": "CUBLAS_DEFAULT_MATH (no TF32 for float32)",
-                  "scale": "alpha of the QK^T GEMM (fp32), S rounded once",
-                  "S": "input dtype, in HBM", "softmax": "float32, max-subtracted, one block per row",
-                  "P": "input dtype, in place of S"})
+        numerics=NUMERICS)
 def cublas_stack(q, k, v, out, *, causal, scale):
     """cuBLAS strided-batched QKᵀ → CUDA softmax (S in HBM) → cuBLAS PV: the accounts' baseline."""
     import numpy as np
@@ -175,3 +178,12 @@ def cublas_stack(q, k, v, out, *, causal, scale):
               zero, o3.data_ptr(), d, rows * d, batch, cuda_dtype)
     # torch's caching allocator frees S stream-ordered: reuse waits for the GEMM above.
     del s
+
+
+@kernel("cublas_stack_aa", workloads=("attention", "decode"), dtypes=("float16", "bfloat16", "float32"),
+        devices=("cuda",), requires=("cupy",), memory=cublas_stack_bytes,
+        numerics=NUMERICS)
+def cublas_stack_aa(q, k, v, out, *, causal, scale):
+    """The cuBLAS stack under a second name: the candidate of an A/A line (baseline against
+    itself through the whole pipeline), whose bar must come out NO-GO with every CI on 1.0."""
+    cublas_stack(q, k, v, out, causal=causal, scale=scale)
