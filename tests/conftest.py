@@ -36,6 +36,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _global_state_restored():
+    """Kernels of tests/zoo.py change global state on purpose (thread count, affinity) and a
+    bare gate() call does not pin it back: every test ends with the state it started with."""
+    from harness.measurement.numerics import capture, pin
+
+    before = capture()
+    yield
+    if capture() != before:
+        pin(before)
+
+
 def git(cwd: Path, *args: str) -> str:
     res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True)
     return res.stdout.strip()

@@ -274,6 +274,90 @@ def make_timed_unwritten(honest_calls: int):
     return timed_unwritten
 
 
+# ----------------------------------------------------------------------------- time lies (issue 25)
+# Kernels whose output is right but whose time is not: they leave work running after the call
+# returns, or change the global state the next arm runs under.
+
+# leaves_host_thread's thread computes for this long after the call returned: longer than the
+# leftover watch (HOST_WATCH_S), bounded so a test never leaves a spinning thread behind.
+HOST_LEFTOVER_S = 0.1
+# leaves_device_work leaves this many 2048^3 matmuls on a side stream (~1 ms on an H200).
+DEVICE_LEFTOVER_MATMULS = 8
+
+
+def _other_thread_count() -> int:
+    """One thread where torch has several (the attack), two where it already has one (tests)."""
+    import torch
+
+    return 1 if torch.get_num_threads() != 1 else 2
+
+
+def threads_changed(q, k, v, out, *, causal, scale):
+    """Computes with every thread, then leaves torch one thread for whoever runs next."""
+    import torch
+
+    out.copy_(attention(q, k, v, causal=causal, scale=scale))
+    torch.set_num_threads(_other_thread_count())
+
+
+def affinity_changed(q, k, v, out, *, causal, scale):
+    """Computes, then pins the process to one core for whoever runs next."""
+    import os
+
+    out.copy_(attention(q, k, v, causal=causal, scale=scale))
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def leaves_host_thread(q, k, v, out, *, causal, scale):
+    """Writes the right output, then leaves a thread computing on the host after it returns."""
+    import threading
+    import time
+
+    import torch
+
+    out.copy_(attention(q, k, v, causal=causal, scale=scale))
+    x = torch.randn(128, 128)
+
+    def spin():
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < HOST_LEFTOVER_S:
+            x @ x
+
+    threading.Thread(target=spin, name="leftover", daemon=True).start()
+
+
+def leaves_device_work(q, k, v, out, *, causal, scale):
+    """Writes the right output on the caller's stream, then leaves matmuls running on another
+    stream after it returns (GPU only): the next arm would run beside them."""
+    import torch
+
+    out.copy_(attention(q, k, v, causal=causal, scale=scale))
+    s = torch.cuda.Stream(device=out.device)
+    x = torch.randn(2048, 2048, device=out.device, dtype=torch.float16)
+    s.wait_stream(torch.cuda.current_stream(out.device))
+    with torch.cuda.stream(s):
+        for _ in range(DEVICE_LEFTOVER_MATMULS):
+            x @ x
+    x.record_stream(s)
+
+
+def make_threads_changed_when_timed(honest_calls: int):
+    """Leaves global state alone for its first ``honest_calls`` calls (the gate's), then leaves
+    torch one thread after every call: only timed calls change it."""
+    state = {"n": 0}
+
+    def threads_changed_when_timed(q, k, v, out, *, causal, scale):
+        import torch
+
+        state["n"] += 1
+        out.copy_(attention(q, k, v, causal=causal, scale=scale))
+        if state["n"] > honest_calls:
+            torch.set_num_threads(_other_thread_count())
+
+    threads_changed_when_timed.state = state
+    return threads_changed_when_timed
+
+
 # ----------------------------------------------------------------------------- catalogue
 
 
@@ -317,4 +401,8 @@ ZOO: tuple[Hollow, ...] = (
     Hollow("k_as_v", _plain(k_as_v), "mismatch"),
     Hollow("raises", _plain(raises), "exception"),
     Hollow("zero_output", _plain(zero_output), "degenerate", loose_atol=1e3),
+    Hollow("threads_changed", _plain(threads_changed), "numerics_changed"),
+    Hollow("affinity_changed", _plain(affinity_changed), "numerics_changed"),
+    Hollow("leaves_host_thread", _plain(leaves_host_thread), "left_running"),
+    Hollow("leaves_device_work", _plain(leaves_device_work), "left_running", gpu=True),
 )

@@ -53,14 +53,18 @@ FAILURE_TAGS = {
     "exception": "the kernel raised",
     "side_stream": "output written while the caller's stream was held, or after it had finished the call: "
                    "work on another stream",
+    "left_running": "the call returned with work still running: device work on another stream, or host "
+                    "threads or child processes still using the CPU (measurement/leftover.py)",
+    "numerics_changed": "the call changed global state the harness pins (numeric flags, thread counts, "
+                        "CPU affinity) for whoever runs next",
 }
 # Failures a pass-rate threshold never excuses: min_pass_rate < 1 tolerates numerical seed
 # luck (shape-aware attention's causal config passed 21 of 40 seeds), not a kernel that
 # skips, caches or corrupts.
 STRUCTURAL_TAGS = frozenset({"unwritten", "input_mutated", "degenerate", "exception", "side_stream",
-                             "stale_mismatch"})
+                             "stale_mismatch", "left_running", "numerics_changed"})
 # Tags of the call checks (before any comparison with the reference).
-_CALL_TAGS = frozenset({"exception", "input_mutated", "side_stream"})
+_CALL_TAGS = frozenset({"exception", "input_mutated", "side_stream", "left_running", "numerics_changed"})
 
 # Named default tolerances (atol, rtol) per dtype; registrations pass their own. Sized so
 # the torch 3-kernel baseline, which rounds S = QKᵀ to the input dtype (the bf16 2-ULP trap),
@@ -406,6 +410,8 @@ class _Call:
     visible: object            # what out held when the current stream finished
     exception: str | None
     side_stream: str | None
+    left_running: str | None = None
+    state_changed: str | None = None
 
 
 def _is_cuda(t) -> bool:
@@ -420,32 +426,59 @@ def _exception_text(exc: BaseException) -> str:
 
 
 def _checked_call(fn: Callable, q, k, v, out, *, causal: bool, scale: float) -> _Call:
-    """Poison out, call the kernel, read out as the current stream sees it."""
+    """Poison out, call the kernel, read out as the current stream sees it; then what the call
+    left behind: device work still running once the current stream finished (confirmed on
+    DRAIN_CONFIRM_CALLS calls in a row), host threads or processes still busy, global state
+    (numeric flags, thread counts, affinity) changed."""
     import torch
 
-    poison_(out)
+    from harness.measurement import leftover
+    from harness.measurement.numerics import capture, describe, diff
+
     cuda = _is_cuda(out)
-    if cuda:
-        torch.cuda.synchronize(out.device)
-    try:
-        fn(q, k, v, out, causal=causal, scale=scale)
+    state0 = capture()
+    left = None
+    for attempt in range(leftover.DRAIN_CONFIRM_CALLS):
+        poison_(out)
         if cuda:
-            torch.cuda.current_stream(out.device).synchronize()
-    except Exception as exc:  # the kernel's failure is the check's result, with its text
-        return _Call(visible=None, exception=_exception_text(exc), side_stream=None)
+            torch.cuda.synchronize(out.device)
+        host0 = leftover.host_snapshot()
+        try:
+            fn(q, k, v, out, causal=causal, scale=scale)
+            if cuda:
+                torch.cuda.current_stream(out.device).synchronize()
+        except Exception as exc:  # the kernel's failure is the check's result, with its text
+            return _Call(visible=None, exception=_exception_text(exc), side_stream=None)
+        visible = out.clone() if cuda else out
+        drain = None
+        if cuda:
+            torch.cuda.current_stream(out.device).synchronize()  # the copy above is not the kernel's work
+            try:
+                drain = leftover.drain_s(out.device)
+            except Exception as exc:
+                return _Call(visible=None, exception=_exception_text(exc), side_stream=None)
+        host = leftover.host_leftovers(host0)
+        moved = diff(state0, capture())
+        if moved:
+            return _Call(visible=visible, exception=None, side_stream=None,
+                         state_changed=f"the call changed global state for whoever runs next ({describe(moved)})")
+        if host is not None:
+            left = host
+            break
+        if drain is None or drain <= leftover.DRAIN_LIMIT_S:
+            left = None
+            break
+        left = (f"the device stayed busy {drain * 1e6:.0f} µs after the caller's stream had finished the call "
+                f"(> {leftover.DRAIN_LIMIT_S * 1e6:.0f} µs) on {attempt + 1} call(s) in a row: work left "
+                f"running on another stream")
     if not cuda:
-        return _Call(visible=out, exception=None, side_stream=None)
-    visible = out.clone()
-    try:
-        torch.cuda.synchronize(out.device)
-    except Exception as exc:
-        return _Call(visible=None, exception=_exception_text(exc), side_stream=None)
+        return _Call(visible=out, exception=None, side_stream=None, left_running=left)
     side = None
     if not _bits_equal(visible, out):
         changed = int(_bits_diff(visible, out).sum())
         side = (f"{changed} of {out.numel()} output elements were written after the current stream "
                 f"had finished (work on another stream that the current stream never waited for)")
-    return _Call(visible=visible, exception=None, side_stream=side)
+    return _Call(visible=visible, exception=None, side_stream=side, left_running=left)
 
 
 def _mutated(pristine, inputs) -> str | None:
@@ -599,6 +632,10 @@ def _check_call(fn, cfg: Config, q, k, v, out, pristine, *, atol: float, rtol: f
         return _Checked("input_mutated", mut, c.visible, None, None, 0.0)
     if c.side_stream:
         return _Checked("side_stream", c.side_stream, c.visible, None, None, 0.0)
+    if c.state_changed:
+        return _Checked("numerics_changed", c.state_changed, c.visible, None, None, 0.0)
+    if c.left_running:
+        return _Checked("left_running", c.left_running, c.visible, None, None, 0.0)
     return _check_output(c.visible, pristine, cfg, atol=atol, rtol=rtol, ref=ref, **judge)
 
 

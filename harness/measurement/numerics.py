@@ -64,6 +64,46 @@ def _deterministic() -> tuple[Callable[[], Any], Callable[[Any], None]]:
     return get, set_
 
 
+def _threads() -> tuple[Callable[[], Any], Callable[[Any], None]]:
+    def get():
+        import torch
+
+        return torch.get_num_threads()
+
+    def set_(v):
+        import torch
+
+        torch.set_num_threads(v)
+
+    return get, set_
+
+
+def _interop_threads() -> tuple[Callable[[], Any], None]:
+    def get():
+        import torch
+
+        return torch.get_num_interop_threads()
+
+    # No setter: torch refuses set_num_interop_threads once any parallel work has run, so the
+    # harness cannot restore it either; it is recorded and checked, never pinned.
+    return get, None
+
+
+def _affinity() -> tuple[Callable[[], Any], Callable[[Any], None] | None]:
+    import os
+
+    if not hasattr(os, "sched_getaffinity"):  # not Linux: no affinity to read
+        return (lambda: None), None
+
+    def get():
+        return tuple(sorted(os.sched_getaffinity(0)))
+
+    def set_(v):
+        os.sched_setaffinity(0, v)
+
+    return get, set_
+
+
 def _precision() -> tuple[Callable[[], Any], Callable[[Any], None]]:
     def get():
         import torch
@@ -108,7 +148,16 @@ _FLAGS: dict[str, tuple[str, tuple[Callable[[], Any], Callable[[Any], None]]]] =
         "torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp()",
         _fn("backends.cuda.fp16_bf16_reduction_math_sdp_allowed", "backends.cuda.allow_fp16_bf16_reduction_math_sdp")),
     "deterministic_algorithms": ("torch.use_deterministic_algorithms()", _deterministic()),
+    # Host state that changes how fast the next arm runs on the CPU (a kernel that leaves one
+    # thread, or one core, to whoever runs next reads faster than it is). Recorded and checked
+    # like the flags; a registration may pin num_threads, never the other two.
+    "num_threads": ("torch.set_num_threads()", _threads()),
+    "num_interop_threads": ("torch.set_num_interop_threads()", _interop_threads()),
+    "cpu_affinity": ("os.sched_setaffinity()", _affinity()),
 }
+# Read and checked, but a registration cannot pin them (no setter that works mid-process, or
+# a machine-specific value a registration must not name).
+CAPTURE_ONLY = frozenset({"num_interop_threads", "cpu_affinity"})
 
 
 @dataclass(frozen=True)
@@ -130,6 +179,9 @@ class NumericState:
     cudnn_sdp: bool | None
     math_sdp_fp16_bf16_reduction: bool | None
     deterministic_algorithms: bool
+    num_threads: int | None = None
+    num_interop_threads: int | None = None
+    cpu_affinity: tuple[int, ...] | None = None
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -140,7 +192,8 @@ class NumericState:
         unknown = set(d) - set(_FLAGS)
         if unknown:
             raise UserError(f"unknown numerics flag(s) {', '.join(sorted(unknown))}: valid are {', '.join(_FLAGS)}")
-        return cls(**{name: d.get(name) for name in _FLAGS})
+        # JSON has no tuple: an affinity read back from a row is a list.
+        return cls(**{name: tuple(d[name]) if isinstance(d.get(name), list) else d.get(name) for name in _FLAGS})
 
     @classmethod
     def from_registration(cls, mapping: Mapping[str, Any], base: "NumericState | None" = None) -> "NumericState":
@@ -190,7 +243,13 @@ def _validate(mapping: Mapping[str, Any]) -> dict[str, Any]:
         if key not in _FLAGS:
             raise UserError(f"unknown numerics flag '{key}' in the registration's [numerics]: "
                             f"valid flags are {', '.join(_FLAGS)}")
-        if key == "float32_matmul_precision":
+        if key in CAPTURE_ONLY:
+            raise UserError(f"[numerics] {key} cannot be pinned by a registration: it is recorded and checked "
+                            f"after every call (a kernel that changes it is never timed); remove it")
+        if key == "num_threads":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"[numerics] num_threads = {value!r}: must be a whole number >= 1")
+        elif key == "float32_matmul_precision":
             if value not in PRECISIONS:
                 raise UserError(f"[numerics] float32_matmul_precision = {value!r}: must be one of "
                                 f"{', '.join(repr(p) for p in PRECISIONS)}")
@@ -232,8 +291,13 @@ def _set(values: Mapping[str, Any]) -> None:
             # 'high', and torch's deterministic switch imports torch._inductor on first use
             # (seconds per process).
             continue
+        setter = _FLAGS[name][1][1]
+        if setter is None:
+            # Not settable (interop threads once parallel work ran): `apply` reports it as not
+            # taken when asked, and a kernel that moved it is caught by `diff`.
+            continue
         try:
-            _FLAGS[name][1][1](values[name])
+            setter(values[name])
         except AttributeError as exc:
             raise UserError(f"this torch has no {_FLAGS[name][0]}: remove '{name}' from [numerics]") from exc
 
@@ -259,12 +323,22 @@ def apply(state: NumericState | Mapping[str, Any]) -> Iterator[NumericState]:
         _set({k: v for k, v in before.as_dict().items() if v is not None})
 
 
+def pin(state: NumericState) -> None:
+    """Set ``state`` again (after a call moved it), so the next call runs under the pinned state."""
+    _set({k: v for k, v in state.as_dict().items() if v is not None})
+
+
 def diff(a: NumericState, b: NumericState) -> dict[str, tuple[Any, Any]]:
     """Flags that differ: name -> (value in a, value in b)."""
     return {f.name: (getattr(a, f.name), getattr(b, f.name))
             for f in fields(NumericState) if getattr(a, f.name) != getattr(b, f.name)}
 
 
+def describe(moved: Mapping[str, tuple[Any, Any]]) -> str:
+    """``diff``'s output in words: ``name: before → after`` for each flag moved."""
+    return ", ".join(f"{name}: {a} → {b}" for name, (a, b) in moved.items())
+
+
 FLAG_NAMES = tuple(_FLAGS)
 
-__all__ = ["FLAG_NAMES", "NumericState", "PRECISIONS", "apply", "capture", "diff"]
+__all__ = ["CAPTURE_ONLY", "FLAG_NAMES", "NumericState", "PRECISIONS", "apply", "capture", "describe", "diff", "pin"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from harness.governance.outcomes import CRASHED, INCORRECT, RESULT, SKIPPED, THROTTLED, UNSUPPORTED
 from harness.sweep import phase
@@ -46,6 +46,13 @@ class SweepContext:
         as triton.testing.do_bench times them); speedups still come from the rounds, where
         the arms share one clock."""
         return self.reg.judges_rates()
+
+
+class Failure(NamedTuple):
+    """A check's failure in the shape of a CheckReport's: its tag and why."""
+
+    tag: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -167,7 +174,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
             return out
 
         phase.report((base_spec.name, *(spec.name for spec in timed)), phase.TIMING)
-        m, slots, outs, snaps = _time(cfg, base_spec, timed, ctx, policy)
+        m, slots, outs, snaps, watch = _time(cfg, base_spec, timed, ctx, policy)
         phase.report(None, phase.CHECK)
         measured_peak = memory.peak_bytes(ctx.device, held)
         seed = reg.seeds[0] + RECHECK_SEED_OFFSET
@@ -177,6 +184,14 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         # copies are checked first and dropped before the recheck allocates.
         from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
 
+        # What the timed calls left behind (state, host work, device work), per arm: a kernel
+        # that leaves work for whoever runs next is never given a number.
+        drains = {name: list(v) for name, v in m.drain_s.items()}
+        left = {name: watch.failure(name, drains, ARM_BASELINE) for name in m.arms}
+        base_left = left.get(ARM_BASELINE) or left.get(ARM_CONTROL)
+        if base_left is not None:
+            return out + _baseline_failed(cfg, base_spec, timed, ctx, "timed_" + base_left[0], base_left[1],
+                                          gates[base_spec.name], "a timed-call check")
         spot_bad = {name: _spot_failure(cfg, slots, m, snaps, name, ctx) for name in snaps}
         snaps.clear()
         base_bad = spot_bad.get(ARM_BASELINE) or spot_bad.get(ARM_CONTROL)
@@ -187,6 +202,12 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         last_bad = {spec.name: _timed_output_failure(cfg, slots, outs[arm_name(spec.name)], ctx) for spec in timed}
         empty = _empty_window(policy, ctx.device)
         for spec in timed:
+            if left.get(arm_name(spec.name)) is not None:
+                tag, why = left[arm_name(spec.name)]
+                out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate", "tag": "timed_" + tag,
+                                                 "reason": why, "timing": m.to_row(),
+                                                 "gate": gates[spec.name].to_row()}))
+                continue
             bad = last_bad[spec.name] or spot_bad.get(arm_name(spec.name))
             if bad is not None:
                 prefix = "timed_" if last_bad[spec.name] is not None else "random_call_"
@@ -240,7 +261,9 @@ def _baseline_failed(cfg, base_spec, specs, ctx, tag, reason, gate, what) -> lis
 
 def _failure(name, gates, changed) -> tuple[str, str]:
     if name in changed:
-        flags = ", ".join(f"{k}: {a} → {b}" for k, (a, b) in changed[name].items())
+        from harness.measurement.numerics import describe
+
+        flags = describe(changed[name])
         return "numerics_changed", f"kernel {name} changed global numeric state during its call ({flags})"
     g = gates[name]
     return g.tag, g.reason
@@ -255,6 +278,8 @@ def _time(cfg, base_spec, timed, ctx, policy):
     import torch
 
     from harness.measurement.correctness import poison_
+    from harness.measurement.leftover import TimedWatch
+    from harness.measurement.numerics import capture
     from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, measure
     from harness.workloads.inputs import make_inputs
 
@@ -285,15 +310,18 @@ def _time(cfg, base_spec, timed, ctx, policy):
 
         def fill(slot: int) -> None:
             poison_(o[slot])  # the gate's poison: what a timed call leaves unwritten is told apart
+            watch.before(name)
 
         return fill
 
     snaps: dict = {}
+    watch = TimedWatch(capture())  # the state pinned for this config (numerics.apply is in force)
 
     def snapshot(name):
         o = outs[name]
 
         def keep(slot: int) -> None:
+            watch.after(name)  # first: the copy below is the harness's work, not the call's
             if name in snaps:
                 snaps[name].copy_(o[slot])
             else:
@@ -304,7 +332,8 @@ def _time(cfg, base_spec, timed, ctx, policy):
     m = measure({name: arm(name) for name in arm_specs}, n_slots=n_slots, policy=policy, device=ctx.device,
                 prepare={name: poison(name) for name in arm_specs},
                 spot={name: snapshot(name) for name in arm_specs}, spot_seed=spot_seed(cfg, ctx))
-    return m, slots, outs, snaps
+    watch.settle()  # the last timed call's changes
+    return m, slots, outs, snaps, watch
 
 
 def _spot_failure(cfg, slots, m, snaps, name, ctx):
@@ -326,6 +355,7 @@ def _sustained(cfg, spec, slots, outs, ctx):
     """The candidate's calls back to back at the sustained clock (rates for a rate bar), and
     the check of the last call's output (poisoned before every call), or None when it passed."""
     from harness.measurement.correctness import check_timed_output, poison_
+    from harness.measurement.numerics import capture, describe, diff, pin
     from harness.measurement.sustained import sustain
 
     def call(slot: int) -> None:
@@ -335,7 +365,12 @@ def _sustained(cfg, spec, slots, outs, ctx):
     def poison(slot: int) -> None:
         poison_(outs[slot])  # the gate's poison: what a call leaves unwritten is told apart
 
+    state = capture()  # the pinned state (numerics.apply is in force)
     sus = sustain(arm_name(spec.name), call, n_slots=len(slots), device=ctx.device, prepare=poison)
+    moved = diff(state, capture())
+    if moved:
+        pin(state)
+        return sus, Failure("numerics_changed", f"its calls back to back changed global state ({describe(moved)})")
     q, k, v = slots[sus.last_slot]
     rep = check_timed_output(cfg, q, k, v, outs[sus.last_slot], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
                              label=f"slot {sus.last_slot}", what="output of the last call timed back to back")

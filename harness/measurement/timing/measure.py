@@ -94,11 +94,12 @@ class _State:
     drops: list[tuple[float | None, bool, tuple[str, ...]]] = field(default_factory=list)  # per round: round_drop()
     samples: dict[str, list[float]] = field(default_factory=dict)
     host_s: dict[str, list[float]] = field(default_factory=dict)
+    drain_s: dict[str, list[float]] = field(default_factory=dict)  # device drain after each measured call
     stop_reason: str | None = None
     gaps0: dict[str, dict[str, int]] = field(default_factory=dict)  # timer's host-gap counts before rounds
 
     def __post_init__(self):
-        for d in (self.warm, self.samples, self.host_s):
+        for d in (self.warm, self.samples, self.host_s, self.drain_s):
             d.update({n: [] for n in self.names})
 
 
@@ -246,7 +247,7 @@ def _measure_rounds(st: _State, runner: RoundRunner, policy: TimingPolicy, monit
     st.gaps0 = {k: dict(getattr(timer, k, {})) for k in ("host_gaps", "host_gaps_kept")}
     t_m0 = timer.now_s()
     while st.stop_reason is None:
-        rnd = runner.round(len(st.raw), None, st.host_s)
+        rnd = runner.round(len(st.raw), None, st.host_s, st.drain_s)
         st.raw.append(rnd)
         for n in st.names:
             st.samples[n].append(rnd.samples[n])
@@ -313,7 +314,8 @@ def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: Cloc
         n_slots=runner.n_slots, graph_replays=runner.replays, timer=timer.name, policy=policy,
         warmup_rounds=st.warmup_rounds, warmup_extensions=st.extensions, elapsed_s=timer.now_s() - st.t_begin,
         clock=clock, clock_note="; ".join(st.clock_notes) or None, timing_note=timing_note, throttled=throttled,
-        throttle_note=throttle_note, host_gaps=host_gaps, host_us=host_us, spot_calls=runner.spot_calls,
+        throttle_note=throttle_note, host_gaps=host_gaps, host_us=host_us,
+        drain_s={n: tuple(v) for n, v in st.drain_s.items() if v}, spot_calls=runner.spot_calls,
         spot_seed=runner.spot_seed if runner.spot else None)
 
 

@@ -75,6 +75,9 @@ class Measurement:
     # among the arm's measured calls and its input slot; the seed that chose it.
     spot_calls: dict[str, dict[str, int]] = field(default_factory=dict)
     spot_seed: int | None = None
+    # Per arm (device timers only): seconds a device-wide synchronize took after each measured
+    # call, once the call's own stream had finished (work left on another stream shows here).
+    drain_s: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     @property
     def n_dropped(self) -> int:
@@ -116,6 +119,7 @@ class Measurement:
             "clock": self.clock.as_dict() if self.clock else None,
             "control_ratio": self.control_ratio, "control_ok": self.control_ok, "host_gaps": self.host_gaps,
             "host_us": self.host_us, "spot_calls": self.spot_calls, "spot_seed": self.spot_seed,
+            "drain_us": {n: [d * 1e6 for d in v] for n, v in self.drain_s.items()},
         }
         if include_rounds:  # columnar: compact for thousands of rounds
             row["rounds"] = {

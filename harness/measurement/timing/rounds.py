@@ -92,9 +92,10 @@ class RoundRunner:
             self.spot_calls[name] = {"call": k - 1, "slot": slot}
 
     def round(self, index: int, record: dict[str, list[float]] | None = None,
-              host: dict[str, list[float]] | None = None) -> RawRound:
+              host: dict[str, list[float]] | None = None, drain: dict[str, list[float]] | None = None) -> RawRound:
         """Every arm once, in the ``index``-th order. ``record`` collects samples (warm-up);
-        ``host`` (measured rounds) collects host enqueue times and drives the spot check."""
+        ``host`` (measured rounds) collects host enqueue times and drives the spot check;
+        ``drain`` collects the device drain after each call (the timer's ``last_drain_s``)."""
         order = self.orders[index % len(self.orders)]
         out: dict[str, float] = {}
         t0 = self.timer.now_s()
@@ -114,6 +115,9 @@ class RoundRunner:
                 record[name].append(ms)
             if host is not None:
                 host[name].append(getattr(self.timer, "last_host_s", math.nan))
+                d = getattr(self.timer, "last_drain_s", None)
+                if drain is not None and d is not None:
+                    drain[name].append(d)
                 if self.spot and name in self.spot:
                     self._spot_check(name, taken[-1])
         return RawRound(t0, self.timer.now_s(), order, out)

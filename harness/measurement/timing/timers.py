@@ -9,6 +9,8 @@ import statistics
 import time
 from typing import Callable, Protocol, Sequence
 
+from harness.measurement.leftover import drain_s
+
 
 class Timer(Protocol):
     """Times calls: one isolated call (``time_call``), or calls back to back (``time_loop``).
@@ -19,12 +21,17 @@ class Timer(Protocol):
     so the re-run never reads inputs the failed attempt left in L2.
 
     After each call, ``last_host_s`` holds the host time the call's enqueue took
-    (perf_counter around ``fn``): the row's ``host_us``.
+    (perf_counter around ``fn``): the row's ``host_us``. A timer of device work drains the
+    whole device after each call, outside the window, and keeps how long that took in
+    ``last_drain_s`` (None where there is no device): the next call never runs beside work
+    this one left on another stream, and the drain shows that such work was there
+    (measurement/leftover.py).
     """
 
     name: str
     virtual: bool
     last_host_s: float
+    last_drain_s: float | None
 
     def now_s(self) -> float: ...
 
@@ -56,6 +63,7 @@ class HostTimer:
 
     name = "host"
     virtual = False
+    last_drain_s = None  # no device to drain
 
     def now_s(self) -> float:
         return time.perf_counter()
@@ -127,6 +135,7 @@ class CudaEventTimer:
         self.host_gaps: dict[str, int] = {}
         self.host_gaps_kept: dict[str, int] = {}
         self._cycles_per_s = max_sm_hz(self._device)
+        self.last_drain_s: float | None = None
 
     def now_s(self) -> float:
         return time.perf_counter()
@@ -161,6 +170,9 @@ class CudaEventTimer:
             self._end.synchronize()
             ms = float(self._start.elapsed_time(self._end))
             self.last_host_s = enqueued
+            # The whole device, not just this stream: work the call left on another stream
+            # must not run beside the next call, and how long it still ran is evidence.
+            self.last_drain_s = drain_s(self._device)
             if not gap:
                 self._enqueue_s[arm] = enqueued
                 return ms
@@ -185,4 +197,5 @@ class CudaEventTimer:
             end.record()
         if events:
             events[-1][1].synchronize()
+        self.last_drain_s = drain_s(self._device)
         return [float(start.elapsed_time(end)) for start, end in events]

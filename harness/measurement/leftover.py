@@ -1,0 +1,202 @@
+"""Work a kernel leaves running after its call returns: device work on another stream, host
+threads, child processes.
+
+A kernel that returns with work still running is timed short, and whoever runs next pays for
+it (issue 25: the baseline read 3.87 ms against its true 1.21 ms behind such a kernel). The
+device half is decided by how long a device-wide synchronize takes once the caller's stream
+has finished the call: on an idle device it returns at once, so a long one means some other
+stream still had work. The harness drains the device this way after every timed call (outside
+the timed window), so the next arm never runs beside left-over work, and judges each arm's
+drain times. The host half looks for Python threads and child processes that the call started
+and that still use the CPU after it returned.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+
+# A device-wide synchronize after the caller's stream is done: on the H200, over 300 idle
+# calls, p50 11 µs, p99 24 µs, max 42 µs (research/drain_probe.py, docs/benchmarks-log.md).
+# Longer than this, the device was still running something the call left behind.
+DRAIN_LIMIT_S = 100e-6
+# A checked call whose drain exceeds DRAIN_LIMIT_S is called once more on the same inputs:
+# left-over work is named only when this many calls in a row leave it (host jitter repeats rarely).
+DRAIN_CONFIRM_CALLS = 2
+# Timed calls: an arm leaves work when more than this share of its measured calls drained
+# longer than DRAIN_LIMIT_S (an honest arm on the H200: 0 of 300), or when its median drain
+# exceeds the baseline's by more than DRAIN_MARGIN_S (work left on every call, however short;
+# the honest arms' medians differ by < 1 µs).
+DRAIN_MAX_SHARE = 0.05
+DRAIN_MARGIN_S = 25e-6
+# Host: how long a new thread or child process is watched once the call has returned, and how
+# much CPU it may use in that time (a thread's exit path takes microseconds; a thread left
+# computing uses most of a core even on a loaded machine).
+HOST_WATCH_S = 0.01
+HOST_CPU_LIMIT_S = 1e-3
+
+
+def drain_s(device) -> float:
+    """Seconds a device-wide synchronize takes now (call it once the caller's stream is done)."""
+    import torch
+
+    t0 = time.perf_counter()
+    torch.cuda.synchronize(device)
+    return time.perf_counter() - t0
+
+
+@dataclass(frozen=True)
+class HostSnapshot:
+    """The Python threads and child processes alive at one moment."""
+
+    threads: frozenset[int]
+    children: frozenset[int]
+
+
+def _children() -> frozenset[int]:
+    """Child process ids of this process (all its threads' children; Linux /proc)."""
+    pids: set[int] = set()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:  # no /proc: multiprocessing's own children are all that can be seen
+        import multiprocessing
+
+        return frozenset(p.pid for p in multiprocessing.active_children() if p.pid)
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids.update(int(x) for x in f.read().split())
+        except OSError:
+            continue
+    return frozenset(pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def host_snapshot() -> HostSnapshot:
+    """What runs on the host now: take it right before a call."""
+    return HostSnapshot(frozenset(t.ident for t in threading.enumerate() if t.ident is not None), _children())
+
+
+def _cpu_ns(path: str) -> int | None:
+    """CPU time (ns) of a thread or process from its schedstat, or None when it is gone or unreadable."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def host_leftovers(before: HostSnapshot) -> str | None:
+    """Why the call just returned left host work running, or None.
+
+    New Python threads and child processes still alive are watched for HOST_WATCH_S; those that
+    use more than HOST_CPU_LIMIT_S of CPU in that time are work the call left running (an idle
+    pool thread the kernel created uses none). Costs nothing when the call started nothing.
+    """
+    threads = [t for t in threading.enumerate() if t.ident not in before.threads and t.is_alive()]
+    children = sorted(_children() - before.children)
+    if not threads and not children:
+        return None
+    # who -> (schedstat path, still alive?)
+    watched = {f"thread '{t.name}'": (f"/proc/self/task/{t.native_id}/schedstat", t.is_alive) for t in threads}
+    watched.update({f"child process {pid}": (f"/proc/{pid}/schedstat", lambda pid=pid: _alive(pid))
+                    for pid in children})
+    start = {who: _cpu_ns(path) for who, (path, _) in watched.items()}
+    time.sleep(HOST_WATCH_S)
+    busy = []
+    for who, (path, alive) in watched.items():
+        t0, t1 = start[who], _cpu_ns(path)
+        if t0 is None:
+            # No schedstat (not Linux): alive after the watch is all that can be told (fail closed).
+            if alive():
+                busy.append(f"{who} is alive {HOST_WATCH_S * 1e3:.0f} ms after the call (CPU time unreadable here)")
+        elif t1 is not None and t1 - t0 > HOST_CPU_LIMIT_S * 1e9:
+            busy.append(f"{who} used {(t1 - t0) / 1e6:.1f} ms of CPU in the {HOST_WATCH_S * 1e3:.0f} ms after the call")
+    if not busy:
+        return None
+    return "the call returned with host work still running: " + "; ".join(busy)
+
+
+def timed_leftover(drains: dict[str, list[float]], arm: str, baseline: str) -> str | None:
+    """Why ``arm``'s timed calls left device work running (from each measured call's drain, in
+    seconds), or None. Judged against DRAIN_LIMIT_S and against the baseline's drains."""
+    mine, base = drains.get(arm) or [], drains.get(baseline) or []
+    if not mine:
+        return None
+    long = sum(d > DRAIN_LIMIT_S for d in mine)
+    why = []
+    if long > DRAIN_MAX_SHARE * len(mine):
+        why.append(f"{long} of {len(mine)} timed calls left the device busy for more than "
+                   f"{DRAIN_LIMIT_S * 1e6:.0f} µs after the caller's stream had finished (longest "
+                   f"{max(mine) * 1e6:.0f} µs; at most {DRAIN_MAX_SHARE:.0%} may)")
+    if base:
+        m, b = statistics.median(mine), statistics.median(base)
+        if m - b > DRAIN_MARGIN_S:
+            why.append(f"its median drain after a call is {m * 1e6:.1f} µs against the baseline's "
+                       f"{b * 1e6:.1f} µs (more than {DRAIN_MARGIN_S * 1e6:.0f} µs apart)")
+    if not why:
+        return None
+    return "work left running on another stream after its timed calls: " + "; ".join(why)
+
+
+class TimedWatch:
+    """What timed calls leave behind, watched outside their windows: ``before(arm)`` runs before
+    each timed call (the sweep's prepare hook), ``after(arm)`` after the random call chosen for
+    the output check (the spot hook).
+
+    ``before`` compares the global state with the pinned one: a change is blamed on the arm of
+    the previous timed call and set back at once, so the next arm never runs under it. It also
+    notes the host threads and child processes alive, against which ``after`` looks for host
+    work the call left running. Device work left on another stream is in the timer's drains.
+    """
+
+    def __init__(self, pinned):
+        self.pinned = pinned
+        self.last: str | None = None
+        self.moved: dict[str, dict] = {}
+        self.host: dict[str, str] = {}
+        self._snaps: dict[str, HostSnapshot] = {}
+
+    def before(self, arm: str) -> None:
+        self.settle()
+        self._snaps[arm] = host_snapshot()
+        self.last = arm
+
+    def settle(self) -> None:
+        """Blame a state change on the last arm called and pin the state again (also once the
+        rounds are over, for the last call)."""
+        from harness.measurement.numerics import capture, diff, pin
+
+        moved = diff(self.pinned, capture())
+        if moved:
+            if self.last is not None:
+                self.moved.setdefault(self.last, moved)
+            pin(self.pinned)
+
+    def after(self, arm: str) -> None:
+        snap = self._snaps.get(arm)
+        why = host_leftovers(snap) if snap is not None else None
+        if why is not None:
+            self.host.setdefault(arm, why)
+
+    def failure(self, arm: str, drains: dict[str, list[float]], baseline: str) -> tuple[str, str] | None:
+        """(tag, reason) of what ``arm``'s timed calls left behind, or None."""
+        if arm in self.moved:
+            from harness.measurement.numerics import describe
+
+            return "numerics_changed", (f"a timed call changed global state for whoever runs next "
+                                        f"({describe(self.moved[arm])})")
+        if arm in self.host:
+            return "left_running", f"a timed call (the one chosen at random): {self.host[arm]}"
+        why = timed_leftover(drains, arm, baseline)
+        return ("left_running", why) if why else None

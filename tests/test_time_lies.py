@@ -1,0 +1,225 @@
+"""Issue 25: kernels whose output is right but whose time is not get no number — work left
+running after the call (device streams, host threads), global state changed for the next arm.
+The gate's half is in test_correctness (the zoo's hollow kernels); these are the timed calls'."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.errors import UserError
+from harness.measurement import leftover
+from harness.measurement.leftover import TimedWatch, host_leftovers, host_snapshot, timed_leftover
+from harness.measurement.numerics import NumericPins, capture
+from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
+from harness.measurement.timing.orders import MAX_PERMUTED_ARMS, round_orders
+from harness.sweep.run import run_config
+from harness.workloads import Config
+from kernels import kernel
+from tests import zoo
+from tests.conftest import sweep_context
+
+CFG = Config("attention", 1, 2, 2, 32, 16, "float32", False)
+# CFG's gate with one seed and one family: 2 calls at CFG and each of its 3 boundary configs.
+GATE_CALLS = 8
+
+
+def ctx(line: str):
+    return sweep_context(line=line, timing={"warmup_ms": 1, "min_samples": 5, "max_samples": 20, "min_time_ms": 1,
+                                            "timeout_s": 5})
+
+
+_fn = {"fn": None}
+
+
+@kernel("test_time_liar", workloads=("attention",), dtypes=("float32",), devices=("cpu", "cuda"))
+def time_liar(q, k, v, out, *, causal, scale):
+    _fn["fn"](q, k, v, out, causal=causal, scale=scale)
+
+
+def make_host_thread_when_timed(honest_calls: int):
+    """Honest in the gate; every later call leaves a thread computing after it returns."""
+    state = {"n": 0}
+
+    def fn(q, k, v, out, *, causal, scale):
+        state["n"] += 1
+        if state["n"] <= honest_calls:
+            out.copy_(zoo.attention(q, k, v, causal=causal, scale=scale))
+        else:
+            zoo.leaves_host_thread(q, k, v, out, causal=causal, scale=scale)
+
+    return fn
+
+
+def make_device_work_when_timed(honest_calls: int):
+    """Honest in the gate; every later call leaves matmuls running on another stream (GPU)."""
+    state = {"n": 0}
+
+    def fn(q, k, v, out, *, causal, scale):
+        state["n"] += 1
+        if state["n"] <= honest_calls:
+            out.copy_(zoo.attention(q, k, v, causal=causal, scale=scale))
+        else:
+            zoo.leaves_device_work(q, k, v, out, causal=causal, scale=scale)
+
+    return fn
+
+
+# ----------------------------------------------------------------------------- global state
+
+
+def test_thread_counts_and_affinity_are_part_of_the_checked_state():
+    import torch
+
+    s = capture().as_dict()
+    assert s["num_threads"] == torch.get_num_threads()
+    assert s["num_interop_threads"] == torch.get_num_interop_threads()
+    import os
+
+    if hasattr(os, "sched_getaffinity"):
+        assert s["cpu_affinity"] == tuple(sorted(os.sched_getaffinity(0)))
+
+
+def test_a_registration_may_pin_num_threads_but_not_the_capture_only_state():
+    assert NumericPins.from_registration({"num_threads": 2}).as_dict() == {"num_threads": 2}
+    for bad in ({"num_threads": 0}, {"num_threads": True}, {"cpu_affinity": [0]}, {"num_interop_threads": 1}):
+        with pytest.raises(UserError, match=r"\[numerics\]"):
+            NumericPins.from_registration(bad)
+
+
+def test_a_kernel_that_changes_the_thread_count_only_when_timed_gets_no_number():
+    import torch
+
+    before = torch.get_num_threads()
+    _fn["fn"] = zoo.make_threads_changed_when_timed(honest_calls=GATE_CALLS)
+    (row,) = run_config(CFG, ("test_time_liar",), ctx("threads"))
+    assert row.kind == "incorrect", row.payload.get("reason")
+    assert row.payload["tag"] == "timed_numerics_changed"
+    assert "num_threads" in row.payload["reason"]
+    # Set back before the next arm ran, and after the config.
+    assert torch.get_num_threads() == before
+
+
+def test_a_state_change_is_blamed_on_the_previous_call_and_set_back_before_the_next():
+    import torch
+
+    watch = TimedWatch(capture())
+    before = torch.get_num_threads()
+    watch.before("a")
+    torch.set_num_threads(1 if before != 1 else 2)  # "a"'s call moves it
+    watch.before("b")  # before "b" runs: blamed on "a", pinned back
+    assert torch.get_num_threads() == before
+    assert set(watch.moved) == {"a"}
+    assert watch.failure("a", {}, "b")[0] == "numerics_changed"
+    assert watch.failure("b", {}, "a") is None
+
+
+# ----------------------------------------------------------------------------- host work left running
+
+
+def test_host_leftovers_names_a_busy_thread_and_ignores_an_idle_one():
+    import threading
+
+    snap = host_snapshot()
+    assert host_leftovers(snap) is None
+    idle = threading.Event()
+    t = threading.Thread(target=idle.wait, name="idle-pool", daemon=True)
+    t.start()
+    try:
+        assert host_leftovers(snap) is None  # alive, but uses no CPU: not work left running
+    finally:
+        idle.set()
+        t.join()
+    out = zoo.attention(*(torch_inputs()), causal=False, scale=0.25)
+    zoo.leaves_host_thread(*torch_inputs(), out, causal=False, scale=0.25)
+    why = host_leftovers(snap)
+    assert why is not None and "thread 'leftover'" in why and "ms of CPU" in why
+
+
+def torch_inputs():
+    from harness.workloads.inputs import make_inputs
+
+    return make_inputs(CFG, 0, "normal", "cpu")
+
+
+def test_a_kernel_that_leaves_a_thread_running_only_when_timed_gets_no_number():
+    _fn["fn"] = make_host_thread_when_timed(honest_calls=GATE_CALLS)
+    (row,) = run_config(CFG, ("test_time_liar",), ctx("host"))
+    assert row.kind == "incorrect", row.payload.get("reason")
+    assert row.payload["tag"] == "timed_left_running"
+    assert "thread 'leftover'" in row.payload["reason"]
+
+
+def test_honest_arms_leave_nothing_running():
+    (row,) = run_config(CFG, ("sdpa",), ctx("honest"))
+    assert row.kind == "result", row.payload.get("reason")
+
+
+# ----------------------------------------------------------------------------- device work left running
+
+
+def test_drains_judge_a_share_of_long_drains_and_a_median_above_the_baseline():
+    quiet = [11e-6] * 100
+    assert timed_leftover({"c": quiet, "b": quiet}, "c", "b") is None
+    # Every call leaves a little (median 60 µs against 11 µs): named though no drain is long.
+    assert "median drain" in timed_leftover({"c": [60e-6] * 100, "b": quiet}, "c", "b")
+    # Some calls leave a lot: the share of long drains.
+    some = quiet[:90] + [1.5e-3] * 10
+    assert "10 of 100 timed calls" in timed_leftover({"c": some, "b": quiet}, "c", "b")
+    # Host jitter: one long drain in a hundred is within DRAIN_MAX_SHARE.
+    assert timed_leftover({"c": quiet[:99] + [leftover.DRAIN_LIMIT_S * 3], "b": quiet}, "c", "b") is None
+
+
+def test_the_control_follows_every_candidate_as_often_as_the_baseline_does():
+    # The order rule (docs/architecture.md): whatever a candidate leaves for the call after it
+    # lands on the baseline and on the control equally often, so it cannot bias the speedup
+    # without showing in the control's spread of orders, and the timer drains the device
+    # between calls, so no arm runs beside work another left.
+    for n in (1, 2, 3, 5):
+        arms = [f"candidate:{i}" for i in range(n)] + [ARM_BASELINE, ARM_CONTROL]
+        calls = [a for order in round_orders(arms) for a in order]
+        after = {(x, y): 0 for x in arms for y in arms}
+        for x, y in zip(calls, calls[1:]):
+            after[x, y] += 1
+        for c in arms[:n]:
+            b, k = after[c, ARM_BASELINE], after[c, ARM_CONTROL]
+            if len(arms) <= MAX_PERMUTED_ARMS:
+                assert b == k > 0
+            else:  # Williams blocks: even inside a block, the block boundaries vary (orders.py)
+                assert k > 0 and abs(b - k) <= 0.02 * k, (c, b, k)
+
+
+@pytest.mark.gpu
+def test_gpu_a_kernel_that_leaves_device_work_when_timed_gets_no_number_and_the_baseline_is_unharmed():
+    timing = {"warmup_ms": 20, "min_samples": 10, "max_samples": 40, "min_time_ms": 10, "timeout_s": 30}
+    cfg = Config("attention", 1, 8, 8, 1024, 64, "float16", False)
+    c = sweep_context(device="cuda", baseline="sdpa", candidates=("test_time_liar",), atol={"float16": 2e-2},
+                      rtol={"float16": 2e-2}, timing=timing)
+    # The gate's calls on the GPU: its seeds, families and boundary configs, and the stream look.
+    _fn["fn"] = make_device_work_when_timed(honest_calls=10**9)
+    (honest,) = run_config(cfg, ("test_time_liar",), c)
+    assert honest.kind == "result", honest.payload.get("reason")
+    _fn["fn"] = make_device_work_when_timed(honest_calls=_gate_calls(cfg, c))
+    (row,) = run_config(cfg, ("test_time_liar",), c)
+    assert row.kind == "incorrect", row.payload.get("reason")
+    assert row.payload["tag"] == "timed_left_running", row.payload["reason"]
+    t = row.payload["timing"]
+    # Drained between calls: the baseline and the control read alike (the incident: 3.2x apart).
+    base, ctl = (t["arms"][a]["stats"]["median"] for a in (ARM_BASELINE, ARM_CONTROL))
+    assert abs(base / ctl - 1) < 0.05, (base, ctl)
+
+
+def _gate_calls(cfg, c) -> int:
+    """How many calls the gate makes of a kernel at ``cfg`` under ``c`` (counted, not assumed),
+    its stream look included."""
+    from harness.measurement.correctness import gate
+
+    n = {"n": 0}
+
+    def counting(q, k, v, out, *, causal, scale):
+        n["n"] += 1
+        out.copy_(zoo.attention(q, k, v, causal=causal, scale=scale))
+
+    reg = c.reg
+    gate(counting, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype], rtol=reg.rtol[cfg.dtype],
+         device=c.device)
+    return n["n"]
