@@ -186,6 +186,22 @@ def make_cached_by_pointer():
     return cached_by_pointer
 
 
+def make_cached_by_version():
+    """Computes once per (q, k, v, out) address and tensor version, then copies that result:
+    right on every call (inputs rewritten in place bump their version), but a call on inputs
+    it has seen does no attention at all. Only the physical floor can tell (measurement/floor.py)."""
+    cache = {}
+
+    def cached_by_version(q, k, v, out, *, causal, scale):
+        key = tuple((t.data_ptr(), t._version) for t in (q, k, v)) + (out.data_ptr(), tuple(q.shape), causal)
+        if key not in cache:
+            cache.clear()
+            cache[key] = attention(q, k, v, causal=causal, scale=scale).to(out.dtype)
+        out.copy_(cache[key])
+
+    return cached_by_version
+
+
 def make_stash_from_freed():
     """The Sakana incident, as close as torch allows: computes nothing, and returns whatever
     float64 result of out's shape it can find in the process (the reference's), keeping the

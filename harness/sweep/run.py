@@ -462,7 +462,7 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
                "sm_mhz": sm_mhz, "power_w": power_w,
                # The candidate's median in the interleaved rounds (the speedup's numerator).
                "interleaved_ms": cand.stats.median}
-    impossible = None
+    impossible = floor = None
     if ctx.ceilings:
         from harness.measurement.ceilings import Ceilings, impossible as reductio
 
@@ -471,10 +471,19 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         metrics["tflops_frac"] = tflops / mm if mm else None
         metrics["gbps_frac"] = gbps / ceil.copy_gbps if ceil.copy_gbps else None
         metrics["kv_gbps_frac"] = kv_gbps / ceil.copy_gbps if ceil.copy_gbps else None
-        if ctx.device == "cuda":
-            impossible = reductio(tflops, gbps, ceil, cfg.dtype)
-        # On the CPU the "ceilings" are short host measurements on a shared machine, not
-        # peaks: fractions are recorded, the reductio is applied on GPUs only.
+        floor, below, base_below = _floor_check(cfg, ctx, ceil, m, arm_name(spec.name), sus)
+        if base_below is not None:
+            # Fail closed: a baseline (or control) call faster than the device can go means the
+            # ceilings are wrong or the baseline skips work; no speedup against it is believable.
+            return Outcome(SKIPPED, {
+                **_base(cfg, spec.name, ctx), "floor": floor, "timing": m.to_row(), "policy": policy.as_dict(),
+                "reason": f"baseline {base_spec.name} timed below the physical floor [below_floor]: {base_below} "
+                          f"(re-measure the ceilings with `bench ceilings --force`, or the baseline skips work)"})
+        # The median-rate reductio on GPUs only: on the CPU the "ceilings" are short host
+        # measurements on a shared machine, not peaks (the per-call floor allows for that
+        # with its CPU margin).
+        why = [reductio(tflops, gbps, ceil, cfg.dtype) if ctx.device == "cuda" else None, below]
+        impossible = "; ".join(w for w in why if w) or None
     noise = rig_noise(control, policy.control_tolerance, m.host_gaps)
     payload = {
         **_base(cfg, spec.name, ctx),
@@ -487,6 +496,7 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         "rig_noisy": bool(noise),
         "rig_noise": noise,
         "impossible": impossible,
+        "floor": floor,
         "memory": _memory(pred, peak),
         "gate": {"candidate": gates[spec.name].to_row(), "baseline": gates[base_spec.name].to_row()},
         "numerics": numerics,
@@ -494,6 +504,30 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         "kernel_details": details,
     }
     return Outcome(RESULT, payload)
+
+
+def _floor_check(cfg, ctx, ceil, m, cand_arm, sus) -> tuple[dict, str | None, str | None]:
+    """Every timed call against the physical floor (measurement/floor.py): the row's ``floor``
+    (the floors and each arm's fastest call), why the candidate is impossible, and why the
+    baseline or control is (None when not). Dropped rounds count: no clock excuses them."""
+    from harness.measurement import floor as physical
+    from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
+
+    cache, source = physical.cache_bytes(ctx.device)
+    rounds = physical.floor(cfg, ceil, m.effective_mode, cache, source)
+    calls = [physical.judge(arm, "rounds", {"kept": m.arms[arm].samples, "dropped": m.arms[arm].dropped_samples},
+                            rounds) for arm in (cand_arm, ARM_BASELINE, ARM_CONTROL)]
+    sustained = None
+    if sus is not None:
+        # On a GPU do_bench's flush precedes every sustained call, whatever the line's mode.
+        sustained = physical.floor(cfg, ceil, "cold" if sus.flush != "none" else "host", cache, source)
+        calls.append(physical.judge(cand_arm, "sustained", {"sustained": sus.samples}, sustained))
+    row = {"margin": rounds.margin, "rounds": rounds.as_dict(),
+           "sustained": sustained.as_dict() if sustained is not None else None,
+           "calls": [c.as_dict() for c in calls]}
+    cand = "; ".join(c.reason() for c in calls if c.arm == cand_arm and c.impossible) or None
+    base = "; ".join(c.reason() for c in calls if c.arm != cand_arm and c.impossible) or None
+    return row, cand, base
 
 
 def rig_noise(control: float, tolerance: float, host_gaps: dict) -> list[str]:
