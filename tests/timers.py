@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Mapping, Sequence
 
+from harness.measurement.timing.timers import CallCpu
+
 
 class ScriptedTimer:
     """Virtual clock: scripted durations per arm, time advances by them (a ``Timer``).
@@ -13,14 +15,27 @@ class ScriptedTimer:
     IndexError when exhausted) or ``f(call_index, t_s) -> ms``. Each call also advances the
     clock by ``overhead_ms``. Listeners (a virtual ``ClockMonitor``) are called with the new
     time after every advance. Time is kept in integer ns so runs are bit-reproducible.
+
+    Host CPU accounting, scripted like ``durations`` (same spec forms, per arm): ``waits``
+    (ms the call waited on a run queue) and ``cpu`` (ms of CPU time; default: the duration
+    less the wait). Given either, each call records a ``CallCpu`` in ``last_cpu`` as
+    ``HostTimer`` does (``wait_source`` "scripted"). ``ticks_ms``: the ticks its samples are
+    checked against, as a host timer's are (default none: scripted samples are exact).
     """
 
     name = "scripted"
     virtual = True
 
     def __init__(self, durations: Mapping[str, float | Sequence[float] | Callable[[int, float], float]],
-                 *, overhead_ms: float = 0.0, start_s: float = 0.0):
+                 *, overhead_ms: float = 0.0, start_s: float = 0.0,
+                 waits: Mapping[str, float | Sequence[float] | Callable[[int, float], float]] | None = None,
+                 cpu: Mapping[str, float | Sequence[float] | Callable[[int, float], float]] | None = None,
+                 ticks_ms: Sequence[float] = ()):
         self._durations = dict(durations)
+        self._waits, self._cpu = dict(waits or {}), dict(cpu or {})
+        self.ticks_ms = tuple(ticks_ms)
+        self.wait_source = "scripted" if (waits or cpu) else None
+        self.last_cpu: dict[str, CallCpu] | None = {} if (waits or cpu) else None
         self._overhead_ns = round(overhead_ms * 1e6)
         self._ns = round(start_s * 1e9)
         self._count: dict[str, int] = {}
@@ -44,6 +59,9 @@ class ScriptedTimer:
             raise KeyError(f"ScriptedTimer has no durations for arm '{arm}'")
         spec, k = self._durations[arm], self._count.get(arm, 0)
         self._count[arm] = k + 1
+        return self._value(spec, k)
+
+    def _value(self, spec, k: int) -> float:
         if callable(spec):
             return float(spec(k, self.now_s()))
         if isinstance(spec, (int, float)):
@@ -57,7 +75,12 @@ class ScriptedTimer:
         h0 = time.perf_counter()
         fn()
         self.last_host_s = time.perf_counter() - h0  # real host time: the arm's own Python
+        k = self._count.get(arm, 0)
         ms = self._duration(arm)
+        if self.last_cpu is not None:
+            wait = self._value(self._waits[arm], k) if arm in self._waits else 0.0
+            cpu = self._value(self._cpu[arm], k) if arm in self._cpu else max(ms - wait, 0.0)
+            self.last_cpu[arm] = CallCpu(ms, cpu, cpu, wait, "scripted")
         self.advance((round(ms * 1e6) + self._overhead_ns) / 1e9)
         return ms
 

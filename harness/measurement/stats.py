@@ -148,5 +148,88 @@ def speedup_ci(baseline: Sequence[float], candidate: Sequence[float], confidence
     return float(lo), float(hi)
 
 
-__all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_RESAMPLES", "DEFAULT_SEED", "NOISE_CONFIDENCE", "Stats", "median_ci",
-           "ratio", "rel_noise", "speedup_ci"]
+# -- samples that sit on a quantum (a timer's or the scheduler's tick), not on the call's time ----------
+# Scheduler ticks a host-timed sample can sit on: CONFIG_HZ 1000, 250 and 100. A call that
+# waits for the CPU resumes on a tick, so its wall time reads whole ticks (on the 2-core
+# host, HZ=250: waited calls of 0.12–0.7 ms read 4.3, 8.00, 16.0 ms; issue 25's rows 16.00,
+# 24.05, 32.02, 48.00 ms).
+QUANTUM_TICKS_MS = (1.0, 4.0, 10.0)
+# "On" a tick: within this fraction of the tick of a multiple of it (80 µs at 4 ms). Measured
+# waited calls (0.12 and 0.63 ms calls, 2 busy processes on 2 cores): 55–70% of them within
+# it, all issue 25's medians (24.05 ms is 1.25% of a tick off). A continuous sample lands
+# there by chance 2 × 2% = 4% of the time.
+QUANTUM_TOLERANCE = 0.02
+# Multiples from 2 up: a call honestly about one tick long is not read as one tick.
+QUANTUM_MIN_MULTIPLE = 2
+# Quantised when at least half the samples sit on it: then the median (the number a speedup
+# is made of) does too. Continuous samples reach it by chance with P(Bin(n, 4%) ≥ n/2),
+# < 1e-4 from n = 8 on.
+QUANTUM_MIN_SHARE = 0.5
+# Fewer samples say nothing about a grid (and the noise rule needs more anyway).
+QUANTUM_MIN_SAMPLES = 8
+# A timer quantum (a coarse clock): samples taking at most this fraction of distinct values.
+# Timed at ns resolution, a real call's samples are all distinct; n/4 values or fewer means
+# the clock, not the call, set them.
+QUANTUM_MAX_DISTINCT_FRACTION = 0.25
+
+
+@dataclass(frozen=True)
+class Quantum:
+    """Samples that sit on a quantum: ``tick_ms`` (None: one value only), the share of the
+    samples on multiples of it, the number of distinct values among ``n``, and the rule that
+    saw it ("tick": multiples of a scheduler tick; "distinct": few distinct values)."""
+
+    tick_ms: float | None
+    share: float
+    distinct: int
+    n: int
+    rule: str
+
+    def describe(self) -> str:
+        if self.rule == "tick":
+            return (f"{self.share:.0%} of {self.n} samples on multiples of a {self.tick_ms:g} ms tick "
+                    f"(± {QUANTUM_TOLERANCE:.0%}): a scheduler quantum, not the call's time")
+        tick = f", spaced by {self.tick_ms:.6g} ms" if self.tick_ms else ""
+        return f"{self.n} samples take only {self.distinct} distinct values{tick}: a timer quantum"
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def quantum(samples: Sequence[float], ticks_ms: Sequence[float] = QUANTUM_TICKS_MS) -> Quantum | None:
+    """The quantum ``samples`` (ms) sit on, or None when they are continuous.
+
+    Two rules (constants above): at least ``QUANTUM_MIN_SHARE`` of the samples within
+    ``QUANTUM_TOLERANCE`` × tick of a multiple (≥ ``QUANTUM_MIN_MULTIPLE``) of one of
+    ``ticks_ms`` (the largest such tick is named: 16 and 24 ms are 4 ms ticks, not just 1 ms
+    ones); or at most ``QUANTUM_MAX_DISTINCT_FRACTION`` × n distinct values (a coarse timer;
+    the tick is the smallest gap between them). It cannot tell a call that honestly takes a
+    whole number of ticks with under ± 2% jitter from a quantum: such a row is flagged too.
+    """
+    import numpy as np
+
+    x = np.asarray(samples, dtype=float)
+    n = int(x.size)
+    if n < QUANTUM_MIN_SAMPLES or not np.all(np.isfinite(x)):
+        return None
+    values = np.unique(x)
+    found = None
+    for tick in sorted(float(t) for t in ticks_ms):
+        if not tick > 0:
+            raise ValueError(f"ticks must be positive, got {tick!r}")
+        k = np.rint(x / tick)
+        on = (k >= QUANTUM_MIN_MULTIPLE) & (np.abs(x - k * tick) <= QUANTUM_TOLERANCE * tick)
+        share = float(on.mean())
+        if share >= QUANTUM_MIN_SHARE:
+            found = Quantum(tick, share, int(values.size), n, "tick")
+    if found is not None:
+        return found
+    if values.size <= QUANTUM_MAX_DISTINCT_FRACTION * n:
+        gap = float(np.diff(values).min()) if values.size > 1 else None
+        return Quantum(gap, 1.0, int(values.size), n, "distinct")
+    return None
+
+
+__all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_RESAMPLES", "DEFAULT_SEED", "NOISE_CONFIDENCE",
+           "QUANTUM_MAX_DISTINCT_FRACTION", "QUANTUM_MIN_MULTIPLE", "QUANTUM_MIN_SAMPLES", "QUANTUM_MIN_SHARE", "QUANTUM_TICKS_MS", "QUANTUM_TOLERANCE",
+           "Quantum", "Stats", "median_ci", "quantum", "ratio", "rel_noise", "speedup_ci"]

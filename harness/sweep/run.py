@@ -484,7 +484,7 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         # with its CPU margin).
         why = [reductio(tflops, gbps, ceil, cfg.dtype) if ctx.device == "cuda" else None, below]
         impossible = "; ".join(w for w in why if w) or None
-    noise = rig_noise(control, policy.control_tolerance, m.host_gaps)
+    noise = rig_noise(control, policy.control_tolerance, m.host_gaps, m.quanta)
     payload = {
         **_base(cfg, spec.name, ctx),
         "metrics": result_metrics(metrics),
@@ -530,16 +530,20 @@ def _floor_check(cfg, ctx, ceil, m, cand_arm, sus) -> tuple[dict, str | None, st
     return row, cand, base
 
 
-def rig_noise(control: float, tolerance: float, host_gaps: dict) -> list[str]:
+def rig_noise(control: float, tolerance: float, host_gaps: dict, quanta: dict | None = None) -> list[str]:
     """Why the rig could not vouch for a result's timing (empty: it could): the control arm
-    (the baseline timed twice) off by more than the tolerance, or samples kept that may
-    include host launch gaps (the host outlasted the timer's longest hold)."""
+    (the baseline timed twice) off by more than the tolerance, samples kept that may
+    include host launch gaps (the host outlasted the timer's longest hold), or an arm whose
+    samples sit on a scheduler or timer quantum (``Measurement.quanta``: whole ticks, not
+    the call; both arms quantise alike, so the control cannot see it)."""
     why = []
     if not abs(control - 1.0) <= tolerance:  # a NaN control is noise too
         why.append(f"control {control:.4f} outside 1 ± {tolerance:g}")
     kept = {arm: c.get("kept", 0) for arm, c in host_gaps.items() if c.get("kept", 0)}
     if kept:
         why.append("samples that may include host launch gaps: " + ", ".join(f"{a} {n}" for a, n in kept.items()))
+    for arm, q in (quanta or {}).items():
+        why.append(f"{arm}: {q['why']}")
     return why
 
 

@@ -18,8 +18,8 @@ from harness.measurement.timing.empty import (
     EMPTY_ARM, EMPTY_WINDOW_BUDGET, EMPTY_WINDOW_FACTOR, EmptyWindow, empty_window, told_apart)
 from harness.measurement.timing.graphs import GRAPH_SIDE_WARMUP_CALLS, GRAPH_TARGET_SAMPLE_MS
 from harness.measurement.timing.measure import (
-    CLOCK_SETTLE_TOLERANCE, REFERENCE_MIN_FRACTION, TIME_EPS_S, WARMUP_MAX_EXTENSIONS, WARMUP_MIN_ROUNDS,
-    WARMUP_SETTLE_MAX_EXTENSIONS, measure)
+    CLOCK_SETTLE_TOLERANCE, REFERENCE_MIN_FRACTION, TIME_EPS_S, WAIT_REASON, WARMUP_MAX_EXTENSIONS,
+    WARMUP_MIN_ROUNDS, WARMUP_SETTLE_MAX_EXTENSIONS, measure)
 from harness.measurement.timing.orders import (
     MAX_PERMUTED_ARMS, ORDER_BLOCKS, ORDER_CANDIDATES, ORDER_LAGS, ORDER_SEED, round_orders)
 from harness.measurement.timing.policy import (
@@ -31,8 +31,9 @@ from harness.measurement.timing.policy import (
 from harness.measurement.timing.results import (
     ARM_BASELINE, ARM_CANDIDATE, ARM_CONTROL, STOP_REASONS, ArmResult, Measurement, Round)
 from harness.measurement.timing.timers import (
-    BLOCK_MAX_S, BLOCK_MIN_S, FALLBACK_SM_HZ, HOST_GAP_RETRIES, CudaEventTimer, HostTimer, Timer, hold_stream,
-    max_sm_hz, median_ms)
+    BLOCK_MAX_S, BLOCK_MIN_S, FALLBACK_SM_HZ, HOST_GAP_RETRIES, WAIT_DROP_MS, WAIT_SOURCE_SCHEDSTAT,
+    WAIT_SOURCE_THREAD_TIME, CallCpu, CudaEventTimer, HostTimer, RunQueueClock, Timer, hold_stream, max_sm_hz,
+    median_ms)
 
 __all__ = [
     # policy
@@ -42,13 +43,15 @@ __all__ = [
     "GRAPH_MAX_REPLAYS", "GRAPH_MAX_ROTATION_SLOTS", "L2_FLUSH_FACTOR", "LEAD_CALLS_MAX", "MAX_ROTATION_SLOTS",
     "MODES", "ROTATION_FACTOR", "TimingPolicy", "device_l2_bytes", "flush_bytes", "l2_flush", "rotation_slots",
     # timers
-    "BLOCK_MAX_S", "BLOCK_MIN_S", "FALLBACK_SM_HZ", "HOST_GAP_RETRIES", "CudaEventTimer", "HostTimer", "Timer",
-    "hold_stream", "max_sm_hz", "median_ms",
+    "BLOCK_MAX_S", "BLOCK_MIN_S", "FALLBACK_SM_HZ", "HOST_GAP_RETRIES", "WAIT_DROP_MS", "WAIT_SOURCE_SCHEDSTAT",
+    "WAIT_SOURCE_THREAD_TIME", "CallCpu", "CudaEventTimer", "HostTimer", "RunQueueClock", "Timer", "hold_stream",
+    "max_sm_hz", "median_ms",
     # orders, graphs
     "MAX_PERMUTED_ARMS", "ORDER_BLOCKS", "ORDER_CANDIDATES", "ORDER_LAGS", "ORDER_SEED", "round_orders",
     "GRAPH_SIDE_WARMUP_CALLS", "GRAPH_TARGET_SAMPLE_MS",
     # measure, results
-    "CLOCK_SETTLE_TOLERANCE", "REFERENCE_MIN_FRACTION", "TIME_EPS_S", "WARMUP_MAX_EXTENSIONS", "WARMUP_MIN_ROUNDS",
+    "CLOCK_SETTLE_TOLERANCE", "REFERENCE_MIN_FRACTION", "TIME_EPS_S", "WAIT_REASON", "WARMUP_MAX_EXTENSIONS",
+    "WARMUP_MIN_ROUNDS",
     "WARMUP_SETTLE_MAX_EXTENSIONS", "measure",
     "ARM_BASELINE", "ARM_CANDIDATE", "ARM_CONTROL", "STOP_REASONS", "ArmResult", "Measurement", "Round",
     # empty window

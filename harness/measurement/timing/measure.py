@@ -36,6 +36,12 @@ the same way, in rounds, and returns a frozen ``Measurement`` holding every raw 
    (their samples are kept separately); the measurement is ``throttled`` when the dropped
    fraction exceeds ``max_drop_fraction`` or the reference itself was taken under an
    abnormal throttle, or when clocks were monitored but could not be checked.
+   On the host, a round is dropped the same way when one of its calls waited on a run
+   queue for ≥ ``WAIT_DROP_MS`` (descheduled: the sample holds another process's time
+   slice; ``HostTimer.last_cpu``), counted apart (``n_waited``) and toward the same
+   ``max_drop_fraction``. Each arm's CPU time per kept call and its waited calls are kept
+   (``cpu``), and an arm whose kept samples sit on a scheduler tick (``stats.quantum``,
+   the timer's ``ticks_ms``) is named in ``quanta``: the sweep calls that row rig-noisy.
 
 Modes (GPU): ``cold`` zeroes a flush buffer of ``flush_bytes(L2)`` before every sample,
 outside the timed window; ``hot`` relies on input rotation (``n_slots`` copies) to keep
@@ -53,12 +59,12 @@ from typing import Callable, Mapping
 from harness.errors import UserError
 from harness.measurement import clocks as _clocks
 from harness.measurement.clocks import ClockMonitor
-from harness.measurement.stats import rel_noise
+from harness.measurement.stats import quantum, rel_noise
 from harness.measurement.timing.graphs import auto_replays, capture_chains, capture_graphs
 from harness.measurement.timing.policy import TimingPolicy
 from harness.measurement.timing.results import ArmResult, Measurement, Round
 from harness.measurement.timing.rounds import RawRound, RoundRunner
-from harness.measurement.timing.timers import BLOCK_MAX_S, CudaEventTimer, HostTimer, Timer
+from harness.measurement.timing.timers import BLOCK_MAX_S, WAIT_DROP_MS, CallCpu, CudaEventTimer, HostTimer, Timer
 
 WARMUP_MIN_ROUNDS = 1
 WARMUP_MAX_EXTENSIONS = 3
@@ -73,6 +79,8 @@ TIME_EPS_S = 1e-9
 # A reference below this fraction of the GPU's max SM clock is an idle or throttled reading
 # (an idle GPU reads a small fraction of its max clock), never a reference to judge rounds against.
 REFERENCE_MIN_FRACTION = 0.5
+# A round's drop reason when one of its calls waited on a run queue (HostTimer.last_cpu).
+WAIT_REASON = "descheduled"
 
 
 @dataclass
@@ -92,6 +100,8 @@ class _State:
     extensions: int = 0
     raw: list[RawRound] = field(default_factory=list)            # measured rounds
     drops: list[tuple[float | None, bool, tuple[str, ...]]] = field(default_factory=list)  # per round: round_drop()
+    calls: list[dict[str, CallCpu]] = field(default_factory=list)  # per measured round: arm -> its call's CPU record
+    waited: list[tuple[str, ...]] = field(default_factory=list)    # per measured round: arms whose call waited
     samples: dict[str, list[float]] = field(default_factory=dict)
     host_s: dict[str, list[float]] = field(default_factory=dict)
     drain_s: dict[str, list[float]] = field(default_factory=dict)  # device drain after each measured call
@@ -245,15 +255,22 @@ def _measure_rounds(st: _State, runner: RoundRunner, policy: TimingPolicy, monit
     timer = runner.timer
     st.stop_reason = "timeout" if st.timed_out else None
     st.gaps0 = {k: dict(getattr(timer, k, {})) for k in ("host_gaps", "host_gaps_kept")}
+    cpu = getattr(timer, "last_cpu", None)
+    if cpu is not None:
+        cpu.clear()  # warm-up's calls are not this phase's
     t_m0 = timer.now_s()
     while st.stop_reason is None:
         rnd = runner.round(len(st.raw), None, st.host_s, st.drain_s)
         st.raw.append(rnd)
         for n in st.names:
             st.samples[n].append(rnd.samples[n])
+        calls = {n: cpu.pop(n) for n in st.names if n in cpu} if cpu is not None else {}
+        st.calls.append(calls)
+        st.waited.append(tuple(n for n, c in calls.items() if c.waited))
         if monitor is not None:
             _attribute(st, monitor, policy, final=False)
-        kept = [i for i, v in enumerate(st.drops) if not v[1]] + list(range(len(st.drops), len(st.raw)))
+        kept = [i for i in range(len(st.raw))
+                if not st.waited[i] and not (i < len(st.drops) and st.drops[i][1])]
         now = timer.now_s()
         if (len(kept) >= policy.min_samples and now - t_m0 >= policy.min_time_ms / 1000.0 - TIME_EPS_S
                 and all(rel_noise([st.samples[n][i] for i in kept]) <= policy.noise_target for n in st.names)):
@@ -281,19 +298,21 @@ def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: Cloc
         _attribute(st, monitor, policy, final=True)
         if monitor.error:
             st.clock_notes.append(f"clock polling stopped early: {monitor.error}")
+    clock_drops = [st.drops[i] if monitor is not None else (None, False, ()) for i in range(len(st.raw))]
     rounds = tuple(
-        Round(i, t0, t1, order, out, *(st.drops[i] if monitor is not None else (None, False, ())))
-        for i, (t0, t1, order, out) in enumerate(st.raw))
+        Round(i, t0, t1, order, out, low, dropped or bool(st.waited[i]),
+              reasons + ((WAIT_REASON,) if st.waited[i] else ()), st.waited[i])
+        for i, ((t0, t1, order, out), (low, dropped, reasons)) in enumerate(zip(st.raw, clock_drops)))
     arm_results = {n: ArmResult.build(n, [r.samples[n] for r in rounds if not r.dropped],
                                       [r.samples[n] for r in rounds if r.dropped]) for n in names}
     clock = None
     if monitor is not None:
         span = (rounds[0].t0, rounds[-1].t1) if rounds else st.window
-        clock = _clocks.summarize(monitor, span[0], span[1], ref, [r.drop_reasons for r in rounds if r.dropped])
+        clock = _clocks.summarize(monitor, span[0], span[1], ref, [d[2] for d in clock_drops if d[1]])
         if clock.poll_hz < _clocks.MIN_POLL_HZ:
             st.clock_notes.append(f"clock poll rate {clock.poll_hz:.0f} Hz < {_clocks.MIN_POLL_HZ:.0f} Hz: "
                                   f"rounds are attributed to sparse readings")
-    throttled, throttle_note = _throttle(rounds, ref, policy, monitor)
+    throttled, throttle_note = _throttle(rounds, ref, policy, monitor, [d[1] for d in clock_drops])
     timing_note = st.timing_note
     if st.timed_out:
         timing_note = "; ".join(filter(None, [timing_note, "timed out during warm-up: no measured rounds"]))
@@ -309,6 +328,14 @@ def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: Cloc
     for n in names:
         vals = [st.host_s[n][i] * 1e6 for i in kept_idx if math.isfinite(st.host_s[n][i])] if rounds else []
         host_us[n] = statistics.median(vals) if vals else None
+    cpu = _cpu(st, kept_idx) if any(st.calls) else {}
+    ticks = tuple(getattr(timer, "ticks_ms", ()) or ())
+    quanta = {}
+    if ticks:
+        for n, a in arm_results.items():
+            q = quantum(a.samples, ticks)
+            if q is not None:
+                quanta[n] = q.as_dict() | {"why": q.describe()}
     return Measurement(
         arms=arm_results, rounds=rounds, stop_reason=st.stop_reason, mode=policy.mode, effective_mode=runner.mode,
         n_slots=runner.n_slots, graph_replays=runner.replays, timer=timer.name, policy=policy,
@@ -316,17 +343,45 @@ def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: Cloc
         clock=clock, clock_note="; ".join(st.clock_notes) or None, timing_note=timing_note, throttled=throttled,
         throttle_note=throttle_note, host_gaps=host_gaps, host_us=host_us,
         drain_s={n: tuple(v) for n, v in st.drain_s.items() if v}, spot_calls=runner.spot_calls,
-        spot_seed=runner.spot_seed if runner.spot else None)
+        spot_seed=runner.spot_seed if runner.spot else None, cpu=cpu,
+        wait_source=getattr(timer, "wait_source", None) if any(st.calls) else None, quanta=quanta)
+
+
+def _cpu(st: _State, kept_idx: list[int]) -> dict[str, dict]:
+    """Per arm: median CPU time of its kept calls (calling thread; all threads where
+    schedstat says), their median run-queue wait, and its calls that waited (all measured
+    rounds: each dropped its round)."""
+    out = {}
+    for n in st.names:
+        kept = [st.calls[i][n] for i in kept_idx if n in st.calls[i]]
+        every = [c[n] for c in st.calls if n in c]
+
+        def med(vals):
+            vals = [v for v in vals if v is not None]
+            return statistics.median(vals) if vals else None
+
+        out[n] = {"cpu_ms": med([c.cpu_ms for c in kept]), "process_cpu_ms": med([c.process_cpu_ms for c in kept]),
+                  "wait_ms": med([c.wait_ms for c in kept]), "waited": sum(c.waited for c in every),
+                  "calls": len(every)}
+    return out
 
 
 def _throttle(rounds: tuple[Round, ...], ref: _clocks.Reference, policy: TimingPolicy,
-              monitor: ClockMonitor | None) -> tuple[bool, str | None]:
-    """(throttled, why): too many rounds dropped, a reference taken under an abnormal
-    throttle, or (fail closed) clocks monitored but the drop rule could not be applied."""
+              monitor: ClockMonitor | None, clock_dropped: list[bool]) -> tuple[bool, str | None]:
+    """(throttled, why): too many rounds dropped (for clocks, or for a call that waited on a
+    run queue), a reference taken under an abnormal throttle, or (fail closed) clocks
+    monitored but the drop rule could not be applied."""
     n_dropped = sum(r.dropped for r in rounds)
     if rounds and n_dropped / len(rounds) > policy.max_drop_fraction:
-        return True, (f"{n_dropped}/{len(rounds)} rounds dropped for SM clock < "
-                      f"{policy.throttle_threshold} × {ref.mhz:.0f} MHz (max {policy.max_drop_fraction:.0%})")
+        n_clock, n_wait = sum(clock_dropped), sum(bool(r.waited) for r in rounds)
+        why = []
+        if n_clock:
+            why.append(f"{n_clock} for SM clock < {policy.throttle_threshold} × {ref.mhz:.0f} MHz")
+        if n_wait:
+            why.append(f"{n_wait} because a call waited on a run queue for ≥ {WAIT_DROP_MS:g} ms (descheduled: "
+                       f"its time is another process's, not the call's)")
+        return True, (f"{n_dropped}/{len(rounds)} rounds dropped (max {policy.max_drop_fraction:.0%}): "
+                      + "; ".join(why))
     if ref.mhz is not None and not ref.clean and _clocks.ABNORMAL_REASONS.intersection(ref.reasons):
         return True, f"the GPU stayed throttled through warm-up: {ref.note}"
     if monitor is not None:

@@ -18,7 +18,8 @@ STOP_REASONS = ("noise_target", "max_samples", "timeout")
 
 @dataclass(frozen=True)
 class Round:
-    """One interleaved round: when it ran, in which order, each arm's sample (ms), its clocks."""
+    """One interleaved round: when it ran, in which order, each arm's sample (ms), its clocks;
+    ``waited``: the arms whose call waited on a run queue (descheduled: the round is dropped)."""
 
     index: int
     t0: float
@@ -28,6 +29,7 @@ class Round:
     min_sm_mhz: float | None = None
     dropped: bool = False
     drop_reasons: tuple[str, ...] = ()
+    waited: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,10 +80,23 @@ class Measurement:
     # Per arm (device timers only): seconds a device-wide synchronize took after each measured
     # call, once the call's own stream had finished (work left on another stream shows here).
     drain_s: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    # Host timing: per arm, median CPU time per kept call ("cpu_ms": the calling thread;
+    # "process_cpu_ms": all threads, schedstat), median run-queue wait of kept calls
+    # ("wait_ms"), calls that waited ("waited", of "calls" measured); how waits were seen.
+    cpu: dict[str, dict] = field(default_factory=dict)
+    wait_source: str | None = None
+    # Per arm whose kept samples sit on a scheduler or timer quantum: ``stats.Quantum`` as a
+    # dict plus "why". Such a row is rig-noisy (sweep.run.rig_noise), never a clean result.
+    quanta: dict[str, dict] = field(default_factory=dict)
 
     @property
     def n_dropped(self) -> int:
         return sum(r.dropped for r in self.rounds)
+
+    @property
+    def n_waited(self) -> int:
+        """Rounds dropped because a call waited on a run queue (some may also be clock drops)."""
+        return sum(bool(r.waited) for r in self.rounds)
 
     def speedup(self, candidate: str = ARM_CANDIDATE, baseline: str = ARM_BASELINE,
                 confidence: float = 0.95) -> tuple[float, float, float]:
@@ -110,7 +125,8 @@ class Measurement:
         row: dict[str, Any] = {
             "mode": self.mode, "effective_mode": self.effective_mode, "timer": self.timer,
             "n_slots": self.n_slots, "graph_replays": self.graph_replays, "stop_reason": self.stop_reason,
-            "n_rounds": len(self.rounds), "n_dropped": self.n_dropped, "throttled": self.throttled,
+            "n_rounds": len(self.rounds), "n_dropped": self.n_dropped, "n_waited": self.n_waited,
+            "throttled": self.throttled,
             "throttle_note": self.throttle_note, "warmup_rounds": self.warmup_rounds,
             "warmup_extensions": self.warmup_extensions, "elapsed_s": self.elapsed_s,
             "timing_note": self.timing_note, "clock_note": self.clock_note, "policy": self.policy.as_dict(),
@@ -120,6 +136,7 @@ class Measurement:
             "control_ratio": self.control_ratio, "control_ok": self.control_ok, "host_gaps": self.host_gaps,
             "host_us": self.host_us, "spot_calls": self.spot_calls, "spot_seed": self.spot_seed,
             "drain_us": {n: [d * 1e6 for d in v] for n, v in self.drain_s.items()},
+            "cpu": self.cpu, "wait_source": self.wait_source, "quanta": self.quanta,
         }
         if include_rounds:  # columnar: compact for thousands of rounds
             row["rounds"] = {
@@ -128,5 +145,6 @@ class Measurement:
                 "min_sm_mhz": [r.min_sm_mhz for r in self.rounds],
                 "dropped": [r.index for r in self.rounds if r.dropped],
                 "drop_reasons": {str(r.index): list(r.drop_reasons) for r in self.rounds if r.dropped},
+                "waited": {str(r.index): list(r.waited) for r in self.rounds if r.waited},
             }
         return jsonable(row)

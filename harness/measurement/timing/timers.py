@@ -5,11 +5,15 @@ through one."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
+import weakref
+from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from harness.measurement.leftover import drain_s
+from harness.measurement.stats import QUANTUM_TICKS_MS
 
 
 class Timer(Protocol):
@@ -26,6 +30,13 @@ class Timer(Protocol):
     ``last_drain_s`` (None where there is no device): the next call never runs beside work
     this one left on another stream, and the drain shows that such work was there
     (measurement/leftover.py).
+
+    Optional (read with ``getattr`` defaults; a timer without them is not judged by them):
+    ``last_cpu`` (arm -> ``CallCpu`` of that arm's latest ``time_call``: CPU time and
+    run-queue wait; ``measure`` takes each after its round and drops a round whose call
+    waited), ``wait_source`` (how waits are seen: "schedstat", "thread_time"), and
+    ``ticks_ms`` (the scheduler ticks its samples can sit on: host timing; a row whose arm
+    sits on one is rig-noisy, ``stats.quantum``).
     """
 
     name: str
@@ -58,12 +69,127 @@ def median_ms(timer: Timer, fn: Callable[[], None], *, reps: int, warmup: int, a
     return statistics.median(timer.time_loop([(fn, None)] * reps, arm=arm))
 
 
+# A timed host call whose threads waited this long on a run queue (runnable, not running)
+# was descheduled: its sample holds another process's time slice, not the call, and its round
+# is dropped. Measured on the 2-core host (torch, 2 intra-op threads; 256² matmul, the
+# example's sdpa and torch_stack): honest calls' summed wait is 0 at the median and ≤ 80 µs
+# at the 95th percentile (intra-op workers waking up); a preempted call waits ≥ 1 ms, mostly
+# whole 4 ms ticks, and its wall time with it (0.03 ms sdpa calls read 7.5–10 ms when they
+# waited). Every threshold from 0.05 to 1 ms kept the same calls; 0.1 ms is above the
+# wake-ups and far below one tick.
+WAIT_DROP_MS = 0.1
+WAIT_SOURCE_SCHEDSTAT = "schedstat"
+WAIT_SOURCE_THREAD_TIME = "thread_time"
+
+
+@dataclass(frozen=True)
+class CallCpu:
+    """What one timed host call did besides its wall time: ``cpu_ms`` of the calling thread,
+    ``process_cpu_ms`` of all the process's threads (None without schedstat), ``wait_ms`` on
+    a run queue (schedstat: summed over the process's threads; else wall − thread CPU)."""
+
+    wall_ms: float
+    cpu_ms: float
+    process_cpu_ms: float | None
+    wait_ms: float
+    source: str
+
+    @property
+    def waited(self) -> bool:
+        """Descheduled inside the window: the wait, capped at the wall time (a wait can delay
+        the call by no more than the call took; waits summed over threads, or read just
+        outside the window, can exceed it: measured, a 0.03 ms call beside a 4 ms wait that
+        a worker spent outside it), reaches ``WAIT_DROP_MS``."""
+        return min(self.wait_ms, self.wall_ms) >= WAIT_DROP_MS
+
+
+def _close_fds(fds: dict) -> None:
+    for fd in fds.values():
+        os.close(fd)
+    fds.clear()
+
+
+class RunQueueClock:
+    """CPU time and run-queue wait summed over every thread of this process, from Linux's
+    /proc/self/task/*/schedstat (ns on a CPU, ns waiting on a run queue, timeslices).
+
+    Every thread, not the caller's alone: torch's intra-op workers are threads of it, and a
+    worker waiting on a run queue holds the call at its barrier while the calling thread
+    spins on a CPU (measured: a 0.12 ms 256² matmul read 7.5 ms of wall and 3.7 ms of the
+    caller's CPU time with 2 busy processes on 2 cores; only the worker's wait showed it).
+    Files stay open (``pread`` re-reads one in ~2 µs); a read is ~5 µs for 3 threads, and
+    always outside the timed window. A wait of another of the process's threads (a runtime's
+    helper) can drop an honest call: the rule errs toward dropping, never toward keeping.
+    """
+
+    TASKS = "/proc/self/task"
+
+    def __init__(self):
+        self._fds: dict[str, int] = {}
+        self._finalizer = weakref.finalize(self, _close_fds, self._fds)
+
+    @classmethod
+    def open(cls) -> "RunQueueClock | None":
+        """A reader, or None where schedstat cannot be read (not Linux, /proc hidden)."""
+        clock = cls()
+        try:
+            clock.snapshot()
+        except (OSError, ValueError, IndexError):
+            clock.close()
+            return None
+        return clock
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def snapshot(self) -> dict[str, tuple[int, int]]:
+        """Thread id -> (ns on a CPU, ns waiting on a run queue)."""
+        out = {}
+        for tid in os.listdir(self.TASKS):
+            fd = self._fds.get(tid)
+            try:
+                if fd is None:
+                    fd = self._fds[tid] = os.open(f"{self.TASKS}/{tid}/schedstat", os.O_RDONLY)
+                fields = os.pread(fd, 128, 0).split()
+            except ProcessLookupError:  # the thread ended between the listing and the read
+                fd = self._fds.pop(tid, None)
+                if fd is not None:
+                    os.close(fd)
+                continue
+            out[tid] = (int(fields[0]), int(fields[1]))
+        for tid in set(self._fds) - set(out):  # ended threads
+            os.close(self._fds.pop(tid))
+        return out
+
+    @staticmethod
+    def delta(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> tuple[int, int]:
+        """(CPU ns, wait ns) between two snapshots: threads born in between count whole,
+        threads ended in between are lost (their last counts are gone with them)."""
+        cpu = wait = 0
+        for tid, (c1, w1) in after.items():
+            c0, w0 = before.get(tid, (0, 0))
+            cpu, wait = cpu + max(c1 - c0, 0), wait + max(w1 - w0, 0)
+        return cpu, wait
+
+
 class HostTimer:
-    """Wall time around the call (CPU work only: it does not synchronize a GPU)."""
+    """Wall time around the call (CPU work only: it does not synchronize a GPU).
+
+    Each ``time_call`` also records the call's CPU time and run-queue wait (``last_cpu``,
+    ``CallCpu``), read outside the window: schedstat of every thread of the process where
+    Linux has it (``wait_source`` "schedstat"), else wall − the calling thread's CPU time
+    ("thread_time": it misses a worker descheduled while the caller spins at a barrier).
+    ``time_loop`` records none: its calls stay back to back, as a loop runs them."""
 
     name = "host"
     virtual = False
     last_drain_s = None  # no device to drain
+    ticks_ms = QUANTUM_TICKS_MS  # a host call that waited resumes on a scheduler tick
+
+    def __init__(self):
+        self._rq = RunQueueClock.open()
+        self.wait_source = WAIT_SOURCE_SCHEDSTAT if self._rq is not None else WAIT_SOURCE_THREAD_TIME
+        self.last_cpu: dict[str, CallCpu] = {}
 
     def now_s(self) -> float:
         return time.perf_counter()
@@ -71,14 +197,35 @@ class HostTimer:
     def time_call(self, fn, *, arm="", before=None, again=None) -> float:
         if before is not None:
             before()
+        rq = self._rq
+        s0 = rq.snapshot() if rq is not None else None
+        c0 = time.thread_time_ns()
         t0 = time.perf_counter_ns()
         fn()
-        ms = (time.perf_counter_ns() - t0) / 1e6
+        t1 = time.perf_counter_ns()
+        c1 = time.thread_time_ns()
+        s1 = rq.snapshot() if rq is not None else None
+        ms = (t1 - t0) / 1e6
         self.last_host_s = ms / 1e3  # on the host, the whole call is host time
+        cpu_ms = (c1 - c0) / 1e6
+        if rq is not None:
+            pcpu, wait = RunQueueClock.delta(s0, s1)
+            self.last_cpu[arm] = CallCpu(ms, cpu_ms, pcpu / 1e6, wait / 1e6, WAIT_SOURCE_SCHEDSTAT)
+        else:
+            self.last_cpu[arm] = CallCpu(ms, cpu_ms, None, max(ms - cpu_ms, 0.0), WAIT_SOURCE_THREAD_TIME)
         return ms
 
     def time_loop(self, calls, *, arm="") -> list[float]:
-        return [self.time_call(fn, arm=arm, before=before) for fn, before in calls]
+        out = []
+        for fn, before in calls:
+            if before is not None:
+                before()
+            t0 = time.perf_counter_ns()
+            fn()
+            ms = (time.perf_counter_ns() - t0) / 1e6
+            self.last_host_s = ms / 1e3
+            out.append(ms)
+        return out
 
 
 # The spin that holds the stream while the host enqueues a timed call (CudaEventTimer).
