@@ -98,19 +98,19 @@ def test_the_refresh_runs_outside_the_timed_window_after_the_leads_and_before_pr
 _rem = {"fn": None}
 
 
-@kernel("test_remembers_inputs", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
+@kernel("test_refresh_remembers", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
 def remembers(q, k, v, out, *, causal, scale):
     _rem["fn"](q, k, v, out, causal=causal, scale=scale)
 
 
 def test_a_kernel_that_remembers_its_inputs_is_incorrect_and_an_honest_one_gets_a_result():
     _rem["fn"] = zoo.make_remembers_inputs()
-    rows = run_config(BIG, ("test_remembers_inputs", "sdpa"), ctx("remember", min_samples=20, max_samples=40))
+    rows = run_config(BIG, ("test_refresh_remembers", "sdpa"), ctx("remember", min_samples=20, max_samples=40))
     by = {r.payload["candidate"]: r for r in rows}
-    bad, good = by["test_remembers_inputs"], by["sdpa"]
+    bad, good = by["test_refresh_remembers"], by["sdpa"]
     assert bad.kind == "incorrect" and bad.payload["tag"] == REMEMBERS_TAG, bad.payload.get("reason")
     assert "first calls on new content" in bad.payload["reason"] and "p = " in bad.payload["reason"]
-    mem = bad.payload["timing"]["refresh"]["memory"]["candidate:test_remembers_inputs"]
+    mem = bad.payload["timing"]["refresh"]["memory"]["candidate:test_refresh_remembers"]
     assert mem["remembers"] and mem["fresh_median_ms"] > 1.25 * mem["seen_median_ms"]
     assert len(_rem["fn"].cache) > 1  # it computed honestly on every new content
     assert good.kind == "result", good.payload.get("reason")
@@ -120,14 +120,14 @@ def test_a_kernel_that_remembers_its_inputs_is_incorrect_and_an_honest_one_gets_
 _ptr = {"fn": None}
 
 
-@kernel("test_cached_by_pointer", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
+@kernel("test_refresh_by_pointer", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
 def by_pointer(q, k, v, out, *, causal, scale):
     _ptr["fn"](q, k, v, out, causal=causal, scale=scale)
 
 
 def test_a_kernel_keyed_by_address_answers_stale_on_content_rewritten_in_place():
     _ptr["fn"] = zoo.make_cached_by_pointer()
-    (row,) = run_config(CFG, ("test_cached_by_pointer",), ctx("ptr"))
+    (row,) = run_config(CFG, ("test_refresh_by_pointer",), ctx("ptr"))
     assert row.kind == "incorrect", row.payload
     assert row.payload["tag"] in ("refreshed_stale_mismatch", "timed_stale_mismatch"), row.payload["reason"]
     assert "rewritten in place" in row.payload["reason"]

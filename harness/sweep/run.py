@@ -451,6 +451,8 @@ def _memory_failure(m, arm) -> tuple[str | None, str] | None:
         return None
     j = m.refresh.memory[arm]
     if not j.judged:
+        if m.throttled or min(len(a.samples) for a in m.arms.values()) < m.policy.min_samples:
+            return None  # no number anyway: _result says why (throttled, undersampled)
         return None, f"{arm}: {j.reason}"
     return (REMEMBERS_TAG, j.reason) if j.remembers else None
 
