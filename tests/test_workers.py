@@ -52,7 +52,8 @@ FAULT_LINE = textwrap.dedent('''\
     # On a GPU, warm-up must outlast a few NVML polls (the reference clock is read in its tail).
     warmup_ms = {warmup}
     min_samples = 3
-    max_samples = 10
+    # 18 rounds: the fewest in which the memory-of-inputs judgement (timing/refresh.py) is made.
+    max_samples = 20
     min_time_ms = 2
     timeout_s = 2
     watchdog_s = {watchdog}

@@ -200,6 +200,41 @@ def make_cached_by_version():
         out.copy_(cache[key])
 
     return cached_by_version
+# remembers_inputs fingerprints this many elements of each of q, k and v (plus the shapes):
+# cheap against the attention it skips, and no two inputs the harness draws share them.
+FINGERPRINT_ELEMENTS = 256
+
+
+def fingerprint(*tensors) -> tuple:
+    """A content key: shapes and FINGERPRINT_ELEMENTS evenly spaced elements of each tensor
+    (not its address, not its shape alone): new content in the same buffers is a new key."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for t in tensors:
+        flat = t.reshape(-1)
+        step = max(1, flat.numel() // FINGERPRINT_ELEMENTS)
+        h.update(str(tuple(t.shape)).encode())
+        h.update(flat[::step][:FINGERPRINT_ELEMENTS].float().cpu().numpy().tobytes())
+    return (h.hexdigest(),)
+
+
+def make_remembers_inputs():
+    """Issue 25, item 1: keeps its outputs keyed by the content of its inputs. Honest on
+    content it has not seen (each gate case, each refreshed timed call), and on content it
+    has seen copies the stored answer instead of computing: right every time, fast only
+    where the timing repeats its inputs."""
+    cache = {}
+
+    def remembers_inputs(q, k, v, out, *, causal, scale):
+        key = fingerprint(q, k, v) + (causal, float(scale))
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = attention(q, k, v, causal=causal, scale=scale).to(out.dtype).clone()
+        out.copy_(hit)
+
+    remembers_inputs.cache = cache
+    return remembers_inputs
 
 
 def make_stash_from_freed():

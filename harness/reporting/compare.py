@@ -86,9 +86,8 @@ def classify(ci_low: float, ci_high: float, p_value: float, *, alpha: float = AL
 def compare_samples(a: list[float], b: list[float]) -> tuple[float, float, float, float]:
     """(speedup of b over a, CI low, CI high, Mann-Whitney p) from raw samples (ms)."""
     import numpy as np
-    from scipy.stats import mannwhitneyu
 
-    from harness.measurement.stats import ratio, speedup_ci
+    from harness.measurement.stats import mann_whitney_u, ratio, speedup_ci
 
     if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
         sp = ratio(a, b) if a and b else math.nan
@@ -98,7 +97,7 @@ def compare_samples(a: list[float], b: list[float]) -> tuple[float, float, float
     if np.ptp(np.concatenate([a, b])) == 0:
         p = 1.0
     else:
-        p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+        p = mann_whitney_u(a, b, "two-sided")[1]
     return sp, lo, hi, p
 
 

@@ -131,6 +131,15 @@ def spot_seed(cfg: Config, ctx: SweepContext) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
+def refresh_seed(cfg: Config, ctx: SweepContext) -> int:
+    """The seed of the content refresh (which measured rounds get new inputs, how, and the
+    inputs' seeds): as ``spot_seed``, recorded and reproducible, not known to a kernel."""
+    import hashlib
+
+    digest = hashlib.sha256(f"refresh|{ctx.reg.line}|{cfg.key()}|{ctx.reg.seeds[0]}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
 def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Outcome]:
     from harness.measurement import memory
     from harness.measurement.correctness import gate, recheck_in_place
@@ -174,7 +183,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
             return out
 
         phase.report((base_spec.name, *(spec.name for spec in timed)), phase.TIMING)
-        m, slots, outs, snaps, watch = _time(cfg, base_spec, timed, ctx, policy)
+        m, slots, outs, snaps, content, watch = _time(cfg, base_spec, timed, ctx, policy)
         phase.report(None, phase.CHECK)
         measured_peak = memory.peak_bytes(ctx.device, held)
         seed = reg.seeds[0] + RECHECK_SEED_OFFSET
@@ -192,14 +201,28 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         if base_left is not None:
             return out + _baseline_failed(cfg, base_spec, timed, ctx, "timed_" + base_left[0], base_left[1],
                                           gates[base_spec.name], "a timed-call check")
-        spot_bad = {name: _spot_failure(cfg, slots, m, snaps, name, ctx) for name in snaps}
+                # Outputs are checked against the content each was computed from (content refresh:
+        # a slot's content may have changed since an arm last ran on it).
+        spot_bad = {name: _spot_failure(cfg, content, m, snaps, name, ctx) for name in snaps}
         snaps.clear()
+        fresh_bad = {name: _refreshed_failure(cfg, content, m, content.kept, name, ctx) for name in content.kept}
+        content.kept.clear()
         base_bad = spot_bad.get(ARM_BASELINE) or spot_bad.get(ARM_CONTROL)
-        if base_bad is not None:
+        base_fresh = fresh_bad.get(ARM_BASELINE) or fresh_bad.get(ARM_CONTROL)
+        base_mem = _memory_failure(m, ARM_BASELINE) or _memory_failure(m, ARM_CONTROL)
+        if base_bad is not None or base_fresh is not None:
             # The baseline wrong on some timed call: every speedup against it is meaningless.
-            return out + _baseline_failed(cfg, base_spec, timed, ctx, "random_call_" + base_bad.tag, base_bad.reason,
+            tag, bad = ("random_call_", base_bad) if base_bad is not None else ("refreshed_", base_fresh)
+            return out + _baseline_failed(cfg, base_spec, timed, ctx, tag + bad.tag, bad.reason,
                                           gates[base_spec.name], "a timed-call check")
-        last_bad = {spec.name: _timed_output_failure(cfg, slots, outs[arm_name(spec.name)], ctx) for spec in timed}
+        if base_mem is not None and base_mem[0] is not None:
+            return out + _baseline_failed(cfg, base_spec, timed, ctx, base_mem[0], base_mem[1],
+                                          gates[base_spec.name], "the memory-of-inputs check")
+        if base_mem is not None:  # not judged: no number against it (fail closed), no blame either
+            return out + [Outcome(SKIPPED, {**_base(cfg, spec.name, ctx), "reason": base_mem[1],
+                                            "timing": m.to_row()}) for spec in timed]
+        last_bad = {spec.name: _timed_output_failure(cfg, content, m, arm_name(spec.name), outs[arm_name(spec.name)],
+                                                     ctx) for spec in timed}
         empty = _empty_window(policy, ctx.device)
         for spec in timed:
             if left.get(arm_name(spec.name)) is not None:
@@ -208,12 +231,21 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
                                                  "reason": why, "timing": m.to_row(),
                                                  "gate": gates[spec.name].to_row()}))
                 continue
-            bad = last_bad[spec.name] or spot_bad.get(arm_name(spec.name))
+            bad = last_bad[spec.name] or spot_bad.get(arm_name(spec.name)) or fresh_bad.get(arm_name(spec.name))
             if bad is not None:
-                prefix = "timed_" if last_bad[spec.name] is not None else "random_call_"
+                prefix = ("timed_" if last_bad[spec.name] is not None else
+                          "random_call_" if spot_bad.get(arm_name(spec.name)) is not None else "refreshed_")
                 out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate",
                                                  "tag": prefix + bad.tag, "reason": bad.reason,
                                                  "gate": gates[spec.name].to_row()}))
+                continue
+            mem = _memory_failure(m, arm_name(spec.name))
+            if mem is not None:
+                # Answers from memory (incorrect), or could not be judged (no number: skipped).
+                tag, why = mem
+                kind, extra = (INCORRECT, {"role": "candidate", "tag": tag}) if tag else (SKIPPED, {})
+                out.append(Outcome(kind, {**_base(cfg, spec.name, ctx), **extra, "reason": why, "timing": m.to_row(),
+                                          "gate": gates[spec.name].to_row()}))
                 continue
             hollow = _empty_failure(m, arm_name(spec.name), empty)
             if hollow is not None:
@@ -288,7 +320,9 @@ def _time(cfg, base_spec, timed, ctx, policy):
     qs, _, _ = cfg.shapes()
     n_slots = timing_slots(cfg, policy, ctx.device)
     # Timing inputs come from seeds the gate never uses, so no answer is already known.
-    slots = [make_inputs(cfg, TIMING_SEED_OFFSET + ctx.reg.seeds[0] + s, "normal", ctx.device) for s in range(n_slots)]
+    slot_seeds = [TIMING_SEED_OFFSET + ctx.reg.seeds[0] + s for s in range(n_slots)]
+    slots = [make_inputs(cfg, seed, "normal", ctx.device) for seed in slot_seeds]
+    content = _SlotContent(cfg, slots, slot_seeds, ctx.device)
     arm_specs = {arm_name(spec.name): spec for spec in timed}
     arm_specs[ARM_BASELINE] = base_spec
     arm_specs[ARM_CONTROL] = base_spec  # the baseline again, its own buffers, timed as if it were a candidate
@@ -329,14 +363,76 @@ def _time(cfg, base_spec, timed, ctx, policy):
 
         return keep
 
+    def keep(name):
+        o = outs[name]
+
+        def copy(slot: int, how: str) -> None:
+            held = content.kept.setdefault(name, {})
+            if how in held:
+                held[how].copy_(o[slot])
+            else:
+                held[how] = o[slot].clone()
+
+        return copy
+
     m = measure({name: arm(name) for name in arm_specs}, n_slots=n_slots, policy=policy, device=ctx.device,
                 prepare={name: poison(name) for name in arm_specs},
-                spot={name: snapshot(name) for name in arm_specs}, spot_seed=spot_seed(cfg, ctx))
+                spot={name: snapshot(name) for name in arm_specs}, spot_seed=spot_seed(cfg, ctx),
+                refresh=content.refresh, keep_refreshed={name: keep(name) for name in arm_specs},
+                refresh_seed=refresh_seed(cfg, ctx))
     watch.settle()  # the last timed call's changes
-    return m, slots, outs, snaps, watch
+    return m, slots, outs, snaps, content, watch
 
 
-def _spot_failure(cfg, slots, m, snaps, name, ctx):
+class _SlotContent:
+    """The timing's input slots as the content refresh changes them: ``refresh`` (measure's
+    hook) rewrites a slot in place or replaces its tensors (``slots`` is the list the arms
+    read at each call); ``inputs`` gives the content an output was computed from, the slot's
+    current tensors or, for an earlier version, regenerated from its recorded seed.
+    ``kept``: per arm and kind, the copy of one refreshed call's output (``keep_refreshed``)."""
+
+    def __init__(self, cfg, slots, slot_seeds, device):
+        self.cfg, self.slots, self.slot_seeds, self.device = cfg, slots, slot_seeds, device
+        self.kept: dict = {}
+
+    def refresh(self, slot: int, seed: int, how: str) -> None:
+        from harness.measurement.timing.refresh import IN_PLACE, SHAM
+        from harness.workloads.inputs import fill_inputs_, make_inputs
+
+        if how == SHAM:  # the same generation, into buffers no call reads: the content stays
+            make_inputs(self.cfg, seed, "normal", self.device)
+        elif how == IN_PLACE:
+            fill_inputs_(*self.slots[slot], self.cfg, seed, "normal")
+        else:  # new tensors, new addresses; the old ones are released once replaced
+            self.slots[slot] = make_inputs(self.cfg, seed, "normal", self.device)
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize(self.device)  # written before the timed call's window opens
+
+    def inputs(self, m, slot: int, version: int | None):
+        """(q, k, v) of ``slot`` at content ``version`` (None: never refreshed, the current)."""
+        rec = m.refresh
+        if rec is None or version is None:
+            return self.slots[slot]
+        current = max((i + 1 for i, r in enumerate(rec.refreshes) if r["slot"] == slot), default=0)
+        if version == current:
+            return self.slots[slot]
+        from harness.workloads.inputs import make_inputs
+
+        return make_inputs(self.cfg, rec.content_seed(self.slot_seeds[slot], version), "normal", self.device)
+
+    @staticmethod
+    def describe(m, version: int | None) -> str:
+        """Which content a version is, for a failure's reason."""
+        if m.refresh is None or not version:
+            return ""
+        r = m.refresh.refreshes[version - 1]
+        return (f" (content of refresh {version}: measured round {r['round']}, rewritten "
+                f"{r['how'].replace('_', ' ')}, seed {r['seed']})")
+
+
+def _spot_failure(cfg, content, m, snaps, name, ctx):
     """The check of arm ``name``'s randomly chosen timed call (its output copy against a fresh
     reference on that call's inputs), or None when it passed."""
     from harness.measurement.correctness import check_timed_output
@@ -344,11 +440,50 @@ def _spot_failure(cfg, slots, m, snaps, name, ctx):
     chosen = m.spot_calls.get(name)
     if chosen is None or name not in snaps:
         return None
-    q, k, v = slots[chosen["slot"]]
+    version = chosen.get("version")
+    q, k, v = content.inputs(m, chosen["slot"], version)
     rep = check_timed_output(cfg, q, k, v, snaps[name], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
                              label=f"{name}: measured call {chosen['call']} (chosen at random, seed "
-                                   f"{m.spot_seed}) on slot {chosen['slot']}", what="output of that call")
+                                   f"{m.spot_seed}) on slot {chosen['slot']}{content.describe(m, version)}",
+                             what="output of that call")
     return None if rep.passed else rep
+
+
+def _refreshed_failure(cfg, content, m, kept, name, ctx):
+    """The check of arm ``name``'s kept calls on new content (one per kind of refresh: in
+    place, where a kernel keyed by address answers for the old content; fresh buffers),
+    each against a reference on the content it ran on; the first failure, or None."""
+    from harness.measurement.correctness import check_timed_output
+
+    checks = m.refresh.checks.get(name, {}) if m.refresh is not None else {}
+    for how, copy in kept.get(name, {}).items():
+        c = checks.get(how)
+        if c is None:
+            continue
+        q, k, v = content.inputs(m, c["slot"], c["version"])
+        rep = check_timed_output(cfg, q, k, v, copy, atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
+                                 label=f"{name}: measured round {c['round']} on slot {c['slot']}, its inputs "
+                                       f"rewritten {how.replace('_', ' ')} just before the call"
+                                       f"{content.describe(m, c['version'])}",
+                                 what="output of the first call on the new content")
+        if not rep.passed:
+            return rep
+    return None
+
+
+def _memory_failure(m, arm) -> tuple[str | None, str] | None:
+    """(tag, reason) when arm ``arm`` answers from memory of its inputs (tag REMEMBERS_TAG), or
+    (None, reason) when that could not be judged (fail closed: no number); None when it passed."""
+    from harness.measurement.timing.refresh import REMEMBERS_TAG
+
+    if m.refresh is None or arm not in m.refresh.memory:
+        return None
+    j = m.refresh.memory[arm]
+    if not j.judged:
+        if m.throttled or min(len(a.samples) for a in m.arms.values()) < m.policy.min_samples:
+            return None  # no number anyway: _result says why (throttled, undersampled)
+        return None, f"{arm}: {j.reason}"
+    return (REMEMBERS_TAG, j.reason) if j.remembers else None
 
 
 def _sustained(cfg, spec, slots, outs, ctx):
@@ -396,15 +531,17 @@ def _empty_failure(m, arm, empty) -> str | None:
             f"where the timed window does not see it")
 
 
-def _timed_output_failure(cfg, slots, outs, ctx):
+def _timed_output_failure(cfg, content, m, arm, outs, ctx):
     """The first failing timed output among the checked slots, or None."""
     from harness.measurement.correctness import check_timed_output
 
-    # The first and last rotation slots: each holds what the last timed call on it wrote.
-    for slot in sorted({0, len(slots) - 1}):
-        q, k, v = slots[slot]
+    # The first and last rotation slots: each holds what the last timed call on it wrote,
+    # computed from the content that call ran on (the refresh may have changed it since).
+    for slot in sorted({0, len(content.slots) - 1}):
+        version = m.refresh.last_versions[arm][slot] if m.refresh is not None else None
+        q, k, v = content.inputs(m, slot, version)
         rep = check_timed_output(cfg, q, k, v, outs[slot], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
-                                 label=f"slot {slot}")
+                                 label=f"slot {slot}{content.describe(m, version)}")
         if not rep.passed:
             return rep
     return None

@@ -28,10 +28,17 @@ the same way, in rounds, and returns a frozen ``Measurement`` holding every raw 
    by the same kernel on the same inputs. After each measured call, outside its window,
    the timer's host time for the enqueue is kept (``host_us``), and the caller's ``spot``
    hook may copy the call's output: one measured call per arm, chosen at random
-   (reservoir sampling, ``spot_seed``).
+   (reservoir sampling, ``spot_seed``). With a ``refresh`` hook, at rounds of a seeded
+   schedule (``refresh_seed``; timing/refresh.py) each arm's timed call gets new input
+   content just before it, after its lead calls and before ``prepare``: written in place or
+   into new buffers by the caller (in place only in graph mode: the graphs read the captured
+   addresses); ``keep_refreshed`` may copy the output of one such call per arm and kind.
+   Every measured call is labelled first-seen or seen (by the arm, per slot version).
 7. Stop adaptively: after ``min_samples`` kept rounds and ``min_time_ms`` of measured time,
    when every arm's ``rel_noise`` ≤ ``noise_target`` ("noise_target"); else at
-   ``max_samples`` rounds ("max_samples"); else at ``timeout_s`` ("timeout").
+   ``max_samples`` rounds ("max_samples"); else at ``timeout_s`` ("timeout"). With a refresh
+   hook, the noise stop also waits for the schedule's guaranteed refreshed rounds and for
+   enough first-seen and seen calls per arm to judge (``refresh_pending``).
 8. ``_result``: drop rounds whose minimum SM clock < ``throttle_threshold`` × reference
    (their samples are kept separately); the measurement is ``throttled`` when the dropped
    fraction exceeds ``max_drop_fraction`` or the reference itself was taken under an
@@ -42,6 +49,9 @@ the same way, in rounds, and returns a frozen ``Measurement`` holding every raw 
    ``max_drop_fraction``. Each arm's CPU time per kept call and its waited calls are kept
    (``cpu``), and an arm whose kept samples sit on a scheduler tick (``stats.quantum``,
    the timer's ``ticks_ms``) is named in ``quanta``: the sweep calls that row rig-noisy.
+   abnormal throttle, or when clocks were monitored but could not be checked. With a
+   refresh hook, each arm's first-seen against seen samples (kept rounds) are judged
+   (``judge_input_memory``): slower first-seen calls mean answers from memory.
 
 Modes (GPU): ``cold`` zeroes a flush buffer of ``flush_bytes(L2)`` before every sample,
 outside the timed window; ``hot`` relies on input rotation (``n_slots`` copies) to keep
@@ -62,7 +72,8 @@ from harness.measurement.clocks import ClockMonitor
 from harness.measurement.stats import quantum, rel_noise
 from harness.measurement.timing.graphs import auto_replays, capture_chains, capture_graphs
 from harness.measurement.timing.policy import TimingPolicy
-from harness.measurement.timing.results import ArmResult, Measurement, Round
+from harness.measurement.timing.refresh import judge_input_memory
+from harness.measurement.timing.results import ArmResult, Measurement, RefreshRecord, Round
 from harness.measurement.timing.rounds import RawRound, RoundRunner
 from harness.measurement.timing.timers import BLOCK_MAX_S, WAIT_DROP_MS, CallCpu, CudaEventTimer, HostTimer, Timer
 
@@ -116,7 +127,10 @@ class _State:
 def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: TimingPolicy, device: str,
             timer: Timer | None = None, monitor: ClockMonitor | None = None,
             prepare: Mapping[str, Callable[[int], None]] | None = None,
-            spot: Mapping[str, Callable[[int], None]] | None = None, spot_seed: int = 0) -> Measurement:
+            spot: Mapping[str, Callable[[int], None]] | None = None, spot_seed: int = 0,
+            refresh: Callable[[int, int, str], None] | None = None,
+            keep_refreshed: Mapping[str, Callable[[int, str], None]] | None = None,
+            refresh_seed: int = 0) -> Measurement:
     """Time ``arms`` (name -> fn(slot)) interleaved under ``policy`` on ``device`` (module docstring).
 
     ``prepare[name](slot)``, when given, runs before each of that arm's calls outside the
@@ -128,6 +142,14 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
     ``random.Random(spot_seed)``): the sweep copies that call's output there and checks it
     after timing, so a kernel right only on some calls cannot count on which are checked.
     It may run more than once (each later choice replaces the earlier); the last is the one.
+
+    ``refresh(slot, seed, how)``, when given, writes new content (drawn from ``seed``) into
+    input slot ``slot`` before a timed call at scheduled rounds (``refresh_seed``), ``how``
+    "in_place" (same buffers) or "fresh_buffers" (new tensors replacing the slot's; never in
+    graph mode). ``keep_refreshed[name](slot, how)`` runs right after one such call per arm
+    and ``how`` (reservoir sampling; the last call is the one), so the caller can check that
+    its output matches the new content. The Measurement records every refresh, per arm the
+    content version each slot's output was last computed from, and the memory judgement.
     """
     names = tuple(arms)
     if not names:
@@ -152,7 +174,8 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
         monitor.start(timer)
     runner = None
     try:
-        runner = RoundRunner(arms, n_slots, policy, mode, device, timer, prepare, spot, spot_seed)
+        runner = RoundRunner(arms, n_slots, policy, mode, device, timer, prepare, spot, spot_seed,
+                             refresh, keep_refreshed, refresh_seed)
         _prime(runner, device)
         _warm_up(st, runner, policy)
         if monitor is not None:
@@ -191,6 +214,7 @@ def _prime(runner: RoundRunner, device: str) -> None:
     the per-slot graphs are captured first (their side-stream warm-up included)."""
     if runner.mode == "graph":
         runner.graphs = capture_graphs(runner.arms, runner.names, runner.n_slots, device)
+        runner.saw_all()
     runner.round(0)
 
 
@@ -247,6 +271,7 @@ def _chain_graphs(st: _State, runner: RoundRunner, policy: TimingPolicy, device:
         starts = sorted({(c0 + i * k) % n_slots for i in range(n_slots)})
         runner.chains = capture_chains(runner.arms, runner.names, n_slots, starts, k, device)
         runner.graphs = {}
+        runner.saw_all()
 
 
 def _measure_rounds(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: ClockMonitor | None) -> None:
@@ -273,6 +298,7 @@ def _measure_rounds(st: _State, runner: RoundRunner, policy: TimingPolicy, monit
                 if not st.waited[i] and not (i < len(st.drops) and st.drops[i][1])]
         now = timer.now_s()
         if (len(kept) >= policy.min_samples and now - t_m0 >= policy.min_time_ms / 1000.0 - TIME_EPS_S
+                and not runner.refresh_pending(kept)
                 and all(rel_noise([st.samples[n][i] for i in kept]) <= policy.noise_target for n in st.names)):
             st.stop_reason = "noise_target"
         elif len(st.raw) >= policy.max_samples:
@@ -344,7 +370,8 @@ def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: Cloc
         throttle_note=throttle_note, host_gaps=host_gaps, host_us=host_us,
         drain_s={n: tuple(v) for n, v in st.drain_s.items() if v}, spot_calls=runner.spot_calls,
         spot_seed=runner.spot_seed if runner.spot else None, cpu=cpu,
-        wait_source=getattr(timer, "wait_source", None) if any(st.calls) else None, quanta=quanta)
+        wait_source=getattr(timer, "wait_source", None) if any(st.calls) else None, quanta=quanta,
+        refresh=_refresh_record(runner, rounds))
 
 
 def _cpu(st: _State, kept_idx: list[int]) -> dict[str, dict]:
@@ -364,6 +391,26 @@ def _cpu(st: _State, kept_idx: list[int]) -> dict[str, dict]:
                   "wait_ms": med([c.wait_ms for c in kept]), "waited": sum(c.waited for c in every),
                   "calls": len(every)}
     return out
+
+
+def _refresh_record(runner: RoundRunner, rounds: tuple[Round, ...]) -> RefreshRecord | None:
+    """What the content refresh did and the memory judgement per arm (kept rounds only, as
+    every timing figure), or None without a refresh hook."""
+    if runner.schedule is None:
+        return None
+    kept = [r for r in rounds if not r.dropped]
+    memory, fresh_rounds, sham_rounds = {}, {}, {}
+    for n in runner.names:
+        labels, shammed = runner.fresh[n], runner.shammed[n]
+        fresh_rounds[n] = tuple(r.index for r in rounds if labels[r.index])
+        sham_rounds[n] = tuple(r.index for r in rounds if shammed[r.index] and not labels[r.index])
+        memory[n] = judge_input_memory([r.samples[n] for r in kept if labels[r.index]],
+                                       [r.samples[n] for r in kept if shammed[r.index] and not labels[r.index]])
+    note = "graph mode: refreshed in place only (captured graphs read fixed addresses)" \
+        if runner.mode == "graph" else None
+    return RefreshRecord(seed=runner.refresh_seed, span=runner.schedule.span, refreshes=tuple(runner.refreshes),
+                         shams=tuple(runner.shams), fresh_rounds=fresh_rounds, sham_rounds=sham_rounds, last_versions={n: tuple(v) for n, v in runner.last_version.items()},
+                         checks=runner.refresh_checks, memory=memory, note=note)
 
 
 def _throttle(rounds: tuple[Round, ...], ref: _clocks.Reference, policy: TimingPolicy,

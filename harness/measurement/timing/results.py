@@ -11,6 +11,7 @@ from harness.jsonsafe import jsonable
 from harness.measurement.clocks import ClockSummary
 from harness.measurement.stats import Stats, ratio, speedup_ci
 from harness.measurement.timing.policy import TimingPolicy
+from harness.measurement.timing.refresh import InputMemory
 
 ARM_CANDIDATE, ARM_BASELINE, ARM_CONTROL = "candidate", "baseline", "control"
 STOP_REASONS = ("noise_target", "max_samples", "timeout")
@@ -45,6 +46,35 @@ class ArmResult:
     def build(cls, name: str, samples: Sequence[float], dropped: Sequence[float]) -> "ArmResult":
         s = tuple(float(x) for x in samples)
         return cls(name, s, tuple(float(x) for x in dropped), Stats.from_samples(s))
+
+
+@dataclass(frozen=True)
+class RefreshRecord:
+    """The content refresh of one measurement (timing/refresh.py): every refresh, which
+    content each arm's outputs came from, and per arm the first-seen against seen figures."""
+
+    seed: int                                   # the schedule's (rounds, kinds, content seeds)
+    span: int                                   # guaranteed refreshed rounds fall before this round
+    refreshes: tuple[dict, ...]                 # round, arm, slot, seed, how; version k = refreshes[k-1]
+    shams: tuple[dict, ...]                     # round, arm, slot, seed: the same work, content kept
+    fresh_rounds: dict[str, tuple[int, ...]]    # per arm: measured rounds whose call was first-seen
+    sham_rounds: dict[str, tuple[int, ...]]     # per arm: rounds whose call was seen, after a sham
+    last_versions: dict[str, tuple[int | None, ...]]  # per arm and slot: the version its last call ran on
+    checks: dict[str, dict[str, dict[str, int]]]  # per arm and how: the refreshed call kept (round, slot, version)
+    memory: dict[str, InputMemory]
+    note: str | None = None
+
+    def content_seed(self, slot_seed: int, version: int) -> int:
+        """The seed slot content ``version`` was drawn from (0: the slot's initial ``slot_seed``)."""
+        return slot_seed if version == 0 else self.refreshes[version - 1]["seed"]
+
+    def as_dict(self) -> dict:
+        return {"seed": self.seed, "span": self.span, "n_refreshed_rounds": len({r["round"] for r in self.refreshes}),
+                "refreshes": [dict(r) for r in self.refreshes], "shams": [dict(r) for r in self.shams],
+                "fresh_rounds": {n: list(v) for n, v in self.fresh_rounds.items()},
+                "sham_rounds": {n: list(v) for n, v in self.sham_rounds.items()},
+                "last_versions": {n: list(v) for n, v in self.last_versions.items()}, "checks": self.checks,
+                "memory": {n: m.as_dict() for n, m in self.memory.items()}, "note": self.note}
 
 
 @dataclass(frozen=True)
@@ -88,6 +118,8 @@ class Measurement:
     # Per arm whose kept samples sit on a scheduler or timer quantum: ``stats.Quantum`` as a
     # dict plus "why". Such a row is rig-noisy (sweep.run.rig_noise), never a clean result.
     quanta: dict[str, dict] = field(default_factory=dict)
+    # With a refresh hook: new content at random rounds and the memory judgement; else None.
+    refresh: RefreshRecord | None = None
 
     @property
     def n_dropped(self) -> int:
@@ -137,6 +169,7 @@ class Measurement:
             "host_us": self.host_us, "spot_calls": self.spot_calls, "spot_seed": self.spot_seed,
             "drain_us": {n: [d * 1e6 for d in v] for n, v in self.drain_s.items()},
             "cpu": self.cpu, "wait_source": self.wait_source, "quanta": self.quanta,
+            "refresh": self.refresh.as_dict() if self.refresh is not None else None,
         }
         if include_rounds:  # columnar: compact for thousands of rounds
             row["rounds"] = {

@@ -1,6 +1,8 @@
 """How rounds run: every arm once per round, in the round orders, on input slots of one global
-rotation, through one timer; what runs before each call (lead calls, the caller's prepare, the
-flush), graph replays in graph mode, and the choice of the spot-checked call."""
+rotation, through one timer; what runs before each call (lead calls, the caller's refresh of
+the call's inputs at scheduled rounds, the caller's prepare, the flush), graph replays in
+graph mode, the choice of the spot-checked call, and (with a refresh hook) which content
+every call ran on: per slot a content version, per arm the versions it has run on."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from harness.measurement.timing.orders import round_orders
 from harness.measurement.timing.policy import TimingPolicy, l2_flush
+from harness.measurement.timing.refresh import MIN_FRESH_CALLS, MIN_SEEN_CALLS, SHAM, RefreshSchedule
 from harness.measurement.timing.timers import Timer
 
 
@@ -28,7 +31,9 @@ class RoundRunner:
 
     def __init__(self, arms: Mapping[str, Callable[[int], None]], n_slots: int, policy: TimingPolicy,
                  mode: str, device: str, timer: Timer, prepare: Mapping[str, Callable[[int], None]] | None,
-                 spot: Mapping[str, Callable[[int], None]] | None, spot_seed: int):
+                 spot: Mapping[str, Callable[[int], None]] | None, spot_seed: int,
+                 refresh: Callable[[int, int, str], None] | None = None,
+                 keep_refreshed: Mapping[str, Callable[[int, str], None]] | None = None, refresh_seed: int = 0):
         self.arms, self.names, self.n_slots, self.policy = arms, tuple(arms), n_slots, policy
         self.mode, self.timer, self.prepare, self.spot, self.spot_seed = mode, timer, prepare, spot, spot_seed
         # Cold mode: the flush buffer (on a GPU: torch is imported by _pick_timer).
@@ -43,6 +48,25 @@ class RoundRunner:
         self._spot_rng = random.Random(spot_seed)
         self._spot_seen: dict[str, int] = {}
         self.spot_calls: dict[str, dict[str, int]] = {}
+        # Content refresh (timing/refresh.py): only with a refresh hook; without one nothing
+        # below runs and rounds are as before.
+        self.refresh, self.keep_refreshed, self.refresh_seed = refresh, keep_refreshed, refresh_seed
+        self.schedule = (RefreshSchedule(refresh_seed, policy.min_samples, policy.max_samples, mode == "graph")
+                         if refresh is not None else None)
+        self.version = [0] * n_slots                      # per slot: 0 = initial, k = refreshes[k-1]'s
+        self.refreshes: list[dict] = []                   # round, arm, slot, seed, how
+        self.seen: dict[str, set[tuple[int, int]]] = {n: set() for n in self.names}
+        self.last_version: dict[str, list[int | None]] = {n: [None] * n_slots for n in self.names}
+        self.fresh: dict[str, list[bool]] = {n: [] for n in self.names}  # per measured round
+        self.shammed: dict[str, list[bool]] = {n: [] for n in self.names}  # per measured round
+        self.shams: list[dict] = []                       # round, arm, slot, seed
+        self.refresh_checks: dict[str, dict[str, dict[str, int]]] = {}
+        self._due: dict[str, tuple[int, str]] = {}        # arm -> (round, how) still to refresh
+        self._label: dict[str, bool] = {}                 # arm -> its pending call is first-seen
+        self._refreshed: dict[str, str] = {}              # arm -> how its pending call's content came
+        self._keep_rng = random.Random(refresh_seed + 1)
+        self._round_refreshed: set[int] = set()           # slots refreshed in the current round
+        self._keep_seen: dict[tuple[str, str], int] = {}
 
     def release(self) -> None:
         """Drop the graphs and the flush buffer (device memory) once timing is over."""
@@ -54,12 +78,83 @@ class RoundRunner:
         self.slot_counter += self.replays
         return slot
 
+    def _sample_slots(self, slot: int) -> list[int]:
+        # The slots one sample runs on: a graph chain replays `replays` consecutive ones.
+        if self.mode == "graph" and self.chains:
+            return [(slot + j) % self.n_slots for j in range(self.replays)]
+        return [slot]
+
+    def _saw(self, name: str, slots: list[int]) -> bool:
+        """Record that arm ``name`` runs on these slots' current content; whether any of it
+        was new to the arm (a first-seen call)."""
+        seen, last = self.seen[name], self.last_version[name]
+        first = False
+        for s in slots:
+            key = (s, self.version[s])
+            first |= key not in seen
+            seen.add(key)
+            last[s] = self.version[s]
+        return first
+
+    def refresh_pending(self, kept: list[int]) -> bool:
+        """Whether the memory judgement could not be made yet over the measured rounds
+        ``kept``: a guaranteed refreshed round still to run, or an arm short of first-seen or
+        seen calls. The noise stop waits for it (max_samples and the timeout do not)."""
+        if self.schedule is None:
+            return False
+        if self.schedule.pending(len(self.fresh[self.names[0]])):
+            return True
+        for name, labels in self.fresh.items():
+            n_fresh = sum(labels[i] for i in kept)
+            n_sham = sum(self.shammed[name][i] and not labels[i] for i in kept)
+            if n_fresh < MIN_FRESH_CALLS or n_sham < MIN_SEEN_CALLS:
+                return True
+        return False
+
+    def _short(self) -> str | None:
+        # Which kind of call some arm lacks to be judged, over the measured rounds so far.
+        n = len(self.fresh[self.names[0]])
+        fresh = min(sum(v) for v in self.fresh.values())
+        sham = min(sum(s and not f for s, f in zip(self.shammed[k], self.fresh[k])) for k in self.names)
+        return "fresh" if fresh < MIN_FRESH_CALLS and n else "sham" if sham < MIN_SEEN_CALLS and n else None
+
+    def saw_all(self) -> None:
+        """Every arm has run on every slot's current content (graph capture calls each)."""
+        if self.schedule is not None:
+            for name in self.names:
+                self._saw(name, list(range(self.n_slots)))
+
+    def _refresh_slots(self, name: str, slots: list[int], index: int, how: str) -> None:
+        if how == SHAM:  # the same work, the content unchanged: the control for the disturbance
+            seed = self.schedule.content_seed()
+            self.refresh(slots[0], seed, how)
+            self.shams.append({"round": index, "arm": name, "slot": slots[0], "seed": seed})
+            self._refreshed[name] = how
+            return
+        # New content for the call about to run: the caller writes it (in place or into new
+        # buffers) from a seed the schedule draws; each slot's version is its refresh's number.
+        # A slot already refreshed this round by an earlier arm is refreshed again only if
+        # this arm has run on its new content (its lead calls): else that content is new to
+        # it too, and one refresh serves the round (one first-seen call per arm, not more).
+        for s in dict.fromkeys(slots):
+            if s in self._round_refreshed and (s, self.version[s]) not in self.seen[name]:
+                continue
+            self._round_refreshed.add(s)
+            seed = self.schedule.content_seed()
+            self.refresh(s, seed, how)
+            self.refreshes.append({"round": index, "arm": name, "slot": s, "seed": seed, "how": how})
+            self.version[s] = len(self.refreshes)
+        self._refreshed[name] = how
+
     def _before(self, name: str, slot: int) -> Callable[[], None] | None:
-        # What runs before a timed call, outside its window: the lead calls, the caller's
-        # prepare, then the flush (last, so neither warms the L2 for the call).
+        # What runs before a timed call, outside its window: the lead calls, the content
+        # refresh (at scheduled rounds: after the leads, so the timed call is the first on the
+        # new content), the caller's prepare, then the flush (last, so none of them warms the
+        # L2 for the call).
         prep = self.prepare.get(name) if self.prepare else None
         lead, flush, fn, n_slots = self.policy.lead_calls, self.flush, self.arms[name], self.n_slots
-        if prep is None and not lead:
+        track = self.schedule is not None
+        if prep is None and not lead and not track:
             return flush
 
         def run() -> None:
@@ -69,6 +164,15 @@ class RoundRunner:
             # timed again for n_slots calls), so a lead never warms a timed call's inputs.
             for i in range(lead):
                 fn((slot - 1 - i) % n_slots)
+                if track:
+                    self._saw(name, [(slot - 1 - i) % n_slots])
+            if track:
+                slots = self._sample_slots(slot)
+                due = self._due.pop(name, None)  # a re-run (host gap) is not refreshed again
+                self._refreshed.pop(name, None)
+                if due is not None:
+                    self._refresh_slots(name, slots, *due)
+                self._label[name] = self._saw(name, slots)  # marked before it runs: it runs next
             if prep is not None:
                 prep(slot)
             if flush is not None:
@@ -89,8 +193,16 @@ class RoundRunner:
         k = self._spot_seen[name] = self._spot_seen.get(name, 0) + 1
         if self._spot_rng.random() * k < 1.0:
             self.spot[name](slot)
-            self.spot_calls[name] = {"call": k - 1, "slot": slot}
+            self.spot_calls[name] = {"call": k - 1, "slot": slot, "version": self.version[slot]}
 
+    def _keep_check(self, name: str, slot: int, index: int, how: str) -> None:
+        # Per arm and kind of refresh, one refreshed call's output is kept for the caller's
+        # check, chosen as the spot call is (reservoir sampling, its own RNG).
+        k = self._keep_seen[(name, how)] = self._keep_seen.get((name, how), 0) + 1
+        if self._keep_rng.random() * k < 1.0:
+            self.keep_refreshed[name](slot, how)
+            self.refresh_checks.setdefault(name, {})[how] = {"round": index, "slot": slot,
+                                                             "version": self.version[slot]}
     def round(self, index: int, record: dict[str, list[float]] | None = None,
               host: dict[str, list[float]] | None = None, drain: dict[str, list[float]] | None = None) -> RawRound:
         """Every arm once, in the ``index``-th order. ``record`` collects samples (warm-up);
@@ -98,6 +210,10 @@ class RoundRunner:
         ``drain`` collects the device drain after each call (the timer's ``last_drain_s``)."""
         order = self.orders[index % len(self.orders)]
         out: dict[str, float] = {}
+        how = self.schedule.at(index, self._short()) if self.schedule is not None and host is not None else None
+        if how is not None:
+            self._due = {name: (index, how) for name in order}
+            self._round_refreshed = set()
         t0 = self.timer.now_s()
         for name in order:
             slot = self.next_slot()
@@ -118,6 +234,14 @@ class RoundRunner:
                 d = getattr(self.timer, "last_drain_s", None)
                 if drain is not None and d is not None:
                     drain[name].append(d)
+                if self.schedule is not None:
+                    self.fresh[name].append(self._label[name])
+                    done = self._refreshed.pop(name, None)
+                    self.shammed[name].append(done == SHAM)
+                    done = None if done == SHAM else done
+                    # The kept call ran on the refreshed content only if it was not re-run.
+                    if done is not None and len(taken) == 1 and self.keep_refreshed and name in self.keep_refreshed:
+                        self._keep_check(name, slot, index, done)
                 if self.spot and name in self.spot:
                     self._spot_check(name, taken[-1])
         return RawRound(t0, self.timer.now_s(), order, out)

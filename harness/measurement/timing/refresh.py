@@ -1,0 +1,146 @@
+"""New input content during the measured rounds, and the judgement of an arm that answers
+from memory (issue 25, item 1: inputs that change between timed calls).
+
+A kernel that keys its outputs by the *content* of its inputs computes honestly on every
+new content (each gate case is new) and answers the timing's repeated content from memory.
+An output check cannot see it (on new content it is right); its timing can: its calls on
+content it has not seen are slower than its calls on content it has. So, at random
+measured rounds (``RefreshSchedule``, seeded, recorded), each arm's timed call gets new
+content just before it, outside its window (after its lead calls, before the caller's
+prepare and the flush): written into the same buffers (in place: a kernel keyed by address
+then returns a stale answer, which the caller's check of that call's output catches), or
+into newly allocated buffers (new addresses; never in graph mode, whose graphs read the
+captured addresses). At as many other random rounds the
+caller does the same work without changing the content (a sham), so that what the work
+itself disturbs is on both sides. Every sample is labelled first-seen (a call of this arm on
+content it had not run on before) or seen, and ``judge_input_memory`` compares first-seen
+calls with seen calls after a sham, one-sidedly: an honest kernel's first-seen calls are no
+slower (new content just written may even sit in cache, making them faster); a kernel
+answering from memory's are slower.
+
+Cost: per refreshed or sham round, one input generation per arm, outside the windows; after timing,
+the output of one refreshed call per arm and kind is checked against a float64 reference.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+IN_PLACE, FRESH_BUFFERS, SHAM = "in_place", "fresh_buffers", "sham"
+# Refreshed rounds every measurement holds (when max_samples allows), and as many sham rounds:
+# the caller does the same work (an input generation) but the content stays. On a host, the
+# generation itself slows the call after it (caches and predictors disturbed: honest CPU
+# kernels measured 1.1-1.4× slower after a refresh AND after a sham, 1.0× after nothing), so
+# first-seen calls are compared with seen calls after a sham, not with undisturbed ones. Six
+# of each: 1/C(12, 6) ≈ 1.1e-3 is the smallest p-value they can give, under MEMORY_ALPHA.
+REFRESH_MIN_ROUNDS = 6
+# The guaranteed rounds (refresh and sham) are drawn among the first max(min_samples,
+# REFRESH_SPAN_FACTOR × REFRESH_MIN_ROUNDS) rounds, and the noise stop waits for them: a third
+# of that span stays undisturbed, and 18 rounds fit the shortest policies in use (20).
+REFRESH_SPAN_FACTOR = 3
+# After the span, each round is refreshed with this chance (and, independently, shammed): a
+# long measurement (up to max_samples rounds) keeps meeting new content at rounds no kernel
+# can predict, at ~one input generation per arm every 10 rounds.
+REFRESH_PROBABILITY = 0.05
+# The judgement: first-seen calls slower than seen calls after a sham by a one-sided
+# Mann-Whitney U test at MEMORY_ALPHA AND by a median ratio ≥ 1 + FRESH_SLOWDOWN_TOLERANCE.
+# At the minimum counts the test asks for complete separation (p ≈ 1.1e-3, a 1-in-924 chance
+# for an honest arm) before the effect size is even asked; the tolerance keeps what a refresh
+# disturbs beyond a sham (a new buffer's first touch) from reading as memory. The attack it
+# answers ran 2.8× faster on content it had seen; a memory worth less than 25% is not told
+# from the rig's own order effects.
+MEMORY_ALPHA = 2e-3
+FRESH_SLOWDOWN_TOLERANCE = 0.25
+# Fewer first-seen calls, or seen calls after a sham (kept rounds): the judgement cannot be
+# made, and the row gets no number (fail closed), never a pass.
+MIN_FRESH_CALLS = REFRESH_MIN_ROUNDS
+MIN_SEEN_CALLS = REFRESH_MIN_ROUNDS
+REMEMBERS_TAG = "remembers_inputs"
+
+
+class RefreshSchedule:
+    """Which measured rounds get new content, and how; reproducible from ``seed``, not
+    knowable by a kernel. ``graph``: in place only (captured graphs read fixed addresses)."""
+
+    def __init__(self, seed: int, min_samples: int, max_samples: int, graph: bool):
+        self.seed, self.graph = seed, graph
+        self._rng = random.Random(seed)
+        self.span = min(max(min_samples, REFRESH_SPAN_FACTOR * REFRESH_MIN_ROUNDS), max_samples)
+        n = min(REFRESH_MIN_ROUNDS, self.span // 2)
+        rounds = self._rng.sample(range(self.span), 2 * n)
+        hows = [IN_PLACE if graph or i % 2 == 0 else FRESH_BUFFERS for i in range(n)]
+        self._rng.shuffle(hows)  # both kinds among the guaranteed rounds, in an unknowable order
+        self.planned = dict(zip(rounds, hows + [SHAM] * n))
+
+    def at(self, index: int, short: str | None = None) -> str | None:
+        """How measured round ``index`` is refreshed (IN_PLACE, FRESH_BUFFERS, SHAM), or None.
+        Called once per round, in order (the draws after the span depend on it). ``short``:
+        after the span, an arm still lacks first-seen calls ("fresh") or seen calls after a
+        sham ("sham") to be judged (with several slots, new content spreads to every arm and
+        turns many calls first-seen): that kind is done every round until none lacks it."""
+        if index < self.span:
+            return self.planned.get(index)
+        r = self._rng.random()
+        if short == "sham":
+            return SHAM
+        if r < REFRESH_PROBABILITY or short == "fresh":
+            return IN_PLACE if self.graph or self._rng.random() < 0.5 else FRESH_BUFFERS
+        return SHAM if r < 2 * REFRESH_PROBABILITY else None
+
+    def pending(self, rounds_run: int) -> bool:
+        """Whether a guaranteed refresh round is still to run after ``rounds_run`` rounds."""
+        return bool(self.planned) and max(self.planned) >= rounds_run
+
+    def content_seed(self) -> int:
+        """The seed of the next new content: from the schedule's RNG, so recorded by it."""
+        return self._rng.getrandbits(62)
+
+
+@dataclass(frozen=True)
+class InputMemory:
+    """One arm's first-seen calls against its seen calls after a sham (kept rounds), and the
+    judgement on them."""
+
+    n_fresh: int
+    n_seen: int
+    fresh_median_ms: float
+    seen_median_ms: float
+    u: float                # Mann-Whitney U of the first-seen samples
+    p_value: float          # one-sided: first-seen slower
+    judged: bool            # enough calls of each kind to judge
+    remembers: bool
+    reason: str | None      # why remembers, or why it could not be judged; None otherwise
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {
+            "alpha": MEMORY_ALPHA, "tolerance": FRESH_SLOWDOWN_TOLERANCE}
+
+
+def judge_input_memory(fresh: list[float], seen: list[float]) -> InputMemory:
+    """Whether an arm answers from memory: its first-seen samples (ms) reliably slower than
+    its seen ones after a sham (module docstring). Too few of either: not judged, with why."""
+    import statistics
+
+    from harness.measurement.stats import mann_whitney_u
+
+    nf, ns = len(fresh), len(seen)
+    fm = statistics.median(fresh) if fresh else math.nan
+    sm = statistics.median(seen) if seen else math.nan
+    if nf < MIN_FRESH_CALLS or ns < MIN_SEEN_CALLS:
+        return InputMemory(nf, ns, fm, sm, math.nan, math.nan, False, False,
+                           f"{nf} calls on new content and {ns} on content already seen after a sham refresh (kept rounds): the test "
+                           f"needs ≥ {MIN_FRESH_CALLS} and ≥ {MIN_SEEN_CALLS}, so whether the kernel answers "
+                           f"from memory of its inputs could not be judged (raise [timing] max_samples or "
+                           f"timeout_s)")
+    u, p = mann_whitney_u(fresh, seen, "greater")
+    slower = fm >= (1.0 + FRESH_SLOWDOWN_TOLERANCE) * sm
+    remembers = p < MEMORY_ALPHA and slower
+    reason = None
+    if remembers:
+        reason = (f"its first calls on new content take {fm * 1e3:.4g} µs (median of {nf}) against "
+                  f"{sm * 1e3:.4g} µs on content it has already seen after the same work (a sham refresh; median of {ns}): {fm / sm:.2f}× "
+                  f"(≥ 1 + {FRESH_SLOWDOWN_TOLERANCE:g}), one-sided Mann-Whitney U = {u:g}, p = {p:.2g} < "
+                  f"{MEMORY_ALPHA:g}: it answers repeated inputs from memory, so its timing is not its work's")
+    return InputMemory(nf, ns, fm, sm, u, p, True, remembers, reason)

@@ -1,0 +1,154 @@
+"""Issue 25, item 1: inputs that change between timed calls. New content at random measured
+rounds (in place, or in fresh buffers), outputs checked against the content they came from,
+and the one-sided judgement of an arm whose first-seen calls are slower than its seen ones."""
+
+from __future__ import annotations
+
+import time
+
+from harness.measurement.timing import TimingPolicy, measure
+from harness.measurement.timing.refresh import (FRESH_BUFFERS, IN_PLACE, MIN_FRESH_CALLS, REMEMBERS_TAG, SHAM,
+                                                judge_input_memory)
+from harness.sweep.run import run_config
+from harness.workloads import Config
+from kernels import kernel
+from tests import zoo
+from tests.conftest import sweep_context
+from tests.timers import ScriptedTimer
+
+CFG = Config("attention", 1, 2, 2, 32, 16, "float32", False)
+# Large enough that attention costs several times the remembering kernel's fingerprint on a CPU.
+BIG = Config("attention", 1, 2, 2, 128, 32, "float32", False)
+
+
+def policy(**kw) -> TimingPolicy:
+    return TimingPolicy(**{**dict(warmup_ms=1.0, min_samples=5, max_samples=80, min_time_ms=0.0, noise_target=0.5,
+                                  timeout_s=1e5), **kw})
+
+
+def ctx(line, **timing):
+    return sweep_context(line=line, timing={"warmup_ms": 1, "min_samples": 5, "max_samples": 20, "min_time_ms": 1,
+                                            "timeout_s": 10, **timing})
+
+
+def test_an_arm_slower_on_content_it_has_not_seen_is_judged_to_remember_and_an_even_one_is_not():
+    content = [0, 0]          # per slot: which content it holds (the refresh hook bumps it)
+    seen, state = set(), {"hit": False}
+
+    def refresh(slot, seed, how):
+        if how != SHAM:
+            content[slot] = seed
+
+    def remembering(slot):   # its time depends on whether it has seen the content (the timer reads it)
+        state["hit"] = (slot, content[slot]) in seen
+        seen.add((slot, content[slot]))
+
+    timer = ScriptedTimer({"mem": lambda k, t: 0.3 if state["hit"] else 1.0, "even": 1.0})
+    m = measure({"mem": remembering, "even": lambda s: None}, n_slots=2, policy=policy(), device="cpu", timer=timer,
+                refresh=refresh, refresh_seed=11)
+    mem, even = m.refresh.memory["mem"], m.refresh.memory["even"]
+    assert mem.judged and mem.remembers and mem.n_fresh >= MIN_FRESH_CALLS, mem
+    assert "Mann-Whitney" in mem.reason and f"median of {mem.n_fresh}" in mem.reason
+    assert even.judged and not even.remembers and even.reason is None
+    row = m.to_row()["refresh"]
+    assert {r["how"] for r in row["refreshes"]} == {IN_PLACE, FRESH_BUFFERS} and row["shams"]
+    assert row["memory"]["mem"]["remembers"] and row["memory"]["mem"]["p_value"] < row["memory"]["mem"]["alpha"]
+    # Reproducible from the seed, not fixed: another seed refreshes other rounds.
+    again = measure({"mem": lambda s: None, "even": lambda s: None}, n_slots=2, policy=policy(), device="cpu",
+                    timer=ScriptedTimer({"mem": 1.0, "even": 1.0}), refresh=lambda *a: None, refresh_seed=11)
+    def planned(x):
+        return sorted({r["round"] for r in x.refresh.refreshes if r["round"] < x.refresh.span})
+
+    assert planned(again) == planned(m)
+    other = measure({"mem": lambda s: None}, n_slots=1, policy=policy(), device="cpu",
+                    timer=ScriptedTimer({"mem": 1.0}), refresh=lambda *a: None, refresh_seed=12)
+    assert planned(other) != planned(m)
+
+
+def test_too_few_calls_cannot_be_judged_and_faster_first_calls_never_flag():
+    j = judge_input_memory([2.0] * (MIN_FRESH_CALLS - 1), [1.0] * 20)
+    assert not j.judged and not j.remembers and "could not be judged" in j.reason
+    assert not judge_input_memory([0.5] * 10, [1.0, 1.1] * 10).remembers  # one-sided: faster is never memory
+    # max_samples below what the judgement needs: measured, but not judged (the sweep gives no number)
+    m = measure({"a": lambda s: None}, n_slots=1, policy=policy(max_samples=8), device="cpu",
+                timer=ScriptedTimer({"a": 1.0}), refresh=lambda *a: None)
+    assert not m.refresh.memory["a"].judged
+
+
+def test_the_refresh_runs_outside_the_timed_window_after_the_leads_and_before_prepare():
+    from harness.measurement.timing.timers import HostTimer
+
+    log = []
+
+    def refresh(slot, seed, how):
+        log.append(("refresh", slot))
+        time.sleep(0.01)    # far longer than any call: inside a window it would show
+
+    arms = {n: (lambda s, n=n: log.append(("call", n, s))) for n in ("a", "b")}
+    prep = {n: (lambda s, n=n: log.append(("prepare", n, s))) for n in ("a", "b")}
+    m = measure(arms, n_slots=1, policy=policy(mode="hot", lead_calls=1), device="cpu", timer=HostTimer(),
+                prepare=prep, refresh=refresh)
+    assert len(m.refresh.refreshes) + len(m.refresh.shams) >= 2 * MIN_FRESH_CALLS
+    assert max(max(a.samples) for a in m.arms.values()) < 5.0  # ms: no 10 ms refresh in any sample
+    for i, e in enumerate(log):
+        if e[0] == "refresh":   # after a lead call, then prepare, then the timed call
+            assert log[i - 1][0] == "call" and log[i + 1][0] == "prepare" and log[i + 2][0] == "call"
+
+
+_rem = {"fn": None}
+
+
+@kernel("test_refresh_remembers", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
+def remembers(q, k, v, out, *, causal, scale):
+    _rem["fn"](q, k, v, out, causal=causal, scale=scale)
+
+
+def test_a_kernel_that_remembers_its_inputs_is_incorrect_and_an_honest_one_gets_a_result():
+    _rem["fn"] = zoo.make_remembers_inputs()
+    rows = run_config(BIG, ("test_refresh_remembers", "sdpa"), ctx("remember", min_samples=20, max_samples=40))
+    by = {r.payload["candidate"]: r for r in rows}
+    bad, good = by["test_refresh_remembers"], by["sdpa"]
+    assert bad.kind == "incorrect" and bad.payload["tag"] == REMEMBERS_TAG, bad.payload.get("reason")
+    assert "first calls on new content" in bad.payload["reason"] and "p = " in bad.payload["reason"]
+    mem = bad.payload["timing"]["refresh"]["memory"]["candidate:test_refresh_remembers"]
+    assert mem["remembers"] and mem["fresh_median_ms"] > 1.25 * mem["seen_median_ms"]
+    assert len(_rem["fn"].cache) > 1  # it computed honestly on every new content
+    assert good.kind == "result", good.payload.get("reason")
+    assert not good.payload["timing"]["refresh"]["memory"]["candidate:sdpa"]["remembers"]
+
+
+_ptr = {"fn": None}
+
+
+@kernel("test_refresh_by_pointer", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
+def by_pointer(q, k, v, out, *, causal, scale):
+    _ptr["fn"](q, k, v, out, causal=causal, scale=scale)
+
+
+def test_a_kernel_keyed_by_address_answers_stale_on_content_rewritten_in_place():
+    _ptr["fn"] = zoo.make_cached_by_pointer()
+    (row,) = run_config(CFG, ("test_refresh_by_pointer",), ctx("ptr"))
+    assert row.kind == "incorrect", row.payload
+    assert row.payload["tag"] in ("refreshed_stale_mismatch", "timed_stale_mismatch"), row.payload["reason"]
+    assert "rewritten in place" in row.payload["reason"]
+
+
+def test_honest_arms_on_several_slots_are_checked_against_the_content_they_ran_on(monkeypatch):
+    # Several slots: an arm's last output on a slot may predate the slot's newest content.
+    from harness.measurement import memory
+
+    monkeypatch.setattr(memory, "timing_slots", lambda *a, **k: 3)
+    stale = []
+    for attempt in range(12):  # lines differ in their refresh rounds: some leave outputs of older content
+        (row,) = run_config(CFG, ("sdpa",), ctx(f"slots{attempt}", min_samples=18, max_samples=60,
+                                                noise_target=0.9))
+        assert row.kind == "result", row.payload.get("reason")
+        rec = row.payload["timing"]["refresh"]
+        assert row.payload["timing"]["n_slots"] == 3
+        current = {r["slot"]: i + 1 for i, r in enumerate(rec["refreshes"])}
+        stale += [(a, s) for a, v in rec["last_versions"].items() for s in (0, 2) if v[s] != current.get(s, 0)]
+        spot = row.payload["timing"]["spot_calls"]
+        stale += [(a, "spot") for a, c in spot.items() if c["version"] != current.get(c["slot"], 0)]
+        if stale:
+            break
+    assert stale, "no checked output predates its slot's newest content: the trap was not exercised"
