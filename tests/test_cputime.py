@@ -51,7 +51,8 @@ def test_a_call_that_waited_drops_its_whole_round_counted_with_its_reason():
             return 4.0
         return 0.0
 
-    durs = {"candidate": noisy(0.5, 1), "baseline": noisy(0.7, 2), "control": noisy(0.7, 3)}
+    # Wall times of at least WAIT_DROP_MS: a wait counts only up to the wall time it delayed.
+    durs = {"candidate": noisy(1.0, 1), "baseline": noisy(0.7, 2), "control": noisy(0.7, 3)}
     m, _ = run(durs, policy(warmup_ms=5.0), waits={"candidate": wait, "baseline": 0.01})
     assert waited_calls and m.n_waited == len(waited_calls) == m.n_dropped
     assert not m.throttled  # 2 of ≥ 10 rounds: under max_drop_fraction
@@ -64,7 +65,7 @@ def test_a_call_that_waited_drops_its_whole_round_counted_with_its_reason():
     assert set(row["rounds"]["waited"]) == {str(r.index) for r in dropped}
     c = row["cpu"]["candidate"]
     assert c["waited"] == len(dropped) and c["calls"] == len(m.rounds)
-    assert c["wait_ms"] == 0.0 and c["cpu_ms"] == pytest.approx(0.5, rel=0.2)
+    assert c["wait_ms"] == 0.0 and c["cpu_ms"] == pytest.approx(1.0, rel=0.2)
     assert row["cpu"]["baseline"]["waited"] == 0  # 0.01 ms: a wake-up, not a descheduling
     assert WAIT_DROP_MS > 0.01
 

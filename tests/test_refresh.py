@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from harness.measurement.timing import TimingPolicy, measure
+from harness.measurement.timing.measure import REFRESH_EXTRA_ROUNDS
 from harness.measurement.timing.refresh import (FRESH_BUFFERS, IN_PLACE, MIN_FRESH_CALLS, REMEMBERS_TAG, SHAM,
                                                 judge_input_memory)
 from harness.sweep.run import run_config
@@ -69,10 +70,15 @@ def test_too_few_calls_cannot_be_judged_and_faster_first_calls_never_flag():
     j = judge_input_memory([2.0] * (MIN_FRESH_CALLS - 1), [1.0] * 20)
     assert not j.judged and not j.remembers and "could not be judged" in j.reason
     assert not judge_input_memory([0.5] * 10, [1.0, 1.1] * 10).remembers  # one-sided: faster is never memory
-    # max_samples below what the judgement needs: measured, but not judged (the sweep gives no number)
+    # A timeout before the judgement has its calls: measured, but not judged (the sweep gives no
+    # number). max_samples alone does not cut it short: the content check may run
+    # REFRESH_EXTRA_ROUNDS past it, every one refreshed or shammed, so the judgement is made.
+    m = measure({"a": lambda s: None}, n_slots=1, policy=policy(max_samples=8, timeout_s=0.012), device="cpu",
+                timer=ScriptedTimer({"a": 1.0}), refresh=lambda *a: None)
+    assert not m.refresh.memory["a"].judged and m.stop_reason == "timeout"
     m = measure({"a": lambda s: None}, n_slots=1, policy=policy(max_samples=8), device="cpu",
                 timer=ScriptedTimer({"a": 1.0}), refresh=lambda *a: None)
-    assert not m.refresh.memory["a"].judged
+    assert m.refresh.memory["a"].judged and len(m.rounds) <= 8 + REFRESH_EXTRA_ROUNDS
 
 
 def test_the_refresh_runs_outside_the_timed_window_after_the_leads_and_before_prepare():

@@ -223,3 +223,97 @@ def _gate_calls(cfg, c) -> int:
     gate(counting, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype], rtol=reg.rtol[cfg.dtype],
          device=c.device)
     return n["n"]
+
+
+# ----------------------------------------------------------------------------- through the real CLI
+
+ATTACKS_LINE = '''\
+schema = 1
+hypothesis = "kernels whose outputs are right but whose times are not get no number"
+workload = "attention"
+candidates = {candidates}
+baseline = "{baseline}"
+
+[grid]
+batch = [1]
+heads = [2]
+seq_len = [128]
+head_dim = [32]
+dtype = ["{dtype}"]
+causal = [false]
+
+[correctness]
+atol = {{ {dtype} = {tol} }}
+rtol = {{ {dtype} = {tol} }}
+seeds = [0]
+families = ["normal"]
+
+[timing]
+warmup_ms = 5
+min_samples = 5
+max_samples = 80
+min_time_ms = 5
+timeout_s = 20
+
+[bar]
+go = "pass_rate == 1.0"
+prediction = 0.0
+'''
+
+# The attacks as a plugin (a real installed distribution whose entry point registers them),
+# the honest sdpa beside them: (kernel, expected outcome, expected tag); cuda-only ones last.
+ATTACKS = (("sdpa", "result", None),
+           ("remembers_inputs", "incorrect", "remembers_inputs"),
+           ("threads_changed", "incorrect", "numerics_changed"),
+           ("leaves_host_thread", "incorrect", "left_running"),
+           ("leaves_device_work", "incorrect", "left_running"))
+PLUGIN = '''\
+from kernels import kernel
+from tests import zoo
+
+for name, fn, devices in (("remembers_inputs", zoo.make_remembers_inputs(), ("cpu", "cuda")),
+                          ("threads_changed", zoo.threads_changed, ("cpu", "cuda")),
+                          ("leaves_host_thread", zoo.leaves_host_thread, ("cpu", "cuda")),
+                          ("leaves_device_work", zoo.leaves_device_work, ("cuda",))):
+    kernel(name, workloads=("attention",), dtypes=("float32", "float16"), devices=devices)(fn)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_each_attack_is_rejected_for_its_own_reason_through_the_cli(tmp_path, device):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import bench_env, init_repo, installed_dist
+
+    attacks = ATTACKS if device == "cuda" else ATTACKS[:-1]
+    text = ATTACKS_LINE.format(candidates=json.dumps([a for a, _, _ in attacks]),
+                               baseline="cublas_stack" if device == "cuda" else "torch_stack",
+                               dtype="float16" if device == "cuda" else "float32",
+                               tol="2e-2" if device == "cuda" else "1e-4")
+    repo = init_repo(tmp_path / "proj", {"attacks": text})
+    plugin = installed_dist(tmp_path / "site", "attacks", "0.1", "[bench.kernels]\nattacks = attack_kernels\n",
+                            {"attack_kernels": PLUGIN})
+    env = {**bench_env(), "PYTHONPATH": os.pathsep.join([str(plugin), bench_env()["PYTHONPATH"]])}
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    # On the GPU the sweep measures the device's ceilings, so every call also meets the floor.
+    sweep = ("sweep", "attacks") if device == "cuda" else ("sweep", "attacks", "--no-ceilings")
+    for args in (("register", "attacks"), sweep):
+        r = subprocess.run([sys.executable, "-m", "harness", *args], cwd=repo, capture_output=True, text=True,
+                           env=env, timeout=900)
+        assert r.returncode == 0, r.stderr + r.stdout
+    from harness.governance.ledger import read_rows
+
+    got = {r["candidate"]: r for r in read_rows(repo / "ledger" / "attacks.jsonl")
+           if r["kind"] in ("result", "incorrect", "crashed", "skipped", "throttled")}
+    for name, kind, tag in attacks:
+        row = got[name]
+        assert row["kind"] == kind, (name, row.get("tag"), row.get("reason"))
+        if tag is not None:
+            assert row["tag"].removeprefix("timed_") == tag, (name, row["tag"], row["reason"])
+        else:
+            assert not row.get("impossible"), row["impossible"]

@@ -225,7 +225,7 @@ def test_two_cpu_workers_cover_the_grid_once(repo):
     assert res.returncode == 0, res.stdout + res.stderr
     outs = _outcomes(repo, "tiny")
     assert sorted(r["config_key"] for r in outs) == sorted({r["config_key"] for r in outs})
-    assert len(outs) == 4 and all(r["kind"] == "result" for r in outs)
+    assert len(outs) == 4 and all(r["kind"] == "result" for r in outs), [(r["kind"], r.get("reason")) for r in outs]
     assert all(r["env"]["host"] and "gpu_index" in r["env"] and "gpu_uuid" in r["env"] for r in outs)
     _verified(repo, "tiny")
 
@@ -490,3 +490,16 @@ def test_executor_ray_without_ray_says_how_to_install_it(repo):
     assert [r["kind"] for r in _rows(repo, "tiny")] == ["registered"]
     bad = run_bench(repo, "sweep", "tiny", "--device", "cpu", "--address", "127.0.0.1:6379")
     assert bad.returncode == 2 and "--executor ray" in bad.stderr, bad.stderr
+
+
+def test_cpu_workers_get_disjoint_shares_of_the_cores():
+    import os
+
+    from harness.sweep.workers import core_shares
+
+    cores = sorted(os.sched_getaffinity(0))
+    shares = core_shares(len(cores))
+    assert sorted(c for s in shares for c in s) == cores and all(len(s) == 1 for s in shares)
+    assert core_shares(1) == [tuple(cores)]
+    over = core_shares(len(cores) + 1)  # more workers than cores: shares overlap, none empty
+    assert len(over) == len(cores) + 1 and all(len(s) == 1 for s in over)

@@ -65,6 +65,7 @@ class LocalPool(Executor):
         self._logdir: Path | None = None  # made by start(): nothing exists before the sweep begins
         self._workers: list[_Worker | None] = [None] * len(visible)
         self._launched = 0
+        self.cores = core_shares(len(visible)) if device == "cpu" and len(visible) > 1 else [None] * len(visible)
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> list[SlotInfo]:
@@ -77,8 +78,8 @@ class LocalPool(Executor):
         self._launched += 1
         log = self._logdir / f"worker{slot}-{self._launched}.log"
         parent, child = self._mp.Pipe(duplex=True)
-        p = self._mp.Process(target=worker_main, args=(child, self.device, self.visible[slot], str(log), os.getpid()),
-                             name=f"bench-worker-{slot}")
+        p = self._mp.Process(target=worker_main, args=(child, self.device, self.visible[slot], str(log), os.getpid(),
+                                                       self.cores[slot]), name=f"bench-worker-{slot}")
         p.start()
         child.close()
         return _Worker(p, parent, log)
@@ -230,10 +231,29 @@ def isolate(fd: int) -> None:
     faulthandler.enable()
 
 
-def worker_main(conn, device: str, visible: str | None, log: str, parent_pid: int) -> None:
+def core_shares(n: int) -> list[tuple[int, ...] | None]:
+    """Per CPU worker, its own share of this process's cores: torch's threads of several
+    workers on the same cores preempt one another, and a call that waited on a run queue is
+    no sample (timing/timers.py), so two workers sharing two cores measured nothing. With
+    fewer cores than workers the shares overlap (and such rounds are dropped as they wait)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return [None] * n
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < n:
+        return [(cores[i % len(cores)],) for i in range(n)]
+    per = len(cores) // n
+    return [tuple(cores[i * per:(i + 1) * per]) for i in range(n)]
+
+
+def worker_main(conn, device: str, visible: str | None, log: str, parent_pid: int,
+                cores: tuple[int, ...] | None = None) -> None:
     """Entry point of a spawned worker: set up, say ready, then run jobs until told to stop."""
     _watch_parent(parent_pid)
     isolate(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+    if cores is not None:
+        # Before torch is imported: its intra-op threads, one per core of this worker's share.
+        os.sched_setaffinity(0, cores)
+        os.environ["OMP_NUM_THREADS"] = str(len(cores))
     if visible is not None:
         # Before torch is imported: this process sees one GPU, numbered as nvidia-smi does.
         os.environ["CUDA_VISIBLE_DEVICES"] = visible

@@ -72,12 +72,17 @@ from harness.measurement.clocks import ClockMonitor
 from harness.measurement.stats import quantum, rel_noise
 from harness.measurement.timing.graphs import auto_replays, capture_chains, capture_graphs
 from harness.measurement.timing.policy import TimingPolicy
-from harness.measurement.timing.refresh import judge_input_memory
+from harness.measurement.timing.refresh import REFRESH_MIN_ROUNDS, judge_input_memory
 from harness.measurement.timing.results import ArmResult, Measurement, RefreshRecord, Round
 from harness.measurement.timing.rounds import RawRound, RoundRunner
 from harness.measurement.timing.timers import BLOCK_MAX_S, WAIT_DROP_MS, CallCpu, CudaEventTimer, HostTimer, Timer
 
 WARMUP_MIN_ROUNDS = 1
+# Rounds past max_samples a measurement may run while the content check (timing/refresh.py)
+# still lacks the calls to judge an arm (rounds dropped for clocks or waits took some): every
+# one of them is refreshed or shammed, so twice the minimum covers a few more drops. Without
+# them the row would have no number (fail closed) although the protocol's own rounds were fine.
+REFRESH_EXTRA_ROUNDS = 2 * REFRESH_MIN_ROUNDS
 WARMUP_MAX_EXTENSIONS = 3
 # Sustained clocks: the warm-up is extended (up to WARMUP_SETTLE_MAX_EXTENSIONS more
 # budgets) while the SM clock in its second half is > CLOCK_SETTLE_TOLERANCE below its first
@@ -296,12 +301,14 @@ def _measure_rounds(st: _State, runner: RoundRunner, policy: TimingPolicy, monit
             _attribute(st, monitor, policy, final=False)
         kept = [i for i in range(len(st.raw))
                 if not st.waited[i] and not (i < len(st.drops) and st.drops[i][1])]
+        runner.kept = kept
         now = timer.now_s()
+        pending = runner.refresh_pending(kept)
         if (len(kept) >= policy.min_samples and now - t_m0 >= policy.min_time_ms / 1000.0 - TIME_EPS_S
-                and not runner.refresh_pending(kept)
+                and not pending
                 and all(rel_noise([st.samples[n][i] for i in kept]) <= policy.noise_target for n in st.names)):
             st.stop_reason = "noise_target"
-        elif len(st.raw) >= policy.max_samples:
+        elif len(st.raw) >= policy.max_samples + (REFRESH_EXTRA_ROUNDS if pending else 0):
             st.stop_reason = "max_samples"
         elif now >= st.deadline - TIME_EPS_S:
             st.stop_reason = "timeout"

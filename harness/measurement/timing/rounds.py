@@ -48,6 +48,7 @@ class RoundRunner:
         self._spot_rng = random.Random(spot_seed)
         self._spot_seen: dict[str, int] = {}
         self.spot_calls: dict[str, dict[str, int]] = {}
+        self.kept: list[int] = []  # measured rounds kept so far (measure sets it after each round)
         # Content refresh (timing/refresh.py): only with a refresh hook; without one nothing
         # below runs and rounds are as before.
         self.refresh, self.keep_refreshed, self.refresh_seed = refresh, keep_refreshed, refresh_seed
@@ -112,10 +113,12 @@ class RoundRunner:
         return False
 
     def _short(self) -> str | None:
-        # Which kind of call some arm lacks to be judged, over the measured rounds so far.
+        # Which kind of call some arm lacks to be judged, over the kept measured rounds so far
+        # (``kept``, set by measure after each round: a dropped round's calls do not count).
         n = len(self.fresh[self.names[0]])
-        fresh = min(sum(v) for v in self.fresh.values())
-        sham = min(sum(s and not f for s, f in zip(self.shammed[k], self.fresh[k])) for k in self.names)
+        kept = [i for i in self.kept if i < n]
+        fresh = min(sum(v[i] for i in kept) for v in self.fresh.values())
+        sham = min(sum(self.shammed[k][i] and not self.fresh[k][i] for i in kept) for k in self.names)
         return "fresh" if fresh < MIN_FRESH_CALLS and n else "sham" if sham < MIN_SEEN_CALLS and n else None
 
     def saw_all(self) -> None:
