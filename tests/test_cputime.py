@@ -70,14 +70,21 @@ def test_a_call_that_waited_drops_its_whole_round_counted_with_its_reason():
     assert WAIT_DROP_MS > 0.01
 
 
-def test_too_many_waited_rounds_is_not_a_result_and_says_why():
+def test_waited_rounds_are_not_samples_and_many_of_them_make_the_row_rig_noisy():
+    from harness.measurement.timing.measure import WAIT_MAX_ROUNDS_FACTOR
+    from harness.sweep.run import rig_noise
+
     durs = {n: noisy(0.6, i) for i, n in enumerate(ARMS)}
-    m, _ = run(durs, policy(max_samples=40), waits={"baseline": lambda k, t: 8.0 if k % 2 else 0.0})
-    assert m.throttled and m.n_waited > 0.25 * len(m.rounds)
-    assert f"{m.n_dropped}/{len(m.rounds)} rounds dropped" in m.throttle_note
-    assert "waited on a run queue" in m.throttle_note and "descheduled" in m.throttle_note
-    assert "SM clock" not in m.throttle_note  # no clock drops on the CPU
+    pol = policy(max_samples=40)
+    m, _ = run(durs, pol, waits={"baseline": lambda k, t: 8.0 if k % 2 else 0.0})
+    # Half the rounds waited: they are dropped, but they are not samples, so the measurement
+    # ran on to max_samples undisturbed rounds; the kept calls vouch for themselves.
+    assert not m.throttled and m.n_waited > 0.25 * len(m.rounds)
+    assert len(m.rounds) - m.n_waited == pol.max_samples <= len(m.rounds) <= WAIT_MAX_ROUNDS_FACTOR * pol.max_samples
     assert m.to_row()["cpu"]["baseline"]["waited"] == m.n_waited
+    why = rig_noise(1.0, 0.02, {}, {}, (m.n_waited, len(m.rounds)), pol.max_drop_fraction)
+    assert len(why) == 1 and f"{m.n_waited} of {len(m.rounds)} rounds" in why[0] and "loaded host" in why[0]
+    assert rig_noise(1.0, 0.02, {}, {}, (1, len(m.rounds)), pol.max_drop_fraction) == []
 
 
 def test_a_timer_that_cannot_see_waits_drops_nothing():

@@ -247,6 +247,7 @@ atol = {{ {dtype} = {tol} }}
 rtol = {{ {dtype} = {tol} }}
 seeds = [0]
 families = ["normal"]
+{weak}
 
 [timing]
 warmup_ms = 5
@@ -293,7 +294,10 @@ def test_each_attack_is_rejected_for_its_own_reason_through_the_cli(tmp_path, de
     text = ATTACKS_LINE.format(candidates=json.dumps([a for a, _, _ in attacks]),
                                baseline="cublas_stack" if device == "cuda" else "torch_stack",
                                dtype="float16" if device == "cuda" else "float32",
-                               tol="2e-2" if device == "cuda" else "1e-4")
+                               tol="2e-2" if device == "cuda" else "1e-4",
+                               # fp16 at the baseline's own tolerance cannot see these two canaries
+                               # (as the shipped flash lines); this line judges times, not the gate.
+                               weak='accept_weak = ["scale_1pct", "drop_last_key"]' if device == "cuda" else "")
     repo = init_repo(tmp_path / "proj", {"attacks": text})
     plugin = installed_dist(tmp_path / "site", "attacks", "0.1", "[bench.kernels]\nattacks = attack_kernels\n",
                             {"attack_kernels": PLUGIN})

@@ -332,8 +332,12 @@ def make_timed_unwritten(honest_calls: int):
 # leaves_host_thread's thread computes for this long after the call returned: longer than the
 # leftover watch (HOST_WATCH_S), bounded so a test never leaves a spinning thread behind.
 HOST_LEFTOVER_S = 0.1
-# leaves_device_work leaves this many 2048^3 matmuls on a side stream (~1 ms on an H200).
+# leaves_device_work leaves this many 4096^3 fp16 matmuls on a side stream (~1.5 ms on an H200,
+# research/drain_probe.py; the incident's kernel left ~2.7 ms). Eight 2048^3 ones (~0.14 ms)
+# ended within ~0.1 ms of the call on the H200: under DRAIN_LIMIT_S for the gate's look, left
+# to the timed calls' median-drain rule.
 DEVICE_LEFTOVER_MATMULS = 8
+DEVICE_LEFTOVER_SIZE = 4096
 
 
 def _other_thread_count() -> int:
@@ -384,7 +388,7 @@ def leaves_device_work(q, k, v, out, *, causal, scale):
 
     out.copy_(attention(q, k, v, causal=causal, scale=scale))
     s = torch.cuda.Stream(device=out.device)
-    x = torch.randn(2048, 2048, device=out.device, dtype=torch.float16)
+    x = torch.randn(DEVICE_LEFTOVER_SIZE, DEVICE_LEFTOVER_SIZE, device=out.device, dtype=torch.float16)
     s.wait_stream(torch.cuda.current_stream(out.device))
     with torch.cuda.stream(s):
         for _ in range(DEVICE_LEFTOVER_MATMULS):

@@ -621,7 +621,8 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         # with its CPU margin).
         why = [reductio(tflops, gbps, ceil, cfg.dtype) if ctx.device == "cuda" else None, below]
         impossible = "; ".join(w for w in why if w) or None
-    noise = rig_noise(control, policy.control_tolerance, m.host_gaps, m.quanta)
+    noise = rig_noise(control, policy.control_tolerance, m.host_gaps, m.quanta, (m.n_waited, len(m.rounds)),
+                      policy.max_drop_fraction)
     payload = {
         **_base(cfg, spec.name, ctx),
         "metrics": result_metrics(metrics),
@@ -667,7 +668,8 @@ def _floor_check(cfg, ctx, ceil, m, cand_arm, sus) -> tuple[dict, str | None, st
     return row, cand, base
 
 
-def rig_noise(control: float, tolerance: float, host_gaps: dict, quanta: dict | None = None) -> list[str]:
+def rig_noise(control: float, tolerance: float, host_gaps: dict, quanta: dict | None = None,
+              waited: tuple[int, int] = (0, 0), max_waited: float = 1.0) -> list[str]:
     """Why the rig could not vouch for a result's timing (empty: it could): the control arm
     (the baseline timed twice) off by more than the tolerance, samples kept that may
     include host launch gaps (the host outlasted the timer's longest hold), or an arm whose
@@ -681,6 +683,10 @@ def rig_noise(control: float, tolerance: float, host_gaps: dict, quanta: dict | 
         why.append("samples that may include host launch gaps: " + ", ".join(f"{a} {n}" for a, n in kept.items()))
     for arm, q in (quanta or {}).items():
         why.append(f"{arm}: {q['why']}")
+    n_waited, n_rounds = waited
+    if n_rounds and n_waited / n_rounds > max_waited:
+        why.append(f"{n_waited} of {n_rounds} rounds dropped because a call waited on a run queue (a loaded host: "
+                   f"more than {max_waited:.0%})")
     return why
 
 

@@ -33,12 +33,16 @@ IN_PLACE, FRESH_BUFFERS, SHAM = "in_place", "fresh_buffers", "sham"
 # the caller does the same work (an input generation) but the content stays. On a host, the
 # generation itself slows the call after it (caches and predictors disturbed: honest CPU
 # kernels measured 1.1-1.4× slower after a refresh AND after a sham, 1.0× after nothing), so
-# first-seen calls are compared with seen calls after a sham, not with undisturbed ones. Six
-# of each: 1/C(12, 6) ≈ 1.1e-3 is the smallest p-value they can give, under MEMORY_ALPHA.
-REFRESH_MIN_ROUNDS = 6
+# first-seen calls are compared with seen calls after a sham, not with undisturbed ones. Ten
+# of each: 1/C(20, 10) ≈ 5.4e-6 is the smallest p-value they can give, so a few seen calls
+# slowed by something else (a loaded host) still leave p under MEMORY_ALPHA. With six of each
+# only complete separation passed, and one slow seen call hid a kernel that remembers (seen on
+# the 2-core host, through the CLI).
+REFRESH_MIN_ROUNDS = 10
 # The guaranteed rounds (refresh and sham) are drawn among the first max(min_samples,
 # REFRESH_SPAN_FACTOR × REFRESH_MIN_ROUNDS) rounds, and the noise stop waits for them: a third
-# of that span stays undisturbed, and 18 rounds fit the shortest policies in use (20).
+# of that span stays undisturbed; a policy whose max_samples is shorter runs up to
+# measure.REFRESH_EXTRA_ROUNDS past it for the judgement.
 REFRESH_SPAN_FACTOR = 3
 # After the span, each round is refreshed with this chance (and, independently, shammed): a
 # long measurement (up to max_samples rounds) keeps meeting new content at rounds no kernel
@@ -46,12 +50,12 @@ REFRESH_SPAN_FACTOR = 3
 REFRESH_PROBABILITY = 0.05
 # The judgement: first-seen calls slower than seen calls after a sham by a one-sided
 # Mann-Whitney U test at MEMORY_ALPHA AND by a median ratio ≥ 1 + FRESH_SLOWDOWN_TOLERANCE.
-# At the minimum counts the test asks for complete separation (p ≈ 1.1e-3, a 1-in-924 chance
-# for an honest arm) before the effect size is even asked; the tolerance keeps what a refresh
-# disturbs beyond a sham (a new buffer's first touch) from reading as memory. The attack it
-# answers ran 2.8× faster on content it had seen; a memory worth less than 25% is not told
-# from the rig's own order effects.
-MEMORY_ALPHA = 2e-3
+# At the minimum counts (10 and 10) the test passes with a few overlapping calls, at a 1-in-1000
+# chance for an honest arm before the effect size is even asked; the tolerance keeps what a
+# refresh disturbs beyond a sham (a new buffer's first touch) from reading as memory. The
+# attack it answers ran 2.8× faster on content it had seen; a memory worth less than 25% is not
+# told from the rig's own order effects.
+MEMORY_ALPHA = 1e-3
 FRESH_SLOWDOWN_TOLERANCE = 0.25
 # Fewer first-seen calls, or seen calls after a sham (kept rounds): the judgement cannot be
 # made, and the row gets no number (fail closed), never a pass.
