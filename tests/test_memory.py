@@ -10,6 +10,7 @@ from harness.measurement.correctness import gate_bytes
 from harness.measurement.timing import TimingPolicy, flush_bytes
 from harness.sweep.run import run_config
 from harness.workloads import Config
+from harness.workloads.inputs import generation_bytes
 from kernels import get_kernel
 from tests.conftest import sweep_context
 
@@ -35,8 +36,11 @@ def test_cold_mode_on_cuda_adds_flush_outputs_and_library_workspace():
     pred = memory.predict(CFG, specs, TimingPolicy(mode="cold"), "cuda", l2_bytes=H200_L2)
     out, inputs = _sizes(CFG)
     stack = specs[0].extra_bytes(CFG)
-    # candidate, baseline, control outputs, and each arm's copy of its randomly chosen call's
-    timing = inputs + 3 * out + 3 * out + flush_bytes(H200_L2) + stack
+    # candidate, baseline, control outputs, and each arm's copy of its randomly chosen call's,
+    # and of a call on refreshed content of each kind (in place, fresh buffers); between calls
+    # the larger of the stack's workspace and a new input set being drawn (with its scratch)
+    timing = (inputs + 3 * out + 3 * out + 2 * 3 * out + flush_bytes(H200_L2)
+              + max(stack, inputs + generation_bytes(CFG)))
     assert pred.breakdown["timing_phase"] == timing
     assert pred.breakdown["flush"] == max(4 * H200_L2, 256 * 2**20)
     gate = max(3 * (inputs + out) + math.prod(CFG.shapes()[0]) * 8 + stack, gate_bytes(CFG))
@@ -85,7 +89,9 @@ def test_graph_mode_keeps_every_capture_workspace():
     n = graph.breakdown["n_slots"]
     assert n == math.ceil(4 * H200_L2 / (inputs + out)) == 4
     assert graph.breakdown["flush"] == 0
-    assert graph.breakdown["timing_phase"] == n * (inputs + 3 * out + 2 * stack + sdpa) + 3 * out  # + spot copies
+    # + spot copies, refreshed-call copies, and a new input set drawn beside the graph pool
+    assert graph.breakdown["timing_phase"] == (n * (inputs + 3 * out + 2 * stack + sdpa) + 3 * out + 2 * 3 * out
+                                               + inputs + generation_bytes(CFG))
 
 
 def test_graph_mode_rotates_a_kv_cache_but_not_tiny_inputs():
@@ -140,7 +146,10 @@ def test_an_autotuners_first_call_buffer_counts_in_the_gate_only():
     assert b["gate_phase"] == max(3 * (inputs + out) + ref_out + AUTOTUNE_FLUSH_BYTES, gate_bytes(cfg))
     timed = b["n_slots"] * inputs + b["n_slots"] * b["n_arms"] * out
     spot = b["n_arms"] * out  # each arm's copy of its randomly chosen timed call's output
-    assert b["timing_phase"] == timed + spot + specs[0].extra_bytes(cfg)  # the largest steady workspace: sdpa's
+    refreshed = 2 * b["n_arms"] * out  # and of a call on refreshed content, of each kind
+    # Between calls, the larger of the steady workspace (sdpa's) and a new input set being drawn.
+    assert b["timing_phase"] == timed + spot + refreshed + max(specs[0].extra_bytes(cfg),
+                                                              inputs + generation_bytes(cfg))
     from harness.measurement.correctness import compare_bytes
     from harness.measurement.reference import reference_bytes
 

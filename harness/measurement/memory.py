@@ -112,7 +112,17 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
         workspace = max(extras)
     # One copy per arm of the output of a randomly chosen timed call (checked after timing).
     spot = n_arms * out
-    timing = timed_inputs + timed_outs + spot + flush + workspace
+    # The content refresh (timing/refresh.py): per arm, a copy of one call's output on new
+    # content of each kind (in place, fresh buffers), kept for the checks after timing; and,
+    # between calls, a new input set drawn beside the slots (fresh buffers replace a slot's
+    # only once drawn; a sham's is dropped), with the generator's scratch.
+    refresh_copies = 2 * n_arms * out
+    refresh_draw = inputs + generation_bytes(cfg)
+    # A kernel's workspace lives only during its call, the draw only between calls; a captured
+    # graph's pool lives throughout.
+    graph_pool = policy.mode == "graph" and cuda
+    between = workspace + refresh_draw if graph_pool else max(workspace, refresh_draw)
+    timing = timed_inputs + timed_outs + spot + refresh_copies + flush + between
     # The checks after timing hold the timed buffers; the recheck adds pristine input copies
     # and two output snapshots, a fresh reference (reference_bytes includes its output),
     # compare()'s blocks and a candidate's workspace during its call.
@@ -125,7 +135,8 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     phases = {"gate": gate + lib, "timing": max(timing, recheck) + lib, "generation": generation + lib}
     phase = max(phases, key=phases.get)
     breakdown = {"inputs_per_slot": inputs, "out": out, "n_slots": n_slots, "n_arms": n_arms,
-                 "flush": flush, "spot_copies": spot, "reference": ref_work + ref_out, "kernel_workspace": dict(zip(
+                 "flush": flush, "spot_copies": spot, "refresh_copies": refresh_copies,
+                 "refresh_draw": refresh_draw, "reference": ref_work + ref_out, "kernel_workspace": dict(zip(
                      [s.name for s in specs], extras)), "first_call_workspace": dict(zip(
                      [s.name for s in specs], firsts)), "gate_phase": gate, "timing_phase": timing,
                  "recheck_phase": recheck, "generation_phase": generation, "library_workspace": lib}

@@ -201,7 +201,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         if base_left is not None:
             return out + _baseline_failed(cfg, base_spec, timed, ctx, "timed_" + base_left[0], base_left[1],
                                           gates[base_spec.name], "a timed-call check")
-                # Outputs are checked against the content each was computed from (content refresh:
+        # Outputs are checked against the content each was computed from (content refresh:
         # a slot's content may have changed since an arm last ran on it).
         spot_bad = {name: _spot_failure(cfg, content, m, snaps, name, ctx) for name in snaps}
         snaps.clear()
