@@ -31,7 +31,7 @@ def ctx(line: str):
 _fn = {"fn": None}
 
 
-@kernel("test_time_liar", workloads=("attention",), dtypes=("float32",), devices=("cpu", "cuda"))
+@kernel("test_time_liar", workloads=("attention",), dtypes=("float32", "float16"), devices=("cpu", "cuda"))
 def time_liar(q, k, v, out, *, causal, scale):
     _fn["fn"](q, k, v, out, causal=causal, scale=scale)
 

@@ -13,6 +13,7 @@ and that still use the CPU after it returned.
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import threading
@@ -40,12 +41,48 @@ HOST_CPU_LIMIT_S = 1e-3
 
 
 def drain_s(device) -> float:
-    """Seconds a device-wide synchronize takes now (call it once the caller's stream is done)."""
+    """Seconds a device-wide synchronize takes now (call it once the caller's stream is done).
+
+    Timed around the CUDA runtime's own ``cudaDeviceSynchronize`` called with the GIL held:
+    ``torch.cuda.synchronize`` releases the GIL and must win it back from the process's other
+    threads (the clock monitor's polls) before it can return, which read on the H200 as drains
+    of 100-340 µs after an 11 ms cuBLAS call with nothing left running (26 µs median without
+    the monitor, 9 µs with the GIL held: docs/benchmarks-log.md). Where the runtime cannot be
+    found, torch's synchronize times it."""
     import torch
 
-    t0 = time.perf_counter()
-    torch.cuda.synchronize(device)
-    return time.perf_counter() - t0
+    sync = _cudart_sync()
+    with torch.cuda.device(device):
+        t0 = time.perf_counter()
+        if sync is None:
+            torch.cuda.synchronize()
+        else:
+            rc = sync()
+            if rc != 0:
+                torch.cuda.synchronize()  # raises torch's error for the failed call (a faulted context)
+                raise RuntimeError(f"cudaDeviceSynchronize returned CUDA error {rc}")
+        return time.perf_counter() - t0
+
+
+@functools.lru_cache(maxsize=1)
+def _cudart_sync():
+    """``cudaDeviceSynchronize`` of the CUDA runtime this process has loaded (torch's), bound
+    with ``ctypes.PyDLL`` so the call keeps the GIL; None where it cannot be found."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as f:
+            paths = [line.split()[-1] for line in f if "/libcudart.so" in line]
+    except OSError:
+        return None
+    if not paths:
+        return None
+    try:
+        fn = ctypes.PyDLL(paths[0]).cudaDeviceSynchronize
+    except (OSError, AttributeError):
+        return None
+    fn.restype, fn.argtypes = ctypes.c_int, []
+    return fn
 
 
 @dataclass(frozen=True)

@@ -416,11 +416,12 @@ def _refresh_record(runner: RoundRunner, rounds: tuple[Round, ...]) -> RefreshRe
     kept = [r for r in rounds if not r.dropped]
     memory, fresh_rounds, sham_rounds = {}, {}, {}
     for n in runner.names:
-        labels, shammed = runner.fresh[n], runner.shammed[n]
+        labels = runner.fresh[n]
         fresh_rounds[n] = tuple(r.index for r in rounds if labels[r.index])
-        sham_rounds[n] = tuple(r.index for r in rounds if shammed[r.index] and not labels[r.index])
+        sham_rounds[n] = tuple(r.index for r in rounds if runner.compared(n, r.index))
         memory[n] = judge_input_memory([r.samples[n] for r in kept if labels[r.index]],
-                                       [r.samples[n] for r in kept if shammed[r.index] and not labels[r.index]])
+                                       [r.samples[n] for r in kept if runner.compared(n, r.index)],
+                                       runner.schedule.shams)
     note = "graph mode: refreshed in place only (captured graphs read fixed addresses)" \
         if runner.mode == "graph" else None
     return RefreshRecord(seed=runner.refresh_seed, span=runner.schedule.span, refreshes=tuple(runner.refreshes),

@@ -68,15 +68,15 @@ class RefreshSchedule:
     """Which measured rounds get new content, and how; reproducible from ``seed``, not
     knowable by a kernel. ``graph``: in place only (captured graphs read fixed addresses)."""
 
-    def __init__(self, seed: int, min_samples: int, max_samples: int, graph: bool):
-        self.seed, self.graph = seed, graph
+    def __init__(self, seed: int, min_samples: int, max_samples: int, graph: bool, shams: bool = True):
+        self.seed, self.graph, self.shams = seed, graph, shams
         self._rng = random.Random(seed)
         self.span = min(max(min_samples, REFRESH_SPAN_FACTOR * REFRESH_MIN_ROUNDS), max_samples)
         n = min(REFRESH_MIN_ROUNDS, self.span // 2)
         rounds = self._rng.sample(range(self.span), 2 * n)
         hows = [IN_PLACE if graph or i % 2 == 0 else FRESH_BUFFERS for i in range(n)]
         self._rng.shuffle(hows)  # both kinds among the guaranteed rounds, in an unknowable order
-        self.planned = dict(zip(rounds, hows + [SHAM] * n))
+        self.planned = dict(zip(rounds, hows + [SHAM] * n)) if shams else dict(zip(rounds[:n], hows))
 
     def at(self, index: int, short: str | None = None) -> str | None:
         """How measured round ``index`` is refreshed (IN_PLACE, FRESH_BUFFERS, SHAM), or None.
@@ -87,11 +87,11 @@ class RefreshSchedule:
         if index < self.span:
             return self.planned.get(index)
         r = self._rng.random()
-        if short == "sham":
-            return SHAM
+        if short == "sham":  # seen calls are short: after a sham (host), or after nothing (GPU)
+            return SHAM if self.shams else None
         if r < REFRESH_PROBABILITY or short == "fresh":
             return IN_PLACE if self.graph or self._rng.random() < 0.5 else FRESH_BUFFERS
-        return SHAM if r < 2 * REFRESH_PROBABILITY else None
+        return SHAM if self.shams and r < 2 * REFRESH_PROBABILITY else None
 
     def pending(self, rounds_run: int) -> bool:
         """Whether a guaranteed refresh round is still to run after ``rounds_run`` rounds."""
@@ -122,19 +122,22 @@ class InputMemory:
             "alpha": MEMORY_ALPHA, "tolerance": FRESH_SLOWDOWN_TOLERANCE}
 
 
-def judge_input_memory(fresh: list[float], seen: list[float]) -> InputMemory:
+def judge_input_memory(fresh: list[float], seen: list[float], shams: bool = True) -> InputMemory:
     """Whether an arm answers from memory: its first-seen samples (ms) reliably slower than
-    its seen ones after a sham (module docstring). Too few of either: not judged, with why."""
+    its seen ones (after a sham where ``shams``: on the host; module docstring). Too few of
+    either: not judged, with why."""
     import statistics
 
     from harness.measurement.stats import mann_whitney_u
 
     nf, ns = len(fresh), len(seen)
+    seen_as = "after a sham refresh" if shams else "(no refresh before them)"
+    same_work = " after the same work (a sham refresh;" if shams else " (no refresh before them;"
     fm = statistics.median(fresh) if fresh else math.nan
     sm = statistics.median(seen) if seen else math.nan
     if nf < MIN_FRESH_CALLS or ns < MIN_SEEN_CALLS:
         return InputMemory(nf, ns, fm, sm, math.nan, math.nan, False, False,
-                           f"{nf} calls on new content and {ns} on content already seen after a sham refresh (kept rounds): the test "
+                           f"{nf} calls on new content and {ns} on content already seen {seen_as} (kept rounds): the test "
                            f"needs ≥ {MIN_FRESH_CALLS} and ≥ {MIN_SEEN_CALLS}, so whether the kernel answers "
                            f"from memory of its inputs could not be judged (raise [timing] max_samples or "
                            f"timeout_s)")
@@ -144,7 +147,7 @@ def judge_input_memory(fresh: list[float], seen: list[float]) -> InputMemory:
     reason = None
     if remembers:
         reason = (f"its first calls on new content take {fm * 1e3:.4g} µs (median of {nf}) against "
-                  f"{sm * 1e3:.4g} µs on content it has already seen after the same work (a sham refresh; median of {ns}): {fm / sm:.2f}× "
+                  f"{sm * 1e3:.4g} µs on content it has already seen{same_work} median of {ns}): {fm / sm:.2f}× "
                   f"(≥ 1 + {FRESH_SLOWDOWN_TOLERANCE:g}), one-sided Mann-Whitney U = {u:g}, p = {p:.2g} < "
                   f"{MEMORY_ALPHA:g}: it answers repeated inputs from memory, so its timing is not its work's")
     return InputMemory(nf, ns, fm, sm, u, p, True, remembers, reason)

@@ -52,8 +52,11 @@ class RoundRunner:
         # Content refresh (timing/refresh.py): only with a refresh hook; without one nothing
         # below runs and rounds are as before.
         self.refresh, self.keep_refreshed, self.refresh_seed = refresh, keep_refreshed, refresh_seed
-        self.schedule = (RefreshSchedule(refresh_seed, policy.min_samples, policy.max_samples, mode == "graph")
-                         if refresh is not None else None)
+        # Shams only where the draw itself disturbs the next call: on the host (caches and
+        # predictors, refresh.py). On a GPU the draw runs before the flush (cold) or leaves the
+        # new content in L2 (hot, graph), which can only make a first-seen call faster.
+        self.schedule = (RefreshSchedule(refresh_seed, policy.min_samples, policy.max_samples, mode == "graph",
+                                         shams=mode == "host") if refresh is not None else None)
         self.version = [0] * n_slots                      # per slot: 0 = initial, k = refreshes[k-1]'s
         self.refreshes: list[dict] = []                   # round, arm, slot, seed, how
         self.seen: dict[str, set[tuple[int, int]]] = {n: set() for n in self.names}
@@ -107,10 +110,15 @@ class RoundRunner:
             return True
         for name, labels in self.fresh.items():
             n_fresh = sum(labels[i] for i in kept)
-            n_sham = sum(self.shammed[name][i] and not labels[i] for i in kept)
-            if n_fresh < MIN_FRESH_CALLS or n_sham < MIN_SEEN_CALLS:
+            n_seen = sum(self.compared(name, i) for i in kept)
+            if n_fresh < MIN_FRESH_CALLS or n_seen < MIN_SEEN_CALLS:
                 return True
         return False
+
+    def compared(self, name: str, i: int) -> bool:
+        """Whether arm ``name``'s call of measured round ``i`` is a seen call the first-seen
+        calls are judged against: not first-seen, and after a sham where shams are made."""
+        return not self.fresh[name][i] and (self.shammed[name][i] or not self.schedule.shams)
 
     def _short(self) -> str | None:
         # Which kind of call some arm lacks to be judged, over the kept measured rounds so far
@@ -118,7 +126,7 @@ class RoundRunner:
         n = len(self.fresh[self.names[0]])
         kept = [i for i in self.kept if i < n]
         fresh = min(sum(v[i] for i in kept) for v in self.fresh.values())
-        sham = min(sum(self.shammed[k][i] and not self.fresh[k][i] for i in kept) for k in self.names)
+        sham = min(sum(self.compared(k, i) for i in kept) for k in self.names)
         return "fresh" if fresh < MIN_FRESH_CALLS and n else "sham" if sham < MIN_SEEN_CALLS and n else None
 
     def saw_all(self) -> None:
