@@ -89,9 +89,10 @@ def test_graph_mode_keeps_every_capture_workspace():
     n = graph.breakdown["n_slots"]
     assert n == math.ceil(4 * H200_L2 / (inputs + out)) == 4
     assert graph.breakdown["flush"] == 0
-    # + spot copies, refreshed-call copies, and a new input set drawn beside the graph pool
+    # + spot copies, refreshed-call copies, and the scratch of drawing new content in place
+    # beside the graph pool (graph mode refreshes in place only: no new input set)
     assert graph.breakdown["timing_phase"] == (n * (inputs + 3 * out + 2 * stack + sdpa) + 3 * out + 2 * 3 * out
-                                               + inputs + generation_bytes(CFG))
+                                               + generation_bytes(CFG))
 
 
 def test_graph_mode_rotates_a_kv_cache_but_not_tiny_inputs():

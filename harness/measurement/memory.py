@@ -114,13 +114,14 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     spot = n_arms * out
     # The content refresh (timing/refresh.py): per arm, a copy of one call's output on new
     # content of each kind (in place, fresh buffers), kept for the checks after timing; and,
-    # between calls, a new input set drawn beside the slots (fresh buffers replace a slot's
-    # only once drawn; a sham's is dropped), with the generator's scratch.
+    # between calls, the generator's scratch and, but in graph mode (in place only), a new
+    # input set drawn beside the slots (fresh buffers replace a slot's only once drawn; a
+    # sham's is dropped).
+    graph_pool = policy.mode == "graph" and cuda
     refresh_copies = 2 * n_arms * out
-    refresh_draw = inputs + generation_bytes(cfg)
+    refresh_draw = generation_bytes(cfg) + (0 if graph_pool else inputs)
     # A kernel's workspace lives only during its call, the draw only between calls; a captured
     # graph's pool lives throughout.
-    graph_pool = policy.mode == "graph" and cuda
     between = workspace + refresh_draw if graph_pool else max(workspace, refresh_draw)
     timing = timed_inputs + timed_outs + spot + refresh_copies + flush + between
     # The checks after timing hold the timed buffers; the recheck adds pristine input copies
