@@ -36,34 +36,6 @@ def time_liar(q, k, v, out, *, causal, scale):
     _fn["fn"](q, k, v, out, causal=causal, scale=scale)
 
 
-def make_host_thread_when_timed(honest_calls: int):
-    """Honest in the gate; every later call leaves a thread computing after it returns."""
-    state = {"n": 0}
-
-    def fn(q, k, v, out, *, causal, scale):
-        state["n"] += 1
-        if state["n"] <= honest_calls:
-            out.copy_(zoo.attention(q, k, v, causal=causal, scale=scale))
-        else:
-            zoo.leaves_host_thread(q, k, v, out, causal=causal, scale=scale)
-
-    return fn
-
-
-def make_device_work_when_timed(honest_calls: int):
-    """Honest in the gate; every later call leaves matmuls running on another stream (GPU)."""
-    state = {"n": 0}
-
-    def fn(q, k, v, out, *, causal, scale):
-        state["n"] += 1
-        if state["n"] <= honest_calls:
-            out.copy_(zoo.attention(q, k, v, causal=causal, scale=scale))
-        else:
-            zoo.leaves_device_work(q, k, v, out, causal=causal, scale=scale)
-
-    return fn
-
-
 # ----------------------------------------------------------------------------- global state
 
 
@@ -90,7 +62,7 @@ def test_a_kernel_that_changes_the_thread_count_only_when_timed_gets_no_number()
     import torch
 
     before = torch.get_num_threads()
-    _fn["fn"] = zoo.make_threads_changed_when_timed(honest_calls=GATE_CALLS)
+    _fn["fn"] = zoo.make_honest_then(GATE_CALLS, zoo.threads_changed)
     (row,) = run_config(CFG, ("test_time_liar",), ctx("threads"))
     assert row.kind == "incorrect", row.payload.get("reason")
     assert row.payload["tag"] == "timed_numerics_changed"
@@ -142,7 +114,7 @@ def torch_inputs():
 
 
 def test_a_kernel_that_leaves_a_thread_running_only_when_timed_gets_no_number():
-    _fn["fn"] = make_host_thread_when_timed(honest_calls=GATE_CALLS)
+    _fn["fn"] = zoo.make_honest_then(GATE_CALLS, zoo.leaves_host_thread)
     (row,) = run_config(CFG, ("test_time_liar",), ctx("host"))
     assert row.kind == "incorrect", row.payload.get("reason")
     assert row.payload["tag"] == "timed_left_running"
@@ -195,10 +167,10 @@ def test_gpu_a_kernel_that_leaves_device_work_when_timed_gets_no_number_and_the_
     c = sweep_context(device="cuda", baseline="sdpa", candidates=("test_time_liar",), atol={"float16": 2e-2},
                       rtol={"float16": 2e-2}, timing=timing)
     # The gate's calls on the GPU: its seeds, families and boundary configs, and the stream look.
-    _fn["fn"] = make_device_work_when_timed(honest_calls=10**9)
+    _fn["fn"] = zoo.make_honest_then(10**9, zoo.leaves_device_work)
     (honest,) = run_config(cfg, ("test_time_liar",), c)
     assert honest.kind == "result", honest.payload.get("reason")
-    _fn["fn"] = make_device_work_when_timed(honest_calls=_gate_calls(cfg, c))
+    _fn["fn"] = zoo.make_honest_then(_gate_calls(cfg, c), zoo.leaves_device_work)
     (row,) = run_config(cfg, ("test_time_liar",), c)
     assert row.kind == "incorrect", row.payload.get("reason")
     assert row.payload["tag"] == "timed_left_running", row.payload["reason"]

@@ -396,21 +396,20 @@ def leaves_device_work(q, k, v, out, *, causal, scale):
     x.record_stream(s)
 
 
-def make_threads_changed_when_timed(honest_calls: int):
-    """Leaves global state alone for its first ``honest_calls`` calls (the gate's), then leaves
-    torch one thread after every call: only timed calls change it."""
+def make_honest_then(honest_calls: int, cheat):
+    """Honest for its first ``honest_calls`` calls (the gate's: count them), then ``cheat`` on
+    every call: a lie only the timed calls tell."""
     state = {"n": 0}
 
-    def threads_changed_when_timed(q, k, v, out, *, causal, scale):
-        import torch
-
+    def honest_then(q, k, v, out, *, causal, scale):
         state["n"] += 1
-        out.copy_(attention(q, k, v, causal=causal, scale=scale))
-        if state["n"] > honest_calls:
-            torch.set_num_threads(_other_thread_count())
+        if state["n"] <= honest_calls:
+            out.copy_(attention(q, k, v, causal=causal, scale=scale))
+        else:
+            cheat(q, k, v, out, causal=causal, scale=scale)
 
-    threads_changed_when_timed.state = state
-    return threads_changed_when_timed
+    honest_then.state = state
+    return honest_then
 
 
 # ----------------------------------------------------------------------------- catalogue
