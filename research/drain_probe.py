@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 
 def drains_us(fn, calls: int) -> list[float]:
-    """Per call: µs of torch.cuda.synchronize() after the current stream is already done."""
+    """Per call: µs of the harness's drain (harness.measurement.leftover.drain_s: a device-wide
+    synchronize with the GIL held) after the current stream is already done."""
     import torch
+
+    from harness.measurement.leftover import drain_s
 
     out = []
     for _ in range(calls):
         fn()
         torch.cuda.current_stream().synchronize()
-        t0 = time.perf_counter()
-        torch.cuda.synchronize()
-        out.append((time.perf_counter() - t0) * 1e6)
+        out.append(drain_s("cuda") * 1e6)
     return out
 
 

@@ -89,9 +89,9 @@ def test_graph_mode_keeps_every_capture_workspace():
     n = graph.breakdown["n_slots"]
     assert n == math.ceil(4 * H200_L2 / (inputs + out)) == 4
     assert graph.breakdown["flush"] == 0
-    # + spot copies, refreshed-call copies, and the scratch of drawing new content in place
+    # + spot copies, refreshed-call copies (in place only: one kind), and the scratch of drawing new content in place
     # beside the graph pool (graph mode refreshes in place only: no new input set)
-    assert graph.breakdown["timing_phase"] == (n * (inputs + 3 * out + 2 * stack + sdpa) + 3 * out + 2 * 3 * out
+    assert graph.breakdown["timing_phase"] == (n * (inputs + 3 * out + 2 * stack + sdpa) + 3 * out + 3 * out
                                                + generation_bytes(CFG))
 
 

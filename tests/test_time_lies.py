@@ -293,3 +293,22 @@ def test_each_attack_is_rejected_for_its_own_reason_through_the_cli(tmp_path, de
             assert row["tag"].removeprefix("timed_") == tag, (name, row["tag"], row["reason"])
         else:
             assert not row.get("impossible"), row["impossible"]
+
+
+def test_a_state_change_by_a_lead_call_is_blamed_on_its_own_arm():
+    # Lead calls run before the timed call, inside its before step: whatever they change is
+    # that arm's, never the arm that ran before it (the watch runs ahead of the leads).
+    import torch
+
+    from harness.measurement.timing import TimingPolicy, measure
+    from tests.timers import ScriptedTimer
+
+    before = torch.get_num_threads()
+    other = 1 if before != 1 else 2
+    watch = TimedWatch(capture())
+    arms = {"honest": lambda s: None, "liar": lambda s: torch.set_num_threads(other)}
+    measure(arms, n_slots=2, device="cpu", timer=ScriptedTimer({"honest": 1.0, "liar": 1.0}), watch=watch.before,
+            policy=TimingPolicy(mode="hot", lead_calls=1, warmup_ms=1.0, min_samples=5, max_samples=10,
+                                min_time_ms=0.0, noise_target=0.5, timeout_s=60))
+    watch.settle()
+    assert set(watch.moved) == {"liar"} and torch.get_num_threads() == before

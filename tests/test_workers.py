@@ -52,7 +52,8 @@ FAULT_LINE = textwrap.dedent('''\
     # On a GPU, warm-up must outlast a few NVML polls (the reference clock is read in its tail).
     warmup_ms = {warmup}
     min_samples = 3
-    # 18 rounds: the fewest in which the memory-of-inputs judgement (timing/refresh.py) is made.
+    # The memory-of-inputs judgement (timing/refresh.py) needs 10 first-seen and 10 seen calls
+    # (after a sham, on the host): measure runs up to REFRESH_EXTRA_ROUNDS past max_samples for them.
     max_samples = 20
     min_time_ms = 2
     timeout_s = 2

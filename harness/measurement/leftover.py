@@ -72,13 +72,15 @@ def _cudart_sync():
 
     try:
         with open("/proc/self/maps") as f:
-            paths = [line.split()[-1] for line in f if "/libcudart.so" in line]
+            paths = {line.split()[-1] for line in f if "/libcudart.so" in line}
     except OSError:
         return None
-    if not paths:
+    if len(paths) != 1:
+        # None, or several runtimes (another library's own copy): which one torch's current
+        # device lives in cannot be told, so torch's synchronize does it.
         return None
     try:
-        fn = ctypes.PyDLL(paths[0]).cudaDeviceSynchronize
+        fn = ctypes.PyDLL(paths.pop()).cudaDeviceSynchronize
     except (OSError, AttributeError):
         return None
     fn.restype, fn.argtypes = ctypes.c_int, []
@@ -144,15 +146,16 @@ def host_leftovers(before: HostSnapshot) -> str | None:
     children = sorted(_children() - before.children)
     if not threads and not children:
         return None
-    # who -> (schedstat path, still alive?)
-    watched = {f"thread '{t.name}'": (f"/proc/self/task/{t.native_id}/schedstat", t.is_alive) for t in threads}
-    watched.update({f"child process {pid}": (f"/proc/{pid}/schedstat", lambda pid=pid: _alive(pid))
+    # key -> (who, schedstat path, still alive?); keyed by id: threads may share a name
+    watched = {("thread", t.native_id): (f"thread '{t.name}'", f"/proc/self/task/{t.native_id}/schedstat", t.is_alive)
+               for t in threads}
+    watched.update({("child", pid): (f"child process {pid}", f"/proc/{pid}/schedstat", lambda pid=pid: _alive(pid))
                     for pid in children})
-    start = {who: _cpu_ns(path) for who, (path, _) in watched.items()}
+    start = {key: _cpu_ns(path) for key, (_, path, _) in watched.items()}
     time.sleep(HOST_WATCH_S)
     busy = []
-    for who, (path, alive) in watched.items():
-        t0, t1 = start[who], _cpu_ns(path)
+    for key, (who, path, alive) in watched.items():
+        t0, t1 = start[key], _cpu_ns(path)
         if t0 is None:
             # No schedstat (not Linux): alive after the watch is all that can be told (fail closed).
             if alive():

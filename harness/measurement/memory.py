@@ -118,7 +118,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     # input set drawn beside the slots (fresh buffers replace a slot's only once drawn; a
     # sham's is dropped).
     graph_pool = policy.mode == "graph" and cuda
-    refresh_copies = 2 * n_arms * out
+    refresh_copies = (1 if graph_pool else 2) * n_arms * out  # kinds: in place, and fresh buffers but in graph mode
     refresh_draw = generation_bytes(cfg) + (0 if graph_pool else inputs)
     # A kernel's workspace lives only during its call, the draw only between calls; a captured
     # graph's pool lives throughout.

@@ -230,9 +230,6 @@ def quantum(samples: Sequence[float], ticks_ms: Sequence[float] = QUANTUM_TICKS_
     return None
 
 
-__all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_RESAMPLES", "DEFAULT_SEED", "NOISE_CONFIDENCE",
-           "QUANTUM_MAX_DISTINCT_FRACTION", "QUANTUM_MIN_MULTIPLE", "QUANTUM_MIN_SAMPLES", "QUANTUM_MIN_SHARE", "QUANTUM_TICKS_MS", "QUANTUM_TOLERANCE",
-           "Quantum", "Stats", "median_ci", "quantum", "ratio", "rel_noise", "speedup_ci"]
 # Mann-Whitney U: an exact null distribution when either sample has at most this many values
 # and nothing ties, the normal approximation (tie and continuity corrected) otherwise:
 # scipy.stats.mannwhitneyu's method="auto", whose p-values these match (tests/test_stats.py).
@@ -297,4 +294,6 @@ def _mwu_exact_sf(n1: int, n2: int, u: int) -> float:
 
 
 __all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_RESAMPLES", "DEFAULT_SEED", "MWU_ALTERNATIVES", "MWU_EXACT_MAX_N",
-           "NOISE_CONFIDENCE", "Stats", "mann_whitney_u", "median_ci", "ratio", "rel_noise", "speedup_ci"]
+           "NOISE_CONFIDENCE", "QUANTUM_MAX_DISTINCT_FRACTION", "QUANTUM_MIN_MULTIPLE", "QUANTUM_MIN_SAMPLES",
+           "QUANTUM_MIN_SHARE", "QUANTUM_TICKS_MS", "QUANTUM_TOLERANCE", "Quantum", "Stats", "mann_whitney_u",
+           "median_ci", "quantum", "ratio", "rel_noise", "speedup_ci"]

@@ -105,7 +105,12 @@ def _settings(row: dict) -> dict:
     """What must match for two rows' times to differ only by the kernel."""
     timing = row.get("timing") or {}
     device, gpu = device_of(row)
-    return {"device": device, "gpu": gpu, "numerics": row.get("numerics") or {},
+    from harness.measurement.numerics import CAPTURE_ONLY
+
+    # Capture-only state (CPU affinity, inter-op threads) differs between workers and hosts
+    # by design; it is checked within a sweep, not matched across rows.
+    numerics = {k: v for k, v in (row.get("numerics") or {}).items() if k not in CAPTURE_ONLY}
+    return {"device": device, "gpu": gpu, "numerics": numerics,
             "timing mode": timing.get("effective_mode") or timing.get("mode")}
 
 

@@ -344,7 +344,6 @@ def _time(cfg, base_spec, timed, ctx, policy):
 
         def fill(slot: int) -> None:
             poison_(o[slot])  # the gate's poison: what a timed call leaves unwritten is told apart
-            watch.before(name)
 
         return fill
 
@@ -378,7 +377,7 @@ def _time(cfg, base_spec, timed, ctx, policy):
     m = measure({name: arm(name) for name in arm_specs}, n_slots=n_slots, policy=policy, device=ctx.device,
                 prepare={name: poison(name) for name in arm_specs},
                 spot={name: snapshot(name) for name in arm_specs}, spot_seed=spot_seed(cfg, ctx),
-                refresh=content.refresh, keep_refreshed={name: keep(name) for name in arm_specs},
+                watch=watch.before, refresh=content.refresh, keep_refreshed={name: keep(name) for name in arm_specs},
                 refresh_seed=refresh_seed(cfg, ctx))
     watch.settle()  # the last timed call's changes
     return m, slots, outs, snaps, content, watch
@@ -621,8 +620,9 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         # with its CPU margin).
         why = [reductio(tflops, gbps, ceil, cfg.dtype) if ctx.device == "cuda" else None, below]
         impossible = "; ".join(w for w in why if w) or None
-    noise = rig_noise(control, policy.control_tolerance, m.host_gaps, m.quanta, (m.n_waited, len(m.rounds)),
-                      policy.max_drop_fraction)
+    mine = (arm_name(spec.name), ARM_BASELINE, ARM_CONTROL)  # another candidate's quanta are its own row's
+    noise = rig_noise(control, policy.control_tolerance, m.host_gaps, {a: q for a, q in m.quanta.items() if a in mine},
+                      (m.n_waited, len(m.rounds)), policy.max_drop_fraction)
     payload = {
         **_base(cfg, spec.name, ctx),
         "metrics": result_metrics(metrics),

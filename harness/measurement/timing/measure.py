@@ -53,8 +53,7 @@ the same way, in rounds, and returns a frozen ``Measurement`` holding every raw 
    loaded host). Each arm's CPU time per kept call and its waited calls are kept
    (``cpu``), and an arm whose kept samples sit on a scheduler tick (``stats.quantum``,
    the timer's ``ticks_ms``) is named in ``quanta``: the sweep calls that row rig-noisy.
-   abnormal throttle, or when clocks were monitored but could not be checked. With a
-   refresh hook, each arm's first-seen against seen samples (kept rounds) are judged
+   With a refresh hook, each arm's first-seen against seen samples (kept rounds) are judged
    (``judge_input_memory``): slower first-seen calls mean answers from memory.
 
 Modes (GPU): ``cold`` zeroes a flush buffer of ``flush_bytes(L2)`` before every sample,
@@ -102,7 +101,8 @@ REFERENCE_MIN_FRACTION = 0.5
 # A round's drop reason when one of its calls waited on a run queue (HostTimer.last_cpu).
 WAIT_REASON = "descheduled"
 # Rounds dropped for a wait are not samples, so max_samples does not count them; on a host
-# loaded for good the measurement still stops at this many times max_samples (or its timeout).
+# loaded for good the measurement still stops at this many times max_samples (plus the
+# content check's REFRESH_EXTRA_ROUNDS), or at its timeout.
 WAIT_MAX_ROUNDS_FACTOR = 4
 
 
@@ -142,7 +142,7 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
             spot: Mapping[str, Callable[[int], None]] | None = None, spot_seed: int = 0,
             refresh: Callable[[int, int, str], None] | None = None,
             keep_refreshed: Mapping[str, Callable[[int, str], None]] | None = None,
-            refresh_seed: int = 0) -> Measurement:
+            refresh_seed: int = 0, watch: Callable[[str], None] | None = None) -> Measurement:
     """Time ``arms`` (name -> fn(slot)) interleaved under ``policy`` on ``device`` (module docstring).
 
     ``prepare[name](slot)``, when given, runs before each of that arm's calls outside the
@@ -162,6 +162,10 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
     and ``how`` (reservoir sampling; the last call is the one), so the caller can check that
     its output matches the new content. The Measurement records every refresh, per arm the
     content version each slot's output was last computed from, and the memory judgement.
+
+    ``watch(name)``, when given, runs first before each of arm ``name``'s calls, ahead of its
+    lead calls: whatever the process looks like then (global state, host threads) is what the
+    previous arm's calls left, leads included, so the caller can blame the right arm.
     """
     names = tuple(arms)
     if not names:
@@ -187,7 +191,7 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
     runner = None
     try:
         runner = RoundRunner(arms, n_slots, policy, mode, device, timer, prepare, spot, spot_seed,
-                             refresh, keep_refreshed, refresh_seed)
+                             refresh, keep_refreshed, refresh_seed, watch)
         _prime(runner, device)
         _warm_up(st, runner, policy)
         if monitor is not None:
@@ -316,7 +320,7 @@ def _measure_rounds(st: _State, runner: RoundRunner, policy: TimingPolicy, monit
                 and all(rel_noise([st.samples[n][i] for i in kept]) <= policy.noise_target for n in st.names)):
             st.stop_reason = "noise_target"
         elif (len(st.raw) - sum(map(bool, st.waited)) >= policy.max_samples + (REFRESH_EXTRA_ROUNDS if pending else 0)
-              or len(st.raw) >= WAIT_MAX_ROUNDS_FACTOR * policy.max_samples):
+              or len(st.raw) >= WAIT_MAX_ROUNDS_FACTOR * policy.max_samples + REFRESH_EXTRA_ROUNDS):
             st.stop_reason = "max_samples"
         elif now >= st.deadline - TIME_EPS_S:
             st.stop_reason = "timeout"

@@ -10,16 +10,16 @@ content just before it, outside its window (after its lead calls, before the cal
 prepare and the flush): written into the same buffers (in place: a kernel keyed by address
 then returns a stale answer, which the caller's check of that call's output catches), or
 into newly allocated buffers (new addresses; never in graph mode, whose graphs read the
-captured addresses). At as many other random rounds the
-caller does the same work without changing the content (a sham), so that what the work
-itself disturbs is on both sides. Every sample is labelled first-seen (a call of this arm on
-content it had not run on before) or seen, and ``judge_input_memory`` compares first-seen
-calls with seen calls after a sham, one-sidedly: an honest kernel's first-seen calls are no
-slower (new content just written may even sit in cache, making them faster); a kernel
-answering from memory's are slower.
+captured addresses). On the host, at as many other random rounds the caller does the same
+work without changing the content (a sham), so that what the work itself disturbs is on
+both sides (on a GPU the work cannot slow the next call: no shams). Every sample is labelled
+first-seen (a call of this arm on content it had not run on before) or seen, and
+``judge_input_memory`` compares first-seen calls with seen calls (after a sham, on the
+host), one-sidedly: an honest kernel's first-seen calls are no slower (new content just
+written may even sit in cache, making them faster); a kernel answering from memory's are.
 
-Cost: per refreshed or sham round, one input generation per arm, outside the windows; after timing,
-the output of one refreshed call per arm and kind is checked against a float64 reference.
+Cost: per refreshed (or sham) round, one input generation per arm, outside the windows; after
+timing, the output of one refreshed call per arm and kind is checked against a float64 reference.
 """
 
 from __future__ import annotations
@@ -33,11 +33,13 @@ IN_PLACE, FRESH_BUFFERS, SHAM = "in_place", "fresh_buffers", "sham"
 # the caller does the same work (an input generation) but the content stays. On a host, the
 # generation itself slows the call after it (caches and predictors disturbed: honest CPU
 # kernels measured 1.1-1.4× slower after a refresh AND after a sham, 1.0× after nothing), so
-# first-seen calls are compared with seen calls after a sham, not with undisturbed ones. Ten
-# of each: 1/C(20, 10) ≈ 5.4e-6 is the smallest p-value they can give, so a few seen calls
-# slowed by something else (a loaded host) still leave p under MEMORY_ALPHA. With six of each
-# only complete separation passed, and one slow seen call hid a kernel that remembers (seen on
-# the 2-core host, through the CLI).
+# first-seen calls are compared with seen calls after a sham, not with undisturbed ones (on a
+# GPU no shams are made: the draw runs before the flush, or leaves the new content in L2,
+# which can only make a first-seen call faster, so first-seen calls are compared with every
+# seen call). Ten of each: complete separation gives p ≈ 9e-5 (stats.mann_whitney_u's normal
+# approximation past MWU_EXACT_MAX_N), so a few seen calls slowed by something else (a loaded
+# host) still leave p under MEMORY_ALPHA. With six of each only complete separation passed,
+# and one slow seen call hid a kernel that remembers (seen on the 2-core host, through the CLI).
 REFRESH_MIN_ROUNDS = 10
 # The guaranteed rounds (refresh and sham) are drawn among the first max(min_samples,
 # REFRESH_SPAN_FACTOR × REFRESH_MIN_ROUNDS) rounds, and the noise stop waits for them: a third
@@ -48,6 +50,9 @@ REFRESH_SPAN_FACTOR = 3
 # long measurement (up to max_samples rounds) keeps meeting new content at rounds no kernel
 # can predict, at ~one input generation per arm every 10 rounds.
 REFRESH_PROBABILITY = 0.05
+# Of the refreshes after the span, this share is written in place (an address-keyed cache
+# answers stale), the rest into fresh buffers (a cache keyed by address and content misses).
+IN_PLACE_SHARE = 0.5
 # The judgement: first-seen calls slower than seen calls after a sham by a one-sided
 # Mann-Whitney U test at MEMORY_ALPHA AND by a median ratio ≥ 1 + FRESH_SLOWDOWN_TOLERANCE.
 # At the minimum counts (10 and 10) the test passes with a few overlapping calls, at a 1-in-1000
@@ -90,7 +95,8 @@ class RefreshSchedule:
         if short == "sham":  # seen calls are short: after a sham (host), or after nothing (GPU)
             return SHAM if self.shams else None
         if r < REFRESH_PROBABILITY or short == "fresh":
-            return IN_PLACE if self.graph or self._rng.random() < 0.5 else FRESH_BUFFERS
+            return IN_PLACE if self.graph or self._rng.random() < IN_PLACE_SHARE else FRESH_BUFFERS
+        # A sham at as many rounds again (a second REFRESH_PROBABILITY slice of the same draw).
         return SHAM if self.shams and r < 2 * REFRESH_PROBABILITY else None
 
     def pending(self, rounds_run: int) -> bool:
@@ -142,12 +148,12 @@ def judge_input_memory(fresh: list[float], seen: list[float], shams: bool = True
                            f"from memory of its inputs could not be judged (raise [timing] max_samples or "
                            f"timeout_s)")
     u, p = mann_whitney_u(fresh, seen, "greater")
-    slower = fm >= (1.0 + FRESH_SLOWDOWN_TOLERANCE) * sm
+    slower = fm >= (1.0 + FRESH_SLOWDOWN_TOLERANCE) * sm  # holds for sm == 0 < fm too
     remembers = p < MEMORY_ALPHA and slower
     reason = None
     if remembers:
         reason = (f"its first calls on new content take {fm * 1e3:.4g} µs (median of {nf}) against "
-                  f"{sm * 1e3:.4g} µs on content it has already seen{same_work} median of {ns}): {fm / sm:.2f}× "
+                  f"{sm * 1e3:.4g} µs on content it has already seen{same_work} median of {ns}): {fm / sm if sm > 0 else math.inf:.2f}× "
                   f"(≥ 1 + {FRESH_SLOWDOWN_TOLERANCE:g}), one-sided Mann-Whitney U = {u:g}, p = {p:.2g} < "
                   f"{MEMORY_ALPHA:g}: it answers repeated inputs from memory, so its timing is not its work's")
     return InputMemory(nf, ns, fm, sm, u, p, True, remembers, reason)

@@ -33,9 +33,11 @@ class RoundRunner:
                  mode: str, device: str, timer: Timer, prepare: Mapping[str, Callable[[int], None]] | None,
                  spot: Mapping[str, Callable[[int], None]] | None, spot_seed: int,
                  refresh: Callable[[int, int, str], None] | None = None,
-                 keep_refreshed: Mapping[str, Callable[[int, str], None]] | None = None, refresh_seed: int = 0):
+                 keep_refreshed: Mapping[str, Callable[[int, str], None]] | None = None, refresh_seed: int = 0,
+                 watch: Callable[[str], None] | None = None):
         self.arms, self.names, self.n_slots, self.policy = arms, tuple(arms), n_slots, policy
         self.mode, self.timer, self.prepare, self.spot, self.spot_seed = mode, timer, prepare, spot, spot_seed
+        self.watch = watch  # first in every call's before step, ahead of the leads (measure's doc)
         # Cold mode: the flush buffer (on a GPU: torch is imported by _pick_timer).
         self.flush: Callable[[], None] | None = None
         if mode == "cold":
@@ -165,10 +167,12 @@ class RoundRunner:
         prep = self.prepare.get(name) if self.prepare else None
         lead, flush, fn, n_slots = self.policy.lead_calls, self.flush, self.arms[name], self.n_slots
         track = self.schedule is not None
-        if prep is None and not lead and not track:
+        if prep is None and not lead and not track and self.watch is None:
             return flush
 
         def run() -> None:
+            if self.watch is not None:
+                self.watch(name)
             # lead_calls: untimed and back to back, so the GPU is as busy (as hot, as
             # power-limited) as in a loop of calls; the timed call is still isolated by
             # the hold and its own synchronize. On earlier slots (already timed, not

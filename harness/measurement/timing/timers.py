@@ -153,7 +153,7 @@ class RunQueueClock:
                 if fd is None:
                     fd = self._fds[tid] = os.open(f"{self.TASKS}/{tid}/schedstat", os.O_RDONLY)
                 fields = os.pread(fd, 128, 0).split()
-            except ProcessLookupError:  # the thread ended between the listing and the read
+            except (ProcessLookupError, FileNotFoundError):  # the thread ended between the listing and the read
                 fd = self._fds.pop(tid, None)
                 if fd is not None:
                     os.close(fd)
