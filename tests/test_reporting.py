@@ -51,17 +51,22 @@ def _ledger(root: Path, line: str, candidates=("fast",), commit="a" * 40) -> Led
 
 
 def _result(led: Ledger, n: int, kernel: str, cand: list[float], base: list[float], *, env=CPU_ENV, commit="a" * 40,
-            ci=None, **extra) -> dict:
+            **extra) -> dict:
+    """A result row whose figures are its samples' (``ledger.verify`` recomputes them)."""
     from harness.measurement.stats import ratio, speedup_ci
+    from harness.measurement.sustained import rates
+    from harness.workloads import Config
 
     cfg, key = _config(n)
-    lo, hi = ci if ci is not None else speedup_ci(base, cand)
+    lo, hi = speedup_ci(base, cand)
     ms = float(np.median(cand))
+    r = rates(Config(**cfg), ms)
     return led.append("result", {
         "commit": commit, "env": env, "config": cfg, "config_key": key, "candidate": kernel, "baseline": "base",
         "numerics": {"allow_tf32": False}, "policy": {"control_tolerance": 0.02},
         "metrics": {"ms": ms, "baseline_ms": float(np.median(base)), "speedup": ratio(base, cand),
-                    "speedup_ci_low": lo, "speedup_ci_high": hi, "control": 1.0, "tflops": 1.0, "gbps": 2.0},
+                    "speedup_ci_low": lo, "speedup_ci_high": hi, "control": 1.0, "tflops": r["tflops"],
+                    "gbps": r["gbps"]},
         "timing": {"mode": "cold", "arms": {f"candidate:{kernel}": {"samples_ms": list(cand)},
                                             "baseline": {"samples_ms": list(base)}}},
         **extra})
@@ -326,13 +331,13 @@ def _route_lines(root: Path):
     """Line x: fast wins n32, is incorrect at n64 in line y, impossible at n128; slow's CI straddles 1."""
     x, y = _ledger(root, "x", candidates=("fast", "slow")), _ledger(root, "y", candidates=("fast", "mid"))
     _result(x, 32, "fast", _samples(0.5, seed=1), _samples(1.0, seed=2))
-    _result(x, 32, "slow", _samples(1.0, seed=3), _samples(1.0, seed=4), ci=(0.98, 1.03))
+    _result(x, 32, "slow", _samples(1.0, seed=3), _samples(1.0, seed=4))  # CI [0.994, 1.004]
     _result(y, 32, "mid", _samples(0.8, seed=5), _samples(1.0, seed=6))
     _result(x, 64, "fast", _samples(0.4, seed=7), _samples(1.0, seed=8))
     _failure(y, 64, "fast", "incorrect")
     _result(y, 64, "mid", _samples(0.9, seed=9), _samples(1.0, seed=10))
     _result(x, 128, "fast", _samples(0.1, seed=11), _samples(1.0, seed=12), impossible={"why": "faster than copy"})
-    _result(x, 128, "slow", _samples(1.0, seed=13), _samples(1.0, seed=14), ci=(0.97, 1.02))
+    _result(x, 128, "slow", _samples(1.0, seed=13), _samples(1.0, seed=14))  # CI [0.994, 1.003]
     _failure(y, 128, "mid", "crashed")
     return x, y
 
@@ -367,8 +372,8 @@ def test_route_passes_over_a_result_whose_ci_could_not_be_formed(tmp_path):
     it is never routed to there, the shape falls back to the baseline, and nothing crashes."""
     led = _ledger(tmp_path, "nan", candidates=("fast", "odd"))
     _result(led, 32, "fast", _samples(0.5, seed=1), _samples(1.0, seed=2))
-    _result(led, 32, "fast", _samples(0.5, seed=3), _samples(1.0, seed=4), ci=(math.nan, math.nan))
-    _result(led, 32, "odd", _samples(0.4, seed=5), _samples(1.0, seed=6), ci=(math.nan, math.nan))
+    _result(led, 32, "fast", [0.5], _samples(1.0, seed=4))  # one sample: no bootstrap CI
+    _result(led, 32, "odd", [0.4], _samples(1.0, seed=6))
     assert '"speedup_ci_low":"NaN"' in led.path.read_text()
     table = route.build([lines.load_path(led.path)])
     (r,) = table.routes

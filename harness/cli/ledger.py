@@ -47,10 +47,14 @@ def _one(line: str) -> Path:
 
 @ledger_app.command("verify")
 def verify(line: Optional[str] = typer.Argument(None, help="line id or registrations/NAME.toml (default: every ledger)")):
-    """Re-check every hash chain and its committed history; name the first bad row, and ledgers
-    deleted from the work tree or from git. Exit 1 if anything is wrong."""
+    """Re-check every hash chain and its committed history, and recompute each result row's
+    statistics and metrics from its raw samples; name the first bad row (every result row
+    whose figures disagree, with the field, stored and recomputed), and ledgers deleted from
+    the work tree or from git. Exit 1 if anything is wrong."""
     from harness.errors import plural
     from harness.governance.ledger import verify as do_verify
+    from rich.markup import escape
+
     from harness.reporting.console import console
 
     paths, gone = _paths(line)
@@ -58,10 +62,13 @@ def verify(line: Optional[str] = typer.Argument(None, help="line id or registrat
     for p in paths:
         res = do_verify(p)
         if res.ok:
-            console().print(f"[green]ok[/]   {p.name}: {plural(res.n_rows, 'row')}, chain intact")
+            n = res.n_results
+            sums = f", {plural(n, 'result row')} add{'s' if n == 1 else ''} up" if n else ""
+            console().print(f"[green]ok[/]   {p.name}: {plural(res.n_rows, 'row')}, chain intact{sums}")
         else:
             bad += 1
-            console().print(f"[red]BAD[/]  {p.name}: {res.reason}")
+            for text in res.lines():  # one line each, whatever the width: a row's fields can hold [ ]
+                console().print(f"[red]BAD[/]  {p.name}: {escape(text)}", soft_wrap=True)
     for rel, why in gone:
         console().print(f"[red]GONE[/] {Path(rel).name}: {why}")
     raise typer.Exit(1 if bad else 0)

@@ -9,14 +9,17 @@ from harness.cli import app
 
 @app.command()
 def verdict(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
-            no_commit: bool = typer.Option(False, "--no-commit", help="leave the verdict row uncommitted")):
+            no_commit: bool = typer.Option(False, "--no-commit",
+                                           help="dry run: print the verdict, write and commit nothing (the line "
+                                                "stays open)")):
     """Evaluate the bar on the committed ledger, write GO or NO-GO, commit it, close the line.
+    A verdict row exists only committed: --no-commit is a dry run that writes nothing.
     Exit 0 GO, 1 NO-GO, 2 refused."""
     from harness.governance.line import host_env, open_line
     from harness.governance.verdict import GO, decide
     from harness.reporting.render import render_verdict
 
     with open_line(line, action="a verdict") as ln:
-        v = decide(ln, host_env(), commit=not no_commit)
+        v = decide(ln, host_env(), dry_run=no_commit)
     render_verdict(v)
     raise typer.Exit(0 if v.outcome == GO else 1)

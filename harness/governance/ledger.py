@@ -6,7 +6,9 @@ row breaks the chain at that row. Rows are written under a file lock, flushed an
 fsynced before ``append`` returns: a row reported as written survives a crash or kill;
 an append that fails leaves no partial row. The chain alone cannot tell a file re-hashed
 from scratch or cut after a valid row: git is the anchor (``anchor`` commits a line's new
-rows; ``verify`` checks every committed version is still a prefix of the file).
+rows; ``verify`` checks every committed version is still a prefix of the file). Neither
+can tell a row rewritten and re-hashed before its commit: ``verify`` also recomputes each
+result row's figures from its raw samples (governance/audit.py).
 
 Python API: ``read_rows(path)``, ``verify(path)``, ``dataframe(path, tidy=False)`` (pandas).
 """
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from harness.errors import UserError
+from harness.errors import UserError, plural
 from harness.governance import gitguard
 from harness.governance.gitguard import LEDGER_DIR
 from harness.governance.outcomes import ROW_KINDS, SUPERSEDES, VERDICT
@@ -103,6 +105,20 @@ class VerifyResult:
     bad_row: int | None = None
     reason: str | None = None
     torn: bool = False  # the only damage is an incomplete final line (`bench ledger repair` removes it)
+    # Result rows whose stored figures their own raw samples do not give back (governance/audit.py):
+    # (row index, seq, its disagreements), every such row.
+    unsound: tuple = ()
+    n_results: int = 0  # result rows whose figures were recomputed (when ok: all add up)
+
+    def lines(self) -> list[str]:
+        """One line per bad row: the chain's first, or every row that does not add up."""
+        if self.unsound:
+            return [_unsound_text(n, seq, found) for n, seq, found in self.unsound]
+        return [] if self.ok else [str(self.reason)]
+
+
+def _unsound_text(n: int, seq, found) -> str:
+    return f"line {n + 1} (seq {seq}) does not add up: " + "; ".join(d.describe() for d in found)
 
 
 def _git_location(path: Path) -> tuple[Path, str] | None:
@@ -245,7 +261,9 @@ def verify(path: Path) -> VerifyResult:
     Catches an edited byte (hash mismatch), a deleted or reordered row (seq / prev_hash
     break), an incomplete final line, and — where the file is in git — rows missing or
     changed relative to HEAD or to any earlier committed version (a truncated tail or a
-    re-hashed file leaves a valid chain, so git is the anchor).
+    re-hashed file leaves a valid chain, so git is the anchor); then every result row whose
+    stored statistics or metrics its own raw samples do not give back (governance/audit.py:
+    a row rewritten and re-hashed before its commit), all of them in ``unsound``.
     """
     path = Path(path)
     if not path.exists():
@@ -257,6 +275,11 @@ def verify(path: Path) -> VerifyResult:
     bad, prev = _check_chain(records, path)
     if bad is None:
         bad = _check_git(body, path)
+    results = 0
+    if bad is None:
+        bad = _check_figures(records, path)
+        if isinstance(bad, int):
+            bad, results = None, bad
     if bad is not None:
         return bad
     count = len(records)
@@ -268,7 +291,28 @@ def verify(path: Path) -> VerifyResult:
         return VerifyResult(str(path), False, count, count,
                             f"row {count} is an incomplete final line ({len(tail)} bytes of a write that never "
                             f"finished): run `bench ledger repair {path.stem}` to remove it", torn=True)
-    return VerifyResult(str(path), True, count)
+    return VerifyResult(str(path), True, count, n_results=results)
+
+
+def _check_figures(records: list[bytes], path: Path) -> VerifyResult | int:
+    """Every result row's derived figures against its raw samples (``audit.recompute``): a row
+    rewritten and re-hashed before its commit keeps a valid chain but not a sound row.
+    The number of result rows when all add up."""
+    from harness.governance.audit import recompute
+    from harness.governance.outcomes import RESULT
+
+    unsound, results = [], 0
+    for n, raw in enumerate(records):
+        row = json.loads(raw)
+        results += row.get("kind") == RESULT
+        found = recompute(row)
+        if found:
+            unsound.append((n, n, tuple(found)))  # the chain held: seq == n
+    if not unsound:
+        return results
+    n = unsound[0][0]
+    more = f" (and {plural(len(unsound) - 1, 'more row')}: bench ledger verify names each)" if len(unsound) > 1 else ""
+    return VerifyResult(str(path), False, len(records), n, _unsound_text(*unsound[0]) + more, unsound=tuple(unsound))
 
 
 def _completes_chain(raw: bytes, prev: str, seq: int) -> bool:
@@ -285,6 +329,9 @@ def verify_refusal(shown: str, res: VerifyResult, action: str) -> str:
     it needs (an incomplete final line is repaired, anything else is restored from git)."""
     if res.torn:
         return f"{shown}: {res.reason} before {action}"
+    if res.unsound:
+        return (f"{shown} fails verification ({res.reason}): a result row was edited after it was measured — "
+                f"restore the rows as measured (git log -p -- {shown}) or measure again in a new line before {action}")
     return f"{shown} fails verification ({res.reason}): restore it from git before {action}"
 
 

@@ -7,8 +7,11 @@ left out unless the registration says ``include_noisy = true``. A verdict is ref
 not a NO-GO — when a pair has no outcome, when pairs were never measured (skipped,
 unsupported, throttled) and the registration does not ``allow_missing``, when the
 outcomes come from more than one commit or device, when nothing was measured at all, or
-while any row of the line is not committed. The verdict row is committed at once (unless
-``commit=False``), so a decided line cannot be quietly re-rolled.
+while any row of the line is not committed, or when a result row's figures disagree with its
+own samples (``ledger.verify``, governance/audit.py). The verdict row is committed at once,
+so a decided line cannot be quietly re-rolled; a dry run (``dry_run=True``, `bench verdict
+--no-commit`) decides the same way and writes nothing, so a verdict row exists only
+committed and a NO-GO cannot be deleted without a trace.
 
 A line with ``[verify]`` clauses also needs counters (`profile` rows) for every candidate
 result, measured where the results were: a clause must hold on each of them for a GO,
@@ -132,14 +135,15 @@ class Verdict:
     prediction: float
     n_rows: int
     excluded: dict
-    row: dict  # the appended ledger row
-    anchored: str | None  # the commit holding the verdict row (None with commit=False)
+    row: dict  # the appended ledger row (a dry run: the payload it would have written)
+    anchored: str | None  # the commit holding the verdict row (None in a dry run)
     verify: tuple = ()  # verify.ClauseResult per [verify] clause
+    dry_run: bool = False  # nothing was written
 
 
-def decide(line: Line, env: dict, *, commit: bool = True) -> Verdict:
-    """Evaluate the bar, append the verdict row and (``commit``) commit it."""
-    if commit:
+def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
+    """Evaluate the bar, append the verdict row and commit it; ``dry_run``: write nothing."""
+    if not dry_run:
         require_anchorable(line.ledger)
     reg = line.reg
     outcomes = latest_outcomes(line.rows)
@@ -210,7 +214,10 @@ def decide(line: Line, env: dict, *, commit: bool = True) -> Verdict:
         "measured_at": {"commit": where[0][0], "device": where[0][1], "gpu": " + ".join(gpus) or None},
     }
     require_anchored(line.ledger, "a verdict")
+    if dry_run:
+        return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded,
+                       {**payload, "line": reg.line}, None, checked, dry_run=True)
     row = line.ledger.append(VERDICT, payload)
-    anchored = anchor(line.ledger, f"verdict of {reg.line}: {verdict}") if commit else None
+    anchored = anchor(line.ledger, f"verdict of {reg.line}: {verdict}")
     return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded, row, anchored,
                    checked)

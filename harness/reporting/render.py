@@ -161,9 +161,12 @@ def render_verdict(v) -> None:
     c.print(f"  {v.primary} = {_fmt(v.primary_value, '.4g')}, predicted {v.prediction:g}"
             + ("" if v.primary_value is None else f" (outcome − prediction = {v.primary_value - v.prediction:+.4g})"))
     color = "green" if v.outcome == "GO" else "red"
+    if v.dry_run:
+        c.print(f"[bold {color}]{v.outcome}[/] — dry run: nothing written, line {v.row['line']} stays open "
+                f"(`bench verdict {v.row['line']}` writes this verdict and commits it)")
+        return
     c.print(f"[bold {color}]{v.outcome}[/] — line {v.row['line']} closed at ledger row {v.row['seq']}"
-            + (f", committed as {v.anchored[:12]}" if v.anchored
-               else f" (not committed: git add ledger/{v.row['line']}.jsonl && git commit)"))
+            + (f", committed as {v.anchored[:12]}" if v.anchored else ""))
 
 
 def render_ceilings(row: dict, measured: bool) -> None:

@@ -1,0 +1,266 @@
+"""Rows add up: a `result` row's derived figures, recomputed from its own raw samples.
+
+The hash chain proves a row was not changed after it was written (and git, after it was
+committed); it cannot tell a row rewritten and re-hashed before its commit. So ``verify``
+also recomputes, with the sweep's own functions, every figure a result row derives from
+the raw data it carries, and names each one that disagrees (``recompute``):
+
+- from ``timing.arms.<arm>.samples_ms`` (every arm): that arm's ``stats`` (``Stats``);
+- from the candidate's, baseline's and control's samples: ``metrics.speedup`` (baseline
+  median / candidate median), ``speedup_ci_low`` / ``speedup_ci_high`` (the paired
+  bootstrap, seeded: ``stats.DEFAULT_SEED``, so it recomputes exactly), ``control``,
+  ``baseline_ms``, ``control_ms``, ``interleaved_ms``; ``timing.control_ratio`` and
+  ``control_ok`` (against the row's ``policy.control_tolerance``);
+- ``metrics.ms``: the sustained calls' median (``rate_protocol == "sustained"``, also
+  ``sustained.median_ms`` and ``n_calls``) else the candidate's median; ``tflops``, ``gbps``,
+  ``kv_gbps`` from it and the config's formulas (``sustained.rates``); ``gbps_frac`` and
+  ``kv_gbps_frac`` from the copy ceiling the row's ``floor`` records;
+- ``timing.n_rounds``, ``n_dropped``, ``n_waited`` from the columnar ``timing.rounds``;
+  ``timing.quanta`` from the samples (host and CUDA-event timers); ``rig_noisy`` and
+  ``rig_noise`` (``sweep.run.rig_noise``) from the recomputed control and those.
+
+Rows written before a field existed are checked on what they have: a figure absent from
+the row, or whose raw data the row lacks, is not recomputed. Not recomputable from a row:
+``tflops_frac`` (the row's floor keeps the FLOP ceiling the floor used, not always the
+dtype's the fraction used), ``impossible`` (needs the device ceilings), ``host_gaps`` and
+``host_us`` (not derived from the samples), the clocks, and the raw samples themselves:
+a row forged with samples to match is beyond any recomputation (git shows who committed it).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from harness.governance.outcomes import RESULT
+from harness.jsonsafe import number
+
+# Relative tolerance for a figure recomputed from the row's float64 samples by the same
+# numpy functions that wrote it. The same numpy gives the same bits; another numpy build or
+# CPU may sum a mean or interpolate a percentile in another order, a few ulps (1e-16 each)
+# off; the shipped ledgers' bootstrap bounds differ from today's recomputation by 1 ulp.
+# 1e-12 allows thousands of ulps and is 8 orders below the 4 significant digits reports print,
+# so any edit a reader could see is caught.
+ROUNDOFF_RTOL = 1e-12
+# Rates and fractions: the formulas over ms, a few more correctly rounded operations (ms to
+# seconds, the divisions), each half an ulp: still far inside the round-off tolerance.
+RATE_RTOL = ROUNDOFF_RTOL
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """A stored figure of a row that its raw data does not give back."""
+
+    field: str          # dotted path in the row, e.g. "metrics.speedup"
+    stored: Any
+    recomputed: Any
+
+    def describe(self) -> str:
+        return f"{self.field} stored {_shown(self.stored)}, its raw samples give {_shown(self.recomputed)}"
+
+
+def _shown(v: Any) -> str:
+    return f"{v:.10g}" if isinstance(v, float) else repr(v) if isinstance(v, str) else str(v)
+
+
+def _same(stored: Any, recomputed: Any, rtol: float) -> bool:
+    """Equal as row numbers (``jsonsafe.number``: spelled non-finite values; null for a
+    non-finite value in rows written before that policy), within ``rtol`` when finite."""
+    if isinstance(recomputed, bool) or isinstance(stored, bool):
+        return stored is recomputed
+    if recomputed is None:
+        return stored is None
+    try:
+        s = number(stored)
+    except (TypeError, ValueError):
+        return False
+    r = float(recomputed)
+    if s is None:
+        return not math.isfinite(r)  # an older row's null for NaN/inf
+    if math.isnan(s) or math.isnan(r):
+        return math.isnan(s) and math.isnan(r)
+    if math.isinf(s) or math.isinf(r):
+        return s == r
+    return math.isclose(s, r, rel_tol=rtol, abs_tol=0.0)
+
+
+def _samples(v: Any) -> list[float] | None:
+    """A list of finite numbers, or None when ``v`` is not one."""
+    if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+        return None
+    return [float(x) for x in v] if all(math.isfinite(x) for x in v) else None
+
+
+class _Audit:
+    def __init__(self):
+        self.found: list[Disagreement] = []
+
+    def check(self, where: dict, key: str, path: str, value: Any, rtol: float = ROUNDOFF_RTOL) -> None:
+        """Compare ``where[key]`` with ``value``, only where the row has the field."""
+        if isinstance(where, dict) and key in where and not _same(where[key], value, rtol):
+            self.found.append(Disagreement(path, where[key], value))
+
+    def bad(self, path: str, stored: Any, why: str) -> None:
+        self.found.append(Disagreement(path, stored, why))
+
+
+def recompute(row: dict) -> list[Disagreement]:
+    """Every derived figure of a `result` row that its raw data does not give back (empty:
+    the row adds up; other kinds and rows without raw samples have nothing to recompute)."""
+    from harness.measurement.stats import QUANTUM_TICKS_MS, Stats, quantum, ratio, speedup_ci
+    from harness.sweep.run import arm_name, rig_noise
+
+    if not isinstance(row, dict) or row.get("kind") != RESULT:
+        return []
+    timing = row.get("timing")
+    arms = timing.get("arms") if isinstance(timing, dict) else None
+    if not isinstance(arms, dict):
+        return []
+    a = _Audit()
+    samples: dict[str, list[float]] = {}
+    for name, arm in arms.items():
+        if not isinstance(arm, dict) or "samples_ms" not in arm:
+            continue
+        x = _samples(arm["samples_ms"])
+        if x is None:
+            a.bad(f"timing.arms.{name}.samples_ms", type(arm["samples_ms"]).__name__, "not a list of finite numbers")
+            continue
+        samples[name] = x
+        st = arm.get("stats")
+        if isinstance(st, dict):
+            for k, v in Stats.from_samples(x).as_dict().items():
+                a.check(st, k, f"timing.arms.{name}.stats.{k}", v)
+    metrics = row.get("metrics") if isinstance(row.get("metrics"), dict) else {}
+    cand = samples.get(arm_name(str(row.get("candidate"))))
+    base, ctl = samples.get("baseline"), samples.get("control")
+    if base and cand:
+        a.check(metrics, "speedup", "metrics.speedup", ratio(base, cand))
+        lo, hi = speedup_ci(base, cand)
+        a.check(metrics, "speedup_ci_low", "metrics.speedup_ci_low", lo)
+        a.check(metrics, "speedup_ci_high", "metrics.speedup_ci_high", hi)
+        a.check(metrics, "interleaved_ms", "metrics.interleaved_ms", Stats.from_samples(cand).median)
+    if base:
+        a.check(metrics, "baseline_ms", "metrics.baseline_ms", Stats.from_samples(base).median)
+    control = None
+    if base and ctl:
+        control = ratio(base, ctl)
+        a.check(metrics, "control", "metrics.control", control)
+        a.check(metrics, "control_ms", "metrics.control_ms", Stats.from_samples(ctl).median)
+        a.check(timing, "control_ratio", "timing.control_ratio", control)
+        policy = row.get("policy") if isinstance(row.get("policy"), dict) else {}
+        tol = number(policy.get("control_tolerance"))
+        if tol is not None:
+            a.check(timing, "control_ok", "timing.control_ok", abs(control - 1.0) <= tol)
+    _rates(a, row, metrics, cand)
+    _rounds(a, timing)
+    _quanta(a, timing, samples, QUANTUM_TICKS_MS, quantum)
+    if control is not None:
+        _noise(a, row, timing, control, rig_noise)
+    return a.found
+
+
+def _rates(a: _Audit, row: dict, metrics: dict, cand: list[float] | None) -> None:
+    """``ms`` (the sustained calls' median, or the candidate's) and the rates made of it."""
+    from harness.measurement.stats import Stats
+    from harness.measurement.sustained import rates
+    from harness.workloads import Config
+
+    ms = None
+    sus = row.get("sustained")
+    if row.get("rate_protocol") == "sustained":
+        calls = _samples(sus.get("samples_ms")) if isinstance(sus, dict) else None
+        if not calls:
+            a.bad("sustained.samples_ms", None, "rate_protocol is sustained but no sustained calls are recorded")
+            return
+        ms = statistics.median(calls)  # as ``Sustained.median_ms``
+        a.check(sus, "median_ms", "sustained.median_ms", ms)
+        a.check(sus, "n_calls", "sustained.n_calls", len(calls))
+    elif cand:
+        ms = Stats.from_samples(cand).median
+    if ms is None:
+        return
+    a.check(metrics, "ms", "metrics.ms", ms)
+    try:
+        r = rates(Config(**row["config"]), ms)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        a.bad("config", row.get("config"), "no rates computable for this config and ms")
+        return
+    for k in ("tflops", "gbps", "kv_gbps"):
+        a.check(metrics, k, f"metrics.{k}", r[k], RATE_RTOL)
+    floor = row.get("floor")
+    ceiling = floor.get("rounds") if isinstance(floor, dict) else None
+    copy = number(ceiling.get("copy_gbps")) if isinstance(ceiling, dict) else None
+    if copy:
+        a.check(metrics, "gbps_frac", "metrics.gbps_frac", r["gbps"] / copy, RATE_RTOL)
+        a.check(metrics, "kv_gbps_frac", "metrics.kv_gbps_frac", r["kv_gbps"] / copy, RATE_RTOL)
+
+
+def _rounds(a: _Audit, timing: dict) -> None:
+    """Round counts from the columnar rounds (``Measurement.to_row``)."""
+    rounds = timing.get("rounds")
+    if not isinstance(rounds, dict) or not isinstance(rounds.get("t0"), list):
+        return
+    a.check(timing, "n_rounds", "timing.n_rounds", len(rounds["t0"]))
+    if isinstance(rounds.get("dropped"), list):
+        a.check(timing, "n_dropped", "timing.n_dropped", len(rounds["dropped"]))
+    if isinstance(rounds.get("waited"), dict):
+        a.check(timing, "n_waited", "timing.n_waited", len(rounds["waited"]))
+
+
+# Scheduler ticks each timer's samples are judged against for quanta (timing/timers.py
+# ``ticks_ms``): host timing waits on a run queue and resumes on a tick; CUDA events do not.
+def _timer_ticks(timer: Any, host_ticks: tuple) -> tuple | None:
+    return {"host": tuple(host_ticks), "cuda_event": ()}.get(timer)
+
+
+def _quanta(a: _Audit, timing: dict, samples: dict, host_ticks: tuple, quantum) -> None:
+    """Which arms' samples sit on a quantum (``Measurement.quanta``), where the row has it."""
+    ticks = _timer_ticks(timing.get("timer"), host_ticks)
+    stored = timing.get("quanta")
+    if ticks is None or not isinstance(stored, dict):
+        return
+    want = {}
+    if ticks:
+        for name, x in samples.items():
+            q = quantum(x, ticks)
+            if q is not None:
+                want[name] = q.as_dict() | {"why": q.describe()}
+    if set(stored) != set(want):
+        a.bad("timing.quanta", sorted(stored), f"quantised arms {sorted(want)}")
+        return
+    for name, q in want.items():
+        for k, v in q.items():
+            if isinstance(v, str) or v is None:
+                if stored[name].get(k) != v:
+                    a.bad(f"timing.quanta.{name}.{k}", stored[name].get(k), v)
+            else:
+                a.check(stored[name], k, f"timing.quanta.{name}.{k}", v)
+
+
+def _count(v: Any) -> int:
+    """A stored count (checked against the rounds by ``_rounds``); 0 when absent or not one."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def _noise(a: _Audit, row: dict, timing: dict, control: float, rig_noise) -> None:
+    """``rig_noisy`` and ``rig_noise`` from the recomputed control, the stored host gaps and
+    the (checked) quanta and round counts; an older row's absent fields count as none."""
+    policy = row.get("policy") if isinstance(row.get("policy"), dict) else {}
+    tol, max_waited = number(policy.get("control_tolerance")), number(policy.get("max_drop_fraction"))
+    gaps, quanta = timing.get("host_gaps") or {}, timing.get("quanta") or {}
+    if tol is None or not isinstance(gaps, dict) or not isinstance(quanta, dict):
+        return
+    waited = (_count(timing.get("n_waited")), _count(timing.get("n_rounds")))
+    why = rig_noise(control, tol, gaps, quanta, waited, 1.0 if max_waited is None else max_waited)
+    if "rig_noisy" in row:
+        a.check(row, "rig_noisy", "rig_noisy", bool(why))
+    elif why:  # the verdict reads an absent flag as a clean result
+        a.bad("rig_noisy", None, True)
+    stored = row.get("rig_noise")
+    if isinstance(stored, list) and stored != why:
+        a.bad("rig_noise", stored, why)
+
+
+__all__ = ["Disagreement", "RATE_RTOL", "ROUNDOFF_RTOL", "recompute"]
