@@ -46,24 +46,34 @@ def _one(line: str) -> Path:
 
 
 @ledger_app.command("verify")
-def verify(line: Optional[str] = typer.Argument(None, help="line id or registrations/NAME.toml (default: every ledger)")):
+def verify(line: Optional[str] = typer.Argument(None, help="line id or registrations/NAME.toml (default: every ledger)"),
+           strict: bool = typer.Option(False, "--strict",
+                                       help="an error (exit 2) where a shallow clone lacks history a check needs")):
     """Re-check every hash chain and its committed history; name the first bad row, and ledgers
-    deleted from the work tree or from git. Exit 1 if anything is wrong."""
-    from harness.errors import plural
+    deleted from the work tree or from git. Exit 1 if anything is wrong. In a shallow clone
+    (CI checkouts) what needs the missing history is named on the ledger's line, and skipped."""
+    from harness.errors import UserError, plural
     from harness.governance.ledger import verify as do_verify
     from harness.reporting.console import console
 
     paths, gone = _paths(line)
     bad = len(gone)
+    unchecked = []
     for p in paths:
         res = do_verify(p)
         if res.ok:
-            console().print(f"[green]ok[/]   {p.name}: {plural(res.n_rows, 'row')}, chain intact")
+            note = f"; [yellow]{res.unchecked}[/]" if res.unchecked else ""
+            console().print(f"[green]ok[/]   {p.name}: {plural(res.n_rows, 'row')}, chain intact{note}")
+            unchecked += [p.name] if res.unchecked else []
         else:
             bad += 1
             console().print(f"[red]BAD[/]  {p.name}: {res.reason}")
     for rel, why in gone:
         console().print(f"[red]GONE[/] {Path(rel).name}: {why}")
+    if not bad and strict and unchecked:
+        raise UserError(f"--strict: {plural(len(unchecked), 'ledger')} could not be checked against history this "
+                        f"shallow clone lacks ({', '.join(unchecked)}): fetch it (git fetch --unshallow) and run "
+                        f"bench ledger verify --strict again")
     raise typer.Exit(1 if bad else 0)
 
 
