@@ -232,7 +232,8 @@ def require_committable(root: Path) -> None:
         if not held:
             break
     if held:
-        raise UserError(f"{_stale(root, str(Path(root) / held[0]))} and run the same command again (or pass --no-commit)")
+        raise UserError(f"{_stale(root, str(Path(root) / held[0]))} and run the same command again "
+                        f"(or pass --no-commit)")
     require_git_writable(root, fallback="pass --no-commit")
 
 

@@ -44,8 +44,8 @@ def line_status(path: Path) -> LineStatus:
     of = f" of {n_pairs}" if n_pairs is not None else ""
     commits = {r.get("commit") for r in outcomes.values()}
     commit = latest.get("commit") if len(commits) == 1 else f"{len(commits)} commits, latest {latest.get('commit', '')[:12]}"
-    return LineStatus(view.line, f"swept {len(pairs)}{of} pairs", commit, device_label(latest), len(pairs), n_pairs, None,
-                      note)
+    return LineStatus(view.line, f"swept {len(pairs)}{of} pairs", commit, device_label(latest), len(pairs), n_pairs,
+                      None, note)
 
 
 def statuses(root: Path) -> list[LineStatus]:
