@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
+from harness.governance import gitguard
 from harness.governance.ledger import (GENESIS_HASH, LEDGER_SCHEMA, Ledger, anchor, canonical, dataframe, read_rows,
                                        require_anchorable, require_anchored, row_hash, verify)
 from tests.conftest import REPO, bench_env, git, run_bench
@@ -193,6 +194,7 @@ _SHORT_WRITE = """
 import resource, signal, sys
 from pathlib import Path
 from harness.errors import UserError
+from harness.governance import gitguard
 from harness.governance.ledger import Ledger
 
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit, write() returns short / EFBIG
@@ -272,6 +274,7 @@ _AS_NOBODY = """
 import sys
 from pathlib import Path
 from harness.errors import UserError
+from harness.governance import gitguard
 from harness.governance.ledger import Ledger
 try:
     Ledger(Path(sys.argv[1]), "line").require_writable()
@@ -313,7 +316,7 @@ def test_read_only_ledger_refused_for_a_user_without_root(tmp_path, what):
 
 # --- anchoring in git ------------------------------------------------------------------
 
-def test_anchor_commits_the_new_rows_and_a_verdict_refuses_uncommitted_ones(repo):
+def test_anchor_commits_the_new_rows_and_a_verdict_refuses_uncommitted_ones(repo, monkeypatch):
     led = _fill(repo, 3)
     with pytest.raises(UserError, match=r"ledger/line.jsonl: rows 0-2 not committed; a verdict decides on "
                                         r"committed rows only — commit them: git add ledger/line.jsonl"):
@@ -328,7 +331,9 @@ def test_anchor_commits_the_new_rows_and_a_verdict_refuses_uncommitted_ones(repo
     assert git(repo, "log", "-1", "--format=%s") == "bench: ledger/line.jsonl row 3 (verdict of line: GO)"
     assert git(repo, "status", "--porcelain") == ""
     (repo / ".git" / "index.lock").write_text("")  # left by a git command that was killed
-    with pytest.raises(UserError, match=r"\.git/index\.lock exists: .* remove it \(rm \.git/index\.lock\)"):
+    monkeypatch.setattr(gitguard, "LOCK_WAIT_S", 0.3)  # bench waits this long for the lock to go
+    with pytest.raises(UserError, match=r"\.git/index\.lock exists and stayed for 0.3 s: .* remove it "
+                                        r"\(rm \.git/index\.lock\)"):
         require_anchorable(led)
     (repo / ".git" / "index.lock").unlink()
     require_anchorable(led)

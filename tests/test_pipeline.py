@@ -168,7 +168,7 @@ def test_kill_mid_sweep_loses_no_written_row_and_resume_completes(repo):
     if locks:  # the kill landed in git's commit of a config's rows
         r = run_bench(repo, "sweep", "tiny")
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-        assert ".lock exists: another git command is running, or one was killed" in r.stderr
+        assert ".lock exists and stayed for 30 s: another git command is running, or one was killed" in r.stderr
         for lock in locks:
             lock.unlink()
     assert run_bench(repo, "sweep", "tiny").returncode == 0

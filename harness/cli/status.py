@@ -18,3 +18,8 @@ def status():
     if not rows:
         raise UserError(f"no lines under {root / 'ledger'}: register one (bench register registrations/<line>.toml)")
     console().print(status_table(rows))
+    shallow = [s.line for s in rows if s.note]
+    if shallow:
+        console().print(f"note: this clone is shallow: the history of {len(shallow)} of {len(rows)} lines before its "
+                        f"oldest commit is not here and was not checked (bench ledger verify names what; "
+                        f"git fetch --unshallow checks it)")

@@ -9,9 +9,14 @@ move HEAD but not the code commit, so they never split a sweep across two stamps
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from harness.errors import UserError
 
@@ -21,6 +26,16 @@ FALLBACK_NAME = "bench"
 FALLBACK_EMAIL = "bench@localhost"
 # How many offending paths a refusal lists before summarising the rest.
 MAX_LISTED_PATHS = 20
+# git's own lock files (index.lock, HEAD.lock, a branch's ref lock) are held by another git
+# command for milliseconds to seconds: a second sweep committing in the same clone, an
+# editor's background `git status`. bench waits for them rather than failing a sweep — first
+# LOCK_RETRY_FIRST_S, doubling to at most LOCK_RETRY_MAX_S, LOCK_WAIT_S in all; a lock held
+# longer than that is taken for one a killed git command left behind (only the user can tell).
+LOCK_WAIT_S = 30.0
+LOCK_RETRY_FIRST_S = 0.05
+LOCK_RETRY_MAX_S = 2.0
+# What git says when a lock file it must create is already there.
+_LOCK_HELD = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -29,6 +44,47 @@ def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
     its configs in flight finish and commits each); this process alone decides what the
     Ctrl-C means, and an interrupt raised here ends git with it (``subprocess.run``)."""
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, process_group=0)
+
+
+def _waits() -> Iterator[float]:
+    """Pauses between tries while a git lock is held: doubling, LOCK_WAIT_S in all."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    pause = LOCK_RETRY_FIRST_S
+    while (left := deadline - time.monotonic()) > 0:
+        yield min(pause, left)
+        pause = min(2 * pause, LOCK_RETRY_MAX_S)
+
+
+def _held_lock(res: subprocess.CompletedProcess) -> str | None:
+    """The lock file a failed git command found held by another git process, or None."""
+    found = _LOCK_HELD.search(res.stderr or "") if res.returncode != 0 else None
+    return found.group(1) if found else None
+
+
+def _git_waiting(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """``_git`` for commands that take git's locks (add, commit, update-ref): run again, with
+    a bounded backoff, while git says another git process holds one. The last result is
+    returned either way (``_held_lock`` tells a lock still held after LOCK_WAIT_S)."""
+    res = _git(root, *args)
+    for pause in _waits():
+        if _held_lock(res) is None:
+            break
+        time.sleep(pause)
+        res = _git(root, *args)
+    return res
+
+
+def _shown_lock(root: Path, lock: str) -> str:
+    try:
+        return Path(lock).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return lock
+
+
+def _stale(root: Path, lock: str) -> str:
+    lock = _shown_lock(root, lock)
+    return (f"{lock} exists and stayed for {LOCK_WAIT_S:g} s: another git command is running, or one was "
+            f"killed — if none is running, remove it (rm {lock})")
 
 
 def repo_root(start: Path | None = None) -> Path:
@@ -42,6 +98,18 @@ def repo_root(start: Path | None = None) -> Path:
         raise UserError(f"{start} is not inside a git repository: run bench from a clone of your "
                         f"benchmark repository (git init && git commit first)")
     return Path(res.stdout.strip())
+
+
+def shallow_boundary(root: Path) -> tuple[str, ...]:
+    """The commits where a shallow clone's history stops (``git clone --depth``, CI
+    checkouts): their parents are not in this clone. Empty for a full clone."""
+    if _git(root, "rev-parse", "--is-shallow-repository").stdout.strip() != "true":
+        return ()
+    where = Path(root) / _git(root, "rev-parse", "--git-path", "shallow").stdout.strip()
+    try:
+        return tuple(where.read_text().split())
+    except OSError:
+        return ()
 
 
 def head_commit(root: Path) -> str:
@@ -152,15 +220,53 @@ def is_ignored(root: Path, rel: str) -> bool:
 
 
 def require_committable(root: Path) -> None:
-    """Refuse before any work where git's index, HEAD or branch is locked: a commit after the
-    first config would fail. A git command killed mid-write (a sweep killed with SIGKILL while it
-    committed) leaves the lock behind; only the user can tell it is stale."""
+    """Refuse before any work where git's index, HEAD or branch stays locked (waiting up to
+    LOCK_WAIT_S for another git command to finish), or where git cannot write at all."""
     ref = _git(root, "symbolic-ref", "-q", "HEAD").stdout.strip()
-    for name in ("index", "HEAD", *([ref] if ref else [])):
-        lock = _git(root, "rev-parse", "--git-path", f"{name}.lock").stdout.strip()
-        if lock and (Path(root) / lock).exists():
-            raise UserError(f"{lock} exists: another git command is running, or one was killed — if none is "
-                            f"running, remove it (rm {lock}) and run the same command again (or pass --no-commit)")
+    names = ("index", "HEAD", *([ref] if ref else []))
+    locks = [_git(root, "rev-parse", "--git-path", f"{n}.lock").stdout.strip() for n in names]
+    held = [x for x in locks if x and (Path(root) / x).exists()]
+    for pause in _waits() if held else ():
+        time.sleep(pause)
+        held = [x for x in held if (Path(root) / x).exists()]
+        if not held:
+            break
+    if held:
+        raise UserError(f"{_stale(root, str(Path(root) / held[0]))} and run the same command again "
+                        f"(or pass --no-commit)")
+    require_git_writable(root, fallback="pass --no-commit")
+
+
+def require_git_writable(root: Path, *, fallback: str) -> None:
+    """Refuse unless git can write here: a real file is created and removed in each directory
+    a commit writes to (the git directory, for index.lock; objects/; the branch's ref
+    directory). Permissions are not asked — the kernel answers (read-only mounts, immutable
+    directories, another owner's clone), so root is refused where root cannot write too."""
+    ref = _git(root, "symbolic-ref", "-q", "HEAD").stdout.strip()
+    res = _git(root, "rev-parse", "--git-path", "index", "--git-path", "objects/pack",
+               *(["--git-path", ref] if ref else []))
+    if res.returncode != 0:
+        raise UserError(f"git rev-parse failed in {root}: {_last_message(res.stderr)}")
+    dirs = []
+    for p in res.stdout.splitlines():
+        d = (Path(root) / p).parent
+        while not d.exists() and d != d.parent:  # git creates missing ref directories: their parent must take them
+            d = d.parent
+        if d not in dirs:
+            dirs.append(d)
+    for d in dirs:
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".bench-write-probe-", dir=d)
+            try:
+                os.write(fd, b"probe")
+            finally:
+                os.close(fd)
+                os.unlink(probe)
+        except OSError as exc:
+            shown = _shown_lock(root, str(d))
+            raise UserError(f"git cannot write in this clone: creating a file in {shown}/ failed ({exc.strerror}), so "
+                            f"bench could not commit its rows — make .git writable (chmod -R u+w .git, chattr -i, "
+                            f"a read-write mount, or run as the clone's owner), or {fallback}") from None
 
 
 def _identity(root: Path) -> list[str]:
@@ -178,10 +284,15 @@ def commit_file(root: Path, rel: str, message: str) -> str:
     are skipped (``--no-verify``): this is the harness's own output, committed after every
     config of an overnight sweep.
     """
-    add = _git(root, "add", "--", rel)
+    unanchored = f"its rows are written but not anchored — run git commit -m 'bench: ledger rows' -- {rel}"
+    add = _git_waiting(root, "add", "--", rel)
+    if _held_lock(add):
+        raise UserError(f"git add {rel}: {_stale(root, _held_lock(add))}; {unanchored}")
     if add.returncode != 0:
         raise UserError(f"git add {rel} failed ({_last_message(add.stderr)}): commit {rel} by hand")
-    res = _git(root, *_identity(root), "commit", "--only", "--no-verify", "-q", "-m", message, "--", rel)
+    res = _git_waiting(root, *_identity(root), "commit", "--only", "--no-verify", "-q", "-m", message, "--", rel)
+    if _held_lock(res):
+        raise UserError(f"git commit {rel}: {_stale(root, _held_lock(res))}; {unanchored}")
     if res.returncode != 0:
         raise UserError(f"could not commit {rel} ({_last_message(res.stderr or res.stdout)}): its rows are written "
                         f"but not anchored — fix that and run git commit -m 'bench: ledger rows' -- {rel}")

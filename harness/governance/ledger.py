@@ -109,6 +109,8 @@ class VerifyResult:
     # (row index, seq, its disagreements), every such row.
     unsound: tuple = ()
     n_results: int = 0  # result rows whose figures were recomputed (when ok: all add up)
+    # What could not be checked because this clone is shallow (one line), None when everything was.
+    unchecked: str | None = None
 
     def lines(self) -> list[str]:
         """One line per bad row: the chain's first, or every row that does not add up."""
@@ -175,11 +177,14 @@ def _check_chain(records: list[bytes], path: Path) -> tuple[VerifyResult | None,
     return None, prev
 
 
-def _check_git(body: bytes, path: Path) -> VerifyResult | None:
-    """Rows committed at HEAD, and in every earlier committed version, must all still be here."""
+def _check_git(body: bytes, path: Path) -> tuple[VerifyResult | None, str | None]:
+    """Rows committed at HEAD, and in every earlier committed version, must all still be here.
+
+    Also returns what a shallow clone kept from being checked (the history before its
+    boundary), in one line, or None."""
     where = _git_location(path)
     if where is None:
-        return None
+        return None, None
     root, rel = where
     count = body.count(b"\n")
     committed = _committed_bytes(path)
@@ -187,16 +192,19 @@ def _check_git(body: bytes, path: Path) -> VerifyResult | None:
         committed_rows = committed.count(b"\n")
         i = _first_difference(committed, body)
         if i < count:
-            return VerifyResult(str(path), False, count, i, f"row {i} differs from the row committed at HEAD")
+            return VerifyResult(str(path), False, count, i, f"row {i} differs from the row committed at HEAD"), None
         return VerifyResult(str(path), False, count, count,
-                            f"rows {count}..{committed_rows - 1} committed at HEAD are missing (truncated)")
+                            f"rows {count}..{committed_rows - 1} committed at HEAD are missing (truncated)"), None
     if not rel.startswith(LEDGER_DIR + "/"):
-        return None  # a copy elsewhere (a test fixture, an export) is no line's ledger: HEAD is its anchor
+        return None, None  # a copy elsewhere (a test fixture, an export) is no line's ledger: HEAD is its anchor
     history = gitguard.file_history(root, rel)
     versions = [v or b"" for v in gitguard.blobs(root, [f"{sha}:{rel}" for sha, _ in history])]  # b"": deleted
-    start = _current_incarnation(body, history, versions, path)
+    boundary = gitguard.shallow_boundary(root)
+    start = _current_incarnation(body, history, versions, path, shallow=bool(boundary))
     if isinstance(start, VerifyResult):
-        return start
+        return start, None
+    unchecked = _unchecked(body, history, boundary, start)
+    start = max(start, 0)
     taken = None  # (row, commit, subject, content) of the first committed version the file no longer extends
     for (sha, subject), version in list(zip(history, versions))[start:]:
         if taken is None:
@@ -207,21 +215,44 @@ def _check_git(body: bytes, path: Path) -> VerifyResult | None:
             return VerifyResult(str(path), False, count, i,
                                 f"row {i} as committed in {was[:12]} ({was_subject}) was rewritten or taken back "
                                 f"in commit {sha[:12]} ({subject}): committed rows never change — see "
-                                f"git show {was[:12]}:{rel}")
+                                f"git show {was[:12]}:{rel}"), None
     if taken is not None:
         i, was, was_subject, _ = taken
         return VerifyResult(str(path), False, count, i,
                             f"row {i} as committed in {was[:12]} ({was_subject}) is changed or missing in the "
-                            f"work tree: restore it with git checkout {was[:12]} -- {rel}")
-    return None
+                            f"work tree: restore it with git checkout {was[:12]} -- {rel}"), None
+    return None, unchecked
 
 
-def _current_incarnation(body: bytes, history: list, versions: list[bytes], path: Path) -> int | VerifyResult:
+def _unchecked(body: bytes, history: list, boundary: tuple[str, ...], start: int) -> str | None:
+    """What a shallow clone keeps from being checked, in one line (None: nothing). ``start``
+    is -1 where row 0's re-open declaration names a commit this clone lacks."""
+    if not boundary:
+        return None
+    what = []
+    shas = [sha for sha, _ in history]
+    # The file (this incarnation of it) already existed where history stops: older versions are not here.
+    at = next((b for b in boundary if b in shas and shas.index(b) >= max(start, 0)), None)
+    if at is not None:
+        what.append("the versions committed before it")
+    if start < 0:
+        declared = json.loads(body.split(b"\n", 1)[0])["reopens"].get("commit")
+        what.append(f"row 0's re-open of {str(declared)[:12]} (that commit is not here)")
+        at = at or boundary[0]
+    if not what:
+        return None
+    return f"history before {at[:12]} is not in this clone (shallow): could not check {' nor '.join(what)}"
+
+
+def _current_incarnation(body: bytes, history: list, versions: list[bytes], path: Path, *,
+                         shallow: bool = False) -> int | VerifyResult:
     """Where this file's own history starts: 0, or — for a line re-opened with
     ``bench register --reopen`` — just past the deletion of the ledger its row 0 declares it
     replaces. The declaration is checked, not trusted: the named commit must hold the last
     version of the old ledger (the next change deleted it), with the declared row count and
-    last hash, and no verdict (a decided line is never re-opened)."""
+    last hash, and no verdict (a decided line is never re-opened). In a ``shallow`` clone a
+    declared commit that is not in the history here cannot be checked: -1 (every version
+    here is then of this ledger — the old one's deletion came after that commit)."""
     first = body.split(b"\n", 1)[0]
     try:
         declared = json.loads(first).get("reopens") if first else None
@@ -232,6 +263,8 @@ def _current_incarnation(body: bytes, history: list, versions: list[bytes], path
     shas = [sha for sha, _ in history]
     at = declared.get("commit")
     i = shas.index(at) if at in shas else -1
+    if i < 0 and shallow:
+        return -1
     old = versions[i].split(b"\n")[:-1] if i >= 0 else []
     rows = []
     for raw in old:
@@ -263,7 +296,8 @@ def verify(path: Path) -> VerifyResult:
     changed relative to HEAD or to any earlier committed version (a truncated tail or a
     re-hashed file leaves a valid chain, so git is the anchor); then every result row whose
     stored statistics or metrics its own raw samples do not give back (governance/audit.py:
-    a row rewritten and re-hashed before its commit), all of them in ``unsound``.
+    a row rewritten and re-hashed before its commit), all of them in ``unsound``. In a shallow
+    clone what needs the missing history is named in ``unchecked``; everything else is checked.
     """
     path = Path(path)
     if not path.exists():
@@ -273,8 +307,9 @@ def verify(path: Path) -> VerifyResult:
     body, tail = data[:cut], data[cut:]
     records = body.split(b"\n")[:-1]
     bad, prev = _check_chain(records, path)
+    unchecked = None
     if bad is None:
-        bad = _check_git(body, path)
+        bad, unchecked = _check_git(body, path)
     results = 0
     if bad is None:
         bad = _check_figures(records, path)
@@ -291,7 +326,7 @@ def verify(path: Path) -> VerifyResult:
         return VerifyResult(str(path), False, count, count,
                             f"row {count} is an incomplete final line ({len(tail)} bytes of a write that never "
                             f"finished): run `bench ledger repair {path.stem}` to remove it", torn=True)
-    return VerifyResult(str(path), True, count, n_results=results)
+    return VerifyResult(str(path), True, count, n_results=results, unchecked=unchecked)
 
 
 def _check_figures(records: list[bytes], path: Path) -> VerifyResult | int:

@@ -78,6 +78,8 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
     holds no verdict, and the new row says what it replaces.
     """
     tree = gitguard.require_clean(root)
+    # The row is committed next (by the user): a clone whose git cannot write is found now.
+    gitguard.require_git_writable(tree.root, fallback="register in a clone you can commit to")
     path = registration.resolve(tree.root, path_or_line)
     reg = registration.load(path)
     rel = gitguard.relative(tree.root, path)

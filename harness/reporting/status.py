@@ -15,6 +15,7 @@ class LineStatus:
     n_done: int
     n_pairs: int | None
     outcome: str | None
+    note: str | None = None  # what verify could not check (a shallow clone), shown beside the state
 
 
 def line_status(path: Path) -> LineStatus:
@@ -24,6 +25,7 @@ def line_status(path: Path) -> LineStatus:
     res = verify(path)
     if not res.ok:
         return LineStatus(path.stem, f"BROKEN: {res.reason}", None, None, 0, None, None)
+    note = "shallow clone: older history unchecked" if res.unchecked else None
     view = load_path(path)
     outcomes = view.outcomes()
     reg = view.registration
@@ -34,14 +36,16 @@ def line_status(path: Path) -> LineStatus:
     if verdict is not None:
         at = verdict.get("measured_at") or {}
         return LineStatus(view.line, f"closed {verdict['outcome']}", at.get("commit"), at.get("gpu") or at.get("device"),
-                          len(pairs), n_pairs, verdict["outcome"])
+                          len(pairs), n_pairs, verdict["outcome"], note)
     if latest is None:
         reg_row = view.registered or {}
-        return LineStatus(view.line, "registered", reg_row.get("registration_commit"), None, 0, n_pairs, None)
+        return LineStatus(view.line, "registered", reg_row.get("registration_commit"), None, 0, n_pairs, None,
+                          note)
     of = f" of {n_pairs}" if n_pairs is not None else ""
     commits = {r.get("commit") for r in outcomes.values()}
     commit = latest.get("commit") if len(commits) == 1 else f"{len(commits)} commits, latest {latest.get('commit', '')[:12]}"
-    return LineStatus(view.line, f"swept {len(pairs)}{of} pairs", commit, device_label(latest), len(pairs), n_pairs, None)
+    return LineStatus(view.line, f"swept {len(pairs)}{of} pairs", commit, device_label(latest), len(pairs), n_pairs,
+                      None, note)
 
 
 def statuses(root: Path) -> list[LineStatus]:
@@ -59,6 +63,7 @@ def status_table(rows: list[LineStatus]):
     for s in rows:
         style = {"GO": "green", "NO-GO": "red"}.get(s.outcome or "", "yellow" if s.state.startswith("BROKEN") else "")
         state = f"[{style}]{s.state}[/]" if style else s.state
+        state += f" [dim]({s.note})[/]" if s.note else ""
         commit = s.commit if s.commit is None or " " in s.commit else s.commit[:12]
         t.add_row(s.line, state, commit or "—", s.device or "—")
     return t
