@@ -110,7 +110,7 @@ def recompute(row: dict) -> list[Disagreement]:
     """Every derived figure of a `result` row that its raw data does not give back (empty:
     the row adds up; other kinds and rows without raw samples have nothing to recompute)."""
     from harness.measurement.stats import QUANTUM_TICKS_MS, Stats, quantum, ratio, speedup_ci
-    from harness.sweep.run import arm_name, rig_noise
+    from harness.measurement.timing.results import arm_name, rig_noise
 
     if not isinstance(row, dict) or row.get("kind") != RESULT:
         return []

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from harness.governance.outcomes import CRASHED, INCORRECT, RESULT, SKIPPED, THROTTLED, UNSUPPORTED
+from harness.measurement.timing.results import arm_name, rig_noise
 from harness.sweep import phase
 from harness.workloads import Config
 
@@ -546,11 +547,6 @@ def _timed_output_failure(cfg, content, m, arm, outs, ctx):
     return None
 
 
-def arm_name(kernel: str) -> str:
-    """Candidate arms are prefixed so no kernel name can collide with 'baseline'/'control'."""
-    return f"candidate:{kernel}"
-
-
 def _memory(pred, peak) -> dict:
     """Predicted vs measured peak; measured is this config's own, above what was held when it
     started (``held_bytes``)."""
@@ -666,28 +662,6 @@ def _floor_check(cfg, ctx, ceil, m, cand_arm, sus) -> tuple[dict, str | None, st
     cand = "; ".join(c.reason() for c in calls if c.arm == cand_arm and c.impossible) or None
     base = "; ".join(c.reason() for c in calls if c.arm != cand_arm and c.impossible) or None
     return row, cand, base
-
-
-def rig_noise(control: float, tolerance: float, host_gaps: dict, quanta: dict | None = None,
-              waited: tuple[int, int] = (0, 0), max_waited: float = 1.0) -> list[str]:
-    """Why the rig could not vouch for a result's timing (empty: it could): the control arm
-    (the baseline timed twice) off by more than the tolerance, samples kept that may
-    include host launch gaps (the host outlasted the timer's longest hold), or an arm whose
-    samples sit on a scheduler or timer quantum (``Measurement.quanta``: whole ticks, not
-    the call; both arms quantise alike, so the control cannot see it)."""
-    why = []
-    if not abs(control - 1.0) <= tolerance:  # a NaN control is noise too
-        why.append(f"control {control:.4f} outside 1 ± {tolerance:g}")
-    kept = {arm: c.get("kept", 0) for arm, c in host_gaps.items() if c.get("kept", 0)}
-    if kept:
-        why.append("samples that may include host launch gaps: " + ", ".join(f"{a} {n}" for a, n in kept.items()))
-    for arm, q in (quanta or {}).items():
-        why.append(f"{arm}: {q['why']}")
-    n_waited, n_rounds = waited
-    if n_rounds and n_waited / n_rounds > max_waited:
-        why.append(f"{n_waited} of {n_rounds} rounds dropped because a call waited on a run queue (a loaded host: "
-                   f"more than {max_waited:.0%})")
-    return why
 
 
 def _source(spec, root: str | None) -> dict:

@@ -14,6 +14,35 @@ from harness.measurement.timing.policy import TimingPolicy
 from harness.measurement.timing.refresh import InputMemory
 
 ARM_CANDIDATE, ARM_BASELINE, ARM_CONTROL = "candidate", "baseline", "control"
+
+
+def arm_name(kernel: str) -> str:
+    """Candidate arms are prefixed so no kernel name can collide with 'baseline'/'control'."""
+    return f"candidate:{kernel}"
+
+
+def rig_noise(control: float, tolerance: float, host_gaps: dict, quanta: dict | None = None,
+              waited: tuple[int, int] = (0, 0), max_waited: float = 1.0) -> list[str]:
+    """Why the rig could not vouch for a result's timing (empty: it could): the control arm
+    (the baseline timed twice) off by more than the tolerance, samples kept that may
+    include host launch gaps (the host outlasted the timer's longest hold), or an arm whose
+    samples sit on a scheduler or timer quantum (``Measurement.quanta``: whole ticks, not
+    the call; both arms quantise alike, so the control cannot see it)."""
+    why = []
+    if not abs(control - 1.0) <= tolerance:  # a NaN control is noise too
+        why.append(f"control {control:.4f} outside 1 ± {tolerance:g}")
+    kept = {arm: c.get("kept", 0) for arm, c in host_gaps.items() if c.get("kept", 0)}
+    if kept:
+        why.append("samples that may include host launch gaps: " + ", ".join(f"{a} {n}" for a, n in kept.items()))
+    for arm, q in (quanta or {}).items():
+        why.append(f"{arm}: {q['why']}")
+    n_waited, n_rounds = waited
+    if n_rounds and n_waited / n_rounds > max_waited:
+        why.append(f"{n_waited} of {n_rounds} rounds dropped because a call waited on a run queue (a loaded host: "
+                   f"more than {max_waited:.0%})")
+    return why
+
+
 STOP_REASONS = ("noise_target", "max_samples", "timeout")
 
 
