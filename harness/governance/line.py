@@ -18,6 +18,7 @@ from typing import Iterator
 from harness import __version__
 from harness.errors import UserError, shown
 from harness.governance import gitguard, registration
+from harness.governance.codeprov import CODE_PACKAGES, require_code_from
 from harness.governance.ledger import Ledger, ledger_path, verify, verify_refusal
 from harness.governance.outcomes import REGISTERED, VERDICT
 
@@ -150,10 +151,6 @@ def _old_rows(root: Path, commit: str, led_rel: str) -> list[dict]:
         return read_rows(copy)
 
 
-# The code packages whose files Python imports from this repository.
-CODE_PACKAGES = ("harness", "kernels")
-
-
 def require_tracked_code(root: Path, *, load_kernels: bool = True) -> None:
     """Refuse, by name, any code this command would run from the repository that is not
     tracked and unchanged at HEAD: the commit stamp vouches for nothing else.
@@ -161,11 +158,14 @@ def require_tracked_code(root: Path, *, load_kernels: bool = True) -> None:
     Ignored or untracked files in the code packages are refused before kernel discovery
     imports them (it imports every public module of kernels/); after it, every module
     loaded from inside the repository (outside the Python environment) must be tracked and
-    unchanged. Kernel sources such as kernels/*.cu are covered by the first check.
+    unchanged. Kernel sources such as kernels/*.cu are covered by the first check. Before and
+    after, the code packages must come from this repository (where it holds them) and have
+    run from source, not bytecode (``codeprov``).
     """
     import importlib.util
 
     top = Path(root).resolve()
+    require_code_from(top)
     dirs = []
     for pkg in CODE_PACKAGES:
         spec = importlib.util.find_spec(pkg)
@@ -177,6 +177,7 @@ def require_tracked_code(root: Path, *, load_kernels: bool = True) -> None:
         from kernels import load_kernels as discover
 
         discover()
+    require_code_from(top)
     _refuse_code(gitguard.unverified_files(top, _repo_modules(top)), "bench imported it")
 
 

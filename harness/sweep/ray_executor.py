@@ -92,15 +92,11 @@ def source_hashes(kernels) -> dict[str, str]:
 def loaded_sources(kernels) -> dict[str, Path]:
     """The source files this process loaded from the two packages (and the line's kernels,
     and the CUDA sources it may compile), by the same relative paths."""
-    import sys
+    from harness.governance.codeprov import loaded_files
 
     roots = [_package_root(pkg) for pkg in ("harness", "kernels")]
     files = {}
-    for mod in list(sys.modules.values()):
-        f = getattr(mod, "__file__", None)
-        if not f:
-            continue
-        p = Path(f).resolve()
+    for p in loaded_files().values():
         for root in roots:
             if p.is_relative_to(root):
                 files[p.relative_to(root.parent).as_posix()] = p
@@ -157,7 +153,9 @@ class RayWorker:
             env, fp = slot_info(self.device, f"the Ray worker on {socket.gethostname()} sees no GPU: start its "
                                              f"node with GPUs")
             importlib.import_module("harness.sweep.run")  # what a config runs: its sources are checked now
+            from harness.governance.codeprov import require_source_loaded
 
+            require_source_loaded()  # and it ran from them, not from bytecode
             bad = source_mismatch(self.expected, loaded_sources(self.kernels), self.checked)
             if bad:
                 return "error", bad

@@ -66,6 +66,10 @@ class LocalPool(Executor):
         self._workers: list[_Worker | None] = [None] * len(visible)
         self._launched = 0
         self.cores = core_shares(len(visible)) if device == "cpu" and len(visible) > 1 else [None] * len(visible)
+        self.root: str | None = None  # the repository measured (prepare): workers check their code came from it
+
+    def prepare(self, line) -> None:
+        self.root = str(line.root)
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> list[SlotInfo]:
@@ -79,7 +83,7 @@ class LocalPool(Executor):
         log = self._logdir / f"worker{slot}-{self._launched}.log"
         parent, child = self._mp.Pipe(duplex=True)
         p = self._mp.Process(target=worker_main, args=(child, self.device, self.visible[slot], str(log), os.getpid(),
-                                                       self.cores[slot]), name=f"bench-worker-{slot}")
+                                                       self.cores[slot], self.root), name=f"bench-worker-{slot}")
         p.start()
         child.close()
         return _Worker(p, parent, log)
@@ -246,8 +250,10 @@ def core_shares(n: int) -> list[tuple[int, ...] | None]:
 
 
 def worker_main(conn, device: str, visible: str | None, log: str, parent_pid: int,
-                cores: tuple[int, ...] | None = None) -> None:
-    """Entry point of a spawned worker: set up, say ready, then run jobs until told to stop."""
+                cores: tuple[int, ...] | None = None, root: str | None = None) -> None:
+    """Entry point of a spawned worker: set up, say ready, then run jobs until told to stop.
+    A worker's code must come from the driver's repository ``root`` and from source, as the
+    driver's did: a spawned process imports anew, from its own sys.path."""
     _watch_parent(parent_pid)
     isolate(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
     if cores is not None:
@@ -261,11 +267,12 @@ def worker_main(conn, device: str, visible: str | None, log: str, parent_pid: in
     try:
         env, fp = slot_info(device, f"torch sees no GPU with CUDA_VISIBLE_DEVICES={visible}: pick GPUs that "
                                     f"nvidia-smi lists")
+        require_worker_code(root)
     except UserError as exc:
         conn.send(("error", str(exc)))
         return
     conn.send(("ready", env, fp))
-    _serve(conn, device)
+    _serve(conn, device, root)
 
 
 def slot_info(device: str, no_gpu: str) -> tuple[dict, dict]:
@@ -282,7 +289,20 @@ def slot_info(device: str, no_gpu: str) -> tuple[dict, dict]:
     return dict(env_summary(device)), device_fingerprint(device)
 
 
-def _serve(conn, device: str) -> None:
+def require_worker_code(root: str | None) -> None:
+    """UserError unless this worker's harness/kernels modules (the config runner included) come
+    from ``root`` (where it holds them; None: the driver named none) and ran from source."""
+    import importlib
+
+    from harness.governance import codeprov
+
+    importlib.import_module("harness.sweep.run")  # what a config runs: checked before the first one
+    if root is not None:
+        codeprov.require_from_repository(Path(root))
+    codeprov.require_source_loaded()
+
+
+def _serve(conn, device: str, root: str | None = None) -> None:
     while True:
         try:
             job = conn.recv()
@@ -291,6 +311,11 @@ def _serve(conn, device: str) -> None:
         if job is None:
             return
         tag, value = run_isolated(job, device, conn.send)
+        if tag == "done":
+            try:  # the kernels a config imported are checked before its result counts
+                require_worker_code(root)
+            except UserError as exc:
+                tag, value = "error", str(exc)
         if tag == "fatal":
             conn.send(("fatal", job.id, value))
             os._exit(FATAL_EXIT)

@@ -1,0 +1,131 @@
+"""The commit stamp covers the code that ran: the code packages come from the checkout being
+measured, and from source — a planted ``.pyc`` never runs (issue 26, item 1)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import py_compile
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from harness.errors import UserError
+from harness.governance import codeprov
+from tests.conftest import TINY, bench_env, init_repo
+from tests.test_provenance import _with_code, clone, commit_all
+
+
+def _bench(cwd: Path, *args: str, pythonpath: Path | None = None, safe_path: bool = False):
+    env = bench_env()
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    flags = ["-P"] if safe_path else []  # -P: no cwd on sys.path, as the `bench` console script runs
+    return subprocess.run([sys.executable, *flags, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+def _rows(root: Path) -> list[dict]:
+    import json
+
+    led = root / "ledger" / "tiny.jsonl"
+    return [json.loads(x) for x in led.read_text().splitlines()] if led.exists() else []
+
+
+def _code_repo(tmp_path: Path) -> Path:
+    repo = _with_code(init_repo(tmp_path / "proj", {"tiny": TINY}))
+    assert _bench(repo, "register", "tiny").returncode == 0
+    commit_all(repo, "register tiny")
+    return repo
+
+
+def test_a_planted_unchecked_pyc_is_never_run(tmp_path):
+    repo = _code_repo(tmp_path)
+    src = repo / "kernels" / "torch_stack.py"
+    marker = tmp_path / "PLANTED_RAN"
+    evil = tmp_path / "torch_stack.py"
+    evil.write_text(src.read_text() + f"\nimport pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
+    pyc = Path(importlib.util.cache_from_source(str(src)))
+    # UNCHECKED_HASH: Python runs this file for kernels/torch_stack.py without reading the source.
+    py_compile.compile(str(evil), cfile=str(pyc), dfile=str(src), doraise=True,
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    r = _bench(repo, "sweep", "tiny", "--no-ceilings")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert not marker.exists(), "the planted bytecode ran"
+    assert sum(row["kind"] == "result" for row in _rows(repo)) == 2
+    assert pyc.is_file()  # untouched: bench never reads (nor rewrites) the repository's bytecode
+
+
+def test_code_from_another_clone_is_refused_by_path(tmp_path):
+    origin = _code_repo(tmp_path)
+    a, b = clone(origin, tmp_path / "A"), clone(origin, tmp_path / "B")
+    (a / "kernels" / "torch_stack.py").write_text((a / "kernels" / "torch_stack.py").read_text() + "\n# faster\n")
+    before = (b / "ledger" / "tiny.jsonl").read_bytes()
+    for args in (("sweep", "tiny", "--no-ceilings"), ("verdict", "tiny")):
+        r = _bench(b, *args, pythonpath=a, safe_path=True)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert f"loaded from {a.resolve()}" in r.stderr and f"({b.resolve()})" in r.stderr, r.stderr
+        assert "python -m harness" in r.stderr and "pip install -e ." in r.stderr, r.stderr
+    assert (b / "ledger" / "tiny.jsonl").read_bytes() == before
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=b, capture_output=True, text=True).stdout == ""
+
+
+def _fake_module(monkeypatch, name: str, file: Path, cached: Path | None = None):
+    mod = types.ModuleType(name)
+    mod.__file__ = str(file)
+    mod.__cached__ = str(cached) if cached else None
+    mod.__spec__ = importlib.util.spec_from_file_location(name, file)
+    monkeypatch.setitem(sys.modules, name, mod)
+    return mod
+
+
+def test_a_module_from_outside_the_repository_is_refused_in_any_process(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / "kernels").mkdir(parents=True)
+    (repo / "kernels" / "__init__.py").write_text("")
+    _fake_module(monkeypatch, "kernels.elsewhere", tmp_path / "other" / "kernels" / "elsewhere.py")
+    with pytest.raises(UserError, match=r"kernels\.elsewhere is loaded from .*other/kernels/elsewhere\.py, outside "
+                                        r"the repository being measured .*pip install -e \."):
+        codeprov.require_from_repository(repo)
+    # A repository that holds no kernels package (bench installed next to it) is not asked to.
+    (repo / "kernels" / "__init__.py").unlink()
+    codeprov.require_from_repository(repo)
+
+
+def test_bytecode_that_is_not_its_source_is_refused(tmp_path, monkeypatch):
+    src = tmp_path / "mod.py"
+    src.write_text("X = 1\n")
+    pyc = tmp_path / "mod.pyc"
+    py_compile.compile(str(src), cfile=str(pyc), doraise=True)
+    _fake_module(monkeypatch, "harness._probe", src, pyc)
+    codeprov.require_source_loaded()  # the honest cache of this source
+    planted = tmp_path / "planted.py"
+    planted.write_text("X = 2\n")
+    py_compile.compile(str(planted), cfile=str(pyc), dfile=str(src), doraise=True)
+    with pytest.raises(UserError, match=r"harness\._probe may have run from .*mod\.pyc"):
+        codeprov.require_source_loaded()
+
+
+def test_every_code_module_of_this_process_loaded_from_source():
+    import harness
+    import kernels.torch_stack  # noqa: F401
+
+    mods = codeprov.code_modules()
+    assert isinstance(mods["kernels.torch_stack"].__spec__.loader, harness.SourceOnlyLoader)
+    assert isinstance(mods["harness.governance.codeprov"].__spec__.loader, harness.SourceOnlyLoader)
+    codeprov.require_source_loaded()
+
+
+def test_workers_check_their_code_at_start_and_after_each_config(monkeypatch, tmp_path):
+    from harness.sweep import workers
+
+    seen = []
+    monkeypatch.setattr(codeprov, "require_from_repository", lambda root: seen.append(root))
+    workers.require_worker_code(str(tmp_path))
+    assert seen == [tmp_path]
+    src = Path(workers.__file__).read_text()
+    assert src.count("require_worker_code(root)") == 2  # in worker_main, and in _serve after each job
+    assert "self.root" in src and "prepare" in src
