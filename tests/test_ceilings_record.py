@@ -177,3 +177,17 @@ def test_bench_ceilings_commits_what_it_measures_unless_no_commit(proj):
     assert forced.returncode == 0 and "measured" in forced.stdout and "committed in" in forced.stdout
     assert git(proj, "status", "--porcelain") == ""
     assert json.loads((proj / "ledger" / f"{CEILINGS_LEDGER}.jsonl").read_text().splitlines()[1])["seq"] == 1
+
+
+def test_a_copy_outside_ledger_without_ceilings_beside_it_is_checked_without_the_link(proj, tmp_path):
+    """A commit's version read back into a temporary file (``register --reopen``) still verifies."""
+    ceil = _ceilings(proj)
+    commit_ceilings(proj, "test")
+    led = _line(proj, _result(ceil))
+    copy = tmp_path / "elsewhere" / "tiny.jsonl"
+    copy.parent.mkdir()
+    copy.write_bytes(led.path.read_bytes())
+    assert verify(copy).ok
+    (copy.parent / f"{CEILINGS_LEDGER}.jsonl").write_text("")  # a ceilings file beside it: the link is checked
+    res = verify(copy)
+    assert not res.ok and "does not exist" in res.reason

@@ -360,7 +360,9 @@ def _check_ceilings_refs(records: list[bytes], path: Path) -> VerifyResult | Non
     """Each row's ``ceilings_ref`` (rows written before it carry none and are not checked):
     the ceilings row it names exists in ``_device_ceilings.jsonl`` with that hash, that file
     verifies, the row is committed when the naming row is, and the figures the row used
-    (its floor's ceilings, its ``*_frac`` metrics) are that row's. A null ref: no such figures."""
+    (its floor's ceilings, its ``*_frac`` metrics) are that row's. A null ref: no such figures.
+    A copy outside a ``ledger/`` directory with no ceilings file beside it (a commit's version
+    read back into a temporary file, an export) is checked without the link, as without git."""
     from harness.governance.audit import ceilings_disagreements, ceilings_figures
 
     if path.stem == CEILINGS_LEDGER:
@@ -369,6 +371,7 @@ def _check_ceilings_refs(records: list[bytes], path: Path) -> VerifyResult | Non
     if not named:
         return None
     cpath = path.parent / f"{CEILINGS_LEDGER}.jsonl"
+    linked = cpath.exists() or path.parent.name == LEDGER_DIR
     shown = f"{LEDGER_DIR}/{cpath.name}"
     ceilings: list[dict] | None = None
     in_git, committed_ceilings, committed_here = False, 0, 0
@@ -383,6 +386,8 @@ def _check_ceilings_refs(records: list[bytes], path: Path) -> VerifyResult | Non
             if held:
                 return bad(n, f"names no ceilings row ({CEILINGS_REF} null) but holds ceilings figures "
                               f"({', '.join(held)})")
+            continue
+        if not linked:
             continue
         if ceilings is None:  # read once, for the first row that names one
             if cpath.exists():
