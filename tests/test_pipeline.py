@@ -61,12 +61,15 @@ def test_register_sweep_verdict_and_the_refusals(repo):
         assert unknown == ([x.name for x in metrics.METRICS if x.needs == "nvml"] if res["env"]["device"] == "cpu"
                            else []), unknown
     assert (repo / "ledger" / "_device_ceilings.jsonl").exists()
-    # Each config's rows were committed as it ended; the stamp stayed the code commit.
+    # The ceilings it measured were committed first, then each config's rows as it ended;
+    # the stamp stayed the code commit, and the tree is clean.
     subjects = git(repo, "log", "--format=%s", f"{head}..HEAD").splitlines()
-    assert len(subjects) == 2 and subjects[-1].startswith("bench: ledger/tiny.jsonl rows 0-"), subjects
-    assert all(x.endswith(f"(sweep of tiny at {head[:12]})") for x in subjects), subjects
+    assert len(subjects) == 3 and subjects[-1] == (f"bench: ledger/_device_ceilings.jsonl row 0 (ceilings for the "
+                                                   f"sweep of tiny at {head[:12]})"), subjects
+    assert subjects[-2].startswith("bench: ledger/tiny.jsonl rows 0-"), subjects
+    assert all(x.endswith(f"(sweep of tiny at {head[:12]})") for x in subjects[:-1]), subjects
     assert subjects[0].endswith(f"row {len(rows(repo)) - 1} (sweep of tiny at {head[:12]})"), subjects
-    assert git(repo, "status", "--porcelain", "--", "ledger/tiny.jsonl") == ""
+    assert git(repo, "status", "--porcelain") == ""
 
     n = len(rows(repo))
     resumed = run_bench(repo, "sweep", "tiny")
@@ -320,6 +323,7 @@ def test_ceilings_are_stored_once_per_device_and_need_a_clean_tree(repo):
     again = run_bench(repo, "ceilings")
     assert again.returncode == 0 and "stored" in again.stdout
     assert len(read_rows(repo / "ledger" / "_device_ceilings.jsonl")) == 1
+    assert git(repo, "status", "--porcelain") == ""  # committed when measured
     (repo / "scratch.py").write_text("x = 1\n")
     dirty = run_bench(repo, "ceilings", "--force")
     assert dirty.returncode == 2 and "scratch.py" in dirty.stderr
@@ -416,6 +420,7 @@ def test_no_commit_leaves_the_rows_to_the_user_and_the_verdict_waits_for_them(re
     s = run_bench(repo, "sweep", "tiny", "--no-commit")
     assert s.returncode == 0, s.stderr
     assert "has rows no commit holds yet" in s.stdout and git(repo, "rev-parse", "HEAD") == head
+    assert "ledger/_device_ceilings.jsonl row 0) is not committed (--no-commit)" in s.stdout
     last = len(rows(repo)) - 1
     v = run_bench(repo, "verdict", "tiny")
     assert v.returncode == 2 and f"rows 0-{last} not committed" in v.stderr

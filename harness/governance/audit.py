@@ -25,6 +25,9 @@ the row, or whose raw data the row lacks, is not recomputed. Not recomputable fr
 dtype's the fraction used), ``impossible`` (needs the device ceilings), ``host_gaps`` and
 ``host_us`` (not derived from the samples), the clocks, and the raw samples themselves:
 a row forged with samples to match is beyond any recomputation (git shows who committed it).
+
+``ceilings_disagreements``: a row's ceilings figures (its floor's copy and matmul ceilings,
+the ``*_frac`` metrics) against the ceilings row its ``ceilings_ref`` names (ledger.verify).
 """
 
 from __future__ import annotations
@@ -264,3 +267,50 @@ def _noise(a: _Audit, row: dict, timing: dict, control: float, rig_noise) -> Non
 
 
 __all__ = ["Disagreement", "RATE_RTOL", "ROUNDOFF_RTOL", "recompute"]
+
+
+# A figure copied or divided from the ceilings row: equal to it but for float rounding.
+CEILINGS_RTOL = 1e-9
+
+
+def ceilings_disagreements(row: dict, ceilings: dict) -> list[str]:
+    """Where a row's ceilings figures (its ``floor``'s copy and matmul ceilings, the
+    ``*_frac`` metrics) disagree with the ``ceilings`` row its ``ceilings_ref`` names."""
+    from harness.measurement.ceilings import Ceilings
+    from harness.measurement.floor import matmul_ceiling
+
+    ceil = Ceilings.from_row(ceilings)
+    dtype = (row.get("config") or {}).get("dtype")
+    out: list[str] = []
+
+    def check(where: str, stored: Any, expected: float | None) -> None:
+        got = number(stored)
+        if got is None and expected is None:
+            return
+        if got is None or expected is None or not math.isclose(got, expected, rel_tol=CEILINGS_RTOL):
+            out.append(f"{where} {stored} (ceilings row gives {expected})")
+
+    floor = row.get("floor")
+    for part in ("rounds", "sustained"):
+        used = floor.get(part) if isinstance(floor, dict) else None
+        if isinstance(used, dict):
+            check(f"floor.{part}.copy_gbps", used.get("copy_gbps"), ceil.copy_gbps)
+            check(f"floor.{part}.matmul_tflops", used.get("matmul_tflops"), matmul_ceiling(ceil, dtype))
+    metrics = row.get("metrics")
+    if isinstance(metrics, dict):
+        mm = ceil.matmul_tflops.get(dtype)
+        for frac, rate, by in (("tflops_frac", "tflops", mm), ("gbps_frac", "gbps", ceil.copy_gbps),
+                               ("kv_gbps_frac", "kv_gbps", ceil.copy_gbps)):
+            value = number(metrics.get(rate))
+            if frac in metrics:
+                check(f"metrics.{frac}", metrics[frac], value / by if value is not None and by else None)
+    return out
+
+
+def ceilings_figures(row: dict) -> list[str]:
+    """The ceilings figures a row holds (floor, ``*_frac`` metrics): a row naming no ceilings row must hold none."""
+    held = ["floor"] if row.get("floor") is not None else []
+    metrics = row.get("metrics")
+    if isinstance(metrics, dict):
+        held += [f"metrics.{k}" for k in ("tflops_frac", "gbps_frac", "kv_gbps_frac") if metrics.get(k) is not None]
+    return held

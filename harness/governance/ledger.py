@@ -34,6 +34,10 @@ from harness.governance.outcomes import ROW_KINDS, SUPERSEDES, VERDICT
 from harness.jsonsafe import jsonable
 
 LEDGER_SCHEMA = 1
+# The device ceilings' ledger (sweep/ceilings.py); line ids cannot start with '_'. Outcome
+# rows name the ceilings row they used in ``ceilings_ref`` ({"seq", "hash"}; null: none).
+CEILINGS_LEDGER = "_device_ceilings"
+CEILINGS_REF = "ceilings_ref"
 GENESIS_HASH = "0" * 64
 # Row kinds (governance/outcomes.py); a row of another kind is refused at append time.
 KINDS = ROW_KINDS
@@ -315,6 +319,8 @@ def verify(path: Path) -> VerifyResult:
         bad = _check_figures(records, path)
         if isinstance(bad, int):
             bad, results = None, bad
+    if bad is None:
+        bad = _check_ceilings_refs(records, path)
     if bad is not None:
         return bad
     count = len(records)
@@ -348,6 +354,64 @@ def _check_figures(records: list[bytes], path: Path) -> VerifyResult | int:
     n = unsound[0][0]
     more = f" (and {plural(len(unsound) - 1, 'more row')}: bench ledger verify names each)" if len(unsound) > 1 else ""
     return VerifyResult(str(path), False, len(records), n, _unsound_text(*unsound[0]) + more, unsound=tuple(unsound))
+
+
+def _check_ceilings_refs(records: list[bytes], path: Path) -> VerifyResult | None:
+    """Each row's ``ceilings_ref`` (rows written before it carry none and are not checked):
+    the ceilings row it names exists in ``_device_ceilings.jsonl`` with that hash, that file
+    verifies, the row is committed when the naming row is, and the figures the row used
+    (its floor's ceilings, its ``*_frac`` metrics) are that row's. A null ref: no such figures.
+    A copy outside a ``ledger/`` directory with no ceilings file beside it (a commit's version
+    read back into a temporary file, an export) is checked without the link, as without git."""
+    from harness.governance.audit import ceilings_disagreements, ceilings_figures
+
+    if path.stem == CEILINGS_LEDGER:
+        return None
+    named = [(n, row) for n, row in ((n, json.loads(raw)) for n, raw in enumerate(records)) if CEILINGS_REF in row]
+    if not named:
+        return None
+    cpath = path.parent / f"{CEILINGS_LEDGER}.jsonl"
+    linked = cpath.exists() or path.parent.name == LEDGER_DIR
+    shown = f"{LEDGER_DIR}/{cpath.name}"
+    ceilings: list[dict] | None = None
+    in_git, committed_ceilings, committed_here = False, 0, 0
+
+    def bad(n: int, why: str) -> VerifyResult:
+        return VerifyResult(str(path), False, len(records), n, f"line {n + 1} (seq {n}) {why}")
+
+    for n, row in named:
+        ref = row[CEILINGS_REF]
+        if ref is None:
+            held = ceilings_figures(row)
+            if held:
+                return bad(n, f"names no ceilings row ({CEILINGS_REF} null) but holds ceilings figures "
+                              f"({', '.join(held)})")
+            continue
+        if not linked:
+            continue
+        if ceilings is None:  # read once, for the first row that names one
+            if cpath.exists():
+                res = verify(cpath)
+                if not res.ok:
+                    return bad(n, f"names a ceilings row of {shown}, which fails verification ({res.reason})")
+            ceilings = read_rows(cpath)
+            in_git = _git_location(cpath) is not None
+            committed_ceilings = (_committed_bytes(cpath) or b"").count(b"\n")
+            committed_here = (_committed_bytes(path) or b"").count(b"\n")
+        seq, want = (ref.get("seq"), ref.get("hash")) if isinstance(ref, dict) else (None, None)
+        what = f"names ceilings row {seq} ({str(want)[:12]}) of {shown}"
+        found = ceilings[seq] if isinstance(seq, int) and 0 <= seq < len(ceilings) else None
+        if found is None:
+            return bad(n, f"{what}, which does not exist")
+        if found.get("hash") != want:
+            return bad(n, f"{what}, whose hash there is {str(found.get('hash'))[:12]}: the ceilings row it used "
+                          f"was changed")
+        if in_git and n < committed_here and seq >= committed_ceilings:
+            return bad(n, f"{what}, which is not committed: commit it (git commit -m 'bench: ceilings' -- {shown})")
+        differ = ceilings_disagreements(row, found)
+        if differ:
+            return bad(n, f"{what}, whose figures it does not hold: " + "; ".join(differ))
+    return None
 
 
 def _completes_chain(raw: bytes, prev: str, seq: int) -> bool:

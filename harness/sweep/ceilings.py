@@ -2,7 +2,9 @@
 
 They live in ``ledger/_device_ceilings.jsonl`` (line ids cannot start with '_', so no
 registration can collide with it) and are re-measured when the GPU, driver, CUDA or
-torch version changes.
+torch version changes. They are part of the record: a row is committed when it is
+measured (``bench ceilings``, or the sweep before its first config runs), outcome rows name
+the row they used (``ceilings_ref``), and ``ledger verify`` checks that link.
 """
 
 from __future__ import annotations
@@ -10,10 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import __version__
-from harness.governance.ledger import Ledger
+from harness.governance.ledger import CEILINGS_LEDGER, Ledger, anchor, committed_rows, require_anchorable
 from harness.governance.outcomes import CEILINGS
-
-CEILINGS_LEDGER = "_device_ceilings"
 
 
 def current_ceilings(root: Path, *, device: str | None = None, force: bool = False) -> tuple[dict, bool]:
@@ -46,3 +46,24 @@ def append_ceilings(root: Path, fingerprint: dict, env: dict, measured: dict) ->
     led.require_writable()
     return led.append(CEILINGS, {"commit": gitguard.code_commit(root), "harness_version": __version__,
                                    "env": env, "fingerprint": fingerprint, **measured})
+
+
+def ceilings_ref(row: dict | None) -> dict | None:
+    """What an outcome row records of the ceilings row it used (``ledger.CEILINGS_REF``): its
+    seq and chain hash (null fields for ceilings that are no ledger row, which verify refuses)."""
+    return None if row is None else {"seq": row.get("seq"), "hash": row.get("hash")}
+
+
+def require_committable(root: Path) -> None:
+    """Refuse before any work where a ceilings row could not be committed."""
+    require_anchorable(Ledger(root, CEILINGS_LEDGER))
+
+
+def commit_ceilings(root: Path, why: str) -> str | None:
+    """Commit the ceilings rows HEAD does not hold yet (that file alone); the new commit, or None."""
+    return anchor(Ledger(root, CEILINGS_LEDGER), why)
+
+
+def is_committed(root: Path, row: dict) -> bool:
+    """True when the ceilings ``row`` is committed at HEAD."""
+    return row["seq"] < committed_rows(Ledger(root, CEILINGS_LEDGER))

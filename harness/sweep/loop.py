@@ -162,6 +162,10 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
         require_profiler(device)  # [verify] needs counters: no ncu, no sweep (nothing written yet)
     if commit:
         require_anchorable(line.ledger)
+        if with_ceilings:
+            from harness.sweep.ceilings import require_committable
+
+            require_committable(line.root)
     anchored: list[str | None] = []
     why_commit = f"sweep of {line.reg.line} at {line.commit[:12]}"
     executor = executor or make_executor(device)
@@ -179,6 +183,12 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
         # so no row carries a fraction of another device's peak.
         one_model = len({(e.get("device"), e.get("gpu")) for e in envs}) == 1
         ceilings = _ceilings(line, executor, slots[0]) if with_ceilings and one_model else None
+        if ceilings is not None and commit:
+            # Committed before any row naming it is: a result's ceilings are part of its record,
+            # and the tree is clean even when the sweep stops before its first config.
+            from harness.sweep.ceilings import commit_ceilings
+
+            anchored.append(commit_ceilings(line.root, f"ceilings for the {why_commit}"))
         ctx = context(line, device, ceilings)
         key = measured_on(line.stamp(envs[0]).fields(), line.reg.mixed_devices)
         tasks, resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed)
@@ -263,6 +273,14 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
         control = {"n": len(vals), "median": statistics.median(vals), "min": min(vals), "max": max(vals),
                    "noisy": sum(n for _, n in controls), "tolerance": tolerance}
     notes = [_where(envs, executor)]
+    if ceilings is not None and not commit:
+        from harness.sweep.ceilings import CEILINGS_LEDGER, is_committed
+
+        if not is_committed(line.root, ceilings):
+            rel = f"ledger/{CEILINGS_LEDGER}.jsonl"
+            notes.append(f"the ceilings row these rows name ({rel} row {ceilings['seq']}) is not committed "
+                         f"(--no-commit): commit it with them (git commit -m 'bench: ledger rows' -- {rel} "
+                         f"{line.ledger.rel})")
     if remeasured:
         notes.append(f"{remeasured} rig-noisy config(s) measured again later in the sweep (up to "
                      f"{NOISY_REMEASURES} times each)")

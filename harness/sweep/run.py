@@ -67,7 +67,10 @@ class Outcome:
 def _base(cfg: Config, candidate: str, ctx: SweepContext) -> dict:
     from kernels import get_kernel
 
+    from harness.sweep.ceilings import ceilings_ref
+
     return {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": candidate, "baseline": ctx.reg.baseline,
+            "ceilings_ref": ceilings_ref(ctx.ceilings),
             "kernel_sources": {"candidate": _source(get_kernel(candidate), ctx.root),
                                "baseline": _source(get_kernel(ctx.reg.baseline), ctx.root)}}
 
