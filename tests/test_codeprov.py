@@ -86,6 +86,10 @@ def test_a_module_from_outside_the_repository_is_refused_in_any_process(tmp_path
     repo = tmp_path / "repo"
     (repo / "kernels").mkdir(parents=True)
     (repo / "kernels" / "__init__.py").write_text("")
+    # This process's own kernels modules (loaded by earlier tests) lie outside the fake repo
+    # too: set them aside, so the one named is the planted one, whatever ran before.
+    for name in [n for n in sys.modules if n == "kernels" or n.startswith("kernels.")]:
+        monkeypatch.delitem(sys.modules, name)
     _fake_module(monkeypatch, "kernels.elsewhere", tmp_path / "other" / "kernels" / "elsewhere.py")
     with pytest.raises(UserError, match=r"kernels\.elsewhere is loaded from .*other/kernels/elsewhere\.py, outside "
                                         r"the repository being measured .*pip install -e \."):
