@@ -4,7 +4,6 @@ measured, and from source — a planted ``.pyc`` never runs (issue 26, item 1)."
 from __future__ import annotations
 
 import importlib.util
-import os
 import py_compile
 import subprocess
 import sys

@@ -74,15 +74,16 @@ def _git_waiting(root: Path, *args: str) -> subprocess.CompletedProcess:
     return res
 
 
-def _shown_lock(root: Path, lock: str) -> str:
+def _shown(root: Path, path: str) -> str:
+    """``path`` relative to the repository where it lies inside it (a lock file, a git directory)."""
     try:
-        return Path(lock).resolve().relative_to(Path(root).resolve()).as_posix()
+        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
     except ValueError:
-        return lock
+        return path
 
 
 def _stale(root: Path, lock: str) -> str:
-    lock = _shown_lock(root, lock)
+    lock = _shown(root, lock)
     return (f"{lock} exists and stayed for {LOCK_WAIT_S:g} s: another git command is running, or one was "
             f"killed — if none is running, remove it (rm {lock})")
 
@@ -263,7 +264,7 @@ def require_git_writable(root: Path, *, fallback: str) -> None:
                 os.close(fd)
                 os.unlink(probe)
         except OSError as exc:
-            shown = _shown_lock(root, str(d))
+            shown = _shown(root, str(d))
             raise UserError(f"git cannot write in this clone: creating a file in {shown}/ failed ({exc.strerror}), so "
                             f"bench could not commit its rows — make .git writable (chmod -R u+w .git, chattr -i, "
                             f"a read-write mount, or run as the clone's owner), or {fallback}") from None

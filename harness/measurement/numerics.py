@@ -64,31 +64,6 @@ def _deterministic() -> tuple[Callable[[], Any], Callable[[Any], None]]:
     return get, set_
 
 
-def _threads() -> tuple[Callable[[], Any], Callable[[Any], None]]:
-    def get():
-        import torch
-
-        return torch.get_num_threads()
-
-    def set_(v):
-        import torch
-
-        torch.set_num_threads(v)
-
-    return get, set_
-
-
-def _interop_threads() -> tuple[Callable[[], Any], None]:
-    def get():
-        import torch
-
-        return torch.get_num_interop_threads()
-
-    # No setter: torch refuses set_num_interop_threads once any parallel work has run, so the
-    # harness cannot restore it either; it is recorded and checked, never pinned.
-    return get, None
-
-
 def _affinity() -> tuple[Callable[[], Any], Callable[[Any], None] | None]:
     import os
 
@@ -151,8 +126,10 @@ _FLAGS: dict[str, tuple[str, tuple[Callable[[], Any], Callable[[Any], None]]]] =
     # Host state that changes how fast the next arm runs on the CPU (a kernel that leaves one
     # thread, or one core, to whoever runs next reads faster than it is). Recorded and checked
     # like the flags; a registration may pin num_threads, never the other two.
-    "num_threads": ("torch.set_num_threads()", _threads()),
-    "num_interop_threads": ("torch.set_num_interop_threads()", _interop_threads()),
+    "num_threads": ("torch.set_num_threads()", _fn("get_num_threads", "set_num_threads")),
+    # No setter: torch refuses set_num_interop_threads once any parallel work has run, so the
+    # harness cannot restore it either; it is recorded and checked, never pinned.
+    "num_interop_threads": ("torch.set_num_interop_threads()", (_fn("get_num_interop_threads", "set_num_interop_threads")[0], None)),
     "cpu_affinity": ("os.sched_setaffinity()", _affinity()),
 }
 # Read and checked, but a registration cannot pin them (no setter that works mid-process, or
