@@ -312,3 +312,19 @@ def test_a_state_change_by_a_lead_call_is_blamed_on_its_own_arm():
                                 min_time_ms=0.0, noise_target=0.5, timeout_s=60))
     watch.settle()
     assert set(watch.moved) == {"liar"} and torch.get_num_threads() == before
+
+
+def test_pinning_num_threads_needs_the_schema_that_introduced_it():
+    # An older bench would refuse the flag as unknown: the file must say schema 2 ("upgrade bench").
+    from pathlib import Path
+
+    from harness.governance.registration import from_table
+
+    raw = {"schema": 1, "hypothesis": "h", "candidates": ["sdpa"], "baseline": "torch_stack",
+           "grid": {"batch": [1], "heads": [2], "seq_len": [32], "head_dim": [16], "dtype": ["float32"]},
+           "correctness": {"atol": {"float32": 1e-5}, "rtol": {"float32": 1e-4}, "seeds": [0]},
+           "numerics": {"num_threads": 2}, "bar": {"go": "pass_rate == 1.0", "prediction": 1.0}}
+    with pytest.raises(UserError, match=r"\[numerics\] num_threads needs schema = 2"):
+        from_table(raw, Path("registrations/t.toml"), "0" * 64)
+    reg = from_table({**raw, "schema": 2}, Path("registrations/t.toml"), "0" * 64)
+    assert reg.numerics.as_dict() == {"num_threads": 2}

@@ -48,7 +48,9 @@ CORRECTNESS_KEYS = {"atol", "rtol", "seeds", "families", "min_pass_rate", "accep
 BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing", "min_coverage", "mixed_devices"}
 # The schema a key first appeared in: a file using it must declare at least that schema, so
 # a bench that predates the key refuses the file with "upgrade bench", never misreads it.
-KEY_SCHEMA = {"mixed_devices": 2}
+# (table, key) -> the schema that introduced it: a bench older than that refuses the file
+# ("upgrade bench") instead of misreading it, so a file using the key must say that schema.
+KEY_SCHEMA = {("bar", "mixed_devices"): 2, ("numerics", "num_threads"): 2}
 # A verdict needs every registered pair decided unless [bar] min_coverage says less
 # (allow_missing = true, the older key, means min_coverage = 0 unless it is given).
 DEFAULT_MIN_COVERAGE = 1.0
@@ -408,9 +410,10 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
                      ("mixed_devices", mixed_devices)):
         if not isinstance(val, bool):
             raise _err(path, f"[bar] {key} must be true or false")
-    for key, since in KEY_SCHEMA.items():
-        if key in bar and schema < since:
-            raise _err(path, f"[bar] {key} needs schema = {since} (a bench older than that would refuse the "
+    for (table, key), since in KEY_SCHEMA.items():
+        held = raw.get(table)
+        if isinstance(held, dict) and key in held and schema < since:
+            raise _err(path, f"[{table}] {key} needs schema = {since} (a bench older than that would refuse the "
                              f"file): set schema = {since}")
     min_coverage = bar.get("min_coverage", 0.0 if allow_missing else DEFAULT_MIN_COVERAGE)
     if (not isinstance(min_coverage, (int, float)) or isinstance(min_coverage, bool)
