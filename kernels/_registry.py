@@ -14,6 +14,7 @@ import importlib.util
 import inspect
 import pkgutil
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable
 
 from harness.errors import UserError
@@ -141,7 +142,14 @@ def _mark_distribution(ep, before: set) -> None:
     if dist is None:
         raise UserError(f"kernel entry point '{ep.name}' ({ep.value}) belongs to no installed distribution: "
                         f"bench cannot record which package version its kernels came from — reinstall that package")
-    origin = {"name": dist.metadata["Name"], "version": dist.version}
+    import sys
+
+    from harness.governance.codeprov import distribution_record
+
+    top = ep.module.partition(".")[0]
+    where = Path(sys.modules[top].__file__).resolve()
+    # A regular install: every file it installed (its other modules too); editable: the package.
+    origin = distribution_record(dist, None, where)
     module = ep.module
     for name, spec in _REGISTRY.items():
         mod = getattr(spec.fn, "__module__", "") or ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import subprocess
 import sys
@@ -101,6 +103,14 @@ def installed_dist(where: Path, name: str, version: str, entry_points: str, modu
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     (info / "entry_points.txt").write_text(entry_points)
+    # RECORD, as pip writes it: each installed file with its urlsafe-base64 SHA-256 and size.
+    lines = []
+    for f in [where / f"{mod}.py" for mod in modules or {}] + sorted(info.iterdir()):
+        raw = f.read_bytes()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(raw).digest()).rstrip(b"=").decode()
+        lines.append(f"{f.relative_to(where).as_posix()},sha256={digest},{len(raw)}")
+    lines.append(f"{info.name}/RECORD,,")
+    (info / "RECORD").write_text("\n".join(lines) + "\n")
     return where
 
 

@@ -41,21 +41,59 @@ def _code_repo(tmp_path: Path) -> Path:
     return repo
 
 
-def test_a_planted_unchecked_pyc_is_never_run(tmp_path):
-    repo = _code_repo(tmp_path)
+def _plant(repo: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """An UNCHECKED_HASH ``.pyc`` for kernels/torch_stack.py that leaves a marker when it runs:
+    Python would run it for that module without reading the source."""
     src = repo / "kernels" / "torch_stack.py"
     marker = tmp_path / "PLANTED_RAN"
     evil = tmp_path / "torch_stack.py"
     evil.write_text(src.read_text() + f"\nimport pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
     pyc = Path(importlib.util.cache_from_source(str(src)))
-    # UNCHECKED_HASH: Python runs this file for kernels/torch_stack.py without reading the source.
     py_compile.compile(str(evil), cfile=str(pyc), dfile=str(src), doraise=True,
                        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    return pyc, marker
+
+
+def test_a_planted_pyc_is_refused_by_name_before_anything_runs(tmp_path):
+    repo = _code_repo(tmp_path)
+    pyc, marker = _plant(repo, tmp_path)
+    before = (repo / "ledger" / "tiny.jsonl").read_bytes()
+    r = _bench(repo, "sweep", "tiny", "--no-ceilings")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr + r.stdout
+    assert "kernels/__pycache__/torch_stack.cpython-311.pyc (ignored)" in r.stderr.replace(
+        sys.implementation.cache_tag, "cpython-311") and "delete it" in r.stderr, r.stderr
+    assert not marker.exists(), "the planted bytecode ran"
+    assert (repo / "ledger" / "tiny.jsonl").read_bytes() == before
+
+
+def test_a_committed_pyc_is_never_run(tmp_path):
+    """Even bytecode the commit holds never stands in for its source: the loader reads source only."""
+    repo = _code_repo(tmp_path)
+    pyc, marker = _plant(repo, tmp_path)
+    subprocess.run(["git", "add", "-f", str(pyc)], cwd=repo, check=True)
+    commit_all(repo, "a committed pyc")
     r = _bench(repo, "sweep", "tiny", "--no-ceilings")
     assert r.returncode == 0, r.stderr + r.stdout
     assert not marker.exists(), "the planted bytecode ran"
     assert sum(row["kind"] == "result" for row in _rows(repo)) == 2
     assert pyc.is_file()  # untouched: bench never reads (nor rewrites) the repository's bytecode
+
+
+def test_only_pythons_own_cache_of_a_source_is_allowed_in_pycache(tmp_path):
+    src = tmp_path / "pkg" / "mod.py"
+    src.parent.mkdir()
+    src.write_text("X = 1\n")
+    own = Path(importlib.util.cache_from_source(str(src)))
+    py_compile.compile(str(src), cfile=str(own), doraise=True)
+    assert codeprov.own_bytecode(own)
+    src.write_text("X = 2\n")  # stale: the source moved on
+    assert not codeprov.own_bytecode(own)
+    stray = own.with_name("gone." + own.name.split(".", 1)[1])  # the cache of no source
+    stray.write_bytes(own.read_bytes())
+    assert not codeprov.own_bytecode(stray)
+    other = own.with_name("mod.other-99.pyc")  # another interpreter's
+    other.write_bytes(own.read_bytes())
+    assert not codeprov.own_bytecode(other)
 
 
 def test_code_from_another_clone_is_refused_by_path(tmp_path):
@@ -132,3 +170,72 @@ def test_workers_check_their_code_at_start_and_after_each_config(monkeypatch, tm
     src = Path(workers.__file__).read_text()
     assert src.count("require_worker_code(root)") == 2  # in worker_main, and in _serve after each job
     assert "self.root" in src and "prepare" in src
+
+
+# --- bench itself from outside the repository ---------------------------------------------------
+
+def _copy_project(dest: Path) -> Path:
+    """The project's installable files, copied (pip builds in the source tree)."""
+    import shutil
+
+    from tests.conftest import REPO
+
+    dest.mkdir(parents=True)
+    for pkg in ("harness", "kernels"):
+        shutil.copytree(REPO / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    for f in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / f, dest / f)
+    return dest
+
+
+def _bench_from(cwd: Path, site: Path, *args: str):
+    env = bench_env()
+    env["PYTHONPATH"] = str(site)  # bench comes from `site` only (-P: not from the working directory)
+    return subprocess.run([sys.executable, "-P", "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+@pytest.mark.slow
+def test_an_installed_bench_is_named_in_every_row_and_a_changed_installed_file_is_refused(tmp_path):
+    site = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                        "--no-compile", "--target", str(site), str(_copy_project(tmp_path / "src"))],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    repo = init_repo(tmp_path / "proj", {"tiny": TINY})  # registrations and ledgers only
+    assert _bench_from(repo, site, "register", "tiny").returncode == 0
+    commit_all(repo, "register tiny")
+    r = _bench_from(repo, site, "sweep", "tiny", "--no-ceilings")
+    assert r.returncode == 0, r.stderr + r.stdout
+    rows = _rows(repo)
+    from harness import __version__
+
+    for row in rows:
+        code = {c["package"]: c for c in row["code"]}
+        assert set(code) == {"harness", "kernels"}, row["kind"]
+        for c in code.values():
+            assert (c["name"], c["version"], c["editable"]) == ("bench", __version__, False)
+            assert c["files"] > 10 and len(c["sha256"]) == 64
+    assert len({r["code"][0]["sha256"] for r in rows}) == 1
+    text = (repo / "ledger" / "tiny.jsonl").read_text()
+    assert str(tmp_path) not in text  # a row never names a directory of this machine
+
+    # One installed file changed after pip wrote it: no release holds that code.
+    f = site / "kernels" / "torch_stack.py"
+    f.write_text(f.read_text() + "\n# faster\n")
+    before = (repo / "ledger" / "tiny.jsonl").read_bytes()
+    r = _bench_from(repo, site, "verdict", "tiny")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "kernels/torch_stack.py of the installed distribution bench" in r.stderr, r.stderr
+    assert "pip install --force-reinstall bench==" in r.stderr, r.stderr
+    assert (repo / "ledger" / "tiny.jsonl").read_bytes() == before
+
+
+def test_bench_from_a_directory_no_distribution_holds_is_refused_by_path(tmp_path):
+    loose = _copy_project(tmp_path / "loose")  # on PYTHONPATH, never installed
+    repo = init_repo(tmp_path / "proj", {"tiny": TINY})
+    r = _bench_from(repo, loose, "register", "tiny")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"harness is loaded from {(loose / 'harness').resolve()}" in r.stderr, r.stderr
+    assert "pip install -e" in r.stderr, r.stderr
+    assert not (repo / "ledger" / "tiny.jsonl").exists()

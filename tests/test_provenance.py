@@ -4,6 +4,7 @@ registrations and ledgers under core.autocrlf, and no silent re-opening of a lin
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
+from harness.governance import codeprov
 from harness.governance import line as gl
 from harness.governance.ledger import Ledger, read_rows, verify
 from tests.conftest import REPO, TINY, bench_env, git, installed_dist, run_bench
@@ -237,11 +239,21 @@ def test_an_entry_point_kernels_package_and_version_are_in_every_row_using_it(re
         src = r["kernel_sources"]
         assert src["baseline"]["distribution"] is None and src["baseline"]["sha256"]
         if r["candidate"] == "plugin_stack":
-            assert src["candidate"]["distribution"] == {"name": "myplugin", "version": "0.3.1"}
+            dist = src["candidate"]["distribution"]
+            assert (dist["name"], dist["version"], dist["editable"], dist["files"]) == ("myplugin", "0.3.1", False, 1)
+            assert dist["sha256"] == codeprov.digest({"myplugin_kernels.py": hashlib.sha256(
+                (plugin / "myplugin_kernels.py").read_bytes()).hexdigest()})
             # The plugin lives outside the repository: its module path, never a directory of this machine.
             assert src["candidate"]["path"] == "myplugin_kernels.py" and src["candidate"]["sha256"]
         else:
             assert src["candidate"]["distribution"] is None
+    # The plugin's file changed after pip installed it: no release of it holds that code.
+    f = plugin / "myplugin_kernels.py"
+    f.write_text(f.read_text() + "\n# faster\n")
+    r = subprocess.run([sys.executable, "-m", "harness", "kernels"], cwd=repo, capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert r.returncode == 2 and "myplugin_kernels.py of the installed distribution myplugin 0.3.1 is not the file " \
+        "pip installed" in r.stderr, r.stderr
 
 
 def test_kernel_sources_inside_the_repository_are_recorded_relative_to_it(repo):

@@ -56,19 +56,42 @@ def require_from_repository(root: Path) -> None:
                                 f"whose commit would stamp the rows: {_fix(top)}")
 
 
-def _bytecode_matches(mod) -> bool:
-    """Whether the module's cached ``.pyc``, if there is one, holds what its source compiles to."""
+def _pyc_holds(cached: Path, src: Path) -> bool:
+    """Whether the ``.pyc`` at ``cached`` holds what ``src`` compiles to."""
     import marshal
 
-    cached, src = getattr(mod, "__cached__", None), getattr(mod, "__file__", None)
-    if not cached or not src or not Path(cached).is_file() or not Path(src).is_file():
-        return True
     try:
         code = marshal.loads(Path(cached).read_bytes()[PYC_HEADER_BYTES:])
     except (ValueError, EOFError, TypeError):
         return False
     # Code objects compare by their bytecode, constants, names and line tables (not their file name).
-    return code == compile(Path(src).read_bytes(), src, "exec", dont_inherit=True)
+    return code == compile(Path(src).read_bytes(), str(src), "exec", dont_inherit=True)
+
+
+def _bytecode_matches(mod) -> bool:
+    """Whether the module's cached ``.pyc``, if there is one, holds what its source compiles to."""
+    cached, src = getattr(mod, "__cached__", None), getattr(mod, "__file__", None)
+    if not cached or not src or not Path(cached).is_file() or not Path(src).is_file():
+        return True
+    return _pyc_holds(Path(cached), Path(src))
+
+
+def own_bytecode(path: Path) -> bool:
+    """Whether a file under a code package's ``__pycache__`` is this interpreter's cache of a
+    source beside it, holding exactly what that source compiles to: the one bytecode Python
+    itself writes there (for the packages' ``__init__``, loaded before the source-only loader
+    exists). Anything else there — planted, stale, another interpreter's — is refused like
+    any untracked file."""
+    import importlib.util
+
+    path = Path(path)
+    if path.parent.name != "__pycache__" or not path.name.endswith(f".{sys.implementation.cache_tag}.pyc"):
+        return False
+    try:
+        src = Path(importlib.util.source_from_cache(str(path)))
+    except ValueError:
+        return False
+    return src.is_file() and _pyc_holds(path, src)
 
 
 def require_source_loaded() -> None:
@@ -86,7 +109,142 @@ def require_source_loaded() -> None:
                             f"not compile to (no commit holds it): delete it and run again")
 
 
-def require_code_from(root: Path) -> None:
-    """Every check: the code packages come from ``root`` (where it holds them) and from source."""
+def require_code_from(root: Path) -> tuple[dict, ...]:
+    """Every check: the code packages come from ``root`` (where it holds them) or from an
+    installed distribution, and from source. Returns ``outside_code``'s record."""
     require_from_repository(root)
     require_source_loaded()
+    return outside_code(root)
+
+
+# -- code from an installed distribution --------------------------------------------------------
+# The commit stamp covers only the repository's own files: a code package it does not hold
+# (bench installed beside a repository of registrations and ledgers, a kernels plugin) must
+# come from an installed distribution, and every row records which one, its version and a
+# digest of the package's files, so the row still names the code that ran.
+
+def _file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def digest(files: dict[str, str]) -> str:
+    """One SHA-256 over (relative path, file SHA-256) pairs, in path order."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(f"{rel}\0{files[rel]}\n".encode())
+    return h.hexdigest()
+
+
+def _is_bytecode(rel: str) -> bool:
+    return "__pycache__" in rel.split("/") or rel.endswith((".pyc", ".pyo"))
+
+
+def _record_hash(entry) -> str | None:
+    """A RECORD entry's SHA-256 as hex (RECORD stores urlsafe base64), or None."""
+    import base64
+
+    h = getattr(entry, "hash", None)
+    if h is None or h.mode != "sha256":
+        return None
+    return base64.urlsafe_b64decode(h.value + "=" * (-len(h.value) % 4)).hex()
+
+
+def _editable_dir(dist) -> Path | None:
+    """The source directory of an editable install (PEP 610 ``direct_url.json``), else None."""
+    import json
+    from urllib.parse import unquote, urlparse
+
+    try:
+        info = json.loads(dist.read_text("direct_url.json") or "null")
+    except ValueError:
+        return None
+    if not isinstance(info, dict) or not (info.get("dir_info") or {}).get("editable"):
+        return None
+    url = urlparse(info.get("url") or "")
+    return Path(unquote(url.path)).resolve() if url.scheme == "file" else None
+
+
+def distribution_record(dist, top: str | None, where: Path) -> dict:
+    """Name, version and file digest of package (or module) ``top`` of an installed
+    distribution (None: all its installed files), loaded from ``where`` (the ``__init__.py``
+    or module file of what was imported; an editable install hashes that). A regular
+    install's files must be the ones pip recorded (RECORD hashes); an editable install's are
+    hashed where they lie. Bytecode is never counted: bench never runs it."""
+    name, version = dist.metadata["Name"], dist.version
+    editable = _editable_dir(dist) is not None
+    files: dict[str, str] = {}
+    if editable:
+        unit = where.parent if where.name == "__init__.py" else where
+        for f in sorted(unit.rglob("*")) if unit.is_dir() else [unit]:
+            rel = f.relative_to(unit.parent).as_posix()
+            if f.is_file() and not _is_bytecode(rel):
+                files[rel] = _file_sha256(f)
+    else:
+        if dist.files is None:
+            raise UserError(f"installed distribution {name} {version} has no RECORD: bench cannot tell whether its "
+                            f"files are the ones installed — reinstall it with pip")
+        for entry in dist.files:
+            rel = entry.as_posix()
+            if _is_bytecode(rel) or rel.startswith("../") or ".dist-info/" in rel:
+                continue  # bytecode never runs; scripts and metadata are not code bench imports
+            if top is not None and rel.split("/")[0] not in (top, f"{top}.py"):
+                continue
+            path = Path(dist.locate_file(entry))
+            want = _record_hash(entry)
+            have = _file_sha256(path) if path.is_file() else None
+            if have is None or (want is not None and have != want):
+                raise UserError(f"{rel} of the installed distribution {name} {version} is "
+                                f"{'missing' if have is None else 'not the file pip installed (RECORD hash differs)'}"
+                                f": bench would run code no release holds — `pip install --force-reinstall "
+                                f"{name}=={version}`")
+            files[rel] = have
+    return {"name": name, "version": version, "editable": editable, "files": len(files), "sha256": digest(files)}
+
+
+def _distribution_holding(pkg: str, where: Path):
+    """The installed distribution whose files hold package ``pkg`` at ``where``, else None."""
+    from importlib.metadata import distributions, packages_distributions
+
+    # Every installed copy of each distribution that claims the name (one may be on PYTHONPATH).
+    for dist in (d for name in dict.fromkeys(packages_distributions().get(pkg, [])) for d in distributions(name=name)):
+        src = _editable_dir(dist)
+        if src is not None:
+            if where.is_relative_to(src):
+                return dist
+            continue
+        for entry in dist.files or []:
+            if entry.as_posix() in (f"{pkg}/__init__.py", f"{pkg}.py") and \
+                    Path(dist.locate_file(entry)).resolve() == where:
+                return dist
+    return None
+
+
+def outside_code(root: Path) -> tuple[dict, ...]:
+    """For each code package this process loaded from outside the repository ``root``: the
+    installed distribution it comes from (``distribution_record``); anything else — a
+    directory on ``PYTHONPATH``, another checkout no installed distribution points at — is
+    refused by path."""
+    import importlib.util
+
+    top = Path(root).resolve()
+    out = []
+    for pkg in CODE_PACKAGES:
+        mod = sys.modules.get(pkg)  # loaded, or where it will be loaded from (kernels are imported later)
+        f = getattr(mod, "__file__", None) if mod is not None else getattr(importlib.util.find_spec(pkg), "origin", None)
+        if not isinstance(f, str):
+            continue
+        where = Path(f).resolve()
+        if where.is_relative_to(top):
+            continue  # the repository's own: the commit stamp covers it
+        dist = _distribution_holding(pkg, where)
+        if dist is None:
+            raise UserError(f"{pkg} is loaded from {where.parent}, which neither this repository ({top}) nor any "
+                            f"installed distribution holds, so no row could name the code that ran: install it "
+                            f"(`pip install -e {where.parent.parent}` or `pip install bench`), or run bench from "
+                            f"that checkout")
+        out.append({"package": pkg, **distribution_record(dist, pkg, where)})
+    return tuple(out)

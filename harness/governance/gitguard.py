@@ -367,17 +367,18 @@ def _files(res: subprocess.CompletedProcess, what: str, root: Path) -> set[str]:
     return {p for p in res.stdout.split("\0") if p}
 
 
-def untracked_files(root: Path, dirs: list[str]) -> list[str]:
+def untracked_files(root: Path, dirs: list[str], allowed=None) -> list[str]:
     """Files under the repository-relative ``dirs`` that git does not track, each as
-    'path (ignored)' or 'path (untracked)'. The dirty-tree check never sees ignored files,
-    yet Python imports them like any other; bytecode caches (``__pycache__/``) are skipped."""
+    'path (ignored)' or 'path (untracked)', leaving out those ``allowed(path)`` accepts. The
+    dirty-tree check never sees ignored files, yet Python imports (and runs bytecode from)
+    them like any other."""
     if not dirs:
         return []
     others = _files(_git(root, "--literal-pathspecs", "ls-files", "-z", "--others", "--", *dirs), "ls-files", root)
     ignored = _files(_git(root, "--literal-pathspecs", "ls-files", "-z", "--others", "--ignored",
                           "--exclude-standard", "--", *dirs), "ls-files", root)
     return [f"{p} ({'ignored' if p in ignored else 'untracked'})" for p in sorted(others)
-            if "__pycache__" not in p.split("/")]
+            if allowed is None or not allowed(p)]
 
 
 def unverified_files(root: Path, paths: list[str]) -> list[str]:

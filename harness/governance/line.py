@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Iterator
 
 from harness import __version__
 from harness.errors import UserError, shown
-from harness.governance import gitguard, registration
+from harness.governance import codeprov, gitguard, registration
 from harness.governance.codeprov import CODE_PACKAGES, require_code_from
 from harness.governance.ledger import Ledger, ledger_path, verify, verify_refusal
 from harness.governance.outcomes import REGISTERED, VERDICT
@@ -31,11 +31,14 @@ class Stamp:
     registration_sha256: str
     registration_commit: str
     env: dict
+    # Code packages loaded from an installed distribution, not the repository (codeprov.outside_code):
+    # the commit does not cover them, so each row names them with version and file digest.
+    code: tuple = ()
 
     def fields(self) -> dict:
         return {"commit": self.commit, "registration_sha256": self.registration_sha256,
                 "registration_commit": self.registration_commit, "harness_version": __version__,
-                "env": self.env}
+                "code": [dict(c) for c in self.code], "env": self.env}
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,11 @@ class Line:
     registered: dict  # the line's `registered` row
     rows: tuple
     commit: str  # the code commit (gitguard.code_commit): what rows written now are stamped with
+    code: tuple = ()  # Stamp.code
 
     def stamp(self, env: dict) -> Stamp:
-        return Stamp(self.commit, self.registered["registration_sha256"], self.registered["registration_commit"], env)
+        return Stamp(self.commit, self.registered["registration_sha256"], self.registered["registration_commit"], env,
+                     self.code)
 
 
 @contextlib.contextmanager
@@ -87,7 +92,7 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
     if rel.startswith(gitguard.LEDGER_DIR + "/"):
         raise UserError(f"{rel}: registrations cannot live in ledger/ (the git guard exempts it): "
                         f"move it to registrations/")
-    require_tracked_code(tree.root)
+    code = require_tracked_code(tree.root)
     registration.check_kernels(reg)
     from harness.governance import power
 
@@ -98,7 +103,7 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
     reopens = _reopens(tree.root, reg.line, rel, reopen)
     with line_lock(tree.root, reg.line):
         led = _require_new(tree.root, reg, rel)  # again under the lock: another register may have won
-        stamp = Stamp(tree.commit, reg.sha256, reg_commit, env if env is not None else host_env())
+        stamp = Stamp(tree.commit, reg.sha256, reg_commit, env if env is not None else host_env(), code)
         fields = {**stamp.fields(), "registration": {**reg.summary(), "path": rel},
                   "n_configs": len(reg.configs), "amends": reg.amends,
                   "tolerance_power": tol_power, "timing_resolution": resolution}
@@ -151,7 +156,7 @@ def _old_rows(root: Path, commit: str, led_rel: str) -> list[dict]:
         return read_rows(copy)
 
 
-def require_tracked_code(root: Path, *, load_kernels: bool = True) -> None:
+def require_tracked_code(root: Path, *, load_kernels: bool = True) -> tuple[dict, ...]:
     """Refuse, by name, any code this command would run from the repository that is not
     tracked and unchanged at HEAD: the commit stamp vouches for nothing else.
 
@@ -160,7 +165,8 @@ def require_tracked_code(root: Path, *, load_kernels: bool = True) -> None:
     loaded from inside the repository (outside the Python environment) must be tracked and
     unchanged. Kernel sources such as kernels/*.cu are covered by the first check. Before and
     after, the code packages must come from this repository (where it holds them) and have
-    run from source, not bytecode (``codeprov``).
+    run from source, not bytecode (``codeprov``). Returns the record of the code packages
+    that come from an installed distribution instead (``codeprov.outside_code``).
     """
     import importlib.util
 
@@ -172,16 +178,23 @@ def require_tracked_code(root: Path, *, load_kernels: bool = True) -> None:
         for loc in (spec.submodule_search_locations or []) if spec else []:
             if Path(loc).resolve().is_relative_to(top):
                 dirs.append(Path(loc).resolve().relative_to(top).as_posix())
-    _refuse_code(gitguard.untracked_files(top, dirs), "bench would import it")
+    _refuse_code(gitguard.untracked_files(top, dirs, allowed=lambda rel: codeprov.own_bytecode(top / rel)),
+                 "bench would import it")
     if load_kernels:
         from kernels import load_kernels as discover
 
         discover()
-    require_code_from(top)
+    code = require_code_from(top)
     _refuse_code(gitguard.unverified_files(top, _repo_modules(top)), "bench imported it")
+    return code
 
 
 def _refuse_code(bad: list[str], when: str) -> None:
+    cache = [b for b in bad if "__pycache__" in b.split("/")]
+    if cache:
+        raise UserError(f"bytecode in the repository's code packages that is not Python's own cache of the source "
+                        f"beside it: {gitguard.listed(cache)} — bench never runs it, yet no commit covers it and it "
+                        f"could stand in for its source in another process: delete it")
     if bad:
         raise UserError(f"code in the repository that is not committed as it is ({when}, and no commit stamp covers "
                         f"it): {gitguard.listed(bad)} — commit it or delete it (`git status --ignored` shows "
@@ -238,13 +251,13 @@ def host_env() -> dict:
 def open_line(line_or_path: str, *, root: Path | None = None, action: str) -> Iterator[Line]:
     """Everything ``sweep``/``verdict`` must check before touching anything; holds the line lock."""
     tree = gitguard.require_clean(root)
-    require_tracked_code(tree.root, load_kernels=False)
+    code = require_tracked_code(tree.root, load_kernels=False)
     line, given = registration.line_of(tree.root, line_or_path)
     # Refusals that need no lock come before it: a refused command leaves no lock file.
     _require_registered(tree.root, line, given)
     Ledger(tree.root, line).require_writable()  # before the lock file is created, and before any work
     with line_lock(tree.root, line):
-        yield _checked_line(tree, line, action)
+        yield replace(_checked_line(tree, line, action), code=code)
 
 
 def registered_path(registered: dict, line: str, *, closed: bool) -> str:

@@ -41,11 +41,14 @@ def outcome_key(row: dict) -> tuple[str, str]:
 
 
 def measured_on(row: dict, any_gpu: bool = False) -> tuple:
-    """Where a row was measured: (commit, device, GPU name). Resume and the verdict key rows
-    by it: one verdict, one such key; ``any_gpu`` (a line registered with ``[bar]
-    mixed_devices``) leaves the GPU name out."""
+    """Where a row was measured: (commit, device, GPU name, code). Resume and the verdict key
+    rows by it: one verdict, one such key; ``any_gpu`` (a line registered with ``[bar]
+    mixed_devices``) leaves the GPU name out. ``code`` names the installed distributions the
+    code packages came from where the repository does not hold them (None: it holds them)."""
     env = row.get("env") or {}
-    return row.get("commit"), env.get("device"), None if any_gpu else env.get("gpu")
+    code = ", ".join(f"{c.get('name')} {c.get('version')} ({str(c.get('sha256'))[:12]})"
+                     for c in row.get("code") or ()) or None
+    return row.get("commit"), env.get("device"), None if any_gpu else env.get("gpu"), code
 
 
 def current_outcomes(rows) -> list[dict]:

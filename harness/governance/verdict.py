@@ -156,12 +156,13 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
     deciding = [outcomes[p] for p in pairs]
     where = sorted({measured_on(r, reg.mixed_devices) for r in deciding}, key=str)
     gpus = sorted({measured_on(r)[2] for r in deciding if measured_on(r)[2]})
-    if len(where) > 1 and len({w[:2] for w in where}) == 1:
+    if len(where) > 1 and len({(w[0], w[1], w[3]) for w in where}) == 1:
         raise UserError(f"line '{reg.line}': its outcomes were measured on {len(where)} GPU models "
                         f"({', '.join(gpus)}): a verdict over mixed devices needs a line registered with "
                         f"[bar] mixed_devices = true — or run `bench sweep {reg.line}` on one model")
     if len(where) > 1:
-        shown = "; ".join(f"{c[:12]} on {d}{' ' + g if g else ''}" for c, d, g in where[:4])
+        shown = "; ".join(f"{c[:12]} on {d}{' ' + g if g else ''}{' with ' + code if code else ''}"
+                          for c, d, g, code in where[:4])
         raise UserError(f"line '{reg.line}': its outcomes were measured in {len(where)} places ({shown}): one verdict "
                         f"needs one commit on one device — run `bench sweep {reg.line}` at HEAD where it should be decided")
     unmeasured = {}

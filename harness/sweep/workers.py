@@ -298,8 +298,9 @@ def require_worker_code(root: str | None) -> None:
 
     importlib.import_module("harness.sweep.run")  # what a config runs: checked before the first one
     if root is not None:
-        codeprov.require_from_repository(Path(root))
-    codeprov.require_source_loaded()
+        codeprov.require_code_from(Path(root))
+    else:
+        codeprov.require_source_loaded()
 
 
 def _serve(conn, device: str, root: str | None = None) -> None:
