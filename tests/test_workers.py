@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, bench_env, git, init_repo
+from conftest import REPO, bench_env, git, init_repo, installed_dist
 
 # Short enough that the hang test costs seconds; long enough for a tiny gate on a loaded CI host.
 TEST_WATCHDOG_S = 15
@@ -85,13 +85,10 @@ GPU_FAULTS = {
 
 def _plugin_env(tmp_path: Path) -> dict:
     """bench's environment with the fault kernels installed as an entry-point plugin."""
-    site = tmp_path / "site"
-    info = site / "benchfaults-0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: benchfaults\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[bench.kernels]\nfaults = fault_kernels\n")
+    site = installed_dist(tmp_path / "site", "benchfaults", "0.1", "[bench.kernels]\nfaults = fault_kernels\n",
+                          {"fault_kernels": (REPO / "tests" / "fault_kernels.py").read_text()})
     env = bench_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(site), str(REPO / "tests"), env["PYTHONPATH"]])
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
     return env
 
 
