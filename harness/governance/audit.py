@@ -170,9 +170,14 @@ def _rates(a: _Audit, row: dict, metrics: dict, cand: list[float] | None) -> Non
     from harness.measurement.sustained import rates
     from harness.workloads import Config
 
+    from harness.governance.metrics import PROTOCOLS, SUSTAINED
+
     ms = None
     sus = row.get("sustained")
-    if row.get("rate_protocol") == "sustained":
+    if row.get("rate_protocol") not in (None, *PROTOCOLS):  # renderers name each rate's protocol from it
+        a.bad("rate_protocol", row.get("rate_protocol"), f"not a timing protocol ({', '.join(PROTOCOLS)})")
+        return
+    if row.get("rate_protocol") == SUSTAINED:
         calls = _samples(sus.get("samples_ms")) if isinstance(sus, dict) else None
         if not calls:
             a.bad("sustained.samples_ms", None, "rate_protocol is sustained but no sustained calls are recorded")

@@ -1,14 +1,34 @@
 """The metric table: every number a `result` row carries in ``metrics``, in one place.
 
 The bar language accepts exactly these names, the sweep's result rows carry exactly these
-keys (``result_metrics`` refuses any other set), reports take their units and formats from
+keys (``result_metrics`` refuses any other set), reports take their units, formats and protocols from
 here, and the README's metric list is generated from it (tests/test_metrics.py checks it is
 current). Adding a metric is one row here plus its computation in ``sweep/run.py``.
+
+A result row holds two measurements of its candidate: the interleaved rounds (every arm in
+turn under one clock: the speedup's) and, on a line whose bar judges an absolute rate, the
+sustained phase (its calls back to back: the rates'; ``measurement/sustained.py``). Each
+metric's ``protocol`` says which one it was computed from, so a renderer shows a figure
+beside the time and clock of that protocol and names it; ``protocol(name, row)`` resolves it
+for one row.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# The two timing protocols a result row's figures come from (a row's ``rate_protocol`` names one).
+INTERLEAVED = "interleaved"  # the interleaved rounds: each arm in turn, one clock, each call isolated
+SUSTAINED = "sustained"  # one arm's calls back to back after a warm-up, as do_bench times them
+PROTOCOLS = (INTERLEAVED, SUSTAINED)
+# A metric's protocol in the table: INTERLEAVED, or RATES — the row's own ``rate_protocol``
+# (sustained when the bar judges an absolute rate and the mode is not graph, else interleaved).
+RATES = "rates"
+PROTOCOL_TEXT = {  # what each protocol is, where a renderer explains its columns
+    INTERLEAVED: "each arm in turn under one clock, each call isolated",
+    SUSTAINED: "the candidate's calls back to back after a warm-up load, as do_bench times them, at the clock "
+               "a loop settles at",
+}
 
 
 @dataclass(frozen=True)
@@ -24,47 +44,75 @@ class Metric:
     shown_elsewhere: bool = False
     rate: bool = False  # an absolute rate: a bar judging it times compute-bound configs with lead calls
     needs: str | None = None  # None: every result has it; else what it needs to be known
+    # What it was computed from: INTERLEAVED, or RATES (the row's ``rate_protocol``). Every
+    # row of the table states it; renderers show the figure beside that protocol's time and clock.
+    protocol: str = ""
+
+    def __post_init__(self):
+        if self.protocol not in (INTERLEAVED, RATES):
+            raise ValueError(f"metric {self.name}: protocol must be {INTERLEAVED!r} or {RATES!r}, "
+                             f"got {self.protocol!r}")
 
 
 METRICS: tuple[Metric, ...] = (
     Metric("speedup", "×", "baseline median over candidate median, from the interleaved rounds", True,
-           shown_elsewhere=True),
+           shown_elsewhere=True, protocol=INTERLEAVED),
     Metric("speedup_ci_low", "×", "lower bound of the speedup's paired bootstrap 95% confidence interval", True,
-           shown_elsewhere=True),
+           shown_elsewhere=True, protocol=INTERLEAVED),
     Metric("speedup_ci_high", "×", "upper bound of the speedup's paired bootstrap 95% confidence interval", True,
-           shown_elsewhere=True),
+           shown_elsewhere=True, protocol=INTERLEAVED),
     Metric("tflops", "TFLOP/s", "useful FLOPs (formulas.flops) over ms", True,
-           label="TFLOP/s", rate=True),
+           label="TFLOP/s", rate=True, protocol=RATES),
     Metric("gbps", "GB/s", "fewest bytes any implementation moves (formulas.min_bytes) over ms", True,
-           label="GB/s", rate=True),
+           label="GB/s", rate=True, protocol=RATES),
     Metric("kv_gbps", "GB/s", "K and V cache bytes (formulas.kv_bytes) over ms: decode's bandwidth",
-           True, rate=True, shown_elsewhere=True),
+           True, rate=True, shown_elsewhere=True, protocol=RATES),
     Metric("ms", "ms", "median time of one candidate call: of its calls back to back (sustained phase) when the "
-           "bar judges a rate, else of the interleaved rounds", False, rate=True, shown_elsewhere=True),
+           "bar judges a rate, else of the interleaved rounds", False, rate=True, shown_elsewhere=True,
+           protocol=RATES),
     Metric("interleaved_ms", "ms", "the candidate's median in the interleaved rounds (the speedup's numerator)",
-           False),
+           False, shown_elsewhere=True, protocol=INTERLEAVED),
     Metric("baseline_ms", "ms", "median time of one baseline call, interleaved with the candidate's", False,
-           shown_elsewhere=True),
+           shown_elsewhere=True, protocol=INTERLEAVED),
     Metric("control_ms", "ms", "median time of one control call (the baseline again, its own buffers)", False,
-           shown_elsewhere=True),
+           shown_elsewhere=True, protocol=INTERLEAVED),
     Metric("control", "×", "baseline median over control median: 1 on a quiet rig (rig-noisy outside the tolerance)",
-           None, shown_elsewhere=True),
+           None, shown_elsewhere=True, protocol=INTERLEAVED),
     Metric("tflops_frac", "fraction", "tflops over the device's measured matmul ceiling for the dtype", True,
-           fmt=".1%", label="of peak FLOP/s", rate=True, needs="ceilings"),
+           fmt=".1%", label="of peak FLOP/s", rate=True, needs="ceilings", protocol=RATES),
     Metric("gbps_frac", "fraction", "gbps over the device's measured copy bandwidth", True,
-           fmt=".1%", label="of peak GB/s", rate=True, needs="ceilings"),
+           fmt=".1%", label="of peak GB/s", rate=True, needs="ceilings", protocol=RATES),
     Metric("kv_gbps_frac", "fraction", "kv_gbps over the device's measured copy bandwidth", True,
-           fmt=".1%", rate=True, needs="ceilings", shown_elsewhere=True),
+           fmt=".1%", rate=True, needs="ceilings", shown_elsewhere=True, protocol=RATES),
     Metric("host_us", "µs", "median host time to enqueue one timed candidate call", False, fmt=".3g",
-           label="host µs"),
-    Metric("baseline_host_us", "µs", "median host time to enqueue one timed baseline call", False, fmt=".3g"),
-    Metric("sm_mhz", "MHz", "mean SM clock while ms was measured (NVML)", None, needs="nvml"),
-    Metric("power_w", "W", "mean board power while ms was measured (NVML)", None, needs="nvml"),
+           label="host µs", protocol=INTERLEAVED),
+    Metric("baseline_host_us", "µs", "median host time to enqueue one timed baseline call", False, fmt=".3g",
+           shown_elsewhere=True, protocol=INTERLEAVED),
+    Metric("sm_mhz", "MHz", "mean SM clock while ms was measured (NVML)", None, needs="nvml",
+           shown_elsewhere=True, protocol=RATES),
+    Metric("power_w", "W", "mean board power while ms was measured (NVML)", None, needs="nvml",
+           shown_elsewhere=True, protocol=RATES),
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 RATE_METRICS = frozenset(m.name for m in METRICS if m.rate)
+
+
+def rate_protocol(row: dict) -> str:
+    """The protocol a result row's rates (and ``ms``, ``sm_mhz``, ``power_w``) come from. Rows
+    older than the sustained phase carry no ``rate_protocol``: theirs were interleaved."""
+    p = row.get("rate_protocol") or INTERLEAVED
+    if p not in PROTOCOLS:
+        raise ValueError(f"row {row.get('seq')}: rate_protocol {p!r} is not one of {', '.join(PROTOCOLS)}")
+    return p
+
+
+def protocol(name: str, row: dict) -> str:
+    """The protocol metric ``name`` of result row ``row`` was computed from (INTERLEAVED or
+    SUSTAINED); KeyError for a name the table does not declare."""
+    p = BY_NAME[name].protocol
+    return rate_protocol(row) if p == RATES else p
 
 
 def result_metrics(values: dict) -> dict:
@@ -79,9 +127,11 @@ def result_metrics(values: dict) -> dict:
 
 def markdown() -> str:
     """The README's metric table (generated; tests/test_metrics.py checks it is current)."""
-    lines = ["| metric | unit | higher is better | what it is |", "| --- | --- | --- | --- |"]
+    lines = ["| metric | unit | higher is better | measured in | what it is |", "| --- | --- | --- | --- | --- |"]
     better = {True: "yes", False: "no", None: "—"}
+    measured = {INTERLEAVED: "interleaved rounds", RATES: "the row's `rate_protocol`"}
     for m in METRICS:
         when = {"ceilings": " (null without the device's ceilings)", "nvml": " (null on the CPU)"}.get(m.needs, "")
-        lines.append(f"| `{m.name}` | {m.unit} | {better[m.higher_is_better]} | {m.description}{when} |")
+        lines.append(f"| `{m.name}` | {m.unit} | {better[m.higher_is_better]} | {measured[m.protocol]} | "
+                     f"{m.description}{when} |")
     return "\n".join(lines) + "\n"

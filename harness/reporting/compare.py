@@ -1,6 +1,7 @@
 """`bench compare`: two lines, or one line at two commits, config by config.
 
-Per matched (config, kernel): the ratio of medians (speedup of B over A: median A /
+Per matched (config, kernel), on each run's interleaved rounds (the candidate's kept samples,
+at the rounds' mean SM clock, both shown — the protocol a speedup comes from): the ratio of medians (speedup of B over A: median A /
 median B, > 1 means B is faster), a bootstrap CI of that ratio resampling each run's raw
 samples independently (two runs share no rounds), and a two-sided Mann-Whitney U test on
 the raw samples. The change per config:
@@ -44,6 +45,10 @@ class PairComparison:
     ci_high: float
     p_value: float
     change: str  # FASTER, SLOWER, SAME or UNCLEAR
+    # The interleaved rounds' mean SM clock of each side (None: not read, e.g. the CPU): the
+    # medians above were measured at it.
+    clock_a_mhz: float | None = None
+    clock_b_mhz: float | None = None
 
     @property
     def slowdown(self) -> float:
@@ -173,12 +178,16 @@ def compare(a: LineView, b: LineView, *, allow_mixed: bool = False) -> Compariso
         mixed += [f"{ra['config_key']}: {d}" for d in diff]
     import numpy as np
 
+    from harness.governance.metrics import INTERLEAVED
+    from harness.reporting.protocol import timed
+
     out = []
     for ra, rb in pairs:
         sa, sb = arm_samples(ra, "candidate"), arm_samples(rb, "candidate")
         sp, lo, hi, p = compare_samples(sa, sb)
         out.append(PairComparison(ra["config_key"], ra["candidate"], rb["candidate"], float(np.median(sa)),
-                                  float(np.median(sb)), len(sa), len(sb), sp, lo, hi, p, classify(lo, hi, p)))
+                                  float(np.median(sb)), len(sa), len(sb), sp, lo, hi, p, classify(lo, hi, p),
+                                  timed(ra, INTERLEAVED).sm_mhz, timed(rb, INTERLEAVED).sm_mhz))
     return Comparison(_label(a), _label(b), tuple(out), tuple(only_a), tuple(only_b), tuple(mixed))
 
 
@@ -209,22 +218,30 @@ def _f(x: float, spec: str) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def _mhz(x: float | None) -> str:
+    return "—" if x is None else f"{x:.0f}"
+
+
 def comparison_table(cmp: Comparison, threshold: float | None = None):
     """A rich Table: one row per config, B against A; regressions beyond ``threshold`` marked."""
     from rich.table import Table
 
     counts = ", ".join(f"{k} {n}" for k, n in cmp.counts().items())
     t = Table(title=f"{cmp.b} against {cmp.a} — {counts}", caption=(
+        f"A ms, B ms: the candidate's median in each run's interleaved rounds, at that run's mean SM clock "
+        f"(A MHz, B MHz); "
         f"speedup = median A / median B (> 1: B faster); CI: bootstrap 95%; p: Mann-Whitney U; "
         f"SAME inside ±{SAME_BAND:.0%}, FASTER/SLOWER at p < {ALPHA:g}"))
-    for col in ("config", "kernel", "A ms", "B ms", "speedup", "CI", "p", "change"):
+    for col in ("config", "kernel", "A ms (interleaved)", "A MHz", "B ms (interleaved)", "B MHz", "speedup",
+                "CI", "p", "change"):
         t.add_column(col, justify="left" if col in ("config", "kernel", "change") else "right")
     failing = {id(p) for p in cmp.regressions(threshold)} if threshold is not None else set()
     for p in cmp.pairs:
         kernel = p.kernel_a if p.kernel_a == p.kernel_b else f"{p.kernel_a} → {p.kernel_b}"
         style = CHANGE_STYLE[p.change]
         mark = f" (beyond {threshold:.0%})" if id(p) in failing else ""
-        t.add_row(p.config_key, kernel, _f(p.median_a_ms, ".4g"), _f(p.median_b_ms, ".4g"), _f(p.speedup, ".3f") + "×",
+        t.add_row(p.config_key, kernel, _f(p.median_a_ms, ".4g"), _mhz(p.clock_a_mhz), _f(p.median_b_ms, ".4g"),
+                  _mhz(p.clock_b_mhz), _f(p.speedup, ".3f") + "×",
                   f"[{_f(p.ci_low, '.3f')}, {_f(p.ci_high, '.3f')}]", _f(p.p_value, ".2g"),
                   f"[{style}]{p.change}[/]{mark}")
     return t

@@ -82,14 +82,21 @@ def speedup_plot(results: list[dict], thresholds: list[tuple[str, float]]) -> by
         ax.axhline(value, color="#c00", lw=1.2, ls="--", label=f"bar: {text}" if len(text) < 60 else f"bar ≥ {value:g}")
     ax.set_xticks(range(len(keys)), short_keys(keys), rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("speedup over baseline (×)")
-    ax.set_title("Speedup by shape (95% bootstrap CI)", fontsize=10)
+    ax.set_title("Speedup by shape (interleaved rounds, 95% bootstrap CI)", fontsize=10)
     ax.legend(fontsize=7, loc="best")
     return _png(fig)
 
 
+# A rate's marker says the protocol it was measured under (governance/metrics.py PROTOCOLS).
+PROTOCOL_MARKERS = {"interleaved": "o", "sustained": "D"}
+
+
 def roofline_plot(results: list[dict]) -> bytes:
-    """Achieved TFLOP/s against arithmetic intensity, under the device's copy and matmul ceilings."""
+    """Achieved TFLOP/s against arithmetic intensity, under the device's copy and matmul ceilings;
+    each point's marker names the protocol its rate was measured under."""
     import numpy as np
+
+    from harness.governance.metrics import rate_protocol
 
     fig, ax = _figure()
     pts = []
@@ -108,8 +115,12 @@ def roofline_plot(results: list[dict]) -> bytes:
     for r, tf, gb, _, _ in pts:
         ai = tf * 1e12 / (gb * 1e9)
         name = r["candidate"]
-        ax.scatter([ai], [tf], color=colors[name], s=24, label=None if name in seen else name, zorder=3)
+        ax.scatter([ai], [tf], color=colors[name], s=24, marker=PROTOCOL_MARKERS[rate_protocol(r)],
+                   label=None if name in seen else name, zorder=3)
         seen.add(name)
+    used = sorted({rate_protocol(r) for r, *_ in pts})
+    for proto in used:  # the marker legend: which protocol each rate comes from
+        ax.scatter([], [], color="#777", s=24, marker=PROTOCOL_MARKERS[proto], label=f"{proto} rate")
     roofs = sorted({(round(tf / tff, 6), round(gb / gbf, 6)) for _, tf, gb, tff, gbf in pts if tff and gbf})
     ais = [tf * 1e12 / (gb * 1e9) for _, tf, gb, _, _ in pts]
     x = np.logspace(np.log10(min(ais) / 4), np.log10(max(ais) * 4), 200)
@@ -125,8 +136,8 @@ def roofline_plot(results: list[dict]) -> bytes:
     ax.set_yscale("log")
     ax.xaxis.set_minor_formatter(NullFormatter())  # decades only; intensity spans several
     ax.set_xlabel("arithmetic intensity (FLOP / byte moved, minimum bytes)")
-    ax.set_ylabel("achieved TFLOP/s")
-    ax.set_title("Achieved rate against the device ceilings (roofline)", fontsize=10)
+    ax.set_ylabel(f"achieved TFLOP/s ({' and '.join(used)})")
+    ax.set_title(f"Achieved rate against the device ceilings (roofline; rates: {', '.join(used)})", fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
     return _png(fig)
 
@@ -154,18 +165,26 @@ def control_plot(results: list[dict], tolerance: float | None) -> bytes:
 
 
 def clock_plot(results: list[dict]) -> bytes:
-    """Per-round minimum SM clock over the sweep, in ledger order; dropped rounds marked."""
+    """Per-round minimum SM clock of the interleaved rounds over the sweep, in ledger order,
+    dropped rounds marked; and each sustained phase's mean clock (the clock its rates were
+    measured at), spread over its config's rounds."""
+    from harness.governance.metrics import SUSTAINED, rate_protocol
+
     fig, ax = _figure()
-    seen, kept_x, kept_y, drop_x, drop_y, bounds, notes = set(), [], [], [], [], [], set()
+    seen, kept_x, kept_y, drop_x, drop_y, bounds, notes = {}, [], [], [], [], [], set()
+    sustained: dict[tuple, list[float]] = {}
     threshold = None
     i = 0
     for r in sorted(results, key=lambda r: r["seq"]):
         timing = r.get("timing") or {}
         rounds = timing.get("rounds") or {}
-        t0 = tuple(rounds.get("t0") or ())
-        if (r["config_key"], t0) in seen:  # the candidates of one config share its rounds
+        group = (r["config_key"], tuple(rounds.get("t0") or ()))
+        sus = r.get("sustained") or {}
+        if rate_protocol(r) == SUSTAINED and isinstance(sus.get("sm_mhz"), (int, float)):
+            sustained.setdefault(group, []).append(sus["sm_mhz"])
+        if group in seen:  # the candidates of one config share its rounds
             continue
-        seen.add((r["config_key"], t0))
+        seen[group] = (i, len(rounds.get("min_sm_mhz") or []))
         if timing.get("clock_note"):
             notes.add(timing["clock_note"])
         mhz = rounds.get("min_sm_mhz") or []
@@ -180,18 +199,27 @@ def clock_plot(results: list[dict]) -> bytes:
         ref, thr = clock.get("reference_mhz"), (r.get("policy") or {}).get("throttle_threshold")
         if isinstance(ref, (int, float)) and isinstance(thr, (int, float)):
             threshold = ref * thr
-    if not kept_y and not drop_y:
+    sus_x, sus_y = [], []
+    for group, clocks in sustained.items():
+        start, n = seen[group]
+        for k, mhz in enumerate(clocks):
+            sus_x.append(start + max(n - 1, 0) * (k + 1) / (len(clocks) + 1))
+            sus_y.append(mhz)
+    if not kept_y and not drop_y and not sus_y:
         _empty(ax, "no SM clock readings in these rows" + (f": {'; '.join(sorted(notes))}" if notes else ""))
         return _png(fig)
-    ax.plot(kept_x, kept_y, ".", color="#1f77b4", markersize=3, label="kept round")
+    ax.plot(kept_x, kept_y, ".", color="#1f77b4", markersize=3, label="kept interleaved round (min)")
+    if sus_x:
+        ax.plot(sus_x, sus_y, "D", color="#ff7f0e", markersize=5, label="sustained phase, mean (its rates' clock)")
     if drop_x:
         ax.plot(drop_x, drop_y, "x", color="#d62728", markersize=6, label=f"dropped round ({len(drop_x)})")
     if threshold:
-        ax.axhline(threshold, color="#d62728", lw=1, ls="--", label="drop threshold")
+        ax.axhline(threshold, color="#d62728", lw=1, ls="--", label="drop threshold (interleaved rounds)")
     for b in bounds[1:]:
         ax.axvline(b - 0.5, color="#bbb", lw=0.5)
     ax.set_xlabel("timed round, in sweep order (grey lines: next config)")
-    ax.set_ylabel("min SM clock in round (MHz)")
-    ax.set_title("SM clock over the sweep", fontsize=10)
+    ax.set_ylabel("SM clock (MHz)")
+    ax.set_title("SM clock over the sweep: interleaved rounds" + (" and sustained phases" if sus_x else ""),
+                 fontsize=10)
     ax.legend(fontsize=7, loc="lower left")
     return _png(fig)

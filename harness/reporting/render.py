@@ -19,14 +19,7 @@ def outcome_reason(row: dict) -> str:
     """One readable line saying what happened to a row (the reason at a glance)."""
     kind = row["kind"]
     if kind == RESULT:
-        m = row["metrics"]
-        flags = [f for f in ("impossible", "rig_noisy") if row.get(f)]
-        at = (f" at {m['sm_mhz']:.0f} MHz, {m['power_w']:.0f} W" if m.get("sm_mhz") and m.get("power_w")
-              else "")
-        return (f"speedup {_fmt(m.get('speedup'), '.3f')}× [{_fmt(m.get('speedup_ci_low'), '.3f')}, "
-                f"{_fmt(m.get('speedup_ci_high'), '.3f')}], {_fmt(m.get('ms'), '.4g')} ms{at}, host "
-                f"{_fmt(m.get('host_us'), '.3g')} µs/call, control {_fmt(m.get('control'), '.4f')}"
-                + (f" ({', '.join(flags)})" if flags else ""))
+        return _result_reason(row)
     if kind == INCORRECT:
         return f"[{row.get('tag')}] {row.get('reason')}"
     if kind in (SKIPPED, UNSUPPORTED, CRASHED, THROTTLED):
@@ -51,6 +44,26 @@ def outcome_reason(row: dict) -> str:
     if kind == CEILINGS:
         return f"copy {_fmt(row.get('copy_gbps'), '.4g')} GB/s"
     return ""
+
+
+def _result_reason(row: dict) -> str:
+    """A result at a glance: the speedup beside the interleaved medians and clock it is the ratio
+    of, the rates beside the time, clock and power they were computed from (protocol named)."""
+    from harness.governance.metrics import INTERLEAVED
+    from harness.reporting import protocol
+
+    m = row["metrics"]
+    flags = [f for f in ("impossible", "rig_noisy") if row.get(f)]
+    rt = protocol.rates(row)
+    rates = f"{_fmt(m.get('tflops'), '.4g')} TFLOP/s, {_fmt(m.get('gbps'), '.4g')} GB/s"
+    if rt.protocol == INTERLEAVED:
+        rates += " (from that interleaved median)"
+    else:
+        rates += f" ({rt.text()}" + ("" if rt.power_w is None else f", {rt.power_w:.0f} W") + ")"
+    return (f"speedup {_fmt(m.get('speedup'), '.3f')}× [{_fmt(m.get('speedup_ci_low'), '.3f')}, "
+            f"{_fmt(m.get('speedup_ci_high'), '.3f')}] ({protocol.speedup_text(row)}); {rates}; host "
+            f"{_fmt(m.get('host_us'), '.3g')} µs/call, control {_fmt(m.get('control'), '.4f')}"
+            + (f" ({', '.join(flags)})" if flags else ""))
 
 
 def _mb(v):
@@ -197,13 +210,17 @@ def config_progress(done: int, total: int, config_key: str, rows, elapsed: float
 
 
 def _sweep_table(rows: list[dict]):
-    """Per (config, candidate): outcome, speedup with its CI, control."""
+    """Per (config, candidate): outcome, speedup with its CI beside the interleaved medians and
+    clock it came from, control, and TFLOP/s beside the time and clock of its own protocol."""
     from rich.markup import escape
     from rich.table import Table
 
+    from harness.reporting import protocol
+
     t = Table(title="outcomes at this commit on this device", show_lines=False)
     t.add_column("config", no_wrap=True)
-    for col in ("candidate", "outcome", "speedup [CI]", "control"):
+    for col in ("candidate", "outcome", "speedup [CI]", "interleaved ms (vs baseline) at clock", "control",
+                "TFLOP/s", "rate from (protocol, ms, clock)"):
         t.add_column(escape(col), overflow="fold")
     for r in sorted(rows, key=lambda r: r["seq"]):
         m = r.get("metrics") or {}
@@ -212,9 +229,13 @@ def _sweep_table(rows: list[dict]):
             outcome = "result" + (f" ({', '.join(flags)})" if flags else "")
             speed = (f"{_fmt(m.get('speedup'), '.3f')}× [{_fmt(m.get('speedup_ci_low'), '.3f')}, "
                      f"{_fmt(m.get('speedup_ci_high'), '.3f')}]")
+            times = protocol.speedup_text(r, named=False)  # the column names the protocol
+            rate, source = _fmt(m.get("tflops"), ".4g"), protocol.rates(r).text()
         else:
             outcome, speed = f"{r['kind']}: {outcome_reason(r).splitlines()[0]}", "—"
-        t.add_row(r["config_key"], escape(_who(r)), escape(outcome), escape(speed), _fmt(m.get("control"), ".4f"))
+            times = rate = source = "—"
+        t.add_row(r["config_key"], escape(_who(r)), escape(outcome), escape(speed), escape(times),
+                  _fmt(m.get("control"), ".4f"), rate, escape(source))
     return t
 
 

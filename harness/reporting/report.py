@@ -13,9 +13,11 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from harness.governance.metrics import METRICS
+from harness.governance import metrics as metric_table
+from harness.governance.metrics import INTERLEAVED, METRICS, PROTOCOL_TEXT, RATES, SUSTAINED
 from harness.governance.outcomes import PROFILE, RESULT
 from harness.jsonsafe import number
+from harness.reporting import protocol
 from harness.reporting.lines import LineView, device_label
 
 REASON_CHARS = 160  # a reason longer than this is cut in tables (the ledger keeps it whole)
@@ -72,13 +74,20 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
                     "n": c.n} for c in outcome.clauses]
         value = barlang.evaluate_aggregate(barlang.parse_aggregate(reg["primary"]), rows) if reg.get("primary") else None
         primary = {"expr": reg.get("primary"), "value": value, "prediction": reg.get("prediction")}
+    parsed = {c.text: c for c in barlang.parse(reg["go"]).clauses()} if reg.get("go") else {}
+    noisy = bool(reg.get("include_noisy"))
     out = [{"text": " ".join(c["text"].split()), "value": _f(c.get("value")), "op": c["op"],
             "threshold": _f(c["threshold"], "g"), "n": c.get("n"),
-            "outcome": "unknown (no rows)" if c.get("value") is None else ("pass" if c["passed"] else "fail")}
+            "outcome": "unknown (no rows)" if c.get("value") is None else ("pass" if c["passed"] else "fail"),
+            # The protocol, time and clock the value was computed from (the row deciding it, where one does).
+            "source": protocol.source(parsed[c["text"]].aggregate, outcomes, include_noisy=noisy,
+                                      value=c.get("value")) if c["text"] in parsed else "—"}
            for c in clauses]
     value, prediction = number(primary["value"]), number(primary["prediction"])
     # Always present (None: no outcome yet), so the templates never read a missing key.
     primary["error"] = _f(value - prediction, "+.4g") if value is not None and prediction is not None else None
+    primary["source"] = (protocol.source(barlang.parse_aggregate(primary["expr"]), outcomes, include_noisy=noisy,
+                                         value=primary["value"]) if primary["expr"] else "—")
     primary = {**primary, "value": _f(primary["value"]), "prediction": _f(primary["prediction"], "g")}
     return out, primary
 
@@ -103,6 +112,7 @@ def _gate(gate: dict | None) -> str:
 
 
 def _clock(timing: dict) -> str:
+    """The interleaved rounds' mean SM clock, with how many rounds were dropped."""
     clock = timing.get("clock") or {}
     dropped = timing.get("n_dropped", 0)
     if not isinstance(clock.get("mean_mhz"), (int, float)):
@@ -110,15 +120,9 @@ def _clock(timing: dict) -> str:
     return f"{clock['mean_mhz']:.0f} MHz" + (f", {dropped} dropped" if dropped else "")
 
 
-def _arm_spread(row: dict, arm: str) -> str:
-    name = f"candidate:{row['candidate']}" if arm == "candidate" else arm
-    stats = ((((row.get("timing") or {}).get("arms") or {}).get(name)) or {}).get("stats") or {}
-    if not stats:
-        return "—"
-    return f"{_f(stats.get('median'))} [{_f(stats.get('p20'))}–{_f(stats.get('p80'))}]"
-
-
-def _extra_metrics(results: list[dict]) -> list[tuple[str, str, str]]:
+def _extra_metrics(results: list[dict]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """(rate columns, other columns) as (name, label, format): the metric table's labelled
+    metrics split by protocol, then any further numeric metric a row carries, under its name."""
     known = {m for m, _, _ in METRIC_COLUMNS} | SHOWN_ELSEWHERE
     extra = []
     for r in results:
@@ -126,13 +130,41 @@ def _extra_metrics(results: list[dict]) -> list[tuple[str, str, str]]:
             if k not in known and isinstance(v, (int, float)) and not isinstance(v, bool) and k not in extra:
                 extra.append(k)
     present = [c for c in METRIC_COLUMNS if any(c[0] in (r.get("metrics") or {}) for r in results)]
-    return present + [(k, k, ".4g") for k in sorted(extra)]
+    rates = [c for c in present if metric_table.BY_NAME[c[0]].protocol == RATES]
+    return rates, [c for c in present if c not in rates] + [(k, k, ".4g") for k in sorted(extra)]
+
+
+# The config tables' columns by protocol. The speedup's group is the interleaved rounds';
+# the rate group (a line with a sustained phase) names each row's rate protocol, then the
+# median, clock and power the rates beside them were computed from.
+SPEEDUP_COLUMNS = ("speedup [95% CI]", "interleaved ms [p20–p80]", "interleaved SM clock")
+RATE_COLUMNS = ("rates from", "rate ms [p20–p80]", "rate SM clock", "rate power W")
+
+
+def _split(results: list[dict]) -> bool:
+    """Whether any result's rates come from another protocol than its speedup (a sustained phase)."""
+    return any(metric_table.rate_protocol(r) != INTERLEAVED for r in results)
+
+
+def _legend(results: list[dict]) -> str:
+    """The paragraph above the config tables naming each column's protocol."""
+    if not _split(results):
+        return (f"Every column comes from the {INTERLEAVED} rounds ({PROTOCOL_TEXT[INTERLEAVED]}): the speedup is "
+                f"the baseline's median over the candidate's, and the rates (TFLOP/s, GB/s, of peak) are computed "
+                f"from the {INTERLEAVED} median and clock beside them.")
+    return (f"Columns by protocol. {INTERLEAVED.capitalize()} rounds ({PROTOCOL_TEXT[INTERLEAVED]}): speedup (the "
+            f"baseline's median over the candidate's), interleaved ms, interleaved SM clock, control, host µs. "
+            f"Rates (TFLOP/s, GB/s, of peak): from the protocol named in \"rates from\", computed from the rate ms, "
+            f"SM clock and power beside them — {SUSTAINED}: {PROTOCOL_TEXT[SUSTAINED]}; the baseline has no "
+            f"{SUSTAINED} phase, its rates are its {INTERLEAVED} median's.")
 
 
 def _config_tables(outcomes: dict, results: list[dict]) -> tuple[list[str], list[dict]]:
-    metrics = _extra_metrics(results)
-    header = ["kernel", "median ms [p20–p80]", *[label for _, label, _ in metrics], "speedup [95% CI]", "control",
-              "SM clock", "correctness gate"]
+    rate_cols, other_cols = _extra_metrics(results)
+    split = _split(results)
+    rate_time = RATE_COLUMNS if split else ()
+    header = ["kernel", *SPEEDUP_COLUMNS, *rate_time, *[label for _, label, _ in rate_cols], "control",
+              *[label for _, label, _ in other_cols], "correctness gate"]
     by_config: dict[str, list[dict]] = {}
     for r in sorted(outcomes.values(), key=lambda r: (r["config_key"], r.get("role") != "baseline", r["candidate"])):
         by_config.setdefault(r["config_key"], []).append(r)
@@ -145,24 +177,34 @@ def _config_tables(outcomes: dict, results: list[dict]) -> tuple[list[str], list
     for key, rows in sorted(by_config.items(), key=lambda kv: (order[kv[0]], kv[0])):
         body = []
         base = next((r for r in rows if r["kind"] == RESULT), None)
-        if base is not None:  # the baseline's own line, from the first result's baseline arm
+        if base is not None:  # the baseline's own line, from the first result's baseline arm (interleaved only)
             m = base["metrics"]
-            ms, base_ms = number(m.get("ms")), number(m.get("baseline_ms"))
-            scale = ms / base_ms if ms is not None and base_ms else None
-            rates = [_f(number(m.get(name)) * scale, spec) if scale and name in ("tflops", "gbps", "tflops_frac", "gbps_frac")
-                     and number(m.get(name)) is not None else "—" for name, _, spec in metrics]
-            body.append({"cells": [f"{base['baseline']} (baseline)", _arm_spread(base, "baseline"), *rates,
-                                   "1 (baseline)", _f(m.get("control"), ".4f"), _clock(base.get("timing") or {}),
-                                   _gate((base.get("gate") or {}).get("baseline"))], "span": False})
+            mine = protocol.timed(base, INTERLEAVED, "baseline")
+            ms = number(m.get("ms"))
+            scale = ms / mine.median_ms if ms is not None and mine.median_ms else None
+            rates = [_f(number(m.get(name)) * scale, spec) if scale and number(m.get(name)) is not None else "—"
+                     for name, _, spec in rate_cols]
+            others = [_f(m.get("baseline_host_us"), spec) if name == "host_us" else "—" for name, _, spec in other_cols]
+            own = [INTERLEAVED, mine.spread(), mine.clock(), _f(mine.power_w, ".0f")] if split else []
+            body.append({"cells": [f"{base['baseline']} (baseline)", "1 (baseline)", mine.spread(),
+                                   _clock(base.get("timing") or {}), *own, *rates, _f(m.get("control"), ".4f"),
+                                   *others, _gate((base.get("gate") or {}).get("baseline"))], "span": False})
         for r in rows:
             if r["kind"] == RESULT:
                 m = r["metrics"]
                 flags = [f for f in ("rig_noisy", "impossible") if r.get(f)]
+                own = []
+                if split:
+                    rt = protocol.rates(r)
+                    own = [rt.protocol, rt.spread(), rt.clock(), _f(rt.power_w, ".0f")]
                 body.append({"cells": [r["candidate"] + (f" ({', '.join(flags)})" if flags else ""),
-                                       _arm_spread(r, "candidate"), *[_f(m.get(name), spec) for name, _, spec in metrics],
                                        f"{_f(m.get('speedup'), '.3f')}× [{_f(m.get('speedup_ci_low'), '.3f')}, "
-                                       f"{_f(m.get('speedup_ci_high'), '.3f')}]", _f(m.get("control"), ".4f"),
-                                       _clock(r.get("timing") or {}), _gate((r.get("gate") or {}).get("candidate"))],
+                                       f"{_f(m.get('speedup_ci_high'), '.3f')}]",
+                                       protocol.timed(r, INTERLEAVED).spread(), _clock(r.get("timing") or {}),
+                                       *own, *[_f(m.get(name), spec) for name, _, spec in rate_cols],
+                                       _f(m.get("control"), ".4f"),
+                                       *[_f(m.get(name), spec) for name, _, spec in other_cols],
+                                       _gate((r.get("gate") or {}).get("candidate"))],
                              "span": False})
             else:
                 who = r["candidate"] + (" (baseline)" if r.get("role") == "baseline" else "")
@@ -259,6 +301,7 @@ def report_data(view: LineView) -> dict:
         "flagged": [(k, n) for k, n in sorted(flagged.items())],
         "reasons": [(kind, why, n) for (kind, why), n in sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))],
         "header": header,
+        "legend": _legend(results),
         "tables": tables,
         "counter_header": list(COUNTER_HEADER),
         "counters": _counter_tables(view),
@@ -298,13 +341,13 @@ MARKDOWN = """\
 
 Bar (committed before any number): `{{ d.go }}`
 
-| clause | value | op | threshold | rows | outcome |
-| --- | ---: | :-: | ---: | ---: | --- |
+| clause | value | measured (protocol, median, clock) | op | threshold | rows | outcome |
+| --- | ---: | --- | :-: | ---: | ---: | --- |
 {% for c in d.clauses -%}
-| `{{ c.text }}` | {{ c.value }} | {{ c.op }} | {{ c.threshold }} | {{ c.n }} | {{ c.outcome }} |
+| `{{ c.text }}` | {{ c.value }} | {{ c.source | md_cell }} | {{ c.op }} | {{ c.threshold }} | {{ c.n }} | {{ c.outcome }} |
 {% endfor %}
 {% if d.primary -%}
-Primary `{{ d.primary.expr }}` = **{{ d.primary.value }}**, predicted {{ d.primary.prediction }}{% if d.primary.error %} (outcome − prediction = {{ d.primary.error }}){% endif %}.
+Primary `{{ d.primary.expr }}` = **{{ d.primary.value }}**{% if d.primary.source != "—" %} (measured: {{ d.primary.source }}){% endif %}, predicted {{ d.primary.prediction }}{% if d.primary.error %} (outcome − prediction = {{ d.primary.error }}){% endif %}.
 
 {% endif -%}
 {% if d.verify -%}
@@ -333,6 +376,8 @@ Counter clauses (`[verify]`, each must hold on every profiled result):
 {% endfor %}
 {% endif -%}
 ## Results per config
+
+{{ d.legend | wordwrap(100, break_long_words=False) }}
 
 {% for t in d.tables -%}
 ### {{ t.key }}
@@ -393,12 +438,12 @@ figure { margin: 0; } figure img { width: 100%; height: auto; display: block; } 
 <div class="card"><b>Hypothesis.</b> {{ d.hypothesis }}
 <table class="facts" style="margin-top:8px">{% for k, v in d.facts %}<tr><td>{{ k }}</td><td>{{ v }}</td></tr>{% endfor %}</table></div>
 <div class="card"><b>Bar</b> (committed before any number): <code>{{ d.go }}</code>
-<table style="margin-top:8px"><tr><th>clause</th><th>value</th><th>threshold</th><th>rows</th><th>outcome</th></tr>
-{% for c in d.clauses %}<tr><td><code>{{ c.text }}</code></td><td class="num">{{ c.value }}</td><td class="num">{{ c.op }} {{ c.threshold }}</td><td class="num">{{ c.n }}</td><td class="{{ c.outcome.split(' ')[0] }}">{{ c.outcome }}</td></tr>{% endfor %}
+<table style="margin-top:8px"><tr><th>clause</th><th>value</th><th>measured (protocol, median, clock)</th><th>threshold</th><th>rows</th><th>outcome</th></tr>
+{% for c in d.clauses %}<tr><td><code>{{ c.text }}</code></td><td class="num">{{ c.value }}</td><td>{{ c.source }}</td><td class="num">{{ c.op }} {{ c.threshold }}</td><td class="num">{{ c.n }}</td><td class="{{ c.outcome.split(' ')[0] }}">{{ c.outcome }}</td></tr>{% endfor %}
 </table>
 {% if d.verify %}<p>Counter clauses (<code>[verify]</code>):</p><table><tr><th>clause</th><th>profiled results</th><th>not holding</th><th>outcome</th></tr>
 {% for c in d.verify %}<tr><td><code>{{ c.text }}</code></td><td class="num">{{ c.n }}</td><td class="num">{{ c.n_failed }}</td><td class="{{ c.outcome }}">{{ c.outcome }}</td></tr>{% endfor %}</table>{% endif %}
-{% if d.primary %}<p>Primary <code>{{ d.primary.expr }}</code> = <b>{{ d.primary.value }}</b>, predicted {{ d.primary.prediction }}{% if d.primary.error %} (outcome − prediction = {{ d.primary.error }}){% endif %}.</p>{% endif %}
+{% if d.primary %}<p>Primary <code>{{ d.primary.expr }}</code> = <b>{{ d.primary.value }}</b>{% if d.primary.source != "—" %} (measured: {{ d.primary.source }}){% endif %}, predicted {{ d.primary.prediction }}{% if d.primary.error %} (outcome − prediction = {{ d.primary.error }}){% endif %}.</p>{% endif %}
 <p>{% if d.verdict %}<b>Verdict: {{ d.verdict.outcome }}</b> (ledger row {{ d.verdict.seq }}, commit <code>{{ d.verdict.commit }}</code>){% if d.verdict.excluded %}; left out of the bar: {{ d.verdict.excluded }}{% endif %}.{% else %}<b>No verdict yet.</b>{% endif %}</p>
 <p>Outcomes: {% for k, n in d.counts %}{{ k }} {{ n }}{% if not loop.last %} · {% endif %}{% endfor %}{% for k, n in d.flagged %} · results flagged {{ k }}: {{ n }}{% endfor %}</p>
 </div></div>
@@ -408,6 +453,7 @@ figure { margin: 0; } figure img { width: 100%; height: auto; display: block; } 
 <table><tr><th>outcome</th><th>kernel and reason</th><th>count</th></tr>
 {% for kind, why, n in d.reasons %}<tr><td>{{ kind }}</td><td>{{ why }}</td><td class="num">{{ n }}</td></tr>{% endfor %}</table>{% endif %}
 <h2>Results per config</h2>
+<p class="legend">{{ d.legend }}</p>
 {% for t in d.tables %}<h3>{{ t.key }}</h3>
 <table><tr>{% for h in d.header %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for row in t.rows %}<tr>{% if row.span %}<td>{{ row.cells[0] }}</td><td colspan="{{ d.header | length - 1 }}">{{ row.cells[1] | md_bold }}</td>{% else %}{% for cell in row.cells %}<td{% if not loop.first and not loop.last %} class="num"{% endif %}>{{ cell }}</td>{% endfor %}{% endif %}</tr>{% endfor %}
@@ -473,5 +519,6 @@ def summary(data: dict) -> list[str]:
             else f"{data['line']}: {data['verdict']['outcome']} (ledger row {data['verdict']['seq']})")
     said = [head]
     for c in data["clauses"]:
-        said.append(f"  {c['outcome']:<8} {c['text']}  → {c['value']} ({c['op']} {c['threshold']}, {c['n']} rows)")
+        said.append(f"  {c['outcome']:<8} {c['text']}  → {c['value']} ({c['op']} {c['threshold']}, {c['n']} rows)"
+                    + ("" if c["source"] == "—" else f"; measured: {c['source']}"))
     return said

@@ -1,6 +1,7 @@
 """`bench route`: a dispatch table per shape as in shape-aware attention, from ledgers alone.
 
-Per shape (config key), the fastest kernel (lowest median) among those that passed every
+Per shape (config key), the fastest kernel (lowest median in the interleaved rounds — the
+protocol its speedup comes from, shown beside it with the rounds' clock) among those that passed every
 check there — a result row that is neither rig-noisy nor impossible, and no failing row
 (incorrect, crashed, impossible) for that kernel at that shape in any of the lines — and
 whose speedup CI lies wholly above 1; otherwise the baseline. A kernel measured at one
@@ -21,7 +22,7 @@ from harness.jsonsafe import number
 from harness.governance.outcomes import FAILING_KINDS, RESULT
 from harness.reporting.lines import LineView, device_of
 
-ROUTE_SCHEMA = 1
+ROUTE_SCHEMA = 2  # 2: each route carries the interleaved medians and clock its speedup comes from
 CONFIG_FIELDS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
 
 
@@ -36,6 +37,22 @@ class Route:
     line: str | None  # where the chosen result came from (None: baseline)
     seq: int | None
     why: str  # why the baseline, or which kernels were passed over
+    # The speedup's own figures, from the interleaved rounds (None where no result was measured):
+    # the chosen kernel's median (the baseline's for a baseline route), the baseline's, the clock.
+    ms: float | None = None
+    baseline_ms: float | None = None
+    sm_mhz: float | None = None
+
+    def times(self) -> str:
+        """``1.968 ms vs baseline 11.31 ms at 1980 MHz``; a baseline route: the baseline's alone
+        ("—" where nothing was measured)."""
+        from harness.reporting.protocol import pair_text
+
+        if self.baseline_ms is None:
+            return "—"
+        if self.line is None:
+            return f"baseline {self.baseline_ms:.4g} ms" + ("" if self.sm_mhz is None else f" at {self.sm_mhz:.0f} MHz")
+        return pair_text(self.ms, self.baseline_ms, self.sm_mhz)
 
 
 @dataclass(frozen=True)
@@ -57,7 +74,8 @@ class RouteTable:
         return {"schema": ROUTE_SCHEMA, "baseline": self.baseline, "device": self.device, "lines": list(self.lines),
                 "geomean_speedup": self.geomean, "worst_speedup": self.worst.speedup,
                 "routes": [{"config_key": r.config_key, "config": r.config, "kernel": r.kernel, "speedup": r.speedup,
-                            "speedup_ci": [r.ci_low, r.ci_high], "line": r.line, "seq": r.seq, "why": r.why}
+                            "speedup_ci": [r.ci_low, r.ci_high], "line": r.line, "seq": r.seq, "why": r.why,
+                            "interleaved": {"ms": r.ms, "baseline_ms": r.baseline_ms, "sm_mhz": r.sm_mhz}}
                            for r in self.routes]}
 
 
@@ -77,6 +95,16 @@ def _or_inf(v) -> float:
     return math.inf if x is None or math.isnan(x) else x
 
 
+def _interleaved_ms(row: dict) -> float:
+    """The candidate's median in the interleaved rounds (inf where none): a route compares
+    kernels in the protocol their speedups come from, never one's sustained median with
+    another's interleaved one."""
+    from harness.governance.metrics import INTERLEAVED
+    from harness.reporting.protocol import timed
+
+    return _or_inf(timed(row, INTERLEAVED).median_ms)
+
+
 def _failed(row: dict) -> bool:
     return row["kind"] in FAILING_KINDS or (row["kind"] == RESULT and bool(row.get("impossible")))
 
@@ -87,6 +115,9 @@ def build(views: list[LineView]) -> RouteTable:
     if len(baselines) != 1:
         raise UserError(f"lines {', '.join(v.line for v in views)} time against different baselines "
                         f"({', '.join(sorted(map(str, baselines)))}): a route needs speedups over one baseline")
+    from harness.governance.metrics import INTERLEAVED
+    from harness.reporting.protocol import timed
+
     (baseline,) = baselines
     outcomes = [(v.line, r) for v in views for r in v.outcomes().values()]
     devices = sorted({device_of(r) for _, r in outcomes if r["kind"] == RESULT}, key=str)
@@ -123,13 +154,18 @@ def build(views: list[LineView]) -> RouteTable:
         passed_over += [f"{k}: failed here" + (" (the baseline)" if k == baseline else "") for k in sorted(failed)]
         config = next(r["config"] for _, r in rows)
         if eligible:
-            line, r = min(eligible, key=lambda lr: _or_inf(lr[1]["metrics"].get("ms")))
+            line, r = min(eligible, key=lambda lr: _interleaved_ms(lr[1]))
             m = r["metrics"]
+            cand, base = timed(r, INTERLEAVED), timed(r, INTERLEAVED, "baseline")
             routes.append(Route(key, config, r["candidate"], m["speedup"], m["speedup_ci_low"], m["speedup_ci_high"],
-                                line, r["seq"], "; ".join(passed_over)))
+                                line, r["seq"], "; ".join(passed_over), cand.median_ms, base.median_ms, cand.sm_mhz))
         else:
+            measured = next((r for _, r in rows if r["kind"] == RESULT), None)
+            base = timed(measured, INTERLEAVED, "baseline") if measured is not None else None
             routes.append(Route(key, config, baseline, 1.0, 1.0, 1.0, None, None,
-                                "; ".join(passed_over) or "no kernel measured here"))
+                                "; ".join(passed_over) or "no kernel measured here",
+                                None if base is None else base.median_ms, None if base is None else base.median_ms,
+                                None if base is None else base.sm_mhz))
     device, gpu = devices[0]
     return RouteTable(baseline, gpu or device or "?", tuple(v.line for v in views), tuple(routes))
 
@@ -178,10 +214,10 @@ def route_table(table: RouteTable):
     t = Table(title=f"route over {', '.join(table.lines)} on {table.device} (baseline {table.baseline})",
               caption=f"geomean {table.geomean:.3f}× over {len(table.routes)} shapes; worst {w.speedup:.3f}× "
                       f"({w.config_key} → {w.kernel})")
-    for col in ("shape", "kernel", "speedup", "CI", "passed over"):
+    for col in ("shape", "kernel", "speedup", "CI", "interleaved ms at clock", "passed over"):
         t.add_column(col, justify="right" if col in ("speedup", "CI") else "left", overflow="fold")
     for r in table.routes:
         style = "bold" if r.kernel != table.baseline else "dim"
         t.add_row(r.config_key, f"[{style}]{r.kernel}[/]", f"{r.speedup:.3f}×",
-                  "—" if r.line is None else f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", r.why)
+                  "—" if r.line is None else f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", r.times(), r.why)
     return t

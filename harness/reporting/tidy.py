@@ -4,7 +4,8 @@
 strings); the tidy view is what a notebook or a spreadsheet wants instead: config fields
 as typed columns, each metric of the row's ``metrics`` dict as its own float column (new
 metrics appear without code changes), the outcome kind and its reason, sample counts and
-the clock summary. Superseded rows are left out; rows of every commit are kept (the
+the clock summary (``sm_clock_mean_mhz``: the interleaved rounds'; the ``sm_mhz`` metric is
+the clock of the rates, measured under ``rate_protocol``). Superseded rows are left out; rows of every commit are kept (the
 ``commit`` column tells them apart).
 """
 
@@ -20,13 +21,15 @@ CONFIG_COLUMNS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim
 CONFIG_DTYPES = {"workload": "string", "batch": "Int64", "heads": "Int64", "kv_heads": "Int64", "seq_len": "Int64",
                  "head_dim": "Int64", "dtype": "string", "causal": "boolean"}
 LEAD_COLUMNS = ("line", "seq", "kind", "commit", "device", "gpu", "config_key", "kernel", "role", "baseline")
-TAIL_COLUMNS = ("n_samples", "n_baseline_samples", "n_rounds", "n_dropped_rounds", "sm_clock_mean_mhz", "timing_mode",
+TAIL_COLUMNS = ("n_samples", "n_baseline_samples", "n_rounds", "n_dropped_rounds", "sm_clock_mean_mhz", "rate_protocol",
+                "timing_mode",
                 "rig_noisy", "impossible", "gate_pass_rate", "gate_tolerance_ratio", "reason", "time")
 
 
 def tidy_records(rows) -> tuple[list[dict], list[str]]:
     """(records, metric names in first-seen order) for every current outcome row."""
     from harness.governance.ledger import current_rows
+    from harness.governance.metrics import rate_protocol
     from harness.reporting.lines import arm_samples
 
     records, metrics = [], []
@@ -54,6 +57,8 @@ def tidy_records(rows) -> tuple[list[dict], list[str]]:
             "n_rounds": timing.get("n_rounds"),
             "n_dropped_rounds": timing.get("n_dropped", len(rounds.get("dropped") or []) if rounds else None),
             "sm_clock_mean_mhz": number(clock.get("mean_mhz")),
+            # Which protocol the rate metrics (ms, tflops, gbps, fractions, sm_mhz, power_w) come from.
+            "rate_protocol": rate_protocol(r) if is_result else None,
             "timing_mode": timing.get("effective_mode") or timing.get("mode"),
             "rig_noisy": bool(r.get("rig_noisy")) if is_result else None,
             "impossible": bool(r.get("impossible")) if is_result else None,
@@ -78,7 +83,7 @@ def tidy_frame(rows):
              "sm_clock_mean_mhz": "float64", "rig_noisy": "boolean", "impossible": "boolean",
              "gate_pass_rate": "float64", "gate_tolerance_ratio": "float64"}
     for col in ("line", "kind", "commit", "device", "gpu", "config_key", "kernel", "role", "baseline", "timing_mode",
-                "reason", "time"):
+                "rate_protocol", "reason", "time"):
         types[col] = "string"
     return df.astype(types)
 

@@ -560,7 +560,7 @@ def _memory(pred, peak) -> dict:
 def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, details, empty=None,
             sus=None) -> Outcome:
     """A `result` row; its ``metrics`` are the metric table's (governance/metrics.py)."""
-    from harness.governance.metrics import result_metrics
+    from harness.governance.metrics import INTERLEAVED, SUSTAINED, result_metrics
     from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
 
     cand, base, ctl = m.arms[arm_name(spec.name)], m.arms[ARM_BASELINE], m.arms[ARM_CONTROL]
@@ -628,7 +628,7 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         "timing": m.to_row(),
         "policy": policy.as_dict(),
         "empty_window": empty.as_dict() if empty is not None else None,
-        "rate_protocol": "sustained" if sus is not None else "interleaved",
+        "rate_protocol": SUSTAINED if sus is not None else INTERLEAVED,
         "sustained": sus.as_dict() if sus is not None else None,
         "rig_noisy": bool(noise),
         "rig_noise": noise,

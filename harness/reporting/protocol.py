@@ -1,0 +1,148 @@
+"""The time and clock each figure of a result row was computed from, for every renderer.
+
+A result row records two measurements of its candidate: the interleaved rounds
+(``timing``: every arm in turn under one clock; the speedup's) and, on a line whose bar
+judges an absolute rate, the sustained phase (``sustained``: its calls back to back; the
+rates'). Which metric comes from which is the metric table's ``protocol``
+(governance/metrics.py); this module reads that protocol's own record in the row (its
+samples, mean SM clock and power), so a renderer prints a figure beside the time and clock it
+came from — never a rate beside the interleaved median, nor a speedup beside the sustained one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from harness.governance import metrics as metric_table
+from harness.governance.metrics import INTERLEAVED, SUSTAINED
+from harness.jsonsafe import number
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One arm's time under one protocol, with the clock and power it ran at (None: not known)."""
+
+    protocol: str  # INTERLEAVED or SUSTAINED
+    arm: str  # "candidate", "baseline" or "control"
+    median_ms: float | None
+    p20_ms: float | None
+    p80_ms: float | None
+    n: int
+    sm_mhz: float | None
+    power_w: float | None
+
+    def spread(self, spec: str = ".4g") -> str:
+        """``median [p20–p80]`` in ms: "—" for a figure not recorded, nan for one measured as NaN."""
+        f = lambda x: "—" if x is None else format(x, spec)  # noqa: E731
+        return f"{f(self.median_ms)} [{f(self.p20_ms)}–{f(self.p80_ms)}]"
+
+    def clock(self) -> str:
+        """The mean SM clock as ``1776 MHz``, "—" where none was read (the CPU)."""
+        return "—" if self.sm_mhz is None else f"{self.sm_mhz:.0f} MHz"
+
+    def text(self) -> str:
+        """``sustained 2.141 ms at 1776 MHz``: the protocol, the median and its clock."""
+        ms = "—" if self.median_ms is None else f"{self.median_ms:.4g}"
+        return f"{self.protocol} {ms} ms" + ("" if self.sm_mhz is None else f" at {self.sm_mhz:.0f} MHz")
+
+
+def _percentiles(samples) -> tuple[float | None, float | None, float | None]:
+    from harness.measurement.stats import Stats
+
+    xs = [float(x) for x in samples or () if number(x) is not None]
+    if not xs:
+        return None, None, None
+    s = Stats.from_samples(xs)
+    return s.median, s.p20, s.p80
+
+
+def timed(row: dict, protocol: str, arm: str = "candidate") -> Timed:
+    """``arm``'s time in ``row`` under ``protocol``, from that protocol's own record.
+
+    Interleaved: the arm's kept rounds (``timing.arms``), the rounds' mean clock and power.
+    Sustained: the candidate's back-to-back calls (``sustained``), their clock and power; only
+    the candidate has that phase (a ValueError for another arm, or a row without the phase).
+    """
+    if protocol == INTERLEAVED:
+        timing = row.get("timing") or {}
+        name = f"candidate:{row['candidate']}" if arm == "candidate" else arm
+        rec = (timing.get("arms") or {}).get(name) or {}
+        stats = rec.get("stats") or {}
+        if stats:
+            med, p20, p80 = (number(stats.get(k)) for k in ("median", "p20", "p80"))
+            n = int(stats.get("n") or len(rec.get("samples_ms") or ()))
+        else:  # rows that keep only the samples: the same statistics, computed here
+            med, p20, p80 = _percentiles(rec.get("samples_ms"))
+            n = len(rec.get("samples_ms") or ())
+        clock = timing.get("clock") or {}
+        return Timed(INTERLEAVED, arm, med, p20, p80, n, number(clock.get("mean_mhz")),
+                     number(clock.get("power_mean_w")))
+    if protocol != SUSTAINED:
+        raise ValueError(f"unknown protocol {protocol!r}: {', '.join(metric_table.PROTOCOLS)}")
+    sus = row.get("sustained")
+    if arm != "candidate" or not isinstance(sus, dict):
+        raise ValueError(f"row {row.get('seq')}: no sustained phase of the {arm} (only a rate line's candidate has one)")
+    med, p20, p80 = _percentiles(sus.get("samples_ms"))
+    return Timed(SUSTAINED, arm, number(sus.get("median_ms")) if med is None else med, p20, p80,
+                 len(sus.get("samples_ms") or ()), number(sus.get("sm_mhz")), number(sus.get("power_w")))
+
+
+def rates(row: dict) -> Timed:
+    """The candidate's time the row's rates (``ms``, TFLOP/s, GB/s, fractions) were computed from."""
+    return timed(row, metric_table.rate_protocol(row))
+
+
+def of_metric(row: dict, name: str) -> Timed:
+    """The candidate's time metric ``name`` of ``row`` was computed from (the metric table's protocol)."""
+    return timed(row, metric_table.protocol(name, row))
+
+
+def pair_text(ms: float | None, baseline_ms: float | None, sm_mhz: float | None) -> str:
+    """Two arms' medians of one run of rounds and its clock: ``1.968 ms vs baseline 11.31 ms at 1980 MHz``."""
+    f = lambda x: "—" if x is None else f"{x:.4g}"  # noqa: E731
+    return f"{f(ms)} ms vs baseline {f(baseline_ms)} ms" + ("" if sm_mhz is None else f" at {sm_mhz:.0f} MHz")
+
+
+def speedup_text(row: dict, *, named: bool = True) -> str:
+    """A speedup's own figures: ``interleaved 1.968 ms vs baseline 11.31 ms at 1980 MHz``
+    (without the protocol's name where a column header gives it)."""
+    cand, base = timed(row, INTERLEAVED), timed(row, INTERLEAVED, "baseline")
+    return (f"{INTERLEAVED} " if named else "") + pair_text(cand.median_ms, base.median_ms, cand.sm_mhz)
+
+
+def source(agg, outcomes: dict, *, include_noisy: bool, value) -> str:
+    """Where a bar aggregate's ``value`` (a clause's, the primary's) was measured: its metric's
+    protocol and, for a value decided by one row (min, max, an odd median), that row's kernel,
+    config and the time and clock it came from. "—" for one over no metric (a count of rows,
+    pass_rate). ``outcomes`` are the line's current outcomes, as the bar saw them."""
+    from harness.governance import bar as barlang
+    from harness.governance.outcomes import RESULT
+    from harness.governance.verdict import bar_rows
+
+    if agg.metric is None or agg.func == "pass_rate" or agg.metric not in metric_table.BY_NAME:
+        return "—"
+    one = dataclasses.replace(agg, func="max")  # over one row: that row's value, None when filtered out
+    matched = []
+    for key, r in outcomes.items():
+        if r["kind"] != RESULT:
+            continue
+        rows, _ = bar_rows({key: r}, include_noisy=include_noisy)
+        if rows and rows[0].get("correct") and barlang.evaluate_aggregate(one, rows) is not None:
+            matched.append(r)
+    if not matched:
+        return "—"
+    kinds = sorted({metric_table.protocol(agg.metric, r) for r in matched})
+    target = number(value)
+    if agg.func in ("min", "max", "median") and target is not None:
+        decided = [r for r in matched if number(r["metrics"].get(agg.metric)) == target]
+        if decided:
+            r = min(decided, key=lambda r: r["seq"])
+            # An interleaved figure is a ratio of (or one side of) the arms' medians: both are shown.
+            interleaved = metric_table.protocol(agg.metric, r) == INTERLEAVED
+            fig = speedup_text(r) if interleaved else of_metric(r, agg.metric).text()
+            return f"{fig} ({r['candidate']} @ {r['config_key']})"
+    return f"{' and '.join(kinds)}, over {len(matched)} result{'s' if len(matched) != 1 else ''}"
+
+
+__all__ = ["Timed", "of_metric", "pair_text", "rates", "source", "speedup_text", "timed"]
