@@ -37,6 +37,16 @@ def loaded_files() -> dict[str, Path]:
     return out
 
 
+def module_path(p: Path) -> str:
+    """``p`` relative to the deepest import path holding it (``kernels/sdpa.py`` of an installed
+    bench, ``mypkg/attn.py`` of a plugin), else its file name: how a row names a file outside
+    the repository without naming a directory of a machine."""
+    f = Path(p).resolve()
+    roots = [Path(e).resolve() for e in sys.path if e]
+    held = [r for r in roots if f.is_relative_to(r)]
+    return f.relative_to(max(held, key=lambda r: len(r.parts))).as_posix() if held else f.name
+
+
 def _fix(top: Path) -> str:
     return f"run `python -m harness` from {top}, or `pip install -e .` there"
 

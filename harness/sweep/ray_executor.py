@@ -65,14 +65,14 @@ def _sha(path: Path) -> str:
 
 def _kernel_sources(kernels) -> dict[str, Path]:
     """The line's kernel source files (plugins included), by their module path."""
-    from harness.sweep.run import _module_path
+    from harness.governance.codeprov import module_path
     from kernels import get_kernel
 
     out = {}
     for name in kernels:
         src = Path(get_kernel(name).source)
         if src.is_file():
-            out[_module_path(src)] = src
+            out[module_path(src)] = src
     return out
 
 

@@ -678,21 +678,11 @@ def _source(spec, root: str | None) -> dict:
     if root is not None and p.resolve().is_relative_to(Path(root).resolve()):
         shown = p.resolve().relative_to(Path(root).resolve()).as_posix()
     else:  # outside the repository: the module's path (a row never names a directory of a machine)
-        shown = _module_path(p)
+        from harness.governance.codeprov import module_path
+
+        shown = module_path(p)
     return {"path": shown, "sha256": hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None,
             "distribution": spec.distribution}
-
-
-def _module_path(p) -> str:
-    """``p`` relative to the deepest import path holding it (``kernels/sdpa.py`` of an installed
-    bench, ``mypkg/attn.py`` of a plugin), else its file name."""
-    import sys
-    from pathlib import Path
-
-    f = p.resolve()
-    roots = [Path(e).resolve() for e in sys.path if e]
-    held = [r for r in roots if f.is_relative_to(r)]
-    return f.relative_to(max(held, key=lambda r: len(r.parts))).as_posix() if held else f.name
 
 
 def fault_outcome(cfg: Config, candidate: str, ctx: SweepContext, reason: str, fault: dict) -> Outcome:
