@@ -19,7 +19,7 @@ from harness.workloads.inputs import make_inputs
 from kernels import kernel
 from tests import zoo
 from tests.conftest import sweep_context
-from tests.timers import ScriptedTimer
+from tests.timers import ScriptedClockSource, ScriptedTimer
 
 CFG = Config("attention", 1, 2, 2, 32, 16, "float32", False)
 # CFG's gate with one seed and one family: 2 calls at CFG and each of its 3 boundary configs.
@@ -298,7 +298,7 @@ def test_sustain_takes_at_least_min_calls_however_slow_the_call():
 
 
 def test_sustain_reports_the_clock_and_power_of_the_timed_calls_only():
-    from harness.measurement.clocks import ClockMonitor, ScriptedClockSource
+    from harness.measurement.clocks import ClockMonitor
     from harness.measurement.sustained import sustain
 
     # Boost clock and low power while warming (t < 0.5 s), then settled: the row must carry the
