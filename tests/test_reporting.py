@@ -54,7 +54,7 @@ def _result(led: Ledger, n: int, kernel: str, cand: list[float], base: list[floa
             **extra) -> dict:
     """A result row whose figures are its samples' (``ledger.verify`` recomputes them)."""
     from harness.measurement.stats import ratio, speedup_ci
-    from harness.measurement.sustained import rates
+    from harness.measurement.timing.sustained import rates
     from harness.workloads import Config
 
     cfg, key = _config(n)

@@ -270,7 +270,7 @@ def _rotation():
 
 
 def test_sustain_times_only_after_the_warm_up_and_back_to_back():
-    from harness.measurement.sustained import sustain
+    from harness.measurement.timing.sustained import sustain
 
     # 20 ms per call during the first 0.2 s of (virtual) time, then 10 ms: the warm-up absorbs
     # the slow start, and only the settled calls are timed.
@@ -289,7 +289,7 @@ def test_sustain_times_only_after_the_warm_up_and_back_to_back():
 
 
 def test_sustain_takes_at_least_min_calls_however_slow_the_call():
-    from harness.measurement.sustained import sustain
+    from harness.measurement.timing.sustained import sustain
 
     calls, prepared, fn, prep = _rotation()
     sus = sustain("a", fn, n_slots=1, device="cpu", timer=ScriptedTimer({"a": 500.0}),
@@ -299,7 +299,7 @@ def test_sustain_takes_at_least_min_calls_however_slow_the_call():
 
 def test_sustain_reports_the_clock_and_power_of_the_timed_calls_only():
     from harness.measurement.clocks import ClockMonitor
-    from harness.measurement.sustained import sustain
+    from harness.measurement.timing.sustained import sustain
 
     # Boost clock and low power while warming (t < 0.5 s), then settled: the row must carry the
     # settled figures, the ones the timed calls ran at.

@@ -494,7 +494,7 @@ def _sustained(cfg, spec, slots, outs, ctx):
     the check of the last call's output (poisoned before every call), or None when it passed."""
     from harness.measurement.correctness import check_timed_output, poison_
     from harness.measurement.numerics import capture, describe, diff, pin
-    from harness.measurement.sustained import sustain
+    from harness.measurement.timing.sustained import sustain
 
     def call(slot: int) -> None:
         q, k, v = slots[slot]
@@ -575,7 +575,7 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         # The measured peak is kept: memory does not depend on the clocks.
         return Outcome(kind, {**_base(cfg, spec.name, ctx), "reason": why, "undersampled": kind == SKIPPED,
                               "timing": m.to_row(), "policy": policy.as_dict(), "memory": _memory(pred, peak)})
-    from harness.measurement.sustained import rates
+    from harness.measurement.timing.sustained import rates
 
     speedup, lo, hi = m.speedup(candidate=arm_name(spec.name), baseline=ARM_BASELINE)
     control = m.control_ratio
