@@ -185,7 +185,7 @@ def sweep_context() -> int:
     import torch
     import triton.testing
 
-    from harness.measurement.correctness import poison_
+    from harness.measurement.correctness.poison import poison_
     from harness.measurement.timing.sustained import sustain
     from harness.measurement.timing import l2_flush
     from harness.sweep.run import SweepContext, run_config

@@ -123,7 +123,8 @@ def _gate_with_non_finite_figures():
     against an all-zero reference under a zero tolerance, its tolerance ratio infinite."""
     import torch
 
-    from harness.measurement.correctness import CheckReport, GateResult, compare
+    from harness.measurement.correctness.figures import compare
+    from harness.measurement.correctness.results import CheckReport, GateResult
 
     _, key = _config(32)
     zeros = torch.zeros(4, dtype=torch.float64)

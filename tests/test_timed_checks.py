@@ -9,7 +9,7 @@ import time
 import pytest
 
 from harness.governance import bar as barlang
-from harness.measurement.correctness import check_timed_output
+from harness.measurement.correctness.after_timing import check_timed_output
 from harness.measurement.stats import Stats
 from harness.measurement.timing import (ARM_BASELINE, ARM_CONTROL, EMPTY_WINDOW_FACTOR, TimingPolicy,
                                         empty_window, measure, told_apart)
@@ -157,7 +157,7 @@ def test_a_timed_output_left_unwritten_is_tagged_unwritten_not_nonfinite():
 def test_the_timed_check_tells_unwritten_from_a_computed_nan():
     import torch
 
-    from harness.measurement.correctness import poison_
+    from harness.measurement.correctness.poison import poison_
 
     q, k, v = make_inputs(CFG, 5, "normal", "cpu")
     out = poison_(torch.empty(CFG.shapes()[0]))
