@@ -1,4 +1,6 @@
-"""Triton code of ``triton_decode`` (see kernels/triton_decode.py for the design).
+"""Triton code of ``triton_decode``: the split and combine kernels, their launch constants
+and the scratch they write (kernels/triton_decode.py has the design, plans the launch and
+makes it; nothing here imports it back).
 
 Imported only when the kernel is first called: importing triton is slow and, on the CPU,
 must happen after TRITON_INTERPRET=1 is set.
@@ -6,16 +8,9 @@ must happen after TRITON_INTERPRET=1 is set.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
-
-from harness.errors import UserError
-from kernels._decode_inputs import decode_dims
-from kernels.triton_decode import (COMBINE_ONE_PASS_SPLITS, COMBINE_SPLIT_BLOCK, FUSE_COMBINE, HEAD_DIMS, INTERPRET,
-                                   LAUNCH_PDL, MAX_GROUP, PROGRAMS_PER_SM, cut, plan, sm_count)
 
 LOG2E = 1.4426950408889634
 # The query tile is padded to this many rows: the smallest M of a tensor-core tl.dot.
@@ -62,7 +57,7 @@ def _record(Rec, slot, t0):
 
 
 @triton.jit
-def _split_kernel(Q, K, V, M, L, ACC, Out, Count, Rec, qk_scale, seq_len, chunk, num_splits,
+def split_kernel(Q, K, V, M, L, ACC, Out, Count, Rec, qk_scale, seq_len, chunk, num_splits,
                   G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
                   UPCAST: tl.constexpr, FUSED: tl.constexpr, S_PAD: tl.constexpr, S_BLOCK: tl.constexpr,
                   USE_PDL: tl.constexpr, REC: tl.constexpr):
@@ -177,7 +172,7 @@ def _merge_head(M, L, ACC, Out, row, num_splits, D: tl.constexpr, S_PAD: tl.cons
 
 
 @triton.jit
-def _combine_kernel(M, L, ACC, Out, Rec, num_splits, rec_first, D: tl.constexpr, S_PAD: tl.constexpr,
+def combine_kernel(M, L, ACC, Out, Rec, num_splits, rec_first, D: tl.constexpr, S_PAD: tl.constexpr,
                     S_BLOCK: tl.constexpr, USE_PDL: tl.constexpr, REC: tl.constexpr):
     """One program per query head (the unfused path's second launch)."""
     if USE_PDL:
@@ -199,7 +194,7 @@ def _combine_kernel(M, L, ACC, Out, Rec, num_splits, rec_first, D: tl.constexpr,
 _SCRATCH: dict = {}
 
 
-def _scratch(device, pairs: int, rows: int, splits: int, d: int):
+def scratch(device, pairs: int, rows: int, splits: int, d: int):
     """(m, l, acc, arrivals): float32 partials and the fused path's int32 counter per kv head.
 
     The counters start at zero and the last arriver of each call puts its back to zero.
@@ -222,64 +217,3 @@ def _scratch(device, pairs: int, rows: int, splits: int, d: int):
     if keep:
         _SCRATCH[device] = (key, buffers)
     return buffers
-
-
-@functools.lru_cache(maxsize=None)
-def pdl_available(device) -> bool:
-    """Programmatic dependent launch: compiled Triton with gdc_* on an sm_90+ GPU (asked
-    once per device: decode's host time is on every call's path)."""
-    return (not INTERPRET and device.type == "cuda" and hasattr(tl.extra.cuda, "gdc_wait")
-            and torch.cuda.get_device_capability(device)[0] >= 9)
-
-
-def decode(q, k, v, out, scale, *, num_splits=None, block_n=None, num_warps=None, num_stages=None,
-           programs_per_sm=PROGRAMS_PER_SM, fused=None, pdl=None, combine_block=None, timeline=None):
-    """Launch split (+ combine unless fused); the keyword overrides exist for tests and tuning sweeps.
-
-    ``timeline``: an int64 CUDA tensor of ≥ (split programs + combine programs) × 3 elements
-    that receives each program's (start ns, end ns, SM), split programs first (explorations).
-    """
-    b, h, hkv, seq_len, d = decode_dims("triton_decode", q, k, v, out, head_dims=HEAD_DIMS, max_group=MAX_GROUP,
-                                        dtypes=("float16", "bfloat16"))
-    g = h // hkv
-
-    splits, chunk, block_n = plan(b, hkv, seq_len, d, sm_count(q.device), programs_per_sm, block_n)
-    if num_splits is not None:  # forced split count (tests, explorations): plan()'s rounding
-        splits, chunk = cut(seq_len, num_splits, block_n)
-    if num_warps is None:
-        num_warps = NUM_WARPS
-    if num_stages is None:
-        num_stages = 1 if INTERPRET else NUM_STAGES
-    if fused is None:
-        fused = FUSE_COMBINE
-    if pdl is None:
-        pdl = LAUNCH_PDL and pdl_available(q.device)
-    elif pdl and not pdl_available(q.device):
-        raise UserError("triton_decode: programmatic dependent launch needs compiled Triton with "
-                        "tl.extra.cuda.gdc_wait on an sm_90+ GPU; call with pdl=None or False")
-    launch = {"launch_pdl": True} if pdl else {}
-
-    m, l_, acc, arrivals = _scratch(q.device, b * hkv, b * h, splits, d)
-    s_pad = max(2, triton.next_power_of_2(splits))
-    if combine_block is None:
-        combine_block = s_pad if s_pad <= COMBINE_ONE_PASS_SPLITS else COMBINE_SPLIT_BLOCK
-    elif combine_block < 2 or combine_block & (combine_block - 1):
-        raise UserError(f"triton_decode: combine_block must be a power of 2 >= 2, not {combine_block}")
-    rec = timeline is not None
-    if rec and INTERPRET:
-        raise UserError("triton_decode: a timeline reads %globaltimer, which needs compiled Triton on a GPU")
-    if rec and (timeline.dtype != torch.int64 or timeline.device != q.device or not timeline.is_contiguous()):
-        raise UserError(f"triton_decode: timeline must be a contiguous int64 tensor on {q.device}, "
-                        f"not {timeline.dtype} on {timeline.device}")
-    if rec and timeline.numel() < 3 * (b * hkv * splits + (0 if fused else b * h)):
-        raise UserError(f"triton_decode: timeline has {timeline.numel()} elements, fewer than 3 per program")
-    _split_kernel[(b * hkv, splits)](
-        q, k, v, m, l_, acc, out, arrivals, timeline if rec else arrivals, scale * LOG2E, seq_len, chunk, splits,
-        G=g, G_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(g)), D=d, BLOCK_N=block_n,
-        UPCAST=INTERPRET and q.dtype == torch.bfloat16, FUSED=fused, S_PAD=s_pad, S_BLOCK=COMBINE_SPLIT_BLOCK,
-        USE_PDL=pdl, REC=rec, num_warps=num_warps, num_stages=num_stages, **launch)
-    if not fused:
-        _combine_kernel[(b * h,)](m, l_, acc, out, timeline if rec else arrivals, splits, b * hkv * splits, D=d,
-                                  S_PAD=s_pad, S_BLOCK=combine_block, USE_PDL=pdl, REC=rec,
-                                  num_warps=COMBINE_WARPS, **launch)
-    return splits

@@ -26,15 +26,17 @@ that measured slower, per-program timelines) are in docs/benchmarks-log.md.
 Runs on CUDA; on the CPU only under ``TRITON_INTERPRET=1`` (Triton's interpreter, set
 before triton is first imported), where ``devices`` includes "cpu" — slow, for tests.
 The Triton code lives in ``kernels/_triton_decode_impl.py`` (imported on first call, so
-listing kernels never imports triton); ``decode`` is its public entry with the tuning
-overrides that explorations (research/) time.
+listing kernels never imports triton; it imports nothing from here); ``decode`` plans and
+launches it, with the tuning overrides that explorations (research/) time.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
 from harness.errors import UserError
+from kernels._decode_inputs import decode_dims
 from kernels._registry import kernel
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -169,14 +171,74 @@ def triton_decode(q, k, v, out, *, causal, scale):
     decode(q, k, v, out, scale)
 
 
-def decode(q, k, v, out, scale: float, **tuning) -> int:
-    """The kernel's launch, with tuning overrides for explorations; returns the splits launched.
+@functools.lru_cache(maxsize=None)
+def pdl_available(device) -> bool:
+    """Programmatic dependent launch: compiled Triton with gdc_* on an sm_90+ GPU (asked
+    once per device: decode's host time is on every call's path)."""
+    import torch
+    import triton.language as tl
 
-    ``tuning`` (each defaults to the shipped choice): ``num_splits`` (forced, rounded to whole
+    return (not INTERPRET and device.type == "cuda" and hasattr(tl.extra.cuda, "gdc_wait")
+            and torch.cuda.get_device_capability(device)[0] >= 9)
+
+
+def decode(q, k, v, out, scale: float, *, num_splits=None, block_n=None, num_warps=None, num_stages=None,
+           programs_per_sm=PROGRAMS_PER_SM, fused=None, pdl=None, combine_block=None, timeline=None) -> int:
+    """The kernel's launch, with tuning overrides for tests and explorations; returns the splits launched.
+
+    Each override defaults to the shipped choice: ``num_splits`` (forced, rounded to whole
     tiles), ``block_n``, ``num_warps``, ``num_stages``, ``programs_per_sm``, ``fused`` (merge
     in the split kernel), ``pdl`` (programmatic dependent launch), ``combine_block``, and
-    ``timeline`` (an int64 CUDA tensor receiving each program's start ns, end ns and SM).
+    ``timeline`` (an int64 CUDA tensor of ≥ (split programs + combine programs) × 3 elements
+    that receives each program's start ns, end ns and SM, split programs first).
     """
-    from kernels._triton_decode_impl import decode as launch
+    import torch
+    import triton
 
-    return launch(q, k, v, out, scale, **tuning)
+    from kernels._triton_decode_impl import (COMBINE_WARPS, LOG2E, MIN_DOT_ROWS, NUM_STAGES, NUM_WARPS,
+                                             combine_kernel, scratch, split_kernel)
+
+    b, h, hkv, seq_len, d = decode_dims("triton_decode", q, k, v, out, head_dims=HEAD_DIMS, max_group=MAX_GROUP,
+                                        dtypes=("float16", "bfloat16"))
+    g = h // hkv
+
+    splits, chunk, block_n = plan(b, hkv, seq_len, d, sm_count(q.device), programs_per_sm, block_n)
+    if num_splits is not None:  # forced split count (tests, explorations): plan()'s rounding
+        splits, chunk = cut(seq_len, num_splits, block_n)
+    if num_warps is None:
+        num_warps = NUM_WARPS
+    if num_stages is None:
+        num_stages = 1 if INTERPRET else NUM_STAGES
+    if fused is None:
+        fused = FUSE_COMBINE
+    if pdl is None:
+        pdl = LAUNCH_PDL and pdl_available(q.device)
+    elif pdl and not pdl_available(q.device):
+        raise UserError("triton_decode: programmatic dependent launch needs compiled Triton with "
+                        "tl.extra.cuda.gdc_wait on an sm_90+ GPU; call with pdl=None or False")
+    launch = {"launch_pdl": True} if pdl else {}
+
+    m, l_, acc, arrivals = scratch(q.device, b * hkv, b * h, splits, d)
+    s_pad = max(2, triton.next_power_of_2(splits))
+    if combine_block is None:
+        combine_block = s_pad if s_pad <= COMBINE_ONE_PASS_SPLITS else COMBINE_SPLIT_BLOCK
+    elif combine_block < 2 or combine_block & (combine_block - 1):
+        raise UserError(f"triton_decode: combine_block must be a power of 2 >= 2, not {combine_block}")
+    rec = timeline is not None
+    if rec and INTERPRET:
+        raise UserError("triton_decode: a timeline reads %globaltimer, which needs compiled Triton on a GPU")
+    if rec and (timeline.dtype != torch.int64 or timeline.device != q.device or not timeline.is_contiguous()):
+        raise UserError(f"triton_decode: timeline must be a contiguous int64 tensor on {q.device}, "
+                        f"not {timeline.dtype} on {timeline.device}")
+    if rec and timeline.numel() < 3 * (b * hkv * splits + (0 if fused else b * h)):
+        raise UserError(f"triton_decode: timeline has {timeline.numel()} elements, fewer than 3 per program")
+    split_kernel[(b * hkv, splits)](
+        q, k, v, m, l_, acc, out, arrivals, timeline if rec else arrivals, scale * LOG2E, seq_len, chunk, splits,
+        G=g, G_PAD=max(MIN_DOT_ROWS, triton.next_power_of_2(g)), D=d, BLOCK_N=block_n,
+        UPCAST=INTERPRET and q.dtype == torch.bfloat16, FUSED=fused, S_PAD=s_pad, S_BLOCK=COMBINE_SPLIT_BLOCK,
+        USE_PDL=pdl, REC=rec, num_warps=num_warps, num_stages=num_stages, **launch)
+    if not fused:
+        combine_kernel[(b * h,)](m, l_, acc, out, timeline if rec else arrivals, splits, b * hkv * splits, D=d,
+                                 S_PAD=s_pad, S_BLOCK=combine_block, USE_PDL=pdl, REC=rec,
+                                 num_warps=COMBINE_WARPS, **launch)
+    return splits

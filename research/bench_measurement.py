@@ -73,7 +73,7 @@ def control_by_order(timing_row):
 def run_grid(configs, reg, device, timing, seeds, families):
     from harness.sweep.run import SweepContext, run_config
 
-    from harness.measurement.correctness import DEFAULT_TOLERANCES
+    from harness.measurement.correctness.figures import DEFAULT_TOLERANCES
 
     # The example's tolerances, plus the gate's named defaults for dtypes it does not list.
     atol = {d: a for d, (a, _) in DEFAULT_TOLERANCES.items()} | reg.atol

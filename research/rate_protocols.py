@@ -148,7 +148,7 @@ def decode_case():
 def decode_mechanism() -> int:
     import triton.testing
 
-    from harness.measurement.sustained import sustain
+    from harness.measurement.timing.sustained import sustain
 
     out_dir = Path(os.environ.get("OUT") or "bench-out")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -185,8 +185,8 @@ def sweep_context() -> int:
     import torch
     import triton.testing
 
-    from harness.measurement.correctness import poison_
-    from harness.measurement.sustained import sustain
+    from harness.measurement.correctness.poison import poison_
+    from harness.measurement.timing.sustained import sustain
     from harness.measurement.timing import l2_flush
     from harness.sweep.run import SweepContext, run_config
     from research.rate_vs_do_bench import TIMEOUT_S, quantiles, rate_line

@@ -7,10 +7,9 @@ import time
 import pytest
 
 from harness.measurement.clocks import (
-    ClockMonitor, ClockUnavailable, NvmlClockSource, ScriptedClockSource, open_monitor, reason_names,
-    reference_clock)
+    ClockMonitor, ClockUnavailable, NvmlClockSource, open_monitor, reason_names, reference_clock)
 from harness.measurement.timing import HostTimer, TimingPolicy, measure
-from tests.timers import ScriptedTimer
+from tests.timers import ScriptedClockSource, ScriptedTimer
 
 IDLE, LOAD = 345.0, 1980.0
 ARMS = ("candidate", "baseline", "control")
@@ -241,9 +240,8 @@ def test_nvml_absent_gives_a_note_not_a_silent_pass():
 
 
 # --- fail closed when the drop rule cannot be applied (review of 2026-11-29) ---------------
-from harness.measurement.clocks import ScriptedClockSource as _Src  # noqa: E402
 from harness.measurement.timing import TimingPolicy as _Pol, measure as _measure  # noqa: E402
-from tests.timers import ScriptedTimer as _Timer  # noqa: E402
+from tests.timers import ScriptedClockSource as _Src, ScriptedTimer as _Timer  # noqa: E402
 
 _ARMS = ("candidate", "baseline", "control")
 

@@ -12,9 +12,13 @@ import pytest
 import torch
 
 from harness.errors import UserError
-from harness.measurement.correctness import (DEFAULT_TOLERANCES, FAILURE_TAGS, STRUCTURAL_TAGS, checksum, compare,
-                                             gate, gate_bytes, poison_, recheck_in_place, side_stream_check, ulp,
-                                             unwritten_mask)
+from harness.measurement.correctness.after_timing import recheck_in_place
+from harness.measurement.correctness.figures import DEFAULT_TOLERANCES, compare, ulp
+from harness.measurement.correctness.gate import checksum, gate
+from harness.measurement.correctness.poison import poison_, unwritten_mask
+from harness.measurement.correctness.results import FAILURE_TAGS, STRUCTURAL_TAGS
+from harness.measurement.correctness.side_stream import side_stream_check
+from harness.measurement.correctness.vram import gate_bytes
 from harness.measurement.reference import reference
 from harness.workloads import Config
 from harness.workloads.inputs import (BOUNDARY_SEQ_LENS, DEFAULT_FAMILIES, FAMILIES, LARGE_LOGIT, OUTLIER_V,

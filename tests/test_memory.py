@@ -6,7 +6,7 @@ import math
 
 
 from harness.measurement import memory
-from harness.measurement.correctness import gate_bytes
+from harness.measurement.correctness.vram import gate_bytes
 from harness.measurement.timing import TimingPolicy, flush_bytes
 from harness.sweep.run import run_config
 from harness.workloads import Config
@@ -151,7 +151,7 @@ def test_an_autotuners_first_call_buffer_counts_in_the_gate_only():
     # Between calls, the larger of the steady workspace (sdpa's) and a new input set being drawn.
     assert b["timing_phase"] == timed + spot + refreshed + max(specs[0].extra_bytes(cfg),
                                                               inputs + generation_bytes(cfg))
-    from harness.measurement.correctness import compare_bytes
+    from harness.measurement.correctness.vram import compare_bytes
     from harness.measurement.reference import reference_bytes
 
     assert b["recheck_phase"] == (timed + inputs + 2 * out + reference_bytes(cfg)

@@ -54,7 +54,7 @@ def _result(led: Ledger, n: int, kernel: str, cand: list[float], base: list[floa
             **extra) -> dict:
     """A result row whose figures are its samples' (``ledger.verify`` recomputes them)."""
     from harness.measurement.stats import ratio, speedup_ci
-    from harness.measurement.sustained import rates
+    from harness.measurement.timing.sustained import rates
     from harness.workloads import Config
 
     cfg, key = _config(n)
@@ -123,7 +123,8 @@ def _gate_with_non_finite_figures():
     against an all-zero reference under a zero tolerance, its tolerance ratio infinite."""
     import torch
 
-    from harness.measurement.correctness import CheckReport, GateResult, compare
+    from harness.measurement.correctness.figures import compare
+    from harness.measurement.correctness.results import CheckReport, GateResult
 
     _, key = _config(32)
     zeros = torch.zeros(4, dtype=torch.float64)

@@ -183,7 +183,7 @@ def test_gpu_a_kernel_that_leaves_device_work_when_timed_gets_no_number_and_the_
 def _gate_calls(cfg, c) -> int:
     """How many calls the gate makes of a kernel at ``cfg`` under ``c`` (counted, not assumed),
     its stream look included."""
-    from harness.measurement.correctness import gate
+    from harness.measurement.correctness.gate import gate
 
     n = {"n": 0}
 

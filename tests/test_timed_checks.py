@@ -9,7 +9,7 @@ import time
 import pytest
 
 from harness.governance import bar as barlang
-from harness.measurement.correctness import check_timed_output
+from harness.measurement.correctness.after_timing import check_timed_output
 from harness.measurement.stats import Stats
 from harness.measurement.timing import (ARM_BASELINE, ARM_CONTROL, EMPTY_WINDOW_FACTOR, TimingPolicy,
                                         empty_window, measure, told_apart)
@@ -19,7 +19,7 @@ from harness.workloads.inputs import make_inputs
 from kernels import kernel
 from tests import zoo
 from tests.conftest import sweep_context
-from tests.timers import ScriptedTimer
+from tests.timers import ScriptedClockSource, ScriptedTimer
 
 CFG = Config("attention", 1, 2, 2, 32, 16, "float32", False)
 # CFG's gate with one seed and one family: 2 calls at CFG and each of its 3 boundary configs.
@@ -157,7 +157,7 @@ def test_a_timed_output_left_unwritten_is_tagged_unwritten_not_nonfinite():
 def test_the_timed_check_tells_unwritten_from_a_computed_nan():
     import torch
 
-    from harness.measurement.correctness import poison_
+    from harness.measurement.correctness.poison import poison_
 
     q, k, v = make_inputs(CFG, 5, "normal", "cpu")
     out = poison_(torch.empty(CFG.shapes()[0]))
@@ -270,7 +270,7 @@ def _rotation():
 
 
 def test_sustain_times_only_after_the_warm_up_and_back_to_back():
-    from harness.measurement.sustained import sustain
+    from harness.measurement.timing.sustained import sustain
 
     # 20 ms per call during the first 0.2 s of (virtual) time, then 10 ms: the warm-up absorbs
     # the slow start, and only the settled calls are timed.
@@ -289,7 +289,7 @@ def test_sustain_times_only_after_the_warm_up_and_back_to_back():
 
 
 def test_sustain_takes_at_least_min_calls_however_slow_the_call():
-    from harness.measurement.sustained import sustain
+    from harness.measurement.timing.sustained import sustain
 
     calls, prepared, fn, prep = _rotation()
     sus = sustain("a", fn, n_slots=1, device="cpu", timer=ScriptedTimer({"a": 500.0}),
@@ -298,8 +298,8 @@ def test_sustain_takes_at_least_min_calls_however_slow_the_call():
 
 
 def test_sustain_reports_the_clock_and_power_of_the_timed_calls_only():
-    from harness.measurement.clocks import ClockMonitor, ScriptedClockSource
-    from harness.measurement.sustained import sustain
+    from harness.measurement.clocks import ClockMonitor
+    from harness.measurement.timing.sustained import sustain
 
     # Boost clock and low power while warming (t < 0.5 s), then settled: the row must carry the
     # settled figures, the ones the timed calls ran at.

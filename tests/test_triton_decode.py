@@ -92,8 +92,7 @@ _INTERPRETER_CHECK = textwrap.dedent("""
     import torch
     from harness.workloads import Config
     from kernels import load_kernels
-    from kernels._triton_decode_impl import decode
-    from kernels.triton_decode import scratch_bytes
+    from kernels.triton_decode import decode, scratch_bytes
 
     def reference(q, k, v, scale):
         g = q.shape[1] // k.shape[1]
@@ -237,7 +236,8 @@ def test_gpu_matches_float64_reference(dtype, batch, heads, kv_heads, seq_len, h
     v = torch.randn(batch, kv_heads, seq_len, head_dim, generator=gen, device="cuda").to(dt)
     out = torch.full_like(q, float("nan"))
     ref = _reference(q, k, v, head_dim ** -0.5)
-    from kernels._triton_decode_impl import _SCRATCH, decode, pdl_available
+    from kernels._triton_decode_impl import _SCRATCH
+    from kernels.triton_decode import decode, pdl_available
 
     if path and path.get("pdl") and not pdl_available(q.device):
         pytest.skip("programmatic dependent launch needs sm_90+")
@@ -266,10 +266,11 @@ def test_gpu_cuda_graph_capture(warm_first, fused, pdl, monkeypatch):
         pytest.skip("needs CUDA (compiled Triton)")
     from kernels import _triton_decode_impl as impl
     from kernels import load_kernels
+    from kernels import triton_decode as td
 
-    monkeypatch.setattr(impl, "FUSE_COMBINE", fused)
-    monkeypatch.setattr(impl, "LAUNCH_PDL", pdl)
-    if pdl and not impl.pdl_available(torch.device("cuda")):
+    monkeypatch.setattr(td, "FUSE_COMBINE", fused)
+    monkeypatch.setattr(td, "LAUNCH_PDL", pdl)
+    if pdl and not td.pdl_available(torch.device("cuda")):
         pytest.skip("programmatic dependent launch needs sm_90+")
     spec = load_kernels()["triton_decode"]
     gen = torch.Generator(device="cuda").manual_seed(7)
@@ -337,8 +338,7 @@ def test_gpu_timeline_records_every_program_in_order(pdl):
     if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("needs CUDA (compiled Triton)")
     from harness.errors import UserError
-    from kernels._triton_decode_impl import decode, pdl_available
-    from kernels.triton_decode import sm_count
+    from kernels.triton_decode import decode, pdl_available, sm_count
 
     if pdl and not pdl_available(torch.device("cuda")):
         pytest.skip("no programmatic dependent launch here")

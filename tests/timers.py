@@ -1,10 +1,12 @@
-"""A virtual timer for the timing tests: scripted durations, bit-reproducible time."""
+"""Test doubles in virtual time: a scripted timer (durations, bit-reproducible time) and a
+scripted clock source (SM clock, reasons, power as functions of that time)."""
 
 from __future__ import annotations
 
 import time
 from typing import Callable, Mapping, Sequence
 
+from harness.measurement.clocks import ClockReading
 from harness.measurement.timing.timers import CallCpu
 
 
@@ -86,3 +88,33 @@ class ScriptedTimer:
 
     def time_loop(self, calls, *, arm="") -> list[float]:
         return [self.time_call(fn, arm=arm, before=before) for fn, before in calls]
+
+
+class ScriptedClockSource:
+    """Readings as a function of (virtual) time, for deterministic tests.
+
+    ``sm`` maps t → MHz; ``reasons`` maps t → names (default: none). Temperature and power
+    are optional functions too.
+    """
+
+    name = "scripted"
+
+    def __init__(self, sm: Callable[[float], float], *, reasons: Callable[[float], Sequence[str]] | None = None,
+                 mem: Callable[[float], float] | None = None, temp: Callable[[float], float] | None = None,
+                 power: Callable[[float], float] | None = None, max_clock_mhz: float | None = None,
+                 app_clock_mhz: float | None = None):
+        self._sm, self._reasons, self._mem, self._temp, self._power = sm, reasons, mem, temp, power
+        self._limits = (max_clock_mhz, app_clock_mhz)
+
+    def read(self, t: float) -> ClockReading:
+        return ClockReading(t=t, sm_mhz=float(self._sm(t)),
+                            mem_mhz=float(self._mem(t)) if self._mem else None,
+                            temp_c=float(self._temp(t)) if self._temp else None,
+                            power_w=float(self._power(t)) if self._power else None,
+                            reasons=tuple(self._reasons(t)) if self._reasons else ())
+
+    def limits(self) -> tuple[float | None, float | None]:
+        return self._limits
+
+    def close(self) -> None:
+        pass

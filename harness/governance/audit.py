@@ -167,7 +167,7 @@ def recompute(row: dict) -> list[Disagreement]:
 def _rates(a: _Audit, row: dict, metrics: dict, cand: list[float] | None) -> None:
     """``ms`` (the sustained calls' median, or the candidate's) and the rates made of it."""
     from harness.measurement.stats import Stats
-    from harness.measurement.sustained import rates
+    from harness.measurement.timing.sustained import rates
     from harness.workloads import Config
 
     from harness.governance.metrics import PROTOCOLS, SUSTAINED

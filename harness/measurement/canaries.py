@@ -3,7 +3,7 @@
 Pre-registration means showing the test can fail. At `bench register`, on the smallest and
 largest grid points of each dtype and head_dim, the float64 reference is bent in known ways
 (CANARIES), cast to the line's dtype as a kernel would write it, and compared with the
-gate's own rule (``correctness.compare``). A canary the tolerance lets through at a point
+gate's own rule (``correctness.figures.compare``). A canary the tolerance lets through at a point
 means a kernel with that bug would pass the gate there: `register` refuses unless the
 registration waives it (``[correctness] accept_weak``). Precision downgrades inside a line's
 dtype (DOWNGRADES) are reported, seen or not, never refused.
@@ -152,7 +152,7 @@ def check(configs, *, atol: dict, rtol: dict, seed: int, families, names=None) -
     """Every canary (or precision in ``names``) at every canary point of ``configs``."""
     import torch
 
-    from harness.measurement.correctness import compare
+    from harness.measurement.correctness.figures import compare
     from harness.workloads.inputs import make_inputs
 
     out: list[Check] = []

@@ -1,6 +1,6 @@
 """GPU clock monitoring and the throttle policy.
 
-A ``ClockMonitor`` polls a ``ClockSource`` (NVML on a GPU, a script in tests) and keeps
+A ``ClockMonitor`` polls a ``ClockSource`` (NVML on a GPU; tests/timers.py scripts one) and keeps
 every reading with a timestamp in the *timer's* time base, so the timing loop can ask
 "what was the SM clock during round k?". Two ways to drive it:
 
@@ -181,36 +181,6 @@ class NvmlClockSource:
             self._nv.nvmlShutdown()
         except self._nv.NVMLError:
             pass
-
-
-class ScriptedClockSource:
-    """Readings as a function of (virtual) time, for deterministic tests.
-
-    ``sm`` maps t → MHz; ``reasons`` maps t → names (default: none). Temperature and power
-    are optional functions too.
-    """
-
-    name = "scripted"
-
-    def __init__(self, sm: Callable[[float], float], *, reasons: Callable[[float], Sequence[str]] | None = None,
-                 mem: Callable[[float], float] | None = None, temp: Callable[[float], float] | None = None,
-                 power: Callable[[float], float] | None = None, max_clock_mhz: float | None = None,
-                 app_clock_mhz: float | None = None):
-        self._sm, self._reasons, self._mem, self._temp, self._power = sm, reasons, mem, temp, power
-        self._limits = (max_clock_mhz, app_clock_mhz)
-
-    def read(self, t: float) -> ClockReading:
-        return ClockReading(t=t, sm_mhz=float(self._sm(t)),
-                            mem_mhz=float(self._mem(t)) if self._mem else None,
-                            temp_c=float(self._temp(t)) if self._temp else None,
-                            power_w=float(self._power(t)) if self._power else None,
-                            reasons=tuple(self._reasons(t)) if self._reasons else ())
-
-    def limits(self) -> tuple[float | None, float | None]:
-        return self._limits
-
-    def close(self) -> None:
-        pass
 
 
 class ClockMonitor:
@@ -497,5 +467,5 @@ def open_monitor(device: str, hz: float = DEFAULT_POLL_HZ) -> tuple[ClockMonitor
 __all__ = [
     "ABNORMAL_REASONS", "ClockMonitor", "ClockReading", "ClockSource", "ClockSummary", "ClockUnavailable",
     "DEFAULT_POLL_HZ", "MIN_POLL_HZ", "NvmlClockSource", "REASON_BITS", "REFERENCE_TAIL_FRACTION", "Reference",
-    "ScriptedClockSource", "open_monitor", "reason_names", "reference_clock", "round_drop", "summarize",
+    "open_monitor", "reason_names", "reference_clock", "round_drop", "summarize",
 ]

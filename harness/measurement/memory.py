@@ -75,7 +75,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     ``specs[0]`` is the baseline; the rest are candidates. The control arm is the
     baseline again with its own output buffers.
     """
-    from harness.measurement.correctness import compare_bytes, gate_bytes
+    from harness.measurement.correctness.vram import compare_bytes, gate_bytes
     from harness.measurement.reference import reference_bytes
     from harness.measurement.timing.policy import device_l2_bytes, flush_bytes
     from harness.workloads.inputs import generation_bytes
@@ -95,7 +95,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     # second call) and the float64 reference output, + that kernel's workspace (kernels are
     # gated one by one), with what its first call of a shape adds (an autotuner's buffers:
     # the gate calls each shape first). While the reference runs no kernel workspace is
-    # alive: correctness.gate_bytes covers that phase (reference chunks, compare blocks).
+    # alive: correctness.vram.gate_bytes covers that phase (reference chunks, compare blocks).
     gate = max(3 * (inputs + out) + ref_out + max(e + f for e, f in zip(extras, firsts)), gate_bytes(cfg))
 
     n_arms = len(specs) + 1  # candidates + baseline + control

@@ -34,7 +34,8 @@ def run(spec: dict) -> dict:
     import torch
 
     from harness.jsonsafe import jsonable
-    from harness.measurement.correctness import check_timed_output, poison_
+    from harness.measurement.correctness.after_timing import check_timed_output
+    from harness.measurement.correctness.poison import poison_
     from harness.measurement.counters import nvtx_range
     from harness.measurement.numerics import NumericState, apply
     from harness.workloads import Config

@@ -98,7 +98,7 @@ def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool =
     gate's reason and no counters: nothing is profiled that is not correct.
     """
     from harness.measurement import memory
-    from harness.measurement.correctness import gate
+    from harness.measurement.correctness.gate import gate
     from harness.measurement.numerics import apply
     from harness.measurement.profile import profile
     from kernels import get_kernel

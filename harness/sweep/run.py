@@ -146,7 +146,8 @@ def refresh_seed(cfg: Config, ctx: SweepContext) -> int:
 
 def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Outcome]:
     from harness.measurement import memory
-    from harness.measurement.correctness import gate, recheck_in_place
+    from harness.measurement.correctness.after_timing import recheck_in_place
+    from harness.measurement.correctness.gate import gate
     from harness.measurement.numerics import apply, capture, diff
 
     reg = ctx.reg
@@ -313,7 +314,7 @@ def _time(cfg, base_spec, timed, ctx, policy):
     """
     import torch
 
-    from harness.measurement.correctness import poison_
+    from harness.measurement.correctness.poison import poison_
     from harness.measurement.leftover import TimedWatch
     from harness.measurement.numerics import capture
     from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, measure
@@ -438,7 +439,7 @@ class _SlotContent:
 def _spot_failure(cfg, content, m, snaps, name, ctx):
     """The check of arm ``name``'s randomly chosen timed call (its output copy against a fresh
     reference on that call's inputs), or None when it passed."""
-    from harness.measurement.correctness import check_timed_output
+    from harness.measurement.correctness.after_timing import check_timed_output
 
     chosen = m.spot_calls.get(name)
     if chosen is None or name not in snaps:
@@ -456,7 +457,7 @@ def _refreshed_failure(cfg, content, m, kept, name, ctx):
     """The check of arm ``name``'s kept calls on new content (one per kind of refresh: in
     place, where a kernel keyed by address answers for the old content; fresh buffers),
     each against a reference on the content it ran on; the first failure, or None."""
-    from harness.measurement.correctness import check_timed_output
+    from harness.measurement.correctness.after_timing import check_timed_output
 
     checks = m.refresh.checks.get(name, {}) if m.refresh is not None else {}
     for how, copy in kept.get(name, {}).items():
@@ -492,9 +493,10 @@ def _memory_failure(m, arm) -> tuple[str | None, str] | None:
 def _sustained(cfg, spec, slots, outs, ctx):
     """The candidate's calls back to back at the sustained clock (rates for a rate bar), and
     the check of the last call's output (poisoned before every call), or None when it passed."""
-    from harness.measurement.correctness import check_timed_output, poison_
+    from harness.measurement.correctness.after_timing import check_timed_output
+    from harness.measurement.correctness.poison import poison_
     from harness.measurement.numerics import capture, describe, diff, pin
-    from harness.measurement.sustained import sustain
+    from harness.measurement.timing.sustained import sustain
 
     def call(slot: int) -> None:
         q, k, v = slots[slot]
@@ -536,7 +538,7 @@ def _empty_failure(m, arm, empty) -> str | None:
 
 def _timed_output_failure(cfg, content, m, arm, outs, ctx):
     """The first failing timed output among the checked slots, or None."""
-    from harness.measurement.correctness import check_timed_output
+    from harness.measurement.correctness.after_timing import check_timed_output
 
     # The first and last rotation slots: each holds what the last timed call on it wrote,
     # computed from the content that call ran on (the refresh may have changed it since).
@@ -575,7 +577,7 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         # The measured peak is kept: memory does not depend on the clocks.
         return Outcome(kind, {**_base(cfg, spec.name, ctx), "reason": why, "undersampled": kind == SKIPPED,
                               "timing": m.to_row(), "policy": policy.as_dict(), "memory": _memory(pred, peak)})
-    from harness.measurement.sustained import rates
+    from harness.measurement.timing.sustained import rates
 
     speedup, lo, hi = m.speedup(candidate=arm_name(spec.name), baseline=ARM_BASELINE)
     control = m.control_ratio

@@ -2,11 +2,13 @@
 
     policy.py   TimingPolicy (the [timing] knobs, validated), flush and rotation sizing
     timers.py   the Timer protocol (the test seam), HostTimer, CudaEventTimer, median_ms
-                (ceilings); the sustained phase (measurement/sustained.py) times through it too
+                (ceilings); the sustained mode times through it too
     orders.py   round orders: which arm runs when, balanced against carry-over
     graphs.py   CUDA-graph capture for graph mode
     rounds.py   RoundRunner: one round of calls (slots, lead calls, prepare, flush, spot check)
     measure.py  measure(): the protocol (prime, warm up, settle, rounds, result), step by step
+    sustained.py  sustain(): the sustained mode, one arm back to back as do_bench times it
+                (absolute rates at the clock a loop settles at); rates() of a config
     results.py  Round, ArmResult, Measurement (frozen, raw samples kept) and its ledger form
     empty.py    the empty window: what a window holding nothing reads; told_apart
 
@@ -30,6 +32,8 @@ from harness.measurement.timing.policy import (
     ROTATION_FACTOR, TimingPolicy, device_l2_bytes, flush_bytes, l2_flush, rotation_slots)
 from harness.measurement.timing.results import (
     ARM_BASELINE, ARM_CANDIDATE, ARM_CONTROL, STOP_REASONS, ArmResult, Measurement, Round)
+from harness.measurement.timing.sustained import (
+    BATCH_S, MAX_BATCH, MIN_CALLS, TIMED_S, WARM_S, Sustained, rates, sustain)
 from harness.measurement.timing.timers import (
     BLOCK_MAX_S, BLOCK_MIN_S, FALLBACK_SM_HZ, HOST_GAP_RETRIES, WAIT_DROP_MS, WAIT_SOURCE_SCHEDSTAT,
     WAIT_SOURCE_THREAD_TIME, CallCpu, CudaEventTimer, HostTimer, RunQueueClock, Timer, hold_stream, max_sm_hz,
@@ -54,6 +58,8 @@ __all__ = [
     "WARMUP_MIN_ROUNDS",
     "WARMUP_SETTLE_MAX_EXTENSIONS", "measure",
     "ARM_BASELINE", "ARM_CANDIDATE", "ARM_CONTROL", "STOP_REASONS", "ArmResult", "Measurement", "Round",
+    # sustained mode
+    "BATCH_S", "MAX_BATCH", "MIN_CALLS", "TIMED_S", "WARM_S", "Sustained", "rates", "sustain",
     # empty window
     "EMPTY_ARM", "EMPTY_WINDOW_BUDGET", "EMPTY_WINDOW_FACTOR", "EmptyWindow", "empty_window", "told_apart",
 ]

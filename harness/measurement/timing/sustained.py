@@ -1,4 +1,5 @@
-"""Absolute rates at the sustained clock: one arm's calls back to back, as a loop runs them.
+"""The sustained mode: absolute rates at the sustained clock, one arm's calls back to back, as a
+loop runs them.
 
 The interleaved rounds of ``timing.measure`` isolate every call (a held stream, a
 synchronize): right for a ratio of arms, which then share one clock, but a GPU that idles
@@ -84,7 +85,8 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
     on the CPU. On a GPU every call follows the cold-mode flush (do_bench's), in every mode.
     """
     from harness.measurement import clocks
-    from harness.measurement.timing import CudaEventTimer, HostTimer, l2_flush
+    from harness.measurement.timing.policy import l2_flush
+    from harness.measurement.timing.timers import CudaEventTimer, HostTimer
 
     if n_slots < 1:
         raise ValueError(f"n_slots must be ≥ 1, got {n_slots}")

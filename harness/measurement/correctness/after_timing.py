@@ -1,0 +1,57 @@
+"""The checks after timing: the output the last timed call left against a fresh reference, and
+one more call on fresh inputs written into the same buffers (a result remembered by shape or
+pointer answers the old inputs).
+"""
+
+from __future__ import annotations
+
+from harness.measurement.correctness.checks import check_call, check_output, spec_parts, sync
+from harness.measurement.correctness.poison import bits_equal
+from harness.measurement.correctness.results import CheckReport
+from harness.workloads import Config
+from harness.workloads.inputs import fill_inputs_
+
+
+def recheck_in_place(spec, cfg: Config, q, k, v, out, *, seed: int, family: str, atol: float,
+                     rtol: float) -> CheckReport:
+    """After timing: fresh inputs written into the SAME buffers, out poisoned, one more call.
+
+    A kernel that remembers results by shape or by pointer returns its old answer here; it
+    is tagged stale_mismatch (the reason says when the output equals the pre-refill one).
+    """
+    fn, _ = spec_parts(spec)
+    before = out.clone()
+    fill_inputs_(q, k, v, cfg, seed, family)
+    pristine = tuple(t.clone() for t in (q, k, v))
+    prefix = f"recheck seed {seed} family {family}"
+
+    def report(tag=None, detail=None, fig=None, secs=0.0):
+        return CheckReport(config=cfg.key(), seed=seed, family=family, passed=tag is None, tag=tag,
+                           reason=f"{prefix}: {detail}" if tag else None, figures=fig, after_figures=None,
+                           reference_seconds=secs, phase="recheck")
+
+    r = check_call(fn, cfg, q, k, v, out, pristine, atol=atol, rtol=rtol, mismatch="stale_mismatch")
+    detail = r.detail
+    if r.tag == "stale_mismatch":
+        same = bits_equal(r.visible, before)
+        detail = ("output is bit-identical to the one before the inputs were rewritten in place (a result "
+                  "remembered by shape or pointer): " if same else
+                  "fails after the inputs were rewritten in place: ") + detail
+    return report(r.tag, detail, r.figures, r.reference_seconds)
+
+
+def check_timed_output(cfg: Config, q, k, v, out, *, atol: float, rtol: float, label: str,
+                       what: str = "output of the last timed call") -> CheckReport:
+    """After timing: the output the last timed call left in ``out`` against a fresh reference.
+
+    The gate saw a handful of calls; timing makes hundreds. A kernel that drifts, degrades
+    or caches after N calls passes the gate and is caught here, on the timed buffers
+    themselves (nothing is re-run, inputs are not touched). The timed path poisoned ``out``
+    with ``poison_`` before the call, so what the call left unwritten is tagged unwritten.
+    """
+    sync(out.device)
+    r = check_output(out, (q, k, v), cfg, atol=atol, rtol=rtol, mismatch="stale_mismatch", flat=False)
+    return CheckReport(config=cfg.key(), seed=-1, family="timed", passed=r.tag is None, tag=r.tag,
+                       reason=f"{label}: {what}: {r.detail}" if r.tag else None,
+                       figures=r.figures, after_figures=None, reference_seconds=r.reference_seconds,
+                       phase="timed_output")

@@ -1,0 +1,222 @@
+"""The check sequence every checked call goes through, in one order.
+
+Poison ``out`` → call → the kernel raised, wrote its inputs, wrote off the current stream,
+changed global state or left work running → reference → compare → unwritten, a repeat of
+an earlier output, non-finite, out of tolerance, exactly constant along an axis. The gate,
+the recheck after timing and the timed-output check all go through it.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Callable
+
+from harness.measurement.correctness.figures import ErrorFigures, compare, fmt_idx, ulp_tensor, unravel
+from harness.measurement.correctness.poison import bits_diff, bits_equal, poison_
+from harness.measurement.reference import reference
+from harness.workloads import Config
+
+# An output exactly constant along an axis is degenerate when the reference varies along it
+# by more than this many ULPs of the dtype: a correctly rounded output could not be flat.
+DEGENERATE_ULPS = 4.0
+_AXES = ("batch", "head", "query row", "head_dim")
+
+
+@dataclass(frozen=True)
+class _Call:
+    visible: object            # what out held when the current stream finished
+    exception: str | None
+    side_stream: str | None
+    left_running: str | None = None
+    state_changed: str | None = None
+
+
+def is_cuda(t) -> bool:
+    return t.device.type == "cuda"
+
+
+def exception_text(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    msg = str(exc).strip().splitlines()
+    return f"kernel raised {type(exc).__name__}: {msg[0] if msg else ''}{where}"
+
+
+def spec_parts(spec):
+    fn = getattr(spec, "fn", spec)
+    name = getattr(spec, "name", getattr(fn, "__name__", "kernel"))
+    return fn, name
+
+
+def _checked_call(fn: Callable, q, k, v, out, *, causal: bool, scale: float) -> _Call:
+    """Poison out, call the kernel, read out as the current stream sees it; then what the call
+    left behind: device work still running once the current stream finished (confirmed on
+    DRAIN_CONFIRM_CALLS calls in a row), host threads or processes still busy, global state
+    (numeric flags, thread counts, affinity) changed."""
+    import torch
+
+    from harness.measurement import leftover
+    from harness.measurement.numerics import capture, describe, diff
+
+    cuda = is_cuda(out)
+    state0 = capture()
+    left = None
+    for attempt in range(leftover.DRAIN_CONFIRM_CALLS):
+        poison_(out)
+        if cuda:
+            torch.cuda.synchronize(out.device)
+        host0 = leftover.host_snapshot()
+        try:
+            fn(q, k, v, out, causal=causal, scale=scale)
+            if cuda:
+                torch.cuda.current_stream(out.device).synchronize()
+        except Exception as exc:  # the kernel's failure is the check's result, with its text
+            return _Call(visible=None, exception=exception_text(exc), side_stream=None)
+        visible = out.clone() if cuda else out
+        drain = None
+        if cuda:
+            torch.cuda.current_stream(out.device).synchronize()  # the copy above is not the kernel's work
+            try:
+                drain = leftover.drain_s(out.device)
+            except Exception as exc:
+                return _Call(visible=None, exception=exception_text(exc), side_stream=None)
+        host = leftover.host_leftovers(host0)
+        moved = diff(state0, capture())
+        if moved:
+            return _Call(visible=visible, exception=None, side_stream=None,
+                         state_changed=f"the call changed global state for whoever runs next ({describe(moved)})")
+        if host is not None:
+            left = host
+            break
+        if drain is None or drain <= leftover.DRAIN_LIMIT_S:
+            left = None
+            break
+        left = (f"the device stayed busy {drain * 1e6:.0f} µs after the caller's stream had finished the call "
+                f"(> {leftover.DRAIN_LIMIT_S * 1e6:.0f} µs) on {attempt + 1} call(s) in a row: work left "
+                f"running on another stream")
+    if not cuda:
+        return _Call(visible=out, exception=None, side_stream=None, left_running=left)
+    side = None
+    if not bits_equal(visible, out):
+        changed = int(bits_diff(visible, out).sum())
+        side = (f"{changed} of {out.numel()} output elements were written after the current stream "
+                f"had finished (work on another stream that the current stream never waited for)")
+    return _Call(visible=visible, exception=None, side_stream=side, left_running=left)
+
+
+def _mutated(pristine, inputs) -> str | None:
+    import torch
+
+    for name, p, t in zip("qkv", pristine, inputs):
+        if not bits_equal(p, t):
+            diff = bits_diff(p, t)
+            n = int(diff.sum())
+            j = int(torch.nonzero(diff)[0, 0]) if n else 0
+            return (f"kernel modified its input {name}: {n} of {p.numel()} elements changed, first at "
+                    f"{fmt_idx(unravel(j, p.shape))}: {float(p.view(-1)[j]):.4g} -> {float(t.view(-1)[j]):.4g}")
+    return None
+
+
+def _constant_axis(out, ref, dtype) -> str | None:
+    """An axis along which out is exactly constant while ref varies by > DEGENERATE_ULPS ULPs."""
+    import torch
+
+    for axis in range(out.dim()):
+        if out.shape[axis] < 2:
+            continue
+        if not bool((out == out.narrow(axis, 0, 1)).all()):
+            continue
+        hi, lo = ref.amax(dim=axis), ref.amin(dim=axis)
+        spread = hi - lo
+        limit = DEGENERATE_ULPS * ulp_tensor(torch.maximum(hi.abs(), lo.abs()), dtype)
+        if bool((spread > limit).any()):
+            name = _AXES[axis] if out.dim() == 4 else f"dim {axis}"
+            return (f"output is exactly constant along the {name} axis (all {out.shape[axis]} equal) "
+                    f"while the reference varies along it by up to {float(spread.max()):.3g}")
+    return None
+
+
+def sync(device) -> None:
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed_reference(pristine, cfg: Config):
+    device = pristine[0].device
+    sync(device)
+    t0 = time.perf_counter()
+    ref = reference(*pristine, causal=cfg.causal, scale=cfg.scale)
+    sync(device)
+    return ref, time.perf_counter() - t0
+
+
+def _judge(out, fig: ErrorFigures, ref, dtype, *, mismatch: str = "mismatch", nonfinite: str = "nonfinite",
+           repeat: Callable | None = None, flat: bool = True) -> tuple[str | None, str | None]:
+    """The output half of the check sequence, in its one order: (tag, detail), or (None, None).
+
+    Unwritten (the poison survived) → a repeat of an earlier output (``repeat(out, fig)``,
+    asked only of a failing output) → non-finite → out of tolerance → exactly constant along
+    an axis (``flat``). ``mismatch``/``nonfinite`` name those failures where the call is a
+    later one (``stale_mismatch``: state carried across calls).
+    """
+    if fig.n_unwritten:
+        return "unwritten", fig.summary()
+    if repeat is not None and not fig.passed:
+        found = repeat(out, fig)
+        if found is not None:
+            return found
+    if fig.n_nonfinite:
+        return nonfinite, fig.summary()
+    if not fig.passed:
+        return mismatch, fig.summary()
+    if flat:
+        axis = _constant_axis(out, ref, dtype)
+        if axis:
+            return "degenerate", f"{axis} (within tolerance only because the tolerance is loose: {fig.summary()})"
+    return None, None
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One pass of the check sequence over one output."""
+
+    tag: str | None
+    detail: str | None
+    visible: object               # out as the current stream saw it; None when the call raised
+    figures: ErrorFigures | None  # None when a call check failed before the comparison
+    ref: object                   # the float64 reference (None when the comparison was not reached)
+    reference_seconds: float
+
+
+def check_output(out, inputs, cfg: Config, *, atol: float, rtol: float, ref=None, **judge) -> Checked:
+    """Reference (unless given) → compare → ``_judge``: the half of the sequence the timed
+    output check shares with the calls the gate makes itself."""
+    secs = 0.0
+    if ref is None:
+        ref, secs = _timed_reference(inputs, cfg)
+    fig = compare(out, ref, atol=atol, rtol=rtol, dtype=cfg.dtype)
+    tag, detail = _judge(out, fig, ref, cfg.dtype, **judge)
+    return Checked(tag, detail, out, fig, ref, secs)
+
+
+def check_call(fn, cfg: Config, q, k, v, out, pristine, *, atol: float, rtol: float, ref=None,
+               **judge) -> Checked:
+    """The check sequence: poison ``out`` → call → the kernel raised, wrote its inputs, or
+    wrote off the current stream → ``check_output`` (reference, compare, judge)."""
+    c = _checked_call(fn, q, k, v, out, causal=cfg.causal, scale=cfg.scale)
+    if c.exception:
+        return Checked("exception", c.exception, None, None, None, 0.0)
+    mut = _mutated(pristine, (q, k, v))
+    if mut:
+        return Checked("input_mutated", mut, c.visible, None, None, 0.0)
+    if c.side_stream:
+        return Checked("side_stream", c.side_stream, c.visible, None, None, 0.0)
+    if c.state_changed:
+        return Checked("numerics_changed", c.state_changed, c.visible, None, None, 0.0)
+    if c.left_running:
+        return Checked("left_running", c.left_running, c.visible, None, None, 0.0)
+    return check_output(c.visible, pristine, cfg, atol=atol, rtol=rtol, ref=ref, **judge)

@@ -1,0 +1,186 @@
+"""Error figures: how far one output is from the float64 reference (``compare``), in absolute,
+relative and ULP terms, with the worst element named; and the default tolerances per dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from harness.measurement.correctness.poison import dtype_name, unwritten_mask
+
+# Named default tolerances (atol, rtol) per dtype; registrations pass their own. Sized so
+# the torch 3-kernel baseline, which rounds S = QKᵀ to the input dtype (the bf16 2-ULP trap),
+# passes every input family with >= 2x margin. On the outlier family logits reach ~20 and
+# keep only 11 (float16) or 8 (bfloat16) significant bits once S is rounded, so a weight
+# on a ±138 value row is off by up to ~5% in bfloat16. Measured worst needs (H200 and CPU,
+# head_dim 16-128, seq_len 67-8k, 3-10 seeds): float16 atol 0.0096 at rtol 1e-2 and rtol
+# 0.0073 at atol 2e-2; bfloat16 atol 0.094 at rtol 2e-2 and rtol 0.049 at atol 0.1. A fused
+# kernel that keeps S in float32 (SDPA flash) needed 0.0003 / 0.0034: a registration for one
+# may bar tighter, and the baseline then fails it honestly. float32: 1e-4 is ~800 float32
+# ULPs at 1, room for any reduction order (measured 3e-6), but TF32 (2^-11 relative) or a
+# bfloat16 compute path cannot pass it.
+DEFAULT_TOLERANCES = {"float16": (2e-2, 2e-2), "bfloat16": (2e-1, 1e-1), "float32": (1e-4, 1e-4)}
+# Elements per block in compare(): bounds its float64 temporaries (~6 live) to ~100 MiB.
+COMPARE_CHUNK_ELEMS = 1 << 21
+
+
+def ulp(value: float, dtype) -> float:
+    """The dtype's unit in the last place at |value| (the bf16 2-ULP trap: bfloat16 at 2.17 is 2^(1-7))."""
+    import torch
+
+    fi = torch.finfo(getattr(torch, dtype_name(dtype)))
+    mag = max(abs(float(value)), fi.tiny)
+    return fi.eps * 2.0 ** (math.frexp(mag)[1] - 1)
+
+
+def ulp_tensor(x, dtype):
+    """ulp() elementwise for a float64 tensor."""
+    import torch
+
+    fi = torch.finfo(getattr(torch, dtype_name(dtype)))
+    exp = torch.frexp(x.abs().clamp_min(fi.tiny)).exponent
+    return torch.ldexp(torch.full_like(x, fi.eps), (exp - 1).to(x.dtype))
+
+
+def unravel(flat: int, shape) -> tuple[int, ...]:
+    idx = []
+    for n in reversed(tuple(shape)):
+        idx.append(flat % n)
+        flat //= n
+    return tuple(reversed(idx))
+
+
+def fmt_idx(idx) -> str:
+    return "(" + ",".join(str(i) for i in idx) + ")"
+
+
+@dataclass(frozen=True)
+class ErrorFigures:
+    """How far one output is from the reference; ``passed`` is torch.allclose's rule."""
+
+    dtype: str
+    atol: float
+    rtol: float
+    passed: bool
+    n_elements: int
+    n_failing: int            # non-finite, or |out - ref| > atol + rtol·|ref|
+    n_nonfinite: int          # inf/NaN other than the poison
+    n_unwritten: int          # still the poison bit pattern
+    max_abs_err: float        # over finite elements
+    max_rel_err: float        # |out - ref| / max(|ref|, atol), over finite elements
+    rel_frobenius: float      # ‖out - ref‖ / ‖ref‖ over finite elements
+    tolerance_ratio: float    # max |out - ref| / (atol + rtol·|ref|): <= 1 passes
+    worst_index: tuple | None  # the element with the largest tolerance_ratio
+    worst_out: float | None
+    worst_ref: float | None
+    worst_ulps: float | None  # |out - ref| there, in ULPs of dtype at |ref|
+    first_unwritten: tuple | None
+    last_unwritten: tuple | None
+    first_nonfinite: tuple | None
+    first_nonfinite_ref: float | None
+
+    def summary(self) -> str:
+        """One readable line: the worst element, by how much, in ULPs, against the bar."""
+        parts = []
+        if self.n_unwritten:
+            parts.append(f"{self.n_unwritten} of {self.n_elements} output elements still hold the NaN "
+                         f"poison (never written), {fmt_idx(self.first_unwritten)}.."
+                         f"{fmt_idx(self.last_unwritten)}")
+        if self.n_nonfinite:
+            parts.append(f"{self.n_nonfinite} of {self.n_elements} output elements are inf/NaN where the "
+                         f"reference is finite, first at {fmt_idx(self.first_nonfinite)} "
+                         f"(ref={self.first_nonfinite_ref:.4g})")
+        if self.worst_index is not None and (self.tolerance_ratio > 1 or not parts):
+            n_tol = self.n_failing - self.n_nonfinite - self.n_unwritten
+            rel = "≤" if self.tolerance_ratio <= 1 else ">"
+            parts.append(f"err {abs(self.worst_out - self.worst_ref):.3g} at {fmt_idx(self.worst_index)} "
+                         f"out={self.worst_out:.4g} ref={self.worst_ref:.4g} "
+                         f"({self.worst_ulps:.3g} ulp {self.dtype}) {rel} atol {self.atol:g} + rtol "
+                         f"{self.rtol:g}·|ref| ({n_tol} of {self.n_elements} elements out of tolerance; "
+                         f"max abs err {self.max_abs_err:.3g}, rel Frobenius {self.rel_frobenius:.3g})")
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict:
+        """Raw values (NaN and inf too: ``harness.jsonsafe`` spells them where JSON is written)."""
+        d = asdict(self)
+        for key, val in d.items():
+            if isinstance(val, tuple):
+                d[key] = list(val)
+        return d
+
+
+def chunks(n: int):
+    for s in range(0, n, COMPARE_CHUNK_ELEMS):
+        yield s, min(n, s + COMPARE_CHUNK_ELEMS)
+
+
+def compare(out, ref, *, atol: float, rtol: float, dtype=None) -> ErrorFigures:
+    """Error figures of ``out`` (the kernel's dtype) against float64 ``ref``.
+
+    Passes iff every element is finite and |out - ref| <= atol + rtol·|ref| (torch.allclose
+    semantics, ref as the magnitude). Works in blocks so its float64 temporaries stay small.
+    """
+    import torch
+
+    if tuple(out.shape) != tuple(ref.shape):
+        raise ValueError(f"output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}")
+    dname = dtype_name(dtype if dtype is not None else out.dtype)
+    o_flat, r_flat = out.reshape(-1), ref.reshape(-1)
+    n = o_flat.numel()
+    f64 = torch.float64
+    rel_floor = max(float(atol), torch.finfo(f64).tiny)
+    max_abs = max_rel = max_ratio = 0.0
+    ratio_at = -1
+    sum_e2 = sum_r2 = 0.0
+    n_fail = n_nonfin = n_unw = 0
+    first_unw = last_unw = first_nonfin = -1
+    for s, e in chunks(n):
+        o, r = o_flat[s:e], r_flat[s:e].to(f64)
+        if not bool(torch.isfinite(r).all()):
+            raise ValueError("the reference has non-finite values: the inputs are not a valid test")
+        o64 = o.to(f64)
+        finite = torch.isfinite(o64)
+        unw = unwritten_mask(o)
+        nonfin = ~finite & ~unw
+        err = torch.where(finite, (o64 - r).abs(), torch.zeros((), dtype=f64, device=o64.device))
+        bound = r.abs().mul_(rtol).add_(atol)
+        fail = ~finite | (err > bound)
+        ratio = err / bound.clamp_min(torch.finfo(f64).tiny)
+        c_unw, c_nonfin = int(unw.sum()), int(nonfin.sum())
+        n_unw += c_unw
+        n_nonfin += c_nonfin
+        n_fail += int(fail.sum())
+        if c_unw:
+            idx = torch.nonzero(unw).flatten()
+            if first_unw < 0:
+                first_unw = s + int(idx[0])
+            last_unw = s + int(idx[-1])
+        if c_nonfin and first_nonfin < 0:
+            first_nonfin = s + int(torch.nonzero(nonfin)[0, 0])
+        max_abs = max(max_abs, float(err.max()) if err.numel() else 0.0)
+        max_rel = max(max_rel, float((err / r.abs().clamp_min(rel_floor)).max()) if err.numel() else 0.0)
+        if err.numel():
+            j = int(torch.argmax(ratio))
+            if float(ratio[j]) > max_ratio or ratio_at < 0:
+                max_ratio, ratio_at = float(ratio[j]), s + j
+        sum_e2 += float((err * err).sum())
+        sum_r2 += float((r * r).sum())
+    shape = tuple(out.shape)
+    worst = worst_out = worst_ref = worst_ulps = None
+    if ratio_at >= 0 and n_nonfin + n_unw < n:
+        if not bool(torch.isfinite(o_flat[ratio_at])):  # all-zero ratios landed on a bad element
+            ratio_at = int(torch.nonzero(torch.isfinite(o_flat.to(f64)))[0, 0])
+        worst = unravel(ratio_at, shape)
+        worst_out, worst_ref = float(o_flat[ratio_at]), float(r_flat[ratio_at])
+        worst_ulps = abs(worst_out - worst_ref) / ulp(worst_ref, dname)
+    fro = math.sqrt(sum_e2 / sum_r2) if sum_r2 > 0 else (0.0 if sum_e2 == 0 else math.inf)
+    return ErrorFigures(
+        dtype=dname, atol=float(atol), rtol=float(rtol), passed=n_fail == 0, n_elements=n,
+        n_failing=n_fail, n_nonfinite=n_nonfin, n_unwritten=n_unw, max_abs_err=max_abs,
+        max_rel_err=max_rel, rel_frobenius=fro, tolerance_ratio=max_ratio, worst_index=worst,
+        worst_out=worst_out, worst_ref=worst_ref, worst_ulps=worst_ulps,
+        first_unwritten=unravel(first_unw, shape) if first_unw >= 0 else None,
+        last_unwritten=unravel(last_unw, shape) if last_unw >= 0 else None,
+        first_nonfinite=unravel(first_nonfin, shape) if first_nonfin >= 0 else None,
+        first_nonfinite_ref=float(r_flat[first_nonfin]) if first_nonfin >= 0 else None)

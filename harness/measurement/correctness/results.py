@@ -1,0 +1,112 @@
+"""What the checks return: a CheckReport per check, a GateResult per kernel and config (with
+its ledger form), and the failure tags they carry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.jsonsafe import jsonable
+from harness.measurement.correctness.figures import ErrorFigures
+
+FAILURE_TAGS = {
+    "mismatch": "output differs from the float64 reference beyond atol + rtol·|ref|",
+    "unwritten": "output elements still hold the NaN poison after the call",
+    "nonfinite": "output has inf/NaN (not the poison) where the reference is finite",
+    "stale_mismatch": "a later call (fresh buffers after the reference, or inputs rewritten in "
+                      "place) fails or disagrees with the first: state carried across calls",
+    "input_mutated": "the kernel wrote into q, k or v",
+    "degenerate": "output unchanged when the inputs changed, or constant along a whole axis",
+    "exception": "the kernel raised",
+    "side_stream": "output written while the caller's stream was held, or after it had finished the call: "
+                   "work on another stream",
+    "left_running": "the call returned with work still running: device work on another stream, or host "
+                    "threads or child processes still using the CPU (measurement/leftover.py)",
+    "numerics_changed": "the call changed global state the harness pins (numeric flags, thread counts, "
+                        "CPU affinity) for whoever runs next",
+}
+# Failures a pass-rate threshold never excuses: min_pass_rate < 1 tolerates numerical seed
+# luck (shape-aware attention's causal config passed 21 of 40 seeds), not a kernel that
+# skips, caches or corrupts.
+STRUCTURAL_TAGS = frozenset({"unwritten", "input_mutated", "degenerate", "exception", "side_stream",
+                             "stale_mismatch", "left_running", "numerics_changed"})
+# Tags of the call checks (before any comparison with the reference).
+CALL_TAGS = frozenset({"exception", "input_mutated", "side_stream", "left_running", "numerics_changed"})
+# Failures listed in full in GateResult.to_row(): the rest are counted by tag.
+MAX_ROW_FAILURES = 20
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """One (config, seed, family) check of a kernel; ``figures`` are the first call's."""
+
+    config: str
+    seed: int
+    family: str
+    passed: bool
+    tag: str | None               # a FAILURE_TAGS key, None when passed
+    reason: str | None            # one readable line, None when passed
+    figures: ErrorFigures | None  # first call (before the reference existed) vs reference
+    after_figures: ErrorFigures | None  # second call (fresh buffers, after the reference)
+    reference_seconds: float
+    phase: str = "gate"           # "gate", "recheck", "timed_output" or "side_stream_check"
+
+    def as_dict(self) -> dict:
+        return {"config": self.config, "seed": self.seed, "family": self.family, "phase": self.phase,
+                "passed": self.passed, "tag": self.tag, "reason": self.reason,
+                "figures": self.figures.as_dict() if self.figures else None,
+                "after_figures": self.after_figures.as_dict() if self.after_figures else None,
+                "reference_seconds": self.reference_seconds}
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The gate's result for one kernel at one config (plus its boundary configs)."""
+
+    kernel: str
+    config: str
+    passed: bool
+    pass_rate: float              # seeds whose every check passed / seeds
+    n_seeds: int
+    n_seeds_passed: int
+    min_pass_rate: float
+    seeds: tuple[int, ...]
+    families: tuple[str, ...]
+    boundary_configs: tuple[str, ...]
+    skipped_configs: tuple[tuple[str, str], ...]  # (config key, why the kernel does not support it)
+    atol: float
+    rtol: float
+    reports: tuple[CheckReport, ...]
+    reason: str | None            # the first failure's, even when min_pass_rate let it pass
+    tag: str | None
+    reference_seconds: float      # wall time spent in the float64 reference
+    seconds: float                # wall time of the whole gate
+
+    @property
+    def failures(self) -> tuple[CheckReport, ...]:
+        return tuple(r for r in self.reports if not r.passed)
+
+    def tag_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in self.failures:
+            counts[r.tag] = counts.get(r.tag, 0) + 1
+        return counts
+
+    def to_row(self) -> dict:
+        """Strict-JSON summary (``harness.jsonsafe``); failing checks carry their full error figures."""
+        fails = self.failures
+        worst = max((r for r in self.reports if r.figures is not None),
+                    key=lambda r: r.figures.tolerance_ratio, default=None)
+        return jsonable({
+            "kernel": self.kernel, "config": self.config, "passed": self.passed,
+            "pass_rate": self.pass_rate, "n_seeds": self.n_seeds, "n_seeds_passed": self.n_seeds_passed,
+            "min_pass_rate": self.min_pass_rate, "seeds": list(self.seeds), "families": list(self.families),
+            "boundary_configs": list(self.boundary_configs),
+            "skipped_configs": [list(s) for s in self.skipped_configs],
+            "atol": self.atol, "rtol": self.rtol, "tag": self.tag, "reason": self.reason,
+            "tags": self.tag_counts(), "n_checks": len(self.reports), "n_failed": len(fails),
+            "reference_seconds": self.reference_seconds, "gate_seconds": self.seconds,
+            "worst": worst.as_dict() if worst else None,
+            "failures": [r.as_dict() for r in fails[:MAX_ROW_FAILURES]],
+            "failures_left_out": max(0, len(fails) - MAX_ROW_FAILURES),
+        })

@@ -1,0 +1,89 @@
+"""The side-stream check (CUDA only): work a kernel leaves on a stream that does not wait for
+the caller's, found by ordering (a held stream, a copy right behind the call), not by a race
+the kernel could win however fast it is.
+"""
+
+from __future__ import annotations
+
+import time
+
+from harness.measurement.correctness.checks import is_cuda, spec_parts
+from harness.measurement.correctness.poison import bits_diff, bits_equal, poison_, unwritten_mask
+
+# side_stream_check holds the current stream with a spin of SIDE_STREAM_HOLD_S while the
+# kernel is called, waits SIDE_STREAM_SETTLE_S on the host, and looks at `out` from a
+# stream of its own: anything written while the hold lasts ran on a stream that does not
+# wait for the caller's. A hold that ended before the look (a slow host) is doubled, up to
+# SIDE_STREAM_MAX_HOLD_S; SIDE_STREAM_REPS such looks are made.
+SIDE_STREAM_HOLD_S = 0.05
+SIDE_STREAM_MAX_HOLD_S = 0.8
+SIDE_STREAM_SETTLE_S = 0.01
+SIDE_STREAM_REPS = 2
+
+
+def side_stream_check(spec, q, k, v, out, *, causal: bool, scale: float) -> str | None:
+    """Why the kernel's work runs off the current stream, or None (always None on the CPU).
+
+    Decided by ordering, not by a race the kernel could win however fast it is:
+
+    * a spin holds the current stream while the kernel is called; ``out`` is read from a
+      stream of the check's own while the hold still lasts (checked by an event after the
+      spin): every element must still hold the poison, since nothing the caller's stream
+      orders may have run yet. Work on a stream that does not wait for the caller's writes
+      during the hold, however short it is;
+    * a copy of ``out`` enqueued on the current stream right after the call (no host sync
+      in between) must equal ``out`` after a device-wide synchronize: work forked to another
+      stream and never joined back writes after the current stream is done with the call.
+    """
+    import torch
+
+    if not is_cuda(out):
+        return None
+    from harness.measurement.timing.timers import hold_stream, max_sm_hz
+
+    fn, _ = spec_parts(spec)
+    dev = out.device
+    stream = torch.cuda.current_stream(dev)
+    watcher = torch.cuda.Stream(device=dev)  # a pool stream: it never waits for the caller's
+    cycles_per_s = max_sm_hz(dev)
+    hold, looks = SIDE_STREAM_HOLD_S, 0
+    during = torch.empty_like(out)
+    while looks < SIDE_STREAM_REPS:
+        poison_(out)
+        torch.cuda.synchronize(dev)
+        hold_stream(hold, cycles_per_s)
+        held = torch.cuda.Event()
+        held.record(stream)
+        t0 = time.perf_counter()
+        fn(q, k, v, out, causal=causal, scale=scale)
+        t_call = time.perf_counter() - t0
+        visible = out.clone()  # on the current stream, right behind the call
+        time.sleep(SIDE_STREAM_SETTLE_S)
+        with torch.cuda.stream(watcher):
+            during.copy_(out)
+        watcher.synchronize()
+        still_held = not held.query()
+        torch.cuda.synchronize(dev)
+        if not still_held:
+            if t_call >= hold or hold >= SIDE_STREAM_MAX_HOLD_S:
+                # The call itself waited for the hold (it synchronizes), or the host never
+                # outlasted it: the look cannot be made; the forked-work look below and the
+                # gate's per-call stream check still stand.
+                if not bits_equal(visible, out):
+                    late = int(bits_diff(visible, out).sum())
+                    return (f"{late} of {out.numel()} output elements were written after the caller's stream had "
+                            f"finished the call: work forked to another stream and never joined back")
+                return None
+            hold *= 2
+            continue
+        looks += 1
+        early = int((~unwritten_mask(during)).sum())
+        if early:
+            return (f"{early} of {out.numel()} output elements were written while the caller's stream was still "
+                    f"held before the call ({hold * 1e3:.0f} ms spin): the work runs on a stream that does not "
+                    f"wait for the caller's")
+        if not bits_equal(visible, out):
+            late = int(bits_diff(visible, out).sum())
+            return (f"{late} of {out.numel()} output elements were written after the caller's stream had finished "
+                    f"the call: work forked to another stream and never joined back")
+    return None
