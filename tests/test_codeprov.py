@@ -75,7 +75,10 @@ def test_a_committed_pyc_is_never_run(tmp_path):
     r = _bench(repo, "sweep", "tiny", "--no-ceilings")
     assert r.returncode == 0, r.stderr + r.stdout
     assert not marker.exists(), "the planted bytecode ran"
-    assert sum(row["kind"] == "result" for row in _rows(repo)) == 2
+    # The kernels ran (from source): each pair has its outcome (`skipped` only where a loaded
+    # machine left the timing unjudgeable), none incorrect nor crashed.
+    assert sorted(row["kind"] for row in _rows(repo) if row["kind"] not in ("registered",)) in (
+        ["result", "result"], ["result", "skipped"], ["skipped", "skipped"])
     assert pyc.is_file()  # untouched: bench never reads (nor rewrites) the repository's bytecode
 
 
