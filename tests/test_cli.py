@@ -14,7 +14,7 @@ import pytest
 from harness.governance import gitguard
 from harness.governance.ledger import verify
 from harness.governance.outcomes import OUTCOME_KINDS
-from tests.conftest import TINY, bench_env, git, run_bench
+from tests.conftest import TINY, bench_env, git, reported_configs, run_bench
 
 SIX_CONFIGS = ("seq_len = [32, 40, 48, 56, 64, 72]", "min_time_ms = 300", "warmup_ms = 100")
 
@@ -68,9 +68,8 @@ def test_sigint_and_sigterm_print_the_summary_and_the_resume_line_keep_every_row
         assert "sweep of line tiny at" in said and how in said and "to resume, run: bench sweep tiny" in said, r.stdout
         assert "Traceback" not in r.stderr
         assert n <= len(results(repo)) < 6, "the signal must arrive while configs remain"
-        reported = {x.split()[1] for x in r.stdout.splitlines() if x.startswith("[") and "/" in x.split()[0]}
         on_disk = {x["config_key"] for x in complete_rows(repo) if x["kind"] in OUTCOME_KINDS}
-        assert reported <= on_disk, "a config reported written is not on disk"
+        assert reported_configs(r.stdout) <= on_disk, "a config reported written is not on disk"
         assert git(repo, "status", "--porcelain", "--", "ledger") == ""  # and committed
         assert verify(repo / "ledger" / "tiny.jsonl").ok
         v = run_bench(repo, "ledger", "verify", "tiny")

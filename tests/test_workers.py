@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, bench_env, git, init_repo
+from conftest import REPO, bench_env, git, init_repo, reported_configs
 
 # Short enough that the hang test costs seconds; long enough for a tiny gate on a loaded CI host.
 TEST_WATCHDOG_S = 15
@@ -346,11 +346,6 @@ def test_kill_9_of_the_driver_leaves_no_worker_and_a_verified_ledger(tmp_path):
 RESUME = "bench: interrupted — every row reported written is on disk; to resume, run: bench sweep {args}"
 
 
-def _reported(out: str) -> set[str]:
-    """Config keys the sweep reported finished (``[i/n] <key> (...)``, one line per config off a terminal)."""
-    return {line.split()[1] for line in out.splitlines() if line.startswith("[") and "/" in line.split()[0]}
-
-
 def test_ctrl_c_finishes_the_config_in_flight_then_resumes_without_duplicates(repo):
     from conftest import run_bench
 
@@ -372,7 +367,7 @@ def test_ctrl_c_finishes_the_config_in_flight_then_resumes_without_duplicates(re
     assert err.strip().splitlines()[-1] == RESUME.format(args="tiny --device cpu --no-ceilings"), err
     first = _outcomes(repo, "tiny")
     assert 1 <= len(first) < 4 and len({r["config_key"] for r in first}) == len(first)
-    assert _reported(out) <= {r["config_key"] for r in first}  # every config reported written is on disk
+    assert reported_configs(out) <= {r["config_key"] for r in first}  # every config reported written is on disk
     assert git(repo, "status", "--porcelain", "--", "ledger") == ""  # and committed
     res = run_bench(repo, "sweep", "tiny", "--device", "cpu", "--no-ceilings")
     assert res.returncode == 0, res.stderr

@@ -288,7 +288,7 @@ def _render_baseline_failed(c, summary: dict) -> None:
     b = summary["baseline_failed"]
     need = (f"; its failing elements need at least atol {b['need_atol']:.3g} at rtol {b['rtol']:g}"
             if b.get("need_atol") is not None else "")
-    c.print(f"[red]stopped[/]: " + escape(f"baseline {b['baseline']} fails the correctness gate at "
+    c.print("[red]stopped[/]: " + escape(f"baseline {b['baseline']} fails the correctness gate at "
                                           f"{b['config_key']} [{b['tag']}]: {b['reason']}"))
     c.print(f"  No candidate can be timed against a baseline that fails, so the sweep stops here {_not_run(summary)} "
             f"instead of skipping every candidate of every config. Either the tolerance is wrong (atol "
