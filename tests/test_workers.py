@@ -134,6 +134,27 @@ def _fault_sweep(tmp_path, fault, *, device="cpu", dtype="float32", tol="1e-5", 
     return root, env, line, res
 
 
+def test_a_baseline_that_raises_in_the_gate_stops_the_sweep_as_the_baselines_fault(tmp_path):
+    line = "faults"
+    text = FAULT_LINE.format(fault="sdpa_math", dtype="float32", tol="1e-5", seq_lens="[32, 48]", weak="[]",
+                             warmup=2, watchdog=TEST_WATCHDOG_S).replace('baseline = "torch_stack"',
+                                                                         'baseline = "fault_raise"')
+    root = _repo(tmp_path, line, text)
+    env = _plugin_env(tmp_path)
+    assert _bench(root, env, "register", line).returncode == 0
+    res = _bench(root, env, "sweep", line, "--device", "cpu", "--no-ceilings")
+    assert res.returncode == 3, res.stdout + res.stderr
+    said = " ".join(res.stdout.split())
+    assert ("stopped: baseline fault_raise fails the correctness gate at attention/b1/h2/kv2/n32/d16/float32/full "
+            "[exception]: seed 0 family normal: kernel raised RuntimeError: fault_raise: deliberate failure") in said
+    assert "with 1 config not run" in said and "No tolerance excuses this (the kernel raised)" in said
+    assert "the tolerance is wrong" not in said
+    outs = _outcomes(root, line)
+    assert {r["config_key"] for r in outs} == {"attention/b1/h2/kv2/n32/d16/float32/full"}
+    assert sorted(r["kind"] for r in outs) == ["incorrect", "skipped", "skipped", "skipped"]
+    _verified(root, line)
+
+
 def _assert_survived(root, env, line, fault, cause, n_configs):
     outs = _outcomes(root, line)
     by_pair = {}

@@ -290,10 +290,16 @@ def _render_baseline_failed(c, summary: dict) -> None:
             if b.get("need_atol") is not None else "")
     c.print("[red]stopped[/]: " + escape(f"baseline {b['baseline']} fails the correctness gate at "
                                           f"{b['config_key']} [{b['tag']}]: {b['reason']}"))
-    c.print(f"  No candidate can be timed against a baseline that fails, so the sweep stops here {_not_run(summary)} "
-            f"instead of skipping every candidate of every config. Either the tolerance is wrong (atol "
-            f"{b['atol']:g}, rtol {b['rtol']:g}{need}): register the bar again as a new line with amends = "
-            f"\"{summary['line']}\" — or the baseline is wrong: fix it and commit (a new commit is swept afresh).")
+    stop = (f"  No candidate can be timed against a baseline that fails, so the sweep stops here {_not_run(summary)} "
+            f"instead of skipping every candidate of every config. ")
+    if b.get("tolerance"):
+        c.print(stop + f"Either the tolerance is wrong (atol {b['atol']:g}, rtol {b['rtol']:g}{need}): register the "
+                f"bar again as a new line with amends = \"{summary['line']}\" — or the baseline is wrong: fix it "
+                f"and commit (a new commit is swept afresh).")
+    else:
+        c.print(stop + escape(f"No tolerance excuses this ({b['what']}): the baseline is wrong here — fix it and "
+                              f"commit (a new commit is swept afresh), or pick another baseline in a new line with "
+                              f"amends = \"{summary['line']}\"."))
 
 
 def render_warmed(w) -> None:
