@@ -90,10 +90,10 @@ def floors(configs, *, atol: dict, rtol: dict, seeds, families, min_pass_rate: f
     for c in configs:
         by_dtype.setdefault(c.dtype, []).append(c)
     seeds = tuple(seeds)
-    # The gate passes when ceil(min_pass_rate · n) seeds pass: a refusal needs one more failing
-    # seed than that allows, and no more are checked.
-    allowed = len(seeds) - math.ceil(min_pass_rate * len(seeds) - 1e-9)
-    checked = seeds[:allowed + 1]
+    # The gate passes when passing seeds / seeds >= min_pass_rate (its own comparison): a
+    # refusal needs one more failing seed than that allows, and no more are checked.
+    needed = next(k for k in range(len(seeds) + 1) if k / len(seeds) >= min_pass_rate)
+    checked = seeds[:len(seeds) - needed + 1]
     drawn: dict = {}  # one float32 draw per shape, seed and family, rounded to each dtype
     out = []
     for dt, group in by_dtype.items():
