@@ -120,6 +120,12 @@ def bench_env() -> dict:
     return {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", "PYTHONPATH": path}
 
 
+def reported_configs(stdout: str) -> set[str]:
+    """Config keys a sweep reported finished: off a terminal it prints ``[i/n] <key> (...)``
+    once a config's rows are written."""
+    return {line.split()[1] for line in stdout.splitlines() if line.startswith("[") and "/" in line.split()[0]}
+
+
 def run_bench(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=bench_env())

@@ -13,7 +13,8 @@ import pytest
 
 from harness.governance import gitguard
 from harness.governance.ledger import verify
-from tests.conftest import bench_env, git, run_bench
+from harness.governance.outcomes import OUTCOME_KINDS
+from tests.conftest import TINY, bench_env, git, reported_configs, run_bench
 
 SIX_CONFIGS = ("seq_len = [32, 40, 48, 56, 64, 72]", "min_time_ms = 300", "warmup_ms = 100")
 
@@ -49,7 +50,7 @@ def sweep_until(repo, n_results: int, sig: int) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_sigint_and_sigterm_print_the_resume_line_keep_every_row_and_resume(repo):
+def test_sigint_and_sigterm_print_the_summary_and_the_resume_line_keep_every_row_and_resume(repo):
     p = repo / "registrations" / "tiny.toml"
     text = p.read_text().replace("seq_len = [32, 48]", SIX_CONFIGS[0])
     text = text.replace("min_time_ms = 5", SIX_CONFIGS[1]).replace("warmup_ms = 5", SIX_CONFIGS[2])
@@ -57,13 +58,19 @@ def test_sigint_and_sigterm_print_the_resume_line_keep_every_row_and_resume(repo
     git(repo, "commit", "-qam", "six configs")
     assert run_bench(repo, "register", "tiny").returncode == 0
 
-    for sig, code, n in ((signal.SIGINT, 130, 1), (signal.SIGTERM, 143, 2)):
+    for sig, code, n, how in ((signal.SIGINT, 130, 1, "stopped by Ctrl-C after the config(s) in flight finished"),
+                              (signal.SIGTERM, 143, 2, "stopped at once by SIGTERM")):
         r = sweep_until(repo, n, sig)
         assert r.returncode == code, (sig, r.returncode, r.stderr)
         assert r.stderr.strip().splitlines()[-1] == ("bench: interrupted — every row reported written is on disk; "
-                                                     "run the same command to resume"), r.stderr
+                                                     "to resume, run: bench sweep tiny"), r.stderr
+        said = r.stdout.replace("\n", " ")
+        assert "sweep of line tiny at" in said and how in said and "to resume, run: bench sweep tiny" in said, r.stdout
         assert "Traceback" not in r.stderr
         assert n <= len(results(repo)) < 6, "the signal must arrive while configs remain"
+        on_disk = {x["config_key"] for x in complete_rows(repo) if x["kind"] in OUTCOME_KINDS}
+        assert reported_configs(r.stdout) <= on_disk, "a config reported written is not on disk"
+        assert git(repo, "status", "--porcelain", "--", "ledger") == ""  # and committed
         assert verify(repo / "ledger" / "tiny.jsonl").ok
         v = run_bench(repo, "ledger", "verify", "tiny")
         assert v.returncode == 0 and "chain intact" in v.stdout
@@ -266,3 +273,34 @@ def test_output_to_a_pipe_is_wide_enough_for_tables_unless_columns_says_otherwis
     narrow = subprocess.run([sys.executable, "-c", code], env={**env, "COLUMNS": "100"}, capture_output=True,
                             text=True, check=True)
     assert int(narrow.stdout) == 100
+
+
+def test_a_baseline_failing_the_gate_stops_the_sweep_with_the_explanation_and_exit_3(repo):
+    # rtol 1e-7 is above float32's own rounding (2^-24 ≈ 6e-8: `bench register` accepts it), but
+    # below what the bmm-softmax-bmm baseline's float32 arithmetic achieves, and atol 0 leaves
+    # its small outputs no slack.
+    text = TINY.replace("atol = 1e-5\nrtol = 1e-4", "atol = 0\nrtol = 1e-7").replace(
+        "seq_len = [32, 48]", "seq_len = [32, 48, 64]")
+    (repo / "registrations" / "tiny.toml").write_text(text)
+    git(repo, "commit", "-qam", "a tolerance the baseline cannot meet")
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    git(repo, "add", "ledger")
+    git(repo, "commit", "-qm", "register tiny")
+    s = run_bench(repo, "sweep", "tiny", "--device", "cpu", "--no-ceilings")
+    assert s.returncode == 3, s.stdout + s.stderr
+    said = " ".join(s.stdout.split())
+    first = "attention/b1/h2/kv2/n32/d16/float32/full"
+    assert (f"stopped: baseline torch_stack fails the correctness gate at {first} [mismatch]: seed 0 family "
+            in said), s.stdout
+    assert "ulp float32) > atol 0 + rtol 1e-07·|ref|" in said and "elements out of tolerance" in said
+    assert "so the sweep stops here with 2 configs not run" in said
+    assert "Either the tolerance is wrong (atol 0, rtol 1e-07; its failing elements need at least atol" in said
+    assert 'new line with amends = "tiny"' in said and "or the baseline is wrong" in said
+    assert "Traceback" not in s.stderr
+    # The stopping config's rows are written and committed; no later config ran.
+    outs = [r for r in complete_rows(repo) if r["kind"] in ("incorrect", "skipped", "result")]
+    assert {r["config_key"] for r in outs} == {first}
+    assert sorted((r["kind"], r.get("role", "candidate")) for r in outs) == [("incorrect", "baseline"),
+                                                                            ("skipped", "candidate")]
+    assert git(repo, "status", "--porcelain", "--", "ledger") == ""
+    assert verify(repo / "ledger" / "tiny.jsonl").ok

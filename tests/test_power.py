@@ -11,7 +11,7 @@ import torch
 from harness.governance.ledger import read_rows
 from harness.measurement import canaries
 from harness.workloads import Config
-from tests.conftest import TINY, git, run_bench
+from tests.conftest import REPO, TINY, git, run_bench
 
 # bf16 at the shipped example's tolerance: a 1% scale error stays inside atol 0.05 + rtol 0.03.
 WEAK = TINY.replace('dtype = ["float32"]', 'dtype = ["bfloat16"]').replace(
@@ -134,3 +134,86 @@ def test_the_shipped_float32_lines_tolerances_have_power():
     f32 = [c for c in reg.configs if c.dtype == "float32"]
     checks = canaries.check(f32, atol=reg.atol, rtol=reg.rtol, seed=reg.seeds[0], families=reg.families)
     assert checks and all(c.rejected for c in checks)
+
+
+# -- feasible tolerances (issue 27, item 3) ----------------------------------------------
+# A bf16 line at atol = rtol = 1e-4: about 1/70 of a bf16 step at 1.0, below the rounding of
+# any bf16 output. Every canary is waived so that only the feasibility check decides.
+BF16 = TINY.replace('dtype = ["float32"]', 'dtype = ["bfloat16"]').replace(
+    "families = [", 'accept_weak = ["drop_last_key", "scale_1pct", "causal_shift", "tf32"]\nfamilies = [')
+
+
+def bf16_line(atol: float, rtol: float) -> str:
+    return BF16.replace("atol = 1e-5\nrtol = 1e-4", f"atol = {atol!r}\nrtol = {rtol!r}")
+
+
+def test_nearest_is_never_farther_than_a_cast_and_rounds_overflow_to_inf():
+    from harness.measurement.correctness.figures import nearest
+
+    x = torch.cat([torch.randn(20000, dtype=torch.float64) * 10, torch.randn(2000, dtype=torch.float64) * 1e-40,
+                   torch.tensor([0.0, 65504.0, 65519.0, 65520.0, -1e6], dtype=torch.float64)])
+    for dt in ("bfloat16", "float16", "float32"):
+        got = nearest(x, dt)
+        cast = x.to(getattr(torch, dt)).to(torch.float64)
+        assert torch.equal(got.to(getattr(torch, dt)).to(torch.float64), got)  # values of the dtype
+        assert bool(((got - x).abs() <= (cast - x).abs()).all()), dt
+    assert nearest(torch.tensor([65519.0, 65520.0, -1e6], dtype=torch.float64), "float16").tolist() == [
+        65504.0, math.inf, -math.inf]
+
+
+def test_register_refuses_a_bf16_tolerance_below_its_rounding_with_the_arithmetic_and_the_least_that_passes(repo):
+    import re
+
+    commit(repo, "tight", bf16_line(1e-4, 1e-4))
+    r = run_bench(repo, "register", "tight")
+    assert r.returncode == 2, r.stdout + r.stderr
+    msg = r.stderr.strip()
+    assert len(msg.splitlines()) == 1 and msg.startswith("bench: error: registrations/tight.toml: ")
+    assert "bfloat16 atol 0.0001, rtol 0.0001 is below bfloat16's own rounding" in msg
+    assert "unit roundoff u = 2^-8 = 0.00391" in msg and "rounds by up to u·2^" in msg
+    assert re.search(r"seed 0, family (normal|large_logits), element \(\d+,\d+,\d+,\d+\): \|ref\| = ", msg)
+    assert re.search(r"Outputs reach \|ref\| = [\d.]+ on family (normal|large_logits)", msg)
+    assert not (repo / "ledger" / "tight.jsonl").exists()  # nothing written
+    need_atol = float(re.search(r"atol >= ([\d.e-]+) at rtol 0\.0001", msg).group(1))
+    need_rtol = float(re.search(r"rtol >= ([\d.e-]+) at atol 0\.0001", msg).group(1))
+    # bf16's rounding at |ref| in [1, 8): up to 2^-8 relative, far above 1e-4.
+    assert 2**-9 < need_rtol <= 2**-8 and need_atol > 1e-3
+
+    # The least tolerances it names pass; a little below either is refused again.
+    for name, (atol, rtol), ok in (("atfloor", (need_atol, 1e-4), True), ("rtolfloor", (1e-4, need_rtol), True),
+                                   ("below", (need_atol * 0.97, 1e-4), False)):
+        commit(repo, name, bf16_line(atol, rtol))
+        r = run_bench(repo, "register", name)
+        assert (r.returncode == 0) is ok, (name, r.stdout + r.stderr)
+        if ok:
+            assert "tolerance floor, bfloat16: the reference rounded to the nearest bfloat16 needs atol >=" in r.stdout
+            floor = read_rows(repo / "ledger" / f"{name}.jsonl")[0]["tolerance_floor"]["bfloat16"]
+            assert floor["passed"] and floor["seeds"] == [0] and floor["configs"]
+        else:
+            assert "is below bfloat16's own rounding" in r.stderr
+
+
+def test_the_floor_checks_as_many_seeds_as_min_pass_rate_lets_fail_plus_one_on_the_gates_own_configs():
+    from harness.measurement import feasible
+    from kernels import get_kernel
+
+    cfgs = [Config("attention", 1, 2, 2, n, 16, "bfloat16", False) for n in (32, 256)]
+    kw = dict(atol={"bfloat16": 1e-4}, rtol={"bfloat16": 1e-4}, families=("normal",), baseline=get_kernel("torch_stack"))
+    (strict,) = feasible.floors(cfgs, seeds=(0, 1, 2), min_pass_rate=1.0, **kw)
+    (lenient,) = feasible.floors(cfgs, seeds=(0, 1, 2), min_pass_rate=0.5, **kw)
+    assert strict.seeds == (0,) and lenient.seeds == (0, 1)
+    assert not strict.passed and not lenient.passed
+    assert strict.point == cfgs[0].key() and strict.configs == (cfgs[0].key(),)  # n32: cheaper than n67, n131
+
+
+SHIPPED = sorted((REPO / "registrations").glob("*.toml"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_every_shipped_registration_passes_the_feasibility_check(path):
+    from harness.governance import power
+    from harness.governance.registration import load
+
+    floors = power.tolerance_floor(load(path))  # raises UserError if refused
+    assert floors and all(f["passed"] and f["configs"] for f in floors.values())

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, bench_env, git, init_repo, installed_dist
+from conftest import REPO, bench_env, git, init_repo, installed_dist, reported_configs
 
 # Short enough that the hang test costs seconds; long enough for a tiny gate on a loaded CI host.
 TEST_WATCHDOG_S = 15
@@ -129,6 +129,27 @@ def _fault_sweep(tmp_path, fault, *, device="cpu", dtype="float32", tol="1e-5", 
     assert reg.returncode == 0, reg.stderr
     res = _bench(root, env, "sweep", line, "--device", device, "--no-ceilings")
     return root, env, line, res
+
+
+def test_a_baseline_that_raises_in_the_gate_stops_the_sweep_as_the_baselines_fault(tmp_path):
+    line = "faults"
+    text = FAULT_LINE.format(fault="sdpa_math", dtype="float32", tol="1e-5", seq_lens="[32, 48]", weak="[]",
+                             warmup=2, watchdog=TEST_WATCHDOG_S).replace('baseline = "torch_stack"',
+                                                                         'baseline = "fault_raise"')
+    root = _repo(tmp_path, line, text)
+    env = _plugin_env(tmp_path)
+    assert _bench(root, env, "register", line).returncode == 0
+    res = _bench(root, env, "sweep", line, "--device", "cpu", "--no-ceilings")
+    assert res.returncode == 3, res.stdout + res.stderr
+    said = " ".join(res.stdout.split())
+    assert ("stopped: baseline fault_raise fails the correctness gate at attention/b1/h2/kv2/n32/d16/float32/full "
+            "[exception]: seed 0 family normal: kernel raised RuntimeError: fault_raise: deliberate failure") in said
+    assert "with 1 config not run" in said and "No tolerance excuses this (the kernel raised)" in said
+    assert "the tolerance is wrong" not in said
+    outs = _outcomes(root, line)
+    assert {r["config_key"] for r in outs} == {"attention/b1/h2/kv2/n32/d16/float32/full"}
+    assert sorted(r["kind"] for r in outs) == ["incorrect", "skipped", "skipped", "skipped"]
+    _verified(root, line)
 
 
 def _assert_survived(root, env, line, fault, cause, n_configs):
@@ -340,6 +361,9 @@ def test_kill_9_of_the_driver_leaves_no_worker_and_a_verified_ledger(tmp_path):
     assert _outcomes(root, line) == []
 
 
+RESUME = "bench: interrupted — every row reported written is on disk; to resume, run: bench sweep {args}"
+
+
 def test_ctrl_c_finishes_the_config_in_flight_then_resumes_without_duplicates(repo):
     from conftest import run_bench
 
@@ -355,9 +379,14 @@ def test_ctrl_c_finishes_the_config_in_flight_then_resumes_without_duplicates(re
     out, err = driver.communicate(timeout=300)
     assert driver.returncode == 130, out + err
     said = out.replace("\n", " ")
-    assert "finishing the config" in said and "again to resume" in said, out + err
+    assert "finishing the config" in said and "sweep of line tiny at" in said, out + err
+    assert "stopped by Ctrl-C after the config(s) in flight finished, with " in said, out
+    assert "every row above is written: to resume, run: bench sweep tiny --device cpu --no-ceilings" in said, out
+    assert err.strip().splitlines()[-1] == RESUME.format(args="tiny --device cpu --no-ceilings"), err
     first = _outcomes(repo, "tiny")
     assert 1 <= len(first) < 4 and len({r["config_key"] for r in first}) == len(first)
+    assert reported_configs(out) <= {r["config_key"] for r in first}  # every config reported written is on disk
+    assert git(repo, "status", "--porcelain", "--", "ledger") == ""  # and committed
     res = run_bench(repo, "sweep", "tiny", "--device", "cpu", "--no-ceilings")
     assert res.returncode == 0, res.stderr
     outs = _outcomes(repo, "tiny")
@@ -367,48 +396,89 @@ def test_ctrl_c_finishes_the_config_in_flight_then_resumes_without_duplicates(re
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_a_second_ctrl_c_stops_at_once_and_writes_nothing_partial(tmp_path):
+@pytest.mark.parametrize("signals, code, how", [
+    ((signal.SIGINT, signal.SIGINT), 130, "stopped at once by Ctrl-C, with 1 config not run"),
+    ((signal.SIGTERM,), 143, "stopped at once by SIGTERM, with 1 config not run"),
+    ((signal.SIGINT, signal.SIGTERM), 143, "stopped at once by SIGTERM, with 1 config not run"),
+], ids=["second-ctrl-c", "sigterm", "ctrl-c-then-sigterm"])
+def test_stopping_at_once_writes_nothing_partial_and_ends_with_the_summary_and_the_resume_line(tmp_path, signals,
+                                                                                             code, how):
     root, line, driver, workers = _hanging_sweep(tmp_path)
-    driver.send_signal(signal.SIGINT)
-    time.sleep(1)
-    driver.send_signal(signal.SIGINT)
+    for sig in signals:
+        driver.send_signal(sig)
+        time.sleep(1)
     out, err = driver.communicate(timeout=30)
-    assert driver.returncode == 130, out + err
+    assert driver.returncode == code, out + err
     assert _outcomes(root, line) == [] and not any(_alive(w) for w in workers)
+    said = out.replace("\n", " ")
+    assert "sweep of line faults at" in said and how in said, out
+    assert "a config in flight, if any, was dropped: nothing of it is written" in said, out
+    assert err.strip().splitlines()[-1] == RESUME.format(args="faults --device cpu --no-ceilings"), err
+    assert "Traceback" not in err
     _verified(root, line)
 
 
-def test_sigterm_stops_at_once_but_never_while_a_configs_rows_are_written():
-    """SIGTERM goes to the CLI's raising handler as a second Ctrl-C does: at once, except
-    inside ``shielded`` (a config's rows being appended and committed), where it waits."""
-    from harness.sweep.loop import _interrupts
+def test_a_ctrl_c_while_waiting_for_the_device_ends_with_the_summary_and_the_resume_line(repo):
+    from conftest import run_bench
 
-    class Stop(Exception):
-        pass
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    holder = _hold_cpu()
+    try:
+        sweep = _popen(repo, bench_env(), "sweep", "tiny", "--device", "cpu", "--no-ceilings")
+        seen = ""
+        while "waiting" not in seen:
+            line = sweep.stdout.readline()
+            assert line, "the sweep ended without waiting"
+            seen += line
+        sweep.send_signal(signal.SIGINT)  # "Ctrl-C to give up": nothing runs yet, so it stops at once
+        out, err = sweep.communicate(timeout=60)
+    finally:
+        _release(holder)
+    assert sweep.returncode == 130, out + err
+    said = out.replace("\n", " ")
+    assert "sweep of line tiny at" in said and "stopped at once by Ctrl-C, before any config ran" in said, out
+    assert err.strip().splitlines()[-1] == RESUME.format(args="tiny --device cpu --no-ceilings"), err
+    assert [r["kind"] for r in _rows(repo, "tiny")] == ["registered"]
+
+
+def test_a_signal_waits_for_the_config_being_written_then_stops_at_once():
+    """A second Ctrl-C or a SIGTERM inside ``shielded`` (a config's rows being appended and
+    committed) waits for it to end; outside, it stops at once; after ``wrap_up`` it is only
+    counted. The caller's handlers come back afterwards."""
+    from harness.sweep.loop import StopNow, interrupts
 
     def raising(signum, frame):
-        raise Stop()
+        raise AssertionError("the caller's handler ran while the guard held the signal")
 
     previous = signal.signal(signal.SIGTERM, raising)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # a background runner may ignore it
     written = []
     try:
-        with pytest.raises(Stop):
-            with _interrupts(None) as guard:
-                with guard.shielded():
-                    os.kill(os.getpid(), signal.SIGTERM)
-                    time.sleep(0.1)  # the handler has run by now
-                    written.append("the config's last row")
-                written.append("the next config")
-        assert written == ["the config's last row"]
-        with pytest.raises(Stop):
-            with _interrupts(None):
-                os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(0.1)
-                written.append("unshielded")
-        assert "unshielded" not in written
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with pytest.raises(StopNow):
+                with interrupts(None) as guard:
+                    guard.patient = True
+                    if sig == signal.SIGINT:
+                        os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C: stop starting configs
+                        time.sleep(0.1)
+                        assert guard.stopping() and not guard.stopped_at_once
+                    with guard.shielded():
+                        os.kill(os.getpid(), sig)
+                        time.sleep(0.1)  # the handler has run by now
+                        written.append("the config's last row")
+                    written.append("the next config")
+            assert written == ["the config's last row"] and guard.signal == sig and guard.stopped_at_once
+            written.clear()
+        with interrupts(None) as guard:
+            guard.wrap_up()
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+            written.append("the summary")
+        assert written == ["the summary"] and guard.signal == signal.SIGTERM
         assert signal.getsignal(signal.SIGTERM) is raising  # restored
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 SLOW_GIT = textwrap.dedent('''\

@@ -2,9 +2,9 @@
 
 One module per command (asv style). Only ``UserError`` is caught here: it becomes one
 line on stderr and exit code 2 (or its own code); anything else keeps its traceback.
-Ctrl-C (SIGINT) and SIGTERM end a command the same way — one line saying that every row
-reported written is on disk and that the same command resumes — with the shell's exit
-codes 130 and 143. Heavy imports stay inside the command functions so ``bench --help``
+Ctrl-C (SIGINT) and SIGTERM end a command the same way — its last line says that every
+row reported written is on disk and gives the exact command that resumes — with the shell's
+exit codes 130 and 143. Heavy imports stay inside the command functions so ``bench --help``
 is fast.
 """
 
@@ -21,7 +21,7 @@ from harness.errors import UserError
 # The shell's convention for a command ended by a signal: 128 + the signal number.
 EXIT_SIGINT = 128 + signal.SIGINT
 EXIT_SIGTERM = 128 + signal.SIGTERM
-INTERRUPTED = "interrupted — every row reported written is on disk; run the same command to resume"
+INTERRUPTED = "interrupted — every row reported written is on disk; to resume, run: {command}"
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -55,6 +55,15 @@ class Terminated(KeyboardInterrupt):
 # The signals received while a command ran. typer turns a KeyboardInterrupt into a plain
 # return of 130 (no exception reaches main), so main learns of the signal from here.
 _received: list[int] = []
+# The arguments of the command this process runs (command_line()).
+_argv: list[str] = []
+
+
+def command_line() -> str:
+    """The command being run, as the user can type it again: the one that resumes it."""
+    import shlex
+
+    return shlex.join(["bench", *_argv])
 
 
 def interrupted_by(signum: int) -> None:
@@ -84,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)
                 if on_main and signal.getsignal(s) is not signal.SIG_IGN}
     _received.clear()
+    _argv[:] = sys.argv[1:] if argv is None else list(argv)
     try:
         return _main(argv)
     finally:
@@ -107,7 +117,7 @@ def _main(argv: list[str] | None) -> int:
 
 def _interrupted(exc: BaseException | None) -> int:
     """One line and the shell's exit code for the signal that ended the command."""
-    print(f"bench: {INTERRUPTED}", file=sys.stderr)
+    print(f"bench: {INTERRUPTED.format(command=command_line())}", file=sys.stderr)
     terminated = signal.SIGTERM in _received or isinstance(_interrupt(exc), Terminated)
     return EXIT_SIGTERM if terminated else EXIT_SIGINT
 

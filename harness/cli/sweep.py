@@ -6,6 +6,10 @@ import typer
 
 from harness.cli import app
 
+# A sweep stopped because its baseline fails the correctness gate (0: every config run; 2:
+# refused before any work; 130 / 143: Ctrl-C / SIGTERM, every one ending with the resume line).
+EXIT_BASELINE_FAILED = 3
+
 
 @app.command()
 def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
@@ -30,15 +34,19 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
           no_commit: bool = typer.Option(False, "--no-commit",
                                          help="leave the rows uncommitted (the verdict refuses until they are)")):
     """Run the registered grid: memory check, correctness gate, timing, one ledger row per outcome,
-    committed to git after each config."""
+    committed to git after each config.
+
+    Exit 0 when it ran to the end, 2 when refused, 3 when stopped because the baseline fails
+    the correctness gate, 130 after Ctrl-C and 143 after SIGTERM (each with the summary and
+    the command that resumes)."""
     import os
-    import signal
 
     # Before torch starts CUDA (workers inherit it): N×N tensors of tens of GB, freed and
     # re-allocated in other sizes config after config, fragment the caching allocator (an
     # H200 run at seq_len 32k failed with 63 GiB reserved but unallocated); expandable
     # segments avoid that.
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    from harness.cli import command_line, interrupted_by
     from harness.errors import UserError
     from harness.governance import gitguard
     from harness.governance.line import open_line
@@ -62,8 +70,9 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
                            on_interrupt=render_interrupt_pending)
         rows = [r for r in latest_outcomes(ln.ledger.rows()).values() if measured_on(r, ln.reg.mixed_devices) == summary.measured_on]
         dirty = gitguard.has_uncommitted(ln.root, ln.ledger.path)
-    render_sweep_summary(summary.as_dict(), rows, gitguard.relative(ln.root, ln.ledger.path) if dirty else None)
-    if summary.interrupted:  # the first Ctrl-C let the configs in flight finish: end as an interrupt
-        from harness.cli import interrupted_by
-
-        interrupted_by(signal.SIGINT)
+    render_sweep_summary(summary.as_dict(), rows, gitguard.relative(ln.root, ln.ledger.path) if dirty else None,
+                         resume=command_line())
+    if summary.signal is not None:  # the sweep handled it and summarized: end as the signal would
+        interrupted_by(summary.signal)
+    elif summary.baseline_failed is not None:
+        raise typer.Exit(EXIT_BASELINE_FAILED)

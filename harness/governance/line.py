@@ -96,6 +96,7 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
     registration.check_kernels(reg)
     from harness.governance import power
 
+    floor = power.tolerance_floor(reg)  # refuses a tolerance no kernel can pass (below the dtype's rounding)
     tol_power = power.tolerance_power(reg)  # refuses a tolerance that cannot fail a canary
     resolution = power.timing_resolution(tree.root, reg)
     reg_commit = gitguard.file_commit(tree.root, path)
@@ -106,7 +107,7 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
         stamp = Stamp(tree.commit, reg.sha256, reg_commit, env if env is not None else host_env(), code)
         fields = {**stamp.fields(), "registration": {**reg.summary(), "path": rel},
                   "n_configs": len(reg.configs), "amends": reg.amends,
-                  "tolerance_power": tol_power, "timing_resolution": resolution}
+                  "tolerance_floor": floor, "tolerance_power": tol_power, "timing_resolution": resolution}
         if reopens is not None:
             fields["reopens"] = reopens
         return led.append(REGISTERED, fields)

@@ -1,5 +1,10 @@
 """What a registration can tell apart, shown before any number exists (`bench register`).
 
+Feasibility: the least tolerance per dtype that the float64 reference rounded to the
+nearest value of the dtype passes on the gate's own inputs (``measurement.feasible``); a
+registered tolerance below it is refused with the arithmetic and that least tolerance: no
+kernel could pass the gate, the baseline included.
+
 Correctness: the canaries of ``measurement.canaries`` against the registered tolerance; a
 canary that passes at a canary point refuses the registration (naming the canary, the point
 and a tolerance that would reject it) unless ``[correctness] accept_weak`` waives it. The
@@ -16,16 +21,57 @@ that band is warned about: the bar would be decided by rig noise there.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
-from harness.errors import UserError
+from harness.errors import UserError, shown
 from harness.governance.outcomes import RESULT
 
 # Recorded results per device below which its control spread is not trusted.
 MIN_SPREAD_ROWS = 5
 SPREAD_QUANTILE = 0.95
 SPEEDUP_METRICS = ("speedup", "speedup_ci_low", "speedup_ci_high")
+
+
+def tolerance_floor(reg) -> dict:
+    """Per dtype, the least tolerance the best possible output passes (``measurement.feasible``);
+    UserError, with the arithmetic, when the registered tolerance is below it."""
+    from harness.measurement import feasible
+    from kernels import get_kernel
+
+    found = feasible.floors(reg.configs, atol=reg.atol, rtol=reg.rtol, seeds=reg.seeds, families=reg.families,
+                            min_pass_rate=reg.min_pass_rate, baseline=get_kernel(reg.baseline))
+    for f in found:
+        if not f.passed:
+            raise UserError(f"{shown(reg.path)}: {_infeasible(f)}")
+    return {f.dtype: f.as_dict() for f in found}
+
+
+def _infeasible(f) -> str:
+    """Why no output in ``f.dtype`` passes the gate, worked out at the deciding element."""
+    w, u, dt = f.worst, f.unit_roundoff, f.dtype
+    k = math.frexp(abs(w["ref"]))[1] - 1  # |ref| in [2^k, 2^(k+1)): half a ULP there is u·2^k
+    seeds = (f"seed {w['seed']}" if len(f.seeds) == 1 else
+             f"seed {w['seed']} (every seed checked fails: {', '.join(map(str, f.seeds))})")
+    return (f"[correctness] {dt} atol {f.atol:g}, rtol {f.rtol:g} is below {dt}'s own rounding, so no kernel can "
+            f"pass the gate: the float64 reference rounded to the nearest {dt} (the best output any kernel can "
+            f"write) fails it at {w['config']}, {seeds}, family {w['family']}, element "
+            f"({','.join(map(str, w['index']))}): |ref| = {abs(w['ref']):.4g}, where {dt} (unit roundoff u = "
+            f"2^{round(math.log2(u))} = {u:.3g}) rounds by up to u·2^{k} = {w['half_ulp']:.3g}; it errs "
+            f"{w['err']:.3g} > atol + rtol·|ref| = {w['bound']:.3g}. Outputs reach |ref| = "
+            f"{f.magnitude[w['family']]:.4g} on family {w['family']} (a convex combination of V rows: "
+            f"|out| <= max|V|). The smallest tolerance that passes: atol >= {ceil_sig(f.need_atol):g} at rtol "
+            f"{f.rtol:g}, or rtol >= {ceil_sig(f.need_rtol):g} at atol {f.atol:g} (a real kernel needs margin "
+            f"above it) — loosen [correctness] for {dt}")
+
+
+def ceil_sig(x: float, digits: int = 3) -> float:
+    """``x`` rounded up to ``digits`` significant digits: a printed least tolerance still passes."""
+    if x <= 0 or not math.isfinite(x):
+        return x
+    step = 10.0 ** (math.floor(math.log10(x)) - digits + 1)
+    return math.ceil(x / step) * step
 
 
 def tolerance_power(reg) -> dict:

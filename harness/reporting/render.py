@@ -136,6 +136,15 @@ def render_registered(row: dict) -> None:
     c.print(f"registered line [bold]{row['line']}[/] — sha256 {row['registration_sha256'][:12]}, "
             f"commit {row['registration_commit'][:12]}, {plural(row['n_configs'], 'config')}; "
             f"bar: {escape(row['registration']['go'])}")
+    for dt, f in sorted((row.get("tolerance_floor") or {}).items()):
+        if f.get("unchecked"):
+            c.print(f"  tolerance floor, {dt}: not checked ({f['unchecked']})")
+            continue
+        from harness.governance.power import ceil_sig
+
+        c.print(f"  tolerance floor, {dt}: the reference rounded to the nearest {dt} needs atol >= "
+                f"{ceil_sig(f['need_atol']):g} at rtol {f['rtol']:g} (registered atol {f['atol']:g}) on "
+                f"{', '.join(f['configs'])}, |ref| up to {max(f['magnitude'].values()):.3g}")
     power = row.get("tolerance_power") or {}
     checks = power.get("canaries", [])
     if checks:
@@ -239,10 +248,13 @@ def _sweep_table(rows: list[dict]):
     return t
 
 
-def render_sweep_summary(summary: dict, rows: list[dict] = (), uncommitted: str | None = None) -> None:
+def render_sweep_summary(summary: dict, rows: list[dict] = (), uncommitted: str | None = None,
+                         resume: str | None = None) -> None:
     """The sweep's end: a per-config table of ``rows`` (current outcomes at this commit and
     device), the counts, the control, notes, and — when ``uncommitted`` names the ledger
-    file and git says it has rows no commit holds — the command that anchors them."""
+    file and git says it has rows no commit holds — the command that anchors them; then why
+    it stopped early, if it did: a signal (with ``resume``, the command that resumes) or a
+    baseline failing the gate."""
     c = console()
     if rows:
         c.print(_sweep_table(list(rows)))
@@ -265,9 +277,50 @@ def render_sweep_summary(summary: dict, rows: list[dict] = (), uncommitted: str 
         c.print(f"  {uncommitted} has rows no commit holds yet: commit them (git add {uncommitted} && "
                 f"git commit -m \"ledger: {summary['line']}\") so git anchors what was measured; the verdict "
                 f"refuses until then")
+    from rich.markup import escape
+
+    if summary.get("baseline_failed"):
+        _render_baseline_failed(c, summary)
     if summary.get("interrupted"):
-        c.print(f"[yellow]stopped[/] by Ctrl-C with {summary['left']} config(s) not run; every row above is "
-                f"written: run `bench sweep {summary['line']}` again to resume")
+        c.print(f"[yellow]stopped[/] {_stopped_how(summary)}; every row above is written"
+                + (f": to resume, run: {escape(resume)}" if resume else ""))
+
+
+def _not_run(summary: dict) -> str:
+    left = summary.get("left")
+    return "before any config ran" if left is None else f"with {plural(left, 'config')} not run"
+
+
+def _stopped_how(summary: dict) -> str:
+    """How a signal stopped the sweep, and what of it was lost."""
+    import signal
+
+    if not summary.get("at_once"):
+        return f"by Ctrl-C after the config(s) in flight finished, {_not_run(summary)}"
+    what = "SIGTERM" if summary.get("signal") == signal.SIGTERM else "Ctrl-C"
+    return (f"at once by {what}, {_not_run(summary)} (a config in flight, if any, was dropped: nothing of it "
+            f"is written)")
+
+
+def _render_baseline_failed(c, summary: dict) -> None:
+    """Why a baseline failing the gate stops the sweep, and the two ways out."""
+    from rich.markup import escape
+
+    b = summary["baseline_failed"]
+    need = (f"; its failing elements need at least atol {b['need_atol']:.3g} at rtol {b['rtol']:g}"
+            if b.get("need_atol") is not None else "")
+    c.print("[red]stopped[/]: " + escape(f"baseline {b['baseline']} fails the correctness gate at "
+                                          f"{b['config_key']} [{b['tag']}]: {b['reason']}"))
+    stop = (f"  No candidate can be timed against a baseline that fails, so the sweep stops here {_not_run(summary)} "
+            f"instead of skipping every candidate of every config. ")
+    if b.get("tolerance"):
+        c.print(stop + f"Either the tolerance is wrong (atol {b['atol']:g}, rtol {b['rtol']:g}{need}): register the "
+                f"bar again as a new line with amends = \"{summary['line']}\" — or the baseline is wrong: fix it "
+                f"and commit (a new commit is swept afresh).")
+    else:
+        c.print(stop + escape(f"No tolerance excuses this ({b['what']}): the baseline is wrong here — fix it and "
+                              f"commit (a new commit is swept afresh), or pick another baseline in a new line with "
+                              f"amends = \"{summary['line']}\"."))
 
 
 def render_warmed(w) -> None:

@@ -31,18 +31,23 @@ class SweepSummary:
     resumed: int
     control: dict | None
     notes: tuple[str, ...]
-    # Stopped by a Ctrl-C before every config ran: how many configs were left.
+    # Stopped by a signal (``signal``: SIGINT or SIGTERM), and how many of the planned configs
+    # were not run (None: stopped before they were planned).
     interrupted: bool = False
-    left: int = 0
+    left: int | None = 0
     anchored: tuple[str, ...] = ()  # commits holding this sweep's rows, one per config
     committed: bool = True  # False under --no-commit: the rows are not committed
     measured_on: tuple = ()  # the (commit, device, GPU) key its rows were measured on
+    signal: int | None = None
+    at_once: bool = False  # stopped at once (second Ctrl-C, SIGTERM): configs in flight were dropped
+    baseline_failed: dict | None = None  # the config whose baseline failed the gate, which stopped it
 
     def as_dict(self) -> dict:
         return {"line": self.line, "commit": self.commit, "counts": self.counts, "rejections": self.rejections,
                 "resumed": self.resumed, "control": self.control, "notes": list(self.notes),
                 "interrupted": self.interrupted, "left": self.left, "anchored": list(self.anchored),
-                "committed": self.committed}
+                "committed": self.committed, "signal": self.signal, "at_once": self.at_once,
+                "baseline_failed": self.baseline_failed}
 
 
 def context(line: Line, device: str, ceilings: dict | None) -> SweepContext:
@@ -140,6 +145,22 @@ def make_executor(device: str, *, inline: bool = False, gpus: str | None = None,
     return LocalPool(device, [None] * workers)
 
 
+@dataclass
+class _Run:
+    """How far a sweep got: what its summary is made of, however it stopped."""
+
+    envs: list = field(default_factory=list)
+    tasks: list | None = None  # None until the open pairs are planned
+    first_pass: list = field(default_factory=list)  # tasks whose rows the first pass wrote
+    finished: bool = False
+    remeasured: int = 0
+    profiled: int = 0
+    ceilings: dict | None = None
+    key: tuple = ()
+    resumed: int = 0  # pairs already done at this commit on this device
+    baseline_failed: dict | None = None  # run.baseline_gate_failure of the config that stopped it
+
+
 def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True, commit: bool = True,
           retry_crashed: bool = False, wait: bool = True, progress=None, on_wait=None,
           on_interrupt=None) -> SweepSummary:
@@ -151,10 +172,11 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     has none yet). Only this process appends; configs run wherever ``executor`` puts them
     (default: one worker process). With ``commit``, each config's rows are committed
     (``ledger.anchor``) as soon as they are written.
-    """
-    from harness.sweep.devicelock import device_key, device_lock
-    from harness.sweep.executor import schedule
 
+    However it stops, it returns its summary: a Ctrl-C or SIGTERM (``Interrupts``; the
+    summary names the signal) and a config whose baseline fails the correctness gate (no
+    new config starts after it; ``baseline_failed`` says why) included.
+    """
     check_kernels_usable(line, device)
     if line.reg.verify:
         from harness.sweep.profile import require_profiler
@@ -169,11 +191,32 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     anchored: list[str | None] = []
     why_commit = f"sweep of {line.reg.line} at {line.commit[:12]}"
     executor = executor or make_executor(device)
+    run, written = _Run(), _Written()
+    with interrupts(on_interrupt) as guard:
+        try:
+            _sweep(line, device, executor, guard, run, written, anchored, why_commit, with_ceilings=with_ceilings,
+                   commit=commit, retry_crashed=retry_crashed, wait=wait, progress=progress, on_wait=on_wait)
+        except StopNow:
+            pass  # a second Ctrl-C or SIGTERM: workers killed, locks released on the way out; rows written stay
+        guard.wrap_up()  # from here signals are only counted: what is left is short and writes nothing partial
+        if commit:  # rows an interrupted earlier run wrote but did not commit, even when nothing ran now
+            anchored.append(anchor(line.ledger, why_commit))
+        return _summary(line, device, executor, run, written, anchored, guard, commit)
+
+
+def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, written: _Written, anchored: list,
+           why_commit: str, *, with_ceilings: bool, commit: bool, retry_crashed: bool, wait: bool, progress,
+           on_wait) -> None:
+    """The sweep itself, filling ``run`` as it goes (``sweep`` summarizes whatever it reached)."""
+    from harness.sweep.devicelock import device_key, device_lock
+    from harness.sweep.executor import schedule
+    from harness.sweep.run import baseline_gate_failure
+
     with contextlib.ExitStack() as stack:
         stack.callback(executor.close)
         executor.prepare(line)
         slots = executor.start()
-        envs = [s.env for s in slots]
+        run.envs = envs = [s.env for s in slots]
         if not line.reg.mixed_devices:
             _one_model(envs)
         who = {"line": line.reg.line, "root": str(line.root)}
@@ -182,22 +225,21 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
         # Ceilings are a GPU model's: a sweep over several models (mixed_devices) attaches none,
         # so no row carries a fraction of another device's peak.
         one_model = len({(e.get("device"), e.get("gpu")) for e in envs}) == 1
-        ceilings = _ceilings(line, executor, slots[0]) if with_ceilings and one_model else None
-        if ceilings is not None and commit:
+        ceilings = None
+        if with_ceilings and one_model:
             # Committed before any row naming it is: a result's ceilings are part of its record,
             # and the tree is clean even when the sweep stops before its first config.
-            from harness.sweep.ceilings import commit_ceilings
-
-            anchored.append(commit_ceilings(line.root, f"ceilings for the {why_commit}"))
+            ceilings, done = _ceilings(line, executor, slots[0], guard,
+                                       f"ceilings for the {why_commit}" if commit else None)
+            anchored.append(done)
+        run.ceilings = ceilings
         ctx = context(line, device, ceilings)
-        key = measured_on(line.stamp(envs[0]).fields(), line.reg.mixed_devices)
-        tasks, resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed)
-        written = _Written()
-        guard = stack.enter_context(_interrupts(on_interrupt))
+        run.key = key = measured_on(line.stamp(envs[0]).fields(), line.reg.mixed_devices)
+        tasks, run.resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed)
+        run.tasks = tasks
         if progress:
             progress.start(len(tasks))
             stack.callback(progress.stop)
-        first_pass: list = []
 
         def on_config(why, done=None):
             def append(task, rows):
@@ -210,15 +252,19 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
                     done.append(task)
                 if progress:
                     progress.done(task.config.key(), written.appended[start:])
+                bad = baseline_gate_failure(o for o, _ in rows)
+                if bad is not None and run.baseline_failed is None:
+                    run.baseline_failed = bad
+                    guard.halt()  # the configs in flight finish and are written; no new one starts
             return append
 
         on_start = (lambda t: progress.advance_to(t.config.key())) if progress else None
-        finished = schedule(executor, envs, tasks, ctx, on_config=on_config("re-measured", first_pass),
-                            stopping=guard.stopping, on_start=on_start)
+        guard.patient = True  # configs run from here: a first Ctrl-C lets those in flight finish
+        run.finished = finished = schedule(executor, envs, tasks, ctx, on_config=on_config("re-measured", run.first_pass),
+                                           stopping=guard.stopping, on_start=on_start)
         # Rig-noisy pairs are measured again later in the sweep (the rig may have quietened),
         # up to NOISY_REMEASURES times; the fresh rows supersede the noisy ones. A line that
         # counts noisy results (include_noisy) has them decided already.
-        remeasured = 0
         for attempt in range(0 if line.reg.include_noisy or not finished else NOISY_REMEASURES):
             by_cfg: dict[str, Task] = {}
             for task in tasks:
@@ -229,13 +275,12 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
                     by_cfg[task.config.key()] = Task(task.config, noisy)
             if not by_cfg:
                 break
-            remeasured += len(by_cfg)
+            run.remeasured += len(by_cfg)
             why = f"rig-noisy, measured again ({attempt + 1} of {NOISY_REMEASURES})"
-            finished = schedule(executor, envs, list(by_cfg.values()), ctx, on_config=on_config(why),
-                                stopping=guard.stopping, on_start=on_start)
+            run.finished = finished = schedule(executor, envs, list(by_cfg.values()), ctx, on_config=on_config(why),
+                                               stopping=guard.stopping, on_start=on_start)
             if not finished:
                 break
-        profiled = 0
         if line.reg.verify and finished:
             # The [verify] pass, after timing and still under the device lock: counters of
             # every candidate result here that has none yet (a resumed sweep profiles what an
@@ -248,12 +293,14 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
                     append_profile(line, p, envs[0], written)
                     if commit:
                         anchored.append(anchor(line.ledger, why_commit))
-                profiled += 1
+                run.profiled += 1
                 if guard.stopping():  # a Ctrl-C: a resumed sweep profiles the rest
-                    finished = False
+                    run.finished = False
                     break
-    if commit:  # rows an interrupted earlier run wrote but did not commit, even when nothing ran now
-        anchored.append(anchor(line.ledger, why_commit))
+
+
+def _summary(line: Line, device: str, executor, run: _Run, written: _Written, anchored: list, guard: Interrupts,
+             commit: bool) -> SweepSummary:
     counts: dict[str, int] = {}
     rejections: dict[str, int] = {}
     controls: list[tuple[float, bool]] = []
@@ -265,30 +312,32 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
         if o.kind == RESULT:
             controls.append((o.payload["metrics"]["control"], o.payload["rig_noisy"]))
             tolerance = o.payload["policy"]["control_tolerance"]
-    if profiled:
-        counts["profile"] = profiled
+    if run.profiled:
+        counts["profile"] = run.profiled
     control = None
     if controls:
         vals = [c for c, _ in controls]
         control = {"n": len(vals), "median": statistics.median(vals), "min": min(vals), "max": max(vals),
                    "noisy": sum(n for _, n in controls), "tolerance": tolerance}
-    notes = [_where(envs, executor)]
-    if ceilings is not None and not commit:
+    notes = [_where(run.envs, executor)] if run.envs else []
+    if run.ceilings is not None and not commit:
         from harness.sweep.ceilings import CEILINGS_LEDGER, is_committed
 
-        if not is_committed(line.root, ceilings):
+        if not is_committed(line.root, run.ceilings):
             rel = f"ledger/{CEILINGS_LEDGER}.jsonl"
-            notes.append(f"the ceilings row these rows name ({rel} row {ceilings['seq']}) is not committed "
+            notes.append(f"the ceilings row these rows name ({rel} row {run.ceilings['seq']}) is not committed "
                          f"(--no-commit): commit it with them (git commit -m 'bench: ledger rows' -- {rel} "
                          f"{line.ledger.rel})")
-    if remeasured:
-        notes.append(f"{remeasured} rig-noisy config(s) measured again later in the sweep (up to "
+    if run.remeasured:
+        notes.append(f"{run.remeasured} rig-noisy config(s) measured again later in the sweep (up to "
                      f"{NOISY_REMEASURES} times each)")
     if device == "cpu":
         notes.append("ran on the CPU: clocks not monitored, timings are host perf_counter_ns")
-    return SweepSummary(line.reg.line, line.commit, counts, rejections, resumed, control, tuple(notes),
-                        interrupted=not finished, left=len(tasks) - len(first_pass),
-                        anchored=tuple(a for a in anchored if a), committed=commit, measured_on=key)
+    left = None if run.tasks is None else len(run.tasks) - len(run.first_pass)
+    return SweepSummary(line.reg.line, line.commit, counts, rejections, run.resumed, control, tuple(notes),
+                        interrupted=guard.signal is not None, left=left,
+                        anchored=tuple(a for a in anchored if a), committed=commit, measured_on=run.key,
+                        signal=guard.signal, at_once=guard.stopped_at_once, baseline_failed=run.baseline_failed)
 
 
 def append_config(line: Line, task: Task, rows, key: tuple, written: _Written, why: str) -> None:
@@ -327,52 +376,86 @@ def _one_model(envs: list[dict]) -> None:
                         f"with --gpus, or register the line with [bar] mixed_devices = true")
 
 
-def _ceilings(line: Line, executor, slot) -> dict:
-    """This device's stored ceilings, or ones measured now by the first slot's worker."""
+def _ceilings(line: Line, executor, slot, guard: Interrupts, why: str | None) -> tuple[dict, str | None]:
+    """This device's stored ceilings, or ones measured now by the first slot's worker; with
+    ``why``, committed (the row and its commit are written together, never half)."""
     from harness.governance.ledger import Ledger
-    from harness.sweep.ceilings import CEILINGS_LEDGER, append_ceilings, stored_ceilings
+    from harness.sweep.ceilings import CEILINGS_LEDGER, append_ceilings, commit_ceilings, stored_ceilings
     from harness.sweep.executor import Job, call
 
     row = stored_ceilings(line.root, slot.fingerprint)
+    measured = None
     if row is None:
         Ledger(line.root, CEILINGS_LEDGER).require_writable()  # refuse before the worker measures, not after
         measured = call(executor, 0, Job(-1, "ceilings"), timeout_s=line.reg.timing.watchdog_s)
-        row = append_ceilings(line.root, slot.fingerprint, slot.env, measured)
-    return row
+    with guard.shielded():
+        if measured is not None:
+            row = append_ceilings(line.root, slot.fingerprint, slot.env, measured)
+        return row, commit_ceilings(line.root, why) if why else None
 
 
-class _Interrupts:
-    """Ctrl-C policy: the first stops new configs (the ones in flight finish and are
-    written); a second stops at once, but never in the middle of writing a config's rows.
-    SIGTERM stops at once, through its own handler, also never in that middle."""
+class StopNow(KeyboardInterrupt):
+    """Raised by the guard to stop a sweep at once (a KeyboardInterrupt, so every ``finally``
+    on the way out runs: workers killed, locks released); ``sweep`` catches it and still
+    returns its summary."""
 
-    def __init__(self, on_interrupt, on_terminate=None):
+
+class Interrupts:
+    """A sweep's signal policy. Until its first config starts, a Ctrl-C or SIGTERM stops at
+    once. From then on the first Ctrl-C starts no new config (the ones in flight finish and
+    are written); a second, or a SIGTERM, stops at once — but never in the middle of writing
+    and committing a config's rows (``shielded``): it waits for that to end. Once stopping at
+    once, or wrapping up, further signals are only counted. ``halt`` stops as a first Ctrl-C
+    does, for the sweep's own reason (a baseline failing the gate)."""
+
+    def __init__(self, on_interrupt=None):
         self.on_interrupt = on_interrupt
-        self.on_terminate = on_terminate  # the SIGTERM handler this one defers
-        self.count = 0
+        self.count = 0  # Ctrl-Cs received
+        self.terminated = False  # a SIGTERM received
+        self.halted = False
+        self.patient = False  # configs are running: a first Ctrl-C lets those in flight finish
+        self.stopped_at_once = False
         self._shield = 0
         self._deferred = False
-        self._deferred_term: tuple | None = None
+        self._quiet = False
 
     def stopping(self) -> bool:
-        return self.count > 0
+        return self.count > 0 or self.terminated or self.halted
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that stopped the sweep: SIGTERM if one came, else SIGINT if a Ctrl-C did."""
+        import signal
+
+        return signal.SIGTERM if self.terminated else signal.SIGINT if self.count else None
+
+    def halt(self) -> None:
+        self.halted = True
 
     def handle(self, signum, frame) -> None:
         self.count += 1
-        if self.count == 1:
+        if self.count == 1 and self.patient and not self._quiet:
             if self.on_interrupt:
                 self.on_interrupt()
+            return
+        self._stop_now()
+
+    def terminate(self, signum, frame) -> None:
+        self.terminated = True
+        self._stop_now()
+
+    def wrap_up(self) -> None:
+        """From here on signals are counted (the summary names them), never raised."""
+        self._quiet = True
+
+    def _stop_now(self) -> None:
+        if self._quiet:
             return
         if self._shield:
             self._deferred = True
             return
-        raise KeyboardInterrupt
-
-    def terminate(self, signum, frame) -> None:
-        if self._shield:
-            self._deferred_term = (signum, frame)
-            return
-        self.on_terminate(signum, frame)
+        self._quiet = self.stopped_at_once = True
+        raise StopNow()
 
     @contextlib.contextmanager
     def shielded(self):
@@ -381,32 +464,30 @@ class _Interrupts:
             yield
         finally:
             self._shield -= 1
-        if self._shield:
-            return
-        if self._deferred_term is not None:
-            self.on_terminate(*self._deferred_term)
-        if self._deferred:
-            raise KeyboardInterrupt
+        if not self._shield and self._deferred:
+            self._deferred = False
+            self._stop_now()
 
 
 @contextlib.contextmanager
-def _interrupts(on_interrupt):
+def interrupts(on_interrupt):
+    """The guard, installed for SIGINT and — where the caller handles SIGTERM in Python, as
+    the CLI does — for SIGTERM; a signal the caller ignores, and SIGTERM's default action
+    (the process dies), are left as they are. Off the main thread no handler can be set."""
     import signal
     import threading
 
+    guard = Interrupts(on_interrupt)
     if threading.current_thread() is not threading.main_thread():
-        yield _Interrupts(on_interrupt)
+        yield guard
         return
-    # A SIGTERM handler that raises (the CLI's) waits for the config being written; the
-    # default action and an ignored SIGTERM are left as they are.
-    term = signal.getsignal(signal.SIGTERM)
-    guard = _Interrupts(on_interrupt, term if callable(term) else None)
-    previous = signal.signal(signal.SIGINT, guard.handle)
-    if guard.on_terminate is not None:
-        signal.signal(signal.SIGTERM, guard.terminate)
+    previous = {}
+    for sig, handler, takes in ((signal.SIGINT, guard.handle, lambda h: h is not signal.SIG_IGN),
+                                (signal.SIGTERM, guard.terminate, callable)):
+        if takes(signal.getsignal(sig)):
+            previous[sig] = signal.signal(sig, handler)
     try:
         yield guard
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if guard.on_terminate is not None:
-            signal.signal(signal.SIGTERM, term)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

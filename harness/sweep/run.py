@@ -296,6 +296,39 @@ def _baseline_failed(cfg, base_spec, specs, ctx, tag, reason, gate, what) -> lis
     return out
 
 
+# Gate failures a different tolerance could change (the output's distance from the reference);
+# the others (an exception, unwritten elements, ...) are the kernel's whatever the tolerance.
+TOLERANCE_TAGS = frozenset({"mismatch"})
+
+
+def baseline_gate_failure(outcomes) -> dict | None:
+    """Why a sweep stops after this config: its baseline failed the correctness gate (the
+    baseline's `incorrect` row carries one of the gate's own tags; the timed checks prefix
+    theirs). No candidate is timed against a baseline that fails, and a tolerance or a
+    baseline wrong here is most likely wrong at every config. The config, the failure, whether
+    a tolerance could change it, and for a mismatch the least atol its listed failing elements
+    need (a lower bound); None when the baseline passed the gate."""
+    from harness.jsonsafe import number
+    from harness.measurement.correctness.results import FAILURE_TAGS
+
+    for o in outcomes:
+        p = o.payload
+        if o.kind != INCORRECT or p.get("role") != "baseline" or p.get("tag") not in FAILURE_TAGS:
+            continue
+        gate = p.get("gate") or {}
+        rtol = number(gate.get("rtol"))
+        needs = []
+        for f in gate.get("failures", []):
+            fig = f.get("figures") or {}
+            out, ref = number(fig.get("worst_out")), number(fig.get("worst_ref"))
+            if f.get("tag") == "mismatch" and out is not None and ref is not None and rtol is not None:
+                needs.append(abs(out - ref) - rtol * abs(ref))
+        return {"config_key": p["config_key"], "baseline": p["candidate"], "tag": p["tag"], "reason": p["reason"],
+                "what": FAILURE_TAGS[p["tag"]], "tolerance": p["tag"] in TOLERANCE_TAGS,
+                "atol": number(gate.get("atol")), "rtol": rtol, "need_atol": max(needs) if needs else None}
+    return None
+
+
 def _failure(name, gates, changed) -> tuple[str, str]:
     if name in changed:
         from harness.measurement.numerics import describe

@@ -43,6 +43,19 @@ def ulp_tensor(x, dtype):
     return torch.ldexp(torch.full_like(x, fi.eps), (exp - 1).to(x.dtype))
 
 
+def nearest(ref, dtype):
+    """float64 ``ref`` rounded to the nearest value of ``dtype``, kept in float64: element by
+    element no output written in ``dtype`` is closer, so it is the best any kernel can do
+    against the gate (measurement/feasible.py). Rounded in float64 arithmetic (a power-of-two
+    step divides exactly), not by a cast, which may round twice (through float32)."""
+    import torch
+
+    fi = torch.finfo(getattr(torch, dtype_name(dtype)))
+    step = ulp_tensor(ref, dtype)
+    out = torch.round(ref / step).mul_(step)
+    return torch.where(out.abs() > fi.max, torch.copysign(torch.full_like(out, math.inf), out), out)
+
+
 def unravel(flat: int, shape) -> tuple[int, ...]:
     idx = []
     for n in reversed(tuple(shape)):
