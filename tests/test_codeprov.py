@@ -242,3 +242,20 @@ def test_bench_from_a_directory_no_distribution_holds_is_refused_by_path(tmp_pat
     assert f"harness is loaded from {(loose / 'harness').resolve()}" in r.stderr, r.stderr
     assert "pip install -e" in r.stderr, r.stderr
     assert not (repo / "ledger" / "tiny.jsonl").exists()
+
+
+def test_a_build_egg_info_beside_the_code_is_not_an_installed_distribution(tmp_path, monkeypatch):
+    """`pip install -e .` leaves bench.egg-info (SOURCES.txt, no RECORD) in the checkout: its
+    stale file list names no installed release, so it never vouches for the code."""
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "__init__.py").write_text("")
+    info = tmp_path / "bench.egg-info"
+    info.mkdir()
+    (info / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: bench\nVersion: 0.1.0\n")
+    (info / "top_level.txt").write_text("harness\n")
+    (info / "SOURCES.txt").write_text("harness/__init__.py\nharness/gone.py\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from importlib.metadata import distributions
+
+    assert any(str(tmp_path) in str(getattr(d, "_path", "")) for d in distributions(name="bench"))
+    assert codeprov._distribution_holding("harness", (tmp_path / "harness" / "__init__.py").resolve()) is None

@@ -226,6 +226,8 @@ def _distribution_holding(pkg: str, where: Path):
             if where.is_relative_to(src):
                 return dist
             continue
+        if dist.read_text("RECORD") is None:
+            continue  # not installed by pip: e.g. the bench.egg-info an editable build leaves in the checkout
         for entry in dist.files or []:
             if entry.as_posix() in (f"{pkg}/__init__.py", f"{pkg}.py") and \
                     Path(dist.locate_file(entry)).resolve() == where:
