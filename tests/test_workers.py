@@ -61,7 +61,7 @@ FAULT_LINE = textwrap.dedent('''\
     watchdog_s = {watchdog}
 
     [bar]
-    go = "pass_rate >= 0.0"
+    go = "pass_rate(where candidate == 'honest_stack') == 1.0"
     prediction = 1.0
     include_noisy = true
     ''')

@@ -148,7 +148,7 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     Every refusal comes before the first write: kernels are checked, the executor's slots
     start and report their devices (one GPU model per sweep), each device is locked, then
     the device's ceilings are looked up (measured by a worker, stored only if this device
-    has none yet). Only this process appends; configs run wherever ``executor`` puts them
+    has none yet) and the bar is checked against them (governance/reductio.py). Only this process appends; configs run wherever ``executor`` puts them
     (default: one worker process). With ``commit``, each config's rows are committed
     (``ledger.anchor``) as soon as they are written.
     """
@@ -189,6 +189,13 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
             from harness.sweep.ceilings import commit_ceilings
 
             anchored.append(commit_ceilings(line.root, f"ceilings for the {why_commit}"))
+        reductio = None
+        if ceilings is not None:
+            # The bar against this device's ceilings, before any config runs (a refusal writes
+            # nothing of the line; the ceilings just measured stay, committed, for the next try).
+            from harness.governance.reductio import before_sweep
+
+            reductio = before_sweep(line.root, line.reg, ceilings)
         ctx = context(line, device, ceilings)
         key = measured_on(line.stamp(envs[0]).fields(), line.reg.mixed_devices)
         tasks, resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed)
@@ -272,7 +279,7 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
         vals = [c for c, _ in controls]
         control = {"n": len(vals), "median": statistics.median(vals), "min": min(vals), "max": max(vals),
                    "noisy": sum(n for _, n in controls), "tolerance": tolerance}
-    notes = [_where(envs, executor)]
+    notes = [_where(envs, executor), *([reductio] if reductio else [])]
     if ceilings is not None and not commit:
         from harness.sweep.ceilings import CEILINGS_LEDGER, is_committed
 
