@@ -196,6 +196,8 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
             from harness.governance.reductio import before_sweep
 
             reductio = before_sweep(line.root, line.reg, ceilings)
+        elif with_ceilings:
+            reductio = "reductio not run: the GPUs are of several models, and no one model's ceilings hold for all"
         ctx = context(line, device, ceilings)
         key = measured_on(line.stamp(envs[0]).fields(), line.reg.mixed_devices)
         tasks, resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed)
