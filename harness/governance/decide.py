@@ -286,19 +286,19 @@ def decide(bar, pairs: Sequence[tuple], bounds: Bounds, where: str = "") -> Find
                                     f"at its worst ({_case_text(variables, worst)}) it is GO{because}")
     if consts:
         return Finding("constant", f"a clause can never change the outcome{where}: {consts[0]}")
+    # The example shown for an idle clause: a GO case (there is one: the bar is not NO-GO in all).
+    case, go = next((case, go) for case, go in zip(cases, results) if go)
     for c in clauses:
         at = c.index
-        shown = None
-        for case, go in zip(cases, results):
-            t = truths(case)
-            flipped = [*t[:at], not t[at], *t[at + 1:]]
-            if outcome(flipped) != go:
+        for other, other_go in zip(cases, results):
+            t = truths(other)
+            if outcome([*t[:at], not t[at], *t[at + 1:]]) != other_go:
                 break
-            shown = shown or (case, go, t[at])
         else:
-            case, go, was = shown
+            was = truths(case)[at]
+            example = _case_text(variables, [v.cells[x] for v, x in zip(variables, case)])
             return Finding("idle", f"clause `{' '.join(c.text.split())}` can never change the outcome{where}: "
-                                   f"flipped alone it leaves the bar as it was in every case (e.g. "
-                                   f"{_case_text(variables, [v.cells[x] for v, x in zip(variables, case)])}: {word(go)} with it {str(was).lower()}, "
-                                   f"{word(go)} with it {str(not was).lower()}) — drop it, or fix the and/or")
+                                   f"flipped alone it leaves the bar as it was in every case (e.g. {example}: "
+                                   f"{word(go)} with it {str(was).lower()}, {word(go)} with it {str(not was).lower()}) "
+                                   f"— drop it, or fix the and/or")
     return None

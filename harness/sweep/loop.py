@@ -148,8 +148,8 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     Every refusal comes before the first write: kernels are checked, the executor's slots
     start and report their devices (one GPU model per sweep), each device is locked, then
     the device's ceilings are looked up (measured by a worker, stored only if this device
-    has none yet) and the bar is checked against them (governance/reductio.py). Only this process appends; configs run wherever ``executor`` puts them
-    (default: one worker process). With ``commit``, each config's rows are committed
+    has none yet) and the bar is checked against them (governance/reductio.py). Only this
+    process appends; configs run wherever ``executor`` puts them (default: one worker process). With ``commit``, each config's rows are committed
     (``ledger.anchor``) as soon as they are written.
     """
     from harness.sweep.devicelock import device_key, device_lock
