@@ -225,7 +225,8 @@ def test_mixed_devices_needs_schema_2_and_excludes_verify(tmp_path):
         registration.load(_write(tmp_path, text + '\n[verify]\nclauses = ["dram_read_bytes <= 2 * min_bytes"]\n',
                                  "verify.toml"))
     with pytest.raises(UserError, match="upgrade bench"):
-        registration.load(_write(tmp_path, text.replace("schema = 2", "schema = 3"), "newer.toml"))
+        newer = f"schema = {registration.REGISTRATION_SCHEMA + 1}"
+        registration.load(_write(tmp_path, text.replace("schema = 2", newer), "newer.toml"))
 
 
 def _round_trip(ctx):

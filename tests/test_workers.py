@@ -61,7 +61,8 @@ FAULT_LINE = textwrap.dedent('''\
     watchdog_s = {watchdog}
 
     [bar]
-    go = "pass_rate >= 0.0"
+    # This line tests isolation, not speed: a bar that can decide (register refuses one that cannot).
+    go = "count >= 1"
     prediction = 1.0
     include_noisy = true
     ''')

@@ -303,12 +303,10 @@ def ceilings_disagreements(row: dict, ceilings: dict) -> list[str]:
             check(f"floor.{part}.matmul_tflops", used.get("matmul_tflops"), matmul_ceiling(ceil, dtype))
     metrics = row.get("metrics")
     if isinstance(metrics, dict):
-        mm = ceil.matmul_tflops.get(dtype)
-        for frac, rate, by in (("tflops_frac", "tflops", mm), ("gbps_frac", "gbps", ceil.copy_gbps),
-                               ("kv_gbps_frac", "kv_gbps", ceil.copy_gbps)):
-            value = number(metrics.get(rate))
+        expected = ceil.fractions({rate: number(metrics.get(rate)) for rate in ("tflops", "gbps", "kv_gbps")}, dtype)
+        for frac, value in expected.items():
             if frac in metrics:
-                check(f"metrics.{frac}", metrics[frac], value / by if value is not None and by else None)
+                check(f"metrics.{frac}", metrics[frac], value)
     return out
 
 

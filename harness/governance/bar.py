@@ -553,7 +553,28 @@ def matches_nothing(agg: Aggregate, rows: list[dict]) -> bool:
     """Whether ``agg`` filters out every row: over a line's registered (config, candidate)
     rows, such an aggregate is over nothing whatever the sweep measures (None; a count is
     always 0), so a clause on it can never be decided."""
-    return agg.where is not None and not any(_matches(agg.where, r) for r in rows)
+    return agg.where is not None and not matching(agg, rows)
+
+
+def matching(agg: Aggregate, rows: list[dict]) -> list[dict]:
+    """The rows ``agg`` aggregates over before the correctness rule: those its filter selects."""
+    return [r for r in rows if agg.where is None or _matches(agg.where, r)]
+
+
+def reduce(func: str, values: list[float]) -> float:
+    """Reducer ``func`` (geomean, min, max, median or mean) over a non-empty list of values."""
+    return float(_REDUCERS[func](values))
+
+
+def compare(op: str, value: float, threshold: float) -> bool:
+    """``value op threshold`` with one of the bar's comparison operators."""
+    return _COMPARE[op](value, threshold)
+
+
+def combine(bar: Bar, truths: list[bool | None]) -> bool | None:
+    """The bar's truth from its clauses' truths (in clause order; None: unknown), by the
+    three-valued rule ``evaluate`` uses: what-if cases are judged exactly as a verdict is."""
+    return _combine(bar.root, truths)
 
 
 def evaluate_aggregate(agg: Aggregate, rows: list[dict]) -> float | None:
@@ -563,13 +584,13 @@ def evaluate_aggregate(agg: Aggregate, rows: list[dict]) -> float | None:
 
 def _aggregate(agg: Aggregate, rows: list[dict]) -> tuple[float | None, int]:
     """(value, rows aggregated); value is None when there is nothing to aggregate."""
-    matching = [r for r in rows if agg.where is None or _matches(agg.where, r)]
+    selected = matching(agg, rows)
     if agg.func == "pass_rate":
-        n = len(matching)
-        return (sum(bool(r["correct"]) for r in matching) / n if n else None), n
+        n = len(selected)
+        return (sum(bool(r["correct"]) for r in selected) / n if n else None), n
     if agg.metric is None:  # bare count: coverage, correct or not
-        return float(len(matching)), len(matching)
-    values = [float(r[agg.metric]) for r in matching
+        return float(len(selected)), len(selected)
+    values = [float(r[agg.metric]) for r in selected
               if bool(r["correct"]) and r.get(agg.metric) is not None]
     if agg.func == "count":
         return float(len(values)), len(values)

@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from harness.errors import UserError, plural
 from harness.governance import gitguard
@@ -121,6 +121,22 @@ class VerifyResult:
         if self.unsound:
             return [_unsound_text(n, seq, found) for n, seq, found in self.unsound]
         return [] if self.ok else [str(self.reason)]
+
+
+def recorded(root: Path) -> Iterator[tuple[str, list[dict]]]:
+    """Every ledger of ``root``/ledger as (file name, rows), read leniently: a line that is not
+    JSON is left out. For figures gathered across lines before a new one exists (register's
+    timing resolution, the reductio's baseline times), never for verification."""
+    for path in sorted((Path(root) / LEDGER_DIR).glob("*.jsonl")):
+        rows = []
+        for text in path.read_text(errors="replace").splitlines():
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+        yield path.name, rows
 
 
 def _unsound_text(n: int, seq, found) -> str:

@@ -94,20 +94,22 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
                         f"move it to registrations/")
     code = require_tracked_code(tree.root)
     registration.check_kernels(reg)
-    from harness.governance import power
+    _require_new(tree.root, reg, rel)  # before the lock: a refused command leaves no lock file
+    reopens = _reopens(tree.root, reg.line, rel, reopen)
+    from harness.governance import power, reductio
 
+    checked = reductio.at_register(tree.root, reg)  # refuses a bar that cannot decide or cannot be met
     floor = power.tolerance_floor(reg)  # refuses a tolerance no kernel can pass (below the dtype's rounding)
     tol_power = power.tolerance_power(reg)  # refuses a tolerance that cannot fail a canary
     resolution = power.timing_resolution(tree.root, reg)
     reg_commit = gitguard.file_commit(tree.root, path)
-    _require_new(tree.root, reg, rel)  # before the lock: a refused command leaves no lock file
-    reopens = _reopens(tree.root, reg.line, rel, reopen)
     with line_lock(tree.root, reg.line):
         led = _require_new(tree.root, reg, rel)  # again under the lock: another register may have won
         stamp = Stamp(tree.commit, reg.sha256, reg_commit, env if env is not None else host_env(), code)
         fields = {**stamp.fields(), "registration": {**reg.summary(), "path": rel},
                   "n_configs": len(reg.configs), "amends": reg.amends,
-                  "tolerance_floor": floor, "tolerance_power": tol_power, "timing_resolution": resolution}
+                  "tolerance_floor": floor, "tolerance_power": tol_power, "timing_resolution": resolution,
+                  "reductio": checked}
         if reopens is not None:
             fields["reopens"] = reopens
         return led.append(REGISTERED, fields)

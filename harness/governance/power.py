@@ -20,7 +20,6 @@ that band is warned about: the bar would be decided by rig noise there.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from pathlib import Path
@@ -98,13 +97,11 @@ def tolerance_power(reg) -> dict:
 
 def _recorded_controls(root: Path, mode: str) -> dict[str, list[float]]:
     """|control − 1| of every result row in ``root``/ledger, per GPU, in timing ``mode``."""
+    from harness.governance.ledger import recorded
+
     out: dict[str, list[float]] = {}
-    for path in sorted((Path(root) / "ledger").glob("*.jsonl")):
-        for text in path.read_text().splitlines():
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError:
-                continue
+    for _, rows in recorded(root):
+        for row in rows:
             if row.get("kind") != RESULT or (row.get("policy") or {}).get("mode") != mode:
                 continue
             control = (row.get("metrics") or {}).get("control")

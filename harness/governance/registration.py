@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from harness.measurement.numerics import NumericPins
     from harness.measurement.timing import TimingPolicy
 
-REGISTRATION_SCHEMA = 2
+REGISTRATION_SCHEMA = 3
 DEFAULT_BASELINE = "cublas_stack"
 DEFAULT_PRIMARY = "geomean(speedup)"
 LINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -45,12 +45,13 @@ TOP_KEYS = {"schema", "hypothesis", "workload", "candidate", "candidates", "base
             "correctness", "timing", "numerics", "bar", "notes", "verify"}
 GRID_KEYS = {"batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal"}
 CORRECTNESS_KEYS = {"atol", "rtol", "seeds", "families", "min_pass_rate", "accept_weak"}
-BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing", "min_coverage", "mixed_devices"}
+BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing", "min_coverage", "mixed_devices",
+            "beyond_ceiling_ok"}
 # The schema a key first appeared in: a file using it must declare at least that schema, so
 # a bench that predates the key refuses the file with "upgrade bench", never misreads it.
 # (table, key) -> the schema that introduced it: a bench older than that refuses the file
 # ("upgrade bench") instead of misreading it, so a file using the key must say that schema.
-KEY_SCHEMA = {("bar", "mixed_devices"): 2, ("numerics", "num_threads"): 2}
+KEY_SCHEMA = {("bar", "mixed_devices"): 2, ("numerics", "num_threads"): 2, ("bar", "beyond_ceiling_ok"): 3}
 # A verdict needs every registered pair decided unless [bar] min_coverage says less
 # (allow_missing = true, the older key, means min_coverage = 0 unless it is given).
 DEFAULT_MIN_COVERAGE = 1.0
@@ -94,6 +95,8 @@ class Registration:
     verify: tuple[str, ...] = ()  # [verify] clauses over hardware counters (governance/verify.py)
     mixed_devices: bool = False  # [bar]: the verdict may decide over rows from several GPU models
     verify_clauses: tuple[Clause, ...] = ()  # ``verify`` parsed
+    # [bar]: why the bar may need more than a device's measured ceilings (governance/reductio.py)
+    beyond_ceiling_ok: str | None = None
 
     @property
     def timing_table(self) -> dict:
@@ -116,7 +119,8 @@ class Registration:
                 "numerics": dict(self.raw.get("numerics", {})), "go": self.go, "prediction": self.prediction,
                 "primary": self.primary, "include_noisy": self.include_noisy, "allow_missing": self.allow_missing,
                 "min_coverage": self.min_coverage, "accept_weak": list(self.accept_weak),
-                "verify": list(self.verify), **({"mixed_devices": True} if self.mixed_devices else {})}
+                "verify": list(self.verify), **({"mixed_devices": True} if self.mixed_devices else {}),
+                **({"beyond_ceiling_ok": self.beyond_ceiling_ok} if self.beyond_ceiling_ok else {})}
 
 
 def sha256_file(path: Path) -> str:
@@ -415,6 +419,11 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
         if isinstance(held, dict) and key in held and schema < since:
             raise _err(path, f"[{table}] {key} needs schema = {since} (a bench older than that would refuse the "
                              f"file): set schema = {since}")
+    beyond_ceiling_ok = bar.get("beyond_ceiling_ok")
+    if beyond_ceiling_ok is not None and (not isinstance(beyond_ceiling_ok, str) or not beyond_ceiling_ok.strip()):
+        raise _err(path, "[bar] beyond_ceiling_ok must say why the bar may need more than a device's measured "
+                         "ceilings, e.g. beyond_ceiling_ok = \"the copy ceiling counts reads and writes; this "
+                         "kernel only reads\"")
     min_coverage = bar.get("min_coverage", 0.0 if allow_missing else DEFAULT_MIN_COVERAGE)
     if (not isinstance(min_coverage, (int, float)) or isinstance(min_coverage, bool)
             or not 0 <= min_coverage <= 1):
@@ -443,7 +452,8 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
         numerics=numerics, go=go, bar=parsed, prediction=float(prediction), primary=primary,
         primary_aggregate=primary_agg, include_noisy=include_noisy, allow_missing=allow_missing,
         min_coverage=float(min_coverage), accept_weak=tuple(accept_weak), raw=raw, verify=verify,
-        verify_clauses=verify_clauses, mixed_devices=mixed_devices)
+        verify_clauses=verify_clauses, mixed_devices=mixed_devices,
+        beyond_ceiling_ok=beyond_ceiling_ok.strip() if beyond_ceiling_ok else None)
 
 
 def check_kernels(reg: Registration) -> None:

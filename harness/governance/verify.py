@@ -26,6 +26,7 @@ unknown clause is no GO (the bar's three-valued rule).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Union
 
@@ -38,6 +39,13 @@ COUNTERS: tuple[str, ...] = ("dram_read_bytes", "dram_write_bytes", "registers",
 # Per-config formulas (bytes and FLOPs any correct kernel must move / do).
 FORMULAS: tuple[str, ...] = ("min_bytes", "min_read_bytes", "kv_bytes", "flops")
 NAMES = COUNTERS + FORMULAS
+# What each counter can read at all, whatever the kernel (``possible`` judges clauses on them);
+# tensor_active is a fraction of the SMs' active cycles.
+COUNTER_RANGES: dict[str, tuple[float, float]] = {
+    "dram_read_bytes": (0.0, math.inf), "dram_write_bytes": (0.0, math.inf),
+    "registers": (0.0, math.inf), "local_spill_bytes": (0.0, math.inf),
+    "tensor_active": (0.0, 1.0), "duration_us": (0.0, math.inf), "launches": (0.0, math.inf),
+}
 MAX_NESTING = 32
 _LABEL = "clause"
 _EXAMPLE = 'e.g. "dram_read_bytes <= 1.2 * min_bytes"'
@@ -200,6 +208,40 @@ def value(node: Expr, env: dict) -> float | None:
         return None if v is None else float(v)
     a, b = value(node.left, env), value(node.right, env)
     return None if a is None or b is None else _ARITH[node.op](a, b)
+
+
+def _times(a: float, b: float) -> float:
+    return 0.0 if a == 0 or b == 0 else a * b  # an end at 0 times one at infinity: 0
+
+
+def span(node: Expr, env: dict) -> tuple[float, float]:
+    """The least and greatest value ``node`` can take when each name lies in its ``env`` range
+    (name -> (lo, hi)): interval arithmetic, so both ends hold for any values in the ranges."""
+    if isinstance(node, Num):
+        return node.value, node.value
+    if isinstance(node, Name):
+        return env[node.name]
+    (a0, a1), (b0, b1) = span(node.left, env), span(node.right, env)
+    if node.op == "+":
+        return a0 + b0, a1 + b1
+    if node.op == "-":
+        return a0 - b1, a1 - b0
+    if node.op == "/":
+        if b0 <= 0 <= b1:
+            return -math.inf, math.inf  # a divisor that may be 0: anything (or no value)
+        b0, b1 = 1 / b1, 1 / b0
+    ends = [_times(x, y) for x in (a0, a1) for y in (b0, b1)]
+    return min(ends), max(ends)
+
+
+def possible(clause: Clause, env: dict) -> tuple[bool, bool]:
+    """(can hold, can fail): whether ``clause`` can be true, and false, for values in ``env``'s
+    ranges (from ``span``: an answer of False is certain, True only possible)."""
+    (l0, l1), (r0, r1) = span(clause.left, env), span(clause.right, env)
+    lo, hi = l0 - r1, l1 - r0  # left - right
+    holds = {"<=": lo <= 0, "<": lo < 0, ">=": hi >= 0, ">": hi > 0, "==": lo <= 0 <= hi, "!=": not lo == hi == 0}
+    fails = {"<=": hi > 0, "<": hi >= 0, ">=": lo < 0, ">": lo <= 0, "==": not lo == hi == 0, "!=": lo <= 0 <= hi}
+    return holds[clause.op], fails[clause.op]
 
 
 @dataclass(frozen=True)

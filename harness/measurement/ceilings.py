@@ -94,6 +94,14 @@ class Ceilings:
             return max(vals) if vals else None
         return self.matmul_tflops.get(dtype)
 
+    def fractions(self, rates: Mapping[str, float | None], dtype: str) -> dict:
+        """A result's rates (sustained.rates) as fractions of these ceilings: TFLOP/s of the
+        dtype's matmul rate, GB/s and K+V GB/s of the copy bandwidth (None where the rate or
+        the ceiling is unknown). The sweep, the audit and the reductio all take them from here."""
+        by = {"tflops": self.matmul_tflops.get(dtype), "gbps": self.copy_gbps, "kv_gbps": self.copy_gbps}
+        return {f"{rate}_frac": rates.get(rate) / ceil if rates.get(rate) is not None and ceil else None
+                for rate, ceil in by.items()}
+
     def matches(self, fingerprint: Mapping[str, object]) -> bool:
         """True when ``fingerprint`` (see device_fingerprint) is the one these were measured on."""
         return dict(self.fingerprint) == dict(fingerprint)

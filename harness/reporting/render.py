@@ -153,6 +153,7 @@ def render_registered(row: dict) -> None:
                 + (f"; waived (accept_weak): {', '.join(power['accepted_weak'])}" if power.get("accepted_weak") else ""))
     for what, seen in sorted((power.get("downgrades") or {}).items()):
         c.print(f"  precision {what}: {seen}")
+    _render_reductio(c, row.get("reductio") or {})
     res = row.get("timing_resolution") or {}
     if res:
         c.print(f"  smallest resolvable speedup ({res['mode']} mode): {res['resolvable_speedup']:.3f}"
@@ -160,6 +161,23 @@ def render_registered(row: dict) -> None:
                    else f" (no recorded control spread: the control tolerance {res['control_tolerance']:g})"))
         for w in res.get("warnings", []):
             c.print(f"  [yellow]warning[/]: {w}")
+
+
+def _render_reductio(c, red: dict) -> None:
+    """What the registered bar was checked against (governance.reductio), and any waiver."""
+    from rich.markup import escape
+
+    waived = red.get("waived") or []
+    for d in red.get("checked", []):
+        c.print(f"  reductio: checked against {escape(d['device'])} (ceilings row {d['ceilings_ref']['seq']}, "
+                f"{plural(d['baseline_times'], 'recorded baseline time')})")
+    for d in red.get("not_checked", []):
+        c.print(f"  reductio: not checked against {escape(d['device'])}: {escape(d['why'])}")
+    if red.get("note"):
+        c.print(f"  [yellow]note[/]: {escape(red['note'])}")
+    if red.get("beyond_ceiling_ok"):
+        what = f"it would refuse: {waived[0]}" if waived else "nothing known is beyond a ceiling"
+        c.print(escape(f"  reductio waived ([bar] beyond_ceiling_ok = {red['beyond_ceiling_ok']!r}): {what}"))
 
 
 def render_verdict(v) -> None:

@@ -289,7 +289,10 @@ def report_data(view: LineView) -> dict:
                   ("device", ", ".join(devices) or "—"),
                   ("pairs with an outcome", f"{len(pairs)} of {n_pairs if n_pairs is not None else '?'}"),
                   ("timing policy", ", ".join(f"{k}={v}" for k, v in sorted((reg.get("timing") or {}).items()))
-                   or "defaults")],
+                   or "defaults"),
+                  # A bar registered beyond a device's measured ceilings says why (governance/reductio.py).
+                  *([("beyond the measured ceilings (waived)", " ".join(str(reg["beyond_ceiling_ok"]).split()))]
+                    if reg.get("beyond_ceiling_ok") else [])],
         "go": " ".join(str(reg.get("go", "")).split()),
         "verdict": None if verdict is None else {"outcome": verdict["outcome"], "seq": verdict["seq"],
                                                  "commit": str(verdict.get("commit", ""))[:12],

@@ -156,6 +156,7 @@ class _Run:
     remeasured: int = 0
     profiled: int = 0
     ceilings: dict | None = None
+    reductio: str | None = None  # the note of the bar's check against this device's ceilings
     key: tuple = ()
     resumed: int = 0  # pairs already done at this commit on this device
     baseline_failed: dict | None = None  # run.baseline_gate_failure of the config that stopped it
@@ -169,8 +170,8 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     Every refusal comes before the first write: kernels are checked, the executor's slots
     start and report their devices (one GPU model per sweep), each device is locked, then
     the device's ceilings are looked up (measured by a worker, stored only if this device
-    has none yet). Only this process appends; configs run wherever ``executor`` puts them
-    (default: one worker process). With ``commit``, each config's rows are committed
+    has none yet) and the bar is checked against them (governance/reductio.py). Only this
+    process appends; configs run wherever ``executor`` puts them (default: one worker process). With ``commit``, each config's rows are committed
     (``ledger.anchor``) as soon as they are written.
 
     However it stops, it returns its summary: a Ctrl-C or SIGTERM (``Interrupts``; the
@@ -233,6 +234,14 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
                                        f"ceilings for the {why_commit}" if commit else None)
             anchored.append(done)
         run.ceilings = ceilings
+        if ceilings is not None:
+            # The bar against this device's ceilings, before any config runs (a refusal writes
+            # nothing of the line; the ceilings just measured stay, committed, for the next try).
+            from harness.governance.reductio import before_sweep
+
+            run.reductio = before_sweep(line.root, line.reg, ceilings)
+        elif with_ceilings:
+            run.reductio = "reductio not run: the GPUs are of several models, and no one model's ceilings hold for all"
         ctx = context(line, device, ceilings)
         run.key = key = measured_on(line.stamp(envs[0]).fields(), line.reg.mixed_devices)
         tasks, run.resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed)
@@ -320,6 +329,7 @@ def _summary(line: Line, device: str, executor, run: _Run, written: _Written, an
         control = {"n": len(vals), "median": statistics.median(vals), "min": min(vals), "max": max(vals),
                    "noisy": sum(n for _, n in controls), "tolerance": tolerance}
     notes = [_where(run.envs, executor)] if run.envs else []
+    notes += [run.reductio] if run.reductio else []
     if run.ceilings is not None and not commit:
         from harness.sweep.ceilings import CEILINGS_LEDGER, is_committed
 

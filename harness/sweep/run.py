@@ -637,10 +637,7 @@ def _result(cfg, spec, base_spec, ctx, policy, m, gates, pred, peak, numerics, d
         from harness.measurement.ceilings import Ceilings, impossible as reductio
 
         ceil = Ceilings.from_row(ctx.ceilings)
-        mm = ceil.matmul_tflops.get(cfg.dtype)
-        metrics["tflops_frac"] = tflops / mm if mm else None
-        metrics["gbps_frac"] = gbps / ceil.copy_gbps if ceil.copy_gbps else None
-        metrics["kv_gbps_frac"] = kv_gbps / ceil.copy_gbps if ceil.copy_gbps else None
+        metrics.update(ceil.fractions(r, cfg.dtype))
         floor, below, base_below = _floor_check(cfg, ctx, ceil, m, arm_name(spec.name), sus)
         if base_below is not None:
             # Fail closed: a baseline (or control) call faster than the device can go means the

@@ -1,0 +1,361 @@
+"""The reductio of a bar: each clause against the measured ceilings of the devices it runs on.
+
+An impossible figure is caught at the brief stage, by arithmetic, not after a night of data
+(seed 004): ``min(tflops) >= 1e6`` on a device whose matmuls measurably reach 780 TFLOP/s
+can be refused before any kernel runs. So can a bar that cannot decide at all
+(harness/governance/decide.py), whatever the device.
+
+``at_register`` (``bench register``) checks, in turn:
+
+1. what the bar and the ``[verify]`` clauses can decide from their metrics' nature alone
+   (a share, a count, a positive number, a counter's range) — never waived;
+2. the reductio: a ``*_frac`` is at most 1 on every device, and every device of
+   ``ledger/_device_ceilings.jsonl`` (its latest row per fingerprint) on which all the
+   line's kernels run bounds each metric by its measured ceilings (``device_bounds``).
+   With none known, the row says so and the sweep checks the device it runs on.
+
+``before_sweep`` (``bench sweep``, once the device's ceilings are known — measured first
+when missing) checks that device. A refusal is one ``UserError`` (exit 2) with the
+arithmetic; ``[bar] beyond_ceiling_ok = "why"`` waives step 2, and row 0 records the
+waiver with what it waived.
+
+What a metric can be at one (config, candidate) on a device, from the physical floor of
+one call (harness/measurement/floor.py), with ``BAR_MARGIN``:
+
+- ``tflops``, ``gbps``, ``kv_gbps``: at most FLOPs, min_bytes, kv_bytes over the floor of the
+  sustained phase (rates come from it; cold on a GPU, do_bench flushes); a ``*_frac`` at
+  most that over the ceiling (``Ceilings.fractions``), and at most 1;
+- ``ms``: at least that floor; ``interleaved_ms``, ``baseline_ms``, ``control_ms``: at least
+  the floor in the line's timing mode;
+- ``speedup``, ``speedup_ci_low``: at most the baseline's own measured time over that floor —
+  the slowest ``baseline_ms`` recorded for the config on the device, in the line's timing
+  mode, by a line registered with the same ``[numerics]`` (no such row: no bound);
+- ``sm_mhz``, ``power_w``: no value on a CPU (NVML);
+- ``[verify]``: ``duration_us`` at least the cold floor (ncu flushes caches), ``dram_read_bytes``
+  at least what ``counters.counter_impossible`` allows (with the device's L2 known).
+
+A cache whose size is unknown is taken to hold every byte (``UNKNOWN_CACHE_BYTES``): a bound
+must only refuse the impossible.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import UserError, plural, shown
+from harness.governance.decide import Bound, Finding, decide
+from harness.governance.metrics import BY_NAME
+
+# A bar is held to the measured ceilings themselves on a GPU: a clause that needs more than
+# the device measurably does is refused unless [bar] beyond_ceiling_ok says why it may.
+# On the CPU the "ceilings" are short host measurements that read up to 80x apart between
+# runs on a shared host; only what the per-call floor already calls impossible there (its
+# CPU margin, floor.FLOOR_MARGIN["cpu"]) is refused.
+GPU_BAR_MARGIN = 0.0
+CEILINGS_FILE = "ledger/_device_ceilings.jsonl"
+RATES = ("tflops", "gbps", "kv_gbps")
+FRACTIONS = {"tflops_frac": "tflops", "gbps_frac": "gbps", "kv_gbps_frac": "kv_gbps"}
+SUSTAINED_TIMES = ("ms",)
+ROUND_TIMES = ("interleaved_ms", "baseline_ms", "control_ms")
+# The speedup's upper CI end has no such bound: a bootstrap end, not a ratio of medians.
+SPEEDUPS = ("speedup", "speedup_ci_low")
+FRACTION_WHY = "a fraction of the device's measured ceiling is at most 1"
+WAIVER_KEY = "beyond_ceiling_ok"
+
+
+def bar_margin(kind: str) -> float:
+    """How far past the floor a call may go before a bar needing it is refused (module doc)."""
+    from harness.measurement.floor import FLOOR_MARGIN
+
+    return FLOOR_MARGIN["cpu"] if kind == "cpu" else GPU_BAR_MARGIN
+
+
+def unknown_cache_bytes() -> int:
+    """Cache size assumed where none is recorded: larger than any cache, so the floor counts
+    every byte as possibly held (measurement.floor.CPU_CACHE_DEFAULT_BYTES)."""
+    from harness.measurement.floor import CPU_CACHE_DEFAULT_BYTES
+
+    return CPU_CACHE_DEFAULT_BYTES
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device a line may run on: its ceilings row and the baseline's recorded times there."""
+
+    row: dict  # the ceilings row of ledger/_device_ceilings.jsonl
+    baseline_ms: dict = field(default_factory=dict)  # config key -> (slowest recorded ms, where)
+
+    @property
+    def name(self) -> str:
+        return str((self.row.get("fingerprint") or {}).get("name") or self.row.get("device"))
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({CEILINGS_FILE} row {self.row.get('seq')})"
+
+    def record(self) -> dict:
+        return {"device": self.name, "kind": self.row.get("device"), "ceilings_ref": {
+            "seq": self.row.get("seq"), "hash": self.row.get("hash")}, "baseline_times": len(self.baseline_ms)}
+
+
+def _floors(dev: Device, reg, cfg):
+    """(sustained-phase floor, interleaved-rounds floor) of one call of ``cfg`` on ``dev``."""
+    from harness.measurement import floor as physical
+    from harness.measurement.ceilings import Ceilings
+
+    ceil = Ceilings.from_row(dev.row)
+    l2 = (dev.row.get("env") or {}).get("l2_bytes")
+    if ceil.device == "cuda" and isinstance(l2, int) and l2 >= 0:
+        cache, source = l2, "L2 (the ceilings row's env)"
+    else:
+        cache, source = unknown_cache_bytes(), "unknown: every byte taken as cached"
+    margin = bar_margin(ceil.device)
+    rounds_mode = reg.timing.mode if ceil.device == "cuda" else "host"
+    sustained_mode = "cold" if ceil.device == "cuda" else "host"
+    return (physical.floor(cfg, ceil, sustained_mode, cache, source, margin),
+            physical.floor(cfg, ceil, rounds_mode, cache, source, margin))
+
+
+def device_bounds(reg, dev: Device | None):
+    """``(metric, config, candidate) -> Bound``: what a metric can be on ``dev`` (module doc);
+    with no device, only that a fraction of a ceiling is at most 1."""
+    from harness.measurement.ceilings import Ceilings
+    from harness.measurement.sustained import rates
+
+    ceil = Ceilings.from_row(dev.row) if dev is not None else None
+    cache: dict = {}
+
+    def bound(metric: str, cfg, cand: str) -> Bound:
+        b = Bound()
+        if metric in FRACTIONS:
+            b = b.at_most(1.0, FRACTION_WHY)
+        if dev is None:
+            return b
+        if BY_NAME[metric].needs == "nvml" and ceil.device == "cpu":
+            return Bound(absent=f"{metric} is read through NVML: none on {dev.name}")
+        if cfg.key() not in cache:
+            cache[cfg.key()] = _floors(dev, reg, cfg)
+        sus, rnd = cache[cfg.key()]
+        if metric in RATES or metric in FRACTIONS:
+            top = rates(cfg, sus.limit_ms)
+            rate = FRACTIONS.get(metric, metric)
+            unit = BY_NAME[rate].unit
+            why = (f"{rate} at most {top[rate]:.4g} {unit} (its work in the shortest call {dev.name} allows, "
+                   f"{sus.limit_ms:.4g} ms; {sus.arithmetic()})")
+            if metric in RATES:
+                return b.at_most(top[rate], why)
+            frac = ceil.fractions(top, cfg.dtype)[metric]
+            if frac is None:
+                return Bound(absent=f"{dev.name} has no {cfg.dtype} matmul ceiling")
+            return b.at_most(frac, f"{why}, over the ceiling")
+        if metric in SUSTAINED_TIMES or metric in ROUND_TIMES:
+            fl = sus if metric in SUSTAINED_TIMES else rnd
+            return b.at_least(fl.limit_ms, f"the shortest call {dev.name} allows: {fl.arithmetic()}")
+        if metric in SPEEDUPS and cfg.key() in dev.baseline_ms:
+            base, where = dev.baseline_ms[cfg.key()]
+            top = base / rnd.limit_ms
+            return b.at_most(top, f"the baseline's measured {base:.4g} ms ({where}) over the shortest call "
+                                  f"{dev.name} allows, {rnd.limit_ms:.4g} ms, is {top:.4g} ({rnd.arithmetic()})")
+        return b
+
+    return bound
+
+
+def natural(metric: str, cfg, cand: str) -> Bound:
+    """What a metric can be by its nature alone: positive (decide.Bound's default)."""
+    return Bound()
+
+
+# --------------------------------------------------------------------------- [verify]
+
+
+def _verify_ranges(reg, cfg, dev: Device | None) -> tuple[dict, dict]:
+    """(name -> (lo, hi), name -> why) of the [verify] names at ``cfg``, on ``dev`` if given."""
+    from harness.governance.verify import COUNTER_RANGES
+    from harness.measurement.counters import L2_ALLOWANCE
+    from harness.workloads import formulas
+
+    env = dict(COUNTER_RANGES)
+    for name in ("min_bytes", "min_read_bytes", "kv_bytes", "flops"):
+        v = float(getattr(formulas, name)(cfg))
+        env[name] = (v, v)
+    why: dict = {}
+    if dev is not None and dev.row.get("device") == "cuda":
+        sus, _ = _floors(dev, reg, cfg)
+        env["duration_us"] = (sus.limit_ms * 1e3, math.inf)
+        why["duration_us"] = f"the shortest call {dev.name} allows: {sus.arithmetic()}"
+        l2 = (dev.row.get("env") or {}).get("l2_bytes")
+        if isinstance(l2, int):
+            least = max(0.0, formulas.min_read_bytes(cfg) - L2_ALLOWANCE * l2)
+            env["dram_read_bytes"] = (least, math.inf)
+            why["dram_read_bytes"] = (f"q, k and v ({formulas.min_read_bytes(cfg):.4g} B) less {L2_ALLOWANCE:g} × "
+                                      f"L2 ({l2} B)")
+    return env, why
+
+
+def verify_finding(reg, pairs, dev: Device | None) -> Finding | None:
+    """Why a [verify] clause cannot decide (on ``dev``): it can never hold at some pair (no
+    GO is possible), or it holds at every pair whatever the counters read."""
+    from harness.governance.verify import names, possible
+
+    where = f" on {dev.label}" if dev is not None else ""
+    if dev is not None and dev.row.get("device") != "cuda":
+        return None  # counters are read on GPUs only
+    for clause in reg.verify_clauses:
+        always = True
+        for cfg, cand in pairs:
+            env, why = _verify_ranges(reg, cfg, dev)
+            holds, fails = possible(clause, env)
+            if not holds:
+                used = ", ".join(f"{n} in [{env[n][0]:.4g}, {env[n][1]:.4g}]" + (f" ({why[n]})" if n in why else "")
+                                 for n in sorted(names(clause)))
+                return Finding("never_go", f"[verify] clause `{clause.text}` can never hold{where} at "
+                                           f"{cfg.key()} {cand}: with {used}")
+            always = always and not fails
+        if always:
+            return Finding("always_go", f"[verify] clause `{clause.text}` holds whatever the counters "
+                                        f"read{where}, at every registered pair: it can never change the outcome")
+    return None
+
+
+# --------------------------------------------------------------------------- devices
+
+
+def pairs_of(reg) -> list[tuple]:
+    """The registered (config, candidate) pairs."""
+    return [(cfg, cand) for cfg in reg.configs for cand in reg.candidates]
+
+
+def _ceilings_rows(root: Path) -> list[dict]:
+    from harness.governance.ledger import CEILINGS_LEDGER, Ledger
+
+    return Ledger(root, CEILINGS_LEDGER).rows()
+
+
+def _measured_on(row: dict, fingerprint: dict, ceilings: dict) -> bool:
+    """Whether a result row was measured on the device of ``fingerprint``: by the ceilings row
+    it names, else (rows older than ceilings_ref) by GPU model."""
+    ref = row.get("ceilings_ref")
+    if isinstance(ref, dict) and ref.get("seq") in ceilings:
+        return ceilings[ref["seq"]].get("fingerprint") == fingerprint
+    env = row.get("env") or {}
+    return fingerprint.get("device") == "cuda" and env.get("device") == "cuda" and env.get("gpu") == fingerprint.get("name")
+
+
+def baseline_times(root: Path, reg, ceilings_row: dict) -> dict:
+    """config key -> (the slowest recorded baseline_ms, where): every result row of any line
+    with this baseline, config and timing mode, on this device, registered with the same
+    [numerics] pins (the times the baseline itself can be expected to take)."""
+    from harness.governance.ledger import CEILINGS_LEDGER, recorded
+    from harness.governance.outcomes import REGISTERED, RESULT
+
+    fingerprint = ceilings_row.get("fingerprint")
+    ceilings = {r.get("seq"): r for r in _ceilings_rows(root)}
+    keys = {cfg.key() for cfg in reg.configs}
+    pins = dict(reg.raw.get("numerics", {}))
+    out: dict = {}
+    for name, rows in recorded(root):
+        if name == f"{CEILINGS_LEDGER}.jsonl" or not rows or rows[0].get("kind") != REGISTERED:
+            continue
+        if dict((rows[0].get("registration") or {}).get("numerics") or {}) != pins:
+            continue
+        for row in rows:
+            key = row.get("config_key")
+            if (row.get("kind") != RESULT or row.get("baseline") != reg.baseline or key not in keys
+                    or (row.get("policy") or {}).get("mode") != reg.timing.mode
+                    or not _measured_on(row, fingerprint, ceilings)):
+                continue
+            ms = (row.get("metrics") or {}).get("baseline_ms")
+            if isinstance(ms, (int, float)) and math.isfinite(ms) and ms > out.get(key, (0.0,))[0]:
+                out[key] = (float(ms), f"ledger/{name} row {row.get('seq')}")
+    return out
+
+
+def known_devices(root: Path, reg) -> tuple[list[Device], list[dict]]:
+    """(devices the line runs on, devices it cannot run on): the latest ceilings row per
+    fingerprint, split by whether every kernel of the line runs on its kind of device."""
+    from kernels import get_kernel
+
+    latest: dict = {}
+    for row in _ceilings_rows(root):
+        latest[json.dumps(row.get("fingerprint"), sort_keys=True)] = row
+    kinds = [set(get_kernel(k).devices) for k in (reg.baseline, *reg.candidates)]
+    runs, skipped = [], []
+    for row in latest.values():
+        if all(row.get("device") in k for k in kinds):
+            runs.append(Device(row, baseline_times(root, reg, row)))
+        else:
+            skipped.append({"device": Device(row).name, "why": f"the line's kernels do not all run on {row.get('device')}"})
+    return runs, skipped
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def _refusal(reg, finding: Finding, *, reductio: bool, registered: bool = False) -> UserError:
+    from harness.governance.registration import KEY_SCHEMA
+
+    table = "" if finding.text.startswith("[verify]") else "[bar] "
+    waiver = f"[bar] {WAIVER_KEY} = \"<why>\" (schema = {KEY_SCHEMA[('bar', WAIVER_KEY)]})"
+    if registered:
+        fix = (f"register the bar this device can meet as a new line (amends = \"{reg.line}\"), or, if the ceiling is "
+               f"wrong for it, with {waiver}")
+    elif reductio:
+        fix = f"fix the bar, or, if the ceiling is wrong for this line, waive the check with {waiver}"
+    else:
+        fix = "fix the bar: a registered bar is fixed for the life of the line"
+    return UserError(f"{shown(reg.path)}: {table}{finding.text} — {fix}")
+
+
+def _reductio(reg, devices: list) -> list[tuple[Device | None, Finding]]:
+    pairs = pairs_of(reg)
+    out = []
+    for dev in devices:
+        where = f" on {dev.label}" if dev is not None else ""
+        f = decide(reg.bar, pairs, device_bounds(reg, dev), where) or verify_finding(reg, pairs, dev)
+        if f is not None:
+            out.append((dev, f))
+    return out
+
+
+def at_register(root: Path, reg) -> dict:
+    """Refuse a bar that cannot decide, or that needs more than a known device measurably does
+    (unless waived); return what was checked, for the `registered` row."""
+    pairs = pairs_of(reg)
+    f = decide(reg.bar, pairs, natural) or verify_finding(reg, pairs, None)
+    if f is not None:
+        raise _refusal(reg, f, reductio=False)
+    devices, skipped = known_devices(root, reg)
+    found = _reductio(reg, devices or [None])
+    if found and not reg.beyond_ceiling_ok:
+        raise _refusal(reg, found[0][1], reductio=True)
+    note = None
+    if not devices:
+        held = f"holds ceilings only of {', '.join(s['device'] for s in skipped)}, where the line does not run" \
+            if skipped else "holds none"
+        note = (f"no device's ceilings are known ({CEILINGS_FILE} {held}): the bar was checked for what it can "
+                f"decide and against fractions of a ceiling only; `bench sweep` checks it against the device it "
+                f"runs on before its first config")
+    return {"checked": [d.record() for d in devices], "not_checked": skipped, "note": note,
+            WAIVER_KEY: reg.beyond_ceiling_ok, "waived": [f.text for _, f in found]}
+
+
+def before_sweep(root: Path, reg, ceilings_row: dict) -> str:
+    """Refuse (unless waived) a bar that needs more than the sweep's device measurably does;
+    the sentence the sweep's summary shows. A line registered before bench checked what a bar
+    can decide is not refused for that here (its bar is fixed): the sentence says so."""
+    pairs = pairs_of(reg)
+    undecided = decide(reg.bar, pairs, natural) or verify_finding(reg, pairs, None)
+    if undecided is not None:
+        return f"reductio not run: {undecided.text} (registered before bench checked bars for this)"
+    dev = Device(ceilings_row, baseline_times(root, reg, ceilings_row))
+    found = _reductio(reg, [dev])
+    if found and not reg.beyond_ceiling_ok:
+        raise _refusal(reg, found[0][1], reductio=True, registered=True)
+    if found:
+        return (f"reductio on {dev.label} waived ([bar] {WAIVER_KEY} = {json.dumps(reg.beyond_ceiling_ok)}): "
+                f"{found[0][1].text}")
+    return f"reductio: the bar can be met on {dev.label} ({plural(len(dev.baseline_ms), 'recorded baseline time')})"
