@@ -11,11 +11,11 @@ import contextlib
 import statistics
 from dataclasses import dataclass, field
 
-from harness.errors import UserError
+from harness.errors import UserError, plural
 from harness.governance.ledger import anchor, require_anchorable
 from harness.governance.line import Line
-from harness.governance.outcomes import INCORRECT, PROFILE, RESULT, SUPERSEDES, measured_on
-from harness.sweep.plan import Task, plan, replaced_by
+from harness.governance.outcomes import INCORRECT, PROFILE, RESULT, SUPERSEDES, measured_on, state_of
+from harness.sweep.plan import Task, plan, replaced_by, unusable_at
 from harness.sweep.run import SweepContext
 
 # Times a sweep measures its rig-noisy pairs again, after every other config has run.
@@ -141,7 +141,7 @@ def make_executor(device: str, *, inline: bool = False, gpus: str | None = None,
 
 
 def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True, commit: bool = True,
-          retry_crashed: bool = False, wait: bool = True, progress=None, on_wait=None,
+          retry_crashed: bool = False, remeasure: bool = False, wait: bool = True, progress=None, on_wait=None,
           on_interrupt=None) -> SweepSummary:
     """Run every open (config, candidate) pair of the line and append one outcome row each.
 
@@ -150,7 +150,8 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     the device's ceilings are looked up (measured by a worker, stored only if this device
     has none yet). Only this process appends; configs run wherever ``executor`` puts them
     (default: one worker process). With ``commit``, each config's rows are committed
-    (``ledger.anchor``) as soon as they are written.
+    (``ledger.anchor``) as soon as they are written. ``remeasure`` also runs the pairs measured
+    here that the verdict cannot use (``plan.unusable_at``); their new rows supersede the old.
     """
     from harness.sweep.devicelock import device_key, device_lock
     from harness.sweep.executor import schedule
@@ -191,7 +192,8 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
             anchored.append(commit_ceilings(line.root, f"ceilings for the {why_commit}"))
         ctx = context(line, device, ceilings)
         key = measured_on(line.stamp(envs[0]).fields(), line.reg.mixed_devices)
-        tasks, resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed)
+        again = unusable_at(line.reg, line.rows, key) if remeasure else []
+        tasks, resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed, remeasure=remeasure)
         written = _Written()
         guard = stack.enter_context(_interrupts(on_interrupt))
         if progress:
@@ -213,7 +215,8 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
             return append
 
         on_start = (lambda t: progress.advance_to(t.config.key())) if progress else None
-        finished = schedule(executor, envs, tasks, ctx, on_config=on_config("re-measured", first_pass),
+        first_why = "re-measured (bench sweep --remeasure)" if again else "re-measured"
+        finished = schedule(executor, envs, tasks, ctx, on_config=on_config(first_why, first_pass),
                             stopping=guard.stopping, on_start=on_start)
         # Rig-noisy pairs are measured again later in the sweep (the rig may have quietened),
         # up to NOISY_REMEASURES times; the fresh rows supersede the noisy ones. A line that
@@ -281,14 +284,30 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
             notes.append(f"the ceilings row these rows name ({rel} row {ceilings['seq']}) is not committed "
                          f"(--no-commit): commit it with them (git commit -m 'bench: ledger rows' -- {rel} "
                          f"{line.ledger.rel})")
+    if again:
+        notes.append(f"--remeasure: {_pairs_by_state(again)} the verdict could not use, measured again at this "
+                     f"commit (their new rows supersede the old)")
     if remeasured:
         notes.append(f"{remeasured} rig-noisy config(s) measured again later in the sweep (up to "
                      f"{NOISY_REMEASURES} times each)")
+    left_unusable = unusable_at(line.reg, line.ledger.rows(), key) if finished else []
+    if left_unusable:
+        notes.append(f"{_pairs_by_state(left_unusable)} here the verdict cannot use: run `bench sweep "
+                     f"{line.reg.line} --remeasure` to measure {'it' if len(left_unusable) == 1 else 'them'} "
+                     f"again at this commit")
     if device == "cpu":
         notes.append("ran on the CPU: clocks not monitored, timings are host perf_counter_ns")
     return SweepSummary(line.reg.line, line.commit, counts, rejections, resumed, control, tuple(notes),
                         interrupted=not finished, left=len(tasks) - len(first_pass),
                         anchored=tuple(a for a in anchored if a), committed=commit, measured_on=key)
+
+
+def _pairs_by_state(rows: list[dict]) -> str:
+    """'3 pairs (rig-noisy: 2, skipped: 1)'."""
+    states: dict[str, int] = {}
+    for r in rows:
+        states[state_of(r)] = states.get(state_of(r), 0) + 1
+    return f"{plural(len(rows), 'pair')} ({', '.join(f'{k}: {n}' for k, n in sorted(states.items()))})"
 
 
 def append_config(line: Line, task: Task, rows, key: tuple, written: _Written, why: str) -> None:
