@@ -62,6 +62,18 @@ class Gone:
 
 
 @dataclass(frozen=True)
+class Note:
+    """One event of a line's history: a sentence, and the items it lists (re-measured pairs)."""
+
+    text: str
+    items: tuple[str, ...] = ()
+
+    def lines(self) -> list[str]:
+        """As plain text: the sentence (with a colon before its items), each item indented."""
+        return [self.text + (":" if self.items else "")] + [f"  {i}" for i in self.items]
+
+
+@dataclass(frozen=True)
 class LineHistory:
     line: str
     amends: str | None = None
@@ -89,8 +101,8 @@ class LineHistory:
             out.append(f"{plural(len(self.remeasured), 'pair')} re-measured")
         return out
 
-    def notes(self, max_listed: int | None = None) -> list[str]:
-        """One sentence per event, newest correction first; re-measured pairs one per line
+    def notes(self, max_listed: int | None = None) -> list[Note]:
+        """One note per event, newest correction first; the re-measured pairs as its items
         (``max_listed`` of them, then a count)."""
         out = []
         if self.gone:
@@ -105,17 +117,18 @@ class LineHistory:
                        + ": registered as a changed bar of that line")
         if self.reopened:
             out.append(self.reopened.describe())
+        notes = [Note(text) for text in out]
         if self.remeasured:
-            out.append(f"{plural(len(self.remeasured), 'pair')} re-measured at the commit and device they were "
-                       f"measured at; the newest measurement stands:")
             shown = self.remeasured if max_listed is None else self.remeasured[:max_listed]
-            out += [f"  {m.describe()}" for m in shown]
-            if len(shown) < len(self.remeasured):
-                out.append(f"  and {len(self.remeasured) - len(shown)} more (bench ledger show {self.line})")
+            more = len(self.remeasured) - len(shown)
+            notes.append(Note(f"{plural(len(self.remeasured), 'pair')} re-measured at the commit and device they "
+                              f"were measured at; the newest measurement stands",
+                              tuple(m.describe() for m in shown)
+                              + ((f"and {more} more (bench ledger show {self.line})",) if more else ())))
         if self.resweeps:
-            out.append(f"{plural(self.resweeps, 'outcome row')} of earlier sweeps (another commit or device) "
-                       f"superseded by later ones")
-        return out
+            notes.append(Note(f"{plural(self.resweeps, 'outcome row')} of earlier sweeps (another commit or device) "
+                              f"superseded by later ones"))
+        return notes
 
 
 @dataclass(frozen=True)
@@ -279,7 +292,8 @@ def resolve(root: Path, specs: list[str], *, exact: bool, one_side_each: bool = 
             out.append(spec)
     for line in dict.fromkeys(split_spec(s)[0] for s in out):
         if line in idx.first:
-            notes += [f"{line}: {n}" for n in line_history(idx, line).notes(max_listed=MAX_LISTED)]
+            for n in line_history(idx, line).notes(max_listed=MAX_LISTED):
+                notes += [f"{line}: {n.lines()[0]}", *n.lines()[1:]]
     return Resolved(tuple(out), tuple(notes))
 
 

@@ -91,15 +91,18 @@ def render_profile(line: str, rows: list[dict]) -> None:
             c.print(f"  [red]incorrect[/] {r['candidate']} @ {r['config_key']}: {check.get('reason')}")
 
 
-def render_ledger(line: str, rows: list[dict], history: list[str] = (), superseded: dict | None = None) -> None:
+def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | None = None) -> None:
     """The rows as a table, a superseded row marked with the row that superseded it, after the
     line's ``history`` notes (history.LineHistory.notes)."""
     from rich.markup import escape
     from rich.table import Table
 
     c = console()
-    for h in history:
-        c.print(f"[yellow]history[/]: {escape(h)}" if not h.startswith("  ") else f"  {escape(h)}", soft_wrap=True)
+    for note in history:
+        head, *items = note.lines()
+        c.print(f"[yellow]history[/]: {escape(head)}", soft_wrap=True)
+        for i in items:
+            c.print(f"  {escape(i)}", soft_wrap=True)
     superseded = superseded or {}
     t = Table(title=f"ledger/{line}.jsonl — {plural(len(rows), 'row')}", show_lines=False)
     for col in ("seq", "kind", "time", "commit", "candidate", "config", "outcome"):

@@ -238,7 +238,7 @@ def report_data(view: LineView, history=None) -> dict:
     control_tol = next(((r.get("policy") or {}).get("control_tolerance") for r in results), None)
     return {
         "line": view.line,
-        "history": history.notes() if history is not None else [],
+        "history": [{"text": n.text, "items": list(n.items)} for n in history.notes()] if history else [],
         "provisional": verdict is None,
         "hypothesis": " ".join(str(reg.get("hypothesis", "")).split()),
         "facts": [("workload", reg.get("workload", "—")), ("baseline", reg.get("baseline", "—")),
@@ -291,8 +291,9 @@ MARKDOWN = """\
 {% endif -%}
 {% if d.history -%}
 > **History.**
-{% for h in d.history %}> {{ "- " if not h.startswith("  ") else "  - " }}{{ h.strip() }}
-{% endfor %}
+{% for h in d.history %}> - {{ h.text }}
+{% for i in h["items"] %}>   - {{ i }}
+{% endfor %}{% endfor %}
 {% endif -%}
 **Hypothesis.** {{ d.hypothesis }}
 
@@ -396,7 +397,7 @@ figure { margin: 0; } figure img { width: 100%; height: auto; display: block; } 
 <body><main>
 <h1>{{ d.line }}{% if d.provisional %}<span class="badge PROVISIONAL">provisional</span>{% else %}<span class="badge {{ d.verdict.outcome }}">{{ d.verdict.outcome }}</span>{% endif %}</h1>
 {% if d.provisional %}<p class="note"><b>Provisional.</b> This line has no verdict row: the clause values below are the bar evaluated on the outcomes so far, not a decision. Finish the sweep and run <code>bench verdict {{ d.line }}</code>.</p>{% endif %}
-{% if d.history %}<div class="note history"><b>History.</b><ul>{% for h in d.history %}<li{% if h.startswith("  ") %} style="margin-left:18px"{% endif %}>{{ h.strip() }}</li>{% endfor %}</ul></div>{% endif %}
+{% if d.history %}<div class="note history"><b>History.</b><ul>{% for h in d.history %}<li>{{ h.text }}{% if h["items"] %}<ul>{% for i in h["items"] %}<li>{{ i }}</li>{% endfor %}</ul>{% endif %}</li>{% endfor %}</ul></div>{% endif %}
 <div class="grid">
 <div class="card"><b>Hypothesis.</b> {{ d.hypothesis }}
 <table class="facts" style="margin-top:8px">{% for k, v in d.facts %}<tr><td>{{ k }}</td><td>{{ v }}</td></tr>{% endfor %}</table></div>
@@ -479,7 +480,9 @@ def summary(data: dict) -> list[str]:
     """What the CLI prints beside the paths: the verdict (or provisional) and each clause."""
     head = (f"{data['line']}: provisional (no verdict yet)" if data["provisional"]
             else f"{data['line']}: {data['verdict']['outcome']} (ledger row {data['verdict']['seq']})")
-    said = [head] + [f"  history: {h}" if not h.startswith("  ") else f"  {h}" for h in data.get("history", [])]
+    said = [head]
+    for h in data.get("history", []):
+        said += [f"  history: {h['text']}", *(f"    {i}" for i in h["items"])]
     for c in data["clauses"]:
         said.append(f"  {c['outcome']:<8} {c['text']}  → {c['value']} ({c['op']} {c['threshold']}, {c['n']} rows)")
     return said

@@ -20,7 +20,7 @@ class LineStatus:
     outcome: str | None
     note: str | None = None  # what verify could not check (a shallow clone), shown beside the state
     history: tuple[str, ...] = ()  # short history (history.LineHistory.short): amended by, re-opened, …
-    details: tuple[str, ...] = ()  # the full history notes (history.LineHistory.notes)
+    details: tuple = ()  # the full history (history.Note per event, LineHistory.notes)
 
     @property
     def shown(self) -> str:
@@ -154,8 +154,10 @@ def lineage_trees(rows: list[LineStatus], chains: list[list[tuple[int, str]]]):
             node = Tree(label) if depth == 0 else stack[depth - 1].add(label)
             root = root or node
             for d in s.details:
-                if not d.startswith(("amended by", "amends")):
-                    node.add(f"[dim]{escape(d)}[/]")
+                if not d.text.startswith(("amended by", "amends")):  # the tree itself shows those
+                    leaf = node.add(f"[dim]{escape(d.text)}[/]")
+                    for i in d.items:
+                        leaf.add(f"[dim]{escape(i)}[/]")
             del stack[depth:]
             stack.append(node)
         trees.append(root)

@@ -287,6 +287,8 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     if again:
         notes.append(f"--remeasure: {_pairs_by_state(again)} the verdict could not use, measured again at this "
                      f"commit (their new rows supersede the old)")
+    elif remeasure:
+        notes.append("--remeasure: no pair measured here is one the verdict cannot use")
     if remeasured:
         notes.append(f"{remeasured} rig-noisy config(s) measured again later in the sweep (up to "
                      f"{NOISY_REMEASURES} times each)")
