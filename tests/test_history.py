@@ -261,3 +261,18 @@ def test_a_deleted_ledger_is_gone_not_dropped(repo):
     assert r.returncode == 2 and "line 'tiny' is GONE" in r.stderr
     show = run_bench(repo, "ledger", "show", "tiny")
     assert show.returncode == 2 and "line 'tiny' is GONE" in show.stderr
+
+
+def test_a_chain_is_followed_to_its_newest_line_unless_exact_or_pinned_to_a_commit(tmp_path):
+    from harness.reporting.history import chains, index, resolve
+
+    (tmp_path / "ledger").mkdir()
+    for line, amends in (("a", None), ("b", "a"), ("c", "b"), ("z", None)):
+        Ledger(tmp_path, line).append("registered", {"amends": amends, "registration": {"amends": amends}})
+    got = resolve(tmp_path, ["a", "z"], exact=False)
+    assert got.specs == ("c", "z") and "a is amended by b → c: using c (--exact uses a as named)" in got.notes
+    assert resolve(tmp_path, ["a", "b", "c"], exact=False).specs == ("c",)  # one chain routes once
+    assert resolve(tmp_path, ["a", "z"], exact=True).specs == ("a", "z")
+    pinned = resolve(tmp_path, ["a@abc123", "c"], exact=False, one_side_each=True)
+    assert pinned.specs == ("a@abc123", "c") and "a: amended by b: its bar was changed" in " ".join(pinned.notes)
+    assert [[line for _, line in tree] for tree in chains(index(tmp_path))] == [["a", "b", "c"], ["z"]]

@@ -113,8 +113,8 @@ def _state_cell(s: LineStatus) -> str:
 
     style = _style(s)
     state = f"[{style}]{escape(s.state)}[/]" if style else escape(s.state)
-    state += f" — {escape('; '.join(s.history))}" if s.history else ""
-    return state + (f" [dim]({escape(s.note)})[/]" if s.note else "")
+    state += f" [dim]({escape(s.note)})[/]" if s.note else ""
+    return state + (f" — {escape('; '.join(s.history))}" if s.history else "")
 
 
 def _commit(s: LineStatus) -> str:
