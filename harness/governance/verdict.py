@@ -175,7 +175,7 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
         counts = ", ".join(f"{k}: {n}" for k, n in sorted(unmeasured.items()))
         again = sum(n for k, n in unmeasured.items() if k != UNSUPPORTED)
         fix = (f"run `bench sweep {reg.line} --remeasure` to measure the skipped and throttled pairs again at this "
-               f"commit" if again else f"run the line where its kernels support every config")
+               f"commit" if again else "run the line where its kernels support every config")
         raise UserError(f"line '{reg.line}': {sum(unmeasured.values())} pairs were never measured ({counts}); a bar over "
                         f"the rest could pass on what was left out — {fix}, or register a line with [bar] "
                         f"allow_missing = true")
