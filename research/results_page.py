@@ -39,7 +39,7 @@ def _status_table(root: Path) -> list[str]:
     out = ["| line | state | measured at | device |", "|---|---|---|---|"]
     for s in statuses(root):
         commit = s.commit if s.commit is None or " " in s.commit else s.commit[:12]
-        out.append(f"| `{s.line}` | {s.state} | {f'`{commit}`' if commit else '—'} | {s.device or '—'} |")
+        out.append(f"| `{s.line}` | {_cell(s.shown)} | {f'`{commit}`' if commit else '—'} | {s.device or '—'} |")
     return out
 
 

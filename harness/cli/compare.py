@@ -19,13 +19,18 @@ def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
                                             help="CI mode: fail on a SLOWER config more than this fraction slower "
                                                  "(default 0.05)"),
             allow_mixed: bool = typer.Option(False, "--allow-mixed",
-                                             help="compare rows from different devices, numeric flags or timing modes")):
-    """Config by config: ratio of medians, significance test on the raw samples, FASTER/SLOWER/SAME/UNCLEAR."""
+                                             help="compare rows from different devices, numeric flags or timing modes"),
+            exact: bool = typer.Option(False, "--exact", help="use each line as named, not the newest line of its "
+                                                              "amendment chain")):
+    """Config by config: ratio of medians, significance test on the raw samples, FASTER/SLOWER/SAME/UNCLEAR.
+    A line amended by a newer one is compared as the newest (--exact: as named), unless both sides name
+    lines of one chain; LINE@COMMIT is used as named."""
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
     from harness.reporting import compare as cmp_mod
     from harness.reporting import lines
     from harness.reporting.console import console
+    from harness.reporting.history import resolve
 
     specs = list(specs or [])
     if threshold is None:
@@ -36,16 +41,19 @@ def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
     if against is not None:
         if len(specs) > 1:
             raise UserError("--against takes at most one other line (the new side): bench compare [NEW] --against REF")
-        result = cmp_mod.against(root, against, specs[0] if specs else None, allow_mixed=allow_mixed)
+        used = resolve(root, [against, *specs], exact=exact, one_side_each=True)
+        result = cmp_mod.against(root, used.specs[0], used.specs[1] if specs else None, allow_mixed=allow_mixed)
     else:
         if len(specs) != 2:
             raise UserError(f"bench compare needs two sides (A B, e.g. LINE@OLD LINE@NEW), got {len(specs)}; "
                             f"or use --against REF for CI mode")
-        result = cmp_mod.compare(lines.load(root, specs[0]), lines.load(root, specs[1]), allow_mixed=allow_mixed)
+        used = resolve(root, specs, exact=exact, one_side_each=True)
+        result = cmp_mod.compare(lines.load(root, used.specs[0]), lines.load(root, used.specs[1]),
+                                 allow_mixed=allow_mixed)
     c = console()
     c.print(cmp_mod.comparison_table(result, threshold if against is not None else None))
-    for note in cmp_mod.comparison_notes(result):
-        c.print(f"  note: {note}")
+    for note in [*cmp_mod.comparison_notes(result), *used.notes]:
+        c.print(f"  note: {note}", markup=False)
     if against is not None:
         bad = result.regressions(threshold)
         if bad:

@@ -41,7 +41,7 @@ def _one(line: str) -> Path:
 
     paths, gone = _paths(line)
     if gone:
-        raise UserError(f"{gone[0][0]} is {gone[0][1]}")
+        raise UserError(f"line '{Path(gone[0][0]).stem}' is GONE: {gone[0][0]} is {gone[0][1]}")
     return paths[0]
 
 
@@ -59,6 +59,7 @@ def verify(line: Optional[str] = typer.Argument(None, help="line id or registrat
     from rich.markup import escape
 
     from harness.reporting.console import console
+    from harness.reporting.history import MAX_LISTED
 
     paths, gone = _paths(line)
     bad = len(gone)
@@ -69,7 +70,13 @@ def verify(line: Optional[str] = typer.Argument(None, help="line id or registrat
             n = res.n_results
             sums = f", {plural(n, 'result row')} add{'s' if n == 1 else ''} up" if n else ""
             note = f"; [yellow]{escape(res.unchecked)}[/]" if res.unchecked else ""
-            console().print(f"[green]ok[/]   {p.name}: {plural(res.n_rows, 'row')}, chain intact{sums}{note}")
+            again = (f"; {plural(len(res.remeasured), 'pair')} re-measured at the same commit, the newest "
+                     f"measurement standing" if res.remeasured else "")
+            console().print(f"[green]ok[/]   {p.name}: {plural(res.n_rows, 'row')}, chain intact{sums}{again}{note}")
+            for m in res.remeasured[:MAX_LISTED]:
+                console().print(f"       re-measured {escape(m.describe())}", soft_wrap=True)
+            if len(res.remeasured) > MAX_LISTED:
+                console().print(f"       and {len(res.remeasured) - MAX_LISTED} more (bench ledger show {p.stem})")
             unchecked += [p.name] if res.unchecked else []
         else:
             bad += 1
@@ -130,7 +137,13 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
             for r in rows:
                 sys.stdout.write(canonical(r) + "\n")
         else:
-            render_ledger(path.stem, rows)
+            from harness.governance.gitguard import repo_root
+            from harness.governance.ledger import superseded_by
+            from harness.reporting.history import index, line_history
+
+            everything = read_rows(path)
+            hist = line_history(index(repo_root()), path.stem, everything if res.ok else ())
+            render_ledger(path.stem, rows, hist.notes(), superseded_by(everything))
     raise typer.Exit(0 if res.ok else 1)
 
 

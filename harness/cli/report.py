@@ -22,7 +22,9 @@ def report(line: str = typer.Argument(..., help="line id (or LINE@COMMIT: only r
     view = lines.load(root, line)
     target = out if out is not None else Path("reports") / view.line
     target = target if target.is_absolute() else Path.cwd() / target
-    data = report_mod.report_data(view)
+    from harness.reporting.history import index, line_history
+
+    data = report_mod.report_data(view, line_history(index(root), view.line, view.rows))
     paths = report_mod.write(view, target, data)
     c = console()
     for text in report_mod.summary(data):

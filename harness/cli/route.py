@@ -13,19 +13,26 @@ from harness.cli import app
 @app.command()
 def route(lines: List[str] = typer.Argument(..., help="lines (LINE or LINE@COMMIT) measured against one baseline"),
           out: Path = typer.Option(Path("routes"), "--out", help="directory for route.json and route.py"),
-          name: str = typer.Option("route", "--name", help="file stem of the JSON table and the dispatcher module")):
-    """Per shape, the fastest kernel that passed every check with speedup CI above 1, else the baseline."""
+          name: str = typer.Option("route", "--name", help="file stem of the JSON table and the dispatcher module"),
+          exact: bool = typer.Option(False, "--exact", help="use each line as named, not the newest line of its "
+                                                            "amendment chain")):
+    """Per shape, the fastest kernel that passed every check with speedup CI above 1, else the baseline.
+    A line amended by a newer one is routed from the newest (--exact: as named); LINE@COMMIT is used as named."""
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
     from harness.reporting import lines as lines_mod
     from harness.reporting import route as route_mod
     from harness.reporting.console import console
+    from harness.reporting.history import resolve
 
     if not name.isidentifier():
         raise UserError(f"--name {name!r} is not an importable module name: use letters, digits and _")
     root = repo_root()
-    table = route_mod.build([lines_mod.load(root, spec) for spec in lines])
+    used = resolve(root, list(lines), exact=exact)
+    table = route_mod.build([lines_mod.load(root, spec) for spec in used.specs])
     js, py = route_mod.write(table, out if out.is_absolute() else Path.cwd() / out, name)
     c = console()
     c.print(route_mod.route_table(table))
+    for note in used.notes:
+        c.print(f"  note: {note}", markup=False)
     c.print(f"wrote {js} and {py} (import it: choose(workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal))")

@@ -27,6 +27,10 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
                                                               "isolation, no watchdog"),
           retry_crashed: bool = typer.Option(False, "--retry-crashed",
                                              help="re-run pairs that crashed at this commit on this device"),
+          remeasure: bool = typer.Option(False, "--remeasure",
+                                         help="measure again, at this commit on this device, the pairs the verdict "
+                                              "cannot use (rig-noisy results, skipped or throttled pairs); the new "
+                                              "rows supersede the old"),
           no_wait: bool = typer.Option(False, "--no-wait", help="refuse, instead of waiting, when another bench "
                                                                 "process is measuring on a device"),
           no_ceilings: bool = typer.Option(False, "--no-ceilings",
@@ -65,7 +69,7 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
         executor = make_executor(dev, inline=inline, gpus=gpus, workers=workers, executor=executor,
                                  address=address)
         summary = do_sweep(ln, dev, executor=executor, with_ceilings=not no_ceilings, commit=not no_commit,
-                           retry_crashed=retry_crashed,
+                           retry_crashed=retry_crashed, remeasure=remeasure,
                            wait=not no_wait, progress=SweepProgress(ln.reg.line), on_wait=render_device_wait,
                            on_interrupt=render_interrupt_pending)
         rows = [r for r in latest_outcomes(ln.ledger.rows()).values() if measured_on(r, ln.reg.mixed_devices) == summary.measured_on]

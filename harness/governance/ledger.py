@@ -115,6 +115,8 @@ class VerifyResult:
     n_results: int = 0  # result rows whose figures were recomputed (when ok: all add up)
     # What could not be checked because this clone is shallow (one line), None when everything was.
     unchecked: str | None = None
+    # Pairs measured again where they were measured (outcomes.Remeasure), when ok.
+    remeasured: tuple = ()
 
     def lines(self) -> list[str]:
         """One line per bad row: the chain's first, or every row that does not add up."""
@@ -337,6 +339,11 @@ def verify(path: Path) -> VerifyResult:
             bad, results = None, bad
     if bad is None:
         bad = _check_ceilings_refs(records, path)
+    remeasured: tuple = ()
+    if bad is None:
+        bad = _check_supersedes(records, path)
+        if isinstance(bad, tuple):
+            bad, remeasured = None, bad
     if bad is not None:
         return bad
     count = len(records)
@@ -348,7 +355,7 @@ def verify(path: Path) -> VerifyResult:
         return VerifyResult(str(path), False, count, count,
                             f"row {count} is an incomplete final line ({len(tail)} bytes of a write that never "
                             f"finished): run `bench ledger repair {path.stem}` to remove it", torn=True)
-    return VerifyResult(str(path), True, count, n_results=results, unchecked=unchecked)
+    return VerifyResult(str(path), True, count, n_results=results, unchecked=unchecked, remeasured=remeasured)
 
 
 def _check_figures(records: list[bytes], path: Path) -> VerifyResult | int:
@@ -370,6 +377,54 @@ def _check_figures(records: list[bytes], path: Path) -> VerifyResult | int:
     n = unsound[0][0]
     more = f" (and {plural(len(unsound) - 1, 'more row')}: bench ledger verify names each)" if len(unsound) > 1 else ""
     return VerifyResult(str(path), False, len(records), n, _unsound_text(*unsound[0]) + more, unsound=tuple(unsound))
+
+
+def _check_supersedes(records: list[bytes], path: Path) -> VerifyResult | tuple:
+    """Every ``supersedes`` row names earlier outcome rows of its own config that nothing
+    superseded yet; one measured at the commit and device the superseding row was written at
+    must be one a sweep measures again there (``outcomes.remeasurable``: rig-noisy, skipped,
+    throttled, crashed, a baseline's row), unless a later row of its pair had already replaced
+    it — a decided outcome is never re-rolled at the same commit. When all hold: the pairs
+    re-measured where they were measured (``remeasures``)."""
+    from harness.governance.outcomes import OUTCOME_KINDS, measured_on, remeasurable, remeasures, state_of
+
+    def pair(r: dict) -> tuple:  # rows of any shape verify: a row lacking the fields is no pair's
+        return r.get("config_key"), r.get("candidate")
+
+    rows = [json.loads(raw) for raw in records]
+    reg = (rows[0].get("registration") or {}) if rows else {}
+    include_noisy = bool(reg.get("include_noisy")) if isinstance(reg, dict) else False
+    taken: dict[int, int] = {}
+
+    def bad(n: int, why: str) -> VerifyResult:
+        return VerifyResult(str(path), False, len(records), n, f"line {n + 1} (seq {n}) {why}")
+
+    for n, row in enumerate(rows):
+        if row.get("kind") != SUPERSEDES:
+            continue
+        named = row.get("supersedes")
+        if not isinstance(named, list) or not named or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                               for s in named):
+            return bad(n, f"is a supersedes row naming no rows ({named!r}): it was not written by a sweep")
+        for s in named:
+            old = rows[s] if 0 <= s < n else None
+            if old is None or old.get("kind") not in OUTCOME_KINDS:
+                what = "a later row" if s >= n else f"a {old.get('kind')} row" if old else "no row"
+                return bad(n, f"supersedes row {s}, which is {what}: a sweep supersedes only earlier outcome rows")
+            if old.get("config_key") != row.get("config_key"):
+                return bad(n, f"supersedes row {s} of config {old.get('config_key')}, not its own config "
+                              f"{row.get('config_key')}: a re-run config supersedes only its own rows")
+            if s in taken:
+                return bad(n, f"supersedes row {s}, already superseded at row {taken[s]}")
+            shadowed = any(r.get("kind") in OUTCOME_KINDS and pair(r) == pair(old) for r in rows[s + 1:n])
+            if (measured_on(old) == measured_on(row) and not shadowed
+                    and not remeasurable(old, include_noisy=include_noisy)):
+                return bad(n, f"supersedes row {s} ({old.get('candidate')} @ {old.get('config_key')}: "
+                              f"{state_of(old)}) at the commit and device it was measured at: a sweep measures "
+                              f"again only rig-noisy, skipped, throttled or crashed pairs there — a decided "
+                              f"outcome is never re-rolled (restore the ledger from git)")
+            taken[s] = n
+    return remeasures(rows)
 
 
 def _check_ceilings_refs(records: list[bytes], path: Path) -> VerifyResult | None:
@@ -621,10 +676,20 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def superseded_by(rows: Iterable[dict]) -> dict[int, int]:
+    """seq of each row a ``supersedes`` row names → the seq of the first one naming it."""
+    out: dict[int, int] = {}
+    for r in rows:
+        if r.get("kind") == SUPERSEDES:
+            for s in r.get("supersedes", []):
+                out.setdefault(s, r.get("seq"))
+    return out
+
+
 def current_rows(rows: Iterable[dict]) -> list[dict]:
     """Rows not named by any ``supersedes`` row."""
     rows = list(rows)
-    gone = {s for r in rows if r.get("kind") == SUPERSEDES for s in r.get("supersedes", [])}
+    gone = superseded_by(rows)
     return [r for r in rows if r.get("seq") not in gone]
 
 
@@ -684,6 +749,22 @@ def require_anchored(led: Ledger, action: str) -> None:
         raise UserError(f"{led.rel}: {_rows_text(first, n - 1)} not committed; {action} decides on committed "
                         f"rows only — commit them: git add {led.rel} && git commit -m 'ledger: {led.line} rows' "
                         f"-- {led.rel}")
+
+
+def rows_at(root: Path, commit: str, rel: str) -> tuple[list[dict], VerifyResult] | None:
+    """The rows of ledger ``rel`` as committed at ``commit`` and the verification of that
+    version's chain on its own (read back into a temporary file, outside the repository, so
+    only the chain and the rows' figures are checked); None where the commit lacks the file."""
+    import tempfile
+
+    data = gitguard.show_file(root, commit, rel)
+    if data is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / Path(rel).name
+        copy.write_bytes(data)
+        res = verify(copy)
+        return (read_rows(copy) if res.ok else []), res
 
 
 def missing_ledgers(root: Path) -> list[tuple[str, str]]:

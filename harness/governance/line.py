@@ -19,7 +19,7 @@ from harness import __version__
 from harness.errors import UserError, shown
 from harness.governance import codeprov, gitguard, registration
 from harness.governance.codeprov import CODE_PACKAGES, require_code_from
-from harness.governance.ledger import Ledger, ledger_path, verify, verify_refusal
+from harness.governance.ledger import Ledger, ledger_path, rows_at, verify, verify_refusal
 from harness.governance.outcomes import REGISTERED, VERDICT
 
 
@@ -142,21 +142,14 @@ def _reopens(root: Path, line: str, rel: str, reopen: bool) -> dict | None:
 def _old_rows(root: Path, commit: str, led_rel: str) -> list[dict]:
     """The rows of a ledger as committed at ``commit``, chain verified (a broken chain could
     hide a verdict, so it refuses)."""
-    import tempfile
-
-    from harness.governance.ledger import read_rows
-
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / Path(led_rel).name
-        old = gitguard.show_file(root, commit, led_rel)
-        if old is None:
-            raise UserError(f"git show {commit[:12]}:{led_rel} failed: the re-opened ledger cannot be read back")
-        copy.write_bytes(old)
-        res = verify(copy)
-        if not res.ok:
-            raise UserError(f"--reopen: {led_rel} at commit {commit[:12]} fails verification ({res.reason}): "
-                            f"it cannot be shown to hold no verdict — register the bar as a new line with amends")
-        return read_rows(copy)
+    found = rows_at(root, commit, led_rel)
+    if found is None:
+        raise UserError(f"git show {commit[:12]}:{led_rel} failed: the re-opened ledger cannot be read back")
+    rows, res = found
+    if not res.ok:
+        raise UserError(f"--reopen: {led_rel} at commit {commit[:12]} fails verification ({res.reason}): "
+                        f"it cannot be shown to hold no verdict — register the bar as a new line with amends")
+    return rows
 
 
 def require_tracked_code(root: Path, *, load_kernels: bool = True) -> tuple[dict, ...]:

@@ -5,6 +5,8 @@ and the reports all read these; none restates them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # Outcome kinds: what happened to one (config, candidate) pair at one sweep.
 RESULT = "result"  # measured: metrics, raw samples, CI, control
 INCORRECT = "incorrect"  # failed a correctness check (gate, timed output, recheck, empty window)
@@ -36,6 +38,36 @@ def transient(row: dict) -> bool:
                                                                     or row.get("undersampled", False)))
 
 
+def unusable(row: dict, *, include_noisy: bool) -> bool:
+    """An outcome the verdict cannot decide on that a new measurement at the same commit could
+    settle: a rig-noisy result (unless the line counts those), a skipped or throttled pair.
+    ``bench sweep --remeasure`` measures these again. Not a failure (a finding is never
+    re-rolled: crashed pairs are retried only with ``--retry-crashed``), not an impossible
+    result (a failed pair), not unsupported (the kernel says it cannot run there)."""
+    if row.get("role") == "baseline":
+        return False
+    if row["kind"] == RESULT:
+        return bool(row.get("rig_noisy")) and not row.get("impossible") and not include_noisy
+    return row["kind"] in (SKIPPED, THROTTLED)
+
+
+def remeasurable(row: dict, *, include_noisy: bool) -> bool:
+    """Whether a sweep may supersede ``row`` with a new measurement at the commit and device it
+    was measured at: what ``--remeasure`` re-runs, a crashed pair (``--retry-crashed``), or a
+    baseline's own row (re-run with its config). A decided outcome never is (ledger.verify)."""
+    return unusable(row, include_noisy=include_noisy) or row["kind"] == CRASHED or row.get("role") == "baseline"
+
+
+def state_of(row: dict) -> str:
+    """An outcome row's state in one word, as the verdict sees it: its kind, or 'rig-noisy' /
+    'impossible' for a result flagged so."""
+    if row["kind"] == RESULT and row.get("impossible"):
+        return "impossible"
+    if row["kind"] == RESULT and row.get("rig_noisy"):
+        return "rig-noisy"
+    return row["kind"]
+
+
 def outcome_key(row: dict) -> tuple[str, str]:
     return row["config_key"], row["candidate"]
 
@@ -61,3 +93,62 @@ def current_outcomes(rows) -> list[dict]:
 def latest_outcomes(rows) -> dict[tuple[str, str], dict]:
     """The last current outcome row per (config, candidate)."""
     return {outcome_key(r): r for r in current_outcomes(rows)}
+
+
+@dataclass(frozen=True)
+class Remeasure:
+    """A (config, candidate) measured again at the commit and device it was measured at: the
+    outcome rows the new measurement superseded and the row that stands."""
+
+    config_key: str
+    candidate: str
+    replaced: tuple[tuple[int, str], ...]  # (seq, state) of each superseded row, oldest first
+    current: tuple[int, str]  # (seq, state) of the row that stands
+
+    def describe(self) -> str:
+        was = ", ".join(f"{state} (row {seq})" for seq, state in self.replaced)
+        return f"{self.candidate} @ {self.config_key}: {was} → {self.current[1]} (row {self.current[0]})"
+
+    @classmethod
+    def from_row(cls, d: dict) -> "Remeasure":
+        """Back from ``as_row`` (a verdict row's ``remeasured`` entry)."""
+        return cls(d["config_key"], d["candidate"], tuple((x["seq"], x["state"]) for x in d["replaced"]),
+                   (d["current"]["seq"], d["current"]["state"]))
+
+    def as_row(self) -> dict:
+        return {"config_key": self.config_key, "candidate": self.candidate,
+                "replaced": [{"seq": seq, "state": state} for seq, state in self.replaced],
+                "current": {"seq": self.current[0], "state": self.current[1]}}
+
+
+def remeasures(rows) -> tuple[Remeasure, ...]:
+    """Every candidate pair whose standing outcome replaced earlier outcomes of that pair
+    measured at the same commit on the same device (a re-measure, not a re-sweep at a newer
+    commit), in ledger order of the standing row."""
+    from harness.governance.ledger import superseded_by
+
+    # Any ledger verifies: an outcome row lacking its pair's fields is nobody's re-measure.
+    rows = [r for r in rows if r.get("kind") not in OUTCOME_KINDS or ("config_key" in r and "candidate" in r)]
+    gone = superseded_by(rows)
+    out = []
+    for pair, now in sorted(latest_outcomes(rows).items(), key=lambda kv: kv[1]["seq"]):
+        if now.get("role") == "baseline":
+            continue
+        replaced = tuple((r["seq"], state_of(r)) for r in rows
+                         if r.get("kind") in OUTCOME_KINDS and r.get("seq") in gone and r["seq"] < now["seq"]
+                         and outcome_key(r) == pair and measured_on(r) == measured_on(now))
+        if replaced:
+            out.append(Remeasure(pair[0], pair[1], replaced, (now["seq"], state_of(now))))
+    return tuple(out)
+
+
+def resweeps(rows) -> int:
+    """Outcome rows superseded by a sweep at another commit or device (a re-sweep of newer
+    code, not a re-measure): what the line's current outcomes replaced from earlier sweeps."""
+    from harness.governance.ledger import superseded_by
+
+    rows = list(rows)
+    by_seq = {r.get("seq"): r for r in rows}
+    return sum(1 for old, new in superseded_by(rows).items()
+               if (by_seq.get(old) or {}).get("kind") in OUTCOME_KINDS
+               and measured_on(by_seq[old]) != measured_on(by_seq.get(new) or {}))

@@ -8,7 +8,10 @@ not a NO-GO — when a pair has no outcome, when pairs were never measured (skip
 unsupported, throttled) and the registration does not ``allow_missing``, when the
 outcomes come from more than one commit or device, when nothing was measured at all, or
 while any row of the line is not committed, or when a result row's figures disagree with its
-own samples (``ledger.verify``, governance/audit.py). The verdict row is committed at once,
+own samples (``ledger.verify``, governance/audit.py). A refusal over pairs it cannot use names
+`bench sweep LINE --remeasure`, which measures them again at the same commit; the verdict
+then decides on the newest measurement and its row lists each pair so re-measured
+(``remeasured``). The verdict row is committed at once,
 so a decided line cannot be quietly re-rolled; a dry run (``dry_run=True``, `bench verdict
 --no-commit`) decides the same way and writes nothing, so a verdict row exists only
 committed and a NO-GO cannot be deleted without a trace.
@@ -29,7 +32,7 @@ from harness.governance import verify as verifylang
 from harness.governance.ledger import anchor, current_rows, require_anchorable, require_anchored
 from harness.governance.line import Line
 from harness.governance.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, latest_outcomes,
-                                         measured_on, outcome_key)
+                                         UNSUPPORTED, measured_on, outcome_key, remeasures, state_of)
 
 GO, NO_GO = "GO", "NO-GO"
 # Failing pairs a verdict row lists per [verify] clause (the count is always complete).
@@ -84,7 +87,7 @@ def decided(row: dict, *, include_noisy: bool) -> bool:
 def coverage(deciding, *, include_noisy: bool) -> dict:
     """How many registered pairs the bar decides on, and which it cannot (rig-noisy left out,
     never measured, or behind a failed baseline)."""
-    undecided = [f"{r['candidate']} @ {r['config_key']} ({'rig-noisy' if r.get('rig_noisy') else r['kind']})"
+    undecided = [f"{r['candidate']} @ {r['config_key']} ({state_of(r)})"
                  for r in deciding if not decided(r, include_noisy=include_noisy)]
     n = len(deciding)
     return {"pairs": n, "decided": n - len(undecided), "fraction": (n - len(undecided)) / n if n else 0.0,
@@ -171,9 +174,12 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
             unmeasured[r["kind"]] = unmeasured.get(r["kind"], 0) + 1
     if unmeasured and not reg.allow_missing:
         counts = ", ".join(f"{k}: {n}" for k, n in sorted(unmeasured.items()))
+        again = sum(n for k, n in unmeasured.items() if k != UNSUPPORTED)
+        fix = (f"run `bench sweep {reg.line} --remeasure` to measure the skipped and throttled pairs again at this "
+               f"commit" if again else "run the line where its kernels support every config")
         raise UserError(f"line '{reg.line}': {sum(unmeasured.values())} pairs were never measured ({counts}); a bar over "
-                        f"the rest could pass on what was left out — re-run `bench sweep {reg.line}` (throttled and "
-                        f"memory-skipped pairs are retried), or register a line with [bar] allow_missing = true")
+                        f"the rest could pass on what was left out — {fix}, or register a line with [bar] "
+                        f"allow_missing = true")
     by_pair = {outcome_key(r): r for r in deciding}
     checked = ()
     if reg.verify:
@@ -188,8 +194,9 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
         more = len(cov["undecided"]) - MAX_NAMED_PAIRS
         raise UserError(f"line '{reg.line}': the bar would decide on {cov['decided']} of {cov['pairs']} registered "
                         f"pairs ({cov['fraction']:.0%} < min_coverage {reg.min_coverage:g}); undecided: {shown}"
-                        f"{f' and {more} more' if more > 0 else ''} — re-run `bench sweep {reg.line}` on a quieter "
-                        f"machine, or register a line with [bar] min_coverage set to what it may decide on")
+                        f"{f' and {more} more' if more > 0 else ''} — run `bench sweep {reg.line} --remeasure` "
+                        f"(on a quieter machine) to measure them again at this commit, or register a line with "
+                        f"[bar] min_coverage set to what it may decide on")
     if not any(r["correct"] for r in rows):
         raise UserError(f"line '{reg.line}' has no usable result rows (outcomes: {excluded or 'only failures'}): "
                         f"a verdict needs measurements — nothing was decided")
@@ -211,6 +218,8 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
         "n_correct": sum(r["correct"] for r in rows),
         "excluded": excluded,
         "decided_on": sorted(r["seq"] for r in deciding),
+        # Pairs decided on a re-measure: the rows it superseded at the same commit and device.
+        "remeasured": [m.as_row() for m in remeasures(line.rows) if (m.config_key, m.candidate) in by_pair],
         "coverage": {**cov, "min_coverage": reg.min_coverage},
         "measured_at": {"commit": where[0][0], "device": where[0][1], "gpu": " + ".join(gpus) or None},
     }

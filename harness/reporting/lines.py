@@ -93,6 +93,11 @@ def load(root: Path, spec: str) -> LineView:
     line, commit = split_spec(spec)
     path = ledger_path(root, line)
     if not path.exists():
+        from harness.governance.ledger import missing_ledgers
+
+        gone = [why for rel, why in missing_ledgers(root) if rel == f"ledger/{path.name}"]
+        if gone:
+            raise UserError(f"line '{line}' is GONE: ledger/{path.name} is {gone[0]}")
         raise UserError(f"no ledger for line '{line}' ({path}): register it first (bench register registrations/{line}.toml)")
     return load_path(path, commit=commit)
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from harness.errors import plural, shown
-from harness.governance.outcomes import CEILINGS, CRASHED, INCORRECT, PROFILE, REGISTERED, RESULT, SKIPPED, SUPERSEDES, THROTTLED, UNSUPPORTED, VERDICT
+from harness.governance.outcomes import (CEILINGS, CRASHED, INCORRECT, PROFILE, REGISTERED, RESULT, SKIPPED, SUPERSEDES,
+                                         THROTTLED, UNSUPPORTED, VERDICT, Remeasure)
 from harness.reporting.console import console
+from harness.reporting.history import MAX_LISTED
 
 
 def _fmt(v, spec=".3g"):
@@ -102,16 +104,27 @@ def render_profile(line: str, rows: list[dict]) -> None:
             c.print(f"  [red]incorrect[/] {r['candidate']} @ {r['config_key']}: {check.get('reason')}")
 
 
-def render_ledger(line: str, rows: list[dict]) -> None:
+def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | None = None) -> None:
+    """The rows as a table, a superseded row marked with the row that superseded it, after the
+    line's ``history`` notes (history.LineHistory.notes)."""
+    from rich.markup import escape
     from rich.table import Table
 
+    c = console()
+    for note in history:
+        head, *items = note.lines()
+        c.print(f"[yellow]history[/]: {escape(head)}", soft_wrap=True)
+        for i in items:
+            c.print(f"  {escape(i)}", soft_wrap=True)
+    superseded = superseded or {}
     t = Table(title=f"ledger/{line}.jsonl — {plural(len(rows), 'row')}", show_lines=False)
     for col in ("seq", "kind", "time", "commit", "candidate", "config", "outcome"):
         t.add_column(col, overflow="fold")
     for r in rows:
+        gone = f"[dim](superseded by row {superseded[r['seq']]})[/] " if r["seq"] in superseded else ""
         t.add_row(str(r["seq"]), r["kind"], r["time"][:19], r["commit"][:10], r.get("candidate", ""),
-                  r.get("config_key", ""), outcome_reason(r))
-    console().print(t)
+                  r.get("config_key", ""), gone + escape(outcome_reason(r)))
+    c.print(t)
 
 
 def render_kernels(kernels: dict, device: str) -> None:
@@ -194,6 +207,13 @@ def render_verdict(v) -> None:
                 + (f" — {len(bad)} not holding, e.g. {shown}" if bad else ""))
     if v.excluded:
         c.print(f"  excluded from the bar: {', '.join(f'{k}: {n}' for k, n in sorted(v.excluded.items()))}")
+    again = v.row.get("remeasured") or []
+    if again:
+        c.print(f"  re-measured at the same commit, decided on the newest measurement ({plural(len(again), 'pair')}):")
+        for m in again[:MAX_LISTED]:
+            c.print(f"    {Remeasure.from_row(m).describe()}", markup=False)
+        if len(again) > MAX_LISTED:
+            c.print(f"    and {len(again) - MAX_LISTED} more (bench ledger show {v.row['line']})")
     cov = v.row.get("coverage")
     if cov:
         c.print(f"  coverage: decided on {cov['decided']} of {cov['pairs']} registered pairs "

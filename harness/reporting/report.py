@@ -260,8 +260,9 @@ def _verify(view: LineView) -> list[dict]:
             for c in v.get("verify") or []]
 
 
-def report_data(view: LineView) -> dict:
-    """Everything the report shows, as formatted strings (deterministic for a given ledger)."""
+def report_data(view: LineView, history=None) -> dict:
+    """Everything the report shows, as formatted strings (deterministic for a given ledger);
+    ``history`` (history.LineHistory): what amended, re-opened or re-measured the line, shown at the top."""
     reg = view.registration
     registered = view.registered or {}
     outcomes = view.outcomes()
@@ -279,6 +280,7 @@ def report_data(view: LineView) -> dict:
     control_tol = next(((r.get("policy") or {}).get("control_tolerance") for r in results), None)
     return {
         "line": view.line,
+        "history": [{"text": n.text, "items": list(n.items)} for n in history.notes()] if history else [],
         "provisional": verdict is None,
         "hypothesis": " ".join(str(reg.get("hypothesis", "")).split()),
         "facts": [("workload", reg.get("workload", "—")), ("baseline", reg.get("baseline", "—")),
@@ -332,6 +334,12 @@ MARKDOWN = """\
 > **Provisional.** This line has no verdict row: the clause values below are the bar evaluated on the
 > outcomes so far, not a decision. Finish the sweep and run `bench verdict {{ d.line }}`.
 
+{% endif -%}
+{% if d.history -%}
+> **History.**
+{% for h in d.history %}> - {{ h.text }}
+{% for i in h["items"] %}>   - {{ i }}
+{% endfor %}{% endfor %}
 {% endif -%}
 **Hypothesis.** {{ d.hypothesis }}
 
@@ -437,6 +445,7 @@ figure { margin: 0; } figure img { width: 100%; height: auto; display: block; } 
 <body><main>
 <h1>{{ d.line }}{% if d.provisional %}<span class="badge PROVISIONAL">provisional</span>{% else %}<span class="badge {{ d.verdict.outcome }}">{{ d.verdict.outcome }}</span>{% endif %}</h1>
 {% if d.provisional %}<p class="note"><b>Provisional.</b> This line has no verdict row: the clause values below are the bar evaluated on the outcomes so far, not a decision. Finish the sweep and run <code>bench verdict {{ d.line }}</code>.</p>{% endif %}
+{% if d.history %}<div class="note history"><b>History.</b><ul>{% for h in d.history %}<li>{{ h.text }}{% if h["items"] %}<ul>{% for i in h["items"] %}<li>{{ i }}</li>{% endfor %}</ul>{% endif %}</li>{% endfor %}</ul></div>{% endif %}
 <div class="grid">
 <div class="card"><b>Hypothesis.</b> {{ d.hypothesis }}
 <table class="facts" style="margin-top:8px">{% for k, v in d.facts %}<tr><td>{{ k }}</td><td>{{ v }}</td></tr>{% endfor %}</table></div>
@@ -521,6 +530,8 @@ def summary(data: dict) -> list[str]:
     head = (f"{data['line']}: provisional (no verdict yet)" if data["provisional"]
             else f"{data['line']}: {data['verdict']['outcome']} (ledger row {data['verdict']['seq']})")
     said = [head]
+    for h in data.get("history", []):
+        said += [f"  history: {h['text']}", *(f"    {i}" for i in h["items"])]
     for c in data["clauses"]:
         said.append(f"  {c['outcome']:<8} {c['text']}  → {c['value']} ({c['op']} {c['threshold']}, {c['n']} rows)"
                     + ("" if c["source"] == "—" else f"; measured: {c['source']}"))

@@ -11,11 +11,11 @@ import contextlib
 import statistics
 from dataclasses import dataclass, field
 
-from harness.errors import UserError
+from harness.errors import UserError, plural
 from harness.governance.ledger import anchor, require_anchorable
 from harness.governance.line import Line
-from harness.governance.outcomes import INCORRECT, PROFILE, RESULT, SUPERSEDES, measured_on
-from harness.sweep.plan import Task, plan, replaced_by
+from harness.governance.outcomes import INCORRECT, PROFILE, RESULT, SUPERSEDES, measured_on, state_of
+from harness.sweep.plan import Task, plan, replaced_by, unusable_at
 from harness.sweep.run import SweepContext
 
 # Times a sweep measures its rig-noisy pairs again, after every other config has run.
@@ -159,11 +159,12 @@ class _Run:
     reductio: str | None = None  # the note of the bar's check against this device's ceilings
     key: tuple = ()
     resumed: int = 0  # pairs already done at this commit on this device
+    again: list = field(default_factory=list)  # --remeasure: the pairs here the verdict could not use
     baseline_failed: dict | None = None  # run.baseline_gate_failure of the config that stopped it
 
 
 def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True, commit: bool = True,
-          retry_crashed: bool = False, wait: bool = True, progress=None, on_wait=None,
+          retry_crashed: bool = False, remeasure: bool = False, wait: bool = True, progress=None, on_wait=None,
           on_interrupt=None) -> SweepSummary:
     """Run every open (config, candidate) pair of the line and append one outcome row each.
 
@@ -171,8 +172,10 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     start and report their devices (one GPU model per sweep), each device is locked, then
     the device's ceilings are looked up (measured by a worker, stored only if this device
     has none yet) and the bar is checked against them (governance/reductio.py). Only this
-    process appends; configs run wherever ``executor`` puts them (default: one worker process). With ``commit``, each config's rows are committed
-    (``ledger.anchor``) as soon as they are written.
+    process appends; configs run wherever ``executor`` puts them (default: one worker
+    process). With ``commit``, each config's rows are committed (``ledger.anchor``) as soon as
+    they are written. ``remeasure`` also runs the pairs measured here that the verdict cannot
+    use (``plan.unusable_at``); their new rows supersede the old.
 
     However it stops, it returns its summary: a Ctrl-C or SIGTERM (``Interrupts``; the
     summary names the signal) and a config whose baseline fails the correctness gate (no
@@ -196,18 +199,19 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     with interrupts(on_interrupt) as guard:
         try:
             _sweep(line, device, executor, guard, run, written, anchored, why_commit, with_ceilings=with_ceilings,
-                   commit=commit, retry_crashed=retry_crashed, wait=wait, progress=progress, on_wait=on_wait)
+                   commit=commit, retry_crashed=retry_crashed, remeasure=remeasure, wait=wait, progress=progress,
+                   on_wait=on_wait)
         except StopNow:
             pass  # a second Ctrl-C or SIGTERM: workers killed, locks released on the way out; rows written stay
         guard.wrap_up()  # from here signals are only counted: what is left is short and writes nothing partial
         if commit:  # rows an interrupted earlier run wrote but did not commit, even when nothing ran now
             anchored.append(anchor(line.ledger, why_commit))
-        return _summary(line, device, executor, run, written, anchored, guard, commit)
+        return _summary(line, device, executor, run, written, anchored, guard, commit, remeasure)
 
 
 def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, written: _Written, anchored: list,
-           why_commit: str, *, with_ceilings: bool, commit: bool, retry_crashed: bool, wait: bool, progress,
-           on_wait) -> None:
+           why_commit: str, *, with_ceilings: bool, commit: bool, retry_crashed: bool, remeasure: bool, wait: bool,
+           progress, on_wait) -> None:
     """The sweep itself, filling ``run`` as it goes (``sweep`` summarizes whatever it reached)."""
     from harness.sweep.devicelock import device_key, device_lock
     from harness.sweep.executor import schedule
@@ -244,7 +248,8 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
             run.reductio = "reductio not run: the GPUs are of several models, and no one model's ceilings hold for all"
         ctx = context(line, device, ceilings)
         run.key = key = measured_on(line.stamp(envs[0]).fields(), line.reg.mixed_devices)
-        tasks, run.resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed)
+        run.again = unusable_at(line.reg, line.rows, key) if remeasure else []
+        tasks, run.resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed, remeasure=remeasure)
         run.tasks = tasks
         if progress:
             progress.start(len(tasks))
@@ -269,7 +274,8 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
 
         on_start = (lambda t: progress.advance_to(t.config.key())) if progress else None
         guard.patient = True  # configs run from here: a first Ctrl-C lets those in flight finish
-        run.finished = finished = schedule(executor, envs, tasks, ctx, on_config=on_config("re-measured", run.first_pass),
+        first_why = "re-measured (bench sweep --remeasure)" if run.again else "re-measured"
+        run.finished = finished = schedule(executor, envs, tasks, ctx, on_config=on_config(first_why, run.first_pass),
                                            stopping=guard.stopping, on_start=on_start)
         # Rig-noisy pairs are measured again later in the sweep (the rig may have quietened),
         # up to NOISY_REMEASURES times; the fresh rows supersede the noisy ones. A line that
@@ -309,7 +315,7 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
 
 
 def _summary(line: Line, device: str, executor, run: _Run, written: _Written, anchored: list, guard: Interrupts,
-             commit: bool) -> SweepSummary:
+             commit: bool, remeasure: bool) -> SweepSummary:
     counts: dict[str, int] = {}
     rejections: dict[str, int] = {}
     controls: list[tuple[float, bool]] = []
@@ -338,9 +344,19 @@ def _summary(line: Line, device: str, executor, run: _Run, written: _Written, an
             notes.append(f"the ceilings row these rows name ({rel} row {run.ceilings['seq']}) is not committed "
                          f"(--no-commit): commit it with them (git commit -m 'bench: ledger rows' -- {rel} "
                          f"{line.ledger.rel})")
+    if run.again:
+        notes.append(f"--remeasure: {_pairs_by_state(run.again)} the verdict could not use, measured again at "
+                     f"this commit (their new rows supersede the old)")
+    elif remeasure:
+        notes.append("--remeasure: no pair measured here is one the verdict cannot use")
     if run.remeasured:
         notes.append(f"{run.remeasured} rig-noisy config(s) measured again later in the sweep (up to "
                      f"{NOISY_REMEASURES} times each)")
+    left_unusable = unusable_at(line.reg, line.ledger.rows(), run.key) if run.finished else []
+    if left_unusable:
+        notes.append(f"{_pairs_by_state(left_unusable)} here the verdict cannot use: run `bench sweep "
+                     f"{line.reg.line} --remeasure` to measure {'it' if len(left_unusable) == 1 else 'them'} "
+                     f"again at this commit")
     if device == "cpu":
         notes.append("ran on the CPU: clocks not monitored, timings are host perf_counter_ns")
     left = None if run.tasks is None else len(run.tasks) - len(run.first_pass)
@@ -348,6 +364,14 @@ def _summary(line: Line, device: str, executor, run: _Run, written: _Written, an
                         interrupted=guard.signal is not None, left=left,
                         anchored=tuple(a for a in anchored if a), committed=commit, measured_on=run.key,
                         signal=guard.signal, at_once=guard.stopped_at_once, baseline_failed=run.baseline_failed)
+
+
+def _pairs_by_state(rows: list[dict]) -> str:
+    """'3 pairs (rig-noisy: 2, skipped: 1)'."""
+    states: dict[str, int] = {}
+    for r in rows:
+        states[state_of(r)] = states.get(state_of(r), 0) + 1
+    return f"{plural(len(rows), 'pair')} ({', '.join(f'{k}: {n}' for k, n in sorted(states.items()))})"
 
 
 def append_config(line: Line, task: Task, rows, key: tuple, written: _Written, why: str) -> None:

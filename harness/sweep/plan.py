@@ -2,7 +2,9 @@
 
 A pair is done when it has an outcome measured at this commit on this device (a GPU
 sweep does not inherit a CPU sweep's rows, nor the reverse). Transient outcomes — a
-throttled measurement, a config skipped for lack of memory — are retried. A Task is plain
+throttled measurement, a config skipped for lack of memory — are retried; with
+``remeasure`` (`bench sweep --remeasure`) so is every pair the verdict cannot use (a
+rig-noisy result, any skip), and the new rows supersede the old. A Task is plain
 data (picklable) so that the loop can later hand tasks to worker processes; only the
 parent process appends to the ledger.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.governance.outcomes import CRASHED, current_outcomes, measured_on, transient
+from harness.governance.outcomes import CRASHED, current_outcomes, measured_on, outcome_key, transient, unusable
 from harness.workloads import Config
 
 
@@ -21,16 +23,18 @@ class Task:
     candidates: tuple[str, ...]
 
 
-def plan(reg, rows, key: tuple, *, retry_crashed: bool = False) -> tuple[list[Task], int]:
+def plan(reg, rows, key: tuple, *, retry_crashed: bool = False, remeasure: bool = False) -> tuple[list[Task], int]:
     """Tasks still to run at ``key`` (commit, device, gpu — no gpu for a line with
     ``mixed_devices``), and how many pairs were already done.
 
     A pair that crashed at ``key`` stays done (a kernel that took its worker down would do it
-    again) unless ``retry_crashed``.
+    again) unless ``retry_crashed``; one the verdict cannot use (rig-noisy, skipped) stays
+    done unless ``remeasure``.
     """
+    again = {outcome_key(r) for r in unusable_at(reg, rows, key)} if remeasure else set()
     done = {(r["config_key"], r["candidate"]) for r in current_outcomes(rows)
             if measured_on(r, reg.mixed_devices) == key and not transient(r)
-            and not (retry_crashed and r["kind"] == CRASHED)}
+            and not (retry_crashed and r["kind"] == CRASHED) and outcome_key(r) not in again}
     tasks, resumed = [], 0
     for cfg in reg.configs:
         todo = tuple(c for c in reg.candidates if (cfg.key(), c) not in done)
@@ -38,6 +42,13 @@ def plan(reg, rows, key: tuple, *, retry_crashed: bool = False) -> tuple[list[Ta
         if todo:
             tasks.append(Task(cfg, todo))
     return tasks, resumed
+
+
+def unusable_at(reg, rows, key: tuple) -> list[dict]:
+    """Current outcome rows measured at ``key`` that the verdict cannot use and a new
+    measurement could settle (``outcomes.unusable``): what ``bench sweep --remeasure`` runs."""
+    return [r for r in current_outcomes(rows)
+            if measured_on(r, reg.mixed_devices) == key and unusable(r, include_noisy=reg.include_noisy)]
 
 
 def replaced_by(task: Task, rows, key: tuple, any_gpu: bool = False) -> list[int]:
