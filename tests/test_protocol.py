@@ -208,7 +208,7 @@ def _sustained_result(led: Ledger, kernel: str, inter: float, loop: float, base:
     """A result row of a rate line whose figures are its samples': interleaved rounds with
     median ``inter`` against a baseline of median ``base``, a sustained phase of median ``loop``."""
     from harness.measurement.stats import ratio, speedup_ci
-    from harness.measurement.sustained import rates
+    from harness.measurement.timing.sustained import rates
     from harness.workloads import Config
 
     rng = np.random.default_rng(int(inter * 1000))

@@ -7,7 +7,7 @@ current). Adding a metric is one row here plus its computation in ``sweep/run.py
 
 A result row holds two measurements of its candidate: the interleaved rounds (every arm in
 turn under one clock: the speedup's) and, on a line whose bar judges an absolute rate, the
-sustained phase (its calls back to back: the rates'; ``measurement/sustained.py``). Each
+sustained phase (its calls back to back: the rates'; ``measurement/timing/sustained.py``). Each
 metric's ``protocol`` says which one it was computed from, so a renderer shows a figure
 beside the time and clock of that protocol and names it; ``protocol(name, row)`` resolves it
 for one row.

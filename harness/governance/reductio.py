@@ -123,7 +123,7 @@ def device_bounds(reg, dev: Device | None):
     """``(metric, config, candidate) -> Bound``: what a metric can be on ``dev`` (module doc);
     with no device, only that a fraction of a ceiling is at most 1."""
     from harness.measurement.ceilings import Ceilings
-    from harness.measurement.sustained import rates
+    from harness.measurement.timing.sustained import rates
 
     ceil = Ceilings.from_row(dev.row) if dev is not None else None
     cache: dict = {}
