@@ -112,6 +112,16 @@ def _rows(root: Path, line: str) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
+def _until_waiting(sweep: subprocess.Popen) -> str:
+    """The sweep's output up to the line saying it waits for the device."""
+    seen = ""
+    while "waiting" not in seen:
+        line = sweep.stdout.readline()
+        assert line, "the sweep ended without waiting"
+        seen += line
+    return seen
+
+
 def _outcomes(root: Path, line: str) -> list[dict]:
     from harness.governance.ledger import current_rows
     from harness.governance.outcomes import OUTCOME_KINDS
@@ -294,11 +304,7 @@ def test_a_second_sweep_on_a_busy_device_refuses_or_waits(repo):
         assert "line 'other'" in res.stderr and f"pid {holder.pid}" in res.stderr
         assert [r["kind"] for r in _rows(repo, "tiny")] == ["registered"]
         sweep = _popen(repo, bench_env(), "sweep", "tiny", "--device", "cpu", "--no-ceilings")
-        seen = ""
-        while "waiting" not in seen:
-            line = sweep.stdout.readline()
-            assert line, "the sweep ended without waiting"
-            seen += line
+        seen = _until_waiting(sweep)
         assert "waiting for device cpu" in seen and "line 'other'" in seen, seen
         assert [r["kind"] for r in _rows(repo, "tiny")] == ["registered"]  # nothing ran while it waited
     finally:
@@ -426,11 +432,7 @@ def test_a_ctrl_c_while_waiting_for_the_device_ends_with_the_summary_and_the_res
     holder = _hold_cpu()
     try:
         sweep = _popen(repo, bench_env(), "sweep", "tiny", "--device", "cpu", "--no-ceilings")
-        seen = ""
-        while "waiting" not in seen:
-            line = sweep.stdout.readline()
-            assert line, "the sweep ended without waiting"
-            seen += line
+        seen = _until_waiting(sweep)
         sweep.send_signal(signal.SIGINT)  # "Ctrl-C to give up": nothing runs yet, so it stops at once
         out, err = sweep.communicate(timeout=60)
     finally:
