@@ -432,7 +432,7 @@ def test_a_ctrl_c_while_waiting_for_the_device_ends_with_the_summary_and_the_res
     holder = _hold_cpu()
     try:
         sweep = _popen(repo, bench_env(), "sweep", "tiny", "--device", "cpu", "--no-ceilings")
-        seen = _until_waiting(sweep)
+        _until_waiting(sweep)
         sweep.send_signal(signal.SIGINT)  # "Ctrl-C to give up": nothing runs yet, so it stops at once
         out, err = sweep.communicate(timeout=60)
     finally:
