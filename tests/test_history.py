@@ -14,7 +14,7 @@ from harness.governance.outcomes import OUTCOME_KINDS, state_of
 from tests.conftest import REPO, TINY, git, run_bench
 
 # The fields that place an outcome row: where it was measured, under which bar, of which pair.
-PLACE = ("commit", "registration_sha256", "registration_commit", "harness_version", "env", "config", "config_key",
+PLACE = ("commit", "registration_sha256", "registration_commit", "harness_version", "code", "env", "config", "config_key",
          "candidate", "baseline")
 CPU = {"device": "cpu", "gpu": None, "host": "test"}
 

@@ -356,7 +356,7 @@ def test_never_measured_pairs_refuse_the_verdict_unless_the_bar_allows_missing(r
         assert run_bench(repo, "sweep", line).returncode == 0
         # the last config's result is replaced by a memory skip measured at the same place
         last = [x for x in read_rows(repo / "ledger" / f"{line}.jsonl") if x["kind"] == "result"][-1]
-        keep = ("commit", "registration_sha256", "registration_commit", "harness_version", "env", "config",
+        keep = ("commit", "registration_sha256", "registration_commit", "harness_version", "code", "env", "config",
                 "config_key", "candidate", "baseline")
         Ledger(repo, line).append("skipped", {**{k: last[k] for k in keep}, "predicted_bytes": 2, "available_bytes": 1,
                                               "reason": "predicted peak > available"})
