@@ -21,7 +21,8 @@ import pytest
 
 from harness.governance import audit, metrics
 from harness.governance.ledger import Ledger, read_rows
-from harness.reporting import compare, lines, plots, protocol, render, report, route
+from harness.reporting import compare, plots, render, report, route
+from harness.reporting.analysis import lines, protocol
 from tests.conftest import REPO, bench_env, git, run_bench
 
 V2 = REPO / "ledger" / "flash-h200-v2.jsonl"

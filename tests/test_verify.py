@@ -237,7 +237,8 @@ def test_verdict_go_when_the_clauses_hold(repo):
     v = _decide(repo, env)
     assert v.outcome == "GO" and all(c.passed for c in v.verify)
     # The report shows the counter table and the clauses beside the bar.
-    from harness.reporting import lines, report
+    from harness.reporting import report
+    from harness.reporting.analysis import lines
 
     data = report.report_data(lines.load_path(repo / "ledger" / "v.jsonl"))
     text = report.markdown(data)

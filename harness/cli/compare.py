@@ -28,9 +28,9 @@ def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
     from harness.reporting import compare as cmp_mod
-    from harness.reporting import lines
+    from harness.reporting.analysis import lines
     from harness.reporting.console import console
-    from harness.reporting.history import resolve
+    from harness.reporting.analysis.history import resolve
 
     specs = list(specs or [])
     if threshold is None:

@@ -59,7 +59,7 @@ def verify(line: Optional[str] = typer.Argument(None, help="line id or registrat
     from rich.markup import escape
 
     from harness.reporting.console import console
-    from harness.reporting.history import MAX_LISTED
+    from harness.reporting.analysis.history import MAX_LISTED
 
     paths, gone = _paths(line)
     bad = len(gone)
@@ -139,7 +139,7 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
         else:
             from harness.governance.gitguard import repo_root
             from harness.governance.ledger import superseded_by
-            from harness.reporting.history import index, line_history
+            from harness.reporting.analysis.history import index, line_history
 
             everything = read_rows(path)
             hist = line_history(index(repo_root()), path.stem, everything if res.ok else ())

@@ -20,10 +20,10 @@ def route(lines: List[str] = typer.Argument(..., help="lines (LINE or LINE@COMMI
     A line amended by a newer one is routed from the newest (--exact: as named); LINE@COMMIT is used as named."""
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
-    from harness.reporting import lines as lines_mod
+    from harness.reporting.analysis import lines as lines_mod
     from harness.reporting import route as route_mod
     from harness.reporting.console import console
-    from harness.reporting.history import resolve
+    from harness.reporting.analysis.history import resolve
 
     if not name.isidentifier():
         raise UserError(f"--name {name!r} is not an importable module name: use letters, digits and _")

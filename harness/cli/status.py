@@ -16,7 +16,7 @@ def status(lineage: bool = typer.Option(False, "--lineage",
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
     from harness.reporting.console import console
-    from harness.reporting.history import chains, index
+    from harness.reporting.analysis.history import chains, index
     from harness.reporting.status import lineage_trees, status_table, statuses
 
     root = repo_root()

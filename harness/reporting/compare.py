@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from harness.errors import UserError
 from harness.governance.outcomes import RESULT
-from harness.reporting.lines import LineView, arm_samples, device_of
+from harness.reporting.analysis.lines import LineView, arm_samples, device_of
 
 ALPHA = 0.01  # significance level of the two-sided Mann-Whitney U test
 SAME_BAND = 0.02  # a ratio CI inside [1/(1+band), 1+band] is SAME
@@ -179,7 +179,7 @@ def compare(a: LineView, b: LineView, *, allow_mixed: bool = False) -> Compariso
     import numpy as np
 
     from harness.governance.metrics import INTERLEAVED
-    from harness.reporting.protocol import timed
+    from harness.reporting.analysis.protocol import timed
 
     out = []
     for ra, rb in pairs:
@@ -194,7 +194,7 @@ def compare(a: LineView, b: LineView, *, allow_mixed: bool = False) -> Compariso
 def against(root, ref: str, new: str | None, *, allow_mixed: bool = False) -> Comparison:
     """CI mode's pair of views: ``new`` against ``ref``; without ``new``, the line ``ref`` at its
     latest measured commit against the commit measured before it."""
-    from harness.reporting import lines
+    from harness.reporting.analysis import lines
 
     if new is not None:
         return compare(lines.load(root, ref), lines.load(root, new), allow_mixed=allow_mixed)

@@ -6,7 +6,7 @@ from harness.errors import plural, shown
 from harness.governance.outcomes import (CEILINGS, CRASHED, INCORRECT, PROFILE, REGISTERED, RESULT, SKIPPED, SUPERSEDES,
                                          THROTTLED, UNSUPPORTED, VERDICT, Remeasure)
 from harness.reporting.console import console
-from harness.reporting.history import MAX_LISTED
+from harness.reporting.analysis.history import MAX_LISTED
 
 
 def _fmt(v, spec=".3g"):
@@ -52,7 +52,7 @@ def _result_reason(row: dict) -> str:
     """A result at a glance: the speedup beside the interleaved medians and clock it is the ratio
     of, the rates beside the time, clock and power they were computed from (protocol named)."""
     from harness.governance.metrics import INTERLEAVED
-    from harness.reporting import protocol
+    from harness.reporting.analysis import protocol
 
     m = row["metrics"]
     flags = [f for f in ("impossible", "rig_noisy") if row.get(f)]
@@ -262,7 +262,7 @@ def _sweep_table(rows: list[dict]):
     from rich.markup import escape
     from rich.table import Table
 
-    from harness.reporting import protocol
+    from harness.reporting.analysis import protocol
 
     t = Table(title="outcomes at this commit on this device", show_lines=False)
     t.add_column("config", no_wrap=True)

@@ -17,8 +17,8 @@ from harness.governance import metrics as metric_table
 from harness.governance.metrics import INTERLEAVED, METRICS, PROTOCOL_TEXT, RATES, SUSTAINED
 from harness.governance.outcomes import PROFILE, RESULT
 from harness.jsonsafe import number
-from harness.reporting import protocol
-from harness.reporting.lines import LineView, device_label
+from harness.reporting.analysis import protocol
+from harness.reporting.analysis.lines import LineView, device_label
 
 REASON_CHARS = 160  # a reason longer than this is cut in tables (the ledger keeps it whole)
 # Known metrics: (name, column label, format). Other numeric metrics of result rows get a
@@ -169,7 +169,7 @@ def _config_tables(outcomes: dict, results: list[dict]) -> tuple[list[str], list
     for r in sorted(outcomes.values(), key=lambda r: (r["config_key"], r.get("role") != "baseline", r["candidate"])):
         by_config.setdefault(r["config_key"], []).append(r)
     tables = []
-    from harness.reporting.tidy import CONFIG_COLUMNS
+    from harness.reporting.analysis.tidy import CONFIG_COLUMNS
 
     order = {r["config_key"]: tuple(str(v) if not isinstance(v, (int, float)) else f"{v:020.6f}"
                                     for v in map((r.get("config") or {}).get, CONFIG_COLUMNS))

@@ -20,7 +20,7 @@ from pathlib import Path
 from harness.errors import UserError
 from harness.jsonsafe import number
 from harness.governance.outcomes import FAILING_KINDS, RESULT
-from harness.reporting.lines import LineView, device_of
+from harness.reporting.analysis.lines import LineView, device_of
 
 ROUTE_SCHEMA = 2  # 2: each route carries the interleaved medians and clock its speedup comes from
 CONFIG_FIELDS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
@@ -46,7 +46,7 @@ class Route:
     def times(self) -> str:
         """``1.968 ms vs baseline 11.31 ms at 1980 MHz``; a baseline route: the baseline's alone
         ("—" where nothing was measured)."""
-        from harness.reporting.protocol import pair_text
+        from harness.reporting.analysis.protocol import pair_text
 
         if self.baseline_ms is None:
             return "—"
@@ -100,7 +100,7 @@ def _interleaved_ms(row: dict) -> float:
     kernels in the protocol their speedups come from, never one's sustained median with
     another's interleaved one."""
     from harness.governance.metrics import INTERLEAVED
-    from harness.reporting.protocol import timed
+    from harness.reporting.analysis.protocol import timed
 
     return _or_inf(timed(row, INTERLEAVED).median_ms)
 
@@ -116,7 +116,7 @@ def build(views: list[LineView]) -> RouteTable:
         raise UserError(f"lines {', '.join(v.line for v in views)} time against different baselines "
                         f"({', '.join(sorted(map(str, baselines)))}): a route needs speedups over one baseline")
     from harness.governance.metrics import INTERLEAVED
-    from harness.reporting.protocol import timed
+    from harness.reporting.analysis.protocol import timed
 
     (baseline,) = baselines
     outcomes = [(v.line, r) for v in views for r in v.outcomes().values()]

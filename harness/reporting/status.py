@@ -30,7 +30,7 @@ class LineStatus:
 
 def view_status(view, note: str | None = None) -> LineStatus:
     """The state of a line from its rows (a ``lines.LineView``), without its history."""
-    from harness.reporting.lines import device_label
+    from harness.reporting.analysis.lines import device_label
 
     outcomes = view.outcomes()
     reg = view.registration
@@ -58,8 +58,8 @@ def line_status(path: Path, idx=None) -> LineStatus:
     from dataclasses import replace
 
     from harness.governance.ledger import verify
-    from harness.reporting.history import line_history
-    from harness.reporting.lines import load_path
+    from harness.reporting.analysis.history import line_history
+    from harness.reporting.analysis.lines import load_path
 
     res = verify(path)
     view = load_path(path) if res.ok else None
@@ -75,8 +75,8 @@ def line_status(path: Path, idx=None) -> LineStatus:
 
 def gone_status(idx, line: str) -> LineStatus:
     """A line whose ledger git holds but the work tree does not: GONE, with what it was."""
-    from harness.reporting.history import line_history
-    from harness.reporting.lines import LineView
+    from harness.reporting.analysis.history import line_history
+    from harness.reporting.analysis.lines import LineView
 
     g = idx.gone[line]
     hist = line_history(idx, line)
@@ -93,8 +93,8 @@ def gone_status(idx, line: str) -> LineStatus:
 
 def statuses(root: Path) -> list[LineStatus]:
     """Every line, present or GONE, by name."""
-    from harness.reporting.history import index
-    from harness.reporting.lines import line_paths
+    from harness.reporting.analysis.history import index
+    from harness.reporting.analysis.lines import line_paths
 
     idx = index(root)
     out = [line_status(p, idx) for p in line_paths(root)]
