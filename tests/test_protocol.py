@@ -21,7 +21,8 @@ import pytest
 
 from harness.governance import audit, metrics
 from harness.governance.ledger import Ledger, read_rows
-from harness.reporting import compare, plots, render, report, route
+from harness.reporting import compare, report, route
+from harness.reporting.render import plots, printers
 from harness.reporting.analysis import lines, protocol
 from tests.conftest import REPO, bench_env, git, run_bench
 
@@ -157,7 +158,7 @@ def test_ledger_show_puts_each_figure_beside_its_own_time_and_clock(v2_repo):
     want = ("speedup 5.749× [5.741, 5.756] (interleaved 1.968 ms vs baseline 11.31 ms at 1980 MHz); 513.6 TFLOP/s, "
             "250.8 GB/s (sustained 2.141 ms at 1776 MHz, 690 W); host 432 µs/call, control 0.9998")
     assert want in r.stdout
-    assert render.outcome_reason(_deciding_row()) == want
+    assert printers.outcome_reason(_deciding_row()) == want
     tidy = run_bench(v2_repo, "ledger", "show", "flash-h200-v2", "--format", "tidy")
     assert tidy.returncode == 0, tidy.stderr
     (rec,) = [x for x in csv.DictReader(io.StringIO(tidy.stdout))
@@ -171,13 +172,13 @@ def test_the_sweeps_lines_and_table_keep_each_figure_with_its_protocol(monkeypat
     from rich.console import Console
 
     rows = [r for r in read_rows(V2) if r["kind"] == "result" and r["config_key"] == DECIDING]
-    line = render.config_progress(1, 12, DECIDING, rows, 12.0)
+    line = printers.config_progress(1, 12, DECIDING, rows, 12.0)
     assert "triton_flash result: speedup 5.749× [5.741, 5.756] (interleaved 1.968 ms vs baseline 11.31 ms at " \
            "1980 MHz); 513.6 TFLOP/s, 250.8 GB/s (sustained 2.141 ms at 1776 MHz, 690 W)" in line
     # The sweep's closing table, printed where a wide console records it (no column folds).
     c = Console(width=400, record=True, file=io.StringIO(), color_system=None)
     monkeypatch.setattr(render, "console", lambda: c)
-    render.render_sweep_summary({"line": "flash-h200-v2", "commit": rows[0]["commit"], "counts": {"result": 3}}, rows)
+    printers.render_sweep_summary({"line": "flash-h200-v2", "commit": rows[0]["commit"], "counts": {"result": 3}}, rows)
     shown = c.export_text()
     (tf,) = [t for t in shown.splitlines() if "triton_flash" in t]
     assert "1.968 ms vs baseline 11.31 ms at 1980 MHz" in tf and "513.6" in tf and "sustained 2.141 ms at 1776 MHz" in tf

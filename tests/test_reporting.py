@@ -20,7 +20,8 @@ import pytest
 from harness.errors import UserError
 from harness.governance.ledger import Ledger, dataframe, read_rows
 from harness.reporting import compare as cmp
-from harness.reporting import plots, report, route, status
+from harness.reporting import report, route, status
+from harness.reporting.render import plots
 from harness.reporting.analysis import lines, tidy
 from tests.conftest import REPO, run_bench
 

@@ -29,7 +29,7 @@ def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
     from harness.governance.gitguard import repo_root
     from harness.reporting import compare as cmp_mod
     from harness.reporting.analysis import lines
-    from harness.reporting.console import console
+    from harness.reporting.render.console import console
     from harness.reporting.analysis.history import resolve
 
     specs = list(specs or [])

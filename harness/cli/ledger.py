@@ -58,7 +58,7 @@ def verify(line: Optional[str] = typer.Argument(None, help="line id or registrat
     from harness.governance.ledger import verify as do_verify
     from rich.markup import escape
 
-    from harness.reporting.console import console
+    from harness.reporting.render.console import console
     from harness.reporting.analysis.history import MAX_LISTED
 
     paths, gone = _paths(line)
@@ -106,7 +106,7 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
     from harness.errors import UserError
     from harness.governance.ledger import KINDS, canonical, dataframe, read_rows, verify_refusal
     from harness.governance.ledger import verify as do_verify
-    from harness.reporting.render import render_ledger
+    from harness.reporting.render.printers import render_ledger
 
     # Contradictory flags are refused before anything is read.
     if csv and json:
@@ -153,7 +153,7 @@ def repair(line: str = typer.Argument(..., help="line id")):
     from harness.governance.gitguard import repo_root
     from harness.governance.ledger import Ledger
     from harness.governance.line import line_lock
-    from harness.reporting.console import console
+    from harness.reporting.render.console import console
 
     path = _one(line)
     root = repo_root()

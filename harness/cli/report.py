@@ -17,7 +17,7 @@ def report(line: str = typer.Argument(..., help="line id (or LINE@COMMIT: only r
     from harness.governance.gitguard import repo_root
     from harness.reporting import report as report_mod
     from harness.reporting.analysis import lines
-    from harness.reporting.console import console
+    from harness.reporting.render.console import console
 
     root = repo_root()
     view = lines.load(root, line)

@@ -22,7 +22,7 @@ def route(lines: List[str] = typer.Argument(..., help="lines (LINE or LINE@COMMI
     from harness.governance.gitguard import repo_root
     from harness.reporting.analysis import lines as lines_mod
     from harness.reporting import route as route_mod
-    from harness.reporting.console import console
+    from harness.reporting.render.console import console
     from harness.reporting.analysis.history import resolve
 
     if not name.isidentifier():

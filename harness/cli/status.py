@@ -15,7 +15,7 @@ def status(lineage: bool = typer.Option(False, "--lineage",
     history (amended by, re-opened, re-measured; a deleted ledger is GONE)."""
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
-    from harness.reporting.console import console
+    from harness.reporting.render.console import console
     from harness.reporting.analysis.history import chains, index
     from harness.reporting.status import lineage_trees, status_table, statuses
 

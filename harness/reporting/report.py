@@ -317,7 +317,7 @@ def report_data(view: LineView, history=None) -> dict:
 
 def figures(view: LineView) -> dict[str, bytes]:
     """name → PNG bytes for the report's four plots."""
-    from harness.reporting import plots
+    from harness.reporting.render import plots
 
     data_results = view.results()
     tol = next(((r.get("policy") or {}).get("control_tolerance") for r in data_results), None)

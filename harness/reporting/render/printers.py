@@ -5,7 +5,7 @@ from __future__ import annotations
 from harness.errors import plural, shown
 from harness.governance.outcomes import (CEILINGS, CRASHED, INCORRECT, PROFILE, REGISTERED, RESULT, SKIPPED, SUPERSEDES,
                                          THROTTLED, UNSUPPORTED, VERDICT, Remeasure)
-from harness.reporting.console import console
+from harness.reporting.render.console import console
 from harness.reporting.analysis.history import MAX_LISTED
 
 
