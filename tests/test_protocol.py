@@ -21,7 +21,8 @@ import pytest
 
 from harness.governance import audit, metrics
 from harness.governance.ledger import Ledger, read_rows
-from harness.reporting import compare, report, route
+from harness.reporting import report, route
+from harness.reporting.analysis import compare
 from harness.reporting.render import plots, printers
 from harness.reporting.analysis import lines, protocol
 from tests.conftest import REPO, bench_env, git, run_bench

@@ -19,9 +19,9 @@ import pytest
 
 from harness.errors import UserError
 from harness.governance.ledger import Ledger, dataframe, read_rows
-from harness.reporting import compare as cmp
+from harness.reporting.analysis import compare as cmp
 from harness.reporting import report, route, status
-from harness.reporting.render import plots
+from harness.reporting.render import compare as compare_out, plots
 from harness.reporting.analysis import lines, tidy
 from tests.conftest import REPO, run_bench
 
@@ -460,6 +460,6 @@ def test_terminal_tables_render_the_same_at_a_fixed_width():
     assert shown == text(route.route_table(route.build([lines.load_path(FIXTURE)])))
     assert all(len(line) <= 120 for line in shown.splitlines())
     assert f"geomean {table.geomean:.3f}×" in shown and "torch_stack: failed" in shown
-    same = text(cmp.comparison_table(cmp.compare(view, lines.load_path(FIXTURE))))
+    same = text(compare_out.comparison_table(cmp.compare(view, lines.load_path(FIXTURE))))
     # Identical samples, but CPU-noisy: the ratio's CI is wider than ±2%, so no claim of SAME either.
     assert "SLOWER 0" in same and "FASTER 0" in same and all(len(line) <= 120 for line in same.splitlines())
