@@ -21,7 +21,9 @@ import pytest
 
 from harness.governance import audit, metrics
 from harness.governance.ledger import Ledger, read_rows
-from harness.reporting import report, route
+from harness.reporting import report
+from harness.reporting.analysis import route
+from harness.reporting.render import route as route_out
 from harness.reporting.analysis import compare
 from harness.reporting.render import plots, printers
 from harness.reporting.analysis import lines, protocol
@@ -249,7 +251,7 @@ def test_route_picks_and_shows_kernels_by_the_protocol_of_their_speedups(tmp_pat
     assert chosen.kernel == "steady" and chosen.speedup == pytest.approx(2.5, rel=0.02)
     assert chosen.times() == f"{chosen.ms:.4g} ms vs baseline {chosen.baseline_ms:.4g} ms at 1980 MHz"
     assert chosen.ms == pytest.approx(0.8, rel=0.02)
-    js, _ = route.write(table, tmp_path / "out")
+    js, _ = route_out.write(table, tmp_path / "out")
     saved = json.loads(js.read_text())
     assert saved["schema"] == route.ROUTE_SCHEMA == 2
     assert saved["routes"][0]["interleaved"] == {"ms": chosen.ms, "baseline_ms": chosen.baseline_ms, "sm_mhz": 1980.0}

@@ -20,8 +20,10 @@ import pytest
 from harness.errors import UserError
 from harness.governance.ledger import Ledger, dataframe, read_rows
 from harness.reporting.analysis import compare as cmp
-from harness.reporting import report, route, status
+from harness.reporting import report, status
+from harness.reporting.analysis import route
 from harness.reporting.render import compare as compare_out, plots
+from harness.reporting.render import route as route_out
 from harness.reporting.analysis import lines, tidy
 from tests.conftest import REPO, run_bench
 
@@ -359,7 +361,7 @@ def test_route_never_picks_a_kernel_with_a_failing_row_at_that_shape(tmp_path):
 def test_route_writes_json_and_an_importable_dispatcher_that_falls_back(tmp_path):
     x, y = _route_lines(tmp_path)
     table = route.build([lines.load_path(x.path), lines.load_path(y.path)])
-    js, py = route.write(table, tmp_path / "out", "dispatch")
+    js, py = route_out.write(table, tmp_path / "out", "dispatch")
     data = json.loads(js.read_text())
     assert data["schema"] == route.ROUTE_SCHEMA and data["baseline"] == "base" and len(data["routes"]) == 3
     spec = importlib.util.spec_from_file_location("dispatch", py)
@@ -456,8 +458,8 @@ def test_terminal_tables_render_the_same_at_a_fixed_width():
 
     view = lines.load_path(FIXTURE)
     table = route.build([view])
-    shown = text(route.route_table(table))
-    assert shown == text(route.route_table(route.build([lines.load_path(FIXTURE)])))
+    shown = text(route_out.route_table(table))
+    assert shown == text(route_out.route_table(route.build([lines.load_path(FIXTURE)])))
     assert all(len(line) <= 120 for line in shown.splitlines())
     assert f"geomean {table.geomean:.3f}×" in shown and "torch_stack: failed" in shown
     same = text(compare_out.comparison_table(cmp.compare(view, lines.load_path(FIXTURE))))
