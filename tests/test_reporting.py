@@ -20,7 +20,8 @@ import pytest
 from harness.errors import UserError
 from harness.governance.ledger import Ledger, dataframe, read_rows
 from harness.reporting.analysis import compare as cmp
-from harness.reporting import report, status
+from harness.reporting import report
+from harness.reporting.analysis import status
 from harness.reporting.analysis import route
 from harness.reporting.render import compare as compare_out, plots
 from harness.reporting.render import route as route_out
