@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness.governance.ledger import Ledger
 from harness.reporting.analysis.lines import load_path
-from harness.reporting.report import report_data
+from harness.reporting.analysis.report import report_data
 from harness.reporting.analysis.status import statuses
 from harness.sweep.ceilings import CEILINGS_LEDGER
 

@@ -21,7 +21,8 @@ import pytest
 
 from harness.governance import audit, metrics
 from harness.governance.ledger import Ledger, read_rows
-from harness.reporting import report
+from harness.reporting.analysis import report
+from harness.reporting.render import report as report_out
 from harness.reporting.analysis import route
 from harness.reporting.render import route as route_out
 from harness.reporting.analysis import compare
@@ -143,7 +144,7 @@ def test_a_line_without_a_sustained_phase_says_every_column_is_interleaved():
 
 def test_the_plots_name_and_mark_the_sustained_phase():
     results = lines.load_path(V2).results()
-    images = report.figures(lines.load_path(V2))
+    images = report_out.figures(lines.load_path(V2))
     assert all(png[:4] == b"\x89PNG" for png in images.values())
     without = [{k: v for k, v in r.items() if k not in ("rate_protocol", "sustained")} for r in results]
     assert plots.clock_plot(results) != plots.clock_plot(without)  # the sustained phases' clocks are drawn

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.reporting import report
+from harness.reporting.render import report
 from harness.reporting.analysis import lines
 from tests.conftest import REPO
 

@@ -20,7 +20,8 @@ import pytest
 from harness.errors import UserError
 from harness.governance.ledger import Ledger, dataframe, read_rows
 from harness.reporting.analysis import compare as cmp
-from harness.reporting import report
+from harness.reporting.analysis import report
+from harness.reporting.render import report as report_out
 from harness.reporting.analysis import status
 from harness.reporting.analysis import route
 from harness.reporting.render import compare as compare_out, plots
@@ -186,7 +187,7 @@ def test_the_primary_renders_with_no_outcome_yet_and_when_a_verdict_recorded_it_
     led = _ledger(tmp_path, "empty")
     data = report.report_data(lines.load_path(led.path))
     assert data["primary"]["value"] == "—" and data["primary"]["error"] is None
-    written = report.write(lines.load_path(led.path), tmp_path / "out", data)  # both templates render
+    written = report_out.write(lines.load_path(led.path), tmp_path / "out", data)  # both templates render
     assert "Primary `geomean(speedup)` = **—**, predicted 1.1." in Path(written["markdown"]).read_text()
     assert "<b>—</b>, predicted 1.1." in Path(written["html"]).read_text()
     led.append("verdict", {"commit": "a" * 40, "outcome": "NO-GO", "clauses": [], "primary": "geomean(speedup)",
@@ -217,8 +218,8 @@ def test_markdown_report_renders_deterministically_from_the_fixture_ledger():
     """The golden file is the reviewed rendering; regenerate it with BENCH_UPDATE_GOLDEN=1 after a deliberate change."""
     import os
 
-    text = report.markdown(report.report_data(lines.load_path(FIXTURE)))
-    assert text == report.markdown(report.report_data(lines.load_path(FIXTURE)))
+    text = report_out.markdown(report.report_data(lines.load_path(FIXTURE)))
+    assert text == report_out.markdown(report.report_data(lines.load_path(FIXTURE)))
     if os.environ.get("BENCH_UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text()
@@ -237,7 +238,7 @@ def test_report_without_a_verdict_is_provisional_and_evaluates_the_bar_so_far(tm
     _result(led, 32, "fast", _samples(1.0), _samples(2.0))
     data = report.report_data(lines.load_path(led.path))
     assert data["provisional"] and data["verdict"] is None
-    text = report.markdown(data)
+    text = report_out.markdown(data)
     assert text.startswith("# open: provisional report (no verdict yet)") and "**Provisional.**" in text
     (clause,) = data["clauses"]
     assert clause["outcome"] == "pass" and float(clause["value"]) == pytest.approx(2.0, rel=0.05)
@@ -248,8 +249,8 @@ def test_report_without_a_verdict_is_provisional_and_evaluates_the_bar_so_far(tm
 def test_every_plot_renders_a_non_empty_image(path):
     import matplotlib.image as mpimg
 
-    images = report.figures(lines.load_path(path))
-    assert set(images) == {name for name, _ in report.PLOTS}
+    images = report_out.figures(lines.load_path(path))
+    assert set(images) == {name for name, _ in report_out.PLOTS}
     for name, png in images.items():
         assert png[:8] == b"\x89PNG\r\n\x1a\n", name
         pixels = mpimg.imread(__import__("io").BytesIO(png))
@@ -271,7 +272,7 @@ def test_bench_report_writes_markdown_html_and_plots(repo, tmp_path):
     page = (tmp_path / "out" / "report.html").read_text()
     assert page.count("src=\"data:image/png;base64,") == 4 and "<script" not in page
     assert (tmp_path / "out" / "report.md").read_text() == GOLDEN.read_text()
-    assert all((tmp_path / "out" / f"{name}.png").stat().st_size > 1000 for name, _ in report.PLOTS)
+    assert all((tmp_path / "out" / f"{name}.png").stat().st_size > 1000 for name, _ in report_out.PLOTS)
     missing = run_bench(repo, "report", "nope")
     assert missing.returncode == 2 and "no ledger for line 'nope'" in missing.stderr
 
