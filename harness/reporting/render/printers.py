@@ -104,29 +104,6 @@ def render_profile(line: str, rows: list[dict]) -> None:
             c.print(f"  [red]incorrect[/] {r['candidate']} @ {r['config_key']}: {check.get('reason')}")
 
 
-def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | None = None) -> None:
-    """The rows as a table, a superseded row marked with the row that superseded it, after the
-    line's ``history`` notes (history.LineHistory.notes)."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    c = console()
-    for note in history:
-        head, *items = note.lines()
-        c.print(f"[yellow]history[/]: {escape(head)}", soft_wrap=True)
-        for i in items:
-            c.print(f"  {escape(i)}", soft_wrap=True)
-    superseded = superseded or {}
-    t = Table(title=f"ledger/{line}.jsonl — {plural(len(rows), 'row')}", show_lines=False)
-    for col in ("seq", "kind", "time", "commit", "candidate", "config", "outcome"):
-        t.add_column(col, overflow="fold")
-    for r in rows:
-        gone = f"[dim](superseded by row {superseded[r['seq']]})[/] " if r["seq"] in superseded else ""
-        t.add_row(str(r["seq"]), r["kind"], r["time"][:19], r["commit"][:10], r.get("candidate", ""),
-                  r.get("config_key", ""), gone + escape(outcome_reason(r)))
-    c.print(t)
-
-
 def render_kernels(kernels: dict, device: str) -> None:
     from rich.table import Table
 
