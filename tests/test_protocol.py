@@ -181,7 +181,7 @@ def test_the_sweeps_lines_and_table_keep_each_figure_with_its_protocol(monkeypat
            "1980 MHz); 513.6 TFLOP/s, 250.8 GB/s (sustained 2.141 ms at 1776 MHz, 690 W)" in line
     # The sweep's closing table, printed where a wide console records it (no column folds).
     c = Console(width=400, record=True, file=io.StringIO(), color_system=None)
-    monkeypatch.setattr(render, "console", lambda: c)
+    monkeypatch.setattr(printers, "console", lambda: c)
     printers.render_sweep_summary({"line": "flash-h200-v2", "commit": rows[0]["commit"], "counts": {"result": 3}}, rows)
     shown = c.export_text()
     (tf,) = [t for t in shown.splitlines() if "triton_flash" in t]
