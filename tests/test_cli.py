@@ -119,7 +119,7 @@ def test_a_sweep_without_a_terminal_prints_a_line_per_config_then_a_table_and_th
 
 
 def test_the_commit_hint_is_printed_only_for_an_uncommitted_ledger(capsys):
-    from harness.reporting.render.printers import render_sweep_summary
+    from harness.reporting.render.sweep import render_sweep_summary
 
     summary = {"line": "x", "commit": "0" * 40, "counts": {}, "rejections": {}, "resumed": 0, "control": None,
                "notes": []}

@@ -26,7 +26,9 @@ from harness.reporting.render import report as report_out
 from harness.reporting.analysis import route
 from harness.reporting.render import route as route_out
 from harness.reporting.analysis import compare
-from harness.reporting.render import plots, printers
+from harness.reporting.render import plots
+from harness.reporting.render import rows as row_text
+from harness.reporting.render import sweep as sweep_out
 from harness.reporting.analysis import lines, protocol
 from tests.conftest import REPO, bench_env, git, run_bench
 
@@ -162,7 +164,7 @@ def test_ledger_show_puts_each_figure_beside_its_own_time_and_clock(v2_repo):
     want = ("speedup 5.749× [5.741, 5.756] (interleaved 1.968 ms vs baseline 11.31 ms at 1980 MHz); 513.6 TFLOP/s, "
             "250.8 GB/s (sustained 2.141 ms at 1776 MHz, 690 W); host 432 µs/call, control 0.9998")
     assert want in r.stdout
-    assert printers.outcome_reason(_deciding_row()) == want
+    assert row_text.outcome_reason(_deciding_row()) == want
     tidy = run_bench(v2_repo, "ledger", "show", "flash-h200-v2", "--format", "tidy")
     assert tidy.returncode == 0, tidy.stderr
     (rec,) = [x for x in csv.DictReader(io.StringIO(tidy.stdout))
@@ -176,13 +178,13 @@ def test_the_sweeps_lines_and_table_keep_each_figure_with_its_protocol(monkeypat
     from rich.console import Console
 
     rows = [r for r in read_rows(V2) if r["kind"] == "result" and r["config_key"] == DECIDING]
-    line = printers.config_progress(1, 12, DECIDING, rows, 12.0)
+    line = sweep_out.config_progress(1, 12, DECIDING, rows, 12.0)
     assert "triton_flash result: speedup 5.749× [5.741, 5.756] (interleaved 1.968 ms vs baseline 11.31 ms at " \
            "1980 MHz); 513.6 TFLOP/s, 250.8 GB/s (sustained 2.141 ms at 1776 MHz, 690 W)" in line
     # The sweep's closing table, printed where a wide console records it (no column folds).
     c = Console(width=400, record=True, file=io.StringIO(), color_system=None)
-    monkeypatch.setattr(printers, "console", lambda: c)
-    printers.render_sweep_summary({"line": "flash-h200-v2", "commit": rows[0]["commit"], "counts": {"result": 3}}, rows)
+    monkeypatch.setattr(sweep_out, "console", lambda: c)
+    sweep_out.render_sweep_summary({"line": "flash-h200-v2", "commit": rows[0]["commit"], "counts": {"result": 3}}, rows)
     shown = c.export_text()
     (tf,) = [t for t in shown.splitlines() if "triton_flash" in t]
     assert "1.968 ms vs baseline 11.31 ms at 1980 MHz" in tf and "513.6" in tf and "sustained 2.141 ms at 1776 MHz" in tf

@@ -9,7 +9,7 @@ from pathlib import Path
 from harness.errors import plural
 from harness.reporting.analysis.history import MAX_LISTED
 from harness.reporting.render.console import console
-from harness.reporting.render.printers import outcome_reason
+from harness.reporting.render.rows import outcome_reason
 
 
 def render_verified(name: str, res) -> None:

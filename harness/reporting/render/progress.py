@@ -48,7 +48,7 @@ class SweepProgress:
     def done(self, config_key: str, rows=()) -> None:
         """A config ended; ``rows`` are the ledger rows it appended."""
         from harness.reporting.render.console import console
-        from harness.reporting.render.printers import config_progress
+        from harness.reporting.render.sweep import config_progress
 
         self._done += 1
         if self._progress is not None:
