@@ -21,15 +21,12 @@ import pytest
 
 from harness.governance import audit, metrics
 from harness.governance.ledger import Ledger, read_rows
-from harness.reporting.analysis import report
-from harness.reporting.render import report as report_out
-from harness.reporting.analysis import route
-from harness.reporting.render import route as route_out
-from harness.reporting.analysis import compare
+from harness.reporting.analysis import compare, lines, protocol, report, route
 from harness.reporting.render import plots
+from harness.reporting.render import report as report_out
+from harness.reporting.render import route as route_out
 from harness.reporting.render import rows as row_text
 from harness.reporting.render import sweep as sweep_out
-from harness.reporting.analysis import lines, protocol
 from tests.conftest import REPO, bench_env, git, run_bench
 
 V2 = REPO / "ledger" / "flash-h200-v2.jsonl"

@@ -20,13 +20,11 @@ import pytest
 from harness.errors import UserError
 from harness.governance.ledger import Ledger, dataframe, read_rows
 from harness.reporting.analysis import compare as cmp
-from harness.reporting.analysis import report
+from harness.reporting.analysis import lines, report, route, status, tidy
+from harness.reporting.render import compare as compare_out
+from harness.reporting.render import plots
 from harness.reporting.render import report as report_out
-from harness.reporting.analysis import status
-from harness.reporting.analysis import route
-from harness.reporting.render import compare as compare_out, plots
 from harness.reporting.render import route as route_out
-from harness.reporting.analysis import lines, tidy
 from tests.conftest import REPO, run_bench
 
 DATA = Path(__file__).parent / "data"
