@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 from harness.governance.ledger import Ledger
-from harness.reporting.lines import load_path
-from harness.reporting.report import report_data
-from harness.reporting.status import statuses
+from harness.reporting.analysis.lines import load_path
+from harness.reporting.analysis.report import report_data
+from harness.reporting.analysis.status import statuses
 from harness.sweep.ceilings import CEILINGS_LEDGER
 
 PAGE = Path("docs") / "benchmarks.md"
@@ -116,7 +116,7 @@ def _ceilings(root: Path) -> list[str]:
 
 def generated(root: Path) -> str:
     """The section between BEGIN and END, from the ledgers under ``root``."""
-    from harness.reporting.lines import line_paths
+    from harness.reporting.analysis.lines import line_paths
 
     out = ["## Lines", "", *_status_table(root), ""]
     for path in line_paths(root):

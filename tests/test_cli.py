@@ -119,7 +119,7 @@ def test_a_sweep_without_a_terminal_prints_a_line_per_config_then_a_table_and_th
 
 
 def test_the_commit_hint_is_printed_only_for_an_uncommitted_ledger(capsys):
-    from harness.reporting.render import render_sweep_summary
+    from harness.reporting.render.sweep import render_sweep_summary
 
     summary = {"line": "x", "commit": "0" * 40, "counts": {}, "rejections": {}, "resumed": 0, "control": None,
                "notes": []}
@@ -130,7 +130,7 @@ def test_the_commit_hint_is_printed_only_for_an_uncommitted_ledger(capsys):
 
 
 def test_the_terminal_bar_is_not_drawn_when_nothing_is_to_run(capsys):
-    from harness.reporting.progress import SweepProgress
+    from harness.reporting.render.progress import SweepProgress
 
     nothing = SweepProgress("x", live=True)
     nothing.start(0)
@@ -263,10 +263,10 @@ def test_output_to_a_pipe_is_wide_enough_for_tables_unless_columns_says_otherwis
     import subprocess
     import sys
 
-    from harness.reporting.console import NON_TTY_WIDTH
+    from harness.reporting.render.console import NON_TTY_WIDTH
     from tests.conftest import bench_env
 
-    code = "from harness.reporting.console import console; print(console().width)"
+    code = "from harness.reporting.render.console import console; print(console().width)"
     env = {k: v for k, v in bench_env().items() if k != "COLUMNS"}
     piped = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert int(piped.stdout) == NON_TTY_WIDTH

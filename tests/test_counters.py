@@ -177,8 +177,8 @@ def test_worker_runs_the_kernel_and_checks_what_it_wrote(tmp_path, kernel, passe
 
 def test_profile_table_renders_the_issue_table(capsys, monkeypatch):
     from harness.measurement.profile import ProfileResult
-    from harness.reporting.console import console
-    from harness.reporting.render import render_profile
+    from harness.reporting.render.console import console
+    from harness.reporting.render.profile import render_profile
     from harness.sweep.profile import payload
 
     ls = launches()

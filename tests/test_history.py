@@ -264,7 +264,7 @@ def test_a_deleted_ledger_is_gone_not_dropped(repo):
 
 
 def test_a_chain_is_followed_to_its_newest_line_unless_exact_or_pinned_to_a_commit(tmp_path):
-    from harness.reporting.history import chains, index, resolve
+    from harness.reporting.analysis.history import chains, index, resolve
 
     (tmp_path / "ledger").mkdir()
     for line, amends in (("a", None), ("b", "a"), ("c", "b"), ("z", None)):

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from harness.governance import bar, metrics
-from harness.reporting import report
+from harness.reporting.analysis import report
 from tests.conftest import REPO
 
 

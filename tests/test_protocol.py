@@ -21,7 +21,12 @@ import pytest
 
 from harness.governance import audit, metrics
 from harness.governance.ledger import Ledger, read_rows
-from harness.reporting import compare, lines, plots, protocol, render, report, route
+from harness.reporting.analysis import compare, lines, protocol, report, route
+from harness.reporting.render import plots
+from harness.reporting.render import report as report_out
+from harness.reporting.render import route as route_out
+from harness.reporting.render import rows as row_text
+from harness.reporting.render import sweep as sweep_out
 from tests.conftest import REPO, bench_env, git, run_bench
 
 V2 = REPO / "ledger" / "flash-h200-v2.jsonl"
@@ -138,7 +143,7 @@ def test_a_line_without_a_sustained_phase_says_every_column_is_interleaved():
 
 def test_the_plots_name_and_mark_the_sustained_phase():
     results = lines.load_path(V2).results()
-    images = report.figures(lines.load_path(V2))
+    images = report_out.figures(lines.load_path(V2))
     assert all(png[:4] == b"\x89PNG" for png in images.values())
     without = [{k: v for k, v in r.items() if k not in ("rate_protocol", "sustained")} for r in results]
     assert plots.clock_plot(results) != plots.clock_plot(without)  # the sustained phases' clocks are drawn
@@ -156,7 +161,7 @@ def test_ledger_show_puts_each_figure_beside_its_own_time_and_clock(v2_repo):
     want = ("speedup 5.749× [5.741, 5.756] (interleaved 1.968 ms vs baseline 11.31 ms at 1980 MHz); 513.6 TFLOP/s, "
             "250.8 GB/s (sustained 2.141 ms at 1776 MHz, 690 W); host 432 µs/call, control 0.9998")
     assert want in r.stdout
-    assert render.outcome_reason(_deciding_row()) == want
+    assert row_text.outcome_reason(_deciding_row()) == want
     tidy = run_bench(v2_repo, "ledger", "show", "flash-h200-v2", "--format", "tidy")
     assert tidy.returncode == 0, tidy.stderr
     (rec,) = [x for x in csv.DictReader(io.StringIO(tidy.stdout))
@@ -170,13 +175,13 @@ def test_the_sweeps_lines_and_table_keep_each_figure_with_its_protocol(monkeypat
     from rich.console import Console
 
     rows = [r for r in read_rows(V2) if r["kind"] == "result" and r["config_key"] == DECIDING]
-    line = render.config_progress(1, 12, DECIDING, rows, 12.0)
+    line = sweep_out.config_progress(1, 12, DECIDING, rows, 12.0)
     assert "triton_flash result: speedup 5.749× [5.741, 5.756] (interleaved 1.968 ms vs baseline 11.31 ms at " \
            "1980 MHz); 513.6 TFLOP/s, 250.8 GB/s (sustained 2.141 ms at 1776 MHz, 690 W)" in line
     # The sweep's closing table, printed where a wide console records it (no column folds).
     c = Console(width=400, record=True, file=io.StringIO(), color_system=None)
-    monkeypatch.setattr(render, "console", lambda: c)
-    render.render_sweep_summary({"line": "flash-h200-v2", "commit": rows[0]["commit"], "counts": {"result": 3}}, rows)
+    monkeypatch.setattr(sweep_out, "console", lambda: c)
+    sweep_out.render_sweep_summary({"line": "flash-h200-v2", "commit": rows[0]["commit"], "counts": {"result": 3}}, rows)
     shown = c.export_text()
     (tf,) = [t for t in shown.splitlines() if "triton_flash" in t]
     assert "1.968 ms vs baseline 11.31 ms at 1980 MHz" in tf and "513.6" in tf and "sustained 2.141 ms at 1776 MHz" in tf
@@ -246,7 +251,7 @@ def test_route_picks_and_shows_kernels_by_the_protocol_of_their_speedups(tmp_pat
     assert chosen.kernel == "steady" and chosen.speedup == pytest.approx(2.5, rel=0.02)
     assert chosen.times() == f"{chosen.ms:.4g} ms vs baseline {chosen.baseline_ms:.4g} ms at 1980 MHz"
     assert chosen.ms == pytest.approx(0.8, rel=0.02)
-    js, _ = route.write(table, tmp_path / "out")
+    js, _ = route_out.write(table, tmp_path / "out")
     saved = json.loads(js.read_text())
     assert saved["schema"] == route.ROUTE_SCHEMA == 2
     assert saved["routes"][0]["interleaved"] == {"ms": chosen.ms, "baseline_ms": chosen.baseline_ms, "sm_mhz": 1980.0}

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.reporting import lines, report
+from harness.reporting.render import report
+from harness.reporting.analysis import lines
 from tests.conftest import REPO
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")

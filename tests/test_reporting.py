@@ -19,8 +19,12 @@ import pytest
 
 from harness.errors import UserError
 from harness.governance.ledger import Ledger, dataframe, read_rows
-from harness.reporting import compare as cmp
-from harness.reporting import lines, plots, report, route, status, tidy
+from harness.reporting.analysis import compare as cmp
+from harness.reporting.analysis import lines, report, route, status, tidy
+from harness.reporting.render import compare as compare_out
+from harness.reporting.render import plots
+from harness.reporting.render import report as report_out
+from harness.reporting.render import route as route_out
 from tests.conftest import REPO, run_bench
 
 DATA = Path(__file__).parent / "data"
@@ -181,7 +185,7 @@ def test_the_primary_renders_with_no_outcome_yet_and_when_a_verdict_recorded_it_
     led = _ledger(tmp_path, "empty")
     data = report.report_data(lines.load_path(led.path))
     assert data["primary"]["value"] == "—" and data["primary"]["error"] is None
-    written = report.write(lines.load_path(led.path), tmp_path / "out", data)  # both templates render
+    written = report_out.write(lines.load_path(led.path), tmp_path / "out", data)  # both templates render
     assert "Primary `geomean(speedup)` = **—**, predicted 1.1." in Path(written["markdown"]).read_text()
     assert "<b>—</b>, predicted 1.1." in Path(written["html"]).read_text()
     led.append("verdict", {"commit": "a" * 40, "outcome": "NO-GO", "clauses": [], "primary": "geomean(speedup)",
@@ -212,8 +216,8 @@ def test_markdown_report_renders_deterministically_from_the_fixture_ledger():
     """The golden file is the reviewed rendering; regenerate it with BENCH_UPDATE_GOLDEN=1 after a deliberate change."""
     import os
 
-    text = report.markdown(report.report_data(lines.load_path(FIXTURE)))
-    assert text == report.markdown(report.report_data(lines.load_path(FIXTURE)))
+    text = report_out.markdown(report.report_data(lines.load_path(FIXTURE)))
+    assert text == report_out.markdown(report.report_data(lines.load_path(FIXTURE)))
     if os.environ.get("BENCH_UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text()
@@ -232,7 +236,7 @@ def test_report_without_a_verdict_is_provisional_and_evaluates_the_bar_so_far(tm
     _result(led, 32, "fast", _samples(1.0), _samples(2.0))
     data = report.report_data(lines.load_path(led.path))
     assert data["provisional"] and data["verdict"] is None
-    text = report.markdown(data)
+    text = report_out.markdown(data)
     assert text.startswith("# open: provisional report (no verdict yet)") and "**Provisional.**" in text
     (clause,) = data["clauses"]
     assert clause["outcome"] == "pass" and float(clause["value"]) == pytest.approx(2.0, rel=0.05)
@@ -243,8 +247,8 @@ def test_report_without_a_verdict_is_provisional_and_evaluates_the_bar_so_far(tm
 def test_every_plot_renders_a_non_empty_image(path):
     import matplotlib.image as mpimg
 
-    images = report.figures(lines.load_path(path))
-    assert set(images) == {name for name, _ in report.PLOTS}
+    images = report_out.figures(lines.load_path(path))
+    assert set(images) == {name for name, _ in report_out.PLOTS}
     for name, png in images.items():
         assert png[:8] == b"\x89PNG\r\n\x1a\n", name
         pixels = mpimg.imread(__import__("io").BytesIO(png))
@@ -266,7 +270,7 @@ def test_bench_report_writes_markdown_html_and_plots(repo, tmp_path):
     page = (tmp_path / "out" / "report.html").read_text()
     assert page.count("src=\"data:image/png;base64,") == 4 and "<script" not in page
     assert (tmp_path / "out" / "report.md").read_text() == GOLDEN.read_text()
-    assert all((tmp_path / "out" / f"{name}.png").stat().st_size > 1000 for name, _ in report.PLOTS)
+    assert all((tmp_path / "out" / f"{name}.png").stat().st_size > 1000 for name, _ in report_out.PLOTS)
     missing = run_bench(repo, "report", "nope")
     assert missing.returncode == 2 and "no ledger for line 'nope'" in missing.stderr
 
@@ -357,7 +361,7 @@ def test_route_never_picks_a_kernel_with_a_failing_row_at_that_shape(tmp_path):
 def test_route_writes_json_and_an_importable_dispatcher_that_falls_back(tmp_path):
     x, y = _route_lines(tmp_path)
     table = route.build([lines.load_path(x.path), lines.load_path(y.path)])
-    js, py = route.write(table, tmp_path / "out", "dispatch")
+    js, py = route_out.write(table, tmp_path / "out", "dispatch")
     data = json.loads(js.read_text())
     assert data["schema"] == route.ROUTE_SCHEMA and data["baseline"] == "base" and len(data["routes"]) == 3
     spec = importlib.util.spec_from_file_location("dispatch", py)
@@ -454,10 +458,10 @@ def test_terminal_tables_render_the_same_at_a_fixed_width():
 
     view = lines.load_path(FIXTURE)
     table = route.build([view])
-    shown = text(route.route_table(table))
-    assert shown == text(route.route_table(route.build([lines.load_path(FIXTURE)])))
+    shown = text(route_out.route_table(table))
+    assert shown == text(route_out.route_table(route.build([lines.load_path(FIXTURE)])))
     assert all(len(line) <= 120 for line in shown.splitlines())
     assert f"geomean {table.geomean:.3f}×" in shown and "torch_stack: failed" in shown
-    same = text(cmp.comparison_table(cmp.compare(view, lines.load_path(FIXTURE))))
+    same = text(compare_out.comparison_table(cmp.compare(view, lines.load_path(FIXTURE))))
     # Identical samples, but CPU-noisy: the ratio's CI is wider than ±2%, so no claim of SAME either.
     assert "SLOWER 0" in same and "FASTER 0" in same and all(len(line) <= 120 for line in same.splitlines())

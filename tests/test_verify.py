@@ -237,13 +237,15 @@ def test_verdict_go_when_the_clauses_hold(repo):
     v = _decide(repo, env)
     assert v.outcome == "GO" and all(c.passed for c in v.verify)
     # The report shows the counter table and the clauses beside the bar.
-    from harness.reporting import lines, report
+    from harness.reporting.analysis import report
+    from harness.reporting.render import report as report_out
+    from harness.reporting.analysis import lines
 
     data = report.report_data(lines.load_path(repo / "ledger" / "v.jsonl"))
-    text = report.markdown(data)
+    text = report_out.markdown(data)
     assert "## Hardware counters (Nsight Compute, one call)" in text and "| sdpa | _attn_fwd | 51.2 | 5.931 | 254 |" in text
     assert "| `launches == 1` | 2 | 0 | pass |" in text and "per call (1 launches)" in text
-    page = report.html(data, {name: b"" for name, _ in report.PLOTS})  # the plots are not under test here
+    page = report_out.html(data, {name: b"" for name, _ in report_out.PLOTS})  # the plots are not under test here
     assert "Hardware counters" in page and "<code>tensor_active &gt;= 0.3</code>" in page
 
 

@@ -17,6 +17,7 @@ import threading
 import typer
 
 from harness.errors import UserError
+from harness.reporting.render.messages import render_aborted, render_error, render_interrupted, render_version
 
 # The shell's convention for a command ended by a signal: 128 + the signal number.
 EXIT_SIGINT = 128 + signal.SIGINT
@@ -33,7 +34,7 @@ def _version(value: bool) -> None:
     if value:
         from harness import __version__
 
-        print(f"bench {__version__}")
+        render_version(__version__)
         raise typer.Exit(0)
 
 
@@ -107,7 +108,7 @@ def _main(argv: list[str] | None) -> int:
         rc = app(args=argv, prog_name="bench", standalone_mode=False)
     except UserError as exc:
         if not _received:
-            print(f"bench: error: {exc}", file=sys.stderr)
+            render_error(str(exc))
             return exc.exit_code
         return _interrupted(None)
     except BaseException as exc:
@@ -117,7 +118,7 @@ def _main(argv: list[str] | None) -> int:
 
 def _interrupted(exc: BaseException | None) -> int:
     """One line and the shell's exit code for the signal that ended the command."""
-    print(f"bench: {INTERRUPTED.format(command=command_line())}", file=sys.stderr)
+    render_interrupted(INTERRUPTED.format(command=command_line()))
     terminated = signal.SIGTERM in _received or isinstance(_interrupt(exc), Terminated)
     return EXIT_SIGTERM if terminated else EXIT_SIGINT
 
@@ -137,10 +138,10 @@ def _handled(exc: BaseException) -> int:
             return 0
         ctx = getattr(exc, "ctx", None)
         where = f" (see `{ctx.command_path} --help`)" if ctx is not None else " (see `bench --help`)"
-        print(f"bench: error: {message}{where}", file=sys.stderr)
+        render_error(f"{message}{where}")
         return exc.exit_code
     if isinstance(exc, aborts):
-        print("bench: aborted", file=sys.stderr)
+        render_aborted()
         return EXIT_SIGINT
     raise exc
 

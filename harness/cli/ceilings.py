@@ -16,7 +16,8 @@ def ceilings(force: bool = typer.Option(False, "--force", help="re-measure even 
     committed (ledger/_device_ceilings.jsonl alone) unless --no-commit."""
     from harness.governance.gitguard import require_clean
     from harness.measurement.device import detect_device, env_summary
-    from harness.reporting.render import render_ceilings, render_device_wait
+    from harness.reporting.render.ceilings import render_ceilings
+    from harness.reporting.render.sweep import render_device_wait
     from harness.sweep.ceilings import commit_ceilings, current_ceilings, is_committed, require_committable
     from harness.sweep.devicelock import device_key, device_lock
 

@@ -27,10 +27,10 @@ def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
     lines of one chain; LINE@COMMIT is used as named."""
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
-    from harness.reporting import compare as cmp_mod
-    from harness.reporting import lines
-    from harness.reporting.console import console
-    from harness.reporting.history import resolve
+    from harness.reporting.analysis import compare as cmp_mod
+    from harness.reporting.analysis import lines
+    from harness.reporting.analysis.history import resolve
+    from harness.reporting.render.compare import render_ci_outcome, render_comparison
 
     specs = list(specs or [])
     if threshold is None:
@@ -50,14 +50,9 @@ def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
         used = resolve(root, specs, exact=exact, one_side_each=True)
         result = cmp_mod.compare(lines.load(root, used.specs[0]), lines.load(root, used.specs[1]),
                                  allow_mixed=allow_mixed)
-    c = console()
-    c.print(cmp_mod.comparison_table(result, threshold if against is not None else None))
-    for note in [*cmp_mod.comparison_notes(result), *used.notes]:
-        c.print(f"  note: {note}", markup=False)
+    render_comparison(result, threshold if against is not None else None, used.notes)
     if against is not None:
         bad = result.regressions(threshold)
+        render_ci_outcome(result, threshold, bad)
         if bad:
-            c.print(f"[red]FAIL[/]: {len(bad)} config(s) significantly slower than {result.a} by more than "
-                    f"{threshold:.0%} (worst {max(p.slowdown for p in bad):.1%} slower)")
             raise typer.Exit(1)
-        c.print(f"[green]ok[/]: no config significantly slower than {result.a} by more than {threshold:.0%}")

@@ -56,34 +56,18 @@ def verify(line: Optional[str] = typer.Argument(None, help="line id or registrat
     what needs the missing history is named on the ledger's line, and skipped."""
     from harness.errors import UserError, plural
     from harness.governance.ledger import verify as do_verify
-    from rich.markup import escape
-
-    from harness.reporting.console import console
-    from harness.reporting.history import MAX_LISTED
+    from harness.reporting.render.ledger import render_gone, render_verified
 
     paths, gone = _paths(line)
     bad = len(gone)
     unchecked = []
     for p in paths:
         res = do_verify(p)
-        if res.ok:
-            n = res.n_results
-            sums = f", {plural(n, 'result row')} add{'s' if n == 1 else ''} up" if n else ""
-            note = f"; [yellow]{escape(res.unchecked)}[/]" if res.unchecked else ""
-            again = (f"; {plural(len(res.remeasured), 'pair')} re-measured at the same commit, the newest "
-                     f"measurement standing" if res.remeasured else "")
-            console().print(f"[green]ok[/]   {p.name}: {plural(res.n_rows, 'row')}, chain intact{sums}{again}{note}")
-            for m in res.remeasured[:MAX_LISTED]:
-                console().print(f"       re-measured {escape(m.describe())}", soft_wrap=True)
-            if len(res.remeasured) > MAX_LISTED:
-                console().print(f"       and {len(res.remeasured) - MAX_LISTED} more (bench ledger show {p.stem})")
-            unchecked += [p.name] if res.unchecked else []
-        else:
-            bad += 1
-            for text in res.lines():  # one line each, whatever the width: a row's fields can hold [ ]
-                console().print(f"[red]BAD[/]  {p.name}: {escape(text)}", soft_wrap=True)
+        render_verified(p.name, res)
+        bad += 0 if res.ok else 1
+        unchecked += [p.name] if res.ok and res.unchecked else []
     for rel, why in gone:
-        console().print(f"[red]GONE[/] {Path(rel).name}: {why}")
+        render_gone(rel, why)
     if not bad and strict and unchecked:
         raise UserError(f"--strict: {plural(len(unchecked), 'ledger')} could not be checked against history this "
                         f"shallow clone lacks ({', '.join(unchecked)}): fetch it (git fetch --unshallow) and run "
@@ -101,12 +85,10 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
                                                    "columns and one column per metric")):
     """Print a line's rows as a table (or export them). A ledger that fails verification is
     still shown as far as it reads, with a warning on stderr, and exits 1."""
-    import sys
-
     from harness.errors import UserError
     from harness.governance.ledger import KINDS, canonical, dataframe, read_rows, verify_refusal
     from harness.governance.ledger import verify as do_verify
-    from harness.reporting.render import render_ledger
+    from harness.reporting.render.ledger import render_ledger, render_warning, write_csv, write_jsonl
 
     # Contradictory flags are refused before anything is read.
     if csv and json:
@@ -120,26 +102,25 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
     path = _one(line)
     res = do_verify(path)
     if not res.ok:
-        print(f"bench: warning: {verify_refusal(f'ledger/{path.name}', res, 'trusting these rows')}", file=sys.stderr)
+        render_warning(verify_refusal(f"ledger/{path.name}", res, "trusting these rows"))
     if format is not None:
         df = dataframe(path, tidy=True)
         if kind:
             df = df[df["kind"] == kind]
-        df.to_csv(sys.stdout, index=False)
+        write_csv(df)
     elif csv:
         df = dataframe(path)
         if kind:
             df = df[df["kind"] == kind]
-        df.to_csv(sys.stdout, index=False)
+        write_csv(df)
     else:
         rows = [r for r in read_rows(path) if kind is None or r["kind"] == kind]
         if json:
-            for r in rows:
-                sys.stdout.write(canonical(r) + "\n")
+            write_jsonl(canonical(r) for r in rows)
         else:
             from harness.governance.gitguard import repo_root
             from harness.governance.ledger import superseded_by
-            from harness.reporting.history import index, line_history
+            from harness.reporting.analysis.history import index, line_history
 
             everything = read_rows(path)
             hist = line_history(index(repo_root()), path.stem, everything if res.ok else ())
@@ -153,12 +134,10 @@ def repair(line: str = typer.Argument(..., help="line id")):
     from harness.governance.gitguard import repo_root
     from harness.governance.ledger import Ledger
     from harness.governance.line import line_lock
-    from harness.reporting.console import console
+    from harness.reporting.render.ledger import render_repaired
 
     path = _one(line)
     root = repo_root()
     with line_lock(root, path.stem):
         fixed = Ledger(root, path.stem).repair()
-    kept = f"rows 0-{fixed.row - 1} are intact" if fixed.row else "no complete row was in it"
-    console().print(f"repaired {fixed.path}: removed an incomplete final line ({fixed.removed_bytes} bytes, "
-                    f"what would have been row {fixed.row}); {kept}")
+    render_repaired(fixed)

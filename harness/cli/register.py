@@ -14,6 +14,6 @@ def register(registration: str = typer.Argument(..., help="registrations/NAME.to
                                               "ledger, read from git history, holds no verdict)")):
     """Validate a committed registration and write its `registered` row (its bar is fixed from now on)."""
     from harness.governance.line import register as do_register
-    from harness.reporting.render import render_registered
+    from harness.reporting.render.register import render_registered
 
     render_registered(do_register(registration, reopen=reopen))

@@ -15,18 +15,14 @@ def report(line: str = typer.Argument(..., help="line id (or LINE@COMMIT: only r
            out: Optional[Path] = typer.Option(None, "--out", help="output directory (default: reports/<line>)")):
     """A Markdown report and one self-contained HTML page (plots embedded), from the ledger alone."""
     from harness.governance.gitguard import repo_root
-    from harness.reporting import lines, report as report_mod
-    from harness.reporting.console import console
+    from harness.reporting.analysis import lines
+    from harness.reporting.analysis.history import index, line_history
+    from harness.reporting.analysis.report import report_data
+    from harness.reporting.render.report import render_report, write
 
     root = repo_root()
     view = lines.load(root, line)
     target = out if out is not None else Path("reports") / view.line
     target = target if target.is_absolute() else Path.cwd() / target
-    from harness.reporting.history import index, line_history
-
-    data = report_mod.report_data(view, line_history(index(root), view.line, view.rows))
-    paths = report_mod.write(view, target, data)
-    c = console()
-    for text in report_mod.summary(data):
-        c.print(text, markup=False)
-    c.print(f"wrote {paths['html']} (self-contained) and {paths['markdown']} with its plots", markup=False)
+    data = report_data(view, line_history(index(root), view.line, view.rows))
+    render_report(data, write(view, target, data))

@@ -20,19 +20,15 @@ def route(lines: List[str] = typer.Argument(..., help="lines (LINE or LINE@COMMI
     A line amended by a newer one is routed from the newest (--exact: as named); LINE@COMMIT is used as named."""
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
-    from harness.reporting import lines as lines_mod
-    from harness.reporting import route as route_mod
-    from harness.reporting.console import console
-    from harness.reporting.history import resolve
+    from harness.reporting.analysis import lines as lines_mod
+    from harness.reporting.analysis import route as route_mod
+    from harness.reporting.analysis.history import resolve
+    from harness.reporting.render.route import render_route, write
 
     if not name.isidentifier():
         raise UserError(f"--name {name!r} is not an importable module name: use letters, digits and _")
     root = repo_root()
     used = resolve(root, list(lines), exact=exact)
     table = route_mod.build([lines_mod.load(root, spec) for spec in used.specs])
-    js, py = route_mod.write(table, out if out.is_absolute() else Path.cwd() / out, name)
-    c = console()
-    c.print(route_mod.route_table(table))
-    for note in used.notes:
-        c.print(f"  note: {note}", markup=False)
-    c.print(f"wrote {js} and {py} (import it: choose(workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal))")
+    js, py = write(table, out if out.is_absolute() else Path.cwd() / out, name)
+    render_route(table, js, py, used.notes)

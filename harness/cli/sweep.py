@@ -56,8 +56,8 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
     from harness.governance.line import open_line
     from harness.governance.outcomes import latest_outcomes, measured_on
     from harness.measurement.device import detect_device
-    from harness.reporting.progress import SweepProgress
-    from harness.reporting.render import render_device_wait, render_interrupt_pending, render_sweep_summary
+    from harness.reporting.render.progress import SweepProgress
+    from harness.reporting.render.sweep import render_device_wait, render_interrupt_pending, render_sweep_summary
     from harness.sweep.loop import make_executor, sweep as do_sweep
 
     if device not in ("auto", "cpu", "cuda"):

@@ -17,7 +17,7 @@ def verdict(line: str = typer.Argument(..., help="line id or registrations/NAME.
     Exit 0 GO, 1 NO-GO, 2 refused."""
     from harness.governance.line import host_env, open_line
     from harness.governance.verdict import GO, decide
-    from harness.reporting.render import render_verdict
+    from harness.reporting.render.verdict import render_verdict
 
     with open_line(line, action="a verdict") as ln:
         v = decide(ln, host_env(), dry_run=no_commit)

@@ -697,12 +697,12 @@ def dataframe(path: Path, *, tidy: bool = False):
     """The ledger's rows as a flat pandas DataFrame (nested fields joined with '.').
 
     ``tidy=True``: one row per current (config, kernel) outcome with typed config columns
-    and one float column per metric (``harness.reporting.tidy``).
+    and one float column per metric (``harness.reporting.analysis.tidy``).
     """
     import pandas as pd
 
     if tidy:
-        from harness.reporting.tidy import tidy as tidy_view
+        from harness.reporting.analysis.tidy import tidy as tidy_view
 
         return tidy_view(Path(path))
     rows = read_rows(Path(path))

@@ -171,7 +171,7 @@ def index(root: Path) -> Index:
     """Every line's row 0 from the work tree, and each GONE ledger read back from git."""
     from harness.governance.gitguard import last_commit_holding
     from harness.governance.ledger import missing_ledgers, rows_at
-    from harness.reporting.lines import line_paths
+    from harness.reporting.analysis.lines import line_paths
 
     root = Path(root)
     first = {p.stem: _row0(p) for p in line_paths(root)}
@@ -273,7 +273,7 @@ def resolve(root: Path, specs: list[str], *, exact: bool, one_side_each: bool = 
     following would put two differently named sides on one line, both stay as named;
     otherwise (route) a line reached twice is used once. Notes say what was followed, then
     each used line's history (amended, re-opened, re-measured)."""
-    from harness.reporting.lines import split_spec
+    from harness.reporting.analysis.lines import split_spec
 
     idx = index(root)
     named = [split_spec(s) for s in specs]

@@ -1,24 +1,21 @@
-"""`bench report LINE`: a Markdown report and one self-contained HTML page, from the ledger alone.
+"""`bench report LINE`: the report's data, from the ledger alone.
 
-The report is built once as plain data (``report_data``: formatted strings, no objects),
-then rendered through two jinja2 templates; the plots (``plots.py``) are PNG files beside
-the Markdown and base64 ``data:`` URIs inside the HTML, so the page needs nothing else.
-Rendering is deterministic: the same ledger gives the same text, byte for byte.
+The report is built once as plain data (``report_data``: formatted strings, no objects);
+``render/report.py`` renders it through two jinja2 templates with the plots. Deterministic:
+the same ledger gives the same data.
 """
 
 from __future__ import annotations
 
-import base64
 import math
 from collections import Counter
-from pathlib import Path
 
 from harness.governance import metrics as metric_table
 from harness.governance.metrics import INTERLEAVED, METRICS, PROTOCOL_TEXT, RATES, SUSTAINED
 from harness.governance.outcomes import PROFILE, RESULT
 from harness.jsonsafe import number
-from harness.reporting import protocol
-from harness.reporting.lines import LineView, device_label
+from harness.reporting.analysis import protocol
+from harness.reporting.analysis.lines import LineView, device_label
 
 REASON_CHARS = 160  # a reason longer than this is cut in tables (the ledger keeps it whole)
 # Known metrics: (name, column label, format). Other numeric metrics of result rows get a
@@ -28,8 +25,6 @@ SHOWN_ELSEWHERE = {m.name for m in METRICS if m.shown_elsewhere}
 # The counter table (`profile` rows): one row per kernel launch, then the call's totals.
 COUNTER_HEADER = ("kernel", "launch", "DRAM read MB", "DRAM write MB", "regs", "tensor %", "spill B", "µs",
                   "occupancy %")
-PLOTS = (("speedup", "Speedup by shape"), ("roofline", "Achieved rate against the ceilings"),
-         ("control", "Control ratio"), ("clock", "SM clock over the sweep"))
 
 
 def _f(v, spec: str = ".4g") -> str:
@@ -169,7 +164,7 @@ def _config_tables(outcomes: dict, results: list[dict]) -> tuple[list[str], list
     for r in sorted(outcomes.values(), key=lambda r: (r["config_key"], r.get("role") != "baseline", r["candidate"])):
         by_config.setdefault(r["config_key"], []).append(r)
     tables = []
-    from harness.reporting.tidy import CONFIG_COLUMNS
+    from harness.reporting.analysis.tidy import CONFIG_COLUMNS
 
     order = {r["config_key"]: tuple(str(v) if not isinstance(v, (int, float)) else f"{v:020.6f}"
                                     for v in map((r.get("config") or {}).get, CONFIG_COLUMNS))
@@ -313,226 +308,3 @@ def report_data(view: LineView, history=None) -> dict:
         "verify": _verify(view),
         "control_tolerance": control_tol,
     }
-
-
-def figures(view: LineView) -> dict[str, bytes]:
-    """name → PNG bytes for the report's four plots."""
-    from harness.reporting import plots
-
-    data_results = view.results()
-    tol = next(((r.get("policy") or {}).get("control_tolerance") for r in data_results), None)
-    return {"speedup": plots.speedup_plot(data_results, speedup_thresholds(view.registration.get("go"))),
-            "roofline": plots.roofline_plot(data_results),
-            "control": plots.control_plot(data_results, tol),
-            "clock": plots.clock_plot(data_results)}
-
-
-MARKDOWN = """\
-# {{ d.line }}: {% if d.provisional %}provisional report (no verdict yet){% else %}{{ d.verdict.outcome }}{% endif %}
-
-{% if d.provisional -%}
-> **Provisional.** This line has no verdict row: the clause values below are the bar evaluated on the
-> outcomes so far, not a decision. Finish the sweep and run `bench verdict {{ d.line }}`.
-
-{% endif -%}
-{% if d.history -%}
-> **History.**
-{% for h in d.history %}> - {{ h.text }}
-{% for i in h["items"] %}>   - {{ i }}
-{% endfor %}{% endfor %}
-{% endif -%}
-**Hypothesis.** {{ d.hypothesis }}
-
-| | |
-| --- | --- |
-{% for k, v in d.facts -%}
-| {{ k }} | {{ v }} |
-{% endfor %}
-## Bar and verdict
-
-Bar (committed before any number): `{{ d.go }}`
-
-| clause | value | measured (protocol, median, clock) | op | threshold | rows | outcome |
-| --- | ---: | --- | :-: | ---: | ---: | --- |
-{% for c in d.clauses -%}
-| `{{ c.text }}` | {{ c.value }} | {{ c.source | md_cell }} | {{ c.op }} | {{ c.threshold }} | {{ c.n }} | {{ c.outcome }} |
-{% endfor %}
-{% if d.primary -%}
-Primary `{{ d.primary.expr }}` = **{{ d.primary.value }}**{% if d.primary.source != "—" %} (measured: {{ d.primary.source }}){% endif %}, predicted {{ d.primary.prediction }}{% if d.primary.error %} (outcome − prediction = {{ d.primary.error }}){% endif %}.
-
-{% endif -%}
-{% if d.verify -%}
-Counter clauses (`[verify]`, each must hold on every profiled result):
-
-| clause | profiled results | not holding | outcome |
-| --- | ---: | ---: | --- |
-{% for c in d.verify -%}
-| `{{ c.text }}` | {{ c.n }} | {{ c.n_failed }} | {{ c.outcome }} |
-{% endfor %}
-{% endif -%}
-{% if d.verdict -%}
-**Verdict: {{ d.verdict.outcome }}** (ledger row {{ d.verdict.seq }}, commit {{ d.verdict.commit }}){% if d.verdict.excluded %}; left out of the bar: {{ d.verdict.excluded }}{% endif %}.
-{% else -%}
-**No verdict yet.**
-{% endif %}
-## Outcomes
-
-{% for k, n in d.counts %}{{ k }}: {{ n }}{% if not loop.last %} · {% endif %}{% endfor %}{% for k, n in d.flagged %} · results flagged {{ k }}: {{ n }}{% endfor %}
-
-{% if d.reasons -%}
-| outcome | kernel and reason | count |
-| --- | --- | ---: |
-{% for kind, why, n in d.reasons -%}
-| {{ kind }} | {{ why | md_cell }} | {{ n }} |
-{% endfor %}
-{% endif -%}
-## Results per config
-
-{{ d.legend | wordwrap(100, break_long_words=False) }}
-
-{% for t in d.tables -%}
-### {{ t.key }}
-
-| {{ d.header | join(" | ") }} |
-|{% for h in d.header %} --- |{% endfor %}
-{% for row in t.rows -%}
-| {{ row.cells | map("md_cell") | join(" | ") }} |{% if row.span %}{% for _ in d.header[2:] %} — |{% endfor %}{% endif %}
-{% endfor %}
-{% endfor -%}
-{% if d.counters -%}
-## Hardware counters (Nsight Compute, one call)
-
-{% for t in d.counters -%}
-### {{ t.key }}
-
-| {{ d.counter_header | join(" | ") }} |
-|{% for h in d.counter_header %} --- |{% endfor %}
-{% for row in t.rows -%}
-| {{ row.cells | map("md_cell") | join(" | ") }} |{% if row.span %}{% for _ in d.counter_header[2:] %} — |{% endfor %}{% endif %}
-{% endfor %}
-{% endfor -%}
-{% endif -%}
-## Plots
-
-{% for name, title in plots -%}
-![{{ title }}]({{ name }}.png)
-
-{% endfor -%}
-"""
-
-HTML = """\
-<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<title>{{ d.line }} — bench report</title>
-<style>
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: #1d2330; background: #f6f7f9; }
-main { max-width: 1180px; margin: 0 auto; padding: 24px 28px 48px; }
-h1 { font-size: 24px; margin: 0 0 6px; } h2 { font-size: 18px; margin: 28px 0 10px; border-bottom: 1px solid #dde1e7; padding-bottom: 4px; }
-h3 { font-size: 14px; margin: 18px 0 6px; font-family: ui-monospace, monospace; }
-.badge { display: inline-block; padding: 2px 10px; border-radius: 12px; font-weight: 600; color: #fff; margin-left: 8px; font-size: 15px; }
-.GO { background: #1a7f37; } .NO-GO { background: #cf222e; } .PROVISIONAL { background: #9a6700; }
-.note { background: #fff8c5; border: 1px solid #d4a72c; padding: 8px 12px; border-radius: 6px; }
-.grid { display: grid; grid-template-columns: 1fr 1fr; gap: 14px; }
-.card { background: #fff; border: 1px solid #dde1e7; border-radius: 8px; padding: 12px 14px; }
-table { border-collapse: collapse; background: #fff; font-size: 12.5px; width: 100%; }
-th, td { border: 1px solid #dde1e7; padding: 4px 8px; text-align: left; vertical-align: top; }
-th { background: #eef1f5; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-code { font: 12px ui-monospace, monospace; background: #eef1f5; padding: 1px 4px; border-radius: 4px; }
-.pass { color: #1a7f37; font-weight: 600; } .fail { color: #cf222e; font-weight: 600; } .unknown { color: #9a6700; }
-figure { margin: 0; } figure img { width: 100%; height: auto; display: block; } figcaption { font-size: 12px; color: #57606a; }
-.facts td:first-child { width: 190px; color: #57606a; }
-</style></head>
-<body><main>
-<h1>{{ d.line }}{% if d.provisional %}<span class="badge PROVISIONAL">provisional</span>{% else %}<span class="badge {{ d.verdict.outcome }}">{{ d.verdict.outcome }}</span>{% endif %}</h1>
-{% if d.provisional %}<p class="note"><b>Provisional.</b> This line has no verdict row: the clause values below are the bar evaluated on the outcomes so far, not a decision. Finish the sweep and run <code>bench verdict {{ d.line }}</code>.</p>{% endif %}
-{% if d.history %}<div class="note history"><b>History.</b><ul>{% for h in d.history %}<li>{{ h.text }}{% if h["items"] %}<ul>{% for i in h["items"] %}<li>{{ i }}</li>{% endfor %}</ul>{% endif %}</li>{% endfor %}</ul></div>{% endif %}
-<div class="grid">
-<div class="card"><b>Hypothesis.</b> {{ d.hypothesis }}
-<table class="facts" style="margin-top:8px">{% for k, v in d.facts %}<tr><td>{{ k }}</td><td>{{ v }}</td></tr>{% endfor %}</table></div>
-<div class="card"><b>Bar</b> (committed before any number): <code>{{ d.go }}</code>
-<table style="margin-top:8px"><tr><th>clause</th><th>value</th><th>measured (protocol, median, clock)</th><th>threshold</th><th>rows</th><th>outcome</th></tr>
-{% for c in d.clauses %}<tr><td><code>{{ c.text }}</code></td><td class="num">{{ c.value }}</td><td>{{ c.source }}</td><td class="num">{{ c.op }} {{ c.threshold }}</td><td class="num">{{ c.n }}</td><td class="{{ c.outcome.split(' ')[0] }}">{{ c.outcome }}</td></tr>{% endfor %}
-</table>
-{% if d.verify %}<p>Counter clauses (<code>[verify]</code>):</p><table><tr><th>clause</th><th>profiled results</th><th>not holding</th><th>outcome</th></tr>
-{% for c in d.verify %}<tr><td><code>{{ c.text }}</code></td><td class="num">{{ c.n }}</td><td class="num">{{ c.n_failed }}</td><td class="{{ c.outcome }}">{{ c.outcome }}</td></tr>{% endfor %}</table>{% endif %}
-{% if d.primary %}<p>Primary <code>{{ d.primary.expr }}</code> = <b>{{ d.primary.value }}</b>{% if d.primary.source != "—" %} (measured: {{ d.primary.source }}){% endif %}, predicted {{ d.primary.prediction }}{% if d.primary.error %} (outcome − prediction = {{ d.primary.error }}){% endif %}.</p>{% endif %}
-<p>{% if d.verdict %}<b>Verdict: {{ d.verdict.outcome }}</b> (ledger row {{ d.verdict.seq }}, commit <code>{{ d.verdict.commit }}</code>){% if d.verdict.excluded %}; left out of the bar: {{ d.verdict.excluded }}{% endif %}.{% else %}<b>No verdict yet.</b>{% endif %}</p>
-<p>Outcomes: {% for k, n in d.counts %}{{ k }} {{ n }}{% if not loop.last %} · {% endif %}{% endfor %}{% for k, n in d.flagged %} · results flagged {{ k }}: {{ n }}{% endfor %}</p>
-</div></div>
-<h2>Plots</h2>
-<div class="grid">{% for name, title in plots %}<figure class="card"><img alt="{{ title }}" data-plot="{{ name }}" src="data:image/png;base64,{{ images[name] }}"><figcaption>{{ title }}</figcaption></figure>{% endfor %}</div>
-{% if d.reasons %}<h2>Outcomes other than results</h2>
-<table><tr><th>outcome</th><th>kernel and reason</th><th>count</th></tr>
-{% for kind, why, n in d.reasons %}<tr><td>{{ kind }}</td><td>{{ why }}</td><td class="num">{{ n }}</td></tr>{% endfor %}</table>{% endif %}
-<h2>Results per config</h2>
-<p class="legend">{{ d.legend }}</p>
-{% for t in d.tables %}<h3>{{ t.key }}</h3>
-<table><tr>{% for h in d.header %}<th>{{ h }}</th>{% endfor %}</tr>
-{% for row in t.rows %}<tr>{% if row.span %}<td>{{ row.cells[0] }}</td><td colspan="{{ d.header | length - 1 }}">{{ row.cells[1] | md_bold }}</td>{% else %}{% for cell in row.cells %}<td{% if not loop.first and not loop.last %} class="num"{% endif %}>{{ cell }}</td>{% endfor %}{% endif %}</tr>{% endfor %}
-</table>{% endfor %}
-{% if d.counters %}<h2>Hardware counters (Nsight Compute, one call)</h2>
-{% for t in d.counters %}<h3>{{ t.key }}</h3>
-<table><tr>{% for h in d.counter_header %}<th>{{ h }}</th>{% endfor %}</tr>
-{% for row in t.rows %}<tr>{% if row.span %}<td>{{ row.cells[0] }}</td><td colspan="{{ d.counter_header | length - 1 }}">{{ row.cells[1] | md_bold }}</td>{% else %}{% for cell in row.cells %}<td{% if not loop.first and loop.index > 2 %} class="num"{% endif %}>{{ cell }}</td>{% endfor %}{% endif %}</tr>{% endfor %}
-</table>{% endfor %}{% endif %}
-</main></body></html>
-"""
-
-
-def _env():
-    import jinja2
-    from markupsafe import Markup, escape
-
-    env = jinja2.Environment(autoescape=False, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-
-    def md_bold(text):  # the one Markdown construct table cells use: **kind**
-        parts = str(escape(text)).split("**")
-        return Markup("".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts)))
-
-    env.filters["md_bold"] = md_bold
-    env.filters["md_cell"] = lambda text: str(text).replace("|", "\\|")
-    return env
-
-
-def markdown(data: dict) -> str:
-    return _env().from_string(MARKDOWN).render(d=data, plots=PLOTS)
-
-
-def html(data: dict, images: dict[str, bytes]) -> str:
-    import jinja2
-
-    env = _env()
-    env.autoescape = True
-    encoded = {name: base64.b64encode(png).decode("ascii") for name, png in images.items()}
-    return env.from_string(HTML).render(d=data, plots=PLOTS, images=encoded)
-
-
-def write(view: LineView, out: Path, data: dict | None = None) -> dict[str, Path]:
-    """Write ``report.md`` (with its PNGs) and the self-contained ``report.html`` under ``out``."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    data = data if data is not None else report_data(view)
-    images = figures(view)
-    paths = {}
-    for name, png in images.items():
-        p = out / f"{name}.png"
-        p.write_bytes(png)
-        paths[name] = p
-    paths["markdown"] = out / "report.md"
-    paths["markdown"].write_text(markdown(data))
-    paths["html"] = out / "report.html"
-    paths["html"].write_text(html(data, images))
-    return paths
-
-
-def summary(data: dict) -> list[str]:
-    """What the CLI prints beside the paths: the verdict (or provisional) and each clause."""
-    head = (f"{data['line']}: provisional (no verdict yet)" if data["provisional"]
-            else f"{data['line']}: {data['verdict']['outcome']} (ledger row {data['verdict']['seq']})")
-    said = [head]
-    for h in data.get("history", []):
-        said += [f"  history: {h['text']}", *(f"    {i}" for i in h["items"])]
-    for c in data["clauses"]:
-        said.append(f"  {c['outcome']:<8} {c['text']}  → {c['value']} ({c['op']} {c['threshold']}, {c['n']} rows)"
-                    + ("" if c["source"] == "—" else f"; measured: {c['source']}"))
-    return said

@@ -6,21 +6,19 @@ check there — a result row that is neither rig-noisy nor impossible, and no fa
 (incorrect, crashed, impossible) for that kernel at that shape in any of the lines — and
 whose speedup CI lies wholly above 1; otherwise the baseline. A kernel measured at one
 shape in several lines is judged by its weakest measurement there (lowest CI low). The
-table is written as JSON and as a small dispatcher module that imports nothing and falls
-back to the baseline for shapes it has not seen.
+table is written (``render/route.py``) as JSON and as a small dispatcher module that imports
+nothing and falls back to the baseline for shapes it has not seen.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 from harness.errors import UserError
 from harness.jsonsafe import number
 from harness.governance.outcomes import FAILING_KINDS, RESULT
-from harness.reporting.lines import LineView, device_of
+from harness.reporting.analysis.lines import LineView, device_of
 
 ROUTE_SCHEMA = 2  # 2: each route carries the interleaved medians and clock its speedup comes from
 CONFIG_FIELDS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
@@ -46,7 +44,7 @@ class Route:
     def times(self) -> str:
         """``1.968 ms vs baseline 11.31 ms at 1980 MHz``; a baseline route: the baseline's alone
         ("—" where nothing was measured)."""
-        from harness.reporting.protocol import pair_text
+        from harness.reporting.analysis.protocol import pair_text
 
         if self.baseline_ms is None:
             return "—"
@@ -100,7 +98,7 @@ def _interleaved_ms(row: dict) -> float:
     kernels in the protocol their speedups come from, never one's sustained median with
     another's interleaved one."""
     from harness.governance.metrics import INTERLEAVED
-    from harness.reporting.protocol import timed
+    from harness.reporting.analysis.protocol import timed
 
     return _or_inf(timed(row, INTERLEAVED).median_ms)
 
@@ -116,7 +114,7 @@ def build(views: list[LineView]) -> RouteTable:
         raise UserError(f"lines {', '.join(v.line for v in views)} time against different baselines "
                         f"({', '.join(sorted(map(str, baselines)))}): a route needs speedups over one baseline")
     from harness.governance.metrics import INTERLEAVED
-    from harness.reporting.protocol import timed
+    from harness.reporting.analysis.protocol import timed
 
     (baseline,) = baselines
     outcomes = [(v.line, r) for v in views for r in v.outcomes().values()]
@@ -168,56 +166,3 @@ def build(views: list[LineView]) -> RouteTable:
                                 None if base is None else base.sm_mhz))
     device, gpu = devices[0]
     return RouteTable(baseline, gpu or device or "?", tuple(v.line for v in views), tuple(routes))
-
-
-DISPATCHER = '''"""Shape-aware dispatch table written by `bench route {lines}` from the ledgers alone.
-
-Device: {device}. Geomean speedup over {baseline} on the routed grid: {geomean:.4g}x,
-worst {worst:.4g}x. Shapes not in the table fall back to the baseline.
-"""
-
-BASELINE = {baseline!r}
-FIELDS = {fields!r}
-ROUTES = {{
-{routes}
-}}
-
-
-def choose(workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal):
-    """The kernel to run for this shape: the routed one, or BASELINE for an unseen shape."""
-    return ROUTES.get((workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal), BASELINE)
-'''
-
-
-def dispatcher_source(table: RouteTable) -> str:
-    entries = "\n".join(f"    {tuple(r.config.get(f) for f in CONFIG_FIELDS)!r}: {r.kernel!r},  # {r.speedup:.3f}x"
-                        for r in table.routes)
-    return DISPATCHER.format(lines=" ".join(table.lines), device=table.device, baseline=table.baseline,
-                             geomean=table.geomean, worst=table.worst.speedup, fields=CONFIG_FIELDS, routes=entries)
-
-
-def write(table: RouteTable, out: Path, stem: str = "route") -> tuple[Path, Path]:
-    """``<out>/<stem>.json`` and ``<out>/<stem>.py`` (the dispatcher)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    js, py = out / f"{stem}.json", out / f"{stem}.py"
-    js.write_text(json.dumps(table.as_json(), indent=1, sort_keys=True) + "\n")
-    py.write_text(dispatcher_source(table))
-    return js, py
-
-
-def route_table(table: RouteTable):
-    """A rich Table of the routes with the geomean and the worst case in the caption."""
-    from rich.table import Table
-
-    w = table.worst
-    t = Table(title=f"route over {', '.join(table.lines)} on {table.device} (baseline {table.baseline})",
-              caption=f"geomean {table.geomean:.3f}× over {len(table.routes)} shapes; worst {w.speedup:.3f}× "
-                      f"({w.config_key} → {w.kernel})")
-    for col in ("shape", "kernel", "speedup", "CI", "interleaved ms at clock", "passed over"):
-        t.add_column(col, justify="right" if col in ("speedup", "CI") else "left", overflow="fold")
-    for r in table.routes:
-        style = "bold" if r.kernel != table.baseline else "dim"
-        t.add_row(r.config_key, f"[{style}]{r.kernel}[/]", f"{r.speedup:.3f}×",
-                  "—" if r.line is None else f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", r.times(), r.why)
-    return t

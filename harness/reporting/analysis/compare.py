@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from harness.errors import UserError
 from harness.governance.outcomes import RESULT
-from harness.reporting.lines import LineView, arm_samples, device_of
+from harness.reporting.analysis.lines import LineView, arm_samples, device_of
 
 ALPHA = 0.01  # significance level of the two-sided Mann-Whitney U test
 SAME_BAND = 0.02  # a ratio CI inside [1/(1+band), 1+band] is SAME
@@ -179,7 +179,7 @@ def compare(a: LineView, b: LineView, *, allow_mixed: bool = False) -> Compariso
     import numpy as np
 
     from harness.governance.metrics import INTERLEAVED
-    from harness.reporting.protocol import timed
+    from harness.reporting.analysis.protocol import timed
 
     out = []
     for ra, rb in pairs:
@@ -194,7 +194,7 @@ def compare(a: LineView, b: LineView, *, allow_mixed: bool = False) -> Compariso
 def against(root, ref: str, new: str | None, *, allow_mixed: bool = False) -> Comparison:
     """CI mode's pair of views: ``new`` against ``ref``; without ``new``, the line ``ref`` at its
     latest measured commit against the commit measured before it."""
-    from harness.reporting import lines
+    from harness.reporting.analysis import lines
 
     if new is not None:
         return compare(lines.load(root, ref), lines.load(root, new), allow_mixed=allow_mixed)
@@ -209,53 +209,3 @@ def against(root, ref: str, new: str | None, *, allow_mixed: bool = False) -> Co
                         f"two commits (sweep it again at the new commit) or a second line to compare")
     return compare(lines.load(root, f"{line}@{commits[-2]}"), lines.load(root, f"{line}@{commits[-1]}"),
                    allow_mixed=allow_mixed)
-
-
-CHANGE_STYLE = {FASTER: "green", SLOWER: "red", SAME: "cyan", UNCLEAR: "yellow"}
-
-
-def _f(x: float, spec: str) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
-def _mhz(x: float | None) -> str:
-    return "—" if x is None else f"{x:.0f}"
-
-
-def comparison_table(cmp: Comparison, threshold: float | None = None):
-    """A rich Table: one row per config, B against A; regressions beyond ``threshold`` marked."""
-    from rich.table import Table
-
-    counts = ", ".join(f"{k} {n}" for k, n in cmp.counts().items())
-    t = Table(title=f"{cmp.b} against {cmp.a} — {counts}", caption=(
-        f"A ms, B ms: the candidate's median in each run's interleaved rounds, at that run's mean SM clock "
-        f"(A MHz, B MHz); "
-        f"speedup = median A / median B (> 1: B faster); CI: bootstrap 95%; p: Mann-Whitney U; "
-        f"SAME inside ±{SAME_BAND:.0%}, FASTER/SLOWER at p < {ALPHA:g}"))
-    for col in ("config", "kernel", "A ms (interleaved)", "A MHz", "B ms (interleaved)", "B MHz", "speedup",
-                "CI", "p", "change"):
-        t.add_column(col, justify="left" if col in ("config", "kernel", "change") else "right")
-    failing = {id(p) for p in cmp.regressions(threshold)} if threshold is not None else set()
-    for p in cmp.pairs:
-        kernel = p.kernel_a if p.kernel_a == p.kernel_b else f"{p.kernel_a} → {p.kernel_b}"
-        style = CHANGE_STYLE[p.change]
-        mark = f" (beyond {threshold:.0%})" if id(p) in failing else ""
-        t.add_row(p.config_key, kernel, _f(p.median_a_ms, ".4g"), _mhz(p.clock_a_mhz), _f(p.median_b_ms, ".4g"),
-                  _mhz(p.clock_b_mhz), _f(p.speedup, ".3f") + "×",
-                  f"[{_f(p.ci_low, '.3f')}, {_f(p.ci_high, '.3f')}]", _f(p.p_value, ".2g"),
-                  f"[{style}]{p.change}[/]{mark}")
-    return t
-
-
-def comparison_notes(cmp: Comparison) -> list[str]:
-    notes = []
-    if cmp.only_a:
-        notes.append(f"only in {cmp.a} (not compared): {', '.join(cmp.only_a[:5])}"
-                     + (f" and {len(cmp.only_a) - 5} more" if len(cmp.only_a) > 5 else ""))
-    if cmp.only_b:
-        notes.append(f"only in {cmp.b} (not compared): {', '.join(cmp.only_b[:5])}"
-                     + (f" and {len(cmp.only_b) - 5} more" if len(cmp.only_b) > 5 else ""))
-    if cmp.mixed:
-        notes.append(f"compared across different settings (--allow-mixed): {'; '.join(cmp.mixed[:3])}"
-                     + (f" and {len(cmp.mixed) - 3} more" if len(cmp.mixed) > 3 else ""))
-    return notes

@@ -30,7 +30,7 @@ class LineStatus:
 
 def view_status(view, note: str | None = None) -> LineStatus:
     """The state of a line from its rows (a ``lines.LineView``), without its history."""
-    from harness.reporting.lines import device_label
+    from harness.reporting.analysis.lines import device_label
 
     outcomes = view.outcomes()
     reg = view.registration
@@ -58,8 +58,8 @@ def line_status(path: Path, idx=None) -> LineStatus:
     from dataclasses import replace
 
     from harness.governance.ledger import verify
-    from harness.reporting.history import line_history
-    from harness.reporting.lines import load_path
+    from harness.reporting.analysis.history import line_history
+    from harness.reporting.analysis.lines import load_path
 
     res = verify(path)
     view = load_path(path) if res.ok else None
@@ -75,8 +75,8 @@ def line_status(path: Path, idx=None) -> LineStatus:
 
 def gone_status(idx, line: str) -> LineStatus:
     """A line whose ledger git holds but the work tree does not: GONE, with what it was."""
-    from harness.reporting.history import line_history
-    from harness.reporting.lines import LineView
+    from harness.reporting.analysis.history import line_history
+    from harness.reporting.analysis.lines import LineView
 
     g = idx.gone[line]
     hist = line_history(idx, line)
@@ -93,72 +93,10 @@ def gone_status(idx, line: str) -> LineStatus:
 
 def statuses(root: Path) -> list[LineStatus]:
     """Every line, present or GONE, by name."""
-    from harness.reporting.history import index
-    from harness.reporting.lines import line_paths
+    from harness.reporting.analysis.history import index
+    from harness.reporting.analysis.lines import line_paths
 
     idx = index(root)
     out = [line_status(p, idx) for p in line_paths(root)]
     out += [gone_status(idx, line) for line in idx.gone]
     return sorted(out, key=lambda s: s.line)
-
-
-def _style(s: LineStatus) -> str:
-    if s.state == "GONE":
-        return "red"
-    return {"GO": "green", "NO-GO": "red"}.get(s.outcome or "", "yellow" if s.state.startswith("BROKEN") else "")
-
-
-def _state_cell(s: LineStatus) -> str:
-    from rich.markup import escape
-
-    style = _style(s)
-    state = f"[{style}]{escape(s.state)}[/]" if style else escape(s.state)
-    state += f" [dim]({escape(s.note)})[/]" if s.note else ""
-    return state + (f" — {escape('; '.join(s.history))}" if s.history else "")
-
-
-def _commit(s: LineStatus) -> str:
-    return s.commit if s.commit is None or " " in s.commit else s.commit[:12]
-
-
-def status_table(rows: list[LineStatus]):
-    from rich.table import Table
-
-    t = Table(title=f"{len(rows)} lines")
-    for col in ("line", "state", "commit", "device"):
-        t.add_column(col, overflow="fold")
-    for s in rows:
-        t.add_row(s.line, _state_cell(s), _commit(s) or "—", s.device or "—")
-    return t
-
-
-def lineage_trees(rows: list[LineStatus], chains: list[list[tuple[int, str]]]):
-    """One rich Tree per amendment chain (history.chains): each line with its state, commit
-    and device; under it, what else happened to it (re-opened, re-measured, GONE)."""
-    from rich.markup import escape
-    from rich.tree import Tree
-
-    by = {s.line: s for s in rows}
-    trees = []
-    for chain in chains:
-        stack: list = []
-        root = None
-        for depth, line in chain:
-            s = by[line]
-            style = _style(s)
-            state = f"[{style}]{escape(s.state)}[/]" if style else escape(s.state)
-            where = ", ".join(x for x in (_commit(s), s.device) if x)
-            label = f"[bold]{escape(line)}[/] — {state}" + (f" ({escape(where)})" if where else "")
-            if depth:
-                label = f"amended by {label}"
-            node = Tree(label) if depth == 0 else stack[depth - 1].add(label)
-            root = root or node
-            for d in s.details:
-                if not d.text.startswith(("amended by", "amends")):  # the tree itself shows those
-                    leaf = node.add(f"[dim]{escape(d.text)}[/]")
-                    for i in d.items:
-                        leaf.add(f"[dim]{escape(i)}[/]")
-            del stack[depth:]
-            stack.append(node)
-        trees.append(root)
-    return trees

@@ -30,7 +30,7 @@ def tidy_records(rows) -> tuple[list[dict], list[str]]:
     """(records, metric names in first-seen order) for every current outcome row."""
     from harness.governance.ledger import current_rows
     from harness.governance.metrics import rate_protocol
-    from harness.reporting.lines import arm_samples
+    from harness.reporting.analysis.lines import arm_samples
 
     records, metrics = [], []
     for r in current_rows(rows):

@@ -22,7 +22,7 @@ class SweepProgress:
         self._started = None
 
     def start(self, total: int) -> None:
-        from harness.reporting.console import console
+        from harness.reporting.render.console import console
 
         self._total, self._done = total, 0
         if total == 0:  # nothing to run: no bar counting to 0/0
@@ -47,8 +47,8 @@ class SweepProgress:
 
     def done(self, config_key: str, rows=()) -> None:
         """A config ended; ``rows`` are the ledger rows it appended."""
-        from harness.reporting.console import console
-        from harness.reporting.render import config_progress
+        from harness.reporting.render.console import console
+        from harness.reporting.render.sweep import config_progress
 
         self._done += 1
         if self._progress is not None:

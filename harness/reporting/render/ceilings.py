@@ -1,0 +1,21 @@
+"""What `bench ceilings` prints: a device's measured or stored ceilings."""
+
+from __future__ import annotations
+
+from harness.reporting.render.console import console
+from harness.reporting.render.rows import fmt
+
+
+def render_ceilings(row: dict, measured: bool, *, commit: str | None = None, committed: bool = True) -> None:
+    """The ceilings row (``seq``, hash), its figures, and whether git holds it (``commit``: committed now)."""
+    c = console()
+    c.print(f"{'measured' if measured else 'stored'} ceilings for {row.get('fingerprint', {}).get('name', row.get('device'))} "
+            f"(ledger/_device_ceilings.jsonl row {row.get('seq')}, {str(row.get('hash'))[:12]}):")
+    c.print(f"  copy bandwidth: {fmt(row.get('copy_gbps'), '.4g')} GB/s (read + write)")
+    for dt, tf in sorted((row.get('matmul_tflops') or {}).items()):
+        c.print(f"  matmul {dt}: {fmt(tf, '.4g')} TFLOP/s")
+    if commit:
+        c.print(f"  committed in {commit[:12]}")
+    elif not committed:
+        c.print("  [yellow]not committed[/] (--no-commit): commit it before sweep rows that name it are committed "
+                "(git commit -m 'bench: ceilings' -- ledger/_device_ceilings.jsonl)")

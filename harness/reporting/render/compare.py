@@ -1,0 +1,74 @@
+"""What `bench compare` shows: the comparison as a rich table, its notes, and CI mode's outcome."""
+
+from __future__ import annotations
+
+import math
+
+from harness.reporting.analysis.compare import ALPHA, FASTER, SAME, SAME_BAND, SLOWER, UNCLEAR, Comparison
+from harness.reporting.render.console import console
+
+CHANGE_STYLE = {FASTER: "green", SLOWER: "red", SAME: "cyan", UNCLEAR: "yellow"}
+
+
+def _f(x: float, spec: str) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def _mhz(x: float | None) -> str:
+    return "—" if x is None else f"{x:.0f}"
+
+
+def comparison_table(cmp: Comparison, threshold: float | None = None):
+    """A rich Table: one row per config, B against A; regressions beyond ``threshold`` marked."""
+    from rich.table import Table
+
+    counts = ", ".join(f"{k} {n}" for k, n in cmp.counts().items())
+    t = Table(title=f"{cmp.b} against {cmp.a} — {counts}", caption=(
+        f"A ms, B ms: the candidate's median in each run's interleaved rounds, at that run's mean SM clock "
+        f"(A MHz, B MHz); "
+        f"speedup = median A / median B (> 1: B faster); CI: bootstrap 95%; p: Mann-Whitney U; "
+        f"SAME inside ±{SAME_BAND:.0%}, FASTER/SLOWER at p < {ALPHA:g}"))
+    for col in ("config", "kernel", "A ms (interleaved)", "A MHz", "B ms (interleaved)", "B MHz", "speedup",
+                "CI", "p", "change"):
+        t.add_column(col, justify="left" if col in ("config", "kernel", "change") else "right")
+    failing = {id(p) for p in cmp.regressions(threshold)} if threshold is not None else set()
+    for p in cmp.pairs:
+        kernel = p.kernel_a if p.kernel_a == p.kernel_b else f"{p.kernel_a} → {p.kernel_b}"
+        style = CHANGE_STYLE[p.change]
+        mark = f" (beyond {threshold:.0%})" if id(p) in failing else ""
+        t.add_row(p.config_key, kernel, _f(p.median_a_ms, ".4g"), _mhz(p.clock_a_mhz), _f(p.median_b_ms, ".4g"),
+                  _mhz(p.clock_b_mhz), _f(p.speedup, ".3f") + "×",
+                  f"[{_f(p.ci_low, '.3f')}, {_f(p.ci_high, '.3f')}]", _f(p.p_value, ".2g"),
+                  f"[{style}]{p.change}[/]{mark}")
+    return t
+
+
+def comparison_notes(cmp: Comparison) -> list[str]:
+    notes = []
+    if cmp.only_a:
+        notes.append(f"only in {cmp.a} (not compared): {', '.join(cmp.only_a[:5])}"
+                     + (f" and {len(cmp.only_a) - 5} more" if len(cmp.only_a) > 5 else ""))
+    if cmp.only_b:
+        notes.append(f"only in {cmp.b} (not compared): {', '.join(cmp.only_b[:5])}"
+                     + (f" and {len(cmp.only_b) - 5} more" if len(cmp.only_b) > 5 else ""))
+    if cmp.mixed:
+        notes.append(f"compared across different settings (--allow-mixed): {'; '.join(cmp.mixed[:3])}"
+                     + (f" and {len(cmp.mixed) - 3} more" if len(cmp.mixed) > 3 else ""))
+    return notes
+
+
+def render_comparison(cmp: Comparison, threshold: float | None, notes=()) -> None:
+    """The table (regressions beyond ``threshold`` marked, CI mode), then the comparison's and the caller's notes."""
+    c = console()
+    c.print(comparison_table(cmp, threshold))
+    for note in [*comparison_notes(cmp), *notes]:
+        c.print(f"  note: {note}", markup=False)
+
+
+def render_ci_outcome(cmp: Comparison, threshold: float, bad) -> None:
+    """CI mode's last line: FAIL naming the worst regression, or ok."""
+    if bad:
+        console().print(f"[red]FAIL[/]: {len(bad)} config(s) significantly slower than {cmp.a} by more than "
+                        f"{threshold:.0%} (worst {max(p.slowdown for p in bad):.1%} slower)")
+    else:
+        console().print(f"[green]ok[/]: no config significantly slower than {cmp.a} by more than {threshold:.0%}")

@@ -1,0 +1,84 @@
+"""What `bench ledger verify|show|repair` prints: each ledger's check, its rows as a table or
+an export (CSV, JSON Lines) on stdout, and what a repair removed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from harness.errors import plural
+from harness.reporting.analysis.history import MAX_LISTED
+from harness.reporting.render.console import console
+from harness.reporting.render.rows import outcome_reason
+
+
+def render_verified(name: str, res) -> None:
+    """One ledger's verification (governance.ledger.verify): ok with what was checked, or BAD per problem."""
+    from rich.markup import escape
+
+    c = console()
+    if not res.ok:
+        for text in res.lines():  # one line each, whatever the width: a row's fields can hold [ ]
+            c.print(f"[red]BAD[/]  {name}: {escape(text)}", soft_wrap=True)
+        return
+    n = res.n_results
+    sums = f", {plural(n, 'result row')} add{'s' if n == 1 else ''} up" if n else ""
+    note = f"; [yellow]{escape(res.unchecked)}[/]" if res.unchecked else ""
+    again = (f"; {plural(len(res.remeasured), 'pair')} re-measured at the same commit, the newest "
+             f"measurement standing" if res.remeasured else "")
+    c.print(f"[green]ok[/]   {name}: {plural(res.n_rows, 'row')}, chain intact{sums}{again}{note}")
+    for m in res.remeasured[:MAX_LISTED]:
+        c.print(f"       re-measured {escape(m.describe())}", soft_wrap=True)
+    if len(res.remeasured) > MAX_LISTED:
+        c.print(f"       and {len(res.remeasured) - MAX_LISTED} more (bench ledger show {Path(name).stem})")
+
+
+def render_gone(rel: str, why: str) -> None:
+    """A ledger git knows of that is gone from the work tree."""
+    console().print(f"[red]GONE[/] {Path(rel).name}: {why}")
+
+
+def render_warning(text: str) -> None:
+    """A warning on stderr, so that an export on stdout stays clean."""
+    print(f"bench: warning: {text}", file=sys.stderr)
+
+
+def write_csv(df) -> None:
+    """A data frame as CSV on stdout."""
+    df.to_csv(sys.stdout, index=False)
+
+
+def write_jsonl(lines) -> None:
+    """Rows, already canonical JSON text, one a line on stdout."""
+    for text in lines:
+        sys.stdout.write(text + "\n")
+
+
+def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | None = None) -> None:
+    """The rows as a table, a superseded row marked with the row that superseded it, after the
+    line's ``history`` notes (history.LineHistory.notes)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    c = console()
+    for note in history:
+        head, *items = note.lines()
+        c.print(f"[yellow]history[/]: {escape(head)}", soft_wrap=True)
+        for i in items:
+            c.print(f"  {escape(i)}", soft_wrap=True)
+    superseded = superseded or {}
+    t = Table(title=f"ledger/{line}.jsonl — {plural(len(rows), 'row')}", show_lines=False)
+    for col in ("seq", "kind", "time", "commit", "candidate", "config", "outcome"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        gone = f"[dim](superseded by row {superseded[r['seq']]})[/] " if r["seq"] in superseded else ""
+        t.add_row(str(r["seq"]), r["kind"], r["time"][:19], r["commit"][:10], r.get("candidate", ""),
+                  r.get("config_key", ""), gone + escape(outcome_reason(r)))
+    c.print(t)
+
+
+def render_repaired(fixed) -> None:
+    """What `bench ledger repair` removed (governance.ledger.Ledger.repair) and what stays."""
+    kept = f"rows 0-{fixed.row - 1} are intact" if fixed.row else "no complete row was in it"
+    console().print(f"repaired {fixed.path}: removed an incomplete final line ({fixed.removed_bytes} bytes, "
+                    f"what would have been row {fixed.row}); {kept}")

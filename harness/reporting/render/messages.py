@@ -1,0 +1,24 @@
+"""The CLI's own lines: its version on stdout; an error, an interrupt or an abort as one line
+on stderr (so that an export on stdout stays clean). Imports nothing heavy: ``bench --help``
+loads it."""
+
+from __future__ import annotations
+
+import sys
+
+
+def render_version(version: str) -> None:
+    print(f"bench {version}")
+
+
+def render_error(message: str) -> None:
+    """Bad input or bad usage: the one line naming the problem and the fix."""
+    print(f"bench: error: {message}", file=sys.stderr)
+
+
+def render_interrupted(text: str) -> None:
+    print(f"bench: {text}", file=sys.stderr)
+
+
+def render_aborted() -> None:
+    print("bench: aborted", file=sys.stderr)

@@ -1,0 +1,58 @@
+"""What `bench register` prints: the registered line, its tolerance checks and its reductio."""
+
+from __future__ import annotations
+
+from harness.errors import plural
+from harness.reporting.render.console import console
+
+
+def render_registered(row: dict) -> None:
+    """The registered row: identity, bar, and what the line can tell apart (governance.power)."""
+    from rich.markup import escape
+
+    c = console()
+    c.print(f"registered line [bold]{row['line']}[/] — sha256 {row['registration_sha256'][:12]}, "
+            f"commit {row['registration_commit'][:12]}, {plural(row['n_configs'], 'config')}; "
+            f"bar: {escape(row['registration']['go'])}")
+    for dt, f in sorted((row.get("tolerance_floor") or {}).items()):
+        if f.get("unchecked"):
+            c.print(f"  tolerance floor, {dt}: not checked ({f['unchecked']})")
+            continue
+        from harness.governance.power import ceil_sig
+
+        c.print(f"  tolerance floor, {dt}: the reference rounded to the nearest {dt} needs atol >= "
+                f"{ceil_sig(f['need_atol']):g} at rtol {f['rtol']:g} (registered atol {f['atol']:g}) on "
+                f"{', '.join(f['configs'])}, |ref| up to {max(f['magnitude'].values()):.3g}")
+    power = row.get("tolerance_power") or {}
+    checks = power.get("canaries", [])
+    if checks:
+        n_rej = sum(ch["rejected"] for ch in checks)
+        c.print(f"  tolerance power: {n_rej} of {len(checks)} canary checks rejected"
+                + (f"; waived (accept_weak): {', '.join(power['accepted_weak'])}" if power.get("accepted_weak") else ""))
+    for what, seen in sorted((power.get("downgrades") or {}).items()):
+        c.print(f"  precision {what}: {seen}")
+    _render_reductio(c, row.get("reductio") or {})
+    res = row.get("timing_resolution") or {}
+    if res:
+        c.print(f"  smallest resolvable speedup ({res['mode']} mode): {res['resolvable_speedup']:.3f}"
+                + (f" (control spread on {', '.join(res['devices'])})" if res.get("devices")
+                   else f" (no recorded control spread: the control tolerance {res['control_tolerance']:g})"))
+        for w in res.get("warnings", []):
+            c.print(f"  [yellow]warning[/]: {w}")
+
+
+def _render_reductio(c, red: dict) -> None:
+    """What the registered bar was checked against (governance.reductio), and any waiver."""
+    from rich.markup import escape
+
+    waived = red.get("waived") or []
+    for d in red.get("checked", []):
+        c.print(f"  reductio: checked against {escape(d['device'])} (ceilings row {d['ceilings_ref']['seq']}, "
+                f"{plural(d['baseline_times'], 'recorded baseline time')})")
+    for d in red.get("not_checked", []):
+        c.print(f"  reductio: not checked against {escape(d['device'])}: {escape(d['why'])}")
+    if red.get("note"):
+        c.print(f"  [yellow]note[/]: {escape(red['note'])}")
+    if red.get("beyond_ceiling_ok"):
+        what = f"it would refuse: {waived[0]}" if waived else "nothing known is beyond a ceiling"
+        c.print(escape(f"  reductio waived ([bar] beyond_ceiling_ok = {red['beyond_ceiling_ok']!r}): {what}"))

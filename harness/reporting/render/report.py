@@ -1,0 +1,104 @@
+"""`bench report LINE`: the report's data rendered as Markdown and one self-contained HTML page.
+
+``report_data`` (``analysis/report.py``) is rendered through two jinja2 templates
+(``templates/report.md.j2``, ``templates/report.html.j2``); the plots (``plots.py``) are PNG
+files beside the Markdown and base64 ``data:`` URIs inside the HTML, so the page needs
+nothing else. Rendering is deterministic: the same ledger gives the same text, byte for byte.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+from importlib import resources
+from pathlib import Path
+
+from harness.reporting.analysis.lines import LineView
+from harness.reporting.analysis.report import report_data, speedup_thresholds
+from harness.reporting.render.console import console
+
+PLOTS = (("speedup", "Speedup by shape"), ("roofline", "Achieved rate against the ceilings"),
+         ("control", "Control ratio"), ("clock", "SM clock over the sweep"))
+
+
+@functools.lru_cache(maxsize=None)
+def _template(name: str) -> str:
+    """A template's text, shipped as package data beside this module."""
+    return resources.files(__package__).joinpath("templates", name).read_text(encoding="utf-8")
+
+
+def figures(view: LineView) -> dict[str, bytes]:
+    """name → PNG bytes for the report's four plots."""
+    from harness.reporting.render import plots
+
+    data_results = view.results()
+    tol = next(((r.get("policy") or {}).get("control_tolerance") for r in data_results), None)
+    return {"speedup": plots.speedup_plot(data_results, speedup_thresholds(view.registration.get("go"))),
+            "roofline": plots.roofline_plot(data_results),
+            "control": plots.control_plot(data_results, tol),
+            "clock": plots.clock_plot(data_results)}
+
+
+def _env():
+    import jinja2
+    from markupsafe import Markup, escape
+
+    env = jinja2.Environment(autoescape=False, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+
+    def md_bold(text):  # the one Markdown construct table cells use: **kind**
+        parts = str(escape(text)).split("**")
+        return Markup("".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts)))
+
+    env.filters["md_bold"] = md_bold
+    env.filters["md_cell"] = lambda text: str(text).replace("|", "\\|")
+    return env
+
+
+def markdown(data: dict) -> str:
+    return _env().from_string(_template("report.md.j2")).render(d=data, plots=PLOTS)
+
+
+def html(data: dict, images: dict[str, bytes]) -> str:
+    env = _env()
+    env.autoescape = True
+    encoded = {name: base64.b64encode(png).decode("ascii") for name, png in images.items()}
+    return env.from_string(_template("report.html.j2")).render(d=data, plots=PLOTS, images=encoded)
+
+
+def write(view: LineView, out: Path, data: dict | None = None) -> dict[str, Path]:
+    """Write ``report.md`` (with its PNGs) and the self-contained ``report.html`` under ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = data if data is not None else report_data(view)
+    images = figures(view)
+    paths = {}
+    for name, png in images.items():
+        p = out / f"{name}.png"
+        p.write_bytes(png)
+        paths[name] = p
+    paths["markdown"] = out / "report.md"
+    paths["markdown"].write_text(markdown(data))
+    paths["html"] = out / "report.html"
+    paths["html"].write_text(html(data, images))
+    return paths
+
+
+def summary(data: dict) -> list[str]:
+    """What the CLI prints beside the paths: the verdict (or provisional) and each clause."""
+    head = (f"{data['line']}: provisional (no verdict yet)" if data["provisional"]
+            else f"{data['line']}: {data['verdict']['outcome']} (ledger row {data['verdict']['seq']})")
+    said = [head]
+    for h in data.get("history", []):
+        said += [f"  history: {h['text']}", *(f"    {i}" for i in h["items"])]
+    for c in data["clauses"]:
+        said.append(f"  {c['outcome']:<8} {c['text']}  → {c['value']} ({c['op']} {c['threshold']}, {c['n']} rows)"
+                    + ("" if c["source"] == "—" else f"; measured: {c['source']}"))
+    return said
+
+
+def render_report(data: dict, paths: dict[str, Path]) -> None:
+    """The summary, then where the report went."""
+    c = console()
+    for text in summary(data):
+        c.print(text, markup=False)
+    c.print(f"wrote {paths['html']} (self-contained) and {paths['markdown']} with its plots", markup=False)

@@ -1,0 +1,70 @@
+"""What `bench route` writes and shows: the table as JSON, the dispatcher module, and a rich table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.reporting.analysis.route import CONFIG_FIELDS, RouteTable
+from harness.reporting.render.console import console
+
+DISPATCHER = '''"""Shape-aware dispatch table written by `bench route {lines}` from the ledgers alone.
+
+Device: {device}. Geomean speedup over {baseline} on the routed grid: {geomean:.4g}x,
+worst {worst:.4g}x. Shapes not in the table fall back to the baseline.
+"""
+
+BASELINE = {baseline!r}
+FIELDS = {fields!r}
+ROUTES = {{
+{routes}
+}}
+
+
+def choose(workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal):
+    """The kernel to run for this shape: the routed one, or BASELINE for an unseen shape."""
+    return ROUTES.get((workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal), BASELINE)
+'''
+
+
+def dispatcher_source(table: RouteTable) -> str:
+    entries = "\n".join(f"    {tuple(r.config.get(f) for f in CONFIG_FIELDS)!r}: {r.kernel!r},  # {r.speedup:.3f}x"
+                        for r in table.routes)
+    return DISPATCHER.format(lines=" ".join(table.lines), device=table.device, baseline=table.baseline,
+                             geomean=table.geomean, worst=table.worst.speedup, fields=CONFIG_FIELDS, routes=entries)
+
+
+def write(table: RouteTable, out: Path, stem: str = "route") -> tuple[Path, Path]:
+    """``<out>/<stem>.json`` and ``<out>/<stem>.py`` (the dispatcher)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    js, py = out / f"{stem}.json", out / f"{stem}.py"
+    js.write_text(json.dumps(table.as_json(), indent=1, sort_keys=True) + "\n")
+    py.write_text(dispatcher_source(table))
+    return js, py
+
+
+def route_table(table: RouteTable):
+    """A rich Table of the routes with the geomean and the worst case in the caption."""
+    from rich.table import Table
+
+    w = table.worst
+    t = Table(title=f"route over {', '.join(table.lines)} on {table.device} (baseline {table.baseline})",
+              caption=f"geomean {table.geomean:.3f}× over {len(table.routes)} shapes; worst {w.speedup:.3f}× "
+                      f"({w.config_key} → {w.kernel})")
+    for col in ("shape", "kernel", "speedup", "CI", "interleaved ms at clock", "passed over"):
+        t.add_column(col, justify="right" if col in ("speedup", "CI") else "left", overflow="fold")
+    for r in table.routes:
+        style = "bold" if r.kernel != table.baseline else "dim"
+        t.add_row(r.config_key, f"[{style}]{r.kernel}[/]", f"{r.speedup:.3f}×",
+                  "—" if r.line is None else f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", r.times(), r.why)
+    return t
+
+
+def render_route(table: RouteTable, js: Path, py: Path, notes=()) -> None:
+    """The routes, the caller's notes, and where the files went."""
+    c = console()
+    c.print(route_table(table))
+    for note in notes:
+        c.print(f"  note: {note}", markup=False)
+    c.print(f"wrote {js} and {py} (import it: choose(workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal))")

@@ -1,0 +1,69 @@
+"""A ledger row at a glance (the ledger table, the sweep's log lines), and the number formats they share."""
+
+from __future__ import annotations
+
+from harness.governance.outcomes import (CEILINGS, CRASHED, INCORRECT, PROFILE, REGISTERED, RESULT, SKIPPED, SUPERSEDES,
+                                         THROTTLED, UNSUPPORTED, VERDICT)
+
+
+def fmt(v, spec=".3g"):
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return format(v, spec)
+    return str(v)
+
+
+def outcome_reason(row: dict) -> str:
+    """One readable line saying what happened to a row (the reason at a glance)."""
+    kind = row["kind"]
+    if kind == RESULT:
+        return _result_reason(row)
+    if kind == INCORRECT:
+        return f"[{row.get('tag')}] {row.get('reason')}"
+    if kind in (SKIPPED, UNSUPPORTED, CRASHED, THROTTLED):
+        return row.get("reason", "")
+    if kind == REGISTERED:
+        return f"bar: {row['registration']['go']} · prediction {row['registration']['prediction']}"
+    if kind == VERDICT:
+        cov = row.get("coverage")
+        on = f"; decided on {cov['decided']} of {cov['pairs']} pairs" if cov else ""
+        return (f"{row['outcome']}: {row['primary']} = {fmt(row.get('primary_value'), '.4g')} "
+                f"(predicted {row['prediction']}){on}")
+    if kind == SUPERSEDES:
+        return f"supersedes rows {row.get('supersedes')}: {row.get('reason')}"
+    if kind == PROFILE:
+        if row.get("error"):
+            return f"no counters: {row['error']}"
+        k = row.get("counters") or {}
+        flag = f" (impossible: {row['impossible']})" if row.get("impossible") else ""
+        return (f"DRAM read {fmt(mb(k.get('dram_read_bytes')), '.4g')} MB, write "
+                f"{fmt(mb(k.get('dram_write_bytes')), '.4g')} MB, {fmt(k.get('launches'), '.0f')} launches"
+                + flag)
+    if kind == CEILINGS:
+        return f"copy {fmt(row.get('copy_gbps'), '.4g')} GB/s"
+    return ""
+
+
+def _result_reason(row: dict) -> str:
+    """A result at a glance: the speedup beside the interleaved medians and clock it is the ratio
+    of, the rates beside the time, clock and power they were computed from (protocol named)."""
+    from harness.governance.metrics import INTERLEAVED
+    from harness.reporting.analysis import protocol
+
+    m = row["metrics"]
+    flags = [f for f in ("impossible", "rig_noisy") if row.get(f)]
+    rt = protocol.rates(row)
+    rates = f"{fmt(m.get('tflops'), '.4g')} TFLOP/s, {fmt(m.get('gbps'), '.4g')} GB/s"
+    if rt.protocol == INTERLEAVED:
+        rates += " (from that interleaved median)"
+    else:
+        rates += f" ({rt.text()}" + ("" if rt.power_w is None else f", {rt.power_w:.0f} W") + ")"
+    return (f"speedup {fmt(m.get('speedup'), '.3f')}× [{fmt(m.get('speedup_ci_low'), '.3f')}, "
+            f"{fmt(m.get('speedup_ci_high'), '.3f')}] ({protocol.speedup_text(row)}); {rates}; host "
+            f"{fmt(m.get('host_us'), '.3g')} µs/call, control {fmt(m.get('control'), '.4f')}"
+            + (f" ({', '.join(flags)})" if flags else ""))
+
+
+def mb(v):
+    return None if v is None else v / 1e6

@@ -1,0 +1,84 @@
+"""What `bench status` shows: every line's state as a rich table, or each amendment chain as a tree."""
+
+from __future__ import annotations
+
+from harness.reporting.analysis.status import LineStatus
+from harness.reporting.render.console import console
+
+SHALLOW_NOTE = ("note: this clone is shallow: the history of {n} of {total} lines before its oldest commit is not "
+                "here and was not checked (bench ledger verify names what; git fetch --unshallow checks it)")
+
+
+def _style(s: LineStatus) -> str:
+    if s.state == "GONE":
+        return "red"
+    return {"GO": "green", "NO-GO": "red"}.get(s.outcome or "", "yellow" if s.state.startswith("BROKEN") else "")
+
+
+def _state_cell(s: LineStatus) -> str:
+    from rich.markup import escape
+
+    style = _style(s)
+    state = f"[{style}]{escape(s.state)}[/]" if style else escape(s.state)
+    state += f" [dim]({escape(s.note)})[/]" if s.note else ""
+    return state + (f" — {escape('; '.join(s.history))}" if s.history else "")
+
+
+def _commit(s: LineStatus) -> str:
+    return s.commit if s.commit is None or " " in s.commit else s.commit[:12]
+
+
+def status_table(rows: list[LineStatus]):
+    from rich.table import Table
+
+    t = Table(title=f"{len(rows)} lines")
+    for col in ("line", "state", "commit", "device"):
+        t.add_column(col, overflow="fold")
+    for s in rows:
+        t.add_row(s.line, _state_cell(s), _commit(s) or "—", s.device or "—")
+    return t
+
+
+def lineage_trees(rows: list[LineStatus], chains: list[list[tuple[int, str]]]):
+    """One rich Tree per amendment chain (history.chains): each line with its state, commit
+    and device; under it, what else happened to it (re-opened, re-measured, GONE)."""
+    from rich.markup import escape
+    from rich.tree import Tree
+
+    by = {s.line: s for s in rows}
+    trees = []
+    for chain in chains:
+        stack: list = []
+        root = None
+        for depth, line in chain:
+            s = by[line]
+            style = _style(s)
+            state = f"[{style}]{escape(s.state)}[/]" if style else escape(s.state)
+            where = ", ".join(x for x in (_commit(s), s.device) if x)
+            label = f"[bold]{escape(line)}[/] — {state}" + (f" ({escape(where)})" if where else "")
+            if depth:
+                label = f"amended by {label}"
+            node = Tree(label) if depth == 0 else stack[depth - 1].add(label)
+            root = root or node
+            for d in s.details:
+                if not d.text.startswith(("amended by", "amends")):  # the tree itself shows those
+                    leaf = node.add(f"[dim]{escape(d.text)}[/]")
+                    for i in d.items:
+                        leaf.add(f"[dim]{escape(i)}[/]")
+            del stack[depth:]
+            stack.append(node)
+        trees.append(root)
+    return trees
+
+
+def render_status(rows: list[LineStatus], chains=None) -> None:
+    """The table, or with ``chains`` (history.chains) one tree per chain; then the shallow-clone note."""
+    c = console()
+    if chains is not None:
+        for tree in lineage_trees(rows, chains):
+            c.print(tree)
+    else:
+        c.print(status_table(rows))
+    shallow = [s.line for s in rows if s.note]
+    if shallow:
+        c.print(SHALLOW_NOTE.format(n=len(shallow), total=len(rows)))

@@ -1,0 +1,45 @@
+"""What `bench verdict` prints: each clause, the coverage, the primary and the outcome."""
+
+from __future__ import annotations
+
+from harness.errors import plural
+from harness.governance.outcomes import Remeasure
+from harness.reporting.analysis.history import MAX_LISTED
+from harness.reporting.render.console import console
+from harness.reporting.render.rows import fmt
+
+
+def render_verdict(v) -> None:
+    c = console()
+    for cl in v.bar.clauses:
+        mark = "[green]pass[/]" if cl.passed else "[red]fail[/]"
+        c.print(f"  {mark}  {cl.text}   → {fmt(cl.value, '.4g')} over {plural(cl.n, 'row')}")
+    for cl in v.verify:
+        mark = {True: "[green]pass[/]", False: "[red]fail[/]", None: "[yellow]unknown[/]"}[cl.passed]
+        bad = [x for x in cl.checks if x.holds is not True]
+        shown = "; ".join(f"{x.candidate} @ {x.config_key}: {fmt(x.left, '.4g')} vs {fmt(x.right, '.4g')}"
+                          for x in bad[:3])
+        c.print(f"  {mark}  verify: {cl.text}   over {plural(len(cl.checks), 'profiled result')}"
+                + (f" — {len(bad)} not holding, e.g. {shown}" if bad else ""))
+    if v.excluded:
+        c.print(f"  excluded from the bar: {', '.join(f'{k}: {n}' for k, n in sorted(v.excluded.items()))}")
+    again = v.row.get("remeasured") or []
+    if again:
+        c.print(f"  re-measured at the same commit, decided on the newest measurement ({plural(len(again), 'pair')}):")
+        for m in again[:MAX_LISTED]:
+            c.print(f"    {Remeasure.from_row(m).describe()}", markup=False)
+        if len(again) > MAX_LISTED:
+            c.print(f"    and {len(again) - MAX_LISTED} more (bench ledger show {v.row['line']})")
+    cov = v.row.get("coverage")
+    if cov:
+        c.print(f"  coverage: decided on {cov['decided']} of {cov['pairs']} registered pairs "
+                f"(min_coverage {cov['min_coverage']:g})")
+    c.print(f"  {v.primary} = {fmt(v.primary_value, '.4g')}, predicted {v.prediction:g}"
+            + ("" if v.primary_value is None else f" (outcome − prediction = {v.primary_value - v.prediction:+.4g})"))
+    color = "green" if v.outcome == "GO" else "red"
+    if v.dry_run:
+        c.print(f"[bold {color}]{v.outcome}[/] — dry run: nothing written, line {v.row['line']} stays open "
+                f"(`bench verdict {v.row['line']}` writes this verdict and commits it)")
+        return
+    c.print(f"[bold {color}]{v.outcome}[/] — line {v.row['line']} closed at ledger row {v.row['seq']}"
+            + (f", committed as {v.anchored[:12]}" if v.anchored else ""))
