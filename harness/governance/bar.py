@@ -49,14 +49,13 @@ and only ``==``/``!=``/``in``.
 from __future__ import annotations
 
 import math
-import operator
-import re
 import statistics
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from ..errors import UserError
-from .metrics import NAMES
+from harness.governance.metrics import NAMES
+from harness.governance.tokens import (COMPARE, END, MAX_NESTING, NAME, NUMBER, OPERATOR, PUNCT, STRING, BarError,
+                                       Token, syntax_error, tokenize)
 
 # The metric names a bar may aggregate: the metric table's (every one a result row carries).
 METRICS: tuple[str, ...] = NAMES
@@ -81,109 +80,9 @@ _NO_METRIC = frozenset({"pass_rate"})
 
 KEYWORDS = frozenset({"and", "or", "not", "where", "in", "true", "false"})
 
-_COMPARE: dict[str, Callable[[object, object], bool]] = {
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
 _EQUALITY_OPS = frozenset({"==", "!="})
 
-# Deep nesting is never a real bar; the cap keeps hostile input from hitting Python's
-# recursion limit (a bug-shaped RecursionError instead of a BarError).
-MAX_NESTING = 32
-
 _EXAMPLE = "e.g. geomean(speedup) >= 1.10 and pass_rate == 1.0"
-
-
-class BarError(UserError):
-    """The bar expression is malformed; the message shows where, with a caret."""
-
-
-# --------------------------------------------------------------------------- tokens
-
-_NUM, _STR, _NAME, _OP, _PUNCT, _END = "number", "string", "name", "operator", "punct", "end"
-
-_NUMBER_RE = re.compile(r"-?(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][+-]?\d+)?")
-_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NUMBER_TAIL = re.compile(r"[A-Za-z0-9_.]")  # a number glued to these is malformed
-_OPERATORS = ("==", "!=", "<=", ">=", "<", ">")  # two-character ones first
-_PUNCTUATION = "()[],"
-# Arithmetic, for the [verify] clauses (harness/governance/verify.py); the bar grammar has
-# no place for it, so the bar parser refuses these tokens where they appear. "-" glued to
-# digits is a number's sign (the number rule is tried first).
-_ARITHMETIC = "+-*/"
-
-
-@dataclass(frozen=True)
-class _Token:
-    kind: str
-    text: str
-    pos: int  # 0-based offset into the expression
-    value: object = None
-
-    def describe(self) -> str:
-        if self.kind == _END:
-            return "end of expression"
-        if self.kind in (_NUM, _STR):
-            return f"{self.kind} {self.text}"
-        return f"'{self.text}'"
-
-
-def _error(expr: str, pos: int, what: str, hint: str | None = None, label: str = "bar") -> BarError:
-    """A BarError naming the 1-based column, with the expression and a caret under it."""
-    suffix = f" ({hint})" if hint else ""
-    shown = re.sub(r"\s", " ", expr)  # one column per character, so the caret lines up
-    return BarError(f"{label}: {what} at column {pos + 1}{suffix}\n  {shown}\n  {' ' * pos}^")
-
-
-def _tokenize(expr: str, label: str = "bar") -> list[_Token]:
-    tokens: list[_Token] = []
-    pos = 0
-    while pos < len(expr):
-        ch = expr[pos]
-        if ch.isspace():
-            pos += 1
-            continue
-        number = _NUMBER_RE.match(expr, pos)
-        if number:
-            text = number.group()
-            end = number.end()
-            if end < len(expr) and _NUMBER_TAIL.match(expr, end):
-                raise _error(expr, pos, f"malformed number '{text}{expr[end]}'", label=label)
-            value = float(text) if any(c in text for c in ".eE") else int(text)
-            if not math.isfinite(value):
-                raise _error(expr, pos, f"number {text} is out of range", label=label)
-            tokens.append(_Token(_NUM, text, pos, value))
-            pos = end
-            continue
-        name = _NAME_RE.match(expr, pos)
-        if name:
-            tokens.append(_Token(_NAME, name.group(), pos))
-            pos = name.end()
-            continue
-        if ch in "\"'":
-            close = expr.find(ch, pos + 1)
-            if close < 0:
-                raise _error(expr, pos, "unterminated string", f"close it with {ch}", label=label)
-            tokens.append(_Token(_STR, expr[pos : close + 1], pos, expr[pos + 1 : close]))
-            pos = close + 1
-            continue
-        op = next((o for o in _OPERATORS if expr.startswith(o, pos)), None)
-        if op:
-            tokens.append(_Token(_OP, op, pos))
-            pos += len(op)
-            continue
-        if ch in _PUNCTUATION or ch in _ARITHMETIC:
-            tokens.append(_Token(_PUNCT, ch, pos))
-            pos += 1
-            continue
-        hint = "use '==' to compare" if ch == "=" else None
-        raise _error(expr, pos, f"unexpected character '{ch}'", hint, label)
-    tokens.append(_Token(_END, "", len(expr)))
-    return tokens
 
 
 # --------------------------------------------------------------------------- nodes
@@ -256,32 +155,32 @@ class Bar:
 class _Parser:
     def __init__(self, expr: str):
         self.expr = expr
-        self.tokens = _tokenize(expr)
+        self.tokens = tokenize(expr)
         self.i = 0
         self.depth = 0
         self.clauses: list[Comparison] = []
 
     # token helpers
-    def peek(self, ahead: int = 0) -> _Token:
+    def peek(self, ahead: int = 0) -> Token:
         return self.tokens[min(self.i + ahead, len(self.tokens) - 1)]
 
-    def advance(self) -> _Token:
+    def advance(self) -> Token:
         tok = self.peek()
         self.i += 1
         return tok
 
     def is_word(self, word: str, ahead: int = 0) -> bool:
         tok = self.peek(ahead)
-        return tok.kind == _NAME and tok.text == word
+        return tok.kind == NAME and tok.text == word
 
     def is_punct(self, ch: str) -> bool:
         tok = self.peek()
-        return tok.kind == _PUNCT and tok.text == ch
+        return tok.kind == PUNCT and tok.text == ch
 
-    def fail(self, tok: _Token, what: str, hint: str | None = None) -> BarError:
-        return _error(self.expr, tok.pos, what, hint)
+    def fail(self, tok: Token, what: str, hint: str | None = None) -> BarError:
+        return syntax_error(self.expr, tok.pos, what, hint)
 
-    def expect_punct(self, ch: str, context: str) -> _Token:
+    def expect_punct(self, ch: str, context: str) -> Token:
         if not self.is_punct(ch):
             tok = self.peek()
             raise self.fail(tok, f"expected '{ch}' {context}, got {tok.describe()}")
@@ -330,19 +229,19 @@ class _Parser:
 
     def expect_end(self, hint: str) -> None:
         tok = self.peek()
-        if tok.kind != _END:
+        if tok.kind != END:
             raise self.fail(tok, f"unexpected {tok.describe()}", hint)
 
     def comparison(self) -> Comparison:
         start = self.peek().pos
         agg = self.aggregate()
         op = self.peek()
-        if op.kind != _OP:
+        if op.kind != OPERATOR:
             raise self.fail(op, f"expected a comparison after {agg.func}, got {op.describe()}",
                             "one of == != < <= > >= and a number")
         self.advance()
         num = self.peek()
-        if num.kind != _NUM:
+        if num.kind != NUMBER:
             raise self.fail(num, f"expected a number after '{op.text}', got {num.describe()}")
         self.advance()
         end = num.pos + len(num.text)
@@ -352,7 +251,7 @@ class _Parser:
 
     def aggregate(self) -> Aggregate:
         tok = self.peek()
-        if tok.kind != _NAME or tok.text in KEYWORDS:
+        if tok.kind != NAME or tok.text in KEYWORDS:
             raise self.fail(tok, f"expected an aggregate, got {tok.describe()}",
                             f"known: {', '.join(AGGREGATES)}; {_EXAMPLE}")
         if tok.text in METRICS:
@@ -378,7 +277,7 @@ class _Parser:
 
     def metric(self, func: str) -> str | None:
         tok = self.peek()
-        if tok.kind != _NAME or tok.text == "where":
+        if tok.kind != NAME or tok.text == "where":
             if func in _METRIC_OPTIONAL:
                 return None
             raise self.fail(tok, f"{func} needs a metric, got {tok.describe()}",
@@ -401,7 +300,7 @@ class _Parser:
     def field_test(self) -> FieldTest:
         tok = self.peek()
         known = f"known: {', '.join(FILTER_FIELDS)}"
-        if tok.kind != _NAME or tok.text in KEYWORDS:
+        if tok.kind != NAME or tok.text in KEYWORDS:
             raise self.fail(tok, f"expected a filter field, got {tok.describe()}", known)
         if tok.text in METRICS:
             raise self.fail(tok, f"'{tok.text}' is a metric; filters select configs by field", known)
@@ -417,7 +316,7 @@ class _Parser:
             return FieldTest(field, "not in" if negate else "in", self.literal_list(field))
 
         op = self.peek()
-        if op.kind == _OP:
+        if op.kind == OPERATOR:
             if ftype is not int and op.text not in _EQUALITY_OPS:
                 raise self.fail(op, f"'{op.text}' does not apply to {ftype.__name__} field '{field}'",
                                 "use ==, != or in [...]")
@@ -440,11 +339,11 @@ class _Parser:
     def literal(self, field: str) -> object:
         tok = self.peek()
         ftype = FILTER_FIELDS[field]
-        if tok.kind == _NUM:
+        if tok.kind == NUMBER:
             got, value = int, tok.value
-        elif tok.kind == _STR:
+        elif tok.kind == STRING:
             got, value = str, tok.value
-        elif tok.kind == _NAME and tok.text in ("true", "false"):
+        elif tok.kind == NAME and tok.text in ("true", "false"):
             got, value = bool, tok.text == "true"
         else:
             raise self.fail(tok, f"expected a value for '{field}', got {tok.describe()}",
@@ -461,7 +360,7 @@ def _parser(expr: str) -> _Parser:
     if not isinstance(expr, str):
         raise BarError(f"bar: expected a string expression, got {type(expr).__name__}")
     if not expr.strip():
-        raise _error(expr, 0, "empty expression", _EXAMPLE)
+        raise syntax_error(expr, 0, "empty expression", _EXAMPLE)
     return _Parser(expr)
 
 
@@ -529,7 +428,7 @@ def _matches(node: Node, row: dict) -> bool:
         return actual in node.value
     if node.op == "not in":
         return actual not in node.value
-    return _COMPARE[node.op](actual, node.value)
+    return COMPARE[node.op](actual, node.value)
 
 
 def field_tests(node) -> list[FieldTest]:
@@ -568,7 +467,7 @@ def reduce(func: str, values: list[float]) -> float:
 
 def compare(op: str, value: float, threshold: float) -> bool:
     """``value op threshold`` with one of the bar's comparison operators."""
-    return _COMPARE[op](value, threshold)
+    return COMPARE[op](value, threshold)
 
 
 def combine(bar: Bar, truths: list[bool | None]) -> bool | None:
@@ -625,7 +524,7 @@ def evaluate(bar: Bar, rows: list[dict]) -> BarOutcome:
     outcomes, truth = [], []
     for clause in bar.clauses():
         value, n = _aggregate(clause.aggregate, rows)
-        known = None if value is None else _COMPARE[clause.op](value, clause.threshold)
+        known = None if value is None else COMPARE[clause.op](value, clause.threshold)
         truth.append(known)
         outcomes.append(ClauseOutcome(clause.text, value, clause.op, clause.threshold, bool(known), n))
     return BarOutcome(_combine(bar.root, truth) is True, tuple(outcomes))
