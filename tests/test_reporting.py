@@ -89,7 +89,7 @@ def _samples(median: float, n: int = 60, spread: float = 0.01, seed: int = 0) ->
 def test_tidy_has_one_typed_row_per_outcome_and_named_metric_columns():
     rows = read_rows(FIXTURE)
     outcomes = [r for r in rows if r["kind"] in ("result", "incorrect", "skipped")]
-    df = dataframe(FIXTURE, tidy=True)
+    df = tidy.tidy(FIXTURE)
     assert len(df) == len(outcomes) == 15
     assert list(df.columns[:10]) == list(tidy.LEAD_COLUMNS)
     assert str(df["seq_len"].dtype) == "Int64" and str(df["causal"].dtype) == "boolean"

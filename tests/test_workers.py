@@ -113,7 +113,7 @@ def _rows(root: Path, line: str) -> list[dict]:
 
 
 def _outcomes(root: Path, line: str) -> list[dict]:
-    from harness.governance.ledger import current_rows
+    from harness.governance.outcomes import current_rows
     from harness.governance.outcomes import OUTCOME_KINDS
 
     return [r for r in current_rows(_rows(root, line)) if r["kind"] in OUTCOME_KINDS]

@@ -107,6 +107,7 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
     from harness.governance.ledger import KINDS, canonical, dataframe, read_rows, verify_refusal
     from harness.governance.ledger import verify as do_verify
     from harness.reporting.render import render_ledger
+    from harness.reporting.tidy import tidy as tidy_view
 
     # Contradictory flags are refused before anything is read.
     if csv and json:
@@ -122,7 +123,7 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
     if not res.ok:
         print(f"bench: warning: {verify_refusal(f'ledger/{path.name}', res, 'trusting these rows')}", file=sys.stderr)
     if format is not None:
-        df = dataframe(path, tidy=True)
+        df = tidy_view(path)
         if kind:
             df = df[df["kind"] == kind]
         df.to_csv(sys.stdout, index=False)
@@ -138,7 +139,7 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
                 sys.stdout.write(canonical(r) + "\n")
         else:
             from harness.governance.gitguard import repo_root
-            from harness.governance.ledger import superseded_by
+            from harness.governance.outcomes import superseded_by
             from harness.reporting.history import index, line_history
 
             everything = read_rows(path)

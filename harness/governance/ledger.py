@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from harness.errors import UserError, plural
 from harness.governance import gitguard
@@ -676,35 +676,11 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def superseded_by(rows: Iterable[dict]) -> dict[int, int]:
-    """seq of each row a ``supersedes`` row names → the seq of the first one naming it."""
-    out: dict[int, int] = {}
-    for r in rows:
-        if r.get("kind") == SUPERSEDES:
-            for s in r.get("supersedes", []):
-                out.setdefault(s, r.get("seq"))
-    return out
-
-
-def current_rows(rows: Iterable[dict]) -> list[dict]:
-    """Rows not named by any ``supersedes`` row."""
-    rows = list(rows)
-    gone = superseded_by(rows)
-    return [r for r in rows if r.get("seq") not in gone]
-
-
-def dataframe(path: Path, *, tidy: bool = False):
-    """The ledger's rows as a flat pandas DataFrame (nested fields joined with '.').
-
-    ``tidy=True``: one row per current (config, kernel) outcome with typed config columns
-    and one float column per metric (``harness.reporting.tidy``).
-    """
+def dataframe(path: Path):
+    """The ledger's rows as a flat pandas DataFrame (nested fields joined with '.'); the tidy
+    view (one row per current outcome, typed columns) is ``harness.reporting.tidy.tidy``."""
     import pandas as pd
 
-    if tidy:
-        from harness.reporting.tidy import tidy as tidy_view
-
-        return tidy_view(Path(path))
     rows = read_rows(Path(path))
     if not rows:
         return pd.DataFrame()

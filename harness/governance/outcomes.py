@@ -6,6 +6,7 @@ and the reports all read these; none restates them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 # Outcome kinds: what happened to one (config, candidate) pair at one sweep.
 RESULT = "result"  # measured: metrics, raw samples, CI, control
@@ -83,10 +84,25 @@ def measured_on(row: dict, any_gpu: bool = False) -> tuple:
     return row.get("commit"), env.get("device"), None if any_gpu else env.get("gpu"), code
 
 
+def superseded_by(rows: Iterable[dict]) -> dict[int, int]:
+    """seq of each row a ``supersedes`` row names → the seq of the first one naming it."""
+    out: dict[int, int] = {}
+    for r in rows:
+        if r.get("kind") == SUPERSEDES:
+            for s in r.get("supersedes", []):
+                out.setdefault(s, r.get("seq"))
+    return out
+
+
+def current_rows(rows: Iterable[dict]) -> list[dict]:
+    """Rows not named by any ``supersedes`` row."""
+    rows = list(rows)
+    gone = superseded_by(rows)
+    return [r for r in rows if r.get("seq") not in gone]
+
+
 def current_outcomes(rows) -> list[dict]:
     """The current (not superseded) outcome rows, in ledger order."""
-    from harness.governance.ledger import current_rows
-
     return [r for r in current_rows(rows) if r.get("kind") in OUTCOME_KINDS]
 
 
@@ -125,8 +141,6 @@ def remeasures(rows) -> tuple[Remeasure, ...]:
     """Every candidate pair whose standing outcome replaced earlier outcomes of that pair
     measured at the same commit on the same device (a re-measure, not a re-sweep at a newer
     commit), in ledger order of the standing row."""
-    from harness.governance.ledger import superseded_by
-
     # Any ledger verifies: an outcome row lacking its pair's fields is nobody's re-measure.
     rows = [r for r in rows if r.get("kind") not in OUTCOME_KINDS or ("config_key" in r and "candidate" in r)]
     gone = superseded_by(rows)
@@ -145,8 +159,6 @@ def remeasures(rows) -> tuple[Remeasure, ...]:
 def resweeps(rows) -> int:
     """Outcome rows superseded by a sweep at another commit or device (a re-sweep of newer
     code, not a re-measure): what the line's current outcomes replaced from earlier sweeps."""
-    from harness.governance.ledger import superseded_by
-
     rows = list(rows)
     by_seq = {r.get("seq"): r for r in rows}
     return sum(1 for old, new in superseded_by(rows).items()

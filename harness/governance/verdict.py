@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from harness.errors import UserError
 from harness.governance import bar as barlang
 from harness.governance import verify as verifylang
-from harness.governance.ledger import anchor, current_rows, require_anchorable, require_anchored
+from harness.governance.ledger import anchor, require_anchorable, require_anchored
 from harness.governance.line import Line
-from harness.governance.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, latest_outcomes,
-                                         UNSUPPORTED, measured_on, outcome_key, remeasures, state_of)
+from harness.governance.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, current_rows,
+                                         UNSUPPORTED, latest_outcomes, measured_on, outcome_key, remeasures, state_of)
 
 GO, NO_GO = "GO", "NO-GO"
 # Failing pairs a verdict row lists per [verify] clause (the count is always complete).

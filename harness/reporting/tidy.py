@@ -28,7 +28,7 @@ TAIL_COLUMNS = ("n_samples", "n_baseline_samples", "n_rounds", "n_dropped_rounds
 
 def tidy_records(rows) -> tuple[list[dict], list[str]]:
     """(records, metric names in first-seen order) for every current outcome row."""
-    from harness.governance.ledger import current_rows
+    from harness.governance.outcomes import current_rows
     from harness.governance.metrics import rate_protocol
     from harness.reporting.lines import arm_samples
 

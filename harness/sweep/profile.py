@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from harness.errors import UserError
-from harness.governance.ledger import current_rows
+from harness.governance.outcomes import current_rows
 from harness.governance.outcomes import PROFILE, RESULT, measured_on
 from harness.measurement import counters
 from harness.workloads import Config, formulas
