@@ -15,7 +15,6 @@ Python API: ``read_rows(path)``, ``verify(path)``, ``dataframe(path, tidy=False)
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -30,6 +29,7 @@ from typing import Any, Iterator
 from harness.errors import UserError, plural
 from harness.governance import gitguard
 from harness.governance.gitguard import LEDGER_DIR
+from harness.governance.locks import exclusive
 from harness.governance.outcomes import ROW_KINDS, SUPERSEDES, VERDICT
 from harness.jsonsafe import jsonable
 
@@ -526,20 +526,10 @@ class Ledger:
     def rows(self) -> list[dict]:
         return read_rows(self.path)
 
-    @contextlib.contextmanager
     def _lock(self):
-        from filelock import FileLock, Timeout
-
-        lock = FileLock(str(self.path) + ".lock", timeout=LOCK_TIMEOUT_S)
-        try:
-            lock.acquire()
-        except Timeout:
-            raise UserError(f"{self.path} stayed locked for {LOCK_TIMEOUT_S:.0f} s by another writer: "
-                            f"check for a stuck bench process") from None
-        try:
-            yield
-        finally:
-            lock.release()
+        return exclusive(Path(str(self.path) + ".lock"), timeout=LOCK_TIMEOUT_S,
+                         busy=f"{self.path} stayed locked for {LOCK_TIMEOUT_S:.0f} s by another writer: "
+                              f"check for a stuck bench process")
 
     @property
     def rel(self) -> str:

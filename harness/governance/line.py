@@ -20,6 +20,7 @@ from harness.errors import UserError, shown
 from harness.governance import codeprov, gitguard, registration
 from harness.governance.codeprov import CODE_PACKAGES, require_code_from
 from harness.governance.ledger import Ledger, ledger_path, rows_at, verify, verify_refusal
+from harness.governance.locks import exclusive
 from harness.governance.outcomes import REGISTERED, VERDICT
 
 
@@ -59,20 +60,11 @@ class Line:
 @contextlib.contextmanager
 def line_lock(root: Path, line: str) -> Iterator[None]:
     """Exclusive use of one line for one bench command; a second one is refused at once."""
-    from filelock import FileLock, Timeout
-
     path = ledger_path(root, line).with_suffix(".line.lock")
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(path), timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise UserError(f"line '{line}' is in use by another bench command (register, sweep or verdict): "
-                        f"wait for it to finish") from None
-    try:
+    with exclusive(path, timeout=0, busy=f"line '{line}' is in use by another bench command (register, sweep or "
+                                         f"verdict): wait for it to finish"):
         yield
-    finally:
-        lock.release()
 
 
 def register(path_or_line: str, *, root: Path | None = None, env: dict | None = None, reopen: bool = False) -> dict:

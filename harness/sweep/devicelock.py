@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from harness.errors import UserError
+from harness.governance.locks import try_acquire
 
 LOCK_DIR_ENV = "BENCH_DEVICE_LOCK_DIR"
 LOCK_SUBDIR = "bench-device-locks"
@@ -52,31 +53,25 @@ def holder(key: str) -> dict | None:
 @contextlib.contextmanager
 def device_lock(key: str, *, who: dict, wait: bool, on_wait: Callable[[str, dict | None], None] | None = None) -> Iterator[None]:
     """Hold the device ``key`` for the block; wait (calling ``on_wait`` once) or refuse if taken."""
-    from filelock import FileLock, Timeout
-
     d = lock_dir()
+    path = d / f"{key}.lock"
     try:
         d.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError):  # shared by every user of the host
             os.chmod(d, 0o1777)
-        lock = FileLock(str(d / f"{key}.lock"), timeout=0, mode=0o666)
-        lock.acquire()
-    except Timeout:
-        other = holder(key)
-        if not wait:
-            raise UserError(f"device {key} is in use by another bench process{describe_holder(other)}: wait for it, "
-                            f"or drop --no-wait to queue behind it") from None
-        if on_wait:
-            on_wait(key, other)
-        while True:
-            try:
-                lock.acquire(timeout=WAIT_POLL_S)
-                break
-            except Timeout:
-                continue
+        lock = try_acquire(path, 0, mode=0o666)
     except PermissionError as exc:
         raise UserError(f"cannot create the device lock in {d} ({exc.strerror}): set {LOCK_DIR_ENV} to a "
                         f"directory every bench user of this host can write") from None
+    if lock is None:
+        other = holder(key)
+        if not wait:
+            raise UserError(f"device {key} is in use by another bench process{describe_holder(other)}: wait for it, "
+                            f"or drop --no-wait to queue behind it")
+        if on_wait:
+            on_wait(key, other)
+        while lock is None:
+            lock = try_acquire(path, WAIT_POLL_S, mode=0o666)
     info = d / f"{key}.holder.json"
     try:
         with contextlib.suppress(OSError):
