@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from harness.governance.devices import model
+
 # Outcome kinds: what happened to one (config, candidate) pair at one sweep.
 RESULT = "result"  # measured: metrics, raw samples, CI, control
 INCORRECT = "incorrect"  # failed a correctness check (gate, timed output, recheck, empty window)
@@ -81,7 +83,8 @@ def measured_on(row: dict, any_gpu: bool = False) -> tuple:
     env = row.get("env") or {}
     code = ", ".join(f"{c.get('name')} {c.get('version')} ({str(c.get('sha256'))[:12]})"
                      for c in row.get("code") or ()) or None
-    return row.get("commit"), env.get("device"), None if any_gpu else env.get("gpu"), code
+    device, gpu = model(env)
+    return row.get("commit"), device, None if any_gpu else gpu, code
 
 
 def superseded_by(rows: Iterable[dict]) -> dict[int, int]:

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from harness.errors import UserError, plural, shown
 from harness.governance.decide import Bound, Finding, decide
+from harness.governance.devices import ceilings_name, same_gpu_model
 from harness.governance.metrics import BY_NAME
 
 # A bar is held to the measured ceilings themselves on a GPU: a clause that needs more than
@@ -90,7 +91,7 @@ class Device:
 
     @property
     def name(self) -> str:
-        return str((self.row.get("fingerprint") or {}).get("name") or self.row.get("device"))
+        return ceilings_name(self.row)
 
     @property
     def label(self) -> str:
@@ -241,8 +242,7 @@ def _measured_on(row: dict, fingerprint: dict, ceilings: dict) -> bool:
     ref = row.get("ceilings_ref")
     if isinstance(ref, dict) and ref.get("seq") in ceilings:
         return ceilings[ref["seq"]].get("fingerprint") == fingerprint
-    env = row.get("env") or {}
-    return fingerprint.get("device") == "cuda" and env.get("device") == "cuda" and env.get("gpu") == fingerprint.get("name")
+    return same_gpu_model(row.get("env") or {}, fingerprint)
 
 
 def baseline_times(root: Path, reg, ceilings_row: dict) -> dict:

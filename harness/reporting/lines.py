@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.governance.devices import device_of
 from harness.governance.outcomes import REGISTERED, RESULT, VERDICT
 
 
@@ -121,11 +122,6 @@ def arm_samples(row: dict, arm: str) -> list[float]:
     arms = (row.get("timing") or {}).get("arms") or {}
     name = f"candidate:{row['candidate']}" if arm == "candidate" else arm
     return [float(x) for x in (arms.get(name) or {}).get("samples_ms") or []]
-
-
-def device_of(row: dict) -> tuple[str | None, str | None]:
-    env = row.get("env") or {}
-    return env.get("device"), env.get("gpu")
 
 
 def device_label(row: dict) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness.errors import plural, shown
+from harness.governance.devices import ceilings_name
 from harness.governance.outcomes import (CEILINGS, CRASHED, INCORRECT, PROFILE, REGISTERED, RESULT, SKIPPED, SUPERSEDES,
                                          THROTTLED, UNSUPPORTED, VERDICT, Remeasure)
 from harness.reporting.console import console
@@ -232,7 +233,7 @@ def render_verdict(v) -> None:
 def render_ceilings(row: dict, measured: bool, *, commit: str | None = None, committed: bool = True) -> None:
     """The ceilings row (``seq``, hash), its figures, and whether git holds it (``commit``: committed now)."""
     c = console()
-    c.print(f"{'measured' if measured else 'stored'} ceilings for {row.get('fingerprint', {}).get('name', row.get('device'))} "
+    c.print(f"{'measured' if measured else 'stored'} ceilings for {ceilings_name(row)} "
             f"(ledger/_device_ceilings.jsonl row {row.get('seq')}, {str(row.get('hash'))[:12]}):")
     c.print(f"  copy bandwidth: {_fmt(row.get('copy_gbps'), '.4g')} GB/s (read + write)")
     for dt, tf in sorted((row.get('matmul_tflops') or {}).items()):

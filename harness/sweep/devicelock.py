@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import tempfile
 import time
 from pathlib import Path
@@ -30,16 +29,6 @@ WAIT_POLL_S = 1.0
 def lock_dir() -> Path:
     env = os.environ.get(LOCK_DIR_ENV)
     return Path(env) if env else Path(tempfile.gettempdir()) / LOCK_SUBDIR
-
-
-def device_key(env: dict) -> str:
-    """The name a device is locked under: its GPU UUID (stable across CUDA_VISIBLE_DEVICES
-    renumbering), else its index, else ``cpu``."""
-    if env.get("device") == "cuda":
-        ident = env.get("gpu_uuid") or f"cuda-index-{env.get('gpu_index', 0)}"
-    else:
-        ident = "cpu"
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", ident)
 
 
 def holder(key: str) -> dict | None:
