@@ -34,6 +34,22 @@ FAILING_KINDS = (INCORRECT, CRASHED)
 # Outcomes that measured nothing: the bar cannot see these pairs at all.
 MISSING_KINDS = (SKIPPED, UNSUPPORTED, THROTTLED)
 
+# Rejection tags. An incorrect row's ``tag`` names the check that failed (the gate's own tags,
+# e.g. "stale_mismatch"); a check after timing prefixes it with the phase that caught it.
+CAUGHT_TIMED = "timed"  # a timed call's output, or what the timed calls left behind
+CAUGHT_RANDOM_CALL = "random_call"  # the randomly chosen timed call's output
+CAUGHT_REFRESHED = "refreshed"  # an output checked against content refreshed since it ran
+CAUGHT_SUSTAINED = "sustained"  # the sustained-rate calls' output
+CAUGHT_RECHECK = "recheck"  # fresh inputs in the timed buffers, after timing
+REJECTION_PHASES = (CAUGHT_TIMED, CAUGHT_RANDOM_CALL, CAUGHT_REFRESHED, CAUGHT_SUSTAINED, CAUGHT_RECHECK)
+
+
+def rejection_tag(phase: str, tag: str) -> str:
+    """The tag of a rejection that check ``tag`` made at ``phase`` (one of REJECTION_PHASES)."""
+    if phase not in REJECTION_PHASES:
+        raise ValueError(f"unknown rejection phase {phase!r}: one of {', '.join(REJECTION_PHASES)}")
+    return f"{phase}_{tag}"
+
 
 def transient(row: dict) -> bool:
     """An outcome worth measuring again: clocks throttled, memory short, timing cut short."""
