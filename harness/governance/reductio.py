@@ -175,7 +175,7 @@ def natural(metric: str, cfg, cand: str) -> Bound:
 
 def _verify_ranges(reg, cfg, dev: Device | None) -> tuple[dict, dict]:
     """(name -> (lo, hi), name -> why) of the [verify] names at ``cfg``, on ``dev`` if given."""
-    from harness.governance.verify import COUNTER_RANGES
+    from harness.measurement.counters import COUNTER_RANGES
     from harness.measurement.counters import L2_ALLOWANCE
     from harness.workloads import formulas
 

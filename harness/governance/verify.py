@@ -32,21 +32,11 @@ from typing import Callable, Union
 
 from harness.governance.tokens import (COMPARE, END, MAX_NESTING, NAME, NUMBER, OPERATOR, PUNCT, BarError,
                                        syntax_error, tokenize)
+from harness.measurement.counters import COUNTERS
 
-# Per-call counter metrics (harness/measurement/counters.py defines how each is reduced
-# over a call's kernel launches).
-COUNTERS: tuple[str, ...] = ("dram_read_bytes", "dram_write_bytes", "registers", "local_spill_bytes",
-                             "tensor_active", "duration_us", "launches")
 # Per-config formulas (bytes and FLOPs any correct kernel must move / do).
 FORMULAS: tuple[str, ...] = ("min_bytes", "min_read_bytes", "kv_bytes", "flops")
 NAMES = COUNTERS + FORMULAS
-# What each counter can read at all, whatever the kernel (``possible`` judges clauses on them);
-# tensor_active is a fraction of the SMs' active cycles.
-COUNTER_RANGES: dict[str, tuple[float, float]] = {
-    "dram_read_bytes": (0.0, math.inf), "dram_write_bytes": (0.0, math.inf),
-    "registers": (0.0, math.inf), "local_spill_bytes": (0.0, math.inf),
-    "tensor_active": (0.0, 1.0), "duration_us": (0.0, math.inf), "launches": (0.0, math.inf),
-}
 _LABEL = "clause"
 _EXAMPLE = 'e.g. "dram_read_bytes <= 1.2 * min_bytes"'
 
