@@ -19,7 +19,7 @@ def _paths(line: Optional[str]) -> tuple[list[Path], list[tuple[str, str]]]:
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
     from harness.governance.ledger import ledger_path, missing_ledgers
-    from harness.governance.registration import line_of
+    from harness.governance.line_ids import line_of
 
     root = repo_root()
     missing = missing_ledgers(root)
