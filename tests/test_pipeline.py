@@ -12,7 +12,8 @@ import time
 import pytest
 
 from harness.governance import metrics
-from harness.governance.ledger import read_rows, verify
+from harness.governance.ledger_format import read_rows
+from harness.governance.ledger_verify import verify
 from tests.conftest import TINY, bench_env, git, run_bench
 
 pytestmark = pytest.mark.slow

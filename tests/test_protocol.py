@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from harness.governance import audit, metrics
-from harness.governance.ledger import Ledger, read_rows
+from harness.governance.ledger import Ledger
+from harness.governance.ledger_format import read_rows
 from harness.reporting import compare, lines, plots, protocol, render, report, route
 from tests.conftest import REPO, bench_env, git, run_bench
 

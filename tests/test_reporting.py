@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from harness.errors import UserError
-from harness.governance.ledger import Ledger, dataframe, read_rows
+from harness.governance.ledger import Ledger, dataframe
+from harness.governance.ledger_format import read_rows
 from harness.reporting import compare as cmp
 from harness.reporting import lines, plots, report, route, status, tidy
 from tests.conftest import REPO, run_bench

@@ -170,7 +170,7 @@ def _assert_survived(root, env, line, fault, cause, n_configs):
 
 
 def _verified(root: Path, line: str) -> None:
-    from harness.governance.ledger import verify
+    from harness.governance.ledger_verify import verify
 
     res = verify(root / "ledger" / f"{line}.jsonl")
     assert res.ok, res.reason

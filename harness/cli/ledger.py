@@ -18,7 +18,8 @@ def _paths(line: Optional[str]) -> tuple[list[Path], list[tuple[str, str]]]:
     """The ledgers to look at, and ledgers git knows of that are gone from the work tree."""
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
-    from harness.governance.ledger import ledger_path, missing_ledgers
+    from harness.governance.ledger import missing_ledgers
+    from harness.governance.ledger_format import ledger_path
     from harness.governance.line_ids import line_of
 
     root = repo_root()
@@ -55,7 +56,7 @@ def verify(line: Optional[str] = typer.Argument(None, help="line id or registrat
     the work tree or from git. Exit 1 if anything is wrong. In a shallow clone (CI checkouts)
     what needs the missing history is named on the ledger's line, and skipped."""
     from harness.errors import UserError, plural
-    from harness.governance.ledger import verify as do_verify
+    from harness.governance.ledger_verify import verify as do_verify
     from rich.markup import escape
 
     from harness.reporting.console import console
@@ -104,8 +105,9 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
     import sys
 
     from harness.errors import UserError
-    from harness.governance.ledger import KINDS, canonical, dataframe, read_rows, verify_refusal
-    from harness.governance.ledger import verify as do_verify
+    from harness.governance.ledger import KINDS, dataframe
+    from harness.governance.ledger_format import canonical, read_rows
+    from harness.governance.ledger_verify import verify as do_verify, verify_refusal
     from harness.reporting.render import render_ledger
     from harness.reporting.tidy import tidy as tidy_view
 

@@ -19,7 +19,9 @@ from harness import __version__
 from harness.errors import UserError, shown
 from harness.governance import codeprov, gitguard, line_ids, registration
 from harness.governance.codeprov import CODE_PACKAGES, require_code_from
-from harness.governance.ledger import Ledger, ledger_path, rows_at, verify, verify_refusal
+from harness.governance.ledger import Ledger
+from harness.governance.ledger_format import ledger_path
+from harness.governance.ledger_verify import rows_at, verify, verify_refusal
 from harness.governance.locks import exclusive
 from harness.governance.outcomes import REGISTERED, VERDICT
 

@@ -231,7 +231,8 @@ def pairs_of(reg) -> list[tuple]:
 
 
 def _ceilings_rows(root: Path) -> list[dict]:
-    from harness.governance.ledger import CEILINGS_LEDGER, Ledger
+    from harness.governance.ledger import Ledger
+    from harness.governance.ledger_format import CEILINGS_LEDGER
 
     return Ledger(root, CEILINGS_LEDGER).rows()
 
@@ -249,7 +250,8 @@ def baseline_times(root: Path, reg, ceilings_row: dict) -> dict:
     """config key -> (the slowest recorded baseline_ms, where): every result row of any line
     with this baseline, config and timing mode, on this device, registered with the same
     [numerics] pins (the times the baseline itself can be expected to take)."""
-    from harness.governance.ledger import CEILINGS_LEDGER, recorded
+    from harness.governance.ledger import recorded
+    from harness.governance.ledger_format import CEILINGS_LEDGER
     from harness.governance.outcomes import REGISTERED, RESULT
 
     fingerprint = ceilings_row.get("fingerprint")

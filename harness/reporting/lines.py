@@ -89,7 +89,7 @@ def line_paths(root: Path) -> list[Path]:
 
 def load(root: Path, spec: str) -> LineView:
     """The line named by ``spec`` (LINE or LINE@commit), its chain verified first."""
-    from harness.governance.ledger import ledger_path
+    from harness.governance.ledger_format import ledger_path
 
     line, commit = split_spec(spec)
     path = ledger_path(root, line)
@@ -104,7 +104,8 @@ def load(root: Path, spec: str) -> LineView:
 
 
 def load_path(path: Path, *, commit: str | None = None) -> LineView:
-    from harness.governance.ledger import read_rows, verify, verify_refusal
+    from harness.governance.ledger_format import read_rows
+    from harness.governance.ledger_verify import verify, verify_refusal
 
     res = verify(path)
     if not res.ok:

@@ -59,7 +59,7 @@ def line_status(path: Path, idx=None) -> LineStatus:
     """A line's status from its ledger file, with its history where ``idx`` (history.index) is given."""
     from dataclasses import replace
 
-    from harness.governance.ledger import verify
+    from harness.governance.ledger_verify import verify
     from harness.reporting.history import line_history
     from harness.reporting.lines import load_path
 

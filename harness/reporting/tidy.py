@@ -90,6 +90,6 @@ def tidy_frame(rows):
 
 def tidy(path: Path):
     """``tidy(ledger/<line>.jsonl)``: the tidy DataFrame of one ledger file."""
-    from harness.governance.ledger import read_rows
+    from harness.governance.ledger_format import read_rows
 
     return tidy_frame(read_rows(Path(path)))

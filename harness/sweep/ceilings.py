@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import __version__
-from harness.governance.ledger import CEILINGS_LEDGER, Ledger, anchor, committed_rows, require_anchorable
+from harness.governance.ledger import Ledger, anchor, committed_rows, require_anchorable
+from harness.governance.ledger_format import CEILINGS_LEDGER
 from harness.governance.outcomes import CEILINGS
 
 
