@@ -73,7 +73,7 @@ def unusable(row: dict, *, include_noisy: bool) -> bool:
 def remeasurable(row: dict, *, include_noisy: bool) -> bool:
     """Whether a sweep may supersede ``row`` with a new measurement at the commit and device it
     was measured at: what ``--remeasure`` re-runs, a crashed pair (``--retry-crashed``), or a
-    baseline's own row (re-run with its config). A decided outcome never is (ledger.verify)."""
+    baseline's own row (re-run with its config). A decided outcome never is (ledger_verify.verify)."""
     return unusable(row, include_noisy=include_noisy) or row["kind"] == CRASHED or row.get("role") == "baseline"
 
 
