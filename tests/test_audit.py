@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from harness.governance.audit import recompute
-from harness.governance.ledger import GENESIS_HASH, canonical, read_rows, row_hash, verify
+from harness.governance.ledger_format import GENESIS_HASH, canonical, read_rows, row_hash
+from harness.governance.ledger_verify import verify
 from tests.conftest import REPO, git, init_repo, run_bench
 from tests.data.make_report_fixture import LINE, REGISTRATION
 

@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from harness.governance.ledger import CEILINGS_LEDGER, Ledger, anchor, canonical, read_rows, row_hash, verify
+from harness.governance.ledger import Ledger, anchor
+from harness.governance.ledger_format import CEILINGS_LEDGER, canonical, read_rows, row_hash
+from harness.governance.ledger_verify import verify
 from harness.governance.outcomes import RESULT
 from harness.sweep.ceilings import append_ceilings, ceilings_ref, commit_ceilings
 from tests.conftest import TINY, git, init_repo, run_bench

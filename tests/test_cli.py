@@ -12,7 +12,7 @@ import time
 import pytest
 
 from harness.governance import gitguard
-from harness.governance.ledger import verify
+from harness.governance.ledger_verify import verify
 from harness.governance.outcomes import OUTCOME_KINDS
 from tests.conftest import TINY, bench_env, git, reported_configs, run_bench
 

@@ -9,7 +9,9 @@ import json
 
 import pytest
 
-from harness.governance.ledger import Ledger, read_rows, verify
+from harness.governance.ledger import Ledger
+from harness.governance.ledger_format import read_rows
+from harness.governance.ledger_verify import verify
 from harness.governance.outcomes import OUTCOME_KINDS, state_of
 from tests.conftest import REPO, TINY, git, run_bench
 

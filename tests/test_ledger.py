@@ -15,8 +15,9 @@ import pytest
 
 from harness.errors import UserError
 from harness.governance import gitguard
-from harness.governance.ledger import (GENESIS_HASH, LEDGER_SCHEMA, Ledger, anchor, canonical, dataframe, read_rows,
-                                       require_anchorable, require_anchored, row_hash, verify)
+from harness.governance.ledger import Ledger, anchor, dataframe, require_anchorable, require_anchored
+from harness.governance.ledger_format import GENESIS_HASH, LEDGER_SCHEMA, canonical, read_rows, row_hash
+from harness.governance.ledger_verify import verify
 from tests.conftest import REPO, bench_env, git, run_bench
 
 

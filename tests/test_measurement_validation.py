@@ -20,7 +20,7 @@ import textwrap
 
 import pytest
 
-from harness.governance.ledger import read_rows
+from harness.governance.ledger_format import read_rows
 from harness.measurement.clocks import MIN_POLL_HZ
 from harness.measurement.timing import DEFAULT_CONTROL_TOLERANCE
 from tests.conftest import REPO, VRAM_TOLERANCE, init_repo, run_bench

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from harness.governance import ledger, outcomes
 from harness.sweep import plan
 from tests.conftest import REPO
@@ -33,3 +35,11 @@ def test_transient_outcomes_are_the_ones_measured_again():
     assert outcomes.transient({"kind": "skipped", "undersampled": True})
     assert not outcomes.transient({"kind": "skipped", "reason": "baseline failed"})
     assert not any(outcomes.transient({"kind": k}) for k in ("result", "incorrect", "crashed", "unsupported"))
+
+
+def test_rejection_tags_name_the_phase_that_caught_them():
+    assert outcomes.rejection_tag(outcomes.CAUGHT_TIMED, "stale_mismatch") == "timed_stale_mismatch"
+    assert [outcomes.rejection_tag(p, "x") for p in outcomes.REJECTION_PHASES] == [
+        "timed_x", "random_call_x", "refreshed_x", "sustained_x", "recheck_x"]
+    with pytest.raises(ValueError, match="unknown rejection phase"):
+        outcomes.rejection_tag("later", "x")

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from harness.governance import metrics
-from harness.governance.ledger import read_rows, verify
+from harness.governance.ledger_format import read_rows
+from harness.governance.ledger_verify import verify
 from tests.conftest import TINY, bench_env, git, run_bench
 
 pytestmark = pytest.mark.slow
@@ -281,7 +282,8 @@ def test_verdict_refuses_a_tampered_chain_and_mixed_measurements(repo):
 def test_a_verdict_over_several_gpu_models_needs_mixed_devices(repo):
     """Rows of one commit from two GPU models (as a Ray cluster of mixed hosts writes them):
     refused by default, decided for a line registered with [bar] mixed_devices = true."""
-    from harness.governance.ledger import Ledger, current_rows
+    from harness.governance.ledger import Ledger
+    from harness.governance.outcomes import current_rows
     from harness.governance.outcomes import OUTCOME_KINDS
 
     mix = TINY.replace("schema = 1", "schema = 2").replace("include_noisy = true",

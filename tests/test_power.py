@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from harness.governance.ledger import read_rows
+from harness.governance.ledger_format import read_rows
 from harness.measurement import canaries
 from harness.workloads import Config
 from tests.conftest import REPO, TINY, git, run_bench
@@ -60,7 +60,8 @@ def test_a_loose_float32_tolerance_lets_tf32_through_and_says_what_would_reject_
 
 def test_an_infinite_canary_bound_is_written_infinity_and_read_back_as_inf(tmp_path):
     # A bound no finite tolerance reaches is inf in the Check, "Infinity" in the ledger (never null).
-    from harness.governance.ledger import Ledger, verify
+    from harness.governance.ledger import Ledger
+    from harness.governance.ledger_verify import verify
     from harness.jsonsafe import number
 
     chk = canaries.Check("tf32", "attention/b1/h2/kv2/n67/d32/float32/full", "float32", False, 1e-2, 1e-2,

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from harness.governance import audit, metrics
-from harness.governance.ledger import Ledger, read_rows
+from harness.governance.ledger import Ledger
+from harness.governance.ledger_format import read_rows
 from harness.reporting.analysis import compare, lines, protocol, report, route
 from harness.reporting.render import plots
 from harness.reporting.render import report as report_out

@@ -18,7 +18,9 @@ import pytest
 from harness.errors import UserError
 from harness.governance import codeprov
 from harness.governance import line as gl
-from harness.governance.ledger import Ledger, read_rows, verify
+from harness.governance.ledger import Ledger
+from harness.governance.ledger_format import read_rows
+from harness.governance.ledger_verify import verify
 from tests.conftest import REPO, TINY, bench_env, git, installed_dist, run_bench
 
 ENV = {"host": "test"}

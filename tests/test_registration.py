@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.governance import registration
+from harness.governance import line_ids, registration
 from tests.conftest import REPO, TINY
 
 
@@ -201,17 +201,17 @@ def test_resolve_takes_a_path_as_given_and_a_line_id_under_registrations(tmp_pat
     monkeypatch.chdir(tmp_path)
     (tmp_path / "registrations").mkdir()
     (tmp_path / "some").mkdir()
-    assert registration.resolve(tmp_path, "x") == tmp_path / "registrations" / "x.toml"
-    assert registration.resolve(tmp_path, "some/dir/x.toml") == tmp_path / "some" / "dir" / "x.toml"
+    assert line_ids.resolve(tmp_path, "x") == tmp_path / "registrations" / "x.toml"
+    assert line_ids.resolve(tmp_path, "some/dir/x.toml") == tmp_path / "some" / "dir" / "x.toml"
     for arg, message in (("some", "some is a directory, not a registration"),
                          ("some/", "is a directory, not a registration"),
                          ("registrations/x.txt", "is not a registration \\(a .toml file\\)"),
                          ("bad id!", "neither a line id")):
         with pytest.raises(UserError, match=message):
-            registration.resolve(tmp_path, arg)
+            line_ids.resolve(tmp_path, arg)
     with pytest.raises(UserError, match="no registration file at some/dir/x.toml"):
-        registration.line_of(tmp_path, "some/dir/x.toml")
-    assert registration.line_of(tmp_path, "x") == ("x", None)
+        line_ids.line_of(tmp_path, "some/dir/x.toml")
+    assert line_ids.line_of(tmp_path, "x") == ("x", None)
 
 
 def test_mixed_devices_needs_schema_2_and_excludes_verify(tmp_path):

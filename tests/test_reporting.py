@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from harness.errors import UserError
-from harness.governance.ledger import Ledger, dataframe, read_rows
+from harness.governance.ledger import Ledger, dataframe
+from harness.governance.ledger_format import read_rows
 from harness.reporting.analysis import compare as cmp
 from harness.reporting.analysis import lines, report, route, status, tidy
 from harness.reporting.render import compare as compare_out
@@ -56,7 +57,7 @@ def _ledger(root: Path, line: str, candidates=("fast",), commit="a" * 40) -> Led
 
 def _result(led: Ledger, n: int, kernel: str, cand: list[float], base: list[float], *, env=CPU_ENV, commit="a" * 40,
             **extra) -> dict:
-    """A result row whose figures are its samples' (``ledger.verify`` recomputes them)."""
+    """A result row whose figures are its samples' (``ledger_verify.verify`` recomputes them)."""
     from harness.measurement.stats import ratio, speedup_ci
     from harness.measurement.timing.sustained import rates
     from harness.workloads import Config
@@ -93,7 +94,7 @@ def _samples(median: float, n: int = 60, spread: float = 0.01, seed: int = 0) ->
 def test_tidy_has_one_typed_row_per_outcome_and_named_metric_columns():
     rows = read_rows(FIXTURE)
     outcomes = [r for r in rows if r["kind"] in ("result", "incorrect", "skipped")]
-    df = dataframe(FIXTURE, tidy=True)
+    df = tidy.tidy(FIXTURE)
     assert len(df) == len(outcomes) == 15
     assert list(df.columns[:10]) == list(tidy.LEAD_COLUMNS)
     assert str(df["seq_len"].dtype) == "Int64" and str(df["causal"].dtype) == "boolean"

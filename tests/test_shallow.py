@@ -13,7 +13,9 @@ import pytest
 from harness.errors import UserError
 from harness.governance import gitguard
 from harness.governance import line as gl
-from harness.governance.ledger import Ledger, read_rows, verify
+from harness.governance.ledger import Ledger
+from harness.governance.ledger_format import read_rows
+from harness.governance.ledger_verify import verify
 from tests.conftest import TINY, git, init_repo, run_bench
 
 ENV = {"host": "test"}

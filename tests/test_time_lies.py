@@ -282,7 +282,7 @@ def test_each_attack_is_rejected_for_its_own_reason_through_the_cli(tmp_path, de
         r = subprocess.run([sys.executable, "-m", "harness", *args], cwd=repo, capture_output=True, text=True,
                            env=env, timeout=900)
         assert r.returncode == 0, r.stderr + r.stdout
-    from harness.governance.ledger import read_rows
+    from harness.governance.ledger_format import read_rows
 
     got = {r["candidate"]: r for r in read_rows(repo / "ledger" / "attacks.jsonl")
            if r["kind"] in ("result", "incorrect", "crashed", "skipped", "throttled")}

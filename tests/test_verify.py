@@ -199,7 +199,7 @@ def _decide(repo, env):
 
 
 def test_verdict_refuses_results_without_counters(repo):
-    from harness.governance.ledger import read_rows
+    from harness.governance.ledger_format import read_rows
     from harness.governance.outcomes import measured_on
     from harness.sweep.profile import pending_verify
 
@@ -226,7 +226,7 @@ def test_verdict_go_needs_every_verify_clause(repo):
 
 
 def test_verdict_go_when_the_clauses_hold(repo):
-    from harness.governance.ledger import read_rows
+    from harness.governance.ledger_format import read_rows
     from harness.governance.outcomes import measured_on
     from harness.sweep.profile import pending_verify
 

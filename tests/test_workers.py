@@ -123,7 +123,7 @@ def _until_waiting(sweep: subprocess.Popen) -> str:
 
 
 def _outcomes(root: Path, line: str) -> list[dict]:
-    from harness.governance.ledger import current_rows
+    from harness.governance.outcomes import current_rows
     from harness.governance.outcomes import OUTCOME_KINDS
 
     return [r for r in current_rows(_rows(root, line)) if r["kind"] in OUTCOME_KINDS]
@@ -180,7 +180,7 @@ def _assert_survived(root, env, line, fault, cause, n_configs):
 
 
 def _verified(root: Path, line: str) -> None:
-    from harness.governance.ledger import verify
+    from harness.governance.ledger_verify import verify
 
     res = verify(root / "ledger" / f"{line}.jsonl")
     assert res.ok, res.reason

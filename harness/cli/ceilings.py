@@ -19,7 +19,8 @@ def ceilings(force: bool = typer.Option(False, "--force", help="re-measure even 
     from harness.reporting.render.ceilings import render_ceilings
     from harness.reporting.render.sweep import render_device_wait
     from harness.sweep.ceilings import commit_ceilings, current_ceilings, is_committed, require_committable
-    from harness.sweep.devicelock import device_key, device_lock
+    from harness.governance.devices import device_key
+    from harness.sweep.devicelock import device_lock
 
     # Ceilings feed every later reductio: stamp them with a commit that means something.
     root = require_clean().root

@@ -18,8 +18,9 @@ def _paths(line: Optional[str]) -> tuple[list[Path], list[tuple[str, str]]]:
     """The ledgers to look at, and ledgers git knows of that are gone from the work tree."""
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
-    from harness.governance.ledger import ledger_path, missing_ledgers
-    from harness.governance.registration import line_of
+    from harness.governance.ledger import missing_ledgers
+    from harness.governance.ledger_format import ledger_path
+    from harness.governance.line_ids import line_of
 
     root = repo_root()
     missing = missing_ledgers(root)
@@ -55,7 +56,7 @@ def verify(line: Optional[str] = typer.Argument(None, help="line id or registrat
     the work tree or from git. Exit 1 if anything is wrong. In a shallow clone (CI checkouts)
     what needs the missing history is named on the ledger's line, and skipped."""
     from harness.errors import UserError, plural
-    from harness.governance.ledger import verify as do_verify
+    from harness.governance.ledger_verify import verify as do_verify
     from harness.reporting.render.ledger import render_gone, render_verified
 
     paths, gone = _paths(line)
@@ -86,8 +87,10 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
     """Print a line's rows as a table (or export them). A ledger that fails verification is
     still shown as far as it reads, with a warning on stderr, and exits 1."""
     from harness.errors import UserError
-    from harness.governance.ledger import KINDS, canonical, dataframe, read_rows, verify_refusal
-    from harness.governance.ledger import verify as do_verify
+    from harness.governance.ledger import KINDS, dataframe
+    from harness.governance.ledger_format import canonical, read_rows
+    from harness.governance.ledger_verify import verify as do_verify, verify_refusal
+    from harness.reporting.analysis.tidy import tidy as tidy_view
     from harness.reporting.render.ledger import render_ledger, render_warning, write_csv, write_jsonl
 
     # Contradictory flags are refused before anything is read.
@@ -104,7 +107,7 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
     if not res.ok:
         render_warning(verify_refusal(f"ledger/{path.name}", res, "trusting these rows"))
     if format is not None:
-        df = dataframe(path, tidy=True)
+        df = tidy_view(path)
         if kind:
             df = df[df["kind"] == kind]
         write_csv(df)
@@ -119,7 +122,7 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
             write_jsonl(canonical(r) for r in rows)
         else:
             from harness.governance.gitguard import repo_root
-            from harness.governance.ledger import superseded_by
+            from harness.governance.outcomes import superseded_by
             from harness.reporting.analysis.history import index, line_history
 
             everything = read_rows(path)

@@ -14,12 +14,12 @@ def warm(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
 
     Nothing is timed or recorded; on a machine where nothing compiles ahead it says so.
     """
-    from harness.governance import gitguard, registration
+    from harness.governance import gitguard, line_ids, registration
     from harness.measurement.device import detect_device
     from harness.reporting.render.warm import render_warmed, render_warm_summary
     from harness.sweep.warm import default_workers, plan, warm as do_warm
 
-    reg = registration.load(registration.resolve(gitguard.repo_root(), line))
+    reg = registration.load(line_ids.resolve(gitguard.repo_root(), line))
     summary = do_warm(plan(reg, detect_device()), default_workers() if workers is None else workers,
                       on_done=render_warmed)
     render_warm_summary(summary)

@@ -27,7 +27,7 @@ dtype's the fraction used), ``impossible`` (needs the device ceilings), ``host_g
 a row forged with samples to match is beyond any recomputation (git shows who committed it).
 
 ``ceilings_disagreements``: a row's ceilings figures (its floor's copy and matmul ceilings,
-the ``*_frac`` metrics) against the ceilings row its ``ceilings_ref`` names (ledger.verify).
+the ``*_frac`` metrics) against the ceilings row its ``ceilings_ref`` names (ledger_verify.verify).
 """
 
 from __future__ import annotations

@@ -2,29 +2,10 @@
 
 A registration's ``[bar] go = "..."`` is fixed before any number exists, so it must be
 checked completely at register time (names, types, syntax) and then evaluated
-mechanically over the ledger's per-config rows. A hand-written tokenizer and
-recursive-descent parser accept only the grammar below; nothing in the text can reach
-Python (no ``eval``, ``exec``, ``compile`` or ``ast``).
-
-Grammar (EBNF; keywords are lower case, names are case-sensitive)::
-
-    bar        = bool_expr END
-    bool_expr  = and_expr { "or" and_expr }
-    and_expr   = not_expr { "and" not_expr }
-    not_expr   = "not" not_expr | "(" bool_expr ")" | comparison
-    comparison = aggregate CMP NUMBER
-    aggregate  = AGG "(" [ METRIC ] [ "where" filter ] ")"
-               | ( "pass_rate" | "count" )               (* bare: no parentheses *)
-    filter     = f_and { "or" f_and }
-    f_and      = f_not { "and" f_not }
-    f_not      = "not" f_not | "(" filter ")" | test
-    test       = FIELD CMP literal
-               | FIELD [ "not" ] "in" "[" literal { "," literal } "]"
-               | FIELD                                   (* bool fields only: "causal" *)
-    literal    = NUMBER | STRING | "true" | "false"
-    CMP        = "==" | "!=" | "<" | "<=" | ">" | ">="
-    NUMBER     = [ "-" ] ( digits [ "." digits ] | "." digits ) [ ( "e" | "E" ) [ "+" | "-" ] digits ]
-    STRING     = '"' chars '"' | "'" chars "'"           (* no escapes *)
+mechanically over the ledger's per-config rows. A hand-written tokenizer (tokens.py) and
+recursive-descent parser (bar_syntax.py, with the grammar) accept only the grammar; nothing
+in the text can reach Python (no ``eval``, ``exec``, ``compile`` or ``ast``). This module is
+the language's face: ``parse`` / ``parse_aggregate`` and the evaluation.
 
 Aggregates (AGG) and what they take:
 
@@ -34,445 +15,28 @@ Aggregates (AGG) and what they take:
   metric counts every filter-matching row, correct or not (sweep coverage).
 * ``pass_rate`` / ``pass_rate(where ...)`` takes no metric: the fraction of
   filter-matching rows that are ``correct``.
-
 Semantics: an aggregate over zero rows is ``None`` (``count`` is 0: an empty count is
 still a count) and any comparison with ``None`` is false, so a bar over a slice the
 sweep never produced fails closed. Every comparison is a *clause*, reported on its own
 with the value that decided it; ``and``/``or``/``not`` combine clause results, all
 clauses are evaluated (no short-circuit) so the verdict can show each one.
-
-Type rules, checked at parse time: int fields take numbers and every CMP; str fields
-take quoted strings and only ``==``/``!=``/``in``; bool fields take ``true``/``false``
-and only ``==``/``!=``/``in``.
 """
 
 from __future__ import annotations
 
 import math
-import operator
-import re
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Union
-
-from ..errors import UserError
-from .metrics import NAMES
-
-# The metric names a bar may aggregate: the metric table's (every one a result row carries).
-METRICS: tuple[str, ...] = NAMES
-
-FILTER_FIELDS: dict[str, type] = {
-    "workload": str,
-    "batch": int,
-    "heads": int,
-    "kv_heads": int,
-    "seq_len": int,
-    "head_dim": int,
-    "dtype": str,
-    "causal": bool,
-    "candidate": str,
-}
-
-AGGREGATES: tuple[str, ...] = ("geomean", "min", "max", "median", "mean", "count", "pass_rate")
-
-# Aggregates that may omit the metric / the parentheses; pass_rate must omit the metric.
-_METRIC_OPTIONAL = frozenset({"count", "pass_rate"})
-_NO_METRIC = frozenset({"pass_rate"})
-
-KEYWORDS = frozenset({"and", "or", "not", "where", "in", "true", "false"})
-
-_COMPARE: dict[str, Callable[[object, object], bool]] = {
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
-_EQUALITY_OPS = frozenset({"==", "!="})
-
-# Deep nesting is never a real bar; the cap keeps hostile input from hitting Python's
-# recursion limit (a bug-shaped RecursionError instead of a BarError).
-MAX_NESTING = 32
-
-_EXAMPLE = "e.g. geomean(speedup) >= 1.10 and pass_rate == 1.0"
-
-
-class BarError(UserError):
-    """The bar expression is malformed; the message shows where, with a caret."""
-
-
-# --------------------------------------------------------------------------- tokens
-
-_NUM, _STR, _NAME, _OP, _PUNCT, _END = "number", "string", "name", "operator", "punct", "end"
-
-_NUMBER_RE = re.compile(r"-?(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][+-]?\d+)?")
-_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NUMBER_TAIL = re.compile(r"[A-Za-z0-9_.]")  # a number glued to these is malformed
-_OPERATORS = ("==", "!=", "<=", ">=", "<", ">")  # two-character ones first
-_PUNCTUATION = "()[],"
-# Arithmetic, for the [verify] clauses (harness/governance/verify.py); the bar grammar has
-# no place for it, so the bar parser refuses these tokens where they appear. "-" glued to
-# digits is a number's sign (the number rule is tried first).
-_ARITHMETIC = "+-*/"
-
-
-@dataclass(frozen=True)
-class _Token:
-    kind: str
-    text: str
-    pos: int  # 0-based offset into the expression
-    value: object = None
-
-    def describe(self) -> str:
-        if self.kind == _END:
-            return "end of expression"
-        if self.kind in (_NUM, _STR):
-            return f"{self.kind} {self.text}"
-        return f"'{self.text}'"
-
-
-def _error(expr: str, pos: int, what: str, hint: str | None = None, label: str = "bar") -> BarError:
-    """A BarError naming the 1-based column, with the expression and a caret under it."""
-    suffix = f" ({hint})" if hint else ""
-    shown = re.sub(r"\s", " ", expr)  # one column per character, so the caret lines up
-    return BarError(f"{label}: {what} at column {pos + 1}{suffix}\n  {shown}\n  {' ' * pos}^")
-
-
-def _tokenize(expr: str, label: str = "bar") -> list[_Token]:
-    tokens: list[_Token] = []
-    pos = 0
-    while pos < len(expr):
-        ch = expr[pos]
-        if ch.isspace():
-            pos += 1
-            continue
-        number = _NUMBER_RE.match(expr, pos)
-        if number:
-            text = number.group()
-            end = number.end()
-            if end < len(expr) and _NUMBER_TAIL.match(expr, end):
-                raise _error(expr, pos, f"malformed number '{text}{expr[end]}'", label=label)
-            value = float(text) if any(c in text for c in ".eE") else int(text)
-            if not math.isfinite(value):
-                raise _error(expr, pos, f"number {text} is out of range", label=label)
-            tokens.append(_Token(_NUM, text, pos, value))
-            pos = end
-            continue
-        name = _NAME_RE.match(expr, pos)
-        if name:
-            tokens.append(_Token(_NAME, name.group(), pos))
-            pos = name.end()
-            continue
-        if ch in "\"'":
-            close = expr.find(ch, pos + 1)
-            if close < 0:
-                raise _error(expr, pos, "unterminated string", f"close it with {ch}", label=label)
-            tokens.append(_Token(_STR, expr[pos : close + 1], pos, expr[pos + 1 : close]))
-            pos = close + 1
-            continue
-        op = next((o for o in _OPERATORS if expr.startswith(o, pos)), None)
-        if op:
-            tokens.append(_Token(_OP, op, pos))
-            pos += len(op)
-            continue
-        if ch in _PUNCTUATION or ch in _ARITHMETIC:
-            tokens.append(_Token(_PUNCT, ch, pos))
-            pos += 1
-            continue
-        hint = "use '==' to compare" if ch == "=" else None
-        raise _error(expr, pos, f"unexpected character '{ch}'", hint, label)
-    tokens.append(_Token(_END, "", len(expr)))
-    return tokens
-
-
-# --------------------------------------------------------------------------- nodes
-
-
-@dataclass(frozen=True)
-class Not:
-    operand: "Node"
-
-
-@dataclass(frozen=True)
-class And:
-    operands: tuple["Node", ...]
-
-
-@dataclass(frozen=True)
-class Or:
-    operands: tuple["Node", ...]
-
-
-@dataclass(frozen=True)
-class FieldTest:
-    """``field op value``; for ``in`` / ``not in`` the value is a tuple of literals."""
-
-    field: str
-    op: str
-    value: object
-
-
-@dataclass(frozen=True)
-class Aggregate:
-    func: str
-    metric: str | None
-    where: "Node | None"
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """One clause: ``aggregate op threshold``; ``text`` is its exact source slice."""
-
-    aggregate: Aggregate
-    op: str
-    threshold: float
-    text: str
-    index: int  # position among the bar's clauses, in source order
-
-
-Node = Union[Not, And, Or, FieldTest, Comparison]
-
-
-@dataclass(frozen=True)
-class Bar:
-    """A parsed bar: the source text and its syntax tree."""
-
-    expr: str
-    root: Node
-    _clauses: tuple[Comparison, ...]
-
-    def clauses(self) -> list[Comparison]:
-        """The comparisons in source order; each has ``.text`` (source) and its parts."""
-        return list(self._clauses)
-
-    def __str__(self) -> str:
-        return self.expr
-
-
-# --------------------------------------------------------------------------- parser
-
-
-class _Parser:
-    def __init__(self, expr: str):
-        self.expr = expr
-        self.tokens = _tokenize(expr)
-        self.i = 0
-        self.depth = 0
-        self.clauses: list[Comparison] = []
-
-    # token helpers
-    def peek(self, ahead: int = 0) -> _Token:
-        return self.tokens[min(self.i + ahead, len(self.tokens) - 1)]
-
-    def advance(self) -> _Token:
-        tok = self.peek()
-        self.i += 1
-        return tok
-
-    def is_word(self, word: str, ahead: int = 0) -> bool:
-        tok = self.peek(ahead)
-        return tok.kind == _NAME and tok.text == word
-
-    def is_punct(self, ch: str) -> bool:
-        tok = self.peek()
-        return tok.kind == _PUNCT and tok.text == ch
-
-    def fail(self, tok: _Token, what: str, hint: str | None = None) -> BarError:
-        return _error(self.expr, tok.pos, what, hint)
-
-    def expect_punct(self, ch: str, context: str) -> _Token:
-        if not self.is_punct(ch):
-            tok = self.peek()
-            raise self.fail(tok, f"expected '{ch}' {context}, got {tok.describe()}")
-        return self.advance()
-
-    # boolean structure, shared by the top level (clauses) and filters (field tests)
-    def bool_expr(self, leaf: Callable[[], Node]) -> Node:
-        operands = [self.and_expr(leaf)]
-        while self.is_word("or"):
-            self.advance()
-            operands.append(self.and_expr(leaf))
-        return operands[0] if len(operands) == 1 else Or(tuple(operands))
-
-    def and_expr(self, leaf: Callable[[], Node]) -> Node:
-        operands = [self.not_expr(leaf)]
-        while self.is_word("and"):
-            self.advance()
-            operands.append(self.not_expr(leaf))
-        return operands[0] if len(operands) == 1 else And(tuple(operands))
-
-    def not_expr(self, leaf: Callable[[], Node]) -> Node:
-        if not (self.is_word("not") or self.is_punct("(")):
-            return leaf()
-        tok = self.advance()
-        self.depth += 1
-        if self.depth > MAX_NESTING:
-            raise self.fail(tok, f"nesting deeper than {MAX_NESTING} levels")
-        if tok.text == "not":
-            node: Node = Not(self.not_expr(leaf))
-        else:
-            node = self.bool_expr(leaf)
-            self.expect_punct(")", "to close '('")
-        self.depth -= 1
-        return node
-
-    # top level
-    def parse(self) -> Bar:
-        root = self.bool_expr(self.comparison)
-        self.expect_end("expected 'and', 'or' or the end")
-        return Bar(self.expr, root, tuple(self.clauses))
-
-    def parse_aggregate(self) -> Aggregate:
-        agg = self.aggregate()
-        self.expect_end("expected only an aggregate, e.g. geomean(speedup)")
-        return agg
-
-    def expect_end(self, hint: str) -> None:
-        tok = self.peek()
-        if tok.kind != _END:
-            raise self.fail(tok, f"unexpected {tok.describe()}", hint)
-
-    def comparison(self) -> Comparison:
-        start = self.peek().pos
-        agg = self.aggregate()
-        op = self.peek()
-        if op.kind != _OP:
-            raise self.fail(op, f"expected a comparison after {agg.func}, got {op.describe()}",
-                            "one of == != < <= > >= and a number")
-        self.advance()
-        num = self.peek()
-        if num.kind != _NUM:
-            raise self.fail(num, f"expected a number after '{op.text}', got {num.describe()}")
-        self.advance()
-        end = num.pos + len(num.text)
-        clause = Comparison(agg, op.text, float(num.value), self.expr[start:end], len(self.clauses))
-        self.clauses.append(clause)
-        return clause
-
-    def aggregate(self) -> Aggregate:
-        tok = self.peek()
-        if tok.kind != _NAME or tok.text in KEYWORDS:
-            raise self.fail(tok, f"expected an aggregate, got {tok.describe()}",
-                            f"known: {', '.join(AGGREGATES)}; {_EXAMPLE}")
-        if tok.text in METRICS:
-            raise self.fail(tok, f"'{tok.text}' is a metric, not an aggregate",
-                            f"wrap it, e.g. geomean({tok.text})")
-        if tok.text not in AGGREGATES:
-            raise self.fail(tok, f"unknown aggregate '{tok.text}'", f"known: {', '.join(AGGREGATES)}")
-        func = self.advance().text
-        if not self.is_punct("("):
-            if func in _METRIC_OPTIONAL:
-                return Aggregate(func, None, None)
-            raise self.fail(self.peek(), f"{func} needs a metric in parentheses",
-                            f"e.g. {func}(speedup)")
-        self.advance()
-        metric = self.metric(func)
-        where = None
-        if self.is_word("where"):
-            self.advance()
-            where = self.bool_expr(self.field_test)
-        context = "after the filter" if where else "or 'where'"
-        self.expect_punct(")", f"{context} to close {func}(")
-        return Aggregate(func, metric, where)
-
-    def metric(self, func: str) -> str | None:
-        tok = self.peek()
-        if tok.kind != _NAME or tok.text == "where":
-            if func in _METRIC_OPTIONAL:
-                return None
-            raise self.fail(tok, f"{func} needs a metric, got {tok.describe()}",
-                            f"e.g. {func}(speedup where seq_len >= 2048)")
-        name = tok.text
-        if func in _NO_METRIC:
-            raise self.fail(tok, f"{func} takes no metric, got '{name}'",
-                            f"it is the fraction of correct rows; filter with {func}(where ...)")
-        if name in AGGREGATES:
-            raise self.fail(tok, f"aggregates do not nest: '{name}' inside {func}(")
-        if name in FILTER_FIELDS:
-            raise self.fail(tok, f"'{name}' is a filter field, not a metric",
-                            f"filter with {func}(speedup where {name} ...)")
-        if name not in METRICS:
-            raise self.fail(tok, f"unknown metric '{name}'", f"known: {', '.join(METRICS)}")
-        self.advance()
-        return name
-
-    # filters
-    def field_test(self) -> FieldTest:
-        tok = self.peek()
-        known = f"known: {', '.join(FILTER_FIELDS)}"
-        if tok.kind != _NAME or tok.text in KEYWORDS:
-            raise self.fail(tok, f"expected a filter field, got {tok.describe()}", known)
-        if tok.text in METRICS:
-            raise self.fail(tok, f"'{tok.text}' is a metric; filters select configs by field", known)
-        if tok.text not in FILTER_FIELDS:
-            raise self.fail(tok, f"unknown field '{tok.text}'", known)
-        field = self.advance().text
-        ftype = FILTER_FIELDS[field]
-
-        if self.is_word("in") or (self.is_word("not") and self.is_word("in", 1)):
-            negate = self.advance().text == "not"
-            if negate:
-                self.advance()
-            return FieldTest(field, "not in" if negate else "in", self.literal_list(field))
-
-        op = self.peek()
-        if op.kind == _OP:
-            if ftype is not int and op.text not in _EQUALITY_OPS:
-                raise self.fail(op, f"'{op.text}' does not apply to {ftype.__name__} field '{field}'",
-                                "use ==, != or in [...]")
-            self.advance()
-            return FieldTest(field, op.text, self.literal(field))
-        if ftype is bool:
-            return FieldTest(field, "==", True)  # bare "causal" means "causal == true"
-        raise self.fail(op, f"expected a comparison after field '{field}', got {op.describe()}",
-                        "one of == != < <= > >= or in [...]")
-
-    def literal_list(self, field: str) -> tuple[object, ...]:
-        self.expect_punct("[", "to open the list after 'in'")
-        values = [self.literal(field)]
-        while self.is_punct(","):
-            self.advance()
-            values.append(self.literal(field))
-        self.expect_punct("]", "or ',' in the list")
-        return tuple(values)
-
-    def literal(self, field: str) -> object:
-        tok = self.peek()
-        ftype = FILTER_FIELDS[field]
-        if tok.kind == _NUM:
-            got, value = int, tok.value
-        elif tok.kind == _STR:
-            got, value = str, tok.value
-        elif tok.kind == _NAME and tok.text in ("true", "false"):
-            got, value = bool, tok.text == "true"
-        else:
-            raise self.fail(tok, f"expected a value for '{field}', got {tok.describe()}",
-                            "a number, a quoted string, true or false")
-        if got is not ftype:
-            wanted = {int: "a number", str: 'a quoted string, e.g. "bfloat16"', bool: "true or false"}
-            raise self.fail(tok, f"field '{field}' is {ftype.__name__}, got {tok.describe()}",
-                            f"compare it with {wanted[ftype]}")
-        self.advance()
-        return value
-
-
-def _parser(expr: str) -> _Parser:
-    if not isinstance(expr, str):
-        raise BarError(f"bar: expected a string expression, got {type(expr).__name__}")
-    if not expr.strip():
-        raise _error(expr, 0, "empty expression", _EXAMPLE)
-    return _Parser(expr)
-
-
-def parse(expr: str) -> Bar:
-    """Parse and type-check a bar expression; raises BarError on anything not in the grammar."""
-    return _parser(expr).parse()
-
-
-def parse_aggregate(expr: str) -> Aggregate:
-    """Parse a lone aggregate such as ``geomean(speedup)`` (a registration's primary metric)."""
-    return _parser(expr).parse_aggregate()
+from typing import Callable
+
+from harness.governance.bar_syntax import (And, Aggregate, Bar, Comparison, FieldTest, Node, Not, Or, parse,
+                                           parse_aggregate)
+from harness.governance.tokens import COMPARE, BarError
+
+# The language's public entry points, defined in bar_syntax.py and tokens.py.
+__all__ = ["Aggregate", "Bar", "BarError", "BarOutcome", "ClauseOutcome", "Comparison", "combine", "compare",
+           "evaluate", "evaluate_aggregate", "field_tests", "matches_nothing", "matching", "parse", "parse_aggregate",
+           "reduce"]
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -529,7 +93,7 @@ def _matches(node: Node, row: dict) -> bool:
         return actual in node.value
     if node.op == "not in":
         return actual not in node.value
-    return _COMPARE[node.op](actual, node.value)
+    return COMPARE[node.op](actual, node.value)
 
 
 def field_tests(node) -> list[FieldTest]:
@@ -568,7 +132,7 @@ def reduce(func: str, values: list[float]) -> float:
 
 def compare(op: str, value: float, threshold: float) -> bool:
     """``value op threshold`` with one of the bar's comparison operators."""
-    return _COMPARE[op](value, threshold)
+    return COMPARE[op](value, threshold)
 
 
 def combine(bar: Bar, truths: list[bool | None]) -> bool | None:
@@ -625,7 +189,7 @@ def evaluate(bar: Bar, rows: list[dict]) -> BarOutcome:
     outcomes, truth = [], []
     for clause in bar.clauses():
         value, n = _aggregate(clause.aggregate, rows)
-        known = None if value is None else _COMPARE[clause.op](value, clause.threshold)
+        known = None if value is None else COMPARE[clause.op](value, clause.threshold)
         truth.append(known)
         outcomes.append(ClauseOutcome(clause.text, value, clause.op, clause.threshold, bool(known), n))
     return BarOutcome(_combine(bar.root, truth) is True, tuple(outcomes))

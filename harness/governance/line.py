@@ -17,9 +17,12 @@ from typing import Iterator
 
 from harness import __version__
 from harness.errors import UserError, shown
-from harness.governance import codeprov, gitguard, registration
+from harness.governance import codeprov, gitguard, line_ids, registration
 from harness.governance.codeprov import CODE_PACKAGES, require_code_from
-from harness.governance.ledger import Ledger, ledger_path, rows_at, verify, verify_refusal
+from harness.governance.ledger import Ledger
+from harness.governance.ledger_format import ledger_path
+from harness.governance.ledger_verify import rows_at, verify, verify_refusal
+from harness.governance.locks import exclusive
 from harness.governance.outcomes import REGISTERED, VERDICT
 
 
@@ -59,20 +62,11 @@ class Line:
 @contextlib.contextmanager
 def line_lock(root: Path, line: str) -> Iterator[None]:
     """Exclusive use of one line for one bench command; a second one is refused at once."""
-    from filelock import FileLock, Timeout
-
     path = ledger_path(root, line).with_suffix(".line.lock")
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(path), timeout=0)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise UserError(f"line '{line}' is in use by another bench command (register, sweep or verdict): "
-                        f"wait for it to finish") from None
-    try:
+    with exclusive(path, timeout=0, busy=f"line '{line}' is in use by another bench command (register, sweep or "
+                                         f"verdict): wait for it to finish"):
         yield
-    finally:
-        lock.release()
 
 
 def register(path_or_line: str, *, root: Path | None = None, env: dict | None = None, reopen: bool = False) -> dict:
@@ -86,7 +80,7 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
     tree = gitguard.require_clean(root)
     # The row is committed next (by the user): a clone whose git cannot write is found now.
     gitguard.require_git_writable(tree.root, fallback="register in a clone you can commit to")
-    path = registration.resolve(tree.root, path_or_line)
+    path = line_ids.resolve(tree.root, path_or_line)
     reg = registration.load(path)
     rel = gitguard.relative(tree.root, path)
     if rel.startswith(gitguard.LEDGER_DIR + "/"):
@@ -248,7 +242,7 @@ def open_line(line_or_path: str, *, root: Path | None = None, action: str) -> It
     """Everything ``sweep``/``verdict`` must check before touching anything; holds the line lock."""
     tree = gitguard.require_clean(root)
     code = require_tracked_code(tree.root, load_kernels=False)
-    line, given = registration.line_of(tree.root, line_or_path)
+    line, given = line_ids.line_of(tree.root, line_or_path)
     # Refusals that need no lock come before it: a refused command leaves no lock file.
     _require_registered(tree.root, line, given)
     Ledger(tree.root, line).require_writable()  # before the lock file is created, and before any work

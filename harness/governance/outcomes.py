@@ -6,6 +6,9 @@ and the reports all read these; none restates them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
+
+from harness.governance.devices import model
 
 # Outcome kinds: what happened to one (config, candidate) pair at one sweep.
 RESULT = "result"  # measured: metrics, raw samples, CI, control
@@ -31,6 +34,22 @@ FAILING_KINDS = (INCORRECT, CRASHED)
 # Outcomes that measured nothing: the bar cannot see these pairs at all.
 MISSING_KINDS = (SKIPPED, UNSUPPORTED, THROTTLED)
 
+# Rejection tags. An incorrect row's ``tag`` names the check that failed (the gate's own tags,
+# e.g. "stale_mismatch"); a check after timing prefixes it with the phase that caught it.
+CAUGHT_TIMED = "timed"  # a timed call's output, or what the timed calls left behind
+CAUGHT_RANDOM_CALL = "random_call"  # the randomly chosen timed call's output
+CAUGHT_REFRESHED = "refreshed"  # an output checked against content refreshed since it ran
+CAUGHT_SUSTAINED = "sustained"  # the sustained-rate calls' output
+CAUGHT_RECHECK = "recheck"  # fresh inputs in the timed buffers, after timing
+REJECTION_PHASES = (CAUGHT_TIMED, CAUGHT_RANDOM_CALL, CAUGHT_REFRESHED, CAUGHT_SUSTAINED, CAUGHT_RECHECK)
+
+
+def rejection_tag(phase: str, tag: str) -> str:
+    """The tag of a rejection that check ``tag`` made at ``phase`` (one of REJECTION_PHASES)."""
+    if phase not in REJECTION_PHASES:
+        raise ValueError(f"unknown rejection phase {phase!r}: one of {', '.join(REJECTION_PHASES)}")
+    return f"{phase}_{tag}"
+
 
 def transient(row: dict) -> bool:
     """An outcome worth measuring again: clocks throttled, memory short, timing cut short."""
@@ -54,7 +73,7 @@ def unusable(row: dict, *, include_noisy: bool) -> bool:
 def remeasurable(row: dict, *, include_noisy: bool) -> bool:
     """Whether a sweep may supersede ``row`` with a new measurement at the commit and device it
     was measured at: what ``--remeasure`` re-runs, a crashed pair (``--retry-crashed``), or a
-    baseline's own row (re-run with its config). A decided outcome never is (ledger.verify)."""
+    baseline's own row (re-run with its config). A decided outcome never is (ledger_verify.verify)."""
     return unusable(row, include_noisy=include_noisy) or row["kind"] == CRASHED or row.get("role") == "baseline"
 
 
@@ -80,13 +99,29 @@ def measured_on(row: dict, any_gpu: bool = False) -> tuple:
     env = row.get("env") or {}
     code = ", ".join(f"{c.get('name')} {c.get('version')} ({str(c.get('sha256'))[:12]})"
                      for c in row.get("code") or ()) or None
-    return row.get("commit"), env.get("device"), None if any_gpu else env.get("gpu"), code
+    device, gpu = model(env)
+    return row.get("commit"), device, None if any_gpu else gpu, code
+
+
+def superseded_by(rows: Iterable[dict]) -> dict[int, int]:
+    """seq of each row a ``supersedes`` row names → the seq of the first one naming it."""
+    out: dict[int, int] = {}
+    for r in rows:
+        if r.get("kind") == SUPERSEDES:
+            for s in r.get("supersedes", []):
+                out.setdefault(s, r.get("seq"))
+    return out
+
+
+def current_rows(rows: Iterable[dict]) -> list[dict]:
+    """Rows not named by any ``supersedes`` row."""
+    rows = list(rows)
+    gone = superseded_by(rows)
+    return [r for r in rows if r.get("seq") not in gone]
 
 
 def current_outcomes(rows) -> list[dict]:
     """The current (not superseded) outcome rows, in ledger order."""
-    from harness.governance.ledger import current_rows
-
     return [r for r in current_rows(rows) if r.get("kind") in OUTCOME_KINDS]
 
 
@@ -125,8 +160,6 @@ def remeasures(rows) -> tuple[Remeasure, ...]:
     """Every candidate pair whose standing outcome replaced earlier outcomes of that pair
     measured at the same commit on the same device (a re-measure, not a re-sweep at a newer
     commit), in ledger order of the standing row."""
-    from harness.governance.ledger import superseded_by
-
     # Any ledger verifies: an outcome row lacking its pair's fields is nobody's re-measure.
     rows = [r for r in rows if r.get("kind") not in OUTCOME_KINDS or ("config_key" in r and "candidate" in r)]
     gone = superseded_by(rows)
@@ -145,8 +178,6 @@ def remeasures(rows) -> tuple[Remeasure, ...]:
 def resweeps(rows) -> int:
     """Outcome rows superseded by a sweep at another commit or device (a re-sweep of newer
     code, not a re-measure): what the line's current outcomes replaced from earlier sweeps."""
-    from harness.governance.ledger import superseded_by
-
     rows = list(rows)
     by_seq = {r.get("seq"): r for r in rows}
     return sum(1 for old, new in superseded_by(rows).items()

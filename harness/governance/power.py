@@ -25,6 +25,7 @@ import statistics
 from pathlib import Path
 
 from harness.errors import UserError, shown
+from harness.governance.devices import device_name
 from harness.governance.outcomes import RESULT
 
 # Recorded results per device below which its control spread is not trusted.
@@ -105,7 +106,7 @@ def _recorded_controls(root: Path, mode: str) -> dict[str, list[float]]:
             if row.get("kind") != RESULT or (row.get("policy") or {}).get("mode") != mode:
                 continue
             control = (row.get("metrics") or {}).get("control")
-            gpu = (row.get("env") or {}).get("gpu") or (row.get("env") or {}).get("device")
+            gpu = device_name(row.get("env") or {})
             if isinstance(control, (int, float)) and gpu:
                 out.setdefault(gpu, []).append(abs(control - 1.0))
     return out

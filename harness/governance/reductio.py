@@ -47,6 +47,7 @@ from pathlib import Path
 
 from harness.errors import UserError, plural, shown
 from harness.governance.decide import Bound, Finding, decide
+from harness.governance.devices import ceilings_name, same_gpu_model
 from harness.governance.metrics import BY_NAME
 
 # A bar is held to the measured ceilings themselves on a GPU: a clause that needs more than
@@ -90,7 +91,7 @@ class Device:
 
     @property
     def name(self) -> str:
-        return str((self.row.get("fingerprint") or {}).get("name") or self.row.get("device"))
+        return ceilings_name(self.row)
 
     @property
     def label(self) -> str:
@@ -174,7 +175,7 @@ def natural(metric: str, cfg, cand: str) -> Bound:
 
 def _verify_ranges(reg, cfg, dev: Device | None) -> tuple[dict, dict]:
     """(name -> (lo, hi), name -> why) of the [verify] names at ``cfg``, on ``dev`` if given."""
-    from harness.governance.verify import COUNTER_RANGES
+    from harness.measurement.counters import COUNTER_RANGES
     from harness.measurement.counters import L2_ALLOWANCE
     from harness.workloads import formulas
 
@@ -230,7 +231,8 @@ def pairs_of(reg) -> list[tuple]:
 
 
 def _ceilings_rows(root: Path) -> list[dict]:
-    from harness.governance.ledger import CEILINGS_LEDGER, Ledger
+    from harness.governance.ledger import Ledger
+    from harness.governance.ledger_format import CEILINGS_LEDGER
 
     return Ledger(root, CEILINGS_LEDGER).rows()
 
@@ -241,15 +243,15 @@ def _measured_on(row: dict, fingerprint: dict, ceilings: dict) -> bool:
     ref = row.get("ceilings_ref")
     if isinstance(ref, dict) and ref.get("seq") in ceilings:
         return ceilings[ref["seq"]].get("fingerprint") == fingerprint
-    env = row.get("env") or {}
-    return fingerprint.get("device") == "cuda" and env.get("device") == "cuda" and env.get("gpu") == fingerprint.get("name")
+    return same_gpu_model(row.get("env") or {}, fingerprint)
 
 
 def baseline_times(root: Path, reg, ceilings_row: dict) -> dict:
     """config key -> (the slowest recorded baseline_ms, where): every result row of any line
     with this baseline, config and timing mode, on this device, registered with the same
     [numerics] pins (the times the baseline itself can be expected to take)."""
-    from harness.governance.ledger import CEILINGS_LEDGER, recorded
+    from harness.governance.ledger import recorded
+    from harness.governance.ledger_format import CEILINGS_LEDGER
     from harness.governance.outcomes import REGISTERED, RESULT
 
     fingerprint = ceilings_row.get("fingerprint")

@@ -12,14 +12,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-import os
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.errors import UserError, plural, shown
+from harness.governance.line_ids import LINE_ID
 from harness.workloads import DTYPES, WORKLOADS, Config
 
 if TYPE_CHECKING:
@@ -31,7 +30,6 @@ if TYPE_CHECKING:
 REGISTRATION_SCHEMA = 3
 DEFAULT_BASELINE = "cublas_stack"
 DEFAULT_PRIMARY = "geomean(speedup)"
-LINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # Tolerances are >= 0 (atol 0 with rtol > 0 is a pure relative bar) and below this (a
 # "tolerance" of 1 accepts anything).
 MAX_TOLERANCE = 0.5
@@ -488,37 +486,3 @@ def check_fits(reg: Registration) -> None:
         why = memory.unholdable(cfg, specs, reg.timing)
         if why:
             raise _err(reg.path, f"[grid] point {cfg.key()} {why}: shrink the grid")
-
-
-def is_path(arg: str) -> bool:
-    """An argument with a directory part or a .toml suffix is a path; anything else a line id."""
-    return "/" in arg or os.sep in arg or arg.endswith(".toml")
-
-
-def resolve(root: Path, line_or_path: str) -> Path:
-    """The registration file an argument names: a line id (``example``) is
-    ``registrations/<id>.toml`` of the repository, a path is taken as given (relative to the
-    current directory) — never reduced to its stem. A directory or a file that is not
-    ``.toml`` is refused by name."""
-    arg = str(line_or_path)
-    given = Path(arg) if Path(arg).is_absolute() else Path.cwd() / arg
-    if given.is_dir() and (is_path(arg) or not (Path(root) / "registrations" / f"{arg}.toml").is_file()):
-        raise UserError(f"{arg} is a directory, not a registration: give registrations/<line>.toml or a line id")
-    if is_path(arg):
-        if given.suffix != ".toml":
-            raise UserError(f"{arg} is not a registration (a .toml file): give registrations/<line>.toml or a line id")
-        return given
-    if not LINE_ID.match(arg):
-        raise UserError(f"{arg!r} is neither a line id (matching {LINE_ID.pattern}) nor a path to a .toml registration")
-    return Path(root) / "registrations" / f"{arg}.toml"
-
-
-def line_of(root: Path, line_or_path: str) -> tuple[str, Path | None]:
-    """The line id an argument names, and the registration file when it was given as a path
-    (which must exist: a path that names nothing is refused, not read as a line id)."""
-    path = resolve(root, line_or_path)
-    if not is_path(str(line_or_path)):
-        return path.stem, None
-    if not path.is_file():
-        raise UserError(f"no registration file at {line_or_path}: give the registration's path or its line id")
-    return path.stem, path

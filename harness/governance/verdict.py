@@ -8,7 +8,7 @@ not a NO-GO — when a pair has no outcome, when pairs were never measured (skip
 unsupported, throttled) and the registration does not ``allow_missing``, when the
 outcomes come from more than one commit or device, when nothing was measured at all, or
 while any row of the line is not committed, or when a result row's figures disagree with its
-own samples (``ledger.verify``, governance/audit.py). A refusal over pairs it cannot use names
+own samples (``ledger_verify.verify``, governance/audit.py). A refusal over pairs it cannot use names
 `bench sweep LINE --remeasure`, which measures them again at the same commit; the verdict
 then decides on the newest measurement and its row lists each pair so re-measured
 (``remeasured``). The verdict row is committed at once,
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from harness.errors import UserError
 from harness.governance import bar as barlang
 from harness.governance import verify as verifylang
-from harness.governance.ledger import anchor, current_rows, require_anchorable, require_anchored
+from harness.governance.ledger import anchor, require_anchorable, require_anchored
 from harness.governance.line import Line
-from harness.governance.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, latest_outcomes,
-                                         UNSUPPORTED, measured_on, outcome_key, remeasures, state_of)
+from harness.governance.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, current_rows,
+                                         UNSUPPORTED, latest_outcomes, measured_on, outcome_key, remeasures, state_of)
 
 GO, NO_GO = "GO", "NO-GO"
 # Failing pairs a verdict row lists per [verify] clause (the count is always complete).

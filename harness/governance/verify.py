@@ -8,7 +8,7 @@ such claims next to its bar::
     clauses = ["dram_read_bytes <= 1.2 * min_bytes", "local_spill_bytes == 0", "tensor_active >= 0.3"]
 
 Each clause is one comparison between two arithmetic expressions, written with the bar
-language's tokens (harness/governance/bar.py: same numbers, names, comparison operators,
+language's tokens (harness/governance/tokens.py: same numbers, names, comparison operators,
 same caret-under-the-column errors; never ``eval``)::
 
     clause = expr CMP expr END
@@ -30,23 +30,13 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from harness.governance.bar import _COMPARE, _END, _NAME, _NUM, _OP, _PUNCT, BarError, _error, _tokenize
+from harness.governance.tokens import (COMPARE, END, MAX_NESTING, NAME, NUMBER, OPERATOR, PUNCT, BarError,
+                                       syntax_error, tokenize)
+from harness.measurement.counters import COUNTERS
 
-# Per-call counter metrics (harness/measurement/counters.py defines how each is reduced
-# over a call's kernel launches).
-COUNTERS: tuple[str, ...] = ("dram_read_bytes", "dram_write_bytes", "registers", "local_spill_bytes",
-                             "tensor_active", "duration_us", "launches")
 # Per-config formulas (bytes and FLOPs any correct kernel must move / do).
 FORMULAS: tuple[str, ...] = ("min_bytes", "min_read_bytes", "kv_bytes", "flops")
 NAMES = COUNTERS + FORMULAS
-# What each counter can read at all, whatever the kernel (``possible`` judges clauses on them);
-# tensor_active is a fraction of the SMs' active cycles.
-COUNTER_RANGES: dict[str, tuple[float, float]] = {
-    "dram_read_bytes": (0.0, math.inf), "dram_write_bytes": (0.0, math.inf),
-    "registers": (0.0, math.inf), "local_spill_bytes": (0.0, math.inf),
-    "tensor_active": (0.0, 1.0), "duration_us": (0.0, math.inf), "launches": (0.0, math.inf),
-}
-MAX_NESTING = 32
 _LABEL = "clause"
 _EXAMPLE = 'e.g. "dram_read_bytes <= 1.2 * min_bytes"'
 
@@ -84,7 +74,7 @@ class Clause:
 class _Parser:
     def __init__(self, text: str):
         self.text = text
-        self.tokens = _tokenize(text, label=_LABEL)
+        self.tokens = tokenize(text, label=_LABEL)
         self.i = 0
         self.depth = 0
 
@@ -97,21 +87,21 @@ class _Parser:
         return tok
 
     def fail(self, tok, what: str, hint: str | None = None) -> BarError:
-        return _error(self.text, tok.pos, what, hint, _LABEL)
+        return syntax_error(self.text, tok.pos, what, hint, _LABEL)
 
     def is_punct(self, chars: str) -> bool:
         tok = self.peek()
-        return tok.kind == _PUNCT and tok.text in chars
+        return tok.kind == PUNCT and tok.text in chars
 
     def clause(self) -> Clause:
         left = self.expr()
         op = self.peek()
-        if op.kind != _OP:
+        if op.kind != OPERATOR:
             raise self.fail(op, f"expected a comparison, got {op.describe()}", "one of == != < <= > >=; " + _EXAMPLE)
         self.advance()
         right = self.expr()
         end = self.peek()
-        if end.kind != _END:
+        if end.kind != END:
             raise self.fail(end, f"unexpected {end.describe()}", "one comparison per clause: list several clauses")
         return Clause(self.text, left, op.text, right)
 
@@ -122,7 +112,7 @@ class _Parser:
             if self.is_punct("+-"):
                 self.advance()
                 node = BinOp(tok.text, node, self.term())
-            elif tok.kind == _NUM and tok.text.startswith("-"):
+            elif tok.kind == NUMBER and tok.text.startswith("-"):
                 # "x -1": the tokenizer read "-1" as a number; here it can only be a subtraction.
                 self.advance()
                 node = BinOp("-", node, Num(-float(tok.value)))
@@ -138,10 +128,10 @@ class _Parser:
 
     def factor(self) -> Expr:
         tok = self.peek()
-        if tok.kind == _NUM:
+        if tok.kind == NUMBER:
             self.advance()
             return Num(float(tok.value))
-        if tok.kind == _NAME:
+        if tok.kind == NAME:
             if tok.text not in NAMES:
                 raise self.fail(tok, f"unknown name '{tok.text}'",
                                 f"counters: {', '.join(COUNTERS)}; formulas: {', '.join(FORMULAS)}")
@@ -167,7 +157,7 @@ def parse(text: str) -> Clause:
     if not isinstance(text, str):
         raise BarError(f"{_LABEL}: a clause is a string, got {type(text).__name__}")
     if not text.strip():
-        raise _error(text, 0, "empty clause", _EXAMPLE, _LABEL)
+        raise syntax_error(text, 0, "empty clause", _EXAMPLE, _LABEL)
     return _Parser(text).clause()
 
 
@@ -272,7 +262,7 @@ class ClauseResult:
 
 def check(clause: Clause, env: dict) -> tuple[float | None, float | None, bool | None]:
     left, right = value(clause.left, env), value(clause.right, env)
-    holds = None if left is None or right is None else _COMPARE[clause.op](left, right)
+    holds = None if left is None or right is None else COMPARE[clause.op](left, right)
     return left, right, holds
 
 

@@ -7,7 +7,7 @@ work (input generation, poisoning, the float64 check) out of the counters. Its
 of units, then one row per profiled kernel launch.
 
 Per launch we keep the metrics of ``LAUNCH_METRICS``; per call they are reduced to the
-``[verify]`` counters (harness/governance/verify.py COUNTERS):
+``[verify]`` counters (``COUNTERS``):
 
 * ``dram_read_bytes`` / ``dram_write_bytes`` / ``local_spill_bytes`` (local-memory loads
   plus stores through L1): summed over the call's launches;
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import re
 import shutil
@@ -50,6 +51,15 @@ LAUNCH_METRICS: dict[str, str] = {
     "shared_mem_dynamic_bytes": "launch__shared_mem_per_block_dynamic",
     "occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
 }
+# The per-call counters ([verify] clause names; ``per_call`` reduces the launches to them) and
+# what each can read at all, whatever the kernel (verify.possible judges clauses on these);
+# tensor_active is a fraction of the SMs' active cycles.
+COUNTER_RANGES: dict[str, tuple[float, float]] = {
+    "dram_read_bytes": (0.0, math.inf), "dram_write_bytes": (0.0, math.inf),
+    "registers": (0.0, math.inf), "local_spill_bytes": (0.0, math.inf),
+    "tensor_active": (0.0, 1.0), "duration_us": (0.0, math.inf), "launches": (0.0, math.inf),
+}
+COUNTERS: tuple[str, ...] = tuple(COUNTER_RANGES)
 # What ncu is asked to measure; the launch__* attributes come with every raw page.
 MEASURED_METRICS = tuple(m for m in LAUNCH_METRICS.values() if not m.startswith("launch__"))
 # The NVTX push/pop range the worker wraps each profiled call in (default domain); the
@@ -207,8 +217,7 @@ def per_call(launches: list[Launch], calls: int) -> dict:
     if calls < 1:
         raise ValueError(f"calls must be >= 1, got {calls}")
     if not launches:
-        return {"dram_read_bytes": None, "dram_write_bytes": None, "registers": None, "local_spill_bytes": None,
-                "tensor_active": None, "duration_us": None, "launches": 0.0}
+        return {**dict.fromkeys(COUNTERS), "launches": 0.0}
     dram_r, dram_w = _sum(launches, "dram_read_bytes"), _sum(launches, "dram_write_bytes")
     ld, st = _sum(launches, "local_load_bytes"), _sum(launches, "local_store_bytes")
     dur = _sum(launches, "duration_ns")

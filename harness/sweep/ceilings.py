@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import __version__
-from harness.governance.ledger import CEILINGS_LEDGER, Ledger, anchor, committed_rows, require_anchorable
+from harness.governance.ledger import Ledger, anchor, committed_rows, require_anchorable
+from harness.governance.ledger_format import CEILINGS_LEDGER
 from harness.governance.outcomes import CEILINGS
 
 
@@ -49,7 +50,7 @@ def append_ceilings(root: Path, fingerprint: dict, env: dict, measured: dict) ->
 
 
 def ceilings_ref(row: dict | None) -> dict | None:
-    """What an outcome row records of the ceilings row it used (``ledger.CEILINGS_REF``): its
+    """What an outcome row records of the ceilings row it used (``ledger_format.CEILINGS_REF``): its
     seq and chain hash (null fields for ceilings that are no ledger row, which verify refuses)."""
     return None if row is None else {"seq": row.get("seq"), "hash": row.get("hash")}
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 from harness.errors import UserError
+from harness.governance.locks import try_acquire
 
 LOCK_DIR_ENV = "BENCH_DEVICE_LOCK_DIR"
 LOCK_SUBDIR = "bench-device-locks"
@@ -29,16 +29,6 @@ WAIT_POLL_S = 1.0
 def lock_dir() -> Path:
     env = os.environ.get(LOCK_DIR_ENV)
     return Path(env) if env else Path(tempfile.gettempdir()) / LOCK_SUBDIR
-
-
-def device_key(env: dict) -> str:
-    """The name a device is locked under: its GPU UUID (stable across CUDA_VISIBLE_DEVICES
-    renumbering), else its index, else ``cpu``."""
-    if env.get("device") == "cuda":
-        ident = env.get("gpu_uuid") or f"cuda-index-{env.get('gpu_index', 0)}"
-    else:
-        ident = "cpu"
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", ident)
 
 
 def holder(key: str) -> dict | None:
@@ -52,31 +42,25 @@ def holder(key: str) -> dict | None:
 @contextlib.contextmanager
 def device_lock(key: str, *, who: dict, wait: bool, on_wait: Callable[[str, dict | None], None] | None = None) -> Iterator[None]:
     """Hold the device ``key`` for the block; wait (calling ``on_wait`` once) or refuse if taken."""
-    from filelock import FileLock, Timeout
-
     d = lock_dir()
+    path = d / f"{key}.lock"
     try:
         d.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError):  # shared by every user of the host
             os.chmod(d, 0o1777)
-        lock = FileLock(str(d / f"{key}.lock"), timeout=0, mode=0o666)
-        lock.acquire()
-    except Timeout:
-        other = holder(key)
-        if not wait:
-            raise UserError(f"device {key} is in use by another bench process{describe_holder(other)}: wait for it, "
-                            f"or drop --no-wait to queue behind it") from None
-        if on_wait:
-            on_wait(key, other)
-        while True:
-            try:
-                lock.acquire(timeout=WAIT_POLL_S)
-                break
-            except Timeout:
-                continue
+        lock = try_acquire(path, 0, mode=0o666)
     except PermissionError as exc:
         raise UserError(f"cannot create the device lock in {d} ({exc.strerror}): set {LOCK_DIR_ENV} to a "
                         f"directory every bench user of this host can write") from None
+    if lock is None:
+        other = holder(key)
+        if not wait:
+            raise UserError(f"device {key} is in use by another bench process{describe_holder(other)}: wait for it, "
+                            f"or drop --no-wait to queue behind it")
+        if on_wait:
+            on_wait(key, other)
+        while lock is None:
+            lock = try_acquire(path, WAIT_POLL_S, mode=0o666)
     info = d / f"{key}.holder.json"
     try:
         with contextlib.suppress(OSError):

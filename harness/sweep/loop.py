@@ -213,7 +213,8 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
            why_commit: str, *, with_ceilings: bool, commit: bool, retry_crashed: bool, remeasure: bool, wait: bool,
            progress, on_wait) -> None:
     """The sweep itself, filling ``run`` as it goes (``sweep`` summarizes whatever it reached)."""
-    from harness.sweep.devicelock import device_key, device_lock
+    from harness.governance.devices import device_key, model
+    from harness.sweep.devicelock import device_lock
     from harness.sweep.executor import schedule
     from harness.sweep.run import baseline_gate_failure
 
@@ -229,7 +230,7 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
             stack.enter_context(device_lock(key, who=who, wait=wait, on_wait=on_wait))
         # Ceilings are a GPU model's: a sweep over several models (mixed_devices) attaches none,
         # so no row carries a fraction of another device's peak.
-        one_model = len({(e.get("device"), e.get("gpu")) for e in envs}) == 1
+        one_model = len({model(e) for e in envs}) == 1
         ceilings = None
         if with_ceilings and one_model:
             # Committed before any row naming it is: a result's ceilings are part of its record,

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from harness.errors import UserError
-from harness.governance.ledger import current_rows
+from harness.governance.outcomes import current_rows
 from harness.governance.outcomes import PROFILE, RESULT, measured_on
 from harness.measurement import counters
 from harness.workloads import Config, formulas
@@ -146,7 +146,8 @@ def profile_line(line, configs: list[Config], device: str, *, commit: bool = Tru
     is False. Returns (rows written, commits holding them)."""
     from harness.governance.ledger import anchor, require_anchorable
     from harness.measurement.device import env_summary
-    from harness.sweep.devicelock import device_key, device_lock
+    from harness.governance.devices import device_key
+    from harness.sweep.devicelock import device_lock
 
     require_profiler(device)
     if commit:

@@ -146,7 +146,7 @@ class RayWorker:
         """("ready", env, fingerprint, host, log) or ("error", message)."""
         import importlib
 
-        from harness.sweep.devicelock import device_key
+        from harness.governance.devices import device_key
         from harness.sweep.workers import slot_info
 
         try:

@@ -12,7 +12,9 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
-from harness.governance.outcomes import CRASHED, INCORRECT, RESULT, SKIPPED, THROTTLED, UNSUPPORTED
+from harness.governance.outcomes import (CAUGHT_RANDOM_CALL, CAUGHT_RECHECK, CAUGHT_REFRESHED, CAUGHT_SUSTAINED,
+                                         CAUGHT_TIMED, CRASHED, INCORRECT, RESULT, SKIPPED, THROTTLED, UNSUPPORTED,
+                                         rejection_tag)
 from harness.measurement.timing.results import arm_name, rig_noise
 from harness.sweep import phase
 from harness.workloads import Config
@@ -204,7 +206,8 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         left = {name: watch.failure(name, drains, ARM_BASELINE) for name in m.arms}
         base_left = left.get(ARM_BASELINE) or left.get(ARM_CONTROL)
         if base_left is not None:
-            return out + _baseline_failed(cfg, base_spec, timed, ctx, "timed_" + base_left[0], base_left[1],
+            return out + _baseline_failed(cfg, base_spec, timed, ctx, rejection_tag(CAUGHT_TIMED, base_left[0]),
+                                          base_left[1],
                                           gates[base_spec.name], "a timed-call check")
         # Outputs are checked against the content each was computed from (content refresh:
         # a slot's content may have changed since an arm last ran on it).
@@ -217,8 +220,9 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         base_mem = _memory_failure(m, ARM_BASELINE) or _memory_failure(m, ARM_CONTROL)
         if base_bad is not None or base_fresh is not None:
             # The baseline wrong on some timed call: every speedup against it is meaningless.
-            tag, bad = ("random_call_", base_bad) if base_bad is not None else ("refreshed_", base_fresh)
-            return out + _baseline_failed(cfg, base_spec, timed, ctx, tag + bad.tag, bad.reason,
+            caught, bad = ((CAUGHT_RANDOM_CALL, base_bad) if base_bad is not None
+                           else (CAUGHT_REFRESHED, base_fresh))
+            return out + _baseline_failed(cfg, base_spec, timed, ctx, rejection_tag(caught, bad.tag), bad.reason,
                                           gates[base_spec.name], "a timed-call check")
         if base_mem is not None and base_mem[0] is not None:
             return out + _baseline_failed(cfg, base_spec, timed, ctx, base_mem[0], base_mem[1],
@@ -232,16 +236,17 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
         for spec in timed:
             if left.get(arm_name(spec.name)) is not None:
                 tag, why = left[arm_name(spec.name)]
-                out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate", "tag": "timed_" + tag,
+                out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate",
+                                                 "tag": rejection_tag(CAUGHT_TIMED, tag),
                                                  "reason": why, "timing": m.to_row(),
                                                  "gate": gates[spec.name].to_row()}))
                 continue
             bad = last_bad[spec.name] or spot_bad.get(arm_name(spec.name)) or fresh_bad.get(arm_name(spec.name))
             if bad is not None:
-                prefix = ("timed_" if last_bad[spec.name] is not None else
-                          "random_call_" if spot_bad.get(arm_name(spec.name)) is not None else "refreshed_")
+                caught = (CAUGHT_TIMED if last_bad[spec.name] is not None else CAUGHT_RANDOM_CALL
+                          if spot_bad.get(arm_name(spec.name)) is not None else CAUGHT_REFRESHED)
                 out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate",
-                                                 "tag": prefix + bad.tag, "reason": bad.reason,
+                                                 "tag": rejection_tag(caught, bad.tag), "reason": bad.reason,
                                                  "gate": gates[spec.name].to_row()}))
                 continue
             mem = _memory_failure(m, arm_name(spec.name))
@@ -265,7 +270,8 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
                 sus, bad = _sustained(cfg, spec, slots, outs[arm_name(spec.name)], ctx)
                 if bad is not None:
                     out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate",
-                                                   "tag": "sustained_" + bad.tag, "reason": bad.reason,
+                                                   "tag": rejection_tag(CAUGHT_SUSTAINED, bad.tag),
+                                                   "reason": bad.reason,
                                                    "sustained": sus.as_dict(),
                                                    "gate": gates[spec.name].to_row()}))
                     continue
@@ -276,7 +282,7 @@ def _gate_and_time(cfg, base_spec, runnable, ctx, policy, pred, held) -> list[Ou
                                   rtol=reg.rtol[cfg.dtype])
             if not rc.passed:
                 out.append(Outcome(INCORRECT, {**_base(cfg, spec.name, ctx), "role": "candidate",
-                                                 "tag": "recheck_" + rc.tag,
+                                                 "tag": rejection_tag(CAUGHT_RECHECK, rc.tag),
                                                  "reason": f"after timing, on fresh inputs in the timed buffers: {rc.reason}",
                                                  "gate": gates[spec.name].to_row()}))
                 continue

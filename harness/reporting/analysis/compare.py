@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 from harness.errors import UserError
 from harness.governance.outcomes import RESULT
-from harness.reporting.analysis.lines import LineView, arm_samples, device_of
+from harness.governance.devices import device_of
+from harness.reporting.analysis.lines import LineView, arm_samples
 
 ALPHA = 0.01  # significance level of the two-sided Mann-Whitney U test
 SAME_BAND = 0.02  # a ratio CI inside [1/(1+band), 1+band] is SAME

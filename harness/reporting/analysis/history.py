@@ -170,7 +170,8 @@ def _row0(path: Path) -> dict:
 def index(root: Path) -> Index:
     """Every line's row 0 from the work tree, and each GONE ledger read back from git."""
     from harness.governance.gitguard import last_commit_holding
-    from harness.governance.ledger import missing_ledgers, rows_at
+    from harness.governance.ledger import missing_ledgers
+    from harness.governance.ledger_verify import rows_at
     from harness.reporting.analysis.lines import line_paths
 
     root = Path(root)
@@ -195,7 +196,7 @@ def index(root: Path) -> Index:
 
 def _reopened(idx: Index, line: str, row0: dict, rel: str) -> Reopened | None:
     """Row 0's ``reopens`` declaration, with what the replaced version held (read from git)."""
-    from harness.governance.ledger import rows_at
+    from harness.governance.ledger_verify import rows_at
 
     declared = row0.get("reopens")
     if not isinstance(declared, dict) or not isinstance(declared.get("commit"), str):
@@ -224,7 +225,7 @@ def _reopened(idx: Index, line: str, row0: dict, rel: str) -> Reopened | None:
 def line_history(idx: Index, line: str, rows=None) -> LineHistory:
     """``line``'s history; ``rows``: its ledger rows where the caller has read them (the
     re-measures come from them), else read here (a GONE line: its last committed rows)."""
-    from harness.governance.ledger import ledger_path, read_rows
+    from harness.governance.ledger_format import ledger_path, read_rows
 
     rel = f"ledger/{line}.jsonl"
     gone = idx.gone.get(line)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.governance.devices import device_of
 from harness.governance.outcomes import REGISTERED, RESULT, VERDICT
 
 
@@ -88,7 +89,7 @@ def line_paths(root: Path) -> list[Path]:
 
 def load(root: Path, spec: str) -> LineView:
     """The line named by ``spec`` (LINE or LINE@commit), its chain verified first."""
-    from harness.governance.ledger import ledger_path
+    from harness.governance.ledger_format import ledger_path
 
     line, commit = split_spec(spec)
     path = ledger_path(root, line)
@@ -103,7 +104,8 @@ def load(root: Path, spec: str) -> LineView:
 
 
 def load_path(path: Path, *, commit: str | None = None) -> LineView:
-    from harness.governance.ledger import read_rows, verify, verify_refusal
+    from harness.governance.ledger_format import read_rows
+    from harness.governance.ledger_verify import verify, verify_refusal
 
     res = verify(path)
     if not res.ok:
@@ -121,11 +123,6 @@ def arm_samples(row: dict, arm: str) -> list[float]:
     arms = (row.get("timing") or {}).get("arms") or {}
     name = f"candidate:{row['candidate']}" if arm == "candidate" else arm
     return [float(x) for x in (arms.get(name) or {}).get("samples_ms") or []]
-
-
-def device_of(row: dict) -> tuple[str | None, str | None]:
-    env = row.get("env") or {}
-    return env.get("device"), env.get("gpu")
 
 
 def device_label(row: dict) -> str:

@@ -216,7 +216,7 @@ def _mb(v):
 def _counter_tables(view: LineView) -> list[dict]:
     """The latest `profile` row per (config, kernel): a table per config, a row per launch,
     the call's totals, and the counter reductio's finding where it has one."""
-    from harness.governance.ledger import current_rows
+    from harness.governance.outcomes import current_rows
 
     latest = {}
     for r in current_rows(view.rows):

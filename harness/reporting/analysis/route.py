@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from harness.errors import UserError
 from harness.jsonsafe import number
 from harness.governance.outcomes import FAILING_KINDS, RESULT
-from harness.reporting.analysis.lines import LineView, device_of
+from harness.governance.devices import device_of
+from harness.reporting.analysis.lines import LineView
 
 ROUTE_SCHEMA = 2  # 2: each route carries the interleaved medians and clock its speedup comes from
 CONFIG_FIELDS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")

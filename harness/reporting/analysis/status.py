@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.governance.devices import device_name
+
 
 @dataclass(frozen=True)
 class LineStatus:
@@ -40,7 +42,7 @@ def view_status(view, note: str | None = None) -> LineStatus:
     latest = max(outcomes.values(), key=lambda r: r["seq"], default=None)
     if verdict is not None:
         at = verdict.get("measured_at") or {}
-        return LineStatus(view.line, f"closed {verdict['outcome']}", at.get("commit"), at.get("gpu") or at.get("device"),
+        return LineStatus(view.line, f"closed {verdict['outcome']}", at.get("commit"), device_name(at),
                           len(pairs), n_pairs, verdict["outcome"], note)
     if latest is None:
         reg_row = view.registered or {}
@@ -57,7 +59,7 @@ def line_status(path: Path, idx=None) -> LineStatus:
     """A line's status from its ledger file, with its history where ``idx`` (history.index) is given."""
     from dataclasses import replace
 
-    from harness.governance.ledger import verify
+    from harness.governance.ledger_verify import verify
     from harness.reporting.analysis.history import line_history
     from harness.reporting.analysis.lines import load_path
 

@@ -28,7 +28,7 @@ TAIL_COLUMNS = ("n_samples", "n_baseline_samples", "n_rounds", "n_dropped_rounds
 
 def tidy_records(rows) -> tuple[list[dict], list[str]]:
     """(records, metric names in first-seen order) for every current outcome row."""
-    from harness.governance.ledger import current_rows
+    from harness.governance.outcomes import current_rows
     from harness.governance.metrics import rate_protocol
     from harness.reporting.analysis.lines import arm_samples
 
@@ -90,6 +90,6 @@ def tidy_frame(rows):
 
 def tidy(path: Path):
     """``tidy(ledger/<line>.jsonl)``: the tidy DataFrame of one ledger file."""
-    from harness.governance.ledger import read_rows
+    from harness.governance.ledger_format import read_rows
 
     return tidy_frame(read_rows(Path(path)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.governance.devices import ceilings_name
 from harness.reporting.render.console import console
 from harness.reporting.render.rows import fmt
 
@@ -9,7 +10,7 @@ from harness.reporting.render.rows import fmt
 def render_ceilings(row: dict, measured: bool, *, commit: str | None = None, committed: bool = True) -> None:
     """The ceilings row (``seq``, hash), its figures, and whether git holds it (``commit``: committed now)."""
     c = console()
-    c.print(f"{'measured' if measured else 'stored'} ceilings for {row.get('fingerprint', {}).get('name', row.get('device'))} "
+    c.print(f"{'measured' if measured else 'stored'} ceilings for {ceilings_name(row)} "
             f"(ledger/_device_ceilings.jsonl row {row.get('seq')}, {str(row.get('hash'))[:12]}):")
     c.print(f"  copy bandwidth: {fmt(row.get('copy_gbps'), '.4g')} GB/s (read + write)")
     for dt, tf in sorted((row.get('matmul_tflops') or {}).items()):

@@ -1,0 +1,50 @@
+"""Device identity: which device a number was measured on, read one way everywhere.
+
+Nothing here changes what is on disk. A row's ``env`` (harness.measurement.device.env_summary)
+names its device by ``device`` ("cuda" or "cpu"), ``gpu`` (the GPU model's name), ``gpu_uuid``
+and ``gpu_index``; a ceilings row names it by its ``fingerprint`` (device, name, driver, cuda,
+torch: harness.measurement.ceilings.device_fingerprint). Resume, verdicts, routes and ceilings
+compare devices by model — (device, GPU name) — and a host locks each physical device by
+``device_key``.
+"""
+
+from __future__ import annotations
+
+import re
+
+
+def model(env: dict) -> tuple[str | None, str | None]:
+    """(device, GPU name) of an env: what numbers are comparable across (the GPU name is None on CPU)."""
+    return env.get("device"), env.get("gpu")
+
+
+def device_of(row: dict) -> tuple[str | None, str | None]:
+    """The model (device, GPU name) a row was measured on."""
+    return model(row.get("env") or {})
+
+
+def device_name(env: dict) -> str | None:
+    """A device's name for people: the GPU model, else the device kind ("cpu")."""
+    return env.get("gpu") or env.get("device")
+
+
+def ceilings_name(row: dict) -> str:
+    """The name of the device a ceilings row was measured on: its fingerprint's model name."""
+    return str((row.get("fingerprint") or {}).get("name") or row.get("device"))
+
+
+def same_gpu_model(env: dict, fingerprint: dict) -> bool:
+    """Whether an env's GPU is the model a ceilings fingerprint names (never on CPU: a CPU
+    model name in a fingerprint does not identify the host's load)."""
+    return (fingerprint.get("device") == "cuda" and env.get("device") == "cuda"
+            and env.get("gpu") == fingerprint.get("name"))
+
+
+def device_key(env: dict) -> str:
+    """The name a device is locked under: its GPU UUID (stable across CUDA_VISIBLE_DEVICES
+    renumbering), else its index, else ``cpu``."""
+    if env.get("device") == "cuda":
+        ident = env.get("gpu_uuid") or f"cuda-index-{env.get('gpu_index', 0)}"
+    else:
+        ident = "cpu"
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", ident)

@@ -1,0 +1,77 @@
+"""A ledger file's format: one JSON row per line, each hash-chained to the one before.
+
+Each row's ``hash`` is the SHA-256 of its canonical JSON (sorted keys, no spaces, finite
+numbers only) including ``prev_hash``, so editing, deleting, reordering or truncating any
+row breaks the chain at that row. Writing is ledger.py's (``Ledger.append``); checking a
+whole file is ledger_verify.py's.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UserError
+from harness.governance.gitguard import LEDGER_DIR
+
+LEDGER_SCHEMA = 1
+# The device ceilings' ledger (sweep/ceilings.py); line ids cannot start with '_'. Outcome
+# rows name the ceilings row they used in ``ceilings_ref`` ({"seq", "hash"}; null: none).
+CEILINGS_LEDGER = "_device_ceilings"
+CEILINGS_REF = "ceilings_ref"
+GENESIS_HASH = "0" * 64
+def canonical(obj: Any) -> str:
+    """The exact text that is hashed: sorted keys, compact separators, no NaN/Infinity."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def row_hash(row: dict) -> str:
+    body = {k: v for k, v in row.items() if k != "hash"}
+    return hashlib.sha256(canonical(body).encode("utf-8")).hexdigest()
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def ledger_path(root: Path, line: str) -> Path:
+    return Path(root) / LEDGER_DIR / f"{line}.jsonl"
+
+
+def check_schema(row: dict, path: Path, n: int) -> None:
+    schema = row.get("schema")
+    if not isinstance(schema, int):
+        raise UserError(f"{path}: row {n} has no integer 'schema': not a bench ledger row")
+    if schema > LEDGER_SCHEMA:
+        raise UserError(f"{path}: row {n} has ledger schema {schema}, newer than this bench understands "
+                        f"({LEDGER_SCHEMA}): upgrade bench (pip install -U -e .) to read it")
+
+
+def parse_row(raw: bytes, path: Path, n: int) -> dict:
+    try:
+        row = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: row {n} is not valid JSON ({exc.msg}): run `bench ledger verify` and "
+                        f"restore the file from git") from exc
+    if not isinstance(row, dict):
+        raise UserError(f"{path}: row {n} is not a JSON object: run `bench ledger verify` and restore the file from git")
+    return row
+
+
+def read_rows(path: Path) -> list[dict]:
+    """All rows of a ledger file, schema-checked (chain not checked: use ``verify``)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows = []
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh):
+            if not raw.endswith(b"\n"):
+                break  # a torn final write: never acknowledged, so not a row
+            row = parse_row(raw, path, n)
+            check_schema(row, path, n)
+            rows.append(row)
+    return rows
