@@ -263,7 +263,7 @@ def test_gpus_on_a_cpu_sweep_and_inline_with_workers_are_refused(repo):
 
 HOLD = textwrap.dedent('''\
     import sys
-    from harness.sweep.devicelock import device_lock
+    from harness.execution.devicelock import device_lock
     with device_lock("cpu", who={"line": "other"}, wait=False):
         print("held", flush=True)
         sys.stdin.readline()  # until the test lets go
@@ -565,7 +565,7 @@ def test_executor_ray_without_ray_says_how_to_install_it(repo):
 def test_cpu_workers_get_disjoint_shares_of_the_cores():
     import os
 
-    from harness.sweep.workers import core_shares
+    from harness.execution.workers import core_shares
 
     cores = sorted(os.sched_getaffinity(0))
     shares = core_shares(len(cores))

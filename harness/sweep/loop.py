@@ -122,17 +122,17 @@ def make_executor(device: str, *, inline: bool = False, gpus: str | None = None,
             raise UserError("--workers is for CPU sweeps: on a Ray cluster every GPU gets one actor")
         if workers < 1:
             raise UserError(f"--workers {workers}: give at least 1")
-        from harness.sweep.ray_executor import RayExecutor
+        from harness.execution.ray_executor import RayExecutor
 
         return RayExecutor(device, address=address, workers=workers)
     if inline:
         if gpus is not None or workers != 1:
             raise UserError("--inline runs in this process, on one device: drop --gpus/--workers "
                             "(pick the GPU with CUDA_VISIBLE_DEVICES)")
-        from harness.sweep.inline import InlineExecutor
+        from harness.execution.inline import InlineExecutor
 
         return InlineExecutor(device)
-    from harness.sweep.workers import LocalPool
+    from harness.execution.workers import LocalPool
 
     if device == "cuda":
         if workers != 1:
@@ -213,8 +213,8 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
            why_commit: str, *, with_ceilings: bool, commit: bool, retry_crashed: bool, remeasure: bool, wait: bool,
            progress, on_wait) -> None:
     """The sweep itself, filling ``run`` as it goes (``sweep`` summarizes whatever it reached)."""
-    from harness.sweep.devicelock import device_key, device_lock
-    from harness.sweep.executor import schedule
+    from harness.execution.devicelock import device_key, device_lock
+    from harness.execution.executor import schedule
     from harness.sweep.run import baseline_gate_failure
 
     with contextlib.ExitStack() as stack:
@@ -415,7 +415,7 @@ def _ceilings(line: Line, executor, slot, guard: Interrupts, why: str | None) ->
     ``why``, committed (the row and its commit are written together, never half)."""
     from harness.governance.ledger import Ledger
     from harness.sweep.ceilings import CEILINGS_LEDGER, append_ceilings, commit_ceilings, stored_ceilings
-    from harness.sweep.executor import Job, call
+    from harness.execution.executor import Job, call
 
     row = stored_ceilings(line.root, slot.fingerprint)
     measured = None

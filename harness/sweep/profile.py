@@ -146,7 +146,7 @@ def profile_line(line, configs: list[Config], device: str, *, commit: bool = Tru
     is False. Returns (rows written, commits holding them)."""
     from harness.governance.ledger import anchor, require_anchorable
     from harness.measurement.device import env_summary
-    from harness.sweep.devicelock import device_key, device_lock
+    from harness.execution.devicelock import device_key, device_lock
 
     require_profiler(device)
     if commit:

@@ -7,7 +7,7 @@ config is the config's `crashed` rows.
 
 from __future__ import annotations
 
-from harness.sweep.executor import Done, Executor, Job, SlotInfo
+from harness.execution.executor import Done, Executor, Job, SlotInfo
 
 
 class InlineExecutor(Executor):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.sweep.executor import STARTUP_TIMEOUT_S, Done, Executor, Job, Lost, Phase, SlotInfo
+from harness.execution.executor import STARTUP_TIMEOUT_S, Done, Executor, Job, Lost, Phase, SlotInfo
 
 # The worker's last output attached to a fault row.
 LAST_OUTPUT_LINES = 20
@@ -335,7 +335,7 @@ def run_isolated(job: Job, device: str, send) -> tuple[str, object]:
     import traceback
 
     from harness.sweep import phase
-    from harness.sweep.inline import run_job
+    from harness.execution.inline import run_job
 
     def sink(kernels, ph):
         err = _device_error(device)

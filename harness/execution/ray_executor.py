@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.sweep.executor import STARTUP_TIMEOUT_S, Done, Executor, Job, Lost, Phase, SlotInfo
+from harness.execution.executor import STARTUP_TIMEOUT_S, Done, Executor, Job, Lost, Phase, SlotInfo
 
 INSTALL_HINT = 'pip install -e ".[ray]"'
 # How long a replacement actor waits for the lock its killed predecessor held on the GPU
@@ -137,7 +137,7 @@ class RayWorker:
             os.environ[k] = v
         import tempfile
 
-        from harness.sweep.workers import isolate
+        from harness.execution.workers import isolate
 
         fd, self.log = tempfile.mkstemp(prefix="bench-ray-worker-", suffix=".log")
         isolate(fd)
@@ -146,8 +146,8 @@ class RayWorker:
         """("ready", env, fingerprint, host, log) or ("error", message)."""
         import importlib
 
-        from harness.sweep.devicelock import device_key
-        from harness.sweep.workers import slot_info
+        from harness.execution.devicelock import device_key
+        from harness.execution.workers import slot_info
 
         try:
             env, fp = slot_info(self.device, f"the Ray worker on {socket.gethostname()} sees no GPU: start its "
@@ -168,7 +168,7 @@ class RayWorker:
         return "ready", env, fp, socket.gethostname(), self.log
 
     def _lock(self, key: str) -> str | None:
-        from harness.sweep.devicelock import describe_holder, device_lock, holder
+        from harness.execution.devicelock import describe_holder, device_lock, holder
 
         deadline = time.monotonic() + self.lock_wait_s
         while True:
@@ -183,7 +183,7 @@ class RayWorker:
                 time.sleep(LOCK_RETRY_S)
 
     def run(self, job: Job) -> tuple:
-        from harness.sweep.workers import run_isolated
+        from harness.execution.workers import run_isolated
 
         tag, value = run_isolated(job, self.device, lambda msg: self.queue.put((self.slot, *msg)))
         if tag == "done":
@@ -330,7 +330,7 @@ class RayExecutor(Executor):
         return [Phase(slot, job, tuple(kernels), ph) for slot, _, job, kernels, ph in items]
 
     def _tail(self, slot: int) -> str:
-        from harness.sweep.workers import tail
+        from harness.execution.workers import tail
 
         host, log = self._info[slot] or (None, None)
         if host is None:
