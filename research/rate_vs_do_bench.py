@@ -74,7 +74,7 @@ def main() -> int:
         return 2
     import triton.testing
 
-    from harness.sweep.run import SweepContext, run_config
+    from harness.pipeline.run import SweepContext, run_config
     from harness.workloads.inputs import make_inputs
     from kernels import get_kernel
     from research.bench_measurement import with_clocks

@@ -173,7 +173,7 @@ def test_rows_the_sweep_writes_today_add_up(tmp_path, go):
     """The writer (sweep/run.py) and the auditor agree: a real CPU result, interleaved and
     (a bar over a rate) sustained, through the ledger's JSON, recomputes to itself."""
     from harness.governance.ledger import Ledger
-    from harness.sweep.run import run_config
+    from harness.pipeline.run import run_config
     from harness.workloads import Config
     from tests.conftest import sweep_context
 

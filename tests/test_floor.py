@@ -11,7 +11,7 @@ from harness.measurement import floor as physical
 from harness.measurement.ceilings import IMPOSSIBLE_MARGIN, Ceilings
 from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, TimingPolicy, measure
 from harness.measurement.timing.results import ArmResult
-from harness.sweep.run import _floor_check, run_config
+from harness.pipeline.run import _floor_check, run_config
 from harness.workloads import Config, formulas
 from kernels import kernel
 from tests import zoo

@@ -257,7 +257,7 @@ def test_an_entry_point_kernels_package_and_version_are_in_every_row_using_it(re
 
 
 def test_kernel_sources_inside_the_repository_are_recorded_relative_to_it(repo):
-    from harness.sweep.run import _source
+    from harness.pipeline.run import _source
     from kernels import get_kernel
 
     spec = get_kernel("torch_stack")

@@ -150,7 +150,7 @@ def test_a_ray_worker_running_other_code_refuses_naming_the_file(tmp_path, clust
     res = _bench(root, driver_env, "sweep", "faults", "--device", "cpu", "--no-ceilings", "--executor", "ray",
                  "--address", address)
     assert res.returncode == 2, res.stdout + res.stderr
-    assert "harness/sweep/run.py" in res.stderr and "driver's commit" in res.stderr, res.stderr
+    assert "harness/pipeline/run.py" in res.stderr and "driver's commit" in res.stderr, res.stderr
     assert [r["kind"] for r in _outcomes(root, "faults")] == []
 
 

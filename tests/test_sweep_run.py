@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from harness.sweep.run import SweepContext, rig_noise, run_config
+from harness.pipeline.run import SweepContext, rig_noise, run_config
 from harness.workloads import Config
 from kernels import kernel
 from kernels.torch_stack import torch_stack

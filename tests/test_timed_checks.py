@@ -13,7 +13,7 @@ from harness.measurement.correctness.after_timing import check_timed_output
 from harness.measurement.stats import Stats
 from harness.measurement.timing import (ARM_BASELINE, ARM_CONTROL, EMPTY_WINDOW_FACTOR, TimingPolicy,
                                         empty_window, measure, told_apart)
-from harness.sweep.run import SweepContext, _empty_failure, run_config
+from harness.pipeline.run import SweepContext, _empty_failure, run_config
 from harness.workloads import Config
 from harness.workloads.inputs import make_inputs
 from kernels import kernel
@@ -351,7 +351,7 @@ def test_a_kernel_that_stops_writing_in_a_long_loop_gets_no_rate():
     # Honest for the gate, the rounds and their checks; then, once its calls come back to back
     # (here: told by the phase report a worker sends its driver), it leaves its output as it
     # was. The sustained phase poisons the output before every call and checks the last one.
-    from harness.sweep import phase
+    from harness.pipeline import phase
 
     def lazy_in_a_loop(q, k, v, out, *, causal, scale):
         if phase.current()[1] != phase.RATES:

@@ -159,7 +159,7 @@ def _line_with_results(repo, clauses, *, profile_with):
     from harness.measurement.profile import ProfileResult
     from harness.sweep.loop import context
     from harness.sweep.profile import payload
-    from harness.sweep.run import run_config
+    from harness.pipeline.run import run_config
 
     (repo / "registrations" / "v.toml").write_text(_with_verify(f"[verify]\nclauses = {clauses!r}\n".replace("'", '"')))
     git(repo, "add", "-A")

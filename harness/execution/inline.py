@@ -47,7 +47,7 @@ def run_job(job: Job, device: str, *, contain: bool = True):
     worker passes False, because a process that raised there may not measure again.
     """
     from harness.errors import UserError
-    from harness.sweep.run import crashed_outcomes, run_config
+    from harness.pipeline.run import crashed_outcomes, run_config
 
     if job.kind == "ceilings":
         from harness.measurement.ceilings import measure_ceilings

@@ -78,7 +78,7 @@ def _kernel_sources(kernels) -> dict[str, Path]:
 
 def source_hashes(kernels) -> dict[str, str]:
     """What the driver runs: every source file of its harness and kernels packages, and the
-    line's kernel sources, by path relative to their import root (``harness/sweep/run.py``)."""
+    line's kernel sources, by path relative to their import root (``harness/pipeline/run.py``)."""
     files = {}
     for pkg in ("harness", "kernels"):
         root = _package_root(pkg)
@@ -152,7 +152,7 @@ class RayWorker:
         try:
             env, fp = slot_info(self.device, f"the Ray worker on {socket.gethostname()} sees no GPU: start its "
                                              f"node with GPUs")
-            importlib.import_module("harness.sweep.run")  # what a config runs: its sources are checked now
+            importlib.import_module("harness.pipeline.run")  # what a config runs: its sources are checked now
             from harness.governance.codeprov import require_source_loaded
 
             require_source_loaded()  # and it ran from them, not from bytecode

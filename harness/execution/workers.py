@@ -296,7 +296,7 @@ def require_worker_code(root: str | None) -> None:
 
     from harness.governance import codeprov
 
-    importlib.import_module("harness.sweep.run")  # what a config runs: checked before the first one
+    importlib.import_module("harness.pipeline.run")  # what a config runs: checked before the first one
     if root is not None:
         codeprov.require_code_from(Path(root))
     else:
@@ -334,7 +334,7 @@ def run_isolated(job: Job, device: str, send) -> tuple[str, object]:
     """
     import traceback
 
-    from harness.sweep import phase
+    from harness.pipeline import phase
     from harness.execution.inline import run_job
 
     def sink(kernels, ph):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from harness.governance.outcomes import CRASHED, INCORRECT, RESULT, SKIPPED, THROTTLED, UNSUPPORTED
 from harness.measurement.timing.results import arm_name, rig_noise
-from harness.sweep import phase
+from harness.pipeline import phase
 from harness.workloads import Config
 
 if TYPE_CHECKING:
