@@ -15,7 +15,7 @@ from pathlib import Path
 
 def main() -> None:
     from harness.governance.registration import load
-    from harness.sweep.ceilings import stored_ceilings
+    from harness.record.ceilings import stored_ceilings
     from harness.measurement.ceilings import device_fingerprint
     from harness.pipeline.run import SweepContext, run_config
 

@@ -134,7 +134,7 @@ def test_ncu_options_filter_on_the_kernel_range_and_leave_clocks_alone():
 
 def test_counter_table_is_one_tidy_row_per_launch():
     from harness.measurement.profile import ProfileResult
-    from harness.sweep.profile import payload
+    from harness.record.profile import payload
 
     ls = launches()
     rows = []
@@ -179,7 +179,7 @@ def test_profile_table_renders_the_issue_table(capsys, monkeypatch):
     from harness.measurement.profile import ProfileResult
     from harness.reporting.console import console
     from harness.reporting.render import render_profile
-    from harness.sweep.profile import payload
+    from harness.record.profile import payload
 
     ls = launches()
     rows = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from harness.governance import ledger, outcomes
-from harness.sweep import plan
+from harness.record import plan
 from tests.conftest import REPO
 
 KIND_LITERAL = re.compile(r"""(?:\bkind"?\]?\)?\s*(?:==|!=)\s*|\bOutcome\(|\.append\()["'](%s)["']"""

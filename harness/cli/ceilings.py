@@ -17,7 +17,7 @@ def ceilings(force: bool = typer.Option(False, "--force", help="re-measure even 
     from harness.governance.gitguard import require_clean
     from harness.measurement.device import detect_device, env_summary
     from harness.reporting.render import render_ceilings, render_device_wait
-    from harness.sweep.ceilings import commit_ceilings, current_ceilings, is_committed, require_committable
+    from harness.record.ceilings import commit_ceilings, current_ceilings, is_committed, require_committable
     from harness.execution.devicelock import device_key, device_lock
 
     # Ceilings feed every later reductio: stamp them with a commit that means something.

@@ -19,8 +19,8 @@ def profile(line: str = typer.Argument(..., help="line id or registrations/NAME.
     from harness.governance.line import open_line
     from harness.measurement.device import detect_device
     from harness.reporting.render import render_device_wait, render_profile
-    from harness.sweep.loop import check_kernels_usable
-    from harness.sweep.profile import profile_line, require_profiler, select_configs
+    from harness.record.sweep import check_kernels_usable
+    from harness.record.profile import profile_line, require_profiler, select_configs
 
     with open_line(line, action="a profile") as ln:
         chosen = select_configs(ln.reg, list(configs or []))

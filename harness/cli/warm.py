@@ -17,7 +17,7 @@ def warm(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
     from harness.governance import gitguard, registration
     from harness.measurement.device import detect_device
     from harness.reporting.render import render_warmed, render_warm_summary
-    from harness.sweep.warm import default_workers, plan, warm as do_warm
+    from harness.record.warm import default_workers, plan, warm as do_warm
 
     reg = registration.load(registration.resolve(gitguard.repo_root(), line))
     summary = do_warm(plan(reg, detect_device()), default_workers() if workers is None else workers,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from harness.pipeline import phase as phases
-from harness.sweep.plan import Task
+from harness.record.plan import Task
 from harness.pipeline.run import Outcome, SweepContext, fault_outcome
 
 # How long a fresh worker may take to import torch, open its device and say it is ready.

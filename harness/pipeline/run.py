@@ -67,7 +67,7 @@ class Outcome:
 def _base(cfg: Config, candidate: str, ctx: SweepContext) -> dict:
     from kernels import get_kernel
 
-    from harness.sweep.ceilings import ceilings_ref
+    from harness.record.ceilings import ceilings_ref
 
     return {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": candidate, "baseline": ctx.reg.baseline,
             "ceilings_ref": ceilings_ref(ctx.ceilings),

@@ -15,7 +15,7 @@ from harness.errors import UserError, plural
 from harness.governance.ledger import anchor, require_anchorable
 from harness.governance.line import Line
 from harness.governance.outcomes import INCORRECT, PROFILE, RESULT, SUPERSEDES, measured_on, state_of
-from harness.sweep.plan import Task, plan, replaced_by, unusable_at
+from harness.record.plan import Task, plan, replaced_by, unusable_at
 from harness.pipeline.run import SweepContext
 
 # Times a sweep measures its rig-noisy pairs again, after every other config has run.
@@ -183,13 +183,13 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     """
     check_kernels_usable(line, device)
     if line.reg.verify:
-        from harness.sweep.profile import require_profiler
+        from harness.record.profile import require_profiler
 
         require_profiler(device)  # [verify] needs counters: no ncu, no sweep (nothing written yet)
     if commit:
         require_anchorable(line.ledger)
         if with_ceilings:
-            from harness.sweep.ceilings import require_committable
+            from harness.record.ceilings import require_committable
 
             require_committable(line.root)
     anchored: list[str | None] = []
@@ -301,7 +301,7 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
             # every candidate result here that has none yet (a resumed sweep profiles what an
             # interrupted one did not reach). ncu runs in a child process; rows are written
             # by append_profile and committed one by one.
-            from harness.sweep.profile import verify_pass
+            from harness.record.profile import verify_pass
 
             for p in verify_pass(line, device, key, line.ledger.rows()):
                 with guard.shielded():
@@ -337,7 +337,7 @@ def _summary(line: Line, device: str, executor, run: _Run, written: _Written, an
     notes = [_where(run.envs, executor)] if run.envs else []
     notes += [run.reductio] if run.reductio else []
     if run.ceilings is not None and not commit:
-        from harness.sweep.ceilings import CEILINGS_LEDGER, is_committed
+        from harness.record.ceilings import CEILINGS_LEDGER, is_committed
 
         if not is_committed(line.root, run.ceilings):
             rel = f"ledger/{CEILINGS_LEDGER}.jsonl"
@@ -388,7 +388,7 @@ def append_config(line: Line, task: Task, rows, key: tuple, written: _Written, w
 
 
 def append_profile(line: Line, payload: dict, env: dict, written: _Written) -> None:
-    """Append one `profile` row (a harness/sweep/profile.py payload) measured on ``env``'s device."""
+    """Append one `profile` row (a harness/record/profile.py payload) measured on ``env``'s device."""
     written.appended.append(line.ledger.append(PROFILE, {**line.stamp(env).fields(), **payload}))
 
 
@@ -414,7 +414,7 @@ def _ceilings(line: Line, executor, slot, guard: Interrupts, why: str | None) ->
     """This device's stored ceilings, or ones measured now by the first slot's worker; with
     ``why``, committed (the row and its commit are written together, never half)."""
     from harness.governance.ledger import Ledger
-    from harness.sweep.ceilings import CEILINGS_LEDGER, append_ceilings, commit_ceilings, stored_ceilings
+    from harness.record.ceilings import CEILINGS_LEDGER, append_ceilings, commit_ceilings, stored_ceilings
     from harness.execution.executor import Job, call
 
     row = stored_ceilings(line.root, slot.fingerprint)
