@@ -1,6 +1,6 @@
 """The Ray executor: one Ray actor per GPU of a Ray cluster (``bench sweep --executor ray``).
 
-Each actor is a worker as ``LocalPool``'s are (``workers.run_isolated``): it holds one GPU
+Each actor is a worker as ``LocalPool``'s are (``jobs.run_isolated``): it holds one GPU
 (``num_gpus=1``; on a CPU-only cluster ``num_cpus=1`` and device cpu), reports its env
 stamp, then runs the jobs it is handed and streams each phase back through a Ray queue, so
 ``executor.schedule`` keeps the same watchdog. An actor that dies (segfault, SIGKILL, its
@@ -137,7 +137,7 @@ class RayWorker:
             os.environ[k] = v
         import tempfile
 
-        from harness.execution.workers import isolate
+        from harness.execution.jobs import isolate
 
         fd, self.log = tempfile.mkstemp(prefix="bench-ray-worker-", suffix=".log")
         isolate(fd)
@@ -147,7 +147,7 @@ class RayWorker:
         import importlib
 
         from harness.execution.devicelock import device_key
-        from harness.execution.workers import slot_info
+        from harness.execution.jobs import slot_info
 
         try:
             env, fp = slot_info(self.device, f"the Ray worker on {socket.gethostname()} sees no GPU: start its "
@@ -183,7 +183,7 @@ class RayWorker:
                 time.sleep(LOCK_RETRY_S)
 
     def run(self, job: Job) -> tuple:
-        from harness.execution.workers import run_isolated
+        from harness.execution.jobs import run_isolated
 
         tag, value = run_isolated(job, self.device, lambda msg: self.queue.put((self.slot, *msg)))
         if tag == "done":
@@ -330,7 +330,7 @@ class RayExecutor(Executor):
         return [Phase(slot, job, tuple(kernels), ph) for slot, _, job, kernels, ph in items]
 
     def _tail(self, slot: int) -> str:
-        from harness.execution.workers import tail
+        from harness.execution.jobs import tail
 
         host, log = self._info[slot] or (None, None)
         if host is None:
