@@ -164,7 +164,7 @@ def sweep_context(*, device: str = "cpu", baseline: str = "torch_stack", candida
     import json
 
     from harness.governance.registration import from_table
-    from harness.pipeline.run import SweepContext
+    from harness.pipeline.context import SweepContext
 
     atol = atol or {"float32": 1e-5}
     rtol = rtol or {d: 1e-4 for d in atol}

@@ -9,7 +9,8 @@ import pytest
 
 from harness.governance.ledger import CEILINGS_LEDGER, Ledger, anchor, canonical, read_rows, row_hash, verify
 from harness.governance.outcomes import RESULT
-from harness.record.ceilings import append_ceilings, ceilings_ref, commit_ceilings
+from harness.pipeline.rows import ceilings_ref
+from harness.record.ceilings import append_ceilings, commit_ceilings
 from tests.conftest import TINY, git, init_repo, run_bench
 
 COPY_GBPS = 20.0

@@ -241,7 +241,7 @@ def test_the_parsed_registration_travels_to_a_worker_process(tmp_path):
     import multiprocessing as mp
     import pickle
 
-    from harness.pipeline.run import SweepContext
+    from harness.pipeline.context import SweepContext
 
     text = TINY.replace("timeout_s = 5", "timeout_s = 5\nlead_calls = 2") + textwrap.dedent('''\
         [numerics]

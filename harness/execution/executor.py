@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from harness.pipeline import phase as phases
-from harness.record.plan import Task
-from harness.pipeline.run import Outcome, SweepContext, fault_outcome
+from harness.pipeline.context import Outcome, SweepContext, Task
+from harness.pipeline.rows import fault_outcome
 
 # How long a fresh worker may take to import torch, open its device and say it is ready.
 STARTUP_TIMEOUT_S = 300.0

@@ -29,7 +29,8 @@ def run_job(job: Job, device: str, *, contain: bool = True):
     ``contain``: an exception out of a config becomes its `crashed` rows (in-process); a
     worker passes False, because a process that raised there may not measure again.
     """
-    from harness.pipeline.run import crashed_outcomes, run_config
+    from harness.pipeline.rows import crashed_outcomes
+    from harness.pipeline.run import run_config
 
     if job.kind == "ceilings":
         from harness.measurement.ceilings import measure_ceilings

@@ -4,7 +4,7 @@ They live in ``ledger/_device_ceilings.jsonl`` (line ids cannot start with '_', 
 registration can collide with it) and are re-measured when the GPU, driver, CUDA or
 torch version changes. They are part of the record: a row is committed when it is
 measured (``bench ceilings``, or the sweep before its first config runs), outcome rows name
-the row they used (``ceilings_ref``), and ``ledger verify`` checks that link.
+the row they used (``ceilings_ref``, harness/pipeline/rows.py), and ``ledger verify`` checks that link.
 """
 
 from __future__ import annotations
@@ -46,12 +46,6 @@ def append_ceilings(root: Path, fingerprint: dict, env: dict, measured: dict) ->
     led.require_writable()
     return led.append(CEILINGS, {"commit": gitguard.code_commit(root), "harness_version": __version__,
                                    "env": env, "fingerprint": fingerprint, **measured})
-
-
-def ceilings_ref(row: dict | None) -> dict | None:
-    """What an outcome row records of the ceilings row it used (``ledger.CEILINGS_REF``): its
-    seq and chain hash (null fields for ceilings that are no ledger row, which verify refuses)."""
-    return None if row is None else {"seq": row.get("seq"), "hash": row.get("hash")}
 
 
 def require_committable(root: Path) -> None:

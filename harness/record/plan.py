@@ -11,16 +11,8 @@ parent process appends to the ledger.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from harness.governance.outcomes import CRASHED, current_outcomes, measured_on, outcome_key, transient, unusable
-from harness.workloads import Config
-
-
-@dataclass(frozen=True)
-class Task:
-    config: Config
-    candidates: tuple[str, ...]
+from harness.pipeline.context import Task
 
 
 def plan(reg, rows, key: tuple, *, retry_crashed: bool = False, remeasure: bool = False) -> tuple[list[Task], int]:

@@ -15,8 +15,8 @@ from harness.errors import UserError, plural
 from harness.governance.ledger import anchor, require_anchorable
 from harness.governance.line import Line
 from harness.governance.outcomes import INCORRECT, PROFILE, RESULT, SUPERSEDES, measured_on, state_of
-from harness.record.plan import Task, plan, replaced_by, unusable_at
-from harness.pipeline.run import SweepContext
+from harness.pipeline.context import SweepContext, Task
+from harness.record.plan import plan, replaced_by, unusable_at
 
 # Times a sweep measures its rig-noisy pairs again, after every other config has run.
 NOISY_REMEASURES = 2
@@ -215,7 +215,7 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
     """The sweep itself, filling ``run`` as it goes (``sweep`` summarizes whatever it reached)."""
     from harness.execution.devicelock import device_key, device_lock
     from harness.execution.executor import schedule
-    from harness.pipeline.run import baseline_gate_failure
+    from harness.pipeline.rows import baseline_gate_failure
 
     with contextlib.ExitStack() as stack:
         stack.callback(executor.close)
