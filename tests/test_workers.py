@@ -446,7 +446,7 @@ def test_a_signal_waits_for_the_config_being_written_then_stops_at_once():
     """A second Ctrl-C or a SIGTERM inside ``shielded`` (a config's rows being appended and
     committed) waits for it to end; outside, it stops at once; after ``wrap_up`` it is only
     counted. The caller's handlers come back afterwards."""
-    from harness.record.sweep import StopNow, interrupts
+    from harness.record.interrupts import StopNow, interrupts
 
     def raising(signum, frame):
         raise AssertionError("the caller's handler ran while the guard held the signal")

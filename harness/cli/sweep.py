@@ -58,7 +58,8 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
     from harness.measurement.device import detect_device
     from harness.reporting.progress import SweepProgress
     from harness.reporting.render import render_device_wait, render_interrupt_pending, render_sweep_summary
-    from harness.record.sweep import make_executor, sweep as do_sweep
+    from harness.execution.select import make_executor
+    from harness.record.sweep import sweep as do_sweep
 
     if device not in ("auto", "cpu", "cuda"):
         raise UserError(f"--device {device!r}: use auto, cuda or cpu")

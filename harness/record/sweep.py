@@ -16,6 +16,7 @@ from harness.governance.ledger import anchor, require_anchorable
 from harness.governance.line import Line
 from harness.governance.outcomes import INCORRECT, PROFILE, RESULT, SUPERSEDES, measured_on, state_of
 from harness.pipeline.context import SweepContext, Task
+from harness.record.interrupts import Interrupts, StopNow, interrupts
 from harness.record.plan import plan, replaced_by, unusable_at
 
 # Times a sweep measures its rig-noisy pairs again, after every other config has run.
@@ -82,69 +83,6 @@ class _Written:
     latest: dict = field(default_factory=dict)
 
 
-def gpu_slots(spec: str | None) -> list[str]:
-    """``--gpus``: the CUDA_VISIBLE_DEVICES entry of each worker, from indices into what this
-    process sees ("0,1", "all"; default one GPU)."""
-    import os
-
-    import torch
-
-    seen = [v.strip() for v in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if v.strip()] \
-        if os.environ.get("CUDA_VISIBLE_DEVICES") is not None else None
-    count = torch.cuda.device_count()
-    if spec is None or spec == "all":
-        picked = list(range(count)) if spec == "all" else [0]
-    else:
-        try:
-            picked = [int(v) for v in spec.split(",") if v.strip()]
-        except ValueError:
-            raise UserError(f"--gpus {spec!r}: give GPU indices like 0,1 or 'all'") from None
-        if not picked or len(set(picked)) != len(picked):
-            raise UserError(f"--gpus {spec!r}: give each GPU index once, like 0,1, or 'all'")
-    bad = [i for i in picked if not 0 <= i < count]
-    if bad or not picked:
-        raise UserError(f"--gpus {spec}: this process sees {count} GPU(s) (indices 0..{count - 1}): pick among them")
-    return [seen[i] if seen is not None else str(i) for i in picked]
-
-
-def make_executor(device: str, *, inline: bool = False, gpus: str | None = None, workers: int = 1,
-                  executor: str = "local", address: str | None = None):
-    """The executor a sweep runs on: inline (debugging), one worker per GPU / CPU slot, or
-    one Ray actor per GPU of a cluster (``executor="ray"``)."""
-    if executor not in ("local", "ray"):
-        raise UserError(f"--executor {executor!r}: use local or ray")
-    if address is not None and executor != "ray":
-        raise UserError("--address names a Ray cluster: add --executor ray (or drop --address)")
-    if executor == "ray":
-        if inline or gpus is not None:
-            raise UserError("--executor ray runs one actor per GPU of the cluster: drop --inline/--gpus")
-        if device == "cuda" and workers != 1:
-            raise UserError("--workers is for CPU sweeps: on a Ray cluster every GPU gets one actor")
-        if workers < 1:
-            raise UserError(f"--workers {workers}: give at least 1")
-        from harness.execution.ray_executor import RayExecutor
-
-        return RayExecutor(device, address=address, workers=workers)
-    if inline:
-        if gpus is not None or workers != 1:
-            raise UserError("--inline runs in this process, on one device: drop --gpus/--workers "
-                            "(pick the GPU with CUDA_VISIBLE_DEVICES)")
-        from harness.execution.inline import InlineExecutor
-
-        return InlineExecutor(device)
-    from harness.execution.workers import LocalPool
-
-    if device == "cuda":
-        if workers != 1:
-            raise UserError("--workers is for CPU sweeps: on GPUs use --gpus (one worker per GPU)")
-        return LocalPool(device, gpu_slots(gpus))
-    if gpus is not None:
-        raise UserError(f"--gpus {gpus} but this sweep runs on the CPU: drop --gpus (or run on a GPU machine)")
-    if workers < 1:
-        raise UserError(f"--workers {workers}: give at least 1")
-    return LocalPool(device, [None] * workers)
-
-
 @dataclass
 class _Run:
     """How far a sweep got: what its summary is made of, however it stopped."""
@@ -194,7 +132,10 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
             require_committable(line.root)
     anchored: list[str | None] = []
     why_commit = f"sweep of {line.reg.line} at {line.commit[:12]}"
-    executor = executor or make_executor(device)
+    if executor is None:
+        from harness.execution.select import make_executor
+
+        executor = make_executor(device)
     run, written = _Run(), _Written()
     with interrupts(on_interrupt) as guard:
         try:
@@ -428,100 +369,3 @@ def _ceilings(line: Line, executor, slot, guard: Interrupts, why: str | None) ->
         return row, commit_ceilings(line.root, why) if why else None
 
 
-class StopNow(KeyboardInterrupt):
-    """Raised by the guard to stop a sweep at once (a KeyboardInterrupt, so every ``finally``
-    on the way out runs: workers killed, locks released); ``sweep`` catches it and still
-    returns its summary."""
-
-
-class Interrupts:
-    """A sweep's signal policy. Until its first config starts, a Ctrl-C or SIGTERM stops at
-    once. From then on the first Ctrl-C starts no new config (the ones in flight finish and
-    are written); a second, or a SIGTERM, stops at once — but never in the middle of writing
-    and committing a config's rows (``shielded``): it waits for that to end. Once stopping at
-    once, or wrapping up, further signals are only counted. ``halt`` stops as a first Ctrl-C
-    does, for the sweep's own reason (a baseline failing the gate)."""
-
-    def __init__(self, on_interrupt=None):
-        self.on_interrupt = on_interrupt
-        self.count = 0  # Ctrl-Cs received
-        self.terminated = False  # a SIGTERM received
-        self.halted = False
-        self.patient = False  # configs are running: a first Ctrl-C lets those in flight finish
-        self.stopped_at_once = False
-        self._shield = 0
-        self._deferred = False
-        self._quiet = False
-
-    def stopping(self) -> bool:
-        return self.count > 0 or self.terminated or self.halted
-
-    @property
-    def signal(self) -> int | None:
-        """The signal that stopped the sweep: SIGTERM if one came, else SIGINT if a Ctrl-C did."""
-        import signal
-
-        return signal.SIGTERM if self.terminated else signal.SIGINT if self.count else None
-
-    def halt(self) -> None:
-        self.halted = True
-
-    def handle(self, signum, frame) -> None:
-        self.count += 1
-        if self.count == 1 and self.patient and not self._quiet:
-            if self.on_interrupt:
-                self.on_interrupt()
-            return
-        self._stop_now()
-
-    def terminate(self, signum, frame) -> None:
-        self.terminated = True
-        self._stop_now()
-
-    def wrap_up(self) -> None:
-        """From here on signals are counted (the summary names them), never raised."""
-        self._quiet = True
-
-    def _stop_now(self) -> None:
-        if self._quiet:
-            return
-        if self._shield:
-            self._deferred = True
-            return
-        self._quiet = self.stopped_at_once = True
-        raise StopNow()
-
-    @contextlib.contextmanager
-    def shielded(self):
-        self._shield += 1
-        try:
-            yield
-        finally:
-            self._shield -= 1
-        if not self._shield and self._deferred:
-            self._deferred = False
-            self._stop_now()
-
-
-@contextlib.contextmanager
-def interrupts(on_interrupt):
-    """The guard, installed for SIGINT and — where the caller handles SIGTERM in Python, as
-    the CLI does — for SIGTERM; a signal the caller ignores, and SIGTERM's default action
-    (the process dies), are left as they are. Off the main thread no handler can be set."""
-    import signal
-    import threading
-
-    guard = Interrupts(on_interrupt)
-    if threading.current_thread() is not threading.main_thread():
-        yield guard
-        return
-    previous = {}
-    for sig, handler, takes in ((signal.SIGINT, guard.handle, lambda h: h is not signal.SIG_IGN),
-                                (signal.SIGTERM, guard.terminate, callable)):
-        if takes(signal.getsignal(sig)):
-            previous[sig] = signal.signal(sig, handler)
-    try:
-        yield guard
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
