@@ -12,8 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import __version__
-from harness.governance.ledger import CEILINGS_LEDGER, Ledger, anchor, committed_rows, require_anchorable
+from harness.governance.ledger import CEILINGS_LEDGER, Ledger, committed_rows, require_anchorable
 from harness.governance.outcomes import CEILINGS
+from harness.record.writer import write
 
 
 def current_ceilings(root: Path, *, device: str | None = None, force: bool = False) -> tuple[dict, bool]:
@@ -44,8 +45,8 @@ def append_ceilings(root: Path, fingerprint: dict, env: dict, measured: dict) ->
 
     led = Ledger(root, CEILINGS_LEDGER)
     led.require_writable()
-    return led.append(CEILINGS, {"commit": gitguard.code_commit(root), "harness_version": __version__,
-                                   "env": env, "fingerprint": fingerprint, **measured})
+    return write(led, [(CEILINGS, {"commit": gitguard.code_commit(root), "harness_version": __version__,
+                                   "env": env, "fingerprint": fingerprint, **measured})])[0][0]
 
 
 def require_committable(root: Path) -> None:
@@ -55,7 +56,7 @@ def require_committable(root: Path) -> None:
 
 def commit_ceilings(root: Path, why: str) -> str | None:
     """Commit the ceilings rows HEAD does not hold yet (that file alone); the new commit, or None."""
-    return anchor(Ledger(root, CEILINGS_LEDGER), why)
+    return write(Ledger(root, CEILINGS_LEDGER), [], why=why)[1]
 
 
 def is_committed(root: Path, row: dict) -> bool:

@@ -1,4 +1,4 @@
-"""The sweep loop: plan the open pairs, run each config, append its rows as soon as it ends.
+"""`bench sweep`: plan the open pairs, run each config, append its rows as soon as it ends.
 
 Each config's rows are appended (fsynced) and committed to git before the next config
 starts, so an interrupted sweep loses at most the config in flight, re-running it resumes,
@@ -12,12 +12,13 @@ import statistics
 from dataclasses import dataclass, field
 
 from harness.errors import UserError, plural
-from harness.governance.ledger import anchor, require_anchorable
+from harness.governance.ledger import require_anchorable
 from harness.governance.line import Line
-from harness.governance.outcomes import INCORRECT, PROFILE, RESULT, SUPERSEDES, measured_on, state_of
+from harness.governance.outcomes import INCORRECT, RESULT, measured_on, state_of
 from harness.pipeline.context import SweepContext, Task
 from harness.record.interrupts import Interrupts, StopNow, interrupts
-from harness.record.plan import plan, replaced_by, unusable_at
+from harness.record.plan import plan, unusable_at
+from harness.record.writer import Writer
 
 # Times a sweep measures its rig-noisy pairs again, after every other config has run.
 NOISY_REMEASURES = 2
@@ -76,14 +77,6 @@ def check_kernels_usable(line: Line, device: str) -> None:
 
 
 @dataclass
-class _Written:
-    """What this sweep appended, and the latest outcome it wrote per (config, candidate)."""
-
-    appended: list = field(default_factory=list)
-    latest: dict = field(default_factory=dict)
-
-
-@dataclass
 class _Run:
     """How far a sweep got: what its summary is made of, however it stopped."""
 
@@ -130,29 +123,26 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
             from harness.record.ceilings import require_committable
 
             require_committable(line.root)
-    anchored: list[str | None] = []
     why_commit = f"sweep of {line.reg.line} at {line.commit[:12]}"
     if executor is None:
         from harness.execution.select import make_executor
 
         executor = make_executor(device)
-    run, written = _Run(), _Written()
+    run = _Run()
     with interrupts(on_interrupt) as guard:
+        writer = Writer(line, guard, commit=commit, why=why_commit)
         try:
-            _sweep(line, device, executor, guard, run, written, anchored, why_commit, with_ceilings=with_ceilings,
-                   commit=commit, retry_crashed=retry_crashed, remeasure=remeasure, wait=wait, progress=progress,
-                   on_wait=on_wait)
+            _sweep(line, device, executor, guard, run, writer, with_ceilings=with_ceilings,
+                   retry_crashed=retry_crashed, remeasure=remeasure, wait=wait, progress=progress, on_wait=on_wait)
         except StopNow:
             pass  # a second Ctrl-C or SIGTERM: workers killed, locks released on the way out; rows written stay
         guard.wrap_up()  # from here signals are only counted: what is left is short and writes nothing partial
-        if commit:  # rows an interrupted earlier run wrote but did not commit, even when nothing ran now
-            anchored.append(anchor(line.ledger, why_commit))
-        return _summary(line, device, executor, run, written, anchored, guard, commit, remeasure)
+        writer.commit()  # rows an interrupted earlier run wrote but did not commit, even when nothing ran now
+        return _summary(line, device, executor, run, writer, guard, remeasure)
 
 
-def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, written: _Written, anchored: list,
-           why_commit: str, *, with_ceilings: bool, commit: bool, retry_crashed: bool, remeasure: bool, wait: bool,
-           progress, on_wait) -> None:
+def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writer: Writer, *, with_ceilings: bool,
+           retry_crashed: bool, remeasure: bool, wait: bool, progress, on_wait) -> None:
     """The sweep itself, filling ``run`` as it goes (``sweep`` summarizes whatever it reached)."""
     from harness.execution.devicelock import device_key, device_lock
     from harness.execution.executor import schedule
@@ -176,8 +166,8 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
             # Committed before any row naming it is: a result's ceilings are part of its record,
             # and the tree is clean even when the sweep stops before its first config.
             ceilings, done = _ceilings(line, executor, slots[0], guard,
-                                       f"ceilings for the {why_commit}" if commit else None)
-            anchored.append(done)
+                                       f"ceilings for the {writer.why}" if writer.commit_rows else None)
+            writer.anchored.append(done)
         run.ceilings = ceilings
         if ceilings is not None:
             # The bar against this device's ceilings, before any config runs (a refusal writes
@@ -198,15 +188,11 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
 
         def on_config(why, done=None):
             def append(task, rows):
-                start = len(written.appended)
-                with guard.shielded():
-                    append_config(line, task, rows, key, written, why)
-                    if commit:
-                        anchored.append(anchor(line.ledger, why_commit))
+                appended = writer.config(task, rows, key, why)
                 if done is not None:
                     done.append(task)
                 if progress:
-                    progress.done(task.config.key(), written.appended[start:])
+                    progress.done(task.config.key(), appended)
                 bad = baseline_gate_failure(o for o, _ in rows)
                 if bad is not None and run.baseline_failed is None:
                     run.baseline_failed = bad
@@ -225,8 +211,8 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
             by_cfg: dict[str, Task] = {}
             for task in tasks:
                 noisy = tuple(c for c in task.candidates
-                              if getattr(written.latest.get((task.config.key(), c)), "kind", None) == RESULT
-                              and written.latest[(task.config.key(), c)].payload["rig_noisy"])
+                              if getattr(writer.latest.get((task.config.key(), c)), "kind", None) == RESULT
+                              and writer.latest[(task.config.key(), c)].payload["rig_noisy"])
                 if noisy:
                     by_cfg[task.config.key()] = Task(task.config, noisy)
             if not by_cfg:
@@ -241,27 +227,25 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
             # The [verify] pass, after timing and still under the device lock: counters of
             # every candidate result here that has none yet (a resumed sweep profiles what an
             # interrupted one did not reach). ncu runs in a child process; rows are written
-            # by append_profile and committed one by one.
+            # by the writer and committed one by one.
             from harness.record.profile import verify_pass
 
             for p in verify_pass(line, device, key, line.ledger.rows()):
-                with guard.shielded():
-                    append_profile(line, p, envs[0], written)
-                    if commit:
-                        anchored.append(anchor(line.ledger, why_commit))
+                writer.profile(p, envs[0])
                 run.profiled += 1
                 if guard.stopping():  # a Ctrl-C: a resumed sweep profiles the rest
                     run.finished = False
                     break
 
 
-def _summary(line: Line, device: str, executor, run: _Run, written: _Written, anchored: list, guard: Interrupts,
-             commit: bool, remeasure: bool) -> SweepSummary:
+def _summary(line: Line, device: str, executor, run: _Run, writer: Writer, guard: Interrupts,
+             remeasure: bool) -> SweepSummary:
+    commit = writer.commit_rows
     counts: dict[str, int] = {}
     rejections: dict[str, int] = {}
     controls: list[tuple[float, bool]] = []
     tolerance = None
-    for o in written.latest.values():
+    for o in writer.latest.values():
         counts[o.kind] = counts.get(o.kind, 0) + 1
         if o.kind == INCORRECT:
             rejections[o.payload["tag"]] = rejections.get(o.payload["tag"], 0) + 1
@@ -303,7 +287,7 @@ def _summary(line: Line, device: str, executor, run: _Run, written: _Written, an
     left = None if run.tasks is None else len(run.tasks) - len(run.first_pass)
     return SweepSummary(line.reg.line, line.commit, counts, rejections, run.resumed, control, tuple(notes),
                         interrupted=guard.signal is not None, left=left,
-                        anchored=tuple(a for a in anchored if a), committed=commit, measured_on=run.key,
+                        anchored=writer.commits, committed=commit, measured_on=run.key,
                         signal=guard.signal, at_once=guard.stopped_at_once, baseline_failed=run.baseline_failed)
 
 
@@ -313,24 +297,6 @@ def _pairs_by_state(rows: list[dict]) -> str:
     for r in rows:
         states[state_of(r)] = states.get(state_of(r), 0) + 1
     return f"{plural(len(rows), 'pair')} ({', '.join(f'{k}: {n}' for k, n in sorted(states.items()))})"
-
-
-def append_config(line: Line, task: Task, rows, key: tuple, written: _Written, why: str) -> None:
-    """Append one config's rows (and the `supersedes` row its re-run needs): the one place rows are written."""
-    old = replaced_by(task, [*line.rows, *written.appended], key, line.reg.mixed_devices)
-    if old:
-        stamp = line.stamp(rows[0][1]).fields()
-        written.appended.append(line.ledger.append(SUPERSEDES, {
-            **stamp, "config_key": task.config.key(), "supersedes": old,
-            "reason": f"{why} at commit {line.commit[:12]} on {key[1]}{' ' + key[2] if key[2] else ''}"}))
-    for o, env in rows:
-        written.appended.append(line.ledger.append(o.kind, {**line.stamp(env).fields(), **o.payload}))
-        written.latest[(o.payload["config_key"], o.payload["candidate"])] = o
-
-
-def append_profile(line: Line, payload: dict, env: dict, written: _Written) -> None:
-    """Append one `profile` row (a harness/record/profile.py payload) measured on ``env``'s device."""
-    written.appended.append(line.ledger.append(PROFILE, {**line.stamp(env).fields(), **payload}))
 
 
 def _where(envs: list[dict], executor) -> str:
