@@ -4,9 +4,9 @@ A pair is done when it has an outcome measured at this commit on this device (a 
 sweep does not inherit a CPU sweep's rows, nor the reverse). Transient outcomes — a
 throttled measurement, a config skipped for lack of memory — are retried; with
 ``remeasure`` (`bench sweep --remeasure`) so is every pair the verdict cannot use (a
-rig-noisy result, any skip), and the new rows supersede the old. A Task is plain
-data (picklable) so that the loop can later hand tasks to worker processes; only the
-parent process appends to the ledger.
+rig-noisy result, any skip), and the new rows supersede the old. A Task
+(pipeline/context.py) is plain data, handed to worker processes; only the driver appends
+to the ledger (record/writer.py).
 """
 
 from __future__ import annotations
