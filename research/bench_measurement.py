@@ -71,7 +71,8 @@ def control_by_order(timing_row):
 
 
 def run_grid(configs, reg, device, timing, seeds, families):
-    from harness.sweep.run import SweepContext, run_config
+    from harness.pipeline.context import SweepContext
+    from harness.pipeline.run import run_config
 
     from harness.measurement.correctness.figures import DEFAULT_TOLERANCES
 

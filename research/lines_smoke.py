@@ -15,9 +15,10 @@ from pathlib import Path
 
 def main() -> None:
     from harness.governance.registration import load
-    from harness.sweep.ceilings import stored_ceilings
+    from harness.record.ceilings import stored_ceilings
     from harness.measurement.ceilings import device_fingerprint
-    from harness.sweep.run import SweepContext, run_config
+    from harness.pipeline.context import SweepContext
+    from harness.pipeline.run import run_config
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("lines", nargs="*", default=["flash-h200-v2", "decode-h200", "decode-small-h200"])

@@ -188,7 +188,8 @@ def sweep_context() -> int:
     from harness.measurement.correctness.poison import poison_
     from harness.measurement.timing.sustained import sustain
     from harness.measurement.timing import l2_flush
-    from harness.sweep.run import SweepContext, run_config
+    from harness.pipeline.context import SweepContext
+    from harness.pipeline.run import run_config
     from research.rate_vs_do_bench import TIMEOUT_S, quantiles, rate_line
 
     out_dir = Path(os.environ.get("OUT") or "bench-out")

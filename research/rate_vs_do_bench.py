@@ -74,7 +74,8 @@ def main() -> int:
         return 2
     import triton.testing
 
-    from harness.sweep.run import SweepContext, run_config
+    from harness.pipeline.context import SweepContext
+    from harness.pipeline.run import run_config
     from harness.workloads.inputs import make_inputs
     from kernels import get_kernel
     from research.bench_measurement import with_clocks

@@ -164,7 +164,7 @@ def sweep_context(*, device: str = "cpu", baseline: str = "torch_stack", candida
     import json
 
     from harness.governance.registration import from_table
-    from harness.sweep.run import SweepContext
+    from harness.pipeline.context import SweepContext
 
     atol = atol or {"float32": 1e-5}
     rtol = rtol or {d: 1e-4 for d in atol}
@@ -187,7 +187,7 @@ def vram_checked_row():
     """``run(cfg, candidate, baseline=, mode=) -> (row, timing)``: one sweep row on the GPU
     (one seed of normal inputs, tolerance 2e-2), asserted a result whose predicted peak is
     within VRAM_TOLERANCE of the measured one."""
-    from harness.sweep.run import run_config
+    from harness.pipeline.run import run_config
 
     def run(cfg, candidate, *, baseline, mode):
         timing = {**GPU_ROW_TIMING, "mode": mode}

@@ -51,7 +51,7 @@ def fault_segv(q, k, v, out, *, causal, scale):
 @kernel("fault_timing_segv", **_ANY)
 def fault_timing_segv(q, k, v, out, *, causal, scale):
     """Honest through the correctness gate, a segfault once timed (the phase names every arm)."""
-    from harness.sweep import phase
+    from harness.pipeline import phase
 
     if phase.current()[1] == phase.TIMING:
         import ctypes

@@ -171,10 +171,10 @@ def test_the_verdict_dry_run_writes_nothing_and_a_forged_row_is_refused(fixture_
 
 @pytest.mark.parametrize("go", ["pass_rate == 1.0", "pass_rate == 1.0 and min(tflops) > 0"])
 def test_rows_the_sweep_writes_today_add_up(tmp_path, go):
-    """The writer (sweep/run.py) and the auditor agree: a real CPU result, interleaved and
+    """The writer (harness/pipeline) and the auditor agree: a real CPU result, interleaved and
     (a bar over a rate) sustained, through the ledger's JSON, recomputes to itself."""
     from harness.governance.ledger import Ledger
-    from harness.sweep.run import run_config
+    from harness.pipeline.run import run_config
     from harness.workloads import Config
     from tests.conftest import sweep_context
 

@@ -11,7 +11,8 @@ from harness.governance.ledger import Ledger, anchor
 from harness.governance.ledger_format import CEILINGS_LEDGER, canonical, read_rows, row_hash
 from harness.governance.ledger_verify import verify
 from harness.governance.outcomes import RESULT
-from harness.sweep.ceilings import append_ceilings, ceilings_ref, commit_ceilings
+from harness.pipeline.rows import ceilings_ref
+from harness.record.ceilings import append_ceilings, commit_ceilings
 from tests.conftest import TINY, git, init_repo, run_bench
 
 COPY_GBPS = 20.0

@@ -164,7 +164,7 @@ def test_every_code_module_of_this_process_loaded_from_source():
 
 
 def test_workers_check_their_code_at_start_and_after_each_config(monkeypatch, tmp_path):
-    from harness.sweep import workers
+    from harness.execution import workers
 
     seen = []
     monkeypatch.setattr(codeprov, "require_from_repository", lambda root: seen.append(root))

@@ -134,7 +134,7 @@ def test_ncu_options_filter_on_the_kernel_range_and_leave_clocks_alone():
 
 def test_counter_table_is_one_tidy_row_per_launch():
     from harness.measurement.profile import ProfileResult
-    from harness.sweep.profile import payload
+    from harness.record.profile import payload
 
     ls = launches()
     rows = []
@@ -177,9 +177,9 @@ def test_worker_runs_the_kernel_and_checks_what_it_wrote(tmp_path, kernel, passe
 
 def test_profile_table_renders_the_issue_table(capsys, monkeypatch):
     from harness.measurement.profile import ProfileResult
+    from harness.record.profile import payload
     from harness.reporting.render.console import console
     from harness.reporting.render.profile import render_profile
-    from harness.sweep.profile import payload
 
     ls = launches()
     rows = []

@@ -14,7 +14,7 @@ from harness.measurement.timing import HostTimer, TimingPolicy, measure
 from harness.measurement.timing.measure import WAIT_REASON
 from harness.measurement.timing.timers import (
     WAIT_DROP_MS, WAIT_SOURCE_SCHEDSTAT, WAIT_SOURCE_THREAD_TIME, CallCpu, RunQueueClock)
-from harness.sweep.run import rig_noise
+from harness.measurement.timing.results import rig_noise
 from tests.timers import ScriptedTimer
 
 ARMS = ("candidate", "baseline", "control")
@@ -72,7 +72,7 @@ def test_a_call_that_waited_drops_its_whole_round_counted_with_its_reason():
 
 def test_waited_rounds_are_not_samples_and_many_of_them_make_the_row_rig_noisy():
     from harness.measurement.timing.measure import WAIT_MAX_ROUNDS_FACTOR
-    from harness.sweep.run import rig_noise
+    from harness.measurement.timing.results import rig_noise
 
     durs = {n: noisy(0.6, i) for i, n in enumerate(ARMS)}
     pol = policy(max_samples=40)

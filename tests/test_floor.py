@@ -11,7 +11,8 @@ from harness.measurement import floor as physical
 from harness.measurement.ceilings import IMPOSSIBLE_MARGIN, Ceilings
 from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, TimingPolicy, measure
 from harness.measurement.timing.results import ArmResult
-from harness.sweep.run import _floor_check, run_config
+from harness.pipeline.rates import floor_check
+from harness.pipeline.run import run_config
 from harness.workloads import Config, formulas
 from kernels import kernel
 from tests import zoo
@@ -93,7 +94,7 @@ def _scripted(cand, base=1.0):
 def test_one_scripted_call_below_the_floor_makes_the_candidate_impossible_with_its_arithmetic():
     ceil, ctx = _cpu_ceilings(0.5), sweep_context()
     m = _scripted(lambda k, t: 0.2 if k == 12 else 1.0)  # one measured call at 0.2 ms, the rest 1 ms
-    row, cand, base = _floor_check(CFG, ctx, ceil, m, "candidate:x", None)
+    row, cand, base = floor_check(CFG, ctx, ceil, m, "candidate:x", None)
     assert base is None and cand is not None
     assert "0.2 ms" in cand and "floor 5 ms" in cand and "impossible below 0.5 ms" in cand
     assert f"{formulas.flops(CFG):.6g} FLOP" in cand and f"{formulas.min_bytes(CFG):.6g} B" in cand
@@ -101,7 +102,7 @@ def test_one_scripted_call_below_the_floor_makes_the_candidate_impossible_with_i
     (c, b, ctl) = row["calls"]
     assert c["arm"] == "candidate:x" and c["fastest_ms"] == 0.2 and c["impossible"] and c["which"] == "kept"
     assert b["headroom"] == pytest.approx(0.2) and not b["impossible"]  # 1 ms = 0.2 x floor: within 10x
-    ok, cand_ok, _ = _floor_check(CFG, ctx, ceil, _scripted(1.0), "candidate:x", None)
+    ok, cand_ok, _ = floor_check(CFG, ctx, ceil, _scripted(1.0), "candidate:x", None)
     assert cand_ok is None and ok["calls"][0]["impossible"] is False  # the numbers are there when it passes
 
 
@@ -110,9 +111,9 @@ def test_a_dropped_rounds_call_below_the_floor_counts_and_a_baseline_below_it_is
     m = _scripted(1.0)
     arm = m.arms["candidate:x"]
     dropped = dataclasses.replace(m, arms={**m.arms, "candidate:x": ArmResult.build(arm.name, arm.samples, (0.1,))})
-    row, cand, base = _floor_check(CFG, ctx, ceil, dropped, "candidate:x", None)
+    row, cand, base = floor_check(CFG, ctx, ceil, dropped, "candidate:x", None)
     assert cand and "dropped" in cand and base is None
-    _, cand, base = _floor_check(CFG, ctx, ceil, _scripted(1.0, base=0.1), "candidate:x", None)
+    _, cand, base = floor_check(CFG, ctx, ceil, _scripted(1.0, base=0.1), "candidate:x", None)
     assert cand is None and base and base.startswith(ARM_BASELINE)
 
 

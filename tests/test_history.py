@@ -103,7 +103,7 @@ def test_remeasure_settles_a_pair_the_verdict_cannot_use_and_every_view_shows_it
 
 @pytest.mark.slow
 def test_remeasure_runs_rig_noisy_pairs_again_where_a_plain_sweep_runs_nothing(repo):
-    from harness.sweep.loop import NOISY_REMEASURES
+    from harness.record.sweep import NOISY_REMEASURES
 
     noisy = TINY.replace("timeout_s = 5", "timeout_s = 5\ncontrol_tolerance = 1e-12").replace(
         "include_noisy = true", "include_noisy = false").replace("seq_len = [32, 48]", "seq_len = [32]")

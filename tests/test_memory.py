@@ -8,7 +8,7 @@ import math
 from harness.measurement import memory
 from harness.measurement.correctness.vram import gate_bytes
 from harness.measurement.timing import TimingPolicy, flush_bytes
-from harness.sweep.run import run_config
+from harness.pipeline.run import run_config
 from harness.workloads import Config
 from harness.workloads.inputs import generation_bytes
 from kernels import get_kernel

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from harness.governance import ledger, outcomes
-from harness.sweep import plan
+from harness.record import plan
 from tests.conftest import REPO
 
 KIND_LITERAL = re.compile(r"""(?:\bkind"?\]?\)?\s*(?:==|!=)\s*|\bOutcome\(|\.append\()["'](%s)["']"""
@@ -21,7 +21,7 @@ def test_every_room_reads_the_kinds_from_one_module():
     assert set(outcomes.FAILING_KINDS) | set(outcomes.MISSING_KINDS) | {outcomes.RESULT} == set(outcomes.OUTCOME_KINDS)
     assert plan.transient is outcomes.transient and plan.measured_on is outcomes.measured_on
     # measurement/ sits below governance: it may not import it (counters reads profile rows).
-    # A job's kind (sweep/executor.py: "config" or "ceilings") is not a row kind.
+    # A job's kind (execution/executor.py: "config" or "ceilings") is not a row kind.
     restated = [f"{p.relative_to(REPO)}:{n}: {line.strip()}"
                 for p in sorted((REPO / "harness").rglob("*.py"))
                 if p.name != "outcomes.py" and "measurement" not in p.parts

@@ -234,7 +234,7 @@ def test_verdict_ignores_a_hollow_baseline_row_but_counts_its_candidates_as_skip
 
 
 def test_resume_is_per_device_and_retries_transient_outcomes():
-    from harness.sweep.plan import plan, replaced_by
+    from harness.record.plan import plan, replaced_by
     from harness.workloads import Config
 
     class Reg:
@@ -388,7 +388,7 @@ def test_rig_noisy_pairs_are_measured_again_and_a_verdict_needs_every_pair_decid
     # A control tolerance no rig meets: every result is rig-noisy, so the sweep measures each
     # config again (NOISY_REMEASURES times, superseding the noisy rows), and the verdict
     # refuses, naming the undecided pairs.
-    from harness.sweep.loop import NOISY_REMEASURES
+    from harness.record.sweep import NOISY_REMEASURES
 
     p = repo / "registrations" / "tiny.toml"
     noisy = p.read_text().replace("timeout_s = 5", "timeout_s = 5\ncontrol_tolerance = 1e-12").replace(

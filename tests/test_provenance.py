@@ -259,13 +259,13 @@ def test_an_entry_point_kernels_package_and_version_are_in_every_row_using_it(re
 
 
 def test_kernel_sources_inside_the_repository_are_recorded_relative_to_it(repo):
-    from harness.sweep.run import _source
+    from harness.pipeline.rows import kernel_source
     from kernels import get_kernel
 
     spec = get_kernel("torch_stack")
-    assert _source(spec, str(REPO))["path"] == "kernels/torch_stack.py"
+    assert kernel_source(spec, str(REPO))["path"] == "kernels/torch_stack.py"
     # Outside the repository: the module's path under its import root, never a machine's directory.
-    assert _source(spec, str(repo))["path"] == "kernels/torch_stack.py"
+    assert kernel_source(spec, str(repo))["path"] == "kernels/torch_stack.py"
 
 
 # --- 7. byte-exact registrations and ledgers under core.autocrlf ------------------------------

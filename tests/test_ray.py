@@ -143,14 +143,14 @@ def test_a_ray_worker_running_other_code_refuses_naming_the_file(tmp_path, clust
     copy = tmp_path / "driver-code"
     for pkg in ("harness", "kernels"):
         shutil.copytree(REPO / pkg, copy / pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    run_py = copy / "harness" / "sweep" / "run.py"
+    run_py = copy / "harness" / "pipeline" / "run.py"
     run_py.write_text(run_py.read_text() + "\n# changed on the driver's side only\n")
     path = [str(copy) if p == str(REPO) else p for p in env["PYTHONPATH"].split(os.pathsep)]
     driver_env = {**env, "PYTHONPATH": os.pathsep.join(path)}
     res = _bench(root, driver_env, "sweep", "faults", "--device", "cpu", "--no-ceilings", "--executor", "ray",
                  "--address", address)
     assert res.returncode == 2, res.stdout + res.stderr
-    assert "harness/sweep/run.py" in res.stderr and "driver's commit" in res.stderr, res.stderr
+    assert "harness/pipeline/run.py" in res.stderr and "driver's commit" in res.stderr, res.stderr
     assert [r["kind"] for r in _outcomes(root, "faults")] == []
 
 

@@ -237,11 +237,11 @@ def _round_trip(ctx):
 
 def test_the_parsed_registration_travels_to_a_worker_process(tmp_path):
     # The sweep sends its SweepContext, registration included, to spawned workers
-    # (sweep/workers.py): every parsed table must survive pickling unchanged.
+    # (execution/workers.py): every parsed table must survive pickling unchanged.
     import multiprocessing as mp
     import pickle
 
-    from harness.sweep.run import SweepContext
+    from harness.pipeline.context import SweepContext
 
     text = TINY.replace("timeout_s = 5", "timeout_s = 5\nlead_calls = 2") + textwrap.dedent('''\
         [numerics]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 
-from harness.sweep.run import SweepContext, rig_noise, run_config
+from harness.measurement.timing.results import rig_noise
+from harness.pipeline.context import SweepContext
+from harness.pipeline.run import run_config
 from harness.workloads import Config
 from kernels import kernel
 from kernels.torch_stack import torch_stack

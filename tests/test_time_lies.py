@@ -12,7 +12,7 @@ from harness.measurement.leftover import TimedWatch, host_leftovers, host_snapsh
 from harness.measurement.numerics import NumericPins, capture
 from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
 from harness.measurement.timing.orders import MAX_PERMUTED_ARMS, round_orders
-from harness.sweep.run import run_config
+from harness.pipeline.run import run_config
 from harness.workloads import Config
 from kernels import kernel
 from tests import zoo

@@ -13,7 +13,9 @@ from harness.measurement.correctness.after_timing import check_timed_output
 from harness.measurement.stats import Stats
 from harness.measurement.timing import (ARM_BASELINE, ARM_CONTROL, EMPTY_WINDOW_FACTOR, TimingPolicy,
                                         empty_window, measure, told_apart)
-from harness.sweep.run import SweepContext, _empty_failure, run_config
+from harness.pipeline.checks import empty_failure
+from harness.pipeline.context import SweepContext
+from harness.pipeline.run import run_config
 from harness.workloads import Config
 from harness.workloads.inputs import make_inputs
 from kernels import kernel
@@ -207,11 +209,11 @@ def _arms_timed(cand_ms: float, base_ms: float):
 
 def test_an_arm_that_reads_as_an_empty_window_while_the_baseline_does_not_gets_no_result():
     empty = empty_window(policy(), "cpu", timer=ScriptedTimer({"empty": 0.0012}))
-    why = _empty_failure(_arms_timed(0.0013, 0.050), "candidate:x", empty)
+    why = empty_failure(_arms_timed(0.0013, 0.050), "candidate:x", empty)
     assert why and "cannot be told apart from an empty window" in why
-    assert _empty_failure(_arms_timed(0.020, 0.050), "candidate:x", empty) is None  # a real, fast call
+    assert empty_failure(_arms_timed(0.020, 0.050), "candidate:x", empty) is None  # a real, fast call
     # Both as fast as nothing: nothing tells a real kernel apart here, the rule does not apply.
-    assert _empty_failure(_arms_timed(0.0013, 0.0012), "candidate:x", empty) is None
+    assert empty_failure(_arms_timed(0.0013, 0.0012), "candidate:x", empty) is None
 
 
 def test_result_rows_carry_the_empty_window_they_were_judged_against():
@@ -248,11 +250,11 @@ def test_gpu_empty_window_reads_microseconds_and_a_hollow_arm_is_told_from_a_rea
             ARM_CONTROL: lambda s: torch.matmul(a, a, out=c)}
     m = measure(arms, n_slots=1, policy=pol, device="cuda")
     torch.cuda.synchronize()
-    why = _empty_failure(m, "candidate:x", ew)
+    why = empty_failure(m, "candidate:x", ew)
     assert why and "empty window" in why, (m.arms["candidate:x"].stats, ew.stats)
     honest = measure({"candidate:x": lambda s: torch.matmul(a, a, out=c), ARM_BASELINE: arms[ARM_BASELINE],
                       ARM_CONTROL: arms[ARM_CONTROL]}, n_slots=1, policy=pol, device="cuda")
-    assert _empty_failure(honest, "candidate:x", ew) is None
+    assert empty_failure(honest, "candidate:x", ew) is None
 
 
 # ----------------------------------------------------------------------------- absolute rates
@@ -351,7 +353,7 @@ def test_a_kernel_that_stops_writing_in_a_long_loop_gets_no_rate():
     # Honest for the gate, the rounds and their checks; then, once its calls come back to back
     # (here: told by the phase report a worker sends its driver), it leaves its output as it
     # was. The sustained phase poisons the output before every call and checks the last one.
-    from harness.sweep import phase
+    from harness.pipeline import phase
 
     def lazy_in_a_loop(q, k, v, out, *, causal, scale):
         if phase.current()[1] != phase.RATES:

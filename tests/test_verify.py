@@ -14,7 +14,7 @@ from harness.errors import UserError
 from harness.governance import verify
 from harness.governance.bar import BarError
 from harness.measurement import counters
-from harness.sweep.profile import formula_values
+from harness.record.profile import formula_values
 from harness.workloads import Config, formulas
 
 from conftest import TINY, git, run_bench
@@ -157,9 +157,9 @@ def _line_with_results(repo, clauses, *, profile_with):
     recorded kernel per config of the line, or None for no profile rows)."""
     from harness.governance.line import open_line, register
     from harness.measurement.profile import ProfileResult
-    from harness.sweep.loop import context
-    from harness.sweep.profile import payload
-    from harness.sweep.run import run_config
+    from harness.record.sweep import context
+    from harness.record.profile import payload
+    from harness.pipeline.run import run_config
 
     (repo / "registrations" / "v.toml").write_text(_with_verify(f"[verify]\nclauses = {clauses!r}\n".replace("'", '"')))
     git(repo, "add", "-A")
@@ -201,7 +201,7 @@ def _decide(repo, env):
 def test_verdict_refuses_results_without_counters(repo):
     from harness.governance.ledger_format import read_rows
     from harness.governance.outcomes import measured_on
-    from harness.sweep.profile import pending_verify
+    from harness.record.profile import pending_verify
 
     env = _line_with_results(repo, ["registers <= 255"], profile_with=None)
     with pytest.raises(UserError, match="no counters from this commit and device"):
@@ -228,7 +228,7 @@ def test_verdict_go_needs_every_verify_clause(repo):
 def test_verdict_go_when_the_clauses_hold(repo):
     from harness.governance.ledger_format import read_rows
     from harness.governance.outcomes import measured_on
-    from harness.sweep.profile import pending_verify
+    from harness.record.profile import pending_verify
 
     env = _line_with_results(repo, ["registers <= 255", "tensor_active >= 0.3", "launches == 1"],
                              profile_with=("triton_flash", "triton_flash"))

@@ -273,7 +273,7 @@ def test_gpus_on_a_cpu_sweep_and_inline_with_workers_are_refused(repo):
 
 HOLD = textwrap.dedent('''\
     import sys
-    from harness.sweep.devicelock import device_lock
+    from harness.execution.devicelock import device_lock
     with device_lock("cpu", who={"line": "other"}, wait=False):
         print("held", flush=True)
         sys.stdin.readline()  # until the test lets go
@@ -448,7 +448,7 @@ def test_a_signal_waits_for_the_config_being_written_then_stops_at_once():
     """A second Ctrl-C or a SIGTERM inside ``shielded`` (a config's rows being appended and
     committed) waits for it to end; outside, it stops at once; after ``wrap_up`` it is only
     counted. The caller's handlers come back afterwards."""
-    from harness.sweep.loop import StopNow, interrupts
+    from harness.record.interrupts import StopNow, interrupts
 
     def raising(signum, frame):
         raise AssertionError("the caller's handler ran while the guard held the signal")
@@ -567,7 +567,7 @@ def test_executor_ray_without_ray_says_how_to_install_it(repo):
 def test_cpu_workers_get_disjoint_shares_of_the_cores():
     import os
 
-    from harness.sweep.workers import core_shares
+    from harness.execution.workers import core_shares
 
     cores = sorted(os.sched_getaffinity(0))
     shares = core_shares(len(cores))

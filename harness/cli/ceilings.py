@@ -16,11 +16,11 @@ def ceilings(force: bool = typer.Option(False, "--force", help="re-measure even 
     committed (ledger/_device_ceilings.jsonl alone) unless --no-commit."""
     from harness.governance.gitguard import require_clean
     from harness.measurement.device import detect_device, env_summary
+    from harness.execution.devicelock import device_lock
+    from harness.governance.devices import device_key
+    from harness.record.ceilings import commit_ceilings, current_ceilings, is_committed, require_committable
     from harness.reporting.render.ceilings import render_ceilings
     from harness.reporting.render.sweep import render_device_wait
-    from harness.sweep.ceilings import commit_ceilings, current_ceilings, is_committed, require_committable
-    from harness.governance.devices import device_key
-    from harness.sweep.devicelock import device_lock
 
     # Ceilings feed every later reductio: stamp them with a commit that means something.
     root = require_clean().root

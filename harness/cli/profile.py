@@ -18,10 +18,10 @@ def profile(line: str = typer.Argument(..., help="line id or registrations/NAME.
     rows, committed to git after each config."""
     from harness.governance.line import open_line
     from harness.measurement.device import detect_device
+    from harness.record.profile import profile_line, require_profiler, select_configs
+    from harness.record.sweep import check_kernels_usable
     from harness.reporting.render.profile import render_profile
     from harness.reporting.render.sweep import render_device_wait
-    from harness.sweep.loop import check_kernels_usable
-    from harness.sweep.profile import profile_line, require_profiler, select_configs
 
     with open_line(line, action="a profile") as ln:
         chosen = select_configs(ln.reg, list(configs or []))

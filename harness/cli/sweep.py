@@ -56,9 +56,10 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
     from harness.governance.line import open_line
     from harness.governance.outcomes import latest_outcomes, measured_on
     from harness.measurement.device import detect_device
+    from harness.execution.select import make_executor
+    from harness.record.sweep import sweep as do_sweep
     from harness.reporting.render.progress import SweepProgress
     from harness.reporting.render.sweep import render_device_wait, render_interrupt_pending, render_sweep_summary
-    from harness.sweep.loop import make_executor, sweep as do_sweep
 
     if device not in ("auto", "cpu", "cuda"):
         raise UserError(f"--device {device!r}: use auto, cuda or cpu")

@@ -16,8 +16,8 @@ def warm(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
     """
     from harness.governance import gitguard, line_ids, registration
     from harness.measurement.device import detect_device
+    from harness.record.warm import default_workers, plan, warm as do_warm
     from harness.reporting.render.warm import render_warmed, render_warm_summary
-    from harness.sweep.warm import default_workers, plan, warm as do_warm
 
     reg = registration.load(line_ids.resolve(gitguard.repo_root(), line))
     summary = do_warm(plan(reg, detect_device()), default_workers() if workers is None else workers,

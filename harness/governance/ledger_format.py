@@ -18,7 +18,7 @@ from harness.errors import UserError
 from harness.governance.gitguard import LEDGER_DIR
 
 LEDGER_SCHEMA = 1
-# The device ceilings' ledger (sweep/ceilings.py); line ids cannot start with '_'. Outcome
+# The device ceilings' ledger (record/ceilings.py); line ids cannot start with '_'. Outcome
 # rows name the ceilings row they used in ``ceilings_ref`` ({"seq", "hash"}; null: none).
 CEILINGS_LEDGER = "_device_ceilings"
 CEILINGS_REF = "ceilings_ref"

@@ -3,7 +3,7 @@
 The bar language accepts exactly these names, the sweep's result rows carry exactly these
 keys (``result_metrics`` refuses any other set), reports take their units, formats and protocols from
 here, and the README's metric list is generated from it (tests/test_metrics.py checks it is
-current). Adding a metric is one row here plus its computation in ``sweep/run.py``.
+current). Adding a metric is one row here plus its computation in ``pipeline/rates.py``.
 
 A result row holds two measurements of its candidate: the interleaved rounds (every arm in
 turn under one clock: the speedup's) and, on a line whose bar judges an absolute rate, the

@@ -145,7 +145,7 @@ class Measurement:
     cpu: dict[str, dict] = field(default_factory=dict)
     wait_source: str | None = None
     # Per arm whose kept samples sit on a scheduler or timer quantum: ``stats.Quantum`` as a
-    # dict plus "why". Such a row is rig-noisy (sweep.run.rig_noise), never a clean result.
+    # dict plus "why". Such a row is rig-noisy (pipeline/rates.py), never a clean result.
     quanta: dict[str, dict] = field(default_factory=dict)
     # With a refresh hook: new content at random rounds and the memory judgement; else None.
     refresh: RefreshRecord | None = None

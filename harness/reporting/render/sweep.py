@@ -127,7 +127,7 @@ def _render_baseline_failed(c, summary: dict) -> None:
 
 
 def render_device_wait(key: str, holder: dict | None) -> None:
-    from harness.sweep.devicelock import describe_holder
+    from harness.execution.devicelock import describe_holder
 
     console().print(f"[yellow]waiting[/] for device {key}: another bench process is measuring on it"
                     f"{describe_holder(holder)}; this sweep starts when it is done (Ctrl-C to give up, "

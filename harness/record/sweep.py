@@ -1,4 +1,4 @@
-"""The sweep loop: plan the open pairs, run each config, append its rows as soon as it ends.
+"""`bench sweep`: plan the open pairs, run each config, append its rows as soon as it ends.
 
 Each config's rows are appended (fsynced) and committed to git before the next config
 starts, so an interrupted sweep loses at most the config in flight, re-running it resumes,
@@ -12,11 +12,13 @@ import statistics
 from dataclasses import dataclass, field
 
 from harness.errors import UserError, plural
-from harness.governance.ledger import anchor, require_anchorable
+from harness.governance.ledger import require_anchorable
 from harness.governance.line import Line
-from harness.governance.outcomes import INCORRECT, PROFILE, RESULT, SUPERSEDES, measured_on, state_of
-from harness.sweep.plan import Task, plan, replaced_by, unusable_at
-from harness.sweep.run import SweepContext
+from harness.governance.outcomes import INCORRECT, RESULT, measured_on, state_of
+from harness.pipeline.context import SweepContext, Task
+from harness.record.interrupts import Interrupts, StopNow, interrupts
+from harness.record.plan import plan, unusable_at
+from harness.record.writer import Writer
 
 # Times a sweep measures its rig-noisy pairs again, after every other config has run.
 NOISY_REMEASURES = 2
@@ -75,77 +77,6 @@ def check_kernels_usable(line: Line, device: str) -> None:
 
 
 @dataclass
-class _Written:
-    """What this sweep appended, and the latest outcome it wrote per (config, candidate)."""
-
-    appended: list = field(default_factory=list)
-    latest: dict = field(default_factory=dict)
-
-
-def gpu_slots(spec: str | None) -> list[str]:
-    """``--gpus``: the CUDA_VISIBLE_DEVICES entry of each worker, from indices into what this
-    process sees ("0,1", "all"; default one GPU)."""
-    import os
-
-    import torch
-
-    seen = [v.strip() for v in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if v.strip()] \
-        if os.environ.get("CUDA_VISIBLE_DEVICES") is not None else None
-    count = torch.cuda.device_count()
-    if spec is None or spec == "all":
-        picked = list(range(count)) if spec == "all" else [0]
-    else:
-        try:
-            picked = [int(v) for v in spec.split(",") if v.strip()]
-        except ValueError:
-            raise UserError(f"--gpus {spec!r}: give GPU indices like 0,1 or 'all'") from None
-        if not picked or len(set(picked)) != len(picked):
-            raise UserError(f"--gpus {spec!r}: give each GPU index once, like 0,1, or 'all'")
-    bad = [i for i in picked if not 0 <= i < count]
-    if bad or not picked:
-        raise UserError(f"--gpus {spec}: this process sees {count} GPU(s) (indices 0..{count - 1}): pick among them")
-    return [seen[i] if seen is not None else str(i) for i in picked]
-
-
-def make_executor(device: str, *, inline: bool = False, gpus: str | None = None, workers: int = 1,
-                  executor: str = "local", address: str | None = None):
-    """The executor a sweep runs on: inline (debugging), one worker per GPU / CPU slot, or
-    one Ray actor per GPU of a cluster (``executor="ray"``)."""
-    if executor not in ("local", "ray"):
-        raise UserError(f"--executor {executor!r}: use local or ray")
-    if address is not None and executor != "ray":
-        raise UserError("--address names a Ray cluster: add --executor ray (or drop --address)")
-    if executor == "ray":
-        if inline or gpus is not None:
-            raise UserError("--executor ray runs one actor per GPU of the cluster: drop --inline/--gpus")
-        if device == "cuda" and workers != 1:
-            raise UserError("--workers is for CPU sweeps: on a Ray cluster every GPU gets one actor")
-        if workers < 1:
-            raise UserError(f"--workers {workers}: give at least 1")
-        from harness.sweep.ray_executor import RayExecutor
-
-        return RayExecutor(device, address=address, workers=workers)
-    if inline:
-        if gpus is not None or workers != 1:
-            raise UserError("--inline runs in this process, on one device: drop --gpus/--workers "
-                            "(pick the GPU with CUDA_VISIBLE_DEVICES)")
-        from harness.sweep.inline import InlineExecutor
-
-        return InlineExecutor(device)
-    from harness.sweep.workers import LocalPool
-
-    if device == "cuda":
-        if workers != 1:
-            raise UserError("--workers is for CPU sweeps: on GPUs use --gpus (one worker per GPU)")
-        return LocalPool(device, gpu_slots(gpus))
-    if gpus is not None:
-        raise UserError(f"--gpus {gpus} but this sweep runs on the CPU: drop --gpus (or run on a GPU machine)")
-    if workers < 1:
-        raise UserError(f"--workers {workers}: give at least 1")
-    return LocalPool(device, [None] * workers)
-
-
-@dataclass
 class _Run:
     """How far a sweep got: what its summary is made of, however it stopped."""
 
@@ -183,40 +114,40 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     """
     check_kernels_usable(line, device)
     if line.reg.verify:
-        from harness.sweep.profile import require_profiler
+        from harness.record.profile import require_profiler
 
         require_profiler(device)  # [verify] needs counters: no ncu, no sweep (nothing written yet)
     if commit:
         require_anchorable(line.ledger)
         if with_ceilings:
-            from harness.sweep.ceilings import require_committable
+            from harness.record.ceilings import require_committable
 
             require_committable(line.root)
-    anchored: list[str | None] = []
     why_commit = f"sweep of {line.reg.line} at {line.commit[:12]}"
-    executor = executor or make_executor(device)
-    run, written = _Run(), _Written()
+    if executor is None:
+        from harness.execution.select import make_executor
+
+        executor = make_executor(device)
+    run = _Run()
     with interrupts(on_interrupt) as guard:
+        writer = Writer(line, guard, commit=commit, why=why_commit)
         try:
-            _sweep(line, device, executor, guard, run, written, anchored, why_commit, with_ceilings=with_ceilings,
-                   commit=commit, retry_crashed=retry_crashed, remeasure=remeasure, wait=wait, progress=progress,
-                   on_wait=on_wait)
+            _sweep(line, device, executor, guard, run, writer, with_ceilings=with_ceilings,
+                   retry_crashed=retry_crashed, remeasure=remeasure, wait=wait, progress=progress, on_wait=on_wait)
         except StopNow:
             pass  # a second Ctrl-C or SIGTERM: workers killed, locks released on the way out; rows written stay
         guard.wrap_up()  # from here signals are only counted: what is left is short and writes nothing partial
-        if commit:  # rows an interrupted earlier run wrote but did not commit, even when nothing ran now
-            anchored.append(anchor(line.ledger, why_commit))
-        return _summary(line, device, executor, run, written, anchored, guard, commit, remeasure)
+        writer.commit()  # rows an interrupted earlier run wrote but did not commit, even when nothing ran now
+        return _summary(line, device, executor, run, writer, guard, remeasure)
 
 
-def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, written: _Written, anchored: list,
-           why_commit: str, *, with_ceilings: bool, commit: bool, retry_crashed: bool, remeasure: bool, wait: bool,
-           progress, on_wait) -> None:
+def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writer: Writer, *, with_ceilings: bool,
+           retry_crashed: bool, remeasure: bool, wait: bool, progress, on_wait) -> None:
     """The sweep itself, filling ``run`` as it goes (``sweep`` summarizes whatever it reached)."""
+    from harness.execution.devicelock import device_lock
+    from harness.execution.executor import schedule
     from harness.governance.devices import device_key, model
-    from harness.sweep.devicelock import device_lock
-    from harness.sweep.executor import schedule
-    from harness.sweep.run import baseline_gate_failure
+    from harness.pipeline.rows import baseline_gate_failure
 
     with contextlib.ExitStack() as stack:
         stack.callback(executor.close)
@@ -236,8 +167,8 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
             # Committed before any row naming it is: a result's ceilings are part of its record,
             # and the tree is clean even when the sweep stops before its first config.
             ceilings, done = _ceilings(line, executor, slots[0], guard,
-                                       f"ceilings for the {why_commit}" if commit else None)
-            anchored.append(done)
+                                       f"ceilings for the {writer.why}" if writer.commit_rows else None)
+            writer.anchored.append(done)
         run.ceilings = ceilings
         if ceilings is not None:
             # The bar against this device's ceilings, before any config runs (a refusal writes
@@ -258,15 +189,11 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
 
         def on_config(why, done=None):
             def append(task, rows):
-                start = len(written.appended)
-                with guard.shielded():
-                    append_config(line, task, rows, key, written, why)
-                    if commit:
-                        anchored.append(anchor(line.ledger, why_commit))
+                appended = writer.config(task, rows, key, why)
                 if done is not None:
                     done.append(task)
                 if progress:
-                    progress.done(task.config.key(), written.appended[start:])
+                    progress.done(task.config.key(), appended)
                 bad = baseline_gate_failure(o for o, _ in rows)
                 if bad is not None and run.baseline_failed is None:
                     run.baseline_failed = bad
@@ -285,8 +212,8 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
             by_cfg: dict[str, Task] = {}
             for task in tasks:
                 noisy = tuple(c for c in task.candidates
-                              if getattr(written.latest.get((task.config.key(), c)), "kind", None) == RESULT
-                              and written.latest[(task.config.key(), c)].payload["rig_noisy"])
+                              if getattr(writer.latest.get((task.config.key(), c)), "kind", None) == RESULT
+                              and writer.latest[(task.config.key(), c)].payload["rig_noisy"])
                 if noisy:
                     by_cfg[task.config.key()] = Task(task.config, noisy)
             if not by_cfg:
@@ -301,27 +228,25 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
             # The [verify] pass, after timing and still under the device lock: counters of
             # every candidate result here that has none yet (a resumed sweep profiles what an
             # interrupted one did not reach). ncu runs in a child process; rows are written
-            # by append_profile and committed one by one.
-            from harness.sweep.profile import verify_pass
+            # by the writer and committed one by one.
+            from harness.record.profile import verify_pass
 
             for p in verify_pass(line, device, key, line.ledger.rows()):
-                with guard.shielded():
-                    append_profile(line, p, envs[0], written)
-                    if commit:
-                        anchored.append(anchor(line.ledger, why_commit))
+                writer.profile(p, envs[0])
                 run.profiled += 1
                 if guard.stopping():  # a Ctrl-C: a resumed sweep profiles the rest
                     run.finished = False
                     break
 
 
-def _summary(line: Line, device: str, executor, run: _Run, written: _Written, anchored: list, guard: Interrupts,
-             commit: bool, remeasure: bool) -> SweepSummary:
+def _summary(line: Line, device: str, executor, run: _Run, writer: Writer, guard: Interrupts,
+             remeasure: bool) -> SweepSummary:
+    commit = writer.commit_rows
     counts: dict[str, int] = {}
     rejections: dict[str, int] = {}
     controls: list[tuple[float, bool]] = []
     tolerance = None
-    for o in written.latest.values():
+    for o in writer.latest.values():
         counts[o.kind] = counts.get(o.kind, 0) + 1
         if o.kind == INCORRECT:
             rejections[o.payload["tag"]] = rejections.get(o.payload["tag"], 0) + 1
@@ -338,7 +263,7 @@ def _summary(line: Line, device: str, executor, run: _Run, written: _Written, an
     notes = [_where(run.envs, executor)] if run.envs else []
     notes += [run.reductio] if run.reductio else []
     if run.ceilings is not None and not commit:
-        from harness.sweep.ceilings import CEILINGS_LEDGER, is_committed
+        from harness.record.ceilings import CEILINGS_LEDGER, is_committed
 
         if not is_committed(line.root, run.ceilings):
             rel = f"ledger/{CEILINGS_LEDGER}.jsonl"
@@ -363,7 +288,7 @@ def _summary(line: Line, device: str, executor, run: _Run, written: _Written, an
     left = None if run.tasks is None else len(run.tasks) - len(run.first_pass)
     return SweepSummary(line.reg.line, line.commit, counts, rejections, run.resumed, control, tuple(notes),
                         interrupted=guard.signal is not None, left=left,
-                        anchored=tuple(a for a in anchored if a), committed=commit, measured_on=run.key,
+                        anchored=writer.commits, committed=commit, measured_on=run.key,
                         signal=guard.signal, at_once=guard.stopped_at_once, baseline_failed=run.baseline_failed)
 
 
@@ -373,24 +298,6 @@ def _pairs_by_state(rows: list[dict]) -> str:
     for r in rows:
         states[state_of(r)] = states.get(state_of(r), 0) + 1
     return f"{plural(len(rows), 'pair')} ({', '.join(f'{k}: {n}' for k, n in sorted(states.items()))})"
-
-
-def append_config(line: Line, task: Task, rows, key: tuple, written: _Written, why: str) -> None:
-    """Append one config's rows (and the `supersedes` row its re-run needs): the one place rows are written."""
-    old = replaced_by(task, [*line.rows, *written.appended], key, line.reg.mixed_devices)
-    if old:
-        stamp = line.stamp(rows[0][1]).fields()
-        written.appended.append(line.ledger.append(SUPERSEDES, {
-            **stamp, "config_key": task.config.key(), "supersedes": old,
-            "reason": f"{why} at commit {line.commit[:12]} on {key[1]}{' ' + key[2] if key[2] else ''}"}))
-    for o, env in rows:
-        written.appended.append(line.ledger.append(o.kind, {**line.stamp(env).fields(), **o.payload}))
-        written.latest[(o.payload["config_key"], o.payload["candidate"])] = o
-
-
-def append_profile(line: Line, payload: dict, env: dict, written: _Written) -> None:
-    """Append one `profile` row (a harness/sweep/profile.py payload) measured on ``env``'s device."""
-    written.appended.append(line.ledger.append(PROFILE, {**line.stamp(env).fields(), **payload}))
 
 
 def _where(envs: list[dict], executor) -> str:
@@ -415,8 +322,8 @@ def _ceilings(line: Line, executor, slot, guard: Interrupts, why: str | None) ->
     """This device's stored ceilings, or ones measured now by the first slot's worker; with
     ``why``, committed (the row and its commit are written together, never half)."""
     from harness.governance.ledger import Ledger
-    from harness.sweep.ceilings import CEILINGS_LEDGER, append_ceilings, commit_ceilings, stored_ceilings
-    from harness.sweep.executor import Job, call
+    from harness.record.ceilings import CEILINGS_LEDGER, append_ceilings, commit_ceilings, stored_ceilings
+    from harness.execution.executor import Job, call
 
     row = stored_ceilings(line.root, slot.fingerprint)
     measured = None
@@ -429,100 +336,3 @@ def _ceilings(line: Line, executor, slot, guard: Interrupts, why: str | None) ->
         return row, commit_ceilings(line.root, why) if why else None
 
 
-class StopNow(KeyboardInterrupt):
-    """Raised by the guard to stop a sweep at once (a KeyboardInterrupt, so every ``finally``
-    on the way out runs: workers killed, locks released); ``sweep`` catches it and still
-    returns its summary."""
-
-
-class Interrupts:
-    """A sweep's signal policy. Until its first config starts, a Ctrl-C or SIGTERM stops at
-    once. From then on the first Ctrl-C starts no new config (the ones in flight finish and
-    are written); a second, or a SIGTERM, stops at once — but never in the middle of writing
-    and committing a config's rows (``shielded``): it waits for that to end. Once stopping at
-    once, or wrapping up, further signals are only counted. ``halt`` stops as a first Ctrl-C
-    does, for the sweep's own reason (a baseline failing the gate)."""
-
-    def __init__(self, on_interrupt=None):
-        self.on_interrupt = on_interrupt
-        self.count = 0  # Ctrl-Cs received
-        self.terminated = False  # a SIGTERM received
-        self.halted = False
-        self.patient = False  # configs are running: a first Ctrl-C lets those in flight finish
-        self.stopped_at_once = False
-        self._shield = 0
-        self._deferred = False
-        self._quiet = False
-
-    def stopping(self) -> bool:
-        return self.count > 0 or self.terminated or self.halted
-
-    @property
-    def signal(self) -> int | None:
-        """The signal that stopped the sweep: SIGTERM if one came, else SIGINT if a Ctrl-C did."""
-        import signal
-
-        return signal.SIGTERM if self.terminated else signal.SIGINT if self.count else None
-
-    def halt(self) -> None:
-        self.halted = True
-
-    def handle(self, signum, frame) -> None:
-        self.count += 1
-        if self.count == 1 and self.patient and not self._quiet:
-            if self.on_interrupt:
-                self.on_interrupt()
-            return
-        self._stop_now()
-
-    def terminate(self, signum, frame) -> None:
-        self.terminated = True
-        self._stop_now()
-
-    def wrap_up(self) -> None:
-        """From here on signals are counted (the summary names them), never raised."""
-        self._quiet = True
-
-    def _stop_now(self) -> None:
-        if self._quiet:
-            return
-        if self._shield:
-            self._deferred = True
-            return
-        self._quiet = self.stopped_at_once = True
-        raise StopNow()
-
-    @contextlib.contextmanager
-    def shielded(self):
-        self._shield += 1
-        try:
-            yield
-        finally:
-            self._shield -= 1
-        if not self._shield and self._deferred:
-            self._deferred = False
-            self._stop_now()
-
-
-@contextlib.contextmanager
-def interrupts(on_interrupt):
-    """The guard, installed for SIGINT and — where the caller handles SIGTERM in Python, as
-    the CLI does — for SIGTERM; a signal the caller ignores, and SIGTERM's default action
-    (the process dies), are left as they are. Off the main thread no handler can be set."""
-    import signal
-    import threading
-
-    guard = Interrupts(on_interrupt)
-    if threading.current_thread() is not threading.main_thread():
-        yield guard
-        return
-    previous = {}
-    for sig, handler, takes in ((signal.SIGINT, guard.handle, lambda h: h is not signal.SIG_IGN),
-                                (signal.SIGTERM, guard.terminate, callable)):
-        if takes(signal.getsignal(sig)):
-            previous[sig] = signal.signal(sig, handler)
-    try:
-        yield guard
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -21,9 +21,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable
 
-from harness.sweep import phase as phases
-from harness.sweep.plan import Task
-from harness.sweep.run import Outcome, SweepContext, fault_outcome
+from harness.pipeline import phase as phases
+from harness.pipeline.context import Outcome, SweepContext, Task
+from harness.pipeline.rows import fault_outcome
 
 # How long a fresh worker may take to import torch, open its device and say it is ready.
 STARTUP_TIMEOUT_S = 300.0
@@ -52,7 +52,7 @@ class SlotInfo:
 
 @dataclass(frozen=True)
 class Phase:
-    """The slot's job entered ``phase`` of ``kernels`` (harness.sweep.phase)."""
+    """The slot's job entered ``phase`` of ``kernels`` (harness.pipeline.phase)."""
 
     slot: int
     job: int

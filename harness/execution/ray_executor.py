@@ -1,6 +1,6 @@
 """The Ray executor: one Ray actor per GPU of a Ray cluster (``bench sweep --executor ray``).
 
-Each actor is a worker as ``LocalPool``'s are (``workers.run_isolated``): it holds one GPU
+Each actor is a worker as ``LocalPool``'s are (``jobs.run_isolated``): it holds one GPU
 (``num_gpus=1``; on a CPU-only cluster ``num_cpus=1`` and device cpu), reports its env
 stamp, then runs the jobs it is handed and streams each phase back through a Ray queue, so
 ``executor.schedule`` keeps the same watchdog. An actor that dies (segfault, SIGKILL, its
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.sweep.executor import STARTUP_TIMEOUT_S, Done, Executor, Job, Lost, Phase, SlotInfo
+from harness.execution.executor import STARTUP_TIMEOUT_S, Done, Executor, Job, Lost, Phase, SlotInfo
 
 INSTALL_HINT = 'pip install -e ".[ray]"'
 # How long a replacement actor waits for the lock its killed predecessor held on the GPU
@@ -78,7 +78,7 @@ def _kernel_sources(kernels) -> dict[str, Path]:
 
 def source_hashes(kernels) -> dict[str, str]:
     """What the driver runs: every source file of its harness and kernels packages, and the
-    line's kernel sources, by path relative to their import root (``harness/sweep/run.py``)."""
+    line's kernel sources, by path relative to their import root (``harness/pipeline/run.py``)."""
     files = {}
     for pkg in ("harness", "kernels"):
         root = _package_root(pkg)
@@ -137,7 +137,7 @@ class RayWorker:
             os.environ[k] = v
         import tempfile
 
-        from harness.sweep.workers import isolate
+        from harness.execution.jobs import isolate
 
         fd, self.log = tempfile.mkstemp(prefix="bench-ray-worker-", suffix=".log")
         isolate(fd)
@@ -146,13 +146,13 @@ class RayWorker:
         """("ready", env, fingerprint, host, log) or ("error", message)."""
         import importlib
 
+        from harness.execution.jobs import slot_info
         from harness.governance.devices import device_key
-        from harness.sweep.workers import slot_info
 
         try:
             env, fp = slot_info(self.device, f"the Ray worker on {socket.gethostname()} sees no GPU: start its "
                                              f"node with GPUs")
-            importlib.import_module("harness.sweep.run")  # what a config runs: its sources are checked now
+            importlib.import_module("harness.pipeline.run")  # what a config runs: its sources are checked now
             from harness.governance.codeprov import require_source_loaded
 
             require_source_loaded()  # and it ran from them, not from bytecode
@@ -168,7 +168,7 @@ class RayWorker:
         return "ready", env, fp, socket.gethostname(), self.log
 
     def _lock(self, key: str) -> str | None:
-        from harness.sweep.devicelock import describe_holder, device_lock, holder
+        from harness.execution.devicelock import describe_holder, device_lock, holder
 
         deadline = time.monotonic() + self.lock_wait_s
         while True:
@@ -183,7 +183,7 @@ class RayWorker:
                 time.sleep(LOCK_RETRY_S)
 
     def run(self, job: Job) -> tuple:
-        from harness.sweep.workers import run_isolated
+        from harness.execution.jobs import run_isolated
 
         tag, value = run_isolated(job, self.device, lambda msg: self.queue.put((self.slot, *msg)))
         if tag == "done":
@@ -330,7 +330,7 @@ class RayExecutor(Executor):
         return [Phase(slot, job, tuple(kernels), ph) for slot, _, job, kernels, ph in items]
 
     def _tail(self, slot: int) -> str:
-        from harness.sweep.workers import tail
+        from harness.execution.jobs import tail
 
         host, log = self._info[slot] or (None, None)
         if host is None:

@@ -26,11 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.sweep.executor import STARTUP_TIMEOUT_S, Done, Executor, Job, Lost, Phase, SlotInfo
+from harness.execution.executor import STARTUP_TIMEOUT_S, Done, Executor, Job, Lost, Phase, SlotInfo
+from harness.execution.jobs import isolate, run_isolated, slot_info, tail
 
-# The worker's last output attached to a fault row.
-LAST_OUTPUT_LINES = 20
-LAST_OUTPUT_CHARS = 4000
 # How often a worker checks that its driver still exists (where PDEATHSIG is unavailable).
 PARENT_POLL_S = 1.0
 # Exit status of a worker that ended itself after a fatal error (the driver reads the cause
@@ -208,33 +206,7 @@ def _exit_cause(code: int | None) -> str:
     return f"worker exited with status {code}"
 
 
-def tail(log: Path) -> str:
-    """The last lines a worker wrote (stdout, stderr, faulthandler's traceback)."""
-    try:
-        text = log.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-LAST_OUTPUT_LINES:])[-LAST_OUTPUT_CHARS:]
-
-
 # -- the worker process ------------------------------------------------------------------
-def isolate(fd: int) -> None:
-    """Set up a worker process (local or a Ray actor): Ctrl-C reaches the whole terminal
-    process group, but the driver alone decides what it means; stdout and stderr go to the
-    log ``fd`` (whose tail a fault row carries), where a segfault leaves its Python traceback."""
-    import faulthandler
-
-    with contextlib.suppress(ValueError):  # not the main thread: no signal handlers to set
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.reconfigure(line_buffering=True)
-    faulthandler.enable()
-
-
 def core_shares(n: int) -> list[tuple[int, ...] | None]:
     """Per CPU worker, its own share of this process's cores: torch's threads of several
     workers on the same cores preempt one another, and a call that waited on a run queue is
@@ -275,20 +247,6 @@ def worker_main(conn, device: str, visible: str | None, log: str, parent_pid: in
     _serve(conn, device, root)
 
 
-def slot_info(device: str, no_gpu: str) -> tuple[dict, dict]:
-    """What a worker (a local process, a Ray actor) reports when it starts: the env stamp and
-    the fingerprint of the device it opened; UserError ``no_gpu`` where torch sees no GPU."""
-    from harness.measurement.ceilings import device_fingerprint
-    from harness.measurement.device import env_summary
-
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UserError(no_gpu)
-    return dict(env_summary(device)), device_fingerprint(device)
-
-
 def require_worker_code(root: str | None) -> None:
     """UserError unless this worker's harness/kernels modules (the config runner included) come
     from ``root`` (where it holds them; None: the driver named none) and ran from source."""
@@ -296,7 +254,7 @@ def require_worker_code(root: str | None) -> None:
 
     from harness.governance import codeprov
 
-    importlib.import_module("harness.sweep.run")  # what a config runs: checked before the first one
+    importlib.import_module("harness.pipeline.run")  # what a config runs: checked before the first one
     if root is not None:
         codeprov.require_code_from(Path(root))
     else:
@@ -321,55 +279,6 @@ def _serve(conn, device: str, root: str | None = None) -> None:
             conn.send(("fatal", job.id, value))
             os._exit(FATAL_EXIT)
         conn.send(("error", value) if tag == "error" else ("done", job.id, value))
-
-
-def run_isolated(job: Job, device: str, send) -> tuple[str, object]:
-    """Run one job in a worker (a local process, a Ray actor): ``("done", result)``,
-    ``("error", message)`` (a UserError: the sweep stops) or ``("fatal", cause)`` (this
-    process may not measure again: the caller ends it).
-
-    Each phase the config enters is sent first as ``("phase", job.id, kernels, phase)``; on a
-    GPU the device is checked at every phase, so a poisoned context is blamed on the kernel
-    of the phase that just ended.
-    """
-    import traceback
-
-    from harness.sweep import phase
-    from harness.sweep.inline import run_job
-
-    def sink(kernels, ph):
-        err = _device_error(device)
-        if err:
-            raise phase.Fatal(err)
-        send(("phase", job.id, kernels, ph))
-
-    phase.install(sink)
-    try:
-        result = run_job(job, device, contain=False)
-        err = _device_error(device)
-        return ("fatal", err) if err else ("done", result)
-    except phase.Fatal as exc:
-        return "fatal", str(exc)
-    except UserError as exc:
-        return "error", str(exc)
-    except BaseException as exc:
-        traceback.print_exc()
-        return "fatal", f"{type(exc).__name__}: {exc}".splitlines()[0]
-    finally:
-        phase.install(None)
-
-
-def _device_error(device: str) -> str | None:
-    """A sticky device error (the CUDA context is poisoned), as its first line of text, or None."""
-    if device != "cuda":
-        return None
-    import torch
-
-    try:
-        torch.cuda.synchronize()
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}".splitlines()[0]
-    return None
 
 
 def _watch_parent(parent_pid: int) -> None:

@@ -143,27 +143,38 @@ def profile_line(line, configs: list[Config], device: str, *, commit: bool = Tru
                  on_wait=None) -> tuple[list[dict], tuple[str, ...]]:
     """`bench profile`: the `profile` rows of ``configs``, appended config by config while
     the device is locked, each config's rows committed (``ledger.anchor``) unless ``commit``
-    is False. Returns (rows written, commits holding them)."""
-    from harness.governance.ledger import anchor, require_anchorable
-    from harness.measurement.device import env_summary
+    is False. Returns (rows written, commits holding them).
+
+    A signal never splits a row from its commit: it waits for the write to end, then reaches
+    the handler the caller had (the CLI's), as it would have at once."""
+    import signal
+
+    from harness.execution.devicelock import device_lock
     from harness.governance.devices import device_key
-    from harness.sweep.devicelock import device_lock
+    from harness.governance.ledger import require_anchorable
+    from harness.measurement.device import env_summary
+    from harness.record.interrupts import StopNow, interrupts
+    from harness.record.writer import Writer
 
     require_profiler(device)
     if commit:
         require_anchorable(line.ledger)
     env = env_summary(device)
-    stamp = line.stamp(env).fields()
-    why = f"profile of {line.reg.line} at {line.commit[:12]}"
-    written, anchored = [], []
-    with device_lock(device_key(env), who={"line": line.reg.line, "root": str(line.root)}, wait=wait,
-                     on_wait=on_wait):
-        for cfg in configs:
-            for p in profile_rows(line, [cfg], device):
-                written.append(line.ledger.append(PROFILE, {**stamp, **p}))
-            if commit:
-                anchored.append(anchor(line.ledger, why))
-    return written, tuple(a for a in anchored if a)
+    stopped = None
+    with interrupts(None) as guard:
+        writer = Writer(line, guard, commit=commit, why=f"profile of {line.reg.line} at {line.commit[:12]}")
+        try:
+            with device_lock(device_key(env), who={"line": line.reg.line, "root": str(line.root)}, wait=wait,
+                             on_wait=on_wait):
+                for cfg in configs:
+                    for p in profile_rows(line, [cfg], device):
+                        writer.profile(p, env, commit=False)
+                    writer.commit()
+        except StopNow:
+            stopped = guard.signal
+    if stopped is not None:
+        signal.raise_signal(stopped)
+    return writer.appended, writer.commits
 
 
 def profiled(rows, key: tuple) -> set[tuple[str, str]]:

@@ -7,7 +7,8 @@ config is the config's `crashed` rows.
 
 from __future__ import annotations
 
-from harness.sweep.executor import Done, Executor, Job, SlotInfo
+from harness.execution.executor import Done, Executor, Job, SlotInfo
+from harness.execution.jobs import run_job
 
 
 class InlineExecutor(Executor):
@@ -40,25 +41,3 @@ class InlineExecutor(Executor):
         self._job = None
 
 
-def run_job(job: Job, device: str, *, contain: bool = True):
-    """What a job computes, in whichever process runs it: config outcomes or a ceilings row.
-
-    ``contain``: an exception out of a config becomes its `crashed` rows (in-process); a
-    worker passes False, because a process that raised there may not measure again.
-    """
-    from harness.errors import UserError
-    from harness.sweep.run import crashed_outcomes, run_config
-
-    if job.kind == "ceilings":
-        from harness.measurement.ceilings import measure_ceilings
-
-        return measure_ceilings(device).to_row()
-    try:
-        return run_config(job.task.config, job.task.candidates, job.ctx)
-    except UserError:
-        raise
-    except Exception as exc:
-        if not contain:
-            raise
-        # a kernel that crashes the config is an outcome, not the end of the night
-        return crashed_outcomes(job.task.config, job.task.candidates, job.ctx, exc)

@@ -4,23 +4,15 @@ A pair is done when it has an outcome measured at this commit on this device (a 
 sweep does not inherit a CPU sweep's rows, nor the reverse). Transient outcomes — a
 throttled measurement, a config skipped for lack of memory — are retried; with
 ``remeasure`` (`bench sweep --remeasure`) so is every pair the verdict cannot use (a
-rig-noisy result, any skip), and the new rows supersede the old. A Task is plain
-data (picklable) so that the loop can later hand tasks to worker processes; only the
-parent process appends to the ledger.
+rig-noisy result, any skip), and the new rows supersede the old. A Task
+(pipeline/context.py) is plain data, handed to worker processes; only the driver appends
+to the ledger (record/writer.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from harness.governance.outcomes import CRASHED, current_outcomes, measured_on, outcome_key, transient, unusable
-from harness.workloads import Config
-
-
-@dataclass(frozen=True)
-class Task:
-    config: Config
-    candidates: tuple[str, ...]
+from harness.pipeline.context import Task
 
 
 def plan(reg, rows, key: tuple, *, retry_crashed: bool = False, remeasure: bool = False) -> tuple[list[Task], int]:

@@ -4,7 +4,7 @@ They live in ``ledger/_device_ceilings.jsonl`` (line ids cannot start with '_', 
 registration can collide with it) and are re-measured when the GPU, driver, CUDA or
 torch version changes. They are part of the record: a row is committed when it is
 measured (``bench ceilings``, or the sweep before its first config runs), outcome rows name
-the row they used (``ceilings_ref``), and ``ledger verify`` checks that link.
+the row they used (``ceilings_ref``, harness/pipeline/rows.py), and ``ledger verify`` checks that link.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import __version__
-from harness.governance.ledger import Ledger, anchor, committed_rows, require_anchorable
+from harness.governance.ledger import Ledger, committed_rows, require_anchorable
 from harness.governance.ledger_format import CEILINGS_LEDGER
 from harness.governance.outcomes import CEILINGS
+from harness.record.writer import write
 
 
 def current_ceilings(root: Path, *, device: str | None = None, force: bool = False) -> tuple[dict, bool]:
@@ -45,14 +46,8 @@ def append_ceilings(root: Path, fingerprint: dict, env: dict, measured: dict) ->
 
     led = Ledger(root, CEILINGS_LEDGER)
     led.require_writable()
-    return led.append(CEILINGS, {"commit": gitguard.code_commit(root), "harness_version": __version__,
-                                   "env": env, "fingerprint": fingerprint, **measured})
-
-
-def ceilings_ref(row: dict | None) -> dict | None:
-    """What an outcome row records of the ceilings row it used (``ledger_format.CEILINGS_REF``): its
-    seq and chain hash (null fields for ceilings that are no ledger row, which verify refuses)."""
-    return None if row is None else {"seq": row.get("seq"), "hash": row.get("hash")}
+    return write(led, [(CEILINGS, {"commit": gitguard.code_commit(root), "harness_version": __version__,
+                                   "env": env, "fingerprint": fingerprint, **measured})])[0][0]
 
 
 def require_committable(root: Path) -> None:
@@ -62,7 +57,7 @@ def require_committable(root: Path) -> None:
 
 def commit_ceilings(root: Path, why: str) -> str | None:
     """Commit the ceilings rows HEAD does not hold yet (that file alone); the new commit, or None."""
-    return anchor(Ledger(root, CEILINGS_LEDGER), why)
+    return write(Ledger(root, CEILINGS_LEDGER), [], why=why)[1]
 
 
 def is_committed(root: Path, row: dict) -> bool:

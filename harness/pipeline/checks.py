@@ -1,0 +1,262 @@
+"""Stage 4, the after-timing checks: nothing is reported that fails a check after timing.
+
+Per arm, in this order: what its timed calls left behind (state, host work, device work);
+the output of one measured call chosen at random, and of the calls on refreshed content,
+each against a reference on the content it ran on; whether it answers from memory of its
+inputs; its timed outputs; whether its timed window is an empty one's. A baseline (or
+control) failing any of them leaves no number against it. A candidate that passes them is,
+for a rate bar, timed back to back (its rates) and checked again, then rechecked on fresh
+inputs in its timed buffers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.governance.outcomes import (CAUGHT_RANDOM_CALL, CAUGHT_RECHECK, CAUGHT_REFRESHED, CAUGHT_SUSTAINED,
+                                         CAUGHT_TIMED, INCORRECT, SKIPPED, rejection_tag)
+from harness.measurement.timing.results import arm_name
+from harness.pipeline import phase
+from harness.pipeline.context import RECHECK_SEED_OFFSET, Failure, Outcome
+from harness.pipeline.rows import base_row, baseline_failed
+from harness.pipeline.timed import Timed
+
+
+@dataclass(frozen=True)
+class Survivor:
+    """A candidate that passed every after-timing check: its sustained timing (None unless
+    the bar judges rates) and its ``details`` (the kernels' own report on the timed inputs)."""
+
+    spec: object
+    sus: object | None
+    details: dict
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The checks' answer, one entry per timed candidate in order: its rejection row, or a
+    ``Survivor`` (a baseline that failed: only rows). ``empty``: the empty window judged against."""
+
+    timed: Timed
+    verdicts: tuple  # of Outcome | Survivor
+    empty: object | None = None
+
+
+def check_after_timing(t: Timed) -> Checked:
+    from harness.measurement.correctness.after_timing import recheck_in_place
+    from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
+
+    g = t.gated
+    b = g.budget
+    cfg, ctx, base_spec, timed, gates = b.task.config, b.ctx, b.base_spec, g.timed, g.gates
+    m, slots, outs, snaps, content, watch = t.m, t.slots, t.outs, t.snaps, t.content, t.watch
+    reg, policy = ctx.reg, ctx.reg.timing
+    seed = reg.seeds[0] + RECHECK_SEED_OFFSET
+    # Every timed output is checked before any recheck: a recheck rewrites slot 0's
+    # inputs in place, after which the other arms' timed outputs no longer match them.
+    # Then the random timed call of each arm (baseline and control included); its
+    # copies are checked first and dropped before the recheck allocates.
+
+    # What the timed calls left behind (state, host work, device work), per arm: a kernel
+    # that leaves work for whoever runs next is never given a number.
+    drains = {name: list(v) for name, v in m.drain_s.items()}
+    left = {name: watch.failure(name, drains, ARM_BASELINE) for name in m.arms}
+    base_left = left.get(ARM_BASELINE) or left.get(ARM_CONTROL)
+    if base_left is not None:
+        return Checked(t, tuple(baseline_failed(cfg, base_spec, timed, ctx, rejection_tag(CAUGHT_TIMED, base_left[0]),
+                                                base_left[1],
+                                                gates[base_spec.name], "a timed-call check")))
+    # Outputs are checked against the content each was computed from (content refresh:
+    # a slot's content may have changed since an arm last ran on it).
+    spot_bad = {name: spot_failure(cfg, content, m, snaps, name, ctx) for name in snaps}
+    snaps.clear()
+    fresh_bad = {name: refreshed_failure(cfg, content, m, content.kept, name, ctx) for name in content.kept}
+    content.kept.clear()
+    base_bad = spot_bad.get(ARM_BASELINE) or spot_bad.get(ARM_CONTROL)
+    base_fresh = fresh_bad.get(ARM_BASELINE) or fresh_bad.get(ARM_CONTROL)
+    base_mem = memory_failure(m, ARM_BASELINE) or memory_failure(m, ARM_CONTROL)
+    if base_bad is not None or base_fresh is not None:
+        # The baseline wrong on some timed call: every speedup against it is meaningless.
+        caught, bad = (CAUGHT_RANDOM_CALL, base_bad) if base_bad is not None else (CAUGHT_REFRESHED, base_fresh)
+        return Checked(t, tuple(baseline_failed(cfg, base_spec, timed, ctx, rejection_tag(caught, bad.tag), bad.reason,
+                                                gates[base_spec.name], "a timed-call check")))
+    if base_mem is not None and base_mem[0] is not None:
+        return Checked(t, tuple(baseline_failed(cfg, base_spec, timed, ctx, base_mem[0], base_mem[1],
+                                                gates[base_spec.name], "the memory-of-inputs check")))
+    if base_mem is not None:  # not judged: no number against it (fail closed), no blame either
+        return Checked(t, tuple(Outcome(SKIPPED, {**base_row(cfg, spec.name, ctx), "reason": base_mem[1],
+                                                  "timing": m.to_row()}) for spec in timed))
+    last_bad = {spec.name: timed_output_failure(cfg, content, m, arm_name(spec.name), outs[arm_name(spec.name)],
+                                                ctx) for spec in timed}
+    empty = _empty_window(policy, ctx.device)
+    verdicts: list = []
+    for spec in timed:
+        if left.get(arm_name(spec.name)) is not None:
+            tag, why = left[arm_name(spec.name)]
+            verdicts.append(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
+                                                "tag": rejection_tag(CAUGHT_TIMED, tag), "reason": why, "timing": m.to_row(),
+                                                "gate": gates[spec.name].to_row()}))
+            continue
+        bad = last_bad[spec.name] or spot_bad.get(arm_name(spec.name)) or fresh_bad.get(arm_name(spec.name))
+        if bad is not None:
+            caught = (CAUGHT_TIMED if last_bad[spec.name] is not None else CAUGHT_RANDOM_CALL
+                      if spot_bad.get(arm_name(spec.name)) is not None else CAUGHT_REFRESHED)
+            verdicts.append(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
+                                                "tag": rejection_tag(caught, bad.tag), "reason": bad.reason,
+                                                "gate": gates[spec.name].to_row()}))
+            continue
+        mem = memory_failure(m, arm_name(spec.name))
+        if mem is not None:
+            # Answers from memory (incorrect), or could not be judged (no number: skipped).
+            tag, why = mem
+            kind, extra = (INCORRECT, {"role": "candidate", "tag": tag}) if tag else (SKIPPED, {})
+            verdicts.append(Outcome(kind, {**base_row(cfg, spec.name, ctx), **extra, "reason": why,
+                                           "timing": m.to_row(), "gate": gates[spec.name].to_row()}))
+            continue
+        hollow = empty_failure(m, arm_name(spec.name), empty)
+        if hollow is not None:
+            verdicts.append(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
+                                                "tag": "empty_window", "reason": hollow,
+                                                "empty_window": empty.as_dict(), "timing": m.to_row(),
+                                                "gate": gates[spec.name].to_row()}))
+            continue
+        sus = None
+        if ctx.rate_bar and policy.mode != "graph":
+            phase.report(spec.name, phase.RATES)
+            sus, bad = sustained(cfg, spec, slots, outs[arm_name(spec.name)], ctx)
+            if bad is not None:
+                verdicts.append(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
+                                                    "tag": rejection_tag(CAUGHT_SUSTAINED, bad.tag), "reason": bad.reason,
+                                                    "sustained": sus.as_dict(),
+                                                    "gate": gates[spec.name].to_row()}))
+                continue
+        q, k, v = slots[0]
+        o = outs[arm_name(spec.name)][0]
+        phase.report(spec.name, phase.RECHECK)
+        rc = recheck_in_place(spec, cfg, q, k, v, o, seed=seed, family="normal", atol=reg.atol[cfg.dtype],
+                              rtol=reg.rtol[cfg.dtype])
+        if not rc.passed:
+            verdicts.append(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
+                                                "tag": rejection_tag(CAUGHT_RECHECK, rc.tag),
+                                                "reason": f"after timing, on fresh inputs in the timed buffers: {rc.reason}",
+                                                "gate": gates[spec.name].to_row()}))
+            continue
+        details = {"candidate": spec.details(*slots[0], cfg), "baseline": base_spec.details(*slots[0], cfg)}
+        verdicts.append(Survivor(spec, sus, details))
+    return Checked(t, tuple(verdicts), empty)
+
+
+def spot_failure(cfg, content, m, snaps, name, ctx):
+    """The check of arm ``name``'s randomly chosen timed call (its output copy against a fresh
+    reference on that call's inputs), or None when it passed."""
+    from harness.measurement.correctness.after_timing import check_timed_output
+
+    chosen = m.spot_calls.get(name)
+    if chosen is None or name not in snaps:
+        return None
+    version = chosen.get("version")
+    q, k, v = content.inputs(m, chosen["slot"], version)
+    rep = check_timed_output(cfg, q, k, v, snaps[name], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
+                             label=f"{name}: measured call {chosen['call']} (chosen at random, seed "
+                                   f"{m.spot_seed}) on slot {chosen['slot']}{content.describe(m, version)}",
+                             what="output of that call")
+    return None if rep.passed else rep
+
+
+def refreshed_failure(cfg, content, m, kept, name, ctx):
+    """The check of arm ``name``'s kept calls on new content (one per kind of refresh: in
+    place, where a kernel keyed by address answers for the old content; fresh buffers),
+    each against a reference on the content it ran on; the first failure, or None."""
+    from harness.measurement.correctness.after_timing import check_timed_output
+
+    checks = m.refresh.checks.get(name, {}) if m.refresh is not None else {}
+    for how, copy in kept.get(name, {}).items():
+        c = checks.get(how)
+        if c is None:
+            continue
+        q, k, v = content.inputs(m, c["slot"], c["version"])
+        rep = check_timed_output(cfg, q, k, v, copy, atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
+                                 label=f"{name}: measured round {c['round']} on slot {c['slot']}, its inputs "
+                                       f"rewritten {how.replace('_', ' ')} just before the call"
+                                       f"{content.describe(m, c['version'])}",
+                                 what="output of the first call on the new content")
+        if not rep.passed:
+            return rep
+    return None
+
+
+def memory_failure(m, arm) -> tuple[str | None, str] | None:
+    """(tag, reason) when arm ``arm`` answers from memory of its inputs (tag REMEMBERS_TAG), or
+    (None, reason) when that could not be judged (fail closed: no number); None when it passed."""
+    from harness.measurement.timing.refresh import REMEMBERS_TAG
+
+    if m.refresh is None or arm not in m.refresh.memory:
+        return None
+    j = m.refresh.memory[arm]
+    if not j.judged:
+        if m.throttled or min(len(a.samples) for a in m.arms.values()) < m.policy.min_samples:
+            return None  # no number anyway: the rates stage says why (throttled, undersampled)
+        return None, f"{arm}: {j.reason}"
+    return (REMEMBERS_TAG, j.reason) if j.remembers else None
+
+
+def sustained(cfg, spec, slots, outs, ctx):
+    """The candidate's calls back to back at the sustained clock (rates for a rate bar), and
+    the check of the last call's output (poisoned before every call), or None when it passed."""
+    from harness.measurement.correctness.after_timing import check_timed_output
+    from harness.measurement.correctness.poison import poison_
+    from harness.measurement.numerics import capture, describe, diff, pin
+    from harness.measurement.timing.sustained import sustain
+
+    def call(slot: int) -> None:
+        q, k, v = slots[slot]
+        spec.fn(q, k, v, outs[slot], causal=cfg.causal, scale=cfg.scale)
+
+    def poison(slot: int) -> None:
+        poison_(outs[slot])  # the gate's poison: what a call leaves unwritten is told apart
+
+    state = capture()  # the pinned state (numerics.apply is in force)
+    sus = sustain(arm_name(spec.name), call, n_slots=len(slots), device=ctx.device, prepare=poison)
+    moved = diff(state, capture())
+    if moved:
+        pin(state)
+        return sus, Failure("numerics_changed", f"its calls back to back changed global state ({describe(moved)})")
+    q, k, v = slots[sus.last_slot]
+    rep = check_timed_output(cfg, q, k, v, outs[sus.last_slot], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
+                             label=f"slot {sus.last_slot}", what="output of the last call timed back to back")
+    return sus, (None if rep.passed else rep)
+
+
+def _empty_window(policy, device):
+    from harness.measurement.timing import empty_window
+
+    return empty_window(policy, device)
+
+
+def empty_failure(m, arm, empty) -> str | None:
+    """Why an arm's timing is an empty window's while the baseline's is not, or None."""
+    from harness.measurement.timing import ARM_BASELINE, EMPTY_WINDOW_FACTOR, told_apart
+
+    cand, base = m.arms[arm].stats, m.arms[ARM_BASELINE].stats
+    if told_apart(cand, empty.stats) or not told_apart(base, empty.stats):
+        return None
+    return (f"its timed window reads {cand.median * 1e3:.3g} µs, which cannot be told apart from an empty "
+            f"window on this device in mode {empty.mode} ({empty.stats.median * 1e3:.3g} µs, factor "
+            f"{EMPTY_WINDOW_FACTOR:g}), while the baseline's reads {base.median * 1e3:.3g} µs: its work runs "
+            f"where the timed window does not see it")
+
+
+def timed_output_failure(cfg, content, m, arm, outs, ctx):
+    """The first failing timed output among the checked slots, or None."""
+    from harness.measurement.correctness.after_timing import check_timed_output
+
+    # The first and last rotation slots: each holds what the last timed call on it wrote,
+    # computed from the content that call ran on (the refresh may have changed it since).
+    for slot in sorted({0, len(content.slots) - 1}):
+        version = m.refresh.last_versions[arm][slot] if m.refresh is not None else None
+        q, k, v = content.inputs(m, slot, version)
+        rep = check_timed_output(cfg, q, k, v, outs[slot], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
+                                 label=f"slot {slot}{content.describe(m, version)}")
+        if not rep.passed:
+            return rep
+    return None

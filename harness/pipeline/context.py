@@ -1,0 +1,83 @@
+"""What one config runs under and what it hands back: plain, picklable data.
+
+A ``Task`` (a config and its open candidates) and a ``SweepContext`` travel to whichever
+process runs the config; ``Outcome`` rows come back. The seeds a config draws its timing,
+recheck and spot-check inputs from are here, so every stage derives them the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+from harness.workloads import Config
+
+if TYPE_CHECKING:
+    from harness.governance.registration import Registration
+
+# Fresh inputs for the post-timing recheck come from a seed no registration uses for the
+# gate, so a kernel cannot have seen them.
+RECHECK_SEED_OFFSET = 1_000_003
+TIMING_SEED_OFFSET = 2_000_003
+
+
+@dataclass(frozen=True)
+class Task:
+    """A config and the candidates still open at it: what a sweep hands an executor."""
+
+    config: Config
+    candidates: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SweepContext:
+    """What a config runs under: the line's registration (parsed once, at load) and what the
+    registration cannot know — the device, its stored ceilings, the repository root (kernel
+    sources inside it are recorded by their path relative to it). Picklable: it travels to
+    the worker processes."""
+
+    reg: Registration
+    device: str
+    ceilings: dict | None = None
+    root: str | None = None
+
+    @property
+    def rate_bar(self) -> bool:
+        """The bar judges an absolute rate (one of metrics.RATE_METRICS): each candidate's
+        rates come from the sustained phase after the interleaved rounds (calls back to back,
+        as triton.testing.do_bench times them); speedups still come from the rounds, where
+        the arms share one clock."""
+        return self.reg.judges_rates()
+
+
+class Failure(NamedTuple):
+    """A check's failure in the shape of a CheckReport's: its tag and why."""
+
+    tag: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One row to append: its kind and payload (the stamp is added by the writer)."""
+
+    kind: str
+    payload: dict
+
+
+def spot_seed(cfg: Config, ctx: SweepContext) -> int:
+    """The seed of the random timed call checked per arm: from the config and the line's
+    seeds, so it is recorded and reproducible but not known to a kernel before it runs."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{ctx.reg.line}|{cfg.key()}|{ctx.reg.seeds[0]}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def refresh_seed(cfg: Config, ctx: SweepContext) -> int:
+    """The seed of the content refresh (which measured rounds get new inputs, how, and the
+    inputs' seeds): as ``spot_seed``, recorded and reproducible, not known to a kernel."""
+    import hashlib
+
+    digest = hashlib.sha256(f"refresh|{ctx.reg.line}|{cfg.key()}|{ctx.reg.seeds[0]}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")

@@ -1,0 +1,80 @@
+"""Stage 2, the gate: every runnable kernel against the float64 reference, before any timing.
+
+Nothing is timed that has not passed the gate on the same inputs. A kernel that changes
+global numeric state during its call is never timed (the TF32 incident), and a baseline
+that fails leaves nothing to compare against: its `incorrect` row and a `skipped` row per
+candidate, and no timing at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.governance.outcomes import CRASHED, INCORRECT
+from harness.pipeline import phase
+from harness.pipeline.budget import Budget
+from harness.pipeline.context import Outcome
+from harness.pipeline.rows import base_row, baseline_failed
+
+
+@dataclass(frozen=True)
+class Gated:
+    """The gate's answer: each kernel's gate report, the candidates to time (none: nothing is
+    timed), the rows of the kernels that failed, and the numeric state the config is pinned to."""
+
+    budget: Budget
+    state: object
+    gates: dict
+    timed: tuple
+    rows: tuple[Outcome, ...]
+
+
+def gate_all(b: Budget) -> Gated:
+    from harness.measurement.correctness.gate import gate
+    from harness.measurement.numerics import apply, capture, diff
+
+    cfg, ctx, base_spec, runnable = b.task.config, b.ctx, b.base_spec, b.runnable
+    reg = ctx.reg
+    state = reg.numerics.state()
+    gates, changed = {}, {}
+    for spec in [base_spec, *runnable]:
+        phase.report(spec.name, phase.GATE)
+        with apply(state) as pinned:
+            gates[spec.name] = gate(spec, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype],
+                                    rtol=reg.rtol[cfg.dtype], device=ctx.device, min_pass_rate=reg.min_pass_rate)
+            # The TF32 incident: a flag flipped between arms changes which kernels run. A kernel that
+            # changes global numeric state would make the arms differ: it is never timed.
+            moved = diff(pinned, capture())
+            if moved:
+                changed[spec.name] = moved
+    gb = gates[base_spec.name]
+    if base_spec.name in changed:
+        gb = None
+    if gb is None or not gb.passed:
+        # A hollow baseline makes every speedup meaningless: record it and time nothing.
+        tag, reason = _failure(base_spec.name, gates, changed)
+        rows = baseline_failed(cfg, base_spec, runnable, ctx, tag, reason, gates[base_spec.name],
+                               "the correctness gate")
+        return Gated(b, state, gates, (), tuple(rows))
+    out: list[Outcome] = []
+    timed = []
+    for spec in runnable:
+        g = gates[spec.name]
+        if g.passed and spec.name not in changed:
+            timed.append(spec)
+            continue
+        tag, reason = _failure(spec.name, gates, changed)
+        kind = CRASHED if tag == "exception" else INCORRECT
+        out.append(Outcome(kind, {**base_row(cfg, spec.name, ctx), "role": "candidate", "tag": tag,
+                                  "reason": reason, "gate": g.to_row()}))
+    return Gated(b, state, gates, tuple(timed), tuple(out))
+
+
+def _failure(name, gates, changed) -> tuple[str, str]:
+    if name in changed:
+        from harness.measurement.numerics import describe
+
+        flags = describe(changed[name])
+        return "numerics_changed", f"kernel {name} changed global numeric state during its call ({flags})"
+    g = gates[name]
+    return g.tag, g.reason

@@ -1,0 +1,108 @@
+"""The payloads every stage builds its rows from: the fields all of a config's rows share,
+a hollow baseline's rows, and the rows of a config that crashed or took its worker down."""
+
+from __future__ import annotations
+
+import traceback
+
+from harness.governance.outcomes import CRASHED, INCORRECT, SKIPPED
+from harness.pipeline.context import Outcome, SweepContext
+from harness.workloads import Config
+
+# The last frames of a config's exception kept in its `crashed` rows.
+TRACEBACK_FRAMES = 6
+# Gate failures a different tolerance could change (the output's distance from the reference);
+# the others (an exception, unwritten elements, ...) are the kernel's whatever the tolerance.
+TOLERANCE_TAGS = frozenset({"mismatch"})
+
+
+def base_row(cfg: Config, candidate: str, ctx: SweepContext) -> dict:
+    """The fields of every outcome row of a (config, candidate) pair."""
+    from kernels import get_kernel
+
+    return {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": candidate, "baseline": ctx.reg.baseline,
+            "ceilings_ref": ceilings_ref(ctx.ceilings),
+            "kernel_sources": {"candidate": kernel_source(get_kernel(candidate), ctx.root),
+                               "baseline": kernel_source(get_kernel(ctx.reg.baseline), ctx.root)}}
+
+
+def ceilings_ref(row: dict | None) -> dict | None:
+    """What an outcome row records of the ceilings row it used (``ledger.CEILINGS_REF``): its
+    seq and chain hash (null fields for ceilings that are no ledger row, which verify refuses)."""
+    return None if row is None else {"seq": row.get("seq"), "hash": row.get("hash")}
+
+
+def kernel_source(spec, root: str | None) -> dict:
+    """Which file the kernel came from and its SHA-256, and for a kernel of an installed
+    package (a ``bench.kernels`` entry point) that package's name and version: the commit
+    stamp covers this repository only. A path inside the repository is relative to its root."""
+    import hashlib
+    from pathlib import Path
+
+    p = Path(spec.source)
+    if root is not None and p.resolve().is_relative_to(Path(root).resolve()):
+        shown = p.resolve().relative_to(Path(root).resolve()).as_posix()
+    else:  # outside the repository: the module's path (a row never names a directory of a machine)
+        from harness.governance.codeprov import module_path
+
+        shown = module_path(p)
+    return {"path": shown, "sha256": hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None,
+            "distribution": spec.distribution}
+
+
+def memory_row(pred, peak) -> dict:
+    """Predicted vs measured peak; measured is this config's own, above what was held when it
+    started (``held_bytes``)."""
+    return {"predicted_peak_bytes": pred.peak_bytes, "measured_peak_bytes": peak[0], "held_bytes": peak[1],
+            "breakdown": pred.breakdown}
+
+
+def baseline_failed(cfg, base_spec, specs, ctx, tag, reason, gate, what) -> list[Outcome]:
+    """A hollow baseline: its `incorrect` row, and a `skipped` row for every candidate."""
+    out = [Outcome(INCORRECT, {**base_row(cfg, base_spec.name, ctx), "role": "baseline", "tag": tag,
+                                 "reason": reason, "gate": gate.to_row()})]
+    for spec in specs:
+        out.append(Outcome(SKIPPED, {**base_row(cfg, spec.name, ctx),
+                                       "reason": f"baseline {base_spec.name} failed {what} [{tag}]: {reason}"}))
+    return out
+
+
+def baseline_gate_failure(outcomes) -> dict | None:
+    """Why a sweep stops after this config: its baseline failed the correctness gate (the
+    baseline's `incorrect` row carries one of the gate's own tags; the timed checks prefix
+    theirs). No candidate is timed against a baseline that fails, and a tolerance or a
+    baseline wrong here is most likely wrong at every config. The config, the failure, whether
+    a tolerance could change it, and for a mismatch the least atol its listed failing elements
+    need (a lower bound); None when the baseline passed the gate."""
+    from harness.jsonsafe import number
+    from harness.measurement.correctness.results import FAILURE_TAGS
+
+    for o in outcomes:
+        p = o.payload
+        if o.kind != INCORRECT or p.get("role") != "baseline" or p.get("tag") not in FAILURE_TAGS:
+            continue
+        gate = p.get("gate") or {}
+        rtol = number(gate.get("rtol"))
+        needs = []
+        for f in gate.get("failures", []):
+            fig = f.get("figures") or {}
+            out, ref = number(fig.get("worst_out")), number(fig.get("worst_ref"))
+            if f.get("tag") == "mismatch" and out is not None and ref is not None and rtol is not None:
+                needs.append(abs(out - ref) - rtol * abs(ref))
+        return {"config_key": p["config_key"], "baseline": p["candidate"], "tag": p["tag"], "reason": p["reason"],
+                "what": FAILURE_TAGS[p["tag"]], "tolerance": p["tag"] in TOLERANCE_TAGS,
+                "atol": number(gate.get("atol")), "rtol": rtol, "need_atol": max(needs) if needs else None}
+    return None
+
+
+def fault_outcome(cfg: Config, candidate: str, ctx: SweepContext, reason: str, fault: dict) -> Outcome:
+    """The `crashed` row of a pair whose kernel took its worker down (killed, hung, poisoned
+    its device): ``fault`` says in which phase, and the worker's last output."""
+    return Outcome(CRASHED, {**base_row(cfg, candidate, ctx), "reason": reason, "fault": fault})
+
+
+def crashed_outcomes(cfg: Config, candidates, ctx: SweepContext, exc: BaseException) -> list[Outcome]:
+    """A kernel or harness failure inside one config: recorded, the sweep goes on."""
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return [Outcome(CRASHED, {**base_row(cfg, c, ctx), "reason": f"{type(exc).__name__}: {exc}".splitlines()[0],
+                                "traceback": "".join(tb[-TRACEBACK_FRAMES:])}) for c in candidates]

@@ -1,0 +1,175 @@
+"""Stage 3, timing: the interleaved rounds of every passing candidate, the baseline and the control.
+
+Timing inputs come from seeds the gate never uses. Each arm writes its own output buffers,
+poisoned before every call; one measured call per arm, chosen at random, keeps a copy of its
+output, and the content refresh's calls keep theirs, for the after-timing checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.measurement.timing.results import arm_name
+from harness.pipeline import phase
+from harness.pipeline.context import TIMING_SEED_OFFSET, refresh_seed, spot_seed
+from harness.pipeline.gate import Gated
+
+
+@dataclass(frozen=True)
+class Timed:
+    """The timing's answer: the measurement, the input slots (``content`` as the refresh left
+    them), every arm's output buffers, the spot copies (``snaps``), the timed-call watch, the
+    config's measured peak memory and the numeric state pinned for it (as a row records it)."""
+
+    gated: Gated
+    numerics: dict
+    m: object
+    slots: list
+    outs: dict
+    snaps: dict
+    content: object
+    watch: object
+    peak: tuple  # (measured peak bytes, bytes held when the config started)
+
+
+def time_arms(g: Gated, held: int, numerics: dict) -> Timed:
+    """Time the gate's passing candidates against the baseline and the control (under the
+    numeric state the caller pinned, ``numerics``)."""
+    from harness.measurement import memory
+
+    b = g.budget
+    ctx = b.ctx
+    phase.report((b.base_spec.name, *(spec.name for spec in g.timed)), phase.TIMING)
+    m, slots, outs, snaps, content, watch = _time(b.task.config, b.base_spec, g.timed, ctx, ctx.reg.timing)
+    phase.report(None, phase.CHECK)
+    measured_peak = memory.peak_bytes(ctx.device, held)
+    return Timed(g, numerics, m, slots, outs, snaps, content, watch, (measured_peak, held))
+
+
+def _time(cfg, base_spec, timed, ctx, policy):
+    """Interleaved timing of every passing candidate, the baseline, and the control.
+
+    Returns the measurement, the input slots, every arm's output buffers (per slot) and,
+    per arm, a copy of the output of one measured call chosen at random (``measure``'s spot).
+    """
+    import torch
+
+    from harness.measurement.correctness.poison import poison_
+    from harness.measurement.leftover import TimedWatch
+    from harness.measurement.numerics import capture
+    from harness.measurement.memory import timing_slots
+    from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, measure
+    from harness.workloads.inputs import make_inputs
+
+    qs, _, _ = cfg.shapes()
+    n_slots = timing_slots(cfg, policy, ctx.device)
+    # Timing inputs come from seeds the gate never uses, so no answer is already known.
+    slot_seeds = [TIMING_SEED_OFFSET + ctx.reg.seeds[0] + s for s in range(n_slots)]
+    slots = [make_inputs(cfg, seed, "normal", ctx.device) for seed in slot_seeds]
+    content = SlotContent(cfg, slots, slot_seeds, ctx.device)
+    arm_specs = {arm_name(spec.name): spec for spec in timed}
+    arm_specs[ARM_BASELINE] = base_spec
+    arm_specs[ARM_CONTROL] = base_spec  # the baseline again, its own buffers, timed as if it were a candidate
+    outs = {name: [torch.empty(qs, dtype=slots[0][0].dtype, device=ctx.device) for _ in range(n_slots)]
+            for name in arm_specs}
+
+    def arm(name):
+        fn = arm_specs[name].fn
+        o = outs[name]
+
+        def call(slot: int) -> None:
+            q, k, v = slots[slot]
+            fn(q, k, v, o[slot], causal=cfg.causal, scale=cfg.scale)
+
+        return call
+
+    def poison(name):
+        o = outs[name]
+
+        def fill(slot: int) -> None:
+            poison_(o[slot])  # the gate's poison: what a timed call leaves unwritten is told apart
+
+        return fill
+
+    snaps: dict = {}
+    watch = TimedWatch(capture())  # the state pinned for this config (numerics.apply is in force)
+
+    def snapshot(name):
+        o = outs[name]
+
+        def keep(slot: int) -> None:
+            watch.after(name)  # first: the copy below is the harness's work, not the call's
+            if name in snaps:
+                snaps[name].copy_(o[slot])
+            else:
+                snaps[name] = o[slot].clone()
+
+        return keep
+
+    def keep(name):
+        o = outs[name]
+
+        def copy(slot: int, how: str) -> None:
+            held = content.kept.setdefault(name, {})
+            if how in held:
+                held[how].copy_(o[slot])
+            else:
+                held[how] = o[slot].clone()
+
+        return copy
+
+    m = measure({name: arm(name) for name in arm_specs}, n_slots=n_slots, policy=policy, device=ctx.device,
+                prepare={name: poison(name) for name in arm_specs},
+                spot={name: snapshot(name) for name in arm_specs}, spot_seed=spot_seed(cfg, ctx),
+                watch=watch.before, refresh=content.refresh, keep_refreshed={name: keep(name) for name in arm_specs},
+                refresh_seed=refresh_seed(cfg, ctx))
+    watch.settle()  # the last timed call's changes
+    return m, slots, outs, snaps, content, watch
+
+
+class SlotContent:
+    """The timing's input slots as the content refresh changes them: ``refresh`` (measure's
+    hook) rewrites a slot in place or replaces its tensors (``slots`` is the list the arms
+    read at each call); ``inputs`` gives the content an output was computed from, the slot's
+    current tensors or, for an earlier version, regenerated from its recorded seed.
+    ``kept``: per arm and kind, the copy of one refreshed call's output (``keep_refreshed``)."""
+
+    def __init__(self, cfg, slots, slot_seeds, device):
+        self.cfg, self.slots, self.slot_seeds, self.device = cfg, slots, slot_seeds, device
+        self.kept: dict = {}
+
+    def refresh(self, slot: int, seed: int, how: str) -> None:
+        from harness.measurement.timing.refresh import IN_PLACE, SHAM
+        from harness.workloads.inputs import fill_inputs_, make_inputs
+
+        if how == SHAM:  # the same generation, into buffers no call reads: the content stays
+            make_inputs(self.cfg, seed, "normal", self.device)
+        elif how == IN_PLACE:
+            fill_inputs_(*self.slots[slot], self.cfg, seed, "normal")
+        else:  # new tensors, new addresses; the old ones are released once replaced
+            self.slots[slot] = make_inputs(self.cfg, seed, "normal", self.device)
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize(self.device)  # written before the timed call's window opens
+
+    def inputs(self, m, slot: int, version: int | None):
+        """(q, k, v) of ``slot`` at content ``version`` (None: never refreshed, the current)."""
+        rec = m.refresh
+        if rec is None or version is None:
+            return self.slots[slot]
+        current = max((i + 1 for i, r in enumerate(rec.refreshes) if r["slot"] == slot), default=0)
+        if version == current:
+            return self.slots[slot]
+        from harness.workloads.inputs import make_inputs
+
+        return make_inputs(self.cfg, rec.content_seed(self.slot_seeds[slot], version), "normal", self.device)
+
+    @staticmethod
+    def describe(m, version: int | None) -> str:
+        """Which content a version is, for a failure's reason."""
+        if m.refresh is None or not version:
+            return ""
+        r = m.refresh.refreshes[version - 1]
+        return (f" (content of refresh {version}: measured round {r['round']}, rewritten "
+                f"{r['how'].replace('_', ' ')}, seed {r['seed']})")

@@ -1,0 +1,74 @@
+"""The one path measured rows take into a ledger: outcomes, supersedes, profiles, ceilings.
+
+Rows are appended (fsynced) and, unless the command runs with --no-commit, committed to git
+at once (``ledger.anchor``), so an interrupted command loses at most what was in flight and
+what it reported as written cannot be rewritten unnoticed. An append and its commit are one
+step under the command's signal guard (``Interrupts.shielded``): a signal that arrives
+meanwhile waits for both to end. Registration and verdict rows are governance's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from harness.governance.ledger import anchor
+from harness.governance.outcomes import PROFILE, SUPERSEDES
+from harness.record.interrupts import Interrupts
+from harness.record.plan import replaced_by
+
+
+def write(ledger, batch, *, why: str | None = None, guard: Interrupts | None = None) -> tuple[list[dict], str | None]:
+    """Append ``batch`` ((kind, payload) pairs) to ``ledger`` and, with ``why``, commit them: the
+    rows written, and the commit (None: none made). Shielded from ``guard``'s signals."""
+    with guard.shielded() if guard is not None else contextlib.nullcontext():
+        rows = [ledger.append(kind, payload) for kind, payload in batch]
+        return rows, anchor(ledger, why) if why else None
+
+
+class Writer:
+    """A command's rows into its line's ledger: what it appended, the latest outcome per
+    (config, candidate), and the commits holding them (``commit``: commit as it goes, with
+    the message ``why``)."""
+
+    def __init__(self, line, guard: Interrupts | None, *, commit: bool, why: str):
+        self.line, self.guard, self.commit_rows, self.why = line, guard, commit, why
+        self.appended: list[dict] = []
+        self.latest: dict = {}
+        self.anchored: list[str | None] = []
+
+    @property
+    def commits(self) -> tuple[str, ...]:
+        return tuple(a for a in self.anchored if a)
+
+    def config(self, task, rows, key: tuple, why: str) -> list[dict]:
+        """One config's rows ((Outcome, env) pairs), after the `supersedes` row its re-run
+        needs (``why`` says why it was run again), committed together."""
+        line = self.line
+        batch = []
+        old = replaced_by(task, [*line.rows, *self.appended], key, line.reg.mixed_devices)
+        if old:
+            stamp = line.stamp(rows[0][1]).fields()
+            batch.append((SUPERSEDES, {
+                **stamp, "config_key": task.config.key(), "supersedes": old,
+                "reason": f"{why} at commit {line.commit[:12]} on {key[1]}{' ' + key[2] if key[2] else ''}"}))
+        batch += [(o.kind, {**line.stamp(env).fields(), **o.payload}) for o, env in rows]
+        written = self._write(batch, commit=True)
+        for o, _ in rows:
+            self.latest[(o.payload["config_key"], o.payload["candidate"])] = o
+        return written
+
+    def profile(self, payload: dict, env: dict, *, commit: bool = True) -> dict:
+        """One `profile` row (a harness/record/profile.py payload) measured on ``env``'s device."""
+        return self._write([(PROFILE, {**self.line.stamp(env).fields(), **payload})], commit=commit)[0]
+
+    def commit(self) -> None:
+        """Commit what was appended and not committed yet (an earlier, interrupted run's rows too)."""
+        self._write([], commit=True)
+
+    def _write(self, batch, *, commit: bool) -> list[dict]:
+        rows, made = write(self.line.ledger, batch, why=self.why if commit and self.commit_rows else None,
+                           guard=self.guard)
+        self.appended += rows
+        if commit and self.commit_rows:
+            self.anchored.append(made)
+        return rows
