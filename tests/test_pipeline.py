@@ -249,12 +249,12 @@ def test_resume_is_per_device_and_retries_transient_outcomes():
             {"seq": 2, "kind": "throttled", "config_key": b, "candidate": "sdpa", "commit": "c1", "env": cpu},
             {"seq": 3, "kind": "incorrect", "role": "baseline", "config_key": b, "candidate": "stack",
              "commit": "c1", "env": cpu}]
-    tasks, done = plan(Reg, rows, ("c1", "cpu", None))
+    tasks, done = plan(Reg, rows, ("c1", "cpu", None, None))
     assert done == 1 and [t.config.key() for t in tasks] == [b]  # the throttled pair is retried
-    assert replaced_by(tasks[0], rows, ("c1", "cpu", None)) == [2, 3]
-    gpu_tasks, gpu_done = plan(Reg, rows, ("c1", "cuda", "NVIDIA H200"))
+    assert replaced_by(tasks[0], rows, ("c1", "cpu", None, None)) == [2, 3]
+    gpu_tasks, gpu_done = plan(Reg, rows, ("c1", "cuda", "NVIDIA H200", None))
     assert gpu_done == 0 and len(gpu_tasks) == 2  # a GPU sweep inherits nothing from the CPU
-    assert replaced_by(gpu_tasks[0], rows, ("c1", "cuda", "NVIDIA H200")) == [1]
+    assert replaced_by(gpu_tasks[0], rows, ("c1", "cuda", "NVIDIA H200", None)) == [1]
 
 
 def test_verdict_refuses_a_tampered_chain_and_mixed_measurements(repo):

@@ -211,7 +211,7 @@ def test_verdict_refuses_results_without_counters(repo):
     results = [r for r in rows if r["kind"] == "result"]
     todo = pending_verify(rows, measured_on(results[0]))
     assert todo == {(r["config_key"], r["candidate"]): r["seq"] for r in results} and len(todo) == 2
-    assert pending_verify(rows, ("another commit", "cpu", None)) == {}
+    assert pending_verify(rows, ("another commit", "cpu", None, None)) == {}
 
 
 def test_verdict_go_needs_every_verify_clause(repo):
