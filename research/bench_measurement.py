@@ -120,7 +120,7 @@ def _harness_runs(configs, device, timing):
 
     from harness.measurement.timing import TimingPolicy, measure
     from harness.workloads.inputs import make_inputs
-    from kernels import get_kernel
+    from harness import get_kernel
 
     policy = TimingPolicy.from_mapping(timing)
     for cfg in configs:

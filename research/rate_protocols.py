@@ -125,7 +125,7 @@ def decode_case():
 
     from harness.workloads import Config
     from harness.workloads.inputs import make_inputs
-    from kernels import get_kernel
+    from harness import get_kernel
 
     cfg = Config("decode", 16, 32, 8, 8192, 128, "float16", False)
     spec = get_kernel("triton_decode")
@@ -243,7 +243,7 @@ def main() -> int:
 
     from harness.workloads import Config
     from harness.workloads.inputs import make_inputs
-    from kernels import get_kernel
+    from harness import get_kernel
 
     out_dir = Path(os.environ.get("OUT") or "bench-out")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -76,7 +76,7 @@ def main() -> int:
 
     from harness.sweep.run import SweepContext, run_config
     from harness.workloads.inputs import make_inputs
-    from kernels import get_kernel
+    from harness import get_kernel
     from research.bench_measurement import with_clocks
 
     out_dir = Path(os.environ.get("OUT") or "bench-out")

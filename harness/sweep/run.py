@@ -65,7 +65,7 @@ class Outcome:
 
 
 def _base(cfg: Config, candidate: str, ctx: SweepContext) -> dict:
-    from kernels import get_kernel
+    from harness.registry import get_kernel
 
     from harness.sweep.ceilings import ceilings_ref
 
@@ -78,7 +78,7 @@ def _base(cfg: Config, candidate: str, ctx: SweepContext) -> dict:
 def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> list[Outcome]:
     """All outcome rows for one config (one per candidate, plus a baseline `incorrect` row if any)."""
     from harness.measurement import memory
-    from kernels import get_kernel
+    from harness.registry import get_kernel
 
     base_spec = get_kernel(ctx.reg.baseline)
     out: list[Outcome] = []
