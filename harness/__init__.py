@@ -57,15 +57,16 @@ class SourceOnlyLoader(_SourceFileLoader):
 
 
 def _kernels_spec(name):
-    """``bench_kernels`` beside this package: ``bench_kernels/`` where bench is installed, the
-    ``kernels/`` folder in a source tree (one with the pyproject.toml that maps it); else None."""
+    """``bench_kernels`` beside this package, never elsewhere: ``bench_kernels/`` where bench is
+    installed (site-packages, which may also hold Hugging Face's ``kernels/``), else the
+    ``kernels/`` folder of this source tree; None if neither."""
     from importlib.util import spec_from_file_location
     from pathlib import Path
 
     top = Path(__file__).resolve().parent.parent
     for folder in (KERNELS_PACKAGE, CODE_PACKAGES[KERNELS_PACKAGE]):
         init = top / folder / "__init__.py"
-        if init.is_file() and (folder == KERNELS_PACKAGE or (top / "pyproject.toml").is_file()):
+        if init.is_file():
             return spec_from_file_location(name, init, loader=SourceOnlyLoader(name, str(init)),
                                            submodule_search_locations=[str(init.parent)])
     return None

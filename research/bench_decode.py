@@ -146,8 +146,8 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("bench_decode needs a CUDA GPU", file=sys.stderr)
         return 2
-    from harness.measurement.ceilings import measure_ceilings
     from harness import load_kernels
+    from harness.measurement.ceilings import measure_ceilings
 
     os.makedirs(args.out, exist_ok=True)
     props = torch.cuda.get_device_properties(0)

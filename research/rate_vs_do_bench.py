@@ -74,9 +74,9 @@ def main() -> int:
         return 2
     import triton.testing
 
+    from harness import get_kernel
     from harness.sweep.run import SweepContext, run_config
     from harness.workloads.inputs import make_inputs
-    from harness import get_kernel
     from research.bench_measurement import with_clocks
 
     out_dir = Path(os.environ.get("OUT") or "bench-out")

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from harness import kernel
 from harness.errors import UserError
 from harness.measurement import floor as physical
 from harness.measurement.ceilings import IMPOSSIBLE_MARGIN, Ceilings
@@ -13,7 +14,6 @@ from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, TimingPolicy, 
 from harness.measurement.timing.results import ArmResult
 from harness.sweep.run import _floor_check, run_config
 from harness.workloads import Config, formulas
-from kernels import kernel
 from tests import zoo
 from tests.conftest import sweep_context
 from tests.timers import ScriptedTimer

@@ -1,9 +1,9 @@
 """Which code a bench process runs: the commit stamp covers only the checkout being measured.
 
-A process that imports ``harness``/``kernels`` from another checkout (an editable install of
-clone A run in clone B, ``PYTHONPATH``) runs code B's commit does not hold; a ``.pyc`` planted
-in ``__pycache__`` runs code no commit holds. ``harness/__init__.py`` makes every later module
-of the two packages load from its source only (``SourceOnlyLoader``); this module checks, in
+A process that imports ``harness``/``bench_kernels`` (the ``kernels/`` folder) from another
+checkout (an editable install of clone A run in clone B, ``PYTHONPATH``) runs code B's commit
+does not hold; a ``.pyc`` planted in ``__pycache__`` runs code no commit holds.
+``harness/__init__.py`` makes every later module of the two packages load from its source only (``SourceOnlyLoader``); this module checks, in
 the driver and in every worker, that it did and that the modules come from the repository.
 """
 
@@ -37,7 +37,7 @@ def loaded_files() -> dict[str, Path]:
 
 
 def module_path(p: Path) -> str:
-    """``p`` relative to the deepest import path holding it (``kernels/sdpa.py`` of an installed
+    """``p`` relative to the deepest import path holding it (``bench_kernels/sdpa.py`` of an installed
     bench, ``mypkg/attn.py`` of a plugin), else its file name: how a row names a file outside
     the repository without naming a directory of a machine."""
     f = Path(p).resolve()

@@ -105,8 +105,8 @@ def warm_one(task: WarmTask, device: str) -> Warmed:
     try:
         import torch
 
-        from harness.workloads.inputs import make_inputs
         from harness.registry import get_kernel
+        from harness.workloads.inputs import make_inputs
 
         cfg = task.config
         q, k, v = make_inputs(cfg, WARM_SEED, WARM_FAMILY, device)
