@@ -3,8 +3,9 @@
 A process that imports ``harness``/``bench_kernels`` (the ``kernels/`` folder) from another
 checkout (an editable install of clone A run in clone B, ``PYTHONPATH``) runs code B's commit
 does not hold; a ``.pyc`` planted in ``__pycache__`` runs code no commit holds.
-``harness/__init__.py`` makes every later module of the two packages load from its source only (``SourceOnlyLoader``); this module checks, in
-the driver and in every worker, that it did and that the modules come from the repository.
+``harness/__init__.py`` makes every later module of the two packages load from its source
+only (``SourceOnlyLoader``); this module checks, in the driver and in every worker, that it
+did and that the modules come from the repository.
 """
 
 from __future__ import annotations
