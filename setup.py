@@ -7,7 +7,7 @@ else is in pyproject.toml.
 
 from setuptools import find_packages, setup
 
-# Import name -> folder; harness.CODE_PACKAGES says the same (tests/test_hf_kernels.py checks).
+# Import name -> folder; harness.CODE_PACKAGES says the same (tests/test_registry.py checks).
 PACKAGE_DIR = {"bench_kernels": "kernels"}
 PACKAGES = [*find_packages(include=["harness", "harness.*"]), *PACKAGE_DIR]
 

@@ -78,3 +78,24 @@ def test_sdpa_cudnn_declares_its_kv_length_1_gap():
     spec = get_kernel("sdpa_cudnn")
     assert "sequence length of 1" in spec.config_reason(Config("attention", 1, 2, 2, 1, 64, "float16", False))
     assert spec.config_reason(Config("attention", 1, 2, 2, 67, 64, "float16", False)) is None
+
+
+def test_the_plugin_api_is_public_in_harness_and_import_harness_loads_no_torch():
+    code = ("import sys, harness; loaded = 'harness.registry' in sys.modules; "
+            "from harness import kernel, KernelSpec, get_kernel, load_kernels; "
+            "print(loaded, 'torch' in sys.modules, sorted({f.__module__ for f in (kernel, KernelSpec, get_kernel, "
+            "load_kernels)}))")
+    res = _python(code, REPO)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["False", "False", "['harness.registry']"], res.stdout
+
+
+def test_setup_installs_the_kernels_folder_under_the_name_harness_maps_it_to(monkeypatch):
+    import runpy
+
+    import harness
+
+    monkeypatch.chdir(REPO)
+    setup = runpy.run_path(str(REPO / "setup.py"), run_name="packages")
+    assert setup["PACKAGE_DIR"] == {harness.KERNELS_PACKAGE: harness.CODE_PACKAGES[harness.KERNELS_PACKAGE]}
+    assert harness.KERNELS_PACKAGE != "kernels" and "kernels" not in setup["PACKAGES"]  # Hugging Face's name
