@@ -4,9 +4,35 @@ Rooms: ``governance`` (git guard, registration, bar language, ledger, verdict),
 ``measurement`` (timing, clocks, memory model, correctness, ceilings),
 ``workloads`` (shapes, FLOP/byte formulas, inputs, float64 references),
 ``sweep`` (plan and run a registered grid), ``reporting`` (renderers), ``cli`` (thin).
+
+The plugin API is public here: ``from harness import kernel, KernelSpec`` (docs/kernels.md).
+It loads on first use (``__getattr__``), so ``import harness`` stays cheap and torch-free.
 """
 
 __version__ = "0.1.0"
+
+# The public plugin API: name -> the module that defines it (harness.registry).
+PUBLIC_API = {"kernel": "harness.registry", "KernelSpec": "harness.registry",
+              "get_kernel": "harness.registry", "load_kernels": "harness.registry"}
+__all__ = sorted(PUBLIC_API)
+
+
+def __getattr__(name):
+    if name in PUBLIC_API:
+        import importlib
+
+        return getattr(importlib.import_module(PUBLIC_API[name]), name)
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")
+
+
+# -- the code packages -----------------------------------------------------------------------
+# Import name -> the repository folder that holds it. The shipped kernels (the ``kernels/``
+# folder) import as ``bench_kernels``: an installed bench puts ``bench_kernels/`` in
+# site-packages (setup.py maps the folder), never a top-level ``kernels`` — Hugging Face's
+# kernel loader owns that name. In a checkout, ``bench_kernels`` is the ``kernels/`` folder
+# beside this package (SourceOnlyFinder below), so harness and kernels always come from one tree.
+KERNELS_PACKAGE = "bench_kernels"
+CODE_PACKAGES = {"harness": "harness", KERNELS_PACKAGE: "kernels"}
 
 
 # -- only source runs ------------------------------------------------------------------------
@@ -22,9 +48,6 @@ from importlib.machinery import PathFinder as _PathFinder
 from importlib.machinery import SourceFileLoader as _SourceFileLoader
 from importlib.machinery import SourcelessFileLoader as _SourcelessFileLoader
 
-SOURCE_ONLY_PACKAGES = ("harness", "kernels")
-
-
 class SourceOnlyLoader(_SourceFileLoader):
     """A source loader that compiles the source every time: it never reads nor writes bytecode."""
 
@@ -33,13 +56,31 @@ class SourceOnlyLoader(_SourceFileLoader):
         return self.source_to_code(self.get_data(path), path)
 
 
+def _kernels_spec(name):
+    """``bench_kernels`` beside this package, never elsewhere: ``bench_kernels/`` where bench is
+    installed (site-packages, which may also hold Hugging Face's ``kernels/``), else the
+    ``kernels/`` folder of this source tree; None if neither."""
+    from importlib.util import spec_from_file_location
+    from pathlib import Path
+
+    top = Path(__file__).resolve().parent.parent
+    for folder in (KERNELS_PACKAGE, CODE_PACKAGES[KERNELS_PACKAGE]):
+        init = top / folder / "__init__.py"
+        if init.is_file():
+            return spec_from_file_location(name, init, loader=SourceOnlyLoader(name, str(init)),
+                                           submodule_search_locations=[str(init.parent)])
+    return None
+
+
 class SourceOnlyFinder:
     """Finds the code packages' modules as Python would, and loads them from their source only."""
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
-        if name.partition(".")[0] not in SOURCE_ONLY_PACKAGES:
+        if name.partition(".")[0] not in CODE_PACKAGES:
             return None
+        if name == KERNELS_PACKAGE:
+            return _kernels_spec(name)
         spec = _PathFinder.find_spec(name, path, target)
         if spec is None:
             return None

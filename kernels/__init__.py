@@ -1,8 +1,5 @@
-"""Kernels under test. Each public module registers kernels with ``@kernel``.
+"""Kernels under test, imported as ``bench_kernels`` (harness.KERNELS_PACKAGE). Each public
+module registers kernels with ``@kernel`` (``from harness import kernel``).
 
 See docs/kernels.md for the contract and a worked example.
 """
-
-from kernels._registry import KernelSpec, get_kernel, kernel, load_kernels
-
-__all__ = ["KernelSpec", "get_kernel", "kernel", "load_kernels"]

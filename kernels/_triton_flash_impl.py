@@ -1,6 +1,6 @@
 """Triton FlashAttention-2 forward: the @triton.jit code and its launcher.
 
-Imported lazily by ``kernels/triton_flash.py`` on the first call, so that ``import kernels``
+Imported lazily by ``kernels/triton_flash.py`` on the first call, so that ``import bench_kernels``
 never pays for (or depends on) triton. The structure follows Triton's tutorial
 ``06-fused-attention.py`` (forward pass): one program per (BLOCK_M query rows, batch·head),
 Q resident on chip, K/V streamed in BLOCK_N tiles, online softmax with m_i/l_i carried

@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import threading
 
+from harness import kernel
 from harness.errors import UserError
-from kernels._registry import kernel
-from kernels.cuda_raw import DTYPE_TAG, load_cu, on_torch_stream, ptr
-from kernels.torch_stack import grouped_views
+from .cuda_raw import DTYPE_TAG, load_cu, on_torch_stream, ptr
+from .torch_stack import grouped_views
 
 # cudaDataType_t values (library_types.h; a stable ABI, checked against cupy's runtime
 # module on first use where cupy defines them).

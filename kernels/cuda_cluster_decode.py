@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import threading
 
+from harness import kernel
 from harness.errors import UserError
-from kernels._decode_inputs import decode_dims
-from kernels._registry import kernel
-from kernels.cuda_raw import DTYPE_TAG, load_cu, on_torch_stream, ptr
+from ._decode_inputs import decode_dims
+from .cuda_raw import DTYPE_TAG, load_cu, on_torch_stream, ptr
 
 HEAD_DIMS = (64, 128)
 # Query heads per kv head: the rows of one m16n8k16 A tile.

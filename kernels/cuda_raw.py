@@ -18,9 +18,9 @@ import os
 import threading
 import warnings
 
+from harness import kernel
 from harness.errors import UserError
-from kernels._decode_inputs import decode_dims
-from kernels._registry import kernel
+from ._decode_inputs import decode_dims
 
 KERNELS_DIR = os.path.dirname(os.path.abspath(__file__))
 # NVRTC options: C++17 for `if constexpr`-era code, this folder for the shared header.

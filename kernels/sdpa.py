@@ -7,7 +7,7 @@ records it as crashed rather than silently falling back to another backend).
 
 from __future__ import annotations
 
-from kernels._registry import kernel
+from harness import kernel
 
 _HALF = ("float16", "bfloat16")
 

@@ -11,7 +11,7 @@ beta=0), as in the cuBLAS stack, instead of a second rounding by a separate mult
 
 from __future__ import annotations
 
-from kernels._registry import kernel
+from harness import kernel
 
 
 def stack_bytes(cfg) -> int:

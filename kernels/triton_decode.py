@@ -35,9 +35,9 @@ from __future__ import annotations
 import functools
 import os
 
+from harness import kernel
 from harness.errors import UserError
-from kernels._decode_inputs import decode_dims
-from kernels._registry import kernel
+from ._decode_inputs import decode_dims
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 _DEVICES = ("cuda", "cpu") if INTERPRET else ("cuda",)
@@ -195,8 +195,8 @@ def decode(q, k, v, out, scale: float, *, num_splits=None, block_n=None, num_war
     import torch
     import triton
 
-    from kernels._triton_decode_impl import (COMBINE_WARPS, LOG2E, MIN_DOT_ROWS, NUM_STAGES, NUM_WARPS,
-                                             combine_kernel, scratch, split_kernel)
+    from ._triton_decode_impl import (COMBINE_WARPS, LOG2E, MIN_DOT_ROWS, NUM_STAGES, NUM_WARPS,
+                                      combine_kernel, scratch, split_kernel)
 
     b, h, hkv, seq_len, d = decode_dims("triton_decode", q, k, v, out, head_dims=HEAD_DIMS, max_group=MAX_GROUP,
                                         dtypes=("float16", "bfloat16"))

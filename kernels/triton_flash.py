@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from kernels._registry import kernel
+from harness import kernel
 
 HEAD_DIMS = (32, 64, 128)  # mirrors _triton_flash_impl.HEAD_DIMS (not imported: keeps triton lazy)
 # Triton's benchmarker (used by the autotuner on the first call per shape key) allocates a
@@ -63,6 +63,6 @@ def flash_supports(cfg) -> str | None:
                   "float32": "tf32 dots: ~3e-4 relative error"})
 def triton_flash(q, k, v, out, *, causal, scale):
     """Triton FlashAttention-2 forward (online softmax, TMA + tuned tiles on sm_90)."""
-    from kernels._triton_flash_impl import attention_forward
+    from ._triton_flash_impl import attention_forward
 
     attention_forward(q, k, v, out, causal=causal, scale=scale)

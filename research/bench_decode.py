@@ -146,8 +146,8 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("bench_decode needs a CUDA GPU", file=sys.stderr)
         return 2
+    from harness import load_kernels
     from harness.measurement.ceilings import measure_ceilings
-    from kernels import load_kernels
 
     os.makedirs(args.out, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
@@ -205,7 +205,7 @@ def main(argv=None) -> int:
                 f"decode on {props.name}, copy bandwidth {copy:.0f} GB/s")
 
     if args.sweep:
-        from kernels.triton_decode import decode
+        from bench_kernels.triton_decode import decode
 
         sweep_rows = []
         for si, shape in enumerate(SWEEP_SHAPES):

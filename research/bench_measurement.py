@@ -119,9 +119,9 @@ def _harness_runs(configs, device, timing):
     one input slot, under ``timing``; ``call`` is the same callable for the other tool."""
     import torch
 
+    from harness import get_kernel
     from harness.measurement.timing import TimingPolicy, measure
     from harness.workloads.inputs import make_inputs
-    from kernels import get_kernel
 
     policy = TimingPolicy.from_mapping(timing)
     for cfg in configs:

@@ -126,10 +126,10 @@ def main():
         print("explore_decode_splits needs a CUDA GPU")
         return 2
 
+    from bench_kernels.triton_decode import BLOCK_N_FOR_D, RESIDENT_PER_SM, cut, decode, plan, sm_count
+    from harness import load_kernels
     from harness.measurement.ceilings import measure_ceilings
     from harness.measurement.timing import TimingPolicy, device_l2_bytes, measure, rotation_slots
-    from kernels import load_kernels
-    from kernels.triton_decode import BLOCK_N_FOR_D, RESIDENT_PER_SM, cut, decode, plan, sm_count
 
     out_dir = os.environ.get("OUT") or "."
     os.makedirs(out_dir, exist_ok=True)
@@ -352,7 +352,7 @@ def decode_timeline(decode, q, ring, scale, shape, kw: dict, name: str) -> tuple
     import torch
     from research.decode_read_kernel import stamp
 
-    from kernels.triton_decode import plan, sm_count
+    from bench_kernels.triton_decode import plan, sm_count
 
     b, h, hkv, n, d = shape[:5]
     splits = kw.get("num_splits") or plan(b, hkv, n, d, sm_count())[0]

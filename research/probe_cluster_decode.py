@@ -22,7 +22,7 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    from kernels.cuda_cluster_decode import MAX_CLUSTER, pipeline_stages, resident_clusters, smem_bytes
+    from bench_kernels.cuda_cluster_decode import MAX_CLUSTER, pipeline_stages, resident_clusters, smem_bytes
 
     if not torch.cuda.is_available():
         print("probe_cluster_decode needs a CUDA GPU")

@@ -123,9 +123,9 @@ def decode_case():
     the zero_-then-read flush)."""
     import torch
 
+    from harness import get_kernel
     from harness.workloads import Config
     from harness.workloads.inputs import make_inputs
-    from kernels import get_kernel
 
     cfg = Config("decode", 16, 32, 8, 8192, 128, "float16", False)
     spec = get_kernel("triton_decode")
@@ -186,8 +186,8 @@ def sweep_context() -> int:
     import triton.testing
 
     from harness.measurement.correctness.poison import poison_
-    from harness.measurement.timing.sustained import sustain
     from harness.measurement.timing import l2_flush
+    from harness.measurement.timing.sustained import sustain
     from harness.pipeline.context import SweepContext
     from harness.pipeline.run import run_config
     from research.rate_vs_do_bench import TIMEOUT_S, quantiles, rate_line
@@ -242,9 +242,9 @@ def main() -> int:
     import torch
     import triton.testing
 
+    from harness import get_kernel
     from harness.workloads import Config
     from harness.workloads.inputs import make_inputs
-    from kernels import get_kernel
 
     out_dir = Path(os.environ.get("OUT") or "bench-out")
     out_dir.mkdir(parents=True, exist_ok=True)

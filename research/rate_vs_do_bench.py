@@ -74,10 +74,10 @@ def main() -> int:
         return 2
     import triton.testing
 
+    from harness import get_kernel
     from harness.pipeline.context import SweepContext
     from harness.pipeline.run import run_config
     from harness.workloads.inputs import make_inputs
-    from kernels import get_kernel
     from research.bench_measurement import with_clocks
 
     out_dir = Path(os.environ.get("OUT") or "bench-out")

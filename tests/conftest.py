@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pytest
 
+# harness first, in every test process: its finder loads the code packages from source, and in
+# a checkout it is what maps the kernels/ folder to the import name bench_kernels.
+import harness  # noqa: F401, E402
+
 REPO = Path(__file__).resolve().parents[1]
 
 # Sweeps in tests lock their device in a directory of their own: a real sweep running on
@@ -112,6 +116,23 @@ def installed_dist(where: Path, name: str, version: str, entry_points: str, modu
     lines.append(f"{info.name}/RECORD,,")
     (info / "RECORD").write_text("\n".join(lines) + "\n")
     return where
+
+
+# What `pip install` of this project reads: the two code folders and the build files.
+PROJECT_FILES = ("harness", "kernels", "pyproject.toml", "setup.py", "README.md")
+
+
+def copy_project(dest: Path) -> Path:
+    """This project's installable files, copied to ``dest`` (pip builds in the source tree)."""
+    import shutil
+
+    dest.mkdir(parents=True)
+    for name in PROJECT_FILES:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(REPO / name, dest / name)
+    return dest
 
 
 def bench_env() -> dict:

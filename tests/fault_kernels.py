@@ -9,7 +9,7 @@ in the correctness gate, as it would for a broken kernel under test, except
 
 from __future__ import annotations
 
-from kernels import kernel
+from harness import kernel
 
 _DTYPES = ("float32", "float16", "bfloat16")
 _ANY = dict(workloads=("attention",), dtypes=_DTYPES, devices=("cpu", "cuda"))
@@ -21,7 +21,7 @@ HUGE_BYTES = 1 << 52
 @kernel("honest_stack", **_ANY)
 def honest_stack(q, k, v, out, *, causal, scale):
     """The torch stack: an honest neighbour of the faulty kernel."""
-    from kernels.torch_stack import torch_stack
+    from bench_kernels.torch_stack import torch_stack
 
     torch_stack(q, k, v, out, causal=causal, scale=scale)
 

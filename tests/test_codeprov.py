@@ -14,7 +14,7 @@ import pytest
 
 from harness.errors import UserError
 from harness.governance import codeprov
-from tests.conftest import TINY, bench_env, init_repo
+from tests.conftest import TINY, bench_env, copy_project, init_repo
 from tests.test_provenance import _with_code, clone, commit_all
 
 
@@ -124,18 +124,20 @@ def _fake_module(monkeypatch, name: str, file: Path, cached: Path | None = None)
 
 def test_a_module_from_outside_the_repository_is_refused_in_any_process(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
-    (repo / "kernels").mkdir(parents=True)
-    (repo / "kernels" / "__init__.py").write_text("")
-    # This process's own kernels modules (loaded by earlier tests) lie outside the fake repo
+    for folder in ("harness", "kernels"):
+        (repo / folder).mkdir(parents=True)
+        (repo / folder / "__init__.py").write_text("")
+    # This process's own code modules (loaded by earlier tests) lie outside the fake repo
     # too: set them aside, so the one named is the planted one, whatever ran before.
-    for name in [n for n in sys.modules if n == "kernels" or n.startswith("kernels.")]:
+    for name in [n for n in sys.modules if n.partition(".")[0] in codeprov.CODE_PACKAGES]:
         monkeypatch.delitem(sys.modules, name)
-    _fake_module(monkeypatch, "kernels.elsewhere", tmp_path / "other" / "kernels" / "elsewhere.py")
-    with pytest.raises(UserError, match=r"kernels\.elsewhere is loaded from .*other/kernels/elsewhere\.py, outside "
-                                        r"the repository being measured .*pip install -e \."):
+    _fake_module(monkeypatch, "bench_kernels.elsewhere", tmp_path / "other" / "kernels" / "elsewhere.py")
+    with pytest.raises(UserError, match=r"bench_kernels\.elsewhere is loaded from .*other/kernels/elsewhere\.py, "
+                                        r"outside the repository being measured .*pip install -e \."):
         codeprov.require_from_repository(repo)
-    # A repository that holds no kernels package (bench installed next to it) is not asked to.
-    (repo / "kernels" / "__init__.py").unlink()
+    # A repository that holds no harness (bench installed next to it) is not asked to, even
+    # where it has a kernels/ folder of its own: that folder is not bench's.
+    (repo / "harness" / "__init__.py").unlink()
     codeprov.require_from_repository(repo)
 
 
@@ -155,10 +157,10 @@ def test_bytecode_that_is_not_its_source_is_refused(tmp_path, monkeypatch):
 
 def test_every_code_module_of_this_process_loaded_from_source():
     import harness
-    import kernels.torch_stack  # noqa: F401
+    import bench_kernels.torch_stack  # noqa: F401
 
     mods = codeprov.code_modules()
-    assert isinstance(mods["kernels.torch_stack"].__spec__.loader, harness.SourceOnlyLoader)
+    assert isinstance(mods["bench_kernels.torch_stack"].__spec__.loader, harness.SourceOnlyLoader)
     assert isinstance(mods["harness.governance.codeprov"].__spec__.loader, harness.SourceOnlyLoader)
     codeprov.require_source_loaded()
 
@@ -177,20 +179,6 @@ def test_workers_check_their_code_at_start_and_after_each_config(monkeypatch, tm
 
 # --- bench itself from outside the repository ---------------------------------------------------
 
-def _copy_project(dest: Path) -> Path:
-    """The project's installable files, copied (pip builds in the source tree)."""
-    import shutil
-
-    from tests.conftest import REPO
-
-    dest.mkdir(parents=True)
-    for pkg in ("harness", "kernels"):
-        shutil.copytree(REPO / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    for f in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / f, dest / f)
-    return dest
-
-
 def _bench_from(cwd: Path, site: Path, *args: str):
     env = bench_env()
     env["PYTHONPATH"] = str(site)  # bench comes from `site` only (-P: not from the working directory)
@@ -202,7 +190,7 @@ def _bench_from(cwd: Path, site: Path, *args: str):
 def test_an_installed_bench_is_named_in_every_row_and_a_changed_installed_file_is_refused(tmp_path):
     site = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                        "--no-compile", "--target", str(site), str(_copy_project(tmp_path / "src"))],
+                        "--no-compile", "--target", str(site), str(copy_project(tmp_path / "src"))],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     repo = init_repo(tmp_path / "proj", {"tiny": TINY})  # registrations and ledgers only
@@ -215,7 +203,7 @@ def test_an_installed_bench_is_named_in_every_row_and_a_changed_installed_file_i
 
     for row in rows:
         code = {c["package"]: c for c in row["code"]}
-        assert set(code) == {"harness", "kernels"}, row["kind"]
+        assert set(code) == {"harness", "bench_kernels"}, row["kind"]
         for c in code.values():
             assert (c["name"], c["version"], c["editable"]) == ("bench", __version__, False)
             assert c["files"] > 10 and len(c["sha256"]) == 64
@@ -224,18 +212,18 @@ def test_an_installed_bench_is_named_in_every_row_and_a_changed_installed_file_i
     assert str(tmp_path) not in text  # a row never names a directory of this machine
 
     # One installed file changed after pip wrote it: no release holds that code.
-    f = site / "kernels" / "torch_stack.py"
+    f = site / "bench_kernels" / "torch_stack.py"
     f.write_text(f.read_text() + "\n# faster\n")
     before = (repo / "ledger" / "tiny.jsonl").read_bytes()
     r = _bench_from(repo, site, "verdict", "tiny")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "kernels/torch_stack.py of the installed distribution bench" in r.stderr, r.stderr
+    assert "bench_kernels/torch_stack.py of the installed distribution bench" in r.stderr, r.stderr
     assert "pip install --force-reinstall bench==" in r.stderr, r.stderr
     assert (repo / "ledger" / "tiny.jsonl").read_bytes() == before
 
 
 def test_bench_from_a_directory_no_distribution_holds_is_refused_by_path(tmp_path):
-    loose = _copy_project(tmp_path / "loose")  # on PYTHONPATH, never installed
+    loose = copy_project(tmp_path / "loose")  # on PYTHONPATH, never installed
     repo = init_repo(tmp_path / "proj", {"tiny": TINY})
     r = _bench_from(repo, loose, "register", "tiny")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -23,9 +23,9 @@ from harness.measurement.reference import reference
 from harness.workloads import Config
 from harness.workloads.inputs import (BOUNDARY_SEQ_LENS, DEFAULT_FAMILIES, FAMILIES, LARGE_LOGIT, OUTLIER_V,
                                       boundary_configs, fill_inputs_, make_inputs, outlier_rows)
-from kernels._registry import KernelSpec
-from kernels.sdpa import sdpa
-from kernels.torch_stack import torch_stack
+from bench_kernels.sdpa import sdpa
+from bench_kernels.torch_stack import torch_stack
+from harness.registry import KernelSpec
 
 try:
     from tests import zoo

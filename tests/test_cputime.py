@@ -150,7 +150,7 @@ def test_a_wait_longer_than_the_call_took_was_not_inside_it():
 def test_host_timer_records_cpu_time_and_waits_of_a_real_kernel():
     import torch
 
-    from kernels.sdpa import _call
+    from bench_kernels.sdpa import _call
 
     q, k, v = (torch.randn(2, 4, 128, 64) for _ in range(3))
     out = torch.empty_like(q)

@@ -28,8 +28,8 @@ TOL = {"float16": 4 * 2.0**-11, "bfloat16": 4 * 2.0**-8, "float32": 1e-5}
 
 
 def test_registration_and_memory_model():
-    from kernels import load_kernels
-    from kernels.cublas_stack import CUBLAS_WORKSPACE_BYTES
+    from bench_kernels.cublas_stack import CUBLAS_WORKSPACE_BYTES
+    from harness import load_kernels
 
     ks = load_kernels()
     spec = ks["cublas_stack"]
@@ -49,7 +49,7 @@ def test_registration_and_memory_model():
 
 
 def test_softmax_block_size():
-    from kernels.cublas_stack import SOFTMAX_MAX_THREADS, softmax_threads
+    from bench_kernels.cublas_stack import SOFTMAX_MAX_THREADS, softmax_threads
 
     for nk in (1, 37, 255, 256, 257, 4096, 32768, 10**6):
         t = softmax_threads(nk)
@@ -57,7 +57,7 @@ def test_softmax_block_size():
 
 
 def test_cu_files_exist_and_name_their_kernels():
-    from kernels.cuda_raw import KERNELS_DIR
+    from bench_kernels.cuda_raw import KERNELS_DIR
 
     for fname, kname in (("softmax_rows.cu", "softmax_rows"), ("decode_naive.cu", "naive_decode")):
         src = open(os.path.join(KERNELS_DIR, fname), encoding="utf-8").read()
@@ -95,7 +95,7 @@ def _fake_cupy(log: str):
 
 
 def test_compile_failure_is_a_user_error_with_the_log(tmp_path, monkeypatch):
-    from kernels import cuda_raw
+    from bench_kernels import cuda_raw
 
     bad = tmp_path / "broken.cu"
     bad.write_text("__global__ void k() { this is not C++ }\n")
@@ -108,7 +108,7 @@ def test_compile_failure_is_a_user_error_with_the_log(tmp_path, monkeypatch):
 
 
 def test_missing_cu_file_is_a_user_error(monkeypatch):
-    from kernels import cuda_raw
+    from bench_kernels import cuda_raw
 
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(""))
     with pytest.raises(UserError, match="cannot be read"):
@@ -165,7 +165,7 @@ GRID = [  # workload, batch, heads, kv_heads, seq_len, head_dim
 @pytest.mark.parametrize("shape", GRID, ids=lambda s: "-".join(map(str, s)))
 def test_cublas_stack_matches_reference_and_torch_stack(dtype, causal, shape):
     torch = _need_gpu()
-    from kernels import load_kernels
+    from harness import load_kernels
 
     ks = load_kernels()
     cfg = Config(shape[0], *shape[1:], dtype, causal)
@@ -189,7 +189,7 @@ def test_cublas_stack_matches_reference_and_torch_stack(dtype, causal, shape):
 @pytest.mark.gpu
 def test_cublas_stack_runs_on_torch_current_stream():
     torch = _need_gpu()
-    from kernels import load_kernels
+    from harness import load_kernels
 
     spec = load_kernels()["cublas_stack"]
     cfg = Config("attention", 4, 8, 2, 1024, 128, "float16", True)
@@ -211,7 +211,7 @@ def test_cublas_stack_runs_on_torch_current_stream():
 @pytest.mark.parametrize("shape", [(2, 8, 2, 1, 64), (3, 8, 2, 37, 128), (2, 32, 8, 4097, 128), (1, 4, 1, 300, 256)])
 def test_cuda_naive_decode_matches_reference(dtype, shape):
     torch = _need_gpu()
-    from kernels import load_kernels
+    from harness import load_kernels
 
     spec = load_kernels()["cuda_naive_decode"]
     cfg = Config("decode", *shape, dtype, False)
@@ -228,7 +228,7 @@ def test_cuda_naive_decode_matches_reference(dtype, shape):
 @pytest.mark.gpu
 def test_real_nvrtc_error_names_file_and_log(tmp_path):
     _need_gpu()
-    from kernels import cuda_raw
+    from bench_kernels import cuda_raw
 
     bad = tmp_path / "broken.cu"
     bad.write_text("extern \"C\" __global__ void k(float* x) { x[0] = undefined_name; }\n")

@@ -14,7 +14,7 @@ import pytest
 
 from harness.errors import UserError
 from harness.workloads import Config
-from kernels.cuda_cluster_decode import (
+from bench_kernels.cuda_cluster_decode import (
     BLOCK_N,
     HEAD_DIMS,
     MAX_CLUSTER,
@@ -25,7 +25,7 @@ from kernels.cuda_cluster_decode import (
     plan,
     smem_bytes,
 )
-from kernels.cuda_raw import KERNELS_DIR
+from bench_kernels.cuda_raw import KERNELS_DIR
 
 UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 TOL = {dt: 2 * u for dt, u in UNIT_ROUNDOFF.items()}
@@ -96,7 +96,7 @@ def test_python_constants_match_the_cuda_source():
 
 
 def test_registration_and_what_it_refuses():
-    from kernels import load_kernels
+    from harness import load_kernels
 
     spec = load_kernels()["cuda_cluster_decode"]
     assert spec.workloads == ("decode",) and spec.devices == ("cuda",) and spec.requires == ("cupy",)
@@ -156,7 +156,7 @@ def _rel(out, ref):
     (1, 32, 2, 5000, 128), (2, 40, 8, 777, 128), (1, 64, 8, 2049, 64)])
 def test_gpu_matches_float64_reference(dtype, batch, heads, kv_heads, seq_len, head_dim):
     torch = _need_gpu()
-    from kernels import load_kernels
+    from harness import load_kernels
 
     spec = load_kernels()["cuda_cluster_decode"]
     q, k, v, ref = _case(torch, batch, heads, kv_heads, seq_len, head_dim, dtype, seed=seq_len + batch)
@@ -174,7 +174,7 @@ def test_gpu_a_peaked_softmax_and_large_scores():
     # One key of each kv head dominates (scores ~±60 in log2 units): the online max and the
     # cluster merge must keep the weights finite wherever that key falls.
     torch = _need_gpu()
-    from kernels import load_kernels
+    from harness import load_kernels
 
     spec = load_kernels()["cuda_cluster_decode"]
     q, k, v, _ = _case(torch, 1, 32, 8, 8192, 128, "float16", seed=3)
@@ -191,7 +191,7 @@ def test_gpu_a_peaked_softmax_and_large_scores():
 @pytest.mark.gpu
 def test_gpu_cuda_graph_capture_and_a_side_stream():
     torch = _need_gpu()
-    from kernels import load_kernels
+    from harness import load_kernels
 
     spec = load_kernels()["cuda_cluster_decode"]
     q, k, v, ref = _case(torch, 2, 32, 8, 5000, 128, "bfloat16", seed=11)
@@ -225,7 +225,7 @@ def test_gpu_the_plan_is_one_wave_on_this_gpu(pairs):
     # The driver's co-residency answer, not the SM count, picks C: every cluster of the
     # shipped plan is resident at once, and the next size up would not be (or is over the SMs).
     torch = _need_gpu()
-    from kernels.cuda_cluster_decode import (
+    from bench_kernels.cuda_cluster_decode import (
         MAX_CLUSTER,
         _co_resident,
         _kernel,

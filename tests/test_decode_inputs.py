@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from bench_kernels._decode_inputs import decode_dims
 from harness.errors import UserError
-from kernels._decode_inputs import decode_dims
 
 torch = pytest.importorskip("torch")
 

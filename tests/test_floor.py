@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from harness import kernel
 from harness.errors import UserError
 from harness.measurement import floor as physical
 from harness.measurement.ceilings import IMPOSSIBLE_MARGIN, Ceilings
@@ -14,7 +15,6 @@ from harness.measurement.timing.results import ArmResult
 from harness.pipeline.rates import floor_check
 from harness.pipeline.run import run_config
 from harness.workloads import Config, formulas
-from kernels import kernel
 from tests import zoo
 from tests.conftest import sweep_context
 from tests.timers import ScriptedTimer

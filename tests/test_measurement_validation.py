@@ -146,9 +146,9 @@ def test_nvml_polled_fast_enough_in_every_measurement(swept):
 def _one_arm(cfg, name: str, mapping: dict):
     """(call, Measurement): ``name`` timed by the harness alone on one input slot, and the
     same call for triton.testing (neither rotates inputs here)."""
+    from harness import get_kernel
     from harness.measurement.timing import TimingPolicy, measure
     from harness.workloads.inputs import make_inputs
-    from kernels import get_kernel
 
     fn = get_kernel(name).fn
     q, k, v = make_inputs(cfg, 0, "normal", "cuda")

@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 
 
+from harness import get_kernel
 from harness.measurement import memory
 from harness.measurement.correctness.vram import gate_bytes
 from harness.measurement.timing import TimingPolicy, flush_bytes
 from harness.pipeline.run import run_config
 from harness.workloads import Config
 from harness.workloads.inputs import generation_bytes
-from kernels import get_kernel
 from tests.conftest import sweep_context
 
 H200_L2 = 60 * 2**20
@@ -133,7 +133,7 @@ def test_an_autotuners_first_call_buffer_counts_in_the_gate_only():
     # later calls allocate nothing. The gate makes the first call: the buffer is counted
     # there and not in the timing or recheck phases (it over-predicted flash-h200 at N 1024
     # by 27% when it was every call's extra).
-    from kernels.triton_flash import AUTOTUNE_FLUSH_BYTES
+    from bench_kernels.triton_flash import AUTOTUNE_FLUSH_BYTES
 
     flash = get_kernel("triton_flash")
     cfg = Config("attention", 4, 16, 16, 1024, 128, "float16", False)

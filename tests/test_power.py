@@ -195,8 +195,8 @@ def test_register_refuses_a_bf16_tolerance_below_its_rounding_with_the_arithmeti
 
 
 def test_the_floor_checks_as_many_seeds_as_min_pass_rate_lets_fail_plus_one_on_the_gates_own_configs():
+    from harness import get_kernel
     from harness.measurement import feasible
-    from kernels import get_kernel
 
     cfgs = [Config("attention", 1, 2, 2, n, 16, "bfloat16", False) for n in (32, 256)]
     kw = dict(atol={"bfloat16": 1e-4}, rtol={"bfloat16": 1e-4}, families=("normal",), baseline=get_kernel("torch_stack"))

@@ -211,12 +211,12 @@ def _plugin(where: Path) -> Path:
     """A real installed distribution (dist-info on sys.path) whose entry point adds a kernel."""
     return installed_dist(where, "myplugin", "0.3.1", "[bench.kernels]\nmine = myplugin_kernels\n",
                           {"myplugin_kernels": textwrap.dedent('''\
-        from kernels import kernel
+        from harness import kernel
 
         @kernel("plugin_stack", workloads=("attention",), dtypes=("float32",), devices=("cpu", "cuda"))
         def plugin_stack(q, k, v, out, *, causal, scale):
             """The torch stack, shipped by another package."""
-            from kernels.torch_stack import torch_stack
+            from bench_kernels.torch_stack import torch_stack
             torch_stack(q, k, v, out, causal=causal, scale=scale)
         ''')})
 
@@ -259,8 +259,8 @@ def test_an_entry_point_kernels_package_and_version_are_in_every_row_using_it(re
 
 
 def test_kernel_sources_inside_the_repository_are_recorded_relative_to_it(repo):
+    from harness import get_kernel
     from harness.pipeline.rows import kernel_source
-    from kernels import get_kernel
 
     spec = get_kernel("torch_stack")
     assert kernel_source(spec, str(REPO))["path"] == "kernels/torch_stack.py"

@@ -10,9 +10,9 @@ from harness.measurement.timing import TimingPolicy, measure
 from harness.measurement.timing.measure import REFRESH_EXTRA_ROUNDS
 from harness.measurement.timing.refresh import (FRESH_BUFFERS, IN_PLACE, MIN_FRESH_CALLS, REMEMBERS_TAG, SHAM,
                                                 judge_input_memory)
+from harness import kernel
 from harness.pipeline.run import run_config
 from harness.workloads import Config
-from kernels import kernel
 from tests import zoo
 from tests.conftest import sweep_context
 from tests.timers import ScriptedTimer

@@ -161,10 +161,10 @@ def test_a_grid_point_no_known_device_holds_is_refused_by_name_and_by_how_much(t
 
 
 def test_unholdable_names_the_closest_known_device_that_runs_the_kernels():
+    from harness import get_kernel
     from harness.measurement.memory import KnownDevice, MEMORY_MARGIN, predict, unholdable
     from harness.measurement.timing import TimingPolicy
     from harness.workloads import Config
-    from kernels import get_kernel
 
     cfg = Config("attention", 1, 2, 2, 4096, 64, "float32", False)
     specs = [get_kernel("torch_stack"), get_kernel("sdpa")]

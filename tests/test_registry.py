@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from harness import kernel
 from harness.errors import UserError
-from kernels import kernel
 from tests.conftest import REPO, installed_dist
 
-LIST = "from kernels import load_kernels; print(sorted(load_kernels()))"
+LIST = "from harness import load_kernels; print(sorted(load_kernels()))"
 
 
 def _python(code: str, *paths: Path, isolated: bool = False) -> subprocess.CompletedProcess:
     """Run ``code`` with ``paths`` first on sys.path. ``isolated`` skips site-packages, so an
-    editable install of this checkout cannot shadow a copied ``kernels`` package."""
+    editable install of this checkout cannot shadow a copied source tree."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, paths), str(REPO)])}
     flags = ["-S"] if isolated else []
     return subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, env=env, cwd=paths[0],
@@ -28,9 +28,10 @@ def _python(code: str, *paths: Path, isolated: bool = False) -> subprocess.Compl
 
 
 def test_a_kernel_module_that_fails_to_import_names_its_file(tmp_path):
-    pkg = tmp_path / "kernels"
-    shutil.copytree(REPO / "kernels", pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    (pkg / "broken_kernel.py").write_text("import this_module_does_not_exist\n")
+    # A source tree of its own: its harness imports the kernels/ folder beside it as bench_kernels.
+    for folder in ("harness", "kernels"):
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "kernels" / "broken_kernel.py").write_text("import this_module_does_not_exist\n")
     res = _python(LIST, tmp_path, isolated=True)
     assert res.returncode != 0
     assert "broken_kernel.py failed to import" in res.stderr and "this_module_does_not_exist" in res.stderr
@@ -38,12 +39,12 @@ def test_a_kernel_module_that_fails_to_import_names_its_file(tmp_path):
 
 def test_an_entry_point_plugin_is_listed_and_usable(tmp_path):
     code = textwrap.dedent('''\
-        from kernels import kernel
+        from harness import kernel
 
         @kernel("plugin_copy_of_stack", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
         def plugin(q, k, v, out, *, causal, scale):
             """A plugin kernel (the torch stack under another name)."""
-            from kernels.torch_stack import torch_stack
+            from bench_kernels.torch_stack import torch_stack
             torch_stack(q, k, v, out, causal=causal, scale=scale)
         ''')
     installed_dist(tmp_path, "myplugin", "0.1", "[bench.kernels]\nmine = myplugin_kernels\n", {"myplugin_kernels": code})
@@ -71,9 +72,30 @@ def test_two_kernels_with_one_name_from_different_files_are_refused():
 def test_sdpa_cudnn_declares_its_kv_length_1_gap():
     # torch 2.11's cuDNN SDPA raises "No available kernel" at one key; declared, the gate
     # skips that boundary shape instead of recording the whole config as crashed.
+    from harness import get_kernel
     from harness.workloads import Config
-    from kernels import get_kernel
 
     spec = get_kernel("sdpa_cudnn")
     assert "sequence length of 1" in spec.config_reason(Config("attention", 1, 2, 2, 1, 64, "float16", False))
     assert spec.config_reason(Config("attention", 1, 2, 2, 67, 64, "float16", False)) is None
+
+
+def test_the_plugin_api_is_public_in_harness_and_import_harness_loads_no_torch():
+    code = ("import sys, harness; loaded = 'harness.registry' in sys.modules; "
+            "from harness import kernel, KernelSpec, get_kernel, load_kernels; "
+            "print(loaded, 'torch' in sys.modules, sorted({f.__module__ for f in (kernel, KernelSpec, get_kernel, "
+            "load_kernels)}))")
+    res = _python(code, REPO)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["False", "False", "['harness.registry']"], res.stdout
+
+
+def test_setup_installs_the_kernels_folder_under_the_name_harness_maps_it_to(monkeypatch):
+    import runpy
+
+    import harness
+
+    monkeypatch.chdir(REPO)
+    setup = runpy.run_path(str(REPO / "setup.py"), run_name="packages")
+    assert setup["PACKAGE_DIR"] == {harness.KERNELS_PACKAGE: harness.CODE_PACKAGES[harness.KERNELS_PACKAGE]}
+    assert harness.KERNELS_PACKAGE != "kernels" and "kernels" not in setup["PACKAGES"]  # Hugging Face's name

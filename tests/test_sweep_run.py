@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 
+from bench_kernels.torch_stack import torch_stack
+from harness import kernel
 from harness.measurement.timing.results import rig_noise
 from harness.pipeline.context import SweepContext
 from harness.pipeline.run import run_config
 from harness.workloads import Config
-from kernels import kernel
-from kernels.torch_stack import torch_stack
 from tests.conftest import sweep_context
 
 CFG = Config("attention", 1, 2, 2, 32, 16, "float32", False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness import kernel
 from harness.errors import UserError
 from harness.measurement import leftover
 from harness.measurement.leftover import TimedWatch, host_leftovers, host_snapshot, timed_leftover
@@ -14,7 +15,6 @@ from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
 from harness.measurement.timing.orders import MAX_PERMUTED_ARMS, round_orders
 from harness.pipeline.run import run_config
 from harness.workloads import Config
-from kernels import kernel
 from tests import zoo
 from tests.conftest import sweep_context
 
@@ -241,7 +241,7 @@ ATTACKS = (("sdpa", "result", None),
            ("leaves_host_thread", "incorrect", "left_running"),
            ("leaves_device_work", "incorrect", "left_running"))
 PLUGIN = '''\
-from kernels import kernel
+from harness import kernel
 from tests import zoo
 
 for name, fn, devices in (("remembers_inputs", zoo.make_remembers_inputs(), ("cpu", "cuda")),

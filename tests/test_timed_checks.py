@@ -13,12 +13,12 @@ from harness.measurement.correctness.after_timing import check_timed_output
 from harness.measurement.stats import Stats
 from harness.measurement.timing import (ARM_BASELINE, ARM_CONTROL, EMPTY_WINDOW_FACTOR, TimingPolicy,
                                         empty_window, measure, told_apart)
+from harness import kernel
 from harness.pipeline.checks import empty_failure
 from harness.pipeline.context import SweepContext
 from harness.pipeline.run import run_config
 from harness.workloads import Config
 from harness.workloads.inputs import make_inputs
-from kernels import kernel
 from tests import zoo
 from tests.conftest import sweep_context
 from tests.timers import ScriptedClockSource, ScriptedTimer

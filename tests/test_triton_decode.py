@@ -20,8 +20,8 @@ import textwrap
 
 import pytest
 
+from bench_kernels.triton_decode import COMBINE_ONE_PASS_SPLITS, COMBINE_SPLIT_BLOCK, MAX_SPLITS, MIN_KEYS_PER_SPLIT, SMALL_PROGRAMS_PER_SM, cut, plan
 from harness.workloads import Config
-from kernels.triton_decode import COMBINE_ONE_PASS_SPLITS, COMBINE_SPLIT_BLOCK, MAX_SPLITS, MIN_KEYS_PER_SPLIT, SMALL_PROGRAMS_PER_SM, cut, plan
 
 UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8}
 INTERPRETER_UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-7}
@@ -72,7 +72,7 @@ def test_plan_counts_splits_as_launched():
 
 
 def test_registration_cpu_only_under_interpreter():
-    from kernels import load_kernels
+    from harness import load_kernels
 
     spec = load_kernels()["triton_decode"]
     want = ("cuda", "cpu") if os.environ.get("TRITON_INTERPRET") == "1" else ("cuda",)
@@ -90,9 +90,9 @@ _INTERPRETER_CHECK = textwrap.dedent("""
     import json, os, sys
     assert os.environ["TRITON_INTERPRET"] == "1"
     import torch
+    from bench_kernels.triton_decode import decode, scratch_bytes
+    from harness import load_kernels
     from harness.workloads import Config
-    from kernels import load_kernels
-    from kernels.triton_decode import decode, scratch_bytes
 
     def reference(q, k, v, scale):
         g = q.shape[1] // k.shape[1]
@@ -126,7 +126,7 @@ _INTERPRETER_CHECK = textwrap.dedent("""
         (1, 4, 2, 4480, 128, 70, False, False),  # 70 splits (> 64): in three blocks of 32, after the max
         (2, 8, 2, 300, 128, 3, False, True),
         (1, 4, 2, 5000, 64, 40, False, True)]  # merged by the last arriver, in two blocks of 32
-    from kernels import _triton_decode_impl as impl
+    from bench_kernels import _triton_decode_impl as impl
     for dtype in ("float16", "bfloat16"):
         dt = getattr(torch, dtype)
         for b, h, hkv, n, d, forced, via_registry, fused in cases:
@@ -226,7 +226,7 @@ def test_gpu_matches_float64_reference(dtype, batch, heads, kv_heads, seq_len, h
     pytest.importorskip("triton")
     if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("needs CUDA (compiled Triton)")
-    from kernels import load_kernels
+    from harness import load_kernels
 
     spec = load_kernels()["triton_decode"]
     dt = getattr(torch, dtype)
@@ -236,8 +236,8 @@ def test_gpu_matches_float64_reference(dtype, batch, heads, kv_heads, seq_len, h
     v = torch.randn(batch, kv_heads, seq_len, head_dim, generator=gen, device="cuda").to(dt)
     out = torch.full_like(q, float("nan"))
     ref = _reference(q, k, v, head_dim ** -0.5)
-    from kernels._triton_decode_impl import _SCRATCH
-    from kernels.triton_decode import decode, pdl_available
+    from bench_kernels._triton_decode_impl import _SCRATCH
+    from bench_kernels.triton_decode import decode, pdl_available
 
     if path and path.get("pdl") and not pdl_available(q.device):
         pytest.skip("programmatic dependent launch needs sm_90+")
@@ -264,9 +264,9 @@ def test_gpu_cuda_graph_capture(warm_first, fused, pdl, monkeypatch):
     pytest.importorskip("triton")
     if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("needs CUDA (compiled Triton)")
-    from kernels import _triton_decode_impl as impl
-    from kernels import load_kernels
-    from kernels import triton_decode as td
+    from bench_kernels import _triton_decode_impl as impl
+    from bench_kernels import triton_decode as td
+    from harness import load_kernels
 
     monkeypatch.setattr(td, "FUSE_COMBINE", fused)
     monkeypatch.setattr(td, "LAUNCH_PDL", pdl)
@@ -337,8 +337,8 @@ def test_gpu_timeline_records_every_program_in_order(pdl):
     pytest.importorskip("triton")
     if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("needs CUDA (compiled Triton)")
+    from bench_kernels.triton_decode import decode, pdl_available, sm_count
     from harness.errors import UserError
-    from kernels.triton_decode import decode, pdl_available, sm_count
 
     if pdl and not pdl_available(torch.device("cuda")):
         pytest.skip("no programmatic dependent launch here")

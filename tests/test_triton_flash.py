@@ -110,9 +110,9 @@ def _check(fn, b, h, hkv, n, d, dtype, causal, device, seed=0, rising=False):
 
 def _worker(cases):
     """Subprocess body (TRITON_INTERPRET=1 is already in the environment)."""
-    import kernels.triton_flash  # noqa: F401  registers the kernel
-    from kernels import _triton_flash_impl as impl
-    from kernels._registry import _REGISTRY
+    import bench_kernels.triton_flash  # noqa: F401  registers the kernel
+    from bench_kernels import _triton_flash_impl as impl
+    from harness.registry import _REGISTRY
 
     spec = _REGISTRY["triton_flash"]
     results = {"_unusable_cpu": spec.unusable_reason("cpu")}
@@ -161,9 +161,9 @@ def test_interpreter_matches_float64(interp_results, case):
 
 
 def test_registration_and_supports():
-    import kernels.triton_flash as tf
+    import bench_kernels.triton_flash as tf
+    from harness.registry import _REGISTRY
     from harness.workloads import Config
-    from kernels._registry import _REGISTRY
 
     spec = _REGISTRY["triton_flash"]
     assert spec.workloads == ("attention",)
@@ -183,15 +183,15 @@ def test_registration_and_supports():
 def test_registration_mirrors_impl():
     """triton_flash.py duplicates a constant to stay import-light; keep it in sync."""
     pytest.importorskip("triton")
-    import kernels.triton_flash as tf
-    from kernels import _triton_flash_impl as impl
+    import bench_kernels.triton_flash as tf
+    from bench_kernels import _triton_flash_impl as impl
 
     assert tf.HEAD_DIMS == impl.HEAD_DIMS
     assert all(d in impl.HEAD_DIMS for d, _ in impl.HOPPER_CONFIGS)
 
 
 def test_import_does_not_load_triton():
-    code = "import sys, kernels.triton_flash; print('triton' in sys.modules, 'torch' in sys.modules)"
+    code = "import sys, harness, bench_kernels.triton_flash; print('triton' in sys.modules, 'torch' in sys.modules)"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
     assert out.stdout.split() == ["False", "False"]
@@ -203,7 +203,7 @@ def test_cpu_without_interpreter_refuses():
     pytest.importorskip("triton")
     import torch
 
-    from kernels._triton_flash_impl import attention_forward
+    from bench_kernels._triton_flash_impl import attention_forward
 
     q = torch.zeros(1, 1, 16, 64)
     with pytest.raises(ValueError, match="TRITON_INTERPRET"):
@@ -214,7 +214,7 @@ def test_validation_errors():
     pytest.importorskip("triton")
     import torch
 
-    from kernels._triton_flash_impl import validate
+    from bench_kernels._triton_flash_impl import validate
 
     q = torch.zeros(1, 4, 16, 64)
     with pytest.raises(ValueError, match="head_dim"):
@@ -247,8 +247,8 @@ def _cuda():
 @pytest.mark.gpu
 @pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
 def test_gpu_matches_float64(shape, causal, dtype):
-    from kernels._registry import _REGISTRY
-    import kernels.triton_flash  # noqa: F401
+    from harness.registry import _REGISTRY
+    import bench_kernels.triton_flash  # noqa: F401
 
     err, written = _check(_REGISTRY["triton_flash"].fn, *shape, dtype, causal, "cuda")
     assert written
@@ -261,7 +261,7 @@ def test_gpu_matches_float64(shape, causal, dtype):
 @pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
 def test_gpu_paths_uneven_seq(path, causal):
     """Every load path on real hardware with N % 16 != 0 (masked q rows and key tails), GQA."""
-    from kernels import _triton_flash_impl as impl
+    from bench_kernels import _triton_flash_impl as impl
 
     if path != "pointer" and not impl.hopper_ok(__import__("torch").device("cuda")):
         pytest.skip("tensor-descriptor paths need sm_90")
@@ -281,8 +281,8 @@ def test_gpu_paths_uneven_seq(path, causal):
 @pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
 def test_gpu_autotuned_uneven_seq(causal):
     """The shipped (autotuned) configs on N % 16 != 0: every candidate runs its masked variant."""
-    from kernels._registry import _REGISTRY
-    import kernels.triton_flash  # noqa: F401
+    from harness.registry import _REGISTRY
+    import bench_kernels.triton_flash  # noqa: F401
 
     err, written = _check(_REGISTRY["triton_flash"].fn, 2, 8, 2, 1037, 128, "bfloat16", causal, "cuda")
     assert written
@@ -293,8 +293,8 @@ def test_gpu_autotuned_uneven_seq(causal):
 @pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
 def test_gpu_head_dim_32():
     """head_dim 32 takes the pointer path (no sm_90 tile list for it)."""
-    from kernels._registry import _REGISTRY
-    import kernels.triton_flash  # noqa: F401
+    from harness.registry import _REGISTRY
+    import bench_kernels.triton_flash  # noqa: F401
 
     err, written = _check(_REGISTRY["triton_flash"].fn, 2, 4, 2, 333, 32, "float16", True, "cuda")
     assert written
@@ -305,8 +305,8 @@ def test_gpu_head_dim_32():
 @pytest.mark.gpu
 @pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")
 def test_gpu_float32_tf32(causal):
-    from kernels._registry import _REGISTRY
-    import kernels.triton_flash  # noqa: F401
+    from harness.registry import _REGISTRY
+    import bench_kernels.triton_flash  # noqa: F401
 
     err, written = _check(_REGISTRY["triton_flash"].fn, 1, 4, 2, 777, 64, "float32", causal, "cuda")
     assert written

@@ -9,7 +9,7 @@ from harness.cli import app
 def kernels_cmd():
     """List every registered kernel: source, workloads, dtypes, and whether it runs here (and why not)."""
     from harness.measurement.device import detect_device
+    from harness.registry import load_kernels
     from harness.reporting.render.kernels import render_kernels
-    from kernels import load_kernels
 
     render_kernels(load_kernels(), detect_device())

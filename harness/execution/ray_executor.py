@@ -26,6 +26,7 @@ import socket
 import time
 from pathlib import Path
 
+from harness import CODE_PACKAGES
 from harness.errors import UserError
 from harness.execution.executor import STARTUP_TIMEOUT_S, Done, Executor, Job, Lost, Phase, SlotInfo
 
@@ -66,7 +67,7 @@ def _sha(path: Path) -> str:
 def _kernel_sources(kernels) -> dict[str, Path]:
     """The line's kernel source files (plugins included), by their module path."""
     from harness.governance.codeprov import module_path
-    from kernels import get_kernel
+    from harness.registry import get_kernel
 
     out = {}
     for name in kernels:
@@ -80,7 +81,7 @@ def source_hashes(kernels) -> dict[str, str]:
     """What the driver runs: every source file of its harness and kernels packages, and the
     line's kernel sources, by path relative to their import root (``harness/pipeline/run.py``)."""
     files = {}
-    for pkg in ("harness", "kernels"):
+    for pkg in CODE_PACKAGES:
         root = _package_root(pkg)
         for p in root.rglob("*"):
             if p.suffix in SOURCE_SUFFIXES and p.is_file() and "__pycache__" not in p.parts:
@@ -94,7 +95,7 @@ def loaded_sources(kernels) -> dict[str, Path]:
     and the CUDA sources it may compile), by the same relative paths."""
     from harness.governance.codeprov import loaded_files
 
-    roots = [_package_root(pkg) for pkg in ("harness", "kernels")]
+    roots = [_package_root(pkg) for pkg in CODE_PACKAGES]
     files = {}
     for p in loaded_files().values():
         for root in roots:

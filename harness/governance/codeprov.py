@@ -1,10 +1,11 @@
 """Which code a bench process runs: the commit stamp covers only the checkout being measured.
 
-A process that imports ``harness``/``kernels`` from another checkout (an editable install of
-clone A run in clone B, ``PYTHONPATH``) runs code B's commit does not hold; a ``.pyc`` planted
-in ``__pycache__`` runs code no commit holds. ``harness/__init__.py`` makes every later module
-of the two packages load from its source only (``SourceOnlyLoader``); this module checks, in
-the driver and in every worker, that it did and that the modules come from the repository.
+A process that imports ``harness``/``bench_kernels`` (the ``kernels/`` folder) from another
+checkout (an editable install of clone A run in clone B, ``PYTHONPATH``) runs code B's commit
+does not hold; a ``.pyc`` planted in ``__pycache__`` runs code no commit holds.
+``harness/__init__.py`` makes every later module of the two packages load from its source
+only (``SourceOnlyLoader``); this module checks, in the driver and in every worker, that it
+did and that the modules come from the repository.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from harness import CODE_PACKAGES  # import name -> repository folder: the code the commit stamp must cover
 from harness.errors import UserError
 
-# The packages whose code the commit stamp must cover.
-CODE_PACKAGES = ("harness", "kernels")
 # Where a pyc's code object starts: magic, flags and two 4-byte fields (PEP 552).
 PYC_HEADER_BYTES = 16
 
@@ -38,7 +38,7 @@ def loaded_files() -> dict[str, Path]:
 
 
 def module_path(p: Path) -> str:
-    """``p`` relative to the deepest import path holding it (``kernels/sdpa.py`` of an installed
+    """``p`` relative to the deepest import path holding it (``bench_kernels/sdpa.py`` of an installed
     bench, ``mypkg/attn.py`` of a plugin), else its file name: how a row names a file outside
     the repository without naming a directory of a machine."""
     f = Path(p).resolve()
@@ -52,14 +52,15 @@ def _fix(top: Path) -> str:
 
 
 def require_from_repository(root: Path) -> None:
-    """Refuse a code package loaded from outside the repository that holds it: for each of
-    ``harness``/``kernels`` that the repository holds, every loaded module must lie in it."""
+    """Refuse a code package loaded from outside the repository that holds bench (its
+    ``harness/``): every loaded module of ``harness`` and ``bench_kernels`` must lie in the
+    repository's folder for it (``harness/``, ``kernels/``)."""
     top = Path(root).resolve()
+    if not (top / CODE_PACKAGES["harness"] / "__init__.py").is_file():
+        return  # a repository of registrations and ledgers (its own kernels/ is not bench's): bench is installed
     files = loaded_files()
-    for pkg in CODE_PACKAGES:
-        here = top / pkg
-        if not (here / "__init__.py").is_file():
-            continue  # this repository holds no such package: it comes from elsewhere (an installed bench)
+    for pkg, folder in CODE_PACKAGES.items():
+        here = top / folder
         for name, path in sorted(files.items()):
             if name.partition(".")[0] == pkg and not path.is_relative_to(here):
                 raise UserError(f"{name} is loaded from {path}, outside the repository being measured ({top}), "

@@ -171,7 +171,7 @@ def require_tracked_code(root: Path, *, load_kernels: bool = True) -> tuple[dict
     _refuse_code(gitguard.untracked_files(top, dirs, allowed=lambda rel: codeprov.own_bytecode(top / rel)),
                  "bench would import it")
     if load_kernels:
-        from kernels import load_kernels as discover
+        from harness.registry import load_kernels as discover
 
         discover()
     code = require_code_from(top)

@@ -38,7 +38,7 @@ def tolerance_floor(reg) -> dict:
     """Per dtype, the least tolerance the best possible output passes (``measurement.feasible``);
     UserError, with the arithmetic, when the registered tolerance is below it."""
     from harness.measurement import feasible
-    from kernels import get_kernel
+    from harness.registry import get_kernel
 
     found = feasible.floors(reg.configs, atol=reg.atol, rtol=reg.rtol, seeds=reg.seeds, families=reg.families,
                             min_pass_rate=reg.min_pass_rate, baseline=get_kernel(reg.baseline))

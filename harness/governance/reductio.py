@@ -279,7 +279,7 @@ def baseline_times(root: Path, reg, ceilings_row: dict) -> dict:
 def known_devices(root: Path, reg) -> tuple[list[Device], list[dict]]:
     """(devices the line runs on, devices it cannot run on): the latest ceilings row per
     fingerprint, split by whether every kernel of the line runs on its kind of device."""
-    from kernels import get_kernel
+    from harness.registry import get_kernel
 
     latest: dict = {}
     for row in _ceilings_rows(root):

@@ -457,7 +457,7 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
 def check_kernels(reg: Registration) -> None:
     """Every named kernel exists and supports the workload and every dtype of the grid, and
     every grid point fits a known device."""
-    from kernels import get_kernel
+    from harness.registry import get_kernel
 
     for name in (*reg.candidates, reg.baseline):
         spec = get_kernel(name)
@@ -479,7 +479,7 @@ def check_fits(reg: Registration) -> None:
     """Every grid point fits some known device (memory.KNOWN_DEVICES) by the VRAM model: a
     point none can hold would be skipped on every machine, and its pairs never measured."""
     from harness.measurement import memory
-    from kernels import get_kernel
+    from harness.registry import get_kernel
 
     specs = [get_kernel(reg.baseline), *(get_kernel(c) for c in reg.candidates)]
     for cfg in reg.configs:

@@ -60,10 +60,11 @@ def ncu_version(ncu: str) -> str:
 
 def _pythonpath() -> str:
     """The worker imports the same harness and kernels packages as this process."""
-    import harness
-    import kernels
+    import importlib
 
-    roots = {str(Path(m.__file__).resolve().parents[1]) for m in (harness, kernels)}
+    from harness import CODE_PACKAGES
+
+    roots = {str(Path(importlib.import_module(m).__file__).resolve().parents[1]) for m in CODE_PACKAGES}
     return os.pathsep.join([*sorted(roots), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 

@@ -25,7 +25,7 @@ def resolve(ref: str):
     if ":" in ref:
         module, attr = ref.split(":", 1)
         return getattr(importlib.import_module(module), attr)
-    from kernels import get_kernel
+    from harness.registry import get_kernel
 
     return get_kernel(ref).fn
 

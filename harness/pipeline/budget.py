@@ -30,7 +30,7 @@ class Budget:
 
 def budget(task: Task, ctx: SweepContext) -> Budget:
     from harness.measurement import memory
-    from kernels import get_kernel
+    from harness.registry import get_kernel
 
     cfg = task.config
     base_spec = get_kernel(ctx.reg.baseline)

@@ -18,7 +18,7 @@ TOLERANCE_TAGS = frozenset({"mismatch"})
 
 def base_row(cfg: Config, candidate: str, ctx: SweepContext) -> dict:
     """The fields of every outcome row of a (config, candidate) pair."""
-    from kernels import get_kernel
+    from harness.registry import get_kernel
 
     return {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": candidate, "baseline": ctx.reg.baseline,
             "ceilings_ref": ceilings_ref(ctx.ceilings),

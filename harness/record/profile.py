@@ -101,7 +101,7 @@ def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool =
     from harness.measurement.correctness.gate import gate
     from harness.measurement.numerics import apply
     from harness.measurement.profile import profile
-    from kernels import get_kernel
+    from harness.registry import get_kernel
 
     reg = line.reg
     ncu, version = require_profiler(device)

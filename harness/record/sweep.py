@@ -64,7 +64,7 @@ def check_kernels_usable(line: Line, device: str) -> None:
     produce numbers no commit can reproduce, so it is refused by name before any import of it.
     """
     from harness.governance.line import require_tracked_code
-    from kernels import get_kernel
+    from harness.registry import get_kernel
 
     require_tracked_code(line.root)
     reg = line.reg

@@ -81,7 +81,7 @@ def _left_out(spec, device: str) -> str | None:
 
 def plan(reg, device: str) -> WarmPlan:
     """One task per (compiling kernel, config it supports), the gate's boundary configs included."""
-    from kernels import get_kernel
+    from harness.registry import get_kernel
 
     tasks, left_out = [], []
     for name in dict.fromkeys((reg.baseline, *reg.candidates)):
@@ -105,8 +105,8 @@ def warm_one(task: WarmTask, device: str) -> Warmed:
     try:
         import torch
 
+        from harness.registry import get_kernel
         from harness.workloads.inputs import make_inputs
-        from kernels import get_kernel
 
         cfg = task.config
         q, k, v = make_inputs(cfg, WARM_SEED, WARM_FAMILY, device)

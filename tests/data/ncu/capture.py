@@ -1,7 +1,7 @@
 """Run triton_flash, cublas_stack and a hollow half-KV SDPA once each inside NVTX ranges (after warm-up)."""
 import sys
 import torch
-from kernels import get_kernel
+from harness import get_kernel
 
 B, H, N, D = 1, 16, 4096, 128
 g = torch.Generator(device="cuda").manual_seed(0)

@@ -1,5 +1,10 @@
 """The kernel registry: a decorator that names a kernel and what it supports.
 
+The public plugin API (``from harness import kernel, KernelSpec``; docs/kernels.md). The
+kernels shipped in the repository's ``kernels/`` folder import as ``bench_kernels``
+(``harness.KERNELS_PACKAGE``), so an installed bench never claims the top-level name
+``kernels`` (Hugging Face's kernel loader's).
+
 Contract (docs/kernels.md): a kernel is a destination-passing callable
 ``fn(q, k, v, out, *, causal, scale) -> None``. q and out are (B, H, Nq, D), k and v are
 (B, Hkv, Nk, D) with H a multiple of Hkv (query head h reads kv head h // (H // Hkv)),
@@ -100,19 +105,21 @@ def kernel(name: str, *, workloads, dtypes, devices=("cpu", "cuda"), memory=None
 
 
 def load_kernels() -> dict[str, KernelSpec]:
-    """Import every public module of ``kernels`` and every ``bench.kernels`` entry point.
+    """Import every public module of the shipped kernels (the ``kernels/`` folder, imported as
+    ``bench_kernels``) and every ``bench.kernels`` entry point.
 
     A module that fails to import is a UserError naming the file: a broken kernel must
     never be silently dropped from a sweep.
     """
     global _LOADED
     if not _LOADED:
-        import kernels as pkg
+        from harness import KERNELS_PACKAGE
 
+        pkg = importlib.import_module(KERNELS_PACKAGE)
         for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
             if info.name.startswith("_"):
                 continue
-            modname = f"kernels.{info.name}"
+            modname = f"{KERNELS_PACKAGE}.{info.name}"
             try:
                 importlib.import_module(modname)
             except UserError:

@@ -1,0 +1,117 @@
+"""bench beside Hugging Face's `kernels` package in one environment.
+
+Both are installed (regular installs, not editable) into one virtual environment: bench's
+shipped kernels import as ``bench_kernels``, so bench claims no top-level ``kernels`` and
+neither package shadows the other. A line named ``example`` (tests' TINY grid, as the other
+scratch-repository sweeps use: seconds on a CPU) sweeps there from a repository of
+registrations and ledgers only, and HF's loader imports in the same environment. CI reaches a
+package index; where `pip download kernels` cannot (offline), the test skips and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness import KERNELS_PACKAGE, __version__
+from harness.governance.ledger import read_rows
+from tests.conftest import TINY, copy_project, git, init_repo
+
+# Hugging Face's kernel loader: its PyPI name and its top-level import name.
+HF_KERNELS = "kernels"
+# pip and venv steps read a package index; each bench command is a hang guard.
+PIP_TIMEOUT_S = 600
+BENCH_TIMEOUT_S = 600
+OUTCOME_KINDS = ("result", "skipped", "incorrect", "throttled", "crashed", "unsupported")
+
+
+def _hf_wheel(dest: Path) -> Path:
+    """HF `kernels`' wheel from the package index, or skip with the reason."""
+    r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", HF_KERNELS, "-d", str(dest)],
+                       capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+    wheels = sorted(dest.glob(f"{HF_KERNELS}-*.whl"))
+    if r.returncode != 0 or not wheels:
+        said = (r.stderr.strip().splitlines() or ["no wheel"])[-1]
+        pytest.skip(f"`pip download {HF_KERNELS}` is impossible here (no package index reachable): {said}")
+    return wheels[0]
+
+
+def _venv(where: Path) -> Path:
+    """A venv that sees this interpreter's packages (torch, setuptools) and holds no pip of its
+    own: pip runs from outside with ``--python``, so the build uses the system setuptools."""
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(where)],
+                   check=True, capture_output=True, timeout=PIP_TIMEOUT_S)
+    return where / "bin" / "python"
+
+
+def _pip(python: Path, *args: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-compile", *args],
+                       capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _run(python: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python -P``: nothing from the working directory or PYTHONPATH, only the environment."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONUNBUFFERED="1", COLUMNS="200")
+    return subprocess.run([str(python), "-P", *args], cwd=cwd, capture_output=True, text=True, env=env,
+                          timeout=BENCH_TIMEOUT_S)
+
+
+# One process imports HF's loader first, then discovers bench's kernels: each keeps its name.
+BOTH = textwrap.dedent(f'''\
+    import json, sys
+    import {HF_KERNELS} as hf
+    from harness import load_kernels
+    ks = load_kernels()
+    print(json.dumps({{"hf": hf.__file__, "hf_get_kernel": callable(getattr(hf, "get_kernel", None)),
+                      "still_hf": sys.modules["{HF_KERNELS}"] is hf,
+                      "bench": sys.modules["{KERNELS_PACKAGE}"].__file__, "kernels": sorted(ks)}}))
+    ''')
+
+
+@pytest.mark.slow
+def test_bench_installs_and_sweeps_the_example_beside_hugging_face_kernels(tmp_path):
+    wheel = _hf_wheel(tmp_path / "wheels")
+    python = _venv(tmp_path / "venv")
+    _pip(python, str(wheel))  # with its dependencies, from the index
+    _pip(python, "--no-deps", "--no-build-isolation", str(copy_project(tmp_path / "src")))
+    site = Path(_run(python, tmp_path, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+                .stdout.strip())
+
+    # bench's installed files: harness/ and bench_kernels/, never a top-level kernels/.
+    record = (site / f"bench-{__version__}.dist-info" / "RECORD").read_text().splitlines()
+    tops = {line.split(",")[0].split("/")[0] for line in record}
+    assert {"harness", KERNELS_PACKAGE} <= tops and HF_KERNELS not in tops, sorted(tops)
+
+    r = _run(python, tmp_path, "-c", BOTH)
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout)
+    assert Path(seen["hf"]).parent == site / HF_KERNELS and seen["hf_get_kernel"] and seen["still_hf"], seen
+    assert Path(seen["bench"]).parent == site / KERNELS_PACKAGE, seen
+    assert {"sdpa", "torch_stack"} <= set(seen["kernels"]), seen
+
+    # The example line, swept by the installed bench from a repository of registrations only.
+    proj = init_repo(tmp_path / "proj", {"example": TINY})
+    r = _run(python, proj, "-m", "harness", "register", "example")
+    assert r.returncode == 0, r.stdout + r.stderr
+    git(proj, "add", "-A")
+    git(proj, "commit", "-qm", "register example")
+    r = _run(python, proj, "-m", "harness", "sweep", "example")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = read_rows(proj / "ledger" / "example.jsonl")
+    outcomes = [row for row in rows if row["kind"] in OUTCOME_KINDS]
+    # Both configs have their outcome rows (a loaded host may skip timing: still an outcome).
+    assert len({row["config_key"] for row in outcomes}) == 2, [row["kind"] for row in rows]
+    for row in outcomes:
+        assert {c["package"] for c in row["code"]} == {"harness", KERNELS_PACKAGE}, row["code"]
+        assert all((c["name"], c["editable"]) == ("bench", False) for c in row["code"]), row["code"]
+        for src in row.get("kernel_sources", {}).values():
+            assert src["path"].startswith(f"{KERNELS_PACKAGE}/"), src
+    assert git(proj, "status", "--porcelain") == ""  # every row committed
