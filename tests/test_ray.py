@@ -10,13 +10,14 @@ One Ray instance serves the module (started here with two CPUs); each sweep is a
 from __future__ import annotations
 
 import os
-import shutil
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, copy_project
 from test_workers import FAULT_LINE, TEST_WATCHDOG_S, _bench, _outcomes, _plugin_env, _popen, _repo, _verified
 
 ray = pytest.importorskip("ray")
@@ -138,14 +139,16 @@ def test_a_ray_worker_running_other_code_refuses_naming_the_file(tmp_path, clust
     address, env, _ = cluster
     root = _line(tmp_path, "other", ["sdpa"], watchdog=TEST_WATCHDOG_S)
     assert _bench(root, env, "register", "faults").returncode == 0
-    # The driver runs a copy of this checkout with one harness file changed; the cluster's
-    # workers run the checkout itself.
-    copy = tmp_path / "driver-code"
-    for pkg in ("harness", "kernels"):
-        shutil.copytree(REPO / pkg, copy / pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    run_py = copy / "harness" / "pipeline" / "run.py"
+    # The driver runs an installed bench with one harness file changed (code must come from the
+    # repository or an installed distribution); the cluster's workers run the checkout itself.
+    src = copy_project(tmp_path / "driver-src")
+    run_py = src / "harness" / "pipeline" / "run.py"
     run_py.write_text(run_py.read_text() + "\n# changed on the driver's side only\n")
-    path = [str(copy) if p == str(REPO) else p for p in env["PYTHONPATH"].split(os.pathsep)]
+    site = tmp_path / "driver-site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                        "--no-compile", "--target", str(site), str(src)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    path = [str(site) if p == str(REPO) else p for p in env["PYTHONPATH"].split(os.pathsep)]
     driver_env = {**env, "PYTHONPATH": os.pathsep.join(path)}
     res = _bench(root, driver_env, "sweep", "faults", "--device", "cpu", "--no-ceilings", "--executor", "ray",
                  "--address", address)
