@@ -16,7 +16,7 @@ LOG2E = 1.4426950408889634
 # The query tile is padded to this many rows: the smallest M of a tensor-core tl.dot.
 MIN_DOT_ROWS = 16
 # Launch defaults: no tile, warp, stage or programs-per-SM variant measured faster by more
-# than 2% (docs/benchmarks-log.md). The interpreter has no pipeline.
+# than 2% (docs/measurement.md#design-notes-moved-from-code). The interpreter has no pipeline.
 NUM_WARPS = 4
 NUM_STAGES = 3
 COMBINE_WARPS = 4
@@ -189,7 +189,7 @@ def combine_kernel(M, L, ACC, Out, Rec, num_splits, rec_first, D: tl.constexpr, 
 # The partials' scratch of the last shape, per device: (key, (m, l, acc, arrivals)). Decode
 # runs once per token, so a serving loop reuses one buffer instead of four allocations per
 # call (keeping it also made a fault of a timed sweep go away whose cause is not pinned
-# down: docs/benchmarks-log.md). Calls on one device must share a stream (the harness and
+# down: docs/measurement.md#design-notes-moved-from-code). Calls on one device must share a stream (the harness and
 # serving loops do).
 _SCRATCH: dict = {}
 

@@ -17,7 +17,7 @@ Three load paths share one kernel body (``DESC`` constexpr):
   needs ``triton.set_allocator``); the tutorial's choice for Hopper + warp specialization.
   Kept for explicit configs and comparison only: it measured slower than host
   descriptors, and with ``WARP_SPECIALIZE`` two configs gave wrong results under one Triton
-  version (docs/benchmarks-log.md), so no shipped config uses either.
+  version (docs/measurement.md#design-notes-moved-from-code), so no shipped config uses either.
 
 The descriptor paths are used only on sm_90 for float16/bfloat16 (HOPPER_CONFIGS). Their views are flattened
 over batch·heads, so a tile that crosses the end of a head would read the next head's rows:
@@ -270,7 +270,7 @@ def make_config(bm, bn, warps, stages, desc=DESC_POINTER, ws=False):
 
 
 # Hopper (sm_90) fp16/bf16, per (head_dim, causal): host TMA descriptors. Chosen by three
-# tile sweeps (docs/benchmarks-log.md, "Design notes moved from code") from the tutorial's
+# tile sweeps (docs/measurement.md#design-notes-moved-from-code, "Design notes moved from code") from the tutorial's
 # space (BLOCK_M 64..256, BLOCK_N 32..128, 4/8 warps, 2..4 stages, host vs in-kernel
 # descriptors, warp specialization, lazy rescaling), then kept to
 # the configs the autotuner picked in the final benchmark plus the runner-up: a short list

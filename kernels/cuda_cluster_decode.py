@@ -6,8 +6,8 @@ splits' float32 partials through global memory. Here each (batch, kv head) is on
 thread-block *cluster* of C CTAs, one CTA per SM, and the C partials are merged through
 distributed shared memory at the end of the same kernel: one launch, no scratch, no
 partials in global memory. It measured slower than triton_decode at every batch
-(docs/benchmarks-log.md): a cluster must fit one GPC, so few clusters of a useful size are
-resident at once, and one CTA alone cannot stream a kv head at full bandwidth.
+(docs/measurement.md#small-batches-the-splits-merged-on-chip--cuda_cluster_decode-a8c3a21): a cluster must
+fit one GPC, so few clusters of a useful size are resident at once, and one CTA alone cannot stream a kv head at full bandwidth.
 
 * ``plan``: C is the largest size ≤ MAX_CLUSTER with B·Hkv·C ≤ SMs whose B·Hkv clusters
   the driver says can be resident at once (cuOccupancyMaxActiveClusters), so the grid is

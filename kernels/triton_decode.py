@@ -21,7 +21,7 @@ log2(e) folded into the scale), P rounded to the input dtype for the PV dot (the
 FlashAttention choice), partials and combine in fp32, one final rounding of out.
 
 Measured figures (bandwidth against the copy ceiling per batch and length, the variants
-that measured slower, per-program timelines) are in docs/benchmarks-log.md.
+that measured slower, per-program timelines) are in docs/measurement.md#decode-kernel-notes.
 
 Runs on CUDA; on the CPU only under ``TRITON_INTERPRET=1`` (Triton's interpreter, set
 before triton is first imported), where ``devices`` includes "cpu" — slow, for tests.
@@ -57,7 +57,8 @@ MIN_KEYS_PER_SPLIT = 256
 # MAX_SPLITS floats); the weighted sums go COMBINE_SPLIT_BLOCK splits at a time.
 MAX_SPLITS = 512
 # Programs per SM a small batch is cut for (B·Hkv ≤ this × SMs): one wave of about 2 per
-# SM, all resident at once; more programs measured slower (docs/benchmarks-log.md, split plan).
+# SM, all resident at once; more programs measured slower
+# (docs/measurement.md#small-batches-the-split-plan-researchexplore_decode_splitspy).
 SMALL_PROGRAMS_PER_SM = 2
 # Splits merged per step of the combine: a 32 × D fp32 tile is 32 registers per thread at
 # D=128 with 4 warps, and 32 splits cover every batch ≥ 16 plan in one step.
@@ -68,12 +69,12 @@ COMBINE_ONE_PASS_SPLITS = 64
 # Merge the splits inside the split kernel (the last program of a kv head to finish
 # merges, found by an arrival counter) instead of a second launch. Off: the last program's
 # serial merge outlasts the second launch it saves (measured slower at every small batch:
-# docs/benchmarks-log.md).
+# docs/measurement.md#design-notes-moved-from-code).
 FUSE_COMBINE = False
 # Launch split and combine with programmatic dependent launch (sm_90+, compiled Triton):
 # each kernel's CTAs are scheduled while the kernel before it drains and wait on-chip
 # (griddepcontrol.wait) instead of after a full launch gap (a gain at every shape measured:
-# docs/benchmarks-log.md).
+# docs/measurement.md#programmatic-dependent-launch-9dee1b0).
 LAUNCH_PDL = True
 # Programs resident per SM, for the last-wave adjustment: the sm_90 build of the split
 # kernel (D=128, BLOCK_N=64, 4 warps, 3 stages) uses 70 KB of shared memory (3 fit in

@@ -1,7 +1,7 @@
 """The measurement benchmark's tables, run on the GPU (and runnable on a CPU, smaller).
 
 The goals themselves are asserted by tests/test_measurement_validation.py (gpu, slow); this
-script prints the tables docs/benchmarks-log.md quotes. Its figures are not ledger-backed.
+script prints the tables docs/measurement.md#timing-protocols quotes. Its figures are not ledger-backed.
 
 One run reports:
   1. the control ratio (baseline vs itself) over every config of a grid, through run_config;

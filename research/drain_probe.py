@@ -1,7 +1,7 @@
 """How long a device-wide synchronize takes once the caller's stream has finished a call: for an
 honest call (nothing left running) and for calls that leave work on another stream (issue 25's
 "work that outlives the call"), from a large batch of matmuls down to one small one. These
-figures set the drain threshold of the harness's leftover check (docs/benchmarks-log.md).
+figures set the drain threshold of the harness's leftover check (docs/measurement.md#what-a-timed-number-has-been-through).
 
     PYTHONUNBUFFERED=1 python3 -m research.drain_probe [--calls 300]
 """

@@ -14,7 +14,7 @@ The same arms are then timed in graph mode (one CUDA graph of K calls per sample
 yardstick, the shipped plan against variants of itself (TUNE: the two-pass combine, 4
 stages, one launch with PDL, twice the splits in 2 stages). Earlier runs timed two
 launches with and without PDL (61651b6) and the one-launch path's tile, warp, stage and
-split-count neighbours (1fe5d2f); none beat the shipped plan (docs/benchmarks-log.md).
+split-count neighbours (1fe5d2f); none beat the shipped plan (docs/measurement.md#small-batches-the-split-plan-researchexplore_decode_splitspy).
 
 ``--timeline`` records per-program timelines (TIMELINE_CASES), raw, in
 ``decode_timeline_raw.csv`` beside the medians in ``decode_timeline.csv``.
@@ -72,7 +72,7 @@ TUNE = {
     "n64_p3_st2": {"split_factor": 1.5, "num_stages": 2},
 }
 # At 88142b2 --tune timed the two-pass combine, 4 stages, one launch with PDL, and twice the
-# splits in 2 stages (4 or 2 warps); none beat the shipped plan (docs/benchmarks-log.md).
+# splits in 2 stages (4 or 2 warps); none beat the shipped plan (docs/measurement.md#small-batches-one-launch-tiles-warps-stages-explore_decode_splitspy---tune).
 # --timeline: per-program records, raw, of these (shape, name, decode() overrides); None = the plan's splits.
 TIMELINE_CASES = [
     ((1, 32, 8, 32768, 128, "float16"), "shipped", {}),

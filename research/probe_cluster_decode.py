@@ -1,8 +1,9 @@
 """How many thread-block clusters of cuda_cluster_decode this GPU holds at once, per size.
 
 A cluster's CTAs must share one GPC, so the answer follows the GPU's GPC sizes, not its SM
-count (the H200's figures: docs/benchmarks-log.md). cuda_cluster_decode's plan() asks the same
-driver query (cuOccupancyMaxActiveClusters, through ``resident_clusters``) before it picks
+count (the H200's figures:
+docs/measurement.md#small-batches-the-splits-merged-on-chip--cuda_cluster_decode-a8c3a21). cuda_cluster_decode's
+plan() asks the same driver query (cuOccupancyMaxActiveClusters, through ``resident_clusters``) before it picks
 a size. Not ledger-backed: a probe of the device, not a benchmark.
 
 Usage (GPU machine with cupy, repo root):

@@ -3,7 +3,7 @@
 Real `bench register` + `bench sweep` of the shipped example line (cold mode, as shipped),
 the same line in graph mode, and a large grid up to seq_len 32k, each in a fresh git
 repository; then the harness's timer against ``triton.testing``'s on the same calls.
-Goals (docs/benchmarks-log.md, "Measurement you can trust"): the control arm (the baseline
+Goals (docs/measurement.md#validation-runs-on-the-h200-issue-3, "Measurement you can trust"): the control arm (the baseline
 timed again as its own arm) has a median within ±0.5% of 1 and every config within ±2%
 (eager µs configs outside ±2% must be flagged rig-noisy, at most two of them); the VRAM
 model predicts the measured peak within ±10%; NVML is polled at ≥ MIN_POLL_HZ during every

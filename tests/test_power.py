@@ -127,7 +127,7 @@ def test_register_reports_downgrades_and_warns_of_a_speedup_bar_inside_the_contr
 
 @pytest.mark.slow
 def test_the_shipped_float32_lines_tolerances_have_power():
-    # example.toml's float32 half (its bf16 half lets a 1% scale error through: docs/benchmarks-log.md).
+    # example.toml's float32 half (its bf16 half lets a 1% scale error through: docs/measurement.md#correctness-gate-and-tolerances).
     from harness.governance.registration import load
     from pathlib import Path
 

@@ -32,7 +32,7 @@ from harness.measurement.timing.timers import CudaEventTimer, HostTimer, Timer, 
 # Measured ceilings are achievable rates, not hardware peaks: the datasheet peaks sit up to
 # a quarter above them, and a read-mostly kernel can beat a copy's read+write rate by a few
 # percent. 30% sits above both, so only a number beyond the hardware's own peak is called
-# impossible (figures: docs/benchmarks-log.md).
+# impossible (figures: docs/measurement.md#device-ceilings).
 IMPOSSIBLE_MARGIN = 0.30
 
 # --- CUDA measurement sizes -------------------------------------------------------------

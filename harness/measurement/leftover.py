@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass
 
 # A device-wide synchronize after the caller's stream is done: on the H200, over 300 idle
-# calls, p50 11 µs, p99 24 µs, max 42 µs (research/drain_probe.py, docs/benchmarks-log.md).
+# calls, p50 11 µs, p99 24 µs, max 42 µs (research/drain_probe.py;
+# docs/measurement.md#what-a-timed-number-has-been-through).
 # Longer than this, the device was still running something the call left behind.
 DRAIN_LIMIT_S = 100e-6
 # A checked call whose drain exceeds DRAIN_LIMIT_S is called once more on the same inputs:
@@ -47,8 +48,8 @@ def drain_s(device) -> float:
     ``torch.cuda.synchronize`` releases the GIL and must win it back from the process's other
     threads (the clock monitor's polls) before it can return, which read on the H200 as drains
     of 100-340 µs after an 11 ms cuBLAS call with nothing left running (26 µs median without
-    the monitor, 9 µs with the GIL held: docs/benchmarks-log.md). Where the runtime cannot be
-    found, torch's synchronize times it."""
+    the monitor, 9 µs with the GIL held: docs/benchmarks-log.md#device-runs-of-2026-12-02-issue-25).
+    Where the runtime cannot be found, torch's synchronize times it."""
     import torch
 
     sync = _cudart_sync()

@@ -104,7 +104,7 @@ GEN_CHUNK = 1 << 22
 # Peak live bytes per element inside _normals: three 8-byte arrays at once (the int64
 # state with its high half as int64 and float64, then the state, r and theta); the
 # splitmix steps hold two, the float32 draw and its cast 12. Summing every array (38)
-# over-predicted decode configs by ~60 MB per 4 Mi-element chunk (docs/benchmarks-log.md).
+# over-predicted decode configs by ~60 MB per 4 Mi-element chunk (docs/measurement.md#vram-model).
 GEN_BYTES_PER_ELEM = 3 * 8
 
 

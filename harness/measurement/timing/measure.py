@@ -90,7 +90,7 @@ WARMUP_MAX_EXTENSIONS = 3
 # Sustained clocks: the warm-up is extended (up to WARMUP_SETTLE_MAX_EXTENSIONS more
 # budgets) while the SM clock in its second half is > CLOCK_SETTLE_TOLERANCE below its first
 # half: a compute-bound kernel timed in the boost burst before the power limiter settles
-# reads faster than it runs in a loop of calls (docs/benchmarks-log.md).
+# reads faster than it runs in a loop of calls (docs/measurement.md#clocks-and-throttling).
 WARMUP_SETTLE_MAX_EXTENSIONS = 8
 CLOCK_SETTLE_TOLERANCE = 0.01
 # Time budgets compare with this slack so float round-off (0.12 - 0.02 < 0.1) never adds a round.

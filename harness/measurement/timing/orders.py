@@ -32,7 +32,7 @@ def round_orders(names: Sequence[str]) -> list[tuple[str, ...]]:
     blocks with the arms renamed to even out who runs one to three calls before whom
     (``_blocks``). The orders are chained (``_chain``): each starts with the arm the one
     before ended with, so every round boundary is an arm followed by itself, which every
-    arm gets equally often. docs/benchmarks-log.md has the measurements behind each rule.
+    arm gets equally often. docs/measurement.md#round-boundaries-and-arm-orders has the measurements behind each rule.
     """
     names = tuple(names)
     if len(names) <= MAX_PERMUTED_ARMS:

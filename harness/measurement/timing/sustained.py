@@ -21,8 +21,8 @@ do_bench's protocol:
 
 Why the flush in every mode: do_bench zeroes a 256 MB buffer before each call, which
 leaves the L2 full of dirty lines that the timed kernel then writes back: a memory-bound
-kernel pays for that inside its window (docs/benchmarks-log.md measures it). A rate that a
-user checks with do_bench is measured under do_bench's flush; the line's own mode still
+kernel pays for that inside its window (measured in
+docs/benchmarks-log.md#why-decodes-rate-differed-from-do_benchs-the-flushs-dirty-lines). A rate that a user checks with do_bench is measured under do_bench's flush; the line's own mode still
 governs the interleaved rounds, their speedups and the row's ``interleaved_ms``.
 
 On the CPU there is no boost clock: no warm-up, a short timed loop.
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 # Back-to-back load before timing: long enough for a compute-bound kernel's clock to settle
-# near the level a long loop holds (docs/benchmarks-log.md: the settling curve on the H200).
+# near the level a long loop holds (docs/measurement.md#clocks-and-throttling: the settling curve on the H200).
 WARM_S = {"cuda": 1.0, "cpu": 0.0}
 # Timed loop length: as long as do_bench's default measurement loop is in the same order.
 TIMED_S = {"cuda": 0.5, "cpu": 0.05}

@@ -295,7 +295,7 @@ class CudaEventTimer:
         # gaps inside the window, and those depend on which arm ran last. The spin lasts
         # twice this arm's last host enqueue time, within [BLOCK_MIN_S, BLOCK_MAX_S].
         # Held and synchronized per call, not per round: a round queued behind one hold
-        # widened the control's order effects (docs/benchmarks-log.md).
+        # widened the control's order effects (docs/measurement.md#control-arm-and-order-effects).
         for attempt in range(HOST_GAP_RETRIES + 1):
             if attempt and again is not None:
                 fn, before = again()  # fresh inputs: the failed attempt left its own in L2
