@@ -236,6 +236,11 @@ def _distribution_holding(pkg: str, where: Path):
     return None
 
 
+# (package, file it loads from) -> its record: a loaded module's code does not change under a
+# running process, so its distribution is found and hashed once.
+_OUTSIDE: dict[tuple[str, Path], dict] = {}
+
+
 def outside_code(root: Path) -> tuple[dict, ...]:
     """For each code package this process loaded from outside the repository ``root``: the
     installed distribution it comes from (``distribution_record``); anything else — a
@@ -253,11 +258,16 @@ def outside_code(root: Path) -> tuple[dict, ...]:
         where = Path(f).resolve()
         if where.is_relative_to(top):
             continue  # the repository's own: the commit stamp covers it
+        key = (pkg, where)
+        if key in _OUTSIDE:  # hashed once per process: workers check their code again after every config
+            out.append(_OUTSIDE[key])
+            continue
         dist = _distribution_holding(pkg, where)
         if dist is None:
             raise UserError(f"{pkg} is loaded from {where.parent}, which neither this repository ({top}) nor any "
                             f"installed distribution holds, so no row could name the code that ran: install it "
                             f"(`pip install -e {where.parent.parent}` or `pip install bench`), or run bench from "
                             f"that checkout")
-        out.append({"package": pkg, **distribution_record(dist, pkg, where)})
+        _OUTSIDE[key] = {"package": pkg, **distribution_record(dist, pkg, where)}
+        out.append(_OUTSIDE[key])
     return tuple(out)
