@@ -2,8 +2,10 @@
 """Decode attention on one GPU: correctness vs float64, then timing on rotating KV caches.
 
 For each shape (one query token per sequence, KV cache of L tokens):
-1. every kernel runs once on fresh random inputs with ``out`` poisoned with NaN and is
-   compared with a float64 reference (‖out − ref‖ / ‖ref‖ < TOLERANCE); one that fails is not timed;
+1. every kernel passes the harness's correctness gate first (``harness.measurement.correctness.gate``:
+   float64 reference, poisoned outputs, every seed and input family, boundary configs) with the
+   tolerances, seeds and families of the registered decode line (registrations/decode-h200.toml,
+   ``--registration``); one that fails is not timed. This script has no criterion of its own;
 2. ``triton.testing.do_bench`` (median, CUDA events, L2 flushed before every call) times it
    on a ring of KV caches that together exceed ROTATE_L2_MULTIPLE × L2, so no call finds its
    K/V in L2 (a single cache that large is used alone);
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -35,10 +38,8 @@ import traceback
 ROTATE_L2_MULTIPLE = 4
 # Fallback when torch does not report the L2 size (an H200 has 60 MB).
 DEFAULT_L2_BYTES = 60 * 1024**2
-# Correctness gate before timing: 4 unit roundoffs of the dtype, the bound of the stacks
-# (S, P and out each rounded once, + fp32 accumulation; tests/test_cublas_stack.py). The
-# per-kernel tests hold tighter bounds where a kernel rounds less (triton_decode: 2u).
-TOLERANCE = {"float16": 4 * 2.0**-11, "bfloat16": 4 * 2.0**-8}
+# The registered line whose [correctness] section gates every kernel before it is timed.
+REGISTRATION = "registrations/decode-h200.toml"
 DO_BENCH_WARMUP_MS = 25
 DO_BENCH_REP_MS = 100
 
@@ -61,15 +62,24 @@ SWEEP = [  # block_n, num_warps, num_stages, programs_per_sm
     (64, 4, 3, 12), (64, 4, 3, 24), (64, 4, 4, 12)]
 
 
-def reference(q, k, v, scale):
-    """The harness's float64 reference of one decode step (the gate's own)."""
-    from harness.measurement.reference import reference as float64_reference
+def config(shape):
+    from harness.workloads import Config
 
-    return float64_reference(q, k, v, causal=False, scale=scale)
+    b, h, hkv, n, d, dtype = shape
+    return Config(workload="decode", batch=b, heads=h, kv_heads=hkv, seq_len=n, head_dim=d, dtype=dtype, causal=False)
 
 
-def rel_err(out, ref) -> float:
-    return ((out.double() - ref).norm() / ref.norm()).item()
+def gated(spec, shape, reg) -> tuple[bool, str]:
+    """The harness's correctness gate of ``spec`` at ``shape`` under ``reg``'s [correctness]:
+    (passed, what the table shows: the worst tolerance ratio, or the failure's tag and reason)."""
+    from harness.measurement.correctness.gate import gate
+
+    cfg = config(shape)
+    g = gate(spec, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype], rtol=reg.rtol[cfg.dtype],
+             device="cuda", min_pass_rate=reg.min_pass_rate)
+    worst = ((g.to_row().get("worst") or {}).get("figures") or {}).get("tolerance_ratio")
+    shown = f"worst {worst:.3g} of tolerance" if isinstance(worst, (int, float)) else "passed"
+    return g.passed, shown if g.passed else f"gate [{g.tag}]: {str(g.reason)[:160]}"
 
 
 def make_inputs(shape, l2_bytes, seed):
@@ -103,18 +113,6 @@ def bench(fn, q, ring, out, scale):
     return 1e3 * triton.testing.do_bench(call, warmup=DO_BENCH_WARMUP_MS, rep=DO_BENCH_REP_MS, return_mode="median")
 
 
-def check(fn, q, ring, ref, scale):
-    import torch
-
-    k, v = ring[0]
-    out = torch.full_like(q, float("nan"))
-    fn(q, k, v, out, causal=False, scale=scale)
-    torch.cuda.synchronize()
-    if not torch.isfinite(out).all():
-        return math.nan, out
-    return rel_err(out, ref), out
-
-
 def fmt_row(r):
     return {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in r.items()}
 
@@ -139,6 +137,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--sweep", action="store_true", help="also time triton_decode tuning variants")
     ap.add_argument("--quick", action="store_true", help="three shapes only")
+    ap.add_argument("--registration", default=REGISTRATION, help="the line whose [correctness] gates every kernel")
     args = ap.parse_args(argv)
 
     import torch
@@ -147,7 +146,10 @@ def main(argv=None) -> int:
         print("bench_decode needs a CUDA GPU", file=sys.stderr)
         return 2
     from harness import load_kernels
+    from harness.governance.registration import load as load_registration
     from harness.measurement.ceilings import measure_ceilings
+
+    reg = load_registration(args.registration)
 
     os.makedirs(args.out, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
@@ -168,26 +170,21 @@ def main(argv=None) -> int:
         b, h, hkv, n, d, dtype = shape
         scale = d ** -0.5
         q, ring, kv_bytes = make_inputs(shape, l2, seed=1000 + si)
-        ref = reference(q, *ring[0], scale)
         out = torch.empty_like(q)
         names = list(KERNELS) + (["cuda_naive_decode"] if kv_bytes <= NAIVE_MAX_KV_BYTES else [])
         print(f"\nB={b} H={h} Hkv={hkv} L={n} D={d} {dtype}: KV {kv_bytes / 1e6:.0f} MB, ring of {len(ring)}")
         for name in names:
             spec = ks[name]
             row = {"kernel": name, "batch": b, "heads": h, "kv_heads": hkv, "seq_len": n, "head_dim": d,
-                   "dtype": dtype, "kv_mb": kv_bytes / 1e6, "rel_err": math.nan, "ok": False, "us": math.nan,
+                   "dtype": dtype, "kv_mb": kv_bytes / 1e6, "gate": "", "ok": False, "us": math.nan,
                    "kv_gbps": math.nan, "frac_copy": math.nan, "note": ""}
             if dtype not in spec.dtypes:
                 row["note"] = f"no {dtype}"
                 rows.append(row)
                 continue
             try:
-                err, _ = check(spec.fn, q, ring, ref, scale)
-                row["rel_err"] = err
-                row["ok"] = bool(err < TOLERANCE[dtype])
-                if not row["ok"]:
-                    row["note"] = f"incorrect (tol {TOLERANCE[dtype]:.2g})"
-                else:
+                row["ok"], row["gate"] = gated(spec, shape, reg)
+                if row["ok"]:
                     us = bench(spec.fn, q, ring, out, scale)
                     row["us"] = us
                     row["kv_gbps"] = kv_bytes / (us * 1e-6) / 1e9
@@ -197,9 +194,9 @@ def main(argv=None) -> int:
                 if not isinstance(exc, RuntimeError):
                     traceback.print_exc()
             rows.append(row)
-            print(f"  {name:18s} err {row['rel_err']:.2e} ok {row['ok']!s:5s} {row['us']:9.1f} us "
-                  f"{row['kv_gbps']:7.0f} GB/s {row['frac_copy']:6.1%} {row['note']}")
-        del q, ring, ref, out
+            print(f"  {name:18s} ok {row['ok']!s:5s} {row['us']:9.1f} us "
+                  f"{row['kv_gbps']:7.0f} GB/s {row['frac_copy']:6.1%} {row['gate']} {row['note']}")
+        del q, ring, out
         torch.cuda.empty_cache()
     write_table(os.path.join(args.out, "bench_decode.csv"), os.path.join(args.out, "bench_decode.md"), rows,
                 f"decode on {props.name}, copy bandwidth {copy:.0f} GB/s")
@@ -212,7 +209,6 @@ def main(argv=None) -> int:
             b, h, hkv, n, d, dtype = shape
             scale = d ** -0.5
             q, ring, kv_bytes = make_inputs(shape, l2, seed=2000 + si)
-            ref = reference(q, *ring[0], scale)
             out = torch.empty_like(q)
             print(f"\nsweep B={b} L={n}:")
             for bn, warps, stages, pps in SWEEP:
@@ -220,15 +216,16 @@ def main(argv=None) -> int:
                     return decode(q_, k_, v_, o_, scale, block_n=bn, num_warps=warps, num_stages=stages,
                                        programs_per_sm=pps)
                 row = {"batch": b, "seq_len": n, "block_n": bn, "warps": warps, "stages": stages,
-                       "programs_per_sm": pps, "splits": math.nan, "rel_err": math.nan, "us": math.nan,
+                       "programs_per_sm": pps, "splits": math.nan, "gate": "", "us": math.nan,
                        "kv_gbps": math.nan, "frac_copy": math.nan, "note": ""}
                 try:
                     k0, v0 = ring[0]
                     row["splits"] = decode(q, k0, v0, out, scale, block_n=bn, num_warps=warps,
                                                 num_stages=stages, programs_per_sm=pps)
-                    err, _ = check(fn, q, ring, ref, scale)
-                    row["rel_err"] = err
-                    if err < TOLERANCE[dtype]:
+                    base = ks["triton_decode"]
+                    variant = dataclasses.replace(base, name=f"triton_decode[{bn},{warps},{stages},{pps}]", fn=fn)
+                    ok, row["gate"] = gated(variant, shape, reg)
+                    if ok:
                         us = bench(fn, q, ring, out, scale)
                         row.update(us=us, kv_gbps=kv_bytes / (us * 1e-6) / 1e9)
                         row["frac_copy"] = row["kv_gbps"] / copy
@@ -237,9 +234,9 @@ def main(argv=None) -> int:
                 except Exception as exc:
                     row["note"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
                 sweep_rows.append(row)
-                print(f"  bn {bn:3d} w {warps} st {stages} pps {pps:2d} splits {row['splits']} err {row['rel_err']:.1e} "
+                print(f"  bn {bn:3d} w {warps} st {stages} pps {pps:2d} splits {row['splits']} {row['gate']} "
                       f"{row['us']:9.1f} us {row['kv_gbps']:7.0f} GB/s {row['frac_copy']:6.1%} {row['note']}")
-            del q, ring, ref, out
+            del q, ring, out
             torch.cuda.empty_cache()
         write_table(os.path.join(args.out, "triton_sweep.csv"), os.path.join(args.out, "triton_sweep.md"),
                     sweep_rows, "triton_decode variants")

@@ -2,8 +2,8 @@
 """How triton_decode should cut the KV cache at small batch: split counts timed by the harness.
 
 For each decode shape, every split count in a list (plus the shipped plan, and as
-yardsticks sdpa_cudnn and cuda_cluster_decode: OTHER_KERNELS) is first checked against the
-float64 reference (the harness's, through research/bench_decode.py's check), then
+yardsticks sdpa_cudnn and cuda_cluster_decode: OTHER_KERNELS) first passes the harness's correctness gate
+(the registered decode line's tolerances, through research/bench_decode.py's `gated`), then
 all of them are timed together as arms of one
 ``harness.measurement.timing.measure`` call in hot mode: interleaved rounds, a ring of KV
 copies ≥ 4 × L2 so no call finds its cache in L2, no L2 flush (a flush leaves the L2 full
@@ -40,11 +40,12 @@ Usage (GPU machine, repo root): PYTHONUNBUFFERED=1 python3 -m research.explore_d
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import csv
 import os
 import time
 
-from research.bench_decode import TOLERANCE, check, reference
+from research.bench_decode import REGISTRATION, gated
 
 # (batch, heads, kv_heads, seq_len, head_dim, dtype): the llama-bench decode artifact's single-sequence decode
 # first, then small batches, then two of the decode-h200 line's shapes as a check that a
@@ -134,6 +135,9 @@ def main():
     out_dir = os.environ.get("OUT") or "."
     os.makedirs(out_dir, exist_ok=True)
     specs = load_kernels()
+    from harness.governance.registration import load as load_registration
+
+    reg = load_registration(REGISTRATION)  # its [correctness] gates every arm before it is timed
     ceil = measure_ceilings("cuda")
     l2 = device_l2_bytes("cuda")
     sms = sm_count()
@@ -165,7 +169,6 @@ def main():
         q = torch.randn((b, h, 1, d), generator=gen, device="cuda").to(dt)
         ring = [(torch.randn((b, hkv, n, d), generator=gen, device="cuda").to(dt),
                  torch.randn((b, hkv, n, d), generator=gen, device="cuda").to(dt)) for _ in range(copies)]
-        ref = reference(q, *ring[0], scale)
         block_n = BLOCK_N_FOR_D[d]
         shipped, _, _ = plan(b, hkv, n, d, sms)
         variants = {}  # name -> decode() keyword overrides; "num_splits" as launched
@@ -200,10 +203,12 @@ def main():
         for name, kw in variants.items():
             def fn(q_, k_, v_, o_, *, causal, scale, kw=kw):
                 decode(q_, k_, v_, o_, scale, **kw)
-            err, out = check(fn, q, ring, ref, scale)
-            if not err < TOLERANCE[dtype]:
-                why[name] = f"rel err {err:.3g} >= {TOLERANCE[dtype]:.3g}"
+            ok, shown = gated(dataclasses.replace(specs["triton_decode"], name=f"triton_decode[{name}]", fn=fn),
+                              shape, reg)
+            if not ok:
+                why[name] = shown
                 continue
+            out = torch.empty_like(q)
 
             def arm(slot, kw=kw, out=out):
                 decode(q, *ring[slot % copies], out, scale, **kw)
@@ -213,10 +218,11 @@ def main():
             if spec.unusable_reason("cuda"):
                 why[other] = spec.unusable_reason("cuda")
                 continue
-            err, o_c = check(spec.fn, q, ring, ref, scale)
-            if not err < TOLERANCE[dtype]:
-                why[other] = f"rel err {err:.3g} >= {TOLERANCE[dtype]:.3g}"
+            ok, shown = gated(spec, shape, reg)
+            if not ok:
+                why[other] = shown
                 continue
+            o_c = torch.empty_like(q)
             arms[other] = lambda slot, fn=spec.fn, o_c=o_c: fn(q, *ring[slot % copies], o_c, causal=False,
                                                                 scale=scale)
         # Yardstick at this size: copying the same K and V (two launches, as decode's split +
@@ -264,7 +270,7 @@ def main():
                     and r["mode"] == "hot"), key=lambda r: r["frac"], default=None)
         print(f"{shape}: {len(arms)} arms, shipped s{shipped}, best hot {best and best['arm']} "
               f"{best and round(best['frac'], 3)}", flush=True)
-        arms = ring = q = ref = dst = None  # free this shape's caches before the next
+        arms = ring = q = dst = None  # free this shape's caches before the next
         torch.cuda.empty_cache()
 
     cols = ["B", "H", "Hkv", "L", "D", "dtype", "mode", "arm", "splits", "programs", "shipped", "us", "gbps", "frac",

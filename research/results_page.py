@@ -47,8 +47,8 @@ def _candidates(view) -> list[str]:
     """Per candidate over its latest result rows: speedup spread and the best fractions of the ceilings."""
     by: dict[str, list[dict]] = {}
     for r in view.results():
-        if r.get("role", "candidate") == "candidate":
-            by.setdefault(r["candidate"], []).append(r["metrics"])
+        if (r.role or "candidate") == "candidate":
+            by.setdefault(r.candidate, []).append(r.metrics)
     if not by:
         return []
     out = ["| candidate | results | speedup min / median / max | best of peak FLOP/s | best of peak GB/s |",
@@ -84,7 +84,7 @@ def _line(path: Path) -> list[str]:
     if p and p.get("expr"):
         err = f" (outcome − prediction {p['error']})" if p.get("error") else ""
         out += ["", f"Primary `{_cell(p['expr'])}` = {p['value']}, predicted {p['prediction']}{err}."]
-    controls = [r["metrics"]["control"] for r in view.results() if r["metrics"].get("control") is not None]
+    controls = [r.metrics["control"] for r in view.results() if r.metrics.get("control") is not None]
     cands = _candidates(view)
     if cands:
         out += ["", *cands]
@@ -95,22 +95,22 @@ def _line(path: Path) -> list[str]:
 
 
 def _ceilings(root: Path) -> list[str]:
-    latest: dict[str, dict] = {}
+    latest: dict = {}
     for row in Ledger(root, CEILINGS_LEDGER).rows():
-        fp = row.get("fingerprint") or {}
+        fp = row.fingerprint or {}
         latest[repr(sorted(fp.items()))] = row
     if not latest:
         return ["No device ceilings measured yet (`bench ceilings`)."]
-    dtypes = sorted({dt for r in latest.values() for dt in (r.get("matmul_tflops") or {})})
+    dtypes = sorted({dt for r in latest.values() for dt in (r.matmul_tflops or {})})
     out = ["| device | driver / CUDA / torch | copy GB/s (read + write) | "
            + " | ".join(f"matmul {dt} TFLOP/s" for dt in dtypes) + " | measured at |",
            "|---" * (4 + len(dtypes)) + "|"]
     for r in latest.values():
-        fp = r.get("fingerprint") or {}
-        mm = r.get("matmul_tflops") or {}
-        out.append(f"| {fp.get('name', r.get('device'))} | {fp.get('driver')} / {fp.get('cuda')} / {fp.get('torch')} | "
-                   f"{_f(r.get('copy_gbps'), '.0f')} | " + " | ".join(_f(mm.get(dt), '.1f') for dt in dtypes)
-                   + f" | `{str(r.get('commit', ''))[:12]}`, {str(r.get('time', ''))[:10]} |")
+        fp = r.fingerprint or {}
+        mm = r.matmul_tflops or {}
+        out.append(f"| {fp.get('name', r.device)} | {fp.get('driver')} / {fp.get('cuda')} / {fp.get('torch')} | "
+                   f"{_f(r.copy_gbps, '.0f')} | " + " | ".join(_f(mm.get(dt), '.1f') for dt in dtypes)
+                   + f" | `{str(r.commit or '')[:12]}`, {str(r.time or '')[:10]} |")
     return out
 
 

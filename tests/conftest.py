@@ -195,6 +195,10 @@ def sweep_context(*, device: str = "cpu", baseline: str = "torch_stack", candida
            "timing": dict(timing or {}), "bar": {"go": go, "prediction": 1.0}}
     sha = hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()
     reg = from_table(raw, Path(f"registrations/{line}.toml"), sha)
+    if isinstance(ceilings, dict):  # Ceilings.to_row(): the ceilings row it would be, not in any ledger
+        from harness.governance.ledger_rows import load
+
+        ceilings = load({"kind": "ceilings", **ceilings})
     return SweepContext(reg=reg, device=device, ceilings=ceilings)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.governance.audit import recompute
+from harness.governance.ledger_rows import load
 from harness.governance.ledger_format import GENESIS_HASH, canonical, read_rows, row_hash
 from harness.governance.ledger_verify import verify
 from tests.conftest import REPO, git, init_repo, run_bench
@@ -27,7 +28,8 @@ BEFORE_VERDICT = 16  # the fixture's rows before its verdict row (an open line)
 
 
 def _rows() -> list[dict]:
-    return read_rows(FIXTURE)
+    """The fixture's rows as written (dicts, as an attacker edits them)."""
+    return [r.dump() for r in read_rows(FIXTURE)]
 
 
 def _rechain(rows: list[dict]) -> bytes:
@@ -49,13 +51,13 @@ def _set(row: dict, path: str, value) -> None:
 def test_the_fixture_and_the_shipped_ledgers_add_up():
     rows = _rows()
     assert sum(r["kind"] == "result" for r in rows) == 6
-    assert all(recompute(r) == [] for r in rows)
+    assert all(recompute(load(r)) == [] for r in rows)
     shipped = sorted((REPO / "ledger").glob("*.jsonl"))
     assert shipped
     for path in shipped:  # older rows (no interleaved_ms, rig_noise, quanta, floor) verify on what they have
         res = verify(path)
         assert res.ok, res.reason
-        assert res.n_results == sum(r["kind"] == "result" for r in read_rows(path))
+        assert res.n_results == sum(r.kind == "result" for r in read_rows(path))
 
 
 @pytest.mark.parametrize("row, path, value, named", [
@@ -73,14 +75,14 @@ def test_the_fixture_and_the_shipped_ledgers_add_up():
 def test_an_edited_figure_is_named(row, path, value, named):
     r = copy.deepcopy(_rows()[row])
     _set(r, path, value)
-    assert [d.field for d in recompute(r)] == named
+    assert [d.field for d in recompute(load(r))] == named
 
 
 def test_a_noisy_row_made_clean_is_named_field_by_field():
     r = copy.deepcopy(_rows()[NOISY])
     r["metrics"]["control"] = r["timing"]["control_ratio"] = 1.0
     r["timing"]["control_ok"], r["rig_noisy"], r["rig_noise"] = True, False, []
-    found = {d.field: d for d in recompute(r)}
+    found = {d.field: d for d in recompute(load(r))}
     assert set(found) == {"metrics.control", "timing.control_ratio", "timing.control_ok", "rig_noisy", "rig_noise"}
     assert found["metrics.control"].recomputed == pytest.approx(0.8884641064851708)
     assert found["rig_noise"].recomputed == ["control 0.8885 outside 1 ± 0.02"]
@@ -92,23 +94,23 @@ def test_quanta_and_malformed_samples_are_named_not_raised():
     # The fixture predates quanta; one of row 6's arms (host-timed) takes few distinct values.
     r = copy.deepcopy(_rows()[HONEST])
     r["timing"]["quanta"] = {}  # a row of today claiming no arm sits on a quantum
-    assert [d.field for d in recompute(r)] == ["timing.quanta"]
+    assert [d.field for d in recompute(load(r))] == ["timing.quanta"]
     arm = "candidate:sdpa_math"
     q = quantum(r["timing"]["arms"][arm]["samples_ms"], QUANTUM_TICKS_MS)
     r["timing"]["quanta"] = {arm: q.as_dict() | {"why": q.describe()}}
-    assert [d.field for d in recompute(r)] == ["rig_noisy", "rig_noise"]  # a quantised arm makes the row noisy
+    assert [d.field for d in recompute(load(r))] == ["rig_noisy", "rig_noise"]  # a quantised arm makes the row noisy
     r["rig_noisy"], r["rig_noise"] = True, [f"{arm}: {q.describe()}"]
-    assert recompute(r) == []
+    assert recompute(load(r)) == []
     r["timing"]["quanta"][arm]["distinct"] += 5
-    assert [d.field for d in recompute(r)] == [f"timing.quanta.{arm}.distinct"]
+    assert [d.field for d in recompute(load(r))] == [f"timing.quanta.{arm}.distinct"]
     r = copy.deepcopy(_rows()[HONEST])
     r["timing"]["arms"]["control"]["samples_ms"] = ["NaN", 1.0]
-    assert [d.field for d in recompute(r)] == ["timing.arms.control.samples_ms"]
+    assert [d.field for d in recompute(load(r))] == ["timing.arms.control.samples_ms"]
     older = copy.deepcopy(_rows()[HONEST])  # a row of an older schema: what is absent is not checked
     for k in ("interleaved_ms", "host_us", "baseline_host_us", "sm_mhz", "power_w"):
         older["metrics"].pop(k, None)
     del older["rig_noise"], older["timing"]["rounds"]
-    assert recompute(older) == []
+    assert recompute(load(older)) == []
 
 
 def test_verify_names_every_row_that_does_not_add_up(tmp_path):
@@ -185,10 +187,10 @@ def test_rows_the_sweep_writes_today_add_up(tmp_path, go):
     led = Ledger(tmp_path, "t")
     for o in run_config(cfg, ctx.reg.candidates, ctx):
         led.append(o.kind, {"commit": "c" * 40, **o.payload})
-    rows = [r for r in led.rows() if r["kind"] == "result"]
+    rows = [r for r in led.rows() if r.kind == "result"]
     if not rows:
-        pytest.skip(f"the host gave no result ({[r.get('reason') for r in led.rows()]})")
+        pytest.skip(f"the host gave no result ({[r.reason for r in led.rows()]})")
     (row,) = rows
-    assert row["rate_protocol"] == ("sustained" if "tflops" in go else "interleaved")
+    assert row.rate_protocol == ("sustained" if "tflops" in go else "interleaved")
     assert recompute(row) == []
     assert verify(led.path).ok

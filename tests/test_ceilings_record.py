@@ -8,6 +8,7 @@ import json
 import pytest
 
 from harness.governance.ledger import Ledger, anchor
+from harness.governance.outcomes import OUTCOME_KINDS
 from harness.governance.ledger_format import CEILINGS_LEDGER, canonical, read_rows, row_hash
 from harness.governance.ledger_verify import verify
 from harness.governance.outcomes import RESULT
@@ -26,13 +27,13 @@ def proj(tmp_path):
     return init_repo(tmp_path / "proj", {"tiny": TINY})
 
 
-def _ceilings(root, copy=COPY_GBPS) -> dict:
+def _ceilings(root, copy=COPY_GBPS):
     fp = {"device": "cpu", "name": "test cpu", "torch": "x"}
     return append_ceilings(root, fp, {"device": "cpu"}, {"device": "cpu", "fingerprint": fp, "copy_gbps": copy,
                                                         "matmul_tflops": dict(MATMUL), "method": {}})
 
 
-def _result(ceil: dict | None, *, copy=COPY_GBPS) -> dict:
+def _result(ceil, *, copy=COPY_GBPS) -> dict:
     """A result row's ceilings figures (the audit recomputes nothing else of it: no samples)."""
     frac = ceil is not None
     return {"config": {"dtype": "float32"}, "config_key": "k", "candidate": "sdpa",
@@ -55,7 +56,7 @@ def _line(root, *rows: dict, commit: bool = True) -> Ledger:
 
 def _rewrite(path, seq: int, **changes) -> None:
     """Edit row ``seq`` and re-hash the chain from it on: a valid chain, a forged row."""
-    rows = read_rows(path)
+    rows = [r.dump() for r in read_rows(path)]
     rows[seq].update(changes)
     prev = rows[seq]["prev_hash"]
     for r in rows[seq:]:
@@ -70,7 +71,7 @@ def test_a_row_names_its_ceilings_row_and_verifies(proj):
     led = _line(proj, _result(ceil), _result(None))
     res = verify(led.path)
     assert res.ok, res.reason
-    assert read_rows(led.path)[0]["ceilings_ref"] == {"seq": 0, "hash": ceil["hash"]}
+    assert read_rows(led.path)[0].ceilings_ref == {"seq": 0, "hash": ceil.hash}
     assert git(proj, "status", "--porcelain") == ""
 
 
@@ -102,7 +103,7 @@ def test_a_ceilings_row_forged_before_its_commit_is_caught_by_the_link(proj):
 def test_a_ref_to_a_missing_row_or_disagreeing_figures_is_refused(proj):
     ceil = _ceilings(proj)
     commit_ceilings(proj, "test")
-    ghost = {**_result(ceil), "ceilings_ref": {"seq": 7, "hash": ceil["hash"]}}
+    ghost = {**_result(ceil), "ceilings_ref": {"seq": 7, "hash": ceil.hash}}
     led = _line(proj, _result(ceil), ghost)
     res = verify(led.path)
     assert not res.ok and res.bad_row == 1 and "names ceilings row 7" in res.reason and "does not exist" in res.reason
@@ -147,8 +148,8 @@ def test_a_sweep_commits_the_ceilings_it_measured_and_rows_name_them(proj):
     subjects = git(proj, "log", "--format=%s").splitlines()
     assert any(x.startswith(f"bench: ledger/{CEILINGS_LEDGER}.jsonl row 0 (ceilings for the sweep of tiny")
                for x in subjects), subjects
-    outcomes = [r for r in read_rows(proj / "ledger" / "tiny.jsonl") if "config_key" in r and r["kind"] != "supersedes"]
-    assert outcomes and all(r["ceilings_ref"] == {"seq": 0, "hash": ceil["hash"]} for r in outcomes)
+    outcomes = [r for r in read_rows(proj / "ledger" / "tiny.jsonl") if r.kind in OUTCOME_KINDS]
+    assert outcomes and all(r.ceilings_ref == {"seq": 0, "hash": ceil.hash} for r in outcomes)
     v = run_bench(proj, "ledger", "verify")
     assert v.returncode == 0, v.stdout
     assert f"{CEILINGS_LEDGER}.jsonl: 1 row" in v.stdout
@@ -160,8 +161,8 @@ def test_a_sweep_commits_the_ceilings_it_measured_and_rows_name_them(proj):
     assert run_bench(proj, "register", "bare").returncode == 0
     b = run_bench(proj, "sweep", "bare", "--no-ceilings")
     assert b.returncode == 0, b.stderr + b.stdout
-    bare = [r for r in read_rows(proj / "ledger" / "bare.jsonl") if "config_key" in r]
-    assert bare and all(r["ceilings_ref"] is None and r.get("floor") is None for r in bare)
+    bare = [r for r in read_rows(proj / "ledger" / "bare.jsonl") if r.kind in OUTCOME_KINDS]
+    assert bare and all(r.ceilings_ref is None and r.floor is None for r in bare)
     assert run_bench(proj, "ledger", "verify", "bare").returncode == 0
     assert git(proj, "status", "--porcelain") == ""
 

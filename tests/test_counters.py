@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.governance.ledger_rows import load
 from harness.errors import UserError
 from harness.measurement import counters
 from harness.workloads import Config, formulas
@@ -142,8 +143,8 @@ def test_counter_table_is_one_tidy_row_per_launch():
         inside = tuple(by_kernel(ls, kernel))
         res = ProfileResult(CFG, kernel, launches=inside, per_call=counters.per_call(list(inside), 1),
                             output_check={"passed": True}, l2_bytes=H200_L2)
-        rows.append({"kind": "profile", "seq": seq, "commit": "c" * 40, **payload(res, "candidate", {"passed": True})})
-    rows.append({"kind": "result", "seq": 9})
+        rows.append(load({"kind": "profile", "seq": seq, "commit": "c" * 40, **payload(res, "candidate", {"passed": True})}))
+    rows.append(load({"kind": "result", "seq": 9}))
     df = counters.counter_table(rows)
     assert len(df) == 4 and list(df["launch"]) == [0, 0, 1, 2]
     assert list(df["candidate"]) == ["triton_flash"] + ["cublas_stack"] * 3
@@ -188,7 +189,7 @@ def test_profile_table_renders_the_issue_table(capsys, monkeypatch):
         per = counters.per_call(list(inside), 1)
         res = ProfileResult(CFG, kernel, launches=inside, per_call=per, output_check={"passed": True},
                             impossible=counters.counter_impossible(per["dram_read_bytes"], formulas.min_read_bytes(CFG), 0))
-        rows.append(payload(res, "candidate", {"passed": True}))
+        rows.append(load({"kind": "profile", **payload(res, "candidate", {"passed": True})}))
     monkeypatch.setenv("COLUMNS", "200")
     console.cache_clear()  # a console bound to this test's captured stdout and width
     try:

@@ -4,6 +4,7 @@ model, person-facing name and lock key wherever rows, ceilings and locks are com
 from __future__ import annotations
 
 from harness.governance import devices
+from harness.governance.ledger_rows import load
 from harness.governance.outcomes import measured_on
 
 H200 = {"device": "cuda", "gpu": "NVIDIA H200", "gpu_uuid": "GPU-1234-abcd", "gpu_index": 3}
@@ -12,7 +13,7 @@ CPU = {"device": "cpu"}
 
 def test_a_gpu_is_its_model_its_name_and_its_uuid_lock():
     assert devices.model(H200) == ("cuda", "NVIDIA H200")
-    assert devices.device_of({"env": H200}) == ("cuda", "NVIDIA H200")
+    assert devices.device_of(load({"kind": "result", "env": H200})) == ("cuda", "NVIDIA H200")
     assert devices.device_name(H200) == "NVIDIA H200"
     assert devices.device_key(H200) == "GPU-1234-abcd"
     assert devices.device_key({**H200, "gpu_uuid": None}) == "cuda-index-3"
@@ -21,7 +22,7 @@ def test_a_gpu_is_its_model_its_name_and_its_uuid_lock():
 
 def test_the_host_cpu_is_one_device_named_cpu():
     assert devices.model(CPU) == ("cpu", None)
-    assert devices.device_of({}) == (None, None)
+    assert devices.device_of(load({"kind": "result"})) == (None, None)
     assert devices.device_name(CPU) == "cpu"
     assert devices.device_key(CPU) == "cpu"
 
@@ -31,11 +32,11 @@ def test_rows_and_ceilings_compare_by_gpu_model():
     assert devices.same_gpu_model(H200, fingerprint)
     assert not devices.same_gpu_model({**H200, "gpu": "NVIDIA H100"}, fingerprint)
     assert not devices.same_gpu_model(CPU, {"device": "cpu", "name": "some CPU"})
-    assert devices.ceilings_name({"device": "cuda", "fingerprint": fingerprint}) == "NVIDIA H200"
-    assert devices.ceilings_name({"device": "cpu"}) == "cpu"
+    assert devices.ceilings_name(load({"kind": "ceilings", "device": "cuda", "fingerprint": fingerprint})) == "NVIDIA H200"
+    assert devices.ceilings_name(load({"kind": "ceilings", "device": "cpu"})) == "cpu"
 
 
 def test_the_resume_key_names_the_model_unless_the_line_mixes_devices():
-    row = {"commit": "c0ffee", "env": H200}
+    row = load({"kind": "result", "commit": "c0ffee", "env": H200})
     assert measured_on(row) == ("c0ffee", "cuda", "NVIDIA H200", None)
     assert measured_on(row, any_gpu=True) == ("c0ffee", "cuda", None, None)

@@ -106,12 +106,12 @@ def test_bench_installs_and_sweeps_the_example_beside_hugging_face_kernels(tmp_p
     r = _run(python, proj, "-m", "harness", "sweep", "example")
     assert r.returncode == 0, r.stdout + r.stderr
     rows = read_rows(proj / "ledger" / "example.jsonl")
-    outcomes = [row for row in rows if row["kind"] in OUTCOME_KINDS]
+    outcomes = [row for row in rows if row.kind in OUTCOME_KINDS]
     # Both configs have their outcome rows (a loaded host may skip timing: still an outcome).
-    assert len({row["config_key"] for row in outcomes}) == 2, [row["kind"] for row in rows]
+    assert len({row.config_key for row in outcomes}) == 2, [row.kind for row in rows]
     for row in outcomes:
-        assert {c["package"] for c in row["code"]} == {"harness", KERNELS_PACKAGE}, row["code"]
-        assert all((c["name"], c["editable"]) == ("bench", False) for c in row["code"]), row["code"]
-        for src in row.get("kernel_sources", {}).values():
+        assert {c["package"] for c in row.code} == {"harness", KERNELS_PACKAGE}, row.code
+        assert all((c["name"], c["editable"]) == ("bench", False) for c in row.code), row.code
+        for src in (row.kernel_sources or {}).values():
             assert src["path"].startswith(f"{KERNELS_PACKAGE}/"), src
     assert git(proj, "status", "--porcelain") == ""  # every row committed

@@ -54,11 +54,11 @@ def outcome(led, kind, key, *, commit="c" * 40, **fields):
 def test_remeasure_settles_a_pair_the_verdict_cannot_use_and_every_view_shows_it(repo, tmp_path):
     registered(repo, "tiny")
     assert run_bench(repo, "sweep", "tiny").returncode == 0
-    swept = [r for r in rows(repo) if r.get("candidate") == "sdpa" and r["kind"] in OUTCOME_KINDS]
-    assert len(swept) == 2, [(r["kind"], r.get("reason")) for r in swept]
+    swept = [r for r in rows(repo) if r.kind in OUTCOME_KINDS and r.candidate == "sdpa"]
+    assert len(swept) == 2, [(r.kind, r.reason) for r in swept]
     last = swept[-1]
     # A pair that could not be judged where it was measured: not retried by a plain sweep.
-    skipped = Ledger(repo, "tiny").append("skipped", {**{k: last[k] for k in PLACE},
+    skipped = Ledger(repo, "tiny").append("skipped", {**{k: getattr(last, k) for k in PLACE},
                                                       "reason": "the memory-of-inputs check could not be judged"})
     commit_all(repo, "a skip at the sweep's commit")
     refused = run_bench(repo, "verdict", "tiny")
@@ -72,28 +72,28 @@ def test_remeasure_settles_a_pair_the_verdict_cannot_use_and_every_view_shows_it
     assert s.returncode == 0, s.stderr
     assert "--remeasure: 1 pair (skipped: 1) the verdict could not use, measured again" in s.stdout
     new = rows(repo)[n:]
-    (sup,) = [r for r in new if r["kind"] == "supersedes"]
-    assert skipped["seq"] in sup["supersedes"] and "--remeasure" in sup["reason"]
-    (res,) = [r for r in new if r["kind"] in OUTCOME_KINDS]
-    assert (res["config_key"], res["candidate"], res["commit"]) == (last["config_key"], last["candidate"],
-                                                                     last["commit"])
-    now = f"skipped (row {skipped['seq']}) → {state_of(res)} (row {res['seq']})"
+    (sup,) = [r for r in new if r.kind == "supersedes"]
+    assert skipped.seq in sup.supersedes and "--remeasure" in sup.reason
+    (res,) = [r for r in new if r.kind in OUTCOME_KINDS]
+    assert (res.config_key, res.candidate, res.commit) == (last.config_key, last.candidate,
+                                                                     last.commit)
+    now = f"skipped (row {skipped.seq}) → {state_of(res)} (row {res.seq})"
 
     v = run_bench(repo, "ledger", "verify", "tiny")
     assert v.returncode == 0 and "1 pair re-measured at the same commit" in v.stdout and now in v.stdout, v.stdout
     d = run_bench(repo, "verdict", "tiny")
     assert d.returncode in (0, 1), d.stderr
     verdict = rows(repo)[-1]
-    (m,) = verdict["remeasured"]
-    assert m["current"] == {"seq": res["seq"], "state": state_of(res)}
-    assert {"seq": skipped["seq"], "state": "skipped"} in m["replaced"]
-    assert res["seq"] in verdict["decided_on"] and skipped["seq"] not in verdict["decided_on"]
+    (m,) = verdict.remeasured
+    assert m["current"] == {"seq": res.seq, "state": state_of(res)}
+    assert {"seq": skipped.seq, "state": "skipped"} in m["replaced"]
+    assert res.seq in verdict.decided_on and skipped.seq not in verdict.decided_on
     assert "re-measured at the same commit, decided on the newest measurement (1 pair)" in d.stdout and now in d.stdout
 
     st = run_bench(repo, "status")
     assert st.returncode == 0 and "1 pair re-measured" in st.stdout
     show = run_bench(repo, "ledger", "show", "tiny")
-    assert f"(superseded by row {sup['seq']})" in show.stdout and now in show.stdout
+    assert f"(superseded by row {sup.seq})" in show.stdout and now in show.stdout
     rep = run_bench(repo, "report", "tiny", "--out", str(tmp_path / "rep"))
     assert rep.returncode == 0, rep.stderr
     md = (tmp_path / "rep" / "report.md").read_text()
@@ -121,8 +121,8 @@ def test_remeasure_runs_rig_noisy_pairs_again_where_a_plain_sweep_runs_nothing(r
     s = run_bench(repo, "sweep", "noisy", "--remeasure")
     assert s.returncode == 0, s.stderr
     new = rows(repo, "noisy")[n:]
-    assert sum(r["kind"] == "result" for r in new) == 1 + NOISY_REMEASURES
-    assert sum(r["kind"] == "supersedes" for r in new) == 1 + NOISY_REMEASURES
+    assert sum(r.kind == "result" for r in new) == 1 + NOISY_REMEASURES
+    assert sum(r.kind == "supersedes" for r in new) == 1 + NOISY_REMEASURES
     res = verify(repo / "ledger" / "noisy.jsonl")
     assert res.ok and len(res.remeasured) == 1
     assert [state for _, state in res.remeasured[0].replaced] == ["rig-noisy"] * (2 * (1 + NOISY_REMEASURES) - 1)
@@ -138,21 +138,21 @@ def test_a_supersedes_row_that_rerolls_a_decided_outcome_fails_verification(repo
     noisy = outcome(led, "skipped", "b", reason="could not be judged")
     elsewhere = outcome(led, "result", "c", commit="d" * 40, metrics={}, rig_noisy=False)
     at = {"commit": "c" * 40, "env": CPU}
-    led.append("supersedes", {**at, "config_key": "b", "supersedes": [noisy["seq"]], "reason": "re-measured"})
+    led.append("supersedes", {**at, "config_key": "b", "supersedes": [noisy.seq], "reason": "re-measured"})
     again = outcome(led, "result", "b", metrics={}, rig_noisy=False)
-    led.append("supersedes", {**at, "config_key": "c", "supersedes": [elsewhere["seq"]], "reason": "a new commit"})
+    led.append("supersedes", {**at, "config_key": "c", "supersedes": [elsewhere.seq], "reason": "a new commit"})
     good = verify(led.path)
     assert good.ok, good.reason
     (m,) = good.remeasured
-    assert (m.config_key, m.replaced, m.current) == ("b", ((noisy["seq"], "skipped"),), (again["seq"], "result"))
+    assert (m.config_key, m.replaced, m.current) == ("b", ((noisy.seq, "skipped"),), (again.seq, "result"))
     commit_all(repo, "a line whose re-measures are sound")
     ok = run_bench(repo, "ledger", "verify", "tiny")
     assert ok.returncode == 0 and "1 pair re-measured" in ok.stdout, ok.stdout + ok.stderr
 
-    reroll = led.append("supersedes", {**at, "config_key": "a", "supersedes": [failed["seq"]], "reason": "again"})
+    reroll = led.append("supersedes", {**at, "config_key": "a", "supersedes": [failed.seq], "reason": "again"})
     bad = verify(led.path)
-    assert not bad.ok and bad.bad_row == reroll["seq"]
-    assert f"supersedes row {failed['seq']} (sdpa @ a: incorrect)" in bad.reason and "never re-rolled" in bad.reason
+    assert not bad.ok and bad.bad_row == reroll.seq
+    assert f"supersedes row {failed.seq} (sdpa @ a: incorrect)" in bad.reason and "never re-rolled" in bad.reason
     r = run_bench(repo, "ledger", "verify", "tiny")
     assert r.returncode == 1 and "never re-rolled" in r.stdout
 
@@ -165,9 +165,9 @@ def test_a_supersedes_row_names_earlier_outcomes_of_its_own_config_once(tmp_path
     led.append("registered", {"registration": {"include_noisy": False}})
     first = outcome(led, "throttled", "a", reason="clocks dropped")
     at = {"commit": "c" * 40, "env": CPU}
-    seq = {"other": first["seq"], "later": 9, "twice": first["seq"], "registered": 0}[named]
+    seq = {"other": first.seq, "later": 9, "twice": first.seq, "registered": 0}[named]
     if named == "twice":
-        led.append("supersedes", {**at, "config_key": "a", "supersedes": [first["seq"]], "reason": "retried"})
+        led.append("supersedes", {**at, "config_key": "a", "supersedes": [first.seq], "reason": "retried"})
     led.append("supersedes", {**at, "config_key": "b" if named == "other" else "a", "supersedes": [seq],
                               "reason": "retried"})
     res = verify(led.path)

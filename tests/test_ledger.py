@@ -23,21 +23,21 @@ from tests.conftest import REPO, bench_env, git, run_bench
 
 def _fill(root: Path, n: int = 5) -> Ledger:
     led = Ledger(root, "line")
-    led.append("registered", {"commit": "c" * 40, "note": "first"})
+    led.append("registered", {"commit": "c" * 40, "amends": "first"})
     for i in range(1, n):
-        led.append("result", {"commit": "c" * 40, "value": i * 1.5, "nan": float("nan")})
+        led.append("result", {"commit": "c" * 40, "metrics": {"value": i * 1.5, "nan": float("nan")}})
     return led
 
 
 def test_chain_fields_and_verify_ok(tmp_path):
     led = _fill(tmp_path)
     rows = led.rows()
-    assert [r["seq"] for r in rows] == list(range(5))
-    assert rows[0]["prev_hash"] == GENESIS_HASH
+    assert [r.seq for r in rows] == list(range(5))
+    assert rows[0].prev_hash == GENESIS_HASH
     for a, b in zip(rows, rows[1:]):
-        assert b["prev_hash"] == a["hash"]
-    assert all(r["schema"] == LEDGER_SCHEMA and r["hash"] == row_hash(r) for r in rows)
-    assert rows[1]["nan"] == "NaN"  # strict JSON: non-finite numbers are spelled out
+        assert b.prev_hash == a.hash
+    assert all(r.schema == LEDGER_SCHEMA and r.hash == row_hash(r.dump()) for r in rows)
+    assert rows[1].metrics["nan"] == "NaN"  # strict JSON: non-finite numbers are spelled out
     res = verify(led.path)
     assert res.ok and res.n_rows == 5
 
@@ -123,7 +123,7 @@ def test_newer_schema_refused_with_fix(tmp_path):
 def _appender(root, n):
     led = Ledger(Path(root), "line")
     for i in range(n):
-        led.append("result", {"commit": "c" * 40, "i": i})
+        led.append("result", {"commit": "c" * 40, "metrics": {"i": i}})
 
 
 def test_concurrent_writers_keep_one_chain(tmp_path):
@@ -203,7 +203,7 @@ led = Ledger(Path(sys.argv[1]), "line")
 soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
 resource.setrlimit(resource.RLIMIT_FSIZE, (led.path.stat().st_size + int(sys.argv[2]), hard))
 try:
-    led.append("result", {"commit": "c" * 40, "pad": "x" * 4000})
+    led.append("result", {"commit": "c" * 40, "reason": "x" * 4000})
 except UserError as exc:
     print(exc)
     sys.exit(3)
@@ -246,7 +246,7 @@ def test_disk_full_leaves_no_partial_row_and_low_space_is_refused_first(tiny_fs)
         led.require_writable()
     before = led.path.read_bytes()
     with pytest.raises(UserError, match=r"appending row 1 to ledger/line.jsonl failed \(No space left on device\)"):
-        led.append("result", {"commit": "c" * 40, "pad": "x" * 400_000})
+        led.append("result", {"commit": "c" * 40, "reason": "x" * 400_000})
     assert led.path.read_bytes() == before and verify(led.path).ok
 
 
@@ -367,11 +367,11 @@ def test_a_committed_row_taken_back_is_named_with_the_commit_that_took_it(repo):
 def test_rows_rewritten_and_rehashed_after_their_commit_are_caught(repo):
     led = _fill(repo, 3)
     anchor(led, "sweep")
-    rows = led.rows()
+    rows = [r.dump() for r in led.rows()]
     prev = GENESIS_HASH
     for r in rows:  # a consistent chain, forged from scratch
         if r["kind"] == "result":
-            r["value"] = 99.0
+            r["metrics"]["value"] = 99.0
         r["prev_hash"] = prev
         r["hash"] = prev = row_hash(r)
     led.path.write_text("".join(canonical(r) + "\n" for r in rows))
@@ -410,7 +410,7 @@ def _shown_ledger(root: Path) -> Ledger:
     led = Ledger(root, "line")
     led.append("registered", {"commit": "c" * 40, "registration": {"go": "min(speedup) >= 1", "prediction": 1.2}})
     for i in (1, 2):
-        led.append("skipped", {"commit": "c" * 40, "reason": f"skip {i}", "value": i * 1.5})
+        led.append("skipped", {"commit": "c" * 40, "reason": f"skip {i}", "predicted_bytes": 1000 * i})
     return led
 
 
@@ -419,7 +419,7 @@ def test_show_of_a_ledger_that_fails_verification_warns_and_exits_1(repo, fmt):
     led = _shown_ledger(repo)
     good = led.path.read_bytes()
     lines = _lines(led.path)
-    lines[1] = lines[1].replace(b'"value":1.5', b'"value":9.5')
+    lines[1] = lines[1].replace(b'"predicted_bytes":1000', b'"predicted_bytes":9000')
     _write(led.path, lines)
     r = run_bench(repo, "ledger", "show", "line", *fmt)
     assert r.returncode == 1, r.stderr

@@ -99,14 +99,14 @@ def swept(tmp_path_factory) -> dict[str, list[dict]]:
             r = run_bench(root, *args)
             assert r.returncode == 0, (args, r.stdout[-3000:], r.stderr[-3000:])
         rows = read_rows(root / "ledger" / f"{name}.jsonl")
-        latest = {r["config_key"]: r for r in rows if r["kind"] == "result"}  # ledger order: last wins
+        latest = {r.config_key: r for r in rows if r.kind == "result"}  # ledger order: last wins
         out[name] = list(latest.values())
-        assert out[name], [(r["kind"], r.get("reason")) for r in rows]
+        assert out[name], [(r.kind, r.reason) for r in rows]
     return out
 
 
 def _controls(rows):
-    return [r["metrics"]["control"] for r in rows]
+    return [r.metrics["control"] for r in rows]
 
 
 def test_example_line_control_meets_the_goal(swept):
@@ -114,9 +114,9 @@ def test_example_line_control_meets_the_goal(swept):
     assert len(rows) == 16
     controls = _controls(rows)
     assert abs(statistics.median(controls) - 1) <= CONTROL_MEDIAN_TOLERANCE, sorted(controls)
-    outside = [r for r in rows if abs(r["metrics"]["control"] - 1) > DEFAULT_CONTROL_TOLERANCE]
-    assert len(outside) <= MAX_EAGER_CONTROLS_OUTSIDE, [(r["config_key"], r["metrics"]["control"]) for r in outside]
-    assert all(r["rig_noisy"] for r in outside), [(r["config_key"], r.get("rig_noise")) for r in outside]
+    outside = [r for r in rows if abs(r.metrics["control"] - 1) > DEFAULT_CONTROL_TOLERANCE]
+    assert len(outside) <= MAX_EAGER_CONTROLS_OUTSIDE, [(r.config_key, r.metrics["control"]) for r in outside]
+    assert all(r.rig_noisy for r in outside), [(r.config_key, r.rig_noise) for r in outside]
 
 
 def test_graph_mode_control_within_2_percent_everywhere(swept):
@@ -130,7 +130,7 @@ def test_graph_mode_control_within_2_percent_everywhere(swept):
 def test_vram_model_within_10_percent_of_the_measured_peak(swept):
     rows = [r for name in ("example", "vram-large") for r in swept[name]]
     assert len(swept["vram-large"]) == 4
-    errors = {r["config_key"]: r["memory"]["predicted_peak_bytes"] / r["memory"]["measured_peak_bytes"] - 1
+    errors = {r.config_key: r.memory["predicted_peak_bytes"] / r.memory["measured_peak_bytes"] - 1
               for r in rows}
     assert all(abs(e) <= VRAM_TOLERANCE for e in errors.values()), errors
 
@@ -138,9 +138,9 @@ def test_vram_model_within_10_percent_of_the_measured_peak(swept):
 def test_nvml_polled_fast_enough_in_every_measurement(swept):
     for name, rows in swept.items():
         for r in rows:
-            clock = r["timing"]["clock"]
-            assert clock is not None and clock["source"] == "nvml", (name, r["config_key"], r["timing"].get("clock_note"))
-            assert clock["poll_hz"] >= MIN_POLL_HZ, (name, r["config_key"], clock)
+            clock = r.timing["clock"]
+            assert clock is not None and clock["source"] == "nvml", (name, r.config_key, r.timing.get("clock_note"))
+            assert clock["poll_hz"] >= MIN_POLL_HZ, (name, r.config_key, clock)
 
 
 def _one_arm(cfg, name: str, mapping: dict):

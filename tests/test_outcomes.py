@@ -8,6 +8,7 @@ import re
 import pytest
 
 from harness.governance import ledger, outcomes
+from harness.governance.ledger_rows import load
 from harness.record import plan
 from tests.conftest import REPO
 
@@ -30,11 +31,11 @@ def test_every_room_reads_the_kinds_from_one_module():
 
 
 def test_transient_outcomes_are_the_ones_measured_again():
-    assert outcomes.transient({"kind": "throttled"})
-    assert outcomes.transient({"kind": "skipped", "predicted_bytes": 1})
-    assert outcomes.transient({"kind": "skipped", "undersampled": True})
-    assert not outcomes.transient({"kind": "skipped", "reason": "baseline failed"})
-    assert not any(outcomes.transient({"kind": k}) for k in ("result", "incorrect", "crashed", "unsupported"))
+    assert outcomes.transient(load({"kind": "throttled"}))
+    assert outcomes.transient(load({"kind": "skipped", "predicted_bytes": 1}))
+    assert outcomes.transient(load({"kind": "skipped", "undersampled": True}))
+    assert not outcomes.transient(load({"kind": "skipped", "reason": "baseline failed"}))
+    assert not any(outcomes.transient(load({"kind": k})) for k in ("result", "incorrect", "crashed", "unsupported"))
 
 
 def test_rejection_tags_name_the_phase_that_caught_them():

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from harness.governance.ledger_rows import load
 from harness.governance import metrics
 from harness.governance.ledger_format import read_rows
 from harness.governance.ledger_verify import verify
@@ -24,7 +25,7 @@ def rows(repo, line="tiny"):
 
 
 def kinds(repo, line="tiny"):
-    return [r["kind"] for r in rows(repo, line)]
+    return [r.kind for r in rows(repo, line)]
 
 
 def test_register_sweep_verdict_and_the_refusals(repo):
@@ -32,7 +33,7 @@ def test_register_sweep_verdict_and_the_refusals(repo):
     assert r.returncode == 0, r.stderr
     assert kinds(repo) == ["registered"]
     head = git(repo, "rev-parse", "HEAD")
-    assert rows(repo)[0]["commit"] == head and rows(repo)[0]["registration_commit"] == head
+    assert rows(repo)[0].commit == head and rows(repo)[0].registration_commit == head
 
     again = run_bench(repo, "register", "registrations/tiny.toml")
     assert again.returncode == 2 and "already registered" in again.stderr
@@ -45,23 +46,23 @@ def test_register_sweep_verdict_and_the_refusals(repo):
     assert s.returncode == 0, s.stderr + s.stdout
     # The bar was checked against this device's ceilings, measured before the first config.
     assert "reductio: the bar can be met on" in " ".join(s.stdout.split())
-    results = [r for r in rows(repo) if r["kind"] == "result"]
+    results = [r for r in rows(repo) if r.kind == "result"]
     assert len(results) == 2
     for res in results:
-        assert res["commit"] == head and len(res["commit"]) == 40
-        m = res["metrics"]
+        assert res.commit == head and len(res.commit) == 40
+        m = res.metrics
         assert m["speedup"] > 0 and m["ms"] > 0 and m["tflops"] > 0
-        if res["env"]["device"] == "cpu":
-            assert res["timing"]["clock_note"]  # says why clocks were not monitored
+        if res.env["device"] == "cpu":
+            assert res.timing["clock_note"]  # says why clocks were not monitored
         else:  # NVML polled during timing, reference taken under load
-            assert res["timing"]["clock"]["poll_hz"] >= 100 and res["timing"]["clock"]["reference_mhz"] > 0
-        assert res["gate"]["candidate"]["passed"] and res["gate"]["baseline"]["passed"]
-        assert len(res["timing"]["arms"]["candidate:sdpa"]["samples_ms"]) >= 5
+            assert res.timing["clock"]["poll_hz"] >= 100 and res.timing["clock"]["reference_mhz"] > 0
+        assert res.gate["candidate"]["passed"] and res.gate["baseline"]["passed"]
+        assert len(res.timing["arms"]["candidate:sdpa"]["samples_ms"]) >= 5
         # Every metric the bar accepts is in the row, and known: the fractions from the
         # ceilings the sweep measured, only NVML's clock and power unknown on the CPU.
         assert set(m) == set(metrics.NAMES)
         unknown = [x.name for x in metrics.METRICS if m[x.name] is None]
-        assert unknown == ([x.name for x in metrics.METRICS if x.needs == "nvml"] if res["env"]["device"] == "cpu"
+        assert unknown == ([x.name for x in metrics.METRICS if x.needs == "nvml"] if res.env["device"] == "cpu"
                            else []), unknown
     assert (repo / "ledger" / "_device_ceilings.jsonl").exists()
     # The ceilings it measured were committed first, then each config's rows as it ended;
@@ -83,10 +84,10 @@ def test_register_sweep_verdict_and_the_refusals(repo):
     assert v.returncode == 0, v.stderr + v.stdout
     assert "GO" in v.stdout and "geomean(speedup) >= 0.01" in v.stdout
     verdict = rows(repo)[-1]
-    assert verdict["kind"] == "verdict" and verdict["outcome"] == "GO" and verdict["commit"] == head
+    assert verdict.kind == "verdict" and verdict.outcome == "GO" and verdict.commit == head
     assert git(repo, "log", "-1", "--format=%s") == f"bench: ledger/tiny.jsonl row {n} (verdict of tiny: GO)"
     assert "committed as" in v.stdout
-    assert verdict["prediction"] == 1.5 and verdict["primary_value"] > 0
+    assert verdict.prediction == 1.5 and verdict.primary_value > 0
 
     closed = run_bench(repo, "sweep", "tiny")
     assert closed.returncode == 2 and "closed" in closed.stderr
@@ -111,7 +112,7 @@ def test_no_go_exits_1(repo):
     assert run_bench(repo, "sweep", "tiny").returncode == 0
     v = run_bench(repo, "verdict", "tiny")
     assert v.returncode == 1 and "NO-GO" in v.stdout
-    assert rows(repo)[-1]["outcome"] == "NO-GO"
+    assert rows(repo)[-1].outcome == "NO-GO"
 
 
 def test_dirty_tree_refused_and_nothing_written(repo):
@@ -128,7 +129,7 @@ def test_dirty_tree_refused_and_nothing_written(repo):
 
 def test_edited_registration_refused_naming_the_commit(repo):
     assert run_bench(repo, "register", "tiny").returncode == 0
-    reg_commit = rows(repo)[0]["registration_commit"]
+    reg_commit = rows(repo)[0].registration_commit
     p = repo / "registrations" / "tiny.toml"
     p.write_text(p.read_text().replace(">= 0.01", ">= 0.001"))
     git(repo, "commit", "-qam", "loosen the bar after the fact")
@@ -144,7 +145,7 @@ def test_amending_line_names_the_old_one(repo):
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "amend")
     assert run_bench(repo, "register", "tiny2").returncode == 0
-    assert rows(repo, "tiny2")[0]["amends"] == "tiny" and kinds(repo) == ["registered"]
+    assert rows(repo, "tiny2")[0].amends == "tiny" and kinds(repo) == ["registered"]
     (repo / "registrations" / "tiny3.toml").write_text('amends = "nope"\n' + text)
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "bad amend")
@@ -167,7 +168,7 @@ def test_kill_mid_sweep_loses_no_written_row_and_resume_completes(repo):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    got = [r for r in rows(repo) if r["kind"] == "result"]
+    got = [r for r in rows(repo) if r.kind == "result"]
     assert 2 <= len(got) < 6, "kill the sweep while configs remain"
     assert verify(repo / "ledger" / "tiny.jsonl").ok
     locks = sorted((repo / ".git").rglob("*.lock"))
@@ -178,7 +179,7 @@ def test_kill_mid_sweep_loses_no_written_row_and_resume_completes(repo):
         for lock in locks:
             lock.unlink()
     assert run_bench(repo, "sweep", "tiny").returncode == 0
-    results = [r["config_key"] for r in rows(repo) if r["kind"] == "result"]
+    results = [r.config_key for r in rows(repo) if r.kind == "result"]
     assert len(results) == 6 and len(set(results)) == 6  # resumed: nothing run twice
     assert verify(repo / "ledger" / "tiny.jsonl").ok
     assert git(repo, "status", "--porcelain", "--", "ledger/tiny.jsonl") == ""  # every row committed
@@ -223,11 +224,11 @@ def test_verdict_ignores_a_hollow_baseline_row_but_counts_its_candidates_as_skip
 
     cfg = {"workload": "attention", "batch": 1, "heads": 2, "kv_heads": 2, "seq_len": 32, "head_dim": 16,
            "dtype": "float32", "causal": False}
-    rows = [
+    rows = [load(d) for d in (
         {"seq": 1, "kind": "incorrect", "role": "baseline", "config": cfg, "config_key": "c", "candidate": "stack"},
         {"seq": 2, "kind": "skipped", "config": cfg, "config_key": "c", "candidate": "sdpa"},
         {"seq": 3, "kind": "incorrect", "role": "candidate", "config": cfg, "config_key": "d", "candidate": "sdpa"},
-    ]
+    )]
     got, excluded = bar_rows(latest_outcomes(rows), include_noisy=False)
     assert got == [{**cfg, "candidate": "sdpa", "correct": False}]
     assert excluded == {"baseline_incorrect": 1, "skipped": 1}
@@ -245,10 +246,11 @@ def test_resume_is_per_device_and_retries_transient_outcomes():
 
     a, b = (c.key() for c in Reg.configs)
     cpu = {"device": "cpu", "gpu": None}
-    rows = [{"seq": 1, "kind": "result", "config_key": a, "candidate": "sdpa", "commit": "c1", "env": cpu},
-            {"seq": 2, "kind": "throttled", "config_key": b, "candidate": "sdpa", "commit": "c1", "env": cpu},
-            {"seq": 3, "kind": "incorrect", "role": "baseline", "config_key": b, "candidate": "stack",
-             "commit": "c1", "env": cpu}]
+    rows = [load(d) for d in (
+        {"seq": 1, "kind": "result", "config_key": a, "candidate": "sdpa", "commit": "c1", "env": cpu},
+        {"seq": 2, "kind": "throttled", "config_key": b, "candidate": "sdpa", "commit": "c1", "env": cpu},
+        {"seq": 3, "kind": "incorrect", "role": "baseline", "config_key": b, "candidate": "stack", "commit": "c1",
+         "env": cpu})]
     tasks, done = plan(Reg, rows, ("c1", "cpu", None, None))
     assert done == 1 and [t.config.key() for t in tasks] == [b]  # the throttled pair is retried
     assert replaced_by(tasks[0], rows, ("c1", "cpu", None, None)) == [2, 3]
@@ -272,8 +274,8 @@ def test_verdict_refuses_a_tampered_chain_and_mixed_measurements(repo):
     assert path.read_bytes() == b"\n".join(lines)  # nothing appended
 
     path.write_bytes(good)
-    last = [x for x in read_rows(path) if x["kind"] == "result"][-1]
-    moved = {k: v for k, v in last.items() if k not in ("seq", "hash", "prev_hash", "time", "schema", "kind", "line")}
+    last = [x for x in read_rows(path) if x.kind == "result"][-1]
+    moved = {k: v for k, v in last.dump().items() if k not in ("seq", "hash", "prev_hash", "time", "schema", "kind", "line")}
     Ledger(repo, "tiny").append("result", {**moved, "commit": "f" * 40})  # same pair, measured elsewhere
     r = run_bench(repo, "verdict", "tiny")
     assert r.returncode == 2 and "measured in 2 places" in r.stderr
@@ -294,12 +296,12 @@ def test_a_verdict_over_several_gpu_models_needs_mixed_devices(repo):
     for line in ("tiny", "tinymix"):
         assert run_bench(repo, "register", line).returncode == 0
     assert run_bench(repo, "sweep", "tiny", "--device", "cpu", "--no-ceilings").returncode == 0
-    outs = [r for r in current_rows(read_rows(repo / "ledger" / "tiny.jsonl")) if r["kind"] in OUTCOME_KINDS]
+    outs = [r for r in current_rows(read_rows(repo / "ledger" / "tiny.jsonl")) if r.kind in OUTCOME_KINDS]
     gpus = ("NVIDIA H100 80GB HBM3", "NVIDIA H200")
     for line in ("tiny", "tinymix"):
         for i, r in enumerate(outs):
-            moved = {k: v for k, v in r.items() if k not in ("seq", "hash", "prev_hash", "time", "schema", "kind", "line")}
-            Ledger(repo, line).append(r["kind"], {**moved, "env": {**r["env"], "device": "cuda", "gpu": gpus[i % 2]}})
+            moved = {k: v for k, v in r.dump().items() if k not in ("seq", "hash", "prev_hash", "time", "schema", "kind", "line")}
+            Ledger(repo, line).append(r.kind, {**moved, "env": {**r.env, "device": "cuda", "gpu": gpus[i % 2]}})
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "rows from two GPU models")
     refused = run_bench(repo, "verdict", "tiny")
@@ -307,8 +309,8 @@ def test_a_verdict_over_several_gpu_models_needs_mixed_devices(repo):
     assert "NVIDIA H100 80GB HBM3, NVIDIA H200" in refused.stderr
     decided = run_bench(repo, "verdict", "tinymix")
     assert decided.returncode in (0, 1), decided.stdout + decided.stderr
-    (verdict,) = [r for r in read_rows(repo / "ledger" / "tinymix.jsonl") if r["kind"] == "verdict"]
-    assert verdict["measured_at"]["gpu"] == " + ".join(gpus)
+    (verdict,) = [r for r in read_rows(repo / "ledger" / "tinymix.jsonl") if r.kind == "verdict"]
+    assert verdict.measured_at["gpu"] == " + ".join(gpus)
 
 
 def test_a_line_in_use_is_refused(repo):
@@ -357,10 +359,10 @@ def test_never_measured_pairs_refuse_the_verdict_unless_the_bar_allows_missing(r
         assert run_bench(repo, "register", line).returncode == 0
         assert run_bench(repo, "sweep", line).returncode == 0
         # the last config's result is replaced by a memory skip measured at the same place
-        last = [x for x in read_rows(repo / "ledger" / f"{line}.jsonl") if x["kind"] == "result"][-1]
+        last = [x for x in read_rows(repo / "ledger" / f"{line}.jsonl") if x.kind == "result"][-1]
         keep = ("commit", "registration_sha256", "registration_commit", "harness_version", "code", "env", "config",
                 "config_key", "candidate", "baseline")
-        Ledger(repo, line).append("skipped", {**{k: last[k] for k in keep}, "predicted_bytes": 2, "available_bytes": 1,
+        Ledger(repo, line).append("skipped", {**{k: getattr(last, k) for k in keep}, "predicted_bytes": 2, "available_bytes": 1,
                                               "reason": "predicted peak > available"})
     uncommitted = run_bench(repo, "verdict", "tiny2")
     assert uncommitted.returncode == 2 and "row 3 not committed" in uncommitted.stderr
@@ -369,10 +371,10 @@ def test_never_measured_pairs_refuse_the_verdict_unless_the_bar_allows_missing(r
     git(repo, "commit", "-qm", "the skips")
     refused = run_bench(repo, "verdict", "tiny")
     assert refused.returncode == 2 and "never measured (skipped: 1)" in refused.stderr
-    assert read_rows(repo / "ledger" / "tiny.jsonl")[-1]["kind"] == "skipped"  # nothing written
+    assert read_rows(repo / "ledger" / "tiny.jsonl")[-1].kind == "skipped"  # nothing written
     allowed = run_bench(repo, "verdict", "tiny2")
     assert allowed.returncode == 0, allowed.stderr
-    assert read_rows(repo / "ledger" / "tiny2.jsonl")[-1]["excluded"] == {"skipped": 1}
+    assert read_rows(repo / "ledger" / "tiny2.jsonl")[-1].excluded == {"skipped": 1}
 
 
 def test_a_registration_inside_the_ledger_directory_is_refused(repo):
@@ -401,12 +403,12 @@ def test_rig_noisy_pairs_are_measured_again_and_a_verdict_needs_every_pair_decid
     assert s.returncode == 0, s.stderr
     assert "measured again later in the sweep" in s.stdout
     rs = rows(repo, "noisy")
-    assert sum(r["kind"] == "result" for r in rs) == 2 * (1 + NOISY_REMEASURES)
-    assert sum(r["kind"] == "supersedes" and "rig-noisy" in r["reason"] for r in rs) == 2 * NOISY_REMEASURES
+    assert sum(r.kind == "result" for r in rs) == 2 * (1 + NOISY_REMEASURES)
+    assert sum(r.kind == "supersedes" and "rig-noisy" in r.reason for r in rs) == 2 * NOISY_REMEASURES
     refused = run_bench(repo, "verdict", "noisy")
     assert refused.returncode == 2 and "decide on 0 of 2 registered pairs" in refused.stderr
     assert "sdpa @ attention/b1/h2/kv2/n32/d16/float32/full (rig-noisy)" in refused.stderr
-    assert rows(repo, "noisy")[-1]["kind"] == "result"  # nothing written
+    assert rows(repo, "noisy")[-1].kind == "result"  # nothing written
 
 
 def test_the_verdict_row_records_its_coverage(repo):
@@ -414,8 +416,8 @@ def test_the_verdict_row_records_its_coverage(repo):
     assert run_bench(repo, "sweep", "tiny").returncode == 0
     assert run_bench(repo, "verdict", "tiny").returncode in (0, 1)
     v = rows(repo)[-1]
-    assert v["kind"] == "verdict"
-    assert v["coverage"] == {"pairs": 2, "decided": 2, "fraction": 1.0, "undecided": [], "min_coverage": 1.0}
+    assert v.kind == "verdict"
+    assert v.coverage == {"pairs": 2, "decided": 2, "fraction": 1.0, "undecided": [], "min_coverage": 1.0}
 
 
 def test_no_commit_leaves_the_rows_to_the_user_and_the_verdict_waits_for_them(repo):

@@ -70,7 +70,7 @@ def test_an_infinite_canary_bound_is_written_infinity_and_read_back_as_inf(tmp_p
     led = Ledger(tmp_path, "canary")
     led.append("registered", {"commit": "c" * 40, "tolerance_power": {"canaries": [chk.as_dict()]}})
     assert '"reject_rtol":"Infinity"' in led.path.read_text() and verify(led.path).ok
-    (back,) = read_rows(led.path)[0]["tolerance_power"]["canaries"]
+    (back,) = read_rows(led.path)[0].tolerance_power["canaries"]
     assert back["reject_rtol"] == "Infinity" and number(back["reject_rtol"]) == math.inf
     assert back["reject_atol"] == 3e-3 and back["worst_ratio"] == 0.5
 
@@ -92,8 +92,8 @@ def test_accept_weak_waives_named_canaries_and_is_recorded(repo):
     assert r.returncode == 0, r.stderr
     assert "waived (accept_weak): scale_1pct" in r.stdout
     row = read_rows(repo / "ledger" / "waived.jsonl")[0]
-    power = row["tolerance_power"]
-    assert power["accepted_weak"] == ["scale_1pct"] and row["registration"]["accept_weak"] == [
+    power = row.tolerance_power
+    assert power["accepted_weak"] == ["scale_1pct"] and row.registration["accept_weak"] == [
         "scale_1pct", "drop_last_key"]
     assert all(c["rejected"] for c in power["canaries"] if c["canary"] != "scale_1pct")
     assert "smallest resolvable speedup" in r.stdout
@@ -119,7 +119,7 @@ def test_register_reports_downgrades_and_warns_of_a_speedup_bar_inside_the_contr
     assert r.returncode == 0, r.stderr
     assert "precision tf32 inside float32: seen" in r.stdout
     assert "warning" in r.stdout and "min(speedup) >= 1.01" in r.stdout
-    res = read_rows(repo / "ledger" / "close.jsonl")[0]["timing_resolution"]
+    res = read_rows(repo / "ledger" / "close.jsonl")[0].timing_resolution
     assert res["devices"]["NVIDIA H200"]["n"] == 6
     assert 1.01 < res["resolvable_speedup"] <= 1.02  # capped at the control tolerance (±2%)
     assert res["warnings"]
@@ -188,7 +188,7 @@ def test_register_refuses_a_bf16_tolerance_below_its_rounding_with_the_arithmeti
         assert (r.returncode == 0) is ok, (name, r.stdout + r.stderr)
         if ok:
             assert "tolerance floor, bfloat16: the reference rounded to the nearest bfloat16 needs atol >=" in r.stdout
-            floor = read_rows(repo / "ledger" / f"{name}.jsonl")[0]["tolerance_floor"]["bfloat16"]
+            floor = read_rows(repo / "ledger" / f"{name}.jsonl")[0].tolerance_floor["bfloat16"]
             assert floor["passed"] and floor["seeds"] == [0] and floor["configs"]
         else:
             assert "is below bfloat16's own rounding" in r.stderr

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.governance.ledger_rows import load
 from harness.governance import audit, metrics
 from harness.governance.ledger import Ledger
 from harness.governance.ledger_format import read_rows
@@ -35,8 +36,8 @@ DECIDING = "attention/b8/h16/kv16/n4096/d128/float16/full"  # where min(tflops .
 
 
 def _deciding_row() -> dict:
-    (row,) = [r for r in read_rows(V2) if r["kind"] == "result" and r["config_key"] == DECIDING
-              and r["candidate"] == "triton_flash"]
+    (row,) = [r for r in read_rows(V2) if r.kind == "result" and r.config_key == DECIDING
+              and r.candidate == "triton_flash"]
     return row
 
 
@@ -67,10 +68,10 @@ def test_every_metric_names_its_protocol_and_a_row_resolves_it():
         assert metrics.protocol(name, row) == metrics.SUSTAINED, name
     for name in ("speedup", "speedup_ci_low", "interleaved_ms", "baseline_ms", "control", "host_us"):
         assert metrics.protocol(name, row) == metrics.INTERLEAVED, name
-    older = {k: v for k, v in row.items() if k != "rate_protocol"}  # rows before the sustained phase
+    older = load({k: v for k, v in row.dump().items() if k != "rate_protocol"})  # rows before the sustained phase
     assert metrics.protocol("tflops", older) == metrics.INTERLEAVED
     with pytest.raises(ValueError, match="rate_protocol 'loop'"):
-        metrics.rate_protocol({**row, "rate_protocol": "loop"})
+        metrics.rate_protocol(row.replace(rate_protocol="loop"))
     with pytest.raises(ValueError, match="protocol must be"):
         metrics.Metric("x", "ms", "a metric that says nothing of its protocol", False)
 
@@ -78,15 +79,15 @@ def test_every_metric_names_its_protocol_and_a_row_resolves_it():
 def test_verify_names_a_rate_protocol_that_is_no_protocol():
     row = _deciding_row()
     assert audit.recompute(row) == []
-    (bad,) = audit.recompute({**row, "rate_protocol": "burst"})
+    (bad,) = audit.recompute(row.replace(rate_protocol="burst"))
     assert bad.field == "rate_protocol" and bad.stored == "burst" and "not a timing protocol" in bad.recomputed
 
 
 def test_each_figure_reads_its_own_protocols_record():
     row = _deciding_row()
     sus, inter = protocol.rates(row), protocol.timed(row, metrics.INTERLEAVED)
-    assert sus.text() == "sustained 2.141 ms at 1776 MHz" and sus.median_ms == row["metrics"]["ms"]
-    assert inter.text() == "interleaved 1.968 ms at 1980 MHz" and inter.median_ms == row["metrics"]["interleaved_ms"]
+    assert sus.text() == "sustained 2.141 ms at 1776 MHz" and sus.median_ms == row.metrics["ms"]
+    assert inter.text() == "interleaved 1.968 ms at 1980 MHz" and inter.median_ms == row.metrics["interleaved_ms"]
     assert protocol.of_metric(row, "tflops") == sus and protocol.of_metric(row, "speedup") == inter
     assert protocol.speedup_text(row) == "interleaved 1.968 ms vs baseline 11.31 ms at 1980 MHz"
     with pytest.raises(ValueError, match="no sustained phase of the baseline"):
@@ -146,7 +147,7 @@ def test_the_plots_name_and_mark_the_sustained_phase():
     results = lines.load_path(V2).results()
     images = report_out.figures(lines.load_path(V2))
     assert all(png[:4] == b"\x89PNG" for png in images.values())
-    without = [{k: v for k, v in r.items() if k not in ("rate_protocol", "sustained")} for r in results]
+    without = [load({k: v for k, v in r.dump().items() if k not in ("rate_protocol", "sustained")}) for r in results]
     assert plots.clock_plot(results) != plots.clock_plot(without)  # the sustained phases' clocks are drawn
     assert plots.roofline_plot(results) != plots.roofline_plot(without)  # marked as sustained rates
 
@@ -175,14 +176,14 @@ def test_ledger_show_puts_each_figure_beside_its_own_time_and_clock(v2_repo):
 def test_the_sweeps_lines_and_table_keep_each_figure_with_its_protocol(monkeypatch):
     from rich.console import Console
 
-    rows = [r for r in read_rows(V2) if r["kind"] == "result" and r["config_key"] == DECIDING]
+    rows = [r for r in read_rows(V2) if r.kind == "result" and r.config_key == DECIDING]
     line = sweep_out.config_progress(1, 12, DECIDING, rows, 12.0)
     assert "triton_flash result: speedup 5.749× [5.741, 5.756] (interleaved 1.968 ms vs baseline 11.31 ms at " \
            "1980 MHz); 513.6 TFLOP/s, 250.8 GB/s (sustained 2.141 ms at 1776 MHz, 690 W)" in line
     # The sweep's closing table, printed where a wide console records it (no column folds).
     c = Console(width=400, record=True, file=io.StringIO(), color_system=None)
     monkeypatch.setattr(sweep_out, "console", lambda: c)
-    sweep_out.render_sweep_summary({"line": "flash-h200-v2", "commit": rows[0]["commit"], "counts": {"result": 3}}, rows)
+    sweep_out.render_sweep_summary({"line": "flash-h200-v2", "commit": rows[0].commit, "counts": {"result": 3}}, rows)
     shown = c.export_text()
     (tf,) = [t for t in shown.splitlines() if "triton_flash" in t]
     assert "1.968 ms vs baseline 11.31 ms at 1980 MHz" in tf and "513.6" in tf and "sustained 2.141 ms at 1776 MHz" in tf
@@ -196,7 +197,7 @@ def test_compare_shows_the_interleaved_medians_and_clocks_its_ratio_is_made_of(v
     cmp = compare.compare(lines.load_path(V2), lines.load_path(V2))
     (pair,) = [p for p in cmp.pairs if p.config_key == DECIDING and p.kernel_a == "triton_flash"]
     row = _deciding_row()
-    assert pair.median_a_ms == pytest.approx(row["metrics"]["interleaved_ms"]) and pair.clock_a_mhz == 1980.0
+    assert pair.median_a_ms == pytest.approx(row.metrics["interleaved_ms"]) and pair.clock_a_mhz == 1980.0
     r = run_bench(v2_repo, "compare", "flash-h200-v2", "flash-h200-v2")
     assert r.returncode == 0, r.stderr
     assert "A ms (interleaved)" in r.stdout and "A MHz" in r.stdout and "interleaved rounds" in r.stdout
@@ -260,7 +261,7 @@ def test_route_picks_and_shows_kernels_by_the_protocol_of_their_speedups(tmp_pat
     data = report.report_data(lines.load_path(led.path))
     rows = {r["cells"][0]: dict(zip(data["header"], r["cells"])) for r in data["tables"][0]["rows"]}
     assert rows["loopy"]["rates from"] == "sustained" and rows["loopy"]["rate SM clock"] == "1700 MHz"
-    loop_ms = next(r["metrics"]["ms"] for r in read_rows(led.path) if r.get("candidate") == "loopy")
+    loop_ms = next(r.metrics["ms"] for r in read_rows(led.path) if r.kind == "result" and r.candidate == "loopy")
     assert rows["loopy"]["rate ms [p20–p80]"].startswith(f"{loop_ms:.4g} [")
     assert rows["loopy"]["interleaved SM clock"] == "1980 MHz"
 

@@ -64,7 +64,7 @@ def test_the_registration_path_is_stored_relative_to_the_root_whatever_form_was_
     for f, (cwd, arg) in typed.items():
         monkeypatch.chdir(cwd)
         row = gl.register(arg, env=ENV)
-        assert row["registration"]["path"] == f"registrations/{f}.toml", (f, row["registration"]["path"])
+        assert row.registration["path"] == f"registrations/{f}.toml", (f, row.registration["path"])
     text = "".join((repo / "ledger" / f"{f}.jsonl").read_text() for f in forms)
     assert str(repo) not in text and str(tmp_path) not in text
 
@@ -74,8 +74,8 @@ def _rewrite_row0_path(root: Path, line: str, path: str) -> None:
     (row,) = rows(root, line)
     led = root / "ledger" / f"{line}.jsonl"
     led.unlink()
-    Ledger(root, line).append("registered", {**{k: v for k, v in row.items() if k != "hash"},
-                                              "registration": {**row["registration"], "path": path}})
+    Ledger(root, line).append("registered", {**{k: v for k, v in row.dump().items() if k not in ("hash", "kind")},
+                                              "registration": {**row.registration, "path": path}})
     assert verify(led).ok
 
 
@@ -110,10 +110,10 @@ def test_the_shipped_old_lines_stay_readable_but_refuse_to_sweep():
         assert verify(led).ok
         rs = read_rows(led)
         with pytest.raises(UserError, match=fix):
-            gl.registered_path(rs[0], line, closed=any(r["kind"] == "verdict" for r in rs))
+            gl.registered_path(rs[0], line, closed=any(r.kind == "verdict" for r in rs))
     for led in sorted((REPO / "ledger").glob("*.jsonl")):
         rs = read_rows(led)
-        if rs and rs[0]["kind"] == "registered" and led.stem != "flash-h200":
+        if rs and rs[0].kind == "registered" and led.stem != "flash-h200":
             assert gl.registered_path(rs[0], led.stem, closed=False) == f"registrations/{led.stem}.toml"
 
 
@@ -124,7 +124,7 @@ def test_a_line_sweeps_from_a_clone_at_another_path_and_an_edit_there_is_refused
     other = clone(repo, tmp_path / "elsewhere" / "checkout")
     s = run_bench(other, "sweep", "tiny", "--no-ceilings")
     assert s.returncode == 0, s.stderr + s.stdout
-    assert sum(r["kind"] == "result" for r in rows(other)) == 2
+    assert sum(r.kind == "result" for r in rows(other)) == 2
     # The original checkout still exists with the registered bytes: the clone must hash its own file.
     p = other / "registrations" / "tiny.toml"
     p.write_text(p.read_text().replace(">= 0.01", ">= 0.001"))
@@ -234,13 +234,13 @@ def test_an_entry_point_kernels_package_and_version_are_in_every_row_using_it(re
         r = subprocess.run([sys.executable, "-m", "harness", *args], cwd=repo, capture_output=True, text=True,
                            env=env, timeout=600)
         assert r.returncode == 0, r.stderr + r.stdout
-    outcomes = [r for r in rows(repo) if r["kind"] in OUTCOMES]
-    assert {r["candidate"] for r in outcomes} == {"plugin_stack", "sdpa"}
-    assert {r["kind"] for r in outcomes} == {"result"}
+    outcomes = [r for r in rows(repo) if r.kind in OUTCOMES]
+    assert {r.candidate for r in outcomes} == {"plugin_stack", "sdpa"}
+    assert {r.kind for r in outcomes} == {"result"}
     for r in outcomes:
-        src = r["kernel_sources"]
+        src = r.kernel_sources
         assert src["baseline"]["distribution"] is None and src["baseline"]["sha256"]
-        if r["candidate"] == "plugin_stack":
+        if r.candidate == "plugin_stack":
             dist = src["candidate"]["distribution"]
             assert (dist["name"], dist["version"], dist["editable"], dist["files"]) == ("myplugin", "0.3.1", False, 1)
             assert dist["sha256"] == codeprov.digest({"myplugin_kernels.py": hashlib.sha256(
@@ -287,7 +287,7 @@ def test_an_autocrlf_clone_verifies_and_sweeps(repo, tmp_path):
     assert v.returncode == 0 and "chain intact" in v.stdout, v.stdout + v.stderr
     s = run_bench(other, "sweep", "tiny", "--no-ceilings")
     assert s.returncode == 0, s.stderr + s.stdout
-    assert sum(r["kind"] == "result" for r in rows(other)) == 2
+    assert sum(r.kind == "result" for r in rows(other)) == 2
 
 
 # --- register never silently re-opens a line --------------------------------------------------
@@ -322,7 +322,7 @@ def test_reopen_records_what_it_replaces(repo, monkeypatch):
     r = run_bench(repo, "register", "registrations/tiny.toml", "--reopen")
     assert r.returncode == 0, r.stderr
     (row,) = rows(repo)
-    assert row["reopens"] == {"commit": at, "rows": 1, "last_hash": old[-1]["hash"]}
+    assert row.reopens == {"commit": at, "rows": 1, "last_hash": old[-1].hash}
     assert verify(repo / "ledger" / "tiny.jsonl").ok
     # Committed, the re-opened ledger's history starts after the old one's deletion.
     commit_all(repo, "the re-opened line")
@@ -341,7 +341,7 @@ def test_a_forged_reopen_declaration_does_not_hide_a_verdict(repo, monkeypatch):
     git(repo, "rm", "-q", "ledger/tiny.jsonl")
     git(repo, "commit", "-qm", "drop the decided ledger")
     Ledger(repo, "tiny").append("registered", {"reopens": {"commit": at, "rows": 1,
-                                                           "last_hash": first[-1]["hash"]}})
+                                                           "last_hash": first[-1].hash}})
     commit_all(repo, "a forged re-open")
     res = verify(repo / "ledger" / "tiny.jsonl")
     assert not res.ok and res.bad_row == 0

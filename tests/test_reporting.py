@@ -80,7 +80,8 @@ def _result(led: Ledger, n: int, kernel: str, cand: list[float], base: list[floa
 def _failure(led: Ledger, n: int, kernel: str, kind: str, commit="a" * 40, env=CPU_ENV) -> dict:
     cfg, key = _config(n)
     return led.append(kind, {"commit": commit, "env": env, "config": cfg, "config_key": key, "candidate": kernel,
-                             "baseline": "base", "reason": f"{kernel} {kind} here", "tag": "mismatch"})
+                             "baseline": "base", "reason": f"{kernel} {kind} here",
+                             **({"tag": "mismatch"} if kind == "incorrect" else {})})
 
 
 def _samples(median: float, n: int = 60, spread: float = 0.01, seed: int = 0) -> list[float]:
@@ -93,28 +94,28 @@ def _samples(median: float, n: int = 60, spread: float = 0.01, seed: int = 0) ->
 
 def test_tidy_has_one_typed_row_per_outcome_and_named_metric_columns():
     rows = read_rows(FIXTURE)
-    outcomes = [r for r in rows if r["kind"] in ("result", "incorrect", "skipped")]
+    outcomes = [r for r in rows if r.kind in ("result", "incorrect", "skipped")]
     df = tidy.tidy(FIXTURE)
     assert len(df) == len(outcomes) == 15
     assert list(df.columns[:10]) == list(tidy.LEAD_COLUMNS)
     assert str(df["seq_len"].dtype) == "Int64" and str(df["causal"].dtype) == "boolean"
     assert str(df["speedup"].dtype) == "float64" and str(df["dtype"].dtype) == "string"
     for r in outcomes:
-        got = df[df["seq"] == r["seq"]].iloc[0]
-        assert got["kind"] == r["kind"] and got["kernel"] == r["candidate"] and got["seq_len"] == r["config"]["seq_len"]
-        if r["kind"] == "result":
-            assert got["speedup"] == r["metrics"]["speedup"] and got["n_samples"] == len(
-                r["timing"]["arms"][f"candidate:{r['candidate']}"]["samples_ms"])
+        got = df[df["seq"] == r.seq].iloc[0]
+        assert got["kind"] == r.kind and got["kernel"] == r.candidate and got["seq_len"] == r.config["seq_len"]
+        if r.kind == "result":
+            assert got["speedup"] == r.metrics["speedup"] and got["n_samples"] == len(
+                r.timing["arms"][f"candidate:{r.candidate}"]["samples_ms"])
         else:
-            assert math.isnan(got["speedup"]) and r["reason"][:40] in got["reason"]
+            assert math.isnan(got["speedup"]) and r.reason[:40] in got["reason"]
 
 
 def test_new_metrics_appear_in_the_tidy_view_and_the_report_without_code_changes(tmp_path):
     led = _ledger(tmp_path, "m")
     row = _result(led, 32, "fast", _samples(1.0), _samples(2.0))
     led2 = _ledger(tmp_path, "m2")
-    led2.append("result", {**{k: v for k, v in row.items() if k not in ("seq", "hash", "prev_hash", "line", "kind")},
-                           "metrics": {**row["metrics"], "host_us": 12.5, "l2_hit_rate": 0.75}})
+    led2.append("result", {**{k: v for k, v in row.dump().items() if k not in ("seq", "hash", "prev_hash", "line", "kind")},
+                           "metrics": {**row.metrics, "host_us": 12.5, "l2_hit_rate": 0.75}})
     df = tidy.tidy(led2.path)
     assert df["host_us"].tolist() == [12.5] and df["l2_hit_rate"].tolist() == [0.75]
     data = report.report_data(lines.load_path(led2.path))
@@ -157,12 +158,12 @@ def test_non_finite_gate_figures_and_stats_are_written_spelled_and_read_back_as_
                                        "baseline": {"samples_ms": base, "stats": Stats.from_samples(base).as_dict()}}}
     led = _ledger(tmp_path, "nan")
     _result(led, 32, "fast", _samples(1.0), base, timing=timing, gate={"candidate": gate, "baseline": gate})
-    (row,) = [r for r in read_rows(led.path) if r["kind"] == "result"]
-    worst, failed = row["gate"]["candidate"]["worst"], row["gate"]["candidate"]["failures"][0]
+    (row,) = [r for r in read_rows(led.path) if r.kind == "result"]
+    worst, failed = row.gate["candidate"]["worst"], row.gate["candidate"]["failures"][0]
     assert worst["figures"]["max_abs_err"] == "NaN" and worst["figures"]["tolerance_ratio"] == "Infinity"
     assert worst["figures"]["rel_frobenius"] == "Infinity" and failed["reference_seconds"] == "NaN"
     assert worst["figures"]["worst_out"] == 100.0  # finite values stay numbers
-    stats = row["timing"]["arms"]["candidate:fast"]["stats"]
+    stats = row.timing["arms"]["candidate:fast"]["stats"]
     assert stats["n"] == 0 and stats["median"] == "NaN" and stats["rel_noise"] == "Infinity"
     assert math.isnan(number(stats["median"])) and number(stats["rel_noise"]) == math.inf
     assert "null" not in json.dumps([worst["figures"]["max_abs_err"], stats])
@@ -173,7 +174,7 @@ def test_non_finite_gate_figures_and_stats_are_written_spelled_and_read_back_as_
     assert cells["correctness gate"] == "1/2 checks, worst nan abs (inf of tol)"
 
     # The same row as the ledger held it before: null where a value was non-finite.
-    old = json.loads(json.dumps(row).replace('"NaN"', "null").replace('"Infinity"', "null"))
+    old = json.loads(json.dumps(row.dump()).replace('"NaN"', "null").replace('"Infinity"', "null"))
     led2 = _ledger(tmp_path, "old")
     led2.append("result", {k: v for k, v in old.items() if k not in ("seq", "hash", "prev_hash", "line", "kind")})
     assert math.isnan(tidy.tidy(led2.path)["gate_tolerance_ratio"].iloc[0])
@@ -191,7 +192,7 @@ def test_the_primary_renders_with_no_outcome_yet_and_when_a_verdict_recorded_it_
     assert "<b>—</b>, predicted 1.1." in Path(written["html"]).read_text()
     led.append("verdict", {"commit": "a" * 40, "outcome": "NO-GO", "clauses": [], "primary": "geomean(speedup)",
                            "primary_value": math.nan, "prediction": 1.1})
-    assert read_rows(led.path)[-1]["primary_value"] == "NaN"
+    assert read_rows(led.path)[-1].primary_value == "NaN"
     data = report.report_data(lines.load_path(led.path))
     assert data["primary"]["value"] == "nan" and data["primary"]["error"] == "nan"
 
@@ -222,9 +223,9 @@ def test_markdown_report_renders_deterministically_from_the_fixture_ledger():
     if os.environ.get("BENCH_UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text()
-    assert text.startswith(f"# report-fixture: {read_rows(FIXTURE)[-1]['outcome']}")
+    assert text.startswith(f"# report-fixture: {read_rows(FIXTURE)[-1].outcome}")
     verdict = read_rows(FIXTURE)[-1]
-    clause = verdict["clauses"][0]
+    clause = verdict.clauses[0]
     assert (f"| `{clause['text']}` | {clause['value']:.4g} | interleaved, over 3 results | >= | 1 | 3 | "
             f"{'pass' if clause['passed'] else 'fail'} |") in text
     assert "| incorrect | torch_stack (baseline): [mismatch] | 3 |" in text  # non-result outcomes counted by reason
@@ -258,8 +259,8 @@ def test_every_plot_renders_a_non_empty_image(path):
 
 
 def test_clock_plot_says_why_when_there_are_no_clock_readings():
-    res = [r for r in read_rows(FIXTURE) if r["kind"] == "result"]
-    assert all(v is None for r in res for v in r["timing"]["rounds"]["min_sm_mhz"])
+    res = [r for r in read_rows(FIXTURE) if r.kind == "result"]
+    assert all(v is None for r in res for v in r.timing["rounds"]["min_sm_mhz"])
     assert plots.clock_plot(res)[:4] == b"\x89PNG"
 
 
@@ -443,7 +444,7 @@ def test_compare_pairs_one_kernel_against_another_and_refuses_other_numeric_flag
     c = _ledger(tmp_path, "c", candidates=("old",))
     row = _result(c, 32, "old", _samples(1.0, seed=4), _samples(2.0))
     d = Ledger(tmp_path, "d")
-    d.append("result", {**{k: v for k, v in row.items() if k not in ("seq", "hash", "prev_hash", "line", "kind")},
+    d.append("result", {**{k: v for k, v in row.dump().items() if k not in ("seq", "hash", "prev_hash", "line", "kind")},
                         "numerics": {"allow_tf32": True}})
     with pytest.raises(UserError, match="numerics \\(allow_tf32: False vs True\\)"):
         cmp.compare(lines.load_path(c.path), lines.load_path(d.path))

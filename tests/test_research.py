@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 
@@ -52,6 +53,20 @@ def test_research_is_not_installed(monkeypatch):
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
 def test_research_imports_nothing_private(path):
     assert _private_uses(path) == []
+
+
+# What a script of its own correctness criterion would hold: a tolerance, a closeness test, a
+# relative error, or a reference computed outside the harness's gate.
+OWN_CRITERION = re.compile(r"\bTOLERANCE\b|allclose|isclose|rel_err|measurement\.reference import")
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_research_judges_correctness_only_through_the_harness(path):
+    """A kernel a script times has passed the harness's own gate (research/bench_decode.py
+    ``gated``, a sweep's pipeline): no script decides by a criterion of its own."""
+    found = [f"line {n}: {line.strip()}" for n, line in enumerate(path.read_text().splitlines(), 1)
+             if OWN_CRITERION.search(line)]
+    assert found == [], found
 
 
 def test_the_check_sees_a_private_import(tmp_path):

@@ -284,15 +284,15 @@ def test_each_attack_is_rejected_for_its_own_reason_through_the_cli(tmp_path, de
         assert r.returncode == 0, r.stderr + r.stdout
     from harness.governance.ledger_format import read_rows
 
-    got = {r["candidate"]: r for r in read_rows(repo / "ledger" / "attacks.jsonl")
-           if r["kind"] in ("result", "incorrect", "crashed", "skipped", "throttled")}
+    got = {r.candidate: r for r in read_rows(repo / "ledger" / "attacks.jsonl")
+           if r.kind in ("result", "incorrect", "crashed", "skipped", "throttled")}
     for name, kind, tag in attacks:
         row = got[name]
-        assert row["kind"] == kind, (name, row.get("tag"), row.get("reason"))
+        assert row.kind == kind, (name, row.tag, row.reason)
         if tag is not None:
-            assert row["tag"].removeprefix("timed_") == tag, (name, row["tag"], row["reason"])
+            assert row.tag.removeprefix("timed_") == tag, (name, row.tag, row.reason)
         else:
-            assert not row.get("impossible"), row["impossible"]
+            assert not row.impossible, row.impossible
 
 
 def test_a_state_change_by_a_lead_call_is_blamed_on_its_own_arm():

@@ -208,9 +208,9 @@ def test_verdict_refuses_results_without_counters(repo):
         _decide(repo, env)
     # What the sweep's [verify] pass would profile: both results, each with its row's seq.
     rows = read_rows(repo / "ledger" / "v.jsonl")
-    results = [r for r in rows if r["kind"] == "result"]
+    results = [r for r in rows if r.kind == "result"]
     todo = pending_verify(rows, measured_on(results[0]))
-    assert todo == {(r["config_key"], r["candidate"]): r["seq"] for r in results} and len(todo) == 2
+    assert todo == {(r.config_key, r.candidate): r.seq for r in results} and len(todo) == 2
     assert pending_verify(rows, ("another commit", "cpu", None, None)) == {}
 
 
@@ -221,7 +221,7 @@ def test_verdict_go_needs_every_verify_clause(repo):
     v = _decide(repo, env)
     assert v.bar.passed and v.outcome == "NO-GO"
     assert [c.passed for c in v.verify] == [True, True, False]
-    row = v.row["verify"]
+    row = v.row.verify
     assert row[2]["n"] == 2 and row[2]["n_failed"] == 2 and row[2]["failing"][0]["candidate"] == "sdpa"
 
 

@@ -126,7 +126,9 @@ def _outcomes(root: Path, line: str) -> list[dict]:
     from harness.governance.outcomes import current_rows
     from harness.governance.outcomes import OUTCOME_KINDS
 
-    return [r for r in current_rows(_rows(root, line)) if r["kind"] in OUTCOME_KINDS]
+    from harness.governance.ledger_rows import load
+
+    return [r.dump() for r in current_rows(load(d) for d in _rows(root, line)) if r.kind in OUTCOME_KINDS]
 
 
 def _fault_sweep(tmp_path, fault, *, device="cpu", dtype="float32", tol="1e-5", seq_lens="[32, 48]"):
@@ -575,3 +577,32 @@ def test_cpu_workers_get_disjoint_shares_of_the_cores():
     assert core_shares(1) == [tuple(cores)]
     over = core_shares(len(cores) + 1)  # more workers than cores: shares overlap, none empty
     assert len(over) == len(cores) + 1 and all(len(s) == 1 for s in over)
+
+
+TINY_GATE = FAULT_LINE.format(fault="sdpa", dtype="float32", tol="1e-5", seq_lens="[32]", weak="[]", warmup=2,
+                              watchdog=TEST_WATCHDOG_S).replace('["sdpa", "sdpa", "honest_stack"]', '["sdpa"]')
+
+
+def test_the_profile_gate_runs_in_a_worker_under_the_watchdog(tmp_path, monkeypatch):
+    """`bench profile` gates each kernel in a worker process, as a sweep does: a gate that
+    outlasts the watchdog is killed there and is the kernel's failure, not the command's."""
+    import dataclasses
+
+    from harness.governance.line import open_line
+    from harness.record.profile import gate_worker
+
+    root = _repo(tmp_path, "gated", TINY_GATE)
+    assert _bench(root, bench_env(), "register", "gated").returncode == 0
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "registered")
+    monkeypatch.chdir(root)
+    with open_line("gated", root=root, action="a profile") as line:
+        cfg = line.reg.configs[0]
+        with gate_worker(line, "cpu") as gate:
+            ok = gate(cfg, "sdpa")
+            assert ok["passed"] and ok["gate"]["passed"] and ok["tag"] is None, ok
+        hasty = dataclasses.replace(line, reg=dataclasses.replace(
+            line.reg, timing=dataclasses.replace(line.reg.timing, watchdog_s=0.001)))
+        with gate_worker(hasty, "cpu") as gate:
+            lost = gate(cfg, "sdpa")
+    assert not lost["passed"] and lost["tag"] == "lost_worker" and "watchdog after 0.001 s" in lost["reason"], lost

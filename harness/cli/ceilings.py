@@ -15,10 +15,8 @@ def ceilings(force: bool = typer.Option(False, "--force", help="re-measure even 
     """Measure this device's copy bandwidth and matmul TFLOP/s; store them as a ledger row,
     committed (ledger/_device_ceilings.jsonl alone) unless --no-commit."""
     from harness.governance.gitguard import require_clean
-    from harness.measurement.device import detect_device, env_summary
-    from harness.execution.devicelock import device_lock
-    from harness.governance.devices import device_key
-    from harness.record.ceilings import commit_ceilings, current_ceilings, is_committed, require_committable
+    from harness.measurement.device import detect_device
+    from harness.record.ceilings import ceilings_command, is_committed, require_committable
     from harness.reporting.render.ceilings import render_ceilings
     from harness.reporting.render.sweep import render_device_wait
 
@@ -26,10 +24,6 @@ def ceilings(force: bool = typer.Option(False, "--force", help="re-measure even 
     root = require_clean().root
     if not no_commit:
         require_committable(root)  # refuse before measuring, not after
-    device = detect_device()
-    # Measuring: no sweep may time this device meanwhile (nor this measure it).
-    with device_lock(device_key(env_summary(device)), who={"line": "(bench ceilings)", "root": str(root)},
-                     wait=True, on_wait=render_device_wait):
-        row, measured = current_ceilings(root, device=device, force=force)
-    commit = None if no_commit else commit_ceilings(root, "bench ceilings")
+    row, measured, commit = ceilings_command(root, detect_device(), force=force,
+                                             why=None if no_commit else "bench ceilings", on_wait=render_device_wait)
     render_ceilings(row, measured, commit=commit, committed=is_committed(root, row))

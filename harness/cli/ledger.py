@@ -117,9 +117,9 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
             df = df[df["kind"] == kind]
         write_csv(df)
     else:
-        rows = [r for r in read_rows(path) if kind is None or r["kind"] == kind]
+        rows = [r for r in read_rows(path) if kind is None or r.kind == kind]
         if json:
-            write_jsonl(canonical(r) for r in rows)
+            write_jsonl(canonical(r.dump()) for r in rows)
         else:
             from harness.governance.gitguard import repo_root
             from harness.governance.outcomes import superseded_by

@@ -33,10 +33,11 @@ POLL_S = 0.5
 
 @dataclass(frozen=True)
 class Job:
-    """One unit of work for a slot: a config's pairs, or the device's ceilings."""
+    """One unit of work for a slot: a config's pairs, the device's ceilings, or one kernel's
+    gate at one config (``task.candidates[0]``; `bench profile` gates in a worker too)."""
 
     id: int
-    kind: str  # "config" | "ceilings"
+    kind: str  # "config" | "ceilings" | "gate"
     task: Task | None = None
     ctx: SweepContext | None = None
 

@@ -24,7 +24,8 @@ LAST_OUTPUT_CHARS = 4000
 
 
 def run_job(job: Job, device: str, *, contain: bool = True):
-    """What a job computes, in whichever process runs it: config outcomes or a ceilings row.
+    """What a job computes, in whichever process runs it: config outcomes, a ceilings row, or
+    one kernel's gate (pipeline/gate.gate_job).
 
     ``contain``: an exception out of a config becomes its `crashed` rows (in-process); a
     worker passes False, because a process that raised there may not measure again.
@@ -36,6 +37,10 @@ def run_job(job: Job, device: str, *, contain: bool = True):
         from harness.measurement.ceilings import measure_ceilings
 
         return measure_ceilings(device).to_row()
+    if job.kind == "gate":
+        from harness.pipeline.gate import gate_job
+
+        return gate_job(job.task.config, job.task.candidates[0], job.ctx)
     try:
         return run_config(job.task.config, job.task.candidates, job.ctx)
     except UserError:

@@ -115,9 +115,9 @@ def recompute(row: dict) -> list[Disagreement]:
     from harness.measurement.stats import QUANTUM_TICKS_MS, Stats, quantum, ratio, speedup_ci
     from harness.measurement.timing.results import arm_name, rig_noise
 
-    if not isinstance(row, dict) or row.get("kind") != RESULT:
+    if row.kind != RESULT:
         return []
-    timing = row.get("timing")
+    timing = row.timing
     arms = timing.get("arms") if isinstance(timing, dict) else None
     if not isinstance(arms, dict):
         return []
@@ -135,8 +135,8 @@ def recompute(row: dict) -> list[Disagreement]:
         if isinstance(st, dict):
             for k, v in Stats.from_samples(x).as_dict().items():
                 a.check(st, k, f"timing.arms.{name}.stats.{k}", v)
-    metrics = row.get("metrics") if isinstance(row.get("metrics"), dict) else {}
-    cand = samples.get(arm_name(str(row.get("candidate"))))
+    metrics = row.metrics if isinstance(row.metrics, dict) else {}
+    cand = samples.get(arm_name(str(row.candidate)))
     base, ctl = samples.get("baseline"), samples.get("control")
     if base and cand:
         a.check(metrics, "speedup", "metrics.speedup", ratio(base, cand))
@@ -152,7 +152,7 @@ def recompute(row: dict) -> list[Disagreement]:
         a.check(metrics, "control", "metrics.control", control)
         a.check(metrics, "control_ms", "metrics.control_ms", Stats.from_samples(ctl).median)
         a.check(timing, "control_ratio", "timing.control_ratio", control)
-        policy = row.get("policy") if isinstance(row.get("policy"), dict) else {}
+        policy = row.policy if isinstance(row.policy, dict) else {}
         tol = number(policy.get("control_tolerance"))
         if tol is not None:
             a.check(timing, "control_ok", "timing.control_ok", abs(control - 1.0) <= tol)
@@ -173,11 +173,11 @@ def _rates(a: _Audit, row: dict, metrics: dict, cand: list[float] | None) -> Non
     from harness.governance.metrics import PROTOCOLS, SUSTAINED
 
     ms = None
-    sus = row.get("sustained")
-    if row.get("rate_protocol") not in (None, *PROTOCOLS):  # renderers name each rate's protocol from it
-        a.bad("rate_protocol", row.get("rate_protocol"), f"not a timing protocol ({', '.join(PROTOCOLS)})")
+    sus = row.sustained
+    if row.rate_protocol not in (None, *PROTOCOLS):  # renderers name each rate's protocol from it
+        a.bad("rate_protocol", row.rate_protocol, f"not a timing protocol ({', '.join(PROTOCOLS)})")
         return
-    if row.get("rate_protocol") == SUSTAINED:
+    if row.rate_protocol == SUSTAINED:
         calls = _samples(sus.get("samples_ms")) if isinstance(sus, dict) else None
         if not calls:
             a.bad("sustained.samples_ms", None, "rate_protocol is sustained but no sustained calls are recorded")
@@ -191,13 +191,13 @@ def _rates(a: _Audit, row: dict, metrics: dict, cand: list[float] | None) -> Non
         return
     a.check(metrics, "ms", "metrics.ms", ms)
     try:
-        r = rates(Config(**row["config"]), ms)
+        r = rates(Config(**row.config), ms)
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        a.bad("config", row.get("config"), "no rates computable for this config and ms")
+        a.bad("config", row.config, "no rates computable for this config and ms")
         return
     for k in ("tflops", "gbps", "kv_gbps"):
         a.check(metrics, k, f"metrics.{k}", r[k], RATE_RTOL)
-    floor = row.get("floor")
+    floor = row.floor
     ceiling = floor.get("rounds") if isinstance(floor, dict) else None
     copy = number(ceiling.get("copy_gbps")) if isinstance(ceiling, dict) else None
     if copy:
@@ -255,18 +255,18 @@ def _count(v: Any) -> int:
 def _noise(a: _Audit, row: dict, timing: dict, control: float, rig_noise) -> None:
     """``rig_noisy`` and ``rig_noise`` from the recomputed control, the stored host gaps and
     the (checked) quanta and round counts; an older row's absent fields count as none."""
-    policy = row.get("policy") if isinstance(row.get("policy"), dict) else {}
+    policy = row.policy if isinstance(row.policy, dict) else {}
     tol, max_waited = number(policy.get("control_tolerance")), number(policy.get("max_drop_fraction"))
     gaps, quanta = timing.get("host_gaps") or {}, timing.get("quanta") or {}
     if tol is None or not isinstance(gaps, dict) or not isinstance(quanta, dict):
         return
     waited = (_count(timing.get("n_waited")), _count(timing.get("n_rounds")))
     why = rig_noise(control, tol, gaps, quanta, waited, 1.0 if max_waited is None else max_waited)
-    if "rig_noisy" in row:
-        a.check(row, "rig_noisy", "rig_noisy", bool(why))
+    if row.has("rig_noisy"):
+        a.check({"rig_noisy": row.rig_noisy}, "rig_noisy", "rig_noisy", bool(why))
     elif why:  # the verdict reads an absent flag as a clean result
         a.bad("rig_noisy", None, True)
-    stored = row.get("rig_noise")
+    stored = row.rig_noise
     if isinstance(stored, list) and stored != why:
         a.bad("rig_noise", stored, why)
 
@@ -285,7 +285,7 @@ def ceilings_disagreements(row: dict, ceilings: dict) -> list[str]:
     from harness.measurement.floor import matmul_ceiling
 
     ceil = Ceilings.from_row(ceilings)
-    dtype = (row.get("config") or {}).get("dtype")
+    dtype = (row.config or {}).get("dtype")
     out: list[str] = []
 
     def check(where: str, stored: Any, expected: float | None) -> None:
@@ -295,13 +295,13 @@ def ceilings_disagreements(row: dict, ceilings: dict) -> list[str]:
         if got is None or expected is None or not math.isclose(got, expected, rel_tol=CEILINGS_RTOL):
             out.append(f"{where} {stored} (ceilings row gives {expected})")
 
-    floor = row.get("floor")
+    floor = row.floor
     for part in ("rounds", "sustained"):
         used = floor.get(part) if isinstance(floor, dict) else None
         if isinstance(used, dict):
             check(f"floor.{part}.copy_gbps", used.get("copy_gbps"), ceil.copy_gbps)
             check(f"floor.{part}.matmul_tflops", used.get("matmul_tflops"), matmul_ceiling(ceil, dtype))
-    metrics = row.get("metrics")
+    metrics = row.metrics
     if isinstance(metrics, dict):
         expected = ceil.fractions({rate: number(metrics.get(rate)) for rate in ("tflops", "gbps", "kv_gbps")}, dtype)
         for frac, value in expected.items():
@@ -312,8 +312,8 @@ def ceilings_disagreements(row: dict, ceilings: dict) -> list[str]:
 
 def ceilings_figures(row: dict) -> list[str]:
     """The ceilings figures a row holds (floor, ``*_frac`` metrics): a row naming no ceilings row must hold none."""
-    held = ["floor"] if row.get("floor") is not None else []
-    metrics = row.get("metrics")
+    held = ["floor"] if row.floor is not None else []
+    metrics = row.metrics
     if isinstance(metrics, dict):
         held += [f"metrics.{k}" for k in ("tflops_frac", "gbps_frac", "kv_gbps_frac") if metrics.get(k) is not None]
     return held

@@ -18,9 +18,9 @@ def model(env: dict) -> tuple[str | None, str | None]:
     return env.get("device"), env.get("gpu")
 
 
-def device_of(row: dict) -> tuple[str | None, str | None]:
-    """The model (device, GPU name) a row was measured on."""
-    return model(row.get("env") or {})
+def device_of(row) -> tuple[str | None, str | None]:
+    """The model (device, GPU name) a row (ledger_rows) was measured on."""
+    return model(row.env or {})
 
 
 def device_name(env: dict) -> str | None:
@@ -28,9 +28,10 @@ def device_name(env: dict) -> str | None:
     return env.get("gpu") or env.get("device")
 
 
-def ceilings_name(row: dict) -> str:
-    """The name of the device a ceilings row was measured on: its fingerprint's model name."""
-    return str((row.get("fingerprint") or {}).get("name") or row.get("device"))
+def ceilings_name(row) -> str:
+    """The name of the device a ceilings row (ledger_rows.CeilingsRow) was measured on: its
+    fingerprint's model name."""
+    return str((row.fingerprint or {}).get("name") or row.device)
 
 
 def same_gpu_model(env: dict, fingerprint: dict) -> bool:

@@ -25,6 +25,7 @@ from harness.governance import gitguard
 from harness.governance.gitguard import LEDGER_DIR
 from harness.governance.ledger_format import (GENESIS_HASH, LEDGER_SCHEMA, canonical, check_schema, ledger_path,
                                               parse_row, read_rows, row_hash, utc_now)
+from harness.governance.ledger_rows import Row, UnknownField, load
 from harness.governance.ledger_verify import verify
 from harness.governance.locks import exclusive
 from harness.governance.outcomes import ROW_KINDS
@@ -38,9 +39,9 @@ LOCK_TIMEOUT_S = 60.0
 MIN_FREE_BYTES = 64 * 2**20
 
 
-def recorded(root: Path) -> Iterator[tuple[str, list[dict]]]:
-    """Every ledger of ``root``/ledger as (file name, rows), read leniently: a line that is not
-    JSON is left out. For figures gathered across lines before a new one exists (register's
+def recorded(root: Path) -> Iterator[tuple[str, list[Row]]]:
+    """Every ledger of ``root``/ledger as (file name, typed rows), read leniently: a line that
+    is not JSON, or not a row this bench knows, is left out. For figures gathered across lines before a new one exists (register's
     timing resolution, the reductio's baseline times), never for verification."""
     for path in sorted((Path(root) / LEDGER_DIR).glob("*.jsonl")):
         rows = []
@@ -50,7 +51,10 @@ def recorded(root: Path) -> Iterator[tuple[str, list[dict]]]:
             except json.JSONDecodeError:
                 continue
             if isinstance(row, dict):
-                rows.append(row)
+                try:
+                    rows.append(load(row))
+                except UnknownField:
+                    continue
         yield path.name, rows
 
 
@@ -72,7 +76,7 @@ class Ledger:
     def exists(self) -> bool:
         return self.path.exists() and self.path.stat().st_size > 0
 
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[Row]:
         return read_rows(self.path)
 
     def _lock(self):
@@ -109,8 +113,8 @@ class Ledger:
             raise UserError(f"only {free / 2**20:.1f} MiB free on the file system of {LEDGER_DIR}/, bench needs "
                             f"{MIN_FREE_BYTES / 2**20:.0f} MiB before it starts: free disk space and run it again")
 
-    def append(self, kind: str, fields: dict) -> dict:
-        """Append one row; returns it once it is flushed and fsynced to disk.
+    def append(self, kind: str, fields: dict) -> Row:
+        """Append one row; returns it (typed, ledger_rows) once it is flushed and fsynced to disk.
 
         A write or fsync that fails (disk full, I/O error, short write) is cut back to the
         previous end of the file, so no partial row is left, and raised as one UserError.
@@ -130,6 +134,7 @@ class Ledger:
                 row = jsonable({**fields, "schema": LEDGER_SCHEMA, "seq": seq, "kind": kind, "line": self.line,
                                 "time": fields.get("time") or utc_now(), "prev_hash": prev})
                 row["hash"] = row_hash(row)
+                typed = load(row)  # refuses a field no row class declares, before anything is written
                 data = (canonical(row) + "\n").encode("utf-8")
                 size = os.fstat(fd).st_size
                 try:
@@ -146,7 +151,7 @@ class Ledger:
                 os.close(fd)
             if created:  # the new file's directory entry must survive a power loss too
                 _fsync_dir(self.path.parent)
-        return row
+        return typed
 
     def _cut_back(self, fd: int, size: int, seq: int, exc: OSError) -> None:
         """After a failed append: restore the file to ``size`` bytes, then raise one UserError."""
@@ -223,7 +228,7 @@ def dataframe(path: Path):
     rows = read_rows(Path(path))
     if not rows:
         return pd.DataFrame()
-    return pd.json_normalize(rows, sep=".")
+    return pd.json_normalize([r.dump() for r in rows], sep=".")
 
 
 def committed_rows(led: Ledger) -> int:

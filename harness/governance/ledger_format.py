@@ -61,8 +61,21 @@ def parse_row(raw: bytes, path: Path, n: int) -> dict:
     return row
 
 
-def read_rows(path: Path) -> list[dict]:
-    """All rows of a ledger file, schema-checked (chain not checked: use ``verify``)."""
+def typed(row: dict, path: Path, n: int):
+    """Row ``n`` of ``path`` as its typed class (ledger_rows), schema-checked."""
+    from harness.governance.ledger_rows import UnknownField, load
+
+    check_schema(row, path, n)
+    try:
+        return load(row)
+    except UnknownField as exc:
+        raise UserError(f"{path}: row {n}: {exc} (ledger schema {row.get('schema')}): upgrade bench "
+                        f"(pip install -U -e .) to read it, or restore the file from git") from None
+
+
+def read_rows(path: Path) -> list:
+    """All rows of a ledger file as typed rows (ledger_rows), schema-checked (chain not
+    checked: use ``verify``)."""
     path = Path(path)
     if not path.exists():
         return []
@@ -71,7 +84,5 @@ def read_rows(path: Path) -> list[dict]:
         for n, raw in enumerate(fh):
             if not raw.endswith(b"\n"):
                 break  # a torn final write: never acknowledged, so not a row
-            row = parse_row(raw, path, n)
-            check_schema(row, path, n)
-            rows.append(row)
+            rows.append(typed(parse_row(raw, path, n), path, n))
     return rows

@@ -20,7 +20,8 @@ from harness.governance import gitguard
 from harness.governance.gitguard import LEDGER_DIR
 from harness.governance.ledger_format import (CEILINGS_LEDGER, CEILINGS_REF, GENESIS_HASH, LEDGER_SCHEMA, check_schema,
                                               read_rows, row_hash)
-from harness.governance.outcomes import SUPERSEDES, VERDICT
+from harness.governance.ledger_rows import UnknownField, load
+from harness.governance.outcomes import REGISTERED, SUPERSEDES, VERDICT
 
 @dataclass(frozen=True)
 class VerifyResult:
@@ -100,6 +101,11 @@ def _check_chain(records: list[bytes], path: Path) -> tuple[VerifyResult | None,
         if row_hash(row) != row.get("hash"):
             return VerifyResult(str(path), False, n, n,
                                 f"row {n} was edited: its content no longer matches its hash"), prev
+        try:
+            load(row)
+        except UnknownField as exc:
+            return VerifyResult(str(path), False, n, n, f"row {n}: {exc} (written by a newer bench, or forged): "
+                                                        f"upgrade bench, or restore the file from git"), prev
         prev = row["hash"]
     return None, prev
 
@@ -272,8 +278,8 @@ def _check_figures(records: list[bytes], path: Path) -> VerifyResult | int:
 
     unsound, results = [], 0
     for n, raw in enumerate(records):
-        row = json.loads(raw)
-        results += row.get("kind") == RESULT
+        row = load(json.loads(raw))
+        results += row.kind == RESULT
         found = recompute(row)
         if found:
             unsound.append((n, n, tuple(found)))  # the chain held: seq == n
@@ -293,11 +299,8 @@ def _check_supersedes(records: list[bytes], path: Path) -> VerifyResult | tuple:
     re-measured where they were measured (``remeasures``)."""
     from harness.governance.outcomes import OUTCOME_KINDS, measured_on, remeasurable, remeasures, state_of
 
-    def pair(r: dict) -> tuple:  # rows of any shape verify: a row lacking the fields is no pair's
-        return r.get("config_key"), r.get("candidate")
-
-    rows = [json.loads(raw) for raw in records]
-    reg = (rows[0].get("registration") or {}) if rows else {}
+    rows = [load(json.loads(raw)) for raw in records]
+    reg = (rows[0].registration or {}) if rows and rows[0].kind == REGISTERED else {}
     include_noisy = bool(reg.get("include_noisy")) if isinstance(reg, dict) else False
     taken: dict[int, int] = {}
 
@@ -305,26 +308,26 @@ def _check_supersedes(records: list[bytes], path: Path) -> VerifyResult | tuple:
         return VerifyResult(str(path), False, len(records), n, f"line {n + 1} (seq {n}) {why}")
 
     for n, row in enumerate(rows):
-        if row.get("kind") != SUPERSEDES:
+        if row.kind != SUPERSEDES:
             continue
-        named = row.get("supersedes")
+        named = row.supersedes
         if not isinstance(named, list) or not named or not all(isinstance(s, int) and not isinstance(s, bool)
                                                                for s in named):
             return bad(n, f"is a supersedes row naming no rows ({named!r}): it was not written by a sweep")
         for s in named:
             old = rows[s] if 0 <= s < n else None
-            if old is None or old.get("kind") not in OUTCOME_KINDS:
-                what = "a later row" if s >= n else f"a {old.get('kind')} row" if old else "no row"
+            if old is None or old.kind not in OUTCOME_KINDS:
+                what = "a later row" if s >= n else f"a {old.kind} row" if old else "no row"
                 return bad(n, f"supersedes row {s}, which is {what}: a sweep supersedes only earlier outcome rows")
-            if old.get("config_key") != row.get("config_key"):
-                return bad(n, f"supersedes row {s} of config {old.get('config_key')}, not its own config "
-                              f"{row.get('config_key')}: a re-run config supersedes only its own rows")
+            if old.config_key != row.config_key:
+                return bad(n, f"supersedes row {s} of config {old.config_key}, not its own config "
+                              f"{row.config_key}: a re-run config supersedes only its own rows")
             if s in taken:
                 return bad(n, f"supersedes row {s}, already superseded at row {taken[s]}")
-            shadowed = any(r.get("kind") in OUTCOME_KINDS and pair(r) == pair(old) for r in rows[s + 1:n])
+            shadowed = any(r.kind in OUTCOME_KINDS and r.pair == old.pair for r in rows[s + 1:n])
             if (measured_on(old) == measured_on(row) and not shadowed
                     and not remeasurable(old, include_noisy=include_noisy)):
-                return bad(n, f"supersedes row {s} ({old.get('candidate')} @ {old.get('config_key')}: "
+                return bad(n, f"supersedes row {s} ({old.candidate} @ {old.config_key}: "
                               f"{state_of(old)}) at the commit and device it was measured at: a sweep measures "
                               f"again only rig-noisy, skipped, throttled or crashed pairs there — a decided "
                               f"outcome is never re-rolled (restore the ledger from git)")
@@ -343,20 +346,21 @@ def _check_ceilings_refs(records: list[bytes], path: Path) -> VerifyResult | Non
 
     if path.stem == CEILINGS_LEDGER:
         return None
-    named = [(n, row) for n, row in ((n, json.loads(raw)) for n, raw in enumerate(records)) if CEILINGS_REF in row]
+    named = [(n, row) for n, row in ((n, load(json.loads(raw))) for n, raw in enumerate(records))
+             if row.has(CEILINGS_REF)]
     if not named:
         return None
     cpath = path.parent / f"{CEILINGS_LEDGER}.jsonl"
     linked = cpath.exists() or path.parent.name == LEDGER_DIR
     shown = f"{LEDGER_DIR}/{cpath.name}"
-    ceilings: list[dict] | None = None
+    ceilings: list | None = None
     in_git, committed_ceilings, committed_here = False, 0, 0
 
     def bad(n: int, why: str) -> VerifyResult:
         return VerifyResult(str(path), False, len(records), n, f"line {n + 1} (seq {n}) {why}")
 
     for n, row in named:
-        ref = row[CEILINGS_REF]
+        ref = row.ceilings_ref
         if ref is None:
             held = ceilings_figures(row)
             if held:
@@ -379,8 +383,8 @@ def _check_ceilings_refs(records: list[bytes], path: Path) -> VerifyResult | Non
         found = ceilings[seq] if isinstance(seq, int) and 0 <= seq < len(ceilings) else None
         if found is None:
             return bad(n, f"{what}, which does not exist")
-        if found.get("hash") != want:
-            return bad(n, f"{what}, whose hash there is {str(found.get('hash'))[:12]}: the ceilings row it used "
+        if found.hash != want:
+            return bad(n, f"{what}, whose hash there is {str(found.hash)[:12]}: the ceilings row it used "
                           f"was changed")
         if in_git and n < committed_here and seq >= committed_ceilings:
             return bad(n, f"{what}, which is not committed: commit it (git commit -m 'bench: ceilings' -- {shown})")

@@ -55,7 +55,7 @@ class Line:
     code: tuple = ()  # Stamp.code
 
     def stamp(self, env: dict) -> Stamp:
-        return Stamp(self.commit, self.registered["registration_sha256"], self.registered["registration_commit"], env,
+        return Stamp(self.commit, self.registered.registration_sha256, self.registered.registration_commit, env,
                      self.code)
 
 
@@ -125,12 +125,12 @@ def _reopens(root: Path, line: str, rel: str, reopen: bool) -> dict | None:
                         f"(git checkout {at[:12]} -- {led_rel}), or run `bench register {rel} --reopen` "
                         f"(allowed only if that ledger holds no verdict)")
     old = _old_rows(root, at, led_rel)
-    verdict = next((r for r in old if r.get("kind") == VERDICT), None)
+    verdict = next((r for r in old if r.kind == VERDICT), None)
     if verdict is not None:
-        raise UserError(f"--reopen: {led_rel} at commit {at[:12]} holds a verdict ({verdict.get('outcome')}, row "
-                        f"{verdict.get('seq')}): a decided line is never re-opened — register the bar as a new "
+        raise UserError(f"--reopen: {led_rel} at commit {at[:12]} holds a verdict ({verdict.outcome}, row "
+                        f"{verdict.seq}): a decided line is never re-opened — register the bar as a new "
                         f"line (copy {rel} to a new name and set amends = \"{line}\")")
-    return {"commit": at, "rows": len(old), "last_hash": old[-1]["hash"] if old else None}
+    return {"commit": at, "rows": len(old), "last_hash": old[-1].hash if old else None}
 
 
 def _old_rows(root: Path, commit: str, led_rel: str) -> list[dict]:
@@ -217,9 +217,10 @@ def _require_new(root: Path, reg: registration.Registration, rel: str) -> Ledger
     """The new line's (empty) ledger; refuses a line already registered or amending none."""
     led = Ledger(root, reg.line)
     if led.exists():
-        first = led.rows()[0] if led.rows() else {}
+        rows = led.rows()
+        at = (rows[0].registration_commit if rows and rows[0].kind == REGISTERED else None) or "?"
         raise UserError(f"line '{reg.line}' is already registered (at commit "
-                        f"{first.get('registration_commit', '?')[:12]}); a changed bar is a new line: copy the "
+                        f"{at[:12]}); a changed bar is a new line: copy the "
                         f"file to a new name and set amends = \"{reg.line}\"")
     if reg.amends:
         old = ledger_path(root, reg.amends)
@@ -254,7 +255,7 @@ def registered_path(registered: dict, line: str, *, closed: bool) -> str:
     """The registration path of a line's `registered` row, refused unless it is relative and
     stays inside the repository: any other path names a file of some machine, not of this
     clone's commit (bench would hash the wrong file, or none)."""
-    rel = (registered.get("registration") or {}).get("path")
+    rel = (registered.registration or {}).get("path")
     if not isinstance(rel, str) or not rel:
         raise UserError(f"ledger/{line}.jsonl: row 0 names no registration path: it is not a bench ledger")
     posix, win = PurePosixPath(rel), PureWindowsPath(rel)
@@ -296,23 +297,23 @@ def _checked_line(tree: gitguard.CleanTree, line: str, action: str) -> Line:
         raise UserError(verify_refusal(f"ledger/{line}.jsonl", res, action))
     rows = led.rows()
     registered = rows[0]
-    if registered.get("kind") != REGISTERED:
+    if registered.kind != REGISTERED:
         raise UserError(f"ledger/{line}.jsonl: the first row is not a `registered` row: it is not a bench ledger")
-    rel = registered_path(registered, line, closed=any(r["kind"] == VERDICT for r in rows))
-    at = registered["registration_commit"][:12]
+    rel = registered_path(registered, line, closed=any(r.kind == VERDICT for r in rows))
+    at = registered.registration_commit[:12]
     path = tree.root / rel
     if not path.is_file():
         raise UserError(f"registration {rel} is gone, but line '{line}' was registered from it at commit {at}: "
                         f"restore it with git checkout {at} -- {rel}")
     sha = registration.sha256_file(path)
-    if sha != registered["registration_sha256"]:
+    if sha != registered.registration_sha256:
         raise UserError(f"registration {rel} changed since it was registered at commit {at} "
-                        f"(sha256 {registered['registration_sha256'][:12]} → {sha[:12]}): restore it "
+                        f"(sha256 {registered.registration_sha256[:12]} → {sha[:12]}): restore it "
                         f"(git checkout {at} -- {rel}) or register the new bar as a new line with amends = \"{line}\"")
-    verdict = next((r for r in rows if r["kind"] == VERDICT), None)
+    verdict = next((r for r in rows if r.kind == VERDICT), None)
     if verdict is not None:
-        raise UserError(f"line '{line}' is closed: its verdict ({verdict['outcome']}) was written at row {verdict['seq']} "
-                        f"on commit {verdict['commit'][:12]}; {action} would change a decided line — register a new line "
+        raise UserError(f"line '{line}' is closed: its verdict ({verdict.outcome}) was written at row {verdict.seq} "
+                        f"on commit {verdict.commit[:12]}; {action} would change a decided line — register a new line "
                         f"(amends = \"{line}\") to measure again")
     return Line(root=tree.root, reg=registration.load(path), ledger=led, registered=registered, rows=tuple(rows),
                 commit=tree.commit)

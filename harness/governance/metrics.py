@@ -99,12 +99,12 @@ NAMES: tuple[str, ...] = tuple(BY_NAME)
 RATE_METRICS = frozenset(m.name for m in METRICS if m.rate)
 
 
-def rate_protocol(row: dict) -> str:
+def rate_protocol(row) -> str:
     """The protocol a result row's rates (and ``ms``, ``sm_mhz``, ``power_w``) come from. Rows
     older than the sustained phase carry no ``rate_protocol``: theirs were interleaved."""
-    p = row.get("rate_protocol") or INTERLEAVED
+    p = row.rate_protocol or INTERLEAVED
     if p not in PROTOCOLS:
-        raise ValueError(f"row {row.get('seq')}: rate_protocol {p!r} is not one of {', '.join(PROTOCOLS)}")
+        raise ValueError(f"row {row.seq}: rate_protocol {p!r} is not one of {', '.join(PROTOCOLS)}")
     return p
 
 

@@ -51,81 +51,83 @@ def rejection_tag(phase: str, tag: str) -> str:
     return f"{phase}_{tag}"
 
 
-def transient(row: dict) -> bool:
+def transient(row) -> bool:
     """An outcome worth measuring again: clocks throttled, memory short, timing cut short."""
-    return row["kind"] == THROTTLED or (row["kind"] == SKIPPED and ("predicted_bytes" in row
-                                                                    or row.get("undersampled", False)))
+    return row.kind == THROTTLED or (row.kind == SKIPPED and (row.has("predicted_bytes") or bool(row.undersampled)))
 
 
-def unusable(row: dict, *, include_noisy: bool) -> bool:
+def unusable(row, *, include_noisy: bool) -> bool:
     """An outcome the verdict cannot decide on that a new measurement at the same commit could
     settle: a rig-noisy result (unless the line counts those), a skipped or throttled pair.
     ``bench sweep --remeasure`` measures these again. Not a failure (a finding is never
     re-rolled: crashed pairs are retried only with ``--retry-crashed``), not an impossible
     result (a failed pair), not unsupported (the kernel says it cannot run there)."""
-    if row.get("role") == "baseline":
+    if row.is_baseline:
         return False
-    if row["kind"] == RESULT:
-        return bool(row.get("rig_noisy")) and not row.get("impossible") and not include_noisy
-    return row["kind"] in (SKIPPED, THROTTLED)
+    if row.kind == RESULT:
+        return bool(row.rig_noisy) and not row.impossible and not include_noisy
+    return row.kind in (SKIPPED, THROTTLED)
 
 
-def remeasurable(row: dict, *, include_noisy: bool) -> bool:
+def remeasurable(row, *, include_noisy: bool) -> bool:
     """Whether a sweep may supersede ``row`` with a new measurement at the commit and device it
     was measured at: what ``--remeasure`` re-runs, a crashed pair (``--retry-crashed``), or a
     baseline's own row (re-run with its config). A decided outcome never is (ledger_verify.verify)."""
-    return unusable(row, include_noisy=include_noisy) or row["kind"] == CRASHED or row.get("role") == "baseline"
+    return unusable(row, include_noisy=include_noisy) or row.kind == CRASHED or row.is_baseline
 
 
-def state_of(row: dict) -> str:
+def state_of(row) -> str:
     """An outcome row's state in one word, as the verdict sees it: its kind, or 'rig-noisy' /
     'impossible' for a result flagged so."""
-    if row["kind"] == RESULT and row.get("impossible"):
+    if row.kind == RESULT and row.impossible:
         return "impossible"
-    if row["kind"] == RESULT and row.get("rig_noisy"):
+    if row.kind == RESULT and row.rig_noisy:
         return "rig-noisy"
-    return row["kind"]
+    return row.kind
 
 
-def outcome_key(row: dict) -> tuple[str, str]:
-    return row["config_key"], row["candidate"]
+def outcome_key(row) -> tuple[str, str]:
+    return row.config_key, row.candidate
 
 
-def measured_on(row: dict, any_gpu: bool = False) -> tuple:
+def measured_on(row, any_gpu: bool = False) -> tuple:
     """Where a row was measured: (commit, device, GPU name, code). Resume and the verdict key
     rows by it: one verdict, one such key; ``any_gpu`` (a line registered with ``[bar]
     mixed_devices``) leaves the GPU name out. ``code`` names the installed distributions the
     code packages came from where the repository does not hold them (None: it holds them)."""
-    env = row.get("env") or {}
-    code = ", ".join(f"{c.get('name')} {c.get('version')} ({str(c.get('sha256'))[:12]})"
-                     for c in row.get("code") or ()) or None
-    device, gpu = model(env)
-    return row.get("commit"), device, None if any_gpu else gpu, code
+    return measured_at(row.commit, row.env, row.code, any_gpu)
 
 
-def superseded_by(rows: Iterable[dict]) -> dict[int, int]:
+def measured_at(commit: str | None, env: dict | None, code, any_gpu: bool = False) -> tuple:
+    """``measured_on`` of the rows a command stamps with ``commit``, ``env`` and ``code``."""
+    named = ", ".join(f"{c.get('name')} {c.get('version')} ({str(c.get('sha256'))[:12]})" for c in code or ()) or None
+    device, gpu = model(env or {})
+    return commit, device, None if any_gpu else gpu, named
+
+
+def superseded_by(rows: Iterable) -> dict[int, int]:
     """seq of each row a ``supersedes`` row names → the seq of the first one naming it."""
     out: dict[int, int] = {}
     for r in rows:
-        if r.get("kind") == SUPERSEDES:
-            for s in r.get("supersedes", []):
-                out.setdefault(s, r.get("seq"))
+        if r.kind == SUPERSEDES:
+            for s in r.supersedes or []:
+                out.setdefault(s, r.seq)
     return out
 
 
-def current_rows(rows: Iterable[dict]) -> list[dict]:
-    """Rows not named by any ``supersedes`` row."""
+def current_rows(rows: Iterable) -> list:
+    """Rows (ledger_rows) not named by any ``supersedes`` row."""
     rows = list(rows)
     gone = superseded_by(rows)
-    return [r for r in rows if r.get("seq") not in gone]
+    return [r for r in rows if r.seq not in gone]
 
 
-def current_outcomes(rows) -> list[dict]:
+def current_outcomes(rows) -> list:
     """The current (not superseded) outcome rows, in ledger order."""
-    return [r for r in current_rows(rows) if r.get("kind") in OUTCOME_KINDS]
+    return [r for r in current_rows(rows) if r.kind in OUTCOME_KINDS]
 
 
-def latest_outcomes(rows) -> dict[tuple[str, str], dict]:
+def latest_outcomes(rows) -> dict[tuple[str, str], object]:
     """The last current outcome row per (config, candidate)."""
     return {outcome_key(r): r for r in current_outcomes(rows)}
 
@@ -161,17 +163,17 @@ def remeasures(rows) -> tuple[Remeasure, ...]:
     measured at the same commit on the same device (a re-measure, not a re-sweep at a newer
     commit), in ledger order of the standing row."""
     # Any ledger verifies: an outcome row lacking its pair's fields is nobody's re-measure.
-    rows = [r for r in rows if r.get("kind") not in OUTCOME_KINDS or ("config_key" in r and "candidate" in r)]
+    rows = [r for r in rows if r.kind not in OUTCOME_KINDS or (r.config_key is not None and r.candidate is not None)]
     gone = superseded_by(rows)
     out = []
-    for pair, now in sorted(latest_outcomes(rows).items(), key=lambda kv: kv[1]["seq"]):
-        if now.get("role") == "baseline":
+    for pair, now in sorted(latest_outcomes(rows).items(), key=lambda kv: kv[1].seq):
+        if now.is_baseline:
             continue
-        replaced = tuple((r["seq"], state_of(r)) for r in rows
-                         if r.get("kind") in OUTCOME_KINDS and r.get("seq") in gone and r["seq"] < now["seq"]
+        replaced = tuple((r.seq, state_of(r)) for r in rows
+                         if r.kind in OUTCOME_KINDS and r.seq in gone and r.seq < now.seq
                          and outcome_key(r) == pair and measured_on(r) == measured_on(now))
         if replaced:
-            out.append(Remeasure(pair[0], pair[1], replaced, (now["seq"], state_of(now))))
+            out.append(Remeasure(pair[0], pair[1], replaced, (now.seq, state_of(now))))
     return tuple(out)
 
 
@@ -179,7 +181,7 @@ def resweeps(rows) -> int:
     """Outcome rows superseded by a sweep at another commit or device (a re-sweep of newer
     code, not a re-measure): what the line's current outcomes replaced from earlier sweeps."""
     rows = list(rows)
-    by_seq = {r.get("seq"): r for r in rows}
+    by_seq = {r.seq: r for r in rows}
     return sum(1 for old, new in superseded_by(rows).items()
-               if (by_seq.get(old) or {}).get("kind") in OUTCOME_KINDS
-               and measured_on(by_seq[old]) != measured_on(by_seq.get(new) or {}))
+               if old in by_seq and by_seq[old].kind in OUTCOME_KINDS
+               and (new not in by_seq or measured_on(by_seq[old]) != measured_on(by_seq[new])))

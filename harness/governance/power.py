@@ -103,10 +103,10 @@ def _recorded_controls(root: Path, mode: str) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for _, rows in recorded(root):
         for row in rows:
-            if row.get("kind") != RESULT or (row.get("policy") or {}).get("mode") != mode:
+            if row.kind != RESULT or (row.policy or {}).get("mode") != mode:
                 continue
-            control = (row.get("metrics") or {}).get("control")
-            gpu = device_name(row.get("env") or {})
+            control = (row.metrics or {}).get("control")
+            gpu = device_name(row.env or {})
             if isinstance(control, (int, float)) and gpu:
                 out.setdefault(gpu, []).append(abs(control - 1.0))
     return out

@@ -95,11 +95,11 @@ class Device:
 
     @property
     def label(self) -> str:
-        return f"{self.name} ({CEILINGS_FILE} row {self.row.get('seq')})"
+        return f"{self.name} ({CEILINGS_FILE} row {self.row.seq})"
 
     def record(self) -> dict:
-        return {"device": self.name, "kind": self.row.get("device"), "ceilings_ref": {
-            "seq": self.row.get("seq"), "hash": self.row.get("hash")}, "baseline_times": len(self.baseline_ms)}
+        return {"device": self.name, "kind": self.row.device, "ceilings_ref": {
+            "seq": self.row.seq, "hash": self.row.hash}, "baseline_times": len(self.baseline_ms)}
 
 
 def _floors(dev: Device, reg, cfg):
@@ -108,7 +108,7 @@ def _floors(dev: Device, reg, cfg):
     from harness.measurement.ceilings import Ceilings
 
     ceil = Ceilings.from_row(dev.row)
-    l2 = (dev.row.get("env") or {}).get("l2_bytes")
+    l2 = (dev.row.env or {}).get("l2_bytes")
     if ceil.device == "cuda" and isinstance(l2, int) and l2 >= 0:
         cache, source = l2, "L2 (the ceilings row's env)"
     else:
@@ -184,11 +184,11 @@ def _verify_ranges(reg, cfg, dev: Device | None) -> tuple[dict, dict]:
         v = float(getattr(formulas, name)(cfg))
         env[name] = (v, v)
     why: dict = {}
-    if dev is not None and dev.row.get("device") == "cuda":
+    if dev is not None and dev.row.device == "cuda":
         sus, _ = _floors(dev, reg, cfg)
         env["duration_us"] = (sus.limit_ms * 1e3, math.inf)
         why["duration_us"] = f"the shortest call {dev.name} allows: {sus.arithmetic()}"
-        l2 = (dev.row.get("env") or {}).get("l2_bytes")
+        l2 = (dev.row.env or {}).get("l2_bytes")
         if isinstance(l2, int):
             least = max(0.0, formulas.min_read_bytes(cfg) - L2_ALLOWANCE * l2)
             env["dram_read_bytes"] = (least, math.inf)
@@ -203,7 +203,7 @@ def verify_finding(reg, pairs, dev: Device | None) -> Finding | None:
     from harness.governance.verify import names, possible
 
     where = f" on {dev.label}" if dev is not None else ""
-    if dev is not None and dev.row.get("device") != "cuda":
+    if dev is not None and dev.row.device != "cuda":
         return None  # counters are read on GPUs only
     for clause in reg.verify_clauses:
         always = True
@@ -240,13 +240,13 @@ def _ceilings_rows(root: Path) -> list[dict]:
 def _measured_on(row: dict, fingerprint: dict, ceilings: dict) -> bool:
     """Whether a result row was measured on the device of ``fingerprint``: by the ceilings row
     it names, else (rows older than ceilings_ref) by GPU model."""
-    ref = row.get("ceilings_ref")
+    ref = row.ceilings_ref
     if isinstance(ref, dict) and ref.get("seq") in ceilings:
-        return ceilings[ref["seq"]].get("fingerprint") == fingerprint
-    return same_gpu_model(row.get("env") or {}, fingerprint)
+        return ceilings[ref["seq"]].fingerprint == fingerprint
+    return same_gpu_model(row.env or {}, fingerprint)
 
 
-def baseline_times(root: Path, reg, ceilings_row: dict) -> dict:
+def baseline_times(root: Path, reg, ceilings_row) -> dict:
     """config key -> (the slowest recorded baseline_ms, where): every result row of any line
     with this baseline, config and timing mode, on this device, registered with the same
     [numerics] pins (the times the baseline itself can be expected to take)."""
@@ -254,25 +254,27 @@ def baseline_times(root: Path, reg, ceilings_row: dict) -> dict:
     from harness.governance.ledger_format import CEILINGS_LEDGER
     from harness.governance.outcomes import REGISTERED, RESULT
 
-    fingerprint = ceilings_row.get("fingerprint")
-    ceilings = {r.get("seq"): r for r in _ceilings_rows(root)}
+    fingerprint = ceilings_row.fingerprint
+    ceilings = {r.seq: r for r in _ceilings_rows(root)}
     keys = {cfg.key() for cfg in reg.configs}
     pins = dict(reg.raw.get("numerics", {}))
     out: dict = {}
     for name, rows in recorded(root):
-        if name == f"{CEILINGS_LEDGER}.jsonl" or not rows or rows[0].get("kind") != REGISTERED:
+        if name == f"{CEILINGS_LEDGER}.jsonl" or not rows or rows[0].kind != REGISTERED:
             continue
-        if dict((rows[0].get("registration") or {}).get("numerics") or {}) != pins:
+        if dict((rows[0].registration or {}).get("numerics") or {}) != pins:
             continue
         for row in rows:
-            key = row.get("config_key")
-            if (row.get("kind") != RESULT or row.get("baseline") != reg.baseline or key not in keys
-                    or (row.get("policy") or {}).get("mode") != reg.timing.mode
+            if row.kind != RESULT:
+                continue
+            key = row.config_key
+            if (row.baseline != reg.baseline or key not in keys
+                    or (row.policy or {}).get("mode") != reg.timing.mode
                     or not _measured_on(row, fingerprint, ceilings)):
                 continue
-            ms = (row.get("metrics") or {}).get("baseline_ms")
+            ms = (row.metrics or {}).get("baseline_ms")
             if isinstance(ms, (int, float)) and math.isfinite(ms) and ms > out.get(key, (0.0,))[0]:
-                out[key] = (float(ms), f"ledger/{name} row {row.get('seq')}")
+                out[key] = (float(ms), f"ledger/{name} row {row.seq}")
     return out
 
 
@@ -283,14 +285,14 @@ def known_devices(root: Path, reg) -> tuple[list[Device], list[dict]]:
 
     latest: dict = {}
     for row in _ceilings_rows(root):
-        latest[json.dumps(row.get("fingerprint"), sort_keys=True)] = row
+        latest[json.dumps(row.fingerprint, sort_keys=True)] = row
     kinds = [set(get_kernel(k).devices) for k in (reg.baseline, *reg.candidates)]
     runs, skipped = [], []
     for row in latest.values():
-        if all(row.get("device") in k for k in kinds):
+        if all(row.device in k for k in kinds):
             runs.append(Device(row, baseline_times(root, reg, row)))
         else:
-            skipped.append({"device": Device(row).name, "why": f"the line's kernels do not all run on {row.get('device')}"})
+            skipped.append({"device": Device(row).name, "why": f"the line's kernels do not all run on {row.device}"})
     return runs, skipped
 
 
@@ -345,7 +347,7 @@ def at_register(root: Path, reg) -> dict:
             WAIVER_KEY: reg.beyond_ceiling_ok, "waived": [f.text for _, f in found]}
 
 
-def before_sweep(root: Path, reg, ceilings_row: dict) -> str:
+def before_sweep(root: Path, reg, ceilings_row) -> str:
     """Refuse (unless waived) a bar that needs more than the sweep's device measurably does;
     the sentence the sweep's summary shows. A line registered before bench checked what a bar
     can decide is not refused for that here (its bar is fixed): the sentence says so."""

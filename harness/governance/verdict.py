@@ -30,6 +30,7 @@ from harness.errors import UserError
 from harness.governance import bar as barlang
 from harness.governance import verify as verifylang
 from harness.governance.ledger import anchor, require_anchorable, require_anchored
+from harness.governance.ledger_rows import VerdictRow, load
 from harness.governance.line import Line
 from harness.governance.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, current_rows,
                                          UNSUPPORTED, latest_outcomes, measured_on, outcome_key, remeasures, state_of)
@@ -51,17 +52,17 @@ def bar_rows(outcomes: dict, *, include_noisy: bool) -> tuple[list[dict], dict]:
         excluded[why] = excluded.get(why, 0) + 1
 
     for r in outcomes.values():
-        kind = r["kind"]
-        failed = {**r["config"], "candidate": r["candidate"], "correct": False}
-        if r.get("role") == "baseline":
+        kind = r.kind
+        failed = {**r.config, "candidate": r.candidate, "correct": False}
+        if r.role == "baseline":
             leave_out("baseline_incorrect")  # its candidates carry `skipped` rows
-        elif kind == RESULT and r.get("impossible"):
+        elif kind == RESULT and r.impossible:
             rows.append(failed)
             leave_out("impossible")
-        elif kind == RESULT and r.get("rig_noisy") and not include_noisy:
+        elif kind == RESULT and r.rig_noisy and not include_noisy:
             leave_out("rig_noisy")
         elif kind == RESULT:
-            rows.append({**r["config"], "candidate": r["candidate"], "correct": True, **r["metrics"]})
+            rows.append({**r.config, "candidate": r.candidate, "correct": True, **r.metrics})
         elif kind in FAILING_KINDS:
             rows.append(failed)
         else:
@@ -75,19 +76,19 @@ MAX_NAMED_PAIRS = 6
 
 def decided(row: dict, *, include_noisy: bool) -> bool:
     """Whether the bar sees a pair's outcome as a decided row (a measured result, or a failure)."""
-    if row.get("role") == "baseline":
+    if row.role == "baseline":
         return False
-    if row["kind"] in FAILING_KINDS:
+    if row.kind in FAILING_KINDS:
         return True
-    if row["kind"] == RESULT:
-        return bool(row.get("impossible")) or include_noisy or not row.get("rig_noisy")
+    if row.kind == RESULT:
+        return bool(row.impossible) or include_noisy or not row.rig_noisy
     return False
 
 
 def coverage(deciding, *, include_noisy: bool) -> dict:
     """How many registered pairs the bar decides on, and which it cannot (rig-noisy left out,
     never measured, or behind a failed baseline)."""
-    undecided = [f"{r['candidate']} @ {r['config_key']} ({state_of(r)})"
+    undecided = [f"{r.candidate} @ {r.config_key} ({state_of(r)})"
                  for r in deciding if not decided(r, include_noisy=include_noisy)]
     n = len(deciding)
     return {"pairs": n, "decided": n - len(undecided), "fraction": (n - len(undecided)) / n if n else 0.0,
@@ -98,7 +99,7 @@ def latest_profiles(rows, where: tuple) -> dict[tuple[str, str], dict]:
     """The last current `profile` row with counters per (config, kernel), measured at ``where``."""
     latest = {}
     for r in current_rows(rows):
-        if r.get("kind") == PROFILE and r.get("counters") and measured_on(r) == where:
+        if r.kind == PROFILE and r.counters and measured_on(r) == where:
             latest[outcome_key(r)] = r
     return latest
 
@@ -109,7 +110,7 @@ def verify_clauses(reg, deciding: list[dict], rows, where: tuple) -> tuple[tuple
 
     Refused when a result has no counters measured where it was: the claim was never checked.
     """
-    results = [r for r in deciding if r["kind"] == RESULT]
+    results = [r for r in deciding if r.kind == RESULT]
     profiles = latest_profiles(rows, where)
     missing = [outcome_key(r) for r in results if outcome_key(r) not in profiles]
     if missing:
@@ -120,12 +121,12 @@ def verify_clauses(reg, deciding: list[dict], rows, where: tuple) -> tuple[tuple
     pairs, impossible = [], {}
     for r in results:
         p = profiles[outcome_key(r)]
-        env = {**p["formulas"], **p["counters"]}
-        if not p.get("correct"):
+        env = {**p.formulas, **p.counters}
+        if not p.correct:
             env = {}  # counters of a call whose output failed the check decide nothing: unknown
-        pairs.append((r["config_key"], r["candidate"], env))
-        if p.get("impossible"):
-            impossible[outcome_key(r)] = f"counters: {p['impossible']}"
+        pairs.append((r.config_key, r.candidate, env))
+        if p.impossible:
+            impossible[outcome_key(r)] = f"counters: {p.impossible}"
     return verifylang.evaluate(reg.verify_clauses, pairs), impossible
 
 
@@ -138,7 +139,7 @@ class Verdict:
     prediction: float
     n_rows: int
     excluded: dict
-    row: dict  # the appended ledger row (a dry run: the payload it would have written)
+    row: VerdictRow  # the appended ledger row (a dry run: the row it would have written, unchained)
     anchored: str | None  # the commit holding the verdict row (None in a dry run)
     verify: tuple = ()  # verify.ClauseResult per [verify] clause
     dry_run: bool = False  # nothing was written
@@ -170,8 +171,8 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
                         f"needs one commit on one device — run `bench sweep {reg.line}` at HEAD where it should be decided")
     unmeasured = {}
     for r in deciding:
-        if r["kind"] in MISSING_KINDS:
-            unmeasured[r["kind"]] = unmeasured.get(r["kind"], 0) + 1
+        if r.kind in MISSING_KINDS:
+            unmeasured[r.kind] = unmeasured.get(r.kind, 0) + 1
     if unmeasured and not reg.allow_missing:
         counts = ", ".join(f"{k}: {n}" for k, n in sorted(unmeasured.items()))
         again = sum(n for k, n in unmeasured.items() if k != UNSUPPORTED)
@@ -185,8 +186,8 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
     if reg.verify:
         checked, counter_impossible = verify_clauses(reg, deciding, line.rows, where[0])
         for pair, why in counter_impossible.items():
-            prior = by_pair[pair].get("impossible")
-            by_pair[pair] = {**by_pair[pair], "impossible": f"{prior}; {why}" if prior else why}
+            prior = by_pair[pair].impossible
+            by_pair[pair] = by_pair[pair].replace(impossible=f"{prior}; {why}" if prior else why)
     rows, excluded = bar_rows(by_pair, include_noisy=reg.include_noisy)
     cov = coverage(list(by_pair.values()), include_noisy=reg.include_noisy)
     if cov["fraction"] < reg.min_coverage:
@@ -217,7 +218,7 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
         "n_rows": len(rows),
         "n_correct": sum(r["correct"] for r in rows),
         "excluded": excluded,
-        "decided_on": sorted(r["seq"] for r in deciding),
+        "decided_on": sorted(r.seq for r in deciding),
         # Pairs decided on a re-measure: the rows it superseded at the same commit and device.
         "remeasured": [m.as_row() for m in remeasures(line.rows) if (m.config_key, m.candidate) in by_pair],
         "coverage": {**cov, "min_coverage": reg.min_coverage},
@@ -226,7 +227,7 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
     require_anchored(line.ledger, "a verdict")
     if dry_run:
         return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded,
-                       {**payload, "line": reg.line}, None, checked, dry_run=True)
+                       load({**payload, "kind": VERDICT, "line": reg.line}), None, checked, dry_run=True)
     row = line.ledger.append(VERDICT, payload)
     anchored = anchor(line.ledger, f"verdict of {reg.line}: {verdict}")
     return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded, row, anchored,

@@ -117,8 +117,10 @@ class Ceilings:
         }
 
     @classmethod
-    def from_row(cls, row: Mapping) -> "Ceilings":
-        """Rebuild from ``to_row()`` output or a ledger row holding it (other keys ignored)."""
+    def from_row(cls, row) -> "Ceilings":
+        """Rebuild from ``to_row()`` output or a `ceilings` ledger row (ledger_rows.CeilingsRow)."""
+        if not isinstance(row, Mapping):
+            row = row.dump()
         missing = [k for k in ("device", "fingerprint", "copy_gbps", "matmul_tflops") if k not in row]
         if missing:
             raise UserError(f"not a ceilings row: missing {', '.join(missing)} "

@@ -267,10 +267,10 @@ def counter_table(rows):
 
     out = []
     for r in rows:
-        if r.get("kind") != "profile":
+        if r.kind != "profile":
             continue
-        for i, launch in enumerate(r.get("launches") or []):
-            out.append({"seq": r.get("seq"), "commit": r.get("commit"), "config_key": r["config_key"],
-                        **r["config"], "candidate": r["candidate"], "role": r.get("role"), "launch": i,
-                        **launch, "impossible": r.get("impossible")})
+        for i, launch in enumerate(r.launches or []):
+            out.append({"seq": r.seq, "commit": r.commit, "config_key": r.config_key,
+                        **r.config, "candidate": r.candidate, "role": r.role, "launch": i,
+                        **launch, "impossible": r.impossible})
     return pd.DataFrame(out)

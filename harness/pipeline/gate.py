@@ -29,24 +29,44 @@ class Gated:
     rows: tuple[Outcome, ...]
 
 
-def gate_all(b: Budget) -> Gated:
+def gate_one(spec, cfg, reg, state, device: str):
+    """One kernel's gate under the line's pinned numeric state: its report, and the numeric
+    flags its call changed (empty: none)."""
     from harness.measurement.correctness.gate import gate
     from harness.measurement.numerics import apply, capture, diff
 
+    phase.report(spec.name, phase.GATE)
+    with apply(state) as pinned:
+        g = gate(spec, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype],
+                 rtol=reg.rtol[cfg.dtype], device=device, min_pass_rate=reg.min_pass_rate)
+        # The TF32 incident: a flag flipped between arms changes which kernels run. A kernel that
+        # changes global numeric state would make the arms differ: it is never timed.
+        return g, diff(pinned, capture())
+
+
+def gate_job(cfg, name: str, ctx) -> dict:
+    """A `gate` job (execution/jobs.py), for a command that gates one kernel before it
+    measures it elsewhere (`bench profile`): the gate's summary, whether it passed (a kernel
+    that changed global numeric state does not), and the failure's tag and reason."""
+    from harness.measurement import memory
+    from harness.registry import get_kernel
+
+    spec = get_kernel(name)
+    g, moved = gate_one(spec, cfg, ctx.reg, ctx.reg.numerics.state(), ctx.device)
+    memory.release(ctx.device)
+    tag, reason = _failure(name, {name: g}, {name: moved} if moved else {})
+    passed = g.passed and not moved
+    return {"gate": g.to_row(), "passed": passed, "tag": None if passed else tag, "reason": None if passed else reason}
+
+
+def gate_all(b: Budget) -> Gated:
     cfg, ctx, base_spec, runnable = b.task.config, b.ctx, b.base_spec, b.runnable
-    reg = ctx.reg
-    state = reg.numerics.state()
+    state = ctx.reg.numerics.state()
     gates, changed = {}, {}
     for spec in [base_spec, *runnable]:
-        phase.report(spec.name, phase.GATE)
-        with apply(state) as pinned:
-            gates[spec.name] = gate(spec, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype],
-                                    rtol=reg.rtol[cfg.dtype], device=ctx.device, min_pass_rate=reg.min_pass_rate)
-            # The TF32 incident: a flag flipped between arms changes which kernels run. A kernel that
-            # changes global numeric state would make the arms differ: it is never timed.
-            moved = diff(pinned, capture())
-            if moved:
-                changed[spec.name] = moved
+        gates[spec.name], moved = gate_one(spec, cfg, ctx.reg, state, ctx.device)
+        if moved:
+            changed[spec.name] = moved
     gb = gates[base_spec.name]
     if base_spec.name in changed:
         gb = None

@@ -29,7 +29,7 @@ def base_row(cfg: Config, candidate: str, ctx: SweepContext) -> dict:
 def ceilings_ref(row: dict | None) -> dict | None:
     """What an outcome row records of the ceilings row it used (``ledger.CEILINGS_REF``): its
     seq and chain hash (null fields for ceilings that are no ledger row, which verify refuses)."""
-    return None if row is None else {"seq": row.get("seq"), "hash": row.get("hash")}
+    return None if row is None else {"seq": row.seq, "hash": row.hash}
 
 
 def kernel_source(spec, root: str | None) -> dict:

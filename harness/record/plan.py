@@ -24,9 +24,9 @@ def plan(reg, rows, key: tuple, *, retry_crashed: bool = False, remeasure: bool 
     done unless ``remeasure``.
     """
     again = {outcome_key(r) for r in unusable_at(reg, rows, key)} if remeasure else set()
-    done = {(r["config_key"], r["candidate"]) for r in current_outcomes(rows)
+    done = {(r.config_key, r.candidate) for r in current_outcomes(rows)
             if measured_on(r, reg.mixed_devices) == key and not transient(r)
-            and not (retry_crashed and r["kind"] == CRASHED) and outcome_key(r) not in again}
+            and not (retry_crashed and r.kind == CRASHED) and outcome_key(r) not in again}
     tasks, resumed = [], 0
     for cfg in reg.configs:
         todo = tuple(c for c in reg.candidates if (cfg.key(), c) not in done)
@@ -46,6 +46,6 @@ def unusable_at(reg, rows, key: tuple) -> list[dict]:
 def replaced_by(task: Task, rows, key: tuple, any_gpu: bool = False) -> list[int]:
     """Current outcome rows of this config that the task's fresh rows supersede: those of
     the pairs it re-runs, measured elsewhere, and the config's baseline rows."""
-    return sorted(r["seq"] for r in current_outcomes(rows)
-                  if r["config_key"] == task.config.key()
-                  and (r["candidate"] in task.candidates or r.get("role") == "baseline" or measured_on(r, any_gpu) != key))
+    return sorted(r.seq for r in current_outcomes(rows)
+                  if r.config_key == task.config.key()
+                  and (r.candidate in task.candidates or r.role == "baseline" or measured_on(r, any_gpu) != key))

@@ -18,6 +18,7 @@ check of the profiled call), ``correct``, ``error`` (why there are no counters) 
 
 from __future__ import annotations
 
+import contextlib
 from typing import Iterator
 
 from harness.errors import UserError
@@ -89,24 +90,23 @@ def require_profiler(device: str) -> tuple[str, str]:
 
 
 def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool = True,
-                 gated: dict | None = None) -> Iterator[dict]:
+                 gated: dict | None = None, gate=None) -> Iterator[dict]:
     """Payloads of `profile` rows for the line's kernels (baseline and candidates) at ``configs``,
     one at a time (the caller appends each before the next profile starts).
 
     ``gated`` maps (config_key, kernel) to the seq of the sweep row whose gate it passed;
-    those pairs are not gated again. A kernel that fails the gate gets a row with the
-    gate's reason and no counters: nothing is profiled that is not correct.
+    those pairs are not gated again. ``gate(cfg, kernel)`` runs the others' gate and returns
+    ``pipeline.gate.gate_job``'s answer (`bench profile` runs it in a worker, under the
+    watchdog). A kernel that fails the gate gets a row with the gate's reason and no
+    counters: nothing is profiled that is not correct.
     """
     from harness.measurement import memory
-    from harness.measurement.correctness.gate import gate
-    from harness.measurement.numerics import apply
     from harness.measurement.profile import profile
     from harness.registry import get_kernel
 
     reg = line.reg
     ncu, version = require_profiler(device)
     l2 = _l2_bytes()
-    state = reg.numerics.state()
     gated = gated or {}
     kernels = [(reg.baseline, "baseline"), *((c, "candidate") for c in reg.candidates)] if gate_first else \
         [(c, "candidate") for c in reg.candidates]
@@ -121,16 +121,15 @@ def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool =
             if (cfg.key(), name) in gated:
                 gate_info = {"passed": True, "sweep_row": gated[(cfg.key(), name)]}
             else:
-                with apply(state):
-                    g = gate(spec, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype],
-                             rtol=reg.rtol[cfg.dtype], device=device, min_pass_rate=reg.min_pass_rate)
-                memory.release(device)
-                gate_info = g.to_row()
-                if not g.passed:
+                if gate is None:
+                    raise ValueError(f"{name} @ {cfg.key()} has no sweep row whose gate it passed, and no gate to run")
+                g = gate(cfg, name)
+                gate_info = g["gate"]
+                if not g["passed"]:
                     yield {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": name, "role": role,
                            "gate": gate_info, "launches": [], "counters": None, "formulas": formula_values(cfg),
                            "l2_bytes": l2, "impossible": None, "output_check": None, "correct": False,
-                           "error": f"failed the correctness gate [{g.tag}]: {g.reason}"}
+                           "error": f"failed the correctness gate [{g['tag']}]: {g['reason']}"}
                     continue
             memory.release(device)
             res = profile(cfg, name, seed=reg.seeds[0] + PROFILE_SEED_OFFSET, atol=reg.atol[cfg.dtype],
@@ -145,8 +144,10 @@ def profile_line(line, configs: list[Config], device: str, *, commit: bool = Tru
     the device is locked, each config's rows committed (``ledger.anchor``) unless ``commit``
     is False. Returns (rows written, commits holding them).
 
-    A signal never splits a row from its commit: it waits for the write to end, then reaches
-    the handler the caller had (the CLI's), as it would have at once."""
+    Each kernel's gate runs in a worker process under the line's watchdog, as a sweep's
+    does: a kernel that hangs or takes its process down gets a row saying so, not the
+    command. A signal never splits a row from its commit: it waits for the write to end,
+    then reaches the handler the caller had (the CLI's), as it would have at once."""
     import signal
 
     from harness.execution.devicelock import device_lock
@@ -165,9 +166,9 @@ def profile_line(line, configs: list[Config], device: str, *, commit: bool = Tru
         writer = Writer(line, guard, commit=commit, why=f"profile of {line.reg.line} at {line.commit[:12]}")
         try:
             with device_lock(device_key(env), who={"line": line.reg.line, "root": str(line.root)}, wait=wait,
-                             on_wait=on_wait):
+                             on_wait=on_wait), gate_worker(line, device) as gate:
                 for cfg in configs:
-                    for p in profile_rows(line, [cfg], device):
+                    for p in profile_rows(line, [cfg], device, gate=gate):
                         writer.profile(p, env, commit=False)
                     writer.commit()
         except StopNow:
@@ -177,10 +178,37 @@ def profile_line(line, configs: list[Config], device: str, *, commit: bool = Tru
     return writer.appended, writer.commits
 
 
+@contextlib.contextmanager
+def gate_worker(line, device: str):
+    """``gate(cfg, kernel)`` run by one worker process under the watchdog (``[timing]
+    watchdog_s``); a worker lost or killed is the gate's failure, and is replaced."""
+    from harness.execution.executor import Job, call
+    from harness.execution.select import make_executor
+    from harness.pipeline.context import SweepContext, Task
+
+    executor = make_executor(device)
+    ctx = SweepContext(reg=line.reg, device=device, ceilings=None, root=str(line.root))
+    try:
+        executor.prepare(line)
+        executor.start()
+        jobs = iter(range(1_000_000))
+
+        def gate(cfg: Config, name: str) -> dict:
+            try:
+                return call(executor, 0, Job(next(jobs), "gate", Task(cfg, (name,)), ctx),
+                            timeout_s=line.reg.timing.watchdog_s)
+            except RuntimeError as exc:  # the worker hung or died: the kernel's doing, as in a sweep
+                return {"gate": None, "passed": False, "tag": "lost_worker", "reason": str(exc).splitlines()[0]}
+
+        yield gate
+    finally:
+        executor.close()
+
+
 def profiled(rows, key: tuple) -> set[tuple[str, str]]:
     """(config_key, kernel) pairs with counters measured at ``key`` (commit, device, gpu)."""
-    return {(r["config_key"], r["candidate"]) for r in current_rows(rows)
-            if r.get("kind") == PROFILE and r.get("counters") and measured_on(r) == key}
+    return {(r.config_key, r.candidate) for r in current_rows(rows)
+            if r.kind == PROFILE and r.counters and measured_on(r) == key}
 
 
 def pending_verify(rows, key: tuple) -> dict:
@@ -188,9 +216,9 @@ def pending_verify(rows, key: tuple) -> dict:
     done = profiled(rows, key)
     todo = {}
     for r in current_rows(rows):
-        if (r.get("kind") == RESULT and measured_on(r) == key
-                and (r["config_key"], r["candidate"]) not in done):
-            todo[(r["config_key"], r["candidate"])] = r["seq"]
+        if (r.kind == RESULT and measured_on(r) == key
+                and (r.config_key, r.candidate) not in done):
+            todo[(r.config_key, r.candidate)] = r.seq
     return todo
 
 

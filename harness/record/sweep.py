@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from harness.errors import UserError, plural
 from harness.governance.ledger import require_anchorable
 from harness.governance.line import Line
-from harness.governance.outcomes import INCORRECT, RESULT, measured_on, state_of
+from harness.governance.outcomes import INCORRECT, RESULT, measured_at, state_of
 from harness.pipeline.context import SweepContext, Task
 from harness.record.interrupts import Interrupts, StopNow, interrupts
 from harness.record.plan import plan, unusable_at
@@ -179,7 +179,8 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
         elif with_ceilings:
             run.reductio = "reductio not run: the GPUs are of several models, and no one model's ceilings hold for all"
         ctx = context(line, device, ceilings)
-        run.key = key = measured_on(line.stamp(envs[0]).fields(), line.reg.mixed_devices)
+        stamp = line.stamp(envs[0])
+        run.key = key = measured_at(stamp.commit, stamp.env, stamp.code, line.reg.mixed_devices)
         run.again = unusable_at(line.reg, line.rows, key) if remeasure else []
         tasks, run.resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed, remeasure=remeasure)
         run.tasks = tasks
@@ -267,7 +268,7 @@ def _summary(line: Line, device: str, executor, run: _Run, writer: Writer, guard
 
         if not is_committed(line.root, run.ceilings):
             rel = f"ledger/{CEILINGS_LEDGER}.jsonl"
-            notes.append(f"the ceilings row these rows name ({rel} row {run.ceilings['seq']}) is not committed "
+            notes.append(f"the ceilings row these rows name ({rel} row {run.ceilings.seq}) is not committed "
                          f"(--no-commit): commit it with them (git commit -m 'bench: ledger rows' -- {rel} "
                          f"{line.ledger.rel})")
     if run.again:
@@ -322,7 +323,7 @@ def _ceilings(line: Line, executor, slot, guard: Interrupts, why: str | None) ->
     """This device's stored ceilings, or ones measured now by the first slot's worker; with
     ``why``, committed (the row and its commit are written together, never half)."""
     from harness.governance.ledger import Ledger
-    from harness.record.ceilings import CEILINGS_LEDGER, append_ceilings, commit_ceilings, stored_ceilings
+    from harness.record.ceilings import CEILINGS_LEDGER, commit_ceilings, store_ceilings, stored_ceilings
     from harness.execution.executor import Job, call
 
     row = stored_ceilings(line.root, slot.fingerprint)
@@ -330,9 +331,8 @@ def _ceilings(line: Line, executor, slot, guard: Interrupts, why: str | None) ->
     if row is None:
         Ledger(line.root, CEILINGS_LEDGER).require_writable()  # refuse before the worker measures, not after
         measured = call(executor, 0, Job(-1, "ceilings"), timeout_s=line.reg.timing.watchdog_s)
-    with guard.shielded():
-        if measured is not None:
-            row = append_ceilings(line.root, slot.fingerprint, slot.env, measured)
-        return row, commit_ceilings(line.root, why) if why else None
+    if measured is not None:
+        return store_ceilings(line.root, slot.fingerprint, slot.env, measured, why=why, guard=guard)
+    return row, commit_ceilings(line.root, why, guard) if why else None
 
 

@@ -109,13 +109,13 @@ def compare_samples(a: list[float], b: list[float]) -> tuple[float, float, float
 
 def _settings(row: dict) -> dict:
     """What must match for two rows' times to differ only by the kernel."""
-    timing = row.get("timing") or {}
+    timing = row.timing or {}
     device, gpu = device_of(row)
     from harness.measurement.numerics import CAPTURE_ONLY
 
     # Capture-only state (CPU affinity, inter-op threads) differs between workers and hosts
     # by design; it is checked within a sweep, not matched across rows.
-    numerics = {k: v for k, v in (row.get("numerics") or {}).items() if k not in CAPTURE_ONLY}
+    numerics = {k: v for k, v in (row.numerics or {}).items() if k not in CAPTURE_ONLY}
     return {"device": device, "gpu": gpu, "numerics": numerics,
             "timing mode": timing.get("effective_mode") or timing.get("mode")}
 
@@ -139,8 +139,8 @@ def _label(view: LineView) -> str:
 
 
 def _matched(a: LineView, b: LineView) -> tuple[list[tuple[dict, dict]], list[str], list[str]]:
-    ra = {k: r for k, r in a.outcomes().items() if r["kind"] == RESULT}
-    rb = {k: r for k, r in b.outcomes().items() if r["kind"] == RESULT}
+    ra = {k: r for k, r in a.outcomes().items() if r.kind == RESULT}
+    rb = {k: r for k, r in b.outcomes().items() if r.kind == RESULT}
     kernels_a = {k for _, k in ra}
     kernels_b = {k for _, k in rb}
     if not ra or not rb:
@@ -173,10 +173,10 @@ def compare(a: LineView, b: LineView, *, allow_mixed: bool = False) -> Compariso
     for ra, rb in pairs:
         diff = _differences(ra, rb)
         if diff and not allow_mixed:
-            raise UserError(f"{_label(a)} and {_label(b)} were measured under different settings at {ra['config_key']}: "
+            raise UserError(f"{_label(a)} and {_label(b)} were measured under different settings at {ra.config_key}: "
                             f"{'; '.join(diff)} — their difference would not be the kernel's; pass --allow-mixed to "
                             f"compare anyway")
-        mixed += [f"{ra['config_key']}: {d}" for d in diff]
+        mixed += [f"{ra.config_key}: {d}" for d in diff]
     import numpy as np
 
     from harness.governance.metrics import INTERLEAVED
@@ -186,7 +186,7 @@ def compare(a: LineView, b: LineView, *, allow_mixed: bool = False) -> Compariso
     for ra, rb in pairs:
         sa, sb = arm_samples(ra, "candidate"), arm_samples(rb, "candidate")
         sp, lo, hi, p = compare_samples(sa, sb)
-        out.append(PairComparison(ra["config_key"], ra["candidate"], rb["candidate"], float(np.median(sa)),
+        out.append(PairComparison(ra.config_key, ra.candidate, rb.candidate, float(np.median(sa)),
                                   float(np.median(sb)), len(sa), len(sb), sp, lo, hi, p, classify(lo, hi, p),
                                   timed(ra, INTERLEAVED).sm_mhz, timed(rb, INTERLEAVED).sm_mhz))
     return Comparison(_label(a), _label(b), tuple(out), tuple(only_a), tuple(only_b), tuple(mixed))

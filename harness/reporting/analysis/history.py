@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness.errors import UserError, plural
 from harness.governance.outcomes import OUTCOME_KINDS, REGISTERED, VERDICT, Remeasure, remeasures, resweeps
+from harness.governance.ledger_rows import RegisteredRow, load
 
 # Re-measured pairs a note lists one per line before "and N more".
 MAX_LISTED = 5
@@ -136,35 +137,36 @@ class Index:
     """Row 0 of every line's ledger — present or GONE — and the GONE ledgers: who amends whom."""
 
     root: Path
-    first: dict = field(default_factory=dict)  # line -> row 0 of its ledger in the work tree ({} unreadable)
+    first: dict = field(default_factory=dict)  # line -> row 0 of its ledger in the work tree (empty: unreadable)
     gone: dict = field(default_factory=dict)  # line -> Gone
 
-    def row0(self, line: str) -> dict:
+    def row0(self, line: str) -> RegisteredRow:
         if line in self.first:
             return self.first[line]
         g = self.gone.get(line)
-        return g.rows[0] if g is not None and g.rows else {}
+        return g.rows[0] if g is not None and g.rows and g.rows[0].kind == REGISTERED else RegisteredRow()
 
     def lines(self) -> list[str]:
         return sorted(set(self.first) | set(self.gone))
 
     def amends(self, line: str) -> str | None:
         row = self.row0(line)
-        reg = row.get("registration")
-        amends = row.get("amends") or (reg.get("amends") if isinstance(reg, dict) else None)
+        reg = row.registration
+        amends = row.amends or (reg.get("amends") if isinstance(reg, dict) else None)
         return amends if isinstance(amends, str) and amends else None
 
     def amended_by(self, line: str) -> tuple[str, ...]:
         return tuple(x for x in self.lines() if x != line and self.amends(x) == line)
 
 
-def _row0(path: Path) -> dict:
+def _row0(path: Path) -> RegisteredRow:
+    """A ledger's first row, read leniently (an empty row where it is not a `registered` row)."""
     try:
         with open(path, "rb") as fh:
-            row = json.loads(fh.readline())
-    except (OSError, ValueError):
-        return {}
-    return row if isinstance(row, dict) and row.get("kind") == REGISTERED else {}
+            row = load(json.loads(fh.readline()))
+    except (OSError, ValueError, AttributeError):
+        return RegisteredRow()
+    return row if row.kind == REGISTERED else RegisteredRow()
 
 
 def index(root: Path) -> Index:
@@ -194,11 +196,11 @@ def index(root: Path) -> Index:
     return Index(root, first, gone)
 
 
-def _reopened(idx: Index, line: str, row0: dict, rel: str) -> Reopened | None:
+def _reopened(idx: Index, line: str, row0: RegisteredRow, rel: str) -> Reopened | None:
     """Row 0's ``reopens`` declaration, with what the replaced version held (read from git)."""
     from harness.governance.ledger_verify import rows_at
 
-    declared = row0.get("reopens")
+    declared = row0.reopens
     if not isinstance(declared, dict) or not isinstance(declared.get("commit"), str):
         return None
     commit = declared["commit"]
@@ -207,17 +209,17 @@ def _reopened(idx: Index, line: str, row0: dict, rel: str) -> Reopened | None:
     # Re-opens before that one: the replaced version's own row 0, and so on back (as far as
     # this clone holds the versions).
     earlier, prev, seen = 0, old, {commit}
-    while prev and isinstance(prev[0].get("reopens"), dict):
-        before = prev[0]["reopens"].get("commit")
+    while prev and prev[0].kind == REGISTERED and isinstance(prev[0].reopens, dict):
+        before = prev[0].reopens.get("commit")
         if not isinstance(before, str) or before in seen:
             break
         seen.add(before)
         earlier += 1
         back = rows_at(idx.root, before, rel)
         prev = back[0] if back is not None and back[1].ok else None
-    outcomes = None if old is None else [r for r in old if r.get("kind") in OUTCOME_KINDS]
-    verdict = next((r.get("outcome") for r in old or () if r.get("kind") == VERDICT), None)
-    measured = tuple(dict.fromkeys(str(r.get("commit")) for r in outcomes or () if r.get("commit")))
+    outcomes = None if old is None else [r for r in old if r.kind in OUTCOME_KINDS]
+    verdict = next((r.outcome for r in old or () if r.kind == VERDICT), None)
+    measured = tuple(dict.fromkeys(str(r.commit) for r in outcomes or () if r.commit))
     rows = declared.get("rows") if isinstance(declared.get("rows"), int) else len(old or ())
     return Reopened(rel, commit, rows, None if outcomes is None else len(outcomes), measured, verdict, earlier)
 

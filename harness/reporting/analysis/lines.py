@@ -14,6 +14,7 @@ from pathlib import Path
 from harness.errors import UserError
 from harness.governance.devices import device_of
 from harness.governance.outcomes import REGISTERED, RESULT, VERDICT
+from harness.governance.ledger_rows import RegisteredRow, VerdictRow
 
 
 
@@ -25,17 +26,18 @@ class LineView:
     commit: str | None  # the commit prefix asked for (LINE@commit), None for all
 
     @property
-    def registered(self) -> dict | None:
-        return next((r for r in self.rows if r.get("kind") == REGISTERED), None)
+    def registered(self) -> RegisteredRow | None:
+        return next((r for r in self.rows if r.kind == REGISTERED), None)
 
     @property
     def registration(self) -> dict:
+        """The registration the line's `registered` row holds ({}: none)."""
         reg = self.registered
-        return (reg or {}).get("registration") or {}
+        return (reg.registration if reg is not None else None) or {}
 
     @property
-    def verdict(self) -> dict | None:
-        return next((r for r in self.rows if r.get("kind") == VERDICT), None)
+    def verdict(self) -> VerdictRow | None:
+        return next((r for r in self.rows if r.kind == VERDICT), None)
 
     def outcomes(self) -> dict[tuple[str, str], dict]:
         """The latest current outcome per (config_key, kernel), at the asked commit if any."""
@@ -45,25 +47,25 @@ class LineView:
         if self.commit:
             # Rows (supersedes rows included) written at that commit: a later commit's re-sweep
             # supersedes them, but they are still what was measured at this one.
-            rows = [r for r in rows if str(r.get("commit", "")).startswith(self.commit)]
+            rows = [r for r in rows if str((r.commit or "")).startswith(self.commit)]
         return latest_outcomes(rows)
 
     def results(self) -> list[dict]:
-        return [r for r in self.outcomes().values() if r["kind"] == RESULT]
+        return [r for r in self.outcomes().values() if r.kind == RESULT]
 
     def n_pairs(self) -> int | None:
         """Registered (config, candidate) pairs: configs × candidates; None without a registration."""
         reg = self.registered
-        if reg is None or not isinstance(reg.get("n_configs"), int):
+        if reg is None or not isinstance(reg.n_configs, int):
             return None
-        return reg["n_configs"] * len(self.registration.get("candidates") or [])
+        return reg.n_configs * len(self.registration.get("candidates") or [])
 
     def commits(self) -> list[str]:
         """Commits any result of this line was measured at (superseded or not), oldest first."""
         seen: list[str] = []
         for r in self.rows:
-            if r.get("kind") == RESULT and r.get("commit") not in seen:
-                seen.append(r.get("commit"))
+            if r.kind == RESULT and r.commit not in seen:
+                seen.append(r.commit)
         return seen
 
 
@@ -112,7 +114,7 @@ def load_path(path: Path, *, commit: str | None = None) -> LineView:
         raise UserError(verify_refusal(Path(path).name, res, "reporting on it"))
     rows = tuple(read_rows(path))
     view = LineView(line=Path(path).stem, path=Path(path), rows=rows, commit=commit)
-    if commit and not any(str(r.get("commit", "")).startswith(commit) for r in rows if r.get("kind") == RESULT):
+    if commit and not any(str((r.commit or "")).startswith(commit) for r in rows if r.kind == RESULT):
         have = ", ".join(c[:12] for c in view.commits() if c) or "none"
         raise UserError(f"line '{view.line}' has no result measured at commit '{commit}' (measured at: {have})")
     return view
@@ -120,8 +122,8 @@ def load_path(path: Path, *, commit: str | None = None) -> LineView:
 
 def arm_samples(row: dict, arm: str) -> list[float]:
     """Raw kept samples (ms) of one arm of a result row: 'candidate', 'baseline' or 'control'."""
-    arms = (row.get("timing") or {}).get("arms") or {}
-    name = f"candidate:{row['candidate']}" if arm == "candidate" else arm
+    arms = (row.timing or {}).get("arms") or {}
+    name = f"candidate:{row.candidate}" if arm == "candidate" else arm
     return [float(x) for x in (arms.get(name) or {}).get("samples_ms") or []]
 
 

@@ -65,8 +65,8 @@ def timed(row: dict, protocol: str, arm: str = "candidate") -> Timed:
     the candidate has that phase (a ValueError for another arm, or a row without the phase).
     """
     if protocol == INTERLEAVED:
-        timing = row.get("timing") or {}
-        name = f"candidate:{row['candidate']}" if arm == "candidate" else arm
+        timing = row.timing or {}
+        name = f"candidate:{row.candidate}" if arm == "candidate" else arm
         rec = (timing.get("arms") or {}).get(name) or {}
         stats = rec.get("stats") or {}
         if stats:
@@ -80,9 +80,9 @@ def timed(row: dict, protocol: str, arm: str = "candidate") -> Timed:
                      number(clock.get("power_mean_w")))
     if protocol != SUSTAINED:
         raise ValueError(f"unknown protocol {protocol!r}: {', '.join(metric_table.PROTOCOLS)}")
-    sus = row.get("sustained")
+    sus = row.sustained
     if arm != "candidate" or not isinstance(sus, dict):
-        raise ValueError(f"row {row.get('seq')}: no sustained phase of the {arm} (only a rate line's candidate has one)")
+        raise ValueError(f"row {row.seq}: no sustained phase of the {arm} (only a rate line's candidate has one)")
     med, p20, p80 = _percentiles(sus.get("samples_ms"))
     return Timed(SUSTAINED, arm, number(sus.get("median_ms")) if med is None else med, p20, p80,
                  len(sus.get("samples_ms") or ()), number(sus.get("sm_mhz")), number(sus.get("power_w")))
@@ -125,7 +125,7 @@ def source(agg, outcomes: dict, *, include_noisy: bool, value) -> str:
     one = dataclasses.replace(agg, func="max")  # over one row: that row's value, None when filtered out
     matched = []
     for key, r in outcomes.items():
-        if r["kind"] != RESULT:
+        if r.kind != RESULT:
             continue
         rows, _ = bar_rows({key: r}, include_noisy=include_noisy)
         if rows and rows[0].get("correct") and barlang.evaluate_aggregate(one, rows) is not None:
@@ -135,13 +135,13 @@ def source(agg, outcomes: dict, *, include_noisy: bool, value) -> str:
     kinds = sorted({metric_table.protocol(agg.metric, r) for r in matched})
     target = number(value)
     if agg.func in ("min", "max", "median") and target is not None:
-        decided = [r for r in matched if number(r["metrics"].get(agg.metric)) == target]
+        decided = [r for r in matched if number(r.metrics.get(agg.metric)) == target]
         if decided:
-            r = min(decided, key=lambda r: r["seq"])
+            r = min(decided, key=lambda r: r.seq)
             # An interleaved figure is a ratio of (or one side of) the arms' medians: both are shown.
             interleaved = metric_table.protocol(agg.metric, r) == INTERLEAVED
             fig = speedup_text(r) if interleaved else of_metric(r, agg.metric).text()
-            return f"{fig} ({r['candidate']} @ {r['config_key']})"
+            return f"{fig} ({r.candidate} @ {r.config_key})"
     return f"{' and '.join(kinds)}, over {len(matched)} result{'s' if len(matched) != 1 else ''}"
 
 

@@ -13,6 +13,7 @@ from collections import Counter
 from harness.governance import metrics as metric_table
 from harness.governance.metrics import INTERLEAVED, METRICS, PROTOCOL_TEXT, RATES, SUSTAINED
 from harness.governance.outcomes import PROFILE, RESULT
+from harness.governance.ledger_rows import RegisteredRow, VerdictRow
 from harness.jsonsafe import number
 from harness.reporting.analysis import protocol
 from harness.reporting.analysis.lines import LineView, device_label
@@ -43,9 +44,9 @@ def _cut(text: str) -> str:
 
 def _reason_group(row: dict) -> str:
     """Rows failing for the same cause share a group: kind, kernel and the reason's head."""
-    reason = str(row.get("reason") or "")
-    head = f"[{row['tag']}]" if row.get("tag") else reason.split(":")[0]
-    who = f"{row['candidate']}" + (" (baseline)" if row.get("role") == "baseline" else "")
+    reason = str(row.reason or "")
+    head = f"[{row.tag}]" if row.tag else reason.split(":")[0]
+    who = f"{row.candidate}" + (" (baseline)" if row.role == "baseline" else "")
     return _cut(f"{who}: {head}")
 
 
@@ -57,8 +58,8 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
     v = view.verdict
     reg = view.registration
     if v is not None:
-        clauses = v.get("clauses") or []
-        primary = {"expr": v.get("primary"), "value": v.get("primary_value"), "prediction": v.get("prediction")}
+        clauses = v.clauses or []
+        primary = {"expr": v.primary, "value": v.primary_value, "prediction": v.prediction}
     else:
         go = reg.get("go")
         if not go:
@@ -121,10 +122,10 @@ def _extra_metrics(results: list[dict]) -> tuple[list[tuple[str, str, str]], lis
     known = {m for m, _, _ in METRIC_COLUMNS} | SHOWN_ELSEWHERE
     extra = []
     for r in results:
-        for k, v in (r.get("metrics") or {}).items():
+        for k, v in (r.metrics or {}).items():
             if k not in known and isinstance(v, (int, float)) and not isinstance(v, bool) and k not in extra:
                 extra.append(k)
-    present = [c for c in METRIC_COLUMNS if any(c[0] in (r.get("metrics") or {}) for r in results)]
+    present = [c for c in METRIC_COLUMNS if any(c[0] in (r.metrics or {}) for r in results)]
     rates = [c for c in present if metric_table.BY_NAME[c[0]].protocol == RATES]
     return rates, [c for c in present if c not in rates] + [(k, k, ".4g") for k in sorted(extra)]
 
@@ -161,19 +162,19 @@ def _config_tables(outcomes: dict, results: list[dict]) -> tuple[list[str], list
     header = ["kernel", *SPEEDUP_COLUMNS, *rate_time, *[label for _, label, _ in rate_cols], "control",
               *[label for _, label, _ in other_cols], "correctness gate"]
     by_config: dict[str, list[dict]] = {}
-    for r in sorted(outcomes.values(), key=lambda r: (r["config_key"], r.get("role") != "baseline", r["candidate"])):
-        by_config.setdefault(r["config_key"], []).append(r)
+    for r in sorted(outcomes.values(), key=lambda r: (r.config_key, r.role != "baseline", r.candidate)):
+        by_config.setdefault(r.config_key, []).append(r)
     tables = []
     from harness.reporting.analysis.tidy import CONFIG_COLUMNS
 
-    order = {r["config_key"]: tuple(str(v) if not isinstance(v, (int, float)) else f"{v:020.6f}"
-                                    for v in map((r.get("config") or {}).get, CONFIG_COLUMNS))
+    order = {r.config_key: tuple(str(v) if not isinstance(v, (int, float)) else f"{v:020.6f}"
+                                    for v in map((r.config or {}).get, CONFIG_COLUMNS))
              for r in outcomes.values()}
     for key, rows in sorted(by_config.items(), key=lambda kv: (order[kv[0]], kv[0])):
         body = []
-        base = next((r for r in rows if r["kind"] == RESULT), None)
+        base = next((r for r in rows if r.kind == RESULT), None)
         if base is not None:  # the baseline's own line, from the first result's baseline arm (interleaved only)
-            m = base["metrics"]
+            m = base.metrics
             mine = protocol.timed(base, INTERLEAVED, "baseline")
             ms = number(m.get("ms"))
             scale = ms / mine.median_ms if ms is not None and mine.median_ms else None
@@ -181,30 +182,30 @@ def _config_tables(outcomes: dict, results: list[dict]) -> tuple[list[str], list
                      for name, _, spec in rate_cols]
             others = [_f(m.get("baseline_host_us"), spec) if name == "host_us" else "—" for name, _, spec in other_cols]
             own = [INTERLEAVED, mine.spread(), mine.clock(), _f(mine.power_w, ".0f")] if split else []
-            body.append({"cells": [f"{base['baseline']} (baseline)", "1 (baseline)", mine.spread(),
-                                   _clock(base.get("timing") or {}), *own, *rates, _f(m.get("control"), ".4f"),
-                                   *others, _gate((base.get("gate") or {}).get("baseline"))], "span": False})
+            body.append({"cells": [f"{base.baseline} (baseline)", "1 (baseline)", mine.spread(),
+                                   _clock(base.timing or {}), *own, *rates, _f(m.get("control"), ".4f"),
+                                   *others, _gate((base.gate or {}).get("baseline"))], "span": False})
         for r in rows:
-            if r["kind"] == RESULT:
-                m = r["metrics"]
-                flags = [f for f in ("rig_noisy", "impossible") if r.get(f)]
+            if r.kind == RESULT:
+                m = r.metrics
+                flags = [f for f in ("rig_noisy", "impossible") if getattr(r, f)]
                 own = []
                 if split:
                     rt = protocol.rates(r)
                     own = [rt.protocol, rt.spread(), rt.clock(), _f(rt.power_w, ".0f")]
-                body.append({"cells": [r["candidate"] + (f" ({', '.join(flags)})" if flags else ""),
+                body.append({"cells": [r.candidate + (f" ({', '.join(flags)})" if flags else ""),
                                        f"{_f(m.get('speedup'), '.3f')}× [{_f(m.get('speedup_ci_low'), '.3f')}, "
                                        f"{_f(m.get('speedup_ci_high'), '.3f')}]",
-                                       protocol.timed(r, INTERLEAVED).spread(), _clock(r.get("timing") or {}),
+                                       protocol.timed(r, INTERLEAVED).spread(), _clock(r.timing or {}),
                                        *own, *[_f(m.get(name), spec) for name, _, spec in rate_cols],
                                        _f(m.get("control"), ".4f"),
                                        *[_f(m.get(name), spec) for name, _, spec in other_cols],
-                                       _gate((r.get("gate") or {}).get("candidate"))],
+                                       _gate((r.gate or {}).get("candidate"))],
                              "span": False})
             else:
-                who = r["candidate"] + (" (baseline)" if r.get("role") == "baseline" else "")
-                tag = f" [{r['tag']}]" if r.get("tag") else ""
-                body.append({"cells": [who, f"**{r['kind']}**{tag}: {_cut(r.get('reason') or '')}"], "span": True})
+                who = r.candidate + (" (baseline)" if r.role == "baseline" else "")
+                tag = f" [{r.tag}]" if r.tag else ""
+                body.append({"cells": [who, f"**{r.kind}**{tag}: {_cut(r.reason or '')}"], "span": True})
         tables.append({"key": key, "rows": body})
     return header, tables
 
@@ -220,59 +221,59 @@ def _counter_tables(view: LineView) -> list[dict]:
 
     latest = {}
     for r in current_rows(view.rows):
-        if r.get("kind") == PROFILE and (not view.commit or str(r.get("commit", "")).startswith(view.commit)):
-            latest[(r["config_key"], r["candidate"])] = r
+        if r.kind == PROFILE and (not view.commit or str((r.commit or "")).startswith(view.commit)):
+            latest[(r.config_key, r.candidate)] = r
     tables: dict[str, list] = {}
     for (key, kernel), r in sorted(latest.items()):
         rows = tables.setdefault(key, [])
-        who = kernel + (" (baseline)" if r.get("role") == "baseline" else "")
-        if r.get("error"):
-            rows.append({"cells": [who, f"**no counters**: {_cut(r['error'])}"], "span": True})
+        who = kernel + (" (baseline)" if r.role == "baseline" else "")
+        if r.error:
+            rows.append({"cells": [who, f"**no counters**: {_cut(r.error)}"], "span": True})
             continue
-        for x in r.get("launches") or []:
+        for x in r.launches or []:
             spill = None if x.get("local_load_bytes") is None else x["local_load_bytes"] + (x.get("local_store_bytes") or 0)
             rows.append({"cells": [who, _cut(x["kernel"])[:48], _f(_mb(x.get("dram_read_bytes"))),
                                    _f(_mb(x.get("dram_write_bytes"))), _f(x.get("registers"), ".0f"),
                                    _f(x.get("tensor_pct"), ".3g"), _f(spill),
                                    _f(None if x.get("duration_ns") is None else x["duration_ns"] / 1e3),
                                    _f(x.get("occupancy_pct"), ".3g")], "span": False})
-        c = r.get("counters") or {}
+        c = r.counters or {}
         tensor = c.get("tensor_active")
         rows.append({"cells": [who, f"per call ({_f(c.get('launches'), '.0f')} launches)",
                                _f(_mb(c.get("dram_read_bytes"))), _f(_mb(c.get("dram_write_bytes"))),
                                _f(c.get("registers"), ".0f"), _f(None if tensor is None else 100 * tensor, ".3g"),
                                _f(c.get("local_spill_bytes")), _f(c.get("duration_us")), "—"], "span": False})
-        if r.get("impossible"):
-            rows.append({"cells": [who, f"**impossible**: {_cut(r['impossible'])}"], "span": True})
+        if r.impossible:
+            rows.append({"cells": [who, f"**impossible**: {_cut(r.impossible)}"], "span": True})
     return [{"key": k, "rows": v} for k, v in tables.items()]
 
 
 def _verify(view: LineView) -> list[dict]:
     """The verdict's [verify] clauses (counter claims), as shown beside the bar."""
-    v = view.verdict or {}
+    v = view.verdict or VerdictRow()
     return [{"text": c["text"], "n": c.get("n"), "n_failed": c.get("n_failed"),
              "outcome": {True: "pass", False: "fail", None: "unknown"}[c.get("passed")]}
-            for c in v.get("verify") or []]
+            for c in v.verify or []]
 
 
 def report_data(view: LineView, history=None) -> dict:
     """Everything the report shows, as formatted strings (deterministic for a given ledger);
     ``history`` (history.LineHistory): what amended, re-opened or re-measured the line, shown at the top."""
     reg = view.registration
-    registered = view.registered or {}
+    registered = view.registered or RegisteredRow()
     outcomes = view.outcomes()
-    results = [r for r in outcomes.values() if r["kind"] == RESULT]
+    results = [r for r in outcomes.values() if r.kind == RESULT]
     verdict = view.verdict
     pairs = {(k, c) for k, c in outcomes if c in (reg.get("candidates") or [])}
     n_pairs = view.n_pairs()
     clauses, primary = _clauses(view, outcomes)
-    counts = Counter(r["kind"] for r in outcomes.values())
-    groups = Counter((r["kind"], _reason_group(r)) for r in outcomes.values() if r["kind"] != RESULT)
-    flagged = Counter(f for r in results for f in ("rig_noisy", "impossible") if r.get(f))
-    commits = sorted({r.get("commit") for r in outcomes.values() if r.get("commit")})
+    counts = Counter(r.kind for r in outcomes.values())
+    groups = Counter((r.kind, _reason_group(r)) for r in outcomes.values() if r.kind != RESULT)
+    flagged = Counter(f for r in results for f in ("rig_noisy", "impossible") if getattr(r, f))
+    commits = sorted({r.commit for r in outcomes.values() if r.commit})
     devices = sorted({device_label(r) for r in outcomes.values()})
     header, tables = _config_tables(outcomes, results)
-    control_tol = next(((r.get("policy") or {}).get("control_tolerance") for r in results), None)
+    control_tol = next(((r.policy or {}).get("control_tolerance") for r in results), None)
     return {
         "line": view.line,
         "history": [{"text": n.text, "items": list(n.items)} for n in history.notes()] if history else [],
@@ -280,8 +281,8 @@ def report_data(view: LineView, history=None) -> dict:
         "hypothesis": " ".join(str(reg.get("hypothesis", "")).split()),
         "facts": [("workload", reg.get("workload", "—")), ("baseline", reg.get("baseline", "—")),
                   ("candidates", ", ".join(reg.get("candidates") or []) or "—"),
-                  ("registered", f"commit {str(registered.get('registration_commit', '?'))[:12]}, registration "
-                                 f"sha256 {str(registered.get('registration_sha256', '?'))[:12]}"),
+                  ("registered", f"commit {str(registered.registration_commit or '?')[:12]}, registration "
+                                 f"sha256 {str(registered.registration_sha256 or '?')[:12]}"),
                   ("measured at", ", ".join(c[:12] for c in commits) or "nothing measured yet"),
                   ("device", ", ".join(devices) or "—"),
                   ("pairs with an outcome", f"{len(pairs)} of {n_pairs if n_pairs is not None else '?'}"),
@@ -291,10 +292,10 @@ def report_data(view: LineView, history=None) -> dict:
                   *([("beyond the measured ceilings (waived)", " ".join(str(reg["beyond_ceiling_ok"]).split()))]
                     if reg.get("beyond_ceiling_ok") else [])],
         "go": " ".join(str(reg.get("go", "")).split()),
-        "verdict": None if verdict is None else {"outcome": verdict["outcome"], "seq": verdict["seq"],
-                                                 "commit": str(verdict.get("commit", ""))[:12],
+        "verdict": None if verdict is None else {"outcome": verdict.outcome, "seq": verdict.seq,
+                                                 "commit": str((verdict.commit or ""))[:12],
                                                  "excluded": ", ".join(f"{k}: {n}" for k, n in
-                                                                       sorted((verdict.get("excluded") or {}).items()))},
+                                                                       sorted((verdict.excluded or {}).items()))},
         "clauses": clauses,
         "primary": primary,
         "counts": [(k, n) for k, n in sorted(counts.items())],

@@ -80,7 +80,7 @@ class RouteTable:
 
 def _ci_low(row: dict) -> float:
     """The row's speedup CI low as a float (NaN where none could be formed or none is given)."""
-    lo = number(row["metrics"].get("speedup_ci_low"))
+    lo = number(row.metrics.get("speedup_ci_low"))
     return math.nan if lo is None else lo
 
 
@@ -105,7 +105,7 @@ def _interleaved_ms(row: dict) -> float:
 
 
 def _failed(row: dict) -> bool:
-    return row["kind"] in FAILING_KINDS or (row["kind"] == RESULT and bool(row.get("impossible")))
+    return row.kind in FAILING_KINDS or (row.kind == RESULT and bool(row.impossible))
 
 
 def build(views: list[LineView]) -> RouteTable:
@@ -119,7 +119,7 @@ def build(views: list[LineView]) -> RouteTable:
 
     (baseline,) = baselines
     outcomes = [(v.line, r) for v in views for r in v.outcomes().values()]
-    devices = sorted({device_of(r) for _, r in outcomes if r["kind"] == RESULT}, key=str)
+    devices = sorted({device_of(r) for _, r in outcomes if r.kind == RESULT}, key=str)
     if len(devices) > 1:
         raise UserError(f"the lines' results come from {len(devices)} devices "
                         f"({', '.join(g or d for d, g in devices)}): route one device's lines at a time")
@@ -127,18 +127,18 @@ def build(views: list[LineView]) -> RouteTable:
         raise UserError(f"lines {', '.join(v.line for v in views)} have no result rows: sweep them first")
     by_shape: dict[str, list[tuple[str, dict]]] = {}
     for line, r in outcomes:
-        by_shape.setdefault(r["config_key"], []).append((line, r))
+        by_shape.setdefault(r.config_key, []).append((line, r))
     routes = []
     for key in sorted(by_shape):
         rows = by_shape[key]
-        failed = {r["candidate"] for _, r in rows if _failed(r)}
+        failed = {r.candidate for _, r in rows if _failed(r)}
         best: dict[str, tuple[str, dict]] = {}
         passed_over = []
         for line, r in rows:
-            k = r["candidate"]
-            if r["kind"] != RESULT or k in failed or r.get("role") == "baseline":
+            k = r.candidate
+            if r.kind != RESULT or k in failed or r.role == "baseline":
                 continue
-            if r.get("rig_noisy"):
+            if r.rig_noisy:
                 passed_over.append(f"{k}: rig-noisy")
                 continue
             if k not in best or _worse(_ci_low(r), _ci_low(best[k][1])):  # its worst result here
@@ -151,15 +151,15 @@ def build(views: list[LineView]) -> RouteTable:
             else:
                 passed_over.append(f"{k}: speedup CI low {lo:.3f} ≤ 1" if not math.isnan(lo) else f"{k}: no speedup CI")
         passed_over += [f"{k}: failed here" + (" (the baseline)" if k == baseline else "") for k in sorted(failed)]
-        config = next(r["config"] for _, r in rows)
+        config = next(r.config for _, r in rows)
         if eligible:
             line, r = min(eligible, key=lambda lr: _interleaved_ms(lr[1]))
-            m = r["metrics"]
+            m = r.metrics
             cand, base = timed(r, INTERLEAVED), timed(r, INTERLEAVED, "baseline")
-            routes.append(Route(key, config, r["candidate"], m["speedup"], m["speedup_ci_low"], m["speedup_ci_high"],
-                                line, r["seq"], "; ".join(passed_over), cand.median_ms, base.median_ms, cand.sm_mhz))
+            routes.append(Route(key, config, r.candidate, m["speedup"], m["speedup_ci_low"], m["speedup_ci_high"],
+                                line, r.seq, "; ".join(passed_over), cand.median_ms, base.median_ms, cand.sm_mhz))
         else:
-            measured = next((r for _, r in rows if r["kind"] == RESULT), None)
+            measured = next((r for _, r in rows if r.kind == RESULT), None)
             base = timed(measured, INTERLEAVED, "baseline") if measured is not None else None
             routes.append(Route(key, config, baseline, 1.0, 1.0, 1.0, None, None,
                                 "; ".join(passed_over) or "no kernel measured here",

@@ -39,18 +39,18 @@ def view_status(view, note: str | None = None) -> LineStatus:
     pairs = {(k, c) for k, c in outcomes if c in (reg.get("candidates") or [])}
     n_pairs = view.n_pairs()
     verdict = view.verdict
-    latest = max(outcomes.values(), key=lambda r: r["seq"], default=None)
+    latest = max(outcomes.values(), key=lambda r: r.seq, default=None)
     if verdict is not None:
-        at = verdict.get("measured_at") or {}
-        return LineStatus(view.line, f"closed {verdict['outcome']}", at.get("commit"), device_name(at),
-                          len(pairs), n_pairs, verdict["outcome"], note)
+        at = verdict.measured_at or {}
+        return LineStatus(view.line, f"closed {verdict.outcome}", at.get("commit"), device_name(at),
+                          len(pairs), n_pairs, verdict.outcome, note)
     if latest is None:
-        reg_row = view.registered or {}
-        return LineStatus(view.line, "registered", reg_row.get("registration_commit"), None, 0, n_pairs, None,
+        reg_row = view.registered
+        return LineStatus(view.line, "registered", reg_row.registration_commit if reg_row else None, None, 0, n_pairs, None,
                           note)
     of = f" of {n_pairs}" if n_pairs is not None else ""
-    commits = {r.get("commit") for r in outcomes.values()}
-    commit = latest.get("commit") if len(commits) == 1 else f"{len(commits)} commits, latest {latest.get('commit', '')[:12]}"
+    commits = {r.commit for r in outcomes.values()}
+    commit = latest.commit if len(commits) == 1 else f"{len(commits)} commits, latest {(latest.commit or '')[:12]}"
     return LineStatus(view.line, f"swept {len(pairs)}{of} pairs", commit, device_label(latest), len(pairs), n_pairs,
                       None, note)
 

@@ -34,22 +34,22 @@ def tidy_records(rows) -> tuple[list[dict], list[str]]:
 
     records, metrics = [], []
     for r in current_rows(rows):
-        if r.get("kind") not in OUTCOME_KINDS:
+        if r.kind not in OUTCOME_KINDS:
             continue
-        env = r.get("env") or {}
-        cfg = r.get("config") or {}
-        timing = r.get("timing") or {}
+        env = r.env or {}
+        cfg = r.config or {}
+        timing = r.timing or {}
         clock = timing.get("clock") or {}
-        gate = (r.get("gate") or {}).get("candidate") or {}
-        rec = {"line": r.get("line"), "seq": r.get("seq"), "kind": r["kind"], "commit": r.get("commit"),
-               "device": env.get("device"), "gpu": env.get("gpu"), "config_key": r.get("config_key"),
-               "kernel": r.get("candidate"), "role": r.get("role") or "candidate", "baseline": r.get("baseline"),
+        gate = (r.gate or {}).get("candidate") or {}
+        rec = {"line": r.line, "seq": r.seq, "kind": r.kind, "commit": r.commit,
+               "device": env.get("device"), "gpu": env.get("gpu"), "config_key": r.config_key,
+               "kernel": r.candidate, "role": r.role or "candidate", "baseline": r.baseline,
                **{c: cfg.get(c) for c in CONFIG_COLUMNS}}
-        for name, value in (r.get("metrics") or {}).items():
+        for name, value in (r.metrics or {}).items():
             if name not in metrics:
                 metrics.append(name)
             rec[name] = number(value)
-        is_result = r["kind"] == RESULT
+        is_result = r.kind == RESULT
         rounds = timing.get("rounds") or {}
         rec.update({
             "n_samples": len(arm_samples(r, "candidate")) if is_result else None,
@@ -60,12 +60,12 @@ def tidy_records(rows) -> tuple[list[dict], list[str]]:
             # Which protocol the rate metrics (ms, tflops, gbps, fractions, sm_mhz, power_w) come from.
             "rate_protocol": rate_protocol(r) if is_result else None,
             "timing_mode": timing.get("effective_mode") or timing.get("mode"),
-            "rig_noisy": bool(r.get("rig_noisy")) if is_result else None,
-            "impossible": bool(r.get("impossible")) if is_result else None,
+            "rig_noisy": bool(r.rig_noisy) if is_result else None,
+            "impossible": bool(r.impossible) if is_result else None,
             "gate_pass_rate": number(gate.get("pass_rate")),
             "gate_tolerance_ratio": number(((gate.get("worst") or {}).get("figures") or {}).get("tolerance_ratio")),
-            "reason": None if is_result else (f"[{r['tag']}] " if r.get("tag") else "") + str(r.get("reason") or ""),
-            "time": r.get("time"),
+            "reason": None if is_result else (f"[{r.tag}] " if r.tag else "") + str(r.reason or ""),
+            "time": r.time,
         })
         records.append(rec)
     return records, metrics

@@ -11,9 +11,9 @@ def render_ceilings(row: dict, measured: bool, *, commit: str | None = None, com
     """The ceilings row (``seq``, hash), its figures, and whether git holds it (``commit``: committed now)."""
     c = console()
     c.print(f"{'measured' if measured else 'stored'} ceilings for {ceilings_name(row)} "
-            f"(ledger/_device_ceilings.jsonl row {row.get('seq')}, {str(row.get('hash'))[:12]}):")
-    c.print(f"  copy bandwidth: {fmt(row.get('copy_gbps'), '.4g')} GB/s (read + write)")
-    for dt, tf in sorted((row.get('matmul_tflops') or {}).items()):
+            f"(ledger/_device_ceilings.jsonl row {row.seq}, {str(row.hash)[:12]}):")
+    c.print(f"  copy bandwidth: {fmt(row.copy_gbps, '.4g')} GB/s (read + write)")
+    for dt, tf in sorted((row.matmul_tflops or {}).items()):
         c.print(f"  matmul {dt}: {fmt(tf, '.4g')} TFLOP/s")
     if commit:
         c.print(f"  committed in {commit[:12]}")

@@ -71,9 +71,9 @@ def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | No
     for col in ("seq", "kind", "time", "commit", "candidate", "config", "outcome"):
         t.add_column(col, overflow="fold")
     for r in rows:
-        gone = f"[dim](superseded by row {superseded[r['seq']]})[/] " if r["seq"] in superseded else ""
-        t.add_row(str(r["seq"]), r["kind"], r["time"][:19], r["commit"][:10], r.get("candidate", ""),
-                  r.get("config_key", ""), gone + escape(outcome_reason(r)))
+        gone = f"[dim](superseded by row {superseded[r.seq]})[/] " if r.seq in superseded else ""
+        t.add_row(str(r.seq), r.kind, r.time[:19], r.commit[:10], getattr(r, "candidate", None) or "",
+                  getattr(r, "config_key", None) or "", gone + escape(outcome_reason(r)))
     c.print(t)
 
 

@@ -42,7 +42,7 @@ def _empty(ax, why: str) -> None:
 
 
 def _colors(results: list[dict]) -> dict[str, str]:
-    names = sorted({r["candidate"] for r in results})
+    names = sorted({r.candidate for r in results})
     return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
 
 
@@ -61,17 +61,17 @@ def speedup_plot(results: list[dict], thresholds: list[tuple[str, float]]) -> by
     if not results:
         _empty(ax, "no result rows yet")
         return _png(fig)
-    keys = sorted({r["config_key"] for r in results})
+    keys = sorted({r.config_key for r in results})
     colors = _colors(results)
     n = len(colors)
     width = 0.7 / max(n, 1)
     for i, (name, color) in enumerate(colors.items()):
         xs, ys, lo, hi = [], [], [], []
         for r in results:
-            if r["candidate"] != name:
+            if r.candidate != name:
                 continue
-            m = r["metrics"]
-            x = keys.index(r["config_key"]) + (i - (n - 1) / 2) * width
+            m = r.metrics
+            x = keys.index(r.config_key) + (i - (n - 1) / 2) * width
             xs.append(x)
             ys.append(m["speedup"])
             lo.append(max(m["speedup"] - m.get("speedup_ci_low", m["speedup"]), 0))
@@ -101,7 +101,7 @@ def roofline_plot(results: list[dict]) -> bytes:
     fig, ax = _figure()
     pts = []
     for r in results:
-        m = r["metrics"]
+        m = r.metrics
         tf, gb = m.get("tflops"), m.get("gbps")
         tff, gbf = m.get("tflops_frac"), m.get("gbps_frac")
         if all(isinstance(v, (int, float)) and v > 0 for v in (tf, gb)):
@@ -114,7 +114,7 @@ def roofline_plot(results: list[dict]) -> bytes:
     seen = set()
     for r, tf, gb, _, _ in pts:
         ai = tf * 1e12 / (gb * 1e9)
-        name = r["candidate"]
+        name = r.candidate
         ax.scatter([ai], [tf], color=colors[name], s=24, marker=PROTOCOL_MARKERS[rate_protocol(r)],
                    label=None if name in seen else name, zorder=3)
         seen.add(name)
@@ -145,8 +145,8 @@ def roofline_plot(results: list[dict]) -> bytes:
 def control_plot(results: list[dict], tolerance: float | None) -> bytes:
     """Distribution of the control ratio (baseline against itself) over the configs."""
     fig, ax = _figure()
-    values = sorted({(r["config_key"], r["metrics"].get("control")) for r in results
-                     if isinstance(r["metrics"].get("control"), (int, float))})
+    values = sorted({(r.config_key, r.metrics.get("control")) for r in results
+                     if isinstance(r.metrics.get("control"), (int, float))})
     ratios = [v for _, v in values]
     if not ratios:
         _empty(ax, "no control ratios in the result rows")
@@ -175,11 +175,11 @@ def clock_plot(results: list[dict]) -> bytes:
     sustained: dict[tuple, list[float]] = {}
     threshold = None
     i = 0
-    for r in sorted(results, key=lambda r: r["seq"]):
-        timing = r.get("timing") or {}
+    for r in sorted(results, key=lambda r: r.seq):
+        timing = r.timing or {}
         rounds = timing.get("rounds") or {}
-        group = (r["config_key"], tuple(rounds.get("t0") or ()))
-        sus = r.get("sustained") or {}
+        group = (r.config_key, tuple(rounds.get("t0") or ()))
+        sus = r.sustained or {}
         if rate_protocol(r) == SUSTAINED and isinstance(sus.get("sm_mhz"), (int, float)):
             sustained.setdefault(group, []).append(sus["sm_mhz"])
         if group in seen:  # the candidates of one config share its rounds
@@ -196,7 +196,7 @@ def clock_plot(results: list[dict]) -> bytes:
                 (drop_y if j in dropped else kept_y).append(v)
         i += len(mhz)
         clock = timing.get("clock") or {}
-        ref, thr = clock.get("reference_mhz"), (r.get("policy") or {}).get("throttle_threshold")
+        ref, thr = clock.get("reference_mhz"), (r.policy or {}).get("throttle_threshold")
         if isinstance(ref, (int, float)) and isinstance(thr, (int, float)):
             threshold = ref * thr
     sus_x, sus_y = [], []

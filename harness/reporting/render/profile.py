@@ -11,19 +11,19 @@ def render_profile(line: str, rows: list[dict]) -> None:
     from rich.table import Table
 
     c = console()
-    for key in dict.fromkeys(r["config_key"] for r in rows):
+    for key in dict.fromkeys(r.config_key for r in rows):
         t = Table(title=f"{line} · {key} — ncu counters of one call (MB = 1e6 bytes)")
         for col in ("kernel", "launch", "DRAM read MB", "DRAM write MB", "regs", "tensor %", "spill B", "µs",
                     "grid×block", "smem B", "occ %"):
             t.add_column(col, overflow="fold")
-        for r in (r for r in rows if r["config_key"] == key):
-            if r.get("error"):
-                t.add_row(r["candidate"], "—", f"[red]{r['error']}[/]", *[""] * 8)
+        for r in (r for r in rows if r.config_key == key):
+            if r.error:
+                t.add_row(r.candidate, "—", f"[red]{r.error}[/]", *[""] * 8)
                 continue
-            for launch in r["launches"]:
+            for launch in r.launches:
                 smem = sum(launch.get(k) or 0 for k in ("shared_mem_static_bytes", "shared_mem_dynamic_bytes"))
                 spill = (launch["local_load_bytes"] or 0) + (launch["local_store_bytes"] or 0)
-                t.add_row(r["candidate"], launch["kernel"][:40], fmt(mb(launch["dram_read_bytes"]), ".4g"),
+                t.add_row(r.candidate, launch["kernel"][:40], fmt(mb(launch["dram_read_bytes"]), ".4g"),
                           fmt(mb(launch["dram_write_bytes"]), ".4g"), fmt(launch["registers"], ".0f"),
                           fmt(launch["tensor_pct"], ".3g"), fmt(spill, ".4g"),
                           fmt(None if launch["duration_ns"] is None else launch["duration_ns"] / 1e3, ".4g"),
@@ -31,8 +31,8 @@ def render_profile(line: str, rows: list[dict]) -> None:
                           fmt(smem, ".0f"), fmt(launch["occupancy_pct"], ".3g"))
         c.print(t)
     for r in rows:
-        if r.get("impossible"):
-            c.print(f"  [red]impossible[/] {r['candidate']} @ {r['config_key']}: {r['impossible']}")
-        check = r.get("output_check") or {}
+        if r.impossible:
+            c.print(f"  [red]impossible[/] {r.candidate} @ {r.config_key}: {r.impossible}")
+        check = r.output_check or {}
         if check and not check.get("passed"):
-            c.print(f"  [red]incorrect[/] {r['candidate']} @ {r['config_key']}: {check.get('reason')}")
+            c.print(f"  [red]incorrect[/] {r.candidate} @ {r.config_key}: {check.get('reason')}")

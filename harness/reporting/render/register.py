@@ -11,10 +11,10 @@ def render_registered(row: dict) -> None:
     from rich.markup import escape
 
     c = console()
-    c.print(f"registered line [bold]{row['line']}[/] — sha256 {row['registration_sha256'][:12]}, "
-            f"commit {row['registration_commit'][:12]}, {plural(row['n_configs'], 'config')}; "
-            f"bar: {escape(row['registration']['go'])}")
-    for dt, f in sorted((row.get("tolerance_floor") or {}).items()):
+    c.print(f"registered line [bold]{row.line}[/] — sha256 {row.registration_sha256[:12]}, "
+            f"commit {row.registration_commit[:12]}, {plural(row.n_configs, 'config')}; "
+            f"bar: {escape(row.registration['go'])}")
+    for dt, f in sorted((row.tolerance_floor or {}).items()):
         if f.get("unchecked"):
             c.print(f"  tolerance floor, {dt}: not checked ({f['unchecked']})")
             continue
@@ -23,7 +23,7 @@ def render_registered(row: dict) -> None:
         c.print(f"  tolerance floor, {dt}: the reference rounded to the nearest {dt} needs atol >= "
                 f"{ceil_sig(f['need_atol']):g} at rtol {f['rtol']:g} (registered atol {f['atol']:g}) on "
                 f"{', '.join(f['configs'])}, |ref| up to {max(f['magnitude'].values()):.3g}")
-    power = row.get("tolerance_power") or {}
+    power = row.tolerance_power or {}
     checks = power.get("canaries", [])
     if checks:
         n_rej = sum(ch["rejected"] for ch in checks)
@@ -31,8 +31,8 @@ def render_registered(row: dict) -> None:
                 + (f"; waived (accept_weak): {', '.join(power['accepted_weak'])}" if power.get("accepted_weak") else ""))
     for what, seen in sorted((power.get("downgrades") or {}).items()):
         c.print(f"  precision {what}: {seen}")
-    _render_reductio(c, row.get("reductio") or {})
-    res = row.get("timing_resolution") or {}
+    _render_reductio(c, row.reductio or {})
+    res = row.timing_resolution or {}
     if res:
         c.print(f"  smallest resolvable speedup ({res['mode']} mode): {res['resolvable_speedup']:.3f}"
                 + (f" (control spread on {', '.join(res['devices'])})" if res.get("devices")

@@ -32,7 +32,7 @@ def figures(view: LineView) -> dict[str, bytes]:
     from harness.reporting.render import plots
 
     data_results = view.results()
-    tol = next(((r.get("policy") or {}).get("control_tolerance") for r in data_results), None)
+    tol = next(((r.policy or {}).get("control_tolerance") for r in data_results), None)
     return {"speedup": plots.speedup_plot(data_results, speedup_thresholds(view.registration.get("go"))),
             "roofline": plots.roofline_plot(data_results),
             "control": plots.control_plot(data_results, tol),

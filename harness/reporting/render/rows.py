@@ -16,32 +16,32 @@ def fmt(v, spec=".3g"):
 
 def outcome_reason(row: dict) -> str:
     """One readable line saying what happened to a row (the reason at a glance)."""
-    kind = row["kind"]
+    kind = row.kind
     if kind == RESULT:
         return _result_reason(row)
     if kind == INCORRECT:
-        return f"[{row.get('tag')}] {row.get('reason')}"
+        return f"[{row.tag}] {row.reason}"
     if kind in (SKIPPED, UNSUPPORTED, CRASHED, THROTTLED):
-        return row.get("reason", "")
+        return (row.reason or "")
     if kind == REGISTERED:
-        return f"bar: {row['registration']['go']} · prediction {row['registration']['prediction']}"
+        return f"bar: {row.registration['go']} · prediction {row.registration['prediction']}"
     if kind == VERDICT:
-        cov = row.get("coverage")
+        cov = row.coverage
         on = f"; decided on {cov['decided']} of {cov['pairs']} pairs" if cov else ""
-        return (f"{row['outcome']}: {row['primary']} = {fmt(row.get('primary_value'), '.4g')} "
-                f"(predicted {row['prediction']}){on}")
+        return (f"{row.outcome}: {row.primary} = {fmt(row.primary_value, '.4g')} "
+                f"(predicted {row.prediction}){on}")
     if kind == SUPERSEDES:
-        return f"supersedes rows {row.get('supersedes')}: {row.get('reason')}"
+        return f"supersedes rows {row.supersedes}: {row.reason}"
     if kind == PROFILE:
-        if row.get("error"):
-            return f"no counters: {row['error']}"
-        k = row.get("counters") or {}
-        flag = f" (impossible: {row['impossible']})" if row.get("impossible") else ""
+        if row.error:
+            return f"no counters: {row.error}"
+        k = row.counters or {}
+        flag = f" (impossible: {row.impossible})" if row.impossible else ""
         return (f"DRAM read {fmt(mb(k.get('dram_read_bytes')), '.4g')} MB, write "
                 f"{fmt(mb(k.get('dram_write_bytes')), '.4g')} MB, {fmt(k.get('launches'), '.0f')} launches"
                 + flag)
     if kind == CEILINGS:
-        return f"copy {fmt(row.get('copy_gbps'), '.4g')} GB/s"
+        return f"copy {fmt(row.copy_gbps, '.4g')} GB/s"
     return ""
 
 
@@ -51,8 +51,8 @@ def _result_reason(row: dict) -> str:
     from harness.governance.metrics import INTERLEAVED
     from harness.reporting.analysis import protocol
 
-    m = row["metrics"]
-    flags = [f for f in ("impossible", "rig_noisy") if row.get(f)]
+    m = row.metrics
+    flags = [f for f in ("impossible", "rig_noisy") if getattr(row, f)]
     rt = protocol.rates(row)
     rates = f"{fmt(m.get('tflops'), '.4g')} TFLOP/s, {fmt(m.get('gbps'), '.4g')} GB/s"
     if rt.protocol == INTERLEAVED:

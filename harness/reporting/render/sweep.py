@@ -10,12 +10,12 @@ from harness.reporting.render.rows import fmt, outcome_reason
 
 
 def _who(row: dict) -> str:
-    return f"baseline {row['candidate']}" if row.get("role") == "baseline" else row.get("candidate", "")
+    return f"baseline {row.candidate}" if row.role == "baseline" else (row.candidate or "")
 
 
 def config_progress(done: int, total: int, config_key: str, rows, elapsed: float | None) -> str:
     """One finished config for a log: its key, each candidate's outcome, and how long it took."""
-    parts = [f"{_who(r)} {r['kind']}: {outcome_reason(r).splitlines()[0]}" for r in rows if r["kind"] != SUPERSEDES]
+    parts = [f"{_who(r)} {r.kind}: {outcome_reason(r).splitlines()[0]}" for r in rows if r.kind != SUPERSEDES]
     took = "" if elapsed is None else f" ({elapsed:.1f} s)"
     counter = f"[{done}/{total}]" if done <= total else "[again]"  # a rig-noisy pair measured again
     return f"{counter} {config_key}{took} — " + ("; ".join(parts) or "no outcome")
@@ -34,19 +34,19 @@ def _sweep_table(rows: list[dict]):
     for col in ("candidate", "outcome", "speedup [CI]", "interleaved ms (vs baseline) at clock", "control",
                 "TFLOP/s", "rate from (protocol, ms, clock)"):
         t.add_column(escape(col), overflow="fold")
-    for r in sorted(rows, key=lambda r: r["seq"]):
-        m = r.get("metrics") or {}
-        if r["kind"] == RESULT:
-            flags = [f for f in ("impossible", "rig_noisy") if r.get(f)]
+    for r in sorted(rows, key=lambda r: r.seq):
+        m = r.metrics or {}
+        if r.kind == RESULT:
+            flags = [f for f in ("impossible", "rig_noisy") if getattr(r, f)]
             outcome = "result" + (f" ({', '.join(flags)})" if flags else "")
             speed = (f"{fmt(m.get('speedup'), '.3f')}× [{fmt(m.get('speedup_ci_low'), '.3f')}, "
                      f"{fmt(m.get('speedup_ci_high'), '.3f')}]")
             times = protocol.speedup_text(r, named=False)  # the column names the protocol
             rate, source = fmt(m.get("tflops"), ".4g"), protocol.rates(r).text()
         else:
-            outcome, speed = f"{r['kind']}: {outcome_reason(r).splitlines()[0]}", "—"
+            outcome, speed = f"{r.kind}: {outcome_reason(r).splitlines()[0]}", "—"
             times = rate = source = "—"
-        t.add_row(r["config_key"], escape(_who(r)), escape(outcome), escape(speed), escape(times),
+        t.add_row(r.config_key, escape(_who(r)), escape(outcome), escape(speed), escape(times),
                   fmt(m.get("control"), ".4f"), rate, escape(source))
     return t
 

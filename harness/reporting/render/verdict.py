@@ -23,14 +23,14 @@ def render_verdict(v) -> None:
                 + (f" — {len(bad)} not holding, e.g. {shown}" if bad else ""))
     if v.excluded:
         c.print(f"  excluded from the bar: {', '.join(f'{k}: {n}' for k, n in sorted(v.excluded.items()))}")
-    again = v.row.get("remeasured") or []
+    again = v.row.remeasured or []
     if again:
         c.print(f"  re-measured at the same commit, decided on the newest measurement ({plural(len(again), 'pair')}):")
         for m in again[:MAX_LISTED]:
             c.print(f"    {Remeasure.from_row(m).describe()}", markup=False)
         if len(again) > MAX_LISTED:
-            c.print(f"    and {len(again) - MAX_LISTED} more (bench ledger show {v.row['line']})")
-    cov = v.row.get("coverage")
+            c.print(f"    and {len(again) - MAX_LISTED} more (bench ledger show {v.row.line})")
+    cov = v.row.coverage
     if cov:
         c.print(f"  coverage: decided on {cov['decided']} of {cov['pairs']} registered pairs "
                 f"(min_coverage {cov['min_coverage']:g})")
@@ -38,8 +38,8 @@ def render_verdict(v) -> None:
             + ("" if v.primary_value is None else f" (outcome − prediction = {v.primary_value - v.prediction:+.4g})"))
     color = "green" if v.outcome == "GO" else "red"
     if v.dry_run:
-        c.print(f"[bold {color}]{v.outcome}[/] — dry run: nothing written, line {v.row['line']} stays open "
-                f"(`bench verdict {v.row['line']}` writes this verdict and commits it)")
+        c.print(f"[bold {color}]{v.outcome}[/] — dry run: nothing written, line {v.row.line} stays open "
+                f"(`bench verdict {v.row.line}` writes this verdict and commits it)")
         return
-    c.print(f"[bold {color}]{v.outcome}[/] — line {v.row['line']} closed at ledger row {v.row['seq']}"
+    c.print(f"[bold {color}]{v.outcome}[/] — line {v.row.line} closed at ledger row {v.row.seq}"
             + (f", committed as {v.anchored[:12]}" if v.anchored else ""))
