@@ -14,7 +14,8 @@ Format history (``schema``, every row's ledger schema, ``ledger_format.LEDGER_SC
   written before they existed still load (their value is None and ``has`` says whether the
   row holds the field): ``code``, ``ceilings_ref``, ``remeasured``, ``coverage``, ``verify``,
   ``floor``, ``rate_protocol``, ``sustained``, ``empty_window``, ``rig_noise``,
-  ``tolerance_power``, ``timing_resolution``, ``tolerance_floor``, ``reductio``, ``reopens``.
+  ``tolerance_power``, ``timing_resolution``, ``tolerance_floor``, ``reductio``, ``reopens``,
+  ``cost``.
 
 A row of a newer schema is refused by ``ledger_format.check_schema`` with the fix (upgrade
 bench); a row of this schema with a field no class declares is refused here the same way.
@@ -134,6 +135,9 @@ class OutcomeRow(Row):
     undersampled: bool | None = None
     traceback: str | None = None
     fault: dict | None = None  # a worker's fault: in which phase, its last output
+    # The harness's own time on the config (pipeline/phase.py Account.as_row): the same for
+    # every row of one config.
+    cost: dict | None = None
 
     @property
     def pair(self) -> tuple[str, str]:
@@ -145,7 +149,7 @@ class OutcomeRow(Row):
 
 
 _PAIR = frozenset({"config", "config_key", "candidate", "baseline", "role", "reason", "ceilings_ref",
-                   "kernel_sources"})
+                   "kernel_sources", "cost"})
 
 
 @dataclass(frozen=True, kw_only=True)

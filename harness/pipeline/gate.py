@@ -39,6 +39,7 @@ def gate_one(spec, cfg, reg, state, device: str):
     with apply(state) as pinned:
         g = gate(spec, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype],
                  rtol=reg.rtol[cfg.dtype], device=device, min_pass_rate=reg.min_pass_rate)
+        phase.note("reference", g.reference_seconds)
         # The TF32 incident: a flag flipped between arms changes which kernels run. A kernel that
         # changes global numeric state would make the arms differ: it is never timed.
         return g, diff(pinned, capture())

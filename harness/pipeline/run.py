@@ -10,6 +10,7 @@ the same inputs, and nothing is reported that fails the checks after timing.
 from __future__ import annotations
 
 from harness.governance.outcomes import CRASHED
+from harness.pipeline import phase
 from harness.pipeline.budget import Budget, budget
 from harness.pipeline.checks import check_after_timing
 from harness.pipeline.context import Outcome, SweepContext, Task
@@ -22,7 +23,18 @@ from harness.workloads import Config
 
 
 def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> list[Outcome]:
-    """All outcome rows for one config (one per candidate, plus a baseline `incorrect` row if any)."""
+    """All outcome rows for one config (one per candidate, plus a baseline `incorrect` row if
+    any), each holding what the config's phases cost (``cost``: seconds per phase, the gate,
+    sustained calls and recheck per kernel, the float64 references' share of the gates)."""
+    phase.begin()
+    try:
+        rows = _run(cfg, candidates, ctx)
+    finally:
+        cost = phase.end()
+    return [Outcome(o.kind, {**o.payload, "cost": cost}) for o in rows]
+
+
+def _run(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> list[Outcome]:
     from harness.measurement import memory
 
     b = budget(Task(cfg, tuple(candidates)), ctx)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import time
 from dataclasses import dataclass, field
 
 from harness.errors import UserError, plural
@@ -43,13 +44,30 @@ class SweepSummary:
     signal: int | None = None
     at_once: bool = False  # stopped at once (second Ctrl-C, SIGTERM): configs in flight were dropped
     baseline_failed: dict | None = None  # the config whose baseline failed the gate, which stopped it
+    cost: dict | None = None  # the harness's own time: ``sweep_cost``
 
     def as_dict(self) -> dict:
         return {"line": self.line, "commit": self.commit, "counts": self.counts, "rejections": self.rejections,
                 "resumed": self.resumed, "control": self.control, "notes": list(self.notes),
                 "interrupted": self.interrupted, "left": self.left, "anchored": list(self.anchored),
                 "committed": self.committed, "signal": self.signal, "at_once": self.at_once,
-                "baseline_failed": self.baseline_failed}
+                "baseline_failed": self.baseline_failed, "cost": self.cost}
+
+
+def sweep_cost(costs: list[dict], write_s: float, profile_s: float, wall_s: float) -> dict:
+    """Where a sweep's time went: the configs' phases summed (``cost`` of each config run,
+    pipeline/phase.py), appending and committing rows, the [verify] profiles, and the wall
+    time from the sweep's start (after its refusals) to its summary."""
+    phases: dict[str, float] = {}
+    parts: dict[str, float] = {}
+    for c in costs:
+        for k, v in (c.get("seconds") or {}).items():
+            phases[k] = phases.get(k, 0.0) + v
+        for k, v in (c.get("of_which") or {}).items():
+            parts[k] = parts.get(k, 0.0) + v
+    n = len(costs)
+    return {"configs": n, "phases": phases, "of_which": parts, "in_configs": sum(c.get("total", 0.0) for c in costs),
+            "append_commit": write_s, "profile": profile_s, "wall": wall_s}
 
 
 def context(line: Line, device: str, ceilings: dict | None) -> SweepContext:
@@ -86,6 +104,8 @@ class _Run:
     finished: bool = False
     remeasured: int = 0
     profiled: int = 0
+    profile_s: float = 0.0  # seconds of the [verify] pass
+    started: float = field(default_factory=time.perf_counter)
     ceilings: dict | None = None
     reductio: str | None = None  # the note of the bar's check against this device's ceilings
     key: tuple = ()
@@ -232,12 +252,14 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
             # by the writer and committed one by one.
             from harness.record.profile import verify_pass
 
+            t0 = time.perf_counter()
             for p in verify_pass(line, device, key, line.ledger.rows()):
                 writer.profile(p, envs[0])
                 run.profiled += 1
                 if guard.stopping():  # a Ctrl-C: a resumed sweep profiles the rest
                     run.finished = False
                     break
+            run.profile_s = time.perf_counter() - t0
 
 
 def _summary(line: Line, device: str, executor, run: _Run, writer: Writer, guard: Interrupts,
@@ -290,7 +312,8 @@ def _summary(line: Line, device: str, executor, run: _Run, writer: Writer, guard
     return SweepSummary(line.reg.line, line.commit, counts, rejections, run.resumed, control, tuple(notes),
                         interrupted=guard.signal is not None, left=left,
                         anchored=writer.commits, committed=commit, measured_on=run.key,
-                        signal=guard.signal, at_once=guard.stopped_at_once, baseline_failed=run.baseline_failed)
+                        signal=guard.signal, at_once=guard.stopped_at_once, baseline_failed=run.baseline_failed,
+                        cost=sweep_cost(writer.costs, writer.write_s, run.profile_s, time.perf_counter() - run.started))
 
 
 def _pairs_by_state(rows: list[dict]) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 
+import time
+
 from harness.governance.ledger import anchor
 from harness.governance.outcomes import PROFILE, SUPERSEDES
 from harness.record.interrupts import Interrupts
@@ -32,9 +34,11 @@ class Writer:
 
     def __init__(self, line, guard: Interrupts | None, *, commit: bool, why: str):
         self.line, self.guard, self.commit_rows, self.why = line, guard, commit, why
-        self.appended: list[dict] = []
+        self.appended: list = []
         self.latest: dict = {}
         self.anchored: list[str | None] = []
+        self.costs: list[dict] = []  # each config's `cost` (pipeline/phase.py), in the order written
+        self.write_s = 0.0  # seconds spent appending and committing rows
 
     @property
     def commits(self) -> tuple[str, ...]:
@@ -55,6 +59,9 @@ class Writer:
         written = self._write(batch, commit=True)
         for o, _ in rows:
             self.latest[(o.payload["config_key"], o.payload["candidate"])] = o
+        cost = next((o.payload["cost"] for o, _ in rows if o.payload.get("cost")), None)
+        if cost is not None:
+            self.costs.append(cost)
         return written
 
     def profile(self, payload: dict, env: dict, *, commit: bool = True) -> dict:
@@ -65,9 +72,11 @@ class Writer:
         """Commit what was appended and not committed yet (an earlier, interrupted run's rows too)."""
         self._write([], commit=True)
 
-    def _write(self, batch, *, commit: bool) -> list[dict]:
+    def _write(self, batch, *, commit: bool) -> list:
+        t0 = time.perf_counter()
         rows, made = write(self.line.ledger, batch, why=self.why if commit and self.commit_rows else None,
                            guard=self.guard)
+        self.write_s += time.perf_counter() - t0
         self.appended += rows
         if commit and self.commit_rows:
             self.anchored.append(made)

@@ -51,6 +51,28 @@ def _sweep_table(rows: list[dict]):
     return t
 
 
+# The phases of a config in the order they run, as the cost line names them (pipeline/phase.py).
+COST_NAMES = (("setup", "setup"), ("gate", "gates"), ("timing", "timing"), ("check", "after-timing checks"),
+              ("rates", "sustained"), ("recheck", "recheck"))
+
+
+def cost_line(cost: dict | None) -> str | None:
+    """Where the sweep's own time went, per config run: one line (None: no config ran)."""
+    if not cost or not cost.get("configs"):
+        return None
+    n = cost["configs"]
+    ph = cost.get("phases") or {}
+    parts = [f"{name} {ph[key] / n:.2f} s" + (f" (float64 references {cost['of_which']['reference'] / n:.2f} s)"
+                                               if key == "gate" and (cost.get("of_which") or {}).get("reference")
+                                               else "")
+             for key, name in COST_NAMES if ph.get(key)]
+    parts.append(f"append+commit {cost['append_commit'] / n:.2f} s")
+    if cost.get("profile"):
+        parts.append(f"[verify] profiles {cost['profile'] / n:.2f} s")
+    return (f"harness time per config ({plural(n, 'config')} run, {cost['wall']:.1f} s wall): "
+            + ", ".join(parts))
+
+
 def render_sweep_summary(summary: dict, rows: list[dict] = (), uncommitted: str | None = None,
                          resume: str | None = None) -> None:
     """The sweep's end: a per-config table of ``rows`` (current outcomes at this commit and
@@ -73,6 +95,9 @@ def render_sweep_summary(summary: dict, rows: list[dict] = (), uncommitted: str 
                 f"over {plural(ctl['n'], 'config')}; {ctl['noisy']} outside ±{ctl['tolerance']:.1%} (rig-noisy)")
     for note in summary.get("notes", []):
         c.print(f"  [yellow]note[/]: {note}")
+    line = cost_line(summary.get("cost"))
+    if line:
+        c.print(f"  {line}")
     if summary.get("anchored"):
         c.print(f"  rows committed to git after each config ({len(summary['anchored'])} commits, last "
                 f"{summary['anchored'][-1][:12]})")

@@ -1,0 +1,199 @@
+"""The harness's own cost (issue 32): a registered line swept through the real CLI, against the
+timer a user would otherwise run on the same arms and configs.
+
+Run from the repository root, on the GPU machine or a CPU host:
+
+    PYTHONUNBUFFERED=1 python3 -m research.harness_cost LINE [LINE ...]
+
+For each line (default: ``example``) it copies the registration into a scratch git repository
+under a temporary directory (with this checkout's device ceilings, so none are measured; this
+repository's ledger is not touched), registers it as ``cost-LINE`` and sweeps it with
+``python3 -m harness`` (bench from this checkout), timing the sweep's wall clock. Then, in this
+process, it times the same arms at the same configs the way a user would without bench — the
+baseline, each candidate and the baseline again (the control): ``triton.testing.do_bench``
+(median of its default 25 ms warm-up and 100 ms of calls, L2 flushed) on a GPU, a bare
+``perf_counter`` loop of the same length on the CPU — inputs made once per config. It reports,
+per config, the sweep's wall time, the bare timer's, their ratio, and the sweep's own phase
+breakdown (each row's ``cost``). Writes ``harness_cost.md`` and ``harness_cost.json`` under
+``$OUT`` (or ``--out``, else the current directory).
+
+The figures are measurements of the harness, not of kernels: no verdict comes from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# A bench call's own limit (register's canaries, then the sweep).
+CALL_TIMEOUT_S = 3000
+# The bare timer on the CPU: do_bench's default warm-up and measuring window.
+WARMUP_MS, REP_MS = 25.0, 100.0
+
+
+def _bench(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
+                       timeout=CALL_TIMEOUT_S)
+    return r, time.perf_counter() - t0
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def scratch_repo(where: Path, line: str) -> str:
+    """A git repository holding ``line``'s registration as ``cost-LINE`` and this checkout's
+    device ceilings: the line id it registers."""
+    name = f"cost-{line}"
+    (where / "registrations").mkdir(parents=True)
+    (where / "ledger").mkdir()
+    text = (ROOT / "registrations" / f"{line}.toml").read_text()
+    # A copy amends nothing in the scratch repository (the lines it would amend are not there).
+    text = re.sub(r'(?m)^amends\s*=.*\n', "", text)
+    (where / "registrations" / f"{name}.toml").write_text(text)
+    ceilings = ROOT / "ledger" / "_device_ceilings.jsonl"
+    if ceilings.exists():
+        shutil.copy(ceilings, where / "ledger" / ceilings.name)
+    _git(where, "init", "-q")
+    _git(where, "config", "user.email", "bench@example.com")
+    _git(where, "config", "user.name", "bench")
+    _git(where, "add", "-A")
+    _git(where, "commit", "-qm", "a copy of a registered line")
+    return name
+
+
+def bare_seconds(reg, device: str) -> dict[str, float]:
+    """Per config key: the wall seconds a user's own timer takes on the line's arms there."""
+    import torch
+
+    from harness import get_kernel
+    from harness.workloads.inputs import make_inputs
+
+    out = {}
+    arms = [reg.baseline, *reg.candidates, reg.baseline]  # the control: the baseline again
+    for cfg in reg.configs:
+        t0 = time.perf_counter()
+        q, k, v = make_inputs(cfg, 0, "normal", device)
+        for name in arms:
+            spec = get_kernel(name)
+            if spec.unusable_reason(device) or spec.config_reason(cfg):
+                continue
+            o = torch.empty_like(q)
+
+            def call(fn=spec.fn, q=q, k=k, v=v, o=o):
+                fn(q, k, v, o, causal=cfg.causal, scale=cfg.scale)
+
+            if device == "cuda":
+                import triton
+
+                triton.testing.do_bench(call, return_mode="median")
+            else:
+                _host_loop(call)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        out[cfg.key()] = time.perf_counter() - t0
+        del q, k, v
+    return out
+
+
+def _host_loop(call) -> float:
+    """Median ms of ``call`` after WARMUP_MS of calls, over REP_MS of calls (do_bench's window)."""
+    end = time.perf_counter() + WARMUP_MS / 1e3
+    while time.perf_counter() < end:
+        call()
+    times = []
+    end = time.perf_counter() + REP_MS / 1e3
+    while time.perf_counter() < end or not times:
+        t0 = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def measure(line: str, device: str) -> dict:
+    from harness.governance.ledger_format import read_rows
+    from harness.governance.outcomes import OUTCOME_KINDS
+    from harness.governance.registration import load
+
+    with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp:
+        repo = Path(tmp)
+        name = scratch_repo(repo, line)
+        reg_run, reg_s = _bench(repo, "register", name)
+        if reg_run.returncode != 0:
+            raise SystemExit(f"register {name} failed ({reg_run.returncode}): {reg_run.stderr.strip()[-2000:]}")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-qm", "registered")
+        sw, sweep_s = _bench(repo, "sweep", name)
+        if sw.returncode != 0:
+            raise SystemExit(f"sweep {name} failed ({sw.returncode}): {sw.stdout[-2000:]}{sw.stderr[-2000:]}")
+        rows = [r for r in read_rows(repo / "ledger" / f"{name}.jsonl") if r.kind in OUTCOME_KINDS]
+        reg = load(repo / "registrations" / f"{name}.toml")
+    costs = {r.config_key: r.cost for r in rows if r.cost}
+    bare = bare_seconds(reg, device)
+    n = len(reg.configs)
+    phases: dict[str, float] = {}
+    for c in costs.values():
+        for k, v in c["seconds"].items():
+            phases[k] = phases.get(k, 0.0) + v / n
+    reference = sum((c.get("of_which") or {}).get("reference", 0.0) for c in costs.values()) / n
+    kinds: dict[str, int] = {}
+    for r in rows:
+        kinds[r.kind] = kinds.get(r.kind, 0) + 1
+    per_config = sweep_s / n
+    bare_per_config = sum(bare.values()) / n
+    return {"line": line, "device": device, "configs": n, "arms": 2 + len(reg.candidates), "register_s": reg_s,
+            "sweep_s": sweep_s, "sweep_per_config_s": per_config, "bare_per_config_s": bare_per_config,
+            "ratio": per_config / bare_per_config, "phases_per_config_s": phases,
+            "reference_per_config_s": reference, "outcomes": kinds,
+            "cost_line": next((x.strip() for x in sw.stdout.splitlines() if "harness time per config" in x), None)}
+
+
+def markdown(results: list[dict], commit: str) -> str:
+    out = [f"## The harness's own cost at `{commit[:12]}`", "",
+           "| line | device | configs × arms | sweep s / config | bare timer s / config | ratio | phases s / config |",
+           "|---|---|---|---|---|---|---|"]
+    for r in results:
+        ph = ", ".join(f"{k} {v:.2f}" for k, v in r["phases_per_config_s"].items())
+        out.append(f"| {r['line']} | {r['device']} | {r['configs']} × {r['arms']} | {r['sweep_per_config_s']:.2f} | "
+                   f"{r['bare_per_config_s']:.2f} | **{r['ratio']:.1f}×** | {ph}; float64 references "
+                   f"{r['reference_per_config_s']:.2f} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("lines", nargs="*", default=["example"])
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args(argv)
+    from harness.measurement.device import detect_device
+
+    device = detect_device()
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() \
+        or "(no git)"
+    results = []
+    for line in args.lines:
+        r = measure(line, device)
+        results.append(r)
+        print(f"{line} on {device}: {r['configs']} configs, sweep {r['sweep_s']:.1f} s "
+              f"({r['sweep_per_config_s']:.2f} s/config) vs bare timer {r['bare_per_config_s']:.2f} s/config: "
+              f"{r['ratio']:.1f}×\n  {r['cost_line']}", flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    Path(args.out, "harness_cost.json").write_text(json.dumps({"commit": commit, "results": results}, indent=1))
+    Path(args.out, "harness_cost.md").write_text(markdown(results, commit))
+    print(markdown(results, commit))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
