@@ -14,7 +14,8 @@ baseline, each candidate and the baseline again (the control): ``triton.testing.
 (median of its default 25 ms warm-up and 100 ms of calls, L2 flushed) on a GPU, a bare
 ``perf_counter`` loop of the same length on the CPU — inputs made once per config. It reports,
 per config, the sweep's wall time, the bare timer's, their ratio, and the sweep's own phase
-breakdown (each row's ``cost``). Writes ``harness_cost.md`` and ``harness_cost.json`` under
+breakdown (each row's ``cost``; a rig-noisy config measured again counts in its config's
+share, as in the wall time). Writes ``harness_cost.md`` and ``harness_cost.json`` under
 ``$OUT`` (or ``--out``, else the current directory).
 
 The figures are measurements of the harness, not of kernels: no verdict comes from them.
@@ -139,7 +140,9 @@ def measure(line: str, device: str) -> dict:
             raise SystemExit(f"sweep {name} failed ({sw.returncode}): {sw.stdout[-2000:]}{sw.stderr[-2000:]}")
         rows = [r for r in read_rows(repo / "ledger" / f"{name}.jsonl") if r.kind in OUTCOME_KINDS]
         reg = load(repo / "registrations" / f"{name}.toml")
-    costs = {r.config_key: r.cost for r in rows if r.cost}
+    # Every config run (re-measures of rig-noisy pairs included: the sweep's wall time holds them),
+    # once: the rows of one run share one cost.
+    costs = {(r.config_key, json.dumps(r.cost, sort_keys=True)): r.cost for r in rows if r.cost}
     bare = bare_seconds(reg, device)
     n = len(reg.configs)
     phases: dict[str, float] = {}
@@ -152,7 +155,8 @@ def measure(line: str, device: str) -> dict:
         kinds[r.kind] = kinds.get(r.kind, 0) + 1
     per_config = sweep_s / n
     bare_per_config = sum(bare.values()) / n
-    return {"line": line, "device": device, "configs": n, "arms": 2 + len(reg.candidates), "register_s": reg_s,
+    return {"line": line, "device": device, "configs": n, "runs": len(costs), "arms": 2 + len(reg.candidates),
+            "register_s": reg_s,
             "sweep_s": sweep_s, "sweep_per_config_s": per_config, "bare_per_config_s": bare_per_config,
             "ratio": per_config / bare_per_config, "phases_per_config_s": phases,
             "reference_per_config_s": reference, "outcomes": kinds,
@@ -161,11 +165,12 @@ def measure(line: str, device: str) -> dict:
 
 def markdown(results: list[dict], commit: str) -> str:
     out = [f"## The harness's own cost at `{commit[:12]}`", "",
-           "| line | device | configs × arms | sweep s / config | bare timer s / config | ratio | phases s / config |",
+           "| line | device | configs × arms (runs) | sweep s / config | bare timer s / config | ratio | phases s / config |",
            "|---|---|---|---|---|---|---|"]
     for r in results:
         ph = ", ".join(f"{k} {v:.2f}" for k, v in r["phases_per_config_s"].items())
-        out.append(f"| {r['line']} | {r['device']} | {r['configs']} × {r['arms']} | {r['sweep_per_config_s']:.2f} | "
+        out.append(f"| {r['line']} | {r['device']} | {r['configs']} × {r['arms']} ({r['runs']}) | "
+                   f"{r['sweep_per_config_s']:.2f} | "
                    f"{r['bare_per_config_s']:.2f} | **{r['ratio']:.1f}×** | {ph}; float64 references "
                    f"{r['reference_per_config_s']:.2f} |")
     return "\n".join(out) + "\n"
