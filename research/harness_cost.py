@@ -184,8 +184,10 @@ def main(argv=None) -> int:
     from harness.measurement.device import detect_device
 
     device = detect_device()
+    # A copy of the tree without its .git (a device's) names no commit: say so rather than
+    # report the commit of whatever repository encloses it.
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() \
-        or "(no git)"
+        if (ROOT / ".git").exists() else "(a tree without .git)"
     results = []
     for line in args.lines:
         r = measure(line, device)
