@@ -131,10 +131,23 @@ def slot_info(device: str, no_gpu: str) -> tuple[dict, dict]:
     return dict(env_summary(device)), device_fingerprint(device)
 
 
+# faulthandler's dump of a fatal signal: the frames from the innermost (the kernel's) outwards,
+# then the extension modules loaded (noise for a fault row).
+FAULT_DUMP = "Fatal Python error"
+EXTENSION_MODULES = "Extension modules:"
+
+
 def tail(log: Path) -> str:
-    """The last lines a worker wrote (stdout, stderr, faulthandler's traceback)."""
+    """The last lines a worker wrote (stdout, stderr), or where faulthandler dumped a fatal
+    signal, that dump from its first line: its innermost frames name the kernel that faulted,
+    however deep the harness's own frames below them go."""
     try:
         text = log.read_text(errors="replace")
     except OSError:
         return ""
-    return "\n".join(text.splitlines()[-LAST_OUTPUT_LINES:])[-LAST_OUTPUT_CHARS:]
+    lines = text.splitlines()
+    dump = max((i for i, line in enumerate(lines) if line.startswith(FAULT_DUMP)), default=None)
+    if dump is not None:
+        kept = [line for line in lines[dump:] if not line.startswith(EXTENSION_MODULES)]
+        return "\n".join(kept[:LAST_OUTPUT_LINES])[:LAST_OUTPUT_CHARS]
+    return "\n".join(lines[-LAST_OUTPUT_LINES:])[-LAST_OUTPUT_CHARS:]
