@@ -192,10 +192,10 @@ def _line_with_results(repo, clauses, *, profile_with):
 
 def _decide(repo, env):
     from harness.governance.line import open_line
-    from harness.governance.verdict import decide
+    from harness.record.verdict import close
 
     with open_line("v", root=repo, action="a verdict") as line:
-        return decide(line, env)
+        return close(line, env)
 
 
 def test_verdict_refuses_results_without_counters(repo):

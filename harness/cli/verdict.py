@@ -16,10 +16,11 @@ def verdict(line: str = typer.Argument(..., help="line id or registrations/NAME.
     A verdict row exists only committed: --no-commit is a dry run that writes nothing.
     Exit 0 GO, 1 NO-GO, 2 refused."""
     from harness.governance.line import host_env, open_line
-    from harness.governance.verdict import GO, decide
+    from harness.governance.verdict import GO
+    from harness.record.verdict import close
     from harness.reporting.render.verdict import render_verdict
 
     with open_line(line, action="a verdict") as ln:
-        v = decide(ln, host_env(), dry_run=no_commit)
+        v = close(ln, host_env(), dry_run=no_commit)
     render_verdict(v)
     raise typer.Exit(0 if v.outcome == GO else 1)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from harness.errors import UserError
 from harness.governance import bar as barlang
 from harness.governance import verify as verifylang
-from harness.governance.ledger import anchor, require_anchorable, require_anchored
+from harness.governance.ledger import require_anchored
 from harness.governance.ledger_rows import VerdictRow, load
 from harness.governance.line import Line
 from harness.governance.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, current_rows,
@@ -139,16 +139,16 @@ class Verdict:
     prediction: float
     n_rows: int
     excluded: dict
-    row: VerdictRow  # the appended ledger row (a dry run: the row it would have written, unchained)
-    anchored: str | None  # the commit holding the verdict row (None in a dry run)
+    row: VerdictRow  # the appended ledger row (before it is written: the row to write, unchained)
+    anchored: str | None  # the commit holding the verdict row (None until written)
     verify: tuple = ()  # verify.ClauseResult per [verify] clause
     dry_run: bool = False  # nothing was written
+    payload: dict | None = None  # the fields the verdict row is written with (record/verdict.py)
 
 
 def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
-    """Evaluate the bar, append the verdict row and commit it; ``dry_run``: write nothing."""
-    if not dry_run:
-        require_anchorable(line.ledger)
+    """Evaluate the bar on the line's committed rows: the verdict and the row it closes the line
+    with, written by ``record.verdict.close`` (this writes nothing); ``dry_run``: say so."""
     reg = line.reg
     outcomes = latest_outcomes(line.rows)
     pairs = [(c.key(), k) for c in reg.configs for k in reg.candidates]
@@ -225,10 +225,6 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
         "measured_at": {"commit": where[0][0], "device": where[0][1], "gpu": " + ".join(gpus) or None},
     }
     require_anchored(line.ledger, "a verdict")
-    if dry_run:
-        return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded,
-                       load({**payload, "kind": VERDICT, "line": reg.line}), None, checked, dry_run=True)
-    row = line.ledger.append(VERDICT, payload)
-    anchored = anchor(line.ledger, f"verdict of {reg.line}: {verdict}")
-    return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded, row, anchored,
-                   checked)
+    return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded,
+                   load({**payload, "kind": VERDICT, "line": reg.line}), None, checked, dry_run=dry_run,
+                   payload=payload)

@@ -1,10 +1,12 @@
-"""The one path measured rows take into a ledger: outcomes, supersedes, profiles, ceilings.
+"""The one path rows a command measures or decides take into a ledger: outcomes, supersedes,
+profiles, ceilings, verdicts.
 
 Rows are appended (fsynced) and, unless the command runs with --no-commit, committed to git
 at once (``ledger.anchor``), so an interrupted command loses at most what was in flight and
 what it reported as written cannot be rewritten unnoticed. An append and its commit are one
 step under the command's signal guard (``Interrupts.shielded``): a signal that arrives
-meanwhile waits for both to end. Registration and verdict rows are governance's own.
+meanwhile waits for both to end. The `registered` row is governance's own (the user commits it,
+with the registration, before any number exists).
 """
 
 from __future__ import annotations
