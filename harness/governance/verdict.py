@@ -143,7 +143,6 @@ class Verdict:
     anchored: str | None  # the commit holding the verdict row (None until written)
     verify: tuple = ()  # verify.ClauseResult per [verify] clause
     dry_run: bool = False  # nothing was written
-    payload: dict | None = None  # the fields the verdict row is written with (record/verdict.py)
 
 
 def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
@@ -226,5 +225,4 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
     }
     require_anchored(line.ledger, "a verdict")
     return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded,
-                   load({**payload, "kind": VERDICT, "line": reg.line}), None, checked, dry_run=dry_run,
-                   payload=payload)
+                   load({**payload, "kind": VERDICT, "line": reg.line}), None, checked, dry_run=dry_run)

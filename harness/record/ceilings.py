@@ -39,18 +39,26 @@ def ceilings_command(root: Path, device: str, *, force: bool = False, why: str |
         try:
             with device_lock(device_key(env), who={"line": "(bench ceilings)", "root": str(root)}, wait=True,
                              on_wait=on_wait):
-                row = None if force else stored_ceilings(root, fp)
-                if row is None:
-                    Ledger(root, CEILINGS_LEDGER).require_writable()  # refuse before minutes of measuring, not after
-                    row, made = store_ceilings(root, fp, env, measure_ceilings(device).to_row(), why=why, guard=guard)
-                    out = (row, True, made)
-                else:  # stored: commit it if an earlier --no-commit left it out
-                    out = (row, False, commit_ceilings(root, why, guard) if why else None)
+                out = stored_or_measured(root, fp, env, lambda: measure_ceilings(device).to_row(), force=force,
+                                         why=why, guard=guard)
         except StopNow:
             stopped = guard.signal
     if stopped is not None:
         signal.raise_signal(stopped)
     return out
+
+
+def stored_or_measured(root: Path, fingerprint: dict, env: dict, measure, *, force: bool = False,
+                       why: str | None = None, guard=None) -> tuple[CeilingsRow, bool, str | None]:
+    """The device's stored ceilings row, or ``measure()`` appended now (a command's process or a
+    sweep's worker measures); with ``why`` committed, a stored row an earlier --no-commit left
+    out included. Returns (row, measured now, commit or None)."""
+    row = None if force else stored_ceilings(root, fingerprint)
+    if row is None:
+        Ledger(root, CEILINGS_LEDGER).require_writable()  # refuse before minutes of measuring, not after
+        row, made = store_ceilings(root, fingerprint, env, measure(), why=why, guard=guard)
+        return row, True, made
+    return row, False, commit_ceilings(root, why, guard) if why else None
 
 
 def stored_ceilings(root: Path, fingerprint: dict) -> CeilingsRow | None:

@@ -345,17 +345,12 @@ def _one_model(envs: list[dict]) -> None:
 def _ceilings(line: Line, executor, slot, guard: Interrupts, why: str | None) -> tuple[dict, str | None]:
     """This device's stored ceilings, or ones measured now by the first slot's worker; with
     ``why``, committed (the row and its commit are written together, never half)."""
-    from harness.governance.ledger import Ledger
-    from harness.record.ceilings import CEILINGS_LEDGER, commit_ceilings, store_ceilings, stored_ceilings
     from harness.execution.executor import Job, call
+    from harness.record.ceilings import stored_or_measured
 
-    row = stored_ceilings(line.root, slot.fingerprint)
-    measured = None
-    if row is None:
-        Ledger(line.root, CEILINGS_LEDGER).require_writable()  # refuse before the worker measures, not after
-        measured = call(executor, 0, Job(-1, "ceilings"), timeout_s=line.reg.timing.watchdog_s)
-    if measured is not None:
-        return store_ceilings(line.root, slot.fingerprint, slot.env, measured, why=why, guard=guard)
-    return row, commit_ceilings(line.root, why, guard) if why else None
+    row, _, made = stored_or_measured(line.root, slot.fingerprint, slot.env,
+                                      lambda: call(executor, 0, Job(-1, "ceilings"), timeout_s=line.reg.timing.watchdog_s),
+                                      why=why, guard=guard)
+    return row, made
 
 

@@ -28,7 +28,8 @@ def close(line, env: dict, *, dry_run: bool = False):
     stopped = written = None
     with interrupts(None) as guard:
         try:
-            rows, made = write(line.ledger, [(VERDICT, v.payload)], why=f"verdict of {line.reg.line}: {v.outcome}",
+            fields = {k: x for k, x in v.row.dump().items() if k not in ("kind", "line")}  # the writer adds both
+            rows, made = write(line.ledger, [(VERDICT, fields)], why=f"verdict of {line.reg.line}: {v.outcome}",
                                guard=guard)
             written = dataclasses.replace(v, row=rows[0], anchored=made)
         except StopNow:
