@@ -14,7 +14,8 @@ import torch
 from harness.errors import UserError
 from harness.measurement.correctness.after_timing import recheck_in_place
 from harness.measurement.correctness.figures import DEFAULT_TOLERANCES, compare, ulp
-from harness.measurement.correctness.gate import checksum, gate
+from harness.measurement.correctness import gate as gate_module
+from harness.measurement.correctness.gate import checksum, gate, gate_kernels
 from harness.measurement.correctness.poison import poison_, unwritten_mask
 from harness.measurement.correctness.results import FAILURE_TAGS, STRUCTURAL_TAGS
 from harness.measurement.correctness.side_stream import side_stream_check
@@ -293,6 +294,46 @@ def test_hollow_kernel_rejected_with_its_tag(h, cfg):
     row = res.to_row()
     json.dumps(row, allow_nan=False)
     assert row["tag"] == h.tag and row["failures"] and row["tags"][h.tag] >= 1
+
+
+def test_kernels_gated_together_are_judged_as_if_alone_and_share_each_reference(monkeypatch):
+    """The sweep gates every kernel of a config together (issue 32): each case's inputs and
+    float64 reference are made once, yet every kernel gets the verdict it gets alone; a
+    kernel that writes its inputs, called first, leaves the next ones the case's inputs."""
+    cfg = ZOO_CONFIGS["attention-bf16-causal"]
+    hollow = [h for h in zoo.ZOO if not h.gpu and h.caught_by == "gate" and cfg.dtype in h.dtypes]
+    assert "inputs_mutated" in [h.name for h in hollow]
+    hollow.sort(key=lambda h: h.name != "inputs_mutated")  # the input writer first
+    atol, rtol = DEFAULT_TOLERANCES[cfg.dtype]
+    from harness.measurement.numerics import apply, capture
+
+    state = capture()  # put back after each kernel, as the sweep does (a kernel here moves it)
+
+    def alone_gate(s):
+        with apply(state):
+            return gate(s, cfg, seeds=SEEDS, atol=atol, rtol=rtol)
+
+    alone = {h.name: alone_gate(spec(h.make(), name=h.name)) for h in hollow}
+    alone["torch_stack"] = alone_gate(spec(torch_stack))
+    made = []
+    real = gate_module.timed_reference
+
+    def counted(pristine, c):
+        made.append(c.key())
+        return real(pristine, c)
+
+    monkeypatch.setattr(gate_module, "timed_reference", counted)
+    specs = [*(spec(h.make(), name=h.name) for h in hollow), spec(torch_stack)]
+    run = gate_kernels(specs, cfg, seeds=SEEDS, atol=atol, rtol=rtol, around=lambda name: apply(state))
+    for name, res in run.results.items():
+        assert (res.passed, res.tag) == (alone[name].passed, alone[name].tag), (name, res.reason, alone[name].reason)
+        assert len(res.reports) == len(alone[name].reports)
+    assert run.results["torch_stack"].passed and run.results["inputs_mutated"].tag == "input_mutated"
+    cases = (1 + len(boundary_configs(cfg))) * len(SEEDS) * len(DEFAULT_FAMILIES)
+    assert len(made) == cases  # one reference per case, not one per kernel and case
+    assert run.reference_seconds > 0
+    with pytest.raises(ValueError, match="each kernel once"):
+        gate_kernels([spec(torch_stack), spec(torch_stack)], cfg, seeds=SEEDS, atol=atol, rtol=rtol)
 
 
 def test_every_zoo_kernel_is_tested_and_tags_are_known():

@@ -42,7 +42,7 @@ CASES = [  # (B, H, Hkv, Nq, Nk, D)
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("chunk_bytes", [1, 700, REFERENCE_CHUNK_BYTES])
+@pytest.mark.parametrize("chunk_bytes", [1, 700, 130_000, REFERENCE_CHUNK_BYTES])  # 130 kB: 2 of 4 pairs per chunk
 def test_matches_naive(case, causal, chunk_bytes):
     b, h, hkv, nq, nk, d = case
     q, k, v = rand((b, h, nq, d), 1), rand((b, hkv, nk, d), 2), rand((b, hkv, nk, d), 3)
@@ -91,9 +91,13 @@ def test_rejects_bad_shapes():
 
 def test_plan_respects_budget():
     for g, nq, nk, d in [(4, 32768, 32768, 128), (8, 1, 32768, 128), (1, 67, 67, 64), (2, 1, 1, 16)]:
-        heads, rows = plan_chunks(g, nq, nk, d)
-        assert 1 <= heads <= g and 1 <= rows <= nq
-        assert heads * rows * (nk * 9 + 16 * d) <= max(REFERENCE_CHUNK_BYTES, nk * 9 + 16 * d)
+        for n_pairs in (1, 64):
+            pairs, heads, rows = plan_chunks(g, nq, nk, d, pairs=n_pairs)
+            assert 1 <= pairs <= n_pairs and 1 <= heads <= g and 1 <= rows <= nq
+            assert pairs == 1 or (heads, rows) == (g, nq)  # pairs batch only whole groups
+            row = nk * 17 + 16 * d
+            scratch = heads * rows * row + (2 * 8 * nk * d if pairs > 1 else 0)
+            assert pairs * scratch <= max(REFERENCE_CHUNK_BYTES, row)
 
 
 def test_reference_bytes_bounded_at_32k():

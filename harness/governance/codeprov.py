@@ -10,6 +10,8 @@ did and that the modules come from the repository.
 
 from __future__ import annotations
 
+import functools
+
 import sys
 from pathlib import Path
 
@@ -216,12 +218,21 @@ def distribution_record(dist, top: str | None, where: Path) -> dict:
     return {"name": name, "version": version, "editable": editable, "files": len(files), "sha256": digest(files)}
 
 
+@functools.lru_cache(maxsize=1)
+def _packages() -> dict:
+    """Top-level package -> distributions that claim it. A scan of every installed
+    distribution's file list (seconds where torch's dependencies are installed): once per process."""
+    from importlib.metadata import packages_distributions
+
+    return packages_distributions()
+
+
 def _distribution_holding(pkg: str, where: Path):
     """The installed distribution whose files hold package ``pkg`` at ``where``, else None."""
-    from importlib.metadata import distributions, packages_distributions
+    from importlib.metadata import distributions
 
     # Every installed copy of each distribution that claims the name (one may be on PYTHONPATH).
-    for dist in (d for name in dict.fromkeys(packages_distributions().get(pkg, [])) for d in distributions(name=name)):
+    for dist in (d for name in dict.fromkeys(_packages().get(pkg, [])) for d in distributions(name=name)):
         src = _editable_dir(dist)
         if src is not None:
             if where.is_relative_to(src):

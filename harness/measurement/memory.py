@@ -91,12 +91,15 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     extras = [s.extra_bytes(cfg) for s in specs]
     firsts = [s.first_call_bytes(cfg) for s in specs]
 
-    # Gate, while a kernel runs: three input/output sets (first call, pristine copies,
-    # second call) and the float64 reference output, + that kernel's workspace (kernels are
-    # gated one by one), with what its first call of a shape adds (an autotuner's buffers:
-    # the gate calls each shape first). While the reference runs no kernel workspace is
-    # alive: correctness.vram.gate_bytes covers that phase (reference chunks, compare blocks).
-    gate = max(3 * (inputs + out) + ref_out + max(e + f for e, f in zip(extras, firsts)), gate_bytes(cfg))
+    # Gate, while a kernel runs: three input sets (first calls, pristine copies, second
+    # calls), every kernel's first-call output (the kernels are gated together, case by case,
+    # and judged once the shared reference exists), the running call's output and its
+    # snapshot, and the float64 reference output, + that kernel's workspace, with what its
+    # first call of a shape adds (an autotuner's buffers: the gate calls each shape first).
+    # While the reference runs no kernel workspace is alive: correctness.vram.gate_bytes
+    # covers that phase (reference chunks, compare blocks).
+    gate = max(3 * inputs + (len(specs) + 2) * out + ref_out + max(e + f for e, f in zip(extras, firsts)),
+               gate_bytes(cfg, len(specs)))
 
     n_arms = len(specs) + 1  # candidates + baseline + control
     cuda = device == "cuda"

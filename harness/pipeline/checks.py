@@ -216,7 +216,8 @@ def sustained(cfg, spec, slots, outs, ctx):
         poison_(outs[slot])  # the gate's poison: what a call leaves unwritten is told apart
 
     state = capture()  # the pinned state (numerics.apply is in force)
-    sus = sustain(arm_name(spec.name), call, n_slots=len(slots), device=ctx.device, prepare=poison)
+    sus = sustain(arm_name(spec.name), call, n_slots=len(slots), device=ctx.device, prepare=poison,
+                  noise_target=ctx.reg.timing.noise_target)
     moved = diff(state, capture())
     if moved:
         pin(state)

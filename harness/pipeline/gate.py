@@ -61,13 +61,34 @@ def gate_job(cfg, name: str, ctx) -> dict:
 
 
 def gate_all(b: Budget) -> Gated:
+    """Every runnable kernel and the baseline gated together, case by case (they share each
+    case's inputs and float64 reference), each under the line's pinned numeric state."""
+    import contextlib
+
+    from harness.measurement.correctness.gate import gate_kernels
+    from harness.measurement.numerics import apply, capture, diff
+
     cfg, ctx, base_spec, runnable = b.task.config, b.ctx, b.base_spec, b.runnable
-    state = ctx.reg.numerics.state()
-    gates, changed = {}, {}
-    for spec in [base_spec, *runnable]:
-        gates[spec.name], moved = gate_one(spec, cfg, ctx.reg, state, ctx.device)
-        if moved:
-            changed[spec.name] = moved
+    reg = ctx.reg
+    state = reg.numerics.state()
+    changed = {}
+
+    @contextlib.contextmanager
+    def around(name):
+        phase.report(name, phase.GATE)
+        with apply(state) as pinned:
+            yield
+            # The TF32 incident: a flag flipped between arms changes which kernels run. A
+            # kernel that changes global numeric state would make the arms differ: it is never
+            # timed (apply puts the state back before the next kernel runs).
+            moved = diff(pinned, capture())
+            if moved and name is not None:
+                changed.setdefault(name, moved)
+
+    run = gate_kernels([base_spec, *runnable], cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype],
+                       rtol=reg.rtol[cfg.dtype], device=ctx.device, min_pass_rate=reg.min_pass_rate, around=around)
+    phase.note("reference", run.reference_seconds)
+    gates = run.results
     gb = gates[base_spec.name]
     if base_spec.name in changed:
         gb = None

@@ -145,7 +145,8 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _timed_reference(pristine, cfg: Config):
+def timed_reference(pristine, cfg: Config):
+    """The float64 reference on ``pristine`` and the seconds it took (the device synchronized)."""
     device = pristine[0].device
     sync(device)
     t0 = time.perf_counter()
@@ -197,16 +198,16 @@ def check_output(out, inputs, cfg: Config, *, atol: float, rtol: float, ref=None
     output check shares with the calls the gate makes itself."""
     secs = 0.0
     if ref is None:
-        ref, secs = _timed_reference(inputs, cfg)
+        ref, secs = timed_reference(inputs, cfg)
     fig = compare(out, ref, atol=atol, rtol=rtol, dtype=cfg.dtype)
     tag, detail = _judge(out, fig, ref, cfg.dtype, **judge)
     return Checked(tag, detail, out, fig, ref, secs)
 
 
-def check_call(fn, cfg: Config, q, k, v, out, pristine, *, atol: float, rtol: float, ref=None,
-               **judge) -> Checked:
-    """The check sequence: poison ``out`` → call → the kernel raised, wrote its inputs, or
-    wrote off the current stream → ``check_output`` (reference, compare, judge)."""
+def call_checks(fn, cfg: Config, q, k, v, out, pristine) -> Checked:
+    """The call half of the check sequence: poison ``out`` → call → the kernel raised, wrote its
+    inputs, wrote off the current stream, changed global state or left work running. Passing,
+    the answer holds the output (``visible``) and no figures yet (``tag`` None)."""
     c = _checked_call(fn, q, k, v, out, causal=cfg.causal, scale=cfg.scale)
     if c.exception:
         return Checked("exception", c.exception, None, None, None, 0.0)
@@ -219,4 +220,13 @@ def check_call(fn, cfg: Config, q, k, v, out, pristine, *, atol: float, rtol: fl
         return Checked("numerics_changed", c.state_changed, c.visible, None, None, 0.0)
     if c.left_running:
         return Checked("left_running", c.left_running, c.visible, None, None, 0.0)
+    return Checked(None, None, c.visible, None, None, 0.0)
+
+
+def check_call(fn, cfg: Config, q, k, v, out, pristine, *, atol: float, rtol: float, ref=None,
+               **judge) -> Checked:
+    """The check sequence: ``call_checks`` → ``check_output`` (reference, compare, judge)."""
+    c = call_checks(fn, cfg, q, k, v, out, pristine)
+    if c.tag:
+        return c
     return check_output(c.visible, pristine, cfg, atol=atol, rtol=rtol, ref=ref, **judge)

@@ -143,15 +143,11 @@ def compare(out, ref, *, atol: float, rtol: float, dtype=None) -> ErrorFigures:
     n = o_flat.numel()
     f64 = torch.float64
     rel_floor = max(float(atol), torch.finfo(f64).tiny)
-    max_abs = max_rel = max_ratio = 0.0
-    ratio_at = -1
-    sum_e2 = sum_r2 = 0.0
-    n_fail = n_nonfin = n_unw = 0
-    first_unw = last_unw = first_nonfin = -1
+    # Each block's figures stay on the device as one row of a table read once at the end: a
+    # read per figure per block synchronizes the device (hundreds of times per output on a GPU).
+    blocks = []
     for s, e in chunks(n):
         o, r = o_flat[s:e], r_flat[s:e].to(f64)
-        if not bool(torch.isfinite(r).all()):
-            raise ValueError("the reference has non-finite values: the inputs are not a valid test")
         o64 = o.to(f64)
         finite = torch.isfinite(o64)
         unw = unwritten_mask(o)
@@ -160,25 +156,37 @@ def compare(out, ref, *, atol: float, rtol: float, dtype=None) -> ErrorFigures:
         bound = r.abs().mul_(rtol).add_(atol)
         fail = ~finite | (err > bound)
         ratio = err / bound.clamp_min(torch.finfo(f64).tiny)
-        c_unw, c_nonfin = int(unw.sum()), int(nonfin.sum())
-        n_unw += c_unw
-        n_nonfin += c_nonfin
-        n_fail += int(fail.sum())
+        j = torch.argmax(ratio)
+        last = e - s - 1
+        blocks.append(torch.stack([
+            torch.isfinite(r).all(), unw.sum(), nonfin.sum(), fail.sum(), err.max(),
+            (err / r.abs().clamp_min(rel_floor)).max(), ratio[j], j,
+            unw.to(torch.uint8).argmax(), last - unw.flip(0).to(torch.uint8).argmax(),
+            nonfin.to(torch.uint8).argmax(), (err * err).sum(), (r * r).sum()]).to(f64))
+    table = torch.stack(blocks).tolist() if blocks else []
+    max_abs = max_rel = max_ratio = 0.0
+    ratio_at = -1
+    sum_e2 = sum_r2 = 0.0
+    n_fail = n_nonfin = n_unw = 0
+    first_unw = last_unw = first_nonfin = -1
+    for (s, _), (ref_ok, c_unw, c_nonfin, c_fail, b_abs, b_rel, b_ratio, j, u0, u1, nf0, e2, r2) in zip(chunks(n), table):
+        if not ref_ok:
+            raise ValueError("the reference has non-finite values: the inputs are not a valid test")
+        n_unw += int(c_unw)
+        n_nonfin += int(c_nonfin)
+        n_fail += int(c_fail)
         if c_unw:
-            idx = torch.nonzero(unw).flatten()
             if first_unw < 0:
-                first_unw = s + int(idx[0])
-            last_unw = s + int(idx[-1])
+                first_unw = s + int(u0)
+            last_unw = s + int(u1)
         if c_nonfin and first_nonfin < 0:
-            first_nonfin = s + int(torch.nonzero(nonfin)[0, 0])
-        max_abs = max(max_abs, float(err.max()) if err.numel() else 0.0)
-        max_rel = max(max_rel, float((err / r.abs().clamp_min(rel_floor)).max()) if err.numel() else 0.0)
-        if err.numel():
-            j = int(torch.argmax(ratio))
-            if float(ratio[j]) > max_ratio or ratio_at < 0:
-                max_ratio, ratio_at = float(ratio[j]), s + j
-        sum_e2 += float((err * err).sum())
-        sum_r2 += float((r * r).sum())
+            first_nonfin = s + int(nf0)
+        max_abs = max(max_abs, b_abs)
+        max_rel = max(max_rel, b_rel)
+        if b_ratio > max_ratio or ratio_at < 0:
+            max_ratio, ratio_at = b_ratio, s + int(j)
+        sum_e2 += e2
+        sum_r2 += r2
     shape = tuple(out.shape)
     worst = worst_out = worst_ref = worst_ulps = None
     if ratio_at >= 0 and n_nonfin + n_unw < n:

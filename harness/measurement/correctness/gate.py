@@ -1,15 +1,20 @@
 """The gate before timing: every seed × input family at the config and its boundary sequence
 lengths, each case called twice (before the reference exists, then on fresh buffers after
 it) and the two calls compared, then the side-stream check on CUDA. A seed passes when all
-its checks do; the gate passes on the pass rate and no structural failure.
+its checks do; the gate passes on the pass rate and no structural failure. Several kernels
+gated at one config share each case's inputs and float64 reference (``gate_kernels``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from dataclasses import dataclass
+from typing import Callable, ContextManager
 
 from harness.errors import UserError
-from harness.measurement.correctness.checks import check_call, exception_text, spec_parts
+from harness.measurement.correctness.checks import (Checked, call_checks, check_call, check_output, exception_text,
+                                                    spec_parts, timed_reference)
 from harness.measurement.correctness.figures import chunks, fmt_idx, unravel
 from harness.measurement.correctness.poison import as_bits
 from harness.measurement.correctness.results import CALL_TAGS, STRUCTURAL_TAGS, CheckReport, GateResult
@@ -60,17 +65,50 @@ def _disagreement(a, b, ref, atol: float, rtol: float) -> str | None:
             f"{fmt_idx(unravel(at, a.shape))} (ref {float(fr[at]):.4g}), beyond atol {atol:g} + rtol {rtol:g}·|ref|")
 
 
-def _run_case(fn, cfg: Config, seed: int, family: str, atol: float, rtol: float, device, prefix: str,
-              seen: dict):
-    """One (config, seed, family) check: returns (CheckReport, the first call's visible output).
+class _Kernel:
+    """One kernel's part of a gate: its reports so far, the checksums of its earlier outputs
+    per config (the "inputs changed" check) and the configs it skips."""
 
-    ``seen``: checksums of the config's earlier outputs (the "inputs changed" check).
-    """
-    q, k, v = make_inputs(cfg, seed, family, device)
-    pristine = tuple(t.clone() for t in (q, k, v))
-    key = cfg.key()
+    def __init__(self, spec, configs):
+        self.fn, self.name = spec_parts(spec)
+        self.configs = [c for c, _ in configs]
+        self.skipped = []
+        for c, _ in configs[1:]:
+            why = spec.config_reason(c) if hasattr(spec, "config_reason") else None
+            if why:
+                self.skipped.append((c.key(), why))
+                self.configs.remove(c)
+        self.reports: list[CheckReport] = []
+        self.seen: dict = {}  # config key -> {checksum of a first-call output: (seed, family)}
 
-    def report(tag=None, detail=None, fig=None, fig2=None, secs=0.0):
+
+def _restore(inputs, pristine) -> None:
+    """Put the pristine content back into a shared input set a call changed (the call itself
+    is blamed by its own check), so the next kernel called on it reads the case's inputs."""
+    from harness.measurement.correctness.poison import bits_equal
+
+    for t, p in zip(inputs, pristine):
+        if not bits_equal(p, t):
+            t.copy_(p)
+
+
+def _first(k: _Kernel, c: Config, inputs, pristine, device) -> Checked:
+    """The kernel's first call of a case, before the reference exists: the call's own checks."""
+    first = call_checks(k.fn, c, *inputs, _new_out(c, device), pristine)
+    _restore(inputs, pristine)
+    return first
+
+
+def _judge_case(k: _Kernel, c: Config, seed: int, family: str, first: Checked, inputs, pristine, ref, secs: float,
+                atol: float, rtol: float, device, prefix: str):
+    """The rest of one (config, seed, family) check once the reference exists: the first call's
+    output against it, then a second call on fresh buffers (allocated while the first call's
+    were alive: new addresses), and the two calls compared. Returns (CheckReport, the first
+    call's visible output)."""
+    key = c.key()
+    seen = k.seen.setdefault(key, {})
+
+    def report(tag=None, detail=None, fig=None, fig2=None):
         return CheckReport(config=key, seed=seed, family=family, passed=tag is None, tag=tag,
                            reason=f"{prefix}: {detail}" if tag else None, figures=fig, after_figures=fig2,
                            reference_seconds=secs)
@@ -82,23 +120,31 @@ def _run_case(fn, cfg: Config, seed: int, family: str, atol: float, rtol: float,
         return "degenerate", (f"output is bit-identical to seed {earlier[0]} family {earlier[1]}'s although "
                               f"the inputs changed (a result cached by shape or pointer?): {fig.summary()}")
 
-    first = check_call(fn, cfg, q, k, v, _new_out(cfg, device), pristine, atol=atol, rtol=rtol, repeat=repeat)
-    secs = first.reference_seconds
     if first.tag:
-        return report(first.tag, first.detail, first.figures, secs=secs), first.visible
-    # Second call: fresh allocations while the first call's buffers are still alive (new
-    # addresses), after the reference has run and freed its scratch.
-    q2, k2, v2 = (t.clone() for t in pristine)
-    second = check_call(fn, cfg, q2, k2, v2, _new_out(cfg, device), pristine, atol=atol, rtol=rtol,
-                        ref=first.ref, mismatch="stale_mismatch", nonfinite="stale_mismatch", flat=False)
+        return report(first.tag, first.detail, first.figures), first.visible
+    first = check_output(first.visible, pristine, c, atol=atol, rtol=rtol, ref=ref, repeat=repeat)
+    if first.tag:
+        return report(first.tag, first.detail, first.figures), first.visible
+    second = check_call(k.fn, c, *inputs, _new_out(c, device), pristine, atol=atol, rtol=rtol,
+                        ref=ref, mismatch="stale_mismatch", nonfinite="stale_mismatch", flat=False)
+    _restore(inputs, pristine)
     if second.tag:
         why = ("second call: " if second.tag in CALL_TAGS else
                "first call passed, second call (fresh buffers, after the reference ran) fails: ")
-        return report(second.tag, why + second.detail, first.figures, second.figures, secs), first.visible
-    dis = _disagreement(first.visible, second.visible, first.ref, atol, rtol)
+        return report(second.tag, why + second.detail, first.figures, second.figures), first.visible
+    dis = _disagreement(first.visible, second.visible, ref, atol, rtol)
     if dis:
-        return report("stale_mismatch", dis, first.figures, second.figures, secs), first.visible
-    return report(fig=first.figures, fig2=second.figures, secs=secs), first.visible
+        return report("stale_mismatch", dis, first.figures, second.figures), first.visible
+    return report(fig=first.figures, fig2=second.figures), first.visible
+
+
+@dataclass(frozen=True)
+class GateRun:
+    """The gate of several kernels at one config: each kernel's result, and the seconds spent
+    in the float64 references they shared (counted once)."""
+
+    results: dict
+    reference_seconds: float
 
 
 def gate(spec, cfg: Config, *, seeds, families=DEFAULT_FAMILIES, atol: float, rtol: float,
@@ -108,10 +154,28 @@ def gate(spec, cfg: Config, *, seeds, families=DEFAULT_FAMILIES, atol: float, rt
     A seed passes if every check of it passes; the gate passes if the share of passing
     seeds reaches ``min_pass_rate`` and no failure is structural (STRUCTURAL_TAGS).
     """
+    run = gate_kernels((spec,), cfg, seeds=seeds, families=families, atol=atol, rtol=rtol, device=device,
+                       min_pass_rate=min_pass_rate)
+    return run.results[spec_parts(spec)[1]]
+
+
+def gate_kernels(specs, cfg: Config, *, seeds, families=DEFAULT_FAMILIES, atol: float, rtol: float,
+                 device: str = "cpu", min_pass_rate: float = 1.0,
+                 around: Callable[[str | None], ContextManager] | None = None) -> GateRun:
+    """``gate`` for several kernels at once, case by case: for each (config, seed, family) the
+    inputs are drawn once, every kernel makes its first call before the reference exists,
+    the one float64 reference is computed, then each kernel's output is judged and its
+    second call made on fresh buffers. Each kernel is judged exactly as if gated alone; the
+    inputs and references, the bulk of the gate's time, are paid once per case rather than
+    once per kernel (issue 32).
+
+    ``around(name)`` wraps each stretch of one kernel's work (its calls and their checks),
+    ``around(None)`` the shared work (inputs, references): the sweep reports its phase
+    there and pins, and checks, the line's numeric state around each kernel.
+    """
     import torch
 
-    t_start = time.perf_counter()
-    fn, name = spec_parts(spec)
+    around = around or (lambda name: contextlib.nullcontext())
     seeds = tuple(int(s) for s in seeds)
     families = tuple(families)
     if not seeds:
@@ -126,52 +190,93 @@ def gate(spec, cfg: Config, *, seeds, families=DEFAULT_FAMILIES, atol: float, rt
     if atol < 0 or rtol < 0:
         raise UserError(f"tolerances must be >= 0, got atol {atol}, rtol {rtol}")
     dev_type = torch.device(device).type
-    if hasattr(spec, "unusable_reason") and spec.unusable_reason(dev_type):
-        raise UserError(f"kernel '{name}' cannot run here: {spec.unusable_reason(dev_type)}")
-    if hasattr(spec, "config_reason") and spec.config_reason(cfg):
-        raise UserError(f"kernel '{name}' cannot be gated at {cfg.key()}: {spec.config_reason(cfg)}")
+    for spec in specs:
+        name = spec_parts(spec)[1]
+        if hasattr(spec, "unusable_reason") and spec.unusable_reason(dev_type):
+            raise UserError(f"kernel '{name}' cannot run here: {spec.unusable_reason(dev_type)}")
+        if hasattr(spec, "config_reason") and spec.config_reason(cfg):
+            raise UserError(f"kernel '{name}' cannot be gated at {cfg.key()}: {spec.config_reason(cfg)}")
 
-    configs, skipped = [(cfg, "")], []
-    for bc in boundary_configs(cfg):
-        why = spec.config_reason(bc) if hasattr(spec, "config_reason") else None
-        if why:
-            skipped.append((bc.key(), why))
-        else:
-            configs.append((bc, f" (boundary seq_len {bc.seq_len})"))
+    names = [spec_parts(spec)[1] for spec in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"gate_kernels gates each kernel once, got {names}")
+    t_start = time.perf_counter()
+    configs = [(cfg, ""), *((bc, f" (boundary seq_len {bc.seq_len})") for bc in boundary_configs(cfg))]
+    kernels = [_Kernel(spec, configs) for spec in specs]
+    spent = {k.name: 0.0 for k in kernels}
 
-    reports: list[CheckReport] = []
+    @contextlib.contextmanager
+    def on(k: _Kernel | None):
+        t0 = time.perf_counter()
+        with around(None if k is None else k.name):
+            yield
+        if k is not None:
+            spent[k.name] += time.perf_counter() - t0
+
+    ref_total = 0.0
     for c, note in configs:
-        seen: dict = {}  # checksums of this config's first-call outputs -> (seed, family)
+        runners = [k for k in kernels if c in k.configs]
+        if not runners:
+            continue
         for seed in seeds:
             for fam in families:
-                rep, visible = _run_case(fn, c, seed, fam, atol, rtol, device, f"seed {seed} family {fam}{note}", seen)
-                reports.append(rep)
-                if visible is not None:
-                    seen.setdefault(checksum(visible), (seed, fam))
-                del visible
+                with on(None):
+                    pristine = make_inputs(c, seed, fam, device)
+                    first_set = tuple(t.clone() for t in pristine)
+                firsts = {}
+                for k in runners:
+                    with on(k):
+                        firsts[k.name] = _first(k, c, first_set, pristine, device)
+                ref, secs = None, 0.0
+                with on(None):
+                    if any(f.tag is None for f in firsts.values()):
+                        ref, secs = timed_reference(pristine, c)
+                        ref_total += secs
+                    # Second calls: fresh allocations while the first calls' are still alive.
+                    second_set = tuple(t.clone() for t in pristine)
+                for k in runners:
+                    with on(k):
+                        rep, visible = _judge_case(k, c, seed, fam, firsts.pop(k.name), second_set, pristine, ref,
+                                                   secs, atol, rtol, device, f"seed {seed} family {fam}{note}")
+                        k.reports.append(rep)
+                        if visible is not None:
+                            k.seen.setdefault(c.key(), {}).setdefault(checksum(visible), (seed, fam))
+                        del visible
+                del ref, first_set, second_set, pristine
     if dev_type == "cuda":
-        q, k, v = make_inputs(cfg, seeds[0], families[0], device)
-        tag = "side_stream"
-        try:
-            why = side_stream_check(fn, q, k, v, _new_out(cfg, device), causal=cfg.causal, scale=cfg.scale)
-        except Exception as exc:
-            why, tag = exception_text(exc), "exception"
-        del q, k, v
-        reports.append(CheckReport(config=cfg.key(), seed=seeds[0], family=families[0], passed=why is None,
-                                   tag=tag if why else None,
-                                   reason=f"seed {seeds[0]} family {families[0]}: {why}" if why else None,
-                                   figures=None, after_figures=None, reference_seconds=0.0,
-                                   phase="side_stream_check"))
+        with on(None):
+            pristine = make_inputs(cfg, seeds[0], families[0], device)
+        for k in kernels:
+            with on(k):
+                q, kk, v = (t.clone() for t in pristine)
+                tag = "side_stream"
+                try:
+                    why = side_stream_check(k.fn, q, kk, v, _new_out(cfg, device), causal=cfg.causal, scale=cfg.scale)
+                except Exception as exc:
+                    why, tag = exception_text(exc), "exception"
+                del q, kk, v
+                k.reports.append(CheckReport(config=cfg.key(), seed=seeds[0], family=families[0], passed=why is None,
+                                             tag=tag if why else None,
+                                             reason=f"seed {seeds[0]} family {families[0]}: {why}" if why else None,
+                                             figures=None, after_figures=None, reference_seconds=0.0,
+                                             phase="side_stream_check"))
+        del pristine
+    shared = (time.perf_counter() - t_start - sum(spent.values())) / len(kernels)
+    return GateRun({k.name: _result(k, cfg, seeds, families, atol, rtol, min_pass_rate, configs,
+                                    spent[k.name] + shared) for k in kernels}, ref_total)
 
+
+def _result(k: _Kernel, cfg, seeds, families, atol, rtol, min_pass_rate, configs, seconds) -> GateResult:
+    reports = k.reports
     seed_ok = {s: all(r.passed for r in reports if r.seed == s) for s in seeds}
     n_ok = sum(seed_ok.values())
     rate = n_ok / len(seeds)
     fails = [r for r in reports if not r.passed]
     structural = any(r.tag in STRUCTURAL_TAGS for r in fails)
     return GateResult(
-        kernel=name, config=cfg.key(), passed=rate >= min_pass_rate and not structural, pass_rate=rate,
+        kernel=k.name, config=cfg.key(), passed=rate >= min_pass_rate and not structural, pass_rate=rate,
         n_seeds=len(seeds), n_seeds_passed=n_ok, min_pass_rate=min_pass_rate, seeds=seeds, families=families,
-        boundary_configs=tuple(c.key() for c, _ in configs[1:]), skipped_configs=tuple(skipped),
+        boundary_configs=tuple(c.key() for c in k.configs[1:]), skipped_configs=tuple(k.skipped),
         atol=float(atol), rtol=float(rtol), reports=tuple(reports),
         reason=fails[0].reason if fails else None, tag=fails[0].tag if fails else None,
-        reference_seconds=sum(r.reference_seconds for r in reports), seconds=time.perf_counter() - t_start)
+        reference_seconds=sum(r.reference_seconds for r in reports), seconds=seconds)

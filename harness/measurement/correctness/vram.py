@@ -16,13 +16,14 @@ def compare_bytes(n_elems: int) -> int:
     return 8 * 8 * min(n_elems, COMPARE_CHUNK_ELEMS)
 
 
-def gate_bytes(cfg: Config) -> int:
-    """Peak device bytes of gate() at ``cfg``, for the VRAM model: three sets of q, k, v
-    (first call, pristine copies, second call), four outputs (two calls and their stream
-    snapshots), a bool mask, the reference and compare()'s blocks.
-    The kernel's own extra memory (KernelSpec.extra_bytes) comes on top."""
+def gate_bytes(cfg: Config, n_kernels: int = 1) -> int:
+    """Peak device bytes of gate_kernels() at ``cfg`` for ``n_kernels`` gated together, for the
+    VRAM model: three sets of q, k, v (first calls, pristine copies, second calls), every
+    kernel's first-call output (kept until the shared reference exists), the second call's
+    output and its stream snapshot, one more output, a bool mask, the reference and
+    compare()'s blocks. The kernel's own extra memory (KernelSpec.extra_bytes) comes on top."""
     qs, ks, _ = cfg.shapes()
     q = math.prod(qs) * cfg.elem_bytes
     kv = 2 * math.prod(ks) * cfg.elem_bytes
     bool_mask = math.prod(qs)  # one full-size bool temporary at a time (bit comparisons)
-    return 3 * (q + kv) + 4 * q + bool_mask + reference_bytes(cfg) + compare_bytes(math.prod(qs))
+    return 3 * (q + kv) + (n_kernels + 3) * q + bool_mask + reference_bytes(cfg) + compare_bytes(math.prod(qs))
