@@ -3,7 +3,7 @@ timer a user would otherwise run on the same arms and configs.
 
 Run from the repository root, on the GPU machine or a CPU host:
 
-    PYTHONUNBUFFERED=1 python3 -m research.harness_cost LINE [LINE ...]
+    PYTHONUNBUFFERED=1 python3 -m research.harness_cost [--verdict] LINE [LINE ...]
 
 For each line (default: ``example``) it copies the registration into a scratch git repository
 under a temporary directory (with this checkout's device ceilings, so none are measured; this
@@ -17,6 +17,10 @@ per config, the sweep's wall time, the bare timer's, their ratio, and the sweep'
 breakdown (each row's ``cost``; a rig-noisy config measured again counts in its config's
 share, as in the wall time). Writes ``harness_cost.md`` and ``harness_cost.json`` under
 ``$OUT`` (or ``--out``, else the current directory).
+
+With ``--verdict`` it also evaluates the bar on the scratch ledger (``bench verdict
+--no-commit``: nothing written) and compares the verdict and every speedup with this
+repository's ledger of the line (issue 32: a faster harness moves no verdict).
 
 The figures are measurements of the harness, not of kernels: no verdict comes from them.
 """
@@ -122,7 +126,39 @@ def _host_loop(call) -> float:
     return statistics.median(times)
 
 
-def measure(line: str, device: str) -> dict:
+def shipped_comparison(repo: Path, name: str, line: str) -> dict:
+    """The scratch sweep's verdict (``bench verdict --no-commit``: nothing written) and speedups
+    against this repository's ledger of ``line``: the shipped verdict row's outcome and clause
+    values, and per (config, candidate) result the shipped speedup's CI and the new speedup."""
+    from harness.governance.ledger_format import read_rows
+    from harness.governance.outcomes import latest_outcomes
+
+    run, _ = _bench(repo, "verdict", name, "--no-commit")
+    outcome = {0: "GO", 1: "NO-GO"}.get(run.returncode, f"refused ({run.returncode})")
+    shipped_rows = read_rows(ROOT / "ledger" / f"{line}.jsonl")
+    verdicts = [r for r in shipped_rows if r.kind == "verdict"]
+    shipped = verdicts[-1] if verdicts else None
+    new = latest_outcomes(read_rows(repo / "ledger" / f"{name}.jsonl"))
+    old = latest_outcomes(shipped_rows)
+    pairs = []
+    for key, r in sorted(new.items()):
+        o = old.get(key)
+        if r.kind != "result" or o is None or o.kind != "result":
+            pairs.append({"pair": list(key), "new": r.kind, "shipped": None if o is None else o.kind})
+            continue
+        m, om = r.metrics, o.metrics
+        pairs.append({"pair": list(key), "new": r.kind, "shipped": o.kind, "speedup": m["speedup"],
+                      "shipped_speedup": om["speedup"], "shipped_ci": [om["speedup_ci_low"], om["speedup_ci_high"]],
+                      "within_shipped_ci": om["speedup_ci_low"] <= m["speedup"] <= om["speedup_ci_high"],
+                      "cis_overlap": m["speedup_ci_low"] <= om["speedup_ci_high"] and om["speedup_ci_low"] <= m["speedup_ci_high"],
+                      "ratio": m["speedup"] / om["speedup"], "tflops": m.get("tflops"), "shipped_tflops": om.get("tflops")})
+    return {"outcome": outcome, "verdict_text": run.stdout.strip()[-3000:],
+            "shipped_outcome": shipped.outcome if shipped else None,
+            "shipped_clauses": [{"text": c["text"], "value": c["value"]} for c in shipped.clauses] if shipped else None,
+            "pairs": pairs}
+
+
+def measure(line: str, device: str, verdict: bool = False) -> dict:
     from harness.governance.ledger_format import read_rows
     from harness.governance.outcomes import OUTCOME_KINDS
     from harness.governance.registration import load
@@ -140,6 +176,7 @@ def measure(line: str, device: str) -> dict:
             raise SystemExit(f"sweep {name} failed ({sw.returncode}): {sw.stdout[-2000:]}{sw.stderr[-2000:]}")
         rows = [r for r in read_rows(repo / "ledger" / f"{name}.jsonl") if r.kind in OUTCOME_KINDS]
         reg = load(repo / "registrations" / f"{name}.toml")
+        against = shipped_comparison(repo, name, line) if verdict else None
     # Every config run (re-measures of rig-noisy pairs included: the sweep's wall time holds them),
     # once: the rows of one run share one cost.
     costs = {(r.config_key, json.dumps(r.cost, sort_keys=True)): r.cost for r in rows if r.cost}
@@ -160,7 +197,8 @@ def measure(line: str, device: str) -> dict:
             "sweep_s": sweep_s, "sweep_per_config_s": per_config, "bare_per_config_s": bare_per_config,
             "ratio": per_config / bare_per_config, "phases_per_config_s": phases,
             "reference_per_config_s": reference, "outcomes": kinds,
-            "cost_line": next((x.strip() for x in sw.stdout.splitlines() if "harness time per config" in x), None)}
+            "cost_line": next((x.strip() for x in sw.stdout.splitlines() if "harness time per config" in x), None),
+            "against_shipped": against}
 
 
 def markdown(results: list[dict], commit: str) -> str:
@@ -180,6 +218,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("lines", nargs="*", default=["example"])
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--verdict", action="store_true",
+                    help="also evaluate the bar on the scratch sweep (nothing written) and compare its verdict and "
+                         "speedups with this repository's ledger of the line (issue 32: no verdict moves)")
     args = ap.parse_args(argv)
     from harness.measurement.device import detect_device
 
@@ -190,7 +231,7 @@ def main(argv=None) -> int:
         if (ROOT / ".git").exists() else "(a tree without .git)"
     results = []
     for line in args.lines:
-        r = measure(line, device)
+        r = measure(line, device, verdict=args.verdict)
         results.append(r)
         print(f"{line} on {device}: {r['configs']} configs, sweep {r['sweep_s']:.1f} s "
               f"({r['sweep_per_config_s']:.2f} s/config) vs bare timer {r['bare_per_config_s']:.2f} s/config: "
@@ -199,6 +240,17 @@ def main(argv=None) -> int:
     Path(args.out, "harness_cost.json").write_text(json.dumps({"commit": commit, "results": results}, indent=1))
     Path(args.out, "harness_cost.md").write_text(markdown(results, commit))
     print(markdown(results, commit))
+    for r in results:
+        a = r.get("against_shipped")
+        if a is None:
+            continue
+        measured = [p for p in a["pairs"] if "speedup" in p]
+        print(f"{r['line']}: verdict {a['outcome']} (shipped {a['shipped_outcome']}); "
+              f"{sum(p['within_shipped_ci'] for p in measured)}/{len(measured)} speedups inside the shipped CI, "
+              f"{sum(p['cis_overlap'] for p in measured)}/{len(measured)} CIs overlapping, new/shipped "
+              f"{min((p['ratio'] for p in measured), default=float('nan')):.4f}..{max((p['ratio'] for p in measured), default=float('nan')):.4f}")
+        print("  shipped clauses:", a["shipped_clauses"])
+        print("  " + a["verdict_text"].replace("\n", "\n  "))
     return 0
 
 

@@ -15,7 +15,8 @@ from harness.errors import UserError
 from harness.measurement.correctness.after_timing import recheck_in_place
 from harness.measurement.correctness.figures import DEFAULT_TOLERANCES, compare, ulp
 from harness.measurement.correctness import gate as gate_module
-from harness.measurement.correctness.gate import checksum, gate, gate_kernels
+from harness.measurement.correctness.checks import checksum
+from harness.measurement.correctness.gate import gate, gate_kernels
 from harness.measurement.correctness.poison import poison_, unwritten_mask
 from harness.measurement.correctness.results import FAILURE_TAGS, STRUCTURAL_TAGS
 from harness.measurement.correctness.side_stream import side_stream_check
@@ -334,6 +335,31 @@ def test_kernels_gated_together_are_judged_as_if_alone_and_share_each_reference(
     assert run.reference_seconds > 0
     with pytest.raises(ValueError, match="each kernel once"):
         gate_kernels([spec(torch_stack), spec(torch_stack)], cfg, seeds=SEEDS, atol=atol, rtol=rtol)
+
+
+def test_reference_memo_reuses_a_reference_only_for_bit_identical_inputs(monkeypatch):
+    """The checks after timing judge several arms on one content: its reference is made once,
+    keyed by the inputs' bits, so inputs rewritten in place (the recheck) or changed by a
+    kernel get their own."""
+    from harness.measurement.correctness import checks
+
+    made = []
+    real = checks.timed_reference
+    monkeypatch.setattr(checks, "timed_reference", lambda inputs, c: made.append(1) or real(inputs, c))
+    cfg = cfg_of()
+    a, b = make_inputs(cfg, 1, "normal"), make_inputs(cfg, 2, "normal")
+    memo = checks.ReferenceMemo(size=2)
+    ref_a, secs = memo.get(a, cfg)
+    assert secs > 0 and len(made) == 1
+    again, secs = memo.get(tuple(t.clone() for t in a), cfg)  # other tensors, same bits
+    assert again is ref_a and secs == 0.0 and len(made) == 1
+    torch.testing.assert_close(ref_a, reference(*a, causal=cfg.causal, scale=cfg.scale), rtol=0, atol=0)
+    a[2].view(-1)[7] += 1  # one element of v changed in place: another content
+    changed, _ = memo.get(a, cfg)
+    assert len(made) == 2 and not torch.equal(changed, ref_a)
+    memo.get(b, cfg)  # a third content evicts the least recently used (the unchanged a)
+    memo.get(tuple(t.clone() for t in make_inputs(cfg, 1, "normal")), cfg)
+    assert len(made) == 4 and len(memo.kept) == 2
 
 
 def test_every_zoo_kernel_is_tested_and_tags_are_known():

@@ -75,6 +75,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     ``specs[0]`` is the baseline; the rest are candidates. The control arm is the
     baseline again with its own output buffers.
     """
+    from harness.measurement.correctness.checks import REFERENCE_MEMO_SIZE
     from harness.measurement.correctness.vram import compare_bytes, gate_bytes
     from harness.measurement.reference import reference_bytes
     from harness.measurement.timing.policy import device_l2_bytes, flush_bytes
@@ -128,10 +129,11 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     between = workspace + refresh_draw if graph_pool else max(workspace, refresh_draw)
     timing = timed_inputs + timed_outs + spot + refresh_copies + flush + between
     # The checks after timing hold the timed buffers; the recheck adds pristine input copies
-    # and two output snapshots, a fresh reference (reference_bytes includes its output),
-    # compare()'s blocks and a candidate's workspace during its call.
+    # and two output snapshots, a fresh reference (reference_bytes includes its output) beside
+    # the ones kept for reuse, compare()'s blocks and a candidate's workspace during its call.
+    # The checks keep up to REFERENCE_MEMO_SIZE references for the arms judged on the same inputs.
     recheck = (timed_inputs + timed_outs + max(inputs + 2 * out + max(extras[1:] or [0]), spot) + ref_work
-               + compare_bytes(math.prod(qs)))
+               + (REFERENCE_MEMO_SIZE - 1) * ref_out + compare_bytes(math.prod(qs)))
     lib = LIBRARY_WORKSPACE_BYTES if cuda else 0
     # Inputs are drawn on the device (workloads.inputs): the gate draws into fresh buffers,
     # the recheck redraws into the timed ones while every arm's outputs are alive.

@@ -52,6 +52,9 @@ def check_after_timing(t: Timed) -> Checked:
     m, slots, outs, snaps, content, watch = t.m, t.slots, t.outs, t.snaps, t.content, t.watch
     reg, policy = ctx.reg, ctx.reg.timing
     seed = reg.seeds[0] + RECHECK_SEED_OFFSET
+    from harness.measurement.correctness.checks import ReferenceMemo
+
+    memo = ReferenceMemo()  # one reference per content, whichever arms are judged on it
     # Every timed output is checked before any recheck: a recheck rewrites slot 0's
     # inputs in place, after which the other arms' timed outputs no longer match them.
     # Then the random timed call of each arm (baseline and control included); its
@@ -68,9 +71,9 @@ def check_after_timing(t: Timed) -> Checked:
                                                 gates[base_spec.name], "a timed-call check")))
     # Outputs are checked against the content each was computed from (content refresh:
     # a slot's content may have changed since an arm last ran on it).
-    spot_bad = {name: spot_failure(cfg, content, m, snaps, name, ctx) for name in snaps}
+    spot_bad = {name: spot_failure(cfg, content, m, snaps, name, ctx, memo) for name in snaps}
     snaps.clear()
-    fresh_bad = {name: refreshed_failure(cfg, content, m, content.kept, name, ctx) for name in content.kept}
+    fresh_bad = {name: refreshed_failure(cfg, content, m, content.kept, name, ctx, memo) for name in content.kept}
     content.kept.clear()
     base_bad = spot_bad.get(ARM_BASELINE) or spot_bad.get(ARM_CONTROL)
     base_fresh = fresh_bad.get(ARM_BASELINE) or fresh_bad.get(ARM_CONTROL)
@@ -87,7 +90,7 @@ def check_after_timing(t: Timed) -> Checked:
         return Checked(t, tuple(Outcome(SKIPPED, {**base_row(cfg, spec.name, ctx), "reason": base_mem[1],
                                                   "timing": m.to_row()}) for spec in timed))
     last_bad = {spec.name: timed_output_failure(cfg, content, m, arm_name(spec.name), outs[arm_name(spec.name)],
-                                                ctx) for spec in timed}
+                                                ctx, memo) for spec in timed}
     empty = _empty_window(policy, ctx.device)
     verdicts: list = []
     for spec in timed:
@@ -123,7 +126,7 @@ def check_after_timing(t: Timed) -> Checked:
         sus = None
         if ctx.rate_bar and policy.mode != "graph":
             phase.report(spec.name, phase.RATES)
-            sus, bad = sustained(cfg, spec, slots, outs[arm_name(spec.name)], ctx)
+            sus, bad = sustained(cfg, spec, slots, outs[arm_name(spec.name)], ctx, memo)
             if bad is not None:
                 verdicts.append(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
                                                     "tag": rejection_tag(CAUGHT_SUSTAINED, bad.tag), "reason": bad.reason,
@@ -134,7 +137,7 @@ def check_after_timing(t: Timed) -> Checked:
         o = outs[arm_name(spec.name)][0]
         phase.report(spec.name, phase.RECHECK)
         rc = recheck_in_place(spec, cfg, q, k, v, o, seed=seed, family="normal", atol=reg.atol[cfg.dtype],
-                              rtol=reg.rtol[cfg.dtype])
+                              rtol=reg.rtol[cfg.dtype], memo=memo)
         if not rc.passed:
             verdicts.append(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
                                                 "tag": rejection_tag(CAUGHT_RECHECK, rc.tag),
@@ -146,7 +149,7 @@ def check_after_timing(t: Timed) -> Checked:
     return Checked(t, tuple(verdicts), empty)
 
 
-def spot_failure(cfg, content, m, snaps, name, ctx):
+def spot_failure(cfg, content, m, snaps, name, ctx, memo=None):
     """The check of arm ``name``'s randomly chosen timed call (its output copy against a fresh
     reference on that call's inputs), or None when it passed."""
     from harness.measurement.correctness.after_timing import check_timed_output
@@ -159,11 +162,11 @@ def spot_failure(cfg, content, m, snaps, name, ctx):
     rep = check_timed_output(cfg, q, k, v, snaps[name], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
                              label=f"{name}: measured call {chosen['call']} (chosen at random, seed "
                                    f"{m.spot_seed}) on slot {chosen['slot']}{content.describe(m, version)}",
-                             what="output of that call")
+                             what="output of that call", memo=memo)
     return None if rep.passed else rep
 
 
-def refreshed_failure(cfg, content, m, kept, name, ctx):
+def refreshed_failure(cfg, content, m, kept, name, ctx, memo=None):
     """The check of arm ``name``'s kept calls on new content (one per kind of refresh: in
     place, where a kernel keyed by address answers for the old content; fresh buffers),
     each against a reference on the content it ran on; the first failure, or None."""
@@ -179,7 +182,7 @@ def refreshed_failure(cfg, content, m, kept, name, ctx):
                                  label=f"{name}: measured round {c['round']} on slot {c['slot']}, its inputs "
                                        f"rewritten {how.replace('_', ' ')} just before the call"
                                        f"{content.describe(m, c['version'])}",
-                                 what="output of the first call on the new content")
+                                 what="output of the first call on the new content", memo=memo)
         if not rep.passed:
             return rep
     return None
@@ -200,7 +203,7 @@ def memory_failure(m, arm) -> tuple[str | None, str] | None:
     return (REMEMBERS_TAG, j.reason) if j.remembers else None
 
 
-def sustained(cfg, spec, slots, outs, ctx):
+def sustained(cfg, spec, slots, outs, ctx, memo=None):
     """The candidate's calls back to back at the sustained clock (rates for a rate bar), and
     the check of the last call's output (poisoned before every call), or None when it passed."""
     from harness.measurement.correctness.after_timing import check_timed_output
@@ -224,7 +227,7 @@ def sustained(cfg, spec, slots, outs, ctx):
         return sus, Failure("numerics_changed", f"its calls back to back changed global state ({describe(moved)})")
     q, k, v = slots[sus.last_slot]
     rep = check_timed_output(cfg, q, k, v, outs[sus.last_slot], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
-                             label=f"slot {sus.last_slot}", what="output of the last call timed back to back")
+                             label=f"slot {sus.last_slot}", what="output of the last call timed back to back", memo=memo)
     return sus, (None if rep.passed else rep)
 
 
@@ -247,7 +250,7 @@ def empty_failure(m, arm, empty) -> str | None:
             f"where the timed window does not see it")
 
 
-def timed_output_failure(cfg, content, m, arm, outs, ctx):
+def timed_output_failure(cfg, content, m, arm, outs, ctx, memo=None):
     """The first failing timed output among the checked slots, or None."""
     from harness.measurement.correctness.after_timing import check_timed_output
 
@@ -257,7 +260,7 @@ def timed_output_failure(cfg, content, m, arm, outs, ctx):
         version = m.refresh.last_versions[arm][slot] if m.refresh is not None else None
         q, k, v = content.inputs(m, slot, version)
         rep = check_timed_output(cfg, q, k, v, outs[slot], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
-                                 label=f"slot {slot}{content.describe(m, version)}")
+                                 label=f"slot {slot}{content.describe(m, version)}", memo=memo)
         if not rep.passed:
             return rep
     return None

@@ -85,7 +85,9 @@ def gate_all(b: Budget) -> Gated:
             if moved and name is not None:
                 changed.setdefault(name, moved)
 
-    run = gate_kernels([base_spec, *runnable], cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype],
+    # A candidate that is the baseline under its own name is gated once (one result serves both).
+    unique = list({spec.name: spec for spec in (base_spec, *runnable)}.values())
+    run = gate_kernels(unique, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype],
                        rtol=reg.rtol[cfg.dtype], device=ctx.device, min_pass_rate=reg.min_pass_rate, around=around)
     phase.note("reference", run.reference_seconds)
     gates = run.results

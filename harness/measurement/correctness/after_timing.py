@@ -13,11 +13,12 @@ from harness.workloads.inputs import fill_inputs_
 
 
 def recheck_in_place(spec, cfg: Config, q, k, v, out, *, seed: int, family: str, atol: float,
-                     rtol: float) -> CheckReport:
+                     rtol: float, memo=None) -> CheckReport:
     """After timing: fresh inputs written into the SAME buffers, out poisoned, one more call.
 
     A kernel that remembers results by shape or by pointer returns its old answer here; it
     is tagged stale_mismatch (the reason says when the output equals the pre-refill one).
+    ``memo`` (a ReferenceMemo): the reference of the new content, shared with other candidates.
     """
     fn, _ = spec_parts(spec)
     before = out.clone()
@@ -30,28 +31,35 @@ def recheck_in_place(spec, cfg: Config, q, k, v, out, *, seed: int, family: str,
                            reason=f"{prefix}: {detail}" if tag else None, figures=fig, after_figures=None,
                            reference_seconds=secs, phase="recheck")
 
-    r = check_call(fn, cfg, q, k, v, out, pristine, atol=atol, rtol=rtol, mismatch="stale_mismatch")
+    ref = secs = None
+    if memo is not None:
+        ref, secs = memo.get(pristine, cfg)
+    r = check_call(fn, cfg, q, k, v, out, pristine, atol=atol, rtol=rtol, mismatch="stale_mismatch", ref=ref)
     detail = r.detail
     if r.tag == "stale_mismatch":
         same = bits_equal(r.visible, before)
         detail = ("output is bit-identical to the one before the inputs were rewritten in place (a result "
                   "remembered by shape or pointer): " if same else
                   "fails after the inputs were rewritten in place: ") + detail
-    return report(r.tag, detail, r.figures, r.reference_seconds)
+    return report(r.tag, detail, r.figures, r.reference_seconds if secs is None else secs)
 
 
 def check_timed_output(cfg: Config, q, k, v, out, *, atol: float, rtol: float, label: str,
-                       what: str = "output of the last timed call") -> CheckReport:
+                       what: str = "output of the last timed call", memo=None) -> CheckReport:
     """After timing: the output the last timed call left in ``out`` against a fresh reference.
 
     The gate saw a handful of calls; timing makes hundreds. A kernel that drifts, degrades
     or caches after N calls passes the gate and is caught here, on the timed buffers
     themselves (nothing is re-run, inputs are not touched). The timed path poisoned ``out``
     with ``poison_`` before the call, so what the call left unwritten is tagged unwritten.
+    ``memo`` (a ReferenceMemo): a reference shared with the other arms judged on the same inputs.
     """
     sync(out.device)
-    r = check_output(out, (q, k, v), cfg, atol=atol, rtol=rtol, mismatch="stale_mismatch", flat=False)
+    ref = secs = None
+    if memo is not None:
+        ref, secs = memo.get((q, k, v), cfg)
+    r = check_output(out, (q, k, v), cfg, atol=atol, rtol=rtol, mismatch="stale_mismatch", flat=False, ref=ref)
     return CheckReport(config=cfg.key(), seed=-1, family="timed", passed=r.tag is None, tag=r.tag,
                        reason=f"{label}: {what}: {r.detail}" if r.tag else None,
-                       figures=r.figures, after_figures=None, reference_seconds=r.reference_seconds,
-                       phase="timed_output")
+                       figures=r.figures, after_figures=None,
+                       reference_seconds=r.reference_seconds if secs is None else secs, phase="timed_output")

@@ -13,8 +13,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable
 
-from harness.measurement.correctness.figures import ErrorFigures, compare, fmt_idx, ulp_tensor, unravel
-from harness.measurement.correctness.poison import bits_diff, bits_equal, poison_
+from harness.measurement.correctness.figures import ErrorFigures, chunks, compare, fmt_idx, ulp_tensor, unravel
+from harness.measurement.correctness.poison import as_bits, bits_diff, bits_equal, poison_
 from harness.measurement.reference import reference
 from harness.workloads import Config
 
@@ -191,6 +191,54 @@ class Checked:
     figures: ErrorFigures | None  # None when a call check failed before the comparison
     ref: object                   # the float64 reference (None when the comparison was not reached)
     reference_seconds: float
+
+
+def checksum(t) -> tuple[int, int]:
+    """A position-weighted checksum of t's bits: equal for bit-identical tensors and, short
+    of a 2^-64 accident, different otherwise. Lets the gate remember every earlier output of
+    a config without keeping the outputs. Summed on the device, read once (int64 sums wrap
+    modulo 2^64, which is what the checksum keeps)."""
+    import torch
+
+    bits = as_bits(t).reshape(-1)
+    acc = torch.zeros((), dtype=torch.int64, device=bits.device)
+    total = torch.zeros((), dtype=torch.int64, device=bits.device)
+    for s, e in chunks(bits.numel(), bits.device):
+        b = bits[s:e].to(torch.int64)
+        w = torch.arange(s, e, dtype=torch.int64, device=b.device).mul_(0x9E3779B1).add_(1)
+        acc += (b * w).sum()
+        total += b.sum()
+    a, n = torch.stack([acc, total]).tolist()
+    return a & (2**64 - 1), n
+
+
+# References a config's checks after timing keep for reuse (``ReferenceMemo``): the timed
+# outputs of every candidate share two contents (the first and last slot), and each
+# candidate's recheck draws the same one; two kept cover those orders (the VRAM model counts them).
+REFERENCE_MEMO_SIZE = 2
+
+
+class ReferenceMemo:
+    """The last few float64 references of one config, by the bits of the inputs they were
+    computed on (their checksums, read from the tensors at each use: a slot rewritten in
+    place, or changed by a kernel, is another content), so the checks after timing compute
+    each content's reference once however many arms are judged on it."""
+
+    def __init__(self, size: int = REFERENCE_MEMO_SIZE):
+        self.size = size
+        self.kept: dict = {}
+
+    def get(self, inputs, cfg: Config):
+        """(reference of ``inputs``, seconds it took now: 0 when kept)."""
+        key = tuple(checksum(t) for t in inputs)
+        if key in self.kept:
+            self.kept[key] = self.kept.pop(key)  # most recently used last
+            return self.kept[key], 0.0
+        while len(self.kept) >= self.size:
+            self.kept.pop(next(iter(self.kept)))
+        ref, secs = timed_reference(inputs, cfg)
+        self.kept[key] = ref
+        return ref, secs
 
 
 def check_output(out, inputs, cfg: Config, *, atol: float, rtol: float, ref=None, **judge) -> Checked:

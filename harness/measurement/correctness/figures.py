@@ -21,8 +21,12 @@ from harness.measurement.correctness.poison import dtype_name, unwritten_mask
 # ULPs at 1, room for any reduction order (measured 3e-6), but TF32 (2^-11 relative) or a
 # bfloat16 compute path cannot pass it.
 DEFAULT_TOLERANCES = {"float16": (2e-2, 2e-2), "bfloat16": (2e-1, 1e-1), "float32": (1e-4, 1e-4)}
-# Elements per block in compare(): bounds its float64 temporaries (~6 live) to ~100 MiB.
+# Elements per block in compare(): bounds its float64 temporaries (~6 live) to ~100 MiB on a
+# CPU (blocks that stay in cache) and ~400 MiB on a GPU, where each block costs some thirty
+# kernel launches: at 2M elements a seq_len 8192 output took 64 blocks and ~44 ms per compare
+# on the H200, most of it launches (the gate compares every kernel's output twice per case).
 COMPARE_CHUNK_ELEMS = 1 << 21
+COMPARE_CHUNK_ELEMS_CUDA = 1 << 23
 
 
 def ulp(value: float, dtype) -> float:
@@ -123,9 +127,11 @@ class ErrorFigures:
         return d
 
 
-def chunks(n: int):
-    for s in range(0, n, COMPARE_CHUNK_ELEMS):
-        yield s, min(n, s + COMPARE_CHUNK_ELEMS)
+def chunks(n: int, device=None):
+    """(start, end) blocks of n elements: COMPARE_CHUNK_ELEMS_CUDA on a GPU (``device``'s type), else COMPARE_CHUNK_ELEMS."""
+    step = COMPARE_CHUNK_ELEMS_CUDA if getattr(device, "type", device) == "cuda" else COMPARE_CHUNK_ELEMS
+    for s in range(0, n, step):
+        yield s, min(n, s + step)
 
 
 def compare(out, ref, *, atol: float, rtol: float, dtype=None) -> ErrorFigures:
@@ -146,7 +152,7 @@ def compare(out, ref, *, atol: float, rtol: float, dtype=None) -> ErrorFigures:
     # Each block's figures stay on the device as one row of a table read once at the end: a
     # read per figure per block synchronizes the device (hundreds of times per output on a GPU).
     blocks = []
-    for s, e in chunks(n):
+    for s, e in chunks(n, out.device):
         o, r = o_flat[s:e], r_flat[s:e].to(f64)
         o64 = o.to(f64)
         finite = torch.isfinite(o64)
@@ -169,7 +175,7 @@ def compare(out, ref, *, atol: float, rtol: float, dtype=None) -> ErrorFigures:
     sum_e2 = sum_r2 = 0.0
     n_fail = n_nonfin = n_unw = 0
     first_unw = last_unw = first_nonfin = -1
-    for (s, _), (ref_ok, c_unw, c_nonfin, c_fail, b_abs, b_rel, b_ratio, j, u0, u1, nf0, e2, r2) in zip(chunks(n), table):
+    for (s, _), (ref_ok, c_unw, c_nonfin, c_fail, b_abs, b_rel, b_ratio, j, u0, u1, nf0, e2, r2) in zip(chunks(n, out.device), table):
         if not ref_ok:
             raise ValueError("the reference has non-finite values: the inputs are not a valid test")
         n_unw += int(c_unw)

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from typing import Callable, ContextManager
 
 from harness.errors import UserError
-from harness.measurement.correctness.checks import (Checked, call_checks, check_call, check_output, exception_text,
-                                                    spec_parts, timed_reference)
+from harness.measurement.correctness.checks import (Checked, call_checks, check_call, check_output, checksum,
+                                                    exception_text, spec_parts, timed_reference)
 from harness.measurement.correctness.figures import chunks, fmt_idx, unravel
-from harness.measurement.correctness.poison import as_bits
 from harness.measurement.correctness.results import CALL_TAGS, STRUCTURAL_TAGS, CheckReport, GateResult
 from harness.measurement.correctness.side_stream import side_stream_check
 from harness.workloads import Config
@@ -30,35 +29,22 @@ def _new_out(cfg: Config, device):
     return torch.empty(qs, dtype=getattr(torch, cfg.dtype), device=device)
 
 
-def checksum(t) -> tuple[int, int]:
-    """A position-weighted checksum of t's bits: equal for bit-identical tensors and, short
-    of a 2^-64 accident, different otherwise. Lets the gate remember every earlier output of
-    a config without keeping the outputs."""
-    import torch
-
-    bits = as_bits(t).reshape(-1)
-    acc = total = 0
-    for s, e in chunks(bits.numel()):
-        b = bits[s:e].to(torch.int64)
-        w = torch.arange(s, e, dtype=torch.int64, device=b.device).mul_(0x9E3779B1).add_(1)
-        acc += int((b * w).sum())
-        total += int(b.sum())
-    return acc & (2**64 - 1), total
-
-
 def _disagreement(a, b, ref, atol: float, rtol: float) -> str | None:
     """Where two passing outputs differ by more than the tolerance, or None."""
     import torch
 
     fa, fb, fr = a.reshape(-1), b.reshape(-1), ref.reshape(-1)
-    worst, at = 0.0, -1
-    for s, e in chunks(fa.numel()):
+    blocks = []
+    for s, e in chunks(fa.numel(), fa.device):
         r = fr[s:e]
         d = (fa[s:e].to(torch.float64) - fb[s:e].to(torch.float64)).abs()
         ratio = d / (r.abs() * rtol + atol).clamp_min(torch.finfo(torch.float64).tiny)
-        j = int(torch.argmax(ratio))
-        if float(ratio[j]) > worst:
-            worst, at = float(ratio[j]), s + j
+        j = torch.argmax(ratio)
+        blocks.append(torch.stack([ratio[j], (j + s).to(torch.float64)]))
+    worst, at = 0.0, -1
+    for w, i in (torch.stack(blocks).tolist() if blocks else []):  # one read for every block
+        if w > worst:
+            worst, at = w, int(i)
     if worst <= 1.0:
         return None
     return (f"the two calls disagree: {float(fa[at]):.4g} vs {float(fb[at]):.4g} at "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from harness.measurement.correctness.figures import COMPARE_CHUNK_ELEMS
+from harness.measurement.correctness.figures import COMPARE_CHUNK_ELEMS_CUDA
 from harness.measurement.reference import reference_bytes
 from harness.workloads import Config
 
@@ -12,8 +12,8 @@ from harness.workloads import Config
 def compare_bytes(n_elems: int) -> int:
     """Peak bytes of compare()'s float64 temporaries (8 bounds its ~6 live) on an output of
     ``n_elems``: one block, which is the whole output when that is smaller than a block
-    (a decode output of 4096 elements needs 256 KiB, not the full block's 128 MiB)."""
-    return 8 * 8 * min(n_elems, COMPARE_CHUNK_ELEMS)
+    (a decode output of 4096 elements needs 256 KiB, not the full GPU block's 512 MiB)."""
+    return 8 * 8 * min(n_elems, COMPARE_CHUNK_ELEMS_CUDA)
 
 
 def gate_bytes(cfg: Config, n_kernels: int = 1) -> int:
