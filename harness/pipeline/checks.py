@@ -219,8 +219,7 @@ def sustained(cfg, spec, slots, outs, ctx, memo=None):
         poison_(outs[slot])  # the gate's poison: what a call leaves unwritten is told apart
 
     state = capture()  # the pinned state (numerics.apply is in force)
-    sus = sustain(arm_name(spec.name), call, n_slots=len(slots), device=ctx.device, prepare=poison,
-                  noise_target=ctx.reg.timing.noise_target)
+    sus = sustain(arm_name(spec.name), call, n_slots=len(slots), device=ctx.device, prepare=poison)
     moved = diff(state, capture())
     if moved:
         pin(state)

@@ -11,9 +11,7 @@ do_bench's protocol:
 
 1. warm: ``warm_s`` of back-to-back calls, untimed, so the clock and power reach the level
    a loop holds (a compute-bound kernel's clock falls for about a second under load);
-2. timed: at least ``min_calls`` calls and TIMED_MIN_S of them (do_bench's measuring
-   window), then until the median's 95% CI is within the line's ``noise_target`` (the
-   interleaved rounds' stopping rule) or ``timed_s`` has passed, each call timed by its own
+2. timed: at least ``min_calls`` calls and ``timed_s`` of them, each timed by its own
    window but enqueued back to back (``Timer.time_loop``), on the next input slot of the
    rotation, each after the caller's ``prepare`` (the sweep poisons the output there, so
    the output checked after the phase was written by the last timed call) and then
@@ -37,15 +35,14 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from harness.measurement.stats import rel_noise
-
 # Back-to-back load before timing: long enough for a compute-bound kernel's clock to settle
 # near the level a long loop holds (docs/measurement.md#clocks-and-throttling: the settling curve on the H200).
 WARM_S = {"cuda": 1.0, "cpu": 0.0}
-# Timed loop length: at least do_bench's default measuring window (100 ms), then until the
-# median is as precise as the line asks of its rounds (noise_target), at most TIMED_S: a
-# steady kernel is done in about 0.1 s instead of 0.5 (the harness's own cost: issue 32).
-TIMED_MIN_S = {"cuda": 0.1, "cpu": 0.05}
+# Timed loop length: as long as do_bench's default measurement loop is in the same order.
+# Not shortened by a precision stop: on the H200 the calls right after the warm-up run ~1-3%
+# slower than those 0.4 s later (the power limiter recovering from its overshoot), so a loop
+# that stopped once its median's CI was tight (0.1 s) read triton_flash at N 4096 2.2% slower
+# than the whole window (docs/benchmarks-log.md, issue 32).
 TIMED_S = {"cuda": 0.5, "cpu": 0.05}
 MIN_CALLS = 10
 # Calls are enqueued in batches of about BATCH_S of device time, one synchronize per
@@ -84,15 +81,12 @@ class Sustained:
 
 def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
             prepare: Callable[[int], None] | None = None, timer=None, monitor=None,
-            warm_s: float | None = None, timed_s: float | None = None, min_calls: int = MIN_CALLS,
-            noise_target: float | None = None, timed_min_s: float | None = None) -> Sustained:
+            warm_s: float | None = None, timed_s: float | None = None, min_calls: int = MIN_CALLS) -> Sustained:
     """Time ``fn(slot)`` back to back after a warm-up of back-to-back calls (module docstring).
 
     ``timer`` and ``monitor`` are injectable (tests pass a ``ScriptedTimer`` and a clock
     monitor on a scripted source); by default CUDA events and NVML on a GPU, the host clock
     on the CPU. On a GPU every call follows the cold-mode flush (do_bench's), in every mode.
-    ``noise_target`` (None: time ``timed_s`` in full) ends the timed calls once the median's
-    relative 95% CI half-width is within it, after ``timed_min_s`` and ``min_calls``.
     """
     from harness.measurement import clocks
     from harness.measurement.timing.policy import l2_flush
@@ -103,7 +97,6 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
     kind = "cuda" if device.startswith("cuda") else "cpu"
     warm_s = WARM_S[kind] if warm_s is None else warm_s
     timed_s = TIMED_S[kind] if timed_s is None else timed_s
-    timed_min_s = min(timed_s, TIMED_MIN_S[kind] if timed_min_s is None else timed_min_s)
     flush = None
     if kind == "cuda":
         timer = timer or CudaEventTimer(device)
@@ -143,9 +136,6 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
         t1 = timer.now_s()
         while len(samples) < min_calls or timer.now_s() - t1 < timed_s:
             samples += timer.time_loop(calls(batch), arm=arm)
-            if (noise_target is not None and len(samples) >= min_calls and timer.now_s() - t1 >= timed_min_s
-                    and rel_noise(samples) <= noise_target):
-                break
         t2 = timer.now_s()
     finally:
         if monitor is not None:
@@ -183,4 +173,4 @@ def rates(cfg, ms: float) -> Mapping[str, float]:
             "kv_gbps": formulas.kv_bytes(cfg) / secs / 1e9}
 
 
-__all__ = ["BATCH_S", "MAX_BATCH", "MIN_CALLS", "Sustained", "TIMED_MIN_S", "TIMED_S", "WARM_S", "rates", "sustain"]
+__all__ = ["BATCH_S", "MAX_BATCH", "MIN_CALLS", "Sustained", "TIMED_S", "WARM_S", "rates", "sustain"]
