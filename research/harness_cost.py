@@ -16,7 +16,8 @@ baseline, each candidate and the baseline again (the control): ``triton.testing.
 per config, the sweep's wall time, the bare timer's, their ratio, and the sweep's own phase
 breakdown (each row's ``cost``; a rig-noisy config measured again counts in its config's
 share, as in the wall time). Writes ``harness_cost.md`` and ``harness_cost.json`` under
-``$OUT`` (or ``--out``, else the current directory).
+``$OUT`` (or ``--out``, else the current directory), with each scratch sweep's ledger
+(``cost-LINE.jsonl``) and output (``cost-LINE.sweep.log``), so a row's reason outlives the run.
 
 With ``--verdict`` it also evaluates the bar on the scratch ledger (``bench verdict
 --no-commit``: nothing written) and compares the verdict and every speedup with this
@@ -158,7 +159,7 @@ def shipped_comparison(repo: Path, name: str, line: str) -> dict:
             "pairs": pairs}
 
 
-def measure(line: str, device: str, verdict: bool = False) -> dict:
+def measure(line: str, device: str, verdict: bool = False, out: Path | None = None) -> dict:
     from harness.governance.ledger_format import read_rows
     from harness.governance.outcomes import OUTCOME_KINDS
     from harness.governance.registration import load
@@ -174,6 +175,10 @@ def measure(line: str, device: str, verdict: bool = False) -> dict:
         sw, sweep_s = _bench(repo, "sweep", name)
         if sw.returncode != 0:
             raise SystemExit(f"sweep {name} failed ({sw.returncode}): {sw.stdout[-2000:]}{sw.stderr[-2000:]}")
+        if out is not None:  # the scratch sweep's rows and output outlive its temporary directory
+            out.mkdir(parents=True, exist_ok=True)
+            shutil.copy(repo / "ledger" / f"{name}.jsonl", out / f"{name}.jsonl")
+            (out / f"{name}.sweep.log").write_text(sw.stdout + sw.stderr)
         rows = [r for r in read_rows(repo / "ledger" / f"{name}.jsonl") if r.kind in OUTCOME_KINDS]
         reg = load(repo / "registrations" / f"{name}.toml")
         against = shipped_comparison(repo, name, line) if verdict else None
@@ -231,7 +236,7 @@ def main(argv=None) -> int:
         if (ROOT / ".git").exists() else "(a tree without .git)"
     results = []
     for line in args.lines:
-        r = measure(line, device, verdict=args.verdict)
+        r = measure(line, device, verdict=args.verdict, out=Path(args.out))
         results.append(r)
         print(f"{line} on {device}: {r['configs']} configs, sweep {r['sweep_s']:.1f} s "
               f"({r['sweep_per_config_s']:.2f} s/config) vs bare timer {r['bare_per_config_s']:.2f} s/config: "
