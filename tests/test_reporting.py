@@ -290,7 +290,7 @@ def test_compare_changes_on_samples_with_known_differences(tmp_path, factor, exp
     assert pair.change == expected, pair
     assert pair.speedup == pytest.approx(1 / factor, rel=0.01)
     if expected != cmp.SAME:
-        assert pair.p_value < cmp.ALPHA
+        assert pair.p_adjusted < cmp.FDR_Q and pair.p_adjusted == pair.p_value  # one config: nothing to adjust
 
 
 def test_compare_is_unclear_when_the_samples_cannot_tell(tmp_path):
@@ -300,7 +300,35 @@ def test_compare_is_unclear_when_the_samples_cannot_tell(tmp_path):
     (pair,) = cmp.compare(lines.load_path(a.path), lines.load_path(b.path)).pairs
     assert pair.change == cmp.UNCLEAR
     tiny = cmp.compare_samples([1.0, 1.1], [0.5, 0.6])
-    assert math.isnan(tiny[3]) and cmp.classify(*tiny[1:]) == cmp.UNCLEAR
+    assert math.isnan(tiny[3]) and cmp.classify(*tiny) == cmp.UNCLEAR
+
+
+def test_compare_names_no_change_smaller_than_its_minimum_effect():
+    # Significant, CI wholly above 1, but wider than the SAME band: a 1.001x ratio is not FASTER.
+    assert cmp.classify(1.001, 1.0005, 1.03, 1e-6) == cmp.UNCLEAR
+    assert cmp.classify(1.05, 1.001, 1.1, 1e-6) == cmp.FASTER
+    assert cmp.classify(1 / 1.05, 0.9, 0.999, 1e-6) == cmp.SLOWER
+    assert cmp.classify(0.995, 0.95, 0.999, 1e-6) == cmp.UNCLEAR
+    assert cmp.classify(1.05, 1.001, 1.1, cmp.FDR_Q) == cmp.UNCLEAR  # not significant after adjustment
+
+
+def test_benjamini_hochberg_adjustment_and_its_counts(tmp_path):
+    # By hand: p (0.01, 0.04, 0.03, 0.005) over 4 tests -> 0.02, 0.04, 0.04, 0.02; NaN is no test.
+    got = cmp.bh_adjust([0.01, 0.04, 0.03, math.nan, 0.005])
+    assert got[:3] == pytest.approx([0.02, 0.04, 0.04]) and math.isnan(got[3])
+    assert got[4] == pytest.approx(0.02)
+    assert cmp.bh_adjust([]) == []
+    # A comparison of many configs: the decisions use the adjusted p-values, the counts say both.
+    a, b = _ledger(tmp_path, "a"), _ledger(tmp_path, "b")
+    for i, n in enumerate((32, 64, 96, 128)):
+        _result(a, n, "fast", _samples(1.0, seed=10 + i), _samples(2.0))
+        _result(b, n, "fast", _samples(0.8 if n == 32 else 1.0, seed=20 + i), _samples(2.0))
+    c = cmp.compare(lines.load_path(a.path), lines.load_path(b.path))
+    assert [p.change for p in c.pairs].count(cmp.FASTER) == 1
+    for p in c.pairs:
+        assert p.p_adjusted >= p.p_value or math.isnan(p.p_value)
+    sig = c.significance()
+    assert sig["tests"] == 4 and sig["adjusted"] <= sig["raw"] and sig["adjusted"] >= 1
 
 
 def test_compare_refuses_different_devices_unless_told(tmp_path):
@@ -325,6 +353,9 @@ def test_compare_against_in_ci_mode_fails_on_a_significant_regression(repo):
     assert "FAIL: 1 config(s) significantly slower" in r.stdout and "SLOWER" in r.stdout
     ok = run_bench(repo, "compare", "--against", "ci", "--threshold", "0.5")
     assert ok.returncode == 0, ok.stdout + ok.stderr
+    for bad in ("nan", "inf", "-0.1"):  # NaN would pass every slowdown: the CI gate off
+        off = run_bench(repo, "compare", "--against", "ci", "--threshold", bad)
+        assert off.returncode == 2 and "finite number >= 0" in off.stderr and off.stdout == "", (bad, off.stdout)
     both = run_bench(repo, "compare", f"ci@{old[:8]}", f"ci@{new[:8]}")
     assert both.returncode == 0 and "SAME 1" in both.stdout and "SLOWER 1" in both.stdout
     one = run_bench(repo, "compare", "ci")

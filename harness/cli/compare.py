@@ -25,6 +25,8 @@ def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
     """Config by config: ratio of medians, significance test on the raw samples, FASTER/SLOWER/SAME/UNCLEAR.
     A line amended by a newer one is compared as the newest (--exact: as named), unless both sides name
     lines of one chain; LINE@COMMIT is used as named."""
+    import math
+
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
     from harness.reporting.analysis import compare as cmp_mod
@@ -35,8 +37,10 @@ def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
     specs = list(specs or [])
     if threshold is None:
         threshold = cmp_mod.DEFAULT_THRESHOLD
-    elif threshold < 0:
-        raise UserError(f"--threshold {threshold} is negative: give the slowdown that fails, e.g. 0.05 for 5% slower")
+    elif not math.isfinite(threshold) or threshold < 0:
+        # NaN compares false with every slowdown: the CI gate would pass everything.
+        raise UserError(f"--threshold {threshold}: give the slowdown that fails as a finite number >= 0, e.g. 0.05 "
+                        f"for 5% slower")
     root = repo_root()
     if against is not None:
         if len(specs) > 1:

@@ -4,12 +4,14 @@ Per matched (config, kernel), on each run's interleaved rounds (the candidate's 
 at the rounds' mean SM clock, both shown — the protocol a speedup comes from): the ratio of medians (speedup of B over A: median A /
 median B, > 1 means B is faster), a bootstrap CI of that ratio resampling each run's raw
 samples independently (two runs share no rounds), and a two-sided Mann-Whitney U test on
-the raw samples. The change per config:
+the raw samples, its p-values adjusted across the comparison's configs by Benjamini-Hochberg
+(a comparison of 36 configs makes 36 tests: the adjustment keeps the expected share of false
+FASTER/SLOWER calls among them at ``FDR_Q``). The change per config:
 
 - SAME: the ratio's CI lies inside ±``SAME_BAND`` (any difference is too small to matter);
-- FASTER / SLOWER: the test is significant at ``ALPHA`` and the CI lies wholly above /
-  below 1;
-- UNCLEAR: anything else (too few samples or too much spread to tell).
+- FASTER / SLOWER: the adjusted p is below ``FDR_Q``, the CI lies wholly above / below 1, and
+  the ratio itself is at least ``MIN_EFFECT`` from 1 (a significant 1.001× is not FASTER);
+- UNCLEAR: anything else (too few samples, too much spread, or a change too small to name).
 
 Rows measured on different devices, under different numeric flags or a different timing
 mode are refused unless ``allow_mixed``: their difference would not be the kernel's.
@@ -25,8 +27,11 @@ from harness.governance.outcomes import RESULT
 from harness.governance.devices import device_of
 from harness.reporting.analysis.lines import LineView, arm_samples
 
-ALPHA = 0.01  # significance level of the two-sided Mann-Whitney U test
+# False-discovery rate of FASTER/SLOWER across one comparison's configs (Benjamini-Hochberg);
+# with one config it is the test's own significance level, as before the adjustment.
+FDR_Q = 0.01
 SAME_BAND = 0.02  # a ratio CI inside [1/(1+band), 1+band] is SAME
+MIN_EFFECT = SAME_BAND  # FASTER needs a ratio >= 1 + this, SLOWER <= 1 / (1 + this)
 DEFAULT_THRESHOLD = 0.05  # CI mode: a SLOWER config more than 5% slower fails the job
 MIN_SAMPLES = 5  # fewer raw samples in either run: UNCLEAR, no test
 FASTER, SLOWER, SAME, UNCLEAR = "FASTER", "SLOWER", "SAME", "UNCLEAR"
@@ -44,12 +49,13 @@ class PairComparison:
     speedup: float  # median A / median B: > 1 means B is faster
     ci_low: float
     ci_high: float
-    p_value: float
-    change: str  # FASTER, SLOWER, SAME or UNCLEAR
+    p_value: float  # the Mann-Whitney U test's own
+    change: str  # FASTER, SLOWER, SAME or UNCLEAR (decided on p_adjusted)
     # The interleaved rounds' mean SM clock of each side (None: not read, e.g. the CPU): the
     # medians above were measured at it.
     clock_a_mhz: float | None = None
     clock_b_mhz: float | None = None
+    p_adjusted: float = math.nan  # Benjamini-Hochberg over the comparison's configs
 
     @property
     def slowdown(self) -> float:
@@ -72,21 +78,42 @@ class Comparison:
             out[p.change] += 1
         return out
 
+    def significance(self) -> dict[str, int]:
+        """Configs tested, significant at FDR_Q on their own p, and after the adjustment."""
+        tested = [p for p in self.pairs if not math.isnan(p.p_value)]
+        return {"tests": len(tested), "raw": sum(p.p_value < FDR_Q for p in tested),
+                "adjusted": sum(p.p_adjusted < FDR_Q for p in tested)}
+
     def regressions(self, threshold: float) -> list[PairComparison]:
         """SLOWER configs whose slowdown exceeds ``threshold`` (the CI mode's failures)."""
         return [p for p in self.pairs if p.change == SLOWER and p.slowdown > threshold]
 
 
-def classify(ci_low: float, ci_high: float, p_value: float, *, alpha: float = ALPHA, band: float = SAME_BAND) -> str:
-    if any(math.isnan(x) for x in (ci_low, ci_high, p_value)):
+def classify(speedup: float, ci_low: float, ci_high: float, p_value: float, *, q: float = FDR_Q,
+             band: float = SAME_BAND, min_effect: float = MIN_EFFECT) -> str:
+    """The change of one config from its ratio, CI and (adjusted) p-value."""
+    if any(math.isnan(x) for x in (speedup, ci_low, ci_high, p_value)):
         return UNCLEAR
     if ci_low >= 1 / (1 + band) and ci_high <= 1 + band:
         return SAME
-    if p_value < alpha and ci_low > 1:
+    if p_value < q and ci_low > 1 and speedup >= 1 + min_effect:
         return FASTER
-    if p_value < alpha and ci_high < 1:
+    if p_value < q and ci_high < 1 and speedup <= 1 / (1 + min_effect):
         return SLOWER
     return UNCLEAR
+
+
+def bh_adjust(p_values: list[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values (NaN stays NaN and is not counted as a test)."""
+    idx = sorted((i for i, p in enumerate(p_values) if not math.isnan(p)), key=lambda i: p_values[i])
+    m = len(idx)
+    out = [math.nan] * len(p_values)
+    running = 1.0
+    for rank in range(m, 0, -1):  # from the largest p down: the running minimum keeps them monotone
+        i = idx[rank - 1]
+        running = min(running, p_values[i] * m / rank)
+        out[i] = running
+    return out
 
 
 def compare_samples(a: list[float], b: list[float]) -> tuple[float, float, float, float]:
@@ -182,13 +209,16 @@ def compare(a: LineView, b: LineView, *, allow_mixed: bool = False) -> Compariso
     from harness.governance.metrics import INTERLEAVED
     from harness.reporting.analysis.protocol import timed
 
-    out = []
+    tests = []
     for ra, rb in pairs:
         sa, sb = arm_samples(ra, "candidate"), arm_samples(rb, "candidate")
-        sp, lo, hi, p = compare_samples(sa, sb)
+        tests.append((ra, rb, sa, sb, *compare_samples(sa, sb)))
+    adjusted = bh_adjust([t[-1] for t in tests])
+    out = []
+    for (ra, rb, sa, sb, sp, lo, hi, p), pa in zip(tests, adjusted):
         out.append(PairComparison(ra.config_key, ra.candidate, rb.candidate, float(np.median(sa)),
-                                  float(np.median(sb)), len(sa), len(sb), sp, lo, hi, p, classify(lo, hi, p),
-                                  timed(ra, INTERLEAVED).sm_mhz, timed(rb, INTERLEAVED).sm_mhz))
+                                  float(np.median(sb)), len(sa), len(sb), sp, lo, hi, p, classify(sp, lo, hi, pa),
+                                  timed(ra, INTERLEAVED).sm_mhz, timed(rb, INTERLEAVED).sm_mhz, pa))
     return Comparison(_label(a), _label(b), tuple(out), tuple(only_a), tuple(only_b), tuple(mixed))
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from harness.reporting.analysis.compare import ALPHA, FASTER, SAME, SAME_BAND, SLOWER, UNCLEAR, Comparison
+from harness.reporting.analysis.compare import (FASTER, FDR_Q, MIN_EFFECT, SAME, SAME_BAND, SLOWER, UNCLEAR,
+                                                Comparison)
 from harness.reporting.render.console import console
 
 CHANGE_STYLE = {FASTER: "green", SLOWER: "red", SAME: "cyan", UNCLEAR: "yellow"}
@@ -23,13 +24,16 @@ def comparison_table(cmp: Comparison, threshold: float | None = None):
     from rich.table import Table
 
     counts = ", ".join(f"{k} {n}" for k, n in cmp.counts().items())
+    sig = cmp.significance()
     t = Table(title=f"{cmp.b} against {cmp.a} — {counts}", caption=(
         f"A ms, B ms: the candidate's median in each run's interleaved rounds, at that run's mean SM clock "
         f"(A MHz, B MHz); "
-        f"speedup = median A / median B (> 1: B faster); CI: bootstrap 95%; p: Mann-Whitney U; "
-        f"SAME inside ±{SAME_BAND:.0%}, FASTER/SLOWER at p < {ALPHA:g}"))
+        f"speedup = median A / median B (> 1: B faster); CI: bootstrap 95%; p adj.: Mann-Whitney U, "
+        f"Benjamini-Hochberg-adjusted over {sig['tests']} configs (significant at q = {FDR_Q:g}: {sig['raw']} "
+        f"before the adjustment, {sig['adjusted']} after); SAME inside ±{SAME_BAND:.0%}, FASTER/SLOWER at adjusted "
+        f"p < {FDR_Q:g} and a change of at least {MIN_EFFECT:.0%}"))
     for col in ("config", "kernel", "A ms (interleaved)", "A MHz", "B ms (interleaved)", "B MHz", "speedup",
-                "CI", "p", "change"):
+                "CI", "p adj.", "change"):
         t.add_column(col, justify="left" if col in ("config", "kernel", "change") else "right")
     failing = {id(p) for p in cmp.regressions(threshold)} if threshold is not None else set()
     for p in cmp.pairs:
@@ -38,7 +42,7 @@ def comparison_table(cmp: Comparison, threshold: float | None = None):
         mark = f" (beyond {threshold:.0%})" if id(p) in failing else ""
         t.add_row(p.config_key, kernel, _f(p.median_a_ms, ".4g"), _mhz(p.clock_a_mhz), _f(p.median_b_ms, ".4g"),
                   _mhz(p.clock_b_mhz), _f(p.speedup, ".3f") + "×",
-                  f"[{_f(p.ci_low, '.3f')}, {_f(p.ci_high, '.3f')}]", _f(p.p_value, ".2g"),
+                  f"[{_f(p.ci_low, '.3f')}, {_f(p.ci_high, '.3f')}]", _f(p.p_adjusted, ".2g"),
                   f"[{style}]{p.change}[/]{mark}")
     return t
 
