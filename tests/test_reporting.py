@@ -405,6 +405,42 @@ def test_route_writes_json_and_an_importable_dispatcher_that_falls_back(tmp_path
     assert mod.choose("attention", 1, 2, 2, 999, 16, "float32", False) == "base"  # unseen shape
 
 
+def test_route_treats_overlapping_cis_as_a_tie_and_names_it(tmp_path):
+    """At n32 'fast' and 'twin' cannot be told apart (CIs overlap; twin's median a hair lower):
+    the kernel tied-best at more shapes (fast, also the only choice at n64) takes it."""
+    led = _ledger(tmp_path, "tie", candidates=("fast", "twin"))
+    _result(led, 32, "fast", _samples(0.5, seed=1, spread=0.05), _samples(1.0, seed=2))
+    _result(led, 32, "twin", _samples(0.499, seed=3, spread=0.05), _samples(1.0, seed=4))
+    _result(led, 64, "fast", _samples(0.5, seed=5), _samples(1.0, seed=6))
+    _result(led, 64, "twin", _samples(1.0, seed=7), _samples(1.0, seed=8))  # CI straddles 1
+    rows = {r.candidate: r for r in read_rows(led.path) if r.kind == "result" and r.config["seq_len"] == 32}
+    f, t = rows["fast"].metrics, rows["twin"].metrics
+    assert f["speedup_ci_low"] <= t["speedup_ci_high"] and t["speedup_ci_low"] <= f["speedup_ci_high"]
+    table = route.build([lines.load_path(led.path)])
+    chosen = {r.config["seq_len"]: r for r in table.routes}
+    assert chosen[32].kernel == "fast" and chosen[64].kernel == "fast"
+    assert "tied with twin" in chosen[32].why
+    # Apart (no overlap), the faster one wins as before.
+    led2 = _ledger(tmp_path, "apart", candidates=("fast", "twin"))
+    _result(led2, 32, "fast", _samples(0.5, seed=1), _samples(1.0, seed=2))
+    _result(led2, 32, "twin", _samples(0.4, seed=3), _samples(1.0, seed=4))
+    (r,) = route.build([lines.load_path(led2.path)]).routes
+    assert r.kernel == "twin" and "tied" not in r.why
+
+
+def test_the_dispatcher_routes_an_unseen_seq_len_like_its_nearest_measured_one(tmp_path):
+    x, y = _route_lines(tmp_path)
+    _, py = route_out.write(route.build([lines.load_path(x.path), lines.load_path(y.path)]), tmp_path / "o", "d")
+    spec = importlib.util.spec_from_file_location("d", py)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    # measured: 32 fast, 64 mid, 128 base
+    assert mod.choose("attention", 1, 2, 2, 40, 16, "float32", False) == "fast"   # 40/32 < 64/40
+    assert mod.choose("attention", 1, 2, 2, 48, 16, "float32", False) == "mid"    # 64/48 < 48/32
+    assert mod.choose("attention", 1, 2, 2, 8, 16, "float32", False) == "fast"    # below the range: 32's
+    assert mod.choose("attention", 1, 2, 2, 32, 64, "float32", False) == "base"   # no shape with head_dim 64
+
+
 def test_route_passes_over_a_result_whose_ci_could_not_be_formed(tmp_path):
     """A NaN CI low (written "NaN" by the ledger) is the worst a candidate has at that shape:
     it is never routed to there, the shape falls back to the baseline, and nothing crashes."""

@@ -5,9 +5,14 @@ protocol its speedup comes from, shown beside it with the rounds' clock) among t
 check there — a result row that is neither rig-noisy nor impossible, and no failing row
 (incorrect, crashed, impossible) for that kernel at that shape in any of the lines — and
 whose speedup CI lies wholly above 1; otherwise the baseline. A kernel measured at one
-shape in several lines is judged by its weakest measurement there (lowest CI low). The
-table is written (``render/route.py``) as JSON and as a small dispatcher module that imports
-nothing and falls back to the baseline for shapes it has not seen.
+shape in several lines is judged by its weakest measurement there (lowest CI low).
+
+Ties: kernels whose speedup CIs overlap the fastest one's cannot be told apart at that
+shape, so the one tied-best at the most shapes of the table wins (a smaller dispatcher,
+fewer kernels to ship), then the lower median; the route's ``why`` names the kernels it
+tied with. The table is written (``render/route.py``) as JSON and as a small dispatcher
+module that imports nothing; a shape it has not seen takes the route of the nearest
+measured seq_len with the same other fields (the baseline only where there is none).
 """
 
 from __future__ import annotations
@@ -128,7 +133,7 @@ def build(views: list[LineView]) -> RouteTable:
     by_shape: dict[str, list[tuple[str, dict]]] = {}
     for line, r in outcomes:
         by_shape.setdefault(r.config_key, []).append((line, r))
-    routes = []
+    shapes = []  # per shape: (key, rows, eligible, passed over)
     for key in sorted(by_shape):
         rows = by_shape[key]
         failed = {r.candidate for _, r in rows if _failed(r)}
@@ -151,9 +156,20 @@ def build(views: list[LineView]) -> RouteTable:
             else:
                 passed_over.append(f"{k}: speedup CI low {lo:.3f} ≤ 1" if not math.isnan(lo) else f"{k}: no speedup CI")
         passed_over += [f"{k}: failed here" + (" (the baseline)" if k == baseline else "") for k in sorted(failed)]
+        shapes.append((key, rows, _tied(eligible), passed_over))
+    wins: dict[str, int] = {}
+    for _, _, tied, _ in shapes:
+        for _, r in tied:
+            wins[r.candidate] = wins.get(r.candidate, 0) + 1
+    routes = []
+    for key, rows, tied, passed_over in shapes:
         config = next(r.config for _, r in rows)
-        if eligible:
-            line, r = min(eligible, key=lambda lr: _interleaved_ms(lr[1]))
+        if tied:
+            line, r = min(tied, key=lambda lr: (-wins[lr[1].candidate], _interleaved_ms(lr[1]), lr[1].candidate))
+            others = sorted(x.candidate for _, x in tied if x.candidate != r.candidate)
+            if others:
+                passed_over = [f"tied with {', '.join(others)} (speedup CIs overlap; routed at more shapes, or faster)",
+                               *passed_over]
             m = r.metrics
             cand, base = timed(r, INTERLEAVED), timed(r, INTERLEAVED, "baseline")
             routes.append(Route(key, config, r.candidate, m["speedup"], m["speedup_ci_low"], m["speedup_ci_high"],
@@ -167,3 +183,14 @@ def build(views: list[LineView]) -> RouteTable:
                                 None if base is None else base.sm_mhz))
     device, gpu = devices[0]
     return RouteTable(baseline, gpu or device or "?", tuple(v.line for v in views), tuple(routes))
+
+
+def _tied(eligible: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """The fastest eligible kernel (lowest interleaved median) and every one whose speedup CI
+    overlaps its own: the kernels this shape cannot tell apart."""
+    if not eligible:
+        return []
+    _, fastest = min(eligible, key=lambda lr: (_interleaved_ms(lr[1]), lr[1].candidate))
+    lo, hi = _ci_low(fastest), number(fastest.metrics.get("speedup_ci_high"))
+    return [(line, r) for line, r in eligible
+            if r is fastest or (hi is not None and _ci_low(r) <= hi and lo <= _or_inf(r.metrics.get("speedup_ci_high")))]

@@ -11,7 +11,9 @@ from harness.reporting.render.console import console
 DISPATCHER = '''"""Shape-aware dispatch table written by `bench route {lines}` from the ledgers alone.
 
 Device: {device}. Geomean speedup over {baseline} on the routed grid: {geomean:.4g}x,
-worst {worst:.4g}x. Shapes not in the table fall back to the baseline.
+worst {worst:.4g}x. A shape not in the table takes the route of the nearest measured seq_len
+with the same other fields (its kernel was measured there, not at the new shape); the
+baseline only where no such shape was measured.
 """
 
 BASELINE = {baseline!r}
@@ -19,19 +21,32 @@ FIELDS = {fields!r}
 ROUTES = {{
 {routes}
 }}
+SPEEDUPS = {{
+{speedups}
+}}
 
 
 def choose(workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal):
-    """The kernel to run for this shape: the routed one, or BASELINE for an unseen shape."""
-    return ROUTES.get((workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal), BASELINE)
+    """The kernel to run for this shape: the routed one; for an unseen seq_len, the nearest
+    measured one's (by ratio, the faster route on a tie); BASELINE where none was measured."""
+    key = (workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal)
+    if key in ROUTES:
+        return ROUTES[key]
+    near = [k for k in ROUTES if k[:4] == key[:4] and k[5:] == key[5:]]
+    if not near or seq_len < 1:
+        return BASELINE
+    best = min(near, key=lambda k: (max(k[4], seq_len) / min(k[4], seq_len), -SPEEDUPS[k]))
+    return ROUTES[best]
 '''
 
 
 def dispatcher_source(table: RouteTable) -> str:
-    entries = "\n".join(f"    {tuple(r.config.get(f) for f in CONFIG_FIELDS)!r}: {r.kernel!r},  # {r.speedup:.3f}x"
-                        for r in table.routes)
+    keys = [tuple(r.config.get(f) for f in CONFIG_FIELDS) for r in table.routes]
+    entries = "\n".join(f"    {k!r}: {r.kernel!r},  # {r.speedup:.3f}x" for k, r in zip(keys, table.routes))
+    speedups = "\n".join(f"    {k!r}: {r.speedup!r}," for k, r in zip(keys, table.routes))
     return DISPATCHER.format(lines=" ".join(table.lines), device=table.device, baseline=table.baseline,
-                             geomean=table.geomean, worst=table.worst.speedup, fields=CONFIG_FIELDS, routes=entries)
+                             geomean=table.geomean, worst=table.worst.speedup, fields=CONFIG_FIELDS, routes=entries,
+                             speedups=speedups)
 
 
 def write(table: RouteTable, out: Path, stem: str = "route") -> tuple[Path, Path]:
