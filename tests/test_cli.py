@@ -156,6 +156,26 @@ def test_version_help_and_a_bare_bench(repo):
     assert sub.returncode == 0 and "Usage: bench sweep" in sub.stdout
 
 
+def test_help_lists_commands_in_workflow_order_and_each_shows_an_example():
+    """`bench --help` reads in the order a line is worked (register → sweep → verdict → reading
+    the results → the tools), and every command's own help ends with a command to copy."""
+    import typer.main
+
+    from harness.cli import app
+
+    group = typer.main.get_command(app)
+    names = list(group.list_commands(None))
+    workflow = ["register", "sweep", "verdict", "report", "compare", "route", "status", "profile", "kernels",
+                "ceilings", "warm"]
+    assert [n for n in names if n in workflow] == workflow and set(names) == {*workflow, "ledger"}
+    subs = [(n, group.get_command(None, n)) for n in names]
+    subs += [(f"ledger {n}", c) for n, c in subs[-1][1].commands.items()] if names[-1] == "ledger" else []
+    for name, cmd in subs:
+        if name == "ledger":
+            continue
+        assert f"Example: bench {name}" in (cmd.help or ""), name
+
+
 def _variants(repo):
     """Bad registrations next to tiny, committed (a sweep needs a clean tree)."""
     from tests.conftest import TINY

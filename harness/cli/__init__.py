@@ -44,8 +44,10 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """bench: register a GO/NO-GO bar, sweep it, get a verdict — numbers you can publish."""
 
 
-from harness.cli import (ceilings, compare, kernels, ledger, profile, register, report, route,  # noqa: E402,F401
-                        status, sweep, verdict, warm)  # (importing a command module registers it)
+# Importing a command module registers it; `bench --help` lists the commands in this order,
+# the workflow's: register → sweep → verdict → read the results → the tools around them.
+from harness.cli import register, sweep, verdict, report, compare, route, status, profile  # noqa: E402,F401,I001
+from harness.cli import ledger, kernels, ceilings, warm  # noqa: E402,F401,I001
 
 
 class Terminated(KeyboardInterrupt):

@@ -13,7 +13,10 @@ def ceilings(force: bool = typer.Option(False, "--force", help="re-measure even 
                                             help="leave the ceilings row uncommitted (a sweep's rows naming it "
                                                  "do not verify once committed without it)")):
     """Measure this device's copy bandwidth and matmul TFLOP/s; store them as a ledger row,
-    committed (ledger/_device_ceilings.jsonl alone) unless --no-commit."""
+    committed (ledger/_device_ceilings.jsonl alone) unless --no-commit.
+
+    Example: bench ceilings --no-commit
+    """
     from harness.governance.gitguard import require_clean
     from harness.measurement.device import detect_device
     from harness.record.ceilings import ceilings_command, is_committed, require_committable

@@ -24,7 +24,10 @@ def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
                                                               "amendment chain")):
     """Config by config: ratio of medians, significance test on the raw samples, FASTER/SLOWER/SAME/UNCLEAR.
     A line amended by a newer one is compared as the newest (--exact: as named), unless both sides name
-    lines of one chain; LINE@COMMIT is used as named."""
+    lines of one chain; LINE@COMMIT is used as named.
+
+    Example: bench compare flash-h200 flash-h200-v2;  in CI: bench compare --against flash-h200-v2 --threshold 0.05
+    """
     import math
 
     from harness.errors import UserError

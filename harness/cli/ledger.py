@@ -54,7 +54,10 @@ def verify(line: Optional[str] = typer.Argument(None, help="line id or registrat
     statistics and metrics from its raw samples; name the first bad row (every result row
     whose figures disagree, with the field, stored and recomputed), and ledgers deleted from
     the work tree or from git. Exit 1 if anything is wrong. In a shallow clone (CI checkouts)
-    what needs the missing history is named on the ledger's line, and skipped."""
+    what needs the missing history is named on the ledger's line, and skipped.
+
+    Example: bench ledger verify   (every ledger; or: bench ledger verify flash-h200-v2)
+    """
     from harness.errors import UserError, plural
     from harness.governance.ledger_verify import verify as do_verify
     from harness.reporting.render.ledger import render_gone, render_verified
@@ -85,7 +88,10 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
                                               help="tidy: one CSV row per (config, kernel) outcome, typed config "
                                                    "columns and one column per metric")):
     """Print a line's rows as a table (or export them). A ledger that fails verification is
-    still shown as far as it reads, with a warning on stderr, and exits 1."""
+    still shown as far as it reads, with a warning on stderr, and exits 1.
+
+    Example: bench ledger show flash-h200-v2
+    """
     from harness.errors import UserError
     from harness.governance.ledger import KINDS, dataframe
     from harness.governance.ledger_format import canonical, read_rows
@@ -133,7 +139,10 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
 
 @ledger_app.command("repair")
 def repair(line: str = typer.Argument(..., help="line id")):
-    """Remove an incomplete final line (a write that never finished) and nothing else."""
+    """Remove an incomplete final line (a write that never finished) and nothing else.
+
+    Example: bench ledger repair flash-h200-v2
+    """
     from harness.governance.gitguard import repo_root
     from harness.governance.ledger import Ledger
     from harness.governance.line import line_lock

@@ -15,7 +15,10 @@ def profile(line: str = typer.Argument(..., help="line id or registrations/NAME.
             no_commit: bool = typer.Option(False, "--no-commit",
                                            help="leave the rows uncommitted (the verdict refuses until they are)")):
     """Hardware counters (Nsight Compute) of the line's kernels, after the gate; appends `profile`
-    rows, committed to git after each config."""
+    rows, committed to git after each config.
+
+    Example: bench profile flash-h200-v2
+    """
     from harness.governance.line import open_line
     from harness.measurement.device import detect_device
     from harness.record.profile import profile_line, require_profiler, select_configs

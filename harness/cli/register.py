@@ -12,7 +12,10 @@ def register(registration: str = typer.Argument(..., help="registrations/NAME.to
              reopen: bool = typer.Option(False, "--reopen",
                                          help="register again a line whose ledger was deleted (only if that "
                                               "ledger, read from git history, holds no verdict)")):
-    """Validate a committed registration and write its `registered` row (its bar is fixed from now on)."""
+    """Validate a committed registration and write its `registered` row (its bar is fixed from now on).
+
+    Example: bench register registrations/flash-h200-v2.toml
+    """
     from harness.governance.line import register as do_register
     from harness.reporting.render.register import render_registered
 

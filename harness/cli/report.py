@@ -13,7 +13,10 @@ from harness.cli import app
 @app.command()
 def report(line: str = typer.Argument(..., help="line id (or LINE@COMMIT: only rows measured at that commit)"),
            out: Optional[Path] = typer.Option(None, "--out", help="output directory (default: reports/<line>)")):
-    """A Markdown report and one self-contained HTML page (plots embedded), from the ledger alone."""
+    """A Markdown report and one self-contained HTML page (plots embedded), from the ledger alone.
+
+    Example: bench report flash-h200-v2 --out reports/flash-h200-v2
+    """
     from harness.governance.gitguard import repo_root
     from harness.reporting.analysis import lines
     from harness.reporting.analysis.history import index, line_history

@@ -17,7 +17,10 @@ def route(lines: List[str] = typer.Argument(..., help="lines (LINE or LINE@COMMI
           exact: bool = typer.Option(False, "--exact", help="use each line as named, not the newest line of its "
                                                             "amendment chain")):
     """Per shape, the fastest kernel that passed every check with speedup CI above 1, else the baseline.
-    A line amended by a newer one is routed from the newest (--exact: as named); LINE@COMMIT is used as named."""
+    A line amended by a newer one is routed from the newest (--exact: as named); LINE@COMMIT is used as named.
+
+    Example: bench route flash-h200-v2 decode-h200 --out routes
+    """
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
     from harness.reporting.analysis import lines as lines_mod

@@ -12,7 +12,10 @@ def status(lineage: bool = typer.Option(False, "--lineage",
                                         help="each amendment chain as a tree (a line, then the lines amending it), "
                                              "with what else happened to each line")):
     """Every line: registered / swept n of m pairs / closed GO or NO-GO, its commit and device, and its
-    history (amended by, re-opened, re-measured; a deleted ledger is GONE)."""
+    history (amended by, re-opened, re-measured; a deleted ledger is GONE).
+
+    Example: bench status --lineage
+    """
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root
     from harness.reporting.analysis.history import chains, index

@@ -42,7 +42,10 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
 
     Exit 0 when it ran to the end, 2 when refused, 3 when stopped because the baseline fails
     the correctness gate, 130 after Ctrl-C and 143 after SIGTERM (each with the summary and
-    the command that resumes)."""
+    the command that resumes).
+
+    Example: bench sweep flash-h200-v2   (after Ctrl-C, the same command resumes)
+    """
     import os
 
     # Before torch starts CUDA (workers inherit it): N×N tensors of tens of GB, freed and

@@ -14,7 +14,10 @@ def verdict(line: str = typer.Argument(..., help="line id or registrations/NAME.
                                                 "stays open)")):
     """Evaluate the bar on the committed ledger, write GO or NO-GO, commit it, close the line.
     A verdict row exists only committed: --no-commit is a dry run that writes nothing.
-    Exit 0 GO, 1 NO-GO, 2 refused."""
+    Exit 0 GO, 1 NO-GO, 2 refused.
+
+    Example: bench verdict flash-h200-v2 --no-commit   (a dry run; without it the verdict is written)
+    """
     from harness.governance.line import host_env, open_line
     from harness.governance.verdict import GO
     from harness.record.verdict import close

@@ -13,6 +13,9 @@ def warm(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
     """Compile the line's Triton kernels for its configs in parallel, so its sweep loads cached binaries.
 
     Nothing is timed or recorded; on a machine where nothing compiles ahead it says so.
+    
+
+    Example: bench warm flash-h200-v2 --workers 8
     """
     from harness.governance import gitguard, line_ids, registration
     from harness.measurement.device import detect_device
