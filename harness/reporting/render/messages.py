@@ -22,3 +22,10 @@ def render_interrupted(text: str) -> None:
 
 def render_aborted() -> None:
     print("bench: aborted", file=sys.stderr)
+
+
+def render_written_registration(line: str, waived: dict[str, str]) -> None:
+    """`bench new`'s answer: where the file is, what it waives, and the two steps that register it."""
+    print(f"wrote registrations/{line}.toml — review it, commit it, then: bench register registrations/{line}.toml")
+    for name, why in waived.items():
+        print(f"  waived canary {name} (accept_weak, commented in the file): {why}")
