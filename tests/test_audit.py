@@ -151,6 +151,10 @@ def test_the_verdict_dry_run_writes_nothing_and_a_forged_row_is_refused(fixture_
     v = run_bench(fixture_repo, "verdict", LINE, "--no-commit")
     assert v.returncode == 0, v.stderr
     assert f"GO — dry run: nothing written, line {LINE} stays open" in v.stdout
+    j = run_bench(fixture_repo, "verdict", LINE, "--no-commit", "--format", "json")
+    doc = json.loads(j.stdout)  # one JSON document on stdout, nothing else
+    assert j.returncode == 0 and doc["outcome"] == "GO" and doc["dry_run"] and not doc["written"]
+    assert doc["row"]["kind"] == "verdict" and doc["row"]["outcome"] == "GO" and doc["commit"] is None
     assert path.read_bytes() == before and git(fixture_repo, "rev-parse", "HEAD") == head
     assert git(fixture_repo, "status", "--porcelain") == ""
 

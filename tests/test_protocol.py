@@ -167,7 +167,7 @@ def test_ledger_show_puts_each_figure_beside_its_own_time_and_clock(v2_repo):
     tidy = run_bench(v2_repo, "ledger", "show", "flash-h200-v2", "--format", "tidy")
     assert tidy.returncode == 0, tidy.stderr
     (rec,) = [x for x in csv.DictReader(io.StringIO(tidy.stdout))
-              if x["config_key"] == DECIDING and x["kernel"] == "triton_flash"]
+              if x["config_key"] == DECIDING and x["candidate"] == "triton_flash"]
     assert rec["rate_protocol"] == "sustained" and float(rec["tflops"]) == pytest.approx(513.587, abs=1e-3)
     assert float(rec["ms"]) == pytest.approx(2.1408, abs=1e-4) and float(rec["sm_mhz"]) == pytest.approx(1776.03)
     assert float(rec["sm_clock_mean_mhz"]) == 1980.0  # the interleaved rounds' clock, its own column

@@ -102,7 +102,7 @@ def test_tidy_has_one_typed_row_per_outcome_and_named_metric_columns():
     assert str(df["speedup"].dtype) == "float64" and str(df["dtype"].dtype) == "string"
     for r in outcomes:
         got = df[df["seq"] == r.seq].iloc[0]
-        assert got["kind"] == r.kind and got["kernel"] == r.candidate and got["seq_len"] == r.config["seq_len"]
+        assert got["kind"] == r.kind and got["candidate"] == r.candidate and got["seq_len"] == r.config["seq_len"]
         if r.kind == "result":
             assert got["speedup"] == r.metrics["speedup"] and got["n_samples"] == len(
                 r.timing["arms"][f"candidate:{r.candidate}"]["samples_ms"])
@@ -202,10 +202,10 @@ def test_ledger_show_format_tidy_and_its_refusals(repo):
     r = run_bench(repo, "ledger", "show", "report-fixture", "--format", "tidy")
     assert r.returncode == 0, r.stderr
     head, *body = r.stdout.splitlines()
-    assert head.startswith("line,seq,kind,commit,device,gpu,config_key,kernel") and "speedup" in head.split(",")
+    assert head.startswith("line,seq,kind,commit,device,gpu,config_key,candidate") and "speedup" in head.split(",")
     assert len(body) == 15
     bad = run_bench(repo, "ledger", "show", "report-fixture", "--format", "wide")
-    assert bad.returncode == 2 and "--format tidy" in bad.stderr and bad.stdout == ""
+    assert bad.returncode == 2 and "use table, json, csv or tidy" in bad.stderr and bad.stdout == ""
     both = run_bench(repo, "ledger", "show", "report-fixture", "--format", "tidy", "--csv")
     assert both.returncode == 2 and bad.stdout == ""
     assert run_bench(repo, "ledger", "show", "report-fixture", "--csv").returncode == 0  # the old flags still work

@@ -21,7 +21,9 @@ def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
             allow_mixed: bool = typer.Option(False, "--allow-mixed",
                                              help="compare rows from different devices, numeric flags or timing modes"),
             exact: bool = typer.Option(False, "--exact", help="use each line as named, not the newest line of its "
-                                                              "amendment chain")):
+                                                              "amendment chain"),
+            format: str = typer.Option("table", "--format", help="table | json | csv (CI mode still exits 1 on a "
+                                                                 "regression)")):
     """Config by config: ratio of medians, significance test on the raw samples, FASTER/SLOWER/SAME/UNCLEAR.
     A line amended by a newer one is compared as the newest (--exact: as named), unless both sides name
     lines of one chain; LINE@COMMIT is used as named.
@@ -37,6 +39,9 @@ def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
     from harness.reporting.analysis.history import resolve
     from harness.reporting.render.compare import render_ci_outcome, render_comparison
 
+    from harness.reporting.render.formats import check_format
+
+    check_format(format)
     specs = list(specs or [])
     if threshold is None:
         threshold = cmp_mod.DEFAULT_THRESHOLD
@@ -57,9 +62,16 @@ def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
         used = resolve(root, specs, exact=exact, one_side_each=True)
         result = cmp_mod.compare(lines.load(root, used.specs[0]), lines.load(root, used.specs[1]),
                                  allow_mixed=allow_mixed)
+    bad = result.regressions(threshold) if against is not None else []
+    if format != "table":
+        from harness.reporting.render.compare import emit_comparison
+
+        emit_comparison(result, format, threshold if against is not None else None, used.notes)
+        if bad:
+            raise typer.Exit(1)
+        return
     render_comparison(result, threshold if against is not None else None, used.notes)
     if against is not None:
-        bad = result.regressions(threshold)
         render_ci_outcome(result, threshold, bad)
         if bad:
             raise typer.Exit(1)

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import typer
+
 from harness.cli import app
 
 
 @app.command("kernels")
-def kernels_cmd():
+def kernels_cmd(format: str = typer.Option("table", "--format", help="table | json | csv")):
     """List every registered kernel: source, workloads, dtypes, and whether it runs here (and why not).
 
     Example: bench kernels
     """
     from harness.measurement.device import detect_device
     from harness.registry import load_kernels
+    from harness.reporting.render.formats import check_format
     from harness.reporting.render.kernels import render_kernels
 
-    render_kernels(load_kernels(), detect_device())
+    check_format(format)
+    render_kernels(load_kernels(), detect_device(), format)

@@ -85,8 +85,10 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
          json: bool = typer.Option(False, "--json", help="write all rows as JSON Lines to stdout"),
          kind: Optional[str] = typer.Option(None, help="only rows of this kind"),
          format: Optional[str] = typer.Option(None, "--format",
-                                              help="tidy: one CSV row per (config, kernel) outcome, typed config "
-                                                   "columns and one column per metric")):
+                                              help="table | json (JSON Lines, the rows as stored; = --json) | csv "
+                                                   "(one flat row per ledger row; = --csv) | tidy (one CSV row per "
+                                                   "(config, candidate) outcome, typed config columns, one column "
+                                                   "per metric)")):
     """Print a line's rows as a table (or export them). A ledger that fails verification is
     still shown as far as it reads, with a warning on stderr, and exits 1.
 
@@ -102,10 +104,12 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
     # Contradictory flags are refused before anything is read.
     if csv and json:
         raise UserError("--csv and --json both given: pick one output format")
-    if format is not None and format != "tidy":
-        raise UserError(f"--format {format!r} is not a format: use --format tidy (or --csv / --json)")
+    if format is not None and format not in ("table", "json", "csv", "tidy"):
+        raise UserError(f"--format {format!r} is not a format: use table, json, csv or tidy")
     if format is not None and (csv or json):
-        raise UserError("--format tidy is a CSV of its own: drop --csv / --json")
+        raise UserError(f"--format {format} and --csv / --json both given: pick one output format")
+    csv, json = csv or format == "csv", json or format == "json"
+    format = "tidy" if format == "tidy" else None
     if kind is not None and kind not in KINDS:
         raise UserError(f"--kind {kind!r} is not a row kind (kinds: {', '.join(KINDS)})")
     path = _one(line)

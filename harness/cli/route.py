@@ -15,7 +15,9 @@ def route(lines: List[str] = typer.Argument(..., help="lines (LINE or LINE@COMMI
           out: Path = typer.Option(Path("routes"), "--out", help="directory for route.json and route.py"),
           name: str = typer.Option("route", "--name", help="file stem of the JSON table and the dispatcher module"),
           exact: bool = typer.Option(False, "--exact", help="use each line as named, not the newest line of its "
-                                                            "amendment chain")):
+                                                            "amendment chain"),
+          format: str = typer.Option("table", "--format", help="table | json | csv (the files are written either "
+                                                               "way)")):
     """Per shape, the fastest kernel that passed every check with speedup CI above 1, else the baseline.
     A line amended by a newer one is routed from the newest (--exact: as named); LINE@COMMIT is used as named.
 
@@ -28,10 +30,18 @@ def route(lines: List[str] = typer.Argument(..., help="lines (LINE or LINE@COMMI
     from harness.reporting.analysis.history import resolve
     from harness.reporting.render.route import render_route, write
 
+    from harness.reporting.render.formats import check_format
+
+    check_format(format)
     if not name.isidentifier():
         raise UserError(f"--name {name!r} is not an importable module name: use letters, digits and _")
     root = repo_root()
     used = resolve(root, list(lines), exact=exact)
     table = route_mod.build([lines_mod.load(root, spec) for spec in used.specs])
     js, py = write(table, out if out.is_absolute() else Path.cwd() / out, name)
+    if format != "table":
+        from harness.reporting.render.route import emit_route
+
+        emit_route(table, format, js, py, used.notes)
+        return
     render_route(table, js, py, used.notes)

@@ -10,7 +10,8 @@ from harness.cli import app
 @app.command()
 def status(lineage: bool = typer.Option(False, "--lineage",
                                         help="each amendment chain as a tree (a line, then the lines amending it), "
-                                             "with what else happened to each line")):
+                                             "with what else happened to each line"),
+           format: str = typer.Option("table", "--format", help="table | json | csv")):
     """Every line: registered / swept n of m pairs / closed GO or NO-GO, its commit and device, and its
     history (amended by, re-opened, re-measured; a deleted ledger is GONE).
 
@@ -22,8 +23,16 @@ def status(lineage: bool = typer.Option(False, "--lineage",
     from harness.reporting.analysis.status import statuses
     from harness.reporting.render.status import render_status
 
+    from harness.reporting.render.formats import check_format
+
+    check_format(format)
     root = repo_root()
     rows = statuses(root)
     if not rows:
         raise UserError(f"no lines under {root / 'ledger'}: register one (bench register registrations/<line>.toml)")
+    if format != "table":
+        from harness.reporting.render.status import emit_status
+
+        emit_status(rows, format)
+        return
     render_status(rows, chains(index(root)) if lineage else None)

@@ -11,7 +11,9 @@ from harness.cli import app
 def verdict(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
             no_commit: bool = typer.Option(False, "--no-commit",
                                            help="dry run: print the verdict, write and commit nothing (the line "
-                                                "stays open)")):
+                                                "stays open)"),
+            format: str = typer.Option("table", "--format", help="table | json (the verdict row, with whether it "
+                                                                 "was written and the commit holding it)")):
     """Evaluate the bar on the committed ledger, write GO or NO-GO, commit it, close the line.
     A verdict row exists only committed: --no-commit is a dry run that writes nothing.
     Exit 0 GO, 1 NO-GO, 2 refused.
@@ -23,7 +25,16 @@ def verdict(line: str = typer.Argument(..., help="line id or registrations/NAME.
     from harness.record.verdict import close
     from harness.reporting.render.verdict import render_verdict
 
+    if format not in ("table", "json"):
+        from harness.errors import UserError
+
+        raise UserError(f"--format {format!r}: use table or json (a verdict is one document, not a table)")
     with open_line(line, action="a verdict") as ln:
         v = close(ln, host_env(), dry_run=no_commit)
-    render_verdict(v)
+    if format == "json":
+        from harness.reporting.render.verdict import emit_verdict
+
+        emit_verdict(v)
+    else:
+        render_verdict(v)
     raise typer.Exit(0 if v.outcome == GO else 1)

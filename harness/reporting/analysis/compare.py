@@ -111,7 +111,7 @@ def bh_adjust(p_values: list[float]) -> list[float]:
     running = 1.0
     for rank in range(m, 0, -1):  # from the largest p down: the running minimum keeps them monotone
         i = idx[rank - 1]
-        running = min(running, p_values[i] * m / rank)
+        running = min(running, p_values[i] * (m / rank))  # m / rank == 1 exactly for the largest p
         out[i] = running
     return out
 

@@ -1,4 +1,4 @@
-"""The tidy view of a ledger: one row per (config, kernel) outcome, named metric columns.
+"""The tidy view of a ledger: one row per (config, candidate) outcome, named metric columns.
 
 ``ledger show --csv`` flattens every nested field (hundreds of columns, samples as list
 strings); the tidy view is what a notebook or a spreadsheet wants instead: config fields
@@ -20,7 +20,7 @@ CONFIG_COLUMNS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim
 # pandas dtypes of the config columns (nullable, so a missing field stays <NA>, not a float NaN).
 CONFIG_DTYPES = {"workload": "string", "batch": "Int64", "heads": "Int64", "kv_heads": "Int64", "seq_len": "Int64",
                  "head_dim": "Int64", "dtype": "string", "causal": "boolean"}
-LEAD_COLUMNS = ("line", "seq", "kind", "commit", "device", "gpu", "config_key", "kernel", "role", "baseline")
+LEAD_COLUMNS = ("line", "seq", "kind", "commit", "device", "gpu", "config_key", "candidate", "role", "baseline")
 TAIL_COLUMNS = ("n_samples", "n_baseline_samples", "n_rounds", "n_dropped_rounds", "sm_clock_mean_mhz", "rate_protocol",
                 "timing_mode",
                 "rig_noisy", "impossible", "gate_pass_rate", "gate_tolerance_ratio", "reason", "time")
@@ -43,7 +43,7 @@ def tidy_records(rows) -> tuple[list[dict], list[str]]:
         gate = (r.gate or {}).get("candidate") or {}
         rec = {"line": r.line, "seq": r.seq, "kind": r.kind, "commit": r.commit,
                "device": env.get("device"), "gpu": env.get("gpu"), "config_key": r.config_key,
-               "kernel": r.candidate, "role": r.role or "candidate", "baseline": r.baseline,
+               "candidate": r.candidate, "role": r.role or "candidate", "baseline": r.baseline,
                **{c: cfg.get(c) for c in CONFIG_COLUMNS}}
         for name, value in (r.metrics or {}).items():
             if name not in metrics:
@@ -82,7 +82,7 @@ def tidy_frame(rows):
              "n_baseline_samples": "Int64", "n_rounds": "Int64", "n_dropped_rounds": "Int64",
              "sm_clock_mean_mhz": "float64", "rig_noisy": "boolean", "impossible": "boolean",
              "gate_pass_rate": "float64", "gate_tolerance_ratio": "float64"}
-    for col in ("line", "kind", "commit", "device", "gpu", "config_key", "kernel", "role", "baseline", "timing_mode",
+    for col in ("line", "kind", "commit", "device", "gpu", "config_key", "candidate", "role", "baseline", "timing_mode",
                 "rate_protocol", "reason", "time"):
         types[col] = "string"
     return df.astype(types)

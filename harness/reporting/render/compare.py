@@ -32,9 +32,9 @@ def comparison_table(cmp: Comparison, threshold: float | None = None):
         f"Benjamini-Hochberg-adjusted over {sig['tests']} configs (significant at q = {FDR_Q:g}: {sig['raw']} "
         f"before the adjustment, {sig['adjusted']} after); SAME inside ±{SAME_BAND:.0%}, FASTER/SLOWER at adjusted "
         f"p < {FDR_Q:g} and a change of at least {MIN_EFFECT:.0%}"))
-    for col in ("config", "kernel", "A ms (interleaved)", "A MHz", "B ms (interleaved)", "B MHz", "speedup",
+    for col in ("config", "candidate", "A ms (interleaved)", "A MHz", "B ms (interleaved)", "B MHz", "speedup",
                 "CI", "p adj.", "change"):
-        t.add_column(col, justify="left" if col in ("config", "kernel", "change") else "right")
+        t.add_column(col, justify="left" if col in ("config", "candidate", "change") else "right")
     failing = {id(p) for p in cmp.regressions(threshold)} if threshold is not None else set()
     for p in cmp.pairs:
         kernel = p.kernel_a if p.kernel_a == p.kernel_b else f"{p.kernel_a} → {p.kernel_b}"
@@ -76,3 +76,28 @@ def render_ci_outcome(cmp: Comparison, threshold: float, bad) -> None:
                         f"{threshold:.0%} (worst {max(p.slowdown for p in bad):.1%} slower)")
     else:
         console().print(f"[green]ok[/]: no config significantly slower than {cmp.a} by more than {threshold:.0%}")
+
+
+def comparison_records(cmp: Comparison, threshold: float | None = None) -> list[dict]:
+    """One flat record per compared config: what the table shows, unstyled."""
+    failing = {id(p) for p in cmp.regressions(threshold)} if threshold is not None else set()
+    return [{"config": p.config_key, "candidate_a": p.kernel_a, "candidate_b": p.kernel_b,
+             "median_a_ms": p.median_a_ms, "median_b_ms": p.median_b_ms, "clock_a_mhz": p.clock_a_mhz,
+             "clock_b_mhz": p.clock_b_mhz, "n_a": p.n_a, "n_b": p.n_b, "speedup": p.speedup, "ci_low": p.ci_low,
+             "ci_high": p.ci_high, "p_value": p.p_value, "p_adjusted": p.p_adjusted, "change": p.change,
+             "regression": id(p) in failing} for p in cmp.pairs]
+
+
+def emit_comparison(cmp: Comparison, fmt: str, threshold: float | None, notes=()) -> None:
+    """The comparison as JSON (with its counts, the adjustment's, the CI mode's outcome) or CSV;
+    notes on stderr."""
+    from harness.reporting.render.formats import emit, note
+
+    records = comparison_records(cmp, threshold)
+    document = {"a": cmp.a, "b": cmp.b, "counts": cmp.counts(), "significance": cmp.significance(),
+                "fdr_q": FDR_Q, "same_band": SAME_BAND, "min_effect": MIN_EFFECT, "threshold": threshold,
+                "regressions": sum(r["regression"] for r in records), "pairs": records, "only_a": list(cmp.only_a),
+                "only_b": list(cmp.only_b), "mixed": list(cmp.mixed)}
+    emit(fmt, records, document)
+    for n in [*comparison_notes(cmp), *notes]:
+        note(n)

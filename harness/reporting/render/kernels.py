@@ -6,9 +6,25 @@ from harness.errors import shown
 from harness.reporting.render.console import console
 
 
-def render_kernels(kernels: dict, device: str) -> None:
+def kernel_records(kernels: dict, device: str) -> list[dict]:
+    """One flat record per kernel: what the table shows, unstyled."""
+    out = []
+    for name in sorted(kernels):
+        k = kernels[name]
+        why = k.unusable_reason(device)
+        out.append({"name": name, "workloads": list(k.workloads), "dtypes": list(k.dtypes), "devices": list(k.devices),
+                    "usable_here": why is None, "why_not": why, "source": shown(k.source)})
+    return out
+
+
+def render_kernels(kernels: dict, device: str, fmt: str = "table") -> None:
     from rich.table import Table
 
+    if fmt != "table":
+        from harness.reporting.render.formats import emit
+
+        emit(fmt, kernel_records(kernels, device), {"device": device, "kernels": kernel_records(kernels, device)})
+        return
     t = Table(title=f"kernels (this machine: {device})")
     for col in ("name", "workloads", "dtypes", "devices", "usable here", "source"):
         t.add_column(col, overflow="fold")

@@ -67,7 +67,7 @@ def route_table(table: RouteTable):
     t = Table(title=f"route over {', '.join(table.lines)} on {table.device} (baseline {table.baseline})",
               caption=f"geomean {table.geomean:.3f}× over {len(table.routes)} shapes; worst {w.speedup:.3f}× "
                       f"({w.config_key} → {w.kernel})")
-    for col in ("shape", "kernel", "speedup", "CI", "interleaved ms at clock", "passed over"):
+    for col in ("shape", "candidate", "speedup", "CI", "interleaved ms at clock", "passed over"):
         t.add_column(col, justify="right" if col in ("speedup", "CI") else "left", overflow="fold")
     for r in table.routes:
         style = "bold" if r.kernel != table.baseline else "dim"
@@ -83,3 +83,19 @@ def render_route(table: RouteTable, js: Path, py: Path, notes=()) -> None:
     for note in notes:
         c.print(f"  note: {note}", markup=False)
     c.print(f"wrote {js} and {py} (import it: choose(workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal))")
+
+
+def emit_route(table: RouteTable, fmt: str, js: Path, py: Path, notes=()) -> None:
+    """The table as route.json's document, or one CSV record per shape; notes and where the
+    files went on stderr."""
+    from harness.reporting.render.formats import emit, note
+
+    doc = table.as_json()
+    records = [{"config": r["config_key"], "candidate": r["kernel"], "speedup": r["speedup"],
+                "ci_low": r["speedup_ci"][0], "ci_high": r["speedup_ci"][1], "line": r["line"],
+                "interleaved_ms": r["interleaved"]["ms"], "baseline_ms": r["interleaved"]["baseline_ms"],
+                "sm_mhz": r["interleaved"]["sm_mhz"], "why": r["why"]} for r in doc["routes"]]
+    emit(fmt, records, doc)
+    for n in notes:
+        note(n)
+    note(f"wrote {js} and {py}")

@@ -82,3 +82,15 @@ def render_status(rows: list[LineStatus], chains=None) -> None:
     shallow = [s.line for s in rows if s.note]
     if shallow:
         c.print(SHALLOW_NOTE.format(n=len(shallow), total=len(rows)))
+
+
+def status_records(rows: list[LineStatus]) -> list[dict]:
+    """One flat record per line (what the table shows, unstyled)."""
+    return [{"line": s.line, "state": s.state, "outcome": s.outcome, "n_done": s.n_done, "n_pairs": s.n_pairs,
+             "commit": s.commit, "device": s.device, "history": list(s.history), "note": s.note} for s in rows]
+
+
+def emit_status(rows: list[LineStatus], fmt: str) -> None:
+    from harness.reporting.render.formats import emit
+
+    emit(fmt, status_records(rows))

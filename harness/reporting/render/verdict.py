@@ -43,3 +43,12 @@ def render_verdict(v) -> None:
         return
     c.print(f"[bold {color}]{v.outcome}[/] — line {v.row.line} closed at ledger row {v.row.seq}"
             + (f", committed as {v.anchored[:12]}" if v.anchored else ""))
+
+
+def emit_verdict(v) -> None:
+    """The verdict as one JSON document: the row (as written, or as it would be), whether it was
+    written, and the commit holding it."""
+    from harness.reporting.render.formats import emit
+
+    emit("json", [], {"outcome": v.outcome, "dry_run": v.dry_run, "written": not v.dry_run,
+                      "commit": v.anchored, "row": v.row.dump()})

@@ -1,0 +1,47 @@
+"""Machine-readable output for the read commands (`--format table|json|csv`): one JSON document
+or one CSV table on stdout, nothing else there (notes go to stderr), so the output pipes into
+jq, pandas or a spreadsheet. JSON is strict (``harness.jsonsafe``: NaN spelled "NaN"); a CSV
+cell holding a list or a table holds its JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from harness.errors import UserError
+
+FORMATS = ("table", "json", "csv")
+
+
+def check_format(fmt: str) -> str:
+    """``fmt`` if it is one of FORMATS; else the one-line refusal (before any work is done)."""
+    if fmt not in FORMATS:
+        raise UserError(f"--format {fmt!r}: use {', '.join(FORMATS)}")
+    return fmt
+
+
+def emit(fmt: str, records: list[dict], document=None) -> None:
+    """``records`` (one flat dict per row) as CSV, or ``document`` (default: the records) as JSON."""
+    from harness.jsonsafe import jsonable
+
+    if fmt == "json":
+        sys.stdout.write(json.dumps(jsonable(records if document is None else document), indent=1) + "\n")
+        return
+    import csv
+
+    cols: list[str] = []
+    for r in records:
+        cols += [k for k in r if k not in cols]
+    w = csv.DictWriter(sys.stdout, fieldnames=cols, lineterminator="\n")
+    w.writeheader()
+    for r in records:
+        w.writerow({k: _cell(v) for k, v in jsonable(r).items()})
+
+
+def _cell(v):
+    return json.dumps(v) if isinstance(v, (list, dict)) else v
+
+
+def note(text: str) -> None:
+    """A note beside machine-readable output: on stderr, so stdout stays one document."""
+    print(f"note: {text}", file=sys.stderr)
