@@ -103,7 +103,9 @@ def test_a_sweep_without_a_terminal_prints_a_line_per_config_then_a_table_and_th
     assert "ETA" not in s.stdout
     assert "outcomes at this commit on this device" in s.stdout
     table = s.stdout[s.stdout.index("outcomes at this commit"):]
-    assert table.count("attention/b1/h2/kv2/n") == 2 and "×" in table
+    # the two configs by what tells them apart (every config's shared fields in the title)
+    assert "every config: attention/b1/h2/kv2/d16/float32/full" in table and "×" in table
+    assert sum(line.startswith(("n32 ", "n48 ")) for line in table.splitlines()) == 2
     assert "ledger/tiny.jsonl has rows no commit holds yet" in " ".join(lines[-4:])
 
     # The hint shows only while git says the ledger has rows no commit holds (--no-commit).

@@ -7,6 +7,8 @@ import csv
 import io
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -75,3 +77,32 @@ def test_ledger_show_speaks_json_and_csv_and_bad_formats_are_refused(shipped):
                  ("ledger", "show", "flash-h200-v2"), ("verdict", "flash-h200-v2")):
         bad = run_bench(shipped, *args, "--format", "yaml")
         assert bad.returncode == 2 and "--format 'yaml'" in bad.stderr and bad.stdout == "", (args, bad.stderr)
+
+
+BOX = set("─│┃━┏┓┗┛┡┩╇╈╋┼├┤┬┴═║╔╗╚╝")
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_tables_fit_the_terminal_never_split_a_config_field_and_pipe_plain(shipped, tmp_path, columns):
+    from harness.reporting.render.console import short_keys
+    from tests.conftest import bench_env
+
+    env = {**bench_env(), "COLUMNS": str(columns)}
+
+    def bench(*args):
+        r = subprocess.run([sys.executable, "-m", "harness", *args], cwd=shipped, capture_output=True, text=True,
+                           env=env, timeout=300)
+        assert r.returncode == 0, (args, r.stderr)
+        return r.stdout
+
+    keys = [json.loads(x)["config_key"] for x in (REPO / "ledger" / "flash-h200-v2.jsonl").read_text().splitlines()
+            if "config_key" in json.loads(x)]
+    short = set(short_keys(keys).values())
+    assert "n4096 float16 full" in short
+    for args in (("compare", "flash-h200", "flash-h200-v2"), ("route", "flash-h200-v2", "--out", str(tmp_path)),
+                 ("ledger", "show", "flash-h200-v2"), ("status",), ("kernels",)):
+        out = bench(*args)
+        assert max(map(len, out.splitlines())) <= columns, (args, max(out.splitlines(), key=len))
+        assert not BOX & set(out), args  # piped: plain columns, no box drawing
+        if args[0] in ("compare", "ledger"):
+            assert all(k in out for k in short), args  # each key whole on one line

@@ -21,26 +21,29 @@ def _mhz(x: float | None) -> str:
 
 def comparison_table(cmp: Comparison, threshold: float | None = None):
     """A rich Table: one row per config, B against A; regressions beyond ``threshold`` marked."""
-    from rich.table import Table
+    from harness.reporting.render.console import common_fields, short_keys, table
 
     counts = ", ".join(f"{k} {n}" for k, n in cmp.counts().items())
     sig = cmp.significance()
-    t = Table(title=f"{cmp.b} against {cmp.a} — {counts}", caption=(
+    keys = short_keys(p.config_key for p in cmp.pairs)
+    shared = common_fields(p.config_key for p in cmp.pairs)
+    t = table(title=f"{cmp.b} against {cmp.a} — {counts}" + (f" (every config: {shared})" if shared else ""), caption=(
         f"A ms, B ms: the candidate's median in each run's interleaved rounds, at that run's mean SM clock "
         f"(A MHz, B MHz); "
         f"speedup = median A / median B (> 1: B faster); CI: bootstrap 95%; p adj.: Mann-Whitney U, "
         f"Benjamini-Hochberg-adjusted over {sig['tests']} configs (significant at q = {FDR_Q:g}: {sig['raw']} "
         f"before the adjustment, {sig['adjusted']} after); SAME inside ±{SAME_BAND:.0%}, FASTER/SLOWER at adjusted "
         f"p < {FDR_Q:g} and a change of at least {MIN_EFFECT:.0%}"))
-    for col in ("config", "candidate", "A ms (interleaved)", "A MHz", "B ms (interleaved)", "B MHz", "speedup",
-                "CI", "p adj.", "change"):
-        t.add_column(col, justify="left" if col in ("config", "candidate", "change") else "right")
+    for col in ("config", "candidate", "A ms", "A MHz", "B ms", "B MHz", "speedup", "CI", "p adj.", "change"):
+        # Names and keys never wrap (short keys fit); the figures give way first.
+        t.add_column(col, justify="left" if col in ("config", "candidate", "change") else "right",
+                     no_wrap=col in ("config", "candidate", "speedup", "change"))
     failing = {id(p) for p in cmp.regressions(threshold)} if threshold is not None else set()
     for p in cmp.pairs:
         kernel = p.kernel_a if p.kernel_a == p.kernel_b else f"{p.kernel_a} → {p.kernel_b}"
         style = CHANGE_STYLE[p.change]
         mark = f" (beyond {threshold:.0%})" if id(p) in failing else ""
-        t.add_row(p.config_key, kernel, _f(p.median_a_ms, ".4g"), _mhz(p.clock_a_mhz), _f(p.median_b_ms, ".4g"),
+        t.add_row(keys[p.config_key], kernel, _f(p.median_a_ms, ".4g"), _mhz(p.clock_a_mhz), _f(p.median_b_ms, ".4g"),
                   _mhz(p.clock_b_mhz), _f(p.speedup, ".3f") + "×",
                   f"[{_f(p.ci_low, '.3f')}, {_f(p.ci_high, '.3f')}]", _f(p.p_adjusted, ".2g"),
                   f"[{style}]{p.change}[/]{mark}")

@@ -18,14 +18,15 @@ def kernel_records(kernels: dict, device: str) -> list[dict]:
 
 
 def render_kernels(kernels: dict, device: str, fmt: str = "table") -> None:
-    from rich.table import Table
 
     if fmt != "table":
         from harness.reporting.render.formats import emit
 
         emit(fmt, kernel_records(kernels, device), {"device": device, "kernels": kernel_records(kernels, device)})
         return
-    t = Table(title=f"kernels (this machine: {device})")
+    from harness.reporting.render.console import table
+
+    t = table(title=f"kernels (this machine: {device})")
     for col in ("name", "workloads", "dtypes", "devices", "usable here", "source"):
         t.add_column(col, overflow="fold")
     for name in sorted(kernels):

@@ -58,7 +58,6 @@ def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | No
     """The rows as a table, a superseded row marked with the row that superseded it, after the
     line's ``history`` notes (history.LineHistory.notes)."""
     from rich.markup import escape
-    from rich.table import Table
 
     c = console()
     for note in history:
@@ -66,14 +65,21 @@ def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | No
         c.print(f"[yellow]history[/]: {escape(head)}", soft_wrap=True)
         for i in items:
             c.print(f"  {escape(i)}", soft_wrap=True)
+    from harness.reporting.render.console import common_fields, short_keys, table
+
     superseded = superseded or {}
-    t = Table(title=f"ledger/{line}.jsonl — {plural(len(rows), 'row')}", show_lines=False)
-    for col in ("seq", "kind", "time", "commit", "candidate", "config", "outcome"):
-        t.add_column(col, overflow="fold")
+    configs = [k for k in (getattr(r, "config_key", None) for r in rows) if k]
+    keys, shared = short_keys(configs), common_fields(configs)
+    t = table(title=f"ledger/{line}.jsonl — {plural(len(rows), 'row')}" + (f" (every config: {shared})" if shared else ""),
+              show_lines=False)
+    # Row times are in --format json / csv; the table keeps what tells rows apart, and only the
+    # outcome's text wraps.
+    for col in ("seq", "kind", "commit", "candidate", "config", "outcome"):
+        t.add_column(col, no_wrap=col != "outcome", overflow="fold" if col == "outcome" else "ellipsis")
     for r in rows:
         gone = f"[dim](superseded by row {superseded[r.seq]})[/] " if r.seq in superseded else ""
-        t.add_row(str(r.seq), r.kind, r.time[:19], r.commit[:10], getattr(r, "candidate", None) or "",
-                  getattr(r, "config_key", None) or "", gone + escape(outcome_reason(r)))
+        t.add_row(str(r.seq), r.kind, r.commit[:8], getattr(r, "candidate", None) or "",
+                  keys.get(getattr(r, "config_key", None) or "", ""), gone + escape(outcome_reason(r)))
     c.print(t)
 
 

@@ -61,17 +61,21 @@ def write(table: RouteTable, out: Path, stem: str = "route") -> tuple[Path, Path
 
 def route_table(table: RouteTable):
     """A rich Table of the routes with the geomean and the worst case in the caption."""
-    from rich.table import Table
+    from harness.reporting.render.console import common_fields, short_keys
+    from harness.reporting.render.console import table as new_table
 
     w = table.worst
-    t = Table(title=f"route over {', '.join(table.lines)} on {table.device} (baseline {table.baseline})",
+    keys = short_keys(r.config_key for r in table.routes)
+    shared = common_fields(r.config_key for r in table.routes)
+    t = new_table(title=f"route over {', '.join(table.lines)} on {table.device} (baseline {table.baseline})"
+                  + (f"; every shape: {shared}" if shared else ""),
               caption=f"geomean {table.geomean:.3f}× over {len(table.routes)} shapes; worst {w.speedup:.3f}× "
                       f"({w.config_key} → {w.kernel})")
     for col in ("shape", "candidate", "speedup", "CI", "interleaved ms at clock", "passed over"):
         t.add_column(col, justify="right" if col in ("speedup", "CI") else "left", overflow="fold")
     for r in table.routes:
         style = "bold" if r.kernel != table.baseline else "dim"
-        t.add_row(r.config_key, f"[{style}]{r.kernel}[/]", f"{r.speedup:.3f}×",
+        t.add_row(keys[r.config_key], f"[{style}]{r.kernel}[/]", f"{r.speedup:.3f}×",
                   "—" if r.line is None else f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", r.times(), r.why)
     return t
 

@@ -29,9 +29,9 @@ def _commit(s: LineStatus) -> str:
 
 
 def status_table(rows: list[LineStatus]):
-    from rich.table import Table
+    from harness.reporting.render.console import table
 
-    t = Table(title=f"{len(rows)} lines")
+    t = table(title=f"{len(rows)} lines")
     for col in ("line", "state", "commit", "device"):
         t.add_column(col, overflow="fold")
     for s in rows:

@@ -25,12 +25,14 @@ def _sweep_table(rows: list[dict]):
     """Per (config, candidate): outcome, speedup with its CI beside the interleaved medians and
     clock it came from, control, and TFLOP/s beside the time and clock of its own protocol."""
     from rich.markup import escape
-    from rich.table import Table
 
     from harness.reporting.analysis import protocol
+    from harness.reporting.render.console import common_fields, short_keys, table
 
-    t = Table(title="outcomes at this commit on this device", show_lines=False)
-    t.add_column("config", no_wrap=True)
+    keys, shared = short_keys(r.config_key for r in rows), common_fields(r.config_key for r in rows)
+    t = table(title="outcomes at this commit on this device" + (f" (every config: {shared})" if shared else ""),
+              show_lines=False)
+    t.add_column("config")
     for col in ("candidate", "outcome", "speedup [CI]", "interleaved ms (vs baseline) at clock", "control",
                 "TFLOP/s", "rate from (protocol, ms, clock)"):
         t.add_column(escape(col), overflow="fold")
@@ -46,7 +48,7 @@ def _sweep_table(rows: list[dict]):
         else:
             outcome, speed = f"{r.kind}: {outcome_reason(r).splitlines()[0]}", "—"
             times = rate = source = "—"
-        t.add_row(r.config_key, escape(_who(r)), escape(outcome), escape(speed), escape(times),
+        t.add_row(keys[r.config_key], escape(_who(r)), escape(outcome), escape(speed), escape(times),
                   fmt(m.get("control"), ".4f"), rate, escape(source))
     return t
 
