@@ -151,6 +151,7 @@ def test_the_verdict_dry_run_writes_nothing_and_a_forged_row_is_refused(fixture_
     v = run_bench(fixture_repo, "verdict", LINE, "--no-commit")
     assert v.returncode == 0, v.stderr
     assert f"GO — dry run: nothing written, line {LINE} stays open" in v.stdout
+    assert ", margin +" in v.stdout  # how far each passing clause clears its threshold
     j = run_bench(fixture_repo, "verdict", LINE, "--no-commit", "--format", "json")
     doc = json.loads(j.stdout)  # one JSON document on stdout, nothing else
     assert j.returncode == 0 and doc["outcome"] == "GO" and doc["dry_run"] and not doc["written"]

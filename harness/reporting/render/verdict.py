@@ -9,11 +9,23 @@ from harness.reporting.render.console import console
 from harness.reporting.render.rows import fmt
 
 
+def margin(cl) -> str:
+    """How far a clause's value lies from its threshold, on the passing side (+) or not (−):
+    "513.6 ≥ 500" reads "margin +13.6 (+2.7%)". Empty for == and where there is no value."""
+    import math
+
+    if cl.value is None or cl.op not in (">=", ">", "<=", "<") or not math.isfinite(cl.value):
+        return ""
+    d = cl.value - cl.threshold if cl.op in (">=", ">") else cl.threshold - cl.value
+    rel = f" ({d / abs(cl.threshold):+.1%})" if cl.threshold else ""
+    return f", margin {d:+.4g}{rel}"
+
+
 def render_verdict(v) -> None:
     c = console()
     for cl in v.bar.clauses:
         mark = "[green]pass[/]" if cl.passed else "[red]fail[/]"
-        c.print(f"  {mark}  {cl.text}   → {fmt(cl.value, '.4g')} over {plural(cl.n, 'row')}")
+        c.print(f"  {mark}  {cl.text}   → {fmt(cl.value, '.4g')} over {plural(cl.n, 'row')}{margin(cl)}")
     for cl in v.verify:
         mark = {True: "[green]pass[/]", False: "[red]fail[/]", None: "[yellow]unknown[/]"}[cl.passed]
         bad = [x for x in cl.checks if x.holds is not True]
