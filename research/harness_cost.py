@@ -207,7 +207,8 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
 
 
 def markdown(results: list[dict], commit: str) -> str:
-    out = [f"## The harness's own cost at `{commit[:12]}`", "",
+    shown = commit if commit.startswith("(") else commit[:12]  # "(a tree …)" whole, a hash short
+    out = [f"## The harness's own cost at `{shown}`", "",
            "| line | device | configs × arms (runs) | sweep s / config | bare timer s / config | ratio | phases s / config |",
            "|---|---|---|---|---|---|---|"]
     for r in results:
@@ -217,6 +218,18 @@ def markdown(results: list[dict], commit: str) -> str:
                    f"{r['bare_per_config_s']:.2f} | **{r['ratio']:.1f}×** | {ph}; float64 references "
                    f"{r['reference_per_config_s']:.2f} |")
     return "\n".join(out) + "\n"
+
+
+def tree_commit(root: Path) -> str:
+    """The commit the measured tree is, or what it is instead. A copy without its .git names no
+    commit; a copy beside a stale .git (the device keeps one between sessions) differs from
+    that .git's HEAD, and is named as such rather than as that commit."""
+    if not (root / ".git").exists():
+        return "(a tree without .git)"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
+                           text=True).stdout.strip()
+    return f"(a tree that differs from {head[:12]})" if dirty else head
 
 
 def main(argv=None) -> int:
@@ -230,10 +243,7 @@ def main(argv=None) -> int:
     from harness.measurement.device import detect_device
 
     device = detect_device()
-    # A copy of the tree without its .git (a device's) names no commit: say so rather than
-    # report the commit of whatever repository encloses it.
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() \
-        if (ROOT / ".git").exists() else "(a tree without .git)"
+    commit = tree_commit(ROOT)
     results = []
     for line in args.lines:
         r = measure(line, device, verdict=args.verdict, out=Path(args.out))

@@ -84,7 +84,7 @@ BOX = set("─│┃━┏┓┗┛┡┩╇╈╋┼├┤┬┴═║╔╗╚
 
 @pytest.mark.parametrize("columns", [80, 100])
 def test_tables_fit_the_terminal_never_split_a_config_field_and_pipe_plain(shipped, tmp_path, columns):
-    from harness.reporting.render.console import short_keys
+    from harness.reporting.render.rows import shorten
     from tests.conftest import bench_env
 
     env = {**bench_env(), "COLUMNS": str(columns)}
@@ -97,7 +97,7 @@ def test_tables_fit_the_terminal_never_split_a_config_field_and_pipe_plain(shipp
 
     keys = [json.loads(x)["config_key"] for x in (REPO / "ledger" / "flash-h200-v2.jsonl").read_text().splitlines()
             if "config_key" in json.loads(x)]
-    short = set(short_keys(keys).values())
+    short = set(shorten(keys)[0].values())
     assert "n4096 float16 full" in short
     for args in (("compare", "flash-h200", "flash-h200-v2"), ("route", "flash-h200-v2", "--out", str(tmp_path)),
                  ("ledger", "show", "flash-h200-v2"), ("status",), ("kernels",)):

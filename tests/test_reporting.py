@@ -205,7 +205,7 @@ def test_ledger_show_format_tidy_and_its_refusals(repo):
     assert head.startswith("line,seq,kind,commit,device,gpu,config_key,candidate") and "speedup" in head.split(",")
     assert len(body) == 15
     bad = run_bench(repo, "ledger", "show", "report-fixture", "--format", "wide")
-    assert bad.returncode == 2 and "use table, json, csv or tidy" in bad.stderr and bad.stdout == ""
+    assert bad.returncode == 2 and "--format 'wide': use table, json, csv, tidy" in bad.stderr and bad.stdout == ""
     both = run_bench(repo, "ledger", "show", "report-fixture", "--format", "tidy", "--csv")
     assert both.returncode == 2 and bad.stdout == ""
     assert run_bench(repo, "ledger", "show", "report-fixture", "--csv").returncode == 0  # the old flags still work

@@ -104,8 +104,10 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
     # Contradictory flags are refused before anything is read.
     if csv and json:
         raise UserError("--csv and --json both given: pick one output format")
-    if format is not None and format not in ("table", "json", "csv", "tidy"):
-        raise UserError(f"--format {format!r} is not a format: use table, json, csv or tidy")
+    from harness.reporting.render.formats import FORMATS, check_format
+
+    if format is not None:
+        check_format(format, (*FORMATS, "tidy"))
     if format is not None and (csv or json):
         raise UserError(f"--format {format} and --csv / --json both given: pick one output format")
     csv, json = csv or format == "csv", json or format == "json"

@@ -38,30 +38,13 @@ def new(line: str = typer.Argument(..., help="the line id: registrations/LINE.to
 
     Example: bench new my-flash --candidate triton_flash --seq-len 1024 --seq-len 4096 --prediction 1.5
     """
-    from harness.errors import UserError
     from harness.governance.gitguard import repo_root
-    from harness.governance.scaffold import DEFAULT_GO, DEFAULT_GRID, DEFAULT_PRIMARY, NewLine, write_new
+    from harness.governance.scaffold import plan, write_new
     from harness.reporting.render.messages import render_written_registration
-    from harness.workloads import WORKLOADS
 
-    if workload not in WORKLOADS:
-        raise UserError(f"--workload {workload!r}: use {' or '.join(WORKLOADS)}")
-    if go is not None and hypothesis is None:
-        raise UserError("--go without --hypothesis: say in words what the bar tests and why you expect it")
-    grid = dict(DEFAULT_GRID[workload])
-    given = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_len": seq_len, "head_dim": head_dim,
-             "dtype": dtype}
-    grid.update({k: list(v) for k, v in given.items() if v})
-    if causal is not None:
-        choices = {"both": [False, True], "true": [True], "false": [False]}
-        if causal not in choices:
-            raise UserError(f"--causal {causal!r}: use both, true or false")
-        grid["causal"] = choices[causal]
-    cands = tuple(dict.fromkeys(candidate))
-    if hypothesis is None:
-        who = cands[0] if len(cands) == 1 else ", ".join(cands)
-        hypothesis = (f"{who} {'is' if len(cands) == 1 else 'are each'} at least 5% faster than {baseline} on "
-                      f"the geometric mean of the speedups over this grid, with every config passing the float64 gate.")
-    path, waived = write_new(repo_root(), NewLine(line, cands, baseline, workload, grid, hypothesis, prediction,
-                                          go or DEFAULT_GO, primary or DEFAULT_PRIMARY))
+    grid = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_len": seq_len, "head_dim": head_dim,
+            "dtype": dtype}
+    new_line = plan(line, candidate, prediction, baseline=baseline, workload=workload, grid=grid, causal=causal,
+                    hypothesis=hypothesis, go=go, primary=primary)
+    _, waived = write_new(repo_root(), new_line)
     render_written_registration(line, waived)

@@ -25,10 +25,9 @@ def verdict(line: str = typer.Argument(..., help="line id or registrations/NAME.
     from harness.record.verdict import close
     from harness.reporting.render.verdict import render_verdict
 
-    if format not in ("table", "json"):
-        from harness.errors import UserError
+    from harness.reporting.render.formats import check_format
 
-        raise UserError(f"--format {format!r}: use table or json (a verdict is one document, not a table)")
+    check_format(format, ("table", "json"))  # a verdict is one document, not a table of records
     with open_line(line, action="a verdict") as ln:
         v = close(ln, host_env(), dry_run=no_commit)
     if format == "json":

@@ -11,7 +11,6 @@ did and that the modules come from the repository.
 from __future__ import annotations
 
 import functools
-
 import sys
 from pathlib import Path
 

@@ -44,6 +44,36 @@ class NewLine:
     primary: str = DEFAULT_PRIMARY
 
 
+# --causal's words and the grid values they stand for.
+CAUSAL_CHOICES = {"both": [False, True], "true": [True], "false": [False]}
+
+
+def plan(line: str, candidates, prediction: float, *, baseline: str, workload: str, grid: dict,
+         causal: str | None = None, hypothesis: str | None = None, go: str | None = None,
+         primary: str | None = None) -> NewLine:
+    """What `bench new`'s flags ask for, defaults filled: the workload's default grid under the
+    values given (``grid``: field -> values, empty ones left out), --causal's word, and the
+    default bar with its hypothesis in words (a bar of one's own needs one's own hypothesis)."""
+    from harness.workloads import WORKLOADS
+
+    if workload not in WORKLOADS:
+        raise UserError(f"--workload {workload!r}: use {' or '.join(WORKLOADS)}")
+    if go is not None and hypothesis is None:
+        raise UserError("--go without --hypothesis: say in words what the bar tests and why you expect it")
+    full = {**DEFAULT_GRID[workload], **{k: list(v) for k, v in grid.items() if v}}
+    if causal is not None:
+        if causal not in CAUSAL_CHOICES:
+            raise UserError(f"--causal {causal!r}: use {', '.join(CAUSAL_CHOICES)}")
+        full["causal"] = CAUSAL_CHOICES[causal]
+    cands = tuple(dict.fromkeys(candidates))
+    if hypothesis is None:
+        who = cands[0] if len(cands) == 1 else ", ".join(cands)
+        hypothesis = (f"{who} {'is' if len(cands) == 1 else 'are each'} at least 5% faster than {baseline} on "
+                      f"the geometric mean of the speedups over this grid, with every config passing the float64 gate.")
+    return NewLine(line, cands, baseline, workload, full, hypothesis, prediction, go or DEFAULT_GO,
+                   primary or DEFAULT_PRIMARY)
+
+
 def _toml_list(values) -> str:
     return "[" + ", ".join(("true" if v else "false") if isinstance(v, bool) else
                            (f'"{v}"' if isinstance(v, str) else str(v)) for v in values) + "]"

@@ -44,6 +44,7 @@ class Checked:
 
 def check_after_timing(t: Timed) -> Checked:
     from harness.measurement.correctness.after_timing import recheck_in_place
+    from harness.measurement.correctness.checks import ReferenceMemo
     from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
 
     g = t.gated
@@ -52,8 +53,6 @@ def check_after_timing(t: Timed) -> Checked:
     m, slots, outs, snaps, content, watch = t.m, t.slots, t.outs, t.snaps, t.content, t.watch
     reg, policy = ctx.reg, ctx.reg.timing
     seed = reg.seeds[0] + RECHECK_SEED_OFFSET
-    from harness.measurement.correctness.checks import ReferenceMemo
-
     memo = ReferenceMemo()  # one reference per content, whichever arms are judged on it
     # Every timed output is checked before any recheck: a recheck rewrites slot 0's
     # inputs in place, after which the other arms' timed outputs no longer match them.

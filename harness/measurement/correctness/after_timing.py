@@ -31,17 +31,14 @@ def recheck_in_place(spec, cfg: Config, q, k, v, out, *, seed: int, family: str,
                            reason=f"{prefix}: {detail}" if tag else None, figures=fig, after_figures=None,
                            reference_seconds=secs, phase="recheck")
 
-    ref = secs = None
-    if memo is not None:
-        ref, secs = memo.get(pristine, cfg)
-    r = check_call(fn, cfg, q, k, v, out, pristine, atol=atol, rtol=rtol, mismatch="stale_mismatch", ref=ref)
+    r = check_call(fn, cfg, q, k, v, out, pristine, atol=atol, rtol=rtol, mismatch="stale_mismatch", memo=memo)
     detail = r.detail
     if r.tag == "stale_mismatch":
         same = bits_equal(r.visible, before)
         detail = ("output is bit-identical to the one before the inputs were rewritten in place (a result "
                   "remembered by shape or pointer): " if same else
                   "fails after the inputs were rewritten in place: ") + detail
-    return report(r.tag, detail, r.figures, r.reference_seconds if secs is None else secs)
+    return report(r.tag, detail, r.figures, r.reference_seconds)
 
 
 def check_timed_output(cfg: Config, q, k, v, out, *, atol: float, rtol: float, label: str,
@@ -55,11 +52,8 @@ def check_timed_output(cfg: Config, q, k, v, out, *, atol: float, rtol: float, l
     ``memo`` (a ReferenceMemo): a reference shared with the other arms judged on the same inputs.
     """
     sync(out.device)
-    ref = secs = None
-    if memo is not None:
-        ref, secs = memo.get((q, k, v), cfg)
-    r = check_output(out, (q, k, v), cfg, atol=atol, rtol=rtol, mismatch="stale_mismatch", flat=False, ref=ref)
+    r = check_output(out, (q, k, v), cfg, atol=atol, rtol=rtol, mismatch="stale_mismatch", flat=False, memo=memo)
     return CheckReport(config=cfg.key(), seed=-1, family="timed", passed=r.tag is None, tag=r.tag,
                        reason=f"{label}: {what}: {r.detail}" if r.tag else None,
-                       figures=r.figures, after_figures=None,
-                       reference_seconds=r.reference_seconds if secs is None else secs, phase="timed_output")
+                       figures=r.figures, after_figures=None, reference_seconds=r.reference_seconds,
+                       phase="timed_output")

@@ -241,12 +241,14 @@ class ReferenceMemo:
         return ref, secs
 
 
-def check_output(out, inputs, cfg: Config, *, atol: float, rtol: float, ref=None, **judge) -> Checked:
-    """Reference (unless given) → compare → ``_judge``: the half of the sequence the timed
-    output check shares with the calls the gate makes itself."""
+def check_output(out, inputs, cfg: Config, *, atol: float, rtol: float, ref=None, memo: ReferenceMemo | None = None,
+                 **judge) -> Checked:
+    """Reference (unless given; from ``memo`` when one is kept for these inputs) → compare →
+    ``_judge``: the half of the sequence the timed output check shares with the calls the
+    gate makes itself."""
     secs = 0.0
     if ref is None:
-        ref, secs = timed_reference(inputs, cfg)
+        ref, secs = memo.get(inputs, cfg) if memo is not None else timed_reference(inputs, cfg)
     fig = compare(out, ref, atol=atol, rtol=rtol, dtype=cfg.dtype)
     tag, detail = _judge(out, fig, ref, cfg.dtype, **judge)
     return Checked(tag, detail, out, fig, ref, secs)
@@ -272,9 +274,9 @@ def call_checks(fn, cfg: Config, q, k, v, out, pristine) -> Checked:
 
 
 def check_call(fn, cfg: Config, q, k, v, out, pristine, *, atol: float, rtol: float, ref=None,
-               **judge) -> Checked:
+               memo: ReferenceMemo | None = None, **judge) -> Checked:
     """The check sequence: ``call_checks`` → ``check_output`` (reference, compare, judge)."""
     c = call_checks(fn, cfg, q, k, v, out, pristine)
     if c.tag:
         return c
-    return check_output(c.visible, pristine, cfg, atol=atol, rtol=rtol, ref=ref, **judge)
+    return check_output(c.visible, pristine, cfg, atol=atol, rtol=rtol, ref=ref, memo=memo, **judge)

@@ -68,11 +68,14 @@ class _Kernel:
         self.seen: dict = {}  # config key -> {checksum of a first-call output: (seed, family)}
 
 
-def _restore(inputs, pristine) -> None:
-    """Put the pristine content back into a shared input set a call changed (the call itself
-    is blamed by its own check), so the next kernel called on it reads the case's inputs."""
+def _restore(checked: Checked, inputs, pristine) -> None:
+    """After a call that failed a check, put the pristine content back into the shared input set
+    it may have changed (the call itself is blamed by its own check), so the next kernel called
+    on it reads the case's inputs. A call that passed had its inputs compared already."""
     from harness.measurement.correctness.poison import bits_equal
 
+    if checked.tag is None:
+        return
     for t, p in zip(inputs, pristine):
         if not bits_equal(p, t):
             t.copy_(p)
@@ -81,7 +84,7 @@ def _restore(inputs, pristine) -> None:
 def _first(k: _Kernel, c: Config, inputs, pristine, device) -> Checked:
     """The kernel's first call of a case, before the reference exists: the call's own checks."""
     first = call_checks(k.fn, c, *inputs, _new_out(c, device), pristine)
-    _restore(inputs, pristine)
+    _restore(first, inputs, pristine)
     return first
 
 
@@ -113,7 +116,7 @@ def _judge_case(k: _Kernel, c: Config, seed: int, family: str, first: Checked, i
         return report(first.tag, first.detail, first.figures), first.visible
     second = check_call(k.fn, c, *inputs, _new_out(c, device), pristine, atol=atol, rtol=rtol,
                         ref=ref, mismatch="stale_mismatch", nonfinite="stale_mismatch", flat=False)
-    _restore(inputs, pristine)
+    _restore(second, inputs, pristine)
     if second.tag:
         why = ("second call: " if second.tag in CALL_TAGS else
                "first call passed, second call (fresh buffers, after the reference ran) fails: ")
@@ -248,11 +251,11 @@ def gate_kernels(specs, cfg: Config, *, seeds, families=DEFAULT_FAMILIES, atol: 
                                              phase="side_stream_check"))
         del pristine
     shared = (time.perf_counter() - t_start - sum(spent.values())) / len(kernels)
-    return GateRun({k.name: _result(k, cfg, seeds, families, atol, rtol, min_pass_rate, configs,
-                                    spent[k.name] + shared) for k in kernels}, ref_total)
+    return GateRun({k.name: _result(k, cfg, seeds, families, atol, rtol, min_pass_rate, spent[k.name] + shared)
+                    for k in kernels}, ref_total)
 
 
-def _result(k: _Kernel, cfg, seeds, families, atol, rtol, min_pass_rate, configs, seconds) -> GateResult:
+def _result(k: _Kernel, cfg, seeds, families, atol, rtol, min_pass_rate, seconds) -> GateResult:
     reports = k.reports
     seed_ok = {s: all(r.passed for r in reports if r.seed == s) for s in seeds}
     n_ok = sum(seed_ok.values())

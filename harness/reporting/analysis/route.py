@@ -133,7 +133,7 @@ def build(views: list[LineView]) -> RouteTable:
     by_shape: dict[str, list[tuple[str, dict]]] = {}
     for line, r in outcomes:
         by_shape.setdefault(r.config_key, []).append((line, r))
-    shapes = []  # per shape: (key, rows, eligible, passed over)
+    shapes = []  # per shape: (key, rows, its tied-best kernels, passed over)
     for key in sorted(by_shape):
         rows = by_shape[key]
         failed = {r.candidate for _, r in rows if _failed(r)}

@@ -21,12 +21,12 @@ def _mhz(x: float | None) -> str:
 
 def comparison_table(cmp: Comparison, threshold: float | None = None):
     """A rich Table: one row per config, B against A; regressions beyond ``threshold`` marked."""
-    from harness.reporting.render.console import common_fields, short_keys, table
+    from harness.reporting.render.console import table
+    from harness.reporting.render.rows import shorten
 
     counts = ", ".join(f"{k} {n}" for k, n in cmp.counts().items())
     sig = cmp.significance()
-    keys = short_keys(p.config_key for p in cmp.pairs)
-    shared = common_fields(p.config_key for p in cmp.pairs)
+    keys, shared = shorten(p.config_key for p in cmp.pairs)
     t = table(title=f"{cmp.b} against {cmp.a} — {counts}" + (f" (every config: {shared})" if shared else ""), caption=(
         f"A ms, B ms: the candidate's median in each run's interleaved rounds, at that run's mean SM clock "
         f"(A MHz, B MHz); "

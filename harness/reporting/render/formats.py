@@ -13,10 +13,10 @@ from harness.errors import UserError
 FORMATS = ("table", "json", "csv")
 
 
-def check_format(fmt: str) -> str:
-    """``fmt`` if it is one of FORMATS; else the one-line refusal (before any work is done)."""
-    if fmt not in FORMATS:
-        raise UserError(f"--format {fmt!r}: use {', '.join(FORMATS)}")
+def check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> str:
+    """``fmt`` if it is one of ``allowed``; else the one-line refusal (before any work is done)."""
+    if fmt not in allowed:
+        raise UserError(f"--format {fmt!r}: use {', '.join(allowed)}")
     return fmt
 
 

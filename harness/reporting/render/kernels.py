@@ -18,11 +18,11 @@ def kernel_records(kernels: dict, device: str) -> list[dict]:
 
 
 def render_kernels(kernels: dict, device: str, fmt: str = "table") -> None:
-
     if fmt != "table":
         from harness.reporting.render.formats import emit
 
-        emit(fmt, kernel_records(kernels, device), {"device": device, "kernels": kernel_records(kernels, device)})
+        records = kernel_records(kernels, device)
+        emit(fmt, records, {"device": device, "kernels": records})
         return
     from harness.reporting.render.console import table
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from harness.errors import plural
 from harness.reporting.analysis.history import MAX_LISTED
 from harness.reporting.render.console import console
-from harness.reporting.render.rows import outcome_reason
+from harness.reporting.render.rows import outcome_reason, shorten
 
 
 def render_verified(name: str, res) -> None:
@@ -65,11 +65,11 @@ def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | No
         c.print(f"[yellow]history[/]: {escape(head)}", soft_wrap=True)
         for i in items:
             c.print(f"  {escape(i)}", soft_wrap=True)
-    from harness.reporting.render.console import common_fields, short_keys, table
+    from harness.reporting.render.console import table
 
     superseded = superseded or {}
     configs = [k for k in (getattr(r, "config_key", None) for r in rows) if k]
-    keys, shared = short_keys(configs), common_fields(configs)
+    keys, shared = shorten(configs)
     t = table(title=f"ledger/{line}.jsonl — {plural(len(rows), 'row')}" + (f" (every config: {shared})" if shared else ""),
               show_lines=False)
     # Row times are in --format json / csv; the table keeps what tells rows apart, and only the

@@ -46,13 +46,12 @@ def _colors(results: list[dict]) -> dict[str, str]:
     return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
 
 
-def short_keys(keys: list[str]) -> list[str]:
+def _axis_keys(keys: list[str]) -> list[str]:
     """Config keys without the parts every one of them shares (those say nothing on an axis)."""
-    parts = [k.split("/") for k in keys]
-    if len({len(p) for p in parts}) != 1 or len(keys) < 2:
-        return keys
-    varying = [i for i in range(len(parts[0])) if len({p[i] for p in parts}) > 1]
-    return ["/".join(p[i] for i in varying) for p in parts]
+    from harness.reporting.render.rows import shorten
+
+    short, _ = shorten(keys, "/")
+    return [short[k] for k in keys]
 
 
 def speedup_plot(results: list[dict], thresholds: list[tuple[str, float]]) -> bytes:
@@ -80,7 +79,7 @@ def speedup_plot(results: list[dict], thresholds: list[tuple[str, float]]) -> by
     ax.axhline(1.0, color="#333", lw=1, ls="-", label="baseline (1×)")
     for text, value in thresholds:
         ax.axhline(value, color="#c00", lw=1.2, ls="--", label=f"bar: {text}" if len(text) < 60 else f"bar ≥ {value:g}")
-    ax.set_xticks(range(len(keys)), short_keys(keys), rotation=30, ha="right", fontsize=7)
+    ax.set_xticks(range(len(keys)), _axis_keys(keys), rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("speedup over baseline (×)")
     ax.set_title("Speedup by shape (interleaved rounds, 95% bootstrap CI)", fontsize=10)
     ax.legend(fontsize=7, loc="best")

@@ -61,12 +61,11 @@ def write(table: RouteTable, out: Path, stem: str = "route") -> tuple[Path, Path
 
 def route_table(table: RouteTable):
     """A rich Table of the routes with the geomean and the worst case in the caption."""
-    from harness.reporting.render.console import common_fields, short_keys
     from harness.reporting.render.console import table as new_table
+    from harness.reporting.render.rows import shorten
 
     w = table.worst
-    keys = short_keys(r.config_key for r in table.routes)
-    shared = common_fields(r.config_key for r in table.routes)
+    keys, shared = shorten(r.config_key for r in table.routes)
     t = new_table(title=f"route over {', '.join(table.lines)} on {table.device} (baseline {table.baseline})"
                   + (f"; every shape: {shared}" if shared else ""),
               caption=f"geomean {table.geomean:.3f}× over {len(table.routes)} shapes; worst {w.speedup:.3f}× "

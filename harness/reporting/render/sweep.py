@@ -6,7 +6,7 @@ from __future__ import annotations
 from harness.errors import plural
 from harness.governance.outcomes import RESULT, SUPERSEDES
 from harness.reporting.render.console import console
-from harness.reporting.render.rows import fmt, outcome_reason
+from harness.reporting.render.rows import fmt, outcome_reason, shorten
 
 
 def _who(row: dict) -> str:
@@ -27,9 +27,9 @@ def _sweep_table(rows: list[dict]):
     from rich.markup import escape
 
     from harness.reporting.analysis import protocol
-    from harness.reporting.render.console import common_fields, short_keys, table
+    from harness.reporting.render.console import table
 
-    keys, shared = short_keys(r.config_key for r in rows), common_fields(r.config_key for r in rows)
+    keys, shared = shorten(r.config_key for r in rows)
     t = table(title="outcomes at this commit on this device" + (f" (every config: {shared})" if shared else ""),
               show_lines=False)
     t.add_column("config")
