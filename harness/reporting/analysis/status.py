@@ -57,22 +57,29 @@ def view_status(view, note: str | None = None) -> LineStatus:
 
 def line_status(path: Path, idx=None) -> LineStatus:
     """A line's status from its ledger file, with its history where ``idx`` (history.index) is given."""
+    return checked_line(path, idx)[0]
+
+
+def checked_line(path: Path, idx=None):
+    """(status, lines.LineView or None where the chain fails verification): the ledger is
+    verified once (the view is what ``lines.load_path`` would give)."""
     from dataclasses import replace
 
+    from harness.governance.ledger_format import read_rows
     from harness.governance.ledger_verify import verify
     from harness.reporting.analysis.history import line_history
-    from harness.reporting.analysis.lines import load_path
+    from harness.reporting.analysis.lines import LineView
 
     res = verify(path)
-    view = load_path(path) if res.ok else None
+    view = LineView(Path(path).stem, Path(path), tuple(read_rows(path)), None) if res.ok else None
     hist = line_history(idx, Path(path).stem, view.rows if view else ()) if idx is not None else None
     short = tuple(hist.short()) if hist else ()
     details = tuple(hist.notes()) if hist else ()
     if view is None:
         return LineStatus(Path(path).stem, f"BROKEN: {res.reason}", None, None, 0, None, None, history=short,
-                          details=details)
+                          details=details), None
     note = "shallow clone: older history unchecked" if res.unchecked else None
-    return replace(view_status(view, note), history=short, details=details)
+    return replace(view_status(view, note), history=short, details=details), view
 
 
 def gone_status(idx, line: str) -> LineStatus:

@@ -1,0 +1,34 @@
+"""`bench site [LINE...] [--out DIR]`"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from harness.cli import app
+
+
+@app.command()
+def site(lines: Optional[List[str]] = typer.Argument(None, help="lines to publish, with every line of their "
+                                                                "amendment chains (default: every line)"),
+         out: Optional[Path] = typer.Option(None, "--out", help="output directory (default: site/)")):
+    """One static site over every ledger: an index of the lines (state, verdict, headline figure,
+    amendments, commit, device), each line's report, and a page per amendment chain with the
+    headline figure per line, regressions marked. Self-contained: open index.html from disk.
+
+    Example: bench site --out site && xdg-open site/index.html
+    """
+    from harness.errors import UserError
+    from harness.governance.gitguard import repo_root
+    from harness.reporting.analysis.site import site_data
+    from harness.reporting.render.site import render_site, write_site
+
+    root = repo_root()
+    target = out if out is not None else Path("site")
+    target = target if target.is_absolute() else Path.cwd() / target
+    if target.exists() and not target.is_dir():
+        raise UserError(f"--out {target} is a file, not a directory: name a directory (it is created if missing)")
+    data, reports = site_data(root, lines)
+    render_site(data, write_site(data, reports, target))

@@ -1,0 +1,305 @@
+"""`bench site`: one static site over every ledger — the data behind its pages.
+
+asv users expect ``asv publish``'s site: an index, a history per benchmark, regressions
+marked. Here the index is every line (``status.statuses``: state, verdict, amendments, commit,
+device) with its headline figure; each line's page is its report (``analysis/report.py``); and
+each amendment chain (a line, then the lines amending it: ``history.chains``) gets a page with
+the headline figure per line in order, each compared with the line it amends.
+
+The headline figure is the registration's ``primary`` aggregate: the verdict's value where the
+line is closed, else the bar evaluated on the outcomes so far (as the report does). Its
+interval is the same aggregate over each row's lower and upper bound (the reducers are
+monotone, so it holds the figure): a speedup's bound is the row's bootstrap 95% CI; a rate's
+(TFLOP/s, GB/s, their fractions, ms) is the order-statistic 95% CI of the median of the
+samples the rate was computed from. The rule that marks a regression:
+
+    a line's figure is a REGRESSION of the line it amends when it is worse (by the metric's
+    direction) by more than ``REGRESSION_MIN`` of the earlier figure and the two intervals do
+    not overlap; IMPROVED the other way round; otherwise WITHIN NOISE. Where an interval is not
+    known, the threshold alone decides. Lines measured on another device or under another
+    timing protocol are still marked, with that difference named beside the mark.
+
+Analysis only: frozen data, no printing (render/site.py renders it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.governance import metrics as metric_table
+from harness.governance.outcomes import RESULT
+from harness.jsonsafe import number
+from harness.reporting.analysis.compare import MIN_EFFECT
+from harness.reporting.analysis.status import LineStatus
+
+# A later figure must be worse than the earlier by more than this fraction of it (as well as
+# outside its interval) to be a regression: `bench compare`'s smallest change it names.
+REGRESSION_MIN = MIN_EFFECT
+REGRESSION, IMPROVED, WITHIN_NOISE, FIRST, NOT_COMPARED = "REGRESSION", "IMPROVED", "WITHIN NOISE", "FIRST", \
+    "NOT COMPARED"
+RULE = (f"A line's headline figure is marked {REGRESSION} against the line it amends when it is worse (by the "
+        f"metric's direction) by more than {REGRESSION_MIN:.0%} and the two 95% intervals do not overlap; "
+        f"{IMPROVED} the other way round; otherwise {WITHIN_NOISE}. Where an interval is not known, the "
+        f"{REGRESSION_MIN:.0%} threshold alone decides.")
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A line's primary figure, where and when it was measured."""
+
+    line: str
+    expr: str | None  # the registration's primary aggregate (None: it registers none)
+    metric: str | None
+    value: float | None  # None: no outcome it aggregates yet
+    low: float | None  # the interval (None: not known for this metric or these rows)
+    high: float | None
+    decided: bool  # the verdict's value (True) or the bar on the outcomes so far
+    commit: str | None  # the commit its rows were measured at (the newest of them)
+    measured: str | None  # the time of the newest row it comes from (ISO 8601, UTC)
+    device: str | None
+    protocols: tuple[str, ...] = ()  # the timing protocols of the rows it comes from
+
+    @property
+    def higher_is_better(self) -> bool | None:
+        m = metric_table.BY_NAME.get(self.metric or "")
+        return m.higher_is_better if m is not None else None
+
+    @property
+    def unit(self) -> str:
+        m = metric_table.BY_NAME.get(self.metric or "")
+        return m.unit if m is not None else ""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One line of a chain, compared with the line it amends."""
+
+    depth: int  # 0: the chain's first line
+    headline: Headline
+    parent: str | None  # the line it amends (None for the first)
+    mark: str  # FIRST, REGRESSION, IMPROVED, WITHIN NOISE or NOT COMPARED
+    change: float | None  # relative change of the figure from the parent's, > 0 is better
+    why: str  # the mark's reason, as a sentence
+    caveats: tuple[str, ...] = ()  # what differs besides the kernel (device, protocol)
+
+
+@dataclass(frozen=True)
+class Chain:
+    """An amendment chain (a tree when a line is amended twice), depth-first."""
+
+    root: str
+    steps: tuple[Step, ...]
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        return tuple(s.headline.line for s in self.steps)
+
+    @property
+    def regressions(self) -> int:
+        return sum(s.mark == REGRESSION for s in self.steps)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One row of the index."""
+
+    status: LineStatus
+    headline: Headline | None  # None: no readable ledger (GONE, BROKEN)
+    amends: str | None
+    amended_by: tuple[str, ...]
+    chain: str | None  # the root of its chain page (None: no line amends it or is amended by it)
+    page: bool  # whether it has a page (its ledger is here and verifies)
+
+
+@dataclass(frozen=True)
+class Site:
+    entries: tuple[Entry, ...]
+    chains: tuple[Chain, ...]
+    rule: str = RULE
+
+
+def _bounds(row, metric: str) -> tuple[float, float] | None:
+    """The row's 95% interval of ``metric`` (None: not known for it)."""
+    from harness.measurement.stats import median_ci
+    from harness.reporting.analysis.lines import arm_samples
+
+    m = row.metrics or {}
+    value = number(m.get(metric))
+    if value is None:
+        return None
+    if metric == "speedup":
+        lo, hi = number(m.get("speedup_ci_low")), number(m.get("speedup_ci_high"))
+        return (lo, hi) if lo is not None and hi is not None else None
+    spec = metric_table.BY_NAME.get(metric)
+    if spec is None or not spec.rate:
+        return None
+    # A rate is work over the median time of its protocol's samples: it scales with that median.
+    proto = metric_table.rate_protocol(row)
+    samples = (arm_samples(row, "candidate") if proto == metric_table.INTERLEAVED
+               else [float(x) for x in (row.sustained or {}).get("samples_ms") or []])
+    if not samples:
+        return None
+    import statistics
+
+    med = statistics.median(samples)
+    lo_ms, hi_ms = median_ci(samples)
+    if not (med > 0 and lo_ms > 0 and hi_ms > 0):  # NaN: too few samples for a 95% CI
+        return None
+    if spec.higher_is_better is False:  # ms itself
+        return value * lo_ms / med, value * hi_ms / med
+    return value * med / hi_ms, value * med / lo_ms
+
+
+def headline(view) -> Headline:
+    """``view``'s (lines.LineView) primary figure, with its interval, commit, time and device."""
+    from harness.governance import bar as barlang
+    from harness.governance.verdict import bar_rows
+    from harness.reporting.analysis.lines import device_label
+
+    reg = view.registration
+    verdict = view.verdict
+    expr = (verdict.primary if verdict is not None and verdict.primary else reg.get("primary")) or None
+    outcomes = view.outcomes()
+    if verdict is not None and verdict.decided_on:
+        decided = set(verdict.decided_on)
+        outcomes = {(r.config_key, r.candidate): r for r in view.rows if r.seq in decided}
+    noisy = bool(reg.get("include_noisy"))
+    if not expr:
+        return Headline(view.line, None, None, None, None, None, verdict is not None, None, None, None)
+    agg = barlang.parse_aggregate(expr)
+    value = number(verdict.primary_value) if verdict is not None else None
+    # The bar's rows (as the verdict sees them), and the same rows at each one's lower and
+    # upper bound of the metric.
+    plain, lows, highs, used, known = [], [], [], [], True
+    for key, r in outcomes.items():
+        rows, _ = bar_rows({key: r}, include_noisy=noisy)
+        if not rows:
+            continue
+        row = rows[0]
+        plain.append(row)
+        lows.append(row)
+        highs.append(row)
+        if r.kind != RESULT or not row.get("correct") or agg.metric is None or row.get(agg.metric) is None \
+                or not barlang.matching(agg, [row]):
+            continue
+        used.append(r)
+        b = _bounds(r, agg.metric)
+        if b is None:
+            known = False
+            continue
+        lows[-1], highs[-1] = {**row, agg.metric: b[0]}, {**row, agg.metric: b[1]}
+    if verdict is None:
+        value = barlang.evaluate_aggregate(agg, plain)
+    low = high = None
+    if value is not None and used and known and agg.func in ("min", "max", "median", "mean", "geomean"):
+        a, b = barlang.evaluate_aggregate(agg, lows), barlang.evaluate_aggregate(agg, highs)
+        if a is not None and b is not None:
+            low, high = min(a, b, value), max(a, b, value)
+    newest = max(used, key=lambda r: (str(r.time or ""), r.seq), default=None)
+    at = (verdict.measured_at or {}) if verdict is not None else {}
+    commit = at.get("commit") or (newest.commit if newest is not None else None)
+    device = (at.get("gpu") or at.get("device")) if at else (device_label(newest) if newest is not None else None)
+    protocols = tuple(sorted({metric_table.protocol(agg.metric, r) for r in used
+                              if agg.metric in metric_table.BY_NAME}))
+    return Headline(view.line, " ".join(expr.split()), agg.metric, value, low, high, verdict is not None, commit,
+                    str(newest.time) if newest is not None and newest.time else None, device, protocols)
+
+
+def compare_step(earlier: Headline, later: Headline) -> tuple[str, float | None, str, tuple[str, ...]]:
+    """(mark, relative change (> 0 better), why, caveats) of ``later`` against the line it amends."""
+    caveats = []
+    if earlier.device and later.device and earlier.device != later.device:
+        caveats.append(f"measured on {later.device}, {earlier.line} on {earlier.device}")
+    if earlier.protocols and later.protocols and earlier.protocols != later.protocols:
+        caveats.append(f"timed by the {' and '.join(later.protocols)} protocol, {earlier.line} by the "
+                       f"{' and '.join(earlier.protocols)}")
+    caveats = tuple(caveats)
+    if later.expr is None or earlier.expr is None:
+        return NOT_COMPARED, None, "no primary figure registered", caveats
+    if later.expr != earlier.expr:
+        return NOT_COMPARED, None, f"its primary differs from {earlier.line}'s: not the same figure", caveats
+    if later.value is None or earlier.value is None:
+        return NOT_COMPARED, None, "no value yet" if later.value is None else f"{earlier.line} has no value", caveats
+    better = later.higher_is_better
+    if better is None:
+        return NOT_COMPARED, None, f"{later.metric} has no better direction", caveats
+    if earlier.value == 0:
+        return NOT_COMPARED, None, f"{earlier.line}'s figure is 0: no relative change", caveats
+    sign = 1 if better else -1
+    change = sign * (later.value - earlier.value) / abs(earlier.value)
+    intervals = None not in (earlier.low, earlier.high, later.low, later.high)
+    apart = not intervals or later.high < earlier.low or later.low > earlier.high
+    pct = f"{abs(change):.1%}"
+    if change < -REGRESSION_MIN and apart:
+        why = f"{pct} worse than {earlier.line}" + (", outside both intervals" if intervals else
+                                                    " (no interval: the threshold alone)")
+        return REGRESSION, change, why, caveats
+    if change > REGRESSION_MIN and apart:
+        why = f"{pct} better than {earlier.line}" + (", outside both intervals" if intervals else
+                                                     " (no interval: the threshold alone)")
+        return IMPROVED, change, why, caveats
+    why = (f"{pct} {'worse' if change < 0 else 'better'} than {earlier.line}: "
+           + (f"within {REGRESSION_MIN:.0%}" if abs(change) <= REGRESSION_MIN else "the intervals overlap"))
+    return WITHIN_NOISE, change, why, caveats
+
+
+def chain(tree: list[tuple[int, str]], heads: dict[str, Headline], amends: dict[str, str | None]) -> Chain:
+    """A chain's steps from ``history.chains``' tree, each compared with the line it amends."""
+    steps = []
+    for depth, line in tree:
+        h = heads.get(line) or Headline(line, None, None, None, None, None, False, None, None, None)
+        parent = amends.get(line) if depth else None
+        if parent is None or parent not in heads:
+            why = "the chain's first line" if not depth else f"{parent}'s ledger is not here"
+            steps.append(Step(depth, h, parent, FIRST if not depth else NOT_COMPARED, None, why))
+            continue
+        mark, change, why, caveats = compare_step(heads[parent], h)
+        steps.append(Step(depth, h, parent, mark, change, why, caveats))
+    return Chain(tree[0][1], tuple(steps))
+
+
+def site_data(root: Path, only: list[str] | None = None) -> tuple[Site, dict]:
+    """The site's data, and each line page's (line → (lines.LineView, report_data with its
+    history)): the report, as `bench report` builds it.
+
+    ``only``: the named lines and every line of their amendment chains (a chain is always
+    whole); a name with no ledger here is refused before anything is read further.
+    """
+    from harness.reporting.analysis.history import chains, index, line_history
+    from harness.reporting.analysis.lines import line_paths, split_spec
+    from harness.reporting.analysis.report import report_data
+    from harness.reporting.analysis.status import checked_line, gone_status
+
+    root = Path(root)
+    idx = index(root)
+    known = set(idx.lines())
+    if not known:
+        raise UserError(f"no lines under {root / 'ledger'}: register one (bench register registrations/<line>.toml)")
+    trees = chains(idx)
+    wanted = None
+    if only:
+        names = [split_spec(s)[0] for s in only]
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise UserError(f"no line named {', '.join(repr(n) for n in unknown)} (lines: {', '.join(sorted(known))}): "
+                            f"name lines from `bench status`, or none for every line")
+        wanted = {line for tree in trees if any(line in names for _, line in tree) for _, line in tree}
+    found, views = [], {}
+    for path in line_paths(root):
+        if wanted is None or path.stem in wanted:
+            status, view = checked_line(path, idx)  # a ledger failing verification: BROKEN, no page
+            found.append(status)
+            if view is not None:
+                views[path.stem] = view
+    found += [gone_status(idx, line) for line in idx.gone if wanted is None or line in wanted]
+    heads = {line: headline(v) for line, v in views.items()}
+    amends = {line: idx.amends(line) for line in known}
+    chain_list = tuple(chain(tree, heads, amends) for tree in trees if len(tree) > 1
+                       and (wanted is None or tree[0][1] in wanted))
+    root_of = {line: c.root for c in chain_list for line in c.lines}
+    entries = tuple(Entry(s, heads.get(s.line), amends.get(s.line), idx.amended_by(s.line), root_of.get(s.line),
+                          s.line in views) for s in sorted(found, key=lambda s: s.line))
+    reports = {line: (v, report_data(v, line_history(idx, line, v.rows))) for line, v in sorted(views.items())}
+    return Site(entries, chain_list), reports

@@ -1,0 +1,165 @@
+"""`bench site`: the static site's pages, from ``analysis/site.py``'s data.
+
+Layout under the output folder, every link relative (open it from disk or serve it anywhere):
+
+    index.html                   every line: state, verdict, headline, amendments, commit, device
+    lines/<line>/report.html     the line's report (render/report.py ``write``: the same files as
+                                 `bench report`), with a link back to the index added at its top
+    chains/<first line>.html     an amendment chain: the headline figure per line, regressions marked
+
+Every page is self-contained (inline CSS, plots as ``data:`` URIs); nothing is fetched. The
+output is deterministic: the same ledgers give the same bytes (no generation time is written).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+from harness.governance import metrics as metric_table
+from harness.reporting.analysis.site import FIRST, IMPROVED, NOT_COMPARED, REGRESSION, RULE, Chain, Headline, Site
+from harness.reporting.render.console import console
+
+INDEX = "index.html"
+LINES_DIR = "lines"
+CHAINS_DIR = "chains"
+MARK_COLORS = {REGRESSION: "#cf222e", IMPROVED: "#1a7f37", FIRST: "#1f77b4", NOT_COMPARED: "#8c959f"}
+WITHIN_COLOR = "#57606a"
+# A speedup's interval is often within 0.1% of 1: four decimals keep its bounds apart.
+SPEEDUP_FORMAT = ".4f"
+BODY = re.compile(r"<body[^>]*>")
+
+
+def line_page(line: str) -> str:
+    return f"{LINES_DIR}/{line}/report.html"
+
+
+def chain_page(root: str) -> str:
+    return f"{CHAINS_DIR}/{root}.html"
+
+
+def fmt_value(h: Headline, v: float | None) -> str:
+    """A headline value in its metric's format (the report's), "—" when absent."""
+    if v is None:
+        return "—"
+    spec = SPEEDUP_FORMAT if h.metric == "speedup" else (
+        metric_table.BY_NAME[h.metric].fmt if h.metric in metric_table.BY_NAME else ".4g")
+    return format(v, spec)
+
+
+def figure_text(h: Headline | None) -> str:
+    """``513.6 TFLOP/s [513.1, 514.1]``: the value, its unit and interval."""
+    if h is None or h.value is None:
+        return "—"
+    unit = "" if h.unit in ("", "fraction") else (h.unit if h.unit == "×" else f" {h.unit}")
+    interval = f" [{fmt_value(h, h.low)}, {fmt_value(h, h.high)}]" if h.low is not None else ""
+    return f"{fmt_value(h, h.value)}{unit}{interval}"
+
+
+def chain_plot(c: Chain) -> bytes:
+    """The headline figure per line of a chain, in order, with its interval; each point
+    coloured by its mark against the line it amends."""
+    from harness.reporting.render.plots import _empty, _figure, _png
+
+    fig, ax = _figure()
+    points = [(i, s) for i, s in enumerate(c.steps) if s.headline.value is not None]
+    if not points:
+        _empty(ax, "no line of this chain has a headline figure yet")
+        return _png(fig)
+    for i, s in points:
+        h = s.headline
+        color = MARK_COLORS.get(s.mark, WITHIN_COLOR)
+        err = [[h.value - h.low], [h.high - h.value]] if h.low is not None else None
+        ax.errorbar([i], [h.value], yerr=err, fmt="o", color=color, capsize=4, markersize=7)
+        ax.annotate(s.mark if s.mark != FIRST else "", (i, h.value), textcoords="offset points", xytext=(8, 6),
+                    fontsize=9, color=color)
+    ax.plot([i for i, _ in points], [s.headline.value for _, s in points], color="#8c959f", lw=1, zorder=0)
+    ax.set_xticks(range(len(c.steps)))
+    ax.set_xticklabels([f"{s.headline.line}\n{(s.headline.measured or '—')[:10]}" for s in c.steps], fontsize=9)
+    ax.set_xlim(-0.5, len(c.steps) - 0.5)
+    first = c.steps[0].headline
+    ax.set_ylabel(first.metric + (f" ({first.unit})" if first.unit else "") if first.metric else "headline")
+    ax.set_title(f"{c.root}: headline figure per line", fontsize=11)
+    return _png(fig)
+
+
+def _env():
+    from harness.reporting.render.report import _env as report_env
+
+    env = report_env()
+    env.autoescape = True
+    return env
+
+
+def _template(name: str) -> str:
+    from harness.reporting.render.report import _template as report_template
+
+    return report_template(name)
+
+
+def _paged(site: Site) -> set[str]:
+    return {e.status.line for e in site.entries if e.page}
+
+
+def index_html(site: Site) -> str:
+    return _env().from_string(_template("site_index.html.j2")).render(
+        site=site, paged=_paged(site), style=_template("site.css.j2"), figure=figure_text, line_page=line_page, chain_page=chain_page)
+
+
+def chain_html(site: Site, c: Chain, png: bytes) -> str:
+    return _env().from_string(_template("site_chain.html.j2")).render(
+        c=c, paged=_paged(site), style=_template("site.css.j2"), figure=figure_text, line_page=line_page, rule=RULE,
+        image=base64.b64encode(png).decode("ascii"))
+
+
+def _nav(line: str, chain: str | None) -> str:
+    """The link bar a line page gets at its top: back to the index, to its chain."""
+    from markupsafe import escape
+
+    up = "../../"
+    links = [f'<a href="{up}{INDEX}">← every line</a>']
+    if chain:
+        links.append(f'<a href="{up}{escape(chain_page(chain))}">amendment chain of {escape(chain)}</a>')
+    # Styled inline: the report's own stylesheet does not know it.
+    return ('<nav class="site-nav" style="font:13px system-ui,sans-serif;padding:8px 28px;background:#1d2330">'
+            + " · ".join(x.replace("<a ", '<a style="color:#fff" ') for x in links) + "</nav>")
+
+
+def write_site(site: Site, reports: dict, out: Path) -> dict[str, Path]:
+    """Every page under ``out``: the index, each line's report, each chain. Returns name → path
+    (``index``, ``line:<line>``, ``chain:<root>``)."""
+    from harness.reporting.render.report import write as write_report
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    chain_of = {e.status.line: e.chain for e in site.entries}
+    paths: dict[str, Path] = {}
+    for line, (view, data) in reports.items():
+        written = write_report(view, out / LINES_DIR / line, data)
+        page = written["html"]
+        text, n = BODY.subn(lambda m: m.group(0) + _nav(line, chain_of.get(line)), page.read_text(), count=1)
+        if n:
+            page.write_text(text)
+        paths[f"line:{line}"] = page
+    for c in site.chains:
+        p = out / chain_page(c.root)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(chain_html(site, c, chain_plot(c)))
+        paths[f"chain:{c.root}"] = p
+    paths["index"] = out / INDEX
+    paths["index"].write_text(index_html(site))
+    return paths
+
+
+def render_site(site: Site, paths: dict[str, Path]) -> None:
+    """One line per chain with a regression, then where the site went."""
+    c = console()
+    for ch in site.chains:
+        for s in ch.steps:
+            if s.mark == REGRESSION:
+                c.print(f"regression: {s.headline.line} against {s.parent}: {s.why}"
+                        + (f" ({'; '.join(s.caveats)})" if s.caveats else ""), markup=False)
+    pages = sum(k.startswith("line:") for k in paths)
+    c.print(f"wrote {paths['index']}: {len(site.entries)} lines, {pages} line pages, "
+            f"{len(site.chains)} chain page{'s' if len(site.chains) != 1 else ''}", markup=False)
