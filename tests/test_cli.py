@@ -167,7 +167,7 @@ def test_help_lists_commands_in_workflow_order_and_each_shows_an_example():
 
     group = typer.main.get_command(app)
     names = list(group.list_commands(None))
-    workflow = ["new", "register", "sweep", "verdict", "report", "compare", "route", "status", "profile", "kernels",
+    workflow = ["new", "register", "sweep", "verdict", "report", "site", "compare", "route", "status", "profile", "kernels",
                 "ceilings", "warm"]
     assert [n for n in names if n in workflow] == workflow and set(names) == {*workflow, "ledger"}
     subs = [(n, group.get_command(None, n)) for n in names]

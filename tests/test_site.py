@@ -173,13 +173,6 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(chain_repo, tmp_path):
     assert not (tmp_path / "new").exists()
 
 
-def test_help_lists_site_after_report_with_an_example():
-    top = run_bench(REPO, "--help").stdout
-    assert top.index(" report ") < top.index(" site ") < top.index(" compare ")
-    r = run_bench(REPO, "site", "--help")
-    assert r.returncode == 0 and "Example: bench site --out site" in " ".join(r.stdout.split())
-
-
 # --- in Chromium ------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
