@@ -94,7 +94,7 @@ def test_a_chain_marks_the_regression_and_not_the_noise(chain_repo):
     assert same.mark == WITHIN_NOISE and -REGRESSION_MIN < same.change < 0 and "within 2%" in same.why
     # Worse by more than the threshold, but the intervals overlap: noise, not a regression.
     assert wide.mark == WITHIN_NOISE and wide.change < -REGRESSION_MIN and "intervals overlap" in wide.why
-    assert chain.regressions == 1
+    assert chain.regressions == 1 and chain.text == "aa, aa-same (amends aa), aa-slow (amends aa), aa-wide (amends aa)"
     entries = {e.status.line: e for e in site.entries}
     assert entries["aa"].amended_by == ("aa-same", "aa-slow", "aa-wide") and entries["aa"].status.outcome == "NO-GO"
     assert entries["aa-slow"].amends == "aa" and entries["aa-slow"].chain == "aa" and entries["aa-slow"].page
@@ -162,12 +162,36 @@ def test_the_shipped_chain_is_marked_with_its_protocol_change():
     assert second.caveats == ("timed by the sustained protocol, flash-h200 by the interleaved",)
 
 
+def test_a_gone_and_a_broken_ledger_are_listed_without_a_page(tmp_path):
+    from harness.reporting.analysis.site import NOT_COMPARED, site_data
+
+    root = chain(tmp_path / "proj", {"aa-slow": AMENDERS["aa-slow"]})
+    copy_line(root, "aa-h200", "bb")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "bb")
+    (root / "ledger" / "aa.jsonl").unlink()  # committed, gone from the work tree
+    with open(root / "ledger" / "bb.jsonl", "a") as fh:
+        fh.write('{"kind": "result"\n')
+    site, reports = site_data(root)
+    assert sorted(reports) == ["aa-slow"]
+    entries = {e.status.line: e for e in site.entries}
+    assert entries["aa"].status.state == "GONE" and not entries["aa"].page and entries["aa"].headline is None
+    assert entries["bb"].status.state.startswith("BROKEN") and not entries["bb"].page
+    (c,) = site.chains
+    assert c.lines == ("aa", "aa-slow") and c.text == "aa → aa-slow"
+    assert c.steps[1].mark == NOT_COMPARED and c.steps[1].why == "aa's ledger is not here"
+
+
 def test_bad_input_is_one_line_exit_2_and_nothing_written(chain_repo, tmp_path):
     taken = tmp_path / "taken"
     taken.write_text("mine\n")
     r = run_bench(chain_repo, "site", "--out", str(taken))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "is a file, not a directory" in r.stderr
+    r = run_bench(chain_repo, "site", "--out", str(taken / "sub"))
+    assert r.returncode == 2 and "is a file, not a directory" in r.stderr
     assert taken.read_text() == "mine\n"
+    r = run_bench(chain_repo, "site", "aa@abc123", "--out", str(tmp_path / "new"))
+    assert r.returncode == 2 and "not LINE@COMMIT" in r.stderr
     r = run_bench(chain_repo, "site", "nope", "--out", str(tmp_path / "new"))
     assert r.returncode == 2 and "no line named 'nope'" in r.stderr and "aa-slow" in r.stderr
     assert not (tmp_path / "new").exists()

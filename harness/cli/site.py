@@ -28,7 +28,9 @@ def site(lines: Optional[List[str]] = typer.Argument(None, help="lines to publis
     root = repo_root()
     target = out if out is not None else Path("site")
     target = target if target.is_absolute() else Path.cwd() / target
-    if target.exists() and not target.is_dir():
-        raise UserError(f"--out {target} is a file, not a directory: name a directory (it is created if missing)")
+    blocked = next((p for p in (target, *target.parents) if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise UserError(f"--out {target}: {blocked} is a file, not a directory: name a directory (it is created "
+                        f"if missing)")
     data, reports = site_data(root, lines)
     render_site(data, write_site(data, reports, target))

@@ -24,6 +24,7 @@ Analysis only: frozen data, no printing (render/site.py renders it).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,6 +98,14 @@ class Chain:
         return tuple(s.headline.line for s in self.steps)
 
     @property
+    def text(self) -> str:
+        """``a → b → c`` for a sequence; a tree names each amending line's parent."""
+        steps = self.steps
+        if all(s.parent == p.headline.line for p, s in zip(steps, steps[1:])):
+            return " → ".join(self.lines)
+        return ", ".join([self.root] + [f"{s.headline.line} (amends {s.parent})" for s in steps[1:]])
+
+    @property
     def regressions(self) -> int:
         return sum(s.mark == REGRESSION for s in self.steps)
 
@@ -141,8 +150,6 @@ def _bounds(row, metric: str) -> tuple[float, float] | None:
                else [float(x) for x in (row.sustained or {}).get("samples_ms") or []])
     if not samples:
         return None
-    import statistics
-
     med = statistics.median(samples)
     lo_ms, hi_ms = median_ci(samples)
     if not (med > 0 and lo_ms > 0 and hi_ms > 0):  # NaN: too few samples for a 95% CI
@@ -195,7 +202,7 @@ def headline(view) -> Headline:
     low = high = None
     if value is not None and used and known and agg.func in ("min", "max", "median", "mean", "geomean"):
         a, b = barlang.evaluate_aggregate(agg, lows), barlang.evaluate_aggregate(agg, highs)
-        if a is not None and b is not None:
+        if a is not None and b is not None:  # the verdict's own value inside, whatever rows it saw
             low, high = min(a, b, value), max(a, b, value)
     newest = max(used, key=lambda r: (str(r.time or ""), r.seq), default=None)
     at = (verdict.measured_at or {}) if verdict is not None else {}
@@ -280,6 +287,10 @@ def site_data(root: Path, only: list[str] | None = None) -> tuple[Site, dict]:
     trees = chains(idx)
     wanted = None
     if only:
+        pinned = [s for s in only if "@" in s]
+        if pinned:
+            raise UserError(f"bench site takes line names, not LINE@COMMIT ({', '.join(pinned)}): a line's page is "
+                            f"its whole ledger (bench report {pinned[0]} reports one commit's rows)")
         names = [split_spec(s)[0] for s in only]
         unknown = [n for n in names if n not in known]
         if unknown:

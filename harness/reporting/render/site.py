@@ -74,7 +74,12 @@ def chain_plot(c: Chain) -> bytes:
         ax.errorbar([i], [h.value], yerr=err, fmt="o", color=color, capsize=4, markersize=7)
         ax.annotate(s.mark if s.mark != FIRST else "", (i, h.value), textcoords="offset points", xytext=(8, 6),
                     fontsize=9, color=color)
-    ax.plot([i for i, _ in points], [s.headline.value for _, s in points], color="#8c959f", lw=1, zorder=0)
+    # Each line joined to the line it amends (a chain amended twice is a tree, not a sequence).
+    at = {s.headline.line: (i, s.headline.value) for i, s in points}
+    for i, s in points:
+        if s.parent in at:
+            (x0, y0), y1 = at[s.parent], s.headline.value
+            ax.plot([x0, i], [y0, y1], color="#8c959f", lw=1, zorder=0)
     ax.set_xticks(range(len(c.steps)))
     ax.set_xticklabels([f"{s.headline.line}\n{(s.headline.measured or '—')[:10]}" for s in c.steps], fontsize=9)
     ax.set_xlim(-0.5, len(c.steps) - 0.5)
