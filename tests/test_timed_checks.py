@@ -3,6 +3,8 @@ chosen at random, and the empty-window rule (the GPU halves are marked ``gpu``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import time
 
@@ -333,6 +335,22 @@ def test_a_rate_bar_takes_rates_from_the_sustained_phase_and_speedups_from_the_r
     (plain,) = run_config(CFG, ("sdpa",), ctx())
     assert plain.payload["rate_protocol"] == "interleaved" and plain.payload["sustained"] is None
     assert plain.payload["metrics"]["ms"] == plain.payload["metrics"]["interleaved_ms"]
+
+
+def test_only_the_pairs_a_rate_clause_reads_time_the_sustained_phase():
+    # The rates a bar judges come from the sustained clock; a pair no rate clause (or rate
+    # primary) selects keeps the interleaved rounds' rates, as on a line with no rate bar,
+    # and pays no sustained phase (the harness's own cost, issue 32).
+    other = dataclasses.replace(CFG, seq_len=48)
+    c = ctx(go="min(tflops where seq_len == 32 and candidate == \"sdpa\") >= 0 and pass_rate == 1.0")
+    assert c.reg.judges_rates_of(CFG, "sdpa") and not c.reg.judges_rates_of(other, "sdpa")
+    assert not c.reg.judges_rates_of(CFG, "torch_stack")
+    (judged,) = run_config(CFG, ("sdpa",), c)
+    (free,) = run_config(other, ("sdpa",), c)
+    assert judged.payload["rate_protocol"] == "sustained" and judged.payload["sustained"] is not None
+    assert free.payload["rate_protocol"] == "interleaved" and free.payload["sustained"] is None
+    assert free.payload["metrics"]["ms"] == free.payload["metrics"]["interleaved_ms"]
+    assert "rates" not in free.payload["cost"]["seconds"] and judged.payload["cost"]["seconds"]["rates"] > 0
 
 
 def CFG_FLOPS():

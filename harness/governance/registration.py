@@ -107,6 +107,18 @@ class Registration:
 
         return any(c.aggregate.metric in RATE_METRICS for c in self.bar.clauses())
 
+    def judges_rates_of(self, cfg, candidate: str) -> bool:
+        """Whether a bar clause, or the primary, over an absolute rate reads this (config,
+        candidate) pair (its ``where`` selects the pair): only such a pair's rates must be
+        the sustained clock's; the others' are the interleaved rounds', as on a line whose
+        bar judges no rate (the harness's own cost, issue 32)."""
+        from harness.governance import bar as barlang
+        from harness.governance.metrics import RATE_METRICS
+
+        row = [{**cfg.as_dict(), "candidate": candidate}]
+        aggs = [c.aggregate for c in self.bar.clauses()] + [self.primary_aggregate]
+        return any(a.metric in RATE_METRICS and barlang.matching(a, row) for a in aggs)
+
     def summary(self) -> dict:
         """What a ledger row carries so reports can be built from the ledger alone."""
         return {"line": self.line, "path": self.path.as_posix(), "sha256": self.sha256, "schema": self.schema,

@@ -76,8 +76,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     baseline again with its own output buffers.
     """
     from harness.measurement.correctness.checks import REFERENCE_MEMO_SIZE
-    from harness.measurement.correctness.vram import compare_bytes, gate_bytes
-    from harness.measurement.reference import reference_bytes
+    from harness.measurement.correctness.vram import gate_bytes, judge_bytes
     from harness.measurement.timing.policy import device_l2_bytes, flush_bytes
     from harness.workloads.inputs import generation_bytes
 
@@ -88,7 +87,6 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     out = q
     inputs = q + kv
     ref_out = math.prod(qs) * F64
-    ref_work = reference_bytes(cfg)
     extras = [s.extra_bytes(cfg) for s in specs]
     firsts = [s.first_call_bytes(cfg) for s in specs]
 
@@ -128,24 +126,30 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     # graph's pool lives throughout.
     between = workspace + refresh_draw if graph_pool else max(workspace, refresh_draw)
     timing = timed_inputs + timed_outs + spot + refresh_copies + flush + between
-    # The checks after timing hold the timed buffers; the recheck adds pristine input copies
-    # and two output snapshots, a fresh reference (reference_bytes includes its output) beside
-    # the ones kept for reuse, compare()'s blocks and a candidate's workspace during its call.
-    # The checks keep up to REFERENCE_MEMO_SIZE references for the arms judged on the same inputs.
-    recheck = (timed_inputs + timed_outs + max(inputs + 2 * out + max(extras[1:] or [0]), spot) + ref_work
-               + (REFERENCE_MEMO_SIZE - 1) * ref_out + compare_bytes(math.prod(qs)))
+    # The checks after timing hold the timed buffers (and a captured graph's pool). Checking
+    # a timed output may regenerate the earlier content it was computed from (one more input
+    # set) beside the spot and refresh copies; the recheck adds pristine input copies, two
+    # output snapshots and a candidate's workspace during its call. Each keeps up to
+    # REFERENCE_MEMO_SIZE references for the arms judged on the same inputs, and judges one
+    # output at a time (judge_bytes: the reference, or compare's or checksum's blocks).
+    held = timed_inputs + timed_outs + (n_slots * (sum(extras) + extras[0]) if graph_pool else 0)
+    kept = (REFERENCE_MEMO_SIZE - 1) * ref_out
+    judge = judge_bytes(cfg)
+    checks = held + spot + refresh_copies + inputs + kept + judge
+    recheck = held + inputs + 2 * out + kept + max(max(extras[1:] or [0]), judge)
     lib = LIBRARY_WORKSPACE_BYTES if cuda else 0
     # Inputs are drawn on the device (workloads.inputs): the gate draws into fresh buffers,
     # the recheck redraws into the timed ones while every arm's outputs are alive.
     generation = timed_inputs + timed_outs + generation_bytes(cfg)
-    phases = {"gate": gate + lib, "timing": max(timing, recheck) + lib, "generation": generation + lib}
+    phases = {"gate": gate + lib, "timing": timing + lib, "checks": max(checks, recheck) + lib,
+              "generation": generation + lib}
     phase = max(phases, key=phases.get)
     breakdown = {"inputs_per_slot": inputs, "out": out, "n_slots": n_slots, "n_arms": n_arms,
                  "flush": flush, "spot_copies": spot, "refresh_copies": refresh_copies,
-                 "refresh_draw": refresh_draw, "reference": ref_work + ref_out, "kernel_workspace": dict(zip(
+                 "refresh_draw": refresh_draw, "reference": judge, "kernel_workspace": dict(zip(
                      [s.name for s in specs], extras)), "first_call_workspace": dict(zip(
                      [s.name for s in specs], firsts)), "gate_phase": gate, "timing_phase": timing,
-                 "recheck_phase": recheck, "generation_phase": generation, "library_workspace": lib}
+                 "checks_phase": checks, "recheck_phase": recheck, "generation_phase": generation, "library_workspace": lib}
     return MemoryPrediction(int(phases[phase]), phase, breakdown)
 
 

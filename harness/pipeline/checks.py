@@ -35,11 +35,14 @@ class Survivor:
 @dataclass(frozen=True)
 class Checked:
     """The checks' answer, one entry per timed candidate in order: its rejection row, or a
-    ``Survivor`` (a baseline that failed: only rows). ``empty``: the empty window judged against."""
+    ``Survivor`` (a baseline that failed: only rows). ``empty``: the empty window judged against.
+    ``peak``: (the config's measured peak bytes, bytes held when it started), read once every
+    check, sustained call and recheck has run: the whole config, as the VRAM model predicts it."""
 
     timed: Timed
     verdicts: tuple  # of Outcome | Survivor
     empty: object | None = None
+    peak: tuple | None = None  # set where survivors are judged: only their rows carry memory
 
 
 def check_after_timing(t: Timed) -> Checked:
@@ -123,7 +126,7 @@ def check_after_timing(t: Timed) -> Checked:
                                                 "gate": gates[spec.name].to_row()}))
             continue
         sus = None
-        if ctx.rate_bar and policy.mode != "graph":
+        if ctx.rate_bar and policy.mode != "graph" and reg.judges_rates_of(cfg, spec.name):
             phase.report(spec.name, phase.RATES)
             sus, bad = sustained(cfg, spec, slots, outs[arm_name(spec.name)], ctx, memo)
             if bad is not None:
@@ -145,7 +148,9 @@ def check_after_timing(t: Timed) -> Checked:
             continue
         details = {"candidate": spec.details(*slots[0], cfg), "baseline": base_spec.details(*slots[0], cfg)}
         verdicts.append(Survivor(spec, sus, details))
-    return Checked(t, tuple(verdicts), empty)
+    from harness.measurement import memory
+
+    return Checked(t, tuple(verdicts), empty, (memory.peak_bytes(ctx.device, t.held), t.held))
 
 
 def spot_failure(cfg, content, m, snaps, name, ctx, memo=None):

@@ -43,10 +43,11 @@ class SweepContext:
 
     @property
     def rate_bar(self) -> bool:
-        """The bar judges an absolute rate (one of metrics.RATE_METRICS): each candidate's
-        rates come from the sustained phase after the interleaved rounds (calls back to back,
-        as triton.testing.do_bench times them); speedups still come from the rounds, where
-        the arms share one clock."""
+        """The bar judges an absolute rate (one of metrics.RATE_METRICS): the rates of each
+        (config, candidate) pair a rate clause reads (Registration.judges_rates_of) come from
+        the sustained phase after the interleaved rounds (calls back to back, as
+        triton.testing.do_bench times them); speedups still come from the rounds, where the
+        arms share one clock."""
         return self.reg.judges_rates()
 
 

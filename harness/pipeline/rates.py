@@ -51,7 +51,7 @@ def rates(c: Checked, s: Survivor) -> Rated | Outcome:
         # The measured peak is kept: memory does not depend on the clocks.
         return Outcome(kind, {**base_row(cfg, spec.name, ctx), "reason": why, "undersampled": kind == SKIPPED,
                               "timing": m.to_row(), "policy": policy.as_dict(),
-                              "memory": memory_row(b.pred, t.peak)})
+                              "memory": memory_row(b.pred, c.peak)})
     from harness.measurement.timing.sustained import rates as rates_at
 
     speedup, lo, hi = m.speedup(candidate=arm_name(spec.name), baseline=ARM_BASELINE)

@@ -29,7 +29,7 @@ def result_row(r: Rated) -> Outcome:
         "rig_noise": r.noise,
         "impossible": r.impossible,
         "floor": r.floor,
-        "memory": memory_row(b.pred, t.peak),
+        "memory": memory_row(b.pred, c.peak),
         "gate": {"candidate": gates[spec.name].to_row(), "baseline": gates[base_spec.name].to_row()},
         "numerics": t.numerics,
         "kernel_numerics": {"candidate": spec.numerics, "baseline": base_spec.numerics},

@@ -19,7 +19,8 @@ from harness.pipeline.gate import Gated
 class Timed:
     """The timing's answer: the measurement, the input slots (``content`` as the refresh left
     them), every arm's output buffers, the spot copies (``snaps``), the timed-call watch, the
-    config's measured peak memory and the numeric state pinned for it (as a row records it)."""
+    bytes the config found held when it started (its measured peak is read after the checks,
+    ``Checked.peak``) and the numeric state pinned for it (as a row records it)."""
 
     gated: Gated
     numerics: dict
@@ -29,21 +30,18 @@ class Timed:
     snaps: dict
     content: object
     watch: object
-    peak: tuple  # (measured peak bytes, bytes held when the config started)
+    held: int  # bytes held when the config started (memory.reset_peak)
 
 
 def time_arms(g: Gated, held: int, numerics: dict) -> Timed:
     """Time the gate's passing candidates against the baseline and the control (under the
     numeric state the caller pinned, ``numerics``)."""
-    from harness.measurement import memory
-
     b = g.budget
     ctx = b.ctx
     phase.report((b.base_spec.name, *(spec.name for spec in g.timed)), phase.TIMING)
     m, slots, outs, snaps, content, watch = _time(b.task.config, b.base_spec, g.timed, ctx, ctx.reg.timing)
     phase.report(None, phase.CHECK)
-    measured_peak = memory.peak_bytes(ctx.device, held)
-    return Timed(g, numerics, m, slots, outs, snaps, content, watch, (measured_peak, held))
+    return Timed(g, numerics, m, slots, outs, snaps, content, watch, held)
 
 
 def _time(cfg, base_spec, timed, ctx, policy):

@@ -16,14 +16,32 @@ def compare_bytes(n_elems: int) -> int:
     return 8 * 8 * min(n_elems, COMPARE_CHUNK_ELEMS_CUDA)
 
 
+def checksum_bytes(n_elems: int) -> int:
+    """Peak bytes of checksum()'s int64 temporaries on a tensor of ``n_elems``: one block's
+    bits widened to int64, its position weights and their product (the reference memo
+    checksums each input it is asked about; the gate checksums each output)."""
+    return 3 * 8 * min(n_elems, COMPARE_CHUNK_ELEMS_CUDA)
+
+
+def judge_bytes(cfg: Config) -> int:
+    """Peak bytes of judging one output once its inputs and the output are alive: the float64
+    reference while it is computed (reference_bytes, its output included), then that output
+    beside compare()'s blocks, or the checksum of the largest input or of the output; these
+    never coexist (the reference's scratch is freed before compare runs)."""
+    qs, ks, _ = cfg.shapes()
+    ref_out = 8 * math.prod(qs)
+    return max(reference_bytes(cfg), ref_out + compare_bytes(math.prod(qs)),
+               ref_out + checksum_bytes(max(math.prod(qs), math.prod(ks))))
+
+
 def gate_bytes(cfg: Config, n_kernels: int = 1) -> int:
     """Peak device bytes of gate_kernels() at ``cfg`` for ``n_kernels`` gated together, for the
     VRAM model: three sets of q, k, v (first calls, pristine copies, second calls), every
     kernel's first-call output (kept until the shared reference exists), the second call's
-    output and its stream snapshot, one more output, a bool mask, the reference and
-    compare()'s blocks. The kernel's own extra memory (KernelSpec.extra_bytes) comes on top."""
+    output and its stream snapshot, one more output, a bool mask, and judging an output
+    (``judge_bytes``). The kernel's own extra memory (KernelSpec.extra_bytes) comes on top."""
     qs, ks, _ = cfg.shapes()
     q = math.prod(qs) * cfg.elem_bytes
     kv = 2 * math.prod(ks) * cfg.elem_bytes
     bool_mask = math.prod(qs)  # one full-size bool temporary at a time (bit comparisons)
-    return 3 * (q + kv) + (n_kernels + 3) * q + bool_mask + reference_bytes(cfg) + compare_bytes(math.prod(qs))
+    return 3 * (q + kv) + (n_kernels + 3) * q + bool_mask + judge_bytes(cfg)
