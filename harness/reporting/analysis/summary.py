@@ -358,8 +358,8 @@ def banners(view, outcomes: dict, results: list, *, include_noisy: bool) -> list
     if other:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(other.items()))
         out.append({"kind": "skipped", "title": "Pairs without a result", "text": (
-            f"{sum(other.values())} (config, kernel) pairs have no result ({kinds}): see \"Outcomes other than "
-            f"results\" below.")})
+            f"{sum(other.values())} (config, kernel) pairs have no result ({kinds}); their reasons are listed "
+            f"below the plots.")})
     v = view.verdict
     cov = (v.coverage if v is not None else None) or {}
     if cov and cov.get("pairs") and cov.get("decided", 0) < cov["pairs"]:

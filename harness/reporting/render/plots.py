@@ -108,16 +108,22 @@ def _figure_legend(fig, axes) -> None:
                    frameon=False, bbox_to_anchor=(0.5, 0.0))
 
 
-def _finish_panels(fig, axes, title: str) -> bytes:
+def _finish_panels(fig, axes, title: str):
+    """The title above the panels, one legend under them, laid out: the figure."""
     fig.suptitle(title, fontsize=10)
     _figure_legend(fig, axes)
     n_labels = len({label for ax in axes for label in ax.get_legend_handles_labels()[1]})
     legend_in = LEGEND_ROW_INCHES * -(-n_labels // 4) + 0.1  # the legend's rows under the panels
     fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1 - 0.35 / fig.get_figheight()))
-    return _png(fig, layout=False)
+    return fig
 
 
 def speedup_plot(results: list[dict], thresholds=()) -> bytes:
+    """``speedup_figure`` as PNG bytes."""
+    return _png(speedup_figure(results, thresholds), layout=False)
+
+
+def speedup_figure(results: list[dict], thresholds=()):
     """Speedup against a numeric size axis, one panel per (dtype, causal, head_dim, and any other
     field that varies), a line per kernel with its 95% CI band; each speedup clause of the bar
     drawn as a threshold only over the (config, kernel) points its filter selects.
@@ -129,7 +135,8 @@ def speedup_plot(results: list[dict], thresholds=()) -> bytes:
     if not rows:
         fig, ax = _figure()
         _empty(ax, "no result rows yet")
-        return _png(fig)
+        fig.tight_layout()
+        return fig
     colors = _colors(rows)
     groups = panels(rows)
     fig, axes = _grid(len(groups))
@@ -159,6 +166,11 @@ def speedup_plot(results: list[dict], thresholds=()) -> bytes:
 
 
 def rates_plot(results: list[dict], rate: str | None) -> bytes:
+    """``rates_figure`` as PNG bytes."""
+    return _png(rates_figure(results, rate), layout=False)
+
+
+def rates_figure(results: list[dict], rate: str | None):
     """The headline rate (TFLOP/s or GB/s) against size, per panel, a line per kernel and the
     baseline, under the device's measured ceiling and — labelled as such — its datasheet peak."""
     from harness.reporting.analysis.report import baseline_rate
@@ -168,7 +180,8 @@ def rates_plot(results: list[dict], rate: str | None) -> bytes:
     if not rows:
         fig, ax = _figure()
         _empty(ax, "no rates in the result rows")
-        return _png(fig)
+        fig.tight_layout()
+        return fig
     frac, unit, ceiling_name = HEADLINE_RATES[rate]
     colors = _colors(rows)
     groups = panels(rows)
@@ -212,6 +225,11 @@ PROTOCOL_MARKERS = {"interleaved": "o", "sustained": "D"}
 
 
 def roofline_plot(results: list[dict]) -> bytes:
+    """``roofline_figure`` as PNG bytes."""
+    return _png(roofline_figure(results), layout=False)
+
+
+def roofline_figure(results: list[dict]):
     """Achieved TFLOP/s against arithmetic intensity, under the device's measured copy and matmul
     roofs (and the datasheet's, dotted); each point's marker names the protocol its rate was
     measured under. Kernels at one intensity (decode: every config has the same FLOP per byte)
@@ -232,7 +250,8 @@ def roofline_plot(results: list[dict]) -> bytes:
                         gbf if isinstance(gbf, (int, float)) and gbf > 0 else None))
     if not pts:
         _empty(ax, "no rates in the result rows")
-        return _png(fig)
+        fig.tight_layout()
+        return fig
     colors = _colors([p[0] for p in pts])
     names = list(colors)
     ais = [tf * 1e12 / (gb * 1e9) for _, tf, gb, _, _ in pts]
@@ -275,7 +294,8 @@ def roofline_plot(results: list[dict]) -> bytes:
     ax.set_title("Roofline: achieved rate against the device's roofs"
                  + (" (one intensity: kernels set side by side)" if dodge else ""), fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
-    return _png(fig)
+    fig.tight_layout()
+    return fig
 
 
 def _trimmed(xs: list[float]) -> list[float]:

@@ -73,7 +73,7 @@ def _env():
 
 
 # Plots shown the page's full width (panels of small multiples); the others two a row.
-WIDE_PLOTS = ("speedup", "rates", "distribution")
+WIDE_PLOTS = ("speedup", "rates", "roofline", "distribution")
 
 
 def _shapes(env, data: dict) -> str:
