@@ -23,19 +23,20 @@ THRESHOLD_HALF_WIDTH = 1.3
 # kernels are then set this factor apart so that none hides another.
 ROOFLINE_SAME_INTENSITY = 1.05
 ROOFLINE_DODGE = 1.12
+ROOFLINE_SIZE = (PANEL_FIG_WIDTH, 4.2)  # inches: shown the page's width
 DISTRIBUTION_ROW_HEIGHT = 2.2
 DISTRIBUTION_FENCE = 3.0  # a violin draws the samples within Tukey's far-out fences (3 IQR)
 LEGEND_ROW_INCHES = 0.22
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 
-def _figure():
+def _figure(size=FIG_SIZE):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=FIG_SIZE, dpi=DPI)
+    fig, ax = plt.subplots(figsize=size, dpi=DPI)
     ax.grid(True, alpha=0.3)
     return fig, ax
 
@@ -203,13 +204,13 @@ def rates_figure(results: list[dict], rate: str | None):
         ceilings = sorted({round(c, 6) for c in (measured_ceiling(r, rate) for r in mine) if c})
         for c in ceilings:
             ax.axhline(c, color="#222", lw=1.2, label=f"measured {ceiling_name} ceiling")
-            ax.text(0.01, c, f"{c:.4g} measured", va="bottom", ha="left", fontsize=7, color="#222",
-                    transform=ax.get_yaxis_transform())
+            ax.text(1.01, c, f"{c:.4g} measured", va="center", ha="left", fontsize=7, color="#222",
+                    transform=ax.get_yaxis_transform(), clip_on=False)  # right of the panel: no data there
         peaks = sorted({p for p in (datasheet_peak(r, rate) for r in mine) if p})
         for p in peaks:
             ax.axhline(p, color="#888", lw=1, ls=":", label="datasheet peak (not measured)")
-            ax.text(0.01, p, f"{p:.4g} datasheet", va="bottom", ha="left", fontsize=7, color="#666",
-                    transform=ax.get_yaxis_transform())
+            ax.text(1.01, p, f"{p:.4g} datasheet", va="center", ha="left", fontsize=7, color="#666",
+                    transform=ax.get_yaxis_transform(), clip_on=False)
         top = max([r.metrics[rate] for r in mine] + ceilings + peaks + list(base.values()))
         ax.set_ylim(0, top * 1.12)
         _size_axis(ax, [size_of(r) for r in mine])
@@ -239,7 +240,7 @@ def roofline_figure(results: list[dict]):
     from harness.governance.metrics import rate_protocol
     from harness.reporting.analysis.summary import datasheet_peak
 
-    fig, ax = _figure()
+    fig, ax = _figure(ROOFLINE_SIZE)
     pts = []
     for r in results:
         m = r.metrics
