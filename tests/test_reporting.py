@@ -353,6 +353,18 @@ def test_each_clause_has_its_margin_and_a_bootstrap_ci_over_its_deciding_rows(sh
     assert lo < float(kv["value"]) < hi
 
 
+def test_one_margin_for_the_verdict_and_the_report():
+    from harness.governance.bar import ClauseOutcome, margin
+    from harness.reporting.render.verdict import margin as verdict_margin
+
+    assert margin(513.6, ">=", 500) == pytest.approx((13.6, 0.0272))
+    assert margin(0.8, "<=", 1.0) == pytest.approx((0.2, 0.2)) and margin(1.2, "<", 1.0)[0] == pytest.approx(-0.2)
+    assert margin(1.0, "==", 1.0) is None and margin(None, ">=", 1) is None and margin(math.nan, ">", 1) is None
+    assert margin(0.5, ">=", 0)[1] is None  # no relative margin to a zero threshold
+    cl = ClauseOutcome("min(tflops) >= 500", 513.6, ">=", 500.0, True, 2)
+    assert verdict_margin(cl) == ", margin +13.6 (+2.7%)" == f", margin {summary.margin_text(513.6, '>=', 500.0)}"
+    assert summary.margin_text(0.9, ">=", 1.0) == "-0.1 (-10.0%)"  # a failing clause: on the wrong side
+
 def test_banners_name_what_qualifies_the_verdict(shipped):
     _, v2 = shipped["flash-h200-v2"]
     (clock,) = v2["banners"]

@@ -91,16 +91,6 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
     return out, primary
 
 
-def speedup_thresholds(go: str | None) -> list[tuple[str, float]]:
-    """(clause text, threshold) of the bar's clauses over the speedup: the plot draws them."""
-    from harness.governance import bar as barlang
-
-    if not go:
-        return []
-    return [(" ".join(c.text.split()), c.threshold) for c in barlang.parse(go).clauses()
-            if c.aggregate.metric == "speedup"]
-
-
 def _gate(gate: dict | None) -> str:
     if not gate:
         return "—"
