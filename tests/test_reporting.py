@@ -439,11 +439,24 @@ def test_rates_plot_draws_the_measured_ceiling_and_the_datasheet_peak_under_thei
         assert labelled["measured matmul ceiling"] == pytest.approx(ceiling, rel=1e-5)
         assert labelled["datasheet peak (not measured)"] == 989.0
         assert "cublas_stack (baseline)" in labelled and ax.get_ylabel() == "achieved TFLOP/s"
+    # The rate clause's threshold, only over the configs it filters (fp16, non-causal, seq_len >= 4096).
+    spans = summary.rate_threshold_spans(view.registration, view.outcomes(), "tflops", include_noisy=False)
+    ((_, value, pairs, of_ceiling),) = spans
+    assert (value, of_ceiling) == (500.0, False) and pairs == {
+        (f"attention/b8/h16/kv16/n{n}/d128/float16/full", "triton_flash") for n in (4096, 8192)}
+    drawn = dict(_threshold_dashes(plots.rates_figure(view.results(), "tflops", spans)))
+    assert [x for x, _ in sorted(drawn.items()) if x and drawn[x]] == ["float16, non-causal, d128"]
+    assert sorted(round(x0 * 1.3) for x0, _, _ in drawn["float16, non-causal, d128"]) == [4096, 8192]
     dec, _ = shipped["decode-h200"]
-    ax = plots.rates_figure(dec.results(), "kv_gbps").axes[0]
+    dspans = summary.rate_threshold_spans(dec.registration, dec.outcomes(), "kv_gbps", include_noisy=False)
+    ((_, value, pairs, of_ceiling),) = dspans  # the bar judges kv_gbps_frac: a fraction of each ceiling
+    assert (value, of_ceiling, len(pairs)) == (0.85, True, 8)
+    fig = plots.rates_figure(dec.results(), "kv_gbps", dspans)
+    ax = fig.axes[0]
     labelled = {line.get_label(): line.get_ydata()[0] for line in ax.lines}
     assert labelled["measured copy ceiling"] == pytest.approx(4275.8, rel=1e-4)
     assert labelled["datasheet peak (not measured)"] == 4800.0 and ax.get_ylabel() == "achieved KV GB/s"
+    assert {round(y, 1) for _, s in _threshold_dashes(fig) for *_, y in s} == {round(0.85 * 4275.811641415113, 1)}
 
 
 def test_the_decode_roofline_sets_its_kernels_side_by_side_at_their_one_intensity(shipped):

@@ -272,6 +272,17 @@ def threshold_spans(reg: dict, outcomes: dict, *, include_noisy: bool, metric: s
     return out
 
 
+def rate_threshold_spans(reg: dict, outcomes: dict, rate: str | None, *, include_noisy: bool) -> list[tuple]:
+    """``threshold_spans`` for the bar's clauses over ``rate`` and over its fraction of the measured
+    ceiling, each with whether its threshold is such a fraction: (label, threshold, pairs, of_ceiling)."""
+    if rate is None:
+        return []
+    frac = HEADLINE_RATES[rate][0]
+    return ([(*t, False) for t in threshold_spans(reg, outcomes, include_noisy=include_noisy, metric=rate)]
+            + [(f"{t[0]} (× each config's measured ceiling)", t[1], t[2], True)
+               for t in threshold_spans(reg, outcomes, include_noisy=include_noisy, metric=frac)])
+
+
 @dataclass(frozen=True)
 class Deciding:
     """A config whose samples decide a clause: the clause, the row, and why it decides."""

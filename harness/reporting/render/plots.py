@@ -166,14 +166,18 @@ def speedup_figure(results: list[dict], thresholds=()):
                                      "red dashes: the bar's threshold where its clause applies")
 
 
-def rates_plot(results: list[dict], rate: str | None) -> bytes:
+def rates_plot(results: list[dict], rate: str | None, thresholds=()) -> bytes:
     """``rates_figure`` as PNG bytes."""
-    return _png(rates_figure(results, rate), layout=False)
+    return _png(rates_figure(results, rate, thresholds), layout=False)
 
 
-def rates_figure(results: list[dict], rate: str | None):
+def rates_figure(results: list[dict], rate: str | None, thresholds=()):
     """The headline rate (TFLOP/s or GB/s) against size, per panel, a line per kernel and the
-    baseline, under the device's measured ceiling and — labelled as such — its datasheet peak."""
+    baseline, under the device's measured ceiling and — labelled as such — its datasheet peak;
+    the bar's clauses over the rate (or its fraction of the ceiling, drawn as that fraction of
+    each config's ceiling) only over the configs they filter.
+
+    ``thresholds``: (label, threshold, {(config_key, candidate)}, of_ceiling) per clause."""
     from harness.reporting.analysis.report import baseline_rate
     from harness.reporting.analysis.summary import HEADLINE_RATES, datasheet_peak, measured_ceiling, panels, size_of
 
@@ -211,6 +215,13 @@ def rates_figure(results: list[dict], rate: str | None):
             ax.axhline(p, color="#888", lw=1, ls=":", label="datasheet peak (not measured)")
             ax.text(1.01, p, f"{p:.4g} datasheet", va="center", ha="left", fontsize=7, color="#666",
                     transform=ax.get_yaxis_transform(), clip_on=False)
+        for label, value, pairs, of_ceiling in thresholds:
+            for r in sorted(mine, key=lambda r: r.seq):
+                y = value * (measured_ceiling(r, rate) or math.nan) if of_ceiling else value
+                if (r.config_key, r.candidate) in pairs and math.isfinite(y):
+                    x = size_of(r)
+                    ax.hlines(y, x / THRESHOLD_HALF_WIDTH, x * THRESHOLD_HALF_WIDTH, color="#c00", lw=2.2,
+                              ls=(0, (3, 1.5)), label=label, zorder=4)
         top = max([r.metrics[rate] for r in mine] + ceilings + peaks + list(base.values()))
         ax.set_ylim(0, top * 1.12)
         _size_axis(ax, [size_of(r) for r in mine])

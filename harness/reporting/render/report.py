@@ -41,8 +41,10 @@ def figures(view: LineView) -> dict[str, bytes]:
     data_results = view.results()
     tol = next(((r.policy or {}).get("control_tolerance") for r in data_results), None)
     deciding = summary.deciding_configs(reg, outcomes, include_noisy=noisy)
+    rate = summary.headline_rate(reg, data_results)
     return {"speedup": plots.speedup_plot(data_results, summary.threshold_spans(reg, outcomes, include_noisy=noisy)),
-            "rates": plots.rates_plot(data_results, summary.headline_rate(reg, data_results)),
+            "rates": plots.rates_plot(data_results, rate, summary.rate_threshold_spans(reg, outcomes, rate,
+                                                                                       include_noisy=noisy)),
             "roofline": plots.roofline_plot(data_results),
             "distribution": plots.distribution_plot(deciding, _short([r.config_key for r in data_results])),
             "control": plots.control_plot(data_results, tol),
