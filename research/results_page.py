@@ -51,7 +51,7 @@ def _candidates(view) -> list[str]:
             by.setdefault(r.candidate, []).append(r.metrics)
     if not by:
         return []
-    out = ["| candidate | results | speedup min / median / max | best of peak FLOP/s | best of peak GB/s |",
+    out = ["| candidate | results | speedup min / median / max | best of measured matmul | best of measured copy |",
            "|---|---|---|---|---|"]
     for name in sorted(by):
         ms = by[name]

@@ -106,9 +106,10 @@ def test_the_report_shows_the_deciding_rate_beside_its_sustained_time_and_clock(
     assert "→ 513.6 (>= 500, 2 rows); measured: sustained 2.141 ms at 1776 MHz (triton_flash @ " in said
     text = (out / "report.md").read_text()
     # The bar's clause and the primary name where their value was measured.
-    assert ("| 513.6 | sustained 2.141 ms at 1776 MHz (triton_flash @ attention/b8/h16/kv16/n4096/d128/float16/full) "
-            "| >= | 500 |") in text
-    assert "| 5.749 | interleaved 1.968 ms vs baseline 11.31 ms at 1980 MHz (triton_flash @ " in text
+    assert ("| 513.6 | >= | 500 | +13.59 (+2.7%) | [513.1, 514.1] | 2 | pass | sustained 2.141 ms at 1776 MHz "
+            "(triton_flash @ attention/b8/h16/kv16/n4096/d128/float16/full) |") in text
+    assert "| 5.749 | >= | 4.5 | +1.249 (+27.8%) | [" in text
+    assert "| pass | interleaved 1.968 ms vs baseline 11.31 ms at 1980 MHz (triton_flash @ " in text
     assert "= **513.6** (measured: sustained 2.141 ms at 1776 MHz (triton_flash @ " in text
     # The config table: the rate beside the sustained median and clock, the speedup beside the interleaved ones.
     table = text.split(f"### {DECIDING}\n\n", 1)[1].split("\n\n", 1)[0].splitlines()

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from harness.errors import UserError
-from harness.governance.ledger import Ledger, dataframe
+from harness.governance.ledger import Ledger
 from harness.governance.ledger_format import read_rows
 from harness.reporting.analysis import compare as cmp
-from harness.reporting.analysis import lines, report, route, status, tidy
+from harness.reporting.analysis import lines, report, route, status, summary, tidy
 from harness.reporting.render import compare as compare_out
 from harness.reporting.render import plots
 from harness.reporting.render import report as report_out
@@ -32,6 +32,8 @@ DATA = Path(__file__).parent / "data"
 FIXTURE = DATA / "report-fixture.jsonl"
 GOLDEN = DATA / "report-fixture.md"
 H200 = REPO / "ledger" / "flash-h200.jsonl"
+V2 = REPO / "ledger" / "flash-h200-v2.jsonl"
+DECODE = REPO / "ledger" / "decode-h200.jsonl"
 
 # ------------------------------------------------------------------ synthetic ledgers
 
@@ -226,8 +228,12 @@ def test_markdown_report_renders_deterministically_from_the_fixture_ledger():
     assert text.startswith(f"# report-fixture: {read_rows(FIXTURE)[-1].outcome}")
     verdict = read_rows(FIXTURE)[-1]
     clause = verdict.clauses[0]
-    assert (f"| `{clause['text']}` | {clause['value']:.4g} | interleaved, over 3 results | >= | 1 | 3 | "
-            f"{'pass' if clause['passed'] else 'fail'} |") in text
+    margin = summary.margin_text(clause["value"], ">=", 1.0)
+    assert margin == f"{clause['value'] - 1:+.4g} ({clause['value'] - 1:+.1%})"
+    assert (f"| `{clause['text']}` | {clause['value']:.4g} | >= | 1 | {margin} | [") in text
+    assert f"| 3 | {'pass' if clause['passed'] else 'fail'} | interleaved, over 3 results |" in text
+    # The first screen comes before the per-config tables, the banners before both.
+    assert text.index("**Coverage below 1.**") < text.index("## By how much") < text.index("## Results per config")
     assert "| incorrect | torch_stack (baseline): [mismatch] | 3 |" in text  # non-result outcomes counted by reason
     assert "rtol 1e-07·\\|ref\\|" in text  # a reason's '|' cannot break the table
     assert max(len(line) for line in text.splitlines() if not line.startswith("|")) < 200
@@ -270,11 +276,222 @@ def test_bench_report_writes_markdown_html_and_plots(repo, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "report-fixture: GO (ledger row 16)" in r.stdout
     page = (tmp_path / "out" / "report.html").read_text()
-    assert page.count("src=\"data:image/png;base64,") == 4 and "<script" not in page
+    assert page.count("src=\"data:image/png;base64,") == len(report_out.PLOTS) == 6 and "<script" not in page
+    assert page.index('id="first-screen"') < page.index("<h2>Plots</h2>") < page.index('<details class="per-config">')
     assert (tmp_path / "out" / "report.md").read_text() == GOLDEN.read_text()
     assert all((tmp_path / "out" / f"{name}.png").stat().st_size > 1000 for name, _ in report_out.PLOTS)
     missing = run_bench(repo, "report", "nope")
     assert missing.returncode == 2 and "no ledger for line 'nope'" in missing.stderr
+
+
+# ------------------------------------------------------------------ the report's first screen and plots
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """The shipped H200 ledgers' views and report data (computed once: the bootstraps take seconds)."""
+    views = {p.stem: lines.load_path(p) for p in (V2, DECODE)}
+    return {k: (v, report.report_data(v)) for k, v in views.items()}
+
+
+def _geomean(xs):
+    return math.exp(sum(map(math.log, xs)) / len(xs))
+
+
+@pytest.mark.parametrize("line, rate, frac, ceiling", [("flash-h200-v2", "tflops", "tflops_frac", "measured matmul"),
+                                                      ("decode-h200", "kv_gbps", "kv_gbps_frac", "measured copy")])
+def test_the_first_screen_gives_each_kernels_speedup_its_ci_its_extremes_and_its_best_rate(shipped, line, rate, frac,
+                                                                                           ceiling):
+    view, data = shipped[line]
+    results = view.results()
+    assert [k["kernel"] for k in data["kernels"]] == view.registration["candidates"]
+    for k in data["kernels"]:
+        mine = [r for r in results if r.candidate == k["kernel"]]
+        speedups = [r.metrics["speedup"] for r in mine]
+        g = _geomean(speedups)
+        assert k["n"] == len(mine) and k["geomean"] == f"{g:.3f}×"
+        lo, hi = map(float, k["ci"].strip("[]").split(", "))
+        assert lo <= round(g, 3) <= hi and hi - lo < 0.01 * g  # H200 rows: tight, but a real interval
+        worst, best = min(mine, key=lambda r: r.metrics["speedup"]), max(mine, key=lambda r: r.metrics["speedup"])
+        assert (k["min"], k["min_key"]) == (f"{worst.metrics['speedup']:.3f}×", worst.config_key)
+        assert (k["max"], k["max_key"]) == (f"{best.metrics['speedup']:.3f}×", best.config_key)
+        top = max(mine, key=lambda r: r.metrics[rate])
+        assert k["rate_key"] == top.config_key and k["rate"].startswith(f"{top.metrics[rate]:.4g} ")
+        assert k["of_ceiling"] == (f"{top.metrics[frac]:.1%} of {top.metrics[rate] / top.metrics[frac]:.4g} "
+                                   f"({ceiling})")
+        assert k["of_datasheet"].endswith("(datasheet)")
+    if line == "decode-h200":  # a decode kernel beats the measured copy rate: the column says what it is of
+        assert data["rate_header"] == "best KV GB/s"
+        assert data["kernels"][1]["of_ceiling"].startswith("106.0% of 4276 (measured copy)")
+        assert data["kernels"][1]["of_datasheet"] == "94.4% of 4800 (datasheet)"
+    text = report_out.markdown(data)
+    first = text.split("## Bar and verdict")[0]
+    assert all(k["geomean"] in first and k["ci"] in first for k in data["kernels"])
+
+
+def test_each_clause_has_its_margin_and_a_bootstrap_ci_over_its_deciding_rows(shipped):
+    from harness.measurement.stats import speedup_replicates
+
+    view, data = shipped["flash-h200-v2"]
+    speed, tflops, rate = data["clauses"]
+    assert speed["margin"] == "+1.249 (+27.8%)" and tflops["margin"] == "+13.59 (+2.7%)"
+    assert rate["margin"] == "—" and rate["ci"] == "—"  # pass_rate counts rows: nothing was sampled
+    # min(speedup ...) is decided by one row: its CI is that row's bootstrap, with the documented seed.
+    (row,) = [r for r in view.results() if r.candidate == "triton_flash" and r.config["seq_len"] == 4096
+              and r.config["dtype"] == "float16" and not r.config["causal"]]
+    reps = speedup_replicates(lines.arm_samples(row, "baseline"), lines.arm_samples(row, "candidate"),
+                              summary.BOOTSTRAP_RESAMPLES, [summary.BOOTSTRAP_SEED, row.seq])
+    lo, hi = np.percentile(reps, [2.5, 97.5])
+    assert speed["ci"] == f"[{lo:.4g}, {hi:.4g}]" and lo <= row.metrics["speedup"] <= hi
+    # min(tflops ...) over two rows, each rate resampled from its sustained calls.
+    lo, hi = map(float, tflops["ci"].strip("[]").split(", "))
+    assert lo < float(tflops["value"]) < hi and hi - lo < 5
+    _, dec = shipped["decode-h200"]
+    kv = dec["clauses"][0]
+    assert kv["text"].startswith("min(kv_gbps_frac") and kv["margin"] == "+0.0809 (+9.5%)"
+    lo, hi = map(float, kv["ci"].strip("[]").split(", "))
+    assert lo < float(kv["value"]) < hi
+
+
+def test_one_margin_for_the_verdict_and_the_report():
+    from harness.governance.bar import ClauseOutcome, margin
+    from harness.reporting.render.verdict import margin as verdict_margin
+
+    assert margin(513.6, ">=", 500) == pytest.approx((13.6, 0.0272))
+    assert margin(0.8, "<=", 1.0) == pytest.approx((0.2, 0.2)) and margin(1.2, "<", 1.0)[0] == pytest.approx(-0.2)
+    assert margin(1.0, "==", 1.0) is None and margin(None, ">=", 1) is None and margin(math.nan, ">", 1) is None
+    assert margin(0.5, ">=", 0)[1] is None  # no relative margin to a zero threshold
+    cl = ClauseOutcome("min(tflops) >= 500", 513.6, ">=", 500.0, True, 2)
+    assert verdict_margin(cl) == ", margin +13.6 (+2.7%)" == f", margin {summary.margin_text(513.6, '>=', 500.0)}"
+    assert summary.margin_text(0.9, ">=", 1.0) == "-0.1 (-10.0%)"  # a failing clause: on the wrong side
+
+def test_banners_name_what_qualifies_the_verdict(shipped):
+    _, v2 = shipped["flash-h200-v2"]
+    (clock,) = v2["banners"]
+    assert clock["kind"] == "clock" and "24 of 36 results" in clock["text"] and "1587–1918 MHz" in clock["text"]
+    assert "lowest 0.81×" in clock["text"]
+    assert shipped["decode-h200"][1]["banners"] == []  # every rate at the reference clock, every pair decided
+    fixture = report.report_data(lines.load_path(FIXTURE))
+    kinds = {b["kind"]: b["text"] for b in fixture["banners"]}
+    assert set(kinds) == {"rig-noisy", "skipped", "coverage"}
+    assert "counted by the bar" in kinds["rig-noisy"] and "incorrect 3, skipped 6" in kinds["skipped"]
+    assert "6 of 12 registered pairs" in kinds["coverage"]
+
+
+def test_the_decode_bars_own_metric_has_a_column_named_for_its_denominator(shipped):
+    view, data = shipped["decode-h200"]
+    header = data["header"]
+    assert "KV of measured copy" in header and "of measured copy" in header and "of peak GB/s" not in header
+    row = min((r for r in view.results() if r.candidate == "triton_decode"), key=lambda r: r.metrics["kv_gbps_frac"])
+    table = next(t for t in data["tables"] if t["key"] == row.config_key)
+    cells = dict(zip(header, next(x["cells"] for x in table["rows"] if x["cells"][0] == "triton_decode")))
+    assert cells["KV of measured copy"] == f"{row.metrics['kv_gbps_frac']:.1%}" == "93.1%"
+    assert "KV of measured copy" not in shipped["flash-h200-v2"][1]["header"]  # not judged there: no column
+
+
+def _threshold_dashes(fig):
+    """(panel title, [(x from, x to, y)]) of the drawn bar thresholds."""
+    out = []
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        spans = [(float(seg[0][0]), float(seg[1][0]), float(seg[0][1])) for c in ax.collections
+                 if str(c.get_label()).startswith("bar") for seg in c.get_segments()]
+        out.append((ax.get_title(), spans))
+    return out
+
+
+def test_speedup_panels_have_a_numeric_size_axis_and_thresholds_only_where_their_clause_applies(shipped, tmp_path):
+    view, _ = shipped["flash-h200-v2"]
+    spans = summary.threshold_spans(view.registration, view.outcomes(), include_noisy=False)
+    ((_, value, pairs),) = spans
+    assert value == 4.5 and pairs == {("attention/b8/h16/kv16/n4096/d128/float16/full", "triton_flash")}
+    fig = plots.speedup_figure(view.results(), spans)
+    drawn = dict(_threshold_dashes(fig))
+    assert sorted(drawn) == ["bfloat16, causal, d128", "bfloat16, non-causal, d128", "float16, causal, d128",
+                             "float16, non-causal, d128"]
+    ((x0, x1, y),) = drawn.pop("float16, non-causal, d128")
+    assert y == 4.5 and x0 < 4096 < x1 and x1 < 8192 and x0 > 1024
+    assert all(not s for s in drawn.values())  # no threshold over the shapes the clause does not filter
+    for ax in fig.axes:
+        assert ax.get_xscale() == "log" and [t.get_text() for t in ax.get_xticklabels()] == ["1024", "4096", "8192"]
+    dec, _ = shipped["decode-h200"]
+    dspans = summary.threshold_spans(dec.registration, dec.outcomes(), include_noisy=False)
+    panels = dict(_threshold_dashes(plots.speedup_figure(dec.results(), dspans)))
+    assert len(panels) == 4 and all(len(s) == 2 and {y for *_, y in s} == {1.0} for s in panels.values())
+    assert "bfloat16, non-causal, d128, b16" in panels  # batch varies: it splits the panels
+    # Sizes a text sort would scramble (n131072 < n32768 < n8192) lie in numeric order.
+    led = _ledger(tmp_path, "sizes")
+    for n in (131072, 8192, 32768):
+        _result(led, n, "fast", _samples(1.0, n=8, seed=n), _samples(2.0, n=8, seed=n + 1))
+    (ax,) = [a for a in plots.speedup_figure(lines.load_path(led.path).results()).axes if a.get_visible()]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["8192", "32768", "131072"]
+    xs = ax.lines[0].get_xdata()
+    assert list(xs) == [8192, 32768, 131072]
+
+
+def test_rates_plot_draws_the_measured_ceiling_and_the_datasheet_peak_under_their_names(shipped):
+    view, _ = shipped["flash-h200-v2"]
+    fig = plots.rates_figure(view.results(), "tflops")
+    for ax in [a for a in fig.axes if a.get_visible()]:
+        labelled = {line.get_label(): line.get_ydata()[0] for line in ax.lines}
+        ceiling = 780.2736072929396 if ax.get_title().startswith("float16") else 811.0885425199975
+        assert labelled["measured matmul ceiling"] == pytest.approx(ceiling, rel=1e-5)
+        assert labelled["datasheet peak (not measured)"] == 989.0
+        assert "cublas_stack (baseline)" in labelled and ax.get_ylabel() == "achieved TFLOP/s"
+    # The rate clause's threshold, only over the configs it filters (fp16, non-causal, seq_len >= 4096).
+    spans = summary.rate_threshold_spans(view.registration, view.outcomes(), "tflops", include_noisy=False)
+    ((_, value, pairs, of_ceiling),) = spans
+    assert (value, of_ceiling) == (500.0, False) and pairs == {
+        (f"attention/b8/h16/kv16/n{n}/d128/float16/full", "triton_flash") for n in (4096, 8192)}
+    drawn = dict(_threshold_dashes(plots.rates_figure(view.results(), "tflops", spans)))
+    assert [x for x, _ in sorted(drawn.items()) if x and drawn[x]] == ["float16, non-causal, d128"]
+    assert sorted(round(x0 * 1.3) for x0, _, _ in drawn["float16, non-causal, d128"]) == [4096, 8192]
+    dec, _ = shipped["decode-h200"]
+    dspans = summary.rate_threshold_spans(dec.registration, dec.outcomes(), "kv_gbps", include_noisy=False)
+    ((_, value, pairs, of_ceiling),) = dspans  # the bar judges kv_gbps_frac: a fraction of each ceiling
+    assert (value, of_ceiling, len(pairs)) == (0.85, True, 8)
+    fig = plots.rates_figure(dec.results(), "kv_gbps", dspans)
+    ax = fig.axes[0]
+    labelled = {line.get_label(): line.get_ydata()[0] for line in ax.lines}
+    assert labelled["measured copy ceiling"] == pytest.approx(4275.8, rel=1e-4)
+    assert labelled["datasheet peak (not measured)"] == 4800.0 and ax.get_ylabel() == "achieved KV GB/s"
+    assert {round(y, 1) for _, s in _threshold_dashes(fig) for *_, y in s} == {round(0.85 * 4275.811641415113, 1)}
+
+
+def test_the_decode_roofline_sets_its_kernels_side_by_side_at_their_one_intensity(shipped):
+    dec, _ = shipped["decode-h200"]
+    ax = plots.roofline_figure(dec.results()).axes[0]
+    xs = {c.get_label(): {round(float(x), 6) for x, _ in c.get_offsets()} for c in ax.collections
+          if c.get_label() in ("triton_decode", "sdpa_cudnn")}
+    assert set(xs) == {"triton_decode", "sdpa_cudnn"} and not (xs["triton_decode"] & xs["sdpa_cudnn"])
+    assert ax.get_xscale() == "log" and "arithmetic intensity" in ax.get_xlabel()
+    assert "side by side" in ax.get_title()
+    flash, _ = shipped["flash-h200-v2"]
+    assert "side by side" not in plots.roofline_figure(flash.results()).axes[0].get_title()
+
+
+def test_the_deciding_configs_samples_are_drawn_candidate_beside_baseline_beside_control(shipped):
+    view, _ = shipped["flash-h200-v2"]
+    (d,) = summary.deciding_configs(view.registration, view.outcomes(), include_noisy=False)
+    assert d.row.config_key == "attention/b8/h16/kv16/n4096/d128/float16/full" and d.row.candidate == "triton_flash"
+    assert d.why == "min speedup; min tflops"  # one row decides both metric clauses
+    dec, _ = shipped["decode-h200"]
+    (dd,) = summary.deciding_configs(dec.registration, dec.outcomes(), include_noisy=False)
+    assert dd.why == "min kv_gbps_frac; min speedup"
+    png = plots.distribution_plot([d, dd])
+    import matplotlib.image as mpimg
+
+    pixels = mpimg.imread(__import__("io").BytesIO(png))
+    assert pixels.shape[0] > 300 and np.ptp(pixels[..., :3]) > 0.5
+
+
+def test_the_report_is_byte_identical_for_the_same_ledger(tmp_path):
+    view = lines.load_path(FIXTURE)
+    a = report_out.write(view, tmp_path / "a")
+    b = report_out.write(lines.load_path(FIXTURE), tmp_path / "b")
+    for name, path in a.items():
+        assert path.read_bytes() == b[name].read_bytes(), name
 
 
 # ------------------------------------------------------------------ compare

@@ -35,8 +35,8 @@ from harness.governance.tokens import COMPARE, BarError
 
 # The language's public entry points, defined in bar_syntax.py and tokens.py.
 __all__ = ["Aggregate", "Bar", "BarError", "BarOutcome", "ClauseOutcome", "Comparison", "combine", "compare",
-           "evaluate", "evaluate_aggregate", "field_tests", "matches_nothing", "matching", "parse", "parse_aggregate",
-           "reduce"]
+           "evaluate", "evaluate_aggregate", "field_tests", "margin", "matches_nothing", "matching", "parse",
+           "parse_aggregate", "reduce"]
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -133,6 +133,16 @@ def reduce(func: str, values: list[float]) -> float:
 def compare(op: str, value: float, threshold: float) -> bool:
     """``value op threshold`` with one of the bar's comparison operators."""
     return COMPARE[op](value, threshold)
+
+
+def margin(value: float | None, op: str, threshold: float) -> tuple[float, float | None] | None:
+    """How far ``value`` lies from ``threshold`` on the passing side (+) or not (−): (absolute,
+    relative to the threshold; None for a zero threshold). None for ``==``/``!=`` and where
+    there is no finite value: a margin exists only for an ordering."""
+    if value is None or op not in (">=", ">", "<=", "<") or not math.isfinite(value):
+        return None
+    d = value - threshold if op in (">=", ">") else threshold - value
+    return d, (d / abs(threshold) if threshold else None)
 
 
 def combine(bar: Bar, truths: list[bool | None]) -> bool | None:

@@ -35,6 +35,17 @@ from harness.measurement.timing.timers import CudaEventTimer, HostTimer, Timer, 
 # impossible (figures: docs/measurement.md#device-ceilings).
 IMPOSSIBLE_MARGIN = 0.30
 
+# Datasheet peaks by GPU name, for labels only: a report draws them beside the measured ceilings,
+# named as datasheet figures; nothing is judged against them (``impossible`` uses the measured
+# ceilings). NVIDIA H200 SXM datasheet: HBM3e 4.8 TB/s; dense tensor-core FP16/BF16 989 TFLOP/s
+# (1979 is with 2:4 sparsity), TF32 494, FP32 (no tensor cores) 67. Keys as ``matmul_tflops``'s,
+# plus DATASHEET_BANDWIDTH_KEY.
+DATASHEET_BANDWIDTH_KEY = "memory_gbps"
+DATASHEET_PEAKS = MappingProxyType({
+    "NVIDIA H200": MappingProxyType({"memory_gbps": 4800.0, "float16": 989.0, "bfloat16": 989.0,
+                                     "float32_tf32": 494.0, "float32": 67.0}),
+})
+
 # --- CUDA measurement sizes -------------------------------------------------------------
 # 2 GiB source: ~35x the H200's 60 MB L2, so the copy streams HBM, not cache.
 CUDA_COPY_BYTES = 2 * 1024**3

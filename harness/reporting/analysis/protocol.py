@@ -111,17 +111,15 @@ def speedup_text(row: dict, *, named: bool = True) -> str:
     return (f"{INTERLEAVED} " if named else "") + pair_text(cand.median_ms, base.median_ms, cand.sm_mhz)
 
 
-def source(agg, outcomes: dict, *, include_noisy: bool, value) -> str:
-    """Where a bar aggregate's ``value`` (a clause's, the primary's) was measured: its metric's
-    protocol and, for a value decided by one row (min, max, an odd median), that row's kernel,
-    config and the time and clock it came from. "—" for one over no metric (a count of rows,
-    pass_rate). ``outcomes`` are the line's current outcomes, as the bar saw them."""
+def deciding_rows(agg, outcomes: dict, *, include_noisy: bool) -> list:
+    """The result rows a bar aggregate over a metric reduces: those its filter selects that the
+    bar sees as correct and that measured the metric, in ``outcomes``' order."""
     from harness.governance import bar as barlang
     from harness.governance.outcomes import RESULT
     from harness.governance.verdict import bar_rows
 
-    if agg.metric is None or agg.func == "pass_rate" or agg.metric not in metric_table.BY_NAME:
-        return "—"
+    if agg.metric is None:
+        return []
     one = dataclasses.replace(agg, func="max")  # over one row: that row's value, None when filtered out
     matched = []
     for key, r in outcomes.items():
@@ -130,6 +128,17 @@ def source(agg, outcomes: dict, *, include_noisy: bool, value) -> str:
         rows, _ = bar_rows({key: r}, include_noisy=include_noisy)
         if rows and rows[0].get("correct") and barlang.evaluate_aggregate(one, rows) is not None:
             matched.append(r)
+    return matched
+
+
+def source(agg, outcomes: dict, *, include_noisy: bool, value) -> str:
+    """Where a bar aggregate's ``value`` (a clause's, the primary's) was measured: its metric's
+    protocol and, for a value decided by one row (min, max, an odd median), that row's kernel,
+    config and the time and clock it came from. "—" for one over no metric (a count of rows,
+    pass_rate). ``outcomes`` are the line's current outcomes, as the bar saw them."""
+    if agg.metric is None or agg.func == "pass_rate" or agg.metric not in metric_table.BY_NAME:
+        return "—"
+    matched = deciding_rows(agg, outcomes, include_noisy=include_noisy)
     if not matched:
         return "—"
     kinds = sorted({metric_table.protocol(agg.metric, r) for r in matched})
@@ -145,4 +154,4 @@ def source(agg, outcomes: dict, *, include_noisy: bool, value) -> str:
     return f"{' and '.join(kinds)}, over {len(matched)} result{'s' if len(matched) != 1 else ''}"
 
 
-__all__ = ["Timed", "of_metric", "pair_text", "rates", "source", "speedup_text", "timed"]
+__all__ = ["Timed", "deciding_rows", "of_metric", "pair_text", "rates", "source", "speedup_text", "timed"]

@@ -15,7 +15,7 @@ from harness.governance.metrics import INTERLEAVED, METRICS, PROTOCOL_TEXT, RATE
 from harness.governance.outcomes import PROFILE, RESULT
 from harness.governance.ledger_rows import RegisteredRow, VerdictRow
 from harness.jsonsafe import number
-from harness.reporting.analysis import protocol
+from harness.reporting.analysis import protocol, summary
 from harness.reporting.analysis.lines import LineView, device_label
 
 REASON_CHARS = 160  # a reason longer than this is cut in tables (the ledger keeps it whole)
@@ -75,6 +75,9 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
     out = [{"text": " ".join(c["text"].split()), "value": _f(c.get("value")), "op": c["op"],
             "threshold": _f(c["threshold"], "g"), "n": c.get("n"),
             "outcome": "unknown (no rows)" if c.get("value") is None else ("pass" if c["passed"] else "fail"),
+            "margin": summary.margin_text(c.get("value"), c["op"], c["threshold"]) or "—",
+            "ci": summary.clause_ci(parsed[c["text"]].aggregate, outcomes, include_noisy=noisy)
+            if c["text"] in parsed else "—",
             # The protocol, time and clock the value was computed from (the row deciding it, where one does).
             "source": protocol.source(parsed[c["text"]].aggregate, outcomes, include_noisy=noisy,
                                       value=c.get("value")) if c["text"] in parsed else "—"}
@@ -86,16 +89,6 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
                                          value=primary["value"]) if primary["expr"] else "—")
     primary = {**primary, "value": _f(primary["value"]), "prediction": _f(primary["prediction"], "g")}
     return out, primary
-
-
-def speedup_thresholds(go: str | None) -> list[tuple[str, float]]:
-    """(clause text, threshold) of the bar's clauses over the speedup: the plot draws them."""
-    from harness.governance import bar as barlang
-
-    if not go:
-        return []
-    return [(" ".join(c.text.split()), c.threshold) for c in barlang.parse(go).clauses()
-            if c.aggregate.metric == "speedup"]
 
 
 def _gate(gate: dict | None) -> str:
@@ -116,16 +109,19 @@ def _clock(timing: dict) -> str:
     return f"{clock['mean_mhz']:.0f} MHz" + (f", {dropped} dropped" if dropped else "")
 
 
-def _extra_metrics(results: list[dict]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+def _extra_metrics(results: list[dict], judged: tuple = ()) -> tuple[list[tuple[str, str, str]],
+                                                                     list[tuple[str, str, str]]]:
     """(rate columns, other columns) as (name, label, format): the metric table's labelled
-    metrics split by protocol, then any further numeric metric a row carries, under its name."""
+    metrics split by protocol (one shown elsewhere only where the bar judges it: ``judged``),
+    then any further numeric metric a row carries, under its name."""
     known = {m for m, _, _ in METRIC_COLUMNS} | SHOWN_ELSEWHERE
     extra = []
     for r in results:
         for k, v in (r.metrics or {}).items():
             if k not in known and isinstance(v, (int, float)) and not isinstance(v, bool) and k not in extra:
                 extra.append(k)
-    present = [c for c in METRIC_COLUMNS if any(c[0] in (r.metrics or {}) for r in results)]
+    present = [c for c in METRIC_COLUMNS if any(c[0] in (r.metrics or {}) for r in results)
+               and (c[0] not in SHOWN_ELSEWHERE or c[0] in judged)]
     rates = [c for c in present if metric_table.BY_NAME[c[0]].protocol == RATES]
     return rates, [c for c in present if c not in rates] + [(k, k, ".4g") for k in sorted(extra)]
 
@@ -146,17 +142,29 @@ def _legend(results: list[dict]) -> str:
     """The paragraph above the config tables naming each column's protocol."""
     if not _split(results):
         return (f"Every column comes from the {INTERLEAVED} rounds ({PROTOCOL_TEXT[INTERLEAVED]}): the speedup is "
-                f"the baseline's median over the candidate's, and the rates (TFLOP/s, GB/s, of peak) are computed "
+                f"the baseline's median over the candidate's, and the rates (TFLOP/s, GB/s, their fractions of the device's "
+                f"measured matmul and copy ceilings — not datasheet peaks) are computed "
                 f"from the {INTERLEAVED} median and clock beside them.")
     return (f"Columns by protocol. {INTERLEAVED.capitalize()} rounds ({PROTOCOL_TEXT[INTERLEAVED]}): speedup (the "
             f"baseline's median over the candidate's), interleaved ms, interleaved SM clock, control, host µs. "
-            f"Rates (TFLOP/s, GB/s, of peak): from the protocol named in \"rates from\", computed from the rate ms, "
+            f"Rates (TFLOP/s, GB/s, their fractions of the "
+            f"device's measured matmul and copy ceilings — not datasheet peaks): from the protocol named in \"rates from\", computed from the rate ms, "
             f"SM clock and power beside them — {SUSTAINED}: {PROTOCOL_TEXT[SUSTAINED]}; the baseline has no "
             f"{SUSTAINED} phase, its rates are its {INTERLEAVED} median's.")
 
 
-def _config_tables(outcomes: dict, results: list[dict]) -> tuple[list[str], list[dict]]:
-    rate_cols, other_cols = _extra_metrics(results)
+def baseline_rate(row, name: str) -> float | None:
+    """The baseline's rate ``name`` in a result row: the candidate's, scaled by the candidate's
+    rate time over the baseline's interleaved median (the baseline has no sustained phase)."""
+    ms, value = number(row.metrics.get("ms")), number(row.metrics.get(name))
+    base_ms = protocol.timed(row, INTERLEAVED, "baseline").median_ms
+    if ms is None or value is None or not base_ms:
+        return None
+    return value * ms / base_ms
+
+
+def _config_tables(outcomes: dict, results: list[dict], judged: tuple = ()) -> tuple[list[str], list[dict]]:
+    rate_cols, other_cols = _extra_metrics(results, judged)
     split = _split(results)
     rate_time = RATE_COLUMNS if split else ()
     header = ["kernel", *SPEEDUP_COLUMNS, *rate_time, *[label for _, label, _ in rate_cols], "control",
@@ -176,10 +184,7 @@ def _config_tables(outcomes: dict, results: list[dict]) -> tuple[list[str], list
         if base is not None:  # the baseline's own line, from the first result's baseline arm (interleaved only)
             m = base.metrics
             mine = protocol.timed(base, INTERLEAVED, "baseline")
-            ms = number(m.get("ms"))
-            scale = ms / mine.median_ms if ms is not None and mine.median_ms else None
-            rates = [_f(number(m.get(name)) * scale, spec) if scale and number(m.get(name)) is not None else "—"
-                     for name, _, spec in rate_cols]
+            rates = [_f(baseline_rate(base, name), spec) for name, _, spec in rate_cols]
             others = [_f(m.get("baseline_host_us"), spec) if name == "host_us" else "—" for name, _, spec in other_cols]
             own = [INTERLEAVED, mine.spread(), mine.clock(), _f(mine.power_w, ".0f")] if split else []
             body.append({"cells": [f"{base.baseline} (baseline)", "1 (baseline)", mine.spread(),
@@ -272,7 +277,8 @@ def report_data(view: LineView, history=None) -> dict:
     flagged = Counter(f for r in results for f in ("rig_noisy", "impossible") if getattr(r, f))
     commits = sorted({r.commit for r in outcomes.values() if r.commit})
     devices = sorted({device_label(r) for r in outcomes.values()})
-    header, tables = _config_tables(outcomes, results)
+    noisy = bool(reg.get("include_noisy"))
+    header, tables = _config_tables(outcomes, results, summary.judged(reg))
     control_tol = next(((r.policy or {}).get("control_tolerance") for r in results), None)
     return {
         "line": view.line,
@@ -291,12 +297,18 @@ def report_data(view: LineView, history=None) -> dict:
                   # A bar registered beyond a device's measured ceilings says why (governance/reductio.py).
                   *([("beyond the measured ceilings (waived)", " ".join(str(reg["beyond_ceiling_ok"]).split()))]
                     if reg.get("beyond_ceiling_ok") else [])],
+        "baseline": reg.get("baseline", "—"),
         "go": " ".join(str(reg.get("go", "")).split()),
         "verdict": None if verdict is None else {"outcome": verdict.outcome, "seq": verdict.seq,
                                                  "commit": str((verdict.commit or ""))[:12],
                                                  "excluded": ", ".join(f"{k}: {n}" for k, n in
                                                                        sorted((verdict.excluded or {}).items()))},
         "clauses": clauses,
+        # The first screen: per kernel, by how much, where, with what uncertainty; what qualifies it.
+        "kernels": summary.kernel_rows(view, results, include_noisy=noisy),
+        "rate_header": summary.rate_header(reg, results),
+        "banners": summary.banners(view, outcomes, results, include_noisy=noisy),
+        "method": summary.METHOD,
         "primary": primary,
         "counts": [(k, n) for k, n in sorted(counts.items())],
         "flagged": [(k, n) for k, n in sorted(flagged.items())],

@@ -7,29 +7,46 @@ saying why, so a report never has a broken image.
 from __future__ import annotations
 
 import io
+import math
 
 FIG_SIZE = (8.0, 3.6)  # inches
 DPI = 100
 # Kernels get fixed colours in name order so one kernel looks the same in every plot.
+# Panels (speedup and rates against size): columns a row, inches per row and the figure's width.
+PANEL_COLUMNS = 2
+PANEL_HEIGHT = 2.9
+PANEL_FIG_WIDTH = 10.0
+PANEL_X_PAD = 1.35  # the size axis reaches this factor beyond the smallest and largest size
+# A threshold dash spans this factor either side of its config's size (log2 axis: ~0.4 of a doubling).
+THRESHOLD_HALF_WIDTH = 1.3
+# Roofline: points whose intensities all lie within this factor are one intensity (decode), and
+# kernels are then set this factor apart so that none hides another.
+ROOFLINE_SAME_INTENSITY = 1.05
+ROOFLINE_DODGE = 1.12
+ROOFLINE_SIZE = (PANEL_FIG_WIDTH, 4.2)  # inches: shown the page's width
+DISTRIBUTION_ROW_HEIGHT = 2.2
+DISTRIBUTION_FENCE = 3.0  # a violin draws the samples within Tukey's far-out fences (3 IQR)
+LEGEND_ROW_INCHES = 0.22
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 
-def _figure():
+def _figure(size=FIG_SIZE):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=FIG_SIZE, dpi=DPI)
+    fig, ax = plt.subplots(figsize=size, dpi=DPI)
     ax.grid(True, alpha=0.3)
     return fig, ax
 
 
-def _png(fig) -> bytes:
+def _png(fig, layout: bool = True) -> bytes:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.tight_layout()
+    if layout:
+        fig.tight_layout()
     fig.savefig(buf, format="png", metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
@@ -46,44 +63,173 @@ def _colors(results: list[dict]) -> dict[str, str]:
     return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
 
 
-def _axis_keys(keys: list[str]) -> list[str]:
-    """Config keys without the parts every one of them shares (those say nothing on an axis)."""
-    from harness.reporting.render.rows import shorten
+def _grid(n: int, *, width: float = PANEL_FIG_WIDTH, height: float = PANEL_HEIGHT, sharey: bool = False):
+    """A figure of ``n`` panels, at most PANEL_COLUMNS a row; the axes in reading order."""
+    import matplotlib
 
-    short, _ = shorten(keys, "/")
-    return [short[k] for k in keys]
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(PANEL_COLUMNS, max(n, 1))
+    rows = -(-max(n, 1) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width, height * rows + 0.8), dpi=DPI, squeeze=False,
+                             sharey=sharey)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    for ax in flat[:n]:
+        ax.grid(True, alpha=0.3)
+    return fig, flat[:n]
 
 
-def speedup_plot(results: list[dict], thresholds: list[tuple[str, float]]) -> bytes:
-    """Speedup over the baseline per shape, 95% CI bars, the bar's speedup thresholds drawn."""
-    fig, ax = _figure()
-    if not results:
+def _size_axis(ax, sizes) -> None:
+    """A log2 axis of the measured sizes, each labelled by its number (never sorted as text)."""
+    from matplotlib.ticker import NullFormatter, NullLocator
+
+    from harness.reporting.analysis.summary import SIZE_FIELD
+
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(sizes))
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=7)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    if ticks:
+        ax.set_xlim(ticks[0] / PANEL_X_PAD, ticks[-1] * PANEL_X_PAD)
+    ax.set_xlabel(f"{SIZE_FIELD} (log2 axis)", fontsize=8)
+
+
+def _figure_legend(fig, axes) -> None:
+    """One legend under the panels: every labelled artist once."""
+    seen = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="lower center", ncol=min(4, len(seen)), fontsize=7,
+                   frameon=False, bbox_to_anchor=(0.5, 0.0))
+
+
+def _finish_panels(fig, axes, title: str):
+    """The title above the panels, one legend under them, laid out: the figure."""
+    fig.suptitle(title, fontsize=10)
+    _figure_legend(fig, axes)
+    n_labels = len({label for ax in axes for label in ax.get_legend_handles_labels()[1]})
+    legend_in = LEGEND_ROW_INCHES * -(-n_labels // 4) + 0.1  # the legend's rows under the panels
+    fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1 - 0.35 / fig.get_figheight()))
+    return fig
+
+
+def speedup_plot(results: list[dict], thresholds=()) -> bytes:
+    """``speedup_figure`` as PNG bytes."""
+    return _png(speedup_figure(results, thresholds), layout=False)
+
+
+def speedup_figure(results: list[dict], thresholds=()):
+    """Speedup against a numeric size axis, one panel per (dtype, causal, head_dim, and any other
+    field that varies), a line per kernel with its 95% CI band; each speedup clause of the bar
+    drawn as a threshold only over the (config, kernel) points its filter selects.
+
+    ``thresholds``: (label, threshold, {(config_key, candidate)}) per speedup clause."""
+    from harness.reporting.analysis.summary import panels, size_of
+
+    rows = [r for r in results if size_of(r) is not None and isinstance(r.metrics.get("speedup"), (int, float))]
+    if not rows:
+        fig, ax = _figure()
         _empty(ax, "no result rows yet")
-        return _png(fig)
-    keys = sorted({r.config_key for r in results})
-    colors = _colors(results)
-    n = len(colors)
-    width = 0.7 / max(n, 1)
-    for i, (name, color) in enumerate(colors.items()):
-        xs, ys, lo, hi = [], [], [], []
-        for r in results:
-            if r.candidate != name:
+        fig.tight_layout()
+        return fig
+    colors = _colors(rows)
+    groups = panels(rows)
+    fig, axes = _grid(len(groups))
+    for ax, (title, mine) in zip(axes, groups):
+        for name, color in colors.items():
+            pts = sorted((size_of(r), r.metrics["speedup"], r.metrics.get("speedup_ci_low"),
+                          r.metrics.get("speedup_ci_high")) for r in mine if r.candidate == name)
+            if not pts:
                 continue
-            m = r.metrics
-            x = keys.index(r.config_key) + (i - (n - 1) / 2) * width
-            xs.append(x)
-            ys.append(m["speedup"])
-            lo.append(max(m["speedup"] - m.get("speedup_ci_low", m["speedup"]), 0))
-            hi.append(max(m.get("speedup_ci_high", m["speedup"]) - m["speedup"], 0))
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", color=color, label=name, capsize=3, markersize=5)
-    ax.axhline(1.0, color="#333", lw=1, ls="-", label="baseline (1×)")
-    for text, value in thresholds:
-        ax.axhline(value, color="#c00", lw=1.2, ls="--", label=f"bar: {text}" if len(text) < 60 else f"bar ≥ {value:g}")
-    ax.set_xticks(range(len(keys)), _axis_keys(keys), rotation=30, ha="right", fontsize=7)
-    ax.set_ylabel("speedup over baseline (×)")
-    ax.set_title("Speedup by shape (interleaved rounds, 95% bootstrap CI)", fontsize=10)
-    ax.legend(fontsize=7, loc="best")
-    return _png(fig)
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            lo = [p[2] if isinstance(p[2], (int, float)) and math.isfinite(p[2]) else p[1] for p in pts]
+            hi = [p[3] if isinstance(p[3], (int, float)) and math.isfinite(p[3]) else p[1] for p in pts]
+            ax.fill_between(xs, lo, hi, color=color, alpha=0.25, lw=0, label="95% CI (bootstrap, per config)")
+            ax.plot(xs, ys, "-o", color=color, label=name, markersize=4, lw=1.4)
+        ax.axhline(1.0, color="#333", lw=0.8, label="baseline (1×)")
+        for label, value, pairs in thresholds:
+            xs = sorted({size_of(r) for r in mine if (r.config_key, r.candidate) in pairs})
+            for x in xs:  # a dash over each config the clause filters, nowhere else
+                ax.hlines(value, x / THRESHOLD_HALF_WIDTH, x * THRESHOLD_HALF_WIDTH, color="#c00", lw=2.2,
+                          ls=(0, (3, 1.5)), label=label, zorder=4)
+        _size_axis(ax, [size_of(r) for r in mine])
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel("speedup over baseline (×)", fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+    return _finish_panels(fig, axes, "Speedup against size (interleaved rounds), 95% bootstrap CI bands; "
+                                     "red dashes: the bar's threshold where its clause applies")
+
+
+def rates_plot(results: list[dict], rate: str | None, thresholds=()) -> bytes:
+    """``rates_figure`` as PNG bytes."""
+    return _png(rates_figure(results, rate, thresholds), layout=False)
+
+
+def rates_figure(results: list[dict], rate: str | None, thresholds=()):
+    """The headline rate (TFLOP/s or GB/s) against size, per panel, a line per kernel and the
+    baseline, under the device's measured ceiling and — labelled as such — its datasheet peak;
+    the bar's clauses over the rate (or its fraction of the ceiling, drawn as that fraction of
+    each config's ceiling) only over the configs they filter.
+
+    ``thresholds``: (label, threshold, {(config_key, candidate)}, of_ceiling) per clause."""
+    from harness.reporting.analysis.report import baseline_rate
+    from harness.reporting.analysis.summary import HEADLINE_RATES, datasheet_peak, measured_ceiling, panels, size_of
+
+    rows = [r for r in results if rate and size_of(r) is not None and isinstance(r.metrics.get(rate), (int, float))]
+    if not rows:
+        fig, ax = _figure()
+        _empty(ax, "no rates in the result rows")
+        fig.tight_layout()
+        return fig
+    frac, unit, ceiling_name = HEADLINE_RATES[rate]
+    colors = _colors(rows)
+    groups = panels(rows)
+    fig, axes = _grid(len(groups))
+    for ax, (title, mine) in zip(axes, groups):
+        for name, color in colors.items():
+            pts = sorted((size_of(r), r.metrics[rate]) for r in mine if r.candidate == name)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", color=color, label=name, markersize=4)
+        base = {}
+        for r in sorted(mine, key=lambda r: r.seq):
+            v = baseline_rate(r, rate)
+            if v is not None:
+                base.setdefault(size_of(r), v)
+        if base:
+            xs = sorted(base)
+            ax.plot(xs, [base[x] for x in xs], "--s", color="#777", markersize=3, lw=1,
+                    label=f"{mine[0].baseline} (baseline)")
+        ceilings = sorted({round(c, 6) for c in (measured_ceiling(r, rate) for r in mine) if c})
+        for c in ceilings:
+            ax.axhline(c, color="#222", lw=1.2, label=f"measured {ceiling_name} ceiling")
+            ax.text(1.01, c, f"{c:.4g} measured", va="center", ha="left", fontsize=7, color="#222",
+                    transform=ax.get_yaxis_transform(), clip_on=False)  # right of the panel: no data there
+        peaks = sorted({p for p in (datasheet_peak(r, rate) for r in mine) if p})
+        for p in peaks:
+            ax.axhline(p, color="#888", lw=1, ls=":", label="datasheet peak (not measured)")
+            ax.text(1.01, p, f"{p:.4g} datasheet", va="center", ha="left", fontsize=7, color="#666",
+                    transform=ax.get_yaxis_transform(), clip_on=False)
+        for label, value, pairs, of_ceiling in thresholds:
+            for r in sorted(mine, key=lambda r: r.seq):
+                y = value * (measured_ceiling(r, rate) or math.nan) if of_ceiling else value
+                if (r.config_key, r.candidate) in pairs and math.isfinite(y):
+                    x = size_of(r)
+                    ax.hlines(y, x / THRESHOLD_HALF_WIDTH, x * THRESHOLD_HALF_WIDTH, color="#c00", lw=2.2,
+                              ls=(0, (3, 1.5)), label=label, zorder=4)
+        top = max([r.metrics[rate] for r in mine] + ceilings + peaks + list(base.values()))
+        ax.set_ylim(0, top * 1.12)
+        _size_axis(ax, [size_of(r) for r in mine])
+        ax.set_title(title, fontsize=9)
+        ax.set_ylabel(f"achieved {unit}", fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+    return _finish_panels(fig, axes, f"Achieved {unit} against size, under the measured {ceiling_name} ceiling "
+                                     f"(and the datasheet peak, dotted)")
 
 
 # A rate's marker says the protocol it was measured under (governance/metrics.py PROTOCOLS).
@@ -91,13 +237,21 @@ PROTOCOL_MARKERS = {"interleaved": "o", "sustained": "D"}
 
 
 def roofline_plot(results: list[dict]) -> bytes:
-    """Achieved TFLOP/s against arithmetic intensity, under the device's copy and matmul ceilings;
-    each point's marker names the protocol its rate was measured under."""
+    """``roofline_figure`` as PNG bytes."""
+    return _png(roofline_figure(results), layout=False)
+
+
+def roofline_figure(results: list[dict]):
+    """Achieved TFLOP/s against arithmetic intensity, under the device's measured copy and matmul
+    roofs (and the datasheet's, dotted); each point's marker names the protocol its rate was
+    measured under. Kernels at one intensity (decode: every config has the same FLOP per byte)
+    are set side by side, a small step apart, so the points do not hide each other."""
     import numpy as np
 
     from harness.governance.metrics import rate_protocol
+    from harness.reporting.analysis.summary import datasheet_peak
 
-    fig, ax = _figure()
+    fig, ax = _figure(ROOFLINE_SIZE)
     pts = []
     for r in results:
         m = r.metrics
@@ -108,24 +262,34 @@ def roofline_plot(results: list[dict]) -> bytes:
                         gbf if isinstance(gbf, (int, float)) and gbf > 0 else None))
     if not pts:
         _empty(ax, "no rates in the result rows")
-        return _png(fig)
+        fig.tight_layout()
+        return fig
     colors = _colors([p[0] for p in pts])
+    names = list(colors)
+    ais = [tf * 1e12 / (gb * 1e9) for _, tf, gb, _, _ in pts]
+    dodge = (max(ais) / min(ais)) < ROOFLINE_SAME_INTENSITY
     seen = set()
-    for r, tf, gb, _, _ in pts:
-        ai = tf * 1e12 / (gb * 1e9)
+    for (r, tf, gb, _, _), ai in zip(pts, ais):
         name = r.candidate
-        ax.scatter([ai], [tf], color=colors[name], s=24, marker=PROTOCOL_MARKERS[rate_protocol(r)],
+        x = ai * ROOFLINE_DODGE ** (names.index(name) - (len(names) - 1) / 2) if dodge else ai
+        ax.scatter([x], [tf], color=colors[name], s=24, marker=PROTOCOL_MARKERS[rate_protocol(r)],
                    label=None if name in seen else name, zorder=3)
         seen.add(name)
     used = sorted({rate_protocol(r) for r, *_ in pts})
     for proto in used:  # the marker legend: which protocol each rate comes from
         ax.scatter([], [], color="#777", s=24, marker=PROTOCOL_MARKERS[proto], label=f"{proto} rate")
     roofs = sorted({(round(tf / tff, 6), round(gb / gbf, 6)) for _, tf, gb, tff, gbf in pts if tff and gbf})
-    ais = [tf * 1e12 / (gb * 1e9) for _, tf, gb, _, _ in pts]
-    x = np.logspace(np.log10(min(ais) / 4), np.log10(max(ais) * 4), 200)
+    sheet = sorted({(datasheet_peak(r, "tflops"), datasheet_peak(r, "gbps")) for r, *_ in pts
+                    if datasheet_peak(r, "tflops") and datasheet_peak(r, "gbps")})
+    ridges = [t * 1e12 / (g * 1e9) for t, g in roofs + sheet]
+    lo_x, hi_x = min(ais + ridges) / 4, max(ais + ridges) * 4
+    x = np.logspace(np.log10(lo_x), np.log10(hi_x), 200)
     for j, (peak_tf, peak_gb) in enumerate(roofs):
-        ax.plot(x, np.minimum(peak_tf, peak_gb * 1e9 * x / 1e12), color="#555", lw=1.2, ls=("-", "--", ":", "-.")[j % 4],
-                label=f"ceiling {peak_tf:.4g} TFLOP/s, {peak_gb:.4g} GB/s")
+        ax.plot(x, np.minimum(peak_tf, peak_gb * 1e9 * x / 1e12), color="#333", lw=1.2,
+                ls=("-", "--", "-.")[j % 3], label=f"measured roof: {peak_tf:.4g} TFLOP/s, {peak_gb:.4g} GB/s copy")
+    for peak_tf, peak_gb in sheet:
+        ax.plot(x, np.minimum(peak_tf, peak_gb * 1e9 * x / 1e12), color="#999", lw=1, ls=":",
+                label=f"datasheet roof: {peak_tf:.4g} TFLOP/s, {peak_gb:.4g} GB/s")
     if not roofs:
         ax.text(0.02, 0.95, "no measured device ceilings in these rows", transform=ax.transAxes, fontsize=8,
                 va="top", color="#555")
@@ -133,12 +297,96 @@ def roofline_plot(results: list[dict]) -> bytes:
 
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xlim(lo_x, hi_x)
+    tops = [t for t, _ in roofs + sheet] + [tf for _, tf, *_ in pts]
+    ax.set_ylim(min(tf for _, tf, *_ in pts) / 4, max(tops) * 2)
     ax.xaxis.set_minor_formatter(NullFormatter())  # decades only; intensity spans several
-    ax.set_xlabel("arithmetic intensity (FLOP / byte moved, minimum bytes)")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte moved, minimum bytes; log axis)")
     ax.set_ylabel(f"achieved TFLOP/s ({' and '.join(used)})")
-    ax.set_title(f"Achieved rate against the device ceilings (roofline; rates: {', '.join(used)})", fontsize=10)
+    ax.set_title("Roofline: achieved rate against the device's roofs"
+                 + (" (one intensity: kernels set side by side)" if dodge else ""), fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
-    return _png(fig)
+    fig.tight_layout()
+    return fig
+
+
+def _trimmed(xs: list[float]) -> list[float]:
+    """The samples within Tukey's far-out fences (DISTRIBUTION_FENCE interquartile ranges beyond
+    the quartiles): one warm-up outlier would otherwise flatten a violin into a line. The median
+    in the title is of every sample, and the title counts those not drawn."""
+    import numpy as np
+
+    if len(xs) < 4:
+        return list(xs)
+    q1, q3 = np.quantile(xs, [0.25, 0.75])
+    lo, hi = q1 - DISTRIBUTION_FENCE * (q3 - q1), q3 + DISTRIBUTION_FENCE * (q3 - q1)
+    return [x for x in xs if lo <= x <= hi]
+
+
+def distribution_plot(deciding: list, short: dict[str, str] | None = None) -> bytes:
+    """The kept samples of the configs that decide the bar's metric clauses: per config, the
+    candidate's interleaved rounds beside the baseline's and the control's (and its sustained
+    calls where its rates came from them), each arm a violin with its median marked."""
+    from harness.reporting.analysis.lines import arm_samples
+    from harness.reporting.analysis.summary import rate_samples
+    from harness.governance.metrics import SUSTAINED, rate_protocol
+
+    if not deciding:
+        fig, ax = _figure()
+        _empty(ax, "no clause over a measured metric: no deciding samples to show")
+        return _png(fig)
+    sustained = any(rate_protocol(d.row) == SUSTAINED for d in deciding)
+    arms = ["candidate", *(["sustained"] if sustained else []), "baseline", "control"]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(deciding), len(arms), figsize=(PANEL_FIG_WIDTH, DISTRIBUTION_ROW_HEIGHT * len(deciding)
+                                                                + 0.6), dpi=DPI, squeeze=False)
+    colors = _colors([d.row for d in deciding])
+    short = short or {}
+    for i, d in enumerate(deciding):
+        r = d.row
+        for j, arm in enumerate(arms):
+            ax = axes[i][j]
+            ax.grid(True, alpha=0.3, axis="y")
+            if arm == "sustained":
+                xs = rate_samples(r) if rate_protocol(r) == SUSTAINED else []
+                label = f"{r.candidate}, sustained"
+            else:
+                xs = arm_samples(r, arm)
+                label = {"candidate": f"{r.candidate}, interleaved", "baseline": f"{r.baseline} (baseline)",
+                         "control": "control (baseline again)"}[arm]
+            drawn = _trimmed(xs)
+            if len(drawn) < 2 or max(drawn) == min(drawn):
+                ax.text(0.5, 0.5, "no samples" if not xs else f"{len(xs)} sample(s)", ha="center", va="center",
+                        transform=ax.transAxes, fontsize=8, color="#555")
+                ax.set_xticks([])
+            else:
+                color = colors[r.candidate] if arm in ("candidate", "sustained") else "#888"
+                parts = ax.violinplot([drawn], showmedians=True, showextrema=True)
+                for body in parts["bodies"]:
+                    body.set_facecolor(color)
+                    body.set_alpha(0.5)
+                for key in ("cmedians", "cmins", "cmaxes", "cbars"):
+                    parts[key].set_color(color if key == "cmedians" else "#555")
+                ax.set_xticks([])
+            import statistics
+
+            med = statistics.median(xs) if xs else None
+            cut = len(xs) - len(drawn)
+            ax.set_title(label + (f"\nmedian {med:.4g} ms, n={len(xs)}" if med is not None else "")
+                         + (f"\n{cut} beyond {DISTRIBUTION_FENCE:g} IQR not drawn"
+                            if cut else ""), fontsize=7)
+            ax.tick_params(axis="y", labelsize=7)
+            ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+            if j == 0:
+                ax.set_ylabel(f"{short.get(r.config_key, r.config_key)}\n({d.why}) — ms", fontsize=7)
+    fig.suptitle("Samples of the configs deciding the bar's clauses (kept interleaved rounds; sustained calls)",
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    return _png(fig, layout=False)
 
 
 def control_plot(results: list[dict], tolerance: float | None) -> bytes:

@@ -14,10 +14,13 @@ from importlib import resources
 from pathlib import Path
 
 from harness.reporting.analysis.lines import LineView
-from harness.reporting.analysis.report import report_data, speedup_thresholds
+from harness.reporting.analysis.report import report_data
 from harness.reporting.render.console import console
 
-PLOTS = (("speedup", "Speedup by shape"), ("roofline", "Achieved rate against the ceilings"),
+PLOTS = (("speedup", "Speedup against size, per dtype and masking, with CI bands and the bar's thresholds"),
+         ("rates", "Achieved rate against size, under the measured ceiling and the datasheet peak"),
+         ("roofline", "Roofline: achieved rate against arithmetic intensity"),
+         ("distribution", "Samples of the configs deciding the bar: candidate, baseline, control"),
          ("control", "Control ratio"), ("clock", "SM clock over the sweep"))
 
 
@@ -28,15 +31,32 @@ def _template(name: str) -> str:
 
 
 def figures(view: LineView) -> dict[str, bytes]:
-    """name → PNG bytes for the report's four plots."""
+    """name → PNG bytes for the report's plots (PLOTS, in order)."""
+    from harness.reporting.analysis import summary
     from harness.reporting.render import plots
 
+    reg = view.registration
+    noisy = bool(reg.get("include_noisy"))
+    outcomes = view.outcomes()
     data_results = view.results()
     tol = next(((r.policy or {}).get("control_tolerance") for r in data_results), None)
-    return {"speedup": plots.speedup_plot(data_results, speedup_thresholds(view.registration.get("go"))),
+    deciding = summary.deciding_configs(reg, outcomes, include_noisy=noisy)
+    rate = summary.headline_rate(reg, data_results)
+    return {"speedup": plots.speedup_plot(data_results, summary.threshold_spans(reg, outcomes, include_noisy=noisy)),
+            "rates": plots.rates_plot(data_results, rate, summary.rate_threshold_spans(reg, outcomes, rate,
+                                                                                       include_noisy=noisy)),
             "roofline": plots.roofline_plot(data_results),
+            "distribution": plots.distribution_plot(deciding, _short([r.config_key for r in data_results])),
             "control": plots.control_plot(data_results, tol),
             "clock": plots.clock_plot(data_results)}
+
+
+def _short(keys) -> dict[str, str]:
+    """Config keys by the fields that tell them apart (render/rows.shorten), for cells and axes."""
+    from harness.reporting.render.rows import shorten
+
+    short, _ = shorten(sorted(set(keys)), " ")
+    return short
 
 
 def _env():
@@ -54,15 +74,35 @@ def _env():
     return env
 
 
+# Plots shown the page's full width (panels of small multiples); the others two a row.
+WIDE_PLOTS = ("speedup", "rates", "roofline", "distribution")
+
+
+def _shapes(env, data: dict) -> str:
+    """Register the ``shape`` filter (a config key by the fields that tell the line's configs
+    apart) and return the fields every config shares ("" when none)."""
+    from harness.reporting.render.rows import shorten
+
+    keys = [t["key"] for t in data.get("tables", [])]
+    keys += [k[f] for k in data.get("kernels", []) for f in ("min_key", "max_key", "rate_key") if k.get(f)]
+    short, shared = shorten(keys, " ")
+    env.filters["shape"] = lambda key: short.get(key, key)
+    return shared
+
+
 def markdown(data: dict) -> str:
-    return _env().from_string(_template("report.md.j2")).render(d=data, plots=PLOTS)
+    env = _env()
+    shared = _shapes(env, data)
+    return env.from_string(_template("report.md.j2")).render(d=data, plots=PLOTS, shared=shared)
 
 
 def html(data: dict, images: dict[str, bytes]) -> str:
     env = _env()
     env.autoescape = True
+    shared = _shapes(env, data)
     encoded = {name: base64.b64encode(png).decode("ascii") for name, png in images.items()}
-    return env.from_string(_template("report.html.j2")).render(d=data, plots=PLOTS, images=encoded)
+    return env.from_string(_template("report.html.j2")).render(d=data, plots=PLOTS, images=encoded, shared=shared,
+                                                               wide=WIDE_PLOTS)
 
 
 def write(view: LineView, out: Path, data: dict | None = None) -> dict[str, Path]:

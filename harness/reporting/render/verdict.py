@@ -5,6 +5,7 @@ from __future__ import annotations
 from harness.errors import plural
 from harness.governance.outcomes import Remeasure
 from harness.reporting.analysis.history import MAX_LISTED
+from harness.reporting.analysis.summary import margin_text
 from harness.reporting.render.console import console
 from harness.reporting.render.rows import fmt
 
@@ -12,13 +13,8 @@ from harness.reporting.render.rows import fmt
 def margin(cl) -> str:
     """How far a clause's value lies from its threshold, on the passing side (+) or not (−):
     "513.6 ≥ 500" reads "margin +13.6 (+2.7%)". Empty for == and where there is no value."""
-    import math
-
-    if cl.value is None or cl.op not in (">=", ">", "<=", "<") or not math.isfinite(cl.value):
-        return ""
-    d = cl.value - cl.threshold if cl.op in (">=", ">") else cl.threshold - cl.value
-    rel = f" ({d / abs(cl.threshold):+.1%})" if cl.threshold else ""
-    return f", margin {d:+.4g}{rel}"
+    text = margin_text(cl.value, cl.op, cl.threshold)
+    return f", margin {text}" if text else ""
 
 
 def render_verdict(v) -> None:
