@@ -258,7 +258,7 @@ def test_route_picks_and_shows_kernels_by_the_protocol_of_their_speedups(tmp_pat
     assert chosen.ms == pytest.approx(0.8, rel=0.02)
     js, _ = route_out.write(table, tmp_path / "out")
     saved = json.loads(js.read_text())
-    assert saved["schema"] == route.ROUTE_SCHEMA == 2
+    assert saved["schema"] == route.ROUTE_SCHEMA == 3 and "candidate" in saved["routes"][0] and "kernel" not in saved["routes"][0]
     assert saved["routes"][0]["interleaved"] == {"ms": chosen.ms, "baseline_ms": chosen.baseline_ms, "sm_mhz": 1980.0}
     # The report of that line: each kernel's rate beside its own sustained median and clock.
     data = report.report_data(lines.load_path(led.path))

@@ -304,9 +304,9 @@ def test_the_first_screen_gives_each_kernels_speedup_its_ci_its_extremes_and_its
                                                                                            ceiling):
     view, data = shipped[line]
     results = view.results()
-    assert [k["kernel"] for k in data["kernels"]] == view.registration["candidates"]
+    assert [k["candidate"] for k in data["kernels"]] == view.registration["candidates"]
     for k in data["kernels"]:
-        mine = [r for r in results if r.candidate == k["kernel"]]
+        mine = [r for r in results if r.candidate == k["candidate"]]
         speedups = [r.metrics["speedup"] for r in mine]
         g = _geomean(speedups)
         assert k["n"] == len(mine) and k["geomean"] == f"{g:.3f}×"

@@ -167,7 +167,7 @@ def _config_tables(outcomes: dict, results: list[dict], judged: tuple = ()) -> t
     rate_cols, other_cols = _extra_metrics(results, judged)
     split = _split(results)
     rate_time = RATE_COLUMNS if split else ()
-    header = ["kernel", *SPEEDUP_COLUMNS, *rate_time, *[label for _, label, _ in rate_cols], "control",
+    header = ["candidate", *SPEEDUP_COLUMNS, *rate_time, *[label for _, label, _ in rate_cols], "control",
               *[label for _, label, _ in other_cols], "correctness gate"]
     by_config: dict[str, list[dict]] = {}
     for r in sorted(outcomes.values(), key=lambda r: (r.config_key, r.role != "baseline", r.candidate)):

@@ -26,7 +26,7 @@ from harness.governance.outcomes import FAILING_KINDS, RESULT
 from harness.governance.devices import device_of
 from harness.reporting.analysis.lines import LineView
 
-ROUTE_SCHEMA = 2  # 2: each route carries the interleaved medians and clock its speedup comes from
+ROUTE_SCHEMA = 3  # 2: each route carries the interleaved medians and clock its speedup comes from; 3: "candidate", not "kernel"
 CONFIG_FIELDS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
 
 
@@ -77,7 +77,7 @@ class RouteTable:
     def as_json(self) -> dict:
         return {"schema": ROUTE_SCHEMA, "baseline": self.baseline, "device": self.device, "lines": list(self.lines),
                 "geomean_speedup": self.geomean, "worst_speedup": self.worst.speedup,
-                "routes": [{"config_key": r.config_key, "config": r.config, "kernel": r.kernel, "speedup": r.speedup,
+                "routes": [{"config_key": r.config_key, "config": r.config, "candidate": r.kernel, "speedup": r.speedup,
                             "speedup_ci": [r.ci_low, r.ci_high], "line": r.line, "seq": r.seq, "why": r.why,
                             "interleaved": {"ms": r.ms, "baseline_ms": r.baseline_ms, "sm_mhz": r.sm_mhz}}
                            for r in self.routes]}

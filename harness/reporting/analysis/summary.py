@@ -201,7 +201,7 @@ def kernel_rows(view, results: list, *, include_noisy: bool) -> list[dict]:
                       key=lambda r: r.seq)
         speedups = [(number(r.metrics.get("speedup")), r) for r in mine]
         speedups = [(s, r) for s, r in speedups if s is not None and s > 0 and math.isfinite(s)]
-        row = {"kernel": name, "n": len(speedups), "geomean": "—", "ci": "—", "min": "—", "min_key": "",
+        row = {"candidate": name, "n": len(speedups), "geomean": "—", "ci": "—", "min": "—", "min_key": "",
                "max": "—", "max_key": "", "rate": "—", "rate_key": "", "of_ceiling": "—", "of_datasheet": "—"}
         if speedups:
             g = math.exp(math.fsum(math.log(s) for s, _ in speedups) / len(speedups))

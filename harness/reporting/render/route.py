@@ -94,7 +94,7 @@ def emit_route(table: RouteTable, fmt: str, js: Path, py: Path, notes=()) -> Non
     from harness.reporting.render.formats import emit, note
 
     doc = table.as_json()
-    records = [{"config": r["config_key"], "candidate": r["kernel"], "speedup": r["speedup"],
+    records = [{"config": r["config_key"], "candidate": r["candidate"], "speedup": r["speedup"],
                 "ci_low": r["speedup_ci"][0], "ci_high": r["speedup_ci"][1], "line": r["line"],
                 "interleaved_ms": r["interleaved"]["ms"], "baseline_ms": r["interleaved"]["baseline_ms"],
                 "sm_mhz": r["interleaved"]["sm_mhz"], "why": r["why"]} for r in doc["routes"]]
