@@ -150,7 +150,8 @@ def _search(prober: "_Prober", rows: "_Rows", res: BisectResult, good: str, comm
     gd, bd = end_decision.get(verdict, (rule.UNCLEAR, rule.UNCLEAR))
     good_probe = rows.add(g, GOOD_END, gd if g.ok else rule.SKIP, why if g.ok else g.why)
     bad_probe = rows.add(b, BAD_END, bd if b.ok else rule.SKIP, why if b.ok else b.why)
-    res.why = why
+    res.why = why if g.ok and b.ok else \
+        "; ".join(f"the {role} could not be measured ({m.why})" for role, m in ((GOOD_END, g), (BAD_END, b)) if not m.ok)
     if verdict == rule.NO_REGRESSION:
         res.outcome, res.last_good, res.first_bad = NO_REGRESSION, good_probe, bad_probe
         return
@@ -255,6 +256,8 @@ class _Prober:
             return None, f"the probe ran past {PROBE_TIMEOUT_S} s and was killed"
         said = [x for x in (done.stderr or "").strip().splitlines() if x.strip()]
         last = said[-1].strip() if said else f"exit {done.returncode}, nothing on stderr"
+        for top in {str(where.resolve()), str(where)}:  # a row names files of the commit, not of this machine
+            last = last.replace(top + os.sep, "").replace(top, ".")
         if done.returncode != 0:
             return None, f"its code cannot run the probe (exit {done.returncode}): {last}"
         try:
