@@ -109,7 +109,7 @@ def proj(tmp_path_factory) -> dict:
     """The repository: this checkout's tracked code (harness/, kernels/) and the planted
     kernel, the line registered and committed on `main`; on top of it, branch `regress`
     (commit 9 of 16 plants the slowdown), branch `flat` (16 commits, no change in speed) and
-    branch `broken` (one commit whose kernel module does not import)."""
+    branch `broken` (a commit whose kernel module does not import, then one that mends it)."""
     root = tmp_path_factory.mktemp("bisect") / "proj"
     root.mkdir()
     tracked = subprocess.run(["git", "ls-files", "-z", "harness", "kernels"], cwd=REPO, capture_output=True,
@@ -145,6 +145,7 @@ def proj(tmp_path_factory) -> dict:
     git(root, "checkout", "-q", "-b", "broken", base)
     (root / "kernels" / "planted.py").write_text("def planted(:\n")
     git(root, "commit", "-q", "-am", "a kernel that does not import")
+    _commit_kernel(root, 200, 0.0, "the kernel imports again")
     # HEAD is `main` (the base): the checkout bisect runs from has neither history's kernel.
     git(root, "checkout", "-q", "main")
     return {"root": root, "base": base, "regress": shas, "planted": shas[PLANTED_AT]}
@@ -205,17 +206,17 @@ def test_a_flat_history_ends_no_regression(proj):
     assert all(r["decision"] == rule.GOOD for r in rows)
 
 
-def test_a_commit_whose_code_cannot_run_the_probe_is_skipped_and_the_bisect_ends_unclear(proj):
+def test_a_commit_whose_code_cannot_run_the_probe_is_recorded_and_the_bisect_ends_unclear(proj):
     root = proj["root"]
     before = len(_probe_rows(root))
-    res = bench(root, "bisect", LINE, "n128", "--good", proj["base"], "--bad", "broken", "--device", "cpu")
+    res = bench(root, "bisect", LINE, "n128", "--good", "broken~1", "--bad", "broken", "--device", "cpu")
     assert res.returncode == 1, res.stdout + res.stderr
-    broken = git(root, "rev-parse", "broken")
-    assert f"unclear between {proj['base'][:12]} and {broken[:12]}: the bad end could not be measured" in res.stdout
-    good, bad = _probe_rows(root)[before:]
-    assert good["decision"] == rule.UNCLEAR and good["speedup"] > 0  # measured, but nothing to compare it with
-    assert bad["commit"] == broken and bad["decision"] == rule.SKIP and bad["speedup"] is None
-    assert "its code cannot run the probe" in bad["reason"] and "planted.py failed to import" in bad["reason"]
+    broken, mended = git(root, "rev-parse", "broken~1"), git(root, "rev-parse", "broken")
+    assert f"unclear between {broken[:12]} and {mended[:12]}: the good end could not be measured" in res.stdout
+    (row,) = _probe_rows(root)[before:]  # nothing to compare the bad end with: it is not measured
+    assert row["commit"] == broken and row["decision"] == rule.SKIP and row["speedup"] is None
+    assert "its code cannot run the probe" in row["reason"] and "kernels/planted.py failed to import" in row["reason"]
+    assert str(root) not in row["reason"] and "bench-bisect-" not in row["reason"]  # no path of this machine
 
 
 @pytest.mark.parametrize("args, says", [
@@ -283,3 +284,22 @@ def test_next_probe_halves_the_range_around_skipped_commits():
     assert rule.next_probe(7, 9, set()) == 8
     assert rule.next_probe(7, 9, {8}) is None
     assert rule.next_probe(-1, 15, {7}) == 6
+
+
+def test_a_bisect_ledger_written_by_a_newer_bench_is_refused_before_any_probe(proj):
+    root = proj["root"]
+    path = root / "ledger" / "_bisect.jsonl"
+    kept = path.read_bytes() if path.exists() else None
+    n = len(kept.splitlines()) if kept else 0
+    newer = {"schema": 2, "seq": n, "kind": "probe", "line": "_bisect", "prev_hash": "0" * 64, "hash": "0" * 64}
+    with open(path, "a") as fh:
+        fh.write(json.dumps(newer) + "\n")
+    try:
+        res = bench(root, "bisect", LINE, "n128", "--good", proj["base"], "--bad", "regress", "--device", "cpu")
+    finally:
+        if kept is None:
+            path.unlink()
+        else:
+            path.write_bytes(kept)
+    assert res.returncode == 2 and "ledger schema 2, newer than this bench understands" in res.stderr, res.stderr
+    assert res.stdout == ""

@@ -116,6 +116,12 @@ def bisect(line: str, config: str, good: str, bad: str, *, candidate: str | None
         raise UserError(f"no commit after --good {good_sha[:12]} up to --bad {bad_sha[:12]} changes anything outside "
                         f"ledger/: their code is the same, there is nothing to bisect")
     led = Ledger(top, BISECT_LEDGER)
+    if led.exists():  # a broken chain, or rows of a newer bench, refused before any probe
+        from harness.governance.ledger_verify import verify, verify_refusal
+
+        checked = verify(led.path)
+        if not checked.ok:
+            raise UserError(verify_refusal(led.rel, checked, "a bisect"))
     led.require_writable()
     if commit:
         require_anchorable(led)
@@ -137,6 +143,11 @@ def _search(prober: "_Prober", rows: "_Rows", res: BisectResult, good: str, comm
             threshold: float) -> None:
     """The ends, then halving: fills ``res``."""
     g = prober.start(good)
+    if not g.ok:  # nothing to compare the rest with: the bad end is not measured
+        p = rows.add(g, GOOD_END, rule.SKIP, g.why)
+        res.outcome, res.between, res.last_good = UNCLEAR, (good, commits[-1]), p
+        res.why = f"the {GOOD_END} could not be measured ({g.why})"
+        return
     b = prober.start(commits[-1])
     verdict, why = rule.UNCLEAR, "an end could not be measured"
     while g.ok and b.ok:
