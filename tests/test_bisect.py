@@ -303,3 +303,19 @@ def test_a_bisect_ledger_written_by_a_newer_bench_is_refused_before_any_probe(pr
             path.write_bytes(kept)
     assert res.returncode == 2 and "ledger schema 2, newer than this bench understands" in res.stderr, res.stderr
     assert res.stdout == ""
+
+
+def test_config_is_a_full_key_or_a_short_form_one_config_has():
+    from harness.errors import UserError
+    from harness.governance import registration
+    from harness.governance.line_ids import config_of
+
+    reg = registration.load(REPO / "registrations" / "example.toml")
+    full = "attention/b2/h4/kv4/n256/d64/float32/full"
+    assert config_of(reg, full).key() == full
+    assert config_of(reg, "kv4 n256 float32 full").key() == full  # as the line's tables show it
+    assert config_of(reg, "kv4/n256/float32/full").key() == full
+    with pytest.raises(UserError, match=r"matches 2 configs .*'kv4 n256 float32 full', 'kv2 n256 float32 full'"):
+        config_of(reg, "n256 float32 full")
+    with pytest.raises(UserError, match="is not in line 'example's grid"):
+        config_of(reg, "n25 float32 full")  # a field matches whole, never a prefix

@@ -27,9 +27,10 @@ def bisect(line: str = typer.Argument(..., help="line id or registrations/NAME.t
     --threshold slower; a bad end whose CI stays within --threshold of the good end, or that is
     not apart from it after --budget measurements, is no regression. Then each commit is good
     when its CI reaches the good end's (overlaps it or lies above) and lies above the bad end's,
-    bad when it reaches the bad end's and lies below the good end's, and unclear otherwise: measured again, pooled, up
-    to --budget measurements, then skipped (as is a commit whose code cannot run the probe).
-    Every commit measured is a `probe` row of ledger/_bisect.jsonl, committed after each.
+    bad when it reaches the bad end's and lies below the good end's, and unclear otherwise:
+    measured again, pooled, up to --budget measurements, then skipped (as is a commit whose code
+    cannot run the probe). Every commit measured is a `probe` row of ledger/_bisect.jsonl,
+    committed after each.
 
     Exit 0 with the first bad commit (and the speedups of the last good and first bad) or "no
     regression"; 1 when "unclear between A and B"; 2 when refused.

@@ -69,8 +69,8 @@ def config_of(reg, text: str):
     short, shared = shorten(list(keys))  # as the line's tables show its configs
     listed = [short[k] for k in (found or list(keys))]
     more = f" (+{len(listed) - MAX_CONFIGS_LISTED} more)" if len(listed) > MAX_CONFIGS_LISTED else ""
-    within = f" of {shared}" if shared else ""
+    within = f" (all {shared})" if shared else ""
     what = (f"config {text!r} matches {len(found)} configs of line '{reg.line}'" if found else
             f"config {text!r} is not in line '{reg.line}'s grid")
-    raise UserError(f"{what}: give one of{within}: {', '.join(repr(s) for s in listed[:MAX_CONFIGS_LISTED])}{more} "
-                    f"(or a full key, as `bench ledger show {reg.line}` prints)")
+    raise UserError(f"{what}: give one of {', '.join(repr(s) for s in listed[:MAX_CONFIGS_LISTED])}{more}{within}, "
+                    f"or a full key as `bench ledger show {reg.line}` prints it")
