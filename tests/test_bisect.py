@@ -58,7 +58,7 @@ REGISTRATION = textwrap.dedent('''\
     max_samples = 100
     min_time_ms = 30
     noise_target = 0.01
-    timeout_s = 30
+    timeout_s = 60
 
     [bar]
     go = "geomean(speedup) >= 0.01 and pass_rate == 1.0"

@@ -287,7 +287,7 @@ class ProbeRow(Row):
     speedup: float | None = None  # pooled over ``samples``'s measurements (baseline median / candidate median)
     speedup_ci_low: float | None = None
     speedup_ci_high: float | None = None
-    samples: dict | None = None  # n rounds pooled, measurements, each measurement's figures
+    samples: dict | None = None  # n rounds pooled, each measurement's figures, attempts, why some gave none
     gate: dict | None = None  # per role: whether the float64 gate passed (None: not reached)
     decision: str | None = None  # good | bad | unclear | skip (governance/bisect.py)
     reason: str | None = None

@@ -53,9 +53,11 @@ def probe(registration: Path, config_key: str, candidate: str, device: str, root
 
 def measured(row) -> dict:
     """What a probe reports of the candidate's outcome row: its kind, why it has no number
-    (anything but a result), whether each role passed the float64 gate, and for a result the
-    speedup, its CI and the raw interleaved samples of both arms (ms, round by round)."""
-    from harness.governance.outcomes import RESULT
+    (anything but a result) and whether that may pass (``transient``), whether each role
+    passed the float64 gate, and for a result the speedup, its CI and the raw interleaved
+    samples of both arms (ms, round by round)."""
+    from harness.governance.ledger_rows import load
+    from harness.governance.outcomes import RESULT, transient
     from harness.measurement.timing.results import ARM_BASELINE, arm_name
 
     p = row.payload
@@ -64,7 +66,9 @@ def measured(row) -> dict:
         passed = {role: bool((gate.get(role) or {}).get("passed")) for role in ("candidate", "baseline")}
     else:  # a rejection's gate is its own role's
         passed = {p.get("role") or "candidate": gate.get("passed") if gate else None}
-    out = {"outcome": row.kind, "reason": p.get("reason"), "tag": p.get("tag"), "gate": passed}
+    # transient: worth measuring again (clocks throttled, memory short, timing cut short)
+    out = {"outcome": row.kind, "reason": p.get("reason"), "tag": p.get("tag"), "gate": passed,
+           "transient": transient(load({"kind": row.kind, **p}))}
     if row.kind != RESULT:
         return out
     m, arms = p["metrics"], p["timing"]["arms"]

@@ -202,10 +202,12 @@ def _search(prober: "_Prober", rows: "_Rows", res: BisectResult, good: str, comm
 
 @dataclass
 class _Measured:
-    """A commit's measurements so far (``ok``: each gave a number; else ``why`` not)."""
+    """A commit's measurements so far (``ok``: it can be measured; else ``why`` not)."""
 
     commit: str
     measurements: list = field(default_factory=list)
+    attempts: int = 0  # probes run, those that gave no number included
+    missed: list = field(default_factory=list)  # why transient attempts gave no number
     ok: bool = True
     why: str = ""
     answer: dict | None = None  # the last probe's answer
@@ -216,7 +218,10 @@ class _Measured:
 
 
 class _Prober:
-    """Runs probes of commits in their own worktrees (one worktree per measurement)."""
+    """Runs probes of commits in their own worktrees (one worktree per measurement). Each
+    probe counts against the commit's budget; one that gave no number for a transient reason
+    (timing cut short, memory short, clocks throttled) is tried again within it, any other
+    failure (the gate, a crash, code that cannot run the probe) ends the commit's measuring."""
 
     def __init__(self, root: Path, tmp: Path, registration: Path, config_key: str, candidate: str, device: str,
                  budget: int):
@@ -226,18 +231,22 @@ class _Prober:
 
     def start(self, commit: str) -> _Measured:
         m = _Measured(commit)
-        self._measure(m)
+        while m.ok and not m.measurements and m.attempts < self.budget:
+            self._measure(m)
+        if m.ok and not m.measurements:
+            m.ok, m.why = False, f"{m.missed[-1]} ({m.attempts} tries)"
         return m
 
     def more(self, m: _Measured) -> bool:
         """Measure ``m`` once more if its budget allows; whether it was."""
-        if not m.ok or len(m.measurements) >= self.budget:
+        if not m.ok or m.attempts >= self.budget:
             return False
         self._measure(m)
         return True
 
     def _measure(self, m: _Measured) -> None:
         self.n += 1
+        m.attempts += 1
         where = self.tmp / f"probe-{self.n}"
         gitguard.worktree(self.root, m.commit, where)
         try:
@@ -248,6 +257,9 @@ class _Prober:
         if why is None and answer.get("outcome") != "result":
             tag = f" [{answer['tag']}]" if answer.get("tag") else ""
             why = f"no number: {answer.get('outcome')}{tag}: {answer.get('reason')}"
+            if answer.get("transient"):
+                m.missed.append(why)
+                return
         if why is not None:
             m.ok, m.why = False, why
             return
@@ -305,7 +317,8 @@ class _Rows:
                   "bisect": self.run, "config_key": self.run["config_key"], "role": role, "subject": subject,
                   "speedup": est.speedup if est else None,
                   "speedup_ci_low": est.lo if est else None, "speedup_ci_high": est.hi if est else None,
-                  "samples": {"n": est.n if est else 0, "measurements": per}, "gate": last.get("gate"),
+                  "samples": {"n": est.n if est else 0, "measurements": per, "attempts": m.attempts,
+                              "missed": m.missed}, "gate": last.get("gate"),
                   "decision": decision, "reason": why}
         why_commit = f"bisect of {self.run['line']} at {self.run['config_key']}" if self.commit else None
         (row,), _ = write(self.led, [(PROBE, fields)], why=why_commit)
