@@ -160,6 +160,7 @@ def test_a_regression_planted_at_commit_9_of_16_is_found_in_at_most_6_probes(pro
     root = proj["root"]
     before = len(_probe_rows(root))
     res = bench(root, "bisect", LINE, CONFIG, "--good", proj["base"], "--bad", "regress", "--device", "cpu")
+    print(res.stdout)  # the probes and the evidence (pytest -rP shows them)
     assert res.returncode == 0, res.stdout + res.stderr
     rows = _probe_rows(root)[before:]
     assert 3 <= len(rows) <= MAX_PROBES, res.stdout
@@ -197,6 +198,7 @@ def test_a_flat_history_ends_no_regression(proj):
     # a regression counts from 10% here, and two measurements per end settle it.
     res = bench(root, "bisect", LINE, "n128", "--good", proj["base"], "--bad", "flat", "--device", "cpu",
                 "--threshold", "0.1", "--budget", "2")
+    print(res.stdout)
     assert res.returncode == 0, res.stdout + res.stderr
     flat_tip = git(root, "rev-parse", "flat")
     assert f"no regression between {proj['base'][:12]} and {flat_tip[:12]}" in res.stdout, res.stdout
