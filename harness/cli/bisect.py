@@ -50,4 +50,9 @@ def bisect(line: str = typer.Argument(..., help="line id or registrations/NAME.t
                     threshold=rule.DEFAULT_THRESHOLD if threshold is None else threshold,
                     commit=not no_commit, on_probe=render_probe)
     render_bisect(res)
+    if res.signal is not None:  # stopped by Ctrl-C or SIGTERM: end as the signal would, with the line that re-runs it
+        from harness.cli import interrupted_by
+
+        interrupted_by(res.signal)
+        return
     raise typer.Exit(res.exit_code)

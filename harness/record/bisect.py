@@ -31,6 +31,7 @@ from harness.governance import gitguard
 from harness.governance.ledger import Ledger, require_anchorable
 from harness.governance.ledger_format import BISECT_LEDGER, utc_now
 from harness.governance.outcomes import PROBE
+from harness.record.interrupts import StopNow, interrupts
 from harness.record.writer import write
 
 # One probe's subprocess (its gate and timing of one config) is given this long before it is
@@ -40,7 +41,7 @@ PROBE_TIMEOUT_S = 900
 # worktree (or run something before it): removed from the probe's environment.
 FOREIGN_CODE_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "PYTHONUSERBASE")
 GOOD_END, BAD_END, PROBED = "good end", "bad end", "probe"
-FIRST_BAD, NO_REGRESSION, UNCLEAR = "first bad", "no regression", "unclear"
+FIRST_BAD, NO_REGRESSION, UNCLEAR, INTERRUPTED = "first bad", "no regression", "unclear", "interrupted"
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,11 @@ class BisectResult:
     skipped: list[Probe] = field(default_factory=list)  # unclear or unmeasurable commits in between
     ledger: str = f"ledger/{BISECT_LEDGER}.jsonl"
     committed: bool = True
+    signal: int | None = None  # INTERRUPTED: the signal (SIGINT, SIGTERM) that stopped it
 
     @property
     def exit_code(self) -> int:
+        """0: first bad or no regression; 1: unclear (an interrupted bisect ends as its signal)."""
         return 1 if self.outcome == UNCLEAR else 0
 
 
@@ -130,12 +133,18 @@ def bisect(line: str, config: str, good: str, bad: str, *, candidate: str | None
            "threshold": threshold}
     res = BisectResult(reg.line, cfg.key(), candidate, reg.baseline, good_sha, bad_sha, len(commits),
                        committed=commit)
-    with tempfile.TemporaryDirectory(prefix="bench-bisect-") as tmp:
+    # A Ctrl-C or SIGTERM stops it at once, but never between a row's append and its commit;
+    # the worktree in use is removed on the way out, and the rows written stay.
+    with interrupts(None) as guard, tempfile.TemporaryDirectory(prefix="bench-bisect-") as tmp:
         reg_copy = Path(tmp) / f"{reg.line}.toml"  # the registration as registered (its SHA-256 checked)
         reg_copy.write_bytes(reg.path.read_bytes())
         prober = _Prober(top, Path(tmp), reg_copy, cfg.key(), candidate, device, budget)
-        writer = _Rows(led, ln, run, commit, res, on_probe)
-        _search(prober, writer, res, good_sha, commits, threshold)
+        writer = _Rows(led, ln, run, commit, res, on_probe, guard)
+        try:
+            _search(prober, writer, res, good_sha, commits, threshold)
+        except StopNow:
+            res.outcome, res.signal = INTERRUPTED, guard.signal
+        guard.wrap_up()
     return res
 
 
@@ -299,8 +308,9 @@ class _Prober:
 class _Rows:
     """Appends (and commits) one `probe` row per commit measured."""
 
-    def __init__(self, led: Ledger, ln, run: dict, commit: bool, res: BisectResult, on_probe):
+    def __init__(self, led: Ledger, ln, run: dict, commit: bool, res: BisectResult, on_probe, guard):
         self.led, self.ln, self.run, self.commit, self.res, self.on_probe = led, ln, run, commit, res, on_probe
+        self.guard = guard
 
     def add(self, m: _Measured, role: str, decision: str, why: str) -> Probe:
         from harness.jsonsafe import number
@@ -321,7 +331,7 @@ class _Rows:
                               "missed": m.missed}, "gate": last.get("gate"),
                   "decision": decision, "reason": why}
         why_commit = f"bisect of {self.run['line']} at {self.run['config_key']}" if self.commit else None
-        (row,), _ = write(self.led, [(PROBE, fields)], why=why_commit)
+        (row,), _ = write(self.led, [(PROBE, fields)], why=why_commit, guard=self.guard)
         p = Probe(m.commit, subject, role, decision, why, est, row.dump())
         self.res.probes.append(p)
         if self.on_probe is not None:

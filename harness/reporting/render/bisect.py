@@ -38,7 +38,7 @@ def render_probe(p) -> None:
 def render_bisect(res) -> None:
     """How the bisect ended, with the evidence and where its rows are."""
     from harness.errors import plural
-    from harness.record.bisect import FIRST_BAD, NO_REGRESSION
+    from harness.record.bisect import FIRST_BAD, INTERRUPTED, NO_REGRESSION
 
     rows = f"{plural(len(res.probes), 'probe')}, rows in {res.ledger}" + ("" if res.committed else " (not committed: "
                                                                          "--no-commit)")
@@ -48,6 +48,8 @@ def render_bisect(res) -> None:
         print(f"  last good {_commit(lg.commit, lg.subject)}: speedup {lg.estimate.shown()}")
         print(f"  first bad {_commit(fb.commit, fb.subject)}: speedup {fb.estimate.shown()} "
               f"({1 - fb.estimate.speedup / lg.estimate.speedup:.1%} slower)")
+    elif res.outcome == INTERRUPTED:
+        print(f"interrupted after {plural(len(res.probes), 'commit')} measured: no first bad commit yet")
     elif res.outcome == NO_REGRESSION:
         print(f"no regression between {res.good[:12]} and {res.bad[:12]}: {res.why}")
     else:
