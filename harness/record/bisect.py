@@ -188,8 +188,8 @@ def _search(prober: "_Prober", rows: "_Rows", res: BisectResult, good: str, comm
             decision, why = rule.classify(m.estimate, g.estimate, b.estimate)
             if decision != rule.UNCLEAR or not prober.more(m):
                 break
-        if not m.ok:
-            decision = rule.SKIP
+        if not m.ok:  # its code cannot run the probe, or a measurement failed the gate or crashed
+            decision, why = rule.SKIP, m.why
         p = rows.add(m, PROBED, decision, why)
         if decision == rule.GOOD:
             lo, found[i] = i, p
