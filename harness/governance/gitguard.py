@@ -415,3 +415,53 @@ def has_uncommitted(root: Path, path: Path) -> bool:
     """Whether ``path`` differs from HEAD or is untracked (rows a commit has not anchored)."""
     res = _git(root, "status", "--porcelain", "--untracked-files=all", "--", relative(root, path))
     return res.returncode != 0 or bool(res.stdout.strip())
+
+
+# -- bisect: revisions, the code commits between two, and a commit's own worktree -------------
+
+def resolve_commit(root: Path, rev: str, what: str) -> str:
+    """The full SHA of the commit ``rev`` names, or the refusal naming ``what`` (e.g. --good)."""
+    res = _git(root, "rev-parse", "--verify", "-q", "--end-of-options", f"{rev}^{{commit}}")
+    if res.returncode != 0 or not res.stdout.strip():
+        raise UserError(f"{what} {rev!r} names no commit of this repository: give a commit SHA, branch or tag "
+                        f"(git log --oneline lists them)")
+    return res.stdout.strip()
+
+
+def subject(root: Path, commit: str) -> str:
+    """A commit's subject line."""
+    return _git(root, "log", "-1", "--format=%s", commit).stdout.strip()
+
+
+def code_commits_between(root: Path, good: str, bad: str) -> list[str]:
+    """The commits after ``good`` up to ``bad`` on ``bad``'s first-parent history that change
+    something outside ``ledger/``, oldest first (a ledger-only commit runs its parent's code).
+    Refuses a ``good`` that is not on that history."""
+    if _git(root, "merge-base", "--is-ancestor", good, bad).returncode != 0:
+        raise UserError(f"--good {good[:12]} is not an ancestor of --bad {bad[:12]}: give a good commit older than "
+                        f"the bad one, on its history")
+    chain = _git(root, "rev-list", "--first-parent", bad).stdout.split()
+    if good not in chain:
+        raise UserError(f"--good {good[:12]} is not on the first-parent history of --bad {bad[:12]} (it came in "
+                        f"through a merge): give the merge's first parent, or a commit of the main line")
+    outside = [":(top)", f":(top,exclude){LEDGER_DIR}"]
+    res = _git(root, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}", "--", *outside)
+    return res.stdout.split()
+
+
+def worktree(root: Path, commit: str, where: Path) -> Path:
+    """A detached worktree of ``commit`` at ``where`` (a new directory); ``remove_worktree`` ends it."""
+    res = _git(root, "worktree", "add", "--detach", "-q", str(where), commit)
+    if res.returncode != 0:
+        raise UserError(f"git worktree add of {commit[:12]} failed ({_last_message(res.stderr)}): "
+                        f"run `git worktree prune` and try again")
+    return where
+
+
+def remove_worktree(root: Path, where: Path) -> None:
+    """Remove a worktree ``worktree`` made, its files and git's record of it."""
+    import shutil
+
+    _git(root, "worktree", "remove", "--force", str(where))
+    shutil.rmtree(where, ignore_errors=True)
+    _git(root, "worktree", "prune")

@@ -22,6 +22,8 @@ LEDGER_SCHEMA = 1
 # rows name the ceilings row they used in ``ceilings_ref`` ({"seq", "hash"}; null: none).
 CEILINGS_LEDGER = "_device_ceilings"
 CEILINGS_REF = "ceilings_ref"
+# `bench bisect`'s probes, every line's (record/bisect.py): one `probe` row per commit measured.
+BISECT_LEDGER = "_bisect"
 GENESIS_HASH = "0" * 64
 def canonical(obj: Any) -> str:
     """The exact text that is hashed: sorted keys, compact separators, no NaN/Infinity."""

@@ -27,7 +27,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
-from harness.governance.outcomes import (CEILINGS, CRASHED, INCORRECT, PROFILE, REGISTERED, RESULT, SKIPPED,
+from harness.governance.outcomes import (CEILINGS, CRASHED, INCORRECT, PROBE, PROFILE, REGISTERED, RESULT, SKIPPED,
                                          SUPERSEDES, THROTTLED, UNSUPPORTED, VERDICT)
 
 
@@ -273,9 +273,29 @@ class CeilingsRow(Row):
     method: dict | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class ProbeRow(Row):
+    """One commit measured by `bench bisect` (record/bisect.py), in ``ledger/_bisect.jsonl``:
+    ``commit`` is the commit it measured (its own code ran the probe), ``bisect`` the run it
+    belongs to, the pooled speedup and CI, and what the bisect decided of the commit."""
+
+    KIND: ClassVar[str] = PROBE
+    bisect: dict | None = None  # the run: line, config_key, candidate, baseline, good, bad, by (commit), started
+    config_key: str | None = None
+    role: str | None = None  # good end | bad end | probe
+    subject: str | None = None  # the probed commit's subject line
+    speedup: float | None = None  # pooled over ``samples``'s measurements (baseline median / candidate median)
+    speedup_ci_low: float | None = None
+    speedup_ci_high: float | None = None
+    samples: dict | None = None  # n rounds pooled, each measurement's figures, attempts, why some gave none
+    gate: dict | None = None  # per role: whether the float64 gate passed (None: not reached)
+    decision: str | None = None  # good | bad | unclear | skip (governance/bisect.py)
+    reason: str | None = None
+
+
 ROW_CLASSES: Mapping[str, type[Row]] = {c.KIND: c for c in (
     RegisteredRow, ResultRow, IncorrectRow, SkippedRow, ThrottledRow, CrashedRow, UnsupportedRow, SupersedesRow,
-    ProfileRow, VerdictRow, CeilingsRow)}
+    ProfileRow, VerdictRow, CeilingsRow, ProbeRow)}
 _FIELDS: dict[type, tuple] = {}
 
 

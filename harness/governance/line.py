@@ -289,7 +289,17 @@ def _require_registered(root: Path, line: str, given: Path | None = None) -> Non
                         f"{rel}): give the line id {line}")
 
 
-def _checked_line(tree: gitguard.CleanTree, line: str, action: str) -> Line:
+def read_line(line_or_path: str, *, root: Path | None = None, action: str) -> Line:
+    """A registered line as ``open_line`` checks it (clean tree, ledger chain intact,
+    registration unchanged), for a command that reads it and writes nothing of its own
+    ledger (``bench bisect``): no line lock, and a closed line is allowed."""
+    tree = gitguard.require_clean(root)
+    line, given = line_ids.line_of(tree.root, line_or_path)
+    _require_registered(tree.root, line, given)
+    return _checked_line(tree, line, action, closed_ok=True)
+
+
+def _checked_line(tree: gitguard.CleanTree, line: str, action: str, *, closed_ok: bool = False) -> Line:
     led = Ledger(tree.root, line)
     _require_registered(tree.root, line)
     res = verify(led.path)
@@ -311,7 +321,7 @@ def _checked_line(tree: gitguard.CleanTree, line: str, action: str) -> Line:
                         f"(sha256 {registered.registration_sha256[:12]} → {sha[:12]}): restore it "
                         f"(git checkout {at} -- {rel}) or register the new bar as a new line with amends = \"{line}\"")
     verdict = next((r for r in rows if r.kind == VERDICT), None)
-    if verdict is not None:
+    if verdict is not None and not closed_ok:
         raise UserError(f"line '{line}' is closed: its verdict ({verdict.outcome}) was written at row {verdict.seq} "
                         f"on commit {verdict.commit[:12]}; {action} would change a decided line — register a new line "
                         f"(amends = \"{line}\") to measure again")

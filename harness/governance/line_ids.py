@@ -46,3 +46,31 @@ def line_of(root: Path, line_or_path: str) -> tuple[str, Path | None]:
     if not path.is_file():
         raise UserError(f"no registration file at {line_or_path}: give the registration's path or its line id")
     return path.stem, path
+
+
+# Configs a refusal names when a CONFIG argument matches none or several.
+MAX_CONFIGS_LISTED = 8
+
+
+def config_of(reg, text: str):
+    """The config of ``reg``'s grid a CONFIG argument names: its full key
+    (``attention/b2/h4/kv4/n256/d64/float32/full``), or a short form — some of the key's
+    fields, separated by spaces or '/', as tables print it (``n256 float32 full``) — that
+    exactly one config has. Anything else is refused with the configs it could mean."""
+    from harness.reporting.render.rows import shorten
+
+    keys = {c.key(): c for c in reg.configs}
+    if text in keys:
+        return keys[text]
+    fields = set(re.split(r"[\s/]+", text.strip())) - {""}
+    found = [k for k in keys if fields and fields <= set(k.split("/"))]
+    if len(found) == 1:
+        return keys[found[0]]
+    short, shared = shorten(list(keys))  # as the line's tables show its configs
+    listed = [short[k] for k in (found or list(keys))]
+    more = f" (+{len(listed) - MAX_CONFIGS_LISTED} more)" if len(listed) > MAX_CONFIGS_LISTED else ""
+    within = f" (all {shared})" if shared else ""
+    what = (f"config {text!r} matches {len(found)} configs of line '{reg.line}'" if found else
+            f"config {text!r} is not in line '{reg.line}'s grid")
+    raise UserError(f"{what}: give one of {', '.join(repr(s) for s in listed[:MAX_CONFIGS_LISTED])}{more}{within}, "
+                    f"or a full key as `bench ledger show {reg.line}` prints it")

@@ -1,0 +1,60 @@
+"""What `bench bisect` prints: a line per commit measured as its row is written, then how the
+bisect ended — the first bad commit with the evidence, "no regression", or "unclear between
+A and B" — and `bench probe`'s one JSON object."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def emit_probe(answer: dict) -> None:
+    """The plumbing's answer: one JSON object on one line of stdout (strict JSON)."""
+    from harness.jsonsafe import jsonable
+
+    sys.stdout.write(json.dumps(jsonable(answer), sort_keys=True) + "\n")
+
+
+def _commit(sha: str, subject: str = "") -> str:
+    return f"{sha[:12]} {subject}".rstrip()
+
+
+def _figure(p) -> str:
+    if p.estimate is None:
+        return "no number"
+    e = p.estimate
+    return f"speedup {e.shown()} (n {e.n}, {e.measurements} measurement{'s' if e.measurements != 1 else ''})"
+
+
+def render_bisect_start(res_line: str, config_key: str, candidate: str, baseline: str) -> None:
+    print(f"bisect {res_line} at {config_key}: {candidate} against {baseline}", flush=True)
+
+
+def render_probe(p) -> None:
+    """One commit measured (its row written)."""
+    print(f"  {p.role:<8} {_commit(p.commit, p.subject)} — {_figure(p)}: {p.decision} ({p.reason})", flush=True)
+
+
+def render_bisect(res) -> None:
+    """How the bisect ended, with the evidence and where its rows are."""
+    from harness.errors import plural
+    from harness.record.bisect import FIRST_BAD, INTERRUPTED, NO_REGRESSION
+
+    rows = f"{plural(len(res.probes), 'probe')}, rows in {res.ledger}" + ("" if res.committed else " (not committed: "
+                                                                         "--no-commit)")
+    if res.outcome == FIRST_BAD:
+        fb, lg = res.first_bad, res.last_good
+        print(f"first bad commit: {_commit(fb.commit, fb.subject)}")
+        print(f"  last good {_commit(lg.commit, lg.subject)}: speedup {lg.estimate.shown()}")
+        print(f"  first bad {_commit(fb.commit, fb.subject)}: speedup {fb.estimate.shown()} "
+              f"({1 - fb.estimate.speedup / lg.estimate.speedup:.1%} slower)")
+    elif res.outcome == INTERRUPTED:
+        print(f"interrupted after {plural(len(res.probes), 'commit')} measured: no first bad commit yet")
+    elif res.outcome == NO_REGRESSION:
+        print(f"no regression between {res.good[:12]} and {res.bad[:12]}: {res.why}")
+    else:
+        a, b = res.between
+        print(f"unclear between {a[:12]} and {b[:12]}: {res.why}")
+        for p in res.skipped:
+            print(f"  {p.decision} {_commit(p.commit, p.subject)}: {p.reason}")
+    print(rows)
