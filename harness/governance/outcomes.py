@@ -23,10 +23,11 @@ VERDICT = "verdict"
 SUPERSEDES = "supersedes"
 CEILINGS = "ceilings"
 PROFILE = "profile"
+INTEGRATION = "integration"  # one candidate's model step against the baseline's (record/integration.py)
 
 # Every row kind the ledger accepts (a row of another kind is refused at append time).
 ROW_KINDS = (REGISTERED, RESULT, SKIPPED, INCORRECT, THROTTLED, CRASHED, VERDICT, SUPERSEDES, CEILINGS, UNSUPPORTED,
-             PROFILE)
+             PROFILE, INTEGRATION)
 # Kinds that settle a (config, candidate): the sweep has decided what happened to it.
 OUTCOME_KINDS = (RESULT, INCORRECT, SKIPPED, THROTTLED, CRASHED, UNSUPPORTED)
 # Outcomes the bar counts as failed pairs.
