@@ -128,12 +128,14 @@ def amdahl_refusal(reg) -> str | None:
     return None
 
 
-def violation(gain: float | None, op_share: float | None) -> dict | None:
-    """A measured gain above the ceiling of ``op_share``: the record the verdict carries
-    (the share the op must have had), or None."""
-    if gain is None or op_share is None or not 0 < op_share < 1:
+def violation(gain: float | None, gain_low: float | None, op_share: float | None) -> dict | None:
+    """A measured gain above the ceiling of ``op_share``, the low end of its confidence
+    interval (``gain_low``) above it too: the record the verdict carries (the share the op
+    must have had), or None."""
+    if gain is None or gain_low is None or op_share is None or not 0 < op_share < 1:
         return None
     top = ceiling(op_share)
-    if gain <= top + AMDAHL_SLACK:
+    if gain_low <= top + AMDAHL_SLACK:
         return None
-    return {"gain": gain, "op_share": op_share, "ceiling": top, "inverted_share": inverted_share(gain)}
+    return {"gain": gain, "gain_ci_low": gain_low, "op_share": op_share, "ceiling": top,
+            "inverted_share": inverted_share(gain)}

@@ -15,7 +15,8 @@ and the baseline again, after the kernel grid (governance/integration.py says wh
    grid row at the step's attention shape over its in-situ time) and the step gain that
    probe speedup predicts.
 4. **Amdahl.** A measured gain above 1/(1 − share) − 1 (the stated op_share, else the
-   measured one) is recorded as ``amdahl_violated`` with the share the op must have had.
+   measured one), its 95% interval's low end included (noise alone does not flag it), is
+   recorded as ``amdahl_violated`` with the share the op must have had.
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ def run(reg, device: str, rows) -> list[dict]:
         share = situ_b["op_ms_per_step"] / b_ms if b_ms > 0 else None
         key = _shape_key(reg, situ_b["shapes"])
         for c in passing:
-            ratio = m.speedup(candidate=arm_name(c))[0]
+            ratio, ratio_lo, _ = m.speedup(candidate=arm_name(c))
             situ = _insitu(steps[c], kernels[c], device)
             probe = _probe(rows, key, c)
             s = probe["speedup"]
@@ -188,6 +189,7 @@ def run(reg, device: str, rows) -> list[dict]:
                         if device == "cuda" else "host perf_counter_ns"}
             out[c] = row(c, correct=True, gate={**tol, "candidate": gates[c], "baseline": gates[reg.baseline]},
                          metrics=metrics, timing={**timing, "step_mode": policy.mode}, insitu=situ_rec, probe=probe,
-                         op_share_used=used, amdahl_violated=amdahl.violation(gain, used["value"]),
+                         op_share_used=used, amdahl_violated=amdahl.violation(
+                             gain, ratio_lo - 1 if math.isfinite(ratio_lo) else None, used["value"]),
                          throttled=bool(m.throttled), rig_noisy=bool(noise), error=None)
     return [out[c] for c in reg.candidates]

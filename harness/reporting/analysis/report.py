@@ -256,6 +256,36 @@ def _verify(view: LineView) -> list[dict]:
             for c in v.verify or []]
 
 
+def _integration(view: LineView) -> list[dict]:
+    """The latest `integration` row per candidate (record/integration.py): the step's times,
+    the measured gain beside the one the kernel's probe predicted, the probe → in-situ
+    factor, the op's share and an Amdahl violation with the share the op must have had."""
+    from harness.governance.integration import ceiling_text
+    from harness.governance.outcomes import INTEGRATION, current_rows
+
+    latest = {r.candidate: r for r in current_rows(view.rows) if r.kind == INTEGRATION}
+    out = []
+    for cand in sorted(latest):
+        r = latest[cand]
+        m = r.metrics or {}
+        used = r.op_share_used or {}
+        v = r.amdahl_violated
+        out.append({
+            "candidate": cand, "seq": r.seq,
+            "state": ("failed the float64 check" if not r.correct else
+                      "throttled" if r.throttled else "rig-noisy" if r.rig_noisy else "measured"),
+            "step_baseline_ms": _f(m.get("step_baseline_ms")), "step_ms": _f(m.get("step_ms")),
+            "step_control": _f(m.get("step_control")), "step_gain": _f(m.get("step_gain"), "+.2%"),
+            "predicted": _f(m.get("step_gain_predicted"), "+.2%"), "probe_factor": _f(m.get("probe_factor"), ".3g"),
+            "op_share": f"{_f(used.get('value'), '.1%')} ({used.get('source', '—')})",
+            "amdahl": None if not v else (
+                f"amdahl_violated: gain {v['gain']:+.2%} is above the ceiling of "
+                f"{ceiling_text(v['op_share'], used.get('source'))}; the op must have taken at least "
+                f"{v['inverted_share']:.1%} of the step — the line decides nothing until an amendment explains it"),
+        })
+    return out
+
+
 def report_data(view: LineView, history=None) -> dict:
     """Everything the report shows, as formatted strings (deterministic for a given ledger);
     ``history`` (history.LineHistory): what amended, re-opened or re-measured the line, shown at the top."""
@@ -307,5 +337,6 @@ def report_data(view: LineView, history=None) -> dict:
         "counter_header": list(COUNTER_HEADER),
         "counters": _counter_tables(view),
         "verify": _verify(view),
+        "integration": _integration(view),
         "control_tolerance": control_tol,
     }
