@@ -104,7 +104,15 @@ def _insitu(run, fn, device: str) -> dict:
 
 def run(reg, device: str, rows) -> list[dict]:
     """The integration rows' payloads (one per candidate) for ``reg`` on ``device``, given the
-    line's ledger rows (the kernel grid's results: the probe)."""
+    line's ledger rows (the kernel grid's results: the probe), under the line's [numerics]
+    pinned as the kernel grid's configs are."""
+    from harness.measurement.numerics import apply
+
+    with apply(reg.numerics.state()):
+        return _run(reg, device, rows)
+
+
+def _run(reg, device: str, rows) -> list[dict]:
     import torch
 
     from harness.integration import load_step, reference_attention, use_kernel
@@ -162,11 +170,21 @@ def run(reg, device: str, rows) -> list[dict]:
         control = m.control_ratio
         noise = rig_noise(control if control is not None else math.nan, policy.control_tolerance, m.host_gaps,
                           m.quanta)
+        if not math.isfinite(b_ms):  # every round dropped: no number, as a kernel pair's skipped row
+            why = f"the step's timing kept no round (stopped: {m.stop_reason}): raise [timing] timeout_s"
+            return [out.get(c) or row(c, correct=True, gate={**tol, "candidate": gates[c]}, timing=timing,
+                                      throttled=bool(m.throttled), rig_noisy=True, error=why)
+                    for c in reg.candidates]
         situ_b = _insitu(steps[reg.baseline], kernels[reg.baseline], device)
         share = situ_b["op_ms_per_step"] / b_ms if b_ms > 0 else None
         key = _shape_key(reg, situ_b["shapes"])
         for c in passing:
             ratio, ratio_lo, _ = m.speedup(candidate=arm_name(c))
+            if not math.isfinite(ratio):
+                out[c] = row(c, correct=True, gate={**tol, "candidate": gates[c]}, timing=timing, rig_noisy=True,
+                             throttled=bool(m.throttled), error=f"the step's timing kept no round of {c} "
+                                                                f"(stopped: {m.stop_reason})")
+                continue
             situ = _insitu(steps[c], kernels[c], device)
             probe = _probe(rows, key, c)
             s = probe["speedup"]
