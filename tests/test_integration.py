@@ -221,3 +221,14 @@ def test_the_integration_step_runs_on_the_gpu():
         out = step("cuda", torch.float32)()
     assert out.device.type == "cuda" and (out.double() - ref).abs().max().item() < 1e-4
     assert len(timer.ms) == 2 and all(t > 0 for t in timer.ms)
+
+
+def test_register_refuses_a_step_that_does_not_import():
+    from harness.errors import UserError
+    from harness.governance.registration import check_kernels
+
+    check_kernels(_load(_table()))  # the shipped step imports
+    with pytest.raises(UserError, match=r"\[integration\] step 'bench_kernels.no_such_model:step': cannot import"):
+        check_kernels(_load(_table(step="bench_kernels.no_such_model:step")))
+    with pytest.raises(UserError, match="bench_kernels.tiny_transformer has no function nope"):
+        check_kernels(_load(_table(step="bench_kernels.tiny_transformer:nope")))

@@ -505,6 +505,13 @@ def check_kernels(reg: Registration) -> None:
                 raise _err(reg.path, f"kernel '{name}' cannot run {cfg.key()} of the grid ({why}): "
                                      f"shrink the grid or pick another kernel")
     check_fits(reg)
+    if reg.integration is not None:
+        from harness.integration import load_step
+
+        try:  # the step's module must import now (torch stays inside its functions)
+            load_step(reg.integration.step)
+        except UserError as exc:
+            raise _err(reg.path, str(exc)) from exc
 
 
 def check_fits(reg: Registration) -> None:
