@@ -146,15 +146,22 @@ def test_a_bare_step_metric_is_the_worst_candidates_and_aggregates_only_integrat
 # --------------------------------------------------------------------------- sweep, verdict, report (CPU)
 
 
-def test_the_shipped_integration_line_sweeps_decides_and_reports_on_the_cpu(tmp_path):
-    root = _project(tmp_path, {"integ": CPU_EXAMPLE})
+# On the GPU the shipped line as it is, rig-noisy rows counted (a verdict, whatever the rig).
+GPU_EXAMPLE = EXAMPLE.replace('primary = "geomean(speedup)"', 'primary = "geomean(speedup)"\ninclude_noisy = true')
+
+
+@pytest.mark.parametrize("text, device", [(CPU_EXAMPLE, "cpu"),
+                                          pytest.param(GPU_EXAMPLE, "cuda", marks=pytest.mark.gpu)])
+def test_the_shipped_integration_line_sweeps_decides_and_reports(tmp_path, text, device):
+    root = _project(tmp_path, {"integ": text})
     assert _bench(root, "register", "integ").returncode == 0
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "register integ")
-    s = _bench(root, "sweep", "integ")
+    s = _bench(root, "sweep", "integ", "--device", device)
     assert s.returncode == 0, s.stdout + s.stderr
     assert "integration: the model step timed with the baseline, 1 candidate and the control" in s.stdout
     (row,) = [r for r in _rows(root, "integ") if r["kind"] == "integration"]
+    assert row["env"]["device"] == device
     assert row["correct"] is True and row["candidate"] == "sdpa" and row["baseline"] == "torch_stack"
     assert row["gate"]["candidate"]["ok"] and row["gate"]["candidate"]["max_abs_err"] < 1e-4
     m = row["metrics"]
@@ -163,6 +170,8 @@ def test_the_shipped_integration_line_sweeps_decides_and_reports_on_the_cpu(tmp_
     assert 0 < m["op_share"] < 1 and row["op_share_used"]["source"].startswith("measured")
     # Two layers: two attention calls a step, at the grid's one config (the probe).
     assert row["insitu"]["candidate"]["calls_per_step"] == 2
+    assert row["insitu"]["timer"] == ("host, device synchronized around each call" if device == "cuda"
+                                      else "host perf_counter_ns")
     assert row["probe"]["config_key"] == "attention/b2/h4/kv4/n32/d16/float32/causal"
     assert row["probe"]["source"] == "the grid row at the step's attention shape"
     assert m["probe_factor"] == pytest.approx(row["probe"]["ms"] / m["insitu_ms"])
