@@ -211,7 +211,11 @@ def test_a_planted_op_share_below_the_measured_gain_marks_amdahl_violated_and_de
     assert _rows(root, "planted")[-1]["kind"] != "verdict"  # decided nothing
     rep = _bench(root, "report", "planted", "--out", str(tmp_path / "rep"))
     assert rep.returncode == 0, rep.stdout + rep.stderr
-    assert "amdahl_violated: gain" in next((tmp_path / "rep").rglob("*.md")).read_text()
+    md = next((tmp_path / "rep").rglob("*.md")).read_text()
+    assert "amdahl_violated: gain" in md and f"{v['inverted_share']:.1%} of the step" in md
+    # No verdict: the provisional bar reads the step gain off the integration row.
+    (clause,) = [x for x in md.splitlines() if x.startswith("| `step_gain >= 0.01`")]
+    assert f"| {row['metrics']['step_gain']:.4g} |" in clause and clause.rstrip().endswith("| pass |")
 
 
 @pytest.mark.gpu

@@ -150,7 +150,6 @@ def integration_rows(reg, rows, where: tuple) -> list[tuple]:
     kernel outcomes were; a refusal when the step was not timed there, or when a measured
     step gain is above the Amdahl ceiling (``amdahl_violated``: the verdict decides nothing
     until an amendment explains the share)."""
-    from harness.governance.bar import INTEGRATION_FLAG
     from harness.governance.integration import ceiling_text
     from harness.governance.outcomes import INTEGRATION
 
@@ -164,10 +163,9 @@ def integration_rows(reg, rows, where: tuple) -> list[tuple]:
     out = []
     for c in reg.candidates:
         r = latest[c]
-        usable = bool(r.correct) and r.metrics is not None and not r.throttled and (
-            reg.include_noisy or not r.rig_noisy)
+        row = integration_bar_row(r, include_noisy=reg.include_noisy)
         v = r.amdahl_violated
-        if usable and v:
+        if row["correct"] and v:
             used = r.op_share_used or {}
             raise UserError(
                 f"line '{reg.line}': amdahl_violated — {c}'s measured step gain {v['gain']:+.2%} is above the "
@@ -175,8 +173,18 @@ def integration_rows(reg, rows, where: tuple) -> list[tuple]:
                 f"least 1 − 1/(1 + {v['gain']:.4g}) = {v['inverted_share']:.1%} of the step (ledger row "
                 f"{r.seq}). The verdict decides nothing until this is explained: register an amendment "
                 f"(amends = \"{reg.line}\") stating the share and where the time really goes")
-        out.append((r, {INTEGRATION_FLAG: True, "candidate": c, "correct": usable, **(r.metrics or {})}))
+        out.append((r, row))
     return out
+
+
+def integration_bar_row(r, *, include_noisy: bool) -> dict:
+    """An `integration` row as the bar reads it: its step metrics, counted (``correct``) when
+    it passed the float64 check and was timed, not throttled, and not rig-noisy (unless the
+    line counts noisy rows)."""
+    from harness.governance.bar import INTEGRATION_FLAG
+
+    usable = bool(r.correct) and r.metrics is not None and not r.throttled and (include_noisy or not r.rig_noisy)
+    return {INTEGRATION_FLAG: True, "candidate": r.candidate, "correct": usable, **(r.metrics or {})}
 
 
 def integration_summary(row) -> dict:

@@ -53,7 +53,7 @@ def _reason_group(row: dict) -> str:
 def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
     """The verdict's clauses, or — with no verdict yet — the bar evaluated on the outcomes so far."""
     from harness.governance import bar as barlang
-    from harness.governance.verdict import bar_rows
+    from harness.governance.verdict import bar_rows, integration_bar_row
 
     v = view.verdict
     reg = view.registration
@@ -65,6 +65,7 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
         if not go:
             return [], None
         rows, _ = bar_rows(outcomes, include_noisy=bool(reg.get("include_noisy")))
+        rows += [integration_bar_row(r, include_noisy=bool(reg.get("include_noisy"))) for r in _latest_steps(view)]
         outcome = barlang.evaluate(barlang.parse(go), rows)
         clauses = [{"text": c.text, "value": c.value, "op": c.op, "threshold": c.threshold, "passed": c.passed,
                     "n": c.n} for c in outcome.clauses]
@@ -256,14 +257,21 @@ def _verify(view: LineView) -> list[dict]:
             for c in v.verify or []]
 
 
+def _latest_steps(view: LineView) -> list:
+    """The latest current `integration` row per candidate, by candidate."""
+    from harness.governance.outcomes import INTEGRATION, current_rows
+
+    latest = {r.candidate: r for r in current_rows(view.rows) if r.kind == INTEGRATION}
+    return [latest[c] for c in sorted(latest)]
+
+
 def _integration(view: LineView) -> list[dict]:
     """The latest `integration` row per candidate (record/integration.py): the step's times,
     the measured gain beside the one the kernel's probe predicted, the probe → in-situ
     factor, the op's share and an Amdahl violation with the share the op must have had."""
     from harness.governance.integration import ceiling_text
-    from harness.governance.outcomes import INTEGRATION, current_rows
 
-    latest = {r.candidate: r for r in current_rows(view.rows) if r.kind == INTEGRATION}
+    latest = {r.candidate: r for r in _latest_steps(view)}
     out = []
     for cand in sorted(latest):
         r = latest[cand]
@@ -277,7 +285,9 @@ def _integration(view: LineView) -> list[dict]:
             "step_baseline_ms": _f(m.get("step_baseline_ms")), "step_ms": _f(m.get("step_ms")),
             "step_control": _f(m.get("step_control")), "step_gain": _f(m.get("step_gain"), "+.2%"),
             "predicted": _f(m.get("step_gain_predicted"), "+.2%"), "probe_factor": _f(m.get("probe_factor"), ".3g"),
-            "op_share": f"{_f(used.get('value'), '.1%')} ({used.get('source', '—')})",
+            "op_share": f"{_f(used.get('value'), '.1%')} ({used.get('source', '—')})" + (
+                f"; measured {_f(m.get('op_share'), '.1%')}" if m.get("op_share") is not None
+                and str(used.get("source", "")).startswith("stated") else ""),
             "amdahl": None if not v else (
                 f"amdahl_violated: gain {v['gain']:+.2%} is above the ceiling of "
                 f"{ceiling_text(v['op_share'], used.get('source'))}; the op must have taken at least "
