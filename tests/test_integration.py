@@ -195,6 +195,8 @@ def test_a_planted_op_share_below_the_measured_gain_marks_amdahl_violated_and_de
     root = _project(tmp_path, {"planted": PLANTED}, {"slow_stack.py": SLOW_STACK})
     r = _bench(root, "register", "planted")
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "amdahl: op_share 0.05 (planted by the test" in r.stdout and "1/(1 − 0.05) − 1 = 0.05263" in r.stdout
+    assert _rows(root, "planted")[0]["reductio"]["amdahl"]["ceiling"] == pytest.approx(1 / 0.95 - 1)
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "register planted")
     s = _bench(root, "sweep", "planted")
