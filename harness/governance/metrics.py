@@ -169,4 +169,7 @@ def markdown() -> str:
         when = {"ceilings": " (null without the device's ceilings)", "nvml": " (null on the CPU)"}.get(m.needs, "")
         lines.append(f"| `{m.name}` | {m.unit} | {better[m.higher_is_better]} | {measured[m.protocol]} | "
                      f"{m.description}{when} |")
+    for m in STEP_METRICS:  # an `integration` row's, on a line with [integration]
+        lines.append(f"| `{m.name}` | {m.unit} | {better[m.higher_is_better]} | the model step (`integration` "
+                     f"rows) | {m.description} |")
     return "\n".join(lines) + "\n"
