@@ -150,17 +150,15 @@ def _run(reg, device: str, rows) -> list[dict]:
                   error="the candidate's step fails the float64 check: not timed")
            for c in reg.candidates if c not in passing}
     if passing:
-        def arm(name, fn):
+        def arm(step, fn):
             def call(slot):
                 with use_kernel(fn):
-                    steps_or_control = control_step if name == ARM_CONTROL else steps[name_of[name]]
-                    steps_or_control()
+                    step()
             return call
 
-        name_of = {ARM_BASELINE: reg.baseline, **{arm_name(c): c for c in passing}}
-        arms = {ARM_BASELINE: arm(ARM_BASELINE, kernels[reg.baseline]),
-                **{arm_name(c): arm(arm_name(c), kernels[c]) for c in passing},
-                ARM_CONTROL: arm(ARM_CONTROL, kernels[reg.baseline])}
+        arms = {ARM_BASELINE: arm(steps[reg.baseline], kernels[reg.baseline]),
+                **{arm_name(c): arm(steps[c], kernels[c]) for c in passing},
+                ARM_CONTROL: arm(control_step, kernels[reg.baseline])}
         policy = reg.timing
         if policy.mode == "graph":
             policy = dataclasses.replace(policy, mode=STEP_MODE_FOR_GRAPH)
