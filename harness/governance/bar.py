@@ -31,7 +31,11 @@ from typing import Callable
 
 from harness.governance.bar_syntax import (And, Aggregate, Bar, Comparison, FieldTest, Node, Not, Or, parse,
                                            parse_aggregate)
+from harness.governance.metrics import STEP_NAMES
 from harness.governance.tokens import COMPARE, BarError
+
+# The key marking a bar row as an integration row (verdict.bar_rows): only step metrics read it.
+INTEGRATION_FLAG = "integration"
 
 # The language's public entry points, defined in bar_syntax.py and tokens.py.
 __all__ = ["Aggregate", "Bar", "BarError", "BarOutcome", "ClauseOutcome", "Comparison", "combine", "compare",
@@ -157,8 +161,10 @@ def evaluate_aggregate(agg: Aggregate, rows: list[dict]) -> float | None:
 
 
 def _aggregate(agg: Aggregate, rows: list[dict]) -> tuple[float | None, int]:
-    """(value, rows aggregated); value is None when there is nothing to aggregate."""
-    selected = matching(agg, rows)
+    """(value, rows aggregated); value is None when there is nothing to aggregate. A step
+    metric aggregates the integration rows, every other aggregate the kernel rows."""
+    step = agg.metric in STEP_NAMES
+    selected = matching(agg, [r for r in rows if bool(r.get(INTEGRATION_FLAG)) == step])
     if agg.func == "pass_rate":
         n = len(selected)
         return (sum(bool(r["correct"]) for r in selected) / n if n else None), n

@@ -10,6 +10,7 @@ Grammar (EBNF; keywords are lower case, names are case-sensitive)::
     comparison = aggregate CMP NUMBER
     aggregate  = AGG "(" [ METRIC ] [ "where" filter ] ")"
                | ( "pass_rate" | "count" )               (* bare: no parentheses *)
+               | STEP_METRIC                             (* bare: min(STEP_METRIC) *)
     filter     = f_and { "or" f_and }
     f_and      = f_not { "and" f_not }
     f_not      = "not" f_not | "(" filter ")" | test
@@ -30,12 +31,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from harness.governance.metrics import NAMES
+from harness.governance.metrics import NAMES, STEP_NAMES
 from harness.governance.tokens import (END, MAX_NESTING, NAME, NUMBER, OPERATOR, PUNCT, STRING, BarError, Token,
                                        syntax_error, tokenize)
 
-# The metric names a bar may aggregate: the metric table's (every one a result row carries).
-METRICS: tuple[str, ...] = NAMES
+# The metric names a bar may aggregate: the metric table's (every one a result row carries)
+# and the step metrics of a line's integration rows.
+METRICS: tuple[str, ...] = NAMES + STEP_NAMES
+# A step metric may stand bare in a comparison: ``step_gain >= 0.02`` is the worst candidate's.
+BARE_STEP_AGGREGATE = "min"
 
 FILTER_FIELDS: dict[str, type] = {
     "workload": str,
@@ -231,6 +235,9 @@ class _Parser:
         if tok.kind != NAME or tok.text in KEYWORDS:
             raise self.fail(tok, f"expected an aggregate, got {tok.describe()}",
                             f"known: {', '.join(AGGREGATES)}; {_EXAMPLE}")
+        if tok.text in STEP_NAMES:
+            self.advance()
+            return Aggregate(BARE_STEP_AGGREGATE, tok.text, None)
         if tok.text in METRICS:
             raise self.fail(tok, f"'{tok.text}' is a metric, not an aggregate",
                             f"wrap it, e.g. geomean({tok.text})")

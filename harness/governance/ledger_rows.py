@@ -15,7 +15,8 @@ Format history (``schema``, every row's ledger schema, ``ledger_format.LEDGER_SC
   row holds the field): ``code``, ``ceilings_ref``, ``remeasured``, ``coverage``, ``verify``,
   ``floor``, ``rate_protocol``, ``sustained``, ``empty_window``, ``rig_noise``,
   ``tolerance_power``, ``timing_resolution``, ``tolerance_floor``, ``reductio``, ``reopens``,
-  ``cost``.
+  ``cost``, and the `integration` row kind (a bench before it refuses such a row as an unknown
+  kind) with the verdict's ``integration``.
 
 A row of a newer schema is refused by ``ledger_format.check_schema`` with the fix (upgrade
 bench); a row of this schema with a field no class declares is refused here the same way.
@@ -27,8 +28,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
-from harness.governance.outcomes import (CEILINGS, CRASHED, INCORRECT, PROBE, PROFILE, REGISTERED, RESULT, SKIPPED,
-                                         SUPERSEDES, THROTTLED, UNSUPPORTED, VERDICT)
+from harness.governance.outcomes import (CEILINGS, CRASHED, INCORRECT, INTEGRATION, PROBE, PROFILE, REGISTERED,
+                                         RESULT, SKIPPED, SUPERSEDES, THROTTLED, UNSUPPORTED, VERDICT)
 
 
 class UnknownField(ValueError):
@@ -240,6 +241,30 @@ class ProfileRow(Row):
 
 
 @dataclass(frozen=True, kw_only=True)
+class IntegrationRow(Row):
+    """One candidate's model step against the baseline's (record/integration.py): its float64
+    check, the step metrics (metrics.STEP_METRICS; None unless it passed and was timed), the
+    calls timed at the hook, the probe it is set beside, and an Amdahl violation."""
+
+    KIND: ClassVar[str] = INTEGRATION
+    candidate: str | None = None
+    baseline: str | None = None
+    step: str | None = None
+    dtype: str | None = None
+    correct: bool | None = None
+    gate: dict | None = None
+    metrics: dict | None = None
+    timing: dict | None = None
+    insitu: dict | None = None
+    probe: dict | None = None
+    op_share_used: dict | None = None
+    amdahl_violated: dict | None = None
+    throttled: bool | None = None
+    rig_noisy: bool | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class VerdictRow(Row):
     """A line's closing row: GO or NO-GO, and the numbers behind it."""
 
@@ -259,6 +284,7 @@ class VerdictRow(Row):
     remeasured: list | None = None
     coverage: dict | None = None
     measured_at: dict | None = None
+    integration: list | None = None  # per candidate: measured and predicted step gain (record/integration.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -295,7 +321,7 @@ class ProbeRow(Row):
 
 ROW_CLASSES: Mapping[str, type[Row]] = {c.KIND: c for c in (
     RegisteredRow, ResultRow, IncorrectRow, SkippedRow, ThrottledRow, CrashedRow, UnsupportedRow, SupersedesRow,
-    ProfileRow, VerdictRow, CeilingsRow, ProbeRow)}
+    ProfileRow, VerdictRow, CeilingsRow, ProbeRow, IntegrationRow)}
 _FIELDS: dict[type, tuple] = {}
 
 

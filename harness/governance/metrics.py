@@ -95,8 +95,35 @@ METRICS: tuple[Metric, ...] = (
            shown_elsewhere=True, protocol=RATES),
 )
 
+# The numbers an `integration` row carries (record/integration.py): one row per candidate of
+# a line with [integration], its model step timed with the baseline, the candidate and the
+# baseline again, interleaved. A bar clause over one of these aggregates the integration
+# rows (filterable by candidate only); a bare ``step_gain >= 0.02`` is ``min(step_gain)``.
+STEP_METRICS: tuple[Metric, ...] = (
+    Metric("step_ms", "ms", "median time of one model step with the candidate behind the attention hook", False,
+           protocol=INTERLEAVED),
+    Metric("step_baseline_ms", "ms", "median time of one model step with the baseline, interleaved with the "
+           "candidate's", False, protocol=INTERLEAVED),
+    Metric("step_control", "×", "baseline step median over control step median: 1 on a quiet rig", None,
+           protocol=INTERLEAVED),
+    Metric("step_gain", "fraction", "baseline step median over candidate step median, minus 1", True, fmt="+.2%",
+           protocol=INTERLEAVED),
+    Metric("step_gain_predicted", "fraction", "the step gain the kernel's probe speedup predicts: the baseline's "
+           "in-situ op time per step cut by 1 − 1/speedup", True, fmt="+.2%", protocol=INTERLEAVED),
+    Metric("op_share", "fraction", "the baseline's in-situ op time per step over its step time", None, fmt=".1%",
+           protocol=INTERLEAVED),
+    Metric("insitu_ms", "ms", "median time of one candidate call inside the step (timed at the hook)", False,
+           protocol=INTERLEAVED),
+    Metric("insitu_baseline_ms", "ms", "median time of one baseline call inside the step (timed at the hook)",
+           False, protocol=INTERLEAVED),
+    Metric("probe_factor", "×", "the candidate's probe time (its grid row at the step's shape) over its in-situ "
+           "time", None, protocol=INTERLEAVED),
+)
+
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
+STEP_NAMES: tuple[str, ...] = tuple(m.name for m in STEP_METRICS)
+BY_NAME.update({m.name: m for m in STEP_METRICS})
 RATE_METRICS = frozenset(m.name for m in METRICS if m.rate)
 
 
@@ -126,6 +153,14 @@ def result_metrics(values: dict) -> dict:
     return {name: values[name] for name in NAMES}
 
 
+def step_metrics(values: dict) -> dict:
+    """An integration row's ``metrics``: exactly STEP_METRICS' names, in order (as ``result_metrics``)."""
+    if set(values) != set(STEP_NAMES):
+        raise ValueError(f"integration metrics differ from STEP_METRICS: not declared "
+                         f"{sorted(set(values) - set(STEP_NAMES))}, not computed {sorted(set(STEP_NAMES) - set(values))}")
+    return {name: values[name] for name in STEP_NAMES}
+
+
 def markdown() -> str:
     """The README's metric table (generated; tests/test_metrics.py checks it is current)."""
     lines = ["| metric | unit | higher is better | measured in | what it is |", "| --- | --- | --- | --- | --- |"]
@@ -135,4 +170,7 @@ def markdown() -> str:
         when = {"ceilings": " (null without the device's ceilings)", "nvml": " (null on the CPU)"}.get(m.needs, "")
         lines.append(f"| `{m.name}` | {m.unit} | {better[m.higher_is_better]} | {measured[m.protocol]} | "
                      f"{m.description}{when} |")
+    for m in STEP_METRICS:  # an `integration` row's, on a line with [integration]
+        lines.append(f"| `{m.name}` | {m.unit} | {better[m.higher_is_better]} | the model step (`integration` "
+                     f"rows) | {m.description} |")
     return "\n".join(lines) + "\n"

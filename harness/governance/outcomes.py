@@ -24,10 +24,11 @@ SUPERSEDES = "supersedes"
 CEILINGS = "ceilings"
 PROFILE = "profile"
 PROBE = "probe"  # one commit measured by `bench bisect` (ledger/_bisect.jsonl)
+INTEGRATION = "integration"  # one candidate's model step against the baseline's (record/integration.py)
 
 # Every row kind the ledger accepts (a row of another kind is refused at append time).
 ROW_KINDS = (REGISTERED, RESULT, SKIPPED, INCORRECT, THROTTLED, CRASHED, VERDICT, SUPERSEDES, CEILINGS, UNSUPPORTED,
-             PROFILE, PROBE)
+             PROFILE, PROBE, INTEGRATION)
 # Kinds that settle a (config, candidate): the sweep has decided what happened to it.
 OUTCOME_KINDS = (RESULT, INCORRECT, SKIPPED, THROTTLED, CRASHED, UNSUPPORTED)
 # Outcomes the bar counts as failed pairs.

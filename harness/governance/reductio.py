@@ -48,7 +48,7 @@ from pathlib import Path
 from harness.errors import UserError, plural, shown
 from harness.governance.decide import Bound, Finding, decide
 from harness.governance.devices import ceilings_name, same_gpu_model
-from harness.governance.metrics import BY_NAME
+from harness.governance.metrics import BY_NAME, STEP_NAMES
 
 # A bar is held to the measured ceilings themselves on a GPU: a clause that needs more than
 # the device measurably does is refused unless [bar] beyond_ceiling_ok says why it may.
@@ -63,6 +63,7 @@ SUSTAINED_TIMES = ("ms",)
 ROUND_TIMES = ("interleaved_ms", "baseline_ms", "control_ms")
 # The speedup's upper CI end has no such bound: a bootstrap end, not a ratio of medians.
 SPEEDUPS = ("speedup", "speedup_ci_low")
+GAINS = ("step_gain", "step_gain_predicted")
 FRACTION_WHY = "a fraction of the device's measured ceiling is at most 1"
 WAIVER_KEY = "beyond_ceiling_ok"
 
@@ -130,6 +131,8 @@ def device_bounds(reg, dev: Device | None):
     cache: dict = {}
 
     def bound(metric: str, cfg, cand: str) -> Bound:
+        if metric in STEP_NAMES:  # a model step's: no device ceiling bounds it
+            return natural(metric, cfg, cand)
         b = Bound()
         if metric in FRACTIONS:
             b = b.at_most(1.0, FRACTION_WHY)
@@ -166,7 +169,10 @@ def device_bounds(reg, dev: Device | None):
 
 
 def natural(metric: str, cfg, cand: str) -> Bound:
-    """What a metric can be by its nature alone: positive (decide.Bound's default)."""
+    """What a metric can be by its nature alone: positive (decide.Bound's default); a step
+    gain, baseline over candidate minus 1, above −1."""
+    if metric in GAINS:
+        return Bound(lo=-1.0, why_lo="a gain of baseline over candidate minus 1 is above −1")
     return Bound()
 
 
@@ -328,6 +334,11 @@ def _reductio(reg, devices: list) -> list[tuple[Device | None, Finding]]:
 def at_register(root: Path, reg) -> dict:
     """Refuse a bar that cannot decide, or that needs more than a known device measurably does
     (unless waived); return what was checked, for the `registered` row."""
+    from harness.governance.integration import amdahl_refusal, ceiling
+
+    amdahl = amdahl_refusal(reg)  # Amdahl is arithmetic on the stated share: never waived
+    if amdahl is not None:
+        raise UserError(f"{shown(reg.path)}: {amdahl}")
     pairs = pairs_of(reg)
     f = decide(reg.bar, pairs, natural) or verify_finding(reg, pairs, None)
     if f is not None:
@@ -343,8 +354,12 @@ def at_register(root: Path, reg) -> dict:
         note = (f"no device's ceilings are known ({CEILINGS_FILE} {held}): the bar was checked for what it can "
                 f"decide and against fractions of a ceiling only; `bench sweep` checks it against the device it "
                 f"runs on before its first config")
+    spec = reg.integration
+    amdahl_row = ({"op_share": spec.op_share, "op_share_source": spec.op_share_source,
+                   "ceiling": ceiling(spec.op_share)} if spec is not None and spec.op_share is not None else None)
     return {"checked": [d.record() for d in devices], "not_checked": skipped, "note": note,
-            WAIVER_KEY: reg.beyond_ceiling_ok, "waived": [f.text for _, f in found]}
+            WAIVER_KEY: reg.beyond_ceiling_ok, "waived": [f.text for _, f in found],
+            **({"amdahl": amdahl_row} if amdahl_row else {})}
 
 
 def before_sweep(root: Path, reg, ceilings_row) -> str:

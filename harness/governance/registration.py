@@ -23,11 +23,12 @@ from harness.workloads import DTYPES, WORKLOADS, Config
 
 if TYPE_CHECKING:
     from harness.governance.bar import Aggregate, Bar
+    from harness.governance.integration import IntegrationSpec
     from harness.governance.verify import Clause
     from harness.measurement.numerics import NumericPins
     from harness.measurement.timing import TimingPolicy
 
-REGISTRATION_SCHEMA = 3
+REGISTRATION_SCHEMA = 4
 DEFAULT_BASELINE = "cublas_stack"
 DEFAULT_PRIMARY = "geomean(speedup)"
 # Tolerances are >= 0 (atol 0 with rtol > 0 is a pure relative bar) and below this (a
@@ -40,7 +41,7 @@ MAX_GRID_CONFIGS = 4096
 MAX_SEEDS = 1000
 
 TOP_KEYS = {"schema", "hypothesis", "workload", "candidate", "candidates", "baseline", "amends", "grid",
-            "correctness", "timing", "numerics", "bar", "notes", "verify"}
+            "correctness", "timing", "numerics", "bar", "notes", "verify", "integration"}
 GRID_KEYS = {"batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal"}
 CORRECTNESS_KEYS = {"atol", "rtol", "seeds", "families", "min_pass_rate", "accept_weak"}
 BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing", "min_coverage", "mixed_devices",
@@ -95,6 +96,8 @@ class Registration:
     verify_clauses: tuple[Clause, ...] = ()  # ``verify`` parsed
     # [bar]: why the bar may need more than a device's measured ceilings (governance/reductio.py)
     beyond_ceiling_ok: str | None = None
+    # [integration]: the model step the kernel is meant to speed up (governance/integration.py)
+    integration: IntegrationSpec | None = None
 
     @property
     def timing_table(self) -> dict:
@@ -130,7 +133,8 @@ class Registration:
                 "primary": self.primary, "include_noisy": self.include_noisy, "allow_missing": self.allow_missing,
                 "min_coverage": self.min_coverage, "accept_weak": list(self.accept_weak),
                 "verify": list(self.verify), **({"mixed_devices": True} if self.mixed_devices else {}),
-                **({"beyond_ceiling_ok": self.beyond_ceiling_ok} if self.beyond_ceiling_ok else {})}
+                **({"beyond_ceiling_ok": self.beyond_ceiling_ok} if self.beyond_ceiling_ok else {}),
+                **({"integration": self.integration.as_dict()} if self.integration else {})}
 
 
 def sha256_file(path: Path) -> str:
@@ -253,6 +257,33 @@ def _verify_clauses(path: Path, raw: dict) -> tuple[tuple[str, ...], tuple]:
     except UserError as exc:
         raise _err(path, f"[verify] {exc}") from exc
     return tuple(table["clauses"]), parsed
+
+
+def _integration(path: Path, raw: dict, schema: int, dtypes: list[str], parsed, primary_agg):
+    """The optional [integration] table; a bar over step metrics needs it, and such a clause
+    filters on the candidate only (an integration row has no config of the grid)."""
+    from harness.governance import bar as barlang
+    from harness.governance import integration
+    from harness.governance.metrics import STEP_NAMES
+
+    step_aggs = [c.aggregate for c in parsed.clauses() if c.aggregate.metric in STEP_NAMES]
+    if primary_agg.metric in STEP_NAMES:
+        step_aggs.append(primary_agg)
+    if "integration" not in raw:
+        if step_aggs:
+            raise _err(path, f"[bar] judges {step_aggs[0].metric}, a step metric, but the line has no [integration] "
+                             f"table: add [integration] step = \"module:function\"")
+        return None
+    if schema < integration.INTEGRATION_SCHEMA:
+        raise _err(path, f"[integration] needs schema = {integration.INTEGRATION_SCHEMA} (a bench older than that "
+                         f"would refuse the file): set schema = {integration.INTEGRATION_SCHEMA}")
+    for agg in step_aggs:
+        fields = sorted({t.field for t in barlang.field_tests(agg)} - {"candidate"})
+        if fields:
+            raise _err(path, f"[bar] {agg.metric} filters on {', '.join(fields)}: an integration row has one "
+                             f"candidate and no grid config — filter a step metric on candidate only")
+    spec = _checked_table(path, raw, "integration", lambda t: integration.parse(t, dtypes))
+    return spec
 
 
 def load(path: Path) -> Registration:
@@ -450,6 +481,7 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
     if verify and mixed_devices:
         raise _err(path, "[verify] with [bar] mixed_devices = true: counters are profiled on one GPU model, so a "
                          "line with [verify] is decided on one — drop one of the two")
+    integration = _integration(path, raw, schema, grid["dtype"], parsed, primary_agg)
     notes = raw.get("notes", "")
     if not isinstance(notes, str):
         raise _err(path, "'notes' must be a string")
@@ -463,7 +495,7 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
         primary_aggregate=primary_agg, include_noisy=include_noisy, allow_missing=allow_missing,
         min_coverage=float(min_coverage), accept_weak=tuple(accept_weak), raw=raw, verify=verify,
         verify_clauses=verify_clauses, mixed_devices=mixed_devices,
-        beyond_ceiling_ok=beyond_ceiling_ok.strip() if beyond_ceiling_ok else None)
+        beyond_ceiling_ok=beyond_ceiling_ok.strip() if beyond_ceiling_ok else None, integration=integration)
 
 
 def check_kernels(reg: Registration) -> None:
@@ -485,6 +517,13 @@ def check_kernels(reg: Registration) -> None:
                 raise _err(reg.path, f"kernel '{name}' cannot run {cfg.key()} of the grid ({why}): "
                                      f"shrink the grid or pick another kernel")
     check_fits(reg)
+    if reg.integration is not None:
+        from harness.integration import load_step
+
+        try:  # the step's module must import now (torch stays inside its functions)
+            load_step(reg.integration.step)
+        except UserError as exc:
+            raise _err(reg.path, str(exc)) from exc
 
 
 def check_fits(reg: Registration) -> None:

@@ -145,6 +145,59 @@ class Verdict:
     dry_run: bool = False  # nothing was written
 
 
+def integration_rows(reg, rows, where: tuple) -> list[tuple]:
+    """(ledger row, bar row) of the latest `integration` row per candidate measured where the
+    kernel outcomes were; a refusal when the step was not timed there, or when a measured
+    step gain is above the Amdahl ceiling (``amdahl_violated``: the verdict decides nothing
+    until an amendment explains the share)."""
+    from harness.governance.integration import ceiling_text
+    from harness.governance.outcomes import INTEGRATION
+
+    latest = {r.candidate: r for r in current_rows(rows)
+              if r.kind == INTEGRATION and measured_on(r, reg.mixed_devices) == where}
+    missing = [c for c in reg.candidates if c not in latest]
+    if missing:
+        raise UserError(f"line '{reg.line}': the model step of [integration] was not timed with "
+                        f"{', '.join(missing)} where the kernels were measured: run `bench sweep {reg.line}` to "
+                        f"finish it before the verdict")
+    out = []
+    for c in reg.candidates:
+        r = latest[c]
+        row = integration_bar_row(r, include_noisy=reg.include_noisy)
+        v = r.amdahl_violated
+        if row["correct"] and v:
+            used = r.op_share_used or {}
+            raise UserError(
+                f"line '{reg.line}': amdahl_violated — {c}'s measured step gain {v['gain']:+.2%} is above the "
+                f"Amdahl ceiling of {ceiling_text(v['op_share'], used.get('source'))}; the op must have taken at "
+                f"least 1 − 1/(1 + {v['gain']:.4g}) = {v['inverted_share']:.1%} of the step (ledger row "
+                f"{r.seq}). The verdict decides nothing until this is explained: register an amendment "
+                f"(amends = \"{reg.line}\") stating the share and where the time really goes")
+        out.append((r, row))
+    return out
+
+
+def integration_bar_row(r, *, include_noisy: bool) -> dict:
+    """An `integration` row as the bar reads it: its step metrics, counted (``correct``) when
+    it passed the float64 check and was timed, not throttled, and not rig-noisy (unless the
+    line counts noisy rows)."""
+    from harness.governance.bar import INTEGRATION_FLAG
+
+    usable = bool(r.correct) and r.metrics is not None and not r.throttled and (include_noisy or not r.rig_noisy)
+    return {INTEGRATION_FLAG: True, "candidate": r.candidate, "correct": usable, **(r.metrics or {})}
+
+
+def integration_summary(row) -> dict:
+    """What the verdict row keeps of one integration row: the measured step gain beside the
+    one the kernel's probe predicted, and the probe → in-situ factor."""
+    m = row.metrics or {}
+    return {"seq": row.seq, "candidate": row.candidate, "correct": row.correct, "rig_noisy": row.rig_noisy,
+            "throttled": row.throttled, "step_gain": m.get("step_gain"),
+            "step_gain_predicted": m.get("step_gain_predicted"), "probe_factor": m.get("probe_factor"),
+            "op_share": m.get("op_share"), "op_share_used": row.op_share_used,
+            "probe_source": (row.probe or {}).get("source")}
+
+
 def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
     """Evaluate the bar on the line's committed rows: the verdict and the row it closes the line
     with, written by ``record.verdict.close`` (this writes nothing); ``dry_run``: say so."""
@@ -197,6 +250,8 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
                         f"{f' and {more} more' if more > 0 else ''} — run `bench sweep {reg.line} --remeasure` "
                         f"(on a quieter machine) to measure them again at this commit, or register a line with "
                         f"[bar] min_coverage set to what it may decide on")
+    steps = integration_rows(reg, line.rows, where[0]) if reg.integration is not None else []
+    rows += [r for _, r in steps]
     if not any(r["correct"] for r in rows):
         raise UserError(f"line '{reg.line}' has no usable result rows (outcomes: {excluded or 'only failures'}): "
                         f"a verdict needs measurements — nothing was decided")
@@ -222,6 +277,7 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
         "remeasured": [m.as_row() for m in remeasures(line.rows) if (m.config_key, m.candidate) in by_pair],
         "coverage": {**cov, "min_coverage": reg.min_coverage},
         "measured_at": {"commit": where[0][0], "device": where[0][1], "gpu": " + ".join(gpus) or None},
+        **({"integration": [integration_summary(row) for row, _ in steps]} if steps else {}),
     }
     require_anchored(line.ledger, "a verdict")
     return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded,

@@ -112,6 +112,8 @@ class _Run:
     resumed: int = 0  # pairs already done at this commit on this device
     again: list = field(default_factory=list)  # --remeasure: the pairs here the verdict could not use
     baseline_failed: dict | None = None  # run.baseline_gate_failure of the config that stopped it
+    integration: int = 0  # `integration` rows written (the line's model step, record/integration.py)
+    integration_s: float = 0.0
 
 
 def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True, commit: bool = True,
@@ -260,6 +262,22 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
                     run.finished = False
                     break
             run.profile_s = time.perf_counter() - t0
+        if line.reg.integration is not None and run.finished and not guard.stopping():
+            _integration(line, device, key, writer, run, envs[0])
+
+
+def _integration(line: Line, device: str, key: tuple, writer: Writer, run: _Run, env: dict) -> None:
+    """The model step (record/integration.py), in this process under the device lock, once
+    per measured-at key: a resumed sweep whose step was timed here does not time it again."""
+    from harness.governance.outcomes import INTEGRATION, measured_on
+    from harness.record import integration
+
+    rows = [*line.rows, *writer.appended]
+    if any(r.kind == INTEGRATION and measured_on(r, line.reg.mixed_devices) == key for r in rows):
+        return
+    t0 = time.perf_counter()
+    run.integration = len(writer.integration(integration.run(line.reg, device, rows), env))
+    run.integration_s = time.perf_counter() - t0
 
 
 def _summary(line: Line, device: str, executor, run: _Run, writer: Writer, guard: Interrupts,
@@ -298,6 +316,9 @@ def _summary(line: Line, device: str, executor, run: _Run, writer: Writer, guard
                      f"this commit (their new rows supersede the old)")
     elif remeasure:
         notes.append("--remeasure: no pair measured here is one the verdict cannot use")
+    if run.integration:
+        notes.append(f"integration: the model step timed with the baseline, {plural(run.integration, 'candidate')} "
+                     f"and the control ({run.integration_s:.1f} s); `bench verdict` sets its gains beside the bar")
     if run.remeasured:
         notes.append(f"{run.remeasured} rig-noisy config(s) measured again later in the sweep (up to "
                      f"{NOISY_REMEASURES} times each)")

@@ -16,7 +16,7 @@ import contextlib
 import time
 
 from harness.governance.ledger import anchor
-from harness.governance.outcomes import PROFILE, SUPERSEDES
+from harness.governance.outcomes import INTEGRATION, PROFILE, SUPERSEDES
 from harness.record.interrupts import Interrupts
 from harness.record.plan import replaced_by
 
@@ -69,6 +69,11 @@ class Writer:
     def profile(self, payload: dict, env: dict, *, commit: bool = True) -> dict:
         """One `profile` row (a harness/record/profile.py payload) measured on ``env``'s device."""
         return self._write([(PROFILE, {**self.line.stamp(env).fields(), **payload})], commit=commit)[0]
+
+    def integration(self, payloads: list[dict], env: dict) -> list:
+        """The line's `integration` rows (record/integration.py), measured on ``env``'s device,
+        committed together."""
+        return self._write([(INTEGRATION, {**self.line.stamp(env).fields(), **p}) for p in payloads], commit=True)
 
     def commit(self) -> None:
         """Commit what was appended and not committed yet (an earlier, interrupted run's rows too)."""

@@ -53,7 +53,7 @@ def _reason_group(row: dict) -> str:
 def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
     """The verdict's clauses, or — with no verdict yet — the bar evaluated on the outcomes so far."""
     from harness.governance import bar as barlang
-    from harness.governance.verdict import bar_rows
+    from harness.governance.verdict import bar_rows, integration_bar_row
 
     v = view.verdict
     reg = view.registration
@@ -65,6 +65,7 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
         if not go:
             return [], None
         rows, _ = bar_rows(outcomes, include_noisy=bool(reg.get("include_noisy")))
+        rows += [integration_bar_row(r, include_noisy=bool(reg.get("include_noisy"))) for r in _latest_steps(view)]
         outcome = barlang.evaluate(barlang.parse(go), rows)
         clauses = [{"text": c.text, "value": c.value, "op": c.op, "threshold": c.threshold, "passed": c.passed,
                     "n": c.n} for c in outcome.clauses]
@@ -261,6 +262,45 @@ def _verify(view: LineView) -> list[dict]:
             for c in v.verify or []]
 
 
+def _latest_steps(view: LineView) -> list:
+    """The latest current `integration` row per candidate, by candidate."""
+    from harness.governance.outcomes import INTEGRATION, current_rows
+
+    latest = {r.candidate: r for r in current_rows(view.rows) if r.kind == INTEGRATION}
+    return [latest[c] for c in sorted(latest)]
+
+
+def _integration(view: LineView) -> list[dict]:
+    """The latest `integration` row per candidate (record/integration.py): the step's times,
+    the measured gain beside the one the kernel's probe predicted, the probe → in-situ
+    factor, the op's share and an Amdahl violation with the share the op must have had."""
+    from harness.governance.integration import ceiling_text
+
+    latest = {r.candidate: r for r in _latest_steps(view)}
+    out = []
+    for cand in sorted(latest):
+        r = latest[cand]
+        m = r.metrics or {}
+        used = r.op_share_used or {}
+        v = r.amdahl_violated
+        out.append({
+            "candidate": cand, "seq": r.seq,
+            "state": ("failed the float64 check" if not r.correct else
+                      "throttled" if r.throttled else "rig-noisy" if r.rig_noisy else "measured"),
+            "step_baseline_ms": _f(m.get("step_baseline_ms")), "step_ms": _f(m.get("step_ms")),
+            "step_control": _f(m.get("step_control")), "step_gain": _f(m.get("step_gain"), "+.2%"),
+            "predicted": _f(m.get("step_gain_predicted"), "+.2%"), "probe_factor": _f(m.get("probe_factor"), ".3g"),
+            "op_share": f"{_f(used.get('value'), '.1%')} ({used.get('source', '—')})" + (
+                f"; measured {_f(m.get('op_share'), '.1%')}" if m.get("op_share") is not None
+                and str(used.get("source", "")).startswith("stated") else ""),
+            "amdahl": None if not v else (
+                f"amdahl_violated: gain {v['gain']:+.2%} is above the ceiling of "
+                f"{ceiling_text(v['op_share'], used.get('source'))}; the op must have taken at least "
+                f"{v['inverted_share']:.1%} of the step — the line decides nothing until an amendment explains it"),
+        })
+    return out
+
+
 def report_data(view: LineView, history=None) -> dict:
     """Everything the report shows, as formatted strings (deterministic for a given ledger);
     ``history`` (history.LineHistory): what amended, re-opened or re-measured the line, shown at the top."""
@@ -319,5 +359,6 @@ def report_data(view: LineView, history=None) -> dict:
         "counter_header": list(COUNTER_HEADER),
         "counters": _counter_tables(view),
         "verify": _verify(view),
+        "integration": _integration(view),
         "control_tolerance": control_tol,
     }

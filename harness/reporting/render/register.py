@@ -53,6 +53,12 @@ def _render_reductio(c, red: dict) -> None:
         c.print(f"  reductio: not checked against {escape(d['device'])}: {escape(d['why'])}")
     if red.get("note"):
         c.print(f"  [yellow]note[/]: {escape(red['note'])}")
+    if red.get("amdahl"):
+        from harness.governance.integration import ceiling_text
+
+        a = red["amdahl"]
+        c.print(escape(f"  amdahl: {ceiling_text(a['op_share'], a['op_share_source'])}: an integration bar above "
+                       f"it was refused; a measured gain above it marks the line amdahl_violated"))
     if red.get("beyond_ceiling_ok"):
         what = f"it would refuse: {waived[0]}" if waived else "nothing known is beyond a ceiling"
         c.print(escape(f"  reductio waived ([bar] beyond_ceiling_ok = {red['beyond_ceiling_ok']!r}): {what}"))

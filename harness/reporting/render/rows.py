@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from harness.governance.outcomes import (CEILINGS, CRASHED, INCORRECT, PROFILE, REGISTERED, RESULT, SKIPPED, SUPERSEDES,
-                                         THROTTLED, UNSUPPORTED, VERDICT)
+from harness.governance.outcomes import (CEILINGS, CRASHED, INCORRECT, INTEGRATION, PROFILE, REGISTERED, RESULT,
+                                         SKIPPED, SUPERSEDES, THROTTLED, UNSUPPORTED, VERDICT)
 
 
 def fmt(v, spec=".3g"):
@@ -42,6 +42,16 @@ def outcome_reason(row: dict) -> str:
                 + flag)
     if kind == CEILINGS:
         return f"copy {fmt(row.copy_gbps, '.4g')} GB/s"
+    if kind == INTEGRATION:
+        m = row.metrics
+        if not m:
+            return f"model step {row.step}: {row.error}"
+        flags = "".join(f" ({f})" for f in ("rig_noisy", "throttled") if getattr(row, f))
+        flags += f" (amdahl_violated: op share ≥ {row.amdahl_violated['inverted_share']:.1%})" \
+            if row.amdahl_violated else ""
+        return (f"model step {row.step}: gain {fmt(m['step_gain'], '+.2%')} ({fmt(m['step_ms'], '.4g')} ms vs "
+                f"baseline {fmt(m['step_baseline_ms'], '.4g')} ms), predicted {fmt(m['step_gain_predicted'], '+.2%')}, "
+                f"probe/in-situ {fmt(m['probe_factor'], '.3g')}, control {fmt(m['step_control'], '.4g')}{flags}")
     return ""
 
 

@@ -17,6 +17,21 @@ def margin(cl) -> str:
     return f", margin {text}" if text else ""
 
 
+def integration_lines(steps: list[dict]) -> list[str]:
+    """Per candidate of an [integration] line: the measured step gain beside the one the
+    kernel's probe predicted, the probe → in-situ factor and the op's share of the step."""
+    out = []
+    for s in steps:
+        state = "" if s["correct"] else " (failed the float64 check: no number)"
+        noisy = " [rig-noisy]" if s.get("rig_noisy") else ""
+        used = s.get("op_share_used") or {}
+        out.append(f"  integration {s['candidate']}{state}{noisy}: step gain {fmt(s['step_gain'], '+.2%')} measured, "
+                   f"{fmt(s['step_gain_predicted'], '+.2%')} predicted from the kernel's probe speedup "
+                   f"(probe/in-situ factor {fmt(s['probe_factor'], '.3g')}); op share {fmt(used.get('value'), '.1%')} "
+                   f"({used.get('source', 'unknown')})")
+    return out
+
+
 def render_verdict(v) -> None:
     c = console()
     for cl in v.bar.clauses:
@@ -38,6 +53,8 @@ def render_verdict(v) -> None:
             c.print(f"    {Remeasure.from_row(m).describe()}", markup=False)
         if len(again) > MAX_LISTED:
             c.print(f"    and {len(again) - MAX_LISTED} more (bench ledger show {v.row.line})")
+    for line in integration_lines(v.row.integration or []):
+        c.print(line, markup=False)
     cov = v.row.coverage
     if cov:
         c.print(f"  coverage: decided on {cov['decided']} of {cov['pairs']} registered pairs "

@@ -1,0 +1,120 @@
+"""The attention hook a model step calls, so the harness chooses the kernel behind it.
+
+A line's ``[integration] step = "module:function"`` names a *step factory*::
+
+    def step(device: str, dtype: "torch.dtype") -> Callable[[], torch.Tensor]
+
+It builds its model and inputs once (seeded: two calls build the same model), on ``device``
+in ``dtype``, and returns a function that runs one step and returns its output. Every
+attention of the model goes through ``attention(q, k, v, causal=..., scale=...)`` below
+(q (B, H, N, D), k and v (B, Hkv, N, D), as a kernel takes them). The harness runs the step
+inside ``use_kernel(fn)``, fn a registered kernel's ``fn(q, k, v, out, *, causal, scale)``;
+outside any ``use_kernel`` the hook computes plain softmax attention, so the model runs on
+its own too. ``use_kernel(fn, timer=CallTimer(device))`` also times each call at the hook
+(record/integration.py: the probe → in-situ factor).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+_active: list = []  # (kernel fn, CallTimer or None); the innermost use_kernel is the last
+
+
+@dataclass
+class CallTimer:
+    """Host time of each hook call, the device synchronized on both sides on CUDA (so the
+    call's own work, not its enqueue, is timed), and the shape each call had."""
+
+    device: str
+    ms: list[float] = field(default_factory=list)
+    shapes: list[tuple] = field(default_factory=list)
+
+    def _sync(self) -> None:
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
+    @contextlib.contextmanager
+    def call(self, shape: tuple):
+        self._sync()
+        t0 = time.perf_counter_ns()
+        yield
+        self._sync()
+        self.ms.append((time.perf_counter_ns() - t0) / 1e6)
+        self.shapes.append(shape)
+
+
+@contextlib.contextmanager
+def use_kernel(fn: Callable, *, timer: CallTimer | None = None):
+    """Route the hook's calls to kernel ``fn`` (destination-passing) while the block runs."""
+    _active.append((fn, timer))
+    try:
+        yield
+    finally:
+        _active.pop()
+
+
+def plain_attention(q, k, v, out, *, causal: bool, scale: float) -> None:
+    """softmax(q·kᵀ·scale [+ bottom-right causal mask]) · v in q's dtype, grouped heads
+    repeated: the hook's attention outside ``use_kernel``."""
+    import torch
+
+    g = q.shape[1] // k.shape[1]
+    if g > 1:
+        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if causal:
+        nq, nk = q.shape[2], k.shape[2]
+        mask = torch.ones(nq, nk, dtype=torch.bool, device=q.device).tril(nk - nq).logical_not()
+        s = s.masked_fill(mask, float("-inf"))
+    out.copy_(torch.matmul(torch.softmax(s, dim=-1), v))
+
+
+def reference_attention(q, k, v, out, *, causal: bool, scale: float) -> None:
+    """The harness's float64 reference attention (measurement/reference.py) as a kernel: the
+    step run in float64 through it is what the step's output is checked against."""
+    from harness.measurement.reference import reference
+
+    out.copy_(reference(q, k, v, causal=causal, scale=scale))
+
+
+def attention(q, k, v, *, causal: bool = False, scale: float | None = None):
+    """Attention of q (B, H, N, D) over k, v (B, Hkv, Nk, D) by the kernel the harness chose."""
+    import torch
+
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    fn, timer = _active[-1] if _active else (plain_attention, None)
+    out = torch.empty_like(q)
+    if timer is None:
+        fn(q, k, v, out, causal=causal, scale=scale)
+    else:
+        shape = (*q.shape, k.shape[1], str(q.dtype).removeprefix("torch."), bool(causal))
+        with timer.call(shape):
+            fn(q, k, v, out, causal=causal, scale=scale)
+    return out
+
+
+def load_step(ref: str) -> Callable:
+    """The step factory ``module:function`` names (imported from the repository or the
+    installed packages); a UserError naming the fix when it is not there."""
+    import importlib
+
+    from harness.errors import UserError
+
+    module, _, name = ref.partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise UserError(f"[integration] step {ref!r}: cannot import {module} ({exc}): commit the module in the "
+                        f"repository, or fix the name") from exc
+    fn = getattr(mod, name, None)
+    if not callable(fn):
+        raise UserError(f"[integration] step {ref!r}: {module} has no function {name}: fix the name")
+    return fn
