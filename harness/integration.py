@@ -27,26 +27,30 @@ _active: list = []  # (kernel fn, CallTimer or None); the innermost use_kernel i
 
 @dataclass
 class CallTimer:
-    """Host time of each hook call, the device synchronized on both sides on CUDA (so the
-    call's own work, not its enqueue, is timed), and the shape each call had."""
+    """Time of each hook call and the shape each call had. On CUDA it is the harness's own
+    kernel timer (timing.timers.CudaEventTimer: the stream held while the host enqueues the
+    call, CUDA events around it), so a call's in-situ time is device time as the step's and
+    the probe's are; a host timer with the device synchronized around each call read the
+    launch and synchronize latency of a small step's calls as attention (a measured op share
+    of 2.8 of the step on the H200). On the CPU: the host time (perf_counter_ns)."""
 
     device: str
     ms: list[float] = field(default_factory=list)
     shapes: list[tuple] = field(default_factory=list)
+    _timer: object = field(default=None, repr=False)
 
-    def _sync(self) -> None:
+    def time(self, fn: Callable[[], None], shape: tuple) -> None:
+        """Run ``fn`` (one hook call) and record its time and shape."""
         if self.device == "cuda":
-            import torch
+            if self._timer is None:
+                from harness.measurement.timing.timers import CudaEventTimer
 
-            torch.cuda.synchronize()
-
-    @contextlib.contextmanager
-    def call(self, shape: tuple):
-        self._sync()
-        t0 = time.perf_counter_ns()
-        yield
-        self._sync()
-        self.ms.append((time.perf_counter_ns() - t0) / 1e6)
+                self._timer = CudaEventTimer(self.device)
+            self.ms.append(self._timer.time_call(fn, arm="hook"))
+        else:
+            t0 = time.perf_counter_ns()
+            fn()
+            self.ms.append((time.perf_counter_ns() - t0) / 1e6)
         self.shapes.append(shape)
 
 
@@ -96,8 +100,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None):
         fn(q, k, v, out, causal=causal, scale=scale)
     else:
         shape = (*q.shape, k.shape[1], str(q.dtype).removeprefix("torch."), bool(causal))
-        with timer.call(shape):
-            fn(q, k, v, out, causal=causal, scale=scale)
+        timer.time(lambda: fn(q, k, v, out, causal=causal, scale=scale), shape)
     return out
 
 

@@ -10,7 +10,7 @@ and the baseline again, after the kernel grid (governance/integration.py says wh
    throttle rule included; graph mode times the step in hot mode (a whole step is not
    captured). Each candidate's row carries ``step_gain`` = baseline / candidate − 1.
 3. **In situ.** The step runs INSITU_STEPS more times per kernel with each hook call timed
-   (host timer, the device synchronized on both sides on CUDA): the kernel's time inside
+   (the held CUDA-event timer of the kernel arms on a GPU, a host timer on the CPU): the kernel's time inside
    the step, the op's share of the baseline step, the probe → in-situ factor (the kernel's
    grid row at the step's attention shape over its in-situ time) and the step gain that
    probe speedup predicts.
@@ -201,7 +201,7 @@ def _run(reg, device: str, rows) -> list[dict]:
                                                   if probe["baseline_ms"] and situ_b["call_ms"] else None)}
             situ_rec = {"candidate": {k: v for k, v in situ.items() if k != "shapes"},
                         "baseline": {k: v for k, v in situ_b.items() if k != "shapes"},
-                        "config_key": key, "timer": "host, device synchronized around each call"
+                        "config_key": key, "timer": "CUDA events around each call, the stream held while the host enqueues it"
                         if device == "cuda" else "host perf_counter_ns"}
             out[c] = row(c, correct=True, gate={**tol, "candidate": gates[c], "baseline": gates[reg.baseline]},
                          metrics=metrics, timing={**timing, "step_mode": policy.mode}, insitu=situ_rec, probe=probe,
