@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -225,3 +226,27 @@ def vram_checked_row():
         return row, timing
 
     return run
+
+
+# The browser tests (the report's, the site's): Debian's Chromium driven by playwright; they
+# skip, saying why, where either is absent (no browser is downloaded).
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def _chromium() -> str | None:
+    explicit = os.environ.get("BENCH_CHROMIUM")
+    if explicit:
+        return explicit
+    return next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')")
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("no system Chromium (apt-get install chromium, or set BENCH_CHROMIUM)")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        yield b
+        b.close()

@@ -84,7 +84,7 @@ BOX = set("─│┃━┏┓┗┛┡┩╇╈╋┼├┤┬┴═║╔╗╚
 
 @pytest.mark.parametrize("columns", [80, 100])
 def test_tables_fit_the_terminal_never_split_a_config_field_and_pipe_plain(shipped, tmp_path, columns):
-    from harness.reporting.render.rows import shorten
+    from harness.workloads.keys import shorten
     from tests.conftest import bench_env
 
     env = {**bench_env(), "COLUMNS": str(columns)}

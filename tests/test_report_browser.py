@@ -16,31 +16,11 @@ from harness.reporting.render import report
 from harness.reporting.analysis import lines
 from tests.conftest import REPO
 
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 VIEWPORT = {"width": 1280, "height": 900}
 README_VIEWPORT = {"width": 1280}  # the first screen and the speedup plot (the height: down to its bottom)
 README_COLORS = 128  # palette size of the README's PNG (keeps it small)
 # The README's screenshot; refreshed by this test when BENCH_UPDATE_SCREENSHOT=1.
 README_SHOT = REPO / "docs" / "img" / "report.png"
-
-
-def _chromium() -> str | None:
-    explicit = os.environ.get("BENCH_CHROMIUM")
-    if explicit:
-        return explicit
-    return next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')")
-    exe = _chromium()
-    if exe is None:
-        pytest.skip("no system Chromium (apt-get install chromium, or set BENCH_CHROMIUM)")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
-        yield b
-        b.close()
 
 
 SHIPPED = [REPO / "tests" / "data" / "report-fixture.jsonl", REPO / "ledger" / "flash-h200-v2.jsonl",

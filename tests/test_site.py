@@ -20,7 +20,7 @@ import pytest
 
 from harness.governance.ledger import Ledger
 from tests.conftest import REPO, git, init_repo, run_bench
-from tests.test_report_browser import VIEWPORT, _chromium
+from tests.test_report_browser import VIEWPORT
 
 # The rows Ledger.append writes itself.
 WRITTEN = ("schema", "seq", "kind", "line", "prev_hash", "hash")
@@ -198,17 +198,6 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(chain_repo, tmp_path):
 
 
 # --- in Chromium ------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')")
-    exe = _chromium()
-    if exe is None:
-        pytest.skip("no system Chromium (apt-get install chromium, or set BENCH_CHROMIUM)")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
-        yield b
-        b.close()
 
 
 def test_the_site_in_chromium_index_chain_and_line_pages(browser, small_site, tmp_path):

@@ -57,7 +57,7 @@ def config_of(reg, text: str):
     (``attention/b2/h4/kv4/n256/d64/float32/full``), or a short form — some of the key's
     fields, separated by spaces or '/', as tables print it (``n256 float32 full``) — that
     exactly one config has. Anything else is refused with the configs it could mean."""
-    from harness.reporting.render.rows import shorten
+    from harness.workloads.keys import shorten
 
     keys = {c.key(): c for c in reg.configs}
     if text in keys:

@@ -22,7 +22,7 @@ def _mhz(x: float | None) -> str:
 def comparison_table(cmp: Comparison, threshold: float | None = None):
     """A rich Table: one row per config, B against A; regressions beyond ``threshold`` marked."""
     from harness.reporting.render.console import table
-    from harness.reporting.render.rows import shorten
+    from harness.workloads.keys import shorten
 
     counts = ", ".join(f"{k} {n}" for k, n in cmp.counts().items())
     sig = cmp.significance()

@@ -9,7 +9,8 @@ from pathlib import Path
 from harness.errors import plural
 from harness.reporting.analysis.history import MAX_LISTED
 from harness.reporting.render.console import console
-from harness.reporting.render.rows import outcome_reason, shorten
+from harness.reporting.render.rows import outcome_reason
+from harness.workloads.keys import shorten
 
 
 def render_verified(name: str, res) -> None:

@@ -30,7 +30,7 @@ LEGEND_ROW_INCHES = 0.22
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 
-def _figure(size=FIG_SIZE):
+def figure(size=FIG_SIZE):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -41,7 +41,7 @@ def _figure(size=FIG_SIZE):
     return fig, ax
 
 
-def _png(fig, layout: bool = True) -> bytes:
+def png(fig, layout: bool = True) -> bytes:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
@@ -52,7 +52,7 @@ def _png(fig, layout: bool = True) -> bytes:
     return buf.getvalue()
 
 
-def _empty(ax, why: str) -> None:
+def empty(ax, why: str) -> None:
     ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, fontsize=11, color="#555", wrap=True)
     ax.set_xticks([])
     ax.set_yticks([])
@@ -121,7 +121,7 @@ def _finish_panels(fig, axes, title: str):
 
 def speedup_plot(results: list[dict], thresholds=()) -> bytes:
     """``speedup_figure`` as PNG bytes."""
-    return _png(speedup_figure(results, thresholds), layout=False)
+    return png(speedup_figure(results, thresholds), layout=False)
 
 
 def speedup_figure(results: list[dict], thresholds=()):
@@ -134,8 +134,8 @@ def speedup_figure(results: list[dict], thresholds=()):
 
     rows = [r for r in results if size_of(r) is not None and isinstance(r.metrics.get("speedup"), (int, float))]
     if not rows:
-        fig, ax = _figure()
-        _empty(ax, "no result rows yet")
+        fig, ax = figure()
+        empty(ax, "no result rows yet")
         fig.tight_layout()
         return fig
     colors = _colors(rows)
@@ -168,7 +168,7 @@ def speedup_figure(results: list[dict], thresholds=()):
 
 def rates_plot(results: list[dict], rate: str | None, thresholds=()) -> bytes:
     """``rates_figure`` as PNG bytes."""
-    return _png(rates_figure(results, rate, thresholds), layout=False)
+    return png(rates_figure(results, rate, thresholds), layout=False)
 
 
 def rates_figure(results: list[dict], rate: str | None, thresholds=()):
@@ -183,8 +183,8 @@ def rates_figure(results: list[dict], rate: str | None, thresholds=()):
 
     rows = [r for r in results if rate and size_of(r) is not None and isinstance(r.metrics.get(rate), (int, float))]
     if not rows:
-        fig, ax = _figure()
-        _empty(ax, "no rates in the result rows")
+        fig, ax = figure()
+        empty(ax, "no rates in the result rows")
         fig.tight_layout()
         return fig
     frac, unit, ceiling_name = HEADLINE_RATES[rate]
@@ -238,7 +238,7 @@ PROTOCOL_MARKERS = {"interleaved": "o", "sustained": "D"}
 
 def roofline_plot(results: list[dict]) -> bytes:
     """``roofline_figure`` as PNG bytes."""
-    return _png(roofline_figure(results), layout=False)
+    return png(roofline_figure(results), layout=False)
 
 
 def roofline_figure(results: list[dict]):
@@ -251,7 +251,7 @@ def roofline_figure(results: list[dict]):
     from harness.governance.metrics import rate_protocol
     from harness.reporting.analysis.summary import datasheet_peak
 
-    fig, ax = _figure(ROOFLINE_SIZE)
+    fig, ax = figure(ROOFLINE_SIZE)
     pts = []
     for r in results:
         m = r.metrics
@@ -261,7 +261,7 @@ def roofline_figure(results: list[dict]):
             pts.append((r, tf, gb, tff if isinstance(tff, (int, float)) and tff > 0 else None,
                         gbf if isinstance(gbf, (int, float)) and gbf > 0 else None))
     if not pts:
-        _empty(ax, "no rates in the result rows")
+        empty(ax, "no rates in the result rows")
         fig.tight_layout()
         return fig
     colors = _colors([p[0] for p in pts])
@@ -332,9 +332,9 @@ def distribution_plot(deciding: list, short: dict[str, str] | None = None) -> by
     from harness.governance.metrics import SUSTAINED, rate_protocol
 
     if not deciding:
-        fig, ax = _figure()
-        _empty(ax, "no clause over a measured metric: no deciding samples to show")
-        return _png(fig)
+        fig, ax = figure()
+        empty(ax, "no clause over a measured metric: no deciding samples to show")
+        return png(fig)
     sustained = any(rate_protocol(d.row) == SUSTAINED for d in deciding)
     arms = ["candidate", *(["sustained"] if sustained else []), "baseline", "control"]
     import matplotlib
@@ -386,18 +386,18 @@ def distribution_plot(deciding: list, short: dict[str, str] | None = None) -> by
     fig.suptitle("Samples of the configs deciding the bar's clauses (kept interleaved rounds; sustained calls)",
                  fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
-    return _png(fig, layout=False)
+    return png(fig, layout=False)
 
 
 def control_plot(results: list[dict], tolerance: float | None) -> bytes:
     """Distribution of the control ratio (baseline against itself) over the configs."""
-    fig, ax = _figure()
+    fig, ax = figure()
     values = sorted({(r.config_key, r.metrics.get("control")) for r in results
                      if isinstance(r.metrics.get("control"), (int, float))})
     ratios = [v for _, v in values]
     if not ratios:
-        _empty(ax, "no control ratios in the result rows")
-        return _png(fig)
+        empty(ax, "no control ratios in the result rows")
+        return png(fig)
     lo, hi = min(ratios + [1 - (tolerance or 0)]), max(ratios + [1 + (tolerance or 0)])
     pad = (hi - lo) * 0.1 or 0.01
     ax.hist(ratios, bins=min(30, max(5, len(ratios))), range=(lo - pad, hi + pad), color="#1f77b4", alpha=0.8)
@@ -408,7 +408,7 @@ def control_plot(results: list[dict], tolerance: float | None) -> bytes:
     ax.set_xlabel("control ratio (baseline median / its second copy's median)")
     ax.set_ylabel("configs")
     ax.set_title(f"Control ratio over {len(ratios)} configs (1 = the rig agrees with itself)", fontsize=10)
-    return _png(fig)
+    return png(fig)
 
 
 def clock_plot(results: list[dict]) -> bytes:
@@ -417,7 +417,7 @@ def clock_plot(results: list[dict]) -> bytes:
     measured at), spread over its config's rounds."""
     from harness.governance.metrics import SUSTAINED, rate_protocol
 
-    fig, ax = _figure()
+    fig, ax = figure()
     seen, kept_x, kept_y, drop_x, drop_y, bounds, notes = {}, [], [], [], [], [], set()
     sustained: dict[tuple, list[float]] = {}
     threshold = None
@@ -453,8 +453,8 @@ def clock_plot(results: list[dict]) -> bytes:
             sus_x.append(start + max(n - 1, 0) * (k + 1) / (len(clocks) + 1))
             sus_y.append(mhz)
     if not kept_y and not drop_y and not sus_y:
-        _empty(ax, "no SM clock readings in these rows" + (f": {'; '.join(sorted(notes))}" if notes else ""))
-        return _png(fig)
+        empty(ax, "no SM clock readings in these rows" + (f": {'; '.join(sorted(notes))}" if notes else ""))
+        return png(fig)
     ax.plot(kept_x, kept_y, ".", color="#1f77b4", markersize=3, label="kept interleaved round (min)")
     if sus_x:
         ax.plot(sus_x, sus_y, "D", color="#ff7f0e", markersize=5, label="sustained phase, mean (its rates' clock)")
@@ -469,4 +469,4 @@ def clock_plot(results: list[dict]) -> bytes:
     ax.set_title("SM clock over the sweep: interleaved rounds" + (" and sustained phases" if sus_x else ""),
                  fontsize=10)
     ax.legend(fontsize=7, loc="lower left")
-    return _png(fig)
+    return png(fig)

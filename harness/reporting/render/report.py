@@ -25,7 +25,7 @@ PLOTS = (("speedup", "Speedup against size, per dtype and masking, with CI bands
 
 
 @functools.lru_cache(maxsize=None)
-def _template(name: str) -> str:
+def template(name: str) -> str:
     """A template's text, shipped as package data beside this module."""
     return resources.files(__package__).joinpath("templates", name).read_text(encoding="utf-8")
 
@@ -52,14 +52,14 @@ def figures(view: LineView) -> dict[str, bytes]:
 
 
 def _short(keys) -> dict[str, str]:
-    """Config keys by the fields that tell them apart (render/rows.shorten), for cells and axes."""
-    from harness.reporting.render.rows import shorten
+    """Config keys by the fields that tell them apart (workloads/keys.shorten), for cells and axes."""
+    from harness.workloads.keys import shorten
 
     short, _ = shorten(sorted(set(keys)), " ")
     return short
 
 
-def _env():
+def jinja_env():
     import jinja2
     from markupsafe import Markup, escape
 
@@ -81,7 +81,7 @@ WIDE_PLOTS = ("speedup", "rates", "roofline", "distribution")
 def _shapes(env, data: dict) -> str:
     """Register the ``shape`` filter (a config key by the fields that tell the line's configs
     apart) and return the fields every config shares ("" when none)."""
-    from harness.reporting.render.rows import shorten
+    from harness.workloads.keys import shorten
 
     keys = [t["key"] for t in data.get("tables", [])]
     keys += [k[f] for k in data.get("kernels", []) for f in ("min_key", "max_key", "rate_key") if k.get(f)]
@@ -91,17 +91,17 @@ def _shapes(env, data: dict) -> str:
 
 
 def markdown(data: dict) -> str:
-    env = _env()
+    env = jinja_env()
     shared = _shapes(env, data)
-    return env.from_string(_template("report.md.j2")).render(d=data, plots=PLOTS, shared=shared)
+    return env.from_string(template("report.md.j2")).render(d=data, plots=PLOTS, shared=shared)
 
 
 def html(data: dict, images: dict[str, bytes]) -> str:
-    env = _env()
+    env = jinja_env()
     env.autoescape = True
     shared = _shapes(env, data)
     encoded = {name: base64.b64encode(png).decode("ascii") for name, png in images.items()}
-    return env.from_string(_template("report.html.j2")).render(d=data, plots=PLOTS, images=encoded, shared=shared,
+    return env.from_string(template("report.html.j2")).render(d=data, plots=PLOTS, images=encoded, shared=shared,
                                                                wide=WIDE_PLOTS)
 
 

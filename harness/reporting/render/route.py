@@ -62,7 +62,7 @@ def write(table: RouteTable, out: Path, stem: str = "route") -> tuple[Path, Path
 def route_table(table: RouteTable):
     """A rich Table of the routes with the geomean and the worst case in the caption."""
     from harness.reporting.render.console import table as new_table
-    from harness.reporting.render.rows import shorten
+    from harness.workloads.keys import shorten
 
     w = table.worst
     keys, shared = shorten(r.config_key for r in table.routes)

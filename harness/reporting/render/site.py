@@ -60,13 +60,13 @@ def figure_text(h: Headline | None) -> str:
 def chain_plot(c: Chain) -> bytes:
     """The headline figure per line of a chain, in order, with its interval; each point
     coloured by its mark against the line it amends."""
-    from harness.reporting.render.plots import _empty, _figure, _png
+    from harness.reporting.render.plots import empty, figure, png
 
-    fig, ax = _figure()
+    fig, ax = figure()
     points = [(i, s) for i, s in enumerate(c.steps) if s.headline.value is not None]
     if not points:
-        _empty(ax, "no line of this chain has a headline figure yet")
-        return _png(fig)
+        empty(ax, "no line of this chain has a headline figure yet")
+        return png(fig)
     for i, s in points:
         h = s.headline
         color = MARK_COLORS.get(s.mark, WITHIN_COLOR)
@@ -86,11 +86,11 @@ def chain_plot(c: Chain) -> bytes:
     first = c.steps[0].headline
     ax.set_ylabel(first.metric + (f" ({first.unit})" if first.unit else "") if first.metric else "headline")
     ax.set_title(f"{c.root}: headline figure per line", fontsize=11)
-    return _png(fig)
+    return png(fig)
 
 
 def _env():
-    from harness.reporting.render.report import _env as report_env
+    from harness.reporting.render.report import jinja_env as report_env
 
     env = report_env()
     env.autoescape = True
@@ -98,7 +98,7 @@ def _env():
 
 
 def _template(name: str) -> str:
-    from harness.reporting.render.report import _template as report_template
+    from harness.reporting.render.report import template as report_template
 
     return report_template(name)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from harness.errors import plural
 from harness.governance.outcomes import RESULT, SUPERSEDES
 from harness.reporting.render.console import console
-from harness.reporting.render.rows import fmt, outcome_reason, shorten
+from harness.reporting.render.rows import fmt, outcome_reason
+from harness.workloads.keys import shorten
 
 
 def _who(row: dict) -> str:
