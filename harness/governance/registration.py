@@ -104,23 +104,26 @@ class Registration:
         """[timing] as written (only the keys the registration sets)."""
         return dict(self.raw.get("timing", {}))
 
-    def judges_rates(self) -> bool:
-        """Whether the bar has a clause over an absolute rate (metrics.RATE_METRICS)."""
+    def _rate_aggregates(self) -> list:
+        """The bar's clauses and its primary that aggregate an absolute rate (metrics.RATE_METRICS)."""
         from harness.governance.metrics import RATE_METRICS
 
-        return any(c.aggregate.metric in RATE_METRICS for c in self.bar.clauses())
+        return [a for a in [c.aggregate for c in self.bar.clauses()] + [self.primary_aggregate]
+                if a.metric in RATE_METRICS]
+
+    def judges_rates(self) -> bool:
+        """Whether a bar clause, or the primary, is over an absolute rate."""
+        return bool(self._rate_aggregates())
 
     def judges_rates_of(self, cfg, candidate: str) -> bool:
-        """Whether a bar clause, or the primary, over an absolute rate reads this (config,
-        candidate) pair (its ``where`` selects the pair): only such a pair's rates must be
-        the sustained clock's; the others' are the interleaved rounds', as on a line whose
-        bar judges no rate (the harness's own cost, issue 32)."""
+        """Whether a rate clause, or a rate primary, reads this (config, candidate) pair (its
+        ``where`` selects the pair): only such a pair's rates must be the sustained clock's;
+        the others' are the interleaved rounds', as on a line whose bar judges no rate (the
+        harness's own cost, issue 32)."""
         from harness.governance import bar as barlang
-        from harness.governance.metrics import RATE_METRICS
 
         row = [{**cfg.as_dict(), "candidate": candidate}]
-        aggs = [c.aggregate for c in self.bar.clauses()] + [self.primary_aggregate]
-        return any(a.metric in RATE_METRICS and barlang.matching(a, row) for a in aggs)
+        return any(barlang.matching(a, row) for a in self._rate_aggregates())
 
     def summary(self) -> dict:
         """What a ledger row carries so reports can be built from the ledger alone."""

@@ -126,7 +126,7 @@ def check_after_timing(t: Timed) -> Checked:
                                                 "gate": gates[spec.name].to_row()}))
             continue
         sus = None
-        if ctx.rate_bar and policy.mode != "graph" and reg.judges_rates_of(cfg, spec.name):
+        if policy.mode != "graph" and reg.judges_rates_of(cfg, spec.name):
             phase.report(spec.name, phase.RATES)
             sus, bad = sustained(cfg, spec, slots, outs[arm_name(spec.name)], ctx, memo)
             if bad is not None:
