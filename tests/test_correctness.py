@@ -337,6 +337,60 @@ def test_kernels_gated_together_are_judged_as_if_alone_and_share_each_reference(
         gate_kernels([spec(torch_stack), spec(torch_stack)], cfg, seeds=SEEDS, atol=atol, rtol=rtol)
 
 
+def test_boundary_cases_are_judged_once_per_sweep_and_reused_marked_at_the_next_config():
+    """Configs that differ only in seq_len share their boundary configs (issue 32): with a
+    memo, the second config's gate runs only its own seq_len, takes the boundary reports
+    from the first (marked where they were judged) and decides exactly as without one; a
+    kernel that fails only at a boundary shape fails at both, a forgotten kernel is judged
+    again, and another function object is never given another's reports."""
+    from harness.measurement.correctness.gate import BoundaryMemo
+
+    calls = []
+
+    def counted(q, k, v, out, *, causal, scale):
+        calls.append(q.shape[2])
+        torch_stack(q, k, v, out, causal=causal, scale=scale)
+
+    def short_wrong(q, k, v, out, *, causal, scale):
+        torch_stack(q, k, v, out, causal=causal, scale=scale)
+        if q.shape[2] == 67:  # wrong at one boundary shape only
+            out.mul_(1.5)
+
+    a, b = cfg_of(seq_len=96), cfg_of(seq_len=160)
+    atol, rtol = DEFAULT_TOLERANCES[a.dtype]
+    kw = dict(seeds=SEEDS, atol=atol, rtol=rtol)
+    memo = BoundaryMemo()
+    ok, bad = spec(counted), spec(short_wrong)
+    first = gate_kernels([ok, bad], a, memo=memo, **kw).results
+    boundary = {c.seq_len for c in boundary_configs(a)}
+    assert boundary and boundary <= set(calls)
+    calls.clear()
+    second = gate_kernels([ok, bad], b, memo=memo, **kw).results
+    assert set(calls) == {160}  # its own seq_len only: every boundary case came from the memo
+    alone = gate_kernels([spec(counted), spec(short_wrong)], b, **kw).results  # no memo
+    for name in ("counted", "short_wrong"):
+        got, want = second[name], alone[name]
+        assert (got.passed, got.tag, got.pass_rate, len(got.reports)) == (want.passed, want.tag, want.pass_rate,
+                                                                        len(want.reports))
+        assert [(r.config, r.seed, r.family, r.passed, r.tag) for r in got.reports] == \
+            [(r.config, r.seed, r.family, r.passed, r.tag) for r in want.reports]
+        assert {k: v for k, v in got.reused().items()} == {c.key(): a.key() for c in boundary_configs(b)}
+        assert all(r.reference_seconds == 0.0 for r in got.reports if r.reused_from)
+        assert got.to_row()["reused"] == got.reused() and not first[name].reused()
+    assert not second["short_wrong"].passed and second["short_wrong"].tag == "mismatch"
+    assert "boundary seq_len 67" in second["short_wrong"].reason
+    assert second["short_wrong"].failures[0].reused_from == a.key()
+    assert second["counted"].passed
+    # Another function object (a re-import, a redefinition) is judged afresh; so is a forgotten one.
+    calls.clear()
+    gate_kernels([spec(lambda *x, **y: counted(*x, **y), name="counted")], b, memo=memo, **kw)
+    assert boundary <= set(calls)
+    memo.forget(counted)
+    calls.clear()
+    gate_kernels([ok], b, memo=memo, **kw)
+    assert boundary <= set(calls)
+
+
 def test_reference_memo_reuses_a_reference_only_for_bit_identical_inputs(monkeypatch):
     """The checks after timing judge several arms on one content: its reference is made once,
     keyed by the inputs' bits, so inputs rewritten in place (the recheck) or changed by a

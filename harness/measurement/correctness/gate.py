@@ -8,6 +8,7 @@ gated at one config share each case's inputs and float64 reference (``gate_kerne
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Callable, ContextManager
@@ -127,6 +128,44 @@ def _judge_case(k: _Kernel, c: Config, seed: int, family: str, first: Checked, i
     return report(fig=first.figures, fig2=second.figures), first.visible
 
 
+class BoundaryMemo:
+    """Boundary cases already judged, for the configs of one sweep that share them.
+
+    The boundary configs (BOUNDARY_SEQ_LENS) are the main config with another seq_len, so
+    every config of a line that differs only in seq_len has the same ones: the same kernel
+    on the same inputs (seed, family, shape) under the same tolerances and numeric state is
+    the same case, and judging it again at the next config repeats identical work (issue 32:
+    three quarters of a config's gate cases). A memo lives as long as its process (a worker
+    runs many configs) and is keyed by the kernel's function object, so a kernel re-imported
+    or redefined is judged afresh. The caller forgets a kernel (``forget``) whose gate changed
+    global numeric state, so its boundary calls run, and are caught, again.
+    """
+
+    def __init__(self):
+        self._done: dict = {}  # key -> (config key it was judged at, its reports)
+
+    @staticmethod
+    def _key(fn, c: Config, seeds, families, atol, rtol, device):
+        return fn, c.key(), tuple(seeds), tuple(families), float(atol), float(rtol), str(device)
+
+    def get(self, fn, c, seeds, families, atol, rtol, device) -> tuple[CheckReport, ...] | None:
+        """The kernel's reports at boundary config ``c``, marked with where they were judged
+        (no reference seconds: none were spent here), or None."""
+        hit = self._done.get(self._key(fn, c, seeds, families, atol, rtol, device))
+        if hit is None:
+            return None
+        where, reports = hit
+        return tuple(dataclasses.replace(r, reused_from=r.reused_from or where, reference_seconds=0.0)
+                     for r in reports)
+
+    def put(self, fn, c, seeds, families, atol, rtol, device, where: str, reports) -> None:
+        self._done[self._key(fn, c, seeds, families, atol, rtol, device)] = (where, tuple(reports))
+
+    def forget(self, fn) -> None:
+        for key in [k for k in self._done if k[0] is fn]:
+            del self._done[key]
+
+
 @dataclass(frozen=True)
 class GateRun:
     """The gate of several kernels at one config: each kernel's result, and the seconds spent
@@ -150,7 +189,8 @@ def gate(spec, cfg: Config, *, seeds, families=DEFAULT_FAMILIES, atol: float, rt
 
 def gate_kernels(specs, cfg: Config, *, seeds, families=DEFAULT_FAMILIES, atol: float, rtol: float,
                  device: str = "cpu", min_pass_rate: float = 1.0,
-                 around: Callable[[str | None], ContextManager] | None = None) -> GateRun:
+                 around: Callable[[str | None], ContextManager] | None = None,
+                 memo: BoundaryMemo | None = None) -> GateRun:
     """``gate`` for several kernels at once, case by case: for each (config, seed, family) the
     inputs are drawn once, every kernel makes its first call before the reference exists,
     the one float64 reference is computed, then each kernel's output is judged and its
@@ -161,6 +201,9 @@ def gate_kernels(specs, cfg: Config, *, seeds, families=DEFAULT_FAMILIES, atol: 
     ``around(name)`` wraps each stretch of one kernel's work (its calls and their checks),
     ``around(None)`` the shared work (inputs, references): the sweep reports its phase
     there and pins, and checks, the line's numeric state around each kernel.
+
+    ``memo``: boundary cases judged at an earlier config of the sweep are taken from it
+    (marked ``reused_from``) instead of run again; those judged here are put in it.
     """
     import torch
 
@@ -205,8 +248,15 @@ def gate_kernels(specs, cfg: Config, *, seeds, families=DEFAULT_FAMILIES, atol: 
     ref_total = 0.0
     for c, note in configs:
         runners = [k for k in kernels if c in k.configs]
+        if memo is not None and c is not cfg:
+            for k in list(runners):
+                kept = memo.get(k.fn, c, seeds, families, atol, rtol, device)
+                if kept is not None:
+                    k.reports.extend(kept)
+                    runners.remove(k)
         if not runners:
             continue
+        first_report = {k.name: len(k.reports) for k in runners}
         for seed in seeds:
             for fam in families:
                 with on(None):
@@ -232,6 +282,9 @@ def gate_kernels(specs, cfg: Config, *, seeds, families=DEFAULT_FAMILIES, atol: 
                             k.seen.setdefault(c.key(), {}).setdefault(checksum(visible), (seed, fam))
                         del visible
                 del ref, first_set, second_set, pristine
+        if memo is not None and c is not cfg:
+            for k in runners:
+                memo.put(k.fn, c, seeds, families, atol, rtol, device, cfg.key(), k.reports[first_report[k.name]:])
     if dev_type == "cuda":
         with on(None):
             pristine = make_inputs(cfg, seeds[0], families[0], device)

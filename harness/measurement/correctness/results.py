@@ -50,13 +50,17 @@ class CheckReport:
     after_figures: ErrorFigures | None  # second call (fresh buffers, after the reference)
     reference_seconds: float
     phase: str = "gate"           # "gate", "recheck", "timed_output" or "side_stream_check"
+    # A boundary case judged at another config of the sweep (that config's key), in this
+    # process, with the same kernel, inputs, tolerances and numeric state: the same case, not
+    # run twice (gate.BoundaryMemo). None: judged here.
+    reused_from: str | None = None
 
     def as_dict(self) -> dict:
         return {"config": self.config, "seed": self.seed, "family": self.family, "phase": self.phase,
                 "passed": self.passed, "tag": self.tag, "reason": self.reason,
                 "figures": self.figures.as_dict() if self.figures else None,
                 "after_figures": self.after_figures.as_dict() if self.after_figures else None,
-                "reference_seconds": self.reference_seconds}
+                "reference_seconds": self.reference_seconds, "reused_from": self.reused_from}
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,11 @@ class GateResult:
     def failures(self) -> tuple[CheckReport, ...]:
         return tuple(r for r in self.reports if not r.passed)
 
+    def reused(self) -> dict[str, str]:
+        """Boundary configs whose cases were judged at another config of the sweep: {boundary
+        config key: the config whose gate ran them}."""
+        return {r.config: r.reused_from for r in self.reports if r.reused_from is not None}
+
     def tag_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for r in self.failures:
@@ -106,6 +115,7 @@ class GateResult:
             "atol": self.atol, "rtol": self.rtol, "tag": self.tag, "reason": self.reason,
             "tags": self.tag_counts(), "n_checks": len(self.reports), "n_failed": len(fails),
             "reference_seconds": self.reference_seconds, "gate_seconds": self.seconds,
+            "reused": self.reused(),
             "worst": worst.as_dict() if worst else None,
             "failures": [r.as_dict() for r in fails[:MAX_ROW_FAILURES]],
             "failures_left_out": max(0, len(fails) - MAX_ROW_FAILURES),
