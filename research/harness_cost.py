@@ -19,6 +19,13 @@ share, as in the wall time). Writes ``harness_cost.md`` and ``harness_cost.json`
 ``$OUT`` (or ``--out``, else the current directory), with each scratch sweep's ledger
 (``cost-LINE.jsonl``) and output (``cost-LINE.sweep.log``), so a row's reason outlives the run.
 
+Compilation is paid alike: the bare timer runs in a fresh process of its own, once before
+the sweep (untimed for the ratio: it fills Triton's on-disk cache, as a user's first run
+would, and its time is reported as the first run's) and once after it (the denominator).
+The sweep and the second bare run thus both find the main shapes' kernels compiled and both
+autotune in their own process; what the sweep compiles beyond them (its boundary shapes)
+is its own cost.
+
 With ``--verdict`` it also evaluates the bar on the scratch ledger (``bench verdict
 --no-commit``: nothing written) and compares the verdict and every speedup with this
 repository's ledger of the line (issue 32: a faster harness moves no verdict).
@@ -77,6 +84,16 @@ def scratch_repo(where: Path, line: str) -> str:
     _git(where, "add", "-A")
     _git(where, "commit", "-qm", "a copy of a registered line")
     return name
+
+
+def bare_in_process(repo: Path, name: str, device: str) -> dict[str, float]:
+    """``bare_seconds`` for the line registered in ``repo``, in a fresh Python process (its own
+    autotuning, no kernels compiled in this one)."""
+    r = subprocess.run([sys.executable, "-m", "research.harness_cost", "--bare", str(repo / "registrations" / f"{name}.toml"),
+                        "--device", device], cwd=ROOT, capture_output=True, text=True, timeout=CALL_TIMEOUT_S)
+    if r.returncode != 0:
+        raise SystemExit(f"the bare timer failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def bare_seconds(reg, device: str) -> dict[str, float]:
@@ -167,6 +184,7 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
     with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp:
         repo = Path(tmp)
         name = scratch_repo(repo, line)
+        bare_first = bare_in_process(repo, name, device)  # fills the compile cache, as a first run
         reg_run, reg_s = _bench(repo, "register", name)
         if reg_run.returncode != 0:
             raise SystemExit(f"register {name} failed ({reg_run.returncode}): {reg_run.stderr.strip()[-2000:]}")
@@ -182,10 +200,10 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
         rows = [r for r in read_rows(repo / "ledger" / f"{name}.jsonl") if r.kind in OUTCOME_KINDS]
         reg = load(repo / "registrations" / f"{name}.toml")
         against = shipped_comparison(repo, name, line) if verdict else None
+        bare = bare_in_process(repo, name, device)
     # Every config run (re-measures of rig-noisy pairs included: the sweep's wall time holds them),
     # once: the rows of one run share one cost.
     costs = {(r.config_key, json.dumps(r.cost, sort_keys=True)): r.cost for r in rows if r.cost}
-    bare = bare_seconds(reg, device)
     n = len(reg.configs)
     phases: dict[str, float] = {}
     for c in costs.values():
@@ -200,6 +218,7 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
     return {"line": line, "device": device, "configs": n, "runs": len(costs), "arms": 2 + len(reg.candidates),
             "register_s": reg_s,
             "sweep_s": sweep_s, "sweep_per_config_s": per_config, "bare_per_config_s": bare_per_config,
+            "bare_first_run_per_config_s": sum(bare_first.values()) / n,
             "ratio": per_config / bare_per_config, "phases_per_config_s": phases,
             "reference_per_config_s": reference, "outcomes": kinds,
             "cost_line": next((x.strip() for x in sw.stdout.splitlines() if "harness time per config" in x), None),
@@ -209,13 +228,13 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
 def markdown(results: list[dict], commit: str) -> str:
     shown = commit if commit.startswith("(") else commit[:12]  # "(a tree …)" whole, a hash short
     out = [f"## The harness's own cost at `{shown}`", "",
-           "| line | device | configs × arms (runs) | sweep s / config | bare timer s / config | ratio | phases s / config |",
+           "| line | device | configs × arms (runs) | sweep s / config | bare timer s / config (its first run) | ratio | phases s / config |",
            "|---|---|---|---|---|---|---|"]
     for r in results:
         ph = ", ".join(f"{k} {v:.2f}" for k, v in r["phases_per_config_s"].items())
         out.append(f"| {r['line']} | {r['device']} | {r['configs']} × {r['arms']} ({r['runs']}) | "
                    f"{r['sweep_per_config_s']:.2f} | "
-                   f"{r['bare_per_config_s']:.2f} | **{r['ratio']:.1f}×** | {ph}; float64 references "
+                   f"{r['bare_per_config_s']:.2f} ({r['bare_first_run_per_config_s']:.2f}) | **{r['ratio']:.1f}×** | {ph}; float64 references "
                    f"{r['reference_per_config_s']:.2f} |")
     return "\n".join(out) + "\n"
 
@@ -236,13 +255,22 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("lines", nargs="*", default=["example"])
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--bare", metavar="REGISTRATION",
+                    help="only time the registration's arms with the bare timer in this process; print JSON "
+                         "(config key -> seconds); used by the measurement itself")
+    ap.add_argument("--device", help="with --bare: the device (default: detected)")
     ap.add_argument("--verdict", action="store_true",
                     help="also evaluate the bar on the scratch sweep (nothing written) and compare its verdict and "
                          "speedups with this repository's ledger of the line (issue 32: no verdict moves)")
     args = ap.parse_args(argv)
     from harness.measurement.device import detect_device
 
-    device = detect_device()
+    device = args.device or detect_device()
+    if args.bare:
+        from harness.governance.registration import load
+
+        print(json.dumps(bare_seconds(load(Path(args.bare)), device)))
+        return 0
     commit = tree_commit(ROOT)
     results = []
     for line in args.lines:
