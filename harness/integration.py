@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -32,25 +31,26 @@ class CallTimer:
     call, CUDA events around it), so a call's in-situ time is device time as the step's and
     the probe's are; a host timer with the device synchronized around each call read the
     launch and synchronize latency of a small step's calls as attention (a measured op share
-    of 2.8 of the step on the H200). On the CPU: the host time (perf_counter_ns)."""
+    of 2.8 of the step on the H200). On the CPU: the kernel arms' host timer (timing.timers.HostTimer)."""
 
     device: str
     ms: list[float] = field(default_factory=list)
     shapes: list[tuple] = field(default_factory=list)
     _timer: object = field(default=None, repr=False)
 
+    @property
+    def what(self) -> str:
+        """The timer, in words, for the row that records its times."""
+        return ("CUDA events around each call, the stream held while the host enqueues it"
+                if self.device.startswith("cuda") else "host perf_counter_ns")
+
     def time(self, fn: Callable[[], None], shape: tuple) -> None:
         """Run ``fn`` (one hook call) and record its time and shape."""
-        if self.device == "cuda":
-            if self._timer is None:
-                from harness.measurement.timing.timers import CudaEventTimer
+        if self._timer is None:
+            from harness.measurement.timing.timers import CudaEventTimer, HostTimer
 
-                self._timer = CudaEventTimer(self.device)
-            self.ms.append(self._timer.time_call(fn, arm="hook"))
-        else:
-            t0 = time.perf_counter_ns()
-            fn()
-            self.ms.append((time.perf_counter_ns() - t0) / 1e6)
+            self._timer = CudaEventTimer(self.device) if self.device.startswith("cuda") else HostTimer()
+        self.ms.append(self._timer.time_call(fn, arm="hook"))
         self.shapes.append(shape)
 
 

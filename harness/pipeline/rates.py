@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.governance.outcomes import SKIPPED, THROTTLED
-from harness.measurement.timing.results import arm_name, rig_noise
+from harness.measurement.timing.results import arm_name
 from harness.pipeline.checks import Checked, Survivor
 from harness.pipeline.context import Outcome
 from harness.pipeline.rows import base_row, memory_row
@@ -93,9 +93,7 @@ def rates(c: Checked, s: Survivor) -> Rated | Outcome:
         # with its CPU margin).
         why = [reductio(tflops, gbps, ceil, cfg.dtype) if ctx.device == "cuda" else None, below]
         impossible = "; ".join(w for w in why if w) or None
-    mine = (arm_name(spec.name), ARM_BASELINE, ARM_CONTROL)  # another candidate's quanta are its own row's
-    noise = rig_noise(control, policy.control_tolerance, m.host_gaps, {a: q for a, q in m.quanta.items() if a in mine},
-                      (m.n_waited, len(m.rounds)), policy.max_drop_fraction)
+    noise = m.rig_noise_of(arm_name(spec.name))
     return Rated(c, s, metrics, impossible, floor, noise)
 
 

@@ -26,6 +26,7 @@ import math
 import statistics
 
 from harness.governance import integration as amdahl
+from harness.governance.bar import reduce
 from harness.governance.metrics import step_metrics
 from harness.governance.outcomes import RESULT, current_rows
 
@@ -43,17 +44,17 @@ def _torch_dtype(name: str):
 
 
 def _close(out, ref, atol: float, rtol: float) -> dict:
-    """The step output against the float64 step: worst error and whether all are within."""
-    import torch
+    """The step output against the float64 step (the gate's ``compare``): whether every element
+    is within atol + rtol·|ref|, the worst error, and, failing, which element, by how much, in
+    how many ULPs."""
+    from harness.measurement.correctness.figures import compare
 
-    o = out.detach().to(torch.float64)
-    if o.shape != ref.shape:
+    o = out.detach()
+    if tuple(o.shape) != tuple(ref.shape):
         return {"ok": False, "why": f"output shape {tuple(o.shape)} differs from the float64 step's {tuple(ref.shape)}"}
-    err = (o - ref).abs()
-    bound = atol + rtol * ref.abs()
-    finite = bool(torch.isfinite(o).all())
-    worst = float(err.max()) if err.numel() else 0.0
-    return {"ok": finite and bool((err <= bound).all()), "max_abs_err": worst, "finite": finite}
+    fig = compare(o, ref, atol=atol, rtol=rtol)
+    return {"ok": fig.passed, "max_abs_err": fig.max_abs_err, "finite": fig.n_nonfinite + fig.n_unwritten == 0,
+            "why": None if fig.passed else fig.summary()}
 
 
 def _probe(rows, key: str | None, cand: str) -> dict:
@@ -69,7 +70,7 @@ def _probe(rows, key: str | None, cand: str) -> dict:
     if not speedups:
         return {"config_key": key, "source": "no result row of the candidate", "speedup": None, "ms": None,
                 "baseline_ms": None}
-    g = math.exp(statistics.fmean(math.log(s) for s in speedups))
+    g = reduce("geomean", speedups)
     return {"config_key": None, "source": f"geomean speedup over {len(speedups)} grid rows (no row at the step's "
             f"attention shape {key})", "speedup": g, "ms": None, "baseline_ms": None}
 
@@ -99,7 +100,8 @@ def _insitu(run, fn, device: str) -> dict:
             per_step.append(sum(timer.ms[before:]))
     calls = len(timer.ms) // INSITU_STEPS if timer.ms else 0
     return {"call_ms": statistics.median(timer.ms) if timer.ms else None, "calls_per_step": calls,
-            "op_ms_per_step": statistics.median(per_step), "steps": INSITU_STEPS, "shapes": timer.shapes}
+            "op_ms_per_step": statistics.median(per_step), "steps": INSITU_STEPS, "shapes": timer.shapes,
+            "timer": timer.what}
 
 
 def run(reg, device: str, rows) -> list[dict]:
@@ -116,8 +118,9 @@ def _run(reg, device: str, rows) -> list[dict]:
     import torch
 
     from harness.integration import load_step, reference_attention, use_kernel
+    from harness.measurement.correctness.checks import exception_text
     from harness.measurement.timing import measure
-    from harness.measurement.timing.results import ARM_BASELINE, ARM_CONTROL, arm_name, rig_noise
+    from harness.measurement.timing.results import ARM_BASELINE, ARM_CONTROL, arm_name
     from harness.registry import get_kernel
 
     spec = reg.integration
@@ -140,14 +143,15 @@ def _run(reg, device: str, rows) -> list[dict]:
                 out = steps[name]()
             gates[name] = _close(out, ref, spec.atol, spec.rtol)
         except Exception as exc:  # a kernel that raises inside the step: recorded, never timed
-            gates[name] = {"ok": False, "why": f"{type(exc).__name__}: {exc}"}
+            gates[name] = {"ok": False, "why": exception_text(exc)}
     tol = {"atol": spec.atol, "rtol": spec.rtol, "against": "the step in float64 through the reference attention"}
     if not gates[reg.baseline]["ok"]:
         return [row(c, correct=False, gate={**tol, "baseline": gates[reg.baseline]},
-                    error="the baseline's step fails the float64 check: nothing was timed") for c in reg.candidates]
+                    error=f"the baseline's step fails the float64 check ({gates[reg.baseline]['why']}): "
+                          f"nothing was timed") for c in reg.candidates]
     passing = [c for c in reg.candidates if gates[c]["ok"]]
     out = {c: row(c, correct=False, gate={**tol, "candidate": gates[c], "baseline": gates[reg.baseline]},
-                  error="the candidate's step fails the float64 check: not timed")
+                  error=f"the candidate's step fails the float64 check ({gates[c]['why']}): not timed")
            for c in reg.candidates if c not in passing}
     if passing:
         def arm(step, fn):
@@ -166,8 +170,6 @@ def _run(reg, device: str, rows) -> list[dict]:
         timing = m.to_row(include_rounds=False)
         b_ms = m.arms[ARM_BASELINE].stats.median
         control = m.control_ratio
-        noise = rig_noise(control if control is not None else math.nan, policy.control_tolerance, m.host_gaps,
-                          m.quanta)
         if not math.isfinite(b_ms):  # every round dropped: no number, as a kernel pair's skipped row
             why = f"the step's timing kept no round (stopped: {m.stop_reason}): raise [timing] timeout_s"
             return [out.get(c) or row(c, correct=True, gate={**tol, "candidate": gates[c]}, timing=timing,
@@ -199,13 +201,12 @@ def _run(reg, device: str, rows) -> list[dict]:
                 "probe_factor": probe["ms"] / situ["call_ms"] if probe["ms"] and situ["call_ms"] else None})
             probe = {**probe, "baseline_factor": (probe["baseline_ms"] / situ_b["call_ms"]
                                                   if probe["baseline_ms"] and situ_b["call_ms"] else None)}
-            situ_rec = {"candidate": {k: v for k, v in situ.items() if k != "shapes"},
-                        "baseline": {k: v for k, v in situ_b.items() if k != "shapes"},
-                        "config_key": key, "timer": "CUDA events around each call, the stream held while the host enqueues it"
-                        if device == "cuda" else "host perf_counter_ns"}
+            situ_rec = {"candidate": {k: v for k, v in situ.items() if k not in ("shapes", "timer")},
+                        "baseline": {k: v for k, v in situ_b.items() if k not in ("shapes", "timer")},
+                        "config_key": key, "timer": situ["timer"]}
             out[c] = row(c, correct=True, gate={**tol, "candidate": gates[c], "baseline": gates[reg.baseline]},
                          metrics=metrics, timing={**timing, "step_mode": policy.mode}, insitu=situ_rec, probe=probe,
                          op_share_used=used, amdahl_violated=amdahl.violation(
                              gain, ratio_lo - 1 if math.isfinite(ratio_lo) else None, used["value"]),
-                         throttled=bool(m.throttled), rig_noisy=bool(noise), error=None)
+                         throttled=bool(m.throttled), rig_noisy=bool(m.rig_noise_of(arm_name(c))), error=None)
     return [out[c] for c in reg.candidates]

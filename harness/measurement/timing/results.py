@@ -176,6 +176,16 @@ class Measurement:
         b, c = self.arms[ARM_BASELINE].samples, self.arms[ARM_CONTROL].samples
         return ratio(b, c) if b and c else None
 
+    def rig_noise_of(self, arm: str) -> list[str]:
+        """``rig_noise`` for one candidate arm's row, under this measurement's policy: the
+        control, host gaps, the quanta of that arm, the baseline and the control (another
+        candidate's are its own row's), and the rounds dropped for a run queue."""
+        control = self.control_ratio
+        mine = (arm, ARM_BASELINE, ARM_CONTROL)
+        return rig_noise(math.nan if control is None else control, self.policy.control_tolerance, self.host_gaps,
+                         {a: q for a, q in self.quanta.items() if a in mine}, (self.n_waited, len(self.rounds)),
+                         self.policy.max_drop_fraction)
+
     @property
     def control_ok(self) -> bool | None:
         r = self.control_ratio
