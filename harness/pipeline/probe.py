@@ -38,7 +38,8 @@ def probe(registration: Path, config_key: str, candidate: str, device: str, root
     if cfg is None:
         raise UserError(f"config {config_key} is not in the grid of {registration.name}: give one of its full keys")
     if candidate not in reg.candidates:
-        raise UserError(f"candidate {candidate!r} is not one of {registration.name}'s ({', '.join(reg.candidates)})")
+        raise UserError(f"candidate {candidate!r} is not one of {registration.name}'s: give one of "
+                        f"{', '.join(reg.candidates)}")
     dev = detect_device() if device == "auto" else device
     env = env_summary(dev)
     ctx = SweepContext(reg=reg, device=dev, ceilings=None, root=str(tree.root))

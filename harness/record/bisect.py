@@ -107,8 +107,8 @@ def bisect(line: str, config: str, good: str, bad: str, *, candidate: str | None
                             f"name one with --candidate")
         candidate = reg.candidates[0]
     elif candidate not in reg.candidates:
-        raise UserError(f"--candidate {candidate!r} is not a candidate of line '{reg.line}' "
-                        f"({', '.join(reg.candidates)})")
+        raise UserError(f"--candidate {candidate!r} is not a candidate of line '{reg.line}': name one of "
+                        f"{', '.join(reg.candidates)}")
     good_sha = gitguard.resolve_commit(top, good, "--good")
     bad_sha = gitguard.resolve_commit(top, bad, "--bad")
     if good_sha == bad_sha:
@@ -117,7 +117,8 @@ def bisect(line: str, config: str, good: str, bad: str, *, candidate: str | None
     commits = gitguard.code_commits_between(top, good_sha, bad_sha)
     if not commits:
         raise UserError(f"no commit after --good {good_sha[:12]} up to --bad {bad_sha[:12]} changes anything outside "
-                        f"ledger/: their code is the same, there is nothing to bisect")
+                        f"ledger/: their code is the same, there is nothing to bisect (give a --good from before the "
+                        f"change you suspect)")
     led = Ledger(top, BISECT_LEDGER)
     if led.exists():  # a broken chain, or rows of a newer bench, refused before any probe
         from harness.governance.ledger_verify import verify, verify_refusal
