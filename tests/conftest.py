@@ -14,6 +14,14 @@ from pathlib import Path
 
 import pytest
 
+# Under pytest-xdist (the README's `-n 2`) two test processes share the host's cores. torch's
+# intra-op pool gave a timed CPU call a second thread that waited on the other worker's core:
+# the harness drops such rounds (descheduled), and small CPU sweeps kept none. One intra-op
+# thread per test process and the sweeps it starts (unless the caller set OMP_NUM_THREADS);
+# before torch is imported anywhere. A sweep's own CPU workers still set theirs per core share.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # harness first, in every test process: its finder loads the code packages from source, and in
 # a checkout it is what maps the kernels/ folder to the import name bench_kernels.
 import harness  # noqa: F401, E402
@@ -21,8 +29,12 @@ import harness  # noqa: F401, E402
 REPO = Path(__file__).resolve().parents[1]
 
 # Sweeps in tests lock their device in a directory of their own: a real sweep running on
-# this host must not make the suite wait, nor the suite a real sweep.
-os.environ.setdefault("BENCH_DEVICE_LOCK_DIR", tempfile.mkdtemp(prefix="bench-test-locks-"))
+# this host must not make the suite wait, nor the suite a real sweep. Each xdist worker has
+# its own (it inherits the controller's environment): the tests that hold a device lock and
+# check who waits would otherwise see the other worker's sweeps.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _XDIST_WORKER or "BENCH_DEVICE_LOCK_DIR" not in os.environ:
+    os.environ["BENCH_DEVICE_LOCK_DIR"] = tempfile.mkdtemp(prefix=f"bench-test-locks-{_XDIST_WORKER or 'main'}-")
 
 
 def _cuda() -> bool:
