@@ -50,6 +50,7 @@ def sweep_until(repo, n_results: int, sig: int) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # signals and a kill timed against a running sweep
 def test_sigint_and_sigterm_print_the_summary_and_the_resume_line_keep_every_row_and_resume(repo):
     p = repo / "registrations" / "tiny.toml"
     text = p.read_text().replace("seq_len = [32, 48]", SIX_CONFIGS[0])

@@ -19,6 +19,10 @@ from tests import zoo
 from tests.conftest import sweep_context
 from tests.timers import ScriptedTimer
 
+# Signals, device locks and CPU timings that race with a second test process: run alone
+# (the README's second pass, `-m serial`), never beside another xdist worker.
+pytestmark = pytest.mark.serial
+
 # min_bytes = 4 tensors x (1*2*1024*64) x 2 B = 1_048_576 B; flops = 4*1*2*1024*1024*64 = 536_870_912.
 BF16 = Config("attention", 1, 2, 2, 1024, 64, "bfloat16", False)
 GPU = Ceilings(device="cuda", fingerprint={}, copy_gbps=100.0, matmul_tflops={"bfloat16": 100.0})

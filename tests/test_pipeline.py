@@ -155,6 +155,7 @@ def test_amending_line_names_the_old_one(repo):
     assert not (repo / "ledger" / "tiny3.jsonl").exists()
 
 
+@pytest.mark.serial  # signals and a kill timed against a running sweep
 def test_kill_mid_sweep_loses_no_written_row_and_resume_completes(repo):
     p = repo / "registrations" / "tiny.toml"
     p.write_text(p.read_text().replace("seq_len = [32, 48]", "seq_len = [32, 40, 48, 56, 64, 72]")

@@ -18,6 +18,10 @@ from harness.workloads import Config
 from tests import zoo
 from tests.conftest import sweep_context
 
+# Signals, device locks and CPU timings that race with a second test process: run alone
+# (the README's second pass, `-m serial`), never beside another xdist worker.
+pytestmark = pytest.mark.serial
+
 CFG = Config("attention", 1, 2, 2, 32, 16, "float32", False)
 # CFG's gate with one seed and one family: 2 calls at CFG and each of its 3 boundary configs.
 GATE_CALLS = 8

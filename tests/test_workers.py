@@ -21,6 +21,10 @@ import pytest
 
 from conftest import REPO, bench_env, git, init_repo, installed_dist, reported_configs
 
+# Signals, device locks and CPU timings that race with a second test process: run alone
+# (the README's second pass, `-m serial`), never beside another xdist worker.
+pytestmark = pytest.mark.serial
+
 # Short enough that the hang test costs seconds; long enough for a tiny gate on a loaded CI host.
 TEST_WATCHDOG_S = 15
 
