@@ -6,6 +6,7 @@ import base64
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -13,6 +14,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+# A shell starts a background job (`cmd &`, nohup, some CI runners) with SIGINT ignored, and an
+# ignored signal stays ignored across exec: the sweeps that the Ctrl-C tests start would then
+# ignore the test's SIGINT and run on. Caught here, it is reset to the default in every child.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Under pytest-xdist (the README's `-n 2`) two test processes share the host's cores. torch's
 # intra-op pool gave a timed CPU call a second thread that waited on the other worker's core:
