@@ -21,9 +21,9 @@ import pytest
 
 from conftest import REPO, bench_env, git, init_repo, installed_dist, reported_configs
 
-# Signals, device locks and CPU timings that race with a second test process: run alone
-# (the README's second pass, `-m serial`), never beside another xdist worker.
-pytestmark = pytest.mark.serial
+# The tests that send signals, kill processes or hold the device lock are marked `serial`: the
+# README's second pass runs them alone, never beside another xdist worker.
+SERIAL = pytest.mark.serial
 
 # Short enough that the hang test costs seconds; long enough for a tiny gate on a loaded CI host.
 TEST_WATCHDOG_S = 15
@@ -219,6 +219,7 @@ def _before_start_sweep(tmp_path, how: str):
     return root, line
 
 
+@SERIAL
 def test_a_job_lost_before_it_began_runs_again_and_is_blamed_only_if_lost_again(tmp_path):
     """A worker that dies before a config's first phase (as one that died idle looks) had not
     begun the job: the job runs again on a fresh worker instead of blaming its only candidate.
@@ -299,6 +300,7 @@ def _release(holder: subprocess.Popen) -> None:
     holder.wait(timeout=30)
 
 
+@SERIAL
 def test_a_second_sweep_on_a_busy_device_refuses_or_waits(repo):
     from conftest import run_bench
 
@@ -361,6 +363,7 @@ def _hanging_sweep(tmp_path):
     return root, line, driver, workers
 
 
+@SERIAL
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_kill_9_of_the_driver_leaves_no_worker_and_a_verified_ledger(tmp_path):
     root, line, driver, workers = _hanging_sweep(tmp_path)
@@ -377,6 +380,7 @@ def test_kill_9_of_the_driver_leaves_no_worker_and_a_verified_ledger(tmp_path):
 RESUME = "bench: interrupted — every row reported written is on disk; to resume, run: bench sweep {args}"
 
 
+@SERIAL
 def test_ctrl_c_finishes_the_config_in_flight_then_resumes_without_duplicates(repo):
     from conftest import run_bench
 
@@ -414,6 +418,7 @@ def test_ctrl_c_finishes_the_config_in_flight_then_resumes_without_duplicates(re
     ((signal.SIGTERM,), 143, "stopped at once by SIGTERM, with 1 config not run"),
     ((signal.SIGINT, signal.SIGTERM), 143, "stopped at once by SIGTERM, with 1 config not run"),
 ], ids=["second-ctrl-c", "sigterm", "ctrl-c-then-sigterm"])
+@SERIAL
 def test_stopping_at_once_writes_nothing_partial_and_ends_with_the_summary_and_the_resume_line(tmp_path, signals,
                                                                                              code, how):
     root, line, driver, workers = _hanging_sweep(tmp_path)
@@ -431,6 +436,7 @@ def test_stopping_at_once_writes_nothing_partial_and_ends_with_the_summary_and_t
     _verified(root, line)
 
 
+@SERIAL
 def test_a_ctrl_c_while_waiting_for_the_device_ends_with_the_summary_and_the_resume_line(repo):
     from conftest import run_bench
 
@@ -450,6 +456,7 @@ def test_a_ctrl_c_while_waiting_for_the_device_ends_with_the_summary_and_the_res
     assert [r["kind"] for r in _rows(repo, "tiny")] == ["registered"]
 
 
+@SERIAL
 def test_a_signal_waits_for_the_config_being_written_then_stops_at_once():
     """A second Ctrl-C or a SIGTERM inside ``shielded`` (a config's rows being appended and
     committed) waits for it to end; outside, it stops at once; after ``wrap_up`` it is only
@@ -505,6 +512,7 @@ COMMIT = textwrap.dedent('''\
     ''')
 
 
+@SERIAL
 def test_a_ctrl_c_at_the_terminal_does_not_kill_the_commit_of_a_configs_rows(tmp_path):
     """The terminal sends Ctrl-C to its whole foreground group: git, started to commit a
     config's rows after the sweep's first Ctrl-C, must not die of it half-way."""
