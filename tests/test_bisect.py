@@ -226,7 +226,7 @@ def test_a_commit_whose_code_cannot_run_the_probe_is_recorded_and_the_bisect_end
     (("n128", "--good", "nosuchrev", "--bad", "regress"), "--good 'nosuchrev' names no commit"),
     (("n128", "--good", "regress", "--bad", "regress"), "are the same commit"),
     (("n128", "--good", "regress", "--bad", "main"), "is not an ancestor of --bad"),
-    (("n128", "--good", "main", "--bad", "regress", "--candidate", "sdpa"), "is not a candidate of line 'bis'"),
+    (("n128", "--good", "main", "--bad", "regress", "--candidate", "sdpa"), "is not a candidate of line 'bis': name one of"),
 ])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(proj, args, says):
     root = proj["root"]
