@@ -44,6 +44,11 @@ class KernelSpec:
     first_call_memory: Callable | None = None
     # Python modules the kernel needs at call time (checked without importing heavy code).
     requires: tuple[str, ...] = ()
+    # How to get them, as the refusal says it (default: ``pip install <module>``), e.g. an extra.
+    install: str = ""
+    # device -> None where the kernel can run there, else why not: what ``requires`` cannot
+    # say (a GPU architecture it needs). Called once the modules are found.
+    available: Callable | None = None
     # cfg -> None if supported, else the reason (e.g. "head_dim 96 not supported").
     supports: Callable | None = None
     # What the kernel fixes about its numerics (compute type, math mode, softmax dtype).
@@ -69,9 +74,9 @@ class KernelSpec:
         if device not in self.devices:
             return f"runs on {'/'.join(self.devices)}, not {device}"
         for mod in self.requires:
-            if importlib.util.find_spec(mod) is None:
-                return f"needs the Python module '{mod}' (pip install {mod})"
-        return None
+            if not _module_found(mod):
+                return f"needs the Python module '{mod}' ({self.install or f'pip install {mod}'})"
+        return self.available(device) if self.available else None
 
     def config_reason(self, cfg) -> str | None:
         """Why this kernel does not support ``cfg``, or None."""
@@ -82,12 +87,22 @@ class KernelSpec:
         return self.supports(cfg) if self.supports else None
 
 
+def _module_found(mod: str) -> bool:
+    """Whether ``mod`` can be imported, without importing it (a dotted name's parents are
+    imported by find_spec; a missing parent is "not found", not an error)."""
+    try:
+        return importlib.util.find_spec(mod) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 _REGISTRY: dict[str, KernelSpec] = {}
 _LOADED = False
 
 
 def kernel(name: str, *, workloads, dtypes, devices=("cpu", "cuda"), memory=None, first_call_memory=None,
-           requires=(), supports=None, numerics=None, describe=None, description: str = ""):
+           requires=(), install: str = "", available=None, supports=None, numerics=None, describe=None,
+           description: str = ""):
     """Register ``fn`` as a kernel under ``name``; a second kernel with the same name is an error."""
 
     def wrap(fn):
@@ -97,7 +112,8 @@ def kernel(name: str, *, workloads, dtypes, devices=("cpu", "cuda"), memory=None
         _REGISTRY[name] = KernelSpec(
             name=name, fn=fn, workloads=tuple(workloads), dtypes=tuple(dtypes), devices=tuple(devices),
             source=src, description=description or (inspect.getdoc(fn) or "").split("\n")[0],
-            memory=memory, first_call_memory=first_call_memory, requires=tuple(requires), supports=supports,
+            memory=memory, first_call_memory=first_call_memory, requires=tuple(requires), install=install,
+            available=available, supports=supports,
             numerics=dict(numerics or {}), describe=describe)
         return fn
 

@@ -66,10 +66,16 @@ def test_an_arm_slower_on_content_it_has_not_seen_is_judged_to_remember_and_an_e
     assert planned(other) != planned(m)
 
 
+def calls(times, rounds=None):
+    """(round, ms) pairs: ``times`` at ``rounds`` (default 0, 1, ...)."""
+    return list(zip(rounds if rounds is not None else range(len(times)), times))
+
+
 def test_too_few_calls_cannot_be_judged_and_faster_first_calls_never_flag():
-    j = judge_input_memory([2.0] * (MIN_FRESH_CALLS - 1), [1.0] * 20)
+    j = judge_input_memory(calls([2.0] * (MIN_FRESH_CALLS - 1)), calls([1.0] * 20))
     assert not j.judged and not j.remembers and "could not be judged" in j.reason
-    assert not judge_input_memory([0.5] * 10, [1.0, 1.1] * 10).remembers  # one-sided: faster is never memory
+    # one-sided: faster is never memory
+    assert not judge_input_memory(calls([0.5] * 10), calls([1.0, 1.1] * 10)).remembers
     # A timeout before the judgement has its calls: measured, but not judged (the sweep gives no
     # number). max_samples alone does not cut it short: the content check may run
     # REFRESH_EXTRA_ROUNDS past it, every one refreshed or shammed, so the judgement is made.
@@ -158,3 +164,29 @@ def test_honest_arms_on_several_slots_are_checked_against_the_content_they_ran_o
         if stale:
             break
     assert stale, "no checked output predates its slot's newest content: the trap was not exercised"
+
+
+def test_a_load_that_changes_during_the_rounds_is_not_read_as_memory_but_memory_under_it_is():
+    """The host gets busy at round 30 (another process starts: every call 1.6× slower). Honest
+    arm: the random rounds put 14 of its 16 first-seen calls after the change and 14 of its 16
+    seen calls before it, so the pooled comparison reads the load as memory (1.6×, p < 1e-3);
+    against the seen calls nearest each, its first calls are as fast (1.0×): not memory. A
+    kernel that remembers (2.8× on new content) under the same load is still caught."""
+    from harness.measurement.timing.refresh import FRESH_SLOWDOWN_TOLERANCE, LOCAL_NEIGHBOURS, MEMORY_ALPHA
+
+    def load(i):
+        return 1.6 if i >= 30 else 1.0
+
+    fresh_rounds = [9, 17] + list(range(31, 59, 2))
+    seen_rounds = list(range(0, 28, 2)) + [40, 52]
+    jitter = [1.0, 1.02, 0.98, 1.01, 0.99, 1.03, 0.97, 1.0] * 2
+    honest = judge_input_memory(calls([load(i) * j for i, j in zip(fresh_rounds, jitter)], fresh_rounds),
+                                calls([load(i) * j for i, j in zip(seen_rounds, reversed(jitter))], seen_rounds))
+    assert honest.p_value < MEMORY_ALPHA and honest.fresh_median_ms >= (1 + FRESH_SLOWDOWN_TOLERANCE) * honest.seen_median_ms
+    assert honest.local_ratio < 1 + FRESH_SLOWDOWN_TOLERANCE and honest.judged and not honest.remembers, honest
+    remembering = judge_input_memory(
+        calls([2.8 * load(i) * j for i, j in zip(fresh_rounds, jitter)], fresh_rounds),
+        calls([load(i) * j for i, j in zip(seen_rounds, reversed(jitter))], seen_rounds))
+    assert remembering.remembers and remembering.local_ratio > 2.0
+    assert f"against the {LOCAL_NEIGHBOURS} seen calls nearest each" in remembering.reason
+    assert remembering.as_dict()["neighbours"] == LOCAL_NEIGHBOURS

@@ -423,8 +423,8 @@ def _refresh_record(runner: RoundRunner, rounds: tuple[Round, ...]) -> RefreshRe
         labels = runner.fresh[n]
         fresh_rounds[n] = tuple(r.index for r in rounds if labels[r.index])
         sham_rounds[n] = tuple(r.index for r in rounds if runner.compared(n, r.index))
-        memory[n] = judge_input_memory([r.samples[n] for r in kept if labels[r.index]],
-                                       [r.samples[n] for r in kept if runner.compared(n, r.index)],
+        memory[n] = judge_input_memory([(r.index, r.samples[n]) for r in kept if labels[r.index]],
+                                       [(r.index, r.samples[n]) for r in kept if runner.compared(n, r.index)],
                                        runner.schedule.shams)
     note = "graph mode: refreshed in place only (captured graphs read fixed addresses)" \
         if runner.mode == "graph" else None

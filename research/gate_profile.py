@@ -1,0 +1,76 @@
+"""Where a gate's seconds go (issue 32): the float64 gate of one config, warmed, under cProfile.
+
+    PYTHONUNBUFFERED=1 python3 -m research.gate_profile [--seq-len 4096] [--dtype float16] \
+        [--kernels cublas_stack,triton_flash] [--seeds 3] [--out DIR]
+
+The config is flash-h200-v2's shape (batch 8, 16 heads, head_dim 128, non-causal) at the
+given seq_len. The gate runs once untimed (compiling, autotuning, cuDNN plans: a sweep pays
+those once per shape and process), then once timed under cProfile. It writes
+``gate_profile.txt`` (the gate's seconds per kernel, the float64 references, and the profile's
+top functions by their own time and by cumulative time) under ``--out`` (default: $OUT, else
+.). On a GPU a host function that waits for the device (``synchronize``, ``item``,
+``tolist``) holds the device's time: read those lines as the device work queued before them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import time
+from pathlib import Path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seq-len", type=int, default=4096)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--kernels", default="cublas_stack,triton_flash,sdpa_cudnn")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    a = ap.parse_args(argv)
+
+    import torch
+
+    from harness.measurement.correctness.gate import BoundaryMemo, gate_kernels
+    from harness.registry import get_kernel, load_kernels
+    from harness.workloads import Config
+
+    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    load_kernels()
+    specs = [get_kernel(n) for n in a.kernels.split(",")]
+    cfg = Config("attention", a.batch, 16, 16, a.seq_len, 128, a.dtype, a.causal)
+    tol = {"float16": 2e-2, "bfloat16": 2e-1, "float32": 1e-3}[a.dtype]
+    kw = dict(seeds=tuple(range(a.seeds)), atol=tol, rtol=tol, device=device)
+    memo = BoundaryMemo()  # the timed run reuses the boundary cases, as a sweep's later configs do
+    t0 = time.perf_counter()
+    gate_kernels(specs, cfg, memo=memo, **kw)
+    warm = time.perf_counter() - t0
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    run = gate_kernels(specs, cfg, memo=memo, **kw)
+    prof.disable()
+    wall = time.perf_counter() - t0
+    lines = [f"config {cfg.key()} on {device}; seeds {a.seeds}; first (warming) gate {warm:.2f} s; "
+             f"timed gate {wall:.3f} s, float64 references {run.reference_seconds:.3f} s"]
+    for name, res in run.results.items():
+        lines.append(f"  {name}: {res.seconds:.3f} s, passed {res.passed}, {len(res.reports)} reports")
+    for key in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(35)
+        lines += [f"\n## by {key}", buf.getvalue()]
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gate_profile.txt").write_text("\n".join(lines))
+    print("\n".join(lines[: 2 + len(run.results)]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
