@@ -55,15 +55,17 @@ def fa4_supports(cfg) -> str | None:
     return None
 
 
-def _lse_bytes(cfg) -> int:
-    """FA4 allocates no log-sum-exp without gradients; its tile scheduler's semaphore and
-    metadata are a few KiB. Counted as one float32 per query row, so the VRAM model is never short."""
+def fa4_scratch_bytes(cfg) -> int:
+    """An upper bound, not an exact count: FA4 keeps no log-sum-exp without gradients, and
+    what it does allocate (its tile scheduler's semaphore and metadata) is a few KiB that
+    depend on its internal choices; one float32 per query row covers them, so the VRAM model
+    is never short."""
     return cfg.batch * cfg.heads * cfg.q_len * 4
 
 
 @kernel("fa4", workloads=("attention", "decode"), dtypes=_HALF, devices=("cuda",),
         requires=("flash_attn.cute",), install=INSTALL, available=fa4_available,
-        memory=_lse_bytes, supports=fa4_supports,
+        memory=fa4_scratch_bytes, supports=fa4_supports,
         numerics={"library": f"flash-attn-4 {FA4_VERSION} (CuTe DSL)",
                   "qk": "WGMMA/UMMA, float32 accumulate", "softmax": "online, float32, exp2",
                   "pv": "P rounded to the input dtype, float32 accumulate",

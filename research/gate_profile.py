@@ -1,7 +1,7 @@
 """Where a gate's seconds go (issue 32): the float64 gate of one config, warmed, under cProfile.
 
     PYTHONUNBUFFERED=1 python3 -m research.gate_profile [--seq-len 4096] [--dtype float16] \
-        [--kernels cublas_stack,triton_flash] [--seeds 3] [--out DIR]
+        [--kernels cublas_stack,triton_flash] [--registration flash-h200-v2.toml] [--out DIR]
 
 The config is flash-h200-v2's shape (batch 8, 16 heads, head_dim 128, non-causal) at the
 given seq_len. The gate runs once untimed (compiling, autotuning, cuDNN plans: a sweep pays
@@ -30,13 +30,15 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--kernels", default="cublas_stack,triton_flash,sdpa_cudnn")
-    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--registration", default="flash-h200-v2.toml",
+                    help="whose [correctness] (seeds, families, tolerances) the gate runs under")
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args(argv)
 
     import torch
 
+    from harness.governance.registration import load as load_registration
     from harness.measurement.correctness.gate import BoundaryMemo, gate_kernels
     from harness.registry import get_kernel, load_kernels
     from harness.workloads import Config
@@ -45,8 +47,8 @@ def main(argv=None) -> int:
     load_kernels()
     specs = [get_kernel(n) for n in a.kernels.split(",")]
     cfg = Config("attention", a.batch, 16, 16, a.seq_len, 128, a.dtype, a.causal)
-    tol = {"float16": 2e-2, "bfloat16": 2e-1, "float32": 1e-3}[a.dtype]
-    kw = dict(seeds=tuple(range(a.seeds)), atol=tol, rtol=tol, device=device)
+    reg = load_registration(Path(__file__).resolve().parents[1] / "registrations" / a.registration)
+    kw = dict(seeds=reg.seeds, families=reg.families, atol=reg.atol[a.dtype], rtol=reg.rtol[a.dtype], device=device)
     memo = BoundaryMemo()  # the timed run reuses the boundary cases, as a sweep's later configs do
     t0 = time.perf_counter()
     gate_kernels(specs, cfg, memo=memo, **kw)
@@ -57,7 +59,7 @@ def main(argv=None) -> int:
     run = gate_kernels(specs, cfg, memo=memo, **kw)
     prof.disable()
     wall = time.perf_counter() - t0
-    lines = [f"config {cfg.key()} on {device}; seeds {a.seeds}; first (warming) gate {warm:.2f} s; "
+    lines = [f"config {cfg.key()} on {device}; {a.registration}'s seeds {list(reg.seeds)}; first (warming) gate {warm:.2f} s; "
              f"timed gate {wall:.3f} s, float64 references {run.reference_seconds:.3f} s"]
     for name, res in run.results.items():
         lines.append(f"  {name}: {res.seconds:.3f} s, passed {res.passed}, {len(res.reports)} reports")

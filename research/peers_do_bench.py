@@ -52,7 +52,8 @@ def main(argv=None) -> int:
     from harness.governance.registration import load as load_registration
     from harness.measurement.correctness.gate import gate
     from harness.registry import get_kernel, load_kernels
-    from harness.workloads import Config
+    from harness.workloads import Config, formulas
+    from harness.workloads.inputs import make_inputs
 
     reg = load_registration(Path(__file__).resolve().parents[1] / "registrations" / a.registration)
 
@@ -61,13 +62,10 @@ def main(argv=None) -> int:
     usable = {n: get_kernel(n).unusable_reason("cuda") for n in names}
     rows = []
     for dtype, n, causal in SHAPES:
-        b, h, d = TOKENS // n, 16, 128
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=getattr(torch, dtype), generator=gen)
-                   for _ in range(3))
-        scale = d ** -0.5
-        flops = 4 * b * h * n * n * d * (0.5 if causal else 1.0)
-        cfg = Config("attention", b, h, h, n, d, dtype, causal)
+        b = TOKENS // n
+        cfg = Config("attention", b, 16, 16, n, 128, dtype, causal)
+        q, k, v = make_inputs(cfg, 0, "normal", "cuda")
+        scale, flops = cfg.scale, formulas.flops(cfg)
         for name in names:
             if usable[name]:
                 continue
@@ -96,18 +94,17 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "peers_do_bench.json").write_text(json.dumps(dict(rows=rows, unusable=usable,
                                                              device=torch.cuda.get_device_name()), indent=1))
-    shapes = [(dt, n, c) for dt, n, c in SHAPES]
     lines = [f"TFLOP/s by `triton.testing.do_bench` (median), {torch.cuda.get_device_name()}, "
              f"B·N = {TOKENS} tokens, H 16, D 128; each kernel timed after passing the float64 gate "
              f"({a.registration}'s [correctness])", "",
-             "| kernel | " + " | ".join(f"{dt} N {n}{' causal' if c else ''}" for dt, n, c in shapes) + " |",
-             "|---|" + "---|" * len(shapes)]
+             "| kernel | " + " | ".join(f"{dt} N {n}{' causal' if c else ''}" for dt, n, c in SHAPES) + " |",
+             "|---|" + "---|" * len(SHAPES)]
     for name in names:
         if usable[name]:
             lines.append(f"| {name} | cannot run here: {usable[name]} |")
             continue
         cells = []
-        for dt, n, c in shapes:
+        for dt, n, c in SHAPES:
             r = next(r for r in rows if r["kernel"] == name and (r["dtype"], r["seq_len"], r["causal"]) == (dt, n, c))
             cells.append(f"{r['tflops']:.0f}" if r["gate_passed"] else f"gate failed ({r['gate'][:60]})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")

@@ -21,7 +21,7 @@ import pytest
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# Under pytest-xdist (the README's faster run, `-n 2`) two test processes share the host's cores. torch's
+# Under pytest-xdist (the README's test command, `-n 2`) two test processes share the host's cores. torch's
 # intra-op pool gave a timed CPU call a second thread that waited on the other worker's core:
 # the harness drops such rounds (descheduled), and small CPU sweeps kept none. One intra-op
 # thread per test process and the sweeps it starts (unless the caller set OMP_NUM_THREADS);

@@ -153,7 +153,7 @@ def local_ratio(fresh: list[tuple[int, float]], seen: list[tuple[int, float]]) -
     return statistics.median(ratios) if ratios else math.nan
 
 
-def judge_input_memory(fresh: list[tuple[int, float]], seen: list[tuple[int, float]],
+def judge_input_memory(fresh_calls: list[tuple[int, float]], seen_calls: list[tuple[int, float]],
                        shams: bool = True) -> InputMemory:
     """Whether an arm answers from memory: its first-seen samples ``(round, ms)`` reliably
     slower than its seen ones (after a sham where ``shams``: on the host; module docstring),
@@ -162,7 +162,6 @@ def judge_input_memory(fresh: list[tuple[int, float]], seen: list[tuple[int, flo
 
     from harness.measurement.stats import mann_whitney_u
 
-    fresh_calls, seen_calls = fresh, seen
     fresh, seen = [ms for _, ms in fresh_calls], [ms for _, ms in seen_calls]
     nf, ns = len(fresh), len(seen)
     seen_as = "after a sham refresh" if shams else "(no refresh before them)"
