@@ -15,6 +15,11 @@ Aggregates (AGG) and what they take:
   metric counts every filter-matching row, correct or not (sweep coverage).
 * ``pass_rate`` / ``pass_rate(where ...)`` takes no metric: the fraction of
   filter-matching rows that are ``correct``.
+* ``speedup vs "P"`` in any of them reduces, per selected correct row, its candidate's speedup
+  over candidate P at the same config in the same interleaved rounds (governance/peers.py). A
+  correct row whose P has no correct result of that measurement makes the aggregate None with
+  a note (the registered comparison was not made there: unknown, never a pass); ``count``
+  counts the rows that were compared.
 Semantics: an aggregate over zero rows is ``None`` (``count`` is 0: an empty count is
 still a count) and any comparison with ``None`` is false, so a bar over a slice the
 sweep never produced fails closed. Every comparison is a *clause*, reported on its own
@@ -29,18 +34,21 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from harness.governance.bar_syntax import (And, Aggregate, Bar, Comparison, FieldTest, Node, Not, Or, parse,
-                                           parse_aggregate)
+from harness.governance.bar_syntax import (FILTER_FIELDS, And, Aggregate, Bar, Comparison, FieldTest, Node, Not, Or,
+                                           parse, parse_aggregate)
 from harness.governance.metrics import STEP_NAMES
 from harness.governance.tokens import COMPARE, BarError
 
 # The key marking a bar row as an integration row (verdict.bar_rows): only step metrics read it.
 INTEGRATION_FLAG = "integration"
+# The key of a bar row's speedups against its peers at the same config ({peer: speedup vs peer};
+# verdict.bar_rows fills it from governance/peers.py).
+PEERS_KEY = "vs"
 
 # The language's public entry points, defined in bar_syntax.py and tokens.py.
 __all__ = ["Aggregate", "Bar", "BarError", "BarOutcome", "ClauseOutcome", "Comparison", "combine", "compare",
            "evaluate", "evaluate_aggregate", "field_tests", "margin", "matches_nothing", "matching", "parse",
-           "parse_aggregate", "reduce"]
+           "parse_aggregate", "reduce", "row_value", "PEERS_KEY"]
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -48,7 +56,8 @@ __all__ = ["Aggregate", "Bar", "BarError", "BarOutcome", "ClauseOutcome", "Compa
 
 @dataclass(frozen=True)
 class ClauseOutcome:
-    """One clause's result: ``value op threshold`` over ``n`` rows (value None: no rows)."""
+    """One clause's result: ``value op threshold`` over ``n`` rows (value None: no rows).
+    ``note``: why there is no value where it is not the want of rows (a peer not compared)."""
 
     text: str
     value: float | None
@@ -56,6 +65,7 @@ class ClauseOutcome:
     threshold: float
     passed: bool
     n: int
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +170,17 @@ def evaluate_aggregate(agg: Aggregate, rows: list[dict]) -> float | None:
     return _aggregate(agg, rows)[0]
 
 
+def row_value(agg: Aggregate, row: dict) -> float | None:
+    """The figure ``agg`` reduces at one bar row: its metric, or with a peer (``speedup vs
+    "P"``) the row's entry under PEERS_KEY (verdict.bar_rows: None where P has no correct
+    result of the same measurement at the row's config)."""
+    if agg.peer is not None:
+        v = (row.get(PEERS_KEY) or {}).get(agg.peer)
+    else:
+        v = row.get(agg.metric)
+    return None if v is None else float(v)
+
+
 def _aggregate(agg: Aggregate, rows: list[dict]) -> tuple[float | None, int]:
     """(value, rows aggregated); value is None when there is nothing to aggregate. A step
     metric aggregates the integration rows, every other aggregate the kernel rows."""
@@ -170,13 +191,34 @@ def _aggregate(agg: Aggregate, rows: list[dict]) -> tuple[float | None, int]:
         return (sum(bool(r["correct"]) for r in selected) / n if n else None), n
     if agg.metric is None:  # bare count: coverage, correct or not
         return float(len(selected)), len(selected)
-    values = [float(r[agg.metric]) for r in selected
-              if bool(r["correct"]) and r.get(agg.metric) is not None]
+    correct = [r for r in selected if bool(r["correct"])]
+    if agg.peer is not None:
+        alone = [r for r in correct if row_value(agg, r) is None]
+        if alone and agg.func != "count":
+            return None, len(alone)  # a comparison registered but not made: unknown, not a pass
+    values = [v for v in (row_value(agg, r) for r in correct) if v is not None]
     if agg.func == "count":
         return float(len(values)), len(values)
     if not values:
         return None, 0
     return float(_REDUCERS[agg.func](values)), len(values)
+
+
+def uncompared_note(agg: Aggregate, rows: list[dict]) -> str | None:
+    """Why a peer aggregate has no value though its rows are correct: the configs where the
+    peer has no correct result of the same measurement (None for any other aggregate)."""
+    if agg.peer is None:
+        return None
+    step = agg.metric in STEP_NAMES
+    alone = [r for r in matching(agg, [r for r in rows if bool(r.get(INTEGRATION_FLAG)) == step])
+             if bool(r["correct"]) and row_value(agg, r) is None]
+    if not alone:
+        return None
+    fields = [f for f in FILTER_FIELDS if f not in ("candidate", "workload")]
+    shown = "; ".join(f"{r['candidate']} at " + " ".join(f"{f}={r[f]}" for f in fields if f in r) for r in alone[:3])
+    return (f"{len(alone)} correct row(s) have no correct result of {agg.peer} from the same measurement to be "
+            f"compared with (e.g. {shown}): the comparison the bar registered was not made there, so the clause "
+            f"is unknown — no GO")
 
 
 def _combine(node: Node, results: list[bool | None]) -> bool | None:
@@ -207,5 +249,6 @@ def evaluate(bar: Bar, rows: list[dict]) -> BarOutcome:
         value, n = _aggregate(clause.aggregate, rows)
         known = None if value is None else COMPARE[clause.op](value, clause.threshold)
         truth.append(known)
-        outcomes.append(ClauseOutcome(clause.text, value, clause.op, clause.threshold, bool(known), n))
+        note = uncompared_note(clause.aggregate, rows) if value is None else None
+        outcomes.append(ClauseOutcome(clause.text, value, clause.op, clause.threshold, bool(known), n, note))
     return BarOutcome(_combine(bar.root, truth) is True, tuple(outcomes))

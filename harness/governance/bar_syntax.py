@@ -8,7 +8,7 @@ Grammar (EBNF; keywords are lower case, names are case-sensitive)::
     and_expr   = not_expr { "and" not_expr }
     not_expr   = "not" not_expr | "(" bool_expr ")" | comparison
     comparison = aggregate CMP NUMBER
-    aggregate  = AGG "(" [ METRIC ] [ "where" filter ] ")"
+    aggregate  = AGG "(" [ METRIC [ "vs" STRING ] ] [ "where" filter ] ")"
                | ( "pass_rate" | "count" )               (* bare: no parentheses *)
                | STEP_METRIC                             (* bare: min(STEP_METRIC) *)
     filter     = f_and { "or" f_and }
@@ -24,6 +24,10 @@ Grammar (EBNF; keywords are lower case, names are case-sensitive)::
 Type rules, checked at parse time: int fields take numbers and every CMP; str fields
 take quoted strings and only ``==``/``!=``/``in``; bool fields take ``true``/``false``
 and only ``==``/``!=``/``in``.
+
+``speedup vs "PEER"`` (PEER_METRICS only) is each selected row's candidate against another
+candidate of the line at the same config, from the same interleaved rounds: the peer's median
+over the candidate's (governance/peers.py), > 1 where the candidate is the faster.
 """
 
 from __future__ import annotations
@@ -55,11 +59,18 @@ FILTER_FIELDS: dict[str, type] = {
 
 AGGREGATES: tuple[str, ...] = ("geomean", "min", "max", "median", "mean", "count", "pass_rate")
 
+# Metrics a clause may take against a peer candidate (``speedup vs "fa4"``): only a figure of
+# the interleaved rounds, where every arm ran in turn under one clock and the two medians are
+# paired by round. A rate comes from each candidate's own sustained calls, another protocol
+# run at another time: a ratio of two of them is not one measurement's.
+PEER_METRICS = frozenset({"speedup"})
+PEER_WORD = "vs"
+
 # Aggregates that may omit the metric / the parentheses; pass_rate must omit the metric.
 _METRIC_OPTIONAL = frozenset({"count", "pass_rate"})
 _NO_METRIC = frozenset({"pass_rate"})
 
-KEYWORDS = frozenset({"and", "or", "not", "where", "in", "true", "false"})
+KEYWORDS = frozenset({"and", "or", "not", "where", "in", "true", "false", PEER_WORD})
 
 _EQUALITY_OPS = frozenset({"==", "!="})
 
@@ -95,9 +106,13 @@ class FieldTest:
 
 @dataclass(frozen=True)
 class Aggregate:
+    """``func(metric [vs "peer"] [where ...])``; ``peer``: the candidate the metric is taken
+    against at each selected row's config (None: the metric itself)."""
+
     func: str
     metric: str | None
     where: "Node | None"
+    peer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -251,13 +266,29 @@ class _Parser:
                             f"e.g. {func}(speedup)")
         self.advance()
         metric = self.metric(func)
+        peer = self.peer(func, metric) if self.is_word(PEER_WORD) else None
         where = None
         if self.is_word("where"):
             self.advance()
             where = self.bool_expr(self.field_test)
-        context = "after the filter" if where else "or 'where'"
+        context = "after the filter" if where else ("or 'where'" if peer or metric is None else
+                                                    f"or 'where' (or '{PEER_WORD} \"candidate\"')")
         self.expect_punct(")", f"{context} to close {func}(")
-        return Aggregate(func, metric, where)
+        return Aggregate(func, metric, where, peer)
+
+    def peer(self, func: str, metric: str | None) -> str:
+        tok = self.advance()  # "vs"
+        if metric not in PEER_METRICS:
+            raise self.fail(tok, f"'{PEER_WORD}' compares {' or '.join(sorted(PEER_METRICS))} with a peer candidate, "
+                                 f"not {metric or 'a count'}",
+                            f"e.g. {func}(speedup {PEER_WORD} \"sdpa_cudnn\" where candidate == \"triton_flash\"): "
+                            f"only the interleaved rounds time two candidates together")
+        name = self.peek()
+        if name.kind != STRING or not name.value:
+            raise self.fail(name, f"expected a candidate's name in quotes after '{PEER_WORD}', got {name.describe()}",
+                            f"e.g. {metric} {PEER_WORD} \"sdpa_cudnn\"")
+        self.advance()
+        return name.value
 
     def metric(self, func: str) -> str | None:
         tok = self.peek()

@@ -156,6 +156,15 @@ def _bound_why(func: str, pairs: list, bounds: list[Bound], end: str) -> str:
     return shown + (f"; and {plural(more, 'more pair')}" if more > 0 else "")
 
 
+def _peer_bound(candidate: str, peer: str) -> Bound:
+    """What a speedup over a peer candidate can be: any positive ratio of two medians (no
+    device ceiling bounds a ratio of two kernels), exactly 1 for a candidate against itself."""
+    if candidate == peer:
+        why = f"{candidate} against itself"
+        return Bound(1.0, 1.0, True, True, why, why)
+    return Bound()
+
+
 def _range(agg, pairs: list, bounds: Bounds) -> _Range:
     """What ``agg`` can be over the registered pairs it selects (``pairs``)."""
     n = len(pairs)
@@ -165,7 +174,8 @@ def _range(agg, pairs: list, bounds: Bounds) -> _Range:
     if agg.metric is None:  # bare count: coverage
         return _Range(0.0, n, True, True, tuple(float(k) for k in range(n + 1)),
                       f"counts at most {plural(n, 'registered pair')}")
-    each = [bounds(agg.metric, cfg, cand) for cfg, cand in pairs]
+    each = [_peer_bound(cand, agg.peer) if agg.peer is not None else bounds(agg.metric, cfg, cand)
+            for cfg, cand in pairs]
     known = [(p, b) for p, b in zip(pairs, each) if b.absent is None]
     if agg.func == "count":
         k = len(known)
@@ -215,7 +225,7 @@ def _variables(bar, pairs: Sequence[tuple], bounds: Bounds) -> list[_Var]:
         agg = clause.aggregate
         chosen = tuple(r["_pair"] for r in barlang.matching(agg, rows))
         single = agg.func not in ("count", "pass_rate") and len(chosen) == 1
-        key = ("value" if single else agg.func, agg.metric, chosen)
+        key = ("value" if single else agg.func, agg.metric, agg.peer, chosen)
         if key not in by_key:
             sel = [pairs[i] for i in chosen]
             higher = True if agg.metric is None else BY_NAME[agg.metric].higher_is_better

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from harness.measurement.numerics import NumericPins
     from harness.measurement.timing import TimingPolicy
 
-REGISTRATION_SCHEMA = 4
+REGISTRATION_SCHEMA = 5
 DEFAULT_BASELINE = "cublas_stack"
 DEFAULT_PRIMARY = "geomean(speedup)"
 # Tolerances are >= 0 (atol 0 with rtol > 0 is a pure relative bar) and below this (a
@@ -42,7 +42,7 @@ MAX_SEEDS = 1000
 
 TOP_KEYS = {"schema", "hypothesis", "workload", "candidate", "candidates", "baseline", "amends", "grid",
             "correctness", "timing", "numerics", "bar", "notes", "verify", "integration"}
-GRID_KEYS = {"batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal"}
+GRID_KEYS = {"batch", "tokens", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal"}
 CORRECTNESS_KEYS = {"atol", "rtol", "seeds", "families", "min_pass_rate", "accept_weak"}
 BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing", "min_coverage", "mixed_devices",
             "beyond_ceiling_ok"}
@@ -50,7 +50,10 @@ BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing", "mi
 # a bench that predates the key refuses the file with "upgrade bench", never misreads it.
 # (table, key) -> the schema that introduced it: a bench older than that refuses the file
 # ("upgrade bench") instead of misreading it, so a file using the key must say that schema.
-KEY_SCHEMA = {("bar", "mixed_devices"): 2, ("numerics", "num_threads"): 2, ("bar", "beyond_ceiling_ok"): 3}
+KEY_SCHEMA = {("bar", "mixed_devices"): 2, ("numerics", "num_threads"): 2, ("bar", "beyond_ceiling_ok"): 3,
+              ("grid", "tokens"): 5}
+# The schema that introduced a bar clause against a peer candidate (``speedup vs "P"``).
+PEER_SCHEMA = 5
 # A verdict needs every registered pair decided unless [bar] min_coverage says less
 # (allow_missing = true, the older key, means min_coverage = 0 unless it is given).
 DEFAULT_MIN_COVERAGE = 1.0
@@ -230,6 +233,21 @@ def _parsed(path: Path, key: str, text: str, parse):
         raise _err(path, f"[bar] {key}: {str(exc).removeprefix('bar: ')}") from exc
 
 
+def _check_peers(path: Path, schema: int, cands: list[str], named: list) -> None:
+    """A clause against a peer (``speedup vs "P"``) names another candidate of the line: only
+    the candidates are timed in the same rounds (the baseline's speedup is ``speedup``)."""
+    for key, agg in named:
+        if agg.peer is None:
+            continue
+        if schema < PEER_SCHEMA:
+            raise _err(path, f"[bar] {key}: '{agg.metric} vs \"{agg.peer}\"' needs schema = {PEER_SCHEMA} (a bench "
+                             f"older than that would refuse the file): set schema = {PEER_SCHEMA}")
+        if agg.peer not in cands:
+            raise _err(path, f"[bar] {key}: '{agg.metric} vs \"{agg.peer}\"' names no candidate of this line "
+                             f"(candidates: {', '.join(cands)}): a peer is timed in the same rounds only as a "
+                             f"candidate — add it to candidates or fix the name")
+
+
 def _check_decidable(path: Path, parsed, primary: str, primary_agg, rows: list[dict]) -> None:
     """A filter that matches none of the registered (config, candidate) pairs aggregates
     nothing whatever the sweep measures: its clause can never be decided. Refuse it now."""
@@ -358,11 +376,15 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
     if not isinstance(grid_raw, dict):
         raise _err(path, "missing [grid] table (batch, heads, seq_len, head_dim, dtype, causal)")
     _unknown(path, "[grid]", grid_raw, GRID_KEYS)
-    for key in ("batch", "heads", "seq_len", "head_dim", "dtype"):
+    if ("batch" in grid_raw) == ("tokens" in grid_raw):
+        raise _err(path, "[grid] needs 'batch' or 'tokens' (batch = tokens / seq_len at each seq_len), not "
+                         + ("both" if "batch" in grid_raw else "neither"))
+    for key in ("heads", "seq_len", "head_dim", "dtype"):
         if key not in grid_raw:
             raise _err(path, f"[grid] needs '{key}'")
     grid = {
-        "batch": _list(path, "batch", grid_raw["batch"], int, _positive),
+        **({"batch": _list(path, "batch", grid_raw["batch"], int, _positive)} if "batch" in grid_raw else
+           {"tokens": _list(path, "tokens", grid_raw["tokens"], int, _positive)}),
         "heads": _list(path, "heads", grid_raw["heads"], int, _positive),
         "kv_heads": _list(path, "kv_heads", grid_raw["kv_heads"], int, _positive) if "kv_heads" in grid_raw else None,
         "seq_len": _list(path, "seq_len", grid_raw["seq_len"], int, _positive),
@@ -374,8 +396,15 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
     if workload == "decode" and True in grid["causal"]:
         raise _err(path, "[grid] causal = true has no meaning for decode (one query attends to the whole cache)")
     configs = []
-    for b, h, kv, n, d, dt, c in itertools.product(grid["batch"], grid["heads"], grid["kv_heads"] or [None],
+    # A size given in tokens keeps B·N fixed across seq_len: each config's batch is tokens / seq_len.
+    sizes = grid["batch"] if "batch" in grid else grid["tokens"]
+    for b, h, kv, n, d, dt, c in itertools.product(sizes, grid["heads"], grid["kv_heads"] or [None],
                                                    grid["seq_len"], grid["head_dim"], grid["dtype"], grid["causal"]):
+        if "tokens" in grid:
+            if b % n:
+                raise _err(path, f"[grid] tokens {b} is not a multiple of seq_len {n}: each config's batch is "
+                                 f"tokens / seq_len — give seq_len values that divide it")
+            b //= n
         kv = h if kv is None else kv
         if kv > h or h % kv:
             raise _err(path, f"[grid] heads {h} is not a multiple of kv_heads {kv}: each kv head must serve "
@@ -477,6 +506,7 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
 
     parsed = _parsed(path, "go", go, barlang.parse)
     primary_agg = _parsed(path, "primary", primary, barlang.parse_aggregate)
+    _check_peers(path, schema, cands, [("go", c.aggregate) for c in parsed.clauses()] + [("primary", primary_agg)])
     _check_filters(path, [*barlang.field_tests(parsed), *barlang.field_tests(primary_agg)],
                    {"candidate": cands, "dtype": grid["dtype"], "workload": [workload]})
     _check_decidable(path, parsed, primary, primary_agg, [{**c.as_dict(), "candidate": k} for c in configs for k in cands])

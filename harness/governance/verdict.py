@@ -46,25 +46,47 @@ def bar_rows(outcomes: dict, *, include_noisy: bool) -> tuple[list[dict], dict]:
     A crashed kernel and a result faster than the device can go ("impossible": work was
     skipped, the llama-bench decode artifact's reductio) count as failed pairs, not as missing ones.
     """
-    rows, excluded = [], {}
+    by_key, excluded = bar_row_map(outcomes, include_noisy=include_noisy)
+    return list(by_key.values()), excluded
+
+
+def counts_as_result(r, *, include_noisy: bool) -> bool:
+    """Whether the bar sees outcome ``r`` as a correct result (its figures are read)."""
+    return (r.kind == RESULT and r.role != "baseline" and not r.impossible
+            and (include_noisy or not r.rig_noisy))
+
+
+def bar_row_map(outcomes: dict, *, include_noisy: bool) -> tuple[dict, dict]:
+    """``bar_rows`` keyed as ``outcomes`` (only the keys the bar sees): a report finds the bar
+    row of each ledger row. A correct row carries its speedups over the other candidates of
+    its config's measurement under ``bar.PEERS_KEY`` (governance/peers.py)."""
+    from harness.governance.bar import PEERS_KEY
+    from harness.governance.peers import peer_speedups
+
+    rows, excluded = {}, {}
 
     def leave_out(why):
         excluded[why] = excluded.get(why, 0) + 1
 
-    for r in outcomes.values():
+    def counted(r):
+        return counts_as_result(r, include_noisy=include_noisy)
+
+    peers = peer_speedups(outcomes, counted)
+    for key, r in outcomes.items():
         kind = r.kind
         failed = {**r.config, "candidate": r.candidate, "correct": False}
         if r.role == "baseline":
             leave_out("baseline_incorrect")  # its candidates carry `skipped` rows
         elif kind == RESULT and r.impossible:
-            rows.append(failed)
+            rows[key] = failed
             leave_out("impossible")
         elif kind == RESULT and r.rig_noisy and not include_noisy:
             leave_out("rig_noisy")
         elif kind == RESULT:
-            rows.append({**r.config, "candidate": r.candidate, "correct": True, **r.metrics})
+            rows[key] = {**r.config, "candidate": r.candidate, "correct": True, **r.metrics,
+                         PEERS_KEY: peers.get(key, {})}
         elif kind in FAILING_KINDS:
-            rows.append(failed)
+            rows[key] = failed
         else:
             leave_out(kind)
     return rows, excluded
@@ -263,7 +285,7 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
         "outcome": verdict,
         "go": reg.go,
         "clauses": [{"text": c.text, "value": c.value, "op": c.op, "threshold": c.threshold,
-                     "passed": c.passed, "n": c.n} for c in outcome.clauses],
+                     "passed": c.passed, "n": c.n, **({"note": c.note} if c.note else {})} for c in outcome.clauses],
         "primary": reg.primary,
         "primary_value": primary_value,
         "verify": [c.as_row(MAX_LISTED_FAILURES) for c in checked],

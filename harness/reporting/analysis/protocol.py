@@ -11,7 +11,6 @@ came from — never a rate beside the interleaved median, nor a speedup beside t
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from harness.governance import metrics as metric_table
@@ -98,37 +97,49 @@ def of_metric(row: dict, name: str) -> Timed:
     return timed(row, metric_table.protocol(name, row))
 
 
-def pair_text(ms: float | None, baseline_ms: float | None, sm_mhz: float | None) -> str:
-    """Two arms' medians of one run of rounds and its clock: ``1.968 ms vs baseline 11.31 ms at 1980 MHz``."""
+def pair_text(ms: float | None, baseline_ms: float | None, sm_mhz: float | None, other: str = "baseline") -> str:
+    """Two arms' medians of one run of rounds and its clock: ``1.968 ms vs baseline 11.31 ms at 1980 MHz``
+    (``other``: the second arm's name)."""
     f = lambda x: "—" if x is None else f"{x:.4g}"  # noqa: E731
-    return f"{f(ms)} ms vs baseline {f(baseline_ms)} ms" + ("" if sm_mhz is None else f" at {sm_mhz:.0f} MHz")
+    return f"{f(ms)} ms vs {other} {f(baseline_ms)} ms" + ("" if sm_mhz is None else f" at {sm_mhz:.0f} MHz")
 
 
-def speedup_text(row: dict, *, named: bool = True) -> str:
+def speedup_text(row: dict, *, named: bool = True, peer: str | None = None) -> str:
     """A speedup's own figures: ``interleaved 1.968 ms vs baseline 11.31 ms at 1980 MHz``
-    (without the protocol's name where a column header gives it)."""
-    cand, base = timed(row, INTERLEAVED), timed(row, INTERLEAVED, "baseline")
-    return (f"{INTERLEAVED} " if named else "") + pair_text(cand.median_ms, base.median_ms, cand.sm_mhz)
+    (without the protocol's name where a column header gives it); ``peer``: against that
+    candidate's arm of the same rounds instead of the baseline's."""
+    from harness.measurement.timing.results import arm_name
+
+    cand = timed(row, INTERLEAVED)
+    other = timed(row, INTERLEAVED, "baseline" if peer is None else arm_name(peer))
+    return (f"{INTERLEAVED} " if named else "") + pair_text(cand.median_ms, other.median_ms, cand.sm_mhz,
+                                                            "baseline" if peer is None else peer)
 
 
-def deciding_rows(agg, outcomes: dict, *, include_noisy: bool) -> list:
-    """The result rows a bar aggregate over a metric reduces: those its filter selects that the
-    bar sees as correct and that measured the metric, in ``outcomes``' order."""
+def deciding_values(agg, outcomes: dict, *, include_noisy: bool) -> list[tuple]:
+    """(result row, the value ``agg`` reads at it) for each row a bar aggregate over a metric
+    reduces: those its filter selects that the bar sees as correct and that have the value
+    (with a peer: compared with it), in ``outcomes``' order."""
     from harness.governance import bar as barlang
     from harness.governance.outcomes import RESULT
-    from harness.governance.verdict import bar_rows
+    from harness.governance.verdict import bar_row_map
 
     if agg.metric is None:
         return []
-    one = dataclasses.replace(agg, func="max")  # over one row: that row's value, None when filtered out
-    matched = []
-    for key, r in outcomes.items():
-        if r.kind != RESULT:
+    rows, _ = bar_row_map(outcomes, include_noisy=include_noisy)
+    out = []
+    for key, row in rows.items():
+        if outcomes[key].kind != RESULT or not row.get("correct") or not barlang.matching(agg, [row]):
             continue
-        rows, _ = bar_rows({key: r}, include_noisy=include_noisy)
-        if rows and rows[0].get("correct") and barlang.evaluate_aggregate(one, rows) is not None:
-            matched.append(r)
-    return matched
+        v = barlang.row_value(agg, row)
+        if v is not None:
+            out.append((outcomes[key], v))
+    return out
+
+
+def deciding_rows(agg, outcomes: dict, *, include_noisy: bool) -> list:
+    """The result rows of ``deciding_values``."""
+    return [r for r, _ in deciding_values(agg, outcomes, include_noisy=include_noisy)]
 
 
 def source(agg, outcomes: dict, *, include_noisy: bool, value) -> str:
@@ -138,20 +149,21 @@ def source(agg, outcomes: dict, *, include_noisy: bool, value) -> str:
     pass_rate). ``outcomes`` are the line's current outcomes, as the bar saw them."""
     if agg.metric is None or agg.func == "pass_rate" or agg.metric not in metric_table.BY_NAME:
         return "—"
-    matched = deciding_rows(agg, outcomes, include_noisy=include_noisy)
-    if not matched:
+    values = deciding_values(agg, outcomes, include_noisy=include_noisy)
+    if not values:
         return "—"
+    matched = [r for r, _ in values]
     kinds = sorted({metric_table.protocol(agg.metric, r) for r in matched})
     target = number(value)
     if agg.func in ("min", "max", "median") and target is not None:
-        decided = [r for r in matched if number(r.metrics.get(agg.metric)) == target]
+        decided = [r for r, v in values if v == target]
         if decided:
             r = min(decided, key=lambda r: r.seq)
             # An interleaved figure is a ratio of (or one side of) the arms' medians: both are shown.
             interleaved = metric_table.protocol(agg.metric, r) == INTERLEAVED
-            fig = speedup_text(r) if interleaved else of_metric(r, agg.metric).text()
+            fig = speedup_text(r, peer=agg.peer) if interleaved else of_metric(r, agg.metric).text()
             return f"{fig} ({r.candidate} @ {r.config_key})"
     return f"{' and '.join(kinds)}, over {len(matched)} result{'s' if len(matched) != 1 else ''}"
 
 
-__all__ = ["Timed", "deciding_rows", "of_metric", "pair_text", "rates", "source", "speedup_text", "timed"]
+__all__ = ["Timed", "deciding_rows", "deciding_values", "of_metric", "pair_text", "rates", "source", "speedup_text", "timed"]

@@ -68,20 +68,23 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
         rows += [integration_bar_row(r, include_noisy=bool(reg.get("include_noisy"))) for r in _latest_steps(view)]
         outcome = barlang.evaluate(barlang.parse(go), rows)
         clauses = [{"text": c.text, "value": c.value, "op": c.op, "threshold": c.threshold, "passed": c.passed,
-                    "n": c.n} for c in outcome.clauses]
+                    "n": c.n, **({"note": c.note} if c.note else {})} for c in outcome.clauses]
         value = barlang.evaluate_aggregate(barlang.parse_aggregate(reg["primary"]), rows) if reg.get("primary") else None
         primary = {"expr": reg.get("primary"), "value": value, "prediction": reg.get("prediction")}
     parsed = {c.text: c for c in barlang.parse(reg["go"]).clauses()} if reg.get("go") else {}
     noisy = bool(reg.get("include_noisy"))
     out = [{"text": " ".join(c["text"].split()), "value": _f(c.get("value")), "op": c["op"],
             "threshold": _f(c["threshold"], "g"), "n": c.get("n"),
-            "outcome": "unknown (no rows)" if c.get("value") is None else ("pass" if c["passed"] else "fail"),
+            "outcome": ("unknown (not compared)" if c.get("note") else "unknown (no rows)") if c.get("value") is None
+            else ("pass" if c["passed"] else "fail"),
             "margin": summary.margin_text(c.get("value"), c["op"], c["threshold"]) or "—",
             "ci": summary.clause_ci(parsed[c["text"]].aggregate, outcomes, include_noisy=noisy)
             if c["text"] in parsed else "—",
-            # The protocol, time and clock the value was computed from (the row deciding it, where one does).
-            "source": protocol.source(parsed[c["text"]].aggregate, outcomes, include_noisy=noisy,
-                                      value=c.get("value")) if c["text"] in parsed else "—"}
+            # The protocol, time and clock the value was computed from (the row deciding it, where one does);
+            # where a peer was not compared, why.
+            "source": c["note"] if c.get("note") else
+            protocol.source(parsed[c["text"]].aggregate, outcomes, include_noisy=noisy, value=c.get("value"))
+            if c["text"] in parsed else "—"}
            for c in clauses]
     value, prediction = number(primary["value"]), number(primary["prediction"])
     # Always present (None: no outcome yet), so the templates never read a missing key.

@@ -24,6 +24,7 @@ Analysis only: frozen data, no printing (render/site.py renders it).
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,11 +130,28 @@ class Site:
     rule: str = RULE
 
 
-def _bounds(row, metric: str) -> tuple[float, float] | None:
-    """The row's 95% interval of ``metric`` (None: not known for it)."""
-    from harness.measurement.stats import median_ci
+def _with_value(row: dict, agg, value: float) -> dict:
+    """``row`` with the figure ``agg`` reads set to ``value`` (its metric, or its peer's entry)."""
+    from harness.governance.bar import PEERS_KEY
+
+    if agg.peer is not None:
+        return {**row, PEERS_KEY: {**(row.get(PEERS_KEY) or {}), agg.peer: value}}
+    return {**row, agg.metric: value}
+
+
+def _bounds(row, metric: str, peer: str | None = None) -> tuple[float, float] | None:
+    """The row's 95% interval of ``metric`` (None: not known for it); ``peer``: of its speedup
+    over that candidate (the same paired bootstrap as the speedup's own CI)."""
+    from harness.governance.peers import peer_samples
+    from harness.measurement.stats import median_ci, speedup_ci
     from harness.reporting.analysis.lines import arm_samples
 
+    if peer is not None:
+        other, cand = peer_samples(row, peer)
+        if len(other) < 2 or len(cand) < 2:
+            return None
+        lo, hi = speedup_ci(other, cand)
+        return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
     m = row.metrics or {}
     value = number(m.get(metric))
     if value is None:
@@ -162,7 +180,7 @@ def _bounds(row, metric: str) -> tuple[float, float] | None:
 def headline(view) -> Headline:
     """``view``'s (lines.LineView) primary figure, with its interval, commit, time and device."""
     from harness.governance import bar as barlang
-    from harness.governance.verdict import bar_rows
+    from harness.governance.verdict import bar_row_map
     from harness.reporting.analysis.lines import device_label
 
     reg = view.registration
@@ -180,23 +198,21 @@ def headline(view) -> Headline:
     # The bar's rows (as the verdict sees them), and the same rows at each one's lower and
     # upper bound of the metric.
     plain, lows, highs, used, known = [], [], [], [], True
-    for key, r in outcomes.items():
-        rows, _ = bar_rows({key: r}, include_noisy=noisy)
-        if not rows:
-            continue
-        row = rows[0]
+    rows, _ = bar_row_map(outcomes, include_noisy=noisy)
+    for key, row in rows.items():
+        r = outcomes[key]
         plain.append(row)
         lows.append(row)
         highs.append(row)
-        if r.kind != RESULT or not row.get("correct") or agg.metric is None or row.get(agg.metric) is None \
+        if r.kind != RESULT or not row.get("correct") or agg.metric is None or barlang.row_value(agg, row) is None \
                 or not barlang.matching(agg, [row]):
             continue
         used.append(r)
-        b = _bounds(r, agg.metric)
+        b = _bounds(r, agg.metric, agg.peer)
         if b is None:
             known = False
             continue
-        lows[-1], highs[-1] = {**row, agg.metric: b[0]}, {**row, agg.metric: b[1]}
+        lows[-1], highs[-1] = _with_value(row, agg, b[0]), _with_value(row, agg, b[1])
     if verdict is None:
         value = barlang.evaluate_aggregate(agg, plain)
     low = high = None

@@ -60,16 +60,23 @@ def rate_samples(row) -> list[float]:
     return arm_samples(row, "candidate")
 
 
-def replicates(row, metric: str):
+def replicates(row, metric: str, peer: str | None = None):
     """Bootstrap replicates of ``metric`` of one result row (numpy array), None where the metric
-    is not a time-derived figure or the row lacks the samples for one."""
+    is not a time-derived figure or the row lacks the samples for one. ``peer``: the speedup
+    over that candidate's arm of the same rounds (the bar's ``speedup vs "P"``)."""
     import numpy as np
 
+    from harness.governance.peers import peer_samples, speedup_vs
     from harness.measurement.stats import median_replicates, speedup_replicates
 
-    value = number((row.metrics or {}).get(metric))
+    value = number(speedup_vs(row, peer) if peer is not None else (row.metrics or {}).get(metric))
     if value is None or not math.isfinite(value):
         return None
+    if peer is not None:
+        other, cand = peer_samples(row, peer)
+        if len(other) < 2 or len(cand) < 2:
+            return None
+        return speedup_replicates(other, cand, BOOTSTRAP_RESAMPLES, _rng_seed(row))
     if metric == "speedup":
         base, cand = arm_samples(row, "baseline"), arm_samples(row, "candidate")
         if len(base) < 2 or len(cand) < 2:
@@ -91,14 +98,14 @@ def _aggregate(func: str, reps):
     return {"min": np.min, "max": np.max, "median": np.median, "mean": np.mean}[func](reps, axis=0)
 
 
-def bootstrap_ci(rows: list, metric: str, func: str) -> tuple[float, float] | None:
-    """The CI of ``func(metric)`` over ``rows``; None when a row has no replicates or ``func``
-    is not a reducer of values (count, pass_rate: they count rows, nothing was sampled)."""
+def bootstrap_ci(rows: list, metric: str, func: str, peer: str | None = None) -> tuple[float, float] | None:
+    """The CI of ``func(metric [vs peer])`` over ``rows``; None when a row has no replicates or
+    ``func`` is not a reducer of values (count, pass_rate: they count rows, nothing was sampled)."""
     import numpy as np
 
     if func not in ("geomean", "min", "max", "median", "mean") or not rows:
         return None
-    reps = [replicates(r, metric) for r in rows]
+    reps = [replicates(r, metric, peer) for r in rows]
     if any(x is None for x in reps):
         return None
     stats = _aggregate(func, np.vstack(reps))
@@ -250,7 +257,7 @@ def clause_ci(agg, outcomes: dict, *, include_noisy: bool) -> str:
     if agg.metric is None or agg.func in ("count", "pass_rate"):
         return "—"
     rows = deciding_rows(agg, outcomes, include_noisy=include_noisy)
-    ci = bootstrap_ci(rows, agg.metric, agg.func)
+    ci = bootstrap_ci(rows, agg.metric, agg.func, agg.peer)
     return "—" if ci is None else f"[{ci[0]:.4g}, {ci[1]:.4g}]"
 
 
@@ -262,7 +269,8 @@ def threshold_spans(reg: dict, outcomes: dict, *, include_noisy: bool, metric: s
 
     if not reg.get("go"):
         return []
-    clauses = [c for c in barlang.parse(reg["go"]).clauses() if c.aggregate.metric == metric]
+    # A clause against a peer (``speedup vs "P"``) is a ratio of two candidates, not a point of the plot.
+    clauses = [c for c in barlang.parse(reg["go"]).clauses() if c.aggregate.metric == metric and c.aggregate.peer is None]
     out = []
     for i, c in enumerate(clauses):
         rows = deciding_rows(c.aggregate, outcomes, include_noisy=include_noisy)
@@ -297,7 +305,7 @@ def deciding_configs(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[
     value, for another aggregate its lowest and highest rows; at most MAX_DISTRIBUTION_CONFIGS,
     a row once."""
     from harness.governance import bar as barlang
-    from harness.reporting.analysis.protocol import deciding_rows
+    from harness.reporting.analysis.protocol import deciding_values
 
     if not reg.get("go"):
         return []
@@ -306,15 +314,14 @@ def deciding_configs(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[
         agg = clause.aggregate
         if agg.metric is None or agg.func in ("count", "pass_rate"):
             continue
-        rows = [r for r in deciding_rows(agg, outcomes, include_noisy=include_noisy)
-                if number(r.metrics.get(agg.metric)) is not None]
-        if not rows:
+        values = deciding_values(agg, outcomes, include_noisy=include_noisy)
+        if not values:
             continue
-        ranked = sorted(rows, key=lambda r: (number(r.metrics[agg.metric]), r.seq))
+        ranked = [r for r, _ in sorted(values, key=lambda rv: (rv[1], rv[0].seq))]
         ends = {"min": [ranked[0]], "max": [ranked[-1]]}.get(agg.func, [ranked[0], ranked[-1]])
         for r in ends:
             why = agg.func if agg.func in ("min", "max") else ("lowest" if r is ranked[0] else "highest")
-            why = f"{why} {agg.metric}"
+            why = f"{why} {agg.metric}" + (f" vs {agg.peer}" if agg.peer else "")
             same = next((i for i, d in enumerate(picked) if d.row.seq == r.seq), None)
             if same is None:
                 picked.append(Deciding(" ".join(clause.text.split()), r, why))

@@ -37,6 +37,8 @@ def render_verdict(v) -> None:
     for cl in v.bar.clauses:
         mark = "[green]pass[/]" if cl.passed else "[red]fail[/]"
         c.print(f"  {mark}  {cl.text}   → {fmt(cl.value, '.4g')} over {plural(cl.n, 'row')}{margin(cl)}")
+        if cl.note:
+            c.print(f"        {cl.note}", markup=False)
     for cl in v.verify:
         mark = {True: "[green]pass[/]", False: "[red]fail[/]", None: "[yellow]unknown[/]"}[cl.passed]
         bad = [x for x in cl.checks if x.holds is not True]
