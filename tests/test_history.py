@@ -191,8 +191,9 @@ def test_the_shipped_amendment_shows_in_status_lineage_report_route_and_compare(
     assert md.index("amended by flash-h200-v2") < md.index("## Bar and verdict")
     route = run_bench(REPO, "route", "flash-h200", "--out", str(tmp_path / "r1"))
     assert route.returncode == 0, route.stderr
-    assert "flash-h200 is amended by flash-h200-v2: using flash-h200-v2" in route.stdout
-    assert json.loads((tmp_path / "r1" / "route.json").read_text())["lines"] == ["flash-h200-v2"]
+    # The newest line of the chain (the peer line amends flash-h200-v2) is the one routed over.
+    assert "flash-h200 is amended by flash-h200-v2 → flash-h200-peers: using flash-h200-peers" in route.stdout
+    assert json.loads((tmp_path / "r1" / "route.json").read_text())["lines"] == ["flash-h200-peers"]
     exact = run_bench(REPO, "route", "flash-h200", "--exact", "--out", str(tmp_path / "r2"))
     assert exact.returncode == 0 and "flash-h200: amended by flash-h200-v2" in exact.stdout
     assert json.loads((tmp_path / "r2" / "route.json").read_text())["lines"] == ["flash-h200"]

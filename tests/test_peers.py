@@ -168,3 +168,9 @@ def test_a_peer_clause_is_decided_from_the_rows_own_rounds_and_fails_closed_with
     assert "vs sdpa_math" in cells[9] and "interleaved" in cells[9]  # the two medians it came from
     (hollow_row,) = [ln for ln in md.splitlines() if ln.startswith('| `min(speedup vs "softmax_omitted"')]
     assert "unknown (not compared)" in hollow_row and "no correct result of softmax_omitted" in hollow_row
+
+    # Batch follows seq_len in a grid given in tokens: one panel along seq_len, not one per batch.
+    from harness.reporting.analysis.summary import panels
+
+    (title, members), = panels([r for r in rows if r.kind == "result"])
+    assert title == "float32, non-causal, d16, b·seq_len = 64" and len(members) == 4

@@ -149,12 +149,15 @@ def test_the_index_and_chain_pages_are_deterministic(chain_repo):
 
 
 def test_the_shipped_chain_is_marked_with_its_protocol_change():
-    from harness.reporting.analysis.site import REGRESSION, site_data
+    from harness.reporting.analysis.site import NOT_COMPARED, REGRESSION, site_data
 
     site, reports = site_data(REPO, ["flash-h200-v2"])
-    assert sorted(reports) == ["flash-h200", "flash-h200-v2"]
+    assert sorted(reports) == ["flash-h200", "flash-h200-peers", "flash-h200-v2"]
     (chain,) = site.chains
-    first, second = chain.steps
+    first, second, third = chain.steps
+    # The peer line's primary is another figure (triton_flash against cuDNN): not compared.
+    assert third.headline.line == "flash-h200-peers" and third.mark == NOT_COMPARED
+    assert third.why == "its primary differs from flash-h200-v2's: not the same figure"
     assert first.headline.line == "flash-h200" and first.headline.protocols == ("interleaved",)
     # flash-h200-v2's rates come from the sustained protocol: 8.4% below flash-h200's interleaved
     # figure, outside both intervals — marked, the protocol change named beside it.

@@ -403,14 +403,32 @@ def size_of(row) -> float | None:
     return x if x is not None and x > 0 else None
 
 
+def _follows_size(rows: list, field: str) -> bool:
+    """Whether ``field`` takes one value per size (a grid in ``tokens``: batch = tokens / seq_len):
+    it moves along the size axis, so it does not split the panels."""
+    seen: dict = {}
+    for r in rows:
+        c = r.config or {}
+        if seen.setdefault(repr(c.get(SIZE_FIELD)), repr(c.get(field))) != repr(c.get(field)):
+            return False
+    return True
+
+
 def panel_fields(rows: list) -> list[str]:
     """The config fields that name a panel: the always-named ones, then any other field (but the
-    size axis and the workload) whose value differs between rows."""
+    size axis, the workload and a field that follows the size) whose value differs between rows."""
     from harness.reporting.analysis.tidy import CONFIG_COLUMNS
 
     varying = [f for f in CONFIG_COLUMNS if f not in (SIZE_FIELD, "workload", *PANEL_FIELDS)
-               and len({repr((r.config or {}).get(f)) for r in rows}) > 1]
+               and len({repr((r.config or {}).get(f)) for r in rows}) > 1 and not _follows_size(rows, f)]
     return [*PANEL_FIELDS, *varying]
+
+
+def _tokens(rows: list) -> int | None:
+    """batch × seq_len where it is one number across ``rows`` and batch varies (a grid in tokens)."""
+    sizes = {(r.config or {}).get("batch", 0) * (r.config or {}).get(SIZE_FIELD, 0) for r in rows}
+    batches = {(r.config or {}).get("batch") for r in rows}
+    return sizes.pop() if len(sizes) == 1 and len(batches) > 1 else None
 
 
 def _field_text(field: str, value) -> str:
@@ -432,8 +450,12 @@ def panels(rows: list) -> list[tuple[str, list]]:
     def order(key):
         return tuple((str(type(v)), str(v) if not isinstance(v, (int, float)) else f"{v:020.6f}") for v in key)
 
-    return [(", ".join(_field_text(f, v) for f, v in zip(fields, key) if v is not None), groups[key])
-            for key in sorted(groups, key=order)]
+    def title(key) -> str:
+        text = ", ".join(_field_text(f, v) for f, v in zip(fields, key) if v is not None)
+        tokens = _tokens(groups[key])
+        return text + (f", b·{SIZE_FIELD} = {tokens}" if tokens else "")
+
+    return [(title(key), groups[key]) for key in sorted(groups, key=order)]
 
 
 __all__ = ["BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "CLOCK_BELOW_REFERENCE", "CONFIDENCE", "METHOD",
