@@ -42,7 +42,7 @@ def test_a_peer_clause_parses_with_its_peer_and_exact_text():
 
 @pytest.mark.parametrize("expr, message", [
     ('min(tflops vs "fa4") >= 1', "'vs' compares speedup with a peer candidate, not tflops"),
-    ('count(vs "fa4") >= 1', "unknown metric 'vs'"),
+    ('count(vs "fa4") >= 1', "'vs' needs the metric it compares before it"),
     ('pass_rate(where candidate == "a") vs "b" == 1', "expected a comparison"),
     ("min(speedup vs fa4) >= 1", "expected a candidate's name in quotes after 'vs'"),
     ('min(speedup vs "") >= 1', "expected a candidate's name in quotes after 'vs'"),
@@ -61,8 +61,10 @@ def test_a_malformed_peer_clause_is_refused_where_it_goes_wrong(expr, message):
 def test_a_peer_must_be_a_candidate_and_the_file_must_say_schema_5(tmp_path):
     ok = _load(tmp_path, _peer_line('min(speedup vs "sdpa_math" where candidate == "sdpa") >= 0.5'))
     assert ok.bar.clauses()[0].aggregate.peer == "sdpa_math"
-    with pytest.raises(UserError, match=r'\[bar\] go: .speedup vs "torch_stack". names no candidate of this line '
-                                        r"\(candidates: sdpa, sdpa_math\)"):
+    with pytest.raises(UserError, match=r'\[bar\] go: .speedup vs "sdpa_efficient". names no candidate of this '
+                                        r"line \(candidates: sdpa, sdpa_math\)"):
+        _load(tmp_path, _peer_line('min(speedup vs "sdpa_efficient") >= 0.5'), "other.toml")
+    with pytest.raises(UserError, match="names the baseline: .* write plain speedup"):
         _load(tmp_path, _peer_line('min(speedup vs "torch_stack") >= 0.5'), "base.toml")
     with pytest.raises(UserError, match="needs schema = 5"):
         _load(tmp_path, _peer_line('min(speedup vs "sdpa_math") >= 0.5', schema=4), "old.toml")
@@ -155,7 +157,10 @@ def test_a_peer_clause_is_decided_from_the_rows_own_rounds_and_fails_closed_with
     assert f"→ {min(ratios):.4g} over 2 rows" in first and "pass" in first
     # The hollow peer failed its gate: nothing to compare sdpa with, so the clause is unknown.
     assert "→ — over 2 rows" in second and "fail" in second
-    assert "2 correct row(s) have no correct result of softmax_omitted from the same measurement" in out
+    hollow = [r for r in rows if r.candidate == "softmax_omitted"]
+    assert (f"2 of its correct rows could not be compared with softmax_omitted (softmax_omitted is incorrect at "
+            f"{hollow[0].config_key} (row {hollow[0].seq}); softmax_omitted is incorrect at {hollow[1].config_key} "
+            f"(row {hollow[1].seq})): the comparison the bar registered was not made there") in " ".join(out.split())
     assert "NO-GO" in out
     geo = statistics.geometric_mean(ratios)
     assert f"= {geo:.4g}, predicted 1.5" in out
@@ -167,7 +172,39 @@ def test_a_peer_clause_is_decided_from_the_rows_own_rounds_and_fails_closed_with
     assert cells[2] == f"{min(ratios):.4g}" and cells[6].startswith("[") and cells[8] == "pass"
     assert "vs sdpa_math" in cells[9] and "interleaved" in cells[9]  # the two medians it came from
     (hollow_row,) = [ln for ln in md.splitlines() if ln.startswith('| `min(speedup vs "softmax_omitted"')]
-    assert "unknown (not compared)" in hollow_row and "no correct result of softmax_omitted" in hollow_row
+    assert "unknown (not compared)" in hollow_row and "softmax_omitted is incorrect at" in hollow_row
+
+    # A count against that peer is unknown too (it must not pass on zero comparisons).
+    from harness.governance import bar as barlang
+    from harness.governance.outcomes import latest_outcomes
+    from harness.governance.verdict import bar_rows
+
+    bar_view, _ = bar_rows(latest_outcomes(read_rows(repo / "ledger" / "peers.jsonl")), include_noisy=True)
+    for expr in ('count(speedup vs "softmax_omitted" where candidate == "sdpa") < 1',
+                 'not count(speedup vs "softmax_omitted" where candidate == "sdpa") >= 1'):
+        assert not barlang.evaluate(parse(expr), bar_view).passed, expr
+    assert barlang.evaluate(parse('count(speedup vs "sdpa_math" where candidate == "sdpa") == 2'), bar_view).passed
+
+    # P measured again in another run, as a partial re-measure leaves it: its pair at one config
+    # is made a memory skip (measured at the same place), and `--remeasure` runs it alone.
+    # sdpa's row there still holds the old sdpa_math samples: the verdict refuses to compare.
+    from harness.governance.ledger import Ledger
+
+    last = got[(2, "sdpa_math")]
+    keep = ("commit", "registration_sha256", "registration_commit", "harness_version", "code", "env", "config",
+            "config_key", "candidate", "baseline")
+    Ledger(repo, "peers").append("skipped", {**{k: getattr(last, k) for k in keep}, "predicted_bytes": 2,
+                                             "available_bytes": 1, "reason": "predicted peak > available"})
+    subprocess.run(["git", "commit", "-qam", "sdpa_math skipped at one config"], cwd=repo, check=True)
+    again = bench("sweep", "peers", "--no-ceilings", "--remeasure")
+    assert "1 config" in again or "re-measured" in again, again
+    latest = {(r.config_key, r.candidate): r for r in read_rows(repo / "ledger" / "peers.jsonl")
+              if r.kind in ("result", "skipped")}
+    assert latest[(last.config_key, "sdpa_math")].kind == "result"
+    r = subprocess.run([sys.executable, "-m", "harness", "verdict", "peers", "--no-commit"], cwd=repo,
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 2 and "a peer clause compares results of two runs" in r.stderr, r.stderr + r.stdout
+    assert "sweep the line at a new commit" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
     # Batch follows seq_len in a grid given in tokens: one panel along seq_len, not one per batch.
     from harness.reporting.analysis.summary import panels

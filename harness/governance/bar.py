@@ -17,9 +17,9 @@ Aggregates (AGG) and what they take:
   filter-matching rows that are ``correct``.
 * ``speedup vs "P"`` in any of them reduces, per selected correct row, its candidate's speedup
   over candidate P at the same config in the same interleaved rounds (governance/peers.py). A
-  correct row whose P has no correct result of that measurement makes the aggregate None with
-  a note (the registered comparison was not made there: unknown, never a pass); ``count``
-  counts the rows that were compared.
+  correct row whose P has no correct result of that measurement makes the aggregate None,
+  ``count`` included, with a note naming why (the registered comparison was not made there:
+  unknown, never a pass); P's result from another run makes the verdict refuse.
 Semantics: an aggregate over zero rows is ``None`` (``count`` is 0: an empty count is
 still a count) and any comparison with ``None`` is false, so a bar over a slice the
 sweep never produced fails closed. Every comparison is a *clause*, reported on its own
@@ -34,8 +34,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable
 
-from harness.governance.bar_syntax import (FILTER_FIELDS, And, Aggregate, Bar, Comparison, FieldTest, Node, Not, Or,
-                                           parse, parse_aggregate)
+from harness.governance.bar_syntax import (And, Aggregate, Bar, Comparison, FieldTest, Node, Not, Or, parse,
+                                           parse_aggregate)
 from harness.governance.metrics import STEP_NAMES
 from harness.governance.tokens import COMPARE, BarError
 
@@ -44,11 +44,13 @@ INTEGRATION_FLAG = "integration"
 # The key of a bar row's speedups against its peers at the same config ({peer: speedup vs peer};
 # verdict.bar_rows fills it from governance/peers.py).
 PEERS_KEY = "vs"
+# The key of why a correct bar row has no speedup over a peer ({peer: (kind, reason)}; peers.py).
+UNCOMPARED_KEY = "vs_uncompared"
 
 # The language's public entry points, defined in bar_syntax.py and tokens.py.
 __all__ = ["Aggregate", "Bar", "BarError", "BarOutcome", "ClauseOutcome", "Comparison", "combine", "compare",
            "evaluate", "evaluate_aggregate", "field_tests", "margin", "matches_nothing", "matching", "parse",
-           "parse_aggregate", "reduce", "row_value", "PEERS_KEY"]
+           "parse_aggregate", "reduce", "row_value", "uncompared_note", "PEERS_KEY", "UNCOMPARED_KEY"]
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -172,8 +174,8 @@ def evaluate_aggregate(agg: Aggregate, rows: list[dict]) -> float | None:
 
 def row_value(agg: Aggregate, row: dict) -> float | None:
     """The figure ``agg`` reduces at one bar row: its metric, or with a peer (``speedup vs
-    "P"``) the row's entry under PEERS_KEY (verdict.bar_rows: None where P has no correct
-    result of the same measurement at the row's config)."""
+    "P"``) the row's entry under PEERS_KEY (verdict.bar_row_map: None where P has no correct
+    result of the same measurement at the row's config; UNCOMPARED_KEY says why)."""
     if agg.peer is not None:
         v = (row.get(PEERS_KEY) or {}).get(agg.peer)
     else:
@@ -181,21 +183,33 @@ def row_value(agg: Aggregate, row: dict) -> float | None:
     return None if v is None else float(v)
 
 
-def _aggregate(agg: Aggregate, rows: list[dict]) -> tuple[float | None, int]:
-    """(value, rows aggregated); value is None when there is nothing to aggregate. A step
-    metric aggregates the integration rows, every other aggregate the kernel rows."""
+def _selected(agg: Aggregate, rows: list[dict]) -> list[dict]:
+    """The rows ``agg`` aggregates over: its filter's, among the integration rows for a step
+    metric and the kernel rows for any other."""
     step = agg.metric in STEP_NAMES
-    selected = matching(agg, [r for r in rows if bool(r.get(INTEGRATION_FLAG)) == step])
+    return matching(agg, [r for r in rows if bool(r.get(INTEGRATION_FLAG)) == step])
+
+
+def _uncompared(agg: Aggregate, selected: list[dict]) -> list[dict]:
+    """The correct rows among ``selected`` that a peer aggregate has no value at (none for others)."""
+    if agg.peer is None:
+        return []
+    return [r for r in selected if bool(r["correct"]) and row_value(agg, r) is None]
+
+
+def _aggregate(agg: Aggregate, rows: list[dict]) -> tuple[float | None, int]:
+    """(value, rows aggregated); value is None when there is nothing to aggregate, or when a
+    peer aggregate has a correct row it could not compare (the registered comparison was not
+    made there: unknown, never a pass — ``count`` too), then with the number of correct rows."""
+    selected = _selected(agg, rows)
     if agg.func == "pass_rate":
         n = len(selected)
         return (sum(bool(r["correct"]) for r in selected) / n if n else None), n
     if agg.metric is None:  # bare count: coverage, correct or not
         return float(len(selected)), len(selected)
     correct = [r for r in selected if bool(r["correct"])]
-    if agg.peer is not None:
-        alone = [r for r in correct if row_value(agg, r) is None]
-        if alone and agg.func != "count":
-            return None, len(alone)  # a comparison registered but not made: unknown, not a pass
+    if _uncompared(agg, selected):
+        return None, len(correct)
     values = [v for v in (row_value(agg, r) for r in correct) if v is not None]
     if agg.func == "count":
         return float(len(values)), len(values)
@@ -205,20 +219,18 @@ def _aggregate(agg: Aggregate, rows: list[dict]) -> tuple[float | None, int]:
 
 
 def uncompared_note(agg: Aggregate, rows: list[dict]) -> str | None:
-    """Why a peer aggregate has no value though its rows are correct: the configs where the
-    peer has no correct result of the same measurement (None for any other aggregate)."""
-    if agg.peer is None:
-        return None
-    step = agg.metric in STEP_NAMES
-    alone = [r for r in matching(agg, [r for r in rows if bool(r.get(INTEGRATION_FLAG)) == step])
-             if bool(r["correct"]) and row_value(agg, r) is None]
+    """Why a peer aggregate has no value though it has correct rows: at which of them the peer
+    has no correct result of the same measurement, and why (None where it compared them all,
+    and for any other aggregate)."""
+    alone = _uncompared(agg, _selected(agg, rows))
     if not alone:
         return None
-    fields = [f for f in FILTER_FIELDS if f not in ("candidate", "workload")]
-    shown = "; ".join(f"{r['candidate']} at " + " ".join(f"{f}={r[f]}" for f in fields if f in r) for r in alone[:3])
-    return (f"{len(alone)} correct row(s) have no correct result of {agg.peer} from the same measurement to be "
-            f"compared with (e.g. {shown}): the comparison the bar registered was not made there, so the clause "
-            f"is unknown — no GO")
+    reasons = list(dict.fromkeys((r.get(UNCOMPARED_KEY) or {}).get(agg.peer, (None, f"{agg.peer} has no outcome there"))[1]
+                                 for r in alone))
+    shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+    return (f"{len(alone)} of its correct rows could not be compared with {agg.peer} ({shown}): the comparison the "
+            f"bar registered was not made there, so the clause is unknown — no GO; a line that should decide "
+            f"without those configs filters them out of the clause")
 
 
 def _combine(node: Node, results: list[bool | None]) -> bool | None:

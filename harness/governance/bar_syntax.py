@@ -271,7 +271,7 @@ class _Parser:
         if self.is_word("where"):
             self.advance()
             where = self.bool_expr(self.field_test)
-        context = "after the filter" if where else ("or 'where'" if peer or metric is None else
+        context = "after the filter" if where else ("or 'where'" if peer or metric not in PEER_METRICS else
                                                     f"or 'where' (or '{PEER_WORD} \"candidate\"')")
         self.expect_punct(")", f"{context} to close {func}(")
         return Aggregate(func, metric, where, peer)
@@ -306,6 +306,9 @@ class _Parser:
         if name in FILTER_FIELDS:
             raise self.fail(tok, f"'{name}' is a filter field, not a metric",
                             f"filter with {func}(speedup where {name} ...)")
+        if name == PEER_WORD:
+            raise self.fail(tok, f"'{PEER_WORD}' needs the metric it compares before it",
+                            f"e.g. {func}(speedup {PEER_WORD} \"sdpa_cudnn\")")
         if name not in METRICS:
             raise self.fail(tok, f"unknown metric '{name}'", f"known: {', '.join(METRICS)}")
         self.advance()

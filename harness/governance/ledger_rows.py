@@ -16,7 +16,8 @@ Format history (``schema``, every row's ledger schema, ``ledger_format.LEDGER_SC
   ``floor``, ``rate_protocol``, ``sustained``, ``empty_window``, ``rig_noise``,
   ``tolerance_power``, ``timing_resolution``, ``tolerance_floor``, ``reductio``, ``reopens``,
   ``cost``, and the `integration` row kind (a bench before it refuses such a row as an unknown
-  kind) with the verdict's ``integration``.
+  kind) with the verdict's ``integration``; the verdict's ``primary_note`` (why a primary
+  against a peer, a schema-5 registration's, has no value).
 
 A row of a newer schema is refused by ``ledger_format.check_schema`` with the fix (upgrade
 bench); a row of this schema with a field no class declares is refused here the same way.
@@ -274,6 +275,7 @@ class VerdictRow(Row):
     clauses: list | None = None
     primary: str | None = None
     primary_value: float | None = None
+    primary_note: str | None = None  # why a primary against a peer has no value (bar.uncompared_note)
     verify: list | None = None
     prediction: float | None = None
     prediction_error: float | None = None

@@ -5,13 +5,19 @@ clock, rounds dropped for all arms alike), so each result row holds every arm's 
 paired by round. Candidate A's speedup over P at that config is P's median over A's, from A's
 row: exactly A's speedup over the baseline divided by P's, with the baseline's median
 cancelling. It stands only where P's own row at that config is a correct result of the same
-measurement (P's samples in both rows are the same): a P caught by a check after timing, or
-measured again in another run, gives A nothing to be compared with.
+measurement (P's samples in both rows are the same). Where it does not, why not is kept: P
+failed or was not measured there (the comparison was not made: a clause on it is unknown),
+or P was measured again in another run (the verdict refuses: the two rows cannot be
+compared, and a decided result is never re-measured at its commit).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+# Why a correct row has no speedup over a peer (``Uncompared.kind``).
+PEER_FAILED = "peer_failed"  # P's outcome there is not a correct result (incorrect, crashed, impossible)
+PEER_UNMEASURED = "peer_unmeasured"  # P has no result the bar counts there (skipped, throttled, rig-noisy, none)
+OTHER_RUN = "other_run"  # P's correct result there comes from another measurement
+NO_SAMPLES = "no_samples"  # the row keeps no samples of P (or of its own arm)
 
 
 def _samples(row, kernel: str) -> list[float]:
@@ -43,22 +49,46 @@ def same_measurement(row, peer_row) -> bool:
     return bool(mine) and mine == _samples(peer_row, peer_row.candidate)
 
 
-def peer_speedups(outcomes: dict, counted: Callable[[object], bool]) -> dict[tuple[str, str], dict[str, float]]:
-    """Per (config key, candidate) whose outcome is ``counted`` (a correct result the bar sees),
-    its speedup over every candidate at the same config whose outcome is counted too and comes
-    from the same measurement (itself included: 1)."""
+def uncompared(row, peer_row, peer: str, correct: bool) -> tuple[str, str]:
+    """(kind, reason) a correct ``row`` has no speedup over ``peer``, whose outcome at the
+    config is ``peer_row`` (None: it has none) and counts as a correct result or not."""
+    from harness.governance.outcomes import FAILING_KINDS, RESULT, state_of
+
+    if peer_row is None:
+        return PEER_UNMEASURED, f"{peer} has no outcome at {row.config_key}"
+    if not correct:
+        failed = peer_row.kind in FAILING_KINDS or (peer_row.kind == RESULT and peer_row.impossible)
+        return ((PEER_FAILED if failed else PEER_UNMEASURED),
+                f"{peer} is {state_of(peer_row)} at {row.config_key} (row {peer_row.seq})")
+    if not same_measurement(row, peer_row):
+        return OTHER_RUN, (f"{peer}'s result at {row.config_key} (row {peer_row.seq}) comes from another run than "
+                           f"{row.candidate}'s (row {row.seq})")
+    return NO_SAMPLES, f"row {row.seq} keeps no interleaved samples of {peer} and {row.candidate} to compare"
+
+
+def peer_speedups(outcomes: dict, correct: set) -> tuple[dict, dict]:
+    """Per outcome key in ``correct`` (the correct results the bar reads): its speedup over
+    every candidate with an outcome at its config that is correct too and comes from the same
+    measurement (itself included: 1), and for every other such candidate why there is none:
+    ``({key: {peer: speedup}}, {key: {peer: (kind, reason)}})``."""
     by_config: dict[str, list] = {}
-    for (config_key, _), r in outcomes.items():
-        if counted(r):
-            by_config.setdefault(config_key, []).append(r)
-    out: dict[tuple[str, str], dict[str, float]] = {}
-    for config_key, rows in by_config.items():
-        for r in rows:
-            vs = {}
-            for p in rows:
-                if p is r or same_measurement(r, p):
-                    v = speedup_vs(r, p.candidate)
-                    if v is not None:
-                        vs[p.candidate] = v
-            out[(config_key, r.candidate)] = vs
-    return out
+    for key, r in outcomes.items():
+        by_config.setdefault(r.config_key, []).append((key, r))
+    values: dict = {}
+    why: dict = {}
+    for rows in by_config.values():
+        for key, r in rows:
+            if key not in correct:
+                continue
+            vs, no = {}, {}
+            for pkey, p in rows:
+                if p.role == "baseline":
+                    continue
+                ok = pkey in correct
+                v = speedup_vs(r, p.candidate) if ok and (p is r or same_measurement(r, p)) else None
+                if v is not None:
+                    vs[p.candidate] = v
+                else:
+                    no[p.candidate] = uncompared(r, p, p.candidate, ok)
+            values[key], why[key] = vs, no
+    return values, why

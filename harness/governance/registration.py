@@ -233,7 +233,7 @@ def _parsed(path: Path, key: str, text: str, parse):
         raise _err(path, f"[bar] {key}: {str(exc).removeprefix('bar: ')}") from exc
 
 
-def _check_peers(path: Path, schema: int, cands: list[str], named: list) -> None:
+def _check_peers(path: Path, schema: int, cands: list[str], baseline: str, named: list) -> None:
     """A clause against a peer (``speedup vs "P"``) names another candidate of the line: only
     the candidates are timed in the same rounds (the baseline's speedup is ``speedup``)."""
     for key, agg in named:
@@ -242,6 +242,9 @@ def _check_peers(path: Path, schema: int, cands: list[str], named: list) -> None
         if schema < PEER_SCHEMA:
             raise _err(path, f"[bar] {key}: '{agg.metric} vs \"{agg.peer}\"' needs schema = {PEER_SCHEMA} (a bench "
                              f"older than that would refuse the file): set schema = {PEER_SCHEMA}")
+        if agg.peer == baseline:
+            raise _err(path, f"[bar] {key}: '{agg.metric} vs \"{agg.peer}\"' names the baseline: a speedup is "
+                             f"already the candidate against the baseline — write plain {agg.metric}")
         if agg.peer not in cands:
             raise _err(path, f"[bar] {key}: '{agg.metric} vs \"{agg.peer}\"' names no candidate of this line "
                              f"(candidates: {', '.join(cands)}): a peer is timed in the same rounds only as a "
@@ -506,7 +509,7 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
 
     parsed = _parsed(path, "go", go, barlang.parse)
     primary_agg = _parsed(path, "primary", primary, barlang.parse_aggregate)
-    _check_peers(path, schema, cands, [("go", c.aggregate) for c in parsed.clauses()] + [("primary", primary_agg)])
+    _check_peers(path, schema, cands, baseline, [("go", c.aggregate) for c in parsed.clauses()] + [("primary", primary_agg)])
     _check_filters(path, [*barlang.field_tests(parsed), *barlang.field_tests(primary_agg)],
                    {"candidate": cands, "dtype": grid["dtype"], "workload": [workload]})
     _check_decidable(path, parsed, primary, primary_agg, [{**c.as_dict(), "candidate": k} for c in configs for k in cands])

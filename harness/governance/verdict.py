@@ -50,17 +50,12 @@ def bar_rows(outcomes: dict, *, include_noisy: bool) -> tuple[list[dict], dict]:
     return list(by_key.values()), excluded
 
 
-def counts_as_result(r, *, include_noisy: bool) -> bool:
-    """Whether the bar sees outcome ``r`` as a correct result (its figures are read)."""
-    return (r.kind == RESULT and r.role != "baseline" and not r.impossible
-            and (include_noisy or not r.rig_noisy))
-
-
 def bar_row_map(outcomes: dict, *, include_noisy: bool) -> tuple[dict, dict]:
     """``bar_rows`` keyed as ``outcomes`` (only the keys the bar sees): a report finds the bar
     row of each ledger row. A correct row carries its speedups over the other candidates of
-    its config's measurement under ``bar.PEERS_KEY`` (governance/peers.py)."""
-    from harness.governance.bar import PEERS_KEY
+    its config's measurement under ``bar.PEERS_KEY``, and why it has none over the others
+    under ``bar.UNCOMPARED_KEY`` (governance/peers.py)."""
+    from harness.governance.bar import PEERS_KEY, UNCOMPARED_KEY
     from harness.governance.peers import peer_speedups
 
     rows, excluded = {}, {}
@@ -68,10 +63,6 @@ def bar_row_map(outcomes: dict, *, include_noisy: bool) -> tuple[dict, dict]:
     def leave_out(why):
         excluded[why] = excluded.get(why, 0) + 1
 
-    def counted(r):
-        return counts_as_result(r, include_noisy=include_noisy)
-
-    peers = peer_speedups(outcomes, counted)
     for key, r in outcomes.items():
         kind = r.kind
         failed = {**r.config, "candidate": r.candidate, "correct": False}
@@ -83,13 +74,31 @@ def bar_row_map(outcomes: dict, *, include_noisy: bool) -> tuple[dict, dict]:
         elif kind == RESULT and r.rig_noisy and not include_noisy:
             leave_out("rig_noisy")
         elif kind == RESULT:
-            rows[key] = {**r.config, "candidate": r.candidate, "correct": True, **r.metrics,
-                         PEERS_KEY: peers.get(key, {})}
+            rows[key] = {**r.config, "candidate": r.candidate, "correct": True, **r.metrics}
         elif kind in FAILING_KINDS:
             rows[key] = failed
         else:
             leave_out(kind)
+    values, why = peer_speedups(outcomes, {key for key, row in rows.items() if row["correct"]})
+    for key, v in values.items():
+        rows[key] = {**rows[key], PEERS_KEY: v, UNCOMPARED_KEY: why[key]}
     return rows, excluded
+
+
+def other_runs(reg, rows: list[dict]) -> list[str]:
+    """The comparisons a peer clause of ``reg``'s bar needs that the rows hold from two runs:
+    "A vs P at CONFIG" (P measured again, alone, after A's result was decided)."""
+    from harness.governance.bar import UNCOMPARED_KEY, matching
+    from harness.governance.peers import OTHER_RUN
+
+    peers = [a for a in [c.aggregate for c in reg.bar.clauses()] + [reg.primary_aggregate] if a.peer is not None]
+    out = []
+    for agg in peers:
+        for row in matching(agg, [r for r in rows if r.get("correct")]):
+            kind, why = (row.get(UNCOMPARED_KEY) or {}).get(agg.peer, (None, None))
+            if kind == OTHER_RUN and why not in out:
+                out.append(why)
+    return out
 
 
 # Undecided pairs named in a refusal (the verdict row lists them all).
@@ -263,6 +272,12 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
             prior = by_pair[pair].impossible
             by_pair[pair] = by_pair[pair].replace(impossible=f"{prior}; {why}" if prior else why)
     rows, excluded = bar_rows(by_pair, include_noisy=reg.include_noisy)
+    split = other_runs(reg, rows)
+    if split:
+        raise UserError(f"line '{reg.line}': a peer clause compares results of two runs ({split[0]}"
+                        f"{f'; and {len(split) - 1} more' if len(split) > 1 else ''}): a candidate is compared with a "
+                        f"peer only in the same interleaved rounds, and a decided result is never measured again at "
+                        f"its commit — sweep the line at a new commit, where every pair is measured afresh")
     cov = coverage(list(by_pair.values()), include_noisy=reg.include_noisy)
     if cov["fraction"] < reg.min_coverage:
         shown = ", ".join(cov["undecided"][:MAX_NAMED_PAIRS])
@@ -288,6 +303,7 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
                      "passed": c.passed, "n": c.n, **({"note": c.note} if c.note else {})} for c in outcome.clauses],
         "primary": reg.primary,
         "primary_value": primary_value,
+        **({"primary_note": note} if (note := barlang.uncompared_note(reg.primary_aggregate, rows)) else {}),
         "verify": [c.as_row(MAX_LISTED_FAILURES) for c in checked],
         "prediction": reg.prediction,
         "prediction_error": None if primary_value is None else primary_value - reg.prediction,

@@ -119,7 +119,8 @@ def speedup_text(row: dict, *, named: bool = True, peer: str | None = None) -> s
 def deciding_values(agg, outcomes: dict, *, include_noisy: bool) -> list[tuple]:
     """(result row, the value ``agg`` reads at it) for each row a bar aggregate over a metric
     reduces: those its filter selects that the bar sees as correct and that have the value
-    (with a peer: compared with it), in ``outcomes``' order."""
+    (with a peer: compared with it), in ``outcomes``' order; none for a peer aggregate that
+    could not compare one of its correct rows (its value is unknown)."""
     from harness.governance import bar as barlang
     from harness.governance.outcomes import RESULT
     from harness.governance.verdict import bar_row_map
@@ -127,6 +128,8 @@ def deciding_values(agg, outcomes: dict, *, include_noisy: bool) -> list[tuple]:
     if agg.metric is None:
         return []
     rows, _ = bar_row_map(outcomes, include_noisy=include_noisy)
+    if barlang.uncompared_note(agg, list(rows.values())) is not None:
+        return []  # a peer not compared somewhere: the aggregate has no value, so no row decides it
     out = []
     for key, row in rows.items():
         if outcomes[key].kind != RESULT or not row.get("correct") or not barlang.matching(agg, [row]):

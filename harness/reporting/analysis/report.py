@@ -91,6 +91,8 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
     primary["error"] = _f(value - prediction, "+.4g") if value is not None and prediction is not None else None
     primary["source"] = (protocol.source(barlang.parse_aggregate(primary["expr"]), outcomes, include_noisy=noisy,
                                          value=primary["value"]) if primary["expr"] else "—")
+    if primary["expr"] and primary["value"] is None:  # a peer primary that compared nothing: why
+        primary["source"] = _primary_note(barlang.parse_aggregate(primary["expr"]), outcomes, noisy) or primary["source"]
     primary = {**primary, "value": _f(primary["value"]), "prediction": _f(primary["prediction"], "g")}
     return out, primary
 
@@ -365,3 +367,12 @@ def report_data(view: LineView, history=None) -> dict:
         "integration": _integration(view),
         "control_tolerance": control_tol,
     }
+
+
+def _primary_note(agg, outcomes: dict, include_noisy: bool) -> str | None:
+    """Why a primary against a peer has no value on these outcomes (bar.uncompared_note)."""
+    from harness.governance import bar as barlang
+    from harness.governance.verdict import bar_row_map
+
+    rows, _ = bar_row_map(outcomes, include_noisy=include_noisy)
+    return barlang.uncompared_note(agg, list(rows.values()))

@@ -29,6 +29,8 @@ CONFIDENCE = 0.95
 CLOCK_BELOW_REFERENCE = 0.98
 # The numeric size axis of the plots; the other config fields that vary split the panels.
 SIZE_FIELD = "seq_len"
+# A panel field derived from the config: batch × seq_len (a grid in ``[grid] tokens``).
+TOKENS = "tokens"
 PANEL_FIELDS = ("dtype", "causal", "head_dim")  # always named in a panel's title
 # The rates a headline can show: rate metric -> (its fraction of the measured ceiling, unit, ceiling).
 HEADLINE_RATES = {"tflops": ("tflops_frac", "TFLOP/s", "matmul"), "gbps": ("gbps_frac", "GB/s", "copy"),
@@ -293,11 +295,13 @@ def rate_threshold_spans(reg: dict, outcomes: dict, rate: str | None, *, include
 
 @dataclass(frozen=True)
 class Deciding:
-    """A config whose samples decide a clause: the clause, the row, and why it decides."""
+    """A config whose samples decide a clause: the clause, the row, why it decides, and the
+    peers its clauses compare it with (their arms in the same rounds decide it too)."""
 
     clause: str
     row: object
     why: str
+    peers: tuple[str, ...] = ()
 
 
 def deciding_configs(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[Deciding]:
@@ -324,9 +328,10 @@ def deciding_configs(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[
             why = f"{why} {agg.metric}" + (f" vs {agg.peer}" if agg.peer else "")
             same = next((i for i, d in enumerate(picked) if d.row.seq == r.seq), None)
             if same is None:
-                picked.append(Deciding(" ".join(clause.text.split()), r, why))
+                picked.append(Deciding(" ".join(clause.text.split()), r, why, (agg.peer,) if agg.peer else ()))
             elif why not in picked[same].why:  # one row deciding two clauses: named once, for both
-                picked[same] = Deciding(picked[same].clause, r, f"{picked[same].why}; {why}")
+                peers = tuple(dict.fromkeys((*picked[same].peers, *((agg.peer,) if agg.peer else ()))))
+                picked[same] = Deciding(picked[same].clause, r, f"{picked[same].why}; {why}", peers)
     return picked[:MAX_DISTRIBUTION_CONFIGS]
 
 
@@ -403,32 +408,31 @@ def size_of(row) -> float | None:
     return x if x is not None and x > 0 else None
 
 
-def _follows_size(rows: list, field: str) -> bool:
-    """Whether ``field`` takes one value per size (a grid in ``tokens``: batch = tokens / seq_len):
-    it moves along the size axis, so it does not split the panels."""
-    seen: dict = {}
-    for r in rows:
-        c = r.config or {}
-        if seen.setdefault(repr(c.get(SIZE_FIELD)), repr(c.get(field))) != repr(c.get(field)):
-            return False
-    return True
+def _per_token(rows: list) -> bool:
+    """Whether the rows' sizes read better as tokens (batch × seq_len) than as batch: fewer
+    distinct values (a grid in ``tokens``: batch = tokens / seq_len moves with seq_len, and
+    the token count names a panel)."""
+    def n(f):
+        return len({f(r.config or {}) for r in rows})
+
+    return n(lambda c: c.get("batch", 0) * c.get(SIZE_FIELD, 0)) < n(lambda c: c.get("batch"))
 
 
 def panel_fields(rows: list) -> list[str]:
     """The config fields that name a panel: the always-named ones, then any other field (but the
-    size axis, the workload and a field that follows the size) whose value differs between rows."""
+    size axis and the workload) whose value differs between rows — with ``TOKENS`` (batch ×
+    seq_len) for batch where that has fewer values (``_per_token``)."""
     from harness.reporting.analysis.tidy import CONFIG_COLUMNS
 
+    tokens = _per_token(rows)
     varying = [f for f in CONFIG_COLUMNS if f not in (SIZE_FIELD, "workload", *PANEL_FIELDS)
-               and len({repr((r.config or {}).get(f)) for r in rows}) > 1 and not _follows_size(rows, f)]
-    return [*PANEL_FIELDS, *varying]
+               and not (tokens and f == "batch") and len({repr((r.config or {}).get(f)) for r in rows}) > 1]
+    return [*PANEL_FIELDS, *((TOKENS,) if tokens else ()), *varying]
 
 
-def _tokens(rows: list) -> int | None:
-    """batch × seq_len where it is one number across ``rows`` and batch varies (a grid in tokens)."""
-    sizes = {(r.config or {}).get("batch", 0) * (r.config or {}).get(SIZE_FIELD, 0) for r in rows}
-    batches = {(r.config or {}).get("batch") for r in rows}
-    return sizes.pop() if len(sizes) == 1 and len(batches) > 1 else None
+def _panel_value(row, field: str):
+    c = row.config or {}
+    return c.get("batch", 0) * c.get(SIZE_FIELD, 0) if field == TOKENS else c.get(field)
 
 
 def _field_text(field: str, value) -> str:
@@ -436,6 +440,8 @@ def _field_text(field: str, value) -> str:
         return "causal" if value else "non-causal"
     if field == "dtype":
         return str(value)
+    if field == TOKENS:
+        return f"b·{SIZE_FIELD} = {value}"
     short = {"head_dim": "d", "batch": "b", "heads": "h", "kv_heads": "kv"}.get(field, f"{field}=")
     return f"{short}{value}"
 
@@ -445,17 +451,13 @@ def panels(rows: list) -> list[tuple[str, list]]:
     fields = panel_fields(rows)
     groups: dict[tuple, list] = {}
     for r in rows:
-        groups.setdefault(tuple((r.config or {}).get(f) for f in fields), []).append(r)
+        groups.setdefault(tuple(_panel_value(r, f) for f in fields), []).append(r)
 
     def order(key):
         return tuple((str(type(v)), str(v) if not isinstance(v, (int, float)) else f"{v:020.6f}") for v in key)
 
-    def title(key) -> str:
-        text = ", ".join(_field_text(f, v) for f, v in zip(fields, key) if v is not None)
-        tokens = _tokens(groups[key])
-        return text + (f", b·{SIZE_FIELD} = {tokens}" if tokens else "")
-
-    return [(title(key), groups[key]) for key in sorted(groups, key=order)]
+    return [(", ".join(_field_text(f, v) for f, v in zip(fields, key) if v is not None), groups[key])
+            for key in sorted(groups, key=order)]
 
 
 __all__ = ["BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "CLOCK_BELOW_REFERENCE", "CONFIDENCE", "METHOD",

@@ -335,8 +335,14 @@ def distribution_plot(deciding: list, short: dict[str, str] | None = None) -> by
         fig, ax = figure()
         empty(ax, "no clause over a measured metric: no deciding samples to show")
         return png(fig)
+    from harness.measurement.timing.results import arm_name
+
     sustained = any(rate_protocol(d.row) == SUSTAINED for d in deciding)
-    arms = ["candidate", *(["sustained"] if sustained else []), "baseline", "control"]
+    # A clause against a peer is decided by the peer's arm in the same rounds: one column per
+    # peer position (a row whose clauses name fewer peers leaves the rest empty).
+    n_peers = max(len(d.peers) for d in deciding)
+    arms = ["candidate", *(f"peer{i}" for i in range(n_peers)), *(["sustained"] if sustained else []),
+            "baseline", "control"]
     import matplotlib
 
     matplotlib.use("Agg")
@@ -354,6 +360,11 @@ def distribution_plot(deciding: list, short: dict[str, str] | None = None) -> by
             if arm == "sustained":
                 xs = rate_samples(r) if rate_protocol(r) == SUSTAINED else []
                 label = f"{r.candidate}, sustained"
+            elif arm.startswith("peer"):
+                i_peer = int(arm.removeprefix("peer"))
+                peer = d.peers[i_peer] if i_peer < len(d.peers) else None
+                xs = arm_samples(r, arm_name(peer)) if peer else []
+                label = f"{peer} (peer), interleaved" if peer else "no peer in its clauses"
             else:
                 xs = arm_samples(r, arm)
                 label = {"candidate": f"{r.candidate}, interleaved", "baseline": f"{r.baseline} (baseline)",
@@ -364,7 +375,8 @@ def distribution_plot(deciding: list, short: dict[str, str] | None = None) -> by
                         transform=ax.transAxes, fontsize=8, color="#555")
                 ax.set_xticks([])
             else:
-                color = colors[r.candidate] if arm in ("candidate", "sustained") else "#888"
+                color = (colors[r.candidate] if arm in ("candidate", "sustained") else
+                         colors.get(peer, "#888") if arm.startswith("peer") else "#888")
                 parts = ax.violinplot([drawn], showmedians=True, showextrema=True)
                 for body in parts["bodies"]:
                     body.set_facecolor(color)
