@@ -173,6 +173,13 @@ def test_a_peer_clause_is_decided_from_the_rows_own_rounds_and_fails_closed_with
     assert "vs sdpa_math" in cells[9] and "interleaved" in cells[9]  # the two medians it came from
     (hollow_row,) = [ln for ln in md.splitlines() if ln.startswith('| `min(speedup vs "softmax_omitted"')]
     assert "unknown (not compared)" in hollow_row and "softmax_omitted is incorrect at" in hollow_row
+    # Shape by shape against each peer: the value at each config (the clause's min is one of
+    # them), with its CI and the two medians; where the peer failed, why.
+    table = md.split("Against `sdpa_math`, shape by shape", 1)[1].split("\n\n", 2)[1].splitlines()[2:]
+    assert sorted(float(ln.split("|")[3]) for ln in table) == sorted(float(f"{x:.4g}") for x in ratios)
+    assert all(ln.split("|")[4].strip().startswith("[") and " vs " in ln.split("|")[5] for ln in table)
+    hollow_table = md.split("Against `softmax_omitted`, shape by shape", 1)[1].split("\n\n", 2)[1]
+    assert "not compared because" in hollow_table and hollow_table.count("softmax_omitted is incorrect at") == 2
 
     # A count against that peer is unknown too (it must not pass on zero comparisons).
     from harness.governance import bar as barlang

@@ -349,6 +349,8 @@ def report_data(view: LineView, history=None) -> dict:
                                                  "excluded": ", ".join(f"{k}: {n}" for k, n in
                                                                        sorted((verdict.excluded or {}).items()))},
         "clauses": clauses,
+        # Where each candidate stands against each peer the bar names, shape by shape.
+        "peers": summary.peer_tables(reg, outcomes, include_noisy=noisy),
         # The first screen: per kernel, by how much, where, with what uncertainty; what qualifies it.
         "kernels": summary.kernel_rows(view, results, include_noisy=noisy),
         "rate_header": summary.rate_header(reg, results),

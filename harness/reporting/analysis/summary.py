@@ -13,6 +13,7 @@ the statistic does (a kernel's geomean, a clause's min, max, median, mean or geo
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 from harness.governance import metrics as metric_table
@@ -335,6 +336,51 @@ def deciding_configs(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[
     return picked[:MAX_DISTRIBUTION_CONFIGS]
 
 
+# ------------------------------------------------------------------ against the peers
+
+
+def peer_tables(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[dict]:
+    """Per peer the bar's clauses compare with (``speedup vs "P"``): every correct row any such
+    clause selects, config by config, with the candidate's speedup over P, its 95% CI and the
+    two medians of the same rounds — or, where it could not be compared, why. A clause reports
+    one reduction of these; the table shows where the candidate stands at each shape."""
+    import numpy as np
+
+    from harness.governance import bar as barlang
+    from harness.governance.peers import peer_samples
+    from harness.governance.verdict import bar_row_map
+
+    if not reg.get("go"):
+        return []
+    aggs = [c.aggregate for c in barlang.parse(reg["go"]).clauses() if c.aggregate.peer is not None]
+    if not aggs:
+        return []
+    rows, _ = bar_row_map(outcomes, include_noisy=include_noisy)
+    alpha = (1 - CONFIDENCE) / 2
+    tables = []
+    for peer in dict.fromkeys(a.peer for a in aggs):
+        chosen = [key for key, row in rows.items() if row.get("correct")
+                  and any(a.peer == peer and barlang.matching(a, [row]) for a in aggs)]
+        lines = []
+        for key in chosen:
+            r, row = outcomes[key], rows[key]
+            one = next(a for a in aggs if a.peer == peer)
+            value = barlang.row_value(one, row)
+            if value is None:
+                why = (row.get(barlang.UNCOMPARED_KEY) or {}).get(peer, (None, f"{peer} has no outcome there"))[1]
+                lines.append({"key": r.config_key, "candidate": r.candidate, "value": "—", "ci": "—",
+                              "medians": "—", "note": why})
+                continue
+            reps = replicates(r, "speedup", peer)
+            ci = "—" if reps is None else "[{:.4g}, {:.4g}]".format(*np.percentile(reps, [100 * alpha, 100 * (1 - alpha)]))
+            other, cand = peer_samples(r, peer)
+            lines.append({"key": r.config_key, "candidate": r.candidate, "value": f"{value:.4g}", "ci": ci,
+                          "medians": f"{statistics.median(cand):.4g} vs {statistics.median(other):.4g} ms",
+                          "note": ""})
+        tables.append({"peer": peer, "rows": lines, "noted": any(x["note"] for x in lines)})
+    return tables
+
+
 # ------------------------------------------------------------------ banners
 
 
@@ -462,4 +508,5 @@ def panels(rows: list) -> list[tuple[str, list]]:
 
 __all__ = ["BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "CLOCK_BELOW_REFERENCE", "CONFIDENCE", "METHOD",
            "banners", "bootstrap_ci", "clause_ci", "counted", "deciding_configs", "headline_rate", "kernel_rows",
+           "peer_tables",
            "panels", "replicates", "size_of"]

@@ -85,6 +85,7 @@ def _shapes(env, data: dict) -> str:
 
     keys = [t["key"] for t in data.get("tables", [])]
     keys += [k[f] for k in data.get("kernels", []) for f in ("min_key", "max_key", "rate_key") if k.get(f)]
+    keys += [r["key"] for t in data.get("peers", []) for r in t["rows"]]
     short, shared = shorten(keys, " ")
     env.filters["shape"] = lambda key: short.get(key, key)
     return shared
