@@ -50,7 +50,7 @@ UNCOMPARED_KEY = "vs_uncompared"
 # The language's public entry points, defined in bar_syntax.py and tokens.py.
 __all__ = ["Aggregate", "Bar", "BarError", "BarOutcome", "ClauseOutcome", "Comparison", "combine", "compare",
            "evaluate", "evaluate_aggregate", "field_tests", "margin", "matches_nothing", "matching", "parse",
-           "parse_aggregate", "reduce", "row_value", "uncompared_note", "PEERS_KEY", "UNCOMPARED_KEY"]
+           "parse_aggregate", "reduce", "row_value", "uncompared_note", "uncompared_rows", "PEERS_KEY", "UNCOMPARED_KEY"]
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -197,6 +197,12 @@ def _uncompared(agg: Aggregate, selected: list[dict]) -> list[dict]:
     return [r for r in selected if bool(r["correct"]) and row_value(agg, r) is None]
 
 
+def uncompared_rows(agg: Aggregate, rows: list[dict]) -> list[dict]:
+    """The correct rows ``agg`` selects that it could not compare with its peer (each with
+    why under UNCOMPARED_KEY); empty for an aggregate without a peer."""
+    return _uncompared(agg, _selected(agg, rows))
+
+
 def _aggregate(agg: Aggregate, rows: list[dict]) -> tuple[float | None, int]:
     """(value, rows aggregated); value is None when there is nothing to aggregate, or when a
     peer aggregate has a correct row it could not compare (the registered comparison was not
@@ -222,7 +228,7 @@ def uncompared_note(agg: Aggregate, rows: list[dict]) -> str | None:
     """Why a peer aggregate has no value though it has correct rows: at which of them the peer
     has no correct result of the same measurement, and why (None where it compared them all,
     and for any other aggregate)."""
-    alone = _uncompared(agg, _selected(agg, rows))
+    alone = uncompared_rows(agg, rows)
     if not alone:
         return None
     reasons = list(dict.fromkeys((r.get(UNCOMPARED_KEY) or {}).get(agg.peer, (None, f"{agg.peer} has no outcome there"))[1]

@@ -88,13 +88,12 @@ def bar_row_map(outcomes: dict, *, include_noisy: bool) -> tuple[dict, dict]:
 def other_runs(reg, rows: list[dict]) -> list[str]:
     """The comparisons a peer clause of ``reg``'s bar needs that the rows hold from two runs:
     "A vs P at CONFIG" (P measured again, alone, after A's result was decided)."""
-    from harness.governance.bar import UNCOMPARED_KEY, matching
+    from harness.governance.bar import UNCOMPARED_KEY, uncompared_rows
     from harness.governance.peers import OTHER_RUN
 
-    peers = [a for a in [c.aggregate for c in reg.bar.clauses()] + [reg.primary_aggregate] if a.peer is not None]
     out = []
-    for agg in peers:
-        for row in matching(agg, [r for r in rows if r.get("correct")]):
+    for agg in [c.aggregate for c in reg.bar.clauses()] + [reg.primary_aggregate]:
+        for row in uncompared_rows(agg, rows):
             kind, why = (row.get(UNCOMPARED_KEY) or {}).get(agg.peer, (None, None))
             if kind == OTHER_RUN and why not in out:
                 out.append(why)

@@ -59,7 +59,7 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
     reg = view.registration
     if v is not None:
         clauses = v.clauses or []
-        primary = {"expr": v.primary, "value": v.primary_value, "prediction": v.prediction}
+        primary = {"expr": v.primary, "value": v.primary_value, "prediction": v.prediction, "note": v.primary_note}
     else:
         go = reg.get("go")
         if not go:
@@ -69,8 +69,10 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
         outcome = barlang.evaluate(barlang.parse(go), rows)
         clauses = [{"text": c.text, "value": c.value, "op": c.op, "threshold": c.threshold, "passed": c.passed,
                     "n": c.n, **({"note": c.note} if c.note else {})} for c in outcome.clauses]
-        value = barlang.evaluate_aggregate(barlang.parse_aggregate(reg["primary"]), rows) if reg.get("primary") else None
-        primary = {"expr": reg.get("primary"), "value": value, "prediction": reg.get("prediction")}
+        agg = barlang.parse_aggregate(reg["primary"]) if reg.get("primary") else None
+        value = barlang.evaluate_aggregate(agg, rows) if agg is not None else None
+        primary = {"expr": reg.get("primary"), "value": value, "prediction": reg.get("prediction"),
+                   "note": barlang.uncompared_note(agg, rows) if agg is not None and value is None else None}
     parsed = {c.text: c for c in barlang.parse(reg["go"]).clauses()} if reg.get("go") else {}
     noisy = bool(reg.get("include_noisy"))
     out = [{"text": " ".join(c["text"].split()), "value": _f(c.get("value")), "op": c["op"],
@@ -89,10 +91,10 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
     value, prediction = number(primary["value"]), number(primary["prediction"])
     # Always present (None: no outcome yet), so the templates never read a missing key.
     primary["error"] = _f(value - prediction, "+.4g") if value is not None and prediction is not None else None
-    primary["source"] = (protocol.source(barlang.parse_aggregate(primary["expr"]), outcomes, include_noisy=noisy,
-                                         value=primary["value"]) if primary["expr"] else "—")
-    if primary["expr"] and primary["value"] is None:  # a peer primary that compared nothing: why
-        primary["source"] = _primary_note(barlang.parse_aggregate(primary["expr"]), outcomes, noisy) or primary["source"]
+    # Where the value was measured; where a peer primary compared nothing, why.
+    primary["source"] = primary.pop("note") or (protocol.source(barlang.parse_aggregate(primary["expr"]), outcomes,
+                                                                include_noisy=noisy, value=primary["value"])
+                                                if primary["expr"] else "—")
     primary = {**primary, "value": _f(primary["value"]), "prediction": _f(primary["prediction"], "g")}
     return out, primary
 
@@ -370,11 +372,3 @@ def report_data(view: LineView, history=None) -> dict:
         "control_tolerance": control_tol,
     }
 
-
-def _primary_note(agg, outcomes: dict, include_noisy: bool) -> str | None:
-    """Why a primary against a peer has no value on these outcomes (bar.uncompared_note)."""
-    from harness.governance import bar as barlang
-    from harness.governance.verdict import bar_row_map
-
-    rows, _ = bar_row_map(outcomes, include_noisy=include_noisy)
-    return barlang.uncompared_note(agg, list(rows.values()))

@@ -13,7 +13,6 @@ the statistic does (a kernel's geomean, a clause's min, max, median, mean or geo
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 
 from harness.governance import metrics as metric_table
@@ -69,17 +68,16 @@ def replicates(row, metric: str, peer: str | None = None):
     over that candidate's arm of the same rounds (the bar's ``speedup vs "P"``)."""
     import numpy as np
 
-    from harness.governance.peers import peer_samples, speedup_vs
+    from harness.governance.peers import peer_samples
     from harness.measurement.stats import median_replicates, speedup_replicates
 
-    value = number(speedup_vs(row, peer) if peer is not None else (row.metrics or {}).get(metric))
+    if peer is not None:  # the speedup's own bootstrap, the peer's arm in the baseline's place
+        other, cand = peer_samples(row, peer)
+        return speedup_replicates(other, cand, BOOTSTRAP_RESAMPLES, _rng_seed(row)) if min(len(other), len(cand)) >= 2 \
+            else None
+    value = number((row.metrics or {}).get(metric))
     if value is None or not math.isfinite(value):
         return None
-    if peer is not None:
-        other, cand = peer_samples(row, peer)
-        if len(other) < 2 or len(cand) < 2:
-            return None
-        return speedup_replicates(other, cand, BOOTSTRAP_RESAMPLES, _rng_seed(row))
     if metric == "speedup":
         base, cand = arm_samples(row, "baseline"), arm_samples(row, "candidate")
         if len(base) < 2 or len(cand) < 2:
@@ -344,11 +342,9 @@ def peer_tables(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[dict]
     clause selects, config by config, with the candidate's speedup over P, its 95% CI and the
     two medians of the same rounds — or, where it could not be compared, why. A clause reports
     one reduction of these; the table shows where the candidate stands at each shape."""
-    import numpy as np
-
     from harness.governance import bar as barlang
-    from harness.governance.peers import peer_samples
     from harness.governance.verdict import bar_row_map
+    from harness.reporting.analysis.protocol import speedup_text
 
     if not reg.get("go"):
         return []
@@ -356,27 +352,23 @@ def peer_tables(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[dict]
     if not aggs:
         return []
     rows, _ = bar_row_map(outcomes, include_noisy=include_noisy)
-    alpha = (1 - CONFIDENCE) / 2
     tables = []
     for peer in dict.fromkeys(a.peer for a in aggs):
-        chosen = [key for key, row in rows.items() if row.get("correct")
-                  and any(a.peer == peer and barlang.matching(a, [row]) for a in aggs)]
         lines = []
-        for key in chosen:
-            r, row = outcomes[key], rows[key]
-            one = next(a for a in aggs if a.peer == peer)
-            value = barlang.row_value(one, row)
+        for key, row in rows.items():
+            if not row.get("correct") or not any(a.peer == peer and barlang.matching(a, [row]) for a in aggs):
+                continue
+            r = outcomes[key]
+            value = (row.get(barlang.PEERS_KEY) or {}).get(peer)
             if value is None:
                 why = (row.get(barlang.UNCOMPARED_KEY) or {}).get(peer, (None, f"{peer} has no outcome there"))[1]
                 lines.append({"key": r.config_key, "candidate": r.candidate, "value": "—", "ci": "—",
                               "medians": "—", "note": why})
                 continue
-            reps = replicates(r, "speedup", peer)
-            ci = "—" if reps is None else "[{:.4g}, {:.4g}]".format(*np.percentile(reps, [100 * alpha, 100 * (1 - alpha)]))
-            other, cand = peer_samples(r, peer)
-            lines.append({"key": r.config_key, "candidate": r.candidate, "value": f"{value:.4g}", "ci": ci,
-                          "medians": f"{statistics.median(cand):.4g} vs {statistics.median(other):.4g} ms",
-                          "note": ""})
+            ci = bootstrap_ci([r], "speedup", "min", peer)  # over one row: that row's CI
+            lines.append({"key": r.config_key, "candidate": r.candidate, "value": f"{value:.4g}",
+                          "ci": "—" if ci is None else f"[{ci[0]:.4g}, {ci[1]:.4g}]",
+                          "medians": speedup_text(r, named=False, peer=peer), "note": ""})
         tables.append({"peer": peer, "rows": lines, "noted": any(x["note"] for x in lines)})
     return tables
 
