@@ -73,6 +73,19 @@ def test_a_peer_must_be_a_candidate_and_the_file_must_say_schema_5(tmp_path):
         _load(tmp_path, text, "primary.toml")
 
 
+def test_bench_register_refuses_a_peer_that_is_not_a_candidate_in_one_line_and_writes_nothing(tmp_path):
+    from tests.conftest import init_repo, run_bench
+
+    bad = _peer_line('min(speedup vs "sdpa_flash" where candidate == "sdpa") >= 0.5 and pass_rate == 1.0')
+    good = _peer_line('min(speedup vs "sdpa_math" where candidate == "sdpa") >= 0.5 and pass_rate == 1.0')
+    repo = init_repo(tmp_path / "proj", {"bad": bad, "good": good})
+    r = run_bench(repo, "register", "bad")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "names no candidate of this line" in r.stderr and "add it to candidates or fix the name" in r.stderr
+    assert not (repo / "ledger" / "bad.jsonl").exists()
+    assert run_bench(repo, "register", "good").returncode == 0 and (repo / "ledger" / "good.jsonl").exists()
+
+
 def test_a_peer_clause_that_cannot_decide_is_refused_like_any_other(tmp_path):
     from harness.governance.reductio import at_register
 
@@ -208,10 +221,15 @@ def test_a_peer_clause_is_decided_from_the_rows_own_rounds_and_fails_closed_with
     latest = {(r.config_key, r.candidate): r for r in read_rows(repo / "ledger" / "peers.jsonl")
               if r.kind in ("result", "skipped")}
     assert latest[(last.config_key, "sdpa_math")].kind == "result"
-    r = subprocess.run([sys.executable, "-m", "harness", "verdict", "peers", "--no-commit"], cwd=repo,
-                       capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 2 and "a peer clause compares results of two runs" in r.stderr, r.stderr + r.stdout
-    assert "sweep the line at a new commit" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    ledger_before = (repo / "ledger" / "peers.jsonl").read_bytes()
+    head_before = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout
+    for dry in (("--no-commit",), ()):  # refused alike whether it would write or not
+        r = subprocess.run([sys.executable, "-m", "harness", "verdict", "peers", *dry], cwd=repo,
+                           capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 2 and "a peer clause compares results of two runs" in r.stderr, r.stderr + r.stdout
+        assert "sweep the line at a new commit" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert (repo / "ledger" / "peers.jsonl").read_bytes() == ledger_before  # nothing written
+    assert subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout == head_before
 
     # Batch follows seq_len in a grid given in tokens: one panel along seq_len, not one per batch.
     from harness.reporting.analysis.summary import panels
