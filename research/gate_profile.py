@@ -6,7 +6,7 @@
 The config is flash-h200-v2's shape (batch 8, 16 heads, head_dim 128, non-causal) at the
 given seq_len. The gate runs once untimed (compiling, autotuning, cuDNN plans: a sweep pays
 those once per shape and process), then once timed under cProfile. It writes
-``gate_profile.txt`` (the gate's seconds per kernel, the float64 references, and the profile's
+``gate_profile_N.txt`` (the gate's seconds per kernel, the float64 references, and the profile's
 top functions by their own time and by cumulative time) under ``--out`` (default: $OUT, else
 .). On a GPU a host function that waits for the device (``synchronize``, ``item``,
 ``tolist``) holds the device's time: read those lines as the device work queued before them.
@@ -34,6 +34,8 @@ def main(argv=None) -> int:
                     help="whose [correctness] (seeds, families, tolerances) the gate runs under")
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--cuda-ops", action="store_true",
+                    help="on a GPU, a third gate under torch.profiler: the device time per operator")
     a = ap.parse_args(argv)
 
     import torch
@@ -67,9 +69,16 @@ def main(argv=None) -> int:
         buf = io.StringIO()
         pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(35)
         lines += [f"\n## by {key}", buf.getvalue()]
+    if a.cuda_ops and device == "cuda":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
+            gate_kernels(specs, cfg, memo=memo, **kw)
+        lines += ["\n## device time per operator (torch.profiler)",
+                  tp.key_averages().table(sort_by="self_cuda_time_total", row_limit=40)]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "gate_profile.txt").write_text("\n".join(lines))
+    (out / f"gate_profile_{a.seq_len}.txt").write_text("\n".join(lines))
     print("\n".join(lines[: 2 + len(run.results)]))
     return 0
 

@@ -54,9 +54,12 @@ CALL_TIMEOUT_S = 3000
 WARMUP_MS, REP_MS = 25.0, 100.0
 
 
-def _bench(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
+def _bench(cwd: Path, *args: str, profile: Path | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    """``python -m harness ARGS`` in ``cwd`` and its wall seconds; under cProfile (its stats
+    written to ``profile``) when given."""
+    pre = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, *pre, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
                        timeout=CALL_TIMEOUT_S)
     return r, time.perf_counter() - t0
 
@@ -176,7 +179,20 @@ def shipped_comparison(repo: Path, name: str, line: str) -> dict:
             "pairs": pairs}
 
 
-def measure(line: str, device: str, verdict: bool = False, out: Path | None = None) -> dict:
+def profile_text(path: Path, top: int = 60) -> str:
+    """A cProfile dump's top functions by their own time and by cumulative time."""
+    import io
+    import pstats
+
+    parts = []
+    for key in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        pstats.Stats(str(path), stream=buf).sort_stats(key).print_stats(top)
+        parts += [f"## by {key}", buf.getvalue()]
+    return "\n".join(parts)
+
+
+def measure(line: str, device: str, verdict: bool = False, out: Path | None = None, profile: bool = False) -> dict:
     from harness.governance.ledger_format import read_rows
     from harness.governance.outcomes import OUTCOME_KINDS
     from harness.governance.registration import load
@@ -190,13 +206,17 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
             raise SystemExit(f"register {name} failed ({reg_run.returncode}): {reg_run.stderr.strip()[-2000:]}")
         _git(repo, "add", "-A")
         _git(repo, "commit", "-qm", "registered")
-        sw, sweep_s = _bench(repo, "sweep", name)
+        prof = repo / f"{name}.prof" if profile else None
+        # Profiled, the configs run in the sweep's own process (--inline), where cProfile sees them.
+        sw, sweep_s = _bench(repo, "sweep", name, *(["--inline"] if profile else []), profile=prof)
         if sw.returncode != 0:
             raise SystemExit(f"sweep {name} failed ({sw.returncode}): {sw.stdout[-2000:]}{sw.stderr[-2000:]}")
         if out is not None:  # the scratch sweep's rows and output outlive its temporary directory
             out.mkdir(parents=True, exist_ok=True)
             shutil.copy(repo / "ledger" / f"{name}.jsonl", out / f"{name}.jsonl")
             (out / f"{name}.sweep.log").write_text(sw.stdout + sw.stderr)
+            if prof is not None:
+                (out / f"{name}.profile.txt").write_text(profile_text(prof))
         rows = [r for r in read_rows(repo / "ledger" / f"{name}.jsonl") if r.kind in OUTCOME_KINDS]
         reg = load(repo / "registrations" / f"{name}.toml")
         against = shipped_comparison(repo, name, line) if verdict else None
@@ -215,7 +235,7 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
         kinds[r.kind] = kinds.get(r.kind, 0) + 1
     per_config = sweep_s / n
     bare_per_config = sum(bare.values()) / n
-    return {"line": line, "device": device, "configs": n, "runs": len(costs), "arms": 2 + len(reg.candidates),
+    return {"line": line, "device": device, "profiled": profile, "configs": n, "runs": len(costs), "arms": 2 + len(reg.candidates),
             "register_s": reg_s,
             "sweep_s": sweep_s, "sweep_per_config_s": per_config, "bare_per_config_s": bare_per_config,
             "bare_first_run_per_config_s": sum(bare_first.values()) / n,
@@ -259,6 +279,9 @@ def main(argv=None) -> int:
                     help="only time the registration's arms with the bare timer in this process; print JSON "
                          "(config key -> seconds); used by the measurement itself")
     ap.add_argument("--device", help="with --bare: the device (default: detected)")
+    ap.add_argument("--profile", action="store_true",
+                    help="sweep in one process (--inline) under cProfile; its top functions go to OUT/cost-LINE.profile.txt "
+                         "(the profiler's own overhead is in that run's times)")
     ap.add_argument("--verdict", action="store_true",
                     help="also evaluate the bar on the scratch sweep (nothing written) and compare its verdict and "
                          "speedups with this repository's ledger of the line (issue 32: no verdict moves)")
@@ -274,7 +297,7 @@ def main(argv=None) -> int:
     commit = tree_commit(ROOT)
     results = []
     for line in args.lines:
-        r = measure(line, device, verdict=args.verdict, out=Path(args.out))
+        r = measure(line, device, verdict=args.verdict, out=Path(args.out), profile=args.profile)
         results.append(r)
         print(f"{line} on {device}: {r['configs']} configs, sweep {r['sweep_s']:.1f} s "
               f"({r['sweep_per_config_s']:.2f} s/config) vs bare timer {r['bare_per_config_s']:.2f} s/config: "

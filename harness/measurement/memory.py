@@ -76,12 +76,14 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     baseline again with its own output buffers.
     """
     from harness.measurement.correctness.checks import REFERENCE_MEMO_SIZE
+    from harness.measurement.correctness.figures import use_fused
     from harness.measurement.correctness.vram import gate_bytes, judge_bytes
     from harness.measurement.timing.policy import device_l2_bytes, flush_bytes
     from harness.workloads.inputs import generation_bytes
 
     qs, ks, _ = cfg.shapes()
     es = cfg.elem_bytes
+    fused = use_fused(device)  # compare()'s one-pass table: no float64 blocks
     q = math.prod(qs) * es
     kv = 2 * math.prod(ks) * es
     out = q
@@ -98,7 +100,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     # While the reference runs no kernel workspace is alive: correctness.vram.gate_bytes
     # covers that phase (reference chunks, compare blocks).
     gate = max(3 * inputs + (len(specs) + 2) * out + ref_out + max(e + f for e, f in zip(extras, firsts)),
-               gate_bytes(cfg, len(specs)))
+               gate_bytes(cfg, len(specs), fused))
 
     n_arms = len(specs) + 1  # candidates + baseline + control
     cuda = device == "cuda"
@@ -134,7 +136,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     # output at a time (judge_bytes: the reference, or compare's or checksum's blocks).
     held = timed_inputs + timed_outs + (n_slots * (sum(extras) + extras[0]) if graph_pool else 0)
     kept = (REFERENCE_MEMO_SIZE - 1) * ref_out
-    judge = judge_bytes(cfg)
+    judge = judge_bytes(cfg, fused)
     checks = held + spot + refresh_copies + inputs + kept + judge
     recheck = held + inputs + 2 * out + kept + max(max(extras[1:] or [0]), judge)
     lib = LIBRARY_WORKSPACE_BYTES if cuda else 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from harness.measurement.correctness.poison import dtype_name, unwritten_mask
+from harness.measurement.correctness.poison import POISON_BITS, dtype_name, unwritten_mask
 
 # Named default tolerances (atol, rtol) per dtype; registrations pass their own. Sized so
 # the torch 3-kernel baseline, which rounds S = QKᵀ to the input dtype (the bf16 2-ULP trap),
@@ -27,6 +27,12 @@ DEFAULT_TOLERANCES = {"float16": (2e-2, 2e-2), "bfloat16": (2e-1, 1e-1), "float3
 # on the H200, most of it launches (the gate compares every kernel's output twice per case).
 COMPARE_CHUNK_ELEMS = 1 << 21
 COMPARE_CHUNK_ELEMS_CUDA = 1 << 23
+# The one-pass table on a GPU (figures_fused.py): elements per program (16 per thread at 8
+# warps; a seq_len 8192 output of batch 8 and 16 heads makes a 32k-row table, 3.4 MB) and
+# the thirteen figures of a block.
+FUSED_BLOCK = 4096
+FUSED_WARPS = 8
+TABLE_COLS = 13
 
 
 def ulp(value: float, dtype) -> float:
@@ -127,6 +133,24 @@ class ErrorFigures:
         return d
 
 
+def use_fused(device) -> bool:
+    """Whether compare() takes the one-pass table on ``device`` (a GPU with Triton)."""
+    if getattr(device, "type", device) != "cuda":
+        return False
+    import importlib
+
+    try:
+        importlib.import_module("harness.measurement.correctness.figures_fused")  # imports triton
+    except ImportError:
+        return False
+    return True
+
+
+def table_bytes(n_elems: int) -> int:
+    """Device bytes of the one-pass table and its combined row (a GPU compare's temporaries)."""
+    return 8 * TABLE_COLS * (-(-n_elems // FUSED_BLOCK) + 4)
+
+
 def chunks(n: int, device=None):
     """(start, end) blocks of n elements: COMPARE_CHUNK_ELEMS_CUDA on a GPU (``device``'s type), else COMPARE_CHUNK_ELEMS."""
     step = COMPARE_CHUNK_ELEMS_CUDA if getattr(device, "type", device) == "cuda" else COMPARE_CHUNK_ELEMS
@@ -134,25 +158,18 @@ def chunks(n: int, device=None):
         yield s, min(n, s + step)
 
 
-def compare(out, ref, *, atol: float, rtol: float, dtype=None) -> ErrorFigures:
-    """Error figures of ``out`` (the kernel's dtype) against float64 ``ref``.
-
-    Passes iff every element is finite and |out - ref| <= atol + rtol·|ref| (torch.allclose
-    semantics, ref as the magnitude). Works in blocks so its float64 temporaries stay small.
-    """
+def _block_rows(o_flat, r_flat, *, atol: float, rtol: float, rel_floor: float):
+    """compare()'s table with torch operations, block by block: (blocks, 13) float64 on the
+    device. Columns: the reference all finite, unwritten, non-finite and failing counts, max
+    abs err, max rel err, max tolerance ratio, where it is (first such element), first and last
+    unwritten, first non-finite (absolute indices; n or -1 where there is none), sum of err²,
+    sum of ref²."""
     import torch
 
-    if tuple(out.shape) != tuple(ref.shape):
-        raise ValueError(f"output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}")
-    dname = dtype_name(dtype if dtype is not None else out.dtype)
-    o_flat, r_flat = out.reshape(-1), ref.reshape(-1)
     n = o_flat.numel()
     f64 = torch.float64
-    rel_floor = max(float(atol), torch.finfo(f64).tiny)
-    # Each block's figures stay on the device as one row of a table read once at the end: a
-    # read per figure per block synchronizes the device (hundreds of times per output on a GPU).
     blocks = []
-    for s, e in chunks(n, out.device):
+    for s, e in chunks(n, o_flat.device):
         o, r = o_flat[s:e], r_flat[s:e].to(f64)
         o64 = o.to(f64)
         finite = torch.isfinite(o64)
@@ -164,35 +181,71 @@ def compare(out, ref, *, atol: float, rtol: float, dtype=None) -> ErrorFigures:
         ratio = err / bound.clamp_min(torch.finfo(f64).tiny)
         j = torch.argmax(ratio)
         last = e - s - 1
+        none_first = torch.tensor(n - s, device=o.device)  # + s below: the sentinel n
         blocks.append(torch.stack([
             torch.isfinite(r).all(), unw.sum(), nonfin.sum(), fail.sum(), err.max(),
-            (err / r.abs().clamp_min(rel_floor)).max(), ratio[j], j,
-            unw.to(torch.uint8).argmax(), last - unw.flip(0).to(torch.uint8).argmax(),
-            nonfin.to(torch.uint8).argmax(), (err * err).sum(), (r * r).sum()]).to(f64))
-    table = torch.stack(blocks).tolist() if blocks else []
+            (err / r.abs().clamp_min(rel_floor)).max(), ratio[j], j + s,
+            torch.where(unw.any(), unw.to(torch.uint8).argmax(), none_first) + s,
+            torch.where(unw.any(), last - unw.flip(0).to(torch.uint8).argmax() + s, -1),
+            torch.where(nonfin.any(), nonfin.to(torch.uint8).argmax(), none_first) + s,
+            (err * err).sum(), (r * r).sum()]).to(f64))
+    return torch.stack(blocks)
+
+
+def _combined(table) -> list[float]:
+    """The table's rows as one (one read of the device): counts and sums added, maxima taken,
+    the worst element the first of the largest ratio, first/last indices min/max."""
+    import torch
+
+    ratio = table[:, 6]
+    top = ratio.max()
+    at = torch.where(ratio == top, table[:, 7], torch.full_like(ratio, math.inf)).min()
+    return torch.stack([table[:, 0].min(), table[:, 1].sum(), table[:, 2].sum(), table[:, 3].sum(),
+                        table[:, 4].max(), table[:, 5].max(), top, at, table[:, 8].min(), table[:, 9].max(),
+                        table[:, 10].min(), table[:, 11].sum(), table[:, 12].sum()]).tolist()
+
+
+def compare(out, ref, *, atol: float, rtol: float, dtype=None, fused: bool | None = None) -> ErrorFigures:
+    """Error figures of ``out`` (the kernel's dtype) against float64 ``ref``.
+
+    Passes iff every element is finite and |out - ref| <= atol + rtol·|ref| (torch.allclose
+    semantics, ref as the magnitude). Works in blocks so its float64 temporaries stay small.
+    On a GPU the blocks' figures come from one Triton pass (figures_fused.py) where Triton is
+    there (``fused``: None picks, False forces the torch operations, True requires the pass).
+    """
+    import torch
+
+    if tuple(out.shape) != tuple(ref.shape):
+        raise ValueError(f"output shape {tuple(out.shape)} != reference shape {tuple(ref.shape)}")
+    dname = dtype_name(dtype if dtype is not None else out.dtype)
+    o_flat, r_flat = out.reshape(-1), ref.reshape(-1)
+    n = o_flat.numel()
+    f64 = torch.float64
+    rel_floor = max(float(atol), torch.finfo(f64).tiny)
+    if fused is None:
+        fused = use_fused(out.device) and dtype_name(out.dtype) in POISON_BITS
     max_abs = max_rel = max_ratio = 0.0
     ratio_at = -1
     sum_e2 = sum_r2 = 0.0
     n_fail = n_nonfin = n_unw = 0
     first_unw = last_unw = first_nonfin = -1
-    for (s, _), (ref_ok, c_unw, c_nonfin, c_fail, b_abs, b_rel, b_ratio, j, u0, u1, nf0, e2, r2) in zip(chunks(n, out.device), table):
+    if n:
+        # Each block's figures stay on the device, combined there and read once: a read per
+        # figure per block synchronizes the device (hundreds of times per output on a GPU).
+        if fused:
+            from harness.measurement.correctness import figures_fused
+
+            table = figures_fused.block_table(o_flat, r_flat.to(f64), atol=atol, rtol=rtol, rel_floor=rel_floor)
+        else:
+            table = _block_rows(o_flat, r_flat, atol=atol, rtol=rtol, rel_floor=rel_floor)
+        (ref_ok, n_unw, n_nonfin, n_fail, max_abs, max_rel, max_ratio, at, first, last, first_nf, sum_e2,
+         sum_r2) = _combined(table)
         if not ref_ok:
             raise ValueError("the reference has non-finite values: the inputs are not a valid test")
-        n_unw += int(c_unw)
-        n_nonfin += int(c_nonfin)
-        n_fail += int(c_fail)
-        if c_unw:
-            if first_unw < 0:
-                first_unw = s + int(u0)
-            last_unw = s + int(u1)
-        if c_nonfin and first_nonfin < 0:
-            first_nonfin = s + int(nf0)
-        max_abs = max(max_abs, b_abs)
-        max_rel = max(max_rel, b_rel)
-        if b_ratio > max_ratio or ratio_at < 0:
-            max_ratio, ratio_at = b_ratio, s + int(j)
-        sum_e2 += e2
-        sum_r2 += r2
+        n_unw, n_nonfin, n_fail, ratio_at = int(n_unw), int(n_nonfin), int(n_fail), int(at)
+        first_unw = int(first) if n_unw else -1
+        last_unw = int(last) if n_unw else -1
+        first_nonfin = int(first_nf) if n_nonfin else -1
     shape = tuple(out.shape)
     worst = worst_out = worst_ref = worst_ulps = None
     if ratio_at >= 0 and n_nonfin + n_unw < n:

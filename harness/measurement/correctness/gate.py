@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Callable, ContextManager
 
 from harness.errors import UserError
-from harness.measurement.correctness.checks import (Checked, call_checks, check_call, check_output, checksum,
-                                                    exception_text, spec_parts, timed_reference)
+from harness.measurement.correctness.checks import (Checked, call_checks, check_output, checksum, exception_text,
+                                                    spec_parts, timed_reference)
 from harness.measurement.correctness.figures import chunks, fmt_idx, unravel
+from harness.measurement.correctness.poison import bits_equal
 from harness.measurement.correctness.results import CALL_TAGS, STRUCTURAL_TAGS, CheckReport, GateResult
 from harness.measurement.correctness.side_stream import side_stream_check
 from harness.workloads import Config
@@ -73,8 +74,6 @@ def _restore(checked: Checked, inputs, pristine) -> None:
     """After a call that failed a check, put the pristine content back into the shared input set
     it may have changed (the call itself is blamed by its own check), so the next kernel called
     on it reads the case's inputs. A call that passed had its inputs compared already."""
-    from harness.measurement.correctness.poison import bits_equal
-
     if checked.tag is None:
         return
     for t, p in zip(inputs, pristine):
@@ -115,14 +114,22 @@ def _judge_case(k: _Kernel, c: Config, seed: int, family: str, first: Checked, i
     first = check_output(first.visible, pristine, c, atol=atol, rtol=rtol, ref=ref, repeat=repeat)
     if first.tag:
         return report(first.tag, first.detail, first.figures), first.visible
-    second = check_call(k.fn, c, *inputs, _new_out(c, device), pristine, atol=atol, rtol=rtol,
-                        ref=ref, mismatch="stale_mismatch", nonfinite="stale_mismatch", flat=False)
+    second = call_checks(k.fn, c, *inputs, _new_out(c, device), pristine)
+    same = second.tag is None and bits_equal(second.visible, first.visible)
+    if same:
+        # Bit for bit the first call's output: the same figures against the same reference,
+        # judged above, and nothing to disagree on (issue 32: the gate's most common case,
+        # compared once instead of three times).
+        second = Checked(None, None, second.visible, first.figures, ref, 0.0)
+    elif second.tag is None:
+        second = check_output(second.visible, pristine, c, atol=atol, rtol=rtol, ref=ref,
+                              mismatch="stale_mismatch", nonfinite="stale_mismatch", flat=False)
     _restore(second, inputs, pristine)
     if second.tag:
         why = ("second call: " if second.tag in CALL_TAGS else
                "first call passed, second call (fresh buffers, after the reference ran) fails: ")
         return report(second.tag, why + second.detail, first.figures, second.figures), first.visible
-    dis = _disagreement(first.visible, second.visible, ref, atol, rtol)
+    dis = None if same else _disagreement(first.visible, second.visible, ref, atol, rtol)
     if dis:
         return report("stale_mismatch", dis, first.figures, second.figures), first.visible
     return report(fig=first.figures, fig2=second.figures), first.visible

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import math
 
-from harness.measurement.correctness.figures import COMPARE_CHUNK_ELEMS_CUDA
+from harness.measurement.correctness.figures import COMPARE_CHUNK_ELEMS_CUDA, table_bytes
 from harness.measurement.reference import reference_bytes
 from harness.workloads import Config
 
 
-def compare_bytes(n_elems: int) -> int:
-    """Peak bytes of compare()'s float64 temporaries (8 bounds its ~6 live) on an output of
-    ``n_elems``: one block, which is the whole output when that is smaller than a block
-    (a decode output of 4096 elements needs 256 KiB, not the full GPU block's 512 MiB)."""
+def compare_bytes(n_elems: int, fused: bool = False) -> int:
+    """Peak bytes of compare()'s temporaries on an output of ``n_elems``. The torch path's
+    float64 ones (8 bounds its ~6 live): one block, which is the whole output when that is
+    smaller than a block (a decode output of 4096 elements needs 256 KiB, not the full GPU
+    block's 512 MiB); the one-pass table's (``fused``: a GPU with Triton) are its rows."""
+    if fused:
+        return table_bytes(n_elems)
     return 8 * 8 * min(n_elems, COMPARE_CHUNK_ELEMS_CUDA)
 
 
@@ -23,25 +26,25 @@ def checksum_bytes(n_elems: int) -> int:
     return 3 * 8 * min(n_elems, COMPARE_CHUNK_ELEMS_CUDA)
 
 
-def judge_bytes(cfg: Config) -> int:
+def judge_bytes(cfg: Config, fused: bool = False) -> int:
     """Peak bytes of judging one output once its inputs and the output are alive: the float64
     reference while it is computed (reference_bytes, its output included), then that output
     beside compare()'s blocks, or the checksum of the largest input or of the output; these
     never coexist (the reference's scratch is freed before compare runs)."""
     qs, ks, _ = cfg.shapes()
     ref_out = 8 * math.prod(qs)
-    return max(reference_bytes(cfg), ref_out + compare_bytes(math.prod(qs)),
+    return max(reference_bytes(cfg), ref_out + compare_bytes(math.prod(qs), fused),
                ref_out + checksum_bytes(max(math.prod(qs), math.prod(ks))))
 
 
-def gate_bytes(cfg: Config, n_kernels: int = 1) -> int:
+def gate_bytes(cfg: Config, n_kernels: int = 1, fused: bool = False) -> int:
     """Peak device bytes of gate_kernels() at ``cfg`` for ``n_kernels`` gated together, for the
     VRAM model: three sets of q, k, v (first calls, pristine copies, second calls), every
     kernel's first-call output (kept until the shared reference exists), the second call's
     output and its stream snapshot, one more output, a bool mask, and judging an output
-    (``judge_bytes``). The kernel's own extra memory (KernelSpec.extra_bytes) comes on top."""
+    (``judge_bytes``; ``fused``: compare() takes the one-pass table). The kernel's own extra memory (KernelSpec.extra_bytes) comes on top."""
     qs, ks, _ = cfg.shapes()
     q = math.prod(qs) * cfg.elem_bytes
     kv = 2 * math.prod(ks) * cfg.elem_bytes
     bool_mask = math.prod(qs)  # one full-size bool temporary at a time (bit comparisons)
-    return 3 * (q + kv) + (n_kernels + 3) * q + bool_mask + judge_bytes(cfg)
+    return 3 * (q + kv) + (n_kernels + 3) * q + bool_mask + judge_bytes(cfg, fused)

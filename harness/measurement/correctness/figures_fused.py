@@ -1,0 +1,80 @@
+"""compare()'s block table in one pass on a GPU (Triton): the same thirteen figures per block
+as the torch path in figures.py, read from the output and the float64 reference once.
+
+The torch path costs some forty elementwise kernels over float64 temporaries per block: on
+the H200 13 ms per compare of a seq_len 4096 output (batch 8, 16 heads), most of it
+launches and float64 traffic, and a config's checks compare every kernel's output several
+times (issue 32: 1.75 s per config of flash-h200-v2). One pass reads 10 bytes per element.
+
+Exactness: everything a check decides on is computed with the torch path's float64
+operations in its order, each rounded on its own (launched with ``enable_fp_fusion=False``:
+the tolerance bound is never contracted into an FMA that torch's two kernels would not make), so the
+failing count, the worst element and every maximum are the same numbers; only the two sums
+behind the relative Frobenius norm add in another order (last bits).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from harness.measurement.correctness.figures import FUSED_BLOCK, FUSED_WARPS, TABLE_COLS
+from harness.measurement.correctness.poison import POISON_BITS, as_bits, dtype_name
+
+
+@triton.jit
+def _block_figures(bits_ptr, ref_ptr, table_ptr, n, atol, rtol, rel_floor, tiny,
+                   POISON: tl.constexpr, VALUE: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    start = pid.to(tl.int64) * BLOCK
+    offs = start + tl.arange(0, BLOCK)
+    live = offs < n
+    bits = tl.load(bits_ptr + offs, mask=live, other=0)
+    o = bits.to(VALUE, bitcast=True).to(tl.float64)
+    r = tl.load(ref_ptr + offs, mask=live, other=0.0)
+    finite = (o - o) == 0.0  # false for inf and NaN alike, as torch.isfinite
+    unw = (bits == POISON) & live
+    nonfin = (~finite) & (~unw) & live
+    err = tl.where(finite & live, tl.abs(o - r), 0.0)
+    bound = tl.abs(r) * rtol + atol  # two roundings: launched with fp fusion off
+    fail = ((~finite) | (err > bound)) & live
+    ratio = err / tl.maximum(bound, tiny)
+    ratio = tl.where(live, ratio, -1.0)
+    j = tl.argmax(ratio, 0, tie_break_left=True)
+    rel = err / tl.maximum(tl.abs(r), rel_floor)
+    big = n.to(tl.int64)
+    row = table_ptr + pid.to(tl.int64) * 13
+    ref_finite = tl.where(live, ((r - r) == 0.0).to(tl.int32), 1)
+    tl.store(row + 0, tl.min(ref_finite, 0).to(tl.float64))
+    tl.store(row + 1, tl.sum(unw.to(tl.int32), 0).to(tl.float64))
+    tl.store(row + 2, tl.sum(nonfin.to(tl.int32), 0).to(tl.float64))
+    tl.store(row + 3, tl.sum(fail.to(tl.int32), 0).to(tl.float64))
+    tl.store(row + 4, tl.max(err, 0))
+    tl.store(row + 5, tl.max(rel, 0))
+    tl.store(row + 6, tl.max(ratio, 0))
+    tl.store(row + 7, (start + j).to(tl.float64))
+    tl.store(row + 8, tl.min(tl.where(unw, offs, big), 0).to(tl.float64))
+    tl.store(row + 9, tl.max(tl.where(unw, offs, -1), 0).to(tl.float64))
+    tl.store(row + 10, tl.min(tl.where(nonfin, offs, big), 0).to(tl.float64))
+    tl.store(row + 11, tl.sum(err * err, 0))
+    tl.store(row + 12, tl.sum(r * r, 0))
+
+
+def block_table(o_flat, r_flat, *, atol: float, rtol: float, rel_floor: float):
+    """(rows, 13) float64 on the device, one row per FUSED_BLOCK elements, columns as
+    figures._block_rows' (absolute indices, sentinels n and -1)."""
+    import torch
+
+    n = o_flat.numel()
+    rows = -(-n // FUSED_BLOCK)
+    table = torch.empty((rows, TABLE_COLS), dtype=torch.float64, device=o_flat.device)
+    name = dtype_name(o_flat.dtype)
+    poison = POISON_BITS[name]
+    width = 8 * o_flat.element_size()
+    if poison >= 1 << (width - 1):  # the integer view is signed
+        poison -= 1 << width
+    _block_figures[(rows,)](as_bits(o_flat.contiguous()), r_flat.contiguous(), table, n, float(atol), float(rtol),
+                            float(rel_floor), torch.finfo(torch.float64).tiny, POISON=poison,
+                            VALUE=getattr(tl, name), BLOCK=FUSED_BLOCK, num_warps=FUSED_WARPS,
+                            enable_fp_fusion=False)
+    return table

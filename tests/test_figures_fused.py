@@ -1,0 +1,147 @@
+"""compare()'s one-pass table on a GPU gives the torch path's figures (issue 32: the same
+checks, cheaper): counts, maxima, the worst element and the first/last unwritten and
+non-finite elements exactly, the relative Frobenius norm to the last bits; and the torch
+path itself picks the first of equal worst elements across blocks."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from harness.measurement.correctness import figures
+from harness.measurement.correctness.figures import compare
+from harness.measurement.correctness.figures import FUSED_BLOCK
+from harness.measurement.correctness.poison import poison_
+
+
+def _case(n: int, dtype, seed: int, device):
+    g = torch.Generator().manual_seed(seed)
+    ref = torch.randn(n, generator=g, dtype=torch.float64)
+    out = (ref + 1e-3 * torch.randn(n, generator=g, dtype=torch.float64)).to(dtype)
+    return out.to(device), ref.to(device)
+
+
+def _cases(device):
+    """(name, out, ref, atol, rtol): every figure compare() reports, exercised."""
+    span = 3 * FUSED_BLOCK + 517  # several blocks and a ragged tail
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        out, ref = _case(span, dtype, 1, device)
+        yield "within tolerance", out, ref, 2e-2, 2e-2
+        yield "tight: most fail", out, ref, 1e-6, 1e-6
+        bad = out.clone()
+        bad[5] += 4.0
+        bad[FUSED_BLOCK + 9] = bad[FUSED_BLOCK + 9] + 4.0  # a second large error in another block
+        yield "two large errors", bad, ref, 2e-2, 2e-2
+        holes = out.clone()
+        poison_(holes[FUSED_BLOCK - 3: FUSED_BLOCK + 40])
+        poison_(holes[span - 2:])
+        holes[11] = float("nan")
+        holes[2 * FUSED_BLOCK + 1] = float("inf")
+        holes[2 * FUSED_BLOCK + 2] = -float("inf")
+        yield "unwritten, NaN and inf", holes, ref, 2e-2, 2e-2
+        all_bad = out.clone()
+        poison_(all_bad)
+        yield "nothing written", all_bad, ref, 2e-2, 2e-2
+        exact = ref.to(dtype)
+        yield "exactly rounded: every ratio tied", exact, exact.to(torch.float64), 0.0, 0.0
+        # The same worst ratio in two blocks: the first element is the worst one.
+        tie = torch.zeros(span, dtype=torch.float64, device=device)
+        o = tie.to(dtype)
+        o[FUSED_BLOCK + 7] = 1.0
+        o[2 * FUSED_BLOCK + 7] = 1.0
+        yield "tied worst in two blocks", o, tie, 1e-3, 0.0
+        one, one_ref = _case(1, dtype, 2, device)
+        yield "one element", one, one_ref, 2e-2, 2e-2
+
+
+def _same(a, b):
+    for field in figures.ErrorFigures.__dataclass_fields__:
+        x, y = getattr(a, field), getattr(b, field)
+        if field == "rel_frobenius":  # two sums in another order: the last bits
+            assert x == pytest.approx(y, rel=1e-12, abs=0), field
+        elif isinstance(x, float) and math.isnan(x):
+            assert isinstance(y, float) and math.isnan(y), field
+        else:
+            assert x == y, (field, x, y)
+
+
+def check_one_pass(device: str) -> int:
+    """Every case through both paths on ``device`` (the one pass runs in Triton's interpreter
+    on a CPU): the same figures, and the CPU's torch path's decisions. Returns the cases run."""
+    n = 0
+    for name, out, ref, atol, rtol in _cases(device):
+        fused = compare(out, ref, atol=atol, rtol=rtol, fused=True)
+        plain = compare(out, ref, atol=atol, rtol=rtol, fused=False)
+        _same(fused, plain)
+        cpu = compare(out.cpu(), ref.cpu(), atol=atol, rtol=rtol)
+        assert (cpu.n_failing, cpu.n_unwritten, cpu.n_nonfinite, cpu.worst_index) == \
+            (fused.n_failing, fused.n_unwritten, fused.n_nonfinite, fused.worst_index), name
+        n += 1
+    return n
+
+
+@pytest.mark.gpu
+def test_the_one_pass_table_gives_the_torch_figures():
+    assert check_one_pass("cuda") == 24
+    # The sweep's own choice on a GPU is the one pass.
+    out, ref = _case(100, torch.float16, 3, "cuda")
+    assert figures.use_fused(out.device)
+
+
+@pytest.mark.gpu
+def test_the_one_pass_table_refuses_a_reference_with_non_finite_values():
+    out, ref = _case(2 * FUSED_BLOCK, torch.float16, 4, "cuda")
+    ref[FUSED_BLOCK + 1] = float("nan")
+    for fused in (True, False):
+        with pytest.raises(ValueError, match="reference has non-finite values"):
+            compare(out, ref, atol=2e-2, rtol=2e-2, fused=fused)
+
+
+@pytest.mark.gpu
+def test_the_one_pass_table_at_a_sweep_output_size():
+    """A seq_len 4096 output of flash-h200-v2's shape (67M elements, 16k blocks)."""
+    g = torch.Generator(device="cuda").manual_seed(5)
+    ref = torch.randn(8, 16, 4096, 128, device="cuda", dtype=torch.float64, generator=g)
+    out = ref.to(torch.bfloat16)
+    out[3, 7, 4000, 100] += 0.5
+    poison_(out[7, 15, 4095])
+    _same(compare(out, ref, atol=2e-1, rtol=1e-1, fused=True), compare(out, ref, atol=2e-1, rtol=1e-1, fused=False))
+
+
+def test_the_worst_of_equal_ratios_is_the_first_across_blocks(monkeypatch):
+    """The blocks are combined on the device: equal worst ratios in two blocks name the
+    first element, counts add, first/last unwritten span the blocks."""
+    monkeypatch.setattr(figures, "COMPARE_CHUNK_ELEMS", 64)
+    ref = torch.zeros(300, dtype=torch.float64)
+    out = ref.to(torch.float16)
+    out[70] = 1.0
+    out[200] = 1.0
+    poison_(out[120:130])
+    poison_(out[290:])
+    out[250] = float("inf")
+    f = compare(out, ref, atol=1e-3, rtol=0.0)
+    assert f.worst_index == (70,) and f.worst_out == 1.0
+    assert (f.n_unwritten, f.first_unwritten, f.last_unwritten) == (20, (120,), (299,))
+    assert (f.n_nonfinite, f.first_nonfinite) == (1, (250,))
+    assert f.n_failing == 2 + 20 + 1
+    clean = compare(ref.to(torch.float16), ref, atol=1e-3, rtol=0.0)
+    assert clean.passed and clean.worst_index == (0,) and clean.first_unwritten is None
+
+
+def test_the_one_pass_table_in_the_interpreter_gives_the_torch_figures():
+    """The same kernel through Triton's interpreter on this CPU (a subprocess: the variable is
+    read when triton is imported)."""
+    pytest.importorskip("triton")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    code = "import json; from tests.test_figures_fused import check_one_pass; print(json.dumps(check_one_pass('cpu')))"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.fail(f"interpreter check failed:\n{proc.stderr[-4000:]}")
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == 24
