@@ -23,8 +23,13 @@ from harness.measurement.correctness.poison import POISON_BITS, as_bits, dtype_n
 
 
 @triton.jit
-def _block_figures(bits_ptr, ref_ptr, table_ptr, n, atol, rtol, rel_floor, tiny,
+def _block_figures(bits_ptr, ref_ptr, table_ptr, bars_ptr, n,
                    POISON: tl.constexpr, VALUE: tl.constexpr, BLOCK: tl.constexpr):
+    # The bars come as float64 from memory: a Python float argument would arrive as float32.
+    atol = tl.load(bars_ptr + 0)
+    rtol = tl.load(bars_ptr + 1)
+    rel_floor = tl.load(bars_ptr + 2)
+    tiny = tl.load(bars_ptr + 3)
     pid = tl.program_id(0)
     start = pid.to(tl.int64) * BLOCK
     offs = start + tl.arange(0, BLOCK)
@@ -73,8 +78,9 @@ def block_table(o_flat, r_flat, *, atol: float, rtol: float, rel_floor: float):
     width = 8 * o_flat.element_size()
     if poison >= 1 << (width - 1):  # the integer view is signed
         poison -= 1 << width
-    _block_figures[(rows,)](as_bits(o_flat.contiguous()), r_flat.contiguous(), table, n, float(atol), float(rtol),
-                            float(rel_floor), torch.finfo(torch.float64).tiny, POISON=poison,
+    bars = torch.tensor([float(atol), float(rtol), float(rel_floor), torch.finfo(torch.float64).tiny],
+                        dtype=torch.float64, device=o_flat.device)
+    _block_figures[(rows,)](as_bits(o_flat.contiguous()), r_flat.contiguous(), table, bars, n, POISON=poison,
                             VALUE=getattr(tl, name), BLOCK=FUSED_BLOCK, num_warps=FUSED_WARPS,
                             enable_fp_fusion=False)
     return table
