@@ -22,7 +22,7 @@ from harness.measurement.correctness.figures import FUSED_BLOCK, FUSED_WARPS, TA
 from harness.measurement.correctness.poison import POISON_BITS, as_bits, dtype_name
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n"])  # n == 1 would otherwise be a constant
 def _block_figures(bits_ptr, ref_ptr, table_ptr, bars_ptr, n,
                    POISON: tl.constexpr, VALUE: tl.constexpr, BLOCK: tl.constexpr):
     # The bars come as float64 from memory: a Python float argument would arrive as float32.
@@ -47,7 +47,6 @@ def _block_figures(bits_ptr, ref_ptr, table_ptr, bars_ptr, n,
     ratio = tl.where(live, ratio, -1.0)
     j = tl.argmax(ratio, 0, tie_break_left=True)
     rel = err / tl.maximum(tl.abs(r), rel_floor)
-    big = n.to(tl.int64)
     row = table_ptr + pid.to(tl.int64) * 13
     ref_finite = tl.where(live, ((r - r) == 0.0).to(tl.int32), 1)
     tl.store(row + 0, tl.min(ref_finite, 0).to(tl.float64))
@@ -58,9 +57,9 @@ def _block_figures(bits_ptr, ref_ptr, table_ptr, bars_ptr, n,
     tl.store(row + 5, tl.max(rel, 0))
     tl.store(row + 6, tl.max(ratio, 0))
     tl.store(row + 7, (start + j).to(tl.float64))
-    tl.store(row + 8, tl.min(tl.where(unw, offs, big), 0).to(tl.float64))
+    tl.store(row + 8, tl.min(tl.where(unw, offs, n), 0).to(tl.float64))
     tl.store(row + 9, tl.max(tl.where(unw, offs, -1), 0).to(tl.float64))
-    tl.store(row + 10, tl.min(tl.where(nonfin, offs, big), 0).to(tl.float64))
+    tl.store(row + 10, tl.min(tl.where(nonfin, offs, n), 0).to(tl.float64))
     tl.store(row + 11, tl.sum(err * err, 0))
     tl.store(row + 12, tl.sum(r * r, 0))
 
