@@ -96,6 +96,53 @@ def test_one_random_timed_call_is_chosen_reproducibly_and_its_output_kept():
     assert len(chosen) >= 4  # not always the same call
 
 
+def test_the_spot_call_is_drawn_before_it_runs_and_the_watch_is_told_which_it_is():
+    """The reservoir draw moved ahead of the call (so the watch snapshots the host only before
+    the calls that may be checked) chooses what drawing after each call chose: random.Random
+    (seed), one draw per measured call in order; the watch hears spot=True exactly before the
+    calls that replaced the choice, the last of them the recorded one."""
+    import random
+
+    import torch
+
+    seen: list[tuple[str, bool]] = []
+    calls = {"a": 0, "b": 0}
+    flagged: dict[str, list[int]] = {"a": [], "b": []}
+
+    def arm(name):
+        def run(slot):
+            calls[name] += 1
+        return run
+
+    def watch(name, spot):
+        seen.append((name, spot))
+        if spot:
+            flagged[name].append(calls[name])  # this arm's calls so far: the next one is flagged
+
+    out = torch.zeros(1)
+    for seed in range(6):
+        seen.clear()
+        calls.update(a=0, b=0)
+        flagged.update(a=[], b=[])
+        m = measure({"a": arm("a"), "b": arm("b")}, n_slots=1, policy=policy(), device="cpu",
+                    timer=ScriptedTimer({"a": 1.0, "b": 1.0}), watch=watch, spot_seed=seed,
+                    spot={"a": lambda s: out.add_(1), "b": lambda s: out.add_(1)})
+        # Replay the reservoir as drawn after each measured call, in the rounds' order.
+        rng, k, expect = random.Random(seed), {"a": 0, "b": 0}, {}
+        for r in m.rounds:
+            for name in r.order:
+                k[name] += 1
+                if rng.random() * k[name] < 1.0:
+                    expect[name] = k[name] - 1
+        assert {n: c["call"] for n, c in m.spot_calls.items()} == expect, seed
+        first_measured = {n: calls[n] - len(m.rounds) for n in calls}  # prime and warm-up calls first
+        for name in ("a", "b"):
+            picks = [c - first_measured[name] for c in flagged[name]]
+            assert picks and picks[-1] == expect[name], (seed, name, picks)
+            assert len(picks) < len(m.rounds)  # not every call: only the draws that replaced the choice
+        assert any(spot for _, spot in seen) and not all(spot for _, spot in seen)
+
+
 def test_a_kernel_wrong_on_alternate_calls_is_caught_when_the_random_call_is_a_wrong_one():
     caught = 0
     for seed in range(12):

@@ -142,7 +142,7 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
             spot: Mapping[str, Callable[[int], None]] | None = None, spot_seed: int = 0,
             refresh: Callable[[int, int, str], None] | None = None,
             keep_refreshed: Mapping[str, Callable[[int, str], None]] | None = None,
-            refresh_seed: int = 0, watch: Callable[[str], None] | None = None) -> Measurement:
+            refresh_seed: int = 0, watch: Callable[[str, bool], None] | None = None) -> Measurement:
     """Time ``arms`` (name -> fn(slot)) interleaved under ``policy`` on ``device`` (module docstring).
 
     ``prepare[name](slot)``, when given, runs before each of that arm's calls outside the
@@ -163,9 +163,10 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
     its output matches the new content. The Measurement records every refresh, per arm the
     content version each slot's output was last computed from, and the memory judgement.
 
-    ``watch(name)``, when given, runs first before each of arm ``name``'s calls, ahead of its
-    lead calls: whatever the process looks like then (global state, host threads) is what the
-    previous arm's calls left, leads included, so the caller can blame the right arm.
+    ``watch(name, spot)``, when given, runs first before each of arm ``name``'s calls, ahead of
+    its lead calls: whatever the process looks like then (global state, host threads) is what
+    the previous arm's calls left, leads included, so the caller can blame the right arm.
+    ``spot`` is true before the call ``spot[name]`` will run after (drawn before the call).
     """
     names = tuple(arms)
     if not names:

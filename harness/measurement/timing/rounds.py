@@ -34,7 +34,7 @@ class RoundRunner:
                  spot: Mapping[str, Callable[[int], None]] | None, spot_seed: int,
                  refresh: Callable[[int, int, str], None] | None = None,
                  keep_refreshed: Mapping[str, Callable[[int, str], None]] | None = None, refresh_seed: int = 0,
-                 watch: Callable[[str], None] | None = None):
+                 watch: Callable[[str, bool], None] | None = None):
         self.arms, self.names, self.n_slots, self.policy = arms, tuple(arms), n_slots, policy
         self.mode, self.timer, self.prepare, self.spot, self.spot_seed = mode, timer, prepare, spot, spot_seed
         self.watch = watch  # first in every call's before step, ahead of the leads (measure's doc)
@@ -49,6 +49,7 @@ class RoundRunner:
         self.chains: dict[str, dict[int, Any]] = {}
         self._spot_rng = random.Random(spot_seed)
         self._spot_seen: dict[str, int] = {}
+        self._spot_due: dict[str, int | None] = {}  # arm -> the index of its call about to run, if chosen
         self.spot_calls: dict[str, dict[str, int]] = {}
         self.kept: list[int] = []  # measured rounds kept so far (measure sets it after each round)
         # Content refresh (timing/refresh.py): only with a refresh hook; without one nothing
@@ -172,7 +173,7 @@ class RoundRunner:
 
         def run() -> None:
             if self.watch is not None:
-                self.watch(name)
+                self.watch(name, self._spot_due.get(name) is not None)
             # lead_calls: untimed and back to back, so the GPU is as busy (as hot, as
             # power-limited) as in a loop of calls; the timed call is still isolated by
             # the hold and its own synchronize. On earlier slots (already timed, not
@@ -203,12 +204,16 @@ class RoundRunner:
         fn = self.arms[name]
         return (lambda: fn(slot)), self._before(name, slot)
 
-    def _spot_check(self, name: str, slot: int) -> None:
-        # Reservoir sampling: the k-th measured call replaces the choice with chance 1/k.
+    def _spot_draw(self, name: str) -> int | None:
+        # Reservoir sampling: the k-th measured call replaces the choice with chance 1/k. Drawn
+        # before the call (the same draws, in the same order, as after it would be), so the
+        # caller's watch knows which call's leftovers it will be asked about; None: not this one.
         k = self._spot_seen[name] = self._spot_seen.get(name, 0) + 1
-        if self._spot_rng.random() * k < 1.0:
-            self.spot[name](slot)
-            self.spot_calls[name] = {"call": k - 1, "slot": slot, "version": self.version[slot]}
+        return k - 1 if self._spot_rng.random() * k < 1.0 else None
+
+    def _spot_check(self, name: str, call: int, slot: int) -> None:
+        self.spot[name](slot)
+        self.spot_calls[name] = {"call": call, "slot": slot, "version": self.version[slot]}
 
     def _keep_check(self, name: str, slot: int, index: int, how: str) -> None:
         # Per arm and kind of refresh, one refreshed call's output is kept for the caller's
@@ -231,6 +236,8 @@ class RoundRunner:
             self._round_refreshed = set()
         t0 = self.timer.now_s()
         for name in order:
+            if host is not None and self.spot and name in self.spot:
+                self._spot_due[name] = self._spot_draw(name)
             slot = self.next_slot()
             call, pre = self.call(name, slot)
             # A re-run (host gap) takes later slots: the slot of the call kept is the last taken.
@@ -257,6 +264,7 @@ class RoundRunner:
                     # The kept call ran on the refreshed content only if it was not re-run.
                     if done is not None and len(taken) == 1 and self.keep_refreshed and name in self.keep_refreshed:
                         self._keep_check(name, slot, index, done)
-                if self.spot and name in self.spot:
-                    self._spot_check(name, taken[-1])
+                chosen = self._spot_due.pop(name, None)
+                if chosen is not None:
+                    self._spot_check(name, chosen, taken[-1])
         return RawRound(t0, self.timer.now_s(), order, out)
