@@ -33,6 +33,7 @@ summaries.
     side_stream.py   side_stream_check(): work on a stream that does not wait for the caller's
     checks.py        the check sequence one call goes through (poison → call → compare → judge)
     figures.py       compare(), ErrorFigures, ulp(): one output against the reference; default tolerances
+    figures_fused.py compare()'s block table in one Triton pass on a GPU (the same figures; imports triton)
     poison.py        the poison NaN, unwritten elements, bit-exact comparisons
     results.py       CheckReport, GateResult and the failure tags
     vram.py          gate_bytes(), compare_bytes(): the checks' device bytes, for the VRAM model
