@@ -235,7 +235,9 @@ def compare(out, ref, *, atol: float, rtol: float, dtype=None, fused: bool | Non
         if fused:
             from harness.measurement.correctness import figures_fused
 
-            table = figures_fused.block_table(o_flat, r_flat.to(f64), atol=atol, rtol=rtol, rel_floor=rel_floor)
+            table = torch.empty((-(-n // FUSED_BLOCK), TABLE_COLS), dtype=f64, device=o_flat.device)
+            figures_fused.block_table(o_flat, r_flat.to(f64), table, atol=atol, rtol=rtol, rel_floor=rel_floor,
+                                      block=FUSED_BLOCK, warps=FUSED_WARPS)
         else:
             table = _block_rows(o_flat, r_flat, atol=atol, rtol=rtol, rel_floor=rel_floor)
         (ref_ok, n_unw, n_nonfin, n_fail, max_abs, max_rel, max_ratio, at, first, last, first_nf, sum_e2,

@@ -18,8 +18,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from harness.measurement.correctness.figures import FUSED_BLOCK, FUSED_WARPS, TABLE_COLS
 from harness.measurement.correctness.poison import POISON_BITS, as_bits, dtype_name
+
+# The figures one program writes per block (the columns of figures.TABLE_COLS' table).
+_COLS = 13
 
 
 @triton.jit(do_not_specialize=["n"])  # n == 1 would otherwise be a constant
@@ -47,7 +49,7 @@ def _block_figures(bits_ptr, ref_ptr, table_ptr, bars_ptr, n,
     ratio = tl.where(live, ratio, -1.0)
     j = tl.argmax(ratio, 0, tie_break_left=True)
     rel = err / tl.maximum(tl.abs(r), rel_floor)
-    row = table_ptr + pid.to(tl.int64) * 13
+    row = table_ptr + pid.to(tl.int64) * 13  # _COLS
     ref_finite = tl.where(live, ((r - r) == 0.0).to(tl.int32), 1)
     tl.store(row + 0, tl.min(ref_finite, 0).to(tl.float64))
     tl.store(row + 1, tl.sum(unw.to(tl.int32), 0).to(tl.float64))
@@ -64,14 +66,15 @@ def _block_figures(bits_ptr, ref_ptr, table_ptr, bars_ptr, n,
     tl.store(row + 12, tl.sum(r * r, 0))
 
 
-def block_table(o_flat, r_flat, *, atol: float, rtol: float, rel_floor: float):
-    """(rows, 13) float64 on the device, one row per FUSED_BLOCK elements, columns as
-    figures._block_rows' (absolute indices, sentinels n and -1)."""
+def block_table(o_flat, r_flat, table, *, atol: float, rtol: float, rel_floor: float, block: int, warps: int):
+    """Fill ``table`` ((rows, 13) float64 on the device, rows = ceil(n / block)), one row per
+    ``block`` elements, columns as figures._block_rows' (absolute indices, sentinels n and -1)."""
     import torch
 
     n = o_flat.numel()
-    rows = -(-n // FUSED_BLOCK)
-    table = torch.empty((rows, TABLE_COLS), dtype=torch.float64, device=o_flat.device)
+    rows = -(-n // block)
+    if tuple(table.shape) != (rows, _COLS) or table.dtype != torch.float64:
+        raise ValueError(f"the block table must be ({rows}, {_COLS}) float64, got {tuple(table.shape)} {table.dtype}")
     name = dtype_name(o_flat.dtype)
     poison = POISON_BITS[name]
     width = 8 * o_flat.element_size()
@@ -80,6 +83,5 @@ def block_table(o_flat, r_flat, *, atol: float, rtol: float, rel_floor: float):
     bars = torch.tensor([float(atol), float(rtol), float(rel_floor), torch.finfo(torch.float64).tiny],
                         dtype=torch.float64, device=o_flat.device)
     _block_figures[(rows,)](as_bits(o_flat.contiguous()), r_flat.contiguous(), table, bars, n, POISON=poison,
-                            VALUE=getattr(tl, name), BLOCK=FUSED_BLOCK, num_warps=FUSED_WARPS,
-                            enable_fp_fusion=False)
+                            VALUE=getattr(tl, name), BLOCK=block, num_warps=warps, enable_fp_fusion=False)
     return table
