@@ -20,6 +20,9 @@ from harness.measurement.correctness.figures import FUSED_BLOCK
 from harness.measurement.correctness.poison import poison_
 
 
+CASES = 3 * 9 + 3  # per dtype, then the float64 ones
+
+
 def _case(n: int, dtype, seed: int, device):
     g = torch.Generator().manual_seed(seed)
     ref = torch.randn(n, generator=g, dtype=torch.float64)
@@ -58,15 +61,32 @@ def _cases(device):
         yield "tied worst in two blocks", o, tie, 1e-3, 0.0
         one, one_ref = _case(1, dtype, 2, device)
         yield "one element", one, one_ref, 2e-2, 2e-2
+        grid, grid_ref = _case(64 * 130, dtype, 6, device)
+        yield "non-contiguous views", grid.view(64, 130).t(), grid_ref.view(64, 130).t(), 2e-2, 2e-2
+    # float64 outputs (register's feasibility check compares the rounded reference): an
+    # infinite ratio (atol 0 at a zero reference) and NaN ratios (err and bound both inf),
+    # which torch's max and argmax put above everything, the first one named.
+    out, ref = _case(span, torch.float64, 7, device)
+    yield "float64 output", out, ref, 1e-6, 1e-6
+    zero = torch.zeros(span, dtype=torch.float64, device=device)
+    spike = zero.clone()
+    spike[FUSED_BLOCK + 3] = 1e300
+    yield "an infinite ratio", spike, zero, 0.0, 0.0
+    huge_ref = torch.zeros(span, dtype=torch.float64, device=device)
+    huge_ref[[9, FUSED_BLOCK + 2, 2 * FUSED_BLOCK + 4]] = 1e308
+    huge = huge_ref.clone()
+    huge[[FUSED_BLOCK + 2, 2 * FUSED_BLOCK + 4]] = -1e308
+    huge[9] = 0.5e308
+    yield "NaN ratios", huge, huge_ref, 1e-3, 10.0
 
 
 def _same(a, b):
     for field in figures.ErrorFigures.__dataclass_fields__:
         x, y = getattr(a, field), getattr(b, field)
-        if field == "rel_frobenius":  # two sums in another order: the last bits
-            assert x == pytest.approx(y, rel=1e-12, abs=0), field
-        elif isinstance(x, float) and math.isnan(x):
+        if isinstance(x, float) and math.isnan(x):
             assert isinstance(y, float) and math.isnan(y), field
+        elif field == "rel_frobenius":  # two sums in another order: the last bits
+            assert x == pytest.approx(y, rel=1e-12, abs=0), field
         else:
             assert x == y, (field, x, y)
 
@@ -88,7 +108,7 @@ def check_one_pass(device: str) -> int:
 
 @pytest.mark.gpu
 def test_the_one_pass_table_gives_the_torch_figures():
-    assert check_one_pass("cuda") == 24
+    assert check_one_pass("cuda") == CASES
     # The sweep's own choice on a GPU is the one pass.
     out, ref = _case(100, torch.float16, 3, "cuda")
     assert figures.use_fused(out.device)
@@ -144,4 +164,30 @@ def test_the_one_pass_table_in_the_interpreter_gives_the_torch_figures():
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         pytest.fail(f"interpreter check failed:\n{proc.stderr[-4000:]}")
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == 24
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == CASES
+
+
+def test_the_one_pass_kernel_compiles_for_the_h200_without_fused_multiply_adds():
+    """Compiled (not interpreted) for sm_90 by this machine's Triton and ptxas, for every output
+    dtype: the float64 bound |ref|·rtol + atol is two rounded operations (no fma.rn.f64 in
+    the PTX, as torch's separate kernels compute it) and the ratios are IEEE divisions."""
+    triton = pytest.importorskip("triton")
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+    except ImportError as exc:
+        pytest.skip(f"this Triton has no offline compile API: {exc}")
+    import triton.language as tl
+
+    from harness.measurement.correctness import figures_fused
+    from harness.measurement.correctness.figures import FUSED_BLOCK, FUSED_WARPS
+    from harness.measurement.correctness.poison import POISON_BITS
+
+    for name, bits in (("float16", "*i16"), ("bfloat16", "*i16"), ("float32", "*i32"), ("float64", "*i64")):
+        src = ASTSource(fn=figures_fused._block_figures,
+                        signature={"bits_ptr": bits, "ref_ptr": "*fp64", "table_ptr": "*fp64", "bars_ptr": "*fp64",
+                                   "n": "i64", "POISON": "constexpr", "VALUE": "constexpr", "BLOCK": "constexpr"},
+                        constexprs={"POISON": POISON_BITS[name], "VALUE": getattr(tl, name), "BLOCK": FUSED_BLOCK})
+        ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                             options={"num_warps": FUSED_WARPS, "enable_fp_fusion": False}).asm["ptx"]
+        assert "fma.rn.f64" not in ptx and "div.rn.f64" in ptx and "mul.rn.f64" in ptx, name

@@ -4,6 +4,7 @@ relative and ULP terms, with the worst element named; and the default tolerances
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 
@@ -135,13 +136,16 @@ class ErrorFigures:
 
 def use_fused(device) -> bool:
     """Whether compare() takes the one-pass table on ``device`` (a GPU with Triton)."""
-    if getattr(device, "type", device) != "cuda":
-        return False
+    return getattr(device, "type", device) == "cuda" and _fused_importable()
+
+
+@functools.lru_cache(maxsize=1)
+def _fused_importable() -> bool:
     import importlib
 
     try:
         importlib.import_module("harness.measurement.correctness.figures_fused")  # imports triton
-    except ImportError:
+    except ImportError:  # no Triton: the torch path (any other error keeps its traceback)
         return False
     return True
 
@@ -198,8 +202,9 @@ def _combined(table) -> list[float]:
     import torch
 
     ratio = table[:, 6]
-    top = ratio.max()
-    at = torch.where(ratio == top, table[:, 7], torch.full_like(ratio, math.inf)).min()
+    top = ratio.max()  # NaN if any block's is (torch.argmax's order: NaN above everything)
+    hit = (ratio == top) | (ratio.isnan() & top.isnan())
+    at = torch.where(hit, table[:, 7], torch.full_like(ratio, math.inf)).min()
     return torch.stack([table[:, 0].min(), table[:, 1].sum(), table[:, 2].sum(), table[:, 3].sum(),
                         table[:, 4].max(), table[:, 5].max(), top, at, table[:, 8].min(), table[:, 9].max(),
                         table[:, 10].min(), table[:, 11].sum(), table[:, 12].sum()]).tolist()
@@ -252,7 +257,7 @@ def compare(out, ref, *, atol: float, rtol: float, dtype=None, fused: bool | Non
     worst = worst_out = worst_ref = worst_ulps = None
     if ratio_at >= 0 and n_nonfin + n_unw < n:
         if not bool(torch.isfinite(o_flat[ratio_at])):  # all-zero ratios landed on a bad element
-            ratio_at = int(torch.nonzero(torch.isfinite(o_flat.to(f64)))[0, 0])
+            ratio_at = int(torch.isfinite(o_flat).to(torch.uint8).argmax())  # the first finite one
         worst = unravel(ratio_at, shape)
         worst_out, worst_ref = float(o_flat[ratio_at]), float(r_flat[ratio_at])
         worst_ulps = abs(worst_out - worst_ref) / ulp(worst_ref, dname)

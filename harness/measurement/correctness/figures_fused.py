@@ -45,9 +45,17 @@ def _block_figures(bits_ptr, ref_ptr, table_ptr, bars_ptr, n,
     err = tl.where(finite & live, tl.abs(o - r), 0.0)
     bound = tl.abs(r) * rtol + atol  # two roundings: launched with fp fusion off
     fail = ((~finite) | (err > bound)) & live
-    ratio = err / tl.maximum(bound, tiny)
+    ratio = err / tl.maximum(bound, tiny)  # NaN where err and bound are both inf
     ratio = tl.where(live, ratio, -1.0)
-    j = tl.argmax(ratio, 0, tie_break_left=True)
+    # torch's max and argmax put NaN above everything (the first NaN); tl.max drops it.
+    nan_ratio = ratio != ratio
+    first_nan = tl.min(tl.where(nan_ratio, offs, n), 0)
+    ratio = tl.where(nan_ratio, -1.0, ratio)
+    j = start + tl.argmax(ratio, 0, tie_break_left=True)
+    top = tl.max(ratio, 0)
+    has_nan = first_nan < n
+    j = tl.where(has_nan, first_nan, j)
+    top = tl.where(has_nan, float("nan"), top)
     rel = err / tl.maximum(tl.abs(r), rel_floor)
     row = table_ptr + pid.to(tl.int64) * 13  # _COLS
     ref_finite = tl.where(live, ((r - r) == 0.0).to(tl.int32), 1)
@@ -57,8 +65,8 @@ def _block_figures(bits_ptr, ref_ptr, table_ptr, bars_ptr, n,
     tl.store(row + 3, tl.sum(fail.to(tl.int32), 0).to(tl.float64))
     tl.store(row + 4, tl.max(err, 0))
     tl.store(row + 5, tl.max(rel, 0))
-    tl.store(row + 6, tl.max(ratio, 0))
-    tl.store(row + 7, (start + j).to(tl.float64))
+    tl.store(row + 6, top)
+    tl.store(row + 7, j.to(tl.float64))
     tl.store(row + 8, tl.min(tl.where(unw, offs, n), 0).to(tl.float64))
     tl.store(row + 9, tl.max(tl.where(unw, offs, -1), 0).to(tl.float64))
     tl.store(row + 10, tl.min(tl.where(nonfin, offs, n), 0).to(tl.float64))
