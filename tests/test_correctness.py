@@ -337,6 +337,51 @@ def test_kernels_gated_together_are_judged_as_if_alone_and_share_each_reference(
         gate_kernels([spec(torch_stack), spec(torch_stack)], cfg, seeds=SEEDS, atol=atol, rtol=rtol)
 
 
+def test_a_second_call_bit_for_bit_the_first_is_judged_by_its_figures_and_any_other_is_compared(monkeypatch):
+    """The gate's second call (fresh buffers, after the reference) of a deterministic kernel
+    returns the first call's bits: its figures are the first's (no second compare, nothing to
+    disagree on). A kernel whose second output differs in any bit, even within tolerance, is
+    compared again and checked for disagreement; one beyond tolerance is still caught."""
+    cfg = Config("attention", 1, 2, 2, 64, 16, "float32", False)
+    atol, rtol = DEFAULT_TOLERANCES[cfg.dtype]
+    compared = []
+    real = gate_module.check_output
+
+    def counted(out, *a, **kw):
+        compared.append(kw.get("mismatch", "mismatch"))
+        return real(out, *a, **kw)
+
+    monkeypatch.setattr(gate_module, "check_output", counted)
+    res = gate(spec(torch_stack), cfg, seeds=SEEDS, families=("normal",), atol=atol, rtol=rtol)
+    assert res.passed
+    judged = [r for r in res.reports if r.phase != "side_stream_check"]
+    assert judged and all(r.after_figures is r.figures for r in judged)
+    assert compared == ["mismatch"] * len(judged)  # the first calls only
+
+    calls = {"n": 0}
+
+    def nudged(q, k, v, out, *, causal, scale, by=1):
+        # Correct, but every second call moves one element by `by` ULPs (within or beyond tolerance).
+        torch_stack(q, k, v, out, causal=causal, scale=scale)
+        calls["n"] += 1
+        if calls["n"] % 2 == 0:
+            flat = out.view(-1)
+            flat[3] = flat[3] + by * ulp(float(flat[3]), "float32")
+
+    compared.clear()
+    res = gate(spec(nudged), cfg, seeds=SEEDS, families=("normal",), atol=atol, rtol=rtol)
+    judged = [r for r in res.reports if r.phase != "side_stream_check"]
+    assert res.passed and all(r.after_figures is not r.figures for r in judged)
+    assert compared.count("stale_mismatch") == len(judged)  # every second call compared again
+
+    def far(q, k, v, out, *, causal, scale):
+        nudged(q, k, v, out, causal=causal, scale=scale, by=2**20)
+
+    calls["n"] = 0
+    res = gate(spec(far, name="far"), cfg, seeds=SEEDS, families=("normal",), atol=atol, rtol=rtol)
+    assert not res.passed and res.tag == "stale_mismatch" and "second call" in res.reason
+
+
 def test_boundary_cases_are_judged_once_per_sweep_and_reused_marked_at_the_next_config():
     """Configs that differ only in seq_len share their boundary configs (issue 32): with a
     memo, the second config's gate runs only its own seq_len, takes the boundary reports
