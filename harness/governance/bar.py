@@ -50,7 +50,7 @@ UNCOMPARED_KEY = "vs_uncompared"
 # The language's public entry points, defined in bar_syntax.py and tokens.py.
 __all__ = ["Aggregate", "Bar", "BarError", "BarOutcome", "ClauseOutcome", "Comparison", "combine", "compare",
            "evaluate", "evaluate_aggregate", "field_tests", "margin", "matches_nothing", "matching", "parse",
-           "parse_aggregate", "reduce", "row_value", "uncompared_note", "uncompared_rows", "PEERS_KEY", "UNCOMPARED_KEY"]
+           "parse_aggregate", "reduce", "row_value", "uncompared_note", "uncompared_reason", "uncompared_rows", "PEERS_KEY", "UNCOMPARED_KEY"]
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -224,6 +224,12 @@ def _aggregate(agg: Aggregate, rows: list[dict]) -> tuple[float | None, int]:
     return float(_REDUCERS[agg.func](values)), len(values)
 
 
+def uncompared_reason(row: dict, peer: str) -> str:
+    """Why bar row ``row`` has no speedup over ``peer`` (peers.py's reason; the peer has no
+    outcome at all at its config where none is kept)."""
+    return (row.get(UNCOMPARED_KEY) or {}).get(peer, (None, f"{peer} has no outcome there"))[1]
+
+
 def uncompared_note(agg: Aggregate, rows: list[dict]) -> str | None:
     """Why a peer aggregate has no value though it has correct rows: at which of them the peer
     has no correct result of the same measurement, and why (None where it compared them all,
@@ -231,8 +237,7 @@ def uncompared_note(agg: Aggregate, rows: list[dict]) -> str | None:
     alone = uncompared_rows(agg, rows)
     if not alone:
         return None
-    reasons = list(dict.fromkeys((r.get(UNCOMPARED_KEY) or {}).get(agg.peer, (None, f"{agg.peer} has no outcome there"))[1]
-                                 for r in alone))
+    reasons = list(dict.fromkeys(uncompared_reason(r, agg.peer) for r in alone))
     shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
     return (f"{len(alone)} of its correct rows could not be compared with {agg.peer} ({shown}): the comparison the "
             f"bar registered was not made there, so the clause is unknown — no GO; a line that should decide "

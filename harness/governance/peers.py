@@ -15,7 +15,7 @@ from __future__ import annotations
 
 # Why a correct row has no speedup over a peer (``Uncompared.kind``).
 PEER_FAILED = "peer_failed"  # P's outcome there is not a correct result (incorrect, crashed, impossible)
-PEER_UNMEASURED = "peer_unmeasured"  # P has no result the bar counts there (skipped, throttled, rig-noisy, none)
+PEER_UNMEASURED = "peer_unmeasured"  # P has no result the bar counts there (skipped, throttled, rig-noisy)
 OTHER_RUN = "other_run"  # P's correct result there comes from another measurement
 NO_SAMPLES = "no_samples"  # the row keeps no samples of P (or of its own arm)
 
@@ -49,13 +49,12 @@ def same_measurement(row, peer_row) -> bool:
     return bool(mine) and mine == _samples(peer_row, peer_row.candidate)
 
 
-def uncompared(row, peer_row, peer: str, correct: bool) -> tuple[str, str]:
-    """(kind, reason) a correct ``row`` has no speedup over ``peer``, whose outcome at the
-    config is ``peer_row`` (None: it has none) and counts as a correct result or not."""
+def _why_not(row, peer_row, correct: bool) -> tuple[str, str]:
+    """(kind, reason) a correct ``row`` has no speedup over the candidate of ``peer_row`` (its
+    outcome at the same config), which counts as a correct result or not."""
     from harness.governance.outcomes import FAILING_KINDS, RESULT, state_of
 
-    if peer_row is None:
-        return PEER_UNMEASURED, f"{peer} has no outcome at {row.config_key}"
+    peer = peer_row.candidate
     if not correct:
         failed = peer_row.kind in FAILING_KINDS or (peer_row.kind == RESULT and peer_row.impossible)
         return ((PEER_FAILED if failed else PEER_UNMEASURED),
@@ -89,6 +88,6 @@ def peer_speedups(outcomes: dict, correct: set) -> tuple[dict, dict]:
                 if v is not None:
                     vs[p.candidate] = v
                 else:
-                    no[p.candidate] = uncompared(r, p, p.candidate, ok)
+                    no[p.candidate] = _why_not(r, p, ok)
             values[key], why[key] = vs, no
     return values, why

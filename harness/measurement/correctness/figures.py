@@ -185,13 +185,12 @@ def _block_rows(o_flat, r_flat, *, atol: float, rtol: float, rel_floor: float):
         ratio = err / bound.clamp_min(torch.finfo(f64).tiny)
         j = torch.argmax(ratio)
         last = e - s - 1
-        none_first = torch.tensor(n - s, device=o.device)  # + s below: the sentinel n
         blocks.append(torch.stack([
             torch.isfinite(r).all(), unw.sum(), nonfin.sum(), fail.sum(), err.max(),
             (err / r.abs().clamp_min(rel_floor)).max(), ratio[j], j + s,
-            torch.where(unw.any(), unw.to(torch.uint8).argmax(), none_first) + s,
+            torch.where(unw.any(), unw.to(torch.uint8).argmax() + s, n),
             torch.where(unw.any(), last - unw.flip(0).to(torch.uint8).argmax() + s, -1),
-            torch.where(nonfin.any(), nonfin.to(torch.uint8).argmax(), none_first) + s,
+            torch.where(nonfin.any(), nonfin.to(torch.uint8).argmax() + s, n),
             (err * err).sum(), (r * r).sum()]).to(f64))
     return torch.stack(blocks)
 

@@ -8,9 +8,9 @@ times (issue 32: 1.75 s per config of flash-h200-v2). One pass reads 10 bytes pe
 
 Exactness: everything a check decides on is computed with the torch path's float64
 operations in its order, each rounded on its own (launched with ``enable_fp_fusion=False``:
-the tolerance bound is never contracted into an FMA that torch's two kernels would not make), so the
-failing count, the worst element and every maximum are the same numbers; only the two sums
-behind the relative Frobenius norm add in another order (last bits).
+the tolerance bound is never contracted into an FMA that torch's two kernels would not
+make), so the failing count, the worst element and every maximum are the same numbers; only
+the two sums behind the relative Frobenius norm add in another order (last bits).
 """
 
 from __future__ import annotations
@@ -75,14 +75,14 @@ def _block_figures(bits_ptr, ref_ptr, table_ptr, bars_ptr, n,
 
 
 def block_table(o_flat, r_flat, table, *, atol: float, rtol: float, rel_floor: float, block: int, warps: int):
-    """Fill ``table`` ((rows, 13) float64 on the device, rows = ceil(n / block)), one row per
-    ``block`` elements, columns as figures._block_rows' (absolute indices, sentinels n and -1)."""
+    """Fill ``table`` (float64 on the device, one row of 13 per ``block`` elements: its rows
+    make the grid), columns as figures._block_rows' (absolute indices, sentinels n and -1)."""
     import torch
 
     n = o_flat.numel()
-    rows = -(-n // block)
-    if tuple(table.shape) != (rows, _COLS) or table.dtype != torch.float64:
-        raise ValueError(f"the block table must be ({rows}, {_COLS}) float64, got {tuple(table.shape)} {table.dtype}")
+    if table.shape[1:] != (_COLS,) or table.dtype != torch.float64 or table.shape[0] * block < n:
+        raise ValueError(f"the block table must be float64 with {_COLS} columns and a row per {block} of {n} "
+                         f"elements, got {tuple(table.shape)} {table.dtype}")
     name = dtype_name(o_flat.dtype)
     poison = POISON_BITS[name]
     width = 8 * o_flat.element_size()
@@ -90,6 +90,7 @@ def block_table(o_flat, r_flat, table, *, atol: float, rtol: float, rel_floor: f
         poison -= 1 << width
     bars = torch.tensor([float(atol), float(rtol), float(rel_floor), torch.finfo(torch.float64).tiny],
                         dtype=torch.float64, device=o_flat.device)
-    _block_figures[(rows,)](as_bits(o_flat.contiguous()), r_flat.contiguous(), table, bars, n, POISON=poison,
-                            VALUE=getattr(tl, name), BLOCK=block, num_warps=warps, enable_fp_fusion=False)
+    _block_figures[(table.shape[0],)](as_bits(o_flat.contiguous()), r_flat.contiguous(), table, bars, n,
+                                      POISON=poison, VALUE=getattr(tl, name), BLOCK=block, num_warps=warps,
+                                      enable_fp_fusion=False)
     return table

@@ -42,7 +42,8 @@ def gate_bytes(cfg: Config, n_kernels: int = 1, fused: bool = False) -> int:
     VRAM model: three sets of q, k, v (first calls, pristine copies, second calls), every
     kernel's first-call output (kept until the shared reference exists), the second call's
     output and its stream snapshot, one more output, a bool mask, and judging an output
-    (``judge_bytes``; ``fused``: compare() takes the one-pass table). The kernel's own extra memory (KernelSpec.extra_bytes) comes on top."""
+    (``judge_bytes``; ``fused``: compare() takes the one-pass table). The kernel's own extra
+    memory (KernelSpec.extra_bytes) comes on top."""
     qs, ks, _ = cfg.shapes()
     q = math.prod(qs) * cfg.elem_bytes
     kv = 2 * math.prod(ks) * cfg.elem_bytes

@@ -371,4 +371,3 @@ def report_data(view: LineView, history=None) -> dict:
         "integration": _integration(view),
         "control_tolerance": control_tol,
     }
-

@@ -361,9 +361,8 @@ def peer_tables(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[dict]
             r = outcomes[key]
             value = (row.get(barlang.PEERS_KEY) or {}).get(peer)
             if value is None:
-                why = (row.get(barlang.UNCOMPARED_KEY) or {}).get(peer, (None, f"{peer} has no outcome there"))[1]
                 lines.append({"key": r.config_key, "candidate": r.candidate, "value": "—", "ci": "—",
-                              "medians": "—", "note": why})
+                              "medians": "—", "note": barlang.uncompared_reason(row, peer)})
                 continue
             ci = bootstrap_ci([r], "speedup", "min", peer)  # over one row: that row's CI
             lines.append({"key": r.config_key, "candidate": r.candidate, "value": f"{value:.4g}",

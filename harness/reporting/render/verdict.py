@@ -63,7 +63,7 @@ def render_verdict(v) -> None:
                 f"(min_coverage {cov['min_coverage']:g})")
     c.print(f"  {v.primary} = {fmt(v.primary_value, '.4g')}, predicted {v.prediction:g}"
             + ("" if v.primary_value is None else f" (outcome − prediction = {v.primary_value - v.prediction:+.4g})"))
-    if getattr(v.row, "primary_note", None):
+    if v.row.primary_note:
         c.print(f"        {v.row.primary_note}", markup=False)
     color = "green" if v.outcome == "GO" else "red"
     if v.dry_run:
