@@ -26,6 +26,11 @@ The sweep and the second bare run thus both find the main shapes' kernels compil
 autotune in their own process; what the sweep compiles beyond them (its boundary shapes)
 is its own cost.
 
+With ``--warm`` the sweep runs after ``bench warm`` in the scratch repository, as a user runs an
+overnight grid (the boundary shapes' Triton compiles, which no bare timer makes, then load from
+the on-disk cache instead of compiling inside the sweep): ``bench warm``'s wall time is reported
+beside the bare timer's first run, and a second ratio counts it in the sweep's time.
+
 With ``--verdict`` it also evaluates the bar on the scratch ledger (``bench verdict
 --no-commit``: nothing written) and compares the verdict and every speedup with this
 repository's ledger of the line (issue 32: a faster harness moves no verdict).
@@ -192,7 +197,8 @@ def profile_text(path: Path, top: int = 60) -> str:
     return "\n".join(parts)
 
 
-def measure(line: str, device: str, verdict: bool = False, out: Path | None = None, profile: bool = False) -> dict:
+def measure(line: str, device: str, verdict: bool = False, out: Path | None = None, profile: bool = False,
+            warm: bool = False) -> dict:
     from harness.governance.ledger_format import read_rows
     from harness.governance.outcomes import OUTCOME_KINDS
     from harness.governance.registration import load
@@ -206,6 +212,11 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
             raise SystemExit(f"register {name} failed ({reg_run.returncode}): {reg_run.stderr.strip()[-2000:]}")
         _git(repo, "add", "-A")
         _git(repo, "commit", "-qm", "registered")
+        warm_s = None
+        if warm:
+            wr, warm_s = _bench(repo, "warm", name)
+            if wr.returncode != 0:
+                raise SystemExit(f"warm {name} failed ({wr.returncode}): {wr.stdout[-2000:]}{wr.stderr[-2000:]}")
         prof = repo / f"{name}.prof" if profile else None
         # Profiled, the configs run in the sweep's own process (--inline), where cProfile sees them.
         sw, sweep_s = _bench(repo, "sweep", name, *(["--inline"] if profile else []), profile=prof)
@@ -239,6 +250,7 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
             "register_s": reg_s,
             "sweep_s": sweep_s, "sweep_per_config_s": per_config, "bare_per_config_s": bare_per_config,
             "bare_first_run_per_config_s": sum(bare_first.values()) / n,
+            "warm_s": warm_s, "ratio_with_warm": None if warm_s is None else (sweep_s + warm_s) / n / bare_per_config,
             "ratio": per_config / bare_per_config, "phases_per_config_s": phases,
             "reference_per_config_s": reference, "outcomes": kinds,
             "cost_line": next((x.strip() for x in sw.stdout.splitlines() if "harness time per config" in x), None),
@@ -252,6 +264,9 @@ def markdown(results: list[dict], commit: str) -> str:
            "|---|---|---|---|---|---|---|"]
     for r in results:
         ph = ", ".join(f"{k} {v:.2f}" for k, v in r["phases_per_config_s"].items())
+        if r.get("warm_s") is not None:
+            ph += (f"; after `bench warm` ({r['warm_s']:.1f} s; counted in the sweep's time: "
+                   f"{r['ratio_with_warm']:.1f}×)")
         out.append(f"| {r['line']} | {r['device']} | {r['configs']} × {r['arms']} ({r['runs']}) | "
                    f"{r['sweep_per_config_s']:.2f} | "
                    f"{r['bare_per_config_s']:.2f} ({r['bare_first_run_per_config_s']:.2f}) | **{r['ratio']:.1f}×** | {ph}; float64 references "
@@ -282,6 +297,8 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true",
                     help="sweep in one process (--inline) under cProfile; its top functions go to OUT/cost-LINE.profile.txt "
                          "(the profiler's own overhead is in that run's times)")
+    ap.add_argument("--warm", action="store_true",
+                    help="run `bench warm` before the sweep (its wall time reported, and a ratio that counts it)")
     ap.add_argument("--verdict", action="store_true",
                     help="also evaluate the bar on the scratch sweep (nothing written) and compare its verdict and "
                          "speedups with this repository's ledger of the line (issue 32: no verdict moves)")
@@ -297,7 +314,8 @@ def main(argv=None) -> int:
     commit = tree_commit(ROOT)
     results = []
     for line in args.lines:
-        r = measure(line, device, verdict=args.verdict, out=Path(args.out), profile=args.profile)
+        r = measure(line, device, verdict=args.verdict, out=Path(args.out), profile=args.profile,
+                    warm=args.warm and device == "cuda")
         results.append(r)
         print(f"{line} on {device}: {r['configs']} configs, sweep {r['sweep_s']:.1f} s "
               f"({r['sweep_per_config_s']:.2f} s/config) vs bare timer {r['bare_per_config_s']:.2f} s/config: "

@@ -107,6 +107,79 @@ def test_the_refresh_runs_outside_the_timed_window_after_the_leads_and_before_pr
             assert log[i - 1][0] == "call" and log[i + 1][0] == "prepare" and log[i + 2][0] == "call"
 
 
+def test_arms_on_one_slot_keep_the_same_refreshed_calls_each_chosen_uniformly_over_its_own():
+    """The kept refreshed call of each (arm, kind) is a reservoir draw over that arm's refreshed
+    calls of the kind, with one uniform per round shared by the arms (issue 32): on one slot
+    every arm keeps the same rounds (one content, one float64 reference after timing), and the
+    replay of the draws, arm by arm, chooses what was kept."""
+    import random
+
+    names = ("a", "b", "c")
+    kinds_seen = set()
+    for seed in range(8):
+        kept: dict = {}
+        m = measure({n: (lambda s: None) for n in names}, n_slots=1, policy=policy(max_samples=60), device="cpu",
+                    timer=ScriptedTimer({n: 1.0 for n in names}), refresh=lambda *a: None, refresh_seed=seed,
+                    keep_refreshed={n: (lambda slot, how, n=n: kept.setdefault(n, {}).__setitem__(how, slot))
+                                    for n in names})
+        checks = m.refresh.checks
+        assert set(checks) == set(names) and set(kept) == set(names), seed
+        for how in (IN_PLACE, FRESH_BUFFERS):
+            picked = {n: (checks[n][how]["round"], checks[n][how]["version"]) for n in names if how in checks[n]}
+            if picked:
+                kinds_seen.add(how)
+                assert len(set(picked.values())) == 1 and len(picked) == len(names), (seed, how, picked)
+        # Replay: per measured round with a refresh of kind `how`, one uniform; each arm's k-th
+        # refreshed call of that kind replaces its choice when u·k < 1.
+        rng, k, expect = random.Random(seed + 1), {}, {}
+        by_round = {r["round"]: r["how"] for r in m.refresh.refreshes}
+        for r in range(len(m.rounds)):  # measured rounds, as the refreshes number them
+            how = by_round.get(r)
+            if how is None:
+                continue
+            u = rng.random()
+            for n in names:
+                k[(n, how)] = k.get((n, how), 0) + 1
+                if u * k[(n, how)] < 1.0:
+                    expect.setdefault(n, {})[how] = r
+        assert {n: {h: c["round"] for h, c in checks[n].items()} for n in names} == expect, seed
+    assert kinds_seen == {IN_PLACE, FRESH_BUFFERS}
+
+
+def test_the_checks_after_timing_compute_one_float64_reference_per_content(monkeypatch):
+    """Issue 32: the arms' checked calls (each arm's random call, its kept refreshed calls, the
+    timed outputs, the sustained and recheck outputs) share their contents on one slot, and
+    each content's float64 reference is computed once for all of them (the gate's are its own)."""
+    import traceback
+
+    from harness.measurement.correctness import checks as checks_mod
+
+    made: list[tuple] = []
+    real = checks_mod.timed_reference
+
+    def counted(inputs, cfg):
+        if any(f.name == "check_after_timing" for f in traceback.extract_stack()):
+            made.append(tuple(checks_mod.checksum(t) for t in inputs))
+        return real(inputs, cfg)
+
+    monkeypatch.setattr(checks_mod, "timed_reference", counted)
+    cands = ("sdpa", "sdpa_math")
+    rows = run_config(CFG, cands, sweep_context(line="shared-refs", candidates=cands, timing={
+        "warmup_ms": 1, "min_samples": 5, "max_samples": 60, "min_time_ms": 1, "timeout_s": 30, "noise_target": 0.9}))
+    assert [r.kind for r in rows] == ["result"] * 2, [r.payload.get("reason") for r in rows]
+    t = rows[0].payload["timing"]
+    assert t["n_slots"] == 1
+    spot = {(c["slot"], c["version"]) for c in t["spot_calls"].values()}
+    kept = {how: {(c["slot"], c["version"]) for a in t["refresh"]["checks"].values() for h, c in a.items() if h == how}
+            for how in ("in_place", "fresh_buffers")}
+    assert len(spot) == 1 and all(len(v) == 1 for v in kept.values()), (spot, kept)
+    # Contents: the random calls' one, the kept calls' two, the slot's current one, the
+    # recheck's: at most five, each computed once (one may be computed again: two are kept).
+    # Before issue 32's change each arm drew its own calls: up to 4 + 8 + 1 + 1 here.
+    contents = spot | kept["in_place"] | kept["fresh_buffers"] | {(0, t["refresh"]["last_versions"]["baseline"][0])}
+    assert len(set(made)) == len(contents) + 1 and len(made) - len(set(made)) <= 1, (made, contents)
+
+
 _rem = {"fn": None}
 
 

@@ -97,10 +97,11 @@ def test_one_random_timed_call_is_chosen_reproducibly_and_its_output_kept():
 
 
 def test_the_spot_call_is_drawn_before_it_runs_and_the_watch_is_told_which_it_is():
-    """The reservoir draw moved ahead of the call (so the watch snapshots the host only before
-    the calls that may be checked) chooses what drawing after each call chose: random.Random
-    (seed), one draw per measured call in order; the watch hears spot=True exactly before the
-    calls that replaced the choice, the last of them the recorded one."""
+    """The reservoir draw is made ahead of the call (so the watch snapshots the host only before
+    the calls that may be checked): random.Random(seed), one uniform per measured round shared
+    by its arms (each arm's choice uniform over its calls; arms with as many calls choose the
+    same round, so their outputs share one content); the watch hears spot=True exactly before
+    the calls that replaced the choice, the last of them the recorded one."""
     import random
 
     import torch
@@ -127,14 +128,16 @@ def test_the_spot_call_is_drawn_before_it_runs_and_the_watch_is_told_which_it_is
         m = measure({"a": arm("a"), "b": arm("b")}, n_slots=1, policy=policy(), device="cpu",
                     timer=ScriptedTimer({"a": 1.0, "b": 1.0}), watch=watch, spot_seed=seed,
                     spot={"a": lambda s: out.add_(1), "b": lambda s: out.add_(1)})
-        # Replay the reservoir as drawn after each measured call, in the rounds' order.
+        # Replay the reservoir: one uniform per measured round, shared by its arms.
         rng, k, expect = random.Random(seed), {"a": 0, "b": 0}, {}
         for r in m.rounds:
+            u = rng.random()
             for name in r.order:
                 k[name] += 1
-                if rng.random() * k[name] < 1.0:
+                if u * k[name] < 1.0:
                     expect[name] = k[name] - 1
         assert {n: c["call"] for n, c in m.spot_calls.items()} == expect, seed
+        assert expect["a"] == expect["b"]  # arms with as many calls check the same round
         first_measured = {n: calls[n] - len(m.rounds) for n in calls}  # prime and warm-up calls first
         for name in ("a", "b"):
             picks = [c - first_measured[name] for c in flagged[name]]

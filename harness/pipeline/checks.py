@@ -76,7 +76,7 @@ def check_after_timing(t: Timed) -> Checked:
     spot_bad = {name: spot_failure(cfg, content, m, snaps, name, ctx, memo) for name in snaps}
     snaps.clear()
     fresh_bad = {name: refreshed_failure(cfg, content, m, content.kept, name, ctx, memo) for name in content.kept}
-    content.kept.clear()
+    content.release()
     base_bad = spot_bad.get(ARM_BASELINE) or spot_bad.get(ARM_CONTROL)
     base_fresh = fresh_bad.get(ARM_BASELINE) or fresh_bad.get(ARM_CONTROL)
     base_mem = memory_failure(m, ARM_BASELINE) or memory_failure(m, ARM_CONTROL)

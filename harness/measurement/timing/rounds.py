@@ -49,6 +49,7 @@ class RoundRunner:
         self.chains: dict[str, dict[int, Any]] = {}
         self._spot_rng = random.Random(spot_seed)
         self._spot_seen: dict[str, int] = {}
+        self._spot_u = 1.0  # the current measured round's draw, shared by its arms (_spot_draw)
         self._spot_due: dict[str, int | None] = {}  # arm -> the index of its call about to run, if chosen
         self.spot_calls: dict[str, dict[str, int]] = {}
         self.kept: list[int] = []  # measured rounds kept so far (measure sets it after each round)
@@ -74,6 +75,7 @@ class RoundRunner:
         self._keep_rng = random.Random(refresh_seed + 1)
         self._round_refreshed: set[int] = set()           # slots refreshed in the current round
         self._keep_seen: dict[tuple[str, str], int] = {}
+        self._keep_u: float | None = None  # the current round's draw for kept calls, shared by its arms
 
     def release(self) -> None:
         """Drop the graphs and the flush buffer (device memory) once timing is over."""
@@ -206,10 +208,13 @@ class RoundRunner:
 
     def _spot_draw(self, name: str) -> int | None:
         # Reservoir sampling: the k-th measured call replaces the choice with chance 1/k. Drawn
-        # before the call (the same draws, in the same order, as after it would be), so the
-        # caller's watch knows which call's leftovers it will be asked about; None: not this one.
+        # before the call, so the caller's watch knows which call's leftovers it will be asked
+        # about; None: not this one. One uniform per round serves every arm (common random
+        # numbers): each arm's choice is still uniform over its own measured calls and unknown
+        # ahead, and arms with as many calls choose the same round, so on one input slot their
+        # checked outputs share one content and one float64 reference (issue 32).
         k = self._spot_seen[name] = self._spot_seen.get(name, 0) + 1
-        return k - 1 if self._spot_rng.random() * k < 1.0 else None
+        return k - 1 if self._spot_u * k < 1.0 else None
 
     def _spot_check(self, name: str, call: int, slot: int) -> None:
         self.spot[name](slot)
@@ -217,12 +222,16 @@ class RoundRunner:
 
     def _keep_check(self, name: str, slot: int, index: int, how: str) -> None:
         # Per arm and kind of refresh, one refreshed call's output is kept for the caller's
-        # check, chosen as the spot call is (reservoir sampling, its own RNG).
+        # check, chosen as the spot call is (reservoir sampling, its own RNG, one uniform per
+        # round shared by the arms: the same refreshed content for all where their counts agree).
         k = self._keep_seen[(name, how)] = self._keep_seen.get((name, how), 0) + 1
-        if self._keep_rng.random() * k < 1.0:
+        if self._keep_u is None:
+            self._keep_u = self._keep_rng.random()
+        if self._keep_u * k < 1.0:
             self.keep_refreshed[name](slot, how)
             self.refresh_checks.setdefault(name, {})[how] = {"round": index, "slot": slot,
                                                              "version": self.version[slot]}
+
     def round(self, index: int, record: dict[str, list[float]] | None = None,
               host: dict[str, list[float]] | None = None, drain: dict[str, list[float]] | None = None) -> RawRound:
         """Every arm once, in the ``index``-th order. ``record`` collects samples (warm-up);
@@ -234,6 +243,9 @@ class RoundRunner:
         if how is not None:
             self._due = {name: (index, how) for name in order}
             self._round_refreshed = set()
+        if host is not None and self.spot:
+            self._spot_u = self._spot_rng.random()
+        self._keep_u = None
         t0 = self.timer.now_s()
         for name in order:
             if host is not None and self.spot and name in self.spot:
