@@ -13,8 +13,9 @@ process, it times the same arms at the same configs the way a user would without
 baseline, each candidate and the baseline again (the control): ``triton.testing.do_bench``
 (median of its default 25 ms warm-up and 100 ms of calls, L2 flushed) on a GPU, a bare
 ``perf_counter`` loop of the same length on the CPU — inputs made once per config. It reports,
-per config, the sweep's wall time, the bare timer's, their ratio, and the sweep's own phase
-breakdown (each row's ``cost``; a rig-noisy config measured again counts in its config's
+per config, the sweep's wall time, the bare timer's (its loops over the configs), their ratio,
+the ratio of the two whole processes' wall times (each with its start-up and imports; the
+sweep's time always held its own), and the sweep's own phase breakdown (each row's ``cost``; a rig-noisy config measured again counts in its config's
 share, as in the wall time). Writes ``harness_cost.md`` and ``harness_cost.json`` under
 ``$OUT`` (or ``--out``, else the current directory), with each scratch sweep's ledger
 (``cost-LINE.jsonl``) and output (``cost-LINE.sweep.log``), so a row's reason outlives the run.
@@ -94,14 +95,17 @@ def scratch_repo(where: Path, line: str) -> str:
     return name
 
 
-def bare_in_process(repo: Path, name: str, device: str) -> dict[str, float]:
+def bare_in_process(repo: Path, name: str, device: str) -> tuple[dict[str, float], float]:
     """``bare_seconds`` for the line registered in ``repo``, in a fresh Python process (its own
-    autotuning, no kernels compiled in this one)."""
+    autotuning, no kernels compiled in this one), and that process's wall seconds (start-up
+    and imports included, as the sweep's wall time includes its own)."""
+    t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "research.harness_cost", "--bare", str(repo / "registrations" / f"{name}.toml"),
                         "--device", device], cwd=ROOT, capture_output=True, text=True, timeout=CALL_TIMEOUT_S)
+    wall = time.perf_counter() - t0
     if r.returncode != 0:
         raise SystemExit(f"the bare timer failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return json.loads(r.stdout.strip().splitlines()[-1]), wall
 
 
 def bare_seconds(reg, device: str) -> dict[str, float]:
@@ -178,7 +182,7 @@ def shipped_comparison(repo: Path, name: str, line: str) -> dict:
                       "within_shipped_ci": om["speedup_ci_low"] <= m["speedup"] <= om["speedup_ci_high"],
                       "cis_overlap": m["speedup_ci_low"] <= om["speedup_ci_high"] and om["speedup_ci_low"] <= m["speedup_ci_high"],
                       "ratio": m["speedup"] / om["speedup"], "tflops": m.get("tflops"), "shipped_tflops": om.get("tflops")})
-    return {"outcome": outcome, "verdict_text": run.stdout.strip()[-3000:],
+    return {"outcome": outcome, "verdict_text": (run.stdout + run.stderr).strip()[-3000:],
             "shipped_outcome": shipped.outcome if shipped else None,
             "shipped_clauses": [{"text": c["text"], "value": c["value"]} for c in shipped.clauses] if shipped else None,
             "pairs": pairs}
@@ -203,10 +207,10 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
     from harness.governance.outcomes import OUTCOME_KINDS
     from harness.governance.registration import load
 
-    with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp, tempfile.TemporaryDirectory() as scratch:
         repo = Path(tmp)
         name = scratch_repo(repo, line)
-        bare_first = bare_in_process(repo, name, device)  # fills the compile cache, as a first run
+        bare_first, _ = bare_in_process(repo, name, device)  # fills the compile cache, as a first run
         reg_run, reg_s = _bench(repo, "register", name)
         if reg_run.returncode != 0:
             raise SystemExit(f"register {name} failed ({reg_run.returncode}): {reg_run.stderr.strip()[-2000:]}")
@@ -217,7 +221,7 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
             wr, warm_s = _bench(repo, "warm", name)
             if wr.returncode != 0:
                 raise SystemExit(f"warm {name} failed ({wr.returncode}): {wr.stdout[-2000:]}{wr.stderr[-2000:]}")
-        prof = repo / f"{name}.prof" if profile else None
+        prof = Path(scratch) / f"{name}.prof" if profile else None  # outside the repository: its tree stays clean
         # Profiled, the configs run in the sweep's own process (--inline), where cProfile sees them.
         sw, sweep_s = _bench(repo, "sweep", name, *(["--inline"] if profile else []), profile=prof)
         if sw.returncode != 0:
@@ -231,7 +235,7 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
         rows = [r for r in read_rows(repo / "ledger" / f"{name}.jsonl") if r.kind in OUTCOME_KINDS]
         reg = load(repo / "registrations" / f"{name}.toml")
         against = shipped_comparison(repo, name, line) if verdict else None
-        bare = bare_in_process(repo, name, device)
+        bare, bare_wall = bare_in_process(repo, name, device)
     # Every config run (re-measures of rig-noisy pairs included: the sweep's wall time holds them),
     # once: the rows of one run share one cost.
     costs = {(r.config_key, json.dumps(r.cost, sort_keys=True)): r.cost for r in rows if r.cost}
@@ -251,6 +255,7 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
             "sweep_s": sweep_s, "sweep_per_config_s": per_config, "bare_per_config_s": bare_per_config,
             "bare_first_run_per_config_s": sum(bare_first.values()) / n,
             "warm_s": warm_s, "ratio_with_warm": None if warm_s is None else (sweep_s + warm_s) / n / bare_per_config,
+            "bare_process_per_config_s": bare_wall / n, "ratio_process": sweep_s / bare_wall,
             "ratio": per_config / bare_per_config, "phases_per_config_s": phases,
             "reference_per_config_s": reference, "outcomes": kinds,
             "cost_line": next((x.strip() for x in sw.stdout.splitlines() if "harness time per config" in x), None),
@@ -264,6 +269,8 @@ def markdown(results: list[dict], commit: str) -> str:
            "|---|---|---|---|---|---|---|"]
     for r in results:
         ph = ", ".join(f"{k} {v:.2f}" for k, v in r["phases_per_config_s"].items())
+        ph += (f"; the bare timer's whole process (start-up and imports, as the sweep's) "
+               f"{r['bare_process_per_config_s']:.2f} s / config: {r['ratio_process']:.1f}×")
         if r.get("warm_s") is not None:
             ph += (f"; after `bench warm` ({r['warm_s']:.1f} s; counted in the sweep's time: "
                    f"{r['ratio_with_warm']:.1f}×)")

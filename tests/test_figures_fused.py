@@ -191,3 +191,46 @@ def test_the_one_pass_kernel_compiles_for_the_h200_without_fused_multiply_adds()
         ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                              options={"num_warps": FUSED_WARPS, "enable_fp_fusion": False}).asm["ptx"]
         assert "fma.rn.f64" not in ptx and "div.rn.f64" in ptx and "mul.rn.f64" in ptx, name
+
+
+def check_checksums(device) -> int:
+    """checksum()'s one pass against its torch path on ``device``: every integer width, ragged
+    sizes, sign-extended values and positions past one block; the cases checked."""
+    from harness.measurement.correctness import figures_fused
+    from harness.measurement.correctness.checks import CHECKSUM_WEIGHT, _checksum_torch
+    from harness.measurement.correctness.figures import CHECKSUM_BLOCK
+    from harness.measurement.correctness.poison import as_bits
+
+    n = 0
+    g = torch.Generator().manual_seed(9)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        for size in (1, 517, 3 * CHECKSUM_BLOCK + 11):
+            t = (torch.randn(size, generator=g, dtype=torch.float64) * 1e3).to(dtype).to(device)
+            bits = as_bits(t).reshape(-1)
+            a, s = figures_fused.checksum_sums(bits, CHECKSUM_WEIGHT, CHECKSUM_BLOCK).tolist()
+            assert (a & (2**64 - 1), s) == _checksum_torch(bits), (dtype, size)
+            n += 1
+    return n
+
+
+@pytest.mark.gpu
+def test_the_one_pass_checksum_gives_the_torch_sums():
+    from harness.measurement.correctness.checks import checksum
+
+    assert check_checksums("cuda") == 12
+    t = torch.randn(8, 16, 4096, 128, device="cuda").half()  # a sweep's output: 67M elements
+    u = t.clone()
+    assert checksum(t) == checksum(u)
+    u.view(-1)[40_000_000] = -u.view(-1)[40_000_000]
+    assert checksum(t) != checksum(u)
+
+
+def test_the_one_pass_checksum_in_the_interpreter_gives_the_torch_sums():
+    pytest.importorskip("triton")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    code = "import json; from tests.test_figures_fused import check_checksums; print(json.dumps(check_checksums('cpu')))"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.fail(f"interpreter check failed:\n{proc.stderr[-4000:]}")
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == 12

@@ -40,7 +40,7 @@ def test_cold_mode_on_cuda_adds_flush_outputs_and_library_workspace():
     # and of a call on refreshed content of each kind (in place, fresh buffers); between calls
     # the larger of the stack's workspace and a new input set being drawn (with its scratch)
     timing = (inputs + 3 * out + 3 * out + 2 * 3 * out + flush_bytes(H200_L2)
-              + max(stack, inputs + generation_bytes(CFG)))
+              + max(stack, inputs + generation_bytes(CFG, "cuda")))
     assert pred.breakdown["timing_phase"] == timing
     assert pred.breakdown["flush"] == max(4 * H200_L2, 256 * 2**20)
     # two kernels gated together: both first-call outputs are alive beside the running call's two
@@ -60,7 +60,7 @@ def test_generation_scratch_is_bounded_and_counted():
     pred = memory.predict(big, specs, TimingPolicy(mode="hot"), "cuda", l2_bytes=H200_L2)
     b = pred.breakdown
     timed = b["n_slots"] * b["inputs_per_slot"] + b["n_slots"] * b["n_arms"] * b["out"]
-    assert b["generation_phase"] == timed + generation_bytes(big)
+    assert b["generation_phase"] == timed + generation_bytes(big, "cuda")
 
 
 def test_cpu_has_no_flush_or_library_workspace():
@@ -93,7 +93,7 @@ def test_graph_mode_keeps_every_capture_workspace():
     # + spot copies, refreshed-call copies (in place only: one kind), and the scratch of drawing new content in place
     # beside the graph pool (graph mode refreshes in place only: no new input set)
     assert graph.breakdown["timing_phase"] == (n * (inputs + 3 * out + 2 * stack + sdpa) + 3 * out + 3 * out
-                                               + generation_bytes(CFG))
+                                               + generation_bytes(CFG, "cuda"))
 
 
 def test_graph_mode_rotates_a_kv_cache_but_not_tiny_inputs():
@@ -154,7 +154,7 @@ def test_an_autotuners_first_call_buffer_counts_in_the_gate_only():
     refreshed = 2 * b["n_arms"] * out  # and of a call on refreshed content, of each kind
     # Between calls, the larger of the steady workspace (sdpa's) and a new input set being drawn.
     assert b["timing_phase"] == timed + spot + refreshed + max(specs[0].extra_bytes(cfg),
-                                                              inputs + generation_bytes(cfg))
+                                                              inputs + generation_bytes(cfg, "cuda"))
     from harness.measurement.correctness.checks import REFERENCE_MEMO_SIZE
     from harness.measurement.correctness.vram import compare_bytes, judge_bytes
     from harness.measurement.reference import reference_bytes

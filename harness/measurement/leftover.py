@@ -106,11 +106,21 @@ def _children() -> frozenset[int]:
 
         return frozenset(p.pid for p in multiprocessing.active_children() if p.pid)
     for tid in tasks:
+        # Raw reads (no Python file object): a snapshot reads every thread's file, before and
+        # after each checked call (issue 32: ~0.7 ms per snapshot through open() on the H200).
         try:
-            with open(f"/proc/self/task/{tid}/children") as f:
-                pids.update(int(x) for x in f.read().split())
+            fd = os.open(f"/proc/self/task/{tid}/children", os.O_RDONLY)
+        except OSError:  # the thread has exited
+            continue
+        try:
+            data = b""
+            while chunk := os.read(fd, 4096):
+                data += chunk
         except OSError:
             continue
+        finally:
+            os.close(fd)
+        pids.update(int(x) for x in data.split())
     return frozenset(pids)
 
 

@@ -123,7 +123,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     # sham's is dropped).
     graph_pool = policy.mode == "graph" and cuda
     refresh_copies = (1 if graph_pool else 2) * n_arms * out  # kinds: in place, and fresh buffers but in graph mode
-    refresh_draw = generation_bytes(cfg) + (0 if graph_pool else inputs)
+    refresh_draw = generation_bytes(cfg, device) + (0 if graph_pool else inputs)
     # A kernel's workspace lives only during its call, the draw only between calls; a captured
     # graph's pool lives throughout.
     between = workspace + refresh_draw if graph_pool else max(workspace, refresh_draw)
@@ -142,7 +142,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     lib = LIBRARY_WORKSPACE_BYTES if cuda else 0
     # Inputs are drawn on the device (workloads.inputs): the gate draws into fresh buffers,
     # the recheck redraws into the timed ones while every arm's outputs are alive.
-    generation = timed_inputs + timed_outs + generation_bytes(cfg)
+    generation = timed_inputs + timed_outs + generation_bytes(cfg, device)
     phases = {"gate": gate + lib, "timing": timing + lib, "checks": max(checks, recheck) + lib,
               "generation": generation + lib}
     phase = max(phases, key=phases.get)
@@ -238,10 +238,15 @@ def peak_bytes(device: str, held: int = 0) -> int | None:
     return None
 
 
-def release(device: str) -> None:
+def release(device: str, collect: bool = True) -> None:
+    """Free what a finished config held: garbage in reference cycles (``collect``), then, on a
+    GPU, the allocator's cached blocks. Between configs of one sweep the collection is left
+    to the next config's ``reset_peak``, which makes it anyway (issue 32: a full collection
+    of a process holding torch and Triton takes ~0.1 s on the H200's host)."""
     import gc
 
-    gc.collect()
+    if collect or device != "cuda":
+        gc.collect()
     if device == "cuda":
         import torch
 

@@ -93,6 +93,7 @@ def check_after_timing(t: Timed) -> Checked:
                                                   "timing": m.to_row()}) for spec in timed))
     last_bad = {spec.name: timed_output_failure(cfg, content, m, arm_name(spec.name), outs[arm_name(spec.name)],
                                                 ctx, memo) for spec in timed}
+    content.release()  # an earlier content a timed output came from is not held through the recheck
     empty = _empty_window(policy, ctx.device)
     verdicts: list = []
     for spec in timed:

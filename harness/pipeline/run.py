@@ -53,7 +53,7 @@ def _run(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> list[Ou
                       f"{str(exc).splitlines()[0]} (the memory model is wrong for this config)"})
             for spec in b.runnable)]
     finally:
-        memory.release(ctx.device)
+        memory.release(ctx.device, collect=False)  # the next config's reset_peak collects
 
 
 def _measure(b: Budget, held: int) -> list[Outcome]:

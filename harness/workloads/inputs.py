@@ -18,8 +18,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import os
 
 from harness.errors import UserError
+from harness.optional import importable
 from harness.workloads import Config
 
 FAMILIES: dict[str, str] = {
@@ -108,8 +110,11 @@ GEN_CHUNK = 1 << 22
 GEN_BYTES_PER_ELEM = 3 * 8
 
 
-def generation_bytes(cfg: Config) -> int:
-    """Peak device scratch of generating ``cfg``'s inputs (the VRAM model adds it)."""
+def generation_bytes(cfg: Config, device: str = "cpu") -> int:
+    """Peak device scratch of generating ``cfg``'s inputs on ``device`` (the VRAM model adds
+    it): none where the one-pass draw writes straight into the tensors."""
+    if use_fused_draw(device):
+        return 0
     qs, ks, _ = cfg.shapes()
     return GEN_BYTES_PER_ELEM * min(GEN_CHUNK, max(math.prod(qs), math.prod(ks)))
 
@@ -167,12 +172,44 @@ def _normals(key: int, start: int, count: int, device):
     return theta.to(torch.float32)
 
 
+def use_fused_draw(device) -> bool:
+    """Whether inputs on ``device`` are drawn in one Triton pass (inputs_fused.py): a GPU with
+    Triton, unless Triton runs in its interpreter."""
+    return (getattr(device, "type", str(device).split(":")[0]) == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
+            and importable("harness.workloads.inputs_fused"))
+
+
+_CONSTANTS: dict = {}
+
+
+def _constants(device):
+    """The draw's float64 constants on ``device``, made once (inputs_fused reads them from memory)."""
+    import torch
+
+    key = str(device)
+    if key not in _CONSTANTS:
+        _CONSTANTS[key] = torch.tensor([0.5, 2.0 ** -32, -2.0, 2.0 * math.pi * 2.0 ** -32], dtype=torch.float64,
+                                       device=device)
+    return _CONSTANTS[key]
+
+
 def _fill_normal_(t, key: int, mean_std: tuple[float, float] | None = None) -> None:
-    """Write the stream's normals into ``t`` (contiguous, any float dtype) chunk by chunk.
+    """Write the stream's normals into ``t`` (contiguous, any float dtype) chunk by chunk, or in
+    one Triton pass on a GPU (``use_fused_draw``: the same values).
 
     ``mean_std`` is applied in float32 before the cast, as two roundings (x·std, then
     + mean): the values do not depend on the dtype or the chunking.
     """
+    if use_fused_draw(t.device):
+        from harness.workloads import inputs_fused
+
+        inputs_fused.fill_normal_(t, key, mean_std, _constants(t.device), (_GOLDEN, _MIX1, _MIX2))
+    else:
+        _fill_normal_torch_(t, key, mean_std)
+
+
+def _fill_normal_torch_(t, key: int, mean_std: tuple[float, float] | None = None) -> None:
+    """``_fill_normal_`` in torch operations, GEN_CHUNK elements at a time (any device)."""
     flat = t.view(-1)
     n = flat.numel()
     for s in range(0, n, GEN_CHUNK):

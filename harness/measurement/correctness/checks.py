@@ -193,19 +193,36 @@ class Checked:
     reference_seconds: float
 
 
+# checksum()'s position weights are i·CHECKSUM_WEIGHT + 1 (a 32-bit odd constant: distinct
+# positions weigh differently modulo 2^64).
+CHECKSUM_WEIGHT = 0x9E3779B1
+
+
 def checksum(t) -> tuple[int, int]:
     """A position-weighted checksum of t's bits: equal for bit-identical tensors and, short
     of a 2^-64 accident, different otherwise. Lets the gate remember every earlier output of
     a config without keeping the outputs. Summed on the device, read once (int64 sums wrap
-    modulo 2^64, which is what the checksum keeps)."""
-    import torch
+    modulo 2^64, which is what the checksum keeps); on a GPU in one pass."""
+    from harness.measurement.correctness.figures import CHECKSUM_BLOCK, use_fused
 
     bits = as_bits(t).reshape(-1)
+    if use_fused(bits.device):  # one pass on a GPU (figures_fused): the same two sums
+        from harness.measurement.correctness import figures_fused
+
+        a, n = figures_fused.checksum_sums(bits.contiguous(), CHECKSUM_WEIGHT, CHECKSUM_BLOCK).tolist()
+        return a & (2**64 - 1), n
+    return _checksum_torch(bits)
+
+
+def _checksum_torch(bits) -> tuple[int, int]:
+    """checksum()'s sums over a flat integer view in torch operations, block by block (any device)."""
+    import torch
+
     acc = torch.zeros((), dtype=torch.int64, device=bits.device)
     total = torch.zeros((), dtype=torch.int64, device=bits.device)
     for s, e in chunks(bits.numel(), bits.device):
         b = bits[s:e].to(torch.int64)
-        w = torch.arange(s, e, dtype=torch.int64, device=b.device).mul_(0x9E3779B1).add_(1)
+        w = torch.arange(s, e, dtype=torch.int64, device=b.device).mul_(CHECKSUM_WEIGHT).add_(1)
         acc += (b * w).sum()
         total += b.sum()
     a, n = torch.stack([acc, total]).tolist()

@@ -4,7 +4,6 @@ relative and ULP terms, with the worst element named; and the default tolerances
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import asdict, dataclass
 
@@ -33,6 +32,8 @@ COMPARE_CHUNK_ELEMS_CUDA = 1 << 23
 # the thirteen figures of a block.
 FUSED_BLOCK = 4096
 FUSED_WARPS = 8
+# checksum()'s one pass (figures_fused): elements per program, 16 per thread at 4 warps.
+CHECKSUM_BLOCK = 2048
 TABLE_COLS = 13
 
 
@@ -136,18 +137,9 @@ class ErrorFigures:
 
 def use_fused(device) -> bool:
     """Whether compare() takes the one-pass table on ``device`` (a GPU with Triton)."""
-    return getattr(device, "type", device) == "cuda" and _fused_importable()
+    from harness.optional import importable
 
-
-@functools.lru_cache(maxsize=1)
-def _fused_importable() -> bool:
-    import importlib
-
-    try:
-        importlib.import_module("harness.measurement.correctness.figures_fused")  # imports triton
-    except ImportError:  # no Triton: the torch path (any other error keeps its traceback)
-        return False
-    return True
+    return getattr(device, "type", device) == "cuda" and importable("harness.measurement.correctness.figures_fused")
 
 
 def table_bytes(n_elems: int) -> int:

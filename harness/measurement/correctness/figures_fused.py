@@ -1,5 +1,6 @@
 """compare()'s block table in one pass on a GPU (Triton): the same thirteen figures per block
-as the torch path in figures.py, read from the output and the float64 reference once.
+as the torch path in figures.py, read from the output and the float64 reference once; and
+checksum()'s two sums (checks.py) in one read of the tensor's bits.
 
 The torch path costs some forty elementwise kernels over float64 temporaries per block: on
 the H200 13 ms per compare of a seq_len 4096 output (batch 8, 16 heads), most of it
@@ -94,3 +95,31 @@ def block_table(o_flat, r_flat, table, *, atol: float, rtol: float, rel_floor: f
                                       POISON=poison, VALUE=getattr(tl, name), BLOCK=block, num_warps=warps,
                                       enable_fp_fusion=False)
     return table
+
+
+
+@triton.jit(do_not_specialize=["n"])
+def _checksum_blocks(bits_ptr, parts_ptr, n, WEIGHT: tl.constexpr, BLOCK: tl.constexpr):
+    # checks.checksum's sums over one block, in int64 (wrapping modulo 2^64, as torch's): the
+    # bits sign-extended, each times its position's weight i·WEIGHT + 1, and the plain sum.
+    pid = tl.program_id(0)
+    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < n
+    b = tl.load(bits_ptr + offs, mask=live, other=0).to(tl.int64)
+    w = offs * WEIGHT + 1
+    tl.store(parts_ptr + pid.to(tl.int64) * 2, tl.sum(b * w, 0))
+    tl.store(parts_ptr + pid.to(tl.int64) * 2 + 1, tl.sum(b, 0))
+
+
+def checksum_sums(bits, weight: int, block: int):
+    """(weighted sum, sum) of a flat integer tensor's values as int64 device scalars, ``block``
+    elements per program, the blocks' parts added by torch (integer sums modulo 2^64: the
+    torch path's values)."""
+    import torch
+
+    n = bits.numel()
+    blocks = max(1, triton.cdiv(n, block))
+    parts = torch.zeros(blocks, 2, dtype=torch.int64, device=bits.device)
+    if n:
+        _checksum_blocks[(blocks,)](bits, parts, n, WEIGHT=weight, BLOCK=block, num_warps=4)
+    return parts.sum(0)

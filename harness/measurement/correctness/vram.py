@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from harness.measurement.correctness.figures import COMPARE_CHUNK_ELEMS_CUDA, table_bytes
+from harness.measurement.correctness.figures import CHECKSUM_BLOCK, COMPARE_CHUNK_ELEMS_CUDA, table_bytes
 from harness.measurement.reference import reference_bytes
 from harness.workloads import Config
 
@@ -19,10 +19,13 @@ def compare_bytes(n_elems: int, fused: bool = False) -> int:
     return 8 * 8 * min(n_elems, COMPARE_CHUNK_ELEMS_CUDA)
 
 
-def checksum_bytes(n_elems: int) -> int:
+def checksum_bytes(n_elems: int, fused: bool = False) -> int:
     """Peak bytes of checksum()'s int64 temporaries on a tensor of ``n_elems``: one block's
     bits widened to int64, its position weights and their product (the reference memo
-    checksums each input it is asked about; the gate checksums each output)."""
+    checksums each input it is asked about; the gate checksums each output); the one pass's
+    (``fused``) are its blocks' two sums."""
+    if fused:
+        return 2 * 8 * -(-n_elems // CHECKSUM_BLOCK)
     return 3 * 8 * min(n_elems, COMPARE_CHUNK_ELEMS_CUDA)
 
 
@@ -34,7 +37,7 @@ def judge_bytes(cfg: Config, fused: bool = False) -> int:
     qs, ks, _ = cfg.shapes()
     ref_out = 8 * math.prod(qs)
     return max(reference_bytes(cfg), ref_out + compare_bytes(math.prod(qs), fused),
-               ref_out + checksum_bytes(max(math.prod(qs), math.prod(ks))))
+               ref_out + checksum_bytes(max(math.prod(qs), math.prod(ks)), fused))
 
 
 def gate_bytes(cfg: Config, n_kernels: int = 1, fused: bool = False) -> int:

@@ -1,0 +1,123 @@
+"""The input draw in one pass on a GPU gives the torch path's values bit for bit (issue 32: the
+same inputs, cheaper): every dtype, the families' float32 scale and shift, keys past 2^63,
+ragged sizes and element indices past 2^31; in Triton's interpreter on this CPU as well, and
+compiled for the H200 offline."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from harness.workloads import inputs as I
+
+KEYS = (12345, (1 << 63) - 7, 0xD1B54A32D192ED03)  # the last two past 2^62 / 2^63 as unsigned
+AFFINE = (None, I.DISTINCT["q"], I.DISTINCT["k"], I.DISTINCT["v"])
+
+
+def check_draw(device: str, dtypes=("float32", "float16", "bfloat16")) -> int:
+    """The one pass against the torch path on ``device``, bit for bit; the cases checked."""
+    from harness.workloads import inputs_fused
+
+    n_cases = 0
+    n = 3 * inputs_fused.BLOCK + 517  # several programs and a ragged tail
+    for dt in dtypes:
+        for key in KEYS:
+            for ms in AFFINE:
+                fused = torch.empty(n, dtype=getattr(torch, dt), device=device)
+                plain = torch.empty_like(fused)
+                inputs_fused.fill_normal_(fused, key, ms, I._constants(device), (I._GOLDEN, I._MIX1, I._MIX2))
+                I._fill_normal_torch_(plain, key, ms)
+                bits = torch.int32 if dt == "float32" else torch.int16
+                bad = (fused.view(bits) != plain.view(bits)).nonzero()
+                if bad.numel():
+                    j = int(bad[0, 0])
+                    raise AssertionError(f"{dt} key {key} {ms}: {bad.numel()} of {n} differ, first at {j}: "
+                                         f"{float(fused[j])!r} vs {float(plain[j])!r}")
+                n_cases += 1
+    return n_cases
+
+
+@pytest.mark.gpu
+def test_the_one_pass_draw_gives_the_torch_values_on_the_gpu():
+    assert check_draw("cuda") == 3 * len(KEYS) * len(AFFINE)
+    assert I.use_fused_draw("cuda") and I.use_fused_draw(torch.device("cuda", 0))
+    assert I.generation_bytes(I.Config("attention", 8, 16, 16, 4096, 128, "float16", False), "cuda") == 0
+
+
+@pytest.mark.gpu
+def test_the_one_pass_draw_past_two_to_the_31_elements():
+    """Element indices past 2^31 (a long decode cache) carry on the counter as the torch path's
+    chunks do: the tail of a 2^31 + 3·2^20-element draw equals the torch path there."""
+    from harness.workloads import inputs_fused
+
+    n = (1 << 31) + 3 * (1 << 20)
+    t = torch.empty(n, dtype=torch.float16, device="cuda")
+    inputs_fused.fill_normal_(t, KEYS[1], None, I._constants("cuda"), (I._GOLDEN, I._MIX1, I._MIX2))
+    start = (1 << 31) - 1000
+    tail = I._normals(KEYS[1], start, n - start, "cuda").to(torch.float16)
+    assert torch.equal(t[start:].view(torch.int16), tail.view(torch.int16))
+    del t, tail
+
+
+@pytest.mark.gpu
+def test_every_family_is_drawn_on_the_gpu_as_on_the_cpu_in_every_dtype():
+    """make_inputs on the H200 (the one pass) equals the CPU's (the torch path) bit for bit, at
+    a config of several million elements per tensor, for each family and dtype."""
+    for dt in ("float16", "bfloat16"):
+        cfg = I.Config("attention", 2, 8, 4, 2048, 128, dt, True)
+        for fam in I.FAMILIES:
+            on_gpu = I.make_inputs(cfg, 3, fam, device="cuda")
+            on_cpu = I.make_inputs(cfg, 3, fam)
+            assert all(torch.equal(a.cpu().view(torch.int16), b.view(torch.int16)) for a, b in zip(on_gpu, on_cpu)), \
+                (dt, fam)
+
+
+def test_the_one_pass_draw_in_the_interpreter_gives_the_torch_values():
+    """The same kernel through Triton's interpreter on this CPU (a subprocess: the variable is
+    read when triton is imported). bfloat16 is left to the GPU test: the interpreter rounds a
+    float32 to bfloat16 by truncation, whatever rounding the kernel names."""
+    pytest.importorskip("triton")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    code = ("import json; from tests.test_inputs_fused import check_draw; "
+            "print(json.dumps(check_draw('cpu', ('float32', 'float16'))))")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.fail(f"interpreter check failed:\n{proc.stderr[-4000:]}")
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == 2 * len(KEYS) * len(AFFINE)
+
+
+def test_the_one_pass_draw_compiles_for_the_h200():
+    """Compiled (not interpreted) for sm_90 by this machine's Triton and ptxas, for every
+    dtype, with and without the families' scale and shift: float64 square roots are IEEE
+    (sqrt.rn.f64), the casts round to nearest."""
+    triton = pytest.importorskip("triton")
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+    except ImportError as exc:
+        pytest.skip(f"this Triton has no offline compile API: {exc}")
+
+    from harness.workloads import inputs_fused
+
+    for out in ("*fp32", "*fp16", "*bf16"):
+        for affine in (False, True):
+            src = ASTSource(fn=inputs_fused._draw,
+                            signature={"out_ptr": out, "n": "i64", "key_ptr": "*i64", "consts_ptr": "*fp64",
+                                       "affine_ptr": "*fp32", "AFFINE": "constexpr", "BLOCK": "constexpr"},
+                            constexprs={"AFFINE": affine, "BLOCK": inputs_fused.BLOCK})
+            ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                 options={"num_warps": 4, "enable_fp_fusion": False}).asm["ptx"]
+            assert "sqrt.rn.f64" in ptx and "cvt.rn.f32.f64" in ptx, (out, affine)
+            if out != "*fp32":
+                assert "cvt.rn." in ptx and ".f32" in ptx, (out, affine)
+
+
+def test_the_cpu_and_the_interpreter_keep_the_torch_path():
+    assert not I.use_fused_draw("cpu")
+    assert I.generation_bytes(I.Config("attention", 1, 2, 2, 64, 16, "float32", False), "cpu") > 0
