@@ -20,16 +20,30 @@ from harness.errors import UserError
 PRECISIONS = ("highest", "high", "medium")
 
 
-def _attr(path: str) -> tuple[Callable[[], Any], Callable[[Any], None]]:
-    """Getter/setter for a plain attribute flag such as ``backends.cudnn.benchmark``."""
+def _resolver(path: str) -> Callable[[], Any]:
+    """The object at ``torch.PATH``, looked up on first use and kept: the state is read every
+    timed and checked call (issue 32: the walk cost ~0.2 s per config), and the owners
+    (modules, torch's flag accessors, its functions) read torch's C++ state however a kernel
+    rebinds the Python names. A path this torch lacks raises AttributeError every time."""
+    kept: list = []
 
-    def obj():
+    def resolve():
+        if kept:
+            return kept[0]
         import torch
 
         o = torch
-        for part in path.split(".")[:-1]:
+        for part in path.split("."):
             o = getattr(o, part)
+        kept.append(o)
         return o
+
+    return resolve
+
+
+def _attr(path: str) -> tuple[Callable[[], Any], Callable[[Any], None]]:
+    """Getter/setter for a plain attribute flag such as ``backends.cudnn.benchmark``."""
+    obj = _resolver(path.rsplit(".", 1)[0])
 
     name = path.rsplit(".", 1)[1]
     return (lambda: getattr(obj(), name)), (lambda v: setattr(obj(), name, v))
@@ -37,16 +51,8 @@ def _attr(path: str) -> tuple[Callable[[], Any], Callable[[Any], None]]:
 
 def _fn(get: str, set_: str) -> tuple[Callable[[], Any], Callable[[Any], None]]:
     """Getter/setter for a flag behind torch functions (``torch.backends.cuda.flash_sdp_enabled``)."""
-
-    def resolve(path):
-        import torch
-
-        o = torch
-        for part in path.split("."):
-            o = getattr(o, part)
-        return o
-
-    return (lambda: resolve(get)()), (lambda v: resolve(set_)(v))
+    getter, setter = _resolver(get), _resolver(set_)
+    return (lambda: getter()()), (lambda v: setter()(v))
 
 
 def _deterministic() -> tuple[Callable[[], Any], Callable[[Any], None]]:
