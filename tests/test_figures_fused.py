@@ -5,11 +5,7 @@ path itself picks the first of equal worst elements across blocks."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -18,6 +14,7 @@ from harness.measurement.correctness import figures
 from harness.measurement.correctness.figures import compare
 from harness.measurement.correctness.figures import FUSED_BLOCK
 from harness.measurement.correctness.poison import poison_
+from tests.interpreted import interpreted
 
 
 CASES = 3 * 9 + 3  # per dtype, then the float64 ones
@@ -155,16 +152,8 @@ def test_the_worst_of_equal_ratios_is_the_first_across_blocks(monkeypatch):
 
 
 def test_the_one_pass_table_in_the_interpreter_gives_the_torch_figures():
-    """The same kernel through Triton's interpreter on this CPU (a subprocess: the variable is
-    read when triton is imported)."""
-    pytest.importorskip("triton")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    code = "import json; from tests.test_figures_fused import check_one_pass; print(json.dumps(check_one_pass('cpu')))"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        pytest.fail(f"interpreter check failed:\n{proc.stderr[-4000:]}")
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == CASES
+    """The same kernel through Triton's interpreter on this CPU."""
+    assert interpreted("test_figures_fused", "check_one_pass", "cpu") == CASES
 
 
 def test_the_one_pass_kernel_compiles_for_the_h200_without_fused_multiply_adds():
@@ -226,11 +215,4 @@ def test_the_one_pass_checksum_gives_the_torch_sums():
 
 
 def test_the_one_pass_checksum_in_the_interpreter_gives_the_torch_sums():
-    pytest.importorskip("triton")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    code = "import json; from tests.test_figures_fused import check_checksums; print(json.dumps(check_checksums('cpu')))"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        pytest.fail(f"interpreter check failed:\n{proc.stderr[-4000:]}")
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == 12
+    assert interpreted("test_figures_fused", "check_checksums", "cpu") == 12

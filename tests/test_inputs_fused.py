@@ -5,15 +5,12 @@ compiled for the H200 offline."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from harness.workloads import inputs as I
+from tests.interpreted import interpreted
 
 KEYS = (12345, (1 << 63) - 7, 0xD1B54A32D192ED03)  # the last two past 2^62 / 2^63 as unsigned
 AFFINE = (None, I.DISTINCT["q"], I.DISTINCT["k"], I.DISTINCT["v"])
@@ -78,18 +75,10 @@ def test_every_family_is_drawn_on_the_gpu_as_on_the_cpu_in_every_dtype():
 
 
 def test_the_one_pass_draw_in_the_interpreter_gives_the_torch_values():
-    """The same kernel through Triton's interpreter on this CPU (a subprocess: the variable is
-    read when triton is imported). bfloat16 is left to the GPU test: the interpreter rounds a
-    float32 to bfloat16 by truncation, whatever rounding the kernel names."""
-    pytest.importorskip("triton")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    code = ("import json; from tests.test_inputs_fused import check_draw; "
-            "print(json.dumps(check_draw('cpu', ('float32', 'float16'))))")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        pytest.fail(f"interpreter check failed:\n{proc.stderr[-4000:]}")
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == 2 * len(KEYS) * len(AFFINE)
+    """The same kernel through Triton's interpreter on this CPU. bfloat16 is left to the GPU
+    test: the interpreter rounds a float32 to bfloat16 by truncation, whatever rounding the
+    kernel names."""
+    assert interpreted("test_inputs_fused", "check_draw", "cpu", ["float32", "float16"]) == 2 * len(KEYS) * len(AFFINE)
 
 
 def test_the_one_pass_draw_compiles_for_the_h200():

@@ -151,15 +151,18 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
 
     ``spot[name](slot)``, when given, runs right after one of that arm's measured calls,
     outside the window, chosen uniformly at random among all of them (reservoir sampling,
-    ``random.Random(spot_seed)``): the sweep copies that call's output there and checks it
-    after timing, so a kernel right only on some calls cannot count on which are checked.
-    It may run more than once (each later choice replaces the earlier); the last is the one.
+    ``random.Random(spot_seed)``, one uniform per round shared by the arms: arms with as
+    many calls choose the same round, and on one slot the same content): the sweep copies
+    that call's output there and checks it after timing, so a kernel right only on some
+    calls cannot count on which are checked. It may run more than once (each later choice
+    replaces the earlier); the last is the one.
 
     ``refresh(slot, seed, how)``, when given, writes new content (drawn from ``seed``) into
     input slot ``slot`` before a timed call at scheduled rounds (``refresh_seed``), ``how``
     "in_place" (same buffers) or "fresh_buffers" (new tensors replacing the slot's; never in
     graph mode). ``keep_refreshed[name](slot, how)`` runs right after one such call per arm
-    and ``how`` (reservoir sampling; the last call is the one), so the caller can check that
+    and ``how`` (reservoir sampling, one uniform per round shared by the arms; the last call
+    is the one), so the caller can check that
     its output matches the new content. The Measurement records every refresh, per arm the
     content version each slot's output was last computed from, and the memory judgement.
 
