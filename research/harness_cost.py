@@ -188,14 +188,18 @@ def shipped_comparison(repo: Path, name: str, line: str) -> dict:
             "pairs": pairs}
 
 
-def protocol_floor(rows, reg) -> dict[str, float]:
-    """Per config key: the device seconds the registered protocol itself prescribes, from the
-    sweep's own rows, with no host work, input draws or checks counted: the gate's calls (every
-    kernel twice per seed × family at the config, at its timed median) and float64 references,
-    every timed round (warm-up and the priming round included) of every arm, the references
-    of the distinct contents the after-timing checks judge (each at the gate's mean time per
-    reference), the sustained phase where rates are judged, and one recheck call per
+def protocol_floor(rows, reg, device: str) -> dict[str, float]:
+    """Per config key (configs with result rows): the device seconds the registered protocol
+    itself prescribes, from the sweep's own rows, with no host work, input draws or checks
+    counted: the gate's calls at the config (every kernel twice per seed × family, at its
+    timed median; the boundary shapes' calls left out) and all its float64 references, every
+    timed round (warm-up and the priming round included) of every arm, the references of the
+    distinct contents the after-timing checks judge (each at the gate's mean time per
+    reference over every case it judged, boundary cases included: no more than a main case's),
+    the sustained phase's fixed windows where rates are judged, and one recheck call per
     candidate. A lower bound on what any implementation of the same protocol spends."""
+    from harness.measurement.timing.sustained import TIMED_S, WARM_S
+
     out: dict[str, float] = {}
     cases = len(reg.seeds) * len(reg.families)
     by_cfg: dict[str, list] = {}
@@ -207,17 +211,20 @@ def protocol_floor(rows, reg) -> dict[str, float]:
         med = {arm: a["stats"]["median"] / 1e3 for arm, a in t["arms"].items()}
         kernels = [m for arm, m in med.items() if arm != "control"]  # baseline and candidates
         refs = rs[0].cost.get("of_which", {}).get("reference", 0.0)
-        per_ref = refs / cases if cases else 0.0
+        g = rs[0].gate["baseline"]
+        judged = 1 + len(g.get("boundary_configs") or ()) - len(g.get("reused") or ())  # configs whose cases ran here
+        per_ref = refs / (cases * max(1, judged)) if cases else 0.0
         rounds = t["n_rounds"] + t["warmup_rounds"] + 1
         ref_rec = t.get("refresh") or {}
         current = [v[0] for v in (ref_rec.get("last_versions") or {}).values() if v]
         contents = ({(c["slot"], c["version"]) for c in t["spot_calls"].values()}
                     | {(c["slot"], c["version"]) for a in (ref_rec.get("checks") or {}).values() for c in a.values()}
                     | {(0, v) for v in current})
-        rates = rs[0].cost["seconds"].get("rates", 0.0)
+        rated = sum(1 for r in rs if r.sustained)  # candidates timed back to back for their rates
+        sustained = rated * (WARM_S.get(device, 0.0) + TIMED_S.get(device, 0.0))
         recheck = sum(m for arm, m in med.items() if arm.startswith("candidate:"))
         out[key] = (2 * cases * sum(kernels) + refs + rounds * sum(med.values()) + (len(contents) + 1) * per_ref
-                    + rates + recheck)
+                    + sustained + recheck)
     return out
 
 
@@ -283,17 +290,18 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
         kinds[r.kind] = kinds.get(r.kind, 0) + 1
     per_config = sweep_s / n
     bare_per_config = sum(bare.values()) / n
-    floor = protocol_floor(rows, reg)
+    floor = protocol_floor(rows, reg, device)
     per_key = {key: {"sweep_s": next(c["total"] for (k, _), c in costs.items() if k == key), "bare_s": bare.get(key),
                      "protocol_floor_s": floor.get(key)} for key in sorted({k for k, _ in costs})}
+    floored_bare = sum(bare.get(k, 0.0) for k in floor)  # the same configs on both sides
     return {"line": line, "device": device, "profiled": profile, "configs": n, "runs": len(costs), "arms": 2 + len(reg.candidates),
             "register_s": reg_s,
             "sweep_s": sweep_s, "sweep_per_config_s": per_config, "bare_per_config_s": bare_per_config,
             "bare_first_run_per_config_s": sum(bare_first.values()) / n,
             "warm_s": warm_s, "ratio_with_warm": None if warm_s is None else (sweep_s + warm_s) / n / bare_per_config,
             "bare_process_per_config_s": bare_wall / n, "ratio_process": sweep_s / bare_wall,
-            "protocol_floor_per_config_s": sum(floor.values()) / n,
-            "ratio_floor": sum(floor.values()) / sum(bare.values()), "per_config": per_key,
+            "protocol_floor_per_config_s": sum(floor.values()) / len(floor) if floor else None,
+            "ratio_floor": sum(floor.values()) / floored_bare if floored_bare else None, "per_config": per_key,
             "ratio": per_config / bare_per_config, "phases_per_config_s": phases,
             "reference_per_config_s": reference, "outcomes": kinds,
             "cost_line": next((x.strip() for x in sw.stdout.splitlines() if "harness time per config" in x), None),
@@ -308,9 +316,10 @@ def markdown(results: list[dict], commit: str) -> str:
     for r in results:
         ph = ", ".join(f"{k} {v:.2f}" for k, v in r["phases_per_config_s"].items())
         ph += (f"; the bare timer's whole process (start-up and imports, as the sweep's) "
-               f"{r['bare_process_per_config_s']:.2f} s / config: {r['ratio_process']:.1f}×; the protocol's own "
-               f"device work (protocol_floor) {r['protocol_floor_per_config_s']:.2f} s / config: "
-               f"{r['ratio_floor']:.1f}× the bare timer")
+               f"{r['bare_process_per_config_s']:.2f} s / config: {r['ratio_process']:.1f}×")
+        if r.get("ratio_floor") is not None:
+            ph += (f"; the protocol's own device work (protocol_floor, configs with results) "
+                   f"{r['protocol_floor_per_config_s']:.2f} s / config: {r['ratio_floor']:.1f}× the bare timer")
         if r.get("warm_s") is not None:
             ph += (f"; after `bench warm` ({r['warm_s']:.1f} s; counted in the sweep's time: "
                    f"{r['ratio_with_warm']:.1f}×)")
@@ -359,6 +368,9 @@ def main(argv=None) -> int:
         print(json.dumps(bare_seconds(load(Path(args.bare)), device)))
         return 0
     commit = tree_commit(ROOT)
+    if args.warm and device != "cuda":
+        print(f"--warm: nothing compiles ahead on {device} (bench warm warms Triton's GPU cache); the sweep runs as is",
+              flush=True)
     results = []
     for line in args.lines:
         r = measure(line, device, verdict=args.verdict, out=Path(args.out), profile=args.profile,

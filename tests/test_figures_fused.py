@@ -187,7 +187,7 @@ def check_checksums(device) -> int:
     sizes, sign-extended values and positions past one block; the cases checked."""
     from harness.measurement.correctness import figures_fused
     from harness.measurement.correctness.checks import CHECKSUM_WEIGHT, _checksum_torch
-    from harness.measurement.correctness.figures import CHECKSUM_BLOCK
+    from harness.measurement.correctness.figures import CHECKSUM_BLOCK, CHECKSUM_WARPS
     from harness.measurement.correctness.poison import as_bits
 
     n = 0
@@ -196,7 +196,7 @@ def check_checksums(device) -> int:
         for size in (1, 517, 3 * CHECKSUM_BLOCK + 11):
             t = (torch.randn(size, generator=g, dtype=torch.float64) * 1e3).to(dtype).to(device)
             bits = as_bits(t).reshape(-1)
-            a, s = figures_fused.checksum_sums(bits, CHECKSUM_WEIGHT, CHECKSUM_BLOCK).tolist()
+            a, s = figures_fused.checksum_sums(bits, CHECKSUM_WEIGHT, CHECKSUM_BLOCK, CHECKSUM_WARPS).tolist()
             assert (a & (2**64 - 1), s) == _checksum_torch(bits), (dtype, size)
             n += 1
     return n
@@ -207,9 +207,12 @@ def test_the_one_pass_checksum_gives_the_torch_sums():
     from harness.measurement.correctness.checks import checksum
 
     assert check_checksums("cuda") == 12
+    from harness.measurement.correctness.checks import _checksum_torch
+    from harness.measurement.correctness.poison import as_bits
+
     t = torch.randn(8, 16, 4096, 128, device="cuda").half()  # a sweep's output: 67M elements
     u = t.clone()
-    assert checksum(t) == checksum(u)
+    assert checksum(t) == checksum(u) == _checksum_torch(as_bits(t).reshape(-1))  # the torch path in 8 blocks
     u.view(-1)[40_000_000] = -u.view(-1)[40_000_000]
     assert checksum(t) != checksum(u)
 

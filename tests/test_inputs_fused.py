@@ -14,6 +14,7 @@ from tests.interpreted import interpreted
 
 KEYS = (12345, (1 << 63) - 7, 0xD1B54A32D192ED03)  # the last two past 2^62 / 2^63 as unsigned
 AFFINE = (None, I.DISTINCT["q"], I.DISTINCT["k"], I.DISTINCT["v"])
+PTX_TYPE = {"*fp16": "f16", "*bf16": "bf16"}
 
 
 def check_draw(device: str, dtypes=("float32", "float16", "bfloat16")) -> int:
@@ -65,13 +66,12 @@ def test_the_one_pass_draw_past_two_to_the_31_elements():
 def test_every_family_is_drawn_on_the_gpu_as_on_the_cpu_in_every_dtype():
     """make_inputs on the H200 (the one pass) equals the CPU's (the torch path) bit for bit, at
     a config of several million elements per tensor, for each family and dtype."""
-    for dt in ("float16", "bfloat16"):
+    for dt, bits in (("float16", torch.int16), ("bfloat16", torch.int16), ("float32", torch.int32)):
         cfg = I.Config("attention", 2, 8, 4, 2048, 128, dt, True)
         for fam in I.FAMILIES:
             on_gpu = I.make_inputs(cfg, 3, fam, device="cuda")
             on_cpu = I.make_inputs(cfg, 3, fam)
-            assert all(torch.equal(a.cpu().view(torch.int16), b.view(torch.int16)) for a, b in zip(on_gpu, on_cpu)), \
-                (dt, fam)
+            assert all(torch.equal(a.cpu().view(bits), b.view(bits)) for a, b in zip(on_gpu, on_cpu)), (dt, fam)
 
 
 def test_the_one_pass_draw_in_the_interpreter_gives_the_torch_values():
@@ -103,10 +103,14 @@ def test_the_one_pass_draw_compiles_for_the_h200():
             ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                                  options={"num_warps": 4, "enable_fp_fusion": False}).asm["ptx"]
             assert "sqrt.rn.f64" in ptx and "cvt.rn.f32.f64" in ptx, (out, affine)
+            assert "fma.rn.f32" not in ptx, (out, affine)  # x·std + mean: two roundings, as torch's
             if out != "*fp32":
-                assert "cvt.rn." in ptx and ".f32" in ptx, (out, affine)
+                assert f"cvt.rn.{PTX_TYPE[out]}.f32" in ptx, (out, affine)  # to nearest even
 
 
-def test_the_cpu_and_the_interpreter_keep_the_torch_path():
-    assert not I.use_fused_draw("cpu")
-    assert I.generation_bytes(I.Config("attention", 1, 2, 2, 64, 16, "float32", False), "cpu") > 0
+def test_the_cpu_the_interpreter_and_other_dtypes_keep_the_torch_path(monkeypatch):
+    cfg = I.Config("attention", 1, 2, 2, 64, 16, "float32", False)
+    assert not I.use_fused_draw("cpu") and I.generation_bytes(cfg, "cpu") > 0
+    assert not I.use_fused_draw("cuda", "float64")  # no such input dtype; the torch path would serve it
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert not I.use_fused_draw("cuda", "float16") and I.generation_bytes(cfg, "cuda") > 0

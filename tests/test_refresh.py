@@ -154,15 +154,24 @@ def test_the_checks_after_timing_compute_one_float64_reference_per_content(monke
 
     from harness.measurement.correctness import checks as checks_mod
 
+    from harness.workloads import inputs as inputs_mod
+
     made: list[tuple] = []
-    real = checks_mod.timed_reference
+    drawn: list = []
+    real, real_draw = checks_mod.timed_reference, inputs_mod.make_inputs
 
     def counted(inputs, cfg):
         if any(f.name == "check_after_timing" for f in traceback.extract_stack()):
             made.append(tuple(checks_mod.checksum(t) for t in inputs))
         return real(inputs, cfg)
 
+    def counted_draw(cfg, seed, family="normal", device="cpu"):
+        if any(f.name == "check_after_timing" for f in traceback.extract_stack()):
+            drawn.append(seed)
+        return real_draw(cfg, seed, family, device)
+
     monkeypatch.setattr(checks_mod, "timed_reference", counted)
+    monkeypatch.setattr(inputs_mod, "make_inputs", counted_draw)
     cands = ("sdpa", "sdpa_math")
     rows = run_config(CFG, cands, sweep_context(line="shared-refs", candidates=cands, timing={
         "warmup_ms": 1, "min_samples": 5, "max_samples": 60, "min_time_ms": 1, "timeout_s": 30, "noise_target": 0.9}))
@@ -176,8 +185,12 @@ def test_the_checks_after_timing_compute_one_float64_reference_per_content(monke
     # Contents: the random calls' one, the kept calls' two, the slot's current one, the
     # recheck's: at most five, each computed once (one may be computed again: two are kept).
     # Before issue 32's change each arm drew its own calls: up to 4 + 8 + 1 + 1 here.
-    contents = spot | kept["in_place"] | kept["fresh_buffers"] | {(0, t["refresh"]["last_versions"]["baseline"][0])}
+    current = (0, t["refresh"]["last_versions"]["baseline"][0])
+    contents = spot | kept["in_place"] | kept["fresh_buffers"] | {current}
     assert len(set(made)) == len(contents) + 1 and len(made) - len(set(made)) <= 1, (made, contents)
+    # An earlier content is drawn again once for all the arms judged on it (the current one
+    # is the slot itself; the recheck writes its own into the timed buffers in place).
+    assert len(drawn) == len(contents - {current}) == len(set(drawn)), (drawn, contents)
 
 
 _rem = {"fn": None}

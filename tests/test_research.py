@@ -138,3 +138,28 @@ def test_the_results_page_quotes_each_verdict_and_ceiling_row(page_root):
                 assert f"| {row['copy_gbps']:.0f} |" in section
                 for tf in row["matmul_tflops"].values():
                     assert f" {tf:.1f} |" in section
+
+
+def test_the_protocol_floor_counts_the_protocols_own_work_and_no_more():
+    """research.harness_cost's protocol_floor, from a real config's row: every timed round of
+    every arm at its median, the gate's calls and references, the after-timing contents'
+    references and the rechecks; more than the timed rounds alone, less than the config's
+    whole cost (host work, draws and checks are not in it)."""
+    from harness.governance.ledger_rows import load
+    from harness.pipeline.run import run_config
+    from harness.workloads import Config
+    from research.harness_cost import protocol_floor
+    from tests.conftest import sweep_context
+
+    cfg = Config("attention", 1, 2, 2, 64, 16, "float32", False)
+    ctx = sweep_context(timing={"warmup_ms": 1, "min_samples": 5, "max_samples": 40, "min_time_ms": 1,
+                                "timeout_s": 20, "noise_target": 0.9})
+    (o,) = run_config(cfg, ("sdpa",), ctx)
+    row = load({"kind": o.kind, **o.payload})
+    t = row.timing
+    rounds = sum(a["stats"]["median"] for a in t["arms"].values()) / 1e3 * (t["n_rounds"] + t["warmup_rounds"] + 1)
+    floor = protocol_floor([row], ctx.reg, "cpu")
+    assert set(floor) == {cfg.key()}
+    assert rounds < floor[cfg.key()] < row.cost["total"], (rounds, floor, row.cost["total"])
+    refs = row.cost["of_which"]["reference"]
+    assert floor[cfg.key()] >= rounds + refs

@@ -75,7 +75,7 @@ def check_after_timing(t: Timed) -> Checked:
     # a slot's content may have changed since an arm last ran on it).
     spot_bad = {name: spot_failure(cfg, content, m, snaps, name, ctx, memo) for name in snaps}
     snaps.clear()
-    fresh_bad = {name: refreshed_failure(cfg, content, m, content.kept, name, ctx, memo) for name in content.kept}
+    fresh_bad = refreshed_failures(cfg, content, m, content.kept, ctx, memo)
     content.release()
     base_bad = spot_bad.get(ARM_BASELINE) or spot_bad.get(ARM_CONTROL)
     base_fresh = fresh_bad.get(ARM_BASELINE) or fresh_bad.get(ARM_CONTROL)
@@ -171,26 +171,34 @@ def spot_failure(cfg, content, m, snaps, name, ctx, memo=None):
     return None if rep.passed else rep
 
 
-def refreshed_failure(cfg, content, m, kept, name, ctx, memo=None):
-    """The check of arm ``name``'s kept calls on new content (one per kind of refresh: in
-    place, where a kernel keyed by address answers for the old content; fresh buffers),
-    each against a reference on the content it ran on; the first failure, or None."""
+def refreshed_failures(cfg, content, m, kept, ctx, memo=None) -> dict:
+    """Per arm, the check of its kept calls on new content (one per kind of refresh: in place,
+    where a kernel keyed by address answers for the old content; fresh buffers), each
+    against a reference on the content it ran on: the first failure in the arm's order of
+    kinds, or None. Judged kind by kind across the arms: the arms' kept calls of one kind
+    share their round, so its content is drawn again once for all of them."""
     from harness.measurement.correctness.after_timing import check_timed_output
 
-    checks = m.refresh.checks.get(name, {}) if m.refresh is not None else {}
-    for how, copy in kept.get(name, {}).items():
-        c = checks.get(how)
-        if c is None:
-            continue
-        q, k, v = content.inputs(m, c["slot"], c["version"])
-        rep = check_timed_output(cfg, q, k, v, copy, atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
-                                 label=f"{name}: measured round {c['round']} on slot {c['slot']}, its inputs "
-                                       f"rewritten {how.replace('_', ' ')} just before the call"
-                                       f"{content.describe(m, c['version'])}",
-                                 what="output of the first call on the new content", memo=memo)
-        if not rep.passed:
-            return rep
-    return None
+    checks = m.refresh.checks if m.refresh is not None else {}
+    reports: dict = {}
+    kinds = list(dict.fromkeys(how for copies in kept.values() for how in copies))
+    for how in kinds:
+        for name, copies in kept.items():
+            c = checks.get(name, {}).get(how)
+            if how not in copies or c is None:
+                continue
+            q, k, v = content.inputs(m, c["slot"], c["version"])
+            reports[(name, how)] = check_timed_output(
+                cfg, q, k, v, copies[how], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
+                label=f"{name}: measured round {c['round']} on slot {c['slot']}, its inputs rewritten "
+                      f"{how.replace('_', ' ')} just before the call{content.describe(m, c['version'])}",
+                what="output of the first call on the new content", memo=memo)
+            del q, k, v  # not alive while the next content is drawn (the VRAM model counts one)
+    out = {}
+    for name, copies in kept.items():
+        failed = [reports[(name, how)] for how in copies if (name, how) in reports and not reports[(name, how)].passed]
+        out[name] = failed[0] if failed else None
+    return out
 
 
 def memory_failure(m, arm) -> tuple[str | None, str] | None:
@@ -265,6 +273,7 @@ def timed_output_failure(cfg, content, m, arm, outs, ctx, memo=None):
         q, k, v = content.inputs(m, slot, version)
         rep = check_timed_output(cfg, q, k, v, outs[slot], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
                                  label=f"slot {slot}{content.describe(m, version)}", memo=memo)
+        del q, k, v  # not alive while the next content is drawn (the VRAM model counts one)
         if not rep.passed:
             return rep
     return None

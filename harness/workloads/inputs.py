@@ -99,6 +99,10 @@ _GOLDEN = 0x9E3779B97F4A7C15 - (1 << 64)   # splitmix64's increment, as a signed
 _MIX1 = 0xBF58476D1CE4E5B9 - (1 << 64)
 _MIX2 = 0x94D049BB133111EB - (1 << 64)
 _MASK32 = 0xFFFFFFFF
+# Box-Muller's float64 constants, one spelling for both paths (inputs_fused reads them from
+# _constants): u1 = (hi + ½)·2^-32, r = √(−2·ln u1), θ = lo·(2π·2^-32).
+_HALF, _TWO_M32, _MINUS_TWO = 0.5, 2.0 ** -32, -2.0
+_TURN = 2.0 * math.pi * 2.0 ** -32
 # Elements per generation step: bounds the temporaries (GEN_BYTES_PER_ELEM each) to
 # ~150 MiB whatever the tensor size, while keeping a 2-billion-element KV cache to ~500
 # steps of a few elementwise kernels each.
@@ -113,7 +117,7 @@ GEN_BYTES_PER_ELEM = 3 * 8
 def generation_bytes(cfg: Config, device: str = "cpu") -> int:
     """Peak device scratch of generating ``cfg``'s inputs on ``device`` (the VRAM model adds
     it): none where the one-pass draw writes straight into the tensors."""
-    if use_fused_draw(device):
+    if use_fused_draw(device, cfg.dtype):
         return 0
     qs, ks, _ = cfg.shapes()
     return GEN_BYTES_PER_ELEM * min(GEN_CHUNK, max(math.prod(qs), math.prod(ks)))
@@ -161,22 +165,26 @@ def _normals(key: int, start: int, count: int, device):
     t = _srl_(z, 32)
     u1 = t.to(torch.float64)                        # high 32 bits
     del t
-    u1.add_(0.5).mul_(2.0 ** -32)                   # (0, 1): log never sees 0
-    r = u1.log_().mul_(-2.0).sqrt_()
+    u1.add_(_HALF).mul_(_TWO_M32)                   # (0, 1): log never sees 0
+    r = u1.log_().mul_(_MINUS_TWO).sqrt_()
     t = z.bitwise_and_(_MASK32)                     # low 32 bits, in z's storage
     theta = t.to(torch.float64)
     del t, z
     # (z·2^-32)·2π and z·(2π·2^-32) round to the same float64: the power of two is exact.
-    theta.mul_(2.0 * math.pi * 2.0 ** -32).cos_().mul_(r)
+    theta.mul_(_TURN).cos_().mul_(r)
     del r
     return theta.to(torch.float32)
 
 
-def use_fused_draw(device) -> bool:
-    """Whether inputs on ``device`` are drawn in one Triton pass (inputs_fused.py): a GPU with
-    Triton, unless Triton runs in its interpreter."""
-    return (getattr(device, "type", str(device).split(":")[0]) == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
-            and importable("harness.workloads.inputs_fused"))
+# The dtypes the one-pass draw writes (the inputs' dtypes; any other takes the torch path).
+FUSED_DRAW_DTYPES = ("float16", "bfloat16", "float32")
+
+
+def use_fused_draw(device, dtype: str = "float16") -> bool:
+    """Whether inputs of ``dtype`` on ``device`` are drawn in one Triton pass (inputs_fused.py):
+    a GPU with Triton, unless Triton runs in its interpreter."""
+    return (getattr(device, "type", str(device).split(":")[0]) == "cuda" and dtype in FUSED_DRAW_DTYPES
+            and os.environ.get("TRITON_INTERPRET") != "1" and importable("harness.workloads.inputs_fused"))
 
 
 _CONSTANTS: dict = {}
@@ -188,8 +196,7 @@ def _constants(device):
 
     key = str(device)
     if key not in _CONSTANTS:
-        _CONSTANTS[key] = torch.tensor([0.5, 2.0 ** -32, -2.0, 2.0 * math.pi * 2.0 ** -32], dtype=torch.float64,
-                                       device=device)
+        _CONSTANTS[key] = torch.tensor([_HALF, _TWO_M32, _MINUS_TWO, _TURN], dtype=torch.float64, device=device)
     return _CONSTANTS[key]
 
 
@@ -200,7 +207,7 @@ def _fill_normal_(t, key: int, mean_std: tuple[float, float] | None = None) -> N
     ``mean_std`` is applied in float32 before the cast, as two roundings (x·std, then
     + mean): the values do not depend on the dtype or the chunking.
     """
-    if use_fused_draw(t.device):
+    if use_fused_draw(t.device, str(t.dtype).removeprefix("torch.")):
         from harness.workloads import inputs_fused
 
         inputs_fused.fill_normal_(t, key, mean_std, _constants(t.device), (_GOLDEN, _MIX1, _MIX2))

@@ -203,13 +203,13 @@ def checksum(t) -> tuple[int, int]:
     of a 2^-64 accident, different otherwise. Lets the gate remember every earlier output of
     a config without keeping the outputs. Summed on the device, read once (int64 sums wrap
     modulo 2^64, which is what the checksum keeps); on a GPU in one pass."""
-    from harness.measurement.correctness.figures import CHECKSUM_BLOCK, use_fused
+    from harness.measurement.correctness.figures import CHECKSUM_BLOCK, CHECKSUM_WARPS, use_fused
 
     bits = as_bits(t).reshape(-1)
     if use_fused(bits.device):  # one pass on a GPU (figures_fused): the same two sums
         from harness.measurement.correctness import figures_fused
 
-        a, n = figures_fused.checksum_sums(bits.contiguous(), CHECKSUM_WEIGHT, CHECKSUM_BLOCK).tolist()
+        a, n = figures_fused.checksum_sums(bits.contiguous(), CHECKSUM_WEIGHT, CHECKSUM_BLOCK, CHECKSUM_WARPS).tolist()
         return a & (2**64 - 1), n
     return _checksum_torch(bits)
 

@@ -34,6 +34,7 @@ FUSED_BLOCK = 4096
 FUSED_WARPS = 8
 # checksum()'s one pass (figures_fused): elements per program, 16 per thread at 4 warps.
 CHECKSUM_BLOCK = 2048
+CHECKSUM_WARPS = 4
 TABLE_COLS = 13
 
 

@@ -97,7 +97,6 @@ def block_table(o_flat, r_flat, table, *, atol: float, rtol: float, rel_floor: f
     return table
 
 
-
 @triton.jit(do_not_specialize=["n"])
 def _checksum_blocks(bits_ptr, parts_ptr, n, WEIGHT: tl.constexpr, BLOCK: tl.constexpr):
     # checks.checksum's sums over one block, in int64 (wrapping modulo 2^64, as torch's): the
@@ -111,15 +110,15 @@ def _checksum_blocks(bits_ptr, parts_ptr, n, WEIGHT: tl.constexpr, BLOCK: tl.con
     tl.store(parts_ptr + pid.to(tl.int64) * 2 + 1, tl.sum(b, 0))
 
 
-def checksum_sums(bits, weight: int, block: int):
+def checksum_sums(bits, weight: int, block: int, warps: int):
     """(weighted sum, sum) of a flat integer tensor's values as int64 device scalars, ``block``
-    elements per program, the blocks' parts added by torch (integer sums modulo 2^64: the
-    torch path's values)."""
+    elements per program (``warps`` warps), the blocks' parts added by torch (integer sums
+    modulo 2^64: the torch path's values)."""
     import torch
 
     n = bits.numel()
     blocks = max(1, triton.cdiv(n, block))
     parts = torch.zeros(blocks, 2, dtype=torch.int64, device=bits.device)
     if n:
-        _checksum_blocks[(blocks,)](bits, parts, n, WEIGHT=weight, BLOCK=block, num_warps=4)
+        _checksum_blocks[(blocks,)](bits, parts, n, WEIGHT=weight, BLOCK=block, num_warps=warps)
     return parts.sum(0)
