@@ -43,7 +43,7 @@ def check_draw(device: str, dtypes=("float32", "float16", "bfloat16")) -> int:
 @pytest.mark.gpu
 def test_the_one_pass_draw_gives_the_torch_values_on_the_gpu():
     assert check_draw("cuda") == 3 * len(KEYS) * len(AFFINE)
-    assert I.use_fused_draw("cuda") and I.use_fused_draw(torch.device("cuda", 0))
+    assert I.use_fused_draw("cuda", "float16") and I.use_fused_draw(torch.device("cuda", 0), torch.bfloat16)
     assert I.generation_bytes(I.Config("attention", 8, 16, 16, 4096, 128, "float16", False), "cuda") == 0
 
 
@@ -110,7 +110,7 @@ def test_the_one_pass_draw_compiles_for_the_h200():
 
 def test_the_cpu_the_interpreter_and_other_dtypes_keep_the_torch_path(monkeypatch):
     cfg = I.Config("attention", 1, 2, 2, 64, 16, "float32", False)
-    assert not I.use_fused_draw("cpu") and I.generation_bytes(cfg, "cpu") > 0
+    assert not I.use_fused_draw("cpu", "float32") and I.generation_bytes(cfg, "cpu") > 0
     assert not I.use_fused_draw("cuda", "float64")  # no such input dtype; the torch path would serve it
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert not I.use_fused_draw("cuda", "float16") and I.generation_bytes(cfg, "cuda") > 0

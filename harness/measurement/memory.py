@@ -206,19 +206,16 @@ def _meminfo_available() -> int:
 def reset_peak(device: str) -> int:
     """Start a config's peak count; returns the bytes already allocated (0 on the CPU).
 
-    Garbage from earlier configs (buffers in reference cycles, captured graphs' closures)
-    is collected first, and torch's cuBLAS workspaces are released, so each config
-    allocates its own (LIBRARY_WORKSPACE_BYTES in the model). What is still allocated after
+    Call it after ``release`` (garbage from earlier configs, buffers in reference cycles and
+    captured graphs' closures, is gone then). torch's cuBLAS workspaces are released here, so
+    each config allocates its own (LIBRARY_WORKSPACE_BYTES in the model). What is still allocated after
     that belongs to the caller, not to this config, and ``peak_bytes`` subtracts it: the
     model predicts the config's own peak (on the H200 a left-over 0.4-0.6 GB otherwise read
     as a -22% model error; a held workspace read as -12% on the example grid).
     """
     if device == "cuda":
-        import gc
-
         import torch
 
-        gc.collect()
         torch.cuda.synchronize()
         clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
         if clear is not None:  # absent: the held workspace is subtracted, the model over-predicts
@@ -238,15 +235,15 @@ def peak_bytes(device: str, held: int = 0) -> int | None:
     return None
 
 
-def release(device: str, collect: bool = True) -> None:
-    """Free what a finished config held: garbage in reference cycles (``collect``), then, on a
-    GPU, the allocator's cached blocks. Between configs of one sweep the collection is left
-    to the next config's ``reset_peak``, which makes it anyway (issue 32: a full collection
-    of a process holding torch and Triton takes ~0.1 s on the H200's host)."""
+def release(device: str) -> None:
+    """Free what earlier work left: garbage in reference cycles, then, on a GPU, the
+    allocator's cached blocks. A config calls it once, first (pipeline/run.py), before its
+    budget reads the memory available and ``reset_peak`` starts its count (a full collection
+    of a process holding torch and Triton takes ~0.1 s on the H200's host: once, not twice,
+    per config; issue 32)."""
     import gc
 
-    if collect or device != "cuda":
-        gc.collect()
+    gc.collect()
     if device == "cuda":
         import torch
 

@@ -52,11 +52,6 @@ def budget(task: Task, ctx: SweepContext) -> Budget:
     phase.report(None, phase.SETUP)
     pred = memory.predict(cfg, [base_spec, *runnable], ctx.reg.timing, ctx.device)
     avail = memory.available_bytes(ctx.device)
-    if pred.peak_bytes > avail and ctx.device == "cuda":
-        # The previous config's garbage is collected at this config's reset_peak, after this
-        # check (memory.release): collect it now before refusing, and read again.
-        memory.release(ctx.device)
-        avail = memory.available_bytes(ctx.device)
     if pred.peak_bytes > avail:
         for spec in runnable:
             out.append(Outcome(SKIPPED, {

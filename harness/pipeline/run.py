@@ -37,6 +37,10 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
 def _run(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> list[Outcome]:
     from harness.measurement import memory
 
+    # Whatever earlier configs left (tensors in reference cycles, cached blocks) is freed before
+    # this one's budget reads the memory available and its peak count starts: one collection
+    # per config, here.
+    memory.release(ctx.device)
     b = budget(Task(cfg, tuple(candidates)), ctx)
     if not b.runnable:
         return list(b.rows)
@@ -52,8 +56,6 @@ def _run(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> list[Ou
             "reason": f"out of device memory although predicted {b.pred.peak_bytes / 2**30:.2f} GiB fits: "
                       f"{str(exc).splitlines()[0]} (the memory model is wrong for this config)"})
             for spec in b.runnable)]
-    finally:
-        memory.release(ctx.device, collect=False)  # the next config's reset_peak collects
 
 
 def _measure(b: Budget, held: int) -> list[Outcome]:

@@ -180,10 +180,12 @@ def _normals(key: int, start: int, count: int, device):
 FUSED_DRAW_DTYPES = ("float16", "bfloat16", "float32")
 
 
-def use_fused_draw(device, dtype: str = "float16") -> bool:
-    """Whether inputs of ``dtype`` on ``device`` are drawn in one Triton pass (inputs_fused.py):
-    a GPU with Triton, unless Triton runs in its interpreter."""
-    return (getattr(device, "type", str(device).split(":")[0]) == "cuda" and dtype in FUSED_DRAW_DTYPES
+def use_fused_draw(device, dtype) -> bool:
+    """Whether inputs of ``dtype`` (a torch dtype or its name) on ``device`` are drawn in one
+    Triton pass (inputs_fused.py): a GPU with Triton, unless Triton runs in its interpreter."""
+    from harness.measurement.correctness.poison import dtype_name
+
+    return (getattr(device, "type", str(device).split(":")[0]) == "cuda" and dtype_name(dtype) in FUSED_DRAW_DTYPES
             and os.environ.get("TRITON_INTERPRET") != "1" and importable("harness.workloads.inputs_fused"))
 
 
@@ -207,7 +209,7 @@ def _fill_normal_(t, key: int, mean_std: tuple[float, float] | None = None) -> N
     ``mean_std`` is applied in float32 before the cast, as two roundings (x·std, then
     + mean): the values do not depend on the dtype or the chunking.
     """
-    if use_fused_draw(t.device, str(t.dtype).removeprefix("torch.")):
+    if use_fused_draw(t.device, t.dtype):
         from harness.workloads import inputs_fused
 
         inputs_fused.fill_normal_(t, key, mean_std, _constants(t.device), (_GOLDEN, _MIX1, _MIX2))
