@@ -75,6 +75,20 @@ def test_a_kernel_that_changes_the_thread_count_only_when_timed_gets_no_number()
     assert torch.get_num_threads() == before
 
 
+def test_a_kernel_that_flips_torch_flags_only_when_timed_gets_no_number():
+    """The numeric flags read through owners looked up once per process (issue 32) still
+    catch a kernel that flips them, through torch's own accessors, and set them back."""
+    import torch
+
+    tf32, flash = torch.backends.cuda.matmul.allow_tf32, torch.backends.cuda.flash_sdp_enabled()
+    _fn["fn"] = zoo.make_honest_then(GATE_CALLS, zoo.flags_flipped)
+    (row,) = run_config(CFG, ("test_time_liar",), ctx("flags"))
+    assert row.kind == "incorrect", row.payload.get("reason")
+    assert row.payload["tag"] == "timed_numerics_changed"
+    assert "allow_tf32" in row.payload["reason"] and "flash_sdp" in row.payload["reason"], row.payload["reason"]
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cuda.flash_sdp_enabled()) == (tf32, flash)
+
+
 def test_a_state_change_is_blamed_on_the_previous_call_and_set_back_before_the_next():
     import torch
 

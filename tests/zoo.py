@@ -355,6 +355,16 @@ def threads_changed(q, k, v, out, *, causal, scale):
     torch.set_num_threads(_other_thread_count())
 
 
+def flags_flipped(q, k, v, out, *, causal, scale):
+    """Computes, then flips torch's TF32 matmul flag and the flash SDPA switch for whoever
+    runs next (the TF32 incident: the next arm runs other kernels)."""
+    import torch
+
+    out.copy_(attention(q, k, v, causal=causal, scale=scale))
+    torch.backends.cuda.matmul.allow_tf32 = not torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.enable_flash_sdp(not torch.backends.cuda.flash_sdp_enabled())
+
+
 def affinity_changed(q, k, v, out, *, causal, scale):
     """Computes, then pins the process to one core for whoever runs next."""
     import os
