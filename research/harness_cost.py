@@ -272,6 +272,7 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
             (out / f"{name}.sweep.log").write_text(sw.stdout + sw.stderr)
             if prof is not None:
                 (out / f"{name}.profile.txt").write_text(profile_text(prof))
+                shutil.copy(prof, out / f"{name}.prof")  # the raw dump, for pstats queries beyond the top
         rows = [r for r in read_rows(repo / "ledger" / f"{name}.jsonl") if r.kind in OUTCOME_KINDS]
         reg = load(repo / "registrations" / f"{name}.toml")
         against = shipped_comparison(repo, name, line) if verdict else None

@@ -87,6 +87,75 @@ def test_too_few_calls_cannot_be_judged_and_faster_first_calls_never_flag():
     assert m.refresh.memory["a"].judged and len(m.rounds) <= 8 + REFRESH_EXTRA_ROUNDS
 
 
+def test_an_honest_arm_is_not_read_as_remembering_when_the_load_changes_during_the_catch_up():
+    """The span's rounds are lost (their calls waited on a run queue: dropped), so every first-seen
+    and seen call comes from the catch-up rounds past it; the host's load halves during them.
+    Refreshes alone until the first-seen calls suffice, then shams alone, put every first-seen
+    call under the load and every seen one after it: 2.0× even against the nearest seen calls
+    (the CI's 2-core host read an honest baseline so). Shams among the refreshes keep seen calls
+    near each first-seen one: no arm is read as remembering, and every arm is judged."""
+    names = ("a", "b", "c")
+    for seed in range(4):
+        for cut in range(20, 36, 3):   # the call from which the load is gone, across the catch-up
+            timer = ScriptedTimer({n: (lambda k, t, cut=cut: 2.0 if k < cut else 1.0) for n in names},
+                                  waits={n: (lambda k, t: 0.5 if k < 14 else 0.0) for n in names})
+            m = measure({n: (lambda s: None) for n in names}, n_slots=1, policy=policy(max_samples=12),
+                        device="cpu", timer=timer, refresh=lambda *a: None, refresh_seed=seed)
+            span = m.refresh.span
+            assert all(r.dropped for r in m.rounds if r.index < span), (seed, cut)
+            catch_up = {r["round"] for r in m.refresh.refreshes if r["round"] >= span}
+            shams = {r["round"] for r in m.refresh.shams if r["round"] >= span and "before" not in r}
+            assert shams and min(shams) < max(catch_up), (seed, cut, sorted(catch_up), sorted(shams))
+            for n, j in m.refresh.memory.items():
+                assert j.judged and not j.remembers, (seed, cut, n, j)
+
+
+def test_every_judged_first_seen_call_follows_an_input_generation_as_a_seen_call_after_a_sham_does():
+    """On a loaded host a call right after an input generation ran faster than one with no work
+    before it (the CI's 2-core host, every core busy). One refresh serves a round on one slot,
+    so the later arms' first-seen calls had no generation before them while every seen call
+    compared had a sham's: an honest arm read as remembering. Each later arm now gets a sham
+    right before its first-seen call; an arm that does remember is still caught."""
+    names = ("a", "b", "c")
+    state = {"after_draw": False}
+
+    def refresh(slot, seed, how):
+        state["after_draw"] = True
+
+    def honest(k, t):      # faster right after a generation (the loaded host), else no difference
+        fast, state["after_draw"] = state["after_draw"], False
+        return 1.0 if fast else 2.0
+
+    for seed in range(3):
+        m = measure({n: (lambda s: None) for n in names}, n_slots=1, policy=policy(), device="cpu",
+                    timer=ScriptedTimer({n: honest for n in names}), refresh=refresh, refresh_seed=seed)
+        rec = m.refresh
+        work = {(r["round"], r["arm"]) for r in (*rec.refreshes, *rec.shams)}
+        for n in names:
+            assert rec.fresh_rounds[n] and all((i, n) in work for i in rec.fresh_rounds[n]), (seed, n)
+            assert rec.memory[n].judged and not rec.memory[n].remembers, (seed, n, rec.memory[n])
+        assert any(s.get("before") == "first_seen" for s in rec.shams), seed
+
+    seen: set = set()
+    content = {"v": 0}
+
+    def refresh_content(slot, seed, how):
+        state["after_draw"] = True
+        if how != SHAM:
+            content["v"] = seed
+
+    def remembering(k, t):  # 2.8× slower on content it has not seen, whatever ran before
+        state["after_draw"] = False
+        new = content["v"] not in seen
+        seen.add(content["v"])
+        return 2.8 if new else 1.0
+
+    m = measure({n: (lambda s: None) for n in names}, n_slots=1, policy=policy(), device="cpu",
+                timer=ScriptedTimer({"a": remembering, "b": honest, "c": honest}), refresh=refresh_content,
+                refresh_seed=5)
+    assert m.refresh.memory["a"].remembers and not m.refresh.memory["b"].remembers
+
+
 def test_the_refresh_runs_outside_the_timed_window_after_the_leads_and_before_prepare():
     from harness.measurement.timing.timers import HostTimer
 

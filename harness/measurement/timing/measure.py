@@ -83,9 +83,12 @@ from harness.measurement.timing.timers import BLOCK_MAX_S, CallCpu, CudaEventTim
 WARMUP_MIN_ROUNDS = 1
 # Rounds past max_samples a measurement may run while the content check (timing/refresh.py)
 # still lacks the calls to judge an arm (rounds dropped for clocks or waits took some): every
-# one of them is refreshed or shammed, so twice the minimum covers a few more drops. Without
-# them the row would have no number (fail closed) although the protocol's own rounds were fine.
-REFRESH_EXTRA_ROUNDS = 2 * REFRESH_MIN_ROUNDS
+# one of them is shammed, or (first-seen calls short) refreshed or shammed half and half
+# (refresh.CATCH_UP_REFRESH_SHARE), so four times the minimum covers both kinds short and a
+# few more drops.
+# Without them the row would have no number (fail closed) although the protocol's own rounds
+# were fine.
+REFRESH_EXTRA_ROUNDS = 4 * REFRESH_MIN_ROUNDS
 WARMUP_MAX_EXTENSIONS = 3
 # Sustained clocks: the warm-up is extended (up to WARMUP_SETTLE_MAX_EXTENSIONS more
 # budgets) while the SM clock in its second half is > CLOCK_SETTLE_TOLERANCE below its first
@@ -424,10 +427,9 @@ def _refresh_record(runner: RoundRunner, rounds: tuple[Round, ...]) -> RefreshRe
     kept = [r for r in rounds if not r.dropped]
     memory, fresh_rounds, sham_rounds = {}, {}, {}
     for n in runner.names:
-        labels = runner.fresh[n]
-        fresh_rounds[n] = tuple(r.index for r in rounds if labels[r.index])
+        fresh_rounds[n] = tuple(r.index for r in rounds if runner.judged_fresh(n, r.index))
         sham_rounds[n] = tuple(r.index for r in rounds if runner.compared(n, r.index))
-        memory[n] = judge_input_memory([(r.index, r.samples[n]) for r in kept if labels[r.index]],
+        memory[n] = judge_input_memory([(r.index, r.samples[n]) for r in kept if runner.judged_fresh(n, r.index)],
                                        [(r.index, r.samples[n]) for r in kept if runner.compared(n, r.index)],
                                        runner.schedule.shams)
     note = "graph mode: refreshed in place only (captured graphs read fixed addresses)" \

@@ -86,7 +86,9 @@ class RefreshRecord:
     span: int                                   # guaranteed refreshed rounds fall before this round
     refreshes: tuple[dict, ...]                 # round, arm, slot, seed, how; version k = refreshes[k-1]
     shams: tuple[dict, ...]                     # round, arm, slot, seed: the same work, content kept
-    fresh_rounds: dict[str, tuple[int, ...]]    # per arm: measured rounds whose call was first-seen
+    #                                             ("before": "first_seen": before a first-seen call
+    #                                             whose content an earlier arm's refresh wrote)
+    fresh_rounds: dict[str, tuple[int, ...]]    # per arm: measured rounds whose first-seen call is judged
     sham_rounds: dict[str, tuple[int, ...]]     # per arm: rounds whose call was seen, after a sham
     last_versions: dict[str, tuple[int | None, ...]]  # per arm and slot: the version its last call ran on
     checks: dict[str, dict[str, dict[str, int]]]  # per arm and how: the refreshed call kept (round, slot, version)

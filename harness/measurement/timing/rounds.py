@@ -67,6 +67,8 @@ class RoundRunner:
         self.last_version: dict[str, list[int | None]] = {n: [None] * n_slots for n in self.names}
         self.fresh: dict[str, list[bool]] = {n: [] for n in self.names}  # per measured round
         self.shammed: dict[str, list[bool]] = {n: [] for n in self.names}  # per measured round
+        # Per measured round: an input generation (refresh or sham) ran right before the call.
+        self.worked: dict[str, list[bool]] = {n: [] for n in self.names}
         self.shams: list[dict] = []                       # round, arm, slot, seed
         self.refresh_checks: dict[str, dict[str, dict[str, int]]] = {}
         self._due: dict[str, tuple[int, str]] = {}        # arm -> (round, how) still to refresh
@@ -113,12 +115,20 @@ class RoundRunner:
             return False
         if self.schedule.pending(len(self.fresh[self.names[0]])):
             return True
-        for name, labels in self.fresh.items():
-            n_fresh = sum(labels[i] for i in kept)
+        for name in self.names:
+            n_fresh = sum(self.judged_fresh(name, i) for i in kept)
             n_seen = sum(self.compared(name, i) for i in kept)
             if n_fresh < MIN_FRESH_CALLS or n_seen < MIN_SEEN_CALLS:
                 return True
         return False
+
+    def judged_fresh(self, name: str, i: int) -> bool:
+        """Whether arm ``name``'s call of measured round ``i`` is a first-seen call the judgement
+        counts: on the host, only one with an input generation right before it, as a seen call
+        after a sham has (with several slots, new content reaches an arm's later calls too,
+        with no work before them: under a loaded host those ran slower than calls right after
+        a generation, and an honest baseline read as remembering)."""
+        return self.fresh[name][i] and (self.worked[name][i] or not self.schedule.shams)
 
     def compared(self, name: str, i: int) -> bool:
         """Whether arm ``name``'s call of measured round ``i`` is a seen call the first-seen
@@ -130,7 +140,7 @@ class RoundRunner:
         # (``kept``, set by measure after each round: a dropped round's calls do not count).
         n = len(self.fresh[self.names[0]])
         kept = [i for i in self.kept if i < n]
-        fresh = min(sum(v[i] for i in kept) for v in self.fresh.values())
+        fresh = min(sum(self.judged_fresh(k, i) for i in kept) for k in self.names)
         sham = min(sum(self.compared(k, i) for i in kept) for k in self.names)
         return "fresh" if fresh < MIN_FRESH_CALLS and n else "sham" if sham < MIN_SEEN_CALLS and n else None
 
@@ -152,6 +162,7 @@ class RoundRunner:
         # A slot already refreshed this round by an earlier arm is refreshed again only if
         # this arm has run on its new content (its lead calls): else that content is new to
         # it too, and one refresh serves the round (one first-seen call per arm, not more).
+        wrote = False
         for s in dict.fromkeys(slots):
             if s in self._round_refreshed and (s, self.version[s]) not in self.seen[name]:
                 continue
@@ -160,6 +171,14 @@ class RoundRunner:
             self.refresh(s, seed, how)
             self.refreshes.append({"round": index, "arm": name, "slot": s, "seed": seed, "how": how})
             self.version[s] = len(self.refreshes)
+            wrote = True
+        if not wrote and self.schedule.shams:
+            # The content is new to this arm but was written before an earlier arm's call: the
+            # same generation right before this call too (a sham: the content stays), so every
+            # judged first-seen call follows the work a seen call after a sham follows.
+            seed = self.schedule.content_seed()
+            self.refresh(slots[0], seed, SHAM)
+            self.shams.append({"round": index, "arm": name, "slot": slots[0], "seed": seed, "before": "first_seen"})
         self._refreshed[name] = how
 
     def _before(self, name: str, slot: int) -> Callable[[], None] | None:
@@ -271,6 +290,7 @@ class RoundRunner:
                 if self.schedule is not None:
                     self.fresh[name].append(self._label[name])
                     done = self._refreshed.pop(name, None)
+                    self.worked[name].append(done is not None)
                     self.shammed[name].append(done == SHAM)
                     done = None if done == SHAM else done
                     # The kept call ran on the refreshed content only if it was not re-run.
