@@ -228,6 +228,29 @@ def protocol_floor(rows, reg, device: str) -> dict[str, float]:
     return out
 
 
+def _triton_cache() -> Path:
+    """Triton's on-disk kernel cache (its default, unless TRITON_CACHE_DIR names another)."""
+    return Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
+
+
+def _compiled() -> set[Path]:
+    """The compiled-kernel metadata files in Triton's cache now (one per kernel and specialization)."""
+    cache = _triton_cache()
+    return {p for p in cache.glob("*/*.json") if not p.name.startswith("__grp__")} if cache.is_dir() else set()
+
+
+def compiled_names(paths) -> dict[str, int]:
+    """Kernel name -> how many specializations, from Triton cache metadata files."""
+    names: dict[str, int] = {}
+    for p in paths:
+        try:
+            name = json.loads(p.read_text()).get("name", p.stem)
+        except (OSError, ValueError):
+            name = p.stem
+        names[name] = names.get(name, 0) + 1
+    return dict(sorted(names.items()))
+
+
 def profile_text(path: Path, top: int = 60) -> str:
     """A cProfile dump's top functions by their own time and by cumulative time."""
     import io
@@ -263,7 +286,10 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
                 raise SystemExit(f"warm {name} failed ({wr.returncode}): {wr.stdout[-2000:]}{wr.stderr[-2000:]}")
         prof = Path(scratch) / f"{name}.prof" if profile else None  # outside the repository: its tree stays clean
         # Profiled, the configs run in the sweep's own process (--inline), where cProfile sees them.
+        cached = _compiled()
         sw, sweep_s = _bench(repo, "sweep", name, *(["--inline"] if profile else []), profile=prof)
+        # What the sweep compiled itself (kernels no first run or `bench warm` had compiled).
+        compiled = compiled_names(_compiled() - cached)
         if sw.returncode != 0:
             raise SystemExit(f"sweep {name} failed ({sw.returncode}): {sw.stdout[-2000:]}{sw.stderr[-2000:]}")
         if out is not None:  # the scratch sweep's rows and output outlive its temporary directory
@@ -306,7 +332,7 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
             "ratio": per_config / bare_per_config, "phases_per_config_s": phases,
             "reference_per_config_s": reference, "outcomes": kinds,
             "cost_line": next((x.strip() for x in sw.stdout.splitlines() if "harness time per config" in x), None),
-            "against_shipped": against}
+            "compiled_in_sweep": compiled, "against_shipped": against}
 
 
 def markdown(results: list[dict], commit: str) -> str:
@@ -324,6 +350,9 @@ def markdown(results: list[dict], commit: str) -> str:
         if r.get("warm_s") is not None:
             ph += (f"; after `bench warm` ({r['warm_s']:.1f} s; counted in the sweep's time: "
                    f"{r['ratio_with_warm']:.1f}×)")
+        if r.get("compiled_in_sweep"):
+            ph += "; Triton kernels the sweep compiled itself: " + ", ".join(
+                f"{k} ×{v}" for k, v in r["compiled_in_sweep"].items())
         out.append(f"| {r['line']} | {r['device']} | {r['configs']} × {r['arms']} ({r['runs']}) | "
                    f"{r['sweep_per_config_s']:.2f} | "
                    f"{r['bare_per_config_s']:.2f} ({r['bare_first_run_per_config_s']:.2f}) | **{r['ratio']:.1f}×** | {ph}; float64 references "

@@ -159,6 +159,36 @@ def test_drains_judge_a_share_of_long_drains_and_a_median_above_the_baseline():
     assert timed_leftover({"c": quiet[:99] + [leftover.DRAIN_LIMIT_S * 3], "b": quiet}, "c", "b") is None
 
 
+def test_a_share_of_long_drains_is_named_only_when_calls_made_again_confirm_it():
+    quiet = [11e-6] * 36
+    jitter = quiet[:34] + [leftover.DRAIN_LIMIT_S * 2, leftover.DRAIN_LIMIT_S * 4]  # 2 of 36: over 5%
+    asked = []
+
+    def confirm_with(drain):
+        def confirm(arm, n):
+            asked.append((arm, n))
+            return [drain] * n
+        return confirm
+
+    # Unconfirmed (the calls made again drain at once): host jitter, not work left running.
+    assert timed_leftover({"c": jitter, "b": quiet}, "c", "b", confirm_with(11e-6)) is None
+    assert asked == [("c", 36)]  # as many calls as the rounds judged
+    # Confirmed: named, with both counts.
+    why = timed_leftover({"c": jitter, "b": quiet}, "c", "b", confirm_with(1e-3))
+    assert "2 of 36 timed calls" in why and "36 of 36 calls made again to confirm did" in why
+    # Work left on a quarter of the timed calls is named even when the calls made again leave
+    # none: together still over the share.
+    quarter = quiet[:27] + [1e-3] * 9
+    assert "9 of 36 timed calls" in timed_leftover({"c": quarter, "b": quiet}, "c", "b", confirm_with(11e-6))
+    # A quiet arm is never called again; the median rule needs no confirmation.
+    asked.clear()
+    assert timed_leftover({"c": quiet, "b": quiet}, "c", "b", confirm_with(1e-3)) is None
+    assert "median drain" in timed_leftover({"c": [60e-6] * 36, "b": quiet}, "c", "b", confirm_with(11e-6))
+    assert asked == []
+    assert leftover.confirm_calls(500) == leftover.DRAIN_CONFIRM_MAX_CALLS
+    assert leftover.confirm_calls(3) == leftover.DRAIN_CONFIRM_MIN_CALLS
+
+
 def test_the_control_follows_every_candidate_as_often_as_the_baseline_does():
     # The order rule (docs/architecture.md): whatever a candidate leaves for the call after it
     # lands on the baseline and on the control equally often, so it cannot bias the speedup
@@ -198,6 +228,30 @@ def test_gpu_a_kernel_that_leaves_device_work_when_timed_gets_no_number_and_the_
     assert abs(base / ctl - 1) < 0.05, (base, ctl)
 
 
+@pytest.mark.gpu
+def test_gpu_a_kernel_that_leaves_device_work_on_every_third_timed_call_is_confirmed_and_named():
+    # Never two calls in a row (the gate's confirmation) but a third of the timed ones: the
+    # share of long drains is confirmed by calls made again, through the real timer and drain.
+    timing = {"warmup_ms": 20, "min_samples": 10, "max_samples": 40, "min_time_ms": 10, "timeout_s": 30}
+    cfg = Config("attention", 1, 8, 8, 1024, 64, "float16", False)
+    c = sweep_context(device="cuda", baseline="sdpa", candidates=("test_time_liar",), atol={"float16": 2e-2},
+                      rtol={"float16": 2e-2}, timing=timing)
+    n = {"n": 0}
+
+    def every_third(q, k, v, out, *, causal, scale):
+        n["n"] += 1
+        if n["n"] % 3 == 0:
+            zoo.leaves_device_work(q, k, v, out, causal=causal, scale=scale)
+        else:
+            out.copy_(zoo.attention(q, k, v, causal=causal, scale=scale))
+
+    _fn["fn"] = every_third
+    (row,) = run_config(cfg, ("test_time_liar",), c)
+    assert row.kind == "incorrect", row.payload.get("reason")
+    assert row.payload["tag"] == "timed_left_running", row.payload["reason"]
+    assert "calls made again to confirm" in row.payload["reason"], row.payload["reason"]
+
+
 def _gate_calls(cfg, c) -> int:
     """How many calls the gate makes of a kernel at ``cfg`` under ``c`` (counted, not assumed),
     its stream look included."""
@@ -219,6 +273,10 @@ def _gate_calls(cfg, c) -> int:
 
 # The attack line's warm-up: long enough on a GPU for NVML readings in its tail (clocks.py).
 WARMUP_MS = {"cpu": 5, "cuda": 50}
+# On the CPU at seq_len 128 the remembering kernel's attention costs about what its own content
+# lookup does (0.057 ms fresh against 0.054 ms seen): nothing to remember, nothing to find, and
+# its row read `result` in 2 of 6 runs. At 512 the attention it skips is most of its time.
+SEQ_LEN = {"cpu": 512, "cuda": 128}
 
 ATTACKS_LINE = '''\
 schema = 1
@@ -230,7 +288,7 @@ baseline = "{baseline}"
 [grid]
 batch = [1]
 heads = [2]
-seq_len = [128]
+seq_len = [{seq_len}]
 head_dim = [32]
 dtype = ["{dtype}"]
 causal = [false]
@@ -294,7 +352,7 @@ def test_each_attack_is_rejected_for_its_own_reason_through_the_cli(tmp_path, de
                                # On the GPU the reference clock is read from the last half of
                                # warm-up, polled at 200 Hz: 5 ms held a reading half the time
                                # (a config then reads `throttled`, clocks unverified, as it should).
-                               warmup_ms=WARMUP_MS[device])
+                               warmup_ms=WARMUP_MS[device], seq_len=SEQ_LEN[device])
     repo = init_repo(tmp_path / "proj", {"attacks": text})
     plugin = installed_dist(tmp_path / "site", "attacks", "0.1", "[bench.kernels]\nattacks = attack_kernels\n",
                             {"attack_kernels": PLUGIN})

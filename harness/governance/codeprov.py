@@ -226,12 +226,32 @@ def _packages() -> dict:
     return packages_distributions()
 
 
+@functools.lru_cache(maxsize=1)
+def _declared() -> dict:
+    """Top-level package -> names of the distributions whose ``top_level.txt`` lists it: one
+    small file per distribution, where ``_packages`` reads every file list (issue 32: seconds
+    of each sweep's start on the H200's host)."""
+    from importlib.metadata import distributions
+
+    out: dict = {}
+    for dist in distributions():
+        for top in (dist.read_text("top_level.txt") or "").split():
+            out.setdefault(top, []).append(dist.metadata["Name"])
+    return out
+
+
 def _distribution_holding(pkg: str, where: Path):
-    """The installed distribution whose files hold package ``pkg`` at ``where``, else None."""
+    """The installed distribution whose files hold package ``pkg`` at ``where``, else None:
+    looked for among those that declare it first, then among every claimant."""
+    found = _holding(pkg, where, _declared().get(pkg, []))
+    return found if found is not None else _holding(pkg, where, _packages().get(pkg, []))
+
+
+def _holding(pkg: str, where: Path, names):
     from importlib.metadata import distributions
 
     # Every installed copy of each distribution that claims the name (one may be on PYTHONPATH).
-    for dist in (d for name in dict.fromkeys(_packages().get(pkg, [])) for d in distributions(name=name)):
+    for dist in (d for name in dict.fromkeys(names) for d in distributions(name=name)):
         src = _editable_dir(dist)
         if src is not None:
             if where.is_relative_to(src):

@@ -235,6 +235,9 @@ def peak_bytes(device: str, held: int = 0) -> int | None:
     return None
 
 
+_frozen = False  # gc.freeze() done in this process (``release``)
+
+
 def release(device: str) -> None:
     """Free what earlier work left: garbage in reference cycles, then, on a GPU, the
     allocator's cached blocks. A config calls it once, first (pipeline/run.py), before its
@@ -243,7 +246,15 @@ def release(device: str) -> None:
     per config; issue 32)."""
     import gc
 
+    global _frozen
     gc.collect()
+    if not _frozen:
+        # What the process holds before its first config (torch, Triton, CuPy and the rest,
+        # ~0.2-1M objects) is moved out of the collector's sight once: each later collection,
+        # here and the interpreter's own, then walks only what the configs made (0.06-0.14 s
+        # a collection before, µs after). Frozen objects are still freed by reference count.
+        gc.freeze()
+        _frozen = True
     if device == "cuda":
         import torch
 
