@@ -349,10 +349,29 @@ def test_a_candidate_that_cannot_run_here_refuses_the_sweep_before_any_write(rep
     p.write_text(p.read_text().replace('candidate = "sdpa"', 'candidates = ["sdpa", "cublas_stack"]'))
     git(repo, "commit", "-qam", "a GPU-only candidate")
     assert run_bench(repo, "register", "tiny").returncode == 0
-    r = run_bench(repo, "sweep", "tiny")
+    # The sweep's worker starts while these checks run (issue 32): refused, it is stopped too.
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    from tests.conftest import bench_env
+
+    mark = f"BENCH_TEST_MARK={uuid.uuid4().hex}".encode()
+    r = subprocess.run([sys.executable, "-m", "harness", "sweep", "tiny"], cwd=repo, capture_output=True, text=True,
+                       timeout=600, env={**bench_env(), "BENCH_TEST_MARK": mark.decode().split("=", 1)[1]})
     assert r.returncode == 2 and "candidate 'cublas_stack' cannot run on this machine" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert kinds(repo) == ["registered"] and not (repo / "ledger" / "_device_ceilings.jsonl").exists()
+    alive = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark in f.read().split(b"\0"):
+                    alive.append(pid)
+        except OSError:  # gone, or not ours to read
+            continue
+    assert alive == [], f"processes of the refused sweep still alive: {alive}"
 
 
 def test_never_measured_pairs_refuse_the_verdict_unless_the_bar_allows_missing(repo):

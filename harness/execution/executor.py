@@ -92,9 +92,14 @@ class Executor(ABC):
     def prepare(self, line) -> None:
         """Learn the line before ``start`` (its kernels, for a worker that checks its sources)."""
 
+    def launch(self) -> None:
+        """Begin starting the slots and return at once (``start`` then waits for them), so a
+        slot's own start-up overlaps the driver's checks before the sweep; after ``prepare``.
+        Where slots start in no time (in-process) or remotely, nothing."""
+
     @abstractmethod
     def start(self) -> list[SlotInfo]:
-        """Start every slot; return what each one runs on."""
+        """Start every slot (those ``launch`` began: wait for them); return what each one runs on."""
 
     @abstractmethod
     def submit(self, slot: int, job: Job) -> None:

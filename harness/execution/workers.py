@@ -47,6 +47,7 @@ class _Worker:
     job: int | None = None
     fatal: str | None = None
     dead: bool = False
+    ready: bool = False  # it said "ready": past its start-up, waiting for jobs
 
 
 class LocalPool(Executor):
@@ -60,7 +61,7 @@ class LocalPool(Executor):
         self.device = device
         self.visible = list(visible)
         self._mp = multiprocessing.get_context("spawn")
-        self._logdir: Path | None = None  # made by start(): nothing exists before the sweep begins
+        self._logdir: Path | None = None  # made by launch(): nothing exists before the sweep begins
         self._workers: list[_Worker | None] = [None] * len(visible)
         self._launched = 0
         self.cores = core_shares(len(visible)) if device == "cpu" and len(visible) > 1 else [None] * len(visible)
@@ -70,10 +71,17 @@ class LocalPool(Executor):
         self.root = str(line.root)
 
     # -- lifecycle -----------------------------------------------------------------------
-    def start(self) -> list[SlotInfo]:
+    def launch(self) -> None:
+        # A spawned worker imports torch and starts CUDA (3.5 s on the H200's host) while the
+        # driver checks the line's code and ledger (issue 32: ~1.4 s of each sweep's start).
+        if self._logdir is not None:
+            return
         self._logdir = Path(tempfile.mkdtemp(prefix="bench-workers-"))
         for slot in range(len(self.visible)):
             self._workers[slot] = self._launch(slot)
+
+    def start(self) -> list[SlotInfo]:
+        self.launch()
         return [self._await_ready(slot) for slot in range(len(self.visible))]
 
     def _launch(self, slot: int) -> _Worker:
@@ -100,6 +108,7 @@ class LocalPool(Executor):
                 except (EOFError, OSError):
                     msg = None
                 if msg and msg[0] == "ready":
+                    w.ready = True
                     return SlotInfo(msg[1], msg[2])
                 if msg and msg[0] == "error":
                     raise UserError(f"the worker for {where} cannot start: {msg[1]}")
@@ -126,10 +135,10 @@ class LocalPool(Executor):
             if w is None:
                 continue
             with contextlib.suppress(Exception):
-                if w.process.is_alive() and w.job is None:
+                if w.process.is_alive() and w.job is None and w.ready:
                     w.conn.send(None)  # idle: let it leave on its own
                 else:
-                    w.process.kill()  # busy (the sweep is stopping at once): no grace
+                    w.process.kill()  # busy (the sweep is stopping at once) or still starting (a refusal): no grace
         for w in self._workers:
             if w is None:
                 continue

@@ -134,22 +134,28 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     summary names the signal) and a config whose baseline fails the correctness gate (no
     new config starts after it; ``baseline_failed`` says why) included.
     """
-    check_kernels_usable(line, device)
-    if line.reg.verify:
-        from harness.record.profile import require_profiler
-
-        require_profiler(device)  # [verify] needs counters: no ncu, no sweep (nothing written yet)
-    if commit:
-        require_anchorable(line.ledger)
-        if with_ceilings:
-            from harness.record.ceilings import require_committable
-
-            require_committable(line.root)
-    why_commit = f"sweep of {line.reg.line} at {line.commit[:12]}"
     if executor is None:
         from harness.execution.select import make_executor
 
         executor = make_executor(device)
+    executor.prepare(line)
+    executor.launch()  # its slots start while the checks below run; a refusal stops them
+    try:
+        check_kernels_usable(line, device)
+        if line.reg.verify:
+            from harness.record.profile import require_profiler
+
+            require_profiler(device)  # [verify] needs counters: no ncu, no sweep (nothing written yet)
+        if commit:
+            require_anchorable(line.ledger)
+            if with_ceilings:
+                from harness.record.ceilings import require_committable
+
+                require_committable(line.root)
+    except BaseException:
+        executor.close()
+        raise
+    why_commit = f"sweep of {line.reg.line} at {line.commit[:12]}"
     run = _Run()
     with interrupts(on_interrupt) as guard:
         writer = Writer(line, guard, commit=commit, why=why_commit)
