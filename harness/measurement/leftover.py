@@ -208,7 +208,8 @@ def timed_leftover(drains: dict[str, list[float]], arm: str, baseline: str,
     """Why ``arm``'s timed calls left device work running (from each measured call's drain, in
     seconds), or None. Judged against DRAIN_LIMIT_S and against the baseline's drains.
     ``confirm(arm, n)``, where given, calls the arm n more times and returns their drains: a
-    share of long drains is then named only when the confirming calls show one too."""
+    share of long drains is then named only when the timed and confirming calls together are
+    over DRAIN_MAX_SHARE."""
     mine, base = drains.get(arm) or [], drains.get(baseline) or []
     if not mine:
         return None
@@ -290,6 +291,7 @@ class TimedWatch:
             return moved
         if arm in self.host:
             return "left_running", f"a timed call (the one chosen at random): {self.host[arm]}"
+
         def watched(name: str, n: int) -> list[float]:
             self.settle()
             self.last = name
