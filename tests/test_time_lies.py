@@ -189,6 +189,25 @@ def test_a_share_of_long_drains_is_named_only_when_calls_made_again_confirm_it()
     assert leftover.confirm_calls(3) == leftover.DRAIN_CONFIRM_MIN_CALLS
 
 
+def test_the_watch_keeps_each_confirmation_for_the_rows_and_blames_a_state_change_on_its_arm():
+    import torch
+
+    quiet, jitter = [11e-6] * 36, [11e-6] * 34 + [3e-4, 4e-4]
+    watch = TimedWatch(capture())
+    assert watch.failure("c", {"c": jitter, "b": quiet}, "b", lambda arm, n: [12e-6] * n) is None
+    assert watch.confirmed == {"c": {"calls": 36, "long": 0, "drain_us": [pytest.approx(12.0)] * 36}}
+    # A confirming call that moves global state is blamed on the arm called again, and set back.
+    before = torch.get_num_threads()
+
+    def moves(arm, n):
+        torch.set_num_threads(1 if before != 1 else 2)
+        return [12e-6] * n
+
+    tag, why = watch.failure("d", {"d": jitter, "b": quiet}, "b", moves)
+    assert tag == "numerics_changed" and "num_threads" in why
+    assert torch.get_num_threads() == before
+
+
 def test_the_control_follows_every_candidate_as_often_as_the_baseline_does():
     # The order rule (docs/architecture.md): whatever a candidate leaves for the call after it
     # lands on the baseline and on the control equally often, so it cannot bias the speedup

@@ -253,6 +253,9 @@ class TimedWatch:
         self.last: str | None = None
         self.moved: dict[str, dict] = {}
         self.host: dict[str, str] = {}
+        # Per arm whose share of long timed drains was confirmed by calls made again: how many
+        # calls, how many drained long, and their drains (µs), named or not (rows keep it).
+        self.confirmed: dict[str, dict] = {}
         self._snaps: dict[str, HostSnapshot] = {}
 
     def before(self, arm: str, spot: bool = True) -> None:
@@ -296,9 +299,12 @@ class TimedWatch:
             self.settle()
             self.last = name
             try:
-                return confirm(name, n)
+                again = confirm(name, n)
             finally:
                 self.settle()
+            self.confirmed[name] = {"calls": len(again), "long": sum(d > DRAIN_LIMIT_S for d in again),
+                                    "drain_us": [d * 1e6 for d in again]}
+            return again
 
         why = timed_leftover(drains, arm, baseline, watched if confirm is not None else None)
         moved = self._moved(arm)

@@ -92,7 +92,7 @@ def check_after_timing(t: Timed) -> Checked:
                                                 gates[base_spec.name], "the memory-of-inputs check")))
     if base_mem is not None:  # not judged: no number against it (fail closed), no blame either
         return Checked(t, tuple(Outcome(SKIPPED, {**base_row(cfg, spec.name, ctx), "reason": base_mem[1],
-                                                  "timing": m.to_row()}) for spec in timed))
+                                                  "timing": t.timing_row()}) for spec in timed))
     last_bad = {spec.name: timed_output_failure(cfg, content, m, arm_name(spec.name), outs[arm_name(spec.name)],
                                                 ctx, memo) for spec in timed}
     content.release()  # an earlier content a timed output came from is not held through the recheck
@@ -102,7 +102,7 @@ def check_after_timing(t: Timed) -> Checked:
         if left.get(arm_name(spec.name)) is not None:
             tag, why = left[arm_name(spec.name)]
             verdicts.append(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
-                                                "tag": rejection_tag(CAUGHT_TIMED, tag), "reason": why, "timing": m.to_row(),
+                                                "tag": rejection_tag(CAUGHT_TIMED, tag), "reason": why, "timing": t.timing_row(),
                                                 "gate": gates[spec.name].to_row()}))
             continue
         bad = last_bad[spec.name] or spot_bad.get(arm_name(spec.name)) or fresh_bad.get(arm_name(spec.name))
@@ -119,13 +119,13 @@ def check_after_timing(t: Timed) -> Checked:
             tag, why = mem
             kind, extra = (INCORRECT, {"role": "candidate", "tag": tag}) if tag else (SKIPPED, {})
             verdicts.append(Outcome(kind, {**base_row(cfg, spec.name, ctx), **extra, "reason": why,
-                                           "timing": m.to_row(), "gate": gates[spec.name].to_row()}))
+                                           "timing": t.timing_row(), "gate": gates[spec.name].to_row()}))
             continue
         hollow = empty_failure(m, arm_name(spec.name), empty)
         if hollow is not None:
             verdicts.append(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
                                                 "tag": "empty_window", "reason": hollow,
-                                                "empty_window": empty.as_dict(), "timing": m.to_row(),
+                                                "empty_window": empty.as_dict(), "timing": t.timing_row(),
                                                 "gate": gates[spec.name].to_row()}))
             continue
         sus = None

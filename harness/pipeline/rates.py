@@ -50,7 +50,7 @@ def rates(c: Checked, s: Survivor) -> Rated | Outcome:
                f"{policy.min_samples}: raise [timing] timeout_s")
         # The measured peak is kept: memory does not depend on the clocks.
         return Outcome(kind, {**base_row(cfg, spec.name, ctx), "reason": why, "undersampled": kind == SKIPPED,
-                              "timing": m.to_row(), "policy": policy.as_dict(),
+                              "timing": t.timing_row(), "policy": policy.as_dict(),
                               "memory": memory_row(b.pred, c.peak)})
     from harness.measurement.timing.sustained import rates as rates_at
 
@@ -85,7 +85,7 @@ def rates(c: Checked, s: Survivor) -> Rated | Outcome:
             # Fail closed: a baseline (or control) call faster than the device can go means the
             # ceilings are wrong or the baseline skips work; no speedup against it is believable.
             return Outcome(SKIPPED, {
-                **base_row(cfg, spec.name, ctx), "floor": floor, "timing": m.to_row(), "policy": policy.as_dict(),
+                **base_row(cfg, spec.name, ctx), "floor": floor, "timing": t.timing_row(), "policy": policy.as_dict(),
                 "reason": f"baseline {base_spec.name} timed below the physical floor [below_floor]: {base_below} "
                           f"(re-measure the ceilings with `bench ceilings --force`, or the baseline skips work)"})
         # The median-rate reductio on GPUs only: on the CPU the "ceilings" are short host

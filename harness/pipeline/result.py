@@ -20,7 +20,7 @@ def result_row(r: Rated) -> Outcome:
     payload = {
         **base_row(cfg, spec.name, ctx),
         "metrics": result_metrics(r.metrics),
-        "timing": t.m.to_row(),
+        "timing": t.timing_row(),
         "policy": ctx.reg.timing.as_dict(),
         "empty_window": empty.as_dict() if empty is not None else None,
         "rate_protocol": SUSTAINED if sus is not None else INTERLEAVED,

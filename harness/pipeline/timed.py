@@ -32,6 +32,14 @@ class Timed:
     watch: object
     held: int  # bytes held when the config started (memory.reset_peak)
 
+    def timing_row(self) -> dict:
+        """The measurement's row, with the timed-drain confirmations where any ran (the watch's
+        calls made again: measurement/leftover.py), so a row says what its number went through."""
+        row = self.m.to_row()
+        if self.watch.confirmed:
+            row["drain_confirm"] = dict(self.watch.confirmed)
+        return row
+
 
 def time_arms(g: Gated, held: int, numerics: dict) -> Timed:
     """Time the gate's passing candidates against the baseline and the control (under the
