@@ -227,12 +227,17 @@ def test_the_control_follows_every_candidate_as_often_as_the_baseline_does():
                 assert k > 0 and abs(b - k) <= 0.02 * k, (c, b, k)
 
 
-@pytest.mark.gpu
-def test_gpu_a_kernel_that_leaves_device_work_when_timed_gets_no_number_and_the_baseline_is_unharmed():
+def _gpu_line():
+    """(config, context) of the GPU time-lie tests: fp16 N 1024 against SDPA, a short policy."""
     timing = {"warmup_ms": 20, "min_samples": 10, "max_samples": 40, "min_time_ms": 10, "timeout_s": 30}
     cfg = Config("attention", 1, 8, 8, 1024, 64, "float16", False)
-    c = sweep_context(device="cuda", baseline="sdpa", candidates=("test_time_liar",), atol={"float16": 2e-2},
-                      rtol={"float16": 2e-2}, timing=timing)
+    return cfg, sweep_context(device="cuda", baseline="sdpa", candidates=("test_time_liar",),
+                              atol={"float16": 2e-2}, rtol={"float16": 2e-2}, timing=timing)
+
+
+@pytest.mark.gpu
+def test_gpu_a_kernel_that_leaves_device_work_when_timed_gets_no_number_and_the_baseline_is_unharmed():
+    cfg, c = _gpu_line()
     # The gate's calls on the GPU: its seeds, families and boundary configs, and the stream look.
     _fn["fn"] = zoo.make_honest_then(10**9, zoo.leaves_device_work)
     (honest,) = run_config(cfg, ("test_time_liar",), c)
@@ -251,10 +256,7 @@ def test_gpu_a_kernel_that_leaves_device_work_when_timed_gets_no_number_and_the_
 def test_gpu_a_kernel_that_leaves_device_work_on_every_third_timed_call_is_confirmed_and_named():
     # Never two calls in a row (the gate's confirmation) but a third of the timed ones: the
     # share of long drains is confirmed by calls made again, through the real timer and drain.
-    timing = {"warmup_ms": 20, "min_samples": 10, "max_samples": 40, "min_time_ms": 10, "timeout_s": 30}
-    cfg = Config("attention", 1, 8, 8, 1024, 64, "float16", False)
-    c = sweep_context(device="cuda", baseline="sdpa", candidates=("test_time_liar",), atol={"float16": 2e-2},
-                      rtol={"float16": 2e-2}, timing=timing)
+    cfg, c = _gpu_line()
     n = {"n": 0}
 
     def every_third(q, k, v, out, *, causal, scale):

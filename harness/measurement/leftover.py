@@ -189,10 +189,15 @@ def host_leftovers(before: HostSnapshot) -> str | None:
     return "the call returned with host work still running: " + "; ".join(busy)
 
 
+def n_long(drains: list[float]) -> int:
+    """How many of ``drains`` exceed DRAIN_LIMIT_S."""
+    return sum(d > DRAIN_LIMIT_S for d in drains)
+
+
 def _long_drains(drains: list[float]) -> tuple[str, str] | None:
     """(how many of how many, the longest) where the share of ``drains`` over DRAIN_LIMIT_S
     exceeds DRAIN_MAX_SHARE, else None."""
-    long = sum(d > DRAIN_LIMIT_S for d in drains)
+    long = n_long(drains)
     if long <= DRAIN_MAX_SHARE * len(drains):
         return None
     return f"{long} of {len(drains)}", f"longest {max(drains) * 1e6:.0f} µs"
@@ -223,8 +228,7 @@ def timed_leftover(drains: dict[str, list[float]], arm: str, baseline: str,
         else:
             again = confirm(arm, confirm_calls(len(mine)))
             if _long_drains(mine + again) is not None:
-                n_again = sum(d > DRAIN_LIMIT_S for d in again)
-                why.append(f"{share}, and {n_again} of {len(again)} calls made again to confirm did "
+                why.append(f"{share}, and {n_long(again)} of {len(again)} calls made again to confirm did "
                            f"(together over {DRAIN_MAX_SHARE:.0%})")
     if base:
         m, b = statistics.median(mine), statistics.median(base)
@@ -302,7 +306,7 @@ class TimedWatch:
                 again = confirm(name, n)
             finally:
                 self.settle()
-            self.confirmed[name] = {"calls": len(again), "long": sum(d > DRAIN_LIMIT_S for d in again),
+            self.confirmed[name] = {"calls": len(again), "long": n_long(again),
                                     "drain_us": [d * 1e6 for d in again]}
             return again
 

@@ -235,9 +235,6 @@ def peak_bytes(device: str, held: int = 0) -> int | None:
     return None
 
 
-_frozen = False  # gc.freeze() done in this process (``release``)
-
-
 def release(device: str) -> None:
     """Free what earlier work left: garbage in reference cycles, then, on a GPU, the
     allocator's cached blocks. A config calls it once, first (pipeline/run.py), before its
@@ -246,16 +243,14 @@ def release(device: str) -> None:
     per config; issue 32)."""
     import gc
 
-    global _frozen
     gc.collect()
-    if not _frozen:
+    if not gc.get_freeze_count():
         # What the process holds before its first config (torch, Triton, CuPy and the rest:
         # 213k objects on a CPU host) is moved out of the collector's sight once: each later
         # collection, here and the interpreter's own, then walks only what the configs made
         # (0.06 s a collection before on that host, 0.14 s on the H200's under cProfile; µs
         # after). Frozen objects are still freed by reference count.
         gc.freeze()
-        _frozen = True
     if device == "cuda":
         import torch
 

@@ -179,8 +179,7 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
 
     with contextlib.ExitStack() as stack:
         stack.callback(executor.close)
-        executor.prepare(line)
-        slots = executor.start()
+        slots = executor.start()  # prepared and launched by ``sweep``
         run.envs = envs = [s.env for s in slots]
         if not line.reg.mixed_devices:
             _one_model(envs)
