@@ -45,9 +45,10 @@ def reopened(tmp_path, monkeypatch) -> Path:
     return src
 
 
-def shallow_clone(src: Path, dst: Path) -> Path:
+def shallow_clone(src: Path, dst: Path, depth: int = 1) -> Path:
     # file://: a local path would hard-link the whole object store and ignore --depth.
-    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{src}", str(dst)], check=True, capture_output=True)
+    subprocess.run(["git", "clone", "-q", "--depth", str(depth), f"file://{src}", str(dst)], check=True,
+                   capture_output=True)
     git(dst, "config", "user.email", "test@example.com")
     git(dst, "config", "user.name", "test")
     assert git(dst, "rev-parse", "--is-shallow-repository") == "true"
@@ -78,6 +79,69 @@ def test_a_shallow_clone_verifies_its_chain_and_names_what_it_could_not_check(re
     assert r.returncode == 0 and "BROKEN" not in r.stdout, r.stdout
     assert "registered (shallow clone: older history unchecked)" in r.stdout
     assert "note: this clone is shallow" in r.stdout
+
+
+@pytest.fixture
+def ledger_on_top(tmp_path, monkeypatch) -> tuple[Path, str]:
+    """A repository whose two newest commits change only ledger/ (a registration's row, then a
+    note), over the code commit every row is stamped with: (the repository, that commit)."""
+    src = init_repo(tmp_path / "src", {"tiny": TINY, "two": TINY})
+    (src / "NOTES").write_text("the code commit\n")
+    code = commit_all(src, "notes")
+    monkeypatch.chdir(src)
+    gl.register("tiny", env=ENV)
+    commit_all(src, "register tiny")
+    (src / "ledger" / "notes.txt").write_text("ledger-only\n")
+    commit_all(src, "a ledger note")
+    monkeypatch.chdir(tmp_path)
+    return src, code
+
+
+def test_a_shallow_clone_stamps_the_code_commit_a_full_clone_does_or_refuses(ledger_on_top, tmp_path):
+    """Depth 1, 2 and 3 end at HEAD, at the ledger-only commit below it, and at the code commit
+    itself: its parent is cut off, so whether it changed the code cannot be told. Depth 4 holds
+    the code commit's parent (the root): the stamp is found, the full clone's."""
+    src, code = ledger_on_top
+    full = tmp_path / "full"
+    subprocess.run(["git", "clone", "-q", f"file://{src}", str(full)], check=True, capture_output=True)
+    assert gitguard.code_commit(src) == gitguard.code_commit(full) == code
+    for depth in (1, 2, 3):
+        clone = shallow_clone(src, tmp_path / f"depth{depth}", depth)
+        with pytest.raises(UserError) as err:
+            gitguard.require_clean(clone)
+        msg = str(err.value)
+        assert "\n" not in msg and msg.startswith("this clone is shallow and its history stops at "), msg
+        assert "git fetch --unshallow" in msg and "git fetch --deepen N" in msg, msg
+    deep = shallow_clone(src, tmp_path / "depth4", 4)
+    assert gitguard.shallow_boundary(deep)  # the root commit is its boundary: a commit with no parent to cut
+    assert gitguard.require_clean(deep).commit == code
+
+    # A root commit at the boundary hides nothing: it is the code commit of ledger-only commits above it.
+    root_only = init_repo(tmp_path / "root-only", {"tiny": TINY})
+    first = git(root_only, "rev-parse", "HEAD")
+    (root_only / "ledger" / "notes.txt").write_text("ledger-only\n")
+    commit_all(root_only, "a ledger note")
+    clone = shallow_clone(root_only, tmp_path / "root-only-clone", 2)
+    assert gitguard.shallow_boundary(clone) == (first,) and gitguard.code_commit(clone) == first
+
+
+def test_register_in_a_depth_1_clone_refuses_and_a_deepened_one_stamps_as_a_full_clone(ledger_on_top, tmp_path):
+    src, code = ledger_on_top
+    clone = shallow_clone(src, tmp_path / "ci")
+    r = run_bench(clone, "register", "two")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stdout + r.stderr
+    assert "this clone is shallow" in r.stderr and "git fetch --unshallow" in r.stderr, r.stderr
+    assert not list((clone / "ledger").glob("two*")) and git(clone, "status", "--porcelain", "--ignored") == ""
+
+    git(clone, "fetch", "-q", "--deepen", "3")  # now the code commit's parent is here
+    assert git(clone, "rev-parse", "--is-shallow-repository") == "true"
+    full = tmp_path / "full"
+    subprocess.run(["git", "clone", "-q", f"file://{src}", str(full)], check=True, capture_output=True)
+    for where in (clone, full):
+        r = run_bench(where, "register", "two")
+        assert r.returncode == 0, r.stdout + r.stderr
+    stamps = {read_rows(where / "ledger" / "two.jsonl")[0].commit for where in (clone, full)}
+    assert stamps == {code}
 
 
 def test_a_shallow_clone_still_catches_what_it_can_check(reopened, tmp_path):
@@ -182,8 +246,11 @@ def test_a_git_lock_held_past_the_bound_is_one_clear_error(repo, monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_example_sweeps_in_a_depth_1_clone_and_its_rows_verify(reopened, tmp_path):
-    clone = shallow_clone(reopened, tmp_path / "ci")
+def test_the_example_sweeps_in_a_shallow_clone_and_its_rows_verify(reopened, tmp_path):
+    # Depth 2: the code commit (the notes) and its parent; a depth-1 clone cannot tell the
+    # code commit and refuses (test_register_in_a_depth_1_clone_refuses_…). Row 0 still names a
+    # commit this clone lacks, so what it cannot check is still named.
+    clone = shallow_clone(reopened, tmp_path / "ci", 2)
     r = run_bench(clone, "sweep", "example")
     assert r.returncode == 0, r.stdout + r.stderr
     path = clone / "ledger" / "example.jsonl"

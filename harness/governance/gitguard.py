@@ -161,15 +161,33 @@ def code_commit(root: Path) -> str:
     Ledger-only commits are skipped, so a sweep that commits its rows after each config
     keeps one stamp. Falls back to HEAD where that commit's tree outside ``ledger/`` is not
     HEAD's (it always is with git's history simplification; checked, not assumed).
+
+    The same code gets the same stamp in every clone: in a shallow clone git takes a commit
+    where history stops for a root commit, so it "changed everything" — when that is the
+    commit found, the real code commit may be it or any older one, and this refuses rather
+    than stamp a commit a full clone would not.
     """
     head = head_commit(root)
     outside = [":(top)", f":(top,exclude){LEDGER_DIR}"]
     res = _git(root, "log", "-1", "--format=%H", head, "--", *outside)
     code = res.stdout.strip()
+    if code and code in shallow_boundary(root) and _has_parent(root, code):
+        raise UserError(f"this clone is shallow and its history stops at {code[:12]}, whose parent it lacks: bench "
+                        f"stamps rows with the newest commit that changed anything outside {LEDGER_DIR}/ and cannot "
+                        f"tell whether that is {code[:12]} or an older one — fetch more history (git fetch "
+                        f"--unshallow, or git fetch --deepen N) and run the same command again")
     if res.returncode != 0 or not code or code == head:
         return head
     same = _git(root, "diff", "--quiet", code, head, "--", *outside)
     return code if same.returncode == 0 else head
+
+
+def _has_parent(root: Path, commit: str) -> bool:
+    """Whether ``commit`` itself names a parent: a shallow clone lists a true root commit at its
+    boundary too, and only a commit whose parent was cut off hides older history."""
+    res = _git(root, "cat-file", "commit", commit)
+    header = res.stdout.split("\n\n", 1)[0]
+    return res.returncode != 0 or any(x.startswith("parent ") for x in header.splitlines())
 
 
 @dataclass(frozen=True)
