@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from harness.errors import UserError
 from harness.governance import gitguard
-from tests.conftest import git
+from harness.governance.ledger import Ledger, anchor, require_anchorable
+from tests.conftest import git, run_bench
 
 
 def test_clean_repo_passes_and_gives_full_sha(repo):
@@ -136,3 +138,177 @@ def test_commit_file_falls_back_to_a_bench_identity(tmp_path, monkeypatch):
     assert git(root, "log", "-1", "--format=%an <%ae>|%cn <%ce>") == "bench <bench@localhost>|bench <bench@localhost>"
     unset = subprocess.run(["git", "config", "--get", "user.name"], cwd=root, capture_output=True)
     assert unset.returncode == 1  # nothing written to the config
+
+
+# --- git's commit policy, found before any work (issue 47): a real test commit ---------------
+
+def _hook(repo: Path, name: str, body: str) -> Path:
+    """A real, executable git hook of ``repo``."""
+    path = repo / ".git" / "hooks" / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def _git_state(repo: Path) -> dict:
+    """What a test commit must leave as it was: refs, every reflog, the index's bytes, the
+    object store's loose objects, the git directory's entries and the work tree's status."""
+    logs = repo / ".git" / "logs"
+    return {"refs": git(repo, "for-each-ref", "--format=%(refname) %(objectname)"),
+            "head": (repo / ".git" / "HEAD").read_text(),
+            "reflogs": {p.relative_to(logs).as_posix(): p.read_bytes() for p in logs.rglob("*") if p.is_file()},
+            "index": (repo / ".git" / "index").read_bytes(),
+            "objects": git(repo, "count-objects", "-v"),
+            "git_dir": sorted(p.name for p in (repo / ".git").iterdir()),
+            "status": git(repo, "status", "--porcelain", "--ignored")}
+
+
+def _committed_line(repo: Path, line: str = "tiny") -> Ledger:
+    """``line``'s ledger with one row, committed."""
+    led = Ledger(repo, line)
+    led.append("registered", {"commit": "c" * 40})
+    git(repo, "add", led.rel)
+    git(repo, "commit", "-qm", f"ledger {line}")
+    return led
+
+
+@pytest.mark.parametrize("hook,body,said", [
+    # A branch guard: the test commit's branch has the user's branch's name.
+    ("pre-commit",
+     'b=$(git rev-parse --abbrev-ref HEAD)\n[ "$b" != main ] || { echo "no direct commits to $b"; exit 1; }\n',
+     "no direct commits to main"),
+    ("commit-msg", 'grep -q "^JIRA-" "$1" || { echo "the message must start with JIRA-" >&2; exit 1; }\n',
+     "the message must start with JIRA-"),
+    ("prepare-commit-msg", "exit 3\n", "it failed and said nothing"),
+    ("reference-transaction", '[ "$1" != prepared ] || { cat >/dev/null; echo "refs are frozen" >&2; exit 1; }\n',
+     "refs are frozen"),
+])
+def test_a_hook_that_fails_is_named_before_any_work_and_leaves_no_trace(repo, hook, body, said):
+    led = _committed_line(repo)
+    (repo / "ledger" / "staged.txt").write_text("the user's\n")
+    git(repo, "add", "ledger/staged.txt")  # staged by the user: stays staged, uncommitted
+    _hook(repo, hook, body)
+    before = _git_state(repo)
+    with pytest.raises(UserError) as err:
+        require_anchorable(led)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"git's {hook} hook (.git/hooks/{hook}) refused a test commit of "
+                                              f"ledger/tiny.jsonl ({said}): "), msg
+    assert msg.endswith("make the hook accept bench's commits of ledger/, or pass --no-commit"), msg
+    assert _git_state(repo) == before
+
+
+def test_a_failing_pre_commit_hook_refuses_a_sweep_before_any_config(repo):
+    """It was bypassed (``commit --no-verify``) without a word: now it runs, first in the test commit."""
+    r = run_bench(repo, "register", "tiny")
+    assert r.returncode == 0, r.stdout + r.stderr
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "register tiny")
+    _hook(repo, "pre-commit", 'echo "ledger/ changes need a review ticket" >&2\nexit 1\n')
+    before, rows = _git_state(repo), (repo / "ledger" / "tiny.jsonl").read_bytes()
+    r = run_bench(repo, "sweep", "tiny", "--device", "cpu")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stdout + r.stderr
+    assert r.stderr.startswith("bench: error: git's pre-commit hook (.git/hooks/pre-commit) refused a test commit of "
+                               "ledger/tiny.jsonl (ledger/ changes need a review ticket)"), r.stderr
+    assert "[1/" not in r.stdout  # no config ran
+    assert (repo / "ledger" / "tiny.jsonl").read_bytes() == rows
+    assert _git_state(repo) == before  # no lock file either: refused before the line lock
+
+
+def test_hooks_that_pass_run_for_the_test_commit_and_for_every_commit_of_rows(repo, tmp_path):
+    """The test commit runs the blocking hooks from their own path (a hook that sources a helper
+    beside itself works), never post-commit; bench's real commits run them all; nothing of the
+    test commit is left."""
+    led = _committed_line(repo)
+    seen = tmp_path / "hooks.log"
+    (repo / ".git" / "hooks" / "helper.sh").write_text(f'log() {{ echo "$1" >> {seen}; }}\n')
+    _hook(repo, "pre-commit", '. "$(dirname "$0")/helper.sh"\nlog "pre-commit $(git rev-parse --abbrev-ref HEAD) '
+                              '$(git diff --cached --name-only)"\n')
+    _hook(repo, "commit-msg", f'echo "commit-msg $(head -1 "$1")" >> {seen}\n')
+    _hook(repo, "post-commit", f'echo post-commit >> {seen}\n')
+    (repo / "ledger" / "staged.txt").write_text("the user's\n")
+    git(repo, "add", "ledger/staged.txt")
+    before = _git_state(repo)
+    require_anchorable(led)
+    assert seen.read_text().splitlines() == [
+        "pre-commit main ledger/tiny.jsonl", "commit-msg bench: ledger/tiny.jsonl test commit (never kept)"]
+    assert _git_state(repo) == before
+
+    seen.unlink()
+    led.append("result", {"commit": "c" * 40})
+    made = anchor(led, "sweep of tiny")
+    assert made == git(repo, "rev-parse", "HEAD")
+    assert seen.read_text().splitlines() == [
+        "pre-commit main ledger/tiny.jsonl", "commit-msg bench: ledger/tiny.jsonl row 1 (sweep of tiny)", "post-commit"]
+    assert git(repo, "status", "--porcelain", "--", "ledger/staged.txt") == "A  ledger/staged.txt"
+
+
+def _signer(tmp_path: Path, *, works: bool) -> Path:
+    """A gpg.program: one that signs as gpg reports it (a status line, an armored signature), or
+    one that fails as gpg does without the key."""
+    path = tmp_path / ("gpg-ok" if works else "gpg-broken")
+    path.write_text("#!/bin/sh\ncat >/dev/null\n" + (
+        'echo "[GNUPG:] SIG_CREATED D 1 8 00 1700000000 0" >&2\n'
+        'printf -- "-----BEGIN PGP SIGNATURE-----\\n\\nfake\\n-----END PGP SIGNATURE-----\\n"\n' if works else
+        'echo "gpg: signing failed: No secret key" >&2\nexit 2\n'))
+    path.chmod(0o755)
+    return path
+
+
+def test_a_failing_signer_refuses_a_sweep_before_any_config(repo, tmp_path):
+    r = run_bench(repo, "register", "tiny")
+    assert r.returncode == 0, r.stdout + r.stderr
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "register tiny")
+    git(repo, "config", "commit.gpgsign", "true")
+    git(repo, "config", "gpg.program", str(_signer(tmp_path, works=False)))
+    before, rows = _git_state(repo), (repo / "ledger" / "tiny.jsonl").read_bytes()
+    r = run_bench(repo, "sweep", "tiny", "--device", "cpu")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stdout + r.stderr
+    assert r.stderr.startswith("bench: error: git could not sign a test commit of ledger/tiny.jsonl (error: gpg "
+                               "failed to sign the data): commit.gpgsign is on"), r.stderr
+    assert "fix the signer (gpg.program, user.signingkey), or pass --no-commit" in r.stderr
+    assert "[1/" not in r.stdout and (repo / "ledger" / "tiny.jsonl").read_bytes() == rows
+    assert _git_state(repo) == before
+
+
+def test_a_working_signer_signs_the_test_commit_and_every_commit_of_rows(repo, tmp_path):
+    led = _committed_line(repo)
+    git(repo, "config", "commit.gpgsign", "true")
+    git(repo, "config", "gpg.program", str(_signer(tmp_path, works=True)))
+    before = _git_state(repo)
+    require_anchorable(led)
+    assert _git_state(repo) == before
+    led.append("result", {"commit": "c" * 40})
+    anchor(led, "sweep of tiny")
+    assert "\ngpgsig -----BEGIN PGP SIGNATURE-----" in git(repo, "cat-file", "commit", "HEAD")
+
+
+def test_a_symlinked_ledger_is_refused_before_anything_is_written(repo, tmp_path, monkeypatch):
+    """git refuses paths beyond a symbolic link (rows never committed), and commits a symlinked
+    file as the link: both are refused up front, with --no-commit too."""
+    from harness.governance import line as gl
+
+    monkeypatch.chdir(repo)
+    elsewhere = tmp_path / "elsewhere"
+    (repo / "ledger").rename(elsewhere)
+    (repo / "ledger").symlink_to(elsewhere)
+    with pytest.raises(UserError) as err:
+        gl.register("tiny", env={"host": "test"})
+    assert str(err.value).startswith(f"ledger is a symbolic link (to {elsewhere}): git cannot commit rows written "
+                                     f"through it — make ledger a real directory of this repository")
+    assert sorted(p.name for p in elsewhere.iterdir()) == [".gitkeep"]
+
+    (repo / "ledger").unlink()
+    elsewhere.rename(repo / "ledger")
+    led = _committed_line(repo)
+    outside = tmp_path / "tiny.jsonl"
+    led.path.rename(outside)
+    led.path.symlink_to(outside)
+    for check in (led.require_writable, lambda: require_anchorable(led)):
+        with pytest.raises(UserError, match=r"^ledger/tiny\.jsonl is a symbolic link \(to .*\): git cannot commit "
+                                            r"rows written through it — make ledger/tiny\.jsonl a real file"):
+            check()
+    r = run_bench(repo, "sweep", "tiny", "--device", "cpu", "--no-commit")
+    assert r.returncode == 2 and "ledger/tiny.jsonl is a symbolic link" in r.stderr, r.stdout + r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (repo / "ledger" / "tiny.line.lock").exists()

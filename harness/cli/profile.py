@@ -26,7 +26,7 @@ def profile(line: str = typer.Argument(..., help="line id or registrations/NAME.
     from harness.reporting.render.profile import render_profile
     from harness.reporting.render.sweep import render_device_wait
 
-    with open_line(line, action="a profile") as ln:
+    with open_line(line, action="a profile", commit=not no_commit) as ln:
         chosen = select_configs(ln.reg, list(configs or []))
         dev = detect_device()
         require_profiler(dev)

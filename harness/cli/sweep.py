@@ -66,7 +66,7 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
 
     if device not in ("auto", "cpu", "cuda"):
         raise UserError(f"--device {device!r}: use auto, cuda or cpu")
-    with open_line(line, action="a sweep") as ln:
+    with open_line(line, action="a sweep", commit=not no_commit) as ln:
         dev = detect_device() if device == "auto" else device
         if dev == "cuda" and executor != "ray" and detect_device() != "cuda":  # a Ray driver needs no GPU
             raise UserError("--device cuda but torch sees no GPU: use --device cpu or run on a GPU machine")

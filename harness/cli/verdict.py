@@ -28,7 +28,7 @@ def verdict(line: str = typer.Argument(..., help="line id or registrations/NAME.
     from harness.reporting.render.formats import check_format
 
     check_format(format, ("table", "json"))  # a verdict is one document, not a table of records
-    with open_line(line, action="a verdict") as ln:
+    with open_line(line, action="a verdict", commit=not no_commit) as ln:
         v = close(ln, host_env(), dry_run=no_commit)
     if format == "json":
         from harness.reporting.render.verdict import emit_verdict

@@ -9,8 +9,11 @@ move HEAD but not the code commit, so they never split a sweep across two stamps
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import tempfile
 import time
@@ -36,14 +39,28 @@ LOCK_RETRY_FIRST_S = 0.05
 LOCK_RETRY_MAX_S = 2.0
 # What git says when a lock file it must create is already there.
 _LOCK_HELD = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+# The hooks that can stop `git commit`: pre-commit, prepare-commit-msg and commit-msg by their
+# exit status, reference-transaction in its "prepared" state. The test commit runs these and
+# no other: post-commit and the rest only notify (one may push), and must never see it.
+BLOCKING_HOOKS = ("pre-commit", "prepare-commit-msg", "commit-msg", "reference-transaction")
+# The test commit's scratch git directory, made inside the clone's own git directory (so
+# `includeIf "gitdir:…"` in the user's config matches it as it matches the clone) and removed after.
+PROBE_PREFIX = "bench-probe-"
+# git's id of the empty blob, per object format: the test commit's base holds an empty ledger
+# file where the work tree has none yet.
+_EMPTY_BLOB = {"sha1": "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391",
+               "sha256": "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813"}
+# Environment variables that would point git at the user's index, objects or git directory
+# instead of the test commit's own.
+_REPO_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY")
 
 
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+def _git(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """git in a process group of its own (``process_group=0``): a Ctrl-C at the terminal,
     sent to the whole foreground group, cannot kill it half-way (a sweep's first Ctrl-C lets
     its configs in flight finish and commits each); this process alone decides what the
     Ctrl-C means, and an interrupt raised here ends git with it (``subprocess.run``)."""
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, process_group=0)
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, process_group=0, env=env)
 
 
 def _waits() -> Iterator[float]:
@@ -296,30 +313,227 @@ def _identity(root: Path) -> list[str]:
     return []
 
 
+def _add_args(rel: str) -> tuple[str, ...]:
+    """How bench stages a ledger file: the same for its commits and for its test commit."""
+    return ("add", "--", rel)
+
+
+def _commit_args(identity: list[str], rel: str, message: str) -> tuple[str, ...]:
+    """How bench commits a ledger file (``commit_file``), and so how its test commit
+    (``require_ledger_commits``) makes one: the same command, options, hooks and signing;
+    ``identity`` is ``_identity``'s."""
+    return (*identity, "commit", "--only", "-q", "-m", message, "--", rel)
+
+
 def commit_file(root: Path, rel: str, message: str) -> str:
     """Commit the work-tree content of ``rel`` alone; returns the new HEAD.
 
-    ``commit --only`` leaves whatever else the user staged staged and uncommitted. Hooks
-    are skipped (``--no-verify``): this is the harness's own output, committed after every
-    config of an overnight sweep.
+    ``commit --only`` leaves whatever else the user staged staged and uncommitted. The
+    user's hooks run and their signing config applies, as for any commit of theirs:
+    ``require_ledger_commits`` made a test commit the same way before any work, so a hook or
+    signer that refuses bench's commits is found then, not after a config has run.
     """
     unanchored = f"its rows are written but not anchored — run git commit -m 'bench: ledger rows' -- {rel}"
-    add = _git_waiting(root, "add", "--", rel)
+    add = _git_waiting(root, *_add_args(rel))
     if _held_lock(add):
         raise UserError(f"git add {rel}: {_stale(root, _held_lock(add))}; {unanchored}")
     if add.returncode != 0:
         raise UserError(f"git add {rel} failed ({_last_message(add.stderr)}): commit {rel} by hand")
-    res = _git_waiting(root, *_identity(root), "commit", "--only", "--no-verify", "-q", "-m", message, "--", rel)
+    res = _git_waiting(root, *_commit_args(_identity(root), rel, message))
     if _held_lock(res):
         raise UserError(f"git commit {rel}: {_stale(root, _held_lock(res))}; {unanchored}")
     if res.returncode != 0:
-        raise UserError(f"could not commit {rel} ({_last_message(res.stderr or res.stdout)}): its rows are written "
+        raise UserError(f"could not commit {rel} ({_git_error(res.stderr or res.stdout)}): its rows are written "
                         f"but not anchored — fix that and run git commit -m 'bench: ledger rows' -- {rel}")
     return head_commit(root)
 
 
+def require_real_path(root: Path, rel: str) -> None:
+    """Refuse a ledger path that is, or lies under, a symbolic link: git refuses to add a path
+    beyond a symbolic link, and commits a symlinked file as the link, not the rows it reaches."""
+    here = Path(root)
+    for part in Path(rel).parts:
+        here = here / part
+        if here.is_symlink():
+            shown = here.relative_to(root).as_posix()
+            raise UserError(f"{shown} is a symbolic link (to {os.readlink(here)}): git cannot commit rows written "
+                            f"through it — make {shown} a real {'directory' if here.is_dir() else 'file'} of this "
+                            f"repository (rm {shown}, then move what it pointed to into its place)")
+
+
+def require_ledger_commits(root: Path, rel: str, *, fallback: str) -> None:
+    """Refuse, before any work, where git would not take bench's commit of ``rel``: a
+    symlinked path, a hook that fails, a signer that fails, anything else ``git commit`` says.
+
+    A real test commit of ``rel`` made as every ledger commit is (``_add_args``,
+    ``_commit_args``), from the real work tree, in a scratch git directory (``_scratch_repo``)
+    whose branch has the user's branch's name: the hooks that can stop a commit run, the
+    signing config applies. The user's refs, reflogs, index and objects are never written;
+    the scratch directory, with its objects and commits, is removed after.
+    """
+    require_real_path(root, rel)
+    head = head_commit(root)
+    with _scratch_repo(root, head) as scratch:
+        _test_commit(root, rel, head, scratch, fallback)
+
+
+@dataclass(frozen=True)
+class _Scratch:
+    """The test commit's git directory: its path, the environment that runs git in it on the
+    real work tree, the ref its HEAD names (the user's branch, or HEAD itself when detached),
+    the clone's hooks directory and object format."""
+
+    path: Path
+    env: dict
+    ref: str
+    hooks: Path
+    object_format: str
+
+
+@contextlib.contextmanager
+def _scratch_repo(root: Path, head: str):
+    """A git directory inside the clone's own (so `includeIf "gitdir:…"` in the user's config
+    matches it as it matches the clone) with refs, index and objects of its own: it reads the
+    clone's objects (alternates), shallow boundary, info/ (exclude, attributes) and config
+    (included; then hooks pointed at ``_hook_wrappers``, automatic gc off), and its HEAD
+    names the user's branch. Yields a ``_Scratch``; removed on the way out."""
+    q = _git(root, "rev-parse", "--git-dir", "--git-common-dir", "--git-path", "index", "--git-path", "objects",
+             "--git-path", "config", "--git-path", "shallow", "--git-path", "hooks", "--show-object-format",
+             "--symbolic-full-name", "HEAD")
+    said = q.stdout.splitlines()
+    if q.returncode != 0 or len(said) != 9:
+        raise UserError(f"git rev-parse failed in {root}: {_last_message(q.stderr)}")
+    gitdir, common, index, objects, config, shallow, hooks = [(Path(root) / x).resolve() for x in said[:7]]
+    branch = said[8] if said[8].startswith("refs/") else ""  # "HEAD" when detached
+    scratch = Path(tempfile.mkdtemp(prefix=PROBE_PREFIX, dir=common))
+    try:
+        (scratch / "objects" / "info").mkdir(parents=True)
+        (scratch / "refs").mkdir()
+        (scratch / "hooks").mkdir()
+        (scratch / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+        (scratch / "HEAD").write_text(f"ref: {branch}\n" if branch else f"{head}\n")
+        if (common / "info").is_dir():
+            os.symlink(common / "info", scratch / "info")
+        if shallow.is_file():
+            shutil.copyfile(shallow, scratch / "shallow")
+        if index.is_file():
+            # The user's index, its stat data (and times) included: git commit refreshes the
+            # index first, and one without stat data would have every tracked file hashed again.
+            shutil.copy2(index, scratch / "index")
+            for shared in gitdir.glob("sharedindex.*"):  # a split index names these beside itself
+                os.symlink(shared, scratch / shared.name)
+        fmt = said[7].strip()
+        (scratch / "config").write_text(
+            f"[core]\n\trepositoryformatversion = {0 if fmt == 'sha1' else 1}\n\tbare = false\n"
+            + ("" if fmt == "sha1" else f"[extensions]\n\tobjectformat = {fmt}\n")
+            + f"[include]\n\tpath = {_config_value(config)}\n"
+            # After the include, so they win: the wrappers, and nothing that outlives the test
+            # commit or costs time to remove (reflogs, loose objects of the base commit, gc).
+            + f"[core]\n\thooksPath = {_config_value(scratch / 'hooks')}\n\tfsmonitor = false\n"
+            + "\tlogAllRefUpdates = false\n[fastimport]\n\tunpackLimit = 0\n"
+            + "[gc]\n\tauto = 0\n[maintenance]\n\tauto = false\n")
+        env = {k: v for k, v in os.environ.items() if k not in _REPO_ENV}
+        env.update(GIT_DIR=str(scratch), GIT_WORK_TREE=str(Path(root).resolve()))
+        yield _Scratch(scratch, env, branch or "HEAD", hooks, fmt)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _config_value(path: Path) -> str:
+    """A path as a git config value: quoted, with git's escapes."""
+    return '"' + str(path).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _test_commit(root: Path, rel: str, head: str, scratch: _Scratch, fallback: str) -> None:
+    """In ``scratch``: a base commit on the branch (HEAD's tree with ``rel`` one row short; with
+    no ``rel`` where it has one row; with an empty one where the work tree has none yet), then
+    bench's own add and commit of ``rel`` from the work tree on top: a commit that appends a
+    row, as bench's do. A refusal names the hook that failed and its first line, or git's error."""
+    def failed(res: subprocess.CompletedProcess, what: str) -> UserError:
+        err = res.stderr.decode(errors="replace") if isinstance(res.stderr, bytes) else res.stderr
+        return UserError(f"bench's test commit of {rel} failed at git {what} ({_git_error(err)}): bench could not "
+                         f"check that git takes its commits — {fallback}")
+
+    path = Path(root) / rel
+    data = path.read_bytes() if path.is_file() else None
+    base = b"" if data is None else data[:data.rstrip(b"\n").rfind(b"\n") + 1]  # all but the last row
+    change = f"D {rel}\n".encode() if data is not None and not base else \
+        f"M 100644 inline {rel}\ndata {len(base)}\n".encode() + base + b"\n"
+    # One process writes the base commit (one pack, no loose objects) and the branch's tip.
+    stream = (f"commit {scratch.ref}\ncommitter {FALLBACK_NAME} <{FALLBACK_EMAIL}> 0 +0000\ndata 17\n"
+              f"bench: test base\nfrom {head}\n").encode() + change
+    res = subprocess.run(["git", "fast-import", "--quiet"], cwd=root, input=stream, capture_output=True,
+                         env=scratch.env, process_group=0)
+    if res.returncode != 0:
+        raise failed(res, "fast-import")
+    if data is None:  # git add stages a deletion only of a path the index knows
+        res = _git(root, "update-index", "--add", "--cacheinfo", f"100644,{_EMPTY_BLOB[scratch.object_format]},{rel}",
+                   env=scratch.env)
+        if res.returncode != 0:
+            raise failed(res, "update-index")
+    _hook_wrappers(scratch)
+    add = _git(root, *_add_args(rel), env=scratch.env)
+    if add.returncode != 0:
+        raise UserError(f"git add {rel} fails in this clone ({_git_error(add.stderr)}): bench could not commit its "
+                        f"rows — fix that (git add {rel} shows it), or {fallback}")
+    res = _git(root, *_commit_args(_identity(root), rel, f"bench: {rel} test commit (never kept)"), env=scratch.env)
+    if res.returncode == 0:
+        return
+    hook = scratch.path / "hook-failed"
+    if hook.is_file():
+        name = hook.read_text().strip()
+        out = scratch.path / f"{name}.out"
+        said = _said(out.read_text(errors="replace")) if out.is_file() else []
+        first = said[0] if said else "it failed and said nothing"
+        raise UserError(f"git's {name} hook ({_shown(root, str(scratch.hooks / name))}) refused a test commit of "
+                        f"{rel} ({first}): bench commits its rows after every config and runs your hooks as git "
+                        f"commit does — make the hook accept bench's commits of {LEDGER_DIR}/, or {fallback}")
+    said = _git_error(res.stderr or res.stdout)
+    if "sign" in said.lower():
+        raise UserError(f"git could not sign a test commit of {rel} ({said}): commit.gpgsign is on and its signer "
+                        f"fails, so every commit of bench's rows would — fix the signer (gpg.program, "
+                        f"user.signingkey), or {fallback}")
+    raise UserError(f"git refused a test commit of {rel} ({said}): bench commits its rows with git commit --only "
+                    f"after every config, and each would fail so — fix what git reports, or {fallback}")
+
+
+# One wrapper per hook: the real hook by its own path (a hook that finds its helpers beside
+# itself still does), its output kept, its name recorded when it fails.
+_WRAPPER = ('#!/bin/sh\n{skip}{hook} "$@" >{out} 2>&1\nstatus=$?\n'
+            '[ $status -eq 0 ] || echo {name} >{failed}\nexit $status\n')
+# reference-transaction runs for "prepared" (which can abort), then "committed" or "aborted"
+# (which only notify): the test commit runs it for the first alone.
+_NOTIFY_ONLY = 'if [ "$1" != prepared ]; then cat >/dev/null; exit 0; fi\n'
+
+
+def _hook_wrappers(scratch: _Scratch) -> None:
+    """A wrapper in the scratch hooks directory for each of the clone's executable BLOCKING_HOOKS."""
+    for name in BLOCKING_HOOKS:
+        real = scratch.hooks / name
+        if not (real.is_file() and os.access(real, os.X_OK)):
+            continue  # git skips a hook that is absent or not executable
+        wrapper = scratch.path / "hooks" / name
+        wrapper.write_text(_WRAPPER.format(skip=_NOTIFY_ONLY if name == "reference-transaction" else "",
+                                           hook=shlex.quote(str(real)), name=name,
+                                           out=shlex.quote(str(scratch.path / f"{name}.out")),
+                                           failed=shlex.quote(str(scratch.path / "hook-failed"))))
+        wrapper.chmod(0o755)
+
+
+def _said(text: str) -> list[str]:
+    """The non-blank lines of a command's output, stripped."""
+    return [x.strip() for x in text.splitlines() if x.strip()]
+
+
+def _git_error(text: str) -> str:
+    """What a failed git command says: its first error or fatal line (git's own reason comes
+    before the consequences it lists after), else its last line."""
+    said = _said(text)
+    return next((x for x in said if x.startswith(("error:", "fatal:"))), said[-1] if said else "no message")
+
+
 def _last_message(text: str) -> str:
-    said = [x.strip() for x in text.strip().splitlines() if x.strip()]
+    said = _said(text)
     return said[-1] if said else "no message"
 
 

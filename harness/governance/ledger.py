@@ -93,8 +93,10 @@ class Ledger:
         (lock files, the ledger), the file opens for append, and the file system has room.
 
         Opening for append writes nothing, and it is what the kernel actually allows —
-        root included: an immutable file or a read-only mount refuses root too.
+        root included: an immutable file or a read-only mount refuses root too. A symlinked
+        ledger/ or ledger file is refused too: rows written through it could never be committed.
         """
+        gitguard.require_real_path(self.root, self.rel)
         where = self.path.parent
         try:
             if where.is_dir():
@@ -246,11 +248,14 @@ def _rows_text(first: int, last: int) -> str:
 
 
 def require_anchorable(led: Ledger) -> None:
-    """Refuse before any work where the line's rows could not be committed."""
+    """Refuse before any work where the line's rows could not be committed: git locked or
+    unwritable, the ledger ignored, or a test commit of it refused (a symlinked ledger, a
+    failing hook or signer: ``gitguard.require_ledger_commits``)."""
     gitguard.require_committable(led.root)
     if gitguard.is_ignored(led.root, led.rel):
         raise UserError(f"{led.rel} is ignored by git (.gitignore or .git/info/exclude), so bench cannot commit "
                         f"its rows: stop ignoring it, or pass --no-commit")
+    gitguard.require_ledger_commits(led.root, led.rel, fallback="pass --no-commit")
 
 
 def anchor(led: Ledger, why: str) -> str | None:

@@ -19,7 +19,7 @@ from harness import __version__
 from harness.errors import UserError, shown
 from harness.governance import codeprov, gitguard, line_ids, registration
 from harness.governance.codeprov import CODE_PACKAGES, require_code_from
-from harness.governance.ledger import Ledger
+from harness.governance.ledger import Ledger, require_anchorable
 from harness.governance.ledger_format import ledger_path
 from harness.governance.ledger_verify import rows_at, verify, verify_refusal
 from harness.governance.locks import exclusive
@@ -90,6 +90,10 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
     registration.check_kernels(reg)
     _require_new(tree.root, reg, rel)  # before the lock: a refused command leaves no lock file
     reopens = _reopens(tree.root, reg.line, rel, reopen)
+    # The row is committed next (by the user), every later one by bench: a symlinked ledger/, a
+    # hook or a signer that would refuse those commits is found now, before the row exists.
+    gitguard.require_ledger_commits(tree.root, Ledger(tree.root, reg.line).rel,
+                                    fallback="register in a clone you can commit to")
     from harness.governance import power, reductio
 
     checked = reductio.at_register(tree.root, reg)  # refuses a bar that cannot decide or cannot be met
@@ -239,14 +243,18 @@ def host_env() -> dict:
 
 
 @contextlib.contextmanager
-def open_line(line_or_path: str, *, root: Path | None = None, action: str) -> Iterator[Line]:
-    """Everything ``sweep``/``verdict`` must check before touching anything; holds the line lock."""
+def open_line(line_or_path: str, *, root: Path | None = None, action: str, commit: bool = False) -> Iterator[Line]:
+    """Everything ``sweep``/``verdict`` must check before touching anything; holds the line lock.
+    With ``commit`` (the command commits its rows) git must take a commit of the ledger too
+    (``ledger.require_anchorable``: a test commit, hooks and signing included)."""
     tree = gitguard.require_clean(root)
     code = require_tracked_code(tree.root, load_kernels=False)
     line, given = line_ids.line_of(tree.root, line_or_path)
     # Refusals that need no lock come before it: a refused command leaves no lock file.
     _require_registered(tree.root, line, given)
     Ledger(tree.root, line).require_writable()  # before the lock file is created, and before any work
+    if commit:
+        require_anchorable(Ledger(tree.root, line))
     with line_lock(tree.root, line):
         yield replace(_checked_line(tree, line, action), code=code)
 
