@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -153,6 +154,50 @@ def copy_project(dest: Path) -> Path:
         else:
             shutil.copy(REPO / name, dest / name)
     return dest
+
+
+# setuptools builds a wheel by itself from 70.1 (its own bdist_wheel); an older one needs the
+# `wheel` package, which a fresh Python 3.11 venv (setuptools 65.5 from ensurepip) lacks.
+SETUPTOOLS_OWN_BDIST_WHEEL = (70, 1)
+# A wheel build reads a package index where this interpreter cannot build one itself.
+BUILD_TIMEOUT_S = 600
+
+
+def _release(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.match(r"\d+(?:\.\d+)*", text).group(0).split("."))
+
+
+def _builds_wheels_here() -> bool:
+    """Whether this interpreter can build bench's wheel with nothing from a package index:
+    pyproject.toml's build requirements are setuptools alone, the installed setuptools meets
+    them, and it has a bdist_wheel (its own, or the `wheel` package's)."""
+    import importlib.metadata
+    import importlib.util
+    import tomllib
+
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
+    floors = [re.fullmatch(r"setuptools\s*(?:>=\s*([\d.]+))?", r.strip()) for r in requires]
+    if not all(floors):
+        return False
+    try:
+        have = _release(importlib.metadata.version("setuptools"))
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    need = max((_release(f.group(1)) for f in floors if f.group(1)), default=(0,))
+    return have >= need and (have >= SETUPTOOLS_OWN_BDIST_WHEEL or importlib.util.find_spec("wheel") is not None)
+
+
+def build_wheel(src: Path, out: Path) -> Path:
+    """The wheel of the project at ``src`` (copy_project's), built into ``out``: by this
+    interpreter's own setuptools where it can build one, else in pip's isolated build
+    environment from the package index (as `pip install -e .` got its setuptools). Installing
+    the wheel (`pip install --target`, or into a venv) then needs neither setuptools nor `wheel`."""
+    here = ["--no-build-isolation"] if _builds_wheels_here() else []
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *here, "-w", str(out), str(src)],
+                       capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (wheel,) = out.glob("bench-*.whl")
+    return wheel
 
 
 def bench_env() -> dict:

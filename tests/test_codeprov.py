@@ -14,7 +14,7 @@ import pytest
 
 from harness.errors import UserError
 from harness.governance import codeprov
-from tests.conftest import TINY, bench_env, copy_project, init_repo
+from tests.conftest import TINY, bench_env, build_wheel, copy_project, init_repo
 from tests.test_provenance import _with_code, clone, commit_all
 
 
@@ -189,9 +189,9 @@ def _bench_from(cwd: Path, site: Path, *args: str):
 @pytest.mark.slow
 def test_an_installed_bench_is_named_in_every_row_and_a_changed_installed_file_is_refused(tmp_path):
     site = tmp_path / "site"
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                        "--no-compile", "--target", str(site), str(copy_project(tmp_path / "src"))],
-                       capture_output=True, text=True, timeout=600)
+    wheel = build_wheel(copy_project(tmp_path / "src"), tmp_path / "dist")
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target",
+                        str(site), str(wheel)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     repo = init_repo(tmp_path / "proj", {"tiny": TINY})  # registrations and ledgers only
     assert _bench_from(repo, site, "register", "tiny").returncode == 0

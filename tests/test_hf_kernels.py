@@ -21,7 +21,7 @@ import pytest
 
 from harness import KERNELS_PACKAGE, __version__
 from harness.governance.ledger import read_rows
-from tests.conftest import TINY, copy_project, git, init_repo
+from tests.conftest import TINY, build_wheel, copy_project, git, init_repo
 
 # Hugging Face's kernel loader: its PyPI name and its top-level import name.
 HF_KERNELS = "kernels"
@@ -43,11 +43,20 @@ def _hf_wheel(dest: Path) -> Path:
 
 
 def _venv(where: Path) -> Path:
-    """A venv that sees this interpreter's packages (torch, setuptools) and holds no pip of its
-    own: pip runs from outside with ``--python``, so the build uses the system setuptools."""
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(where)],
-                   check=True, capture_output=True, timeout=PIP_TIMEOUT_S)
-    return where / "bin" / "python"
+    """A venv that sees this interpreter's packages (torch and bench's other dependencies: its
+    site directories, named in a .pth file) and holds no pip of its own (pip runs from outside
+    with ``--python``). Not ``--system-site-packages``: run from a venv, as the README's set-up
+    may be, that gives the base interpreter's packages, which may lack them."""
+    import site
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, capture_output=True,
+                   timeout=PIP_TIMEOUT_S)
+    python = where / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    dirs = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    (Path(purelib) / "_tested_interpreter.pth").write_text("".join(f"{d}\n" for d in dirs))
+    return python
 
 
 def _pip(python: Path, *args: str) -> None:
@@ -81,7 +90,9 @@ def test_bench_installs_and_sweeps_the_example_beside_hugging_face_kernels(tmp_p
     wheel = _hf_wheel(tmp_path / "wheels")
     python = _venv(tmp_path / "venv")
     _pip(python, str(wheel))  # with its dependencies, from the index
-    _pip(python, "--no-deps", "--no-build-isolation", str(copy_project(tmp_path / "src")))
+    # bench's wheel, installed as pip installs a release (an editable bench this interpreter may
+    # have is seen through the .pth: --ignore-installed leaves it alone).
+    _pip(python, "--no-deps", "--ignore-installed", str(build_wheel(copy_project(tmp_path / "src"), tmp_path / "dist")))
     site = Path(_run(python, tmp_path, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
                 .stdout.strip())
 

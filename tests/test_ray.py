@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import REPO, copy_project
+from conftest import REPO, build_wheel, copy_project
 from test_workers import FAULT_LINE, TEST_WATCHDOG_S, _bench, _outcomes, _plugin_env, _popen, _repo, _verified
 
 ray = pytest.importorskip("ray")
@@ -145,8 +145,9 @@ def test_a_ray_worker_running_other_code_refuses_naming_the_file(tmp_path, clust
     run_py = src / "harness" / "pipeline" / "run.py"
     run_py.write_text(run_py.read_text() + "\n# changed on the driver's side only\n")
     site = tmp_path / "driver-site"
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                        "--no-compile", "--target", str(site), str(src)], capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target",
+                        str(site), str(build_wheel(src, tmp_path / "dist"))], capture_output=True, text=True,
+                       timeout=600)
     assert r.returncode == 0, r.stderr
     path = [str(site) if p == str(REPO) else p for p in env["PYTHONPATH"].split(os.pathsep)]
     driver_env = {**env, "PYTHONPATH": os.pathsep.join(path)}
