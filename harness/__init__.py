@@ -40,9 +40,11 @@ CODE_PACKAGES = {"harness": "harness", KERNELS_PACKAGE: "kernels"}
 # one whose header matches (or any UNCHECKED_HASH one) without reading the source. So every
 # later module of the code packages, in every bench process (spawned workers and Ray actors
 # import this package first), is compiled from its source: no bytecode is read or written.
-# This module itself is loaded before this runs: its cached bytecode, if any, is checked
-# against its source (harness.governance.codeprov). It lives here, not in a submodule, so
-# nothing else is loaded the ordinary way first.
+# This module itself is loaded before this runs, so its bytecode can come only from bench's
+# private cache, set at start-up by bench's .pth before anything is imported (harness/pycache.py:
+# no __pycache__ of a source tree is read at all), and is checked against its source
+# (harness.governance.codeprov). The finder stays for defence in depth. It lives here, not in a
+# submodule, so nothing else is loaded the ordinary way first.
 import sys as _sys
 from importlib.machinery import PathFinder as _PathFinder
 from importlib.machinery import SourceFileLoader as _SourceFileLoader

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import os
 import re
+import runpy
 import shutil
 import signal
 import subprocess
@@ -29,6 +30,18 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # before torch is imported anywhere. A sweep's own CPU workers still set theirs per core share.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# Every bench process caches bytecode only in bench's private cache, set before harness is
+# imported (harness/pycache.py; bench's .pth does it for `bench` and `python -m harness`): so
+# does this one, and every process a test starts inherits it (PYTHONPYCACHEPREFIX), as a
+# sweep's workers inherit it from their driver. That cache may be written, whatever
+# PYTHONDONTWRITEBYTECODE says: no source tree is touched, and without it every bench
+# subprocess compiles torch anew (a tiny CPU sweep took about twice as long on the 2-core host).
+_uncached = runpy.run_path(str(Path(__file__).resolve().parents[1] / "harness" / "pycache.py"))["install"]()
+if _uncached:
+    raise RuntimeError(f"bench's private bytecode cache cannot be used: {_uncached}")
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # harness first, in every test process: its finder loads the code packages from source, and in
 # a checkout it is what maps the kernels/ folder to the import name bench_kernels.
@@ -198,6 +211,10 @@ def build_wheel(src: Path, out: Path) -> Path:
     assert r.returncode == 0, r.stdout + r.stderr
     (wheel,) = out.glob("bench-*.whl")
     return wheel
+def tree_pyc(src: Path) -> Path:
+    """Where Python caches ``src`` when no pycache prefix is set: the ``__pycache__`` beside it,
+    the name a planted ``.pyc`` takes to stand in for ``src``."""
+    return src.parent / "__pycache__" / f"{src.stem}.{sys.implementation.cache_tag}.pyc"
 
 
 def bench_env() -> dict:

@@ -14,7 +14,7 @@ import pytest
 
 from harness.errors import UserError
 from harness.governance import codeprov
-from tests.conftest import TINY, bench_env, build_wheel, copy_project, init_repo
+from tests.conftest import TINY, bench_env, build_wheel, copy_project, init_repo, tree_pyc
 from tests.test_provenance import _with_code, clone, commit_all
 
 
@@ -48,7 +48,7 @@ def _plant(repo: Path, tmp_path: Path) -> tuple[Path, Path]:
     marker = tmp_path / "PLANTED_RAN"
     evil = tmp_path / "torch_stack.py"
     evil.write_text(src.read_text() + f"\nimport pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
-    pyc = Path(importlib.util.cache_from_source(str(src)))
+    pyc = tree_pyc(src)
     py_compile.compile(str(evil), cfile=str(pyc), dfile=str(src), doraise=True,
                        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
     return pyc, marker
@@ -86,7 +86,7 @@ def test_only_pythons_own_cache_of_a_source_is_allowed_in_pycache(tmp_path):
     src = tmp_path / "pkg" / "mod.py"
     src.parent.mkdir()
     src.write_text("X = 1\n")
-    own = Path(importlib.util.cache_from_source(str(src)))
+    own = tree_pyc(src)
     py_compile.compile(str(src), cfile=str(own), doraise=True)
     assert codeprov.own_bytecode(own)
     src.write_text("X = 2\n")  # stale: the source moved on

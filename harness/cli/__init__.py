@@ -17,6 +17,7 @@ import threading
 import typer
 
 from harness.errors import UserError
+from harness.governance.codeprov import require_private_bytecode
 from harness.reporting.render.messages import render_aborted, render_error, render_interrupted, render_version
 
 # The shell's convention for a command ended by a signal: 128 + the signal number.
@@ -106,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     try:
+        # Before any command: a process that may have run a planted .pyc as bench's own code
+        # (started without bench's private bytecode cache) runs none of them.
+        require_private_bytecode()
         # standalone_mode=False: click returns a command's typer.Exit code instead of exiting.
         rc = app(args=argv, prog_name="bench", standalone_mode=False)
     except UserError as exc:

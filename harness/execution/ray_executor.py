@@ -26,8 +26,9 @@ import socket
 import time
 from pathlib import Path
 
-from harness import CODE_PACKAGES
+from harness import CODE_PACKAGES, pycache
 from harness.errors import UserError
+from harness.governance.codeprov import loaded_files, module_path, require_private_bytecode, require_source_loaded
 from harness.execution.executor import STARTUP_TIMEOUT_S, Done, Executor, Job, Lost, Phase, SlotInfo
 
 INSTALL_HINT = 'pip install -e ".[ray]"'
@@ -66,7 +67,6 @@ def _sha(path: Path) -> str:
 
 def _kernel_sources(kernels) -> dict[str, Path]:
     """The line's kernel source files (plugins included), by their module path."""
-    from harness.governance.codeprov import module_path
     from harness.registry import get_kernel
 
     out = {}
@@ -93,8 +93,6 @@ def source_hashes(kernels) -> dict[str, str]:
 def loaded_sources(kernels) -> dict[str, Path]:
     """The source files this process loaded from the two packages (and the line's kernels,
     and the CUDA sources it may compile), by the same relative paths."""
-    from harness.governance.codeprov import loaded_files
-
     roots = [_package_root(pkg) for pkg in CODE_PACKAGES]
     files = {}
     for p in loaded_files().values():
@@ -129,8 +127,8 @@ class RayWorker:
     """One slot's worker, as a Ray actor (wrapped with ``ray.remote`` by the executor)."""
 
     def __init__(self, slot: int, device: str, queue, expected: dict, kernels: tuple, env: dict,
-                 lock_wait_s: float | None, who: dict):
-        self.slot, self.device, self.queue = slot, device, queue
+                 lock_wait_s: float | None, who: dict, cache: str):
+        self.slot, self.device, self.queue, self.cache = slot, device, queue, cache
         self.expected, self.kernels, self.lock_wait_s, self.who = expected, kernels, lock_wait_s, who
         self.checked: set = set()
         self.locks = contextlib.ExitStack()
@@ -150,12 +148,14 @@ class RayWorker:
         from harness.execution.jobs import slot_info
         from harness.governance.devices import device_key
 
+        try:  # started with the driver's bytecode cache (its runtime_env), before harness was imported
+            require_private_bytecode(self.cache)
+        except UserError as exc:
+            return "error", f"the Ray worker on {socket.gethostname()}: {exc}"
         try:
             env, fp = slot_info(self.device, f"the Ray worker on {socket.gethostname()} sees no GPU: start its "
                                              f"node with GPUs")
             importlib.import_module("harness.pipeline.run")  # what a config runs: its sources are checked now
-            from harness.governance.codeprov import require_source_loaded
-
             require_source_loaded()  # and it ran from them, not from bytecode
             bad = source_mismatch(self.expected, loaded_sources(self.kernels), self.checked)
             if bad:
@@ -218,6 +218,10 @@ class RayExecutor(Executor):
         self._queue = None
         self._expected: dict = {}
         self._env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+        # A Ray worker is no child of the driver: it gets bench's bytecode cache from its
+        # runtime_env, which Ray sets before the worker's Python starts (os.environ in the
+        # actor would come after harness was imported).
+        self._pycache = pycache.private_cache()
 
     def prepare(self, line) -> None:
         reg = line.reg
@@ -265,9 +269,10 @@ class RayExecutor(Executor):
     def _launch(self, slot: int, lock_wait_s: float):
         ray = self.ray
         opts = {"num_gpus": 1} if self.device == "cuda" else {"num_cpus": 1}
-        cls = ray.remote(max_restarts=0, max_task_retries=0, **opts)(RayWorker)
+        cls = ray.remote(max_restarts=0, max_task_retries=0, runtime_env={"env_vars": {
+            pycache.PREFIX_ENV: self._pycache}}, **opts)(RayWorker)
         return cls.remote(slot, self.device, self._queue, self._expected, self.kernels, self._env,
-                          lock_wait_s if self.locks_devices else None, self.who)
+                          lock_wait_s if self.locks_devices else None, self.who, self._pycache)
 
     def _await_ready(self, slot: int) -> SlotInfo:
         ray = self.ray

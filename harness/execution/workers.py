@@ -258,7 +258,8 @@ def worker_main(conn, device: str, visible: str | None, log: str, parent_pid: in
 
 def require_worker_code(root: str | None) -> None:
     """UserError unless this worker's harness/kernels modules (the config runner included) come
-    from ``root`` (where it holds them; None: the driver named none) and ran from source."""
+    from ``root`` (where it holds them; None: the driver named none) and ran from source, in a
+    process that reads bytecode only from bench's private cache (inherited from the driver)."""
     import importlib
 
     from harness.governance import codeprov
@@ -267,6 +268,7 @@ def require_worker_code(root: str | None) -> None:
     if root is not None:
         codeprov.require_code_from(Path(root))
     else:
+        codeprov.require_private_bytecode()
         codeprov.require_source_loaded()
 
 

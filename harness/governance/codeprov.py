@@ -3,18 +3,22 @@
 A process that imports ``harness``/``bench_kernels`` (the ``kernels/`` folder) from another
 checkout (an editable install of clone A run in clone B, ``PYTHONPATH``) runs code B's commit
 does not hold; a ``.pyc`` planted in ``__pycache__`` runs code no commit holds.
+Every bench process caches bytecode only in bench's private cache (``harness.pycache``, set
+at start-up by bench's ``.pth``), so no ``__pycache__`` of a repository is read, and
 ``harness/__init__.py`` makes every later module of the two packages load from its source
-only (``SourceOnlyLoader``); this module checks, in the driver and in every worker, that it
-did and that the modules come from the repository.
+only (``SourceOnlyLoader``); this module checks, in the driver and in every worker, that both
+held and that the modules come from the repository.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 
 from harness import CODE_PACKAGES  # import name -> repository folder: the code the commit stamp must cover
+from harness import pycache
 from harness.errors import UserError
 
 # Where a pyc's code object starts: magic, flags and two 4-byte fields (PEP 552).
@@ -121,9 +125,43 @@ def require_source_loaded() -> None:
                             f"not compile to (no commit holds it): delete it and run again")
 
 
+def require_private_bytecode(cache: str | None = None, root: Path | None = None) -> None:
+    """Refuse a process that may have read bytecode from outside bench's private cache
+    (``harness.pycache``): its ``sys.pycache_prefix`` must be ``cache`` (default: this user's
+    private cache; a Ray actor is handed the driver's), a directory only this user may enter,
+    outside the repository ``root``, set before ``harness`` was imported. Otherwise a ``.pyc``
+    planted beside any source — ``harness/__init__.py`` included, imported before any check —
+    may have run in its place. Then every Python this process starts gets the same cache
+    (``PYTHONPYCACHEPREFIX``)."""
+    want = cache or pycache.private_cache()
+    fix = (f"start bench as `bench` or `python -m harness` where it is installed (`pip install -e .` puts "
+           f"{pycache.PTH_NAME} in site-packages, which sets it; install again if bench was installed without "
+           f"it), or with {pycache.PREFIX_ENV}={want}")
+    have = sys.pycache_prefix
+    if have != want:
+        raise UserError(f"bench runs without its private bytecode cache (sys.pycache_prefix is "
+                        f"{'unset' if have is None else have}, not {want}), so a .pyc planted beside its sources may "
+                        f"have run as its code: {fix}")
+    why = pycache.not_private(want)
+    if why is not None:
+        raise UserError(f"bench's bytecode cache {want} is not private ({why}), so a .pyc planted there could run "
+                        f"as bench's code: remove it and run a bench command (it creates the cache anew, mode 0700)")
+    spec = getattr(sys.modules.get("harness"), "__spec__", None)
+    cached = getattr(spec, "cached", None)
+    if cached and not Path(cached).is_relative_to(want):
+        raise UserError(f"harness was imported before bench's bytecode cache was set (its cache is {cached}), so a "
+                        f"planted .pyc may have run as bench's code: {fix}")
+    if root is not None and Path(want).resolve().is_relative_to(Path(root).resolve()):
+        raise UserError(f"bench's bytecode cache {want} lies inside the repository {Path(root).resolve()}, whose "
+                        f"files are the ones a commit vouches for: set XDG_CACHE_HOME to a directory outside it")
+    os.environ[pycache.PREFIX_ENV] = want
+
+
 def require_code_from(root: Path) -> tuple[dict, ...]:
     """Every check: the code packages come from ``root`` (where it holds them) or from an
-    installed distribution, and from source. Returns ``outside_code``'s record."""
+    installed distribution, and from source, read by a process whose bytecode comes only
+    from bench's private cache. Returns ``outside_code``'s record."""
+    require_private_bytecode(root=root)
     require_from_repository(root)
     require_source_loaded()
     return outside_code(root)

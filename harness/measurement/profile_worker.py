@@ -64,6 +64,9 @@ def run(spec: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    from harness.governance.codeprov import require_private_bytecode
+
+    require_private_bytecode()  # inherited from the driver: no planted .pyc ran as this process's code
     spec = json.loads(Path(argv[0]).read_text())
     result = run(spec)
     Path(spec["result"]).write_text(json.dumps(result))

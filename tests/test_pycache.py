@@ -1,0 +1,304 @@
+"""No bytecode outside bench's private cache is read by a bench process (issue 47): a ``.pyc``
+planted beside ``harness/__init__.py`` ran in the driver and in every worker before any check,
+and made the baseline slower. ``bench``, ``python -m harness`` and every Python they start read
+bytecode only from bench's private cache (harness/pycache.py, set at start-up by the ``.pth``
+that ``pip install`` puts in site-packages); a process started otherwise is refused."""
+
+from __future__ import annotations
+
+import importlib.util
+import marshal
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from harness import pycache
+from tests.conftest import TINY, copy_project, git, init_repo, tree_pyc
+from tests.test_provenance import _with_code, commit_all
+
+# What every planted .pyc adds to its module's code: one line in the marker file naming the
+# module and the process (its command line), appended, so that no run can hide another's.
+MARK = ("import os as _o, sys as _s\n"
+        "_f = _o.open({marker!r}, _o.O_WRONLY | _o.O_CREAT | _o.O_APPEND)\n"
+        "_o.write(_f, (__name__ + ' ' + ' '.join(_s.orig_argv[1:4]) + '\\n').encode())\n"
+        "_o.close(_f)\n")
+# The modules planted: the package Python imports before any of bench's code, a deeper one,
+# the kernels package (bench_kernels) and the baseline the reported attack slowed down.
+PLANTED = ("harness/__init__.py", "harness/cli/__init__.py", "kernels/__init__.py", "kernels/torch_stack.py")
+# pyc flags (PEP 552): 0 = validated by the source's mtime and size; 1 = hash-based, never checked.
+TIMESTAMP, UNCHECKED_HASH = 0, 1
+
+
+def planted_pyc(src: Path, marker: Path, flags: int = TIMESTAMP) -> bytes:
+    """A .pyc that Python takes for ``src``'s (its header matches ``src``'s mtime and size, or
+    is never checked) and that runs ``src``'s code plus a line that writes to ``marker``."""
+    code = compile(src.read_text() + "\n" + MARK.format(marker=str(marker)), str(src), "exec", dont_inherit=True)
+    st = src.stat()
+    word = (lambda n: (n & 0xFFFFFFFF).to_bytes(4, "little"))
+    rest = word(int(st.st_mtime)) + word(st.st_size) if flags == TIMESTAMP else \
+        importlib.util.source_hash(src.read_bytes())
+    return importlib.util.MAGIC_NUMBER + word(flags) + rest + marshal.dumps(code)
+
+
+def _env(**extra: str) -> dict:
+    """The test's environment without bench's cache (conftest sets it for the tests' processes)
+    and without PYTHONPATH: whatever sets the cache below is the only thing that does."""
+    env = {k: v for k, v in os.environ.items() if k not in (pycache.PREFIX_ENV, "PYTHONPATH")}
+    return {**env, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", **extra}
+
+
+def _run(cmd: list, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=_env() if env is None else env)
+
+
+def _installed(tmp_path: Path) -> tuple[Path, Path]:
+    """(the clone, its venv's python): a committed repository with this project's code and the
+    tiny line, installed with ``pip install -e`` into a venv of its own that sees this
+    interpreter's packages (torch, setuptools) through a path line. No network, no wheel
+    package: the build uses this environment's setuptools."""
+    clone = init_repo(copy_project(tmp_path / "proj"), {"tiny": TINY})
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True,
+                   timeout=300)
+    site = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
+    here = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    (site / "base-env.pth").write_text("".join(f"{p}\n" for p in here))
+    python = venv / "bin" / "python"
+    r = _run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-build-isolation",
+              "--no-compile", "-e", clone], tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert git(clone, "status", "--porcelain") == ""  # the install left nothing in the checkout
+    r = _run([python, "-m", "harness", "register", "tiny"], clone)
+    assert r.returncode == 0, r.stdout + r.stderr
+    commit_all(clone, "register tiny")
+    return clone, python
+
+
+def _marks(marker: Path) -> str:
+    return marker.read_text() if marker.exists() else ""
+
+
+def test_bench_is_told_from_other_programs_by_its_command_line():
+    # (sys.argv as Python sets it while .pth files run — "-m" stands for the module and its
+    # name — and sys.orig_argv), as printed by a .pth of a real interpreter.
+    started = [
+        (["-m", "sweep", "tiny"], ["python", "-m", "harness", "sweep", "tiny"], True),
+        (["-m", "sweep"], ["python", "-mharness", "sweep"], True),
+        (["-m", "--version"], ["python", "-X", "dev", "-um", "harness", "--version"], True),
+        (["-m", "spec.json"], ["python", "-m", "harness.measurement.profile_worker", "spec.json"], True),
+        (["/venv/bin/bench", "sweep"], ["/venv/bin/python3", "/venv/bin/bench", "sweep"], True),
+        (["-m", "install", "harness"], ["python", "-m", "pip", "install", "harness"], False),
+        (["-m"], ["python", "-m", "harnessing"], False),
+        (["-c"], ["python", "-c", "import harness"], False),
+        (["/x/benchmark", "harness"], ["python", "/x/benchmark", "harness"], False),
+        ([], [], False),
+    ]
+    for argv, orig_argv, bench in started:
+        assert pycache.started_as_bench(argv, orig_argv) is bench, orig_argv
+
+
+@pytest.mark.slow
+def test_a_pyc_planted_beside_harness_never_runs_in_bench_nor_python_m_harness(tmp_path):
+    clone, python = _installed(tmp_path)
+    marker = tmp_path / "PLANTED_RAN"
+    for rel in PLANTED:
+        pyc = tree_pyc(clone / rel)
+        pyc.parent.mkdir(exist_ok=True)
+        pyc.write_bytes(planted_pyc(clone / rel, marker))
+    # Python itself runs them: an interpreter started for anything but bench reads them (and
+    # the .pth leaves it as it was: no cache of bench's).
+    r = _run([python, "-c", "import sys, harness; print(sys.pycache_prefix)"], clone)
+    assert r.returncode == 0 and r.stdout.strip() == "None", r.stdout + r.stderr
+    assert _marks(marker).startswith("harness -c"), _marks(marker)
+    marker.unlink()
+    led = clone / "ledger" / "tiny.jsonl"
+    before = led.read_bytes()
+    for entry in ([python, "-m", "harness"], [python.parent / "bench"]):
+        r = _run([*entry, "sweep", "tiny", "--no-ceilings"], clone)
+        assert _marks(marker) == "", f"planted bytecode ran under {entry[-1]}: {_marks(marker)}"
+        # Never read, and refused by name before anything runs: no commit holds it.
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stdout + r.stderr
+        assert f"harness/__pycache__/__init__.{sys.implementation.cache_tag}.pyc" in r.stderr, r.stderr
+        assert led.read_bytes() == before
+    assert pycache.not_private(pycache.private_cache()) is None
+
+
+# A committed module of kernels/ that plants a .pyc for harness/__init__.py when it is imported:
+# kernel discovery imports it in the driver after the driver's checks, before workers start.
+PLANTER = '''\
+"""tests/test_pycache.py: bytecode for harness/__init__.py, planted once the driver is running."""
+import pathlib
+
+_target = pathlib.Path({target!r})
+_target.parent.mkdir(exist_ok=True)
+_target.write_bytes(pathlib.Path({pyc!r}).read_bytes())
+'''
+
+
+def _with_planter(clone: Path, tmp_path: Path, marker: Path) -> None:
+    """Commit a kernels/ module that plants, while the driver runs, a .pyc matching
+    ``clone``'s harness/__init__.py."""
+    init = clone / "harness" / "__init__.py"
+    prebuilt = tmp_path / "init.pyc"
+    prebuilt.write_bytes(planted_pyc(init, marker))
+    (clone / "kernels" / "plants_bytecode.py").write_text(PLANTER.format(target=str(tree_pyc(init)),
+                                                                         pyc=str(prebuilt)))
+    commit_all(clone, "a module that plants bytecode")
+
+
+def _code_clone(tmp_path: Path) -> Path:
+    return _with_code(init_repo(tmp_path / "proj", {"tiny": TINY}))
+
+
+def _guarded_clone(tmp_path: Path) -> tuple[Path, list]:
+    """(a committed clone with the code and the tiny line registered, the command that runs its
+    bench with bench's cache set by ``-X pycache_prefix``, which Python passes on to no
+    process it starts)."""
+    clone = _code_clone(tmp_path)
+    cmd = [sys.executable, "-X", f"pycache_prefix={pycache.private_cache()}", "-m", "harness"]
+    r = _run([*cmd, "register", "tiny"], clone)
+    assert r.returncode == 0, r.stdout + r.stderr
+    commit_all(clone, "register tiny")
+    return clone, cmd
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("started", ["by the .pth of an editable install", "with -X pycache_prefix"])
+def test_workers_started_after_a_pyc_is_planted_never_run_it(tmp_path, started):
+    """The driver's cache reaches the workers it spawns, however it was set."""
+    if started == "with -X pycache_prefix":
+        clone, cmd = _guarded_clone(tmp_path)
+    else:
+        clone, python = _installed(tmp_path)
+        cmd = [python, "-m", "harness"]
+    marker = tmp_path / "PLANTED_RAN"
+    _with_planter(clone, tmp_path, marker)
+    r = _run([*cmd, "sweep", "tiny", "--no-ceilings"], clone)
+    assert tree_pyc(clone / "harness" / "__init__.py").is_file()  # it was planted
+    assert _marks(marker) == "", f"planted bytecode ran: {_marks(marker)}"
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_ray_actors_started_after_a_pyc_is_planted_never_run_it(tmp_path):
+    """A Ray actor is no child of the driver (its cluster's processes started without bench's
+    cache here): it gets the cache from its runtime_env, before its Python starts."""
+    ray = pytest.importorskip("ray")
+    clone, cmd = _guarded_clone(tmp_path)
+    marker = tmp_path / "PLANTED_RAN"
+    _with_planter(clone, tmp_path, marker)
+    saved = dict(os.environ)
+    os.environ.pop(pycache.PREFIX_ENV)
+    os.environ["PYTHONPATH"] = str(clone)  # the cluster's workers import the clone's code
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        env = _env(**{k: os.environ[k] for k in ("RAY_AUTH_MODE",) if k in os.environ})
+        r = _run([*cmd, "sweep", "tiny", "--device", "cpu", "--no-ceilings", "--executor", "ray",
+                  "--address", ray.get_runtime_context().gcs_address], clone, env)
+    finally:
+        ray.shutdown()
+        os.environ.clear()
+        os.environ.update(saved)
+    assert tree_pyc(clone / "harness" / "__init__.py").is_file()  # it was planted
+    assert _marks(marker) == "", f"planted bytecode ran: {_marks(marker)}"
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+# -- started without the cache ---------------------------------------------------------------------
+
+def _shared_cache(tmp_path: Path) -> dict:
+    xdg = tmp_path / "xdg"
+    (xdg / "bench" / "pycache").mkdir(parents=True)
+    (xdg / "bench" / "pycache").chmod(0o755)
+    return {"XDG_CACHE_HOME": str(xdg), pycache.PREFIX_ENV: str(xdg / "bench" / "pycache")}
+
+
+@pytest.mark.parametrize("how, says", [
+    ("no cache", "sys.pycache_prefix is unset"),
+    ("another cache", "sys.pycache_prefix is {other}, not {private}"),
+    ("a cache others may enter", "is not private (its mode is 0755, not 0700)"),
+    ("set after harness was imported", "harness was imported before bench's bytecode cache was set"),
+])
+def test_bench_started_without_its_private_cache_is_refused_and_writes_nothing(tmp_path, how, says):
+    """`python -c` runs bench's own code, but no .pth sets the cache for it (nor for `python -m
+    harness` where bench is not installed)."""
+    clone = _code_clone(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir(mode=0o700)
+    run = "from harness.cli import run; run()"
+    cmd, env = {
+        "no cache": (["-c", run], _env()),
+        "another cache": (["-X", f"pycache_prefix={other}", "-c", run], _env()),
+        "a cache others may enter": (["-c", run], _env(**_shared_cache(tmp_path))),
+        "set after harness was imported": (
+            ["-c", f"import sys, harness; sys.pycache_prefix = {pycache.private_cache()!r}; {run}"], _env()),
+    }[how]
+    # Python itself would write bytecode beside the sources it imports before the refusal:
+    # not asked to, so that anything written is bench's.
+    r = _run([sys.executable, *cmd, "register", "tiny"], clone, {**env, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stdout + r.stderr
+    assert says.format(other=other, private=pycache.private_cache()) in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+    assert git(clone, "status", "--porcelain", "--ignored") == ""
+    assert not (clone / "ledger" / "tiny.jsonl").exists()
+
+
+def test_the_private_cache_is_created_for_this_user_alone_and_a_shared_one_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(sys, "pycache_prefix", sys.pycache_prefix)
+    monkeypatch.setenv(pycache.PREFIX_ENV, os.environ[pycache.PREFIX_ENV])
+    path = pycache.private_cache()
+    assert path == str(tmp_path / "xdg" / "bench" / "pycache")
+    assert pycache.install() is None
+    assert stat.S_IMODE(os.lstat(path).st_mode) == 0o700 and os.lstat(path).st_uid == os.getuid()
+    assert sys.pycache_prefix == path and os.environ[pycache.PREFIX_ENV] == path
+    shutil.rmtree(path)
+    os.symlink(tmp_path, path)
+    assert pycache.install() == "it is a symbolic link"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/xdg")  # XDG: a relative value is ignored
+    assert pycache.private_cache() == os.path.join(os.path.expanduser("~"), ".cache", "bench", "pycache")
+
+
+# -- bisect probes ----------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_bisect_probe_never_runs_bytecode_its_commit_holds(tmp_path):
+    """A probe runs `python -m harness probe` in a worktree of the probed commit: bytecode that
+    commit holds never runs there, whatever started the bisect (here `-X pycache_prefix`, which
+    Python does not pass on to the processes it starts)."""
+    from tests.test_bisect import KERNEL, LINE, REGISTRATION
+
+    root = init_repo(tmp_path / "proj", {LINE: REGISTRATION})
+    for pkg in ("harness", "kernels"):
+        shutil.copytree(Path(__file__).resolve().parents[1] / pkg, root / pkg,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "kernels" / "planted.py").write_text(KERNEL.format(revision=0, extra=0.0))
+    commit_all(root, "the code")
+    guarded = [sys.executable, "-X", f"pycache_prefix={pycache.private_cache()}", "-m", "harness"]
+    r = _run([*guarded, "register", LINE], root)
+    assert r.returncode == 0, r.stdout + r.stderr
+    commit_all(root, "register")
+    # The good end holds bytecode for harness/__init__.py (and a kernel that does not import,
+    # so its probe ends early); the bad end neither.
+    marker = tmp_path / "PLANTED_RAN"
+    init = root / "harness" / "__init__.py"
+    tree_pyc(init).parent.mkdir()
+    tree_pyc(init).write_bytes(planted_pyc(init, marker, UNCHECKED_HASH))
+    (root / "kernels" / "planted.py").write_text("def planted(:\n")
+    git(root, "add", "-f", str(tree_pyc(init)))
+    commit_all(root, "bytecode, and a kernel that does not import")
+    good = git(root, "rev-parse", "HEAD")
+    git(root, "rm", "-q", "--cached", str(tree_pyc(init)))
+    tree_pyc(init).unlink()
+    (root / "kernels" / "planted.py").write_text(KERNEL.format(revision=1, extra=0.0))
+    commit_all(root, "no bytecode; the kernel imports again")
+    r = _run([*guarded, "bisect", LINE, "n128", "--good", good, "--bad", "HEAD", "--device", "cpu"], root)
+    assert _marks(marker) == "", f"the commit's bytecode ran: {_marks(marker)}"
+    assert r.returncode == 1 and "the good end could not be measured" in r.stdout, r.stdout + r.stderr
