@@ -32,6 +32,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 # harness first, in every test process: its finder loads the code packages from source, and in
 # a checkout it is what maps the kernels/ folder to the import name bench_kernels.
 import harness  # noqa: F401, E402
+from harness.measurement import clockguard  # noqa: E402
+
+# The timing modules as written, snapshotted before any test can patch one (a sweep seals them
+# at its first kernel import: registry.load_kernels): a clock check compares against these.
+clockguard.seal()
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,14 +69,18 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _global_state_restored():
-    """Kernels of tests/zoo.py change global state on purpose (thread count, affinity) and a
-    bare gate() call does not pin it back: every test ends with the state it started with."""
+    """Kernels of tests/zoo.py change global state on purpose (thread count, affinity, the
+    clocks) and a bare gate() call does not pin it back: every test ends with the state it
+    started with, and with no replaced clock on the harness's record (clockguard)."""
     from harness.measurement.numerics import capture, pin
+    from tests import zoo
 
     before = capture()
     yield
     if capture() != before:
         pin(before)
+    zoo.unplant()
+    clockguard.forget()
 
 
 def git(cwd: Path, *args: str) -> str:
