@@ -252,7 +252,7 @@ class TimedWatch:
     ``before`` compares the global state with the pinned one, and the clocks the harness times
     with against their originals (clockguard): a change is blamed on the arm of the previous
     timed call and set back at once, so the next arm never runs under it (a clock replaced
-    before any timed call, ``None``'s, refuses every arm). Before the chosen call it also
+    where no call can be blamed, ``None``'s, refuses every arm). Before the chosen call it also
     notes the host threads and child processes alive, against which ``after`` looks for host
     work that call left running. Device work left on another stream is in the timer's drains.
     """
@@ -261,7 +261,8 @@ class TimedWatch:
         self.pinned = pinned
         self.last: str | None = None
         self.moved: dict[str, dict] = {}
-        self.tampered: dict[str | None, str] = {}  # arm (None: no call yet) -> what it replaced
+        self.tampered: dict[str | None, str] = {}  # arm (None: no single call's) -> what it replaced
+        self._round: set[str] = set()  # arms called since the last full clock check
         self.host: dict[str, str] = {}
         # Per arm whose share of long timed drains was confirmed by calls made again: how many
         # calls, how many drained long, and their drains (µs), named or not (rows keep it).
@@ -271,24 +272,35 @@ class TimedWatch:
     def before(self, arm: str, spot: bool = True) -> None:
         """Before each timed call of ``arm``; ``spot``: the call whose output is checked, the
         one ``after`` will be asked about (its host snapshot is taken: reading every thread's
-        children costs ~0.7 ms, issue 32)."""
-        self.settle()
+        children costs ~0.7 ms, issue 32). The clocks' hot names are compared before every
+        call, the timing modules whole once per round (an arm called again: a new round)."""
+        new_round = arm in self._round
+        if new_round:
+            self._round.clear()
+        self._round.add(arm)
+        self.settle(full=new_round)
         if spot:
             self._snaps[arm] = host_snapshot()
         self.last = arm
 
-    def settle(self) -> None:
-        """Blame a state change or a replaced clock on the last arm called and set it back
-        (also once the rounds are over, for the last call)."""
+    def settle(self, full: bool = True) -> None:
+        """Blame a state change or a replaced hot clock name on the last arm called and set it
+        back (also once the rounds are over, for the last call); with ``full``, the rest of
+        the timing modules' names too, whose replacement no single call is blamed for: it
+        refuses every arm."""
         from harness.measurement.numerics import capture, diff, pin
 
-        found = clockguard.check()
+        found = clockguard.check(full=False)
         if found:
             self.tampered.setdefault(self.last, clockguard.describe(found))
             if self.last is None:  # no call in flight: on this process's record (clockguard.keep)
                 clockguard.keep(found)
             else:
                 clockguard.restore()
+        found = clockguard.check() if full else ()
+        if found:
+            self.tampered.setdefault(None, clockguard.describe(found))
+            clockguard.restore()
         moved = diff(self.pinned, capture())
         if moved:
             if self.last is not None:
@@ -341,8 +353,9 @@ class TimedWatch:
             return CLOCK_TAMPERED, (f"a timed call replaced the clocks the harness times with: "
                                     f"{self.tampered[arm]}")
         if None in self.tampered:
-            return CLOCK_TAMPERED, (f"the clocks the harness times with were replaced before the timed calls "
-                                    f"began (no arm's call in flight): {self.tampered[None]}")
+            return CLOCK_TAMPERED, (f"the clocks the harness times with were replaced where no single arm's call "
+                                    f"can be blamed (before the timed calls, or found at a round's full check): "
+                                    f"{self.tampered[None]}")
         return None
 
     def _moved(self, arm: str) -> tuple[str, str] | None:
