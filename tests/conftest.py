@@ -231,6 +231,34 @@ def sweep_context(*, device: str = "cpu", baseline: str = "torch_stack", candida
     return SweepContext(reg=reg, device=device, ceilings=ceilings)
 
 
+def gpu_time_lie_line(candidate: str = "test_time_liar"):
+    """(config, context) of the GPU time-lie tests: fp16 N 1024 against SDPA, a short policy."""
+    from harness.workloads import Config
+
+    timing = {"warmup_ms": 20, "min_samples": 10, "max_samples": 40, "min_time_ms": 10, "timeout_s": 30}
+    cfg = Config("attention", 1, 8, 8, 1024, 64, "float16", False)
+    return cfg, sweep_context(device="cuda", baseline="sdpa", candidates=(candidate,),
+                              atol={"float16": 2e-2}, rtol={"float16": 2e-2}, timing=timing)
+
+
+def gate_calls(cfg, c) -> int:
+    """How many calls the gate makes of a kernel at ``cfg`` under ``c`` (counted, not assumed),
+    its stream look included."""
+    from harness.measurement.correctness.gate import gate
+    from tests import zoo
+
+    n = {"n": 0}
+
+    def counting(q, k, v, out, *, causal, scale):
+        n["n"] += 1
+        out.copy_(zoo.attention(q, k, v, causal=causal, scale=scale))
+
+    reg = c.reg
+    gate(counting, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype], rtol=reg.rtol[cfg.dtype],
+         device=c.device)
+    return n["n"]
+
+
 GPU_ROW_TIMING = {"warmup_ms": 50, "min_samples": 10, "max_samples": 40, "min_time_ms": 20, "timeout_s": 30}
 # The VRAM model's goal (issue 3): predicted peak within ±10% of the measured one.
 VRAM_TOLERANCE = 0.10

@@ -10,11 +10,25 @@ import textwrap
 
 import pytest
 
+from harness import kernel
+from harness.workloads import Config
 from tests import zoo
-from tests.conftest import TINY, init_repo, run_bench
+from tests.conftest import TINY, gate_calls, gpu_time_lie_line, init_repo, run_bench, sweep_context
 
 # Sweeps, subprocesses and CPU timings that race with a second test process: run alone.
 pytestmark = pytest.mark.serial
+
+# tests/test_time_lies.py's CPU config: its gate makes GATE_CALLS calls (one seed, one family,
+# the config and its 3 boundary configs, 2 calls each).
+CFG = Config("attention", 1, 2, 2, 32, 16, "float32", False)
+GATE_CALLS = 8
+
+_fn = {"fn": None}
+
+
+@kernel("test_clock_liar", workloads=("attention",), dtypes=("float32", "float16"), devices=("cpu", "cuda"))
+def clock_liar(q, k, v, out, *, causal, scale):
+    _fn["fn"](q, k, v, out, causal=causal, scale=scale)
 
 # The issue 47 kernel as it was committed: time.perf_counter_ns replaced at import, every call
 # the right SDPA, three quarters of each call's own duration hidden from the replaced clock.
@@ -72,21 +86,19 @@ def test_the_issue_47_kernel_is_refused_for_replacing_the_clock_through_the_cli(
 
 def ctx(line: str):
     """tests/test_time_lies.py's line, with room for rounds a loaded host drops (descheduled)."""
-    from tests.conftest import sweep_context
-
-    return sweep_context(line=line, timing={"warmup_ms": 1, "min_samples": 5, "max_samples": 40, "min_time_ms": 1,
-                                            "timeout_s": 30})
+    return sweep_context(line=line, candidates=("test_clock_liar",),
+                         timing={"warmup_ms": 1, "min_samples": 5, "max_samples": 40, "min_time_ms": 1,
+                                 "timeout_s": 30})
 
 
 def _timed_row(make):
-    """The row of tests/test_time_lies.py's one-config line whose candidate is honest for the
-    gate's calls, then ``make()``'s attack on every timed call; whatever it replaced is put back."""
+    """The row of the one-config line whose candidate is honest for the gate's calls, then
+    ``make()``'s attack on every timed call; whatever it replaced is put back."""
     from harness.pipeline.run import run_config
-    from tests.test_time_lies import CFG, GATE_CALLS, _fn
 
     _fn["fn"] = zoo.make_honest_then(GATE_CALLS, make())
     try:
-        (row,) = run_config(CFG, ("test_time_liar",), ctx("clocks"))
+        (row,) = run_config(CFG, ("test_clock_liar",), ctx("clocks"))
     finally:
         zoo.unplant()
     return row
@@ -124,12 +136,11 @@ def test_a_clock_replaced_for_one_reading_and_put_back_is_caught_by_the_independ
     assert "disagree with an independent clock" in reason and "shorter than the independent clock" in reason, reason
     assert "replaced the clocks" not in reason, reason
     check = row.payload["timing"]["clock_check"]
-    assert check["candidate:test_time_liar"]["median_gap_us"] > check["baseline"]["median_gap_us"] + 10, check
+    assert check["candidate:test_clock_liar"]["median_gap_us"] > check["baseline"]["median_gap_us"] + 10, check
 
 
 def test_honest_arms_read_alike_on_both_clocks():
     from harness.pipeline.run import run_config
-    from tests.test_time_lies import CFG
 
     (row,) = run_config(CFG, ("sdpa",), ctx("clocks-honest"))
     assert row.kind == "result", row.payload.get("reason")
@@ -145,7 +156,6 @@ def test_a_clock_replaced_with_no_call_in_flight_refuses_every_candidate_here_an
 
     from harness.measurement import clockguard
     from harness.pipeline.run import run_config
-    from tests.test_time_lies import CFG
 
     fake = zoo._skew_by_own_time()[1]
     zoo._plant(time, "perf_counter_ns", fake)
@@ -203,12 +213,13 @@ def test_a_timer_given_through_the_api_is_not_tampering_a_replaced_one_is():
     watch.settle()
     assert watch.tampered == {} and m.clock_faults == {} and m.arms["a"].stats.median == 1.0
 
-    class Faster(timers.HostTimer):
-        def time_call(self, fn, **kw):
-            return super().time_call(fn, **kw) / 4
+    real = timers.HostTimer.time_call
+
+    def faster(self, fn, **kw):
+        return real(self, fn, **kw) / 4
 
     def swaps(s):
-        timers.HostTimer = Faster
+        timers.HostTimer.time_call = faster
 
     watch = TimedWatch(capture())
     try:
@@ -219,10 +230,42 @@ def test_a_timer_given_through_the_api_is_not_tampering_a_replaced_one_is():
         from harness.measurement import clockguard
 
         clockguard.restore()
-    assert set(watch.tampered) == {"liar"} and "timers.HostTimer replaced by" in watch.tampered["liar"]
+    assert set(watch.tampered) == {"liar"}, watch.tampered
+    assert "timers.HostTimer.time_call replaced by " in watch.tampered["liar"]
+    assert "<locals>.faster (" in watch.tampered["liar"] and "tests/test_clock_tamper.py" in watch.tampered["liar"]
     tag, why = watch.failure("liar", {}, "a")
-    assert tag == "clock_tampered" and "Faster" in why
+    assert tag == "clock_tampered" and "faster" in why
     assert watch.failure("a", {}, "liar") is None
+
+
+def test_a_timing_module_name_replaced_between_the_per_call_checks_refuses_every_arm():
+    """Names off the per-call list (here stats.rel_noise, the stop rule's) are compared whole
+    once per round: no single call can be blamed, so every arm is refused."""
+    from harness.measurement import clockguard, stats
+    from harness.measurement.leftover import TimedWatch
+    from harness.measurement.numerics import capture
+    from harness.measurement.timing import TimingPolicy, measure
+    from tests.timers import ScriptedTimer
+
+    pol = TimingPolicy(warmup_ms=1.0, min_samples=5, max_samples=10, min_time_ms=0.0, noise_target=0.5, timeout_s=60)
+    real = stats.rel_noise
+
+    def quiet(s):
+        stats.rel_noise = lambda xs: 0.0
+
+    watch = TimedWatch(capture())
+    try:
+        measure({"a": lambda s: None, "liar": quiet}, n_slots=1, device="cpu", policy=pol,
+                timer=ScriptedTimer({"a": 1.0, "liar": 1.0}), watch=watch.before)
+        watch.settle()
+    finally:
+        clockguard.restore()
+    assert stats.rel_noise is real
+    assert set(watch.tampered) == {None}, watch.tampered
+    for arm in ("a", "liar"):
+        tag, why = watch.failure(arm, {}, "a")
+        assert tag == "clock_tampered" and "harness.measurement.stats.rel_noise replaced by" in why, why
+        assert "no single arm's call" in why
 
 
 def test_a_row_whose_thread_cpu_time_exceeds_its_wall_time_is_refused():
@@ -408,11 +451,9 @@ EVENT_KERNELS = {
 
 
 def _gpu_registration() -> str:
-    """tests/test_time_lies.py's GPU time-lie line (``_gpu_line``) as a registration of the event
+    """The GPU time-lie line (conftest.gpu_time_lie_line) as a registration of the event
     kernels against SDPA."""
-    from tests.test_time_lies import _gpu_line
-
-    cfg, c = _gpu_line()
+    cfg, c = gpu_time_lie_line()
     p = c.reg.timing
     return textwrap.dedent(f'''\
         schema = 1
@@ -479,12 +520,11 @@ def test_gpu_kernels_that_replace_the_cuda_event_clocks_are_refused_through_the_
     (zoo.make_event_record_replaced, ("torch.cuda.Event.record", "torch.cuda.Event.synchronize"))])
 def test_gpu_a_kernel_that_replaces_the_event_clocks_when_timed_is_refused(make, named):
     from harness.pipeline.run import run_config
-    from tests.test_time_lies import _fn, _gate_calls, _gpu_line
 
-    cfg, c = _gpu_line()
-    _fn["fn"] = zoo.make_honest_then(_gate_calls(cfg, c), make())
+    cfg, c = gpu_time_lie_line("test_clock_liar")
+    _fn["fn"] = zoo.make_honest_then(gate_calls(cfg, c), make())
     try:
-        (row,) = run_config(cfg, ("test_time_liar",), c)
+        (row,) = run_config(cfg, ("test_clock_liar",), c)
     finally:
         zoo.unplant()
     assert (row.kind, row.payload.get("tag")) == ("incorrect", "timed_clock_tampered"), row.payload.get("reason")
@@ -493,7 +533,7 @@ def test_gpu_a_kernel_that_replaces_the_event_clocks_when_timed_is_refused(make,
     # The honest arms' windows agreed with the independent clock.
     check = row.payload["timing"]["clock_check"]
     assert row.payload["timing"]["clock_faults"] == {} or set(row.payload["timing"]["clock_faults"]) <= {
-        "candidate:test_time_liar"}, row.payload["timing"]["clock_faults"]
+        "candidate:test_clock_liar"}, row.payload["timing"]["clock_faults"]
     assert check["baseline"]["windows"] > 0 and check["baseline"]["max_over_us"] < 0, check
 
 
