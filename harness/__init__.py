@@ -95,3 +95,11 @@ class SourceOnlyFinder:
 
 if not any(getattr(f, "__name__", None) == "SourceOnlyFinder" for f in _sys.meta_path):
     _sys.meta_path.insert(0, SourceOnlyFinder)
+
+# -- the clocks, before any kernel ------------------------------------------------------------
+# The harness's own references to the clocks it times with, taken now: this package is the
+# first import of every bench process, kernels come later (registry.load_kernels), and a
+# kernel that rebinds time.perf_counter_ns or torch.cuda.Event.elapsed_time must not be
+# what a timer reads (measurement/clockguard.py, issue 47).
+from harness.measurement import clockguard as _clockguard  # noqa: E402, F401
+

@@ -46,6 +46,11 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 # harness first, in every test process: its finder loads the code packages from source, and in
 # a checkout it is what maps the kernels/ folder to the import name bench_kernels.
 import harness  # noqa: F401, E402
+from harness.measurement import clockguard  # noqa: E402
+
+# The timing modules as written, snapshotted before any test can patch one (a sweep seals them
+# at its first kernel import: registry.load_kernels): a clock check compares against these.
+clockguard.seal()
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,14 +83,18 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _global_state_restored():
-    """Kernels of tests/zoo.py change global state on purpose (thread count, affinity) and a
-    bare gate() call does not pin it back: every test ends with the state it started with."""
+    """Kernels of tests/zoo.py change global state on purpose (thread count, affinity, the
+    clocks) and a bare gate() call does not pin it back: every test ends with the state it
+    started with, and with no replaced clock on the harness's record (clockguard)."""
     from harness.measurement.numerics import capture, pin
+    from tests import zoo
 
     before = capture()
     yield
     if capture() != before:
         pin(before)
+    zoo.unplant()
+    clockguard.forget()
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -282,6 +291,34 @@ def sweep_context(*, device: str = "cpu", baseline: str = "torch_stack", candida
 
         ceilings = load({"kind": "ceilings", **ceilings})
     return SweepContext(reg=reg, device=device, ceilings=ceilings)
+
+
+def gpu_time_lie_line(candidate: str = "test_time_liar"):
+    """(config, context) of the GPU time-lie tests: fp16 N 1024 against SDPA, a short policy."""
+    from harness.workloads import Config
+
+    timing = {"warmup_ms": 20, "min_samples": 10, "max_samples": 40, "min_time_ms": 10, "timeout_s": 30}
+    cfg = Config("attention", 1, 8, 8, 1024, 64, "float16", False)
+    return cfg, sweep_context(device="cuda", baseline="sdpa", candidates=(candidate,),
+                              atol={"float16": 2e-2}, rtol={"float16": 2e-2}, timing=timing)
+
+
+def gate_calls(cfg, c) -> int:
+    """How many calls the gate makes of a kernel at ``cfg`` under ``c`` (counted, not assumed),
+    its stream look included."""
+    from harness.measurement.correctness.gate import gate
+    from tests import zoo
+
+    n = {"n": 0}
+
+    def counting(q, k, v, out, *, causal, scale):
+        n["n"] += 1
+        out.copy_(zoo.attention(q, k, v, causal=causal, scale=scale))
+
+    reg = c.reg
+    gate(counting, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype], rtol=reg.rtol[cfg.dtype],
+         device=c.device)
+    return n["n"]
 
 
 GPU_ROW_TIMING = {"warmup_ms": 50, "min_samples": 10, "max_samples": 40, "min_time_ms": 20, "timeout_s": 30}

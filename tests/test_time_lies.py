@@ -16,6 +16,8 @@ from harness.measurement.timing.orders import MAX_PERMUTED_ARMS, round_orders
 from harness.pipeline.run import run_config
 from harness.workloads import Config
 from tests import zoo
+from tests.conftest import gate_calls as _gate_calls
+from tests.conftest import gpu_time_lie_line as _gpu_line
 from tests.conftest import sweep_context
 
 # Signals, device locks and CPU timings that race with a second test process: run alone
@@ -227,14 +229,6 @@ def test_the_control_follows_every_candidate_as_often_as_the_baseline_does():
                 assert k > 0 and abs(b - k) <= 0.02 * k, (c, b, k)
 
 
-def _gpu_line():
-    """(config, context) of the GPU time-lie tests: fp16 N 1024 against SDPA, a short policy."""
-    timing = {"warmup_ms": 20, "min_samples": 10, "max_samples": 40, "min_time_ms": 10, "timeout_s": 30}
-    cfg = Config("attention", 1, 8, 8, 1024, 64, "float16", False)
-    return cfg, sweep_context(device="cuda", baseline="sdpa", candidates=("test_time_liar",),
-                              atol={"float16": 2e-2}, rtol={"float16": 2e-2}, timing=timing)
-
-
 @pytest.mark.gpu
 def test_gpu_a_kernel_that_leaves_device_work_when_timed_gets_no_number_and_the_baseline_is_unharmed():
     cfg, c = _gpu_line()
@@ -271,23 +265,6 @@ def test_gpu_a_kernel_that_leaves_device_work_on_every_third_timed_call_is_confi
     assert row.kind == "incorrect", row.payload.get("reason")
     assert row.payload["tag"] == "timed_left_running", row.payload["reason"]
     assert "calls made again to confirm" in row.payload["reason"], row.payload["reason"]
-
-
-def _gate_calls(cfg, c) -> int:
-    """How many calls the gate makes of a kernel at ``cfg`` under ``c`` (counted, not assumed),
-    its stream look included."""
-    from harness.measurement.correctness.gate import gate
-
-    n = {"n": 0}
-
-    def counting(q, k, v, out, *, causal, scale):
-        n["n"] += 1
-        out.copy_(zoo.attention(q, k, v, causal=causal, scale=scale))
-
-    reg = c.reg
-    gate(counting, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype], rtol=reg.rtol[cfg.dtype],
-         device=c.device)
-    return n["n"]
 
 
 # ----------------------------------------------------------------------------- through the real CLI

@@ -11,8 +11,11 @@ reject them with; stateful ones are built fresh per test by ``Hollow.make()``.
 from __future__ import annotations
 
 import gc
+import time
 from dataclasses import dataclass
 from typing import Callable
+
+_REAL_PERF_COUNTER_NS = time.perf_counter_ns  # the clock attacks' own clock (issue 47)
 
 # first_tiles_only reads this many keys: one 64-wide tile, the llama-bench artifact's "one 128-row
 # iteration per block" in miniature (7.9% of the cache there, half of it here).
@@ -406,6 +409,175 @@ def leaves_device_work(q, k, v, out, *, causal, scale):
     x.record_stream(s)
 
 
+# ----------------------------------------------------------------------------- clocks (issue 47)
+
+# The clock attacks hide this share of their own time from the timer (issue 47's kernel did).
+CLOCK_HIDDEN_SHARE = 0.75
+# What the clock attacks replaced, as (owner, name, what it held): ``unplant`` puts it back, so
+# a test leaves its process as it found it whether or not the harness caught the attack.
+PLANTED: list = []
+
+
+def _plant(owner, name: str, value) -> None:
+    PLANTED.append((owner, name, getattr(owner, name)))
+    setattr(owner, name, value)
+
+
+def unplant(mark: int = 0) -> None:
+    """Put back what the clock attacks replaced since ``mark`` entries were planted, latest first."""
+    while len(PLANTED) > mark:
+        owner, name, was = PLANTED.pop()
+        setattr(owner, name, was)
+
+
+def _real_ns():
+    """The host clock as it was when this module was imported, before any attack here."""
+    return _REAL_PERF_COUNTER_NS
+
+
+def _timer_clock_globals() -> list[str]:
+    """The globals of the harness's timer module that hold the host clock: the clock function
+    itself, or the time module it is read from."""
+    from harness.measurement.timing import timers
+
+    real = _real_ns()
+    return [n for n, v in vars(timers).items() if v is time or v is real]
+
+
+def _skewed_time(now):
+    """A stand-in for the time module whose perf_counter_ns is ``now``."""
+    import types
+
+    fake = types.ModuleType("time")
+    fake.__dict__.update({k: v for k, v in vars(time).items() if not k.startswith("__")})
+    fake.perf_counter_ns = now
+    return fake
+
+
+def _skew_by_own_time():
+    """(compute, now): ``compute`` writes the right attention and hides CLOCK_HIDDEN_SHARE of
+    its own duration from ``now``, a perf_counter_ns that lags the real one by all it hid."""
+    real, hidden = _real_ns(), [0]
+
+    def now():
+        return real() - hidden[0]
+
+    def compute(q, k, v, out, *, causal, scale):
+        t0 = real()
+        out.copy_(attention(q, k, v, causal=causal, scale=scale))
+        hidden[0] += int(CLOCK_HIDDEN_SHARE * (real() - t0))
+
+    return compute, now
+
+
+def make_clock_replaced():
+    """Issue 47: replaces time.perf_counter_ns (once) with a clock that lags by three quarters
+    of every call's own duration, and computes the right attention."""
+    compute, now = _skew_by_own_time()
+
+    def clock_replaced(q, k, v, out, *, causal, scale):
+        if time.perf_counter_ns is not now:
+            _plant(time, "perf_counter_ns", now)
+        compute(q, k, v, out, causal=causal, scale=scale)
+
+    return clock_replaced
+
+
+def make_timer_global_patched():
+    """Rebinds the harness's own timer module global the host clock is read through (the clock
+    function or the time module) to a skewed stand-in, and computes the right attention."""
+    compute, now = _skew_by_own_time()
+    fake_time = _skewed_time(now)
+
+    def timer_global_patched(q, k, v, out, *, causal, scale):
+        from harness.measurement.timing import timers
+
+        for name in _timer_clock_globals():
+            _plant(timers, name, fake_time if getattr(timers, name) is time else now)
+        compute(q, k, v, out, causal=causal, scale=scale)
+
+    return timer_global_patched
+
+
+def make_clock_skewed_once():
+    """Computes the right attention, then leaves the host clock (time.perf_counter_ns and the
+    timer module's globals) replaced by a one-shot stand-in: its first reading, the timer's
+    end of the window, puts every original back and reads three quarters of the call early.
+    Between calls nothing is replaced: only a clock independent of these names sees it."""
+    from harness.measurement.timing import timers
+
+    real = _real_ns()
+
+    def clock_skewed_once(q, k, v, out, *, causal, scale):
+        t0 = real()
+        out.copy_(attention(q, k, v, causal=causal, scale=scale))
+        early = int(CLOCK_HIDDEN_SHARE * (real() - t0))
+        mark = len(PLANTED)
+
+        def once():
+            unplant(mark)
+            return real() - early
+
+        for name in _timer_clock_globals():
+            _plant(timers, name, _skewed_time(once) if getattr(timers, name) is time else once)
+        _plant(time, "perf_counter_ns", once)
+
+    return clock_skewed_once
+
+
+def make_event_time_scaled():
+    """Replaces torch.cuda.Event.elapsed_time with one that reads a quarter of the windows
+    around its own calls (the CUDA-event form of issue 47), and computes the right attention."""
+    import torch
+
+    real, mine = torch.cuda.Event.elapsed_time, [False]
+
+    def elapsed_time(self, end):
+        ms = real(self, end)
+        if mine[0]:
+            mine[0] = False
+            return 0.25 * ms
+        return ms
+
+    def event_time_scaled(q, k, v, out, *, causal, scale):
+        if torch.cuda.Event.elapsed_time is not elapsed_time:
+            _plant(torch.cuda.Event, "elapsed_time", elapsed_time)
+        out.copy_(attention(q, k, v, causal=causal, scale=scale))
+        mine[0] = True
+
+    return event_time_scaled
+
+
+def make_event_record_replaced():
+    """Replaces torch.cuda.Event.record and .synchronize: the first event recorded after its
+    own call goes on an idle side stream (it fires at once: the window closes before the call
+    ran), and a synchronize that waits for the whole device stands in; computes the right attention."""
+    import torch
+
+    record, synchronize, mine = torch.cuda.Event.record, torch.cuda.Event.synchronize, [False]
+    side: list = []
+
+    def early_record(self, stream=None):
+        if mine[0]:
+            mine[0] = False
+            if not side:
+                side.append(torch.cuda.Stream())
+            return record(self, side[0])
+        return record(self, stream)
+
+    def device_synchronize(self):
+        torch.cuda.synchronize()
+
+    def event_record_replaced(q, k, v, out, *, causal, scale):
+        if torch.cuda.Event.record is not early_record:
+            _plant(torch.cuda.Event, "record", early_record)
+            _plant(torch.cuda.Event, "synchronize", device_synchronize)
+        out.copy_(attention(q, k, v, causal=causal, scale=scale))
+        mine[0] = True
+
+    return event_record_replaced
+
+
 def make_honest_then(honest_calls: int, cheat):
     """Honest for its first ``honest_calls`` calls (the gate's: count them), then ``cheat`` on
     every call: a lie only the timed calls tell."""
@@ -469,4 +641,5 @@ ZOO: tuple[Hollow, ...] = (
     Hollow("affinity_changed", _plain(affinity_changed), "numerics_changed"),
     Hollow("leaves_host_thread", _plain(leaves_host_thread), "left_running"),
     Hollow("leaves_device_work", _plain(leaves_device_work), "left_running", gpu=True),
+    Hollow("clock_replaced", make_clock_replaced, "clock_tampered"),
 )

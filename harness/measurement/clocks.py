@@ -26,9 +26,10 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence, runtime_checkable
+
+from harness.measurement.clockguard import perf_counter
 
 # Poll rate of the monitor; the protocol needs ≥ MIN_POLL_HZ to attribute clocks to rounds.
 DEFAULT_POLL_HZ = 200.0
@@ -196,7 +197,7 @@ class ClockMonitor:
         self._readings: list[ClockReading] = []
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._now: Callable[[], float] = time.perf_counter
+        self._now: Callable[[], float] = perf_counter  # the harness's own (clockguard), until start(timer)
         self._virtual = False
         self._k = 0  # virtual mode: index of the next grid reading
         self._active = False

@@ -21,6 +21,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from harness.measurement import clockguard
+from harness.measurement.clockguard import perf_counter
+from harness.measurement.correctness.results import CLOCK_TAMPERED
+
 # A device-wide synchronize after the caller's stream is done: on the H200, over 300 idle
 # calls, p50 11 µs, p99 24 µs, max 42 µs (research/drain_probe.py;
 # docs/measurement.md#what-a-timed-number-has-been-through).
@@ -65,7 +69,7 @@ def drain_s(device) -> float:
 
     sync = _cudart_sync()
     with torch.cuda.device(device):
-        t0 = time.perf_counter()
+        t0 = perf_counter()
         if sync is None:
             torch.cuda.synchronize()
         else:
@@ -73,7 +77,7 @@ def drain_s(device) -> float:
             if rc != 0:
                 torch.cuda.synchronize()  # raises torch's error for the failed call (a faulted context)
                 raise RuntimeError(f"cudaDeviceSynchronize returned CUDA error {rc}")
-        return time.perf_counter() - t0
+        return perf_counter() - t0
 
 
 @functools.lru_cache(maxsize=1)
@@ -245,17 +249,20 @@ class TimedWatch:
     each timed call (the sweep's prepare hook), ``after(arm)`` after the random call chosen for
     the output check (the spot hook).
 
-    ``before`` compares the global state with the pinned one: a change is blamed on the arm of
-    the previous timed call and set back at once, so the next arm never runs under it. Before
-    the chosen call it also notes the host threads and child processes alive, against which
-    ``after`` looks for host work that call left running. Device work left on another stream
-    is in the timer's drains.
+    ``before`` compares the global state with the pinned one, and the clocks the harness times
+    with against their originals (clockguard): a change is blamed on the arm of the previous
+    timed call and set back at once, so the next arm never runs under it (a clock replaced
+    where no call can be blamed, ``None``'s, refuses every arm). Before the chosen call it also
+    notes the host threads and child processes alive, against which ``after`` looks for host
+    work that call left running. Device work left on another stream is in the timer's drains.
     """
 
     def __init__(self, pinned):
         self.pinned = pinned
         self.last: str | None = None
         self.moved: dict[str, dict] = {}
+        self.tampered: dict[str | None, str] = {}  # arm (None: no single call's) -> what it replaced
+        self._round: set[str] = set()  # arms called since the last full clock check
         self.host: dict[str, str] = {}
         # Per arm whose share of long timed drains was confirmed by calls made again: how many
         # calls, how many drained long, and their drains (µs), named or not (rows keep it).
@@ -265,17 +272,35 @@ class TimedWatch:
     def before(self, arm: str, spot: bool = True) -> None:
         """Before each timed call of ``arm``; ``spot``: the call whose output is checked, the
         one ``after`` will be asked about (its host snapshot is taken: reading every thread's
-        children costs ~0.7 ms, issue 32)."""
-        self.settle()
+        children costs ~0.7 ms, issue 32). The clocks' hot names are compared before every
+        call, the timing modules whole once per round (an arm called again: a new round)."""
+        new_round = arm in self._round
+        if new_round:
+            self._round.clear()
+        self._round.add(arm)
+        self.settle(full=new_round)
         if spot:
             self._snaps[arm] = host_snapshot()
         self.last = arm
 
-    def settle(self) -> None:
-        """Blame a state change on the last arm called and pin the state again (also once the
-        rounds are over, for the last call)."""
+    def settle(self, full: bool = True) -> None:
+        """Blame a state change or a replaced hot clock name on the last arm called and set it
+        back (also once the rounds are over, for the last call); with ``full``, the rest of
+        the timing modules' names too, whose replacement no single call is blamed for: it
+        refuses every arm."""
         from harness.measurement.numerics import capture, diff, pin
 
+        found = clockguard.check(full=False)
+        if found:
+            self.tampered.setdefault(self.last, clockguard.describe(found))
+            if self.last is None:  # no call in flight: on this process's record (clockguard.keep)
+                clockguard.keep(found)
+            else:
+                clockguard.restore()
+        found = clockguard.check() if full else ()
+        if found:
+            self.tampered.setdefault(None, clockguard.describe(found))
+            clockguard.restore()
         moved = diff(self.pinned, capture())
         if moved:
             if self.last is not None:
@@ -289,10 +314,17 @@ class TimedWatch:
             self.host.setdefault(arm, why)
 
     def failure(self, arm: str, drains: dict[str, list[float]], baseline: str,
-                confirm: Callable[[str, int], list[float]] | None = None) -> tuple[str, str] | None:
+                confirm: Callable[[str, int], list[float]] | None = None,
+                clocks: dict[str, str] | None = None) -> tuple[str, str] | None:
         """(tag, reason) of what ``arm``'s timed calls left behind, or None. ``confirm``: as
         ``timed_leftover``'s; its calls are watched as the timed ones were (a state change
-        they make is blamed on the arm and set back)."""
+        they make is blamed on the arm and set back). ``clocks``: per arm, why its timed
+        windows disagree with the independent clock (``Measurement.clock_faults``)."""
+        tampered = self._tampered(arm)
+        if tampered:
+            return tampered
+        if clocks and arm in clocks:
+            return CLOCK_TAMPERED, f"its timed calls disagree with an independent clock: {clocks[arm]}"
         moved = self._moved(arm)
         if moved:
             return moved
@@ -311,10 +343,20 @@ class TimedWatch:
             return again
 
         why = timed_leftover(drains, arm, baseline, watched if confirm is not None else None)
-        moved = self._moved(arm)
+        moved = self._tampered(arm) or self._moved(arm)
         if moved:
             return moved
         return ("left_running", why) if why else None
+
+    def _tampered(self, arm: str) -> tuple[str, str] | None:
+        if arm in self.tampered:
+            return CLOCK_TAMPERED, (f"a timed call replaced the clocks the harness times with: "
+                                    f"{self.tampered[arm]}")
+        if None in self.tampered:
+            return CLOCK_TAMPERED, (f"the clocks the harness times with were replaced where no single arm's call "
+                                    f"can be blamed (before the timed calls, or found at a round's full check): "
+                                    f"{self.tampered[None]}")
+        return None
 
     def _moved(self, arm: str) -> tuple[str, str] | None:
         if arm not in self.moved:

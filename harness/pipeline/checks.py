@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from harness.governance.outcomes import (CAUGHT_RANDOM_CALL, CAUGHT_RECHECK, CAUGHT_REFRESHED, CAUGHT_SUSTAINED,
                                          CAUGHT_TIMED, INCORRECT, SKIPPED, rejection_tag)
+from harness.measurement import clockguard
+from harness.measurement.correctness.results import CLOCK_TAMPERED
 from harness.measurement.timing.results import arm_name
 from harness.pipeline import phase
 from harness.pipeline.context import RECHECK_SEED_OFFSET, Failure, Outcome
@@ -67,7 +69,7 @@ def check_after_timing(t: Timed) -> Checked:
     drains = {name: list(v) for name, v in m.drain_s.items()}
     confirm = _drain_confirm(t, {**{arm_name(s.name): s for s in timed}, ARM_BASELINE: base_spec,
                                  ARM_CONTROL: base_spec})
-    left = {name: watch.failure(name, drains, ARM_BASELINE, confirm) for name in m.arms}
+    left = {name: watch.failure(name, drains, ARM_BASELINE, confirm, m.clock_faults) for name in m.arms}
     base_left = left.get(ARM_BASELINE) or left.get(ARM_CONTROL)
     if base_left is not None:
         return Checked(t, tuple(baseline_failed(cfg, base_spec, timed, ctx, rejection_tag(CAUGHT_TIMED, base_left[0]),
@@ -90,8 +92,19 @@ def check_after_timing(t: Timed) -> Checked:
     if base_mem is not None and base_mem[0] is not None:
         return Checked(t, tuple(baseline_failed(cfg, base_spec, timed, ctx, base_mem[0], base_mem[1],
                                                 gates[base_spec.name], "the memory-of-inputs check")))
-    if base_mem is not None:  # not judged: no number against it (fail closed), no blame either
-        return Checked(t, tuple(Outcome(SKIPPED, {**base_row(cfg, spec.name, ctx), "reason": base_mem[1],
+    def left_behind(spec) -> Outcome:
+        """A candidate's rejection for what its own timed calls did (``left``)."""
+        tag, why = left[arm_name(spec.name)]
+        return Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
+                                   "tag": rejection_tag(CAUGHT_TIMED, tag), "reason": why, "timing": t.timing_row(),
+                                   "gate": gates[spec.name].to_row()})
+
+    if base_mem is not None:
+        # Not judged: no number against it (fail closed), no blame either; a candidate whose
+        # own timed calls were caught (a replaced clock, changed state, work left) is still
+        # refused for that: the baseline's judgement does not excuse it.
+        return Checked(t, tuple(left_behind(spec) if left.get(arm_name(spec.name)) is not None else
+                                Outcome(SKIPPED, {**base_row(cfg, spec.name, ctx), "reason": base_mem[1],
                                                   "timing": t.timing_row()}) for spec in timed))
     last_bad = {spec.name: timed_output_failure(cfg, content, m, arm_name(spec.name), outs[arm_name(spec.name)],
                                                 ctx, memo) for spec in timed}
@@ -100,10 +113,7 @@ def check_after_timing(t: Timed) -> Checked:
     verdicts: list = []
     for spec in timed:
         if left.get(arm_name(spec.name)) is not None:
-            tag, why = left[arm_name(spec.name)]
-            verdicts.append(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
-                                                "tag": rejection_tag(CAUGHT_TIMED, tag), "reason": why, "timing": t.timing_row(),
-                                                "gate": gates[spec.name].to_row()}))
+            verdicts.append(left_behind(spec))
             continue
         bad = last_bad[spec.name] or spot_bad.get(arm_name(spec.name)) or fresh_bad.get(arm_name(spec.name))
         if bad is not None:
@@ -263,6 +273,14 @@ def sustained(cfg, spec, slots, outs, ctx, memo=None):
 
     state = capture()  # the pinned state (numerics.apply is in force)
     sus = sustain(arm_name(spec.name), call, n_slots=len(slots), device=ctx.device, prepare=poison)
+    found = clockguard.check()
+    if found:
+        clockguard.restore()
+        return sus, Failure(CLOCK_TAMPERED, f"its calls back to back replaced the clocks the harness times with: "
+                                            f"{clockguard.describe(found)}")
+    if sus.clock_fault is not None:
+        return sus, Failure(CLOCK_TAMPERED, f"its calls back to back disagree with an independent clock: "
+                                            f"{sus.clock_fault}")
     moved = diff(state, capture())
     if moved:
         pin(state)

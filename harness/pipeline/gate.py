@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.governance.outcomes import CRASHED, INCORRECT
+from harness.measurement import clockguard
+from harness.measurement.correctness.results import CLOCK_TAMPERED
 from harness.pipeline import phase
 from harness.pipeline.budget import Budget
 from harness.pipeline.context import Outcome
@@ -61,15 +63,23 @@ def gate_one(spec, cfg, reg, state, device: str):
 def gate_job(cfg, name: str, ctx) -> dict:
     """A `gate` job (execution/jobs.py), for a command that gates one kernel before it
     measures it elsewhere (`bench profile`): the gate's summary, whether it passed (a kernel
-    that changed global numeric state does not), and the failure's tag and reason."""
+    that changed global numeric state or replaced a clock does not, nor any kernel while a
+    clock replaced with no call in flight is on record), and the failure's tag and reason."""
     from harness.measurement import memory
     from harness.registry import get_kernel
 
     spec = get_kernel(name)
+    early = clockguard.before_config()
     g, moved = gate_one(spec, cfg, ctx.reg, ctx.reg.numerics.state(), ctx.device)
     memory.release(ctx.device)
-    tag, reason = _failure(name, {name: g}, {name: moved} if moved else {})
-    passed = g.passed and not moved
+    found = clockguard.check()
+    if found:  # during its gate: the kernel's
+        clockguard.restore()
+    tag, reason = _failure(name, {name: g}, {name: moved} if moved else {},
+                           {name: clockguard.describe(found)} if found else {})
+    if early:
+        tag, reason = CLOCK_TAMPERED, _clocks_reason(early)
+    passed = g.passed and not moved and not found and not early
     return {"gate": g.to_row(), "passed": passed, "tag": None if passed else tag, "reason": None if passed else reason}
 
 
@@ -85,6 +95,10 @@ def gate_all(b: Budget) -> Gated:
     reg = ctx.reg
     state = reg.numerics.state()
     changed = {}
+    tampered = {}
+    early = clockguard.before_config()
+    if early:
+        return Gated(b, state, {}, (), _clocks_refused(b, _clocks_reason(early)))
 
     @contextlib.contextmanager
     def around(name):
@@ -97,6 +111,15 @@ def gate_all(b: Budget) -> Gated:
             moved = diff(pinned, capture())
             if moved and name is not None:
                 changed.setdefault(name, moved)
+            # Issue 47: a clock replaced during a kernel's stretch (its checked calls catch
+            # their own) is that kernel's; during the shared work, no kernel's (kept: every
+            # candidate is refused, here and in this process's later configs).
+            found = clockguard.check()
+            if found and name is not None:
+                tampered.setdefault(name, clockguard.describe(found))
+                clockguard.restore()
+            elif found:
+                clockguard.keep(found)
 
     # A candidate that is the baseline under its own name is gated once (one result serves both).
     unique = list({spec.name: spec for spec in (base_spec, *runnable)}.values())
@@ -105,16 +128,19 @@ def gate_all(b: Budget) -> Gated:
                        rtol=reg.rtol[cfg.dtype], device=ctx.device, min_pass_rate=reg.min_pass_rate, around=around,
                        memo=memo)
     for spec in unique:
-        if spec.name in changed:  # its boundary calls run (and are caught) again at the next config
+        if spec.name in changed or spec.name in tampered:  # its boundary calls run (and are caught) again
             memo.forget(spec.fn)
     phase.note("reference", run.reference_seconds)
+    kept = clockguard.before_config()
+    if kept:
+        return Gated(b, state, run.results, (), _clocks_refused(b, _clocks_reason(kept)))
     gates = run.results
     gb = gates[base_spec.name]
-    if base_spec.name in changed:
+    if base_spec.name in changed or base_spec.name in tampered:
         gb = None
     if gb is None or not gb.passed:
         # A hollow baseline makes every speedup meaningless: record it and time nothing.
-        tag, reason = _failure(base_spec.name, gates, changed)
+        tag, reason = _failure(base_spec.name, gates, changed, tampered)
         rows = baseline_failed(cfg, base_spec, runnable, ctx, tag, reason, gates[base_spec.name],
                                "the correctness gate")
         return Gated(b, state, gates, (), tuple(rows))
@@ -122,17 +148,33 @@ def gate_all(b: Budget) -> Gated:
     timed = []
     for spec in runnable:
         g = gates[spec.name]
-        if g.passed and spec.name not in changed:
+        if g.passed and spec.name not in changed and spec.name not in tampered:
             timed.append(spec)
             continue
-        tag, reason = _failure(spec.name, gates, changed)
+        tag, reason = _failure(spec.name, gates, changed, tampered)
         kind = CRASHED if tag == "exception" else INCORRECT
         out.append(Outcome(kind, {**base_row(cfg, spec.name, ctx), "role": "candidate", "tag": tag,
                                   "reason": reason, "gate": g.to_row()}))
     return Gated(b, state, gates, tuple(timed), tuple(out))
 
 
-def _failure(name, gates, changed) -> tuple[str, str]:
+def _clocks_reason(found) -> str:
+    """Why clocks replaced with no kernel's call in flight refuse a config."""
+    return ("the clocks the harness times with were replaced with no kernel's call in flight (at import, by a "
+            "thread, or in an earlier config of this process): " + clockguard.describe(found))
+
+
+def _clocks_refused(b: Budget, reason: str) -> tuple[Outcome, ...]:
+    """Every candidate's row when the clocks cannot be vouched for: nothing is timed."""
+    cfg, ctx = b.task.config, b.ctx
+    return tuple(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate", "tag": CLOCK_TAMPERED,
+                                     "reason": reason}) for spec in b.runnable)
+
+
+def _failure(name, gates, changed, tampered=None) -> tuple[str, str]:
+    if tampered and name in tampered:
+        return CLOCK_TAMPERED, (f"kernel {name} replaced the clocks the harness times with during its gate calls: "
+                                f"{tampered[name]}")
     if name in changed:
         from harness.measurement.numerics import describe
 

@@ -15,6 +15,7 @@ from typing import Callable
 
 from harness.measurement.correctness.figures import ErrorFigures, chunks, compare, fmt_idx, ulp_tensor, unravel
 from harness.measurement.correctness.poison import as_bits, bits_diff, bits_equal, poison_
+from harness.measurement.correctness.results import CLOCK_TAMPERED
 from harness.measurement.reference import reference
 from harness.workloads import Config
 
@@ -31,6 +32,7 @@ class _Call:
     side_stream: str | None
     left_running: str | None = None
     state_changed: str | None = None
+    clock_tampered: str | None = None
 
 
 def is_cuda(t) -> bool:
@@ -54,10 +56,11 @@ def _checked_call(fn: Callable, q, k, v, out, *, causal: bool, scale: float) -> 
     """Poison out, call the kernel, read out as the current stream sees it; then what the call
     left behind: device work still running once the current stream finished (confirmed on
     DRAIN_CONFIRM_CALLS calls in a row), host threads or processes still busy, global state
-    (numeric flags, thread counts, affinity) changed."""
+    (numeric flags, thread counts, affinity) changed, a clock the harness times with replaced
+    (put back at once: clockguard)."""
     import torch
 
-    from harness.measurement import leftover
+    from harness.measurement import clockguard, leftover
     from harness.measurement.numerics import capture, describe, diff
 
     cuda = is_cuda(out)
@@ -83,6 +86,12 @@ def _checked_call(fn: Callable, q, k, v, out, *, causal: bool, scale: float) -> 
             except Exception as exc:
                 return _Call(visible=None, exception=exception_text(exc), side_stream=None)
         host = leftover.host_leftovers(host0)
+        found = clockguard.check()
+        if found:
+            clockguard.restore()
+            return _Call(visible=visible, exception=None, side_stream=None,
+                         clock_tampered=f"the call replaced the clocks the harness times with: "
+                                        f"{clockguard.describe(found)}")
         moved = diff(state0, capture())
         if moved:
             return _Call(visible=visible, exception=None, side_stream=None,
@@ -286,6 +295,8 @@ def call_checks(fn, cfg: Config, q, k, v, out, pristine) -> Checked:
         return Checked("input_mutated", mut, c.visible, None, None, 0.0)
     if c.side_stream:
         return Checked("side_stream", c.side_stream, c.visible, None, None, 0.0)
+    if c.clock_tampered:
+        return Checked(CLOCK_TAMPERED, c.clock_tampered, c.visible, None, None, 0.0)
     if c.state_changed:
         return Checked("numerics_changed", c.state_changed, c.visible, None, None, 0.0)
     if c.left_running:

@@ -24,14 +24,20 @@ FAILURE_TAGS = {
                     "threads or child processes still using the CPU (measurement/leftover.py)",
     "numerics_changed": "the call changed global state the harness pins (numeric flags, thread counts, "
                         "CPU affinity) for whoever runs next",
+    "clock_tampered": "a clock the harness times with was replaced (time.perf_counter_ns, torch.cuda.Event's "
+                      "methods, the timing modules' names), or a timer's windows disagree with an independent "
+                      "clock or with the thread's CPU time (measurement/clockguard.py)",
 }
+# The tag of a replaced or lying clock (issue 47), for the checks that name it.
+CLOCK_TAMPERED = "clock_tampered"
 # Failures a pass-rate threshold never excuses: min_pass_rate < 1 tolerates numerical seed
 # luck (shape-aware attention's causal config passed 21 of 40 seeds), not a kernel that
 # skips, caches or corrupts.
 STRUCTURAL_TAGS = frozenset({"unwritten", "input_mutated", "degenerate", "exception", "side_stream",
-                             "stale_mismatch", "left_running", "numerics_changed"})
+                             "stale_mismatch", "left_running", "numerics_changed", CLOCK_TAMPERED})
 # Tags of the call checks (before any comparison with the reference).
-CALL_TAGS = frozenset({"exception", "input_mutated", "side_stream", "left_running", "numerics_changed"})
+CALL_TAGS = frozenset({"exception", "input_mutated", "side_stream", "left_running", "numerics_changed",
+                       CLOCK_TAMPERED})
 # Failures listed in full in GateResult.to_row(): the rest are counted by tag.
 MAX_ROW_FAILURES = 20
 

@@ -78,7 +78,8 @@ from harness.measurement.timing.policy import TimingPolicy
 from harness.measurement.timing.refresh import REFRESH_MIN_ROUNDS, judge_input_memory
 from harness.measurement.timing.results import ArmResult, Measurement, RefreshRecord, Round
 from harness.measurement.timing.rounds import RawRound, RoundRunner
-from harness.measurement.timing.timers import BLOCK_MAX_S, CallCpu, CudaEventTimer, HostTimer, Timer
+from harness.measurement.timing.timers import (BLOCK_MAX_S, CPU_OVER_WALL_SLACK_MS, CallClock, CallCpu,
+                                               CudaEventTimer, HostTimer, Timer, clock_disagreement, clock_gap_us)
 
 WARMUP_MIN_ROUNDS = 1
 # Rounds past max_samples a measurement may run while the content check (timing/refresh.py)
@@ -127,6 +128,7 @@ class _State:
     raw: list[RawRound] = field(default_factory=list)            # measured rounds
     drops: list[tuple[float | None, bool, tuple[str, ...]]] = field(default_factory=list)  # per round: round_drop()
     calls: list[dict[str, CallCpu]] = field(default_factory=list)  # per measured round: arm -> its call's CPU record
+    clocks: list[dict[str, CallClock]] = field(default_factory=list)  # per measured round: arm -> its window
     waited: list[tuple[str, ...]] = field(default_factory=list)    # per measured round: arms whose call waited
     samples: dict[str, list[float]] = field(default_factory=dict)
     host_s: dict[str, list[float]] = field(default_factory=dict)
@@ -306,6 +308,9 @@ def _measure_rounds(st: _State, runner: RoundRunner, policy: TimingPolicy, monit
     cpu = getattr(timer, "last_cpu", None)
     if cpu is not None:
         cpu.clear()  # warm-up's calls are not this phase's
+    windows = getattr(timer, "clock_calls", None)
+    if windows is not None:
+        windows.clear()  # nor its windows
     t_m0 = timer.now_s()
     while st.stop_reason is None:
         rnd = runner.round(len(st.raw), None, st.host_s, st.drain_s)
@@ -314,6 +319,8 @@ def _measure_rounds(st: _State, runner: RoundRunner, policy: TimingPolicy, monit
             st.samples[n].append(rnd.samples[n])
         calls = {n: cpu.pop(n) for n in st.names if n in cpu} if cpu is not None else {}
         st.calls.append(calls)
+        # The window of the sample kept (the last attempt: a host-gap re-run replaces the first).
+        st.clocks.append({n: windows.pop(n)[-1] for n in st.names if windows.get(n)} if windows is not None else {})
         st.waited.append(tuple(n for n, c in calls.items() if c.waited))
         if monitor is not None:
             _attribute(st, monitor, policy, final=False)
@@ -381,6 +388,7 @@ def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: Cloc
         vals = [st.host_s[n][i] * 1e6 for i in kept_idx if math.isfinite(st.host_s[n][i])] if rounds else []
         host_us[n] = statistics.median(vals) if vals else None
     cpu = _cpu(st, kept_idx) if any(st.calls) else {}
+    clock_faults, clock_check = _clock_check(st, timer, kept_idx)
     ticks = tuple(getattr(timer, "ticks_ms", ()) or ())
     quanta = {}
     if ticks:
@@ -397,7 +405,44 @@ def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: Cloc
         drain_s={n: tuple(v) for n, v in st.drain_s.items() if v}, spot_calls=runner.spot_calls,
         spot_seed=runner.spot_seed if runner.spot else None, cpu=cpu,
         wait_source=getattr(timer, "wait_source", None) if any(st.calls) else None, quanta=quanta,
-        refresh=_refresh_record(runner, rounds))
+        refresh=_refresh_record(runner, rounds), clock_faults=clock_faults, clock_check=clock_check)
+
+
+def _clock_check(st: _State, timer: Timer, kept_idx: list[int]) -> tuple[dict[str, str], dict[str, dict]]:
+    """(per arm, why its timed calls cannot be believed; per arm, the evidence) against two
+    clocks the timer does not read through its own: the independent clock around every
+    window of the measured rounds (the harness's own timers keep them, ``clock_calls``: no
+    window may read longer than it; those of calls that ran undisturbed may not read shorter
+    by more than the timer's slack at the median), and
+    the calling thread's CPU time, which one thread cannot spend faster than the wall clock
+    runs (its median over the kept calls above their median wall time, beyond
+    CPU_OVER_WALL_SLACK_MS: issue 47's row read 0.0454 ms of CPU in 0.0139 ms)."""
+    faults: dict[str, list[str]] = {}
+    check: dict[str, dict] = {}
+    if getattr(timer, "clock_calls", None) is not None:
+        # Judged at the median: this arm's windows in rounds not dropped for clocks, less those
+        # whose own call waited on a run queue (descheduled between two reads: not a sample).
+        clock_ok = [i for i in range(len(st.raw)) if not (i < len(st.drops) and st.drops[i][1])]
+        for n in st.names:
+            every = [c[n] for c in st.clocks if n in c]
+            kept = [st.clocks[i][n] for i in clock_ok
+                    if n in st.clocks[i] and not (n in st.calls[i] and st.calls[i][n].waited)]
+            check[n] = clock_gap_us(kept) | {"max_over_us_all": clock_gap_us(every)["max_over_us"]}
+            why = clock_disagreement(every, timer.clock_slack_ms, timer.clock_resolution_ms, kept)
+            if why is not None:
+                faults.setdefault(n, []).append(why)
+    for n in st.names:
+        kept = [st.calls[i][n] for i in kept_idx if n in st.calls[i]]
+        if not kept:
+            continue
+        cpu, wall = statistics.median(c.cpu_ms for c in kept), statistics.median(c.wall_ms for c in kept)
+        check.setdefault(n, {})["cpu_over_wall_us"] = (cpu - wall) * 1e3
+        if cpu > wall + CPU_OVER_WALL_SLACK_MS:
+            faults.setdefault(n, []).append(
+                f"its calling thread spent {cpu:.4g} ms on a CPU at the median against {wall:.4g} ms of wall time "
+                f"(one thread cannot run longer than the window it ran in; at most "
+                f"{CPU_OVER_WALL_SLACK_MS * 1e3:g} µs of the CPU reads lie outside it)")
+    return {n: "; ".join(why) for n, why in faults.items()}, check
 
 
 def _cpu(st: _State, kept_idx: list[int]) -> dict[str, dict]:

@@ -151,6 +151,11 @@ class Measurement:
     quanta: dict[str, dict] = field(default_factory=dict)
     # With a refresh hook: new content at random rounds and the memory judgement; else None.
     refresh: RefreshRecord | None = None
+    # Per arm whose timed calls cannot be believed: its windows disagree with the independent
+    # clock, or its thread's CPU time exceeds its wall time (measure._clock_check; issue 47).
+    # The sweep refuses such an arm (tag clock_tampered). ``clock_check``: the evidence per arm.
+    clock_faults: dict[str, str] = field(default_factory=dict)
+    clock_check: dict[str, dict] = field(default_factory=dict)
 
     @property
     def n_dropped(self) -> int:
@@ -211,6 +216,7 @@ class Measurement:
             "drain_us": {n: [d * 1e6 for d in v] for n, v in self.drain_s.items()},
             "cpu": self.cpu, "wait_source": self.wait_source, "quanta": self.quanta,
             "refresh": self.refresh.as_dict() if self.refresh is not None else None,
+            "clock_faults": self.clock_faults, "clock_check": self.clock_check,
         }
         if include_rounds:  # columnar: compact for thousands of rounds
             row["rounds"] = {

@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
+
+from harness.measurement.timing.timers import clock_disagreement, clock_gap_us
 
 # Back-to-back load before timing: long enough for a compute-bound kernel's clock to settle
 # near the level a long loop holds (docs/measurement.md#clocks-and-throttling: the settling curve on the H200).
@@ -67,6 +69,10 @@ class Sustained:
     clock_note: str | None = None
     mem_mhz: float | None = None    # mean memory clock during the timed calls: a memory-bound rate moves with it
     reasons: tuple[str, ...] = ()   # NVML clock-event reasons seen during the timed calls (sorted)
+    # Why the timed calls' windows disagree with the independent clock (timers.clock_disagreement),
+    # or None; and the evidence (timers.clock_gap_us). None/{} for a timer that keeps no windows.
+    clock_fault: str | None = None
+    clock_check: dict = field(default_factory=dict)
 
     @property
     def median_ms(self) -> float:
@@ -76,7 +82,8 @@ class Sustained:
         return {"arm": self.arm, "flush": self.flush, "timer": self.timer, "warm_s": self.warm_s,
                 "n_calls": len(self.samples), "median_ms": self.median_ms, "samples_ms": list(self.samples),
                 "last_slot": self.last_slot, "sm_mhz": self.sm_mhz, "power_w": self.power_w,
-                "mem_mhz": self.mem_mhz, "reasons": list(self.reasons), "clock_note": self.clock_note}
+                "mem_mhz": self.mem_mhz, "reasons": list(self.reasons), "clock_note": self.clock_note,
+                "clock_fault": self.clock_fault, "clock_check": dict(self.clock_check)}
 
 
 def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
@@ -133,6 +140,9 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
         while timer.now_s() - t0 < warm_s:
             timer.time_loop(calls(batch), arm=arm)
         samples: list[float] = []
+        windows = getattr(timer, "clock_calls", None)  # the harness's own timers keep them
+        if windows is not None:
+            windows.pop(arm, None)  # the warm-up's are not the timed calls'
         t1 = timer.now_s()
         while len(samples) < min_calls or timer.now_s() - t1 < timed_s:
             samples += timer.time_loop(calls(batch), arm=arm)
@@ -154,9 +164,14 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
             note = f"clock polling stopped early: {monitor.error}"
         elif sm is None:
             note = "no clock reading during the timed calls"
+    fault, check = None, {}
+    if windows is not None:
+        mine = windows.get(arm, [])
+        fault = clock_disagreement(mine, timer.clock_slack_ms, timer.clock_resolution_ms)
+        check = clock_gap_us(mine)
     return Sustained(arm=arm, flush="l2_zero" if flush is not None else "none", timer=timer.name, warm_s=warm_s,
                      samples=tuple(samples), last_slot=(slot[0] - 1) % n_slots, sm_mhz=sm, power_w=power,
-                     clock_note=note, mem_mhz=mem, reasons=reasons)
+                     clock_note=note, mem_mhz=mem, reasons=reasons, clock_fault=fault, clock_check=check)
 
 
 def _mean(values) -> float | None:

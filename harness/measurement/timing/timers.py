@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 import weakref
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
+from harness.measurement.clockguard import (INDEPENDENT_CLOCK, independent_ns, perf_counter, perf_counter_ns,
+                                            thread_time_ns, torch_clocks)
 from harness.measurement.leftover import drain_s
 from harness.measurement.stats import QUANTUM_TICKS_MS
 
@@ -36,7 +37,13 @@ class Timer(Protocol):
     run-queue wait; ``measure`` takes each after its round and drops a round whose call
     waited), ``wait_source`` (how waits are seen: "schedstat", "thread_time"), and
     ``ticks_ms`` (the scheduler ticks its samples can sit on: host timing; a row whose arm
-    sits on one is rig-noisy, ``stats.quantum``).
+    sits on one is rig-noisy, ``stats.quantum``); ``clock_calls`` (arm -> ``CallClock`` of
+    every window it timed, against the independent clock: the harness's own timers keep
+    them, and ``clock_disagreement`` judges them with the timer's ``clock_slack_ms`` and
+    ``clock_resolution_ms``; an injected virtual timer keeps none, its time is the test's).
+
+    The clocks are clockguard's references, taken before any kernel was imported, never
+    ``time.X`` or ``torch.cuda.Event.X`` looked up at call time (issue 47).
     """
 
     name: str
@@ -103,6 +110,90 @@ class CallCpu:
         outside the window, can exceed it: measured, a 0.03 ms call beside a 4 ms wait that
         a worker spent outside it), reaches ``WAIT_DROP_MS``."""
         return min(self.wait_ms, self.wall_ms) >= WAIT_DROP_MS
+
+
+# The timers' readings against the independent clock (clockguard.independent_ns), read around
+# every timed window (issue 47: a kernel that hid three quarters of its own time from the host
+# clock).
+# A window the timer reads lies inside the independent clock's window around it, so it can
+# read longer only by the clocks' granularity: both host clocks are read in ns through the
+# vDSO (~50-75 ns a read on the 2-core host); 1 µs is an order above that.
+CLOCK_RESOLUTION_MS = 1e-3
+# CUDA events: ~0.5 µs resolution (cudaEventElapsedTime's documentation), on the GPU's own
+# timer; twice that, plus the host clock's.
+EVENT_RESOLUTION_MS = 2e-3
+# Rates: where the independent clock is CLOCK_MONOTONIC_RAW (no CLOCK_BOOTTIME) it is not
+# slewed and the timer's clock is, by at most Linux's 500 ppm NTP limit; the GPU's timer
+# drifts from the host's by ppm. Twice the slew limit, as a share of the window.
+CLOCK_RATE_TOLERANCE = 1e-3
+# How much shorter than the independent clock an arm's windows may read, at the median over
+# its calls (one preempted read cannot move a median; a clock skewed on most calls does).
+# Host: only two clock reads separate the windows: 0.28-0.62 µs at the median of honest sdpa
+# and torch_stack calls on the 2-core host (0.03-0.3 ms calls; 5.5 µs at the 90th percentile,
+# 11 µs at most: interrupts). 5 µs is eight times the median and below the issue 47 skew
+# (three quarters of a 0.055 ms call: 41 µs).
+HOST_WINDOW_SLACK_MS = 5e-3
+# CUDA events: the first event of a window is recorded on an idle device (the previous call
+# was synchronized and the device drained) and fires a launch later (µs); the host reads the
+# clock after the end event's synchronize has returned, which releases the GIL and must win it
+# back from the clock monitor's thread: a device synchronize that did so read 100-340 µs on
+# the H200 with the monitor polling, 26 µs without it (leftover.drain_s). 1 ms is three times
+# the longest of those: the check catches a window read short by more than that (a quarter read
+# of a window over 1.4 ms), and the identity checks catch the replaced functions themselves.
+# research/clock_gap_probe.py measures the honest gaps on a GPU.
+GPU_WINDOW_SLACK_MS = 1.0
+# Thread CPU time over a window cannot exceed the window's wall time, but the CPU reads bracket
+# the wall reads (the independent clock's and perf_counter's, and part of each thread_time
+# syscall): the median of an honest arm's calls read 1.5-2.1 µs of CPU over their wall time on
+# the 2-core host (sdpa and torch_stack, 0.03-0.3 ms calls). 10 µs is five times that and
+# below the issue 47 row's 31.5 µs (0.0454 ms of CPU in 0.0139 ms of wall time).
+CPU_OVER_WALL_SLACK_MS = 1e-2
+
+
+@dataclass(frozen=True)
+class CallClock:
+    """One timed window against the independent clock. ``timed_ms``: what the timer reported
+    for it (a call's sample, or a loop's samples summed); ``span_ms``: the timer's own clock
+    over the whole window (host: the same; CUDA events: from an event recorded before the
+    call's work to its end event); ``independent_ms``: the independent clock around it."""
+
+    timed_ms: float
+    span_ms: float
+    independent_ms: float
+
+
+def clock_disagreement(calls: Sequence[CallClock], slack_ms: float, resolution_ms: float,
+                       kept: Sequence[CallClock] | None = None) -> str | None:
+    """Why one arm's timed windows disagree with the independent clock, or None: a window
+    that read longer than the independent clock around it (no honest clock can: any of
+    ``calls``), or windows that read shorter than it by more than ``slack_ms`` at the median
+    of ``kept`` (default: ``calls``; ``measure`` passes the windows of calls that ran
+    undisturbed: one descheduled between two reads is no sample)."""
+    for i, c in enumerate(calls):
+        limit = c.independent_ms * (1.0 + CLOCK_RATE_TOLERANCE) + resolution_ms
+        if c.timed_ms > c.span_ms + resolution_ms or c.span_ms > limit:
+            return (f"window {i} read {max(c.timed_ms, c.span_ms):.4g} ms where the independent clock "
+                    f"({INDEPENDENT_CLOCK}) around it saw {c.independent_ms:.4g} ms")
+    kept = calls if kept is None else kept
+    if not kept:
+        return None
+    gap = statistics.median(c.independent_ms - c.span_ms for c in kept)
+    allowed = slack_ms + CLOCK_RATE_TOLERANCE * statistics.median(c.independent_ms for c in kept)
+    if gap > allowed:
+        return (f"its windows read {gap * 1e3:.1f} µs shorter than the independent clock ({INDEPENDENT_CLOCK}) "
+                f"around them at the median of {len(kept)} (an honest window reads at most {allowed * 1e3:.1f} µs "
+                f"short: the reads around it, a launch and a wake-up)")
+    return None
+
+
+def clock_gap_us(calls: Sequence[CallClock]) -> dict:
+    """A row's evidence for ``clock_disagreement``: windows, median shortfall (µs) against the
+    independent clock, the largest overrun of it (µs; negative: none)."""
+    if not calls:
+        return {"windows": 0, "median_gap_us": None, "max_over_us": None}
+    return {"windows": len(calls),
+            "median_gap_us": statistics.median(c.independent_ms - c.span_ms for c in calls) * 1e3,
+            "max_over_us": max(max(c.timed_ms, c.span_ms) - c.independent_ms for c in calls) * 1e3}
 
 
 def _close_fds(fds: dict) -> None:
@@ -187,27 +278,33 @@ class HostTimer:
     virtual = False
     last_drain_s = None  # no device to drain
     ticks_ms = QUANTUM_TICKS_MS  # a host call that waited resumes on a scheduler tick
+    clock_slack_ms = HOST_WINDOW_SLACK_MS
+    clock_resolution_ms = CLOCK_RESOLUTION_MS
 
     def __init__(self):
         self._rq = RunQueueClock.open()
         self.wait_source = WAIT_SOURCE_SCHEDSTAT if self._rq is not None else WAIT_SOURCE_THREAD_TIME
         self.last_cpu: dict[str, CallCpu] = {}
+        self.clock_calls: dict[str, list[CallClock]] = {}
 
     def now_s(self) -> float:
-        return time.perf_counter()
+        return perf_counter()
 
     def time_call(self, fn, *, arm="", before=None, again=None) -> float:
         if before is not None:
             before()
         rq = self._rq
         s0 = rq.snapshot() if rq is not None else None
-        c0 = time.thread_time_ns()
-        t0 = time.perf_counter_ns()
+        c0 = thread_time_ns()
+        i0 = independent_ns()
+        t0 = perf_counter_ns()
         fn()
-        t1 = time.perf_counter_ns()
-        c1 = time.thread_time_ns()
+        t1 = perf_counter_ns()
+        i1 = independent_ns()
+        c1 = thread_time_ns()
         s1 = rq.snapshot() if rq is not None else None
         ms = (t1 - t0) / 1e6
+        self.clock_calls.setdefault(arm, []).append(CallClock(ms, ms, (i1 - i0) / 1e6))
         self.last_host_s = ms / 1e3  # on the host, the whole call is host time
         cpu_ms = (c1 - c0) / 1e6
         if rq is not None:
@@ -219,12 +316,17 @@ class HostTimer:
 
     def time_loop(self, calls, *, arm="") -> list[float]:
         out = []
+        windows = self.clock_calls.setdefault(arm, [])
         for fn, before in calls:
             if before is not None:
                 before()
-            t0 = time.perf_counter_ns()
+            i0 = independent_ns()
+            t0 = perf_counter_ns()
             fn()
-            ms = (time.perf_counter_ns() - t0) / 1e6
+            t1 = perf_counter_ns()
+            i1 = independent_ns()
+            ms = (t1 - t0) / 1e6
+            windows.append(CallClock(ms, ms, (i1 - i0) / 1e6))
             self.last_host_s = ms / 1e3
             out.append(ms)
         return out
@@ -256,9 +358,7 @@ def max_sm_hz(device) -> float:
 def hold_stream(seconds: float, cycles_per_s: float) -> None:
     """Enqueue a spin of at least ``seconds`` on the current stream (``cycles_per_s`` from
     ``max_sm_hz``: at a lower clock the spin only lasts longer, which is harmless)."""
-    import torch
-
-    torch.cuda._sleep(int(seconds * cycles_per_s))
+    torch_clocks().sleep(int(seconds * cycles_per_s))
 
 
 class CudaEventTimer:
@@ -267,27 +367,39 @@ class CudaEventTimer:
     The flush kernel (``before``) is enqueued ahead of the start event, so its execution
     is outside the [start, end] window; it also keeps the GPU busy while the host enqueues
     the call, hiding launch latency in cold mode.
+
+    Every window is also read against the independent clock (``clock_calls``): an event
+    recorded before ``before`` (the device is idle then: the previous call was synchronized
+    and the device drained) starts a span that ends at the call's end event, and the host
+    reads the independent clock just before recording it and just after synchronizing the
+    end. Everything between, the before-work, the hold and any host gap included, is in both,
+    so the span can read shorter only by that first event's launch and the wake-up after the
+    end (GPU_WINDOW_SLACK_MS), and never longer.
     """
 
     name = "cuda_event"
     virtual = False
+    clock_slack_ms = GPU_WINDOW_SLACK_MS
+    clock_resolution_ms = EVENT_RESOLUTION_MS + CLOCK_RESOLUTION_MS
 
     def __init__(self, device: str = "cuda"):
         import torch
 
-        self._torch = torch
+        self._tc = tc = torch_clocks()  # torch's event functions as taken at its import
         self._device = torch.device(device)
-        self._start = torch.cuda.Event(enable_timing=True)
-        self._end = torch.cuda.Event(enable_timing=True)
+        self._first = tc.Event(enable_timing=True)
+        self._start = tc.Event(enable_timing=True)
+        self._end = tc.Event(enable_timing=True)
         self._enqueue_s: dict[str, float] = {}
         # Per arm: calls run again for a host gap; samples kept with one (retries spent).
         self.host_gaps: dict[str, int] = {}
         self.host_gaps_kept: dict[str, int] = {}
         self._cycles_per_s = max_sm_hz(self._device)
         self.last_drain_s: float | None = None
+        self.clock_calls: dict[str, list[CallClock]] = {}
 
     def now_s(self) -> float:
-        return time.perf_counter()
+        return perf_counter()
 
     def time_call(self, fn, *, arm="", before=None, again=None) -> float:
         # Hold the stream with a spin kernel while the host enqueues the call (nvbench's
@@ -296,18 +408,22 @@ class CudaEventTimer:
         # twice this arm's last host enqueue time, within [BLOCK_MIN_S, BLOCK_MAX_S].
         # Held and synchronized per call, not per round: a round queued behind one hold
         # widened the control's order effects (docs/measurement.md#control-arm-and-order-effects).
+        tc = self._tc
+        windows = self.clock_calls.setdefault(arm, [])
         for attempt in range(HOST_GAP_RETRIES + 1):
             if attempt and again is not None:
                 fn, before = again()  # fresh inputs: the failed attempt left its own in L2
+            i0 = independent_ns()
+            tc.record(self._first)
             if before is not None:
                 before()
             hold = min(max(2.0 * self._enqueue_s.get(arm, BLOCK_MAX_S), BLOCK_MIN_S), BLOCK_MAX_S)
             hold_stream(hold, self._cycles_per_s)
-            self._start.record()
-            h0 = time.perf_counter()
+            tc.record(self._start)
+            h0 = perf_counter()
             fn()
-            self._end.record()
-            enqueued = time.perf_counter() - h0
+            tc.record(self._end)
+            enqueued = perf_counter() - h0
             # Checked, not assumed: if the start event is already reached now (the end
             # event enqueued too), the spin ended before the host had enqueued the whole
             # call, and the GPU may have waited on the host inside the window. (A spin that
@@ -315,9 +431,11 @@ class CudaEventTimer:
             # one needless re-run, never a missed gap.) Such a call is run again with at
             # least twice the hold, up to BLOCK_MAX_S: a host enqueue slower than usual (an
             # allocation, a cache miss) made the last-enqueue hold too short.
-            gap = self._start.query()
-            self._end.synchronize()
-            ms = float(self._start.elapsed_time(self._end))
+            gap = tc.query(self._start)
+            tc.synchronize(self._end)
+            i1 = independent_ns()
+            ms = float(tc.elapsed_time(self._start, self._end))
+            windows.append(CallClock(ms, float(tc.elapsed_time(self._first, self._end)), (i1 - i0) / 1e6))
             self.last_host_s = enqueued
             # The whole device, not just this stream: work the call left on another stream
             # must not run beside the next call, and how long it still ran is evidence.
@@ -335,16 +453,24 @@ class CudaEventTimer:
     def time_loop(self, calls, *, arm="") -> list[float]:
         # Each call between its own events, all enqueued back to back and synchronized once:
         # the GPU goes from one call to the next as in a user's loop (triton.testing.do_bench),
-        # with the next launch queued while the previous call runs.
-        torch = self._torch
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in calls]
+        # with the next launch queued while the previous call runs. The loop is one window
+        # against the independent clock (from an event before its first call to its last end).
+        tc = self._tc
+        events = [(tc.Event(enable_timing=True), tc.Event(enable_timing=True)) for _ in calls]
+        i0 = independent_ns()
+        tc.record(self._first)
         for (fn, before), (start, end) in zip(calls, events):
             if before is not None:
                 before()
-            start.record()
+            tc.record(start)
             fn()
-            end.record()
+            tc.record(end)
         if events:
-            events[-1][1].synchronize()
+            tc.synchronize(events[-1][1])
+        i1 = independent_ns()
         self.last_drain_s = drain_s(self._device)
-        return [float(start.elapsed_time(end)) for start, end in events]
+        out = [float(tc.elapsed_time(start, end)) for start, end in events]
+        if events:
+            span = float(tc.elapsed_time(self._first, events[-1][1]))
+            self.clock_calls.setdefault(arm, []).append(CallClock(sum(out), span, (i1 - i0) / 1e6))
+        return out
