@@ -183,6 +183,26 @@ def test_bench_ceilings_commits_what_it_measures_unless_no_commit(proj):
     assert json.loads((proj / "ledger" / f"{CEILINGS_LEDGER}.jsonl").read_text().splitlines()[1])["seq"] == 1
 
 
+def test_ledger_verify_names_the_rows_no_commit_holds(proj):
+    """Issue 47 item 3: a chain re-hashed after an edit verifies, so `ledger verify` names the rows
+    only a commit could vouch for — of the ceilings file and of every line."""
+    led = _line(proj, _result(_ceilings(proj)), commit=False)
+    cpath = proj / "ledger" / f"{CEILINGS_LEDGER}.jsonl"
+    assert verify(cpath).uncommitted == (0, 0) and verify(led.path).uncommitted == (0, 0)
+    v = run_bench(proj, "ledger", "verify")
+    assert v.returncode == 0, v.stdout + v.stderr
+    said = {line.split()[1]: line for line in v.stdout.splitlines()}
+    for name in (cpath.name, led.path.name):
+        assert said[f"{name}:"].startswith(f"ok   {name}: 1 row, chain intact")
+        assert said[f"{name}:"].endswith("; row 0 not committed: a chain can be re-hashed, so only a commit vouches "
+                                         "for who wrote it"), v.stdout
+    commit_ceilings(proj, "test")
+    anchor(led, "test rows")
+    assert verify(cpath).uncommitted is None and verify(led.path).uncommitted is None
+    v = run_bench(proj, "ledger", "verify")
+    assert v.returncode == 0 and "not committed" not in v.stdout, v.stdout
+
+
 def test_a_copy_outside_ledger_without_ceilings_beside_it_is_checked_without_the_link(proj, tmp_path):
     """A commit's version read back into a temporary file (``register --reopen``) still verifies."""
     ceil = _ceilings(proj)
