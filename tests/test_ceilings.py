@@ -9,8 +9,8 @@ import pytest
 
 from harness.errors import UserError
 from harness.measurement.ceilings import (CPU_COPY_BYTES, CPU_COPY_REPS, CPU_MATMUL_N, CPU_MATMUL_REPS, CPU_WARMUP,
-                                          IMPOSSIBLE_MARGIN, TF32_KEY, Ceilings, device_fingerprint, impossible,
-                                          measure_ceilings)
+                                          DATASHEET_PEAKS, IMPOSSIBLE_MARGIN, TF32_KEY, Ceilings, device_fingerprint,
+                                          implausible, impossible, measure_ceilings)
 from tests.timers import ScriptedTimer
 
 
@@ -52,6 +52,27 @@ def test_float32_judged_against_tf32_and_non_finite_rejected():
     assert "not finite" in impossible(None, math.nan, c, "float16")
     both = impossible(5000.0, 20000.0, c, "float16")
     assert "TFLOP/s" in both and "GB/s" in both
+
+
+def test_a_ceiling_beyond_its_datasheet_peak_is_implausible():
+    """Issue 47: no measurement of an H200 goes past the H200's datasheet (by more than the margin)."""
+    c = _h200_like()
+    assert implausible(c) is None
+    peak = DATASHEET_PEAKS["NVIDIA H200"]
+    near = Ceilings(device="cuda", fingerprint=c.fingerprint, copy_gbps=peak["memory_gbps"] * 1.3 * 0.999,
+                    matmul_tflops={"float16": peak["float16"] * 1.3 * 0.999})
+    assert implausible(near) is None
+    fast = Ceilings(device="cuda", fingerprint=c.fingerprint, copy_gbps=9000.0,
+                    matmul_tflops={"bfloat16": 790.0, "float16": 1400.0})
+    why = implausible(fast)
+    assert why == ("its copy bandwidth 9000 GB/s is 1.88x the NVIDIA H200 datasheet's 4800 GB/s; its float16 "
+                   "matmul rate 1400 TFLOP/s is 1.42x the NVIDIA H200 datasheet's 989 TFLOP/s (more than 1.30x a "
+                   "datasheet peak is impossible)")
+    # No datasheet, no judgement here: another GPU's name, or a CPU (the sweep's rates judge those).
+    other = Ceilings(device="cuda", fingerprint={"name": "NVIDIA H200 NVL"}, copy_gbps=9000.0, matmul_tflops={})
+    assert implausible(other) is None
+    assert implausible(Ceilings(device="cpu", fingerprint={"name": "NVIDIA H200"}, copy_gbps=9000.0,
+                                matmul_tflops={})) is None
 
 
 def test_row_round_trip_through_json_and_ledger_extras():

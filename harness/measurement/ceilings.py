@@ -32,14 +32,19 @@ from harness.measurement.timing.timers import CudaEventTimer, HostTimer, Timer, 
 # Measured ceilings are achievable rates, not hardware peaks: the datasheet peaks sit up to
 # a quarter above them, and a read-mostly kernel can beat a copy's read+write rate by a few
 # percent. 30% sits above both, so only a number beyond the hardware's own peak is called
-# impossible (figures: docs/measurement.md#device-ceilings).
+# impossible (figures: docs/measurement.md#device-ceilings). A measured ceiling more than this
+# above its datasheet peak is impossible too (``implausible``): that peak is the hardware's limit
+# at its top clock, which no correct measurement exceeds; the same margin keeps that check to the
+# plainly impossible (the H200's measured ceilings sit at 0.76-0.89 of its datasheet peaks).
 IMPOSSIBLE_MARGIN = 0.30
 
-# Datasheet peaks by GPU name, for labels only: a report draws them beside the measured ceilings,
-# named as datasheet figures; nothing is judged against them (``impossible`` uses the measured
-# ceilings). NVIDIA H200 SXM datasheet: HBM3e 4.8 TB/s; dense tensor-core FP16/BF16 989 TFLOP/s
-# (1979 is with 2:4 sparsity), TF32 494, FP32 (no tensor cores) 67. Keys as ``matmul_tflops``'s,
-# plus DATASHEET_BANDWIDTH_KEY.
+# Datasheet peaks by GPU name (a fingerprint's ``name``, exactly). A report draws them beside the
+# measured ceilings, named as datasheet figures; results are judged against the measured ceilings
+# (``impossible``), and the measured ceilings against these (``implausible``): no measurement of a
+# device goes beyond its hardware's peak. NVIDIA H200 SXM datasheet: HBM3e 4.8 TB/s; dense
+# tensor-core FP16/BF16 989 TFLOP/s (1979 is with 2:4 sparsity), TF32 494, FP32 (no tensor cores)
+# 67. Keys as ``matmul_tflops``'s, plus DATASHEET_BANDWIDTH_KEY (the copy ceiling's bound: HBM
+# traffic, read + write, as the copy counts it).
 DATASHEET_BANDWIDTH_KEY = "memory_gbps"
 DATASHEET_PEAKS = MappingProxyType({
     "NVIDIA H200": MappingProxyType({"memory_gbps": 4800.0, "float16": 989.0, "bfloat16": 989.0,
@@ -176,6 +181,26 @@ def impossible(tflops: float | None, gbps: float | None, ceilings: Ceilings, dty
                 f"{ceil:.4g} TFLOP/s (more than {limit:.2f}x is impossible: count the FLOPs "
                 f"again or check for skipped work)")
     return "; ".join(reasons) if reasons else None
+
+
+def implausible(ceilings: Ceilings, margin: float = IMPOSSIBLE_MARGIN) -> str | None:
+    """Why ``ceilings`` cannot be what their device measured, or None: a copy or matmul ceiling
+    above the device's datasheet peak (DATASHEET_PEAKS) by more than ``margin`` — a measurement
+    no hardware of that name can produce (a lying timer, or an edited row). Devices without a
+    datasheet entry (every CPU) are not judged here; their ceilings face the rates the sweep
+    measures (``impossible``, for every arm)."""
+    peaks = DATASHEET_PEAKS.get(str(ceilings.fingerprint.get("name"))) if ceilings.device == "cuda" else None
+    if not peaks:
+        return None
+    limit = 1.0 + margin
+    name = ceilings.fingerprint.get("name")
+    measured = [("copy bandwidth", ceilings.copy_gbps, peaks.get(DATASHEET_BANDWIDTH_KEY), "GB/s"),
+                *((f"{k} matmul rate", v, peaks.get(k), "TFLOP/s") for k, v in sorted(ceilings.matmul_tflops.items()))]
+    reasons = [f"its {what} {value:.4g} {unit} is {value / peak:.2f}x the {name} datasheet's {peak:.4g} {unit}"
+               for what, value, peak, unit in measured if peak is not None and value > peak * limit]
+    if not reasons:
+        return None
+    return "; ".join(reasons) + f" (more than {limit:.2f}x a datasheet peak is impossible)"
 
 
 def device_fingerprint(device: str | None = None) -> dict:
