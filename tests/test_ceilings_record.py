@@ -264,6 +264,27 @@ def test_issue_47_a_forged_uncommitted_ceilings_row_is_refused_never_committed_n
     assert git(root, "rev-parse", "HEAD") == head
 
 
+@pytest.mark.slow
+def test_issue_47_a_forged_ceilings_row_committed_by_hand_is_refuted_by_the_rates_the_sweep_measures(tmp_path):
+    """The user commits the forged row (vouching for it): the sweep uses it, and the baseline's own
+    measured byte rate, tens of times the forged copy ceiling, fails every pair closed, naming both."""
+    root = _fraction_line(tmp_path)
+    git(root, "add", f"ledger/{CEILINGS_LEDGER}.jsonl")
+    git(root, "commit", "-qm", "ceilings (edited)")
+    (ceil,) = read_rows(root / "ledger" / f"{CEILINGS_LEDGER}.jsonl")
+    s = run_bench(root, "sweep", "fr")
+    assert s.returncode == 0, s.stdout + s.stderr
+    outcomes = [r for r in read_rows(root / "ledger" / "fr.jsonl") if r.kind in OUTCOME_KINDS]
+    assert len(outcomes) == 2
+    for r in outcomes:
+        assert r.kind == "skipped" and "[beyond_ceiling]" in r.reason, r.reason
+        assert (f"the measured copy bandwidth 0.01 GB/s (the ceilings of ledger/{CEILINGS_LEDGER}.jsonl row 0 "
+                f"({ceil.hash[:12]}); more than 10.00x is impossible") in r.reason
+        assert r.reason.startswith("baseline torch_stack ran beyond the device's ceilings [beyond_ceiling]: "
+                                   "baseline: gbps ")
+    _never_go(root, "fr")
+
+
 def test_ledger_verify_names_the_rows_no_commit_holds(proj):
     """Issue 47 item 3: a chain re-hashed after an edit verifies, so `ledger verify` names the rows
     only a commit could vouch for — of the ceilings file and of every line."""
