@@ -182,3 +182,4 @@ def test_cuda_measurement():
     assert c.matmul_tflops["bfloat16"] > c.matmul_tflops["float32"]
     assert c.fingerprint["name"] == torch.cuda.get_device_name()
     assert c.method["timer"] == "cuda events, median"
+    assert implausible(c) is None  # within its datasheet (DATASHEET_PEAKS), where one is known
