@@ -95,8 +95,8 @@ def _vouched(root: Path, *, refuse_unheld: bool) -> int:
             f"command, and a row no commit holds may have been edited and re-hashed since (the chain cannot "
             f"show it), so bench neither uses nor commits {it} — drop {it} "
             f"({f'git checkout HEAD -- {led.rel}' if at_head else f'rm {led.rel}'}) and run the command again "
-            f"to measure the device, or, if you vouch for {it}, commit {it} yourself (git commit -m 'ceilings' "
-            f"-- {led.rel})")
+            f"to measure the device, or, if you vouch for {it} (a --no-commit run of yours measured {it}), commit "
+            f"{it} yourself (git add {led.rel} && git commit -m 'ceilings' -- {led.rel})")
     return held
 
 

@@ -19,5 +19,5 @@ def render_ceilings(row: dict, measured: bool, *, commit: str | None = None, com
         c.print(f"  committed in {commit[:12]}")
     elif not committed:
         c.print("  [yellow]not committed[/] (--no-commit): no bench command uses or commits a ceilings row no "
-                "commit holds — commit it yourself if you vouch for it (git commit -m 'bench: ceilings' -- "
-                "ledger/_device_ceilings.jsonl)")
+                "commit holds — commit it yourself if you vouch for it (git add ledger/_device_ceilings.jsonl && "
+                "git commit -m 'bench: ceilings' -- ledger/_device_ceilings.jsonl)")
