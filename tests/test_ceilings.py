@@ -64,12 +64,12 @@ def test_every_rate_a_row_carries_is_judged_against_its_ceiling_and_the_reason_n
     where = "ledger/_device_ceilings.jsonl row 3 (0123456789ab)"
     why = impossible({"tflops": None, "gbps": 4000.0, "kv_gbps": 4300.0 * 1.5}, c, "float16", source=where)
     assert why == (f"kv_gbps 6450 GB/s is 1.50x the measured copy bandwidth 4300 GB/s (the ceilings of {where}; "
-                   f"more than 1.30x is impossible: count the bytes again, check for cache-resident data or check "
-                   f"for skipped work)")
+                   f"more than 1.30x is impossible: count the bytes again, check for cache-resident data or "
+                   f"skipped work)")
     both = impossible({"tflops": 1200.0, "gbps": 6000.0}, c, "float16")
     assert both == ("tflops 1200 TFLOP/s is 1.54x the measured float16 matmul rate 780 TFLOP/s; gbps 6000 GB/s is "
                     "1.40x the measured copy bandwidth 4300 GB/s (more than 1.30x is impossible: count the FLOPs and "
-                    "bytes again, check for cache-resident data or check for skipped work)")
+                    "bytes again, check for cache-resident data or skipped work)")
     with pytest.raises(KeyError, match="no ceiling bounds rate 'ms'"):
         impossible({"ms": 1.0}, c, "float16")
 

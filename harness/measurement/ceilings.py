@@ -194,11 +194,12 @@ def impossible(rates: Mapping[str, float | None], ceilings: Ceilings, dtype: str
         elif ceil is not None and value > ceil * limit:
             over[rate] = f"{rate} {value:.4g} {unit} is {value / ceil:.2f}x the measured {what} {ceil:.4g} {unit}"
     if over:
-        flops, moved = "tflops" in over, any(rate != "tflops" for rate in over)
-        fix = (f"count the {' and '.join(w for w, hit in (('FLOPs', flops), ('bytes', moved)) if hit)} again"
-               f"{', check for cache-resident data' if moved else ''} or check for skipped work")
-        odd.append("; ".join(over.values()) + f" ({f'the ceilings of {source}; ' if source else ''}more than "
-                                               f"{limit:.2f}x is impossible: {fix})")
+        moved = any(rate != "tflops" for rate in over)
+        work = " and ".join(w for w, hit in (("FLOPs", "tflops" in over), ("bytes", moved)) if hit)
+        fix = (f"count the {work} again, check for cache-resident data or skipped work" if moved else
+               f"count the {work} again or check for skipped work")
+        where = f"the ceilings of {source}; " if source else ""
+        odd.append("; ".join(over.values()) + f" ({where}more than {limit:.2f}x is impossible: {fix})")
     return "; ".join(odd) if odd else None
 
 
