@@ -9,8 +9,8 @@ import pytest
 
 from harness.errors import UserError
 from harness.measurement.ceilings import (CPU_COPY_BYTES, CPU_COPY_REPS, CPU_MATMUL_N, CPU_MATMUL_REPS, CPU_WARMUP,
-                                          IMPOSSIBLE_MARGIN, TF32_KEY, Ceilings, device_fingerprint, impossible,
-                                          measure_ceilings)
+                                          DATASHEET_PEAKS, IMPOSSIBLE_MARGIN, RATE_UNITS, TF32_KEY, Ceilings,
+                                          device_fingerprint, implausible, impossible, measure_ceilings)
 from tests.timers import ScriptedTimer
 
 
@@ -27,31 +27,82 @@ def test_seed_004_rate_is_impossible():
     # whose copy rate is far lower.
     gbps = 66.8e6 * 48 / 0.333e-3 / 1e9
     assert gbps == pytest.approx(9628, rel=1e-3)
-    why = impossible(None, gbps, _h200_like(), "float16")
+    why = impossible({"gbps": gbps}, _h200_like(), "float16")
     assert why is not None and "copy bandwidth" in why and "2.24x" in why
 
 
 def test_reasonable_results_pass_and_margin_is_named():
     c = _h200_like()
-    assert impossible(700.0, 4000.0, c, "bfloat16") is None
+    assert impossible({"tflops": 700.0, "gbps": 4000.0}, c, "bfloat16") is None
     # Just inside and just outside the margin.
-    assert impossible(None, 4300.0 * (1 + IMPOSSIBLE_MARGIN) * 0.999, c, "float16") is None
-    assert impossible(None, 4300.0 * (1 + IMPOSSIBLE_MARGIN) * 1.001, c, "float16") is not None
-    assert impossible(790.0 * 1.2, None, c, "bfloat16", margin=0.1) is not None
-    assert impossible(790.0 * 1.2, None, c, "bfloat16", margin=0.3) is None
+    assert impossible({"gbps": 4300.0 * (1 + IMPOSSIBLE_MARGIN) * 0.999}, c, "float16") is None
+    assert impossible({"gbps": 4300.0 * (1 + IMPOSSIBLE_MARGIN) * 1.001}, c, "float16") is not None
+    assert impossible({"tflops": 790.0 * 1.2}, c, "bfloat16", margin=0.1) is not None
+    assert impossible({"tflops": 790.0 * 1.2}, c, "bfloat16", margin=0.3) is None
     with pytest.raises(UserError):
-        impossible(1.0, 1.0, c, "float16", margin=-0.1)
+        impossible({"tflops": 1.0, "gbps": 1.0}, c, "float16", margin=-0.1)
 
 
 def test_float32_judged_against_tf32_and_non_finite_rejected():
     c = _h200_like()
     # 200 TFLOP/s in float32 beats plain fp32 4x but is possible with TF32 tensor cores.
-    assert impossible(200.0, None, c, "float32") is None
-    assert "float32 matmul" in impossible(600.0, None, c, "float32")
-    assert "not finite" in impossible(math.inf, None, c, "float16")
-    assert "not finite" in impossible(None, math.nan, c, "float16")
-    both = impossible(5000.0, 20000.0, c, "float16")
+    assert impossible({"tflops": 200.0}, c, "float32") is None
+    assert "float32 matmul" in impossible({"tflops": 600.0}, c, "float32")
+    assert "not finite" in impossible({"tflops": math.inf}, c, "float16")
+    assert "not finite" in impossible({"gbps": math.nan}, c, "float16")
+    both = impossible({"tflops": 5000.0, "gbps": 20000.0}, c, "float16")
     assert "TFLOP/s" in both and "GB/s" in both
+
+
+def test_every_rate_a_row_carries_is_judged_against_its_ceiling_and_the_reason_names_both():
+    """Issue 47: every rate with a ``*_frac`` (the metric table's) has a ceiling it is held to —
+    kv_gbps too, which nothing judged — and the reason names the rate, the ceiling and its row."""
+    from harness.governance.metrics import CEILING_RATES
+
+    assert set(CEILING_RATES) == set(RATE_UNITS)
+    c = _h200_like()
+    where = "ledger/_device_ceilings.jsonl row 3 (0123456789ab)"
+    why = impossible({"tflops": None, "gbps": 4000.0, "kv_gbps": 4300.0 * 1.5}, c, "float16", source=where)
+    assert why == (f"kv_gbps 6450 GB/s is 1.50x the measured copy bandwidth 4300 GB/s (the ceilings of {where}; "
+                   f"more than 1.30x is impossible: count the bytes again, check for cache-resident data or "
+                   f"skipped work)")
+    both = impossible({"tflops": 1200.0, "gbps": 6000.0}, c, "float16")
+    assert both == ("tflops 1200 TFLOP/s is 1.54x the measured float16 matmul rate 780 TFLOP/s; gbps 6000 GB/s is "
+                    "1.40x the measured copy bandwidth 4300 GB/s (more than 1.30x is impossible: count the FLOPs and "
+                    "bytes again, check for cache-resident data or skipped work)")
+    with pytest.raises(KeyError, match="no ceiling bounds rate 'ms'"):
+        impossible({"ms": 1.0}, c, "float16")
+
+
+def test_a_cpu_flop_rate_is_held_to_the_fastest_dtypes_matmul_as_the_floor_holds_it():
+    from harness.measurement.floor import matmul_ceiling
+
+    cpu = Ceilings(device="cpu", fingerprint={}, copy_gbps=10.0, matmul_tflops={"bfloat16": 0.001, "float32": 0.1})
+    assert cpu.bound("tflops", "bfloat16") == (0.1, "matmul rate (fastest: float32)")
+    assert matmul_ceiling(cpu, "bfloat16") == 0.1 and matmul_ceiling(_h200_like(), "float32") == 380.0
+    assert impossible({"tflops": 0.05}, cpu, "bfloat16") is None  # 50x bf16's own short measurement
+    assert "fastest: float32" in impossible({"tflops": 0.2}, cpu, "bfloat16")
+
+
+def test_a_ceiling_beyond_its_datasheet_peak_is_implausible():
+    """Issue 47: no measurement of an H200 goes past the H200's datasheet (by more than the margin)."""
+    c = _h200_like()
+    assert implausible(c) is None
+    peak = DATASHEET_PEAKS["NVIDIA H200"]
+    near = Ceilings(device="cuda", fingerprint=c.fingerprint, copy_gbps=peak["memory_gbps"] * 1.3 * 0.999,
+                    matmul_tflops={"float16": peak["float16"] * 1.3 * 0.999})
+    assert implausible(near) is None
+    fast = Ceilings(device="cuda", fingerprint=c.fingerprint, copy_gbps=9000.0,
+                    matmul_tflops={"bfloat16": 790.0, "float16": 1400.0})
+    why = implausible(fast)
+    assert why == ("its copy bandwidth 9000 GB/s is 1.88x the NVIDIA H200 datasheet's 4800 GB/s; its float16 "
+                   "matmul rate 1400 TFLOP/s is 1.42x the NVIDIA H200 datasheet's 989 TFLOP/s (more than 1.30x a "
+                   "datasheet peak is impossible)")
+    # No datasheet, no judgement here: another GPU's name, or a CPU (the sweep's rates judge those).
+    other = Ceilings(device="cuda", fingerprint={"name": "NVIDIA H200 NVL"}, copy_gbps=9000.0, matmul_tflops={})
+    assert implausible(other) is None
+    assert implausible(Ceilings(device="cpu", fingerprint={"name": "NVIDIA H200"}, copy_gbps=9000.0,
+                                matmul_tflops={})) is None
 
 
 def test_row_round_trip_through_json_and_ledger_extras():
@@ -131,3 +182,4 @@ def test_cuda_measurement():
     assert c.matmul_tflops["bfloat16"] > c.matmul_tflops["float32"]
     assert c.fingerprint["name"] == torch.cuda.get_device_name()
     assert c.method["timer"] == "cuda events, median"
+    assert implausible(c) is None  # within its datasheet (DATASHEET_PEAKS), where one is known

@@ -112,6 +112,12 @@ def test_a_sweep_without_a_terminal_prints_a_line_per_config_then_a_table_and_th
     # The hint shows only while git says the ledger has rows no commit holds (--no-commit).
     ledger = repo / "ledger" / "tiny.jsonl"
     assert gitguard.has_uncommitted(repo, ledger)
+    # Issue 47: the ceilings row that run measured is no later run's to commit (nor to use): refused
+    # until the user commits it, vouching for it, as the summary says.
+    refused = run_bench(repo, "sweep", "registrations/tiny.toml")
+    assert refused.returncode == 2 and "ledger/_device_ceilings.jsonl row 0 not committed" in refused.stderr
+    git(repo, "add", "ledger/_device_ceilings.jsonl")
+    git(repo, "commit", "-qm", "the ceilings my --no-commit sweep measured", "--", "ledger/_device_ceilings.jsonl")
     again = run_bench(repo, "sweep", "registrations/tiny.toml")  # the same commit: nothing left to run
     assert again.returncode == 0, again.stderr
     assert "0/0" not in again.stdout and "ETA" not in again.stdout and "to run" not in again.stdout

@@ -177,3 +177,63 @@ def test_a_baseline_below_the_floor_skips_the_candidate():
     (row,) = run_config(CFG, ("sdpa",), ctx)
     assert row.kind == "skipped" and "[below_floor]" in row.payload["reason"], row.payload.get("reason")
     assert "bench ceilings --force" in row.payload["reason"] and row.payload["floor"]["calls"]
+
+
+# ----------------------------------------------------------------------------- issue 47: rates against ceilings
+
+# 16 KiB of q, k, v and out: any CPU's caches hold it whole, so the per-call floor (which credits
+# a cache with every byte it may hold) never judges the copy ceiling at this config.
+SMALL = Config("attention", 1, 2, 2, 32, 16, "float32", False)
+# The slow stack's passes: ~0.055 ms each at SMALL on the 2-core host, ~1.1 ms in all, against
+# SDPA's ~0.03-0.07 ms timed call — short enough that a loaded host leaves most of its rounds
+# undisturbed (a call that waited is dropped).
+SLOW_REPEATS = 20
+# max_samples 300: the content refresh judges only with >= 10 kept calls on new and on seen content,
+# and a host loaded 4x over its cores dropped most rounds as descheduled (60 and 100 left too few:
+# `skipped` before the rates). The noise stop still ends timing as soon as both are there.
+RATE_TIMING = {**TIMING, "max_samples": 300, "timeout_s": 60}
+
+
+@kernel("test_slow_stack", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
+def slow_stack(q, k, v, out, *, causal, scale):
+    """Honest attention computed SLOW_REPEATS times over: a correct baseline tens of times slower than SDPA."""
+    for _ in range(SLOW_REPEATS):
+        out.copy_(zoo.attention(q, k, v, causal=causal, scale=scale))
+
+
+def _copy_ceilings(copy_gbps: float) -> dict:
+    """CPU ceilings whose copy bandwidth is ``copy_gbps``, with a matmul rate no call comes near."""
+    return Ceilings(device="cpu", fingerprint={"name": "test cpu"}, copy_gbps=copy_gbps,
+                    matmul_tflops={"float32": 1e3}).to_row()
+
+
+def test_a_baseline_beyond_the_copy_ceiling_fails_closed_naming_the_rate_and_the_ceiling():
+    """Issue 47's low side, on the CPU: a copy ceiling the baseline's own measured byte rate beats far
+    beyond the margin is wrong (or the baseline skips work); no number is taken against it."""
+    assert formulas.min_bytes(SMALL) == 16_384
+    # The report's forged 0.01 GB/s; honest SDPA and the stack move SMALL's bytes at 0.3-0.8 GB/s here.
+    ctx = sweep_context(candidates=("sdpa",), timing=RATE_TIMING, ceilings=_copy_ceilings(0.01))
+    (row,) = run_config(SMALL, ("sdpa",), ctx)
+    reason = row.payload.get("reason")
+    assert row.kind == "skipped" and "[beyond_ceiling]" in reason, reason
+    assert reason.startswith("baseline torch_stack ran beyond the device's ceilings [beyond_ceiling]: baseline: gbps ")
+    assert "x the measured copy bandwidth 0.01 GB/s (the ceilings of the ceilings given (test cpu, in no ledger); " \
+           "more than 10.00x is impossible" in reason
+    assert "bench ceilings --force" in reason and "[below_floor]" not in reason
+
+
+# Between SDPA (0.2-0.5 GB/s at SMALL on the 2-core host, loaded or not) and the slow stack
+# (~0.015 GB/s): its 10x limit, 0.06 GB/s, sits ~4x from each.
+BETWEEN_COPY_GBPS = 0.006
+
+
+def test_a_candidate_beyond_the_copy_ceiling_is_impossible_naming_the_rate_and_the_ceiling():
+    ctx = sweep_context(baseline="test_slow_stack", candidates=("sdpa",), timing=RATE_TIMING,
+                        ceilings=_copy_ceilings(BETWEEN_COPY_GBPS))
+    (row,) = run_config(SMALL, ("sdpa",), ctx)
+    assert row.kind == "result", row.payload.get("reason")
+    why = row.payload["impossible"]
+    assert why is not None and why.startswith("gbps "), why
+    assert "x the measured copy bandwidth 0.006 GB/s (the ceilings of the ceilings given" in why
+    assert not any(c["impossible"] for c in row.payload["floor"]["calls"])  # the floor alone let it through
+    assert row.payload["metrics"]["gbps_frac"] > 1 + physical.CPU_FLOOR_MARGIN

@@ -459,6 +459,12 @@ def test_no_commit_leaves_the_rows_to_the_user_and_the_verdict_waits_for_them(re
     assert v.returncode == 2 and f"rows 0-{last} not committed" in v.stderr
     assert "git add ledger/tiny.jsonl && git commit" in v.stderr and len(v.stderr.strip().splitlines()) == 1
     assert kinds(repo)[-1] != "verdict"
+    # Issue 47: the ceilings row the first run measured is no later run's to commit: refused until
+    # the user commits it (vouching for it, as the first run's summary said).
+    refused = run_bench(repo, "sweep", "tiny")
+    assert refused.returncode == 2 and "ledger/_device_ceilings.jsonl row 0 not committed" in refused.stderr
+    git(repo, "add", "ledger/_device_ceilings.jsonl")
+    git(repo, "commit", "-qm", "the ceilings my --no-commit sweep measured", "--", "ledger/_device_ceilings.jsonl")
     again = run_bench(repo, "sweep", "tiny")  # nothing left to run: it commits what the first one left
     assert again.returncode == 0 and "already done" in again.stdout
     subject = git(repo, "log", "-1", "--format=%s")

@@ -10,10 +10,11 @@ from harness.cli import app
 @app.command()
 def ceilings(force: bool = typer.Option(False, "--force", help="re-measure even if this device has ceilings"),
              no_commit: bool = typer.Option(False, "--no-commit",
-                                            help="leave the ceilings row uncommitted (a sweep's rows naming it "
-                                                 "do not verify once committed without it)")):
+                                            help="leave the ceilings row uncommitted: no bench command uses or "
+                                                 "commits a row no commit holds (commit it yourself, or drop it)")):
     """Measure this device's copy bandwidth and matmul TFLOP/s; store them as a ledger row,
-    committed (ledger/_device_ceilings.jsonl alone) unless --no-commit.
+    committed (ledger/_device_ceilings.jsonl alone) unless --no-commit. A stored row is used only
+    once a commit holds it; refused while rows no commit holds stand in the file (unless --no-commit).
 
     Example: bench ceilings --no-commit
     """

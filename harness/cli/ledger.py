@@ -53,7 +53,8 @@ def verify(line: Optional[str] = typer.Argument(None, help="line id or registrat
     """Re-check every hash chain and its committed history, and recompute each result row's
     statistics and metrics from its raw samples; name the first bad row (every result row
     whose figures disagree, with the field, stored and recomputed), and ledgers deleted from
-    the work tree or from git. Exit 1 if anything is wrong. In a shallow clone (CI checkouts)
+    the work tree or from git; name the rows no commit holds (a chain can be re-hashed: only a
+    commit vouches for who wrote a row). Exit 1 if anything is wrong. In a shallow clone (CI checkouts)
     what needs the missing history is named on the ledger's line, and skipped.
 
     Example: bench ledger verify   (every ledger; or: bench ledger verify flash-h200-v2)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from harness.governance.ledger_format import CEILINGS_LEDGER, LEDGER_DIR
+
 
 def model(env: dict) -> tuple[str | None, str | None]:
     """(device, GPU name) of an env: what numbers are comparable across (the GPU name is None on CPU)."""
@@ -32,6 +34,13 @@ def ceilings_name(row) -> str:
     """The name of the device a ceilings row (ledger_rows.CeilingsRow) was measured on: its
     fingerprint's model name."""
     return str((row.fingerprint or {}).get("name") or row.device)
+
+
+def ceilings_where(row) -> str:
+    """Where a ceilings row lies, for a reason that names a figure it gave: file, row and hash."""
+    if row.seq is None:  # a row built in memory, in no ledger
+        return f"the ceilings given ({ceilings_name(row)}, in no ledger)"
+    return f"{LEDGER_DIR}/{CEILINGS_LEDGER}.jsonl row {row.seq} ({str(row.hash)[:12]})"
 
 
 def same_gpu_model(env: dict, fingerprint: dict) -> bool:

@@ -243,7 +243,7 @@ def _row_count(led: Ledger) -> int:
     return led.path.read_bytes().count(b"\n") if led.path.exists() else 0
 
 
-def _rows_text(first: int, last: int) -> str:
+def rows_text(first: int, last: int) -> str:
     return f"row {first}" if first == last else f"rows {first}-{last}"
 
 
@@ -264,14 +264,14 @@ def anchor(led: Ledger, why: str) -> str | None:
     first, n = committed_rows(led), _row_count(led)
     if n <= first:
         return None
-    return gitguard.commit_file(led.root, led.rel, f"bench: {led.rel} {_rows_text(first, n - 1)} ({why})")
+    return gitguard.commit_file(led.root, led.rel, f"bench: {led.rel} {rows_text(first, n - 1)} ({why})")
 
 
 def require_anchored(led: Ledger, action: str) -> None:
     """Refuse while any row of the line is not committed: decide only on rows git holds."""
     first, n = committed_rows(led), _row_count(led)
     if n > first:
-        raise UserError(f"{led.rel}: {_rows_text(first, n - 1)} not committed; {action} decides on committed "
+        raise UserError(f"{led.rel}: {rows_text(first, n - 1)} not committed; {action} decides on committed "
                         f"rows only — commit them: git add {led.rel} && git commit -m 'ledger: {led.line} rows' "
                         f"-- {led.rel}")
 

@@ -39,6 +39,9 @@ class VerifyResult:
     unchecked: str | None = None
     # Pairs measured again where they were measured (outcomes.Remeasure), when ok.
     remeasured: tuple = ()
+    # (first, last) rows no commit holds, when ok and in git; None: every row is committed, or
+    # the file is in no git repository. The chain cannot show who wrote them: a commit is the anchor.
+    uncommitted: tuple[int, int] | None = None
 
     def lines(self) -> list[str]:
         """One line per bad row: the chain's first, or every row that does not add up."""
@@ -227,7 +230,8 @@ def verify(path: Path) -> VerifyResult:
     Catches an edited byte (hash mismatch), a deleted or reordered row (seq / prev_hash
     break), an incomplete final line, and — where the file is in git — rows missing or
     changed relative to HEAD or to any earlier committed version (a truncated tail or a
-    re-hashed file leaves a valid chain, so git is the anchor); then every result row whose
+    re-hashed file leaves a valid chain, so git is the anchor: rows past HEAD's, which it
+    cannot vouch for, are named in ``uncommitted``); then every result row whose
     stored statistics or metrics its own raw samples do not give back (governance/audit.py:
     a row rewritten and re-hashed before its commit), all of them in ``unsound``. In a shallow
     clone what needs the missing history is named in ``unchecked``; everything else is checked.
@@ -266,7 +270,10 @@ def verify(path: Path) -> VerifyResult:
         return VerifyResult(str(path), False, count, count,
                             f"row {count} is an incomplete final line ({len(tail)} bytes of a write that never "
                             f"finished): run `bench ledger repair {path.stem}` to remove it", torn=True)
-    return VerifyResult(str(path), True, count, n_results=results, unchecked=unchecked, remeasured=remeasured)
+    where = _git_location(path)
+    held = count if where is None else (gitguard.show_file(where[0], "HEAD", where[1]) or b"").count(b"\n")
+    return VerifyResult(str(path), True, count, n_results=results, unchecked=unchecked, remeasured=remeasured,
+                        uncommitted=(held, count - 1) if count > held else None)
 
 
 def _check_figures(records: list[bytes], path: Path) -> VerifyResult | int:

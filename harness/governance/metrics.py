@@ -125,6 +125,9 @@ NAMES: tuple[str, ...] = tuple(BY_NAME)
 STEP_NAMES: tuple[str, ...] = tuple(m.name for m in STEP_METRICS)
 BY_NAME.update({m.name: m for m in STEP_METRICS})
 RATE_METRICS = frozenset(m.name for m in METRICS if m.rate)
+# The rates a device ceiling bounds: each one a ``<rate>_frac`` metric divides by its ceiling. The
+# sweep judges every one of them, for every arm, against its ceiling (pipeline/rates.py).
+CEILING_RATES = tuple(m.name.removesuffix("_frac") for m in METRICS if m.needs == "ceilings")
 
 
 def rate_protocol(row) -> str:

@@ -32,14 +32,19 @@ from harness.measurement.timing.timers import CudaEventTimer, HostTimer, Timer, 
 # Measured ceilings are achievable rates, not hardware peaks: the datasheet peaks sit up to
 # a quarter above them, and a read-mostly kernel can beat a copy's read+write rate by a few
 # percent. 30% sits above both, so only a number beyond the hardware's own peak is called
-# impossible (figures: docs/measurement.md#device-ceilings).
+# impossible (figures: docs/measurement.md#device-ceilings). A measured ceiling more than this
+# above its datasheet peak is impossible too (``implausible``): that peak is the hardware's limit
+# at its top clock, which no correct measurement exceeds; the same margin keeps that check to the
+# plainly impossible (the H200's measured ceilings sit at 0.76-0.89 of its datasheet peaks).
 IMPOSSIBLE_MARGIN = 0.30
 
-# Datasheet peaks by GPU name, for labels only: a report draws them beside the measured ceilings,
-# named as datasheet figures; nothing is judged against them (``impossible`` uses the measured
-# ceilings). NVIDIA H200 SXM datasheet: HBM3e 4.8 TB/s; dense tensor-core FP16/BF16 989 TFLOP/s
-# (1979 is with 2:4 sparsity), TF32 494, FP32 (no tensor cores) 67. Keys as ``matmul_tflops``'s,
-# plus DATASHEET_BANDWIDTH_KEY.
+# Datasheet peaks by GPU name (a fingerprint's ``name``, exactly). A report draws them beside the
+# measured ceilings, named as datasheet figures; results are judged against the measured ceilings
+# (``impossible``), and the measured ceilings against these (``implausible``): no measurement of a
+# device goes beyond its hardware's peak. NVIDIA H200 SXM datasheet: HBM3e 4.8 TB/s; dense
+# tensor-core FP16/BF16 989 TFLOP/s (1979 is with 2:4 sparsity), TF32 494, FP32 (no tensor cores)
+# 67. Keys as ``matmul_tflops``'s, plus DATASHEET_BANDWIDTH_KEY (the copy ceiling's bound: HBM
+# traffic, read + write, as the copy counts it).
 DATASHEET_BANDWIDTH_KEY = "memory_gbps"
 DATASHEET_PEAKS = MappingProxyType({
     "NVIDIA H200": MappingProxyType({"memory_gbps": 4800.0, "float16": 989.0, "bfloat16": 989.0,
@@ -66,6 +71,10 @@ CPU_WARMUP = 1
 # Keys of ``matmul_tflops``: the three dtypes, plus float32 with TF32 tensor cores (CUDA only).
 TF32_KEY = "float32_tf32"
 MATMUL_KEYS = ("float16", "bfloat16", "float32", TF32_KEY)
+
+# The rates a ceiling bounds (each a result metric with a ``*_frac``, governance/metrics.py), in
+# their units; ``Ceilings.bound`` gives each one's ceiling.
+RATE_UNITS = MappingProxyType({"tflops": "TFLOP/s", "gbps": "GB/s", "kv_gbps": "GB/s"})
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,21 @@ class Ceilings:
             vals = [self.matmul_tflops[k] for k in ("float32", TF32_KEY) if k in self.matmul_tflops]
             return max(vals) if vals else None
         return self.matmul_tflops.get(dtype)
+
+    def bound(self, rate: str, dtype: str) -> tuple[float | None, str]:
+        """The ceiling a ``dtype`` result's ``rate`` (a RATE_UNITS key) is held to, and what it
+        is (None: unmeasured): byte rates the copy bandwidth; the FLOP rate the dtype's matmul
+        ceiling (``tflops_ceiling``) on a GPU, and on a CPU the fastest dtype's, since CPU kernels
+        upcast half types to float32 (or use AMX for bf16) and a short host measurement of one
+        dtype can read far low. The reductio and the physical floor (floor.py) both hold rates here."""
+        if rate not in RATE_UNITS:
+            raise KeyError(f"no ceiling bounds rate {rate!r} (ceilings bound {', '.join(RATE_UNITS)})")
+        if rate != "tflops":
+            return self.copy_gbps, "copy bandwidth"
+        if self.device == "cpu":
+            fastest = max(self.matmul_tflops, key=self.matmul_tflops.get, default=None)
+            return (None if fastest is None else self.matmul_tflops[fastest]), f"matmul rate (fastest: {fastest})"
+        return self.tflops_ceiling(dtype), f"{dtype} matmul rate"
 
     def fractions(self, rates: Mapping[str, float | None], dtype: str) -> dict:
         """A result's rates (sustained.rates) as fractions of these ceilings: TFLOP/s of the
@@ -146,36 +170,57 @@ class Ceilings:
                    matmul_tflops=mm, method=dict(row.get("method") or {}))
 
 
-def impossible(tflops: float | None, gbps: float | None, ceilings: Ceilings, dtype: str,
-               margin: float = IMPOSSIBLE_MARGIN) -> str | None:
+def impossible(rates: Mapping[str, float | None], ceilings: Ceilings, dtype: str,
+               margin: float = IMPOSSIBLE_MARGIN, source: str = "") -> str | None:
     """Why a result is physically impossible on this device, or None if it is not.
 
-    ``gbps`` is an effective byte rate (e.g. K+V bytes over time for decode) judged against
-    the copy bandwidth; ``tflops`` a useful-FLOP rate judged against the dense matmul
-    ceiling of ``dtype``. Either may be None (not measured). A result is impossible when it
-    exceeds a ceiling by more than ``margin`` (a fraction: 0.30 = 30% above).
+    ``rates`` maps RATE_UNITS names to a result's rates (None: not measured): effective byte
+    rates (e.g. K+V bytes over time for decode) against the copy bandwidth, the useful-FLOP rate
+    against the matmul ceiling (``Ceilings.bound``). A result is impossible when a rate exceeds
+    its ceiling by more than ``margin`` (a fraction: 0.30 = 30% above); the reason names the rate,
+    the ceiling and ``source`` (where the ceilings came from: the ceilings row).
     """
     if margin < 0:
         raise UserError(f"impossible(): margin must be >= 0, not {margin}")
     limit = 1.0 + margin
-    reasons = []
-    if gbps is not None and not math.isfinite(gbps):
-        reasons.append(f"byte rate {gbps} is not finite")
-    elif gbps is not None and gbps > ceilings.copy_gbps * limit:
-        reasons.append(
-            f"{gbps:.4g} GB/s is {gbps / ceilings.copy_gbps:.2f}x the measured copy bandwidth "
-            f"{ceilings.copy_gbps:.4g} GB/s (more than {limit:.2f}x is impossible: count the bytes "
-            f"again, check for L2-resident data or skipped work)")
-    if tflops is not None:
-        ceil = ceilings.tflops_ceiling(dtype)
-        if not math.isfinite(tflops):
-            reasons.append(f"FLOP rate {tflops} is not finite")
-        elif ceil is not None and tflops > ceil * limit:
-            reasons.append(
-                f"{tflops:.4g} TFLOP/s is {tflops / ceil:.2f}x the measured {dtype} matmul rate "
-                f"{ceil:.4g} TFLOP/s (more than {limit:.2f}x is impossible: count the FLOPs "
-                f"again or check for skipped work)")
-    return "; ".join(reasons) if reasons else None
+    odd, over = [], {}
+    for rate, value in rates.items():
+        ceil, what = ceilings.bound(rate, dtype)  # KeyError: a rate no ceiling bounds
+        unit = RATE_UNITS[rate]
+        if value is None:
+            continue
+        if not math.isfinite(value):
+            odd.append(f"{rate} {value} is not finite")
+        elif ceil is not None and value > ceil * limit:
+            over[rate] = f"{rate} {value:.4g} {unit} is {value / ceil:.2f}x the measured {what} {ceil:.4g} {unit}"
+    if over:
+        moved = any(rate != "tflops" for rate in over)
+        work = " and ".join(w for w, hit in (("FLOPs", "tflops" in over), ("bytes", moved)) if hit)
+        fix = (f"count the {work} again, check for cache-resident data or skipped work" if moved else
+               f"count the {work} again or check for skipped work")
+        where = f"the ceilings of {source}; " if source else ""
+        odd.append("; ".join(over.values()) + f" ({where}more than {limit:.2f}x is impossible: {fix})")
+    return "; ".join(odd) if odd else None
+
+
+def implausible(ceilings: Ceilings, margin: float = IMPOSSIBLE_MARGIN) -> str | None:
+    """Why ``ceilings`` cannot be what their device measured, or None: a copy or matmul ceiling
+    above the device's datasheet peak (DATASHEET_PEAKS) by more than ``margin`` — a measurement
+    no hardware of that name can produce (a lying timer, or an edited row). Devices without a
+    datasheet entry (every CPU) are not judged here; their ceilings face the rates the sweep
+    measures (``impossible``, for every arm)."""
+    peaks = DATASHEET_PEAKS.get(str(ceilings.fingerprint.get("name"))) if ceilings.device == "cuda" else None
+    if not peaks:
+        return None
+    limit = 1.0 + margin
+    name = ceilings.fingerprint.get("name")
+    measured = [("copy bandwidth", ceilings.copy_gbps, peaks.get(DATASHEET_BANDWIDTH_KEY), "GB/s"),
+                *((f"{k} matmul rate", v, peaks.get(k), "TFLOP/s") for k, v in sorted(ceilings.matmul_tflops.items()))]
+    reasons = [f"its {what} {value:.4g} {unit} is {value / peak:.2f}x the {name} datasheet's {peak:.4g} {unit}"
+               for what, value, peak, unit in measured if peak is not None and value > peak * limit]
+    if not reasons:
+        return None
+    return "; ".join(reasons) + f" (more than {limit:.2f}x a datasheet peak is impossible)"
 
 
 def device_fingerprint(device: str | None = None) -> dict:

@@ -107,12 +107,9 @@ def held_bytes(mode: str, cache_bytes: int, min_bytes: float) -> float:
 
 
 def matmul_ceiling(ceilings: Ceilings, dtype: str) -> float | None:
-    """The FLOP rate a ``dtype`` call is held to: the dtype's (ceilings.tflops_ceiling) on a
-    GPU; on a CPU the fastest of any dtype, since CPU kernels upcast half types to float32 (or
-    use AMX for bf16) and a short host measurement of one dtype can read far low."""
-    if ceilings.device == "cpu":
-        return max(ceilings.matmul_tflops.values(), default=None)
-    return ceilings.tflops_ceiling(dtype)
+    """The FLOP rate a ``dtype`` call is held to (``Ceilings.bound``): the dtype's on a GPU, the
+    fastest dtype's on a CPU."""
+    return ceilings.bound("tflops", dtype)[0]
 
 
 def floor(cfg, ceilings: Ceilings, mode: str, cache_bytes: int, cache_source: str,

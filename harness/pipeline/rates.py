@@ -76,25 +76,42 @@ def rates(c: Checked, s: Survivor) -> Rated | Outcome:
                "interleaved_ms": cand.stats.median}
     impossible = floor = None
     if ctx.ceilings:
-        from harness.measurement.ceilings import Ceilings, impossible as reductio
+        from harness.measurement.ceilings import Ceilings
 
         ceil = Ceilings.from_row(ctx.ceilings)
         metrics.update(ceil.fractions(r, cfg.dtype))
         floor, below, base_below = floor_check(cfg, ctx, ceil, m, arm_name(spec.name), sus)
-        if base_below is not None:
-            # Fail closed: a baseline (or control) call faster than the device can go means the
+        base_beyond = "; ".join(f"{arm}: {why}" for arm in (ARM_BASELINE, ARM_CONTROL)
+                                if (why := beyond_ceilings(cfg, ctx, ceil, rates_at(cfg, m.arms[arm].stats.median))))
+        if base_below is not None or base_beyond:
+            # Fail closed: a baseline (or control) faster than the device can go means the
             # ceilings are wrong or the baseline skips work; no speedup against it is believable.
+            said = [f"timed below the physical floor [below_floor]: {base_below}" if base_below else None,
+                    f"ran beyond the device's ceilings [beyond_ceiling]: {base_beyond}" if base_beyond else None]
             return Outcome(SKIPPED, {
                 **base_row(cfg, spec.name, ctx), "floor": floor, "timing": t.timing_row(), "policy": policy.as_dict(),
-                "reason": f"baseline {base_spec.name} timed below the physical floor [below_floor]: {base_below} "
-                          f"(re-measure the ceilings with `bench ceilings --force`, or the baseline skips work)"})
-        # The median-rate reductio on GPUs only: on the CPU the "ceilings" are short host
-        # measurements on a shared machine, not peaks (the per-call floor allows for that
-        # with its CPU margin).
-        why = [reductio(tflops, gbps, ceil, cfg.dtype) if ctx.device == "cuda" else None, below]
+                "reason": f"baseline {base_spec.name} {'; and '.join(w for w in said if w)} (re-measure the "
+                          f"ceilings with `bench ceilings --force`, or the baseline skips work)"})
+        why = [beyond_ceilings(cfg, ctx, ceil, r), below]
         impossible = "; ".join(w for w in why if w) or None
     noise = m.rig_noise_of(arm_name(spec.name))
     return Rated(c, s, metrics, impossible, floor, noise)
+
+
+def beyond_ceilings(cfg, ctx, ceil, arm_rates: dict) -> str | None:
+    """Why ``arm_rates`` (one arm's: sustained.rates) are beyond the device's ceilings, or None:
+    every rate a ceiling bounds (metrics.CEILING_RATES), without a cache allowance, at the
+    device's reductio margin (floor.FLOOR_MARGIN: IMPOSSIBLE_MARGIN on a GPU; on a CPU, whose
+    ceilings are short medians on a shared host, CPU_FLOOR_MARGIN). The per-call floor credits a
+    cache with every byte it may hold, so on a CPU, whose caches hold a small config whole, it
+    never judged the copy ceiling: this does, whatever the cache."""
+    from harness.governance.devices import ceilings_where
+    from harness.governance.metrics import CEILING_RATES
+    from harness.measurement.ceilings import impossible
+    from harness.measurement.floor import FLOOR_MARGIN
+
+    return impossible({k: arm_rates[k] for k in CEILING_RATES}, ceil, cfg.dtype, FLOOR_MARGIN[ceil.device],
+                      ceilings_where(ctx.ceilings))
 
 
 def floor_check(cfg, ctx, ceil, m, cand_arm, sus) -> tuple[dict, str | None, str | None]:

@@ -5,6 +5,13 @@ registration can collide with it) and are re-measured when the GPU, driver, CUDA
 torch version changes. They are part of the record: a row is committed when it is
 measured (``bench ceilings``, or the sweep before its first config runs), outcome rows name
 the row they used (``ceilings_ref``, harness/pipeline/rows.py), and ``ledger verify`` checks that link.
+
+The commit is what vouches for a row: a row no commit holds may have been edited and its chain
+re-hashed since it was measured, which the chain cannot show. So a command uses a stored row
+only once a commit holds it (and its datasheet allows it: ``measurement.ceilings.implausible``),
+measures the device itself otherwise, and commits no row it did not measure: while rows no
+commit holds stand in the file, a committing command refuses before any work (committing its
+own row would commit them too), naming them and the fix.
 """
 
 from __future__ import annotations
@@ -12,7 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness import __version__
-from harness.governance.ledger import Ledger, committed_rows, require_anchorable
+from harness.errors import UserError
+from harness.governance.devices import ceilings_name, ceilings_where
+from harness.governance.ledger import Ledger, committed_rows, require_anchorable, rows_text
 from harness.governance.ledger_format import CEILINGS_LEDGER
 from harness.governance.ledger_rows import CeilingsRow
 from harness.governance.outcomes import CEILINGS
@@ -50,15 +59,55 @@ def ceilings_command(root: Path, device: str, *, force: bool = False, why: str |
 
 def stored_or_measured(root: Path, fingerprint: dict, env: dict, measure, *, force: bool = False,
                        why: str | None = None, guard=None) -> tuple[CeilingsRow, bool, str | None]:
-    """The device's stored ceilings row, or ``measure()`` appended now (a command's process or a
-    sweep's worker measures); with ``why`` committed, a stored row an earlier --no-commit left
-    out included. Returns (row, measured now, commit or None)."""
+    """The device's latest ceilings row when a commit holds it, or ``measure()`` appended now (a
+    command's process or a sweep's worker measures) and, with ``why``, committed. A stored row
+    no commit holds is never used; with ``why`` it refuses the command (module doc). Returns
+    (row, measured now, commit or None)."""
+    held = _vouched(root, refuse_unheld=why is not None)
     row = None if force else stored_ceilings(root, fingerprint)
-    if row is None:
-        Ledger(root, CEILINGS_LEDGER).require_writable()  # refuse before minutes of measuring, not after
-        row, made = store_ceilings(root, fingerprint, env, measure(), why=why, guard=guard)
-        return row, True, made
-    return row, False, commit_ceilings(root, why, guard) if why else None
+    if row is not None and row.seq < held:
+        _require_plausible(row)
+        return row, False, None
+    Ledger(root, CEILINGS_LEDGER).require_writable()  # refuse before minutes of measuring, not after
+    row, made = store_ceilings(root, fingerprint, env, measure(), why=why, guard=guard)
+    return row, True, made
+
+
+def _vouched(root: Path, *, refuse_unheld: bool) -> int:
+    """How many ceilings rows HEAD holds, once the file verifies (chain and git history: a row
+    HEAD holds is the row committed); with ``refuse_unheld``, refused while any row is not
+    committed."""
+    from harness.governance import gitguard
+    from harness.governance.ledger_verify import verify, verify_refusal
+
+    led = Ledger(root, CEILINGS_LEDGER)
+    if not led.path.exists():
+        return 0
+    res = verify(led.path)
+    if not res.ok:
+        raise UserError(verify_refusal(led.rel, res, "bench uses or adds ceilings"))
+    rows, held = led.rows(), committed_rows(led)
+    if refuse_unheld and len(rows) > held:
+        at_head = gitguard.show_file(root, "HEAD", led.rel) is not None
+        it = "it" if len(rows) - held == 1 else "them"
+        raise UserError(
+            f"{led.rel} {rows_text(held, len(rows) - 1)} not committed: bench did not measure {it} in this "
+            f"command, and a row no commit holds may have been edited and re-hashed since (the chain cannot "
+            f"show it), so bench neither uses nor commits {it} — drop {it} "
+            f"({f'git checkout HEAD -- {led.rel}' if at_head else f'rm {led.rel}'}) and run the command again "
+            f"to measure the device, or, if you vouch for {it} (a --no-commit run of yours measured {it}), commit "
+            f"{it} yourself (git add {led.rel} && git commit -m 'ceilings' -- {led.rel})")
+    return held
+
+
+def _require_plausible(row: CeilingsRow) -> None:
+    """Refuse a stored row its device's datasheet rules out (measurement.ceilings.implausible)."""
+    from harness.measurement.ceilings import Ceilings, implausible
+
+    why = implausible(Ceilings.from_row(row))
+    if why:
+        raise UserError(f"{ceilings_where(row)} cannot be {ceilings_name(row)}'s ceilings: {why} — measure them "
+                        f"again (bench ceilings --force)")
 
 
 def stored_ceilings(root: Path, fingerprint: dict) -> CeilingsRow | None:
@@ -78,7 +127,13 @@ def store_ceilings(root: Path, fingerprint: dict, env: dict, measured: dict, *, 
                    guard=None) -> tuple[CeilingsRow, str | None]:
     """``append_ceilings``, and with ``why`` its commit, as one step under ``guard``'s shield."""
     from harness.governance import gitguard
+    from harness.measurement.ceilings import Ceilings, implausible
 
+    impossible = implausible(Ceilings.from_row({"fingerprint": fingerprint, **measured}))
+    if impossible:
+        raise UserError(f"the ceilings just measured on {fingerprint.get('name')} were not stored: {impossible}, "
+                        f"so the timer or the device's name is wrong — check the GPU (nvidia-smi) and measure "
+                        f"again (bench ceilings --force)")
     led = Ledger(root, CEILINGS_LEDGER)
     led.require_writable()
     rows, made = write(led, [(CEILINGS, {"commit": gitguard.code_commit(root), "harness_version": __version__,
@@ -87,13 +142,10 @@ def store_ceilings(root: Path, fingerprint: dict, env: dict, measured: dict, *, 
 
 
 def require_committable(root: Path) -> None:
-    """Refuse before any work where a ceilings row could not be committed."""
+    """Refuse before any work where a ceilings row could not be committed, or where committing
+    one would commit rows bench did not measure (``_vouched``)."""
     require_anchorable(Ledger(root, CEILINGS_LEDGER))
-
-
-def commit_ceilings(root: Path, why: str, guard=None) -> str | None:
-    """Commit the ceilings rows HEAD does not hold yet (that file alone); the new commit, or None."""
-    return write(Ledger(root, CEILINGS_LEDGER), [], why=why, guard=guard)[1]
+    _vouched(root, refuse_unheld=True)
 
 
 def is_committed(root: Path, row: CeilingsRow) -> bool:

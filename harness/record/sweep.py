@@ -314,8 +314,8 @@ def _summary(line: Line, device: str, executor, run: _Run, writer: Writer, guard
         if not is_committed(line.root, run.ceilings):
             rel = f"ledger/{CEILINGS_LEDGER}.jsonl"
             notes.append(f"the ceilings row these rows name ({rel} row {run.ceilings.seq}) is not committed "
-                         f"(--no-commit): commit it with them (git commit -m 'bench: ledger rows' -- {rel} "
-                         f"{line.ledger.rel})")
+                         f"(--no-commit): commit it with them (git add {rel} {line.ledger.rel} && git commit -m "
+                         f"'bench: ledger rows' -- {rel} {line.ledger.rel})")
     if run.again:
         notes.append(f"--remeasure: {_pairs_by_state(run.again)} the verdict could not use, measured again at "
                      f"this commit (their new rows supersede the old)")

@@ -18,5 +18,6 @@ def render_ceilings(row: dict, measured: bool, *, commit: str | None = None, com
     if commit:
         c.print(f"  committed in {commit[:12]}")
     elif not committed:
-        c.print("  [yellow]not committed[/] (--no-commit): commit it before sweep rows that name it are committed "
-                "(git commit -m 'bench: ceilings' -- ledger/_device_ceilings.jsonl)")
+        c.print("  [yellow]not committed[/] (--no-commit): no bench command uses or commits a ceilings row no "
+                "commit holds — commit it yourself if you vouch for it (git add ledger/_device_ceilings.jsonl && "
+                "git commit -m 'bench: ceilings' -- ledger/_device_ceilings.jsonl)")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import plural
+from harness.governance.ledger import rows_text
 from harness.reporting.analysis.history import MAX_LISTED
 from harness.reporting.render.console import console
 from harness.reporting.render.rows import outcome_reason
@@ -27,6 +28,11 @@ def render_verified(name: str, res) -> None:
     note = f"; [yellow]{escape(res.unchecked)}[/]" if res.unchecked else ""
     again = (f"; {plural(len(res.remeasured), 'pair')} re-measured at the same commit, the newest "
              f"measurement standing" if res.remeasured else "")
+    if res.uncommitted:
+        first, last = res.uncommitted
+        it = "it" if first == last else "them"
+        note += (f"; [yellow]{rows_text(first, last)} not committed[/]: a chain can be re-hashed, so only a "
+                 f"commit vouches for who wrote {it}")
     c.print(f"[green]ok[/]   {name}: {plural(res.n_rows, 'row')}, chain intact{sums}{again}{note}")
     for m in res.remeasured[:MAX_LISTED]:
         c.print(f"       re-measured {escape(m.describe())}", soft_wrap=True)
