@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.errors import UserError, plural, shown
-from harness.governance.line_ids import LINE_ID
+from harness.governance import line_ids
 from harness.workloads import DTYPES, WORKLOADS, Config
 
 if TYPE_CHECKING:
@@ -337,8 +337,10 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
     bytes hash to ``sha256``; the line id is the file's stem."""
     path = Path(path)
     line = path.stem
-    if not LINE_ID.match(line):
-        raise _err(path, f"line id {line!r} (the file name) must match {LINE_ID.pattern}")
+    try:
+        line_ids.check(line, "the file name")
+    except UserError as exc:
+        raise _err(path, str(exc)) from None
     _unknown(path, "the top level", raw, TOP_KEYS)
 
     schema = raw.get("schema")
@@ -372,8 +374,13 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
         raise _err(path, f"'{baseline}' is both baseline and candidate: the control arm already times the "
                          f"baseline against itself")
     amends = raw.get("amends")
-    if amends is not None and (not isinstance(amends, str) or not LINE_ID.match(amends) or amends == line):
+    if amends is not None and (not isinstance(amends, str) or amends == line):
         raise _err(path, "'amends' must name the earlier line this one replaces (its file stem)")
+    if amends is not None:
+        try:
+            line_ids.check(amends, "amends")
+        except UserError as exc:
+            raise _err(path, f"{exc} — 'amends' names the earlier line this one replaces") from None
 
     grid_raw = raw.get("grid")
     if not isinstance(grid_raw, dict):

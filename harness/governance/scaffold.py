@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.governance import line_ids
 
 # The grid a flag left out, per workload: a small one that runs anywhere (a fused-attention
 # prefill sweep, a decode step over a long cache), to be widened once the line works.
@@ -56,6 +57,7 @@ def plan(line: str, candidates, prediction: float, *, baseline: str, workload: s
     default bar with its hypothesis in words (a bar of one's own needs one's own hypothesis)."""
     from harness.workloads import WORKLOADS
 
+    line_ids.check(line)
     if workload not in WORKLOADS:
         raise UserError(f"--workload {workload!r}: use {' or '.join(WORKLOADS)}")
     if go is not None and hypothesis is None:

@@ -1,0 +1,139 @@
+"""Hostile input at the CLI (issue 47): every input a user or a kernel controls is refused in one
+line, exit 2, with nothing written — no file, no directory, no ledger row, no git change — and
+each refusal sits beside the honest path it guards."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, TINY, bench_env, git, init_repo, installed_dist, run_bench
+
+SMALL = ("--seq-len", "32", "--heads", "2", "--kv-heads", "2", "--head-dim", "16", "--dtype", "float32",
+         "--causal", "false")
+LONG_ID = "a" * 250
+EXAMPLE = (REPO / "registrations" / "integration-example.toml").read_text()
+SHIPPED_STEP = 'step = "bench_kernels.tiny_transformer:step"'
+# TINY with room to time on a loaded host (its 5 s budget can end a config with too few rounds,
+# and the verdict then refuses the skipped pairs): these tests are about what the commands do
+# with their input, not about the rig.
+ROOMY = TINY.replace("timeout_s = 5", "timeout_s = 30")
+
+
+def bench(cwd: Path, *args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`bench` in a subprocess, as run_bench runs it, with ``env`` over its environment."""
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**bench_env(), **(env or {})})
+
+
+def snapshot(root: Path) -> dict:
+    """Every file of the work tree with its bytes (ignored ones, lock files, included), the
+    commit checked out and what git's status says: a refusal changes none of them."""
+    files = {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
+             if p.is_file() and ".git" not in p.relative_to(root).parts}
+    return {"files": files, "head": git(root, "rev-parse", "HEAD"),
+            "status": git(root, "status", "--porcelain", "--ignored")}
+
+
+def refused(r: subprocess.CompletedProcess, says: str) -> None:
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bench: error: ") and says in lines[0], r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == "", (r.stdout, r.stderr)
+
+
+def commit_all(root: Path, message: str) -> None:
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", message)
+
+
+# --- 1. line ids, never paths -------------------------------------------------------------------
+
+def test_bench_new_writes_only_under_registrations_from_a_line_id(repo, tmp_path):
+    before = snapshot(repo)
+    system = tmp_path / "system"  # what ../../system/probe from registrations/ would reach
+    for line, says in (("../../system/probe", "is not a line id"), (f"{repo}/registrations/x", "is not a line id"),
+                       ("sub/x", "is not a line id"), (".hidden", "is not a line id"),
+                       ("x.toml", "is not a line id (a path: give the line id 'x')"), ("tiny\n", "is not a line id")):
+        refused(run_bench(repo, "new", line, "--candidate", "sdpa", "--baseline", "torch_stack", *SMALL,
+                          "--prediction", "1.1"), says)
+    assert not system.exists() and snapshot(repo) == before
+    ok = run_bench(repo, "new", "fresh", "--candidate", "sdpa", "--baseline", "torch_stack", *SMALL,
+                   "--prediction", "1.1")
+    assert ok.returncode == 0, ok.stderr
+    assert set(snapshot(repo)["files"]) - set(before["files"]) == {"registrations/fresh.toml"}
+
+
+def test_report_and_compare_read_no_ledger_outside_ledger_dir(repo, tmp_path):
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    commit_all(repo, "registered")
+    # A well-formed ledger two levels above ledger/: what LINE = ../../evil would name.
+    (tmp_path / "evil.jsonl").write_bytes((repo / "ledger" / "tiny.jsonl").read_bytes())
+    before = snapshot(repo)
+    for args in (("report", "../../evil"), ("compare", "../../evil", "tiny"), ("compare", "tiny", "../../evil"),
+                 ("route", "../../evil"), ("site", "../../evil"), ("compare", "tiny", "--against", "../../evil")):
+        refused(run_bench(repo, *args), "'../../evil' is not a line id")
+    refused(run_bench(repo, "report", "ledger/tiny.jsonl"), "is not a line id (a path: give the line id 'tiny')")
+    assert snapshot(repo) == before
+    ok = run_bench(repo, "report", "tiny")
+    assert ok.returncode == 0, ok.stderr
+    assert (repo / "reports" / "tiny" / "report.html").is_file()
+
+
+def test_a_registration_path_must_lie_inside_the_repository(repo, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "tiny.toml").write_text(TINY)
+    before = snapshot(repo)
+    for args in (("warm", "../outside/tiny.toml"), ("warm", str(outside / "tiny.toml")),
+                 ("sweep", "../outside/tiny.toml"), ("register", str(outside / "tiny.toml"))):
+        refused(run_bench(repo, *args), "is outside the repository")
+    assert snapshot(repo) == before
+    ok = run_bench(repo, "warm", "registrations/tiny.toml")
+    assert ok.returncode == 0, ok.stderr
+
+
+# --- 2. a line id's length ------------------------------------------------------------------------
+
+def test_the_line_id_gate():
+    from harness.errors import UserError
+    from harness.governance import line_ids
+
+    longest = "a" * line_ids.MAX_LINE_ID
+    assert line_ids.check(longest) == longest and line_ids.check("flash-h200.v2_b") == "flash-h200.v2_b"
+    for bad in ("tiny\n", "a" * (line_ids.MAX_LINE_ID + 1), "../x", "x/y", ".x", "_device_ceilings", "", "a b",
+                "x\\..\\y", "x\x00"):
+        with pytest.raises(UserError):
+            line_ids.check(bad)
+
+
+def test_a_250_character_line_id_is_one_line_in_every_command(repo):
+    before = snapshot(repo)
+    for args in (("sweep", LONG_ID), ("verdict", LONG_ID), ("register", LONG_ID), ("warm", LONG_ID),
+                 ("report", LONG_ID), ("ledger", "show", LONG_ID), ("ledger", "verify", LONG_ID),
+                 ("ledger", "repair", LONG_ID), ("profile", LONG_ID), ("compare", LONG_ID, "tiny"),
+                 ("route", LONG_ID), ("bisect", LONG_ID, "n32", "--good", "HEAD", "--bad", "HEAD"),
+                 ("new", LONG_ID, "--candidate", "sdpa", "--baseline", "torch_stack", "--prediction", "1"),
+                 ("sweep", f"registrations/{LONG_ID}.toml")):
+        refused(run_bench(repo, *args), "is 250 characters long, more than 128")
+    assert snapshot(repo) == before
+
+
+def test_the_longest_line_id_works_end_to_end(repo):
+    from harness.governance.line_ids import MAX_LINE_ID
+
+    line = "b" * MAX_LINE_ID
+    made = run_bench(repo, "new", line, "--candidate", "sdpa", "--baseline", "torch_stack", *SMALL,
+                     "--prediction", "1.1")
+    assert made.returncode == 0, made.stderr
+    commit_all(repo, "the longest line id")
+    reg = run_bench(repo, "register", line)
+    assert reg.returncode == 0, reg.stderr
+    assert (repo / "ledger" / f"{line}.jsonl").is_file()  # and its locks, <id>.jsonl.lock the longest
+    assert run_bench(repo, "ledger", "verify", line).returncode == 0
