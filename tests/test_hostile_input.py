@@ -137,3 +137,84 @@ def test_the_longest_line_id_works_end_to_end(repo):
     assert reg.returncode == 0, reg.stderr
     assert (repo / "ledger" / f"{line}.jsonl").is_file()  # and its locks, <id>.jsonl.lock the longest
     assert run_bench(repo, "ledger", "verify", line).returncode == 0
+
+
+# --- 4. streams that cannot encode what bench prints ---------------------------------------------
+
+ASCII = {"PYTHONIOENCODING": "ascii", "LC_ALL": "C"}
+# A C locale without UTF-8 mode: the file system's and the files' default encoding is ASCII too.
+ASCII_FILES = {"PYTHONIOENCODING": "ascii", "LC_ALL": "C", "PYTHONUTF8": "0"}
+
+
+@pytest.mark.slow
+def test_every_command_works_on_an_ascii_stdout_and_stderr(tmp_path):
+    repo = init_repo(tmp_path / "proj", {"tiny": ROOMY})
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    commit_all(repo, "registered")
+    assert run_bench(repo, "sweep", "tiny").returncode == 0
+    for env in (ASCII, ASCII_FILES):
+        runs = {"help": bench(repo, "--help", env=env), "sweep help": bench(repo, "sweep", "--help", env=env),
+                "status": bench(repo, "status", env=env), "kernels": bench(repo, "kernels", env=env),
+                "verdict": bench(repo, "verdict", "tiny", "--no-commit", env=env),
+                "show": bench(repo, "ledger", "show", "tiny", env=env),
+                "report": bench(repo, "report", "tiny", "--out", str(tmp_path / "report"), env=env)}
+        for what, r in runs.items():
+            assert r.returncode in ((0, 1) if what == "verdict" else (0,)), (what, r.stdout, r.stderr)
+            assert "Traceback" not in r.stderr and "UnicodeEncodeError" not in r.stderr, (what, r.stderr)
+            assert r.stdout.strip() and r.stdout.isascii() and r.stderr.isascii(), (what, r.stdout, r.stderr)
+        assert "GO" in runs["verdict"].stdout and "tiny" in runs["status"].stdout
+        assert "—" in (tmp_path / "report" / "report.md").read_text(encoding="utf-8")  # files stay UTF-8
+        # The one-line error path: its '—' degrades to '-'.
+        r = bench(repo, "warm", "/nowhere/x.toml", env=env)
+        refused(r, "this repository only - give a line id")
+        assert r.stderr.isascii()
+
+
+def test_the_fallback_degrades_what_an_ascii_stream_cannot_hold(capsys):
+    import io
+
+    from harness.reporting.render.console import FALLBACK_ERRORS
+
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="ascii", errors=FALLBACK_ERRORS)
+    out.write("a — b × c → d ≥ e − f 🙂 g \udcff")
+    out.flush()
+    assert raw.getvalue() == b"a - b x c -> d >= e - f ? g \xff"
+
+
+# --- 5. a repository at a path that is not UTF-8 ---------------------------------------------------
+
+def _not_utf8(tmp_path: Path) -> Path:
+    where = Path(os.fsdecode(os.fsencode(tmp_path) + b"/bench-\xff\xfe"))
+    try:
+        where.mkdir()
+    except (OSError, UnicodeEncodeError) as exc:
+        pytest.skip(f"this file system takes no directory name that is not UTF-8 ({exc})")
+    return where
+
+
+@pytest.mark.slow
+def test_register_sweep_and_verdict_in_a_clone_at_a_path_that_is_not_utf8(tmp_path):
+    root = init_repo(_not_utf8(tmp_path) / "proj", {"tiny": ROOMY})
+    reg = run_bench(root, "register", "tiny")
+    assert reg.returncode == 0, reg.stderr
+    commit_all(root, "registered")
+    sweep = run_bench(root, "sweep", "tiny")
+    assert sweep.returncode == 0, sweep.stderr
+    verdict = run_bench(root, "verdict", "tiny")
+    assert verdict.returncode == 0 and "GO" in verdict.stdout, verdict.stderr
+    assert git(root, "status", "--porcelain") == ""
+    for led in (root / "ledger").glob("*.jsonl"):  # no row names a directory of this machine
+        assert os.fsencode(tmp_path) not in led.read_bytes() and b"\xff" not in led.read_bytes(), led.name
+    ok = run_bench(root, "ledger", "verify")
+    assert ok.returncode == 0 and "tiny.jsonl" in ok.stdout, ok.stderr
+    # The committed history is checked there too: a ledger re-chained after its commit is caught.
+    from harness.governance.ledger import Ledger
+    from harness.governance.ledger_format import read_rows
+
+    rows = read_rows(root / "ledger" / "tiny.jsonl")
+    (root / "ledger" / "tiny.jsonl").unlink()
+    Ledger(root, "tiny").append("registered", {**{k: v for k, v in rows[0].dump().items() if k not in ("hash", "kind")},
+                                               "n_configs": 1})
+    bad = run_bench(root, "ledger", "verify", "tiny")
+    assert bad.returncode == 1, (bad.stdout, bad.stderr)
