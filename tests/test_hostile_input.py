@@ -218,3 +218,65 @@ def test_register_sweep_and_verdict_in_a_clone_at_a_path_that_is_not_utf8(tmp_pa
                                                "n_configs": 1})
     bad = run_bench(root, "ledger", "verify", "tiny")
     assert bad.returncode == 1, (bad.stdout, bad.stderr)
+
+
+# --- 7. the integration step is code a row can name ------------------------------------------------
+
+def _step_line(repo: Path, name: str, step: str) -> None:
+    (repo / "registrations" / f"{name}.toml").write_text(EXAMPLE.replace(SHIPPED_STEP, f'step = "{step}"'))
+
+
+def test_an_integration_step_outside_the_commit_is_refused_at_register(repo):
+    (repo / "reexport.py").write_text('"""A committed module handing out the standard library\'s code."""\n'
+                                      "from os import system  # noqa: F401\n")
+    (repo / "hidden_step.py").write_text("def step(device, dtype):\n    raise RuntimeError('never runs')\n")
+    with open(repo / ".gitignore", "a") as f:
+        f.write("hidden_step.py\n")
+    cases = {"ossystem": ("os:system", "[integration] step 'os:system': os "),  # frozen, or the standard library's
+             "reexport": ("reexport:system", f"system is defined in {os.system.__module__}, not in reexport"),
+             "hidden": ("hidden_step:step", "hidden_step.py (ignored) is not committed as it is")}
+    for name, (step, _) in cases.items():
+        _step_line(repo, name, step)
+    _step_line(repo, "shipped", "bench_kernels.tiny_transformer:step")
+    commit_all(repo, "integration lines")
+    before = snapshot(repo)
+    for name, (_, says) in cases.items():
+        refused(run_bench(repo, "register", name), says)
+    assert snapshot(repo) == before
+    ok = run_bench(repo, "register", "shipped")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_a_step_of_an_installed_distribution_is_recorded_and_a_bare_directory_refused(repo, tmp_path):
+    site = installed_dist(tmp_path / "site", "stepdist", "1.5", "",
+                          {"dist_step": "def step(device, dtype):\n    raise RuntimeError('never runs')\n"})
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "bare_step.py").write_text("def step(device, dtype):\n    raise RuntimeError('never runs')\n")
+    _step_line(repo, "installed", "dist_step:step")
+    _step_line(repo, "bare", "bare_step:step")
+    commit_all(repo, "integration lines")
+    env = {"PYTHONPATH": os.pathsep.join([bench_env()["PYTHONPATH"], str(site), str(bare)])}
+    refused(bench(repo, "register", "bare", env=env), "which neither this repository's commit nor an installed")
+    assert not (repo / "ledger" / "bare.jsonl").exists()
+    ok = bench(repo, "register", "installed", env=env)
+    assert ok.returncode == 0, ok.stderr
+    row = json.loads((repo / "ledger" / "installed.jsonl").read_text().splitlines()[0])
+    (rec,) = [c for c in row["code"] if c["package"] == "dist_step"]
+    assert (rec["name"], rec["version"], rec["editable"]) == ("stepdist", "1.5", False) and rec["sha256"]
+
+
+def test_a_step_that_left_the_commit_is_refused_again_at_sweep(repo):
+    (repo / "stepmod.py").write_text((REPO / "kernels" / "tiny_transformer.py").read_text())
+    _step_line(repo, "moved", "stepmod:step")
+    commit_all(repo, "a step of our own")
+    assert run_bench(repo, "register", "moved").returncode == 0
+    commit_all(repo, "registered")
+    # Untracked and ignored: the tree is clean, and Python would still import it.
+    git(repo, "rm", "-q", "--cached", "stepmod.py")
+    with open(repo / ".gitignore", "a") as f:
+        f.write("stepmod.py\n")
+    commit_all(repo, "stepmod.py leaves the commit")
+    before = (repo / "ledger" / "moved.jsonl").read_bytes()
+    refused(run_bench(repo, "sweep", "moved"), "stepmod.py (ignored) is not committed as it is")
+    assert (repo / "ledger" / "moved.jsonl").read_bytes() == before

@@ -541,9 +541,12 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
         beyond_ceiling_ok=beyond_ceiling_ok.strip() if beyond_ceiling_ok else None, integration=integration)
 
 
-def check_kernels(reg: Registration) -> None:
-    """Every named kernel exists and supports the workload and every dtype of the grid, and
-    every grid point fits a known device."""
+def check_kernels(reg: Registration, root: Path | None = None) -> tuple[dict, ...]:
+    """Every named kernel exists and supports the workload and every dtype of the grid, every
+    grid point fits a known device, and an ``[integration]`` step is code of the repository
+    ``root``'s commit (default: the current directory's repository) or of an installed
+    distribution (then imported): returns that distribution's record for the rows
+    (``integration.step_code``), () when there is none."""
     from harness.registry import get_kernel
 
     for name in (*reg.candidates, reg.baseline):
@@ -560,13 +563,15 @@ def check_kernels(reg: Registration) -> None:
                 raise _err(reg.path, f"kernel '{name}' cannot run {cfg.key()} of the grid ({why}): "
                                      f"shrink the grid or pick another kernel")
     check_fits(reg)
-    if reg.integration is not None:
-        from harness.integration import load_step
+    if reg.integration is None:
+        return ()
+    from harness.governance.gitguard import repo_root
+    from harness.governance.integration import load_checked_step
 
-        try:  # the step's module must import now (torch stays inside its functions)
-            load_step(reg.integration.step)
-        except UserError as exc:
-            raise _err(reg.path, str(exc)) from exc
+    try:  # the step's module must import now (torch stays inside its functions)
+        return load_checked_step(repo_root() if root is None else root, reg.integration.step)[1]
+    except UserError as exc:
+        raise _err(reg.path, str(exc)) from exc
 
 
 def check_fits(reg: Registration) -> None:
