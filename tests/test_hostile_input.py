@@ -139,6 +139,50 @@ def test_the_longest_line_id_works_end_to_end(repo):
     assert run_bench(repo, "ledger", "verify", line).returncode == 0
 
 
+# --- 3. values written into TOML ----------------------------------------------------------------
+
+def test_kernel_names_are_never_written_into_the_registration_unchecked(repo):
+    before = snapshot(repo)
+    for flag, value in (("--candidate", 'sdpa"\nnotes = "injected'), ("--baseline", 'torch_stack"\nnotes = "x'),
+                        ("--candidate", "sdpa math"), ("--baseline", "x" * 65)):
+        args = ["--candidate", "sdpa", "--baseline", "torch_stack"]
+        args[args.index(flag) + 1] = value
+        refused(run_bench(repo, "new", "inj", *args, *SMALL, "--prediction", "1.1"), "is not a kernel name")
+    assert snapshot(repo) == before
+
+
+def test_every_string_reads_back_exactly_and_the_line_registers(repo):
+    hypothesis = ('sdpa beats the "stack" \\ by 5%,\n[bar]\ngo = "pass_rate == 1.0"\n'
+                  'with """triple quotes""", a tab\t, \\u0041 and a quote at the end"')
+    go = 'geomean(speedup where candidate == "sdpa") >= 1.05 and pass_rate == 1.0'
+    r = run_bench(repo, "new", "quoted", "--candidate", "sdpa", "--baseline", "torch_stack", *SMALL,
+                  "--hypothesis", hypothesis, "--go", go, "--prediction", "1.1")
+    assert r.returncode == 0, r.stderr
+    raw = tomllib.loads((repo / "registrations" / "quoted.toml").read_text(encoding="utf-8"))
+    assert raw["hypothesis"] == hypothesis and raw["bar"]["go"] == go
+    assert set(raw) == {"schema", "hypothesis", "workload", "candidate", "baseline", "grid", "correctness", "timing",
+                        "bar"}
+    commit_all(repo, "quoted")
+    reg = run_bench(repo, "register", "quoted")
+    assert reg.returncode == 0, reg.stderr
+
+
+def test_a_text_that_does_not_read_back_as_given_is_never_written(tmp_path):
+    from harness.errors import UserError
+    from harness.governance import scaffold
+
+    new = scaffold.plan("x", ["sdpa"], 1.1, baseline="torch_stack", workload="attention",
+                        grid={"seq_len": [32], "heads": [2], "kv_heads": [2], "head_dim": [16], "dtype": ["float32"]},
+                        causal="false", device="cpu")
+    text, want = scaffold.registration_text(new), scaffold.registration_table(new)
+    assert scaffold._parsed(text, tmp_path / "x.toml", want).candidates == ("sdpa",)
+    for changed in (text + 'notes = "an extra key"\n', text.replace("seeds = 3", "seeds = 1"),
+                    text.replace('candidate = "sdpa"', 'candidate = "sdpa_math"'),
+                    text.replace("[timing]\n", "[timing]\nwarmup_ms = 1\n")):
+        with pytest.raises(UserError, match="does not read back as given"):
+            scaffold._parsed(changed, tmp_path / "x.toml", want)
+
+
 # --- 4. streams that cannot encode what bench prints ---------------------------------------------
 
 ASCII = {"PYTHONIOENCODING": "ascii", "LC_ALL": "C"}
@@ -218,6 +262,42 @@ def test_register_sweep_and_verdict_in_a_clone_at_a_path_that_is_not_utf8(tmp_pa
                                                "n_configs": 1})
     bad = run_bench(root, "ledger", "verify", "tiny")
     assert bad.returncode == 1, (bad.stdout, bad.stderr)
+
+
+# --- 6. `bench new` writes a line for the machine it runs on ---------------------------------------
+
+# torch sees no GPU: the machine `bench new` writes for is a CPU one, on a GPU host too.
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def test_bench_new_refuses_a_kernel_that_cannot_run_on_the_device_it_writes_for(repo):
+    before = snapshot(repo)
+    refused(bench(repo, "new", "gpu", "--candidate", "sdpa", "--baseline", "cublas_stack", *SMALL,
+                  "--prediction", "1.1", env=NO_GPU), "kernel 'cublas_stack' cannot run on cpu")
+    refused(bench(repo, "new", "gpu", "--candidate", "sdpa", "--device", "tpu", *SMALL, "--prediction", "1.1",
+                  env=NO_GPU), "--device 'tpu'")
+    assert snapshot(repo) == before
+    # Asked for a GPU machine, it writes the GPU baseline and says which device the line is for.
+    ok = bench(repo, "new", "gpu", "--candidate", "sdpa", "--device", "cuda", *SMALL, "--prediction", "1.1",
+               env=NO_GPU)
+    assert ok.returncode == 0, ok.stderr
+    text = (repo / "registrations" / "gpu.toml").read_text()
+    assert tomllib.loads(text)["baseline"] == "cublas_stack" and "# Written for cuda" in text
+
+
+@pytest.mark.slow
+def test_a_line_bench_new_writes_on_the_cpu_registers_and_sweeps_there(repo):
+    made = bench(repo, "new", "cpu-line", "--candidate", "sdpa", *SMALL, "--prediction", "1.1", env=NO_GPU)
+    assert made.returncode == 0, made.stderr
+    text = (repo / "registrations" / "cpu-line.toml").read_text()
+    assert tomllib.loads(text)["baseline"] == "torch_stack" and "# Written for cpu" in text
+    commit_all(repo, "cpu-line")
+    reg = bench(repo, "register", "cpu-line", env=NO_GPU)
+    assert reg.returncode == 0, reg.stderr
+    sweep = bench(repo, "sweep", "cpu-line", "--no-ceilings", env=NO_GPU)
+    assert sweep.returncode == 0, sweep.stderr
+    kinds = [json.loads(x)["kind"] for x in (repo / "ledger" / "cpu-line.jsonl").read_text().splitlines()]
+    assert kinds[0] == "registered" and "result" in kinds, kinds
 
 
 # --- 7. the integration step is code a row can name ------------------------------------------------
