@@ -18,6 +18,7 @@ import importlib
 import importlib.util
 import inspect
 import pkgutil
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -26,6 +27,14 @@ from harness.errors import UserError
 from harness.measurement import clockguard
 
 ENTRY_POINT_GROUP = "bench.kernels"
+# A kernel's name: what registrations, bar clauses (``speedup vs "fa4"``), ledger arms
+# (``candidate:<name>``) and profiler range filters quote. A Python-identifier-like word (dots
+# and dashes allowed after the first character), so no quote, space, '/' or '@' can break any
+# of them.
+KERNEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+# The longest kernel name: far past any real one (the longest shipped is 19 characters), and
+# short enough for a table column.
+MAX_KERNEL_NAME = 64
 
 
 @dataclass(frozen=True)
@@ -101,10 +110,22 @@ _REGISTRY: dict[str, KernelSpec] = {}
 _LOADED = False
 
 
+def check_name(name: str, what: str = "kernel name") -> str:
+    """``name`` if it has a kernel name's syntax (KERNEL_NAME), else a UserError naming the fix.
+    Whether a kernel of that name exists is ``get_kernel``'s question."""
+    if not isinstance(name, str) or not KERNEL_NAME.fullmatch(name) or len(name) > MAX_KERNEL_NAME:
+        shown = name if len(str(name)) <= MAX_KERNEL_NAME else f"{str(name)[:MAX_KERNEL_NAME]}..."
+        raise UserError(f"{what} {ascii(shown)} is not a kernel name (letters, digits, '_', '.' and '-', starting "
+                        f"with a letter or '_', at most {MAX_KERNEL_NAME} characters): `bench kernels` lists them")
+    return name
+
+
 def kernel(name: str, *, workloads, dtypes, devices=("cpu", "cuda"), memory=None, first_call_memory=None,
            requires=(), install: str = "", available=None, supports=None, numerics=None, describe=None,
            description: str = ""):
     """Register ``fn`` as a kernel under ``name``; a second kernel with the same name is an error."""
+
+    check_name(name, "@kernel")
 
     def wrap(fn):
         src = inspect.getsourcefile(fn) or "<unknown>"

@@ -18,6 +18,7 @@ import typer
 
 from harness.errors import UserError
 from harness.governance.codeprov import require_private_bytecode
+from harness.reporting.render.console import fit_streams
 from harness.reporting.render.messages import render_aborted, render_error, render_interrupted, render_version
 
 # The shell's convention for a command ended by a signal: 128 + the signal number.
@@ -91,6 +92,7 @@ def _interrupt(exc: BaseException | None) -> KeyboardInterrupt | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    fit_streams()
     # Only the main thread may install handlers (a caller's thread keeps its own).
     on_main = threading.current_thread() is threading.main_thread()
     # A signal the parent ignores (SIGINT of a job started with `&`) stays ignored.

@@ -10,14 +10,17 @@ from harness.cli import app
 
 
 @app.command()
-def new(line: str = typer.Argument(..., help="the line id: registrations/LINE.toml is written"),
+def new(line: str = typer.Argument(..., help="the line id (not a path): registrations/LINE.toml is written"),
         candidate: List[str] = typer.Option(..., "--candidate", help="a kernel to test (repeat for several; "
                                                                        "`bench kernels` lists them)"),
         prediction: float = typer.Option(..., "--prediction", help="your prediction of the primary figure "
                                                                      "(default primary: geomean(speedup)), written "
                                                                      "before any number exists"),
-        baseline: str = typer.Option("cublas_stack", "--baseline",
-                                     help="the kernel every candidate is timed against (torch_stack runs on a CPU)"),
+        baseline: Optional[str] = typer.Option(None, "--baseline",
+                                               help="the kernel every candidate is timed against (default: "
+                                                    "cublas_stack for a GPU, torch_stack for a CPU)"),
+        device: str = typer.Option("auto", "--device", help="auto | cpu | cuda: the device the line is for "
+                                                            "(auto: this machine's); every kernel must run there"),
         workload: str = typer.Option("attention", "--workload", help="attention | decode"),
         batch: Optional[List[int]] = typer.Option(None, "--batch", help="grid values (repeat the flag)"),
         heads: Optional[List[int]] = typer.Option(None, "--heads"),
@@ -45,6 +48,6 @@ def new(line: str = typer.Argument(..., help="the line id: registrations/LINE.to
     grid = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_len": seq_len, "head_dim": head_dim,
             "dtype": dtype}
     new_line = plan(line, candidate, prediction, baseline=baseline, workload=workload, grid=grid, causal=causal,
-                    hypothesis=hypothesis, go=go, primary=primary)
+                    hypothesis=hypothesis, go=go, primary=primary, device=device)
     _, waived = write_new(repo_root(), new_line)
     render_written_registration(line, waived)

@@ -20,6 +20,7 @@ from pathlib import Path
 from harness import CODE_PACKAGES  # import name -> repository folder: the code the commit stamp must cover
 from harness import pycache
 from harness.errors import UserError
+from harness.governance import gitguard
 
 # Where a pyc's code object starts: magic, flags and two 4-byte fields (PEP 552).
 PYC_HEADER_BYTES = 16
@@ -70,6 +71,19 @@ def require_from_repository(root: Path) -> None:
             if name.partition(".")[0] == pkg and not path.is_relative_to(here):
                 raise UserError(f"{name} is loaded from {path}, outside the repository being measured ({top}), "
                                 f"whose commit would stamp the rows: {_fix(top)}")
+
+
+def python_env_dirs(top: Path) -> set[Path]:
+    """The Python environment's directories that lie inside the repository ``top`` (a
+    ``.venv/`` there): the modules installed in them are an environment's, not the repository's."""
+    import sysconfig
+
+    env = set()
+    for p in {sys.prefix, sys.exec_prefix, sys.base_prefix, *sysconfig.get_paths().values()}:
+        q = Path(p).resolve()
+        if q != top and q.is_relative_to(top):
+            env.add(q)
+    return env
 
 
 def _pyc_holds(cached: Path, src: Path) -> bool:
@@ -339,3 +353,74 @@ def outside_code(root: Path) -> tuple[dict, ...]:
         _OUTSIDE[key] = {"package": pkg, **distribution_record(dist, pkg, where)}
         out.append(_OUTSIDE[key])
     return tuple(out)
+
+
+# -- a module named in a registration --------------------------------------------------------
+# A registration may name code to run (``[integration] step = "module:function"``): like the
+# kernels, it must be code a row can name — committed in the repository, or installed by a
+# distribution the rows record — checked before anything of it is imported.
+
+def _find_spec(name: str, path):
+    """The spec the import system would use for ``name`` (``path``: its parent package's
+    search locations), found without importing anything."""
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        spec = find(name, path, None) if find is not None else None
+        if spec is not None:
+            return spec
+    return None
+
+
+def module_files(module: str, what: str) -> list[Path]:
+    """The files importing ``module`` would run — each package's ``__init__`` along its dotted
+    name, then the module's own — found without importing any of them. A module with no
+    source file (built into Python, frozen, a bare namespace) or that cannot be found is refused."""
+    files, path = [], None
+    parts = module.split(".")
+    for i in range(len(parts)):
+        name = ".".join(parts[:i + 1])
+        loaded = sys.modules.get(name)
+        spec = getattr(loaded, "__spec__", None) if loaded is not None else _find_spec(name, path)
+        if spec is None:
+            raise UserError(f"{what}: cannot import {name} (no such module): commit the module in the repository, "
+                            f"or fix the name")
+        has_file = bool(spec.has_location and spec.origin)
+        if has_file:
+            files.append(Path(spec.origin).resolve())
+        if i == len(parts) - 1 and not has_file:
+            raise UserError(f"{what}: {name} has no source file (built into Python, frozen, or a bare namespace), "
+                            f"so no commit or installed package names its code: name a module committed in the "
+                            f"repository")
+        if i < len(parts) - 1:
+            if spec.submodule_search_locations is None:
+                raise UserError(f"{what}: {name} is a module, not a package holding {parts[i + 1]}: fix the name")
+            path = list(spec.submodule_search_locations)
+    return files
+
+
+def module_code(root: Path, module: str, what: str) -> tuple[dict, ...]:
+    """Refuse ``module`` unless the commit stamp or an installed distribution covers every file
+    importing it would run (``module_files``): those inside the repository (outside a Python
+    environment living there) must be tracked and unchanged at HEAD; those outside must be an
+    installed distribution's, whose record (``{"package", ...distribution_record}``, as
+    ``outside_code`` records a code package) is returned for the rows to carry — () where the
+    repository holds it all. The standard library, a directory only ``PYTHONPATH`` names and an
+    uncommitted file are refused by name: no row could say what ran."""
+    top = Path(root).resolve()
+    env = python_env_dirs(top)
+    files = module_files(module, what)
+    inside = [f for f in files if f.is_relative_to(top) and not any(f.is_relative_to(e) for e in env)]
+    bad = gitguard.unverified_files(top, [f.relative_to(top).as_posix() for f in inside])
+    if bad:
+        raise UserError(f"{what}: {gitguard.listed(bad)} is not committed as it is, so no commit stamp covers the "
+                        f"code it runs: commit it (or delete it), then run the command again")
+    if len(inside) == len(files):
+        return ()
+    pkg = module.partition(".")[0]
+    dist = _distribution_holding(pkg, files[0])
+    if dist is None or inside:
+        where = next(f for f in files if f not in inside)
+        raise UserError(f"{what}: {module} is loaded from {where}, which neither this repository's commit nor an "
+                        f"installed distribution covers, so no row could name the code that ran: commit the module "
+                        f"in the repository (e.g. kernels/), or install the package that holds it with pip")
+    return ({"package": pkg, **distribution_record(dist, pkg, files[0])},)

@@ -15,6 +15,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -59,8 +60,11 @@ def _git(root: Path, *args: str, env: dict | None = None) -> subprocess.Complete
     """git in a process group of its own (``process_group=0``): a Ctrl-C at the terminal,
     sent to the whole foreground group, cannot kill it half-way (a sweep's first Ctrl-C lets
     its configs in flight finish and commits each); this process alone decides what the
-    Ctrl-C means, and an interrupt raised here ends git with it (``subprocess.run``)."""
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, process_group=0, env=env)
+    Ctrl-C means, and an interrupt raised here ends git with it (``subprocess.run``). Its
+    output is decoded as file names are (``os.fsdecode``): a repository path holding bytes
+    that are not UTF-8 reads back as the path it is."""
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, process_group=0, env=env,
+                          encoding=sys.getfilesystemencoding(), errors=sys.getfilesystemencodeerrors())
 
 
 def _waits() -> Iterator[float]:

@@ -18,9 +18,13 @@ explains it.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 from harness.errors import UserError
+from harness.governance import codeprov
 
 INTEGRATION_KEYS = {"step", "op_share", "op_share_source", "dtype", "atol", "rtol"}
 # module:function, a dotted module path and a Python name.
@@ -109,6 +113,34 @@ def parse(table: dict, grid_dtypes: list[str]) -> IntegrationSpec:
         raise UserError("op_share_source without op_share: give op_share = <share of the step> too")
     return IntegrationSpec(step=step, dtype=dtype, atol=atol, rtol=rtol, op_share=share,
                            op_share_source=source.strip() if source else None)
+
+
+def step_code(root: Path, ref: str) -> tuple[dict, ...]:
+    """Refuse a step whose code no row could name, before anything of it is imported: the
+    rule the kernels are held to (``codeprov.module_code``: committed in the repository, or
+    an installed distribution, whose record is returned for the rows' ``code``)."""
+    return codeprov.module_code(root, ref.partition(":")[0], f"[integration] step {ref!r}")
+
+
+def load_checked_step(root: Path, ref: str) -> tuple[Callable, tuple[dict, ...]]:
+    """The step factory ``ref`` names, imported only once ``step_code`` passed, and its record.
+    What was imported must be what was checked: the module from the file checked, and the
+    function defined in that module (``"m:system"`` where m imports os's is os's code)."""
+    from harness.integration import load_step
+
+    module, _, name = ref.partition(":")
+    checked = codeprov.module_files(module, f"[integration] step {ref!r}")[-1]
+    code = step_code(root, ref)
+    fn = load_step(ref)
+    loaded = getattr(sys.modules.get(module), "__file__", None)
+    if not isinstance(loaded, str) or Path(loaded).resolve() != checked:
+        raise UserError(f"[integration] step {ref!r}: {module} was imported from {loaded}, not from the file checked "
+                        f"({checked}): run bench from the repository, with nothing else on PYTHONPATH")
+    if getattr(fn, "__module__", None) != module:
+        raise UserError(f"[integration] step {ref!r}: {name} is defined in {getattr(fn, '__module__', None)}, not in "
+                        f"{module}, so the checked module is not the code that would run: name the module that "
+                        f"defines the step")
+    return fn, code
 
 
 def amdahl_refusal(reg) -> str | None:

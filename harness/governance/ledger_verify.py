@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def _git_location(path: Path) -> tuple[Path, str] | None:
     """(repository root, path relative to it) of a ledger file, or None outside git."""
     try:
         top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path.parent, capture_output=True,
-                             text=True)
+                             text=True, encoding=sys.getfilesystemencoding(), errors=sys.getfilesystemencodeerrors())
         if top.returncode != 0:
             return None
         root = Path(top.stdout.strip())

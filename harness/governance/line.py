@@ -17,7 +17,7 @@ from typing import Iterator
 
 from harness import __version__
 from harness.errors import UserError, shown
-from harness.governance import codeprov, gitguard, line_ids, registration
+from harness.governance import codeprov, gitguard, integration, line_ids, registration
 from harness.governance.codeprov import CODE_PACKAGES, require_code_from
 from harness.governance.ledger import Ledger, require_anchorable
 from harness.governance.ledger_format import ledger_path
@@ -86,8 +86,7 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
     if rel.startswith(gitguard.LEDGER_DIR + "/"):
         raise UserError(f"{rel}: registrations cannot live in ledger/ (the git guard exempts it): "
                         f"move it to registrations/")
-    code = require_tracked_code(tree.root)
-    registration.check_kernels(reg)
+    code = _with(require_tracked_code(tree.root), registration.check_kernels(reg, tree.root))
     _require_new(tree.root, reg, rel)  # before the lock: a refused command leaves no lock file
     reopens = _reopens(tree.root, reg.line, rel, reopen)
     # The row is committed next (by the user), every later one by bench: a symlinked ledger/, a
@@ -199,13 +198,8 @@ def _repo_modules(top: Path) -> list[str]:
     """Repository-relative files of every imported module that lives inside the repository,
     leaving out a Python environment that happens to live there (e.g. .venv/)."""
     import sys
-    import sysconfig
 
-    env = set()
-    for p in {sys.prefix, sys.exec_prefix, sys.base_prefix, *sysconfig.get_paths().values()}:
-        q = Path(p).resolve()
-        if q != top and q.is_relative_to(top):
-            env.add(q)
+    env = codeprov.python_env_dirs(top)
     out = []
     for mod in list(sys.modules.values()):
         f = getattr(mod, "__file__", None)
@@ -256,7 +250,14 @@ def open_line(line_or_path: str, *, root: Path | None = None, action: str, commi
     if commit:
         require_anchorable(Ledger(tree.root, line))
     with line_lock(tree.root, line):
-        yield replace(_checked_line(tree, line, action), code=code)
+        ln = _checked_line(tree, line, action)
+        step = ln.reg.integration
+        yield replace(ln, code=_with(code, integration.step_code(tree.root, step.step) if step else ()))
+
+
+def _with(code: tuple, more: tuple) -> tuple:
+    """The rows' ``code`` records, with those of ``more`` not yet among them."""
+    return (*code, *(c for c in more if c not in code))
 
 
 def registered_path(registered: dict, line: str, *, closed: bool) -> str:

@@ -1,9 +1,16 @@
 """A command's LINE argument: a line id (``example``, the registration's file stem) or the path
-of a registration file, resolved one way for every command.
+of a registration file inside the repository, resolved one way for every command.
+
+``check`` is the one gate every line id passes — typed on the command line, read from a
+registration's file name or its ``amends`` — before bench builds a file name from it: a line
+id is one file name component (no ``/``, no ``..``, no leading ``.``), short enough for the
+names bench derives from it, so no argument can make bench read or write outside
+``registrations/``, ``ledger/`` or ``reports/``.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -11,7 +18,42 @@ from pathlib import Path
 from harness.errors import UserError
 
 # A line id: the registration's file name without ``.toml``; ledger/<id>.jsonl holds its rows.
-LINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# Matched whole (``fullmatch``: ``$`` alone would let a trailing newline through).
+LINE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# A line's files end so; an id ending so would read as a path (``is_path``), so none may.
+FILE_SUFFIXES = (".toml", ".jsonl")
+# The longest line id. bench makes file names of it: registrations/<id>.toml, ledger/<id>.jsonl,
+# its locks <id>.jsonl.lock and <id>.line.lock (the longest, 11 characters more than the id)
+# and report folders reports/<id>/. ext4, XFS, btrfs, APFS and NTFS allow 255 bytes per name,
+# eCryptfs (encrypted home directories) 143: 128 + 11 fits all of them, and the ASCII of
+# LINE_ID is one byte a character.
+MAX_LINE_ID = 128
+# How much of a refused argument a message quotes (a refusal stays one readable line).
+QUOTED_CHARS = 60
+
+
+def _quoted(text: str) -> str:
+    return ascii(text if len(text) <= QUOTED_CHARS else text[:QUOTED_CHARS] + "...")
+
+
+def check(text: str, what: str = "", *, or_path: bool = False) -> str:
+    """``text`` if it is a line id, else a UserError naming the problem and the fix; the one
+    check every line id passes before a path is built from it. ``what`` names where the text
+    came from (``amends``); ``or_path``: the argument could have been a registration's path too
+    (the refusal says so)."""
+    said = f"{what} {_quoted(str(text))}" if what else _quoted(str(text))
+    if not isinstance(text, str) or not LINE_ID.fullmatch(text) or text.endswith(FILE_SUFFIXES):
+        stem = Path(text).stem if isinstance(text, str) and text.endswith(FILE_SUFFIXES) else None
+        hint = (f" (a path: give the line id {stem!r})" if stem and LINE_ID.fullmatch(stem)
+                and len(stem) <= MAX_LINE_ID else "")
+        nor = " nor a path to a .toml registration" if or_path else ""
+        raise UserError(f"{said} is {'neither' if or_path else 'not'} a line id{nor}{hint}: a line id is letters, "
+                        f"digits, '_', '.' and '-', starting with a letter or digit (the registration's file name "
+                        f"without .toml, as `bench status` lists it)")
+    if len(text) > MAX_LINE_ID:
+        raise UserError(f"{said} is {len(text)} characters long, more than {MAX_LINE_ID} (bench makes file names "
+                        f"of it): pick a shorter line id")
+    return text
 
 
 def is_path(arg: str) -> bool:
@@ -19,22 +61,40 @@ def is_path(arg: str) -> bool:
     return "/" in arg or os.sep in arg or arg.endswith(".toml")
 
 
+def _is(path: Path, kind: str, arg: str) -> bool:
+    """``path.is_dir()`` / ``path.is_file()``, with a name longer than the file system allows
+    refused as such (pathlib raises it, where it answers False for a missing file)."""
+    try:
+        return getattr(path, kind)()
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise UserError(f"{_quoted(arg)} holds a name longer than the file system allows, so no registration "
+                            f"is there: give a line id or the path of its registrations/<line>.toml") from None
+        raise
+
+
 def resolve(root: Path, line_or_path: str) -> Path:
     """The registration file an argument names: a line id (``example``) is
-    ``registrations/<id>.toml`` of the repository, a path is taken as given (relative to the
-    current directory) — never reduced to its stem. A directory or a file that is not
-    ``.toml`` is refused by name."""
+    ``registrations/<id>.toml`` of the repository; a path (relative to the current directory)
+    must name a ``.toml`` file inside the repository whose name is a line id — never a file
+    outside, never reduced to its stem. A directory or a file that is not ``.toml`` is refused
+    by name."""
     arg = str(line_or_path)
     given = Path(arg) if Path(arg).is_absolute() else Path.cwd() / arg
-    if given.is_dir() and (is_path(arg) or not (Path(root) / "registrations" / f"{arg}.toml").is_file()):
+    if not is_path(arg):
+        path = Path(root) / "registrations" / f"{check(arg, or_path=True)}.toml"
+        if _is(given, "is_dir", arg) and not _is(path, "is_file", arg):
+            raise UserError(f"{arg} is a directory, not a registration: give registrations/<line>.toml or a line id")
+        return path
+    if _is(given, "is_dir", arg):
         raise UserError(f"{arg} is a directory, not a registration: give registrations/<line>.toml or a line id")
-    if is_path(arg):
-        if given.suffix != ".toml":
-            raise UserError(f"{arg} is not a registration (a .toml file): give registrations/<line>.toml or a line id")
-        return given
-    if not LINE_ID.match(arg):
-        raise UserError(f"{arg!r} is neither a line id (matching {LINE_ID.pattern}) nor a path to a .toml registration")
-    return Path(root) / "registrations" / f"{arg}.toml"
+    if given.suffix != ".toml":
+        raise UserError(f"{arg} is not a registration (a .toml file): give registrations/<line>.toml or a line id")
+    if not given.resolve().is_relative_to(Path(root).resolve()):
+        raise UserError(f"{arg} is outside the repository ({root}): bench reads the registrations of this "
+                        f"repository only — give a line id, or the path of its registrations/<line>.toml")
+    check(given.stem, f"{_quoted(arg)}: the file name")
+    return given
 
 
 def line_of(root: Path, line_or_path: str) -> tuple[str, Path | None]:
@@ -43,7 +103,7 @@ def line_of(root: Path, line_or_path: str) -> tuple[str, Path | None]:
     path = resolve(root, line_or_path)
     if not is_path(str(line_or_path)):
         return path.stem, None
-    if not path.is_file():
+    if not _is(path, "is_file", str(line_or_path)):
         raise UserError(f"no registration file at {line_or_path}: give the registration's path or its line id")
     return path.stem, path
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.errors import UserError, plural, shown
-from harness.governance.line_ids import LINE_ID
+from harness.governance import line_ids
 from harness.workloads import DTYPES, WORKLOADS, Config
 
 if TYPE_CHECKING:
@@ -337,8 +337,10 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
     bytes hash to ``sha256``; the line id is the file's stem."""
     path = Path(path)
     line = path.stem
-    if not LINE_ID.match(line):
-        raise _err(path, f"line id {line!r} (the file name) must match {LINE_ID.pattern}")
+    try:
+        line_ids.check(line, "the file name")
+    except UserError as exc:
+        raise _err(path, str(exc)) from None
     _unknown(path, "the top level", raw, TOP_KEYS)
 
     schema = raw.get("schema")
@@ -372,8 +374,13 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
         raise _err(path, f"'{baseline}' is both baseline and candidate: the control arm already times the "
                          f"baseline against itself")
     amends = raw.get("amends")
-    if amends is not None and (not isinstance(amends, str) or not LINE_ID.match(amends) or amends == line):
+    if amends is not None and (not isinstance(amends, str) or amends == line):
         raise _err(path, "'amends' must name the earlier line this one replaces (its file stem)")
+    if amends is not None:
+        try:
+            line_ids.check(amends, "amends")
+        except UserError as exc:
+            raise _err(path, f"{exc} — 'amends' names the earlier line this one replaces") from None
 
     grid_raw = raw.get("grid")
     if not isinstance(grid_raw, dict):
@@ -534,9 +541,12 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
         beyond_ceiling_ok=beyond_ceiling_ok.strip() if beyond_ceiling_ok else None, integration=integration)
 
 
-def check_kernels(reg: Registration) -> None:
-    """Every named kernel exists and supports the workload and every dtype of the grid, and
-    every grid point fits a known device."""
+def check_kernels(reg: Registration, root: Path | None = None) -> tuple[dict, ...]:
+    """Every named kernel exists and supports the workload and every dtype of the grid, every
+    grid point fits a known device, and an ``[integration]`` step is code of the repository
+    ``root``'s commit (default: the current directory's repository) or of an installed
+    distribution (then imported): returns that distribution's record for the rows
+    (``integration.step_code``), () when there is none."""
     from harness.registry import get_kernel
 
     for name in (*reg.candidates, reg.baseline):
@@ -553,13 +563,15 @@ def check_kernels(reg: Registration) -> None:
                 raise _err(reg.path, f"kernel '{name}' cannot run {cfg.key()} of the grid ({why}): "
                                      f"shrink the grid or pick another kernel")
     check_fits(reg)
-    if reg.integration is not None:
-        from harness.integration import load_step
+    if reg.integration is None:
+        return ()
+    from harness.governance.gitguard import repo_root
+    from harness.governance.integration import load_checked_step
 
-        try:  # the step's module must import now (torch stays inside its functions)
-            load_step(reg.integration.step)
-        except UserError as exc:
-            raise _err(reg.path, str(exc)) from exc
+    try:  # the step's module must import now (torch stays inside its functions)
+        return load_checked_step(repo_root() if root is None else root, reg.integration.step)[1]
+    except UserError as exc:
+        raise _err(reg.path, str(exc)) from exc
 
 
 def check_fits(reg: Registration) -> None:

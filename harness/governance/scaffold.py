@@ -9,10 +9,14 @@ before a byte is written. Only the hypothesis and the prediction are the user's.
 
 from __future__ import annotations
 
+import math
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.governance import line_ids
 
 # The grid a flag left out, per workload: a small one that runs anywhere (a fused-attention
 # prefill sweep, a decode step over a long cache), to be widened once the line works.
@@ -27,6 +31,12 @@ DEFAULT_GRID = {
 # 1.0 would be decided by rig noise, and `bench register` warns so), and correct on every config.
 DEFAULT_GO = "geomean(speedup) >= 1.05 and pass_rate == 1.0"
 DEFAULT_PRIMARY = "geomean(speedup)"
+# The baseline a flag left out: the first of these that runs the workload and dtypes on the
+# device the line is written for (the cuBLAS stack on a GPU, the torch stack on a CPU), so a
+# line `bench new` writes sweeps on the machine that wrote it.
+DEFAULT_BASELINES = ("cublas_stack", "torch_stack")
+DEVICES = ("cpu", "cuda")
+MACHINES = {"cpu": "a machine without a GPU", "cuda": "a GPU machine"}
 
 
 @dataclass(frozen=True)
@@ -42,77 +52,198 @@ class NewLine:
     prediction: float
     go: str = DEFAULT_GO
     primary: str = DEFAULT_PRIMARY
+    device: str = "cpu"  # the device every kernel named was checked to run on
 
 
 # --causal's words and the grid values they stand for.
 CAUSAL_CHOICES = {"both": [False, True], "true": [True], "false": [False]}
 
 
-def plan(line: str, candidates, prediction: float, *, baseline: str, workload: str, grid: dict,
+def plan(line: str, candidates, prediction: float, *, baseline: str | None, workload: str, grid: dict,
          causal: str | None = None, hypothesis: str | None = None, go: str | None = None,
-         primary: str | None = None) -> NewLine:
+         primary: str | None = None, device: str | None = None) -> NewLine:
     """What `bench new`'s flags ask for, defaults filled: the workload's default grid under the
-    values given (``grid``: field -> values, empty ones left out), --causal's word, and the
-    default bar with its hypothesis in words (a bar of one's own needs one's own hypothesis)."""
+    values given (``grid``: field -> values, empty ones left out), --causal's word, the default
+    bar with its hypothesis in words (a bar of one's own needs one's own hypothesis), and the
+    device the line is for (``device``; None: this machine's) with a baseline that runs there.
+    Every kernel named must run on that device: a line written here sweeps here."""
+    from harness.registry import check_name
     from harness.workloads import WORKLOADS
 
+    line_ids.check(line)
+    if not math.isfinite(prediction):
+        raise UserError(f"--prediction {prediction}: give your predicted value of the primary figure as a finite "
+                        f"number")
     if workload not in WORKLOADS:
         raise UserError(f"--workload {workload!r}: use {' or '.join(WORKLOADS)}")
     if go is not None and hypothesis is None:
         raise UserError("--go without --hypothesis: say in words what the bar tests and why you expect it")
+    hypothesis, go, primary = (_utf8(flag, text) for flag, text in
+                               (("--hypothesis", hypothesis), ("--go", go), ("--primary", primary)))
     full = {**DEFAULT_GRID[workload], **{k: list(v) for k, v in grid.items() if v}}
     if causal is not None:
         if causal not in CAUSAL_CHOICES:
             raise UserError(f"--causal {causal!r}: use {', '.join(CAUSAL_CHOICES)}")
         full["causal"] = CAUSAL_CHOICES[causal]
-    cands = tuple(dict.fromkeys(candidates))
+    _known_dtypes(full["dtype"])
+    cands = tuple(dict.fromkeys(check_name(c, "--candidate") for c in candidates))
+    device, here = _device(device)
+    baseline = (_default_baseline(workload, full["dtype"], device, here) if baseline is None else
+                check_name(baseline, "--baseline"))
+    _runs_on(device, here, (*cands, baseline))
     if hypothesis is None:
         who = cands[0] if len(cands) == 1 else ", ".join(cands)
         hypothesis = (f"{who} {'is' if len(cands) == 1 else 'are each'} at least 5% faster than {baseline} on "
                       f"the geometric mean of the speedups over this grid, with every config passing the float64 gate.")
     return NewLine(line, cands, baseline, workload, full, hypothesis, prediction, go or DEFAULT_GO,
-                   primary or DEFAULT_PRIMARY)
+                   primary or DEFAULT_PRIMARY, device)
 
 
-def _toml_list(values) -> str:
-    return "[" + ", ".join(("true" if v else "false") if isinstance(v, bool) else
-                           (f'"{v}"' if isinstance(v, str) else str(v)) for v in values) + "]"
+def _known_dtypes(dtypes: list[str]) -> list[str]:
+    """``dtypes`` once each has bench's default tolerance (which the file writes)."""
+    from harness.measurement.correctness.figures import DEFAULT_TOLERANCES
+
+    unknown = [d for d in dtypes if d not in DEFAULT_TOLERANCES]
+    if unknown:
+        raise UserError(f"--dtype {ascii(unknown[0])}: bench knows {', '.join(DEFAULT_TOLERANCES)}")
+    return dtypes
 
 
-def _toml_str(s: str) -> str:
-    if "\n" in s or '"' in s:
-        if '"""' in s:
-            raise UserError('the hypothesis or bar contains """: write it without a triple quote')
-        return f'"""{s}"""'
-    return f'"{s}"'
+def _utf8(flag: str, text: str | None) -> str | None:
+    """``text`` as the UTF-8 file will hold it. An argument's bytes that the locale could not
+    decode (a C locale's ASCII) reach Python as lone surrogates: their bytes are read as UTF-8,
+    and bytes that are not UTF-8 either are refused (no UTF-8 file can hold them)."""
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return os.fsencode(text).decode("utf-8")
+    except UnicodeError:
+        raise UserError(f"{flag} holds bytes that are not UTF-8 text: give it as UTF-8") from None
+
+
+def _device(device: str | None) -> tuple[str, bool]:
+    """The device the line is written for (the one given, else this machine's), and whether
+    it is this machine's: only there can a kernel's modules and hardware be checked."""
+    from harness.measurement.device import detect_device
+
+    here = detect_device()
+    if device is None or device == "auto":
+        return here, True
+    if device not in DEVICES:
+        raise UserError(f"--device {device!r}: use auto, {' or '.join(DEVICES)}")
+    return device, device == here
+
+
+def _why_not(spec, device: str, here: bool) -> str | None:
+    """Why kernel ``spec`` cannot run on ``device``: everything on this machine's device; on
+    another machine's, the devices it is written for (its modules may be installed there)."""
+    if here:
+        return spec.unusable_reason(device)
+    return None if device in spec.devices else f"runs on {'/'.join(spec.devices)}, not {device}"
+
+
+def _default_baseline(workload: str, dtypes, device: str, here: bool) -> str:
+    """The first of DEFAULT_BASELINES that runs ``workload`` in every dtype on ``device``."""
+    from harness.registry import load_kernels
+
+    kernels = load_kernels()
+    for name in DEFAULT_BASELINES:
+        spec = kernels.get(name)
+        if (spec is not None and _why_not(spec, device, here) is None and workload in spec.workloads
+                and all(d in spec.dtypes for d in dtypes)):
+            return name
+    raise UserError(f"none of the default baselines ({', '.join(DEFAULT_BASELINES)}) runs {workload} in "
+                    f"{', '.join(dtypes)} on {device}{' here' if here else ''}: name one with --baseline "
+                    f"(`bench kernels` lists them)")
+
+
+def _runs_on(device: str, here: bool, names) -> None:
+    """Every kernel named runs on ``device`` (the refusal names the fix)."""
+    from harness.registry import get_kernel
+
+    for name in names:
+        why = _why_not(get_kernel(name), device, here)
+        if why is not None:
+            other = next(d for d in DEVICES if d != device)
+            where = "here, so the line could not sweep on this machine" if here else ""
+            raise UserError(f"kernel '{name}' cannot run on {device} ({why}){' ' + where if where else ''}: pick "
+                            f"another kernel (`bench kernels`), or pass --device {other} to write a line for "
+                            f"{MACHINES[other]}")
+
+
+# TOML basic-string escapes (toml.io, "String"); any other control character is written \uXXXX.
+TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+# A key TOML takes bare; any other is written quoted.
+BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+GRID_FIELDS = ("batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
+
+
+def toml_string(s: str) -> str:
+    """``s`` as a TOML basic string: every character it holds reads back as itself."""
+    return '"' + "".join(TOML_ESCAPES.get(ch) or (f"\\u{ord(ch):04x}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch)
+                         for ch in s) + '"'
+
+
+def toml_value(v) -> str:
+    """``v`` (a string, bool, int, finite float, list or table of them) as a TOML value."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return toml_string(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float) and math.isfinite(v):
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(map(toml_value, v)) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k if BARE_KEY.fullmatch(k) else toml_string(k)} = {toml_value(x)}"
+                                for k, x in v.items()) + " }"
+    raise TypeError(f"no TOML value for {v!r}")
+
+
+def registration_table(new: NewLine, waived: dict[str, str] | None = None) -> dict:
+    """The registration as data: what ``registration_text`` writes, and what the file must
+    read back as, value for value."""
+    from harness.measurement.correctness.figures import DEFAULT_TOLERANCES
+    from harness.workloads.inputs import DEFAULT_FAMILIES
+
+    dtypes = _known_dtypes(new.grid["dtype"])
+    cands = ({"candidate": new.candidates[0]} if len(new.candidates) == 1 else
+             {"candidates": list(new.candidates)})
+    return {"schema": 1, "hypothesis": new.hypothesis, "workload": new.workload, **cands, "baseline": new.baseline,
+            "grid": {k: list(new.grid[k]) for k in GRID_FIELDS},
+            "correctness": {"atol": {d: DEFAULT_TOLERANCES[d][0] for d in dtypes},
+                            "rtol": {d: DEFAULT_TOLERANCES[d][1] for d in dtypes}, "seeds": 3,
+                            "families": list(DEFAULT_FAMILIES), **({"accept_weak": list(waived)} if waived else {})},
+            "timing": {"mode": "cold"},
+            "bar": {"go": new.go, "primary": new.primary, "prediction": new.prediction}}
 
 
 def registration_text(new: NewLine, waived: dict[str, str] | None = None) -> str:
     """The registration file's text, every section commented; ``waived``: canary -> why it is
-    waived (written as ``accept_weak`` with that reason)."""
-    from harness.measurement.correctness.figures import DEFAULT_TOLERANCES
-    from harness.workloads.inputs import DEFAULT_FAMILIES
-
-    dtypes = new.grid["dtype"]
-    unknown = [d for d in dtypes if d not in DEFAULT_TOLERANCES]
-    if unknown:
-        raise UserError(f"--dtype {unknown[0]}: bench knows {', '.join(DEFAULT_TOLERANCES)}")
-    atol = ", ".join(f"{d} = {DEFAULT_TOLERANCES[d][0]:g}" for d in dtypes)
-    rtol = ", ".join(f"{d} = {DEFAULT_TOLERANCES[d][1]:g}" for d in dtypes)
-    cands = (f'candidate = "{new.candidates[0]}"' if len(new.candidates) == 1 else
-             f"candidates = {_toml_list(new.candidates)}")
-    grid = "\n".join(f"{k} = {_toml_list(new.grid[k])}" for k in ("batch", "heads", "kv_heads", "seq_len",
-                                                                   "head_dim", "dtype", "causal"))
+    waived (written as ``accept_weak`` with that reason). Every value is ``registration_table``'s,
+    written by ``toml_value``."""
+    t = registration_table(new, waived)
+    corr, bar = t["correctness"], t["bar"]
+    cands = "candidate" if "candidate" in t else "candidates"
+    grid = "\n".join(f"{k} = {toml_value(v)}" for k, v in t["grid"].items())
     return f'''# Line `{new.line}`, written by `bench new`. Edit what you need, commit it, then
 # `bench register registrations/{new.line}.toml` before any number exists: from then on the
 # bar below is fixed (the file is hashed into the ledger).
-schema = 1
+schema = {t["schema"]}
 # What you expect and why, in your words: the verdict is judged against this bar, not this text.
-hypothesis = {_toml_str(new.hypothesis)}
-workload = "{new.workload}"
-{cands}
+hypothesis = {toml_value(t["hypothesis"])}
+workload = {toml_value(t["workload"])}
+# Written for {new.device}: every kernel below runs there (`bench new --device` writes for another).
+{cands} = {toml_value(t[cands])}
 # Every candidate is timed against this kernel, and the baseline against itself (the control).
-baseline = "{new.baseline}"
+baseline = {toml_value(t["baseline"])}
 
 [grid]
 # Every combination of these values is one config (`bench kernels` says which shapes each
@@ -124,25 +255,25 @@ baseline = "{new.baseline}"
 # dtype (measurement/correctness/figures.py): they leave the 3-kernel baseline, which rounds S
 # to the input dtype, about 2x margin. `bench register` refuses a tolerance no output in the
 # dtype can meet and one loose enough to let a broken kernel through (its canaries).
-atol = {{ {atol} }}
-rtol = {{ {rtol} }}
+atol = {toml_value(corr["atol"])}
+rtol = {toml_value(corr["rtol"])}
 # Seeds per config; a seed passes when every input family passes at it.
-seeds = 3
-families = {_toml_list(DEFAULT_FAMILIES)}
+seeds = {toml_value(corr["seeds"])}
+families = {toml_value(corr["families"])}
 {_waivers(waived or {})}
 [timing]
 # cold: the L2 is flushed before every timed call (what a kernel sees in a model's forward
 # pass); hot: inputs rotate past the L2; graph: CUDA-graph replays. The stopping rule, clocks
 # and throttle policy keep bench's defaults (docs/contracts.md lists every key).
-mode = "cold"
+mode = {toml_value(t["timing"]["mode"])}
 
 [bar]
 # GO when this holds on the ledger (the bar language: docs/contracts.md). pass_rate == 1.0:
 # every config of every candidate passed the float64 gate.
-go = {_toml_str(new.go)}
+go = {toml_value(bar["go"])}
 # The figure the verdict reports against your prediction, written down before any number exists.
-primary = {_toml_str(new.primary)}
-prediction = {new.prediction!r}
+primary = {toml_value(bar["primary"])}
+prediction = {toml_value(bar["prediction"])}
 '''
 
 
@@ -152,18 +283,26 @@ def _waivers(waived: dict[str, str]) -> str:
     lines = ["# Canaries `bench register` checks that these tolerances cannot tell from rounding at",
              "# some grid point (the baseline needs them this loose): waived, so the line registers.",
              "# Tighten [correctness] where a kernel allows it, and drop the waiver.",
-             *(f"#   {name}: {why}" for name, why in waived.items()),
-             f"accept_weak = {_toml_list(list(waived))}"]
+             *(f"#   {name}: {' '.join(why.split())}" for name, why in waived.items()),
+             f"accept_weak = {toml_value(list(waived))}"]
     return "\n".join(lines) + "\n"
 
 
-def _parsed(text: str, path: Path):
+def _parsed(text: str, path: Path, want: dict):
+    """The registration ``text`` is, validated as `bench register` validates it — once it reads
+    back as exactly ``want`` (``registration_table``): every value given and nothing else (fail
+    closed: a text that would carry anything else is refused, never written)."""
     import hashlib
     import tomllib
 
     from harness.governance.registration import from_table
 
-    return from_table(tomllib.loads(text), path, hashlib.sha256(text.encode()).hexdigest())
+    raw = tomllib.loads(text)
+    if raw != want:
+        differ = sorted(k for k in {*raw, *want} if raw.get(k) != want.get(k))
+        raise UserError(f"the registration bench would write does not read back as given ({', '.join(differ)}): "
+                        f"nothing written — give plain values")
+    return from_table(raw, path, hashlib.sha256(text.encode()).hexdigest())
 
 
 def write_new(root: Path, new: NewLine) -> tuple[Path, dict[str, str]]:
@@ -178,8 +317,8 @@ def write_new(root: Path, new: NewLine) -> tuple[Path, dict[str, str]]:
     path = Path(root) / "registrations" / f"{new.line}.toml"
     if path.exists():
         raise UserError(f"registrations/{new.line}.toml exists: edit it, or pick another line id")
-    reg = _parsed(registration_text(new), path)
-    check_kernels(reg)
+    reg = _parsed(registration_text(new), path, registration_table(new))
+    check_kernels(reg, root)
     tolerance_floor(reg)  # a tolerance no output in the dtype could meet is refused here, not at register
     waived: dict[str, str] = {}
     for c in canaries.check(reg.configs, atol=reg.atol, rtol=reg.rtol, seed=reg.seeds[0], families=reg.families):
@@ -187,7 +326,7 @@ def write_new(root: Path, new: NewLine) -> tuple[Path, dict[str, str]]:
             waived[c.canary] = (f"{canaries.CANARIES[c.canary]}, at {c.point}: {c.dtype} atol {c.atol:g} rtol "
                                 f"{c.rtol:g} lets it through; {c.fix()} would reject it")
     text = registration_text(new, waived)
-    _parsed(text, path)
+    _parsed(text, path, registration_table(new, waived))
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "x", encoding="utf-8") as f:  # "x": a file that appeared meanwhile is not overwritten
         f.write(text)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.governance import line_ids
 from harness.governance.devices import device_of
 from harness.governance.outcomes import REGISTERED, RESULT, VERDICT
 from harness.governance.ledger_rows import RegisteredRow, VerdictRow
@@ -70,14 +71,15 @@ class LineView:
 
 
 def split_spec(spec: str) -> tuple[str, str | None]:
-    """``LINE`` or ``LINE@commit`` (a commit prefix) → (line id, commit or None)."""
+    """``LINE`` or ``LINE@commit`` (a commit prefix) → (line id, commit or None). A line id
+    only (``line_ids.check``), never a path: these commands read ``ledger/<id>.jsonl`` and
+    nothing else."""
     line, _, commit = spec.partition("@")
-    line = Path(line).stem if line.endswith(".jsonl") or line.endswith(".toml") else line
     if not line:
         raise UserError(f"'{spec}' names no line: use LINE or LINE@COMMIT")
     if "@" in spec and not commit:
         raise UserError(f"'{spec}' has an empty commit after '@': use LINE@COMMIT (a commit hash or its prefix)")
-    return line, commit or None
+    return line_ids.check(line), commit or None
 
 
 def ledger_dir(root: Path) -> Path:

@@ -118,9 +118,9 @@ def write(view: LineView, out: Path, data: dict | None = None) -> dict[str, Path
         p.write_bytes(png)
         paths[name] = p
     paths["markdown"] = out / "report.md"
-    paths["markdown"].write_text(markdown(data))
+    paths["markdown"].write_text(markdown(data), encoding="utf-8")
     paths["html"] = out / "report.html"
-    paths["html"].write_text(html(data, images))
+    paths["html"].write_text(html(data, images), encoding="utf-8")
     return paths
 
 

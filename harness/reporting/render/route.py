@@ -54,8 +54,8 @@ def write(table: RouteTable, out: Path, stem: str = "route") -> tuple[Path, Path
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     js, py = out / f"{stem}.json", out / f"{stem}.py"
-    js.write_text(json.dumps(table.as_json(), indent=1, sort_keys=True) + "\n")
-    py.write_text(dispatcher_source(table))
+    js.write_text(json.dumps(table.as_json(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    py.write_text(dispatcher_source(table), encoding="utf-8")
     return js, py
 
 

@@ -143,17 +143,18 @@ def write_site(site: Site, reports: dict, out: Path) -> dict[str, Path]:
     for line, (view, data) in reports.items():
         written = write_report(view, out / LINES_DIR / line, data)
         page = written["html"]
-        text, n = BODY.subn(lambda m: m.group(0) + _nav(line, chain_of.get(line)), page.read_text(), count=1)
+        text, n = BODY.subn(lambda m: m.group(0) + _nav(line, chain_of.get(line)), page.read_text(encoding="utf-8"),
+                            count=1)
         if n:
-            page.write_text(text)
+            page.write_text(text, encoding="utf-8")
         paths[f"line:{line}"] = page
     for c in site.chains:
         p = out / chain_page(c.root)
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(chain_html(site, c, chain_plot(c)))
+        p.write_text(chain_html(site, c, chain_plot(c)), encoding="utf-8")
         paths[f"chain:{c.root}"] = p
     paths["index"] = out / INDEX
-    paths["index"].write_text(index_html(site))
+    paths["index"].write_text(index_html(site), encoding="utf-8")
     return paths
 
 
