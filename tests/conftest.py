@@ -268,7 +268,7 @@ def repo(tmp_path: Path) -> Path:
 # Sweep rows run on the GPU to check what a row records (VRAM, slots): a short policy.
 def sweep_context(*, device: str = "cpu", baseline: str = "torch_stack", candidates=("sdpa",),
                   atol: dict | None = None, rtol: dict | None = None, timing: dict | None = None,
-                  line: str = "t", go: str = "pass_rate == 1.0", ceilings: dict | None = None):
+                  line: str = "t", go: str = "pass_rate == 1.0", ceilings: dict | None = None, schema: int = 1):
     """A SweepContext for ``run_config`` under a registration made of these tables, validated
     as `bench register` validates a file (one seed, the normal family). The grid's dtypes
     are the tolerances' (run_config is given its configs, not the grid's)."""
@@ -280,7 +280,7 @@ def sweep_context(*, device: str = "cpu", baseline: str = "torch_stack", candida
 
     atol = atol or {"float32": 1e-5}
     rtol = rtol or {d: 1e-4 for d in atol}
-    raw = {"schema": 1, "hypothesis": "a test line", "candidates": list(candidates), "baseline": baseline,
+    raw = {"schema": schema, "hypothesis": "a test line", "candidates": list(candidates), "baseline": baseline,
            "grid": {"batch": [1], "heads": [2], "seq_len": [32], "head_dim": [16], "dtype": sorted(atol)},
            "correctness": {"atol": atol, "rtol": rtol, "seeds": [0], "families": ["normal"]},
            "timing": dict(timing or {}), "bar": {"go": go, "prediction": 1.0}}

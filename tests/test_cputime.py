@@ -71,7 +71,7 @@ def test_a_call_that_waited_drops_its_whole_round_counted_with_its_reason():
 
 
 def test_waited_rounds_are_not_samples_and_many_of_them_make_the_row_rig_noisy():
-    from harness.measurement.timing.measure import WAIT_MAX_ROUNDS_FACTOR
+    from harness.measurement.timing.criteria import WAIT_MAX_ROUNDS_FACTOR
     from harness.measurement.timing.results import rig_noise
 
     durs = {n: noisy(0.6, i) for i, n in enumerate(ARMS)}

@@ -217,3 +217,29 @@ def test_a_host_slower_than_the_longest_hold_is_reported():
     assert m.host_gaps["baseline"]["kept"] == len(m.rounds) == 6, m.host_gaps
     assert "host launch gaps" in (m.timing_note or ""), m.timing_note
     assert m.arms["baseline"].stats.median >= 1.0  # the gap is in the sample: reported, not hidden
+
+
+@pytest.mark.parametrize("kernel, mode", [("matmul", "cold"), ("add", "graph")])
+def test_the_statistic_stop_on_a_gpu_reports_the_look_it_stopped_at(kernel, mode):
+    """stop = "statistic" with CUDA events and NVML polling from its thread: the stop's quantities
+    are the speedup and the control (paired within rounds), the row's figures are the look's
+    (its first n kept rounds, whose clocks were judged when it looked), and a planted 1.00×
+    pair reads 1 within the control tolerance."""
+    from harness.measurement.stats import paired_ratio
+    from harness.measurement.timing import looks
+
+    fn, slots = KERNELS[kernel]()
+    pol = policy(mode, stop="statistic")
+    m = measure(arms_for(fn), n_slots=slots, policy=pol, device=DEV)
+    assert m.stop_reason in STOP_REASONS and m.stop is not None
+    assert [(q.numerator, q.denominator) for q in m.stop.quantities] == [("baseline", "candidate"),
+                                                                         ("baseline", "control")]
+    kept = m.arms["baseline"].stats.n
+    if m.stop_reason == "precision":
+        assert m.stop.reached and m.stop.n in looks(pol.min_samples, pol.max_samples) and m.stop.n <= kept
+    else:
+        assert m.stop.n == kept
+    b, c, k = (m.arms[a].samples[:m.stop.n] for a in ("baseline", "candidate", "control"))
+    assert m.speedup() == paired_ratio(b, c, m.stop.confidence)
+    assert m.control_ratio == paired_ratio(b, k)[0]
+    assert abs(m.speedup()[0] - 1) <= pol.control_tolerance and m.control_ok, (m.speedup(), m.control_ratio)

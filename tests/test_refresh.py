@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from harness.measurement.timing import TimingPolicy, measure
-from harness.measurement.timing.measure import REFRESH_EXTRA_ROUNDS
+from harness.measurement.timing.criteria import REFRESH_EXTRA_ROUNDS
 from harness.measurement.timing.refresh import (FRESH_BUFFERS, IN_PLACE, MIN_FRESH_CALLS, REMEMBERS_TAG, SHAM,
                                                 judge_input_memory)
 from harness import kernel

@@ -269,3 +269,73 @@ def test_the_ledger_keeps_the_tables_as_written(tmp_path):
     s = registration.load(_write(tmp_path, text)).summary()
     assert s["timing"] == {"warmup_ms": 5, "min_samples": 5, "max_samples": 40, "min_time_ms": 5, "timeout_s": 5}
     assert s["numerics"] == {"float32_matmul_precision": "highest"}
+
+
+# -- [timing] stop = "statistic" (schema 6): stop on the bar's quantities -------------------------
+STAT = TINY.replace("schema = 1", "schema = 6").replace("min_samples = 5", "min_samples = 10")
+
+
+def test_the_statistic_stop_is_accepted_at_schema_6_with_its_defaults_and_its_keys(tmp_path):
+    reg = registration.load(_write(tmp_path, STAT.replace("timeout_s = 5", 'timeout_s = 5\nstop = "statistic"\n'
+                                                          "precision = 0.01\nalpha = 0.01")))
+    assert (reg.timing.stop, reg.timing.precision, reg.timing.alpha) == ("statistic", 0.01, 0.01)
+    assert reg.summary()["timing"]["stop"] == "statistic" and reg.summary()["timing"]["precision"] == 0.01
+    assert {"stop": "statistic", "precision": 0.01, "alpha": 0.01}.items() <= reg.timing.as_dict().items()
+    plain = registration.load(_write(tmp_path, STAT.replace("timeout_s = 5", 'timeout_s = 5\nstop = "statistic"'),
+                                     "plain.toml"))
+    assert (plain.timing.precision, plain.timing.alpha) == (0.005, 0.05)  # the named defaults
+    noise = registration.load(_write(tmp_path, STAT.replace("timeout_s = 5", 'timeout_s = 5\nstop = "noise"'),
+                                     "noise.toml"))
+    old = registration.load(_write(tmp_path, TINY.replace("min_samples = 5", "min_samples = 10"), "old.toml"))
+    assert noise.timing == old.timing and noise.timing.precision is None
+    assert noise.timing.as_dict() == old.timing.as_dict() and "stop" not in old.timing.as_dict()  # rows as before
+
+
+@pytest.mark.parametrize("key", ['stop = "statistic"', 'stop = "noise"', 'stop = "statistic"\nprecision = 0.01',
+                                 'stop = "statistic"\nalpha = 0.01'])
+def test_a_statistic_stop_key_needs_schema_6(tmp_path, key):
+    text = STAT.replace("schema = 6", "schema = 5").replace("timeout_s = 5", f"timeout_s = 5\n{key}")
+    with pytest.raises(UserError, match=r"\[timing\] (stop|precision|alpha) needs schema = 6 .*set schema = 6"):
+        registration.load(_write(tmp_path, text))
+
+
+@pytest.mark.parametrize("edit, message", [
+    ('stop = "fast"', "'stop' = 'fast': must be one of 'noise', 'statistic'"),
+    ('stop = 1', "'stop' = 1: must be one of"),
+    ('stop = "statistic"\nprecision = 0', "'precision' = 0: must lie in"),
+    ('stop = "statistic"\nprecision = 1.5', "'precision' = 1.5: must lie in"),
+    ('stop = "statistic"\nprecision = "tight"', "'precision' = 'tight': must be a number"),
+    ('stop = "statistic"\nalpha = 0', "'alpha' = 0: must lie in"),
+    ('stop = "statistic"\nalpha = 0.6', "'alpha' = 0.6: must lie in"),
+    ('stop = "statistic"\nalpha = true', "'alpha' = True: must be a number"),
+    ("precision = 0.01", "'precision' belongs to the statistic stop: set stop = \"statistic\""),
+    ('stop = "noise"\nalpha = 0.01', "'alpha' belongs to the statistic stop"),
+    ('stop = "statistic"\nnoise_target = 0.01', "'noise_target' is the noise stop's target"),
+])
+def test_bad_statistic_stop_values_are_refused_naming_the_key(tmp_path, edit, message):
+    text = STAT.replace("timeout_s = 5", f"timeout_s = 5\n{edit}")
+    with pytest.raises(UserError) as exc:
+        registration.load(_write(tmp_path, text))
+    assert message in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
+
+
+def test_a_statistic_stop_needs_min_samples_enough_for_its_first_look(tmp_path):
+    # 5 to 40 rounds: looks at 5, 10, 20 and the end, each at 1 - 0.05/4 = 98.75%, which needs 8
+    text = STAT.replace("min_samples = 10", "min_samples = 5").replace("timeout_s = 5", 'timeout_s = 5\nstop = "statistic"')
+    with pytest.raises(UserError, match="'min_samples' = 5 is too few for the statistic stop's first look: its "
+                                        "98.7500% interval needs 8 rounds — raise min_samples to 8"):
+        registration.load(_write(tmp_path, text))
+    assert registration.load(_write(tmp_path, text.replace("min_samples = 5", "min_samples = 8"), "ok.toml"))
+
+
+def test_bench_register_refuses_a_statistic_stop_without_schema_6_in_one_line_and_writes_nothing(tmp_path):
+    from tests.conftest import init_repo, run_bench
+
+    old = STAT.replace("schema = 6", "schema = 5").replace("timeout_s = 5", 'timeout_s = 5\nstop = "statistic"')
+    bad = STAT.replace("timeout_s = 5", 'timeout_s = 5\nstop = "statistic"\nalpha = 2')
+    repo = init_repo(tmp_path / "proj", {"old": old, "bad": bad})
+    for line, message in (("old", "[timing] stop needs schema = 6"), ("bad", "'alpha' = 2: must lie in")):
+        r = run_bench(repo, "register", line)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert sorted(p.name for p in (repo / "ledger").iterdir()) == [".gitkeep"]

@@ -15,6 +15,12 @@ the raw data it carries, and names each one that disagrees (``recompute``):
   ``sustained.median_ms`` and ``n_calls``) else the candidate's median; ``tflops``, ``gbps``,
   ``kv_gbps`` from it and the config's formulas (``sustained.rates``); ``gbps_frac`` and
   ``kv_gbps_frac`` from the copy ceiling the row's ``floor`` records;
+- a row measured under the statistic stop (``policy.stop = "statistic"``, schema 6) has its
+  speedup, CI and control from the stop's look instead (``criteria.row_statistic``): the
+  median of the per-round ratios over its first ``timing.stop.n`` kept rounds, the interval
+  at the look confidence its policy gives; ``timing.stop`` itself (the look's confidence,
+  every quantity, ``reached``) is recomputed, and its ``n`` must be a look of the schedule
+  whose quantities all met the precision (stop reason "precision") or every kept round;
 - ``timing.n_rounds``, ``n_dropped``, ``n_waited`` from the columnar ``timing.rounds``;
   ``timing.quanta`` from the samples (host and CUDA-event timers); ``rig_noisy`` and
   ``rig_noise`` (``sweep.run.rig_noise``) from the recomputed control and those.
@@ -39,6 +45,8 @@ from typing import Any
 
 from harness.governance.outcomes import RESULT
 from harness.jsonsafe import number
+from harness.measurement.timing.criteria import PRECISION_REASON, Quantity, row_statistic
+from harness.measurement.timing.policy import looks
 
 # Relative tolerance for a figure recomputed from the row's float64 samples by the same
 # numpy functions that wrote it. The same numpy gives the same bits; another numpy build or
@@ -112,7 +120,7 @@ class _Audit:
 def recompute(row: dict) -> list[Disagreement]:
     """Every derived figure of a `result` row that its raw data does not give back (empty:
     the row adds up; other kinds and rows without raw samples have nothing to recompute)."""
-    from harness.measurement.stats import QUANTUM_TICKS_MS, Stats, quantum, ratio, speedup_ci
+    from harness.measurement.stats import QUANTUM_TICKS_MS, Stats, paired_ratio, quantum, ratio, speedup_ci
     from harness.measurement.timing.results import arm_name, rig_noise
 
     if row.kind != RESULT:
@@ -138,17 +146,26 @@ def recompute(row: dict) -> list[Disagreement]:
     metrics = row.metrics if isinstance(row.metrics, dict) else {}
     cand = samples.get(arm_name(str(row.candidate)))
     base, ctl = samples.get("baseline"), samples.get("control")
+    try:
+        stat = row_statistic(row.policy, timing)
+    except ValueError as exc:
+        a.bad("timing.stop", timing.get("stop"), str(exc))
+        return a.found
+    if stat is not None:
+        _stop(a, row, timing, samples, stat)
     if base and cand:
-        a.check(metrics, "speedup", "metrics.speedup", ratio(base, cand))
-        lo, hi = speedup_ci(base, cand)
-        a.check(metrics, "speedup_ci_low", "metrics.speedup_ci_low", lo)
-        a.check(metrics, "speedup_ci_high", "metrics.speedup_ci_high", hi)
+        if stat is None:
+            sp = ratio(base, cand), *speedup_ci(base, cand)
+        else:
+            sp = paired_ratio(base[:stat[0]], cand[:stat[0]], stat[1])
+        for key, v in zip(("speedup", "speedup_ci_low", "speedup_ci_high"), sp):
+            a.check(metrics, key, f"metrics.{key}", v)
         a.check(metrics, "interleaved_ms", "metrics.interleaved_ms", Stats.from_samples(cand).median)
     if base:
         a.check(metrics, "baseline_ms", "metrics.baseline_ms", Stats.from_samples(base).median)
     control = None
     if base and ctl:
-        control = ratio(base, ctl)
+        control = ratio(base, ctl) if stat is None else paired_ratio(base[:stat[0]], ctl[:stat[0]])[0]
         a.check(metrics, "control", "metrics.control", control)
         a.check(metrics, "control_ms", "metrics.control_ms", Stats.from_samples(ctl).median)
         a.check(timing, "control_ratio", "timing.control_ratio", control)
@@ -162,6 +179,40 @@ def recompute(row: dict) -> list[Disagreement]:
     if control is not None:
         _noise(a, row, timing, control, rig_noise)
     return a.found
+
+
+def _stop(a: _Audit, row: dict, timing: dict, samples: dict, stat: tuple[int, float]) -> None:
+    """A statistic-stopped row's ``timing.stop``: its look confidence from the policy, each
+    quantity from the samples, ``reached``, and an ``n`` the rule could have stopped at (a look
+    whose quantities all met the precision, or at the end every kept round)."""
+    n, confidence = stat
+    stop, policy = timing["stop"], row.policy
+    a.check(stop, "confidence", "timing.stop.confidence", confidence)
+    quantities = stop.get("quantities")
+    if not isinstance(quantities, list) or not quantities:
+        a.bad("timing.stop.quantities", quantities, "no bar quantity recorded")
+        return
+    precision = number(policy.get("precision"))
+    met = []
+    for i, q in enumerate(quantities):
+        x = samples.get(q.get("numerator")) if isinstance(q, dict) else None
+        y = samples.get(q.get("denominator")) if isinstance(q, dict) else None
+        if x is None or y is None or len(x) < n or len(y) < n:
+            a.bad(f"timing.stop.quantities.{i}", q, f"names no arm with {n} kept samples")
+            continue
+        want = Quantity.of(q["numerator"], q["denominator"], x[:n], y[:n], confidence)
+        for k in ("ratio", "lo", "hi", "half_width"):
+            a.check(q, k, f"timing.stop.quantities.{i}.{k}", getattr(want, k))
+        met.append(precision is not None and want.half_width <= precision)
+    a.check(stop, "reached", "timing.stop.reached", bool(met) and all(met))
+    kept = len(next(iter(samples.values()), []))
+    if timing.get("stop_reason") == PRECISION_REASON:
+        schedule = looks(int(policy["min_samples"]), int(policy["max_samples"]))
+        if n not in schedule or not all(met):
+            a.bad("timing.stop.n", n, f"a precision stop at a look of {list(schedule)} where every quantity met "
+                                      f"{precision}")
+    elif n != kept:
+        a.bad("timing.stop.n", n, f"every kept round ({kept}) at a stop for {timing.get('stop_reason')}")
 
 
 def _rates(a: _Audit, row: dict, metrics: dict, cand: list[float] | None) -> None:

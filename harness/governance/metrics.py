@@ -56,11 +56,14 @@ class Metric:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("speedup", "×", "baseline median over candidate median, from the interleaved rounds", True,
+    Metric("speedup", "×", "baseline median over candidate median, from the interleaved rounds (`[timing] stop = "
+           "\"statistic\"`: the median of the per-round ratios over the stop's rounds)", True,
            shown_elsewhere=True, protocol=INTERLEAVED),
-    Metric("speedup_ci_low", "×", "lower bound of the speedup's paired bootstrap 95% confidence interval", True,
+    Metric("speedup_ci_low", "×", "lower bound of the speedup's paired bootstrap 95% confidence interval (statistic "
+           "stop: of the interval the stop judged, at its look confidence)", True,
            shown_elsewhere=True, protocol=INTERLEAVED),
-    Metric("speedup_ci_high", "×", "upper bound of the speedup's paired bootstrap 95% confidence interval", True,
+    Metric("speedup_ci_high", "×", "upper bound of the speedup's paired bootstrap 95% confidence interval (statistic "
+           "stop: of the interval the stop judged)", True,
            shown_elsewhere=True, protocol=INTERLEAVED),
     Metric("tflops", "TFLOP/s", "useful FLOPs (formulas.flops) over ms", True,
            label="TFLOP/s", rate=True, protocol=RATES),
@@ -77,7 +80,8 @@ METRICS: tuple[Metric, ...] = (
            shown_elsewhere=True, protocol=INTERLEAVED),
     Metric("control_ms", "ms", "median time of one control call (the baseline again, its own buffers)", False,
            shown_elsewhere=True, protocol=INTERLEAVED),
-    Metric("control", "×", "baseline median over control median: 1 on a quiet rig (rig-noisy outside the tolerance)",
+    Metric("control", "×", "baseline median over control median: 1 on a quiet rig (rig-noisy outside the tolerance; "
+           "statistic stop: the median of the per-round ratios, as the speedup)",
            None, shown_elsewhere=True, protocol=INTERLEAVED),
     Metric("tflops_frac", "fraction", "tflops over the device's measured matmul ceiling for the dtype", True,
            fmt=".1%", label="of measured matmul", rate=True, needs="ceilings", protocol=RATES),

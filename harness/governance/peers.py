@@ -13,6 +13,9 @@ compared, and a decided result is never re-measured at its commit).
 
 from __future__ import annotations
 
+from harness.measurement.stats import paired_ratio, ratio
+from harness.measurement.timing.criteria import row_statistic
+
 # Why a correct row has no speedup over a peer (``Uncompared.kind``).
 PEER_FAILED = "peer_failed"  # P's outcome there is not a correct result (incorrect, crashed, impossible)
 PEER_UNMEASURED = "peer_unmeasured"  # P has no result the bar counts there (skipped, throttled, rig-noisy)
@@ -35,11 +38,14 @@ def peer_samples(row, peer: str) -> tuple[list[float], list[float]]:
 
 def speedup_vs(row, peer: str) -> float | None:
     """The row's candidate's speedup over ``peer``: P's median over its own (>1: the candidate
-    is faster), the speedup's own ratio of medians; None where the row has no samples of P."""
-    from harness.measurement.stats import ratio
-
+    is faster), the speedup's own ratio of medians — under the statistic stop the speedup's own
+    statistic, the median of the per-round ratios over the stop's rounds; None where the row
+    has no samples of P."""
     p, c = peer_samples(row, peer)
-    return ratio(p, c) if p and c else None
+    if not (p and c):
+        return None
+    stat = row_statistic(row.policy, row.timing)
+    return ratio(p, c) if stat is None else paired_ratio(p[:stat[0]], c[:stat[0]])[0]
 
 
 def same_measurement(row, peer_row) -> bool:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from harness.measurement.numerics import NumericPins
     from harness.measurement.timing import TimingPolicy
 
-REGISTRATION_SCHEMA = 5
+REGISTRATION_SCHEMA = 6
 DEFAULT_BASELINE = "cublas_stack"
 DEFAULT_PRIMARY = "geomean(speedup)"
 # Tolerances are >= 0 (atol 0 with rtol > 0 is a pure relative bar) and below this (a
@@ -51,7 +51,9 @@ BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing", "mi
 # (table, key) -> the schema that introduced it: a bench older than that refuses the file
 # ("upgrade bench") instead of misreading it, so a file using the key must say that schema.
 KEY_SCHEMA = {("bar", "mixed_devices"): 2, ("numerics", "num_threads"): 2, ("bar", "beyond_ceiling_ok"): 3,
-              ("grid", "tokens"): 5}
+              ("grid", "tokens"): 5,
+              # the statistic stop (timing/criteria.py): an older bench would stop on noise instead
+              ("timing", "stop"): 6, ("timing", "precision"): 6, ("timing", "alpha"): 6}
 # The schema that introduced a bar clause against a peer candidate (``speedup vs "P"``).
 PEER_SCHEMA = 5
 # A verdict needs every registered pair decided unless [bar] min_coverage says less
@@ -127,6 +129,22 @@ class Registration:
 
         row = [{**cfg.as_dict(), "candidate": candidate}]
         return any(barlang.matching(a, row) for a in self._rate_aggregates())
+
+    def peer_pairs(self, cfg, timed: list[str]) -> list[tuple[str, str]]:
+        """(peer P, candidate A) for each go clause ``speedup vs "P"`` that selects A at ``cfg``,
+        both among ``timed``: the peer quantities the statistic stop must resolve there."""
+        from harness.governance import bar as barlang
+
+        out = []
+        for clause in self.bar.clauses():
+            peer = clause.aggregate.peer
+            if peer is None or peer not in timed:
+                continue
+            for a in timed:
+                if (a != peer and (peer, a) not in out
+                        and barlang.matching(clause.aggregate, [{**cfg.as_dict(), "candidate": a}])):
+                    out.append((peer, a))
+        return out
 
     def summary(self) -> dict:
         """What a ledger row carries so reports can be built from the ledger alone."""

@@ -57,6 +57,23 @@ def median_ci(samples: Sequence[float], confidence: float = NOISE_CONFIDENCE) ->
     return float(x[k - 1]), float(x[n - k])
 
 
+def median_ci_min_n(confidence: float) -> int:
+    """The fewest samples for which ``median_ci`` at ``confidence`` exists (6 at 95%)."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
+    n = 1
+    while _median_ci_rank(n, confidence) < 1:
+        n += 1
+    return n
+
+
+def half_width(center: float, lo: float, hi: float) -> float:
+    """The relative half-width (hi - lo) / (2 · center) of an interval; inf when it is undefined."""
+    if math.isnan(lo) or math.isnan(hi) or not center > 0:
+        return math.inf
+    return (hi - lo) / (2 * center)
+
+
 def rel_noise(samples: Sequence[float], confidence: float = NOISE_CONFIDENCE) -> float:
     """Relative half-width of the median's CI (see the module docstring); inf if undefined."""
     import numpy as np
@@ -64,10 +81,28 @@ def rel_noise(samples: Sequence[float], confidence: float = NOISE_CONFIDENCE) ->
     lo, hi = median_ci(samples, confidence)
     if math.isnan(lo):
         return math.inf
-    med = float(np.median(np.asarray(samples, dtype=float)))
-    if med <= 0:
-        return math.inf
-    return (hi - lo) / (2 * med)
+    return half_width(float(np.median(np.asarray(samples, dtype=float))), lo, hi)
+
+
+def paired_ratio(numerator: Sequence[float], denominator: Sequence[float],
+                 confidence: float = DEFAULT_CONFIDENCE) -> tuple[float, float, float]:
+    """(ratio, lo, hi): the median of the per-round ratios numerator_i / denominator_i of two
+    arms timed in the same rounds, and its distribution-free CI (``median_ci`` of the log-ratios,
+    exponentiated: exact whenever the rounds' ratios are independent with one median, whatever
+    their distribution). A clock swing common to both calls of a round cancels in its ratio,
+    where it widens each arm's own median. (nan, nan, nan) without samples; lo and hi nan when
+    n is too small for ``confidence``."""
+    import numpy as np
+
+    x, y = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
+    if x.shape != y.shape:
+        raise ValueError(f"paired_ratio needs the same rounds of both arms, got {x.size} and {y.size} samples")
+    if x.size == 0:
+        return math.nan, math.nan, math.nan
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = np.log(x / y)
+    lo, hi = median_ci(d, confidence)
+    return float(np.exp(np.median(d))), float(np.exp(lo)), float(np.exp(hi))
 
 
 @dataclass(frozen=True)
@@ -158,6 +193,17 @@ def speedup_replicates(baseline: Sequence[float], candidate: Sequence[float], n_
         ic = ib if pair else rng.integers(0, c.size, size=(m, c.size))
         stats.append(np.median(b[ib], axis=-1) / np.median(c[ic], axis=-1))
     return np.concatenate(stats)
+
+
+def paired_replicates(numerator: Sequence[float], denominator: Sequence[float], n_resamples: int = DEFAULT_RESAMPLES,
+                      random_state=DEFAULT_SEED):
+    """Bootstrap replicates of ``paired_ratio``'s ratio (rounds resampled, pairs kept): a report
+    aggregates them across rows as it does ``speedup_replicates``."""
+    import numpy as np
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = np.log(np.asarray(numerator, dtype=float) / np.asarray(denominator, dtype=float))
+    return np.exp(median_replicates(d, n_resamples, random_state))
 
 
 def median_replicates(samples: Sequence[float], n_resamples: int = DEFAULT_RESAMPLES, random_state=DEFAULT_SEED):
@@ -321,4 +367,4 @@ def _mwu_exact_sf(n1: int, n2: int, u: int) -> float:
 __all__ = ["DEFAULT_CONFIDENCE", "DEFAULT_RESAMPLES", "DEFAULT_SEED", "MWU_ALTERNATIVES", "MWU_EXACT_MAX_N",
            "NOISE_CONFIDENCE", "QUANTUM_MAX_DISTINCT_FRACTION", "QUANTUM_MIN_MULTIPLE", "QUANTUM_MIN_SAMPLES",
            "QUANTUM_MIN_SHARE", "QUANTUM_TICKS_MS", "QUANTUM_TOLERANCE", "Quantum", "Stats", "mann_whitney_u",
-           "median_ci", "quantum", "ratio", "rel_noise", "speedup_ci"]
+           "half_width", "median_ci", "median_ci_min_n", "paired_ratio", "quantum", "ratio", "rel_noise", "speedup_ci"]

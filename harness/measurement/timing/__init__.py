@@ -7,6 +7,7 @@
     graphs.py   CUDA-graph capture for graph mode
     rounds.py   RoundRunner: one round of calls (slots, lead calls, prepare, flush, spot check)
     measure.py  measure(): the protocol (prime, warm up, settle, rounds, result), step by step
+    criteria.py  when the rounds stop ([timing] stop): NoiseStop, StatisticStop, the fixed maximum
     sustained.py  sustain(): the sustained mode, one arm back to back as do_bench times it
                 (absolute rates at the clock a loop settles at); rates() of a config
     results.py  Round, ArmResult, Measurement (frozen, raw samples kept) and its ledger form
@@ -16,6 +17,9 @@ The package re-exports every public name of its modules, so ``from
 harness.measurement.timing import X`` works; import from the module to say which part.
 """
 
+from harness.measurement.timing.criteria import (
+    NOISE_REASON, PRECISION_REASON, REFRESH_EXTRA_ROUNDS, STATISTIC, WAIT_MAX_ROUNDS_FACTOR, Criterion, NoiseStop,
+    Progress, Quantity, StatisticStop, StopRecord, bar_pairs, criterion_for, row_statistic)
 from harness.measurement.timing.empty import (
     EMPTY_ARM, EMPTY_WINDOW_BUDGET, EMPTY_WINDOW_FACTOR, EmptyWindow, empty_window, told_apart)
 from harness.measurement.timing.graphs import GRAPH_SIDE_WARMUP_CALLS, GRAPH_TARGET_SAMPLE_MS
@@ -29,7 +33,8 @@ from harness.measurement.timing.policy import (
     DEFAULT_MAX_SAMPLES, DEFAULT_MIN_SAMPLES, DEFAULT_MIN_TIME_MS, DEFAULT_MODE, DEFAULT_NOISE_TARGET,
     DEFAULT_THROTTLE_THRESHOLD, DEFAULT_TIMEOUT_S, DEFAULT_WARMUP_MS, DEFAULT_WATCHDOG_S, FLUSH_FLOOR_BYTES,
     GRAPH_MAX_REPLAYS, GRAPH_MAX_ROTATION_SLOTS, L2_FLUSH_FACTOR, LEAD_CALLS_MAX, MAX_ROTATION_SLOTS, MODES,
-    ROTATION_FACTOR, TimingPolicy, device_l2_bytes, flush_bytes, l2_flush, rotation_slots)
+    ROTATION_FACTOR, DEFAULT_ALPHA, DEFAULT_PRECISION, DEFAULT_STOP, MAX_ALPHA, MIN_ALPHA, STATISTIC_KEYS, STOPS,
+    TimingPolicy, device_l2_bytes, flush_bytes, l2_flush, look_confidence, looks, rotation_slots)
 from harness.measurement.timing.results import (
     ARM_BASELINE, ARM_CANDIDATE, ARM_CONTROL, STOP_REASONS, ArmResult, Measurement, Round)
 from harness.measurement.timing.sustained import (
@@ -46,6 +51,12 @@ __all__ = [
     "DEFAULT_THROTTLE_THRESHOLD", "DEFAULT_TIMEOUT_S", "DEFAULT_WARMUP_MS", "DEFAULT_WATCHDOG_S", "FLUSH_FLOOR_BYTES",
     "GRAPH_MAX_REPLAYS", "GRAPH_MAX_ROTATION_SLOTS", "L2_FLUSH_FACTOR", "LEAD_CALLS_MAX", "MAX_ROTATION_SLOTS",
     "MODES", "ROTATION_FACTOR", "TimingPolicy", "device_l2_bytes", "flush_bytes", "l2_flush", "rotation_slots",
+    "DEFAULT_ALPHA", "DEFAULT_PRECISION", "DEFAULT_STOP", "MAX_ALPHA", "MIN_ALPHA", "STATISTIC_KEYS", "STOPS",
+    "look_confidence", "looks",
+    # stop criteria
+    "NOISE_REASON", "PRECISION_REASON", "REFRESH_EXTRA_ROUNDS", "STATISTIC", "WAIT_MAX_ROUNDS_FACTOR", "Criterion",
+    "NoiseStop", "Progress", "Quantity", "StatisticStop", "StopRecord", "bar_pairs", "criterion_for",
+    "row_statistic",
     # timers
     "BLOCK_MAX_S", "BLOCK_MIN_S", "FALLBACK_SM_HZ", "HOST_GAP_RETRIES", "WAIT_DROP_MS", "WAIT_SOURCE_SCHEDSTAT",
     "WAIT_SOURCE_THREAD_TIME", "CallCpu", "CudaEventTimer", "HostTimer", "RunQueueClock", "Timer", "hold_stream",

@@ -22,8 +22,9 @@ from harness.measurement.timing.policy import TimingPolicy
 from harness.measurement.timing.timers import Timer
 
 EMPTY_WINDOW_FACTOR = 2.0
+# One arm, no pair: its own median's noise stops it, whatever stop the line registers.
 EMPTY_WINDOW_BUDGET = {"warmup_ms": 20.0, "min_samples": 20, "max_samples": 400, "min_time_ms": 20.0,
-                       "noise_target": 0.05, "timeout_s": 10.0}
+                       "noise_target": 0.05, "timeout_s": 10.0, "stop": "noise", "precision": None, "alpha": None}
 EMPTY_ARM = "empty"
 _empty_cache: dict[tuple, "EmptyWindow"] = {}
 

@@ -34,11 +34,13 @@ the same way, in rounds, and returns a frozen ``Measurement`` holding every raw 
    into new buffers by the caller (in place only in graph mode: the graphs read the captured
    addresses); ``keep_refreshed`` may copy the output of one such call per arm and kind.
    Every measured call is labelled first-seen or seen (by the arm, per slot version).
-7. Stop adaptively: after ``min_samples`` kept rounds and ``min_time_ms`` of measured time,
-   when every arm's ``rel_noise`` ≤ ``noise_target`` ("noise_target"); else at
-   ``max_samples`` rounds ("max_samples"); else at ``timeout_s`` ("timeout"). With a refresh
-   hook, the noise stop also waits for the schedule's guaranteed refreshed rounds and for
-   enough first-seen and seen calls per arm to judge (``refresh_pending``).
+7. Stop adaptively, when the criterion says (timing/criteria.py; ``[timing] stop``): after
+   ``min_samples`` kept rounds and ``min_time_ms`` of measured time, when every arm's
+   ``rel_noise`` ≤ ``noise_target`` ("noise_target"; the noise stop) or every bar quantity's
+   paired interval is within ``precision`` at a scheduled look ("precision"; the statistic
+   stop); else at ``max_samples`` rounds ("max_samples"); else at ``timeout_s`` ("timeout").
+   With a refresh hook, the target also waits for the schedule's guaranteed refreshed rounds
+   and for enough first-seen and seen calls per arm to judge (``refresh_pending``).
 8. ``_result``: drop rounds whose minimum SM clock < ``throttle_threshold`` × reference
    (their samples are kept separately); the measurement is ``throttled`` when the dropped
    fraction exceeds ``max_drop_fraction`` or the reference itself was taken under an
@@ -72,24 +74,17 @@ from typing import Callable, Mapping
 from harness.errors import UserError
 from harness.measurement import clocks as _clocks
 from harness.measurement.clocks import ClockMonitor
-from harness.measurement.stats import quantum, rel_noise
+from harness.measurement.stats import quantum
+from harness.measurement.timing.criteria import Criterion, Progress, criterion_for
 from harness.measurement.timing.graphs import auto_replays, capture_chains, capture_graphs
 from harness.measurement.timing.policy import TimingPolicy
-from harness.measurement.timing.refresh import REFRESH_MIN_ROUNDS, judge_input_memory
+from harness.measurement.timing.refresh import judge_input_memory
 from harness.measurement.timing.results import ArmResult, Measurement, RefreshRecord, Round
 from harness.measurement.timing.rounds import RawRound, RoundRunner
 from harness.measurement.timing.timers import (BLOCK_MAX_S, CPU_OVER_WALL_SLACK_MS, CallClock, CallCpu,
                                                CudaEventTimer, HostTimer, Timer, clock_disagreement, clock_gap_us)
 
 WARMUP_MIN_ROUNDS = 1
-# Rounds past max_samples a measurement may run while the content check (timing/refresh.py)
-# still lacks the calls to judge an arm (rounds dropped for clocks or waits took some): every
-# one of them is shammed, or (first-seen calls short) refreshed or shammed half and half
-# (refresh.CATCH_UP_REFRESH_SHARE), so four times the minimum covers both kinds short and a
-# few more drops.
-# Without them the row would have no number (fail closed) although the protocol's own rounds
-# were fine.
-REFRESH_EXTRA_ROUNDS = 4 * REFRESH_MIN_ROUNDS
 WARMUP_MAX_EXTENSIONS = 3
 # Sustained clocks: the warm-up is extended (up to WARMUP_SETTLE_MAX_EXTENSIONS more
 # budgets) while the SM clock in its second half is > CLOCK_SETTLE_TOLERANCE below its first
@@ -104,10 +99,6 @@ TIME_EPS_S = 1e-9
 REFERENCE_MIN_FRACTION = 0.5
 # A round's drop reason when one of its calls waited on a run queue (HostTimer.last_cpu).
 WAIT_REASON = "descheduled"
-# Rounds dropped for a wait are not samples, so max_samples does not count them; on a host
-# loaded for good the measurement still stops at this many times max_samples (plus the
-# content check's REFRESH_EXTRA_ROUNDS), or at its timeout.
-WAIT_MAX_ROUNDS_FACTOR = 4
 
 
 @dataclass
@@ -147,8 +138,13 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
             spot: Mapping[str, Callable[[int], None]] | None = None, spot_seed: int = 0,
             refresh: Callable[[int, int, str], None] | None = None,
             keep_refreshed: Mapping[str, Callable[[int, str], None]] | None = None,
-            refresh_seed: int = 0, watch: Callable[[str, bool], None] | None = None) -> Measurement:
+            refresh_seed: int = 0, watch: Callable[[str, bool], None] | None = None,
+            criterion: Criterion | None = None) -> Measurement:
     """Time ``arms`` (name -> fn(slot)) interleaved under ``policy`` on ``device`` (module docstring).
+
+    ``criterion`` says when the rounds stop (timing/criteria.py); by default the one
+    ``policy.stop`` registers for these arms (``criterion_for``: the statistic stop's quantities
+    are then each candidate's speedup and the control; the sweep adds the bar's peers).
 
     ``prepare[name](slot)``, when given, runs before each of that arm's calls outside the
     timed window (the sweep poisons the arm's output there, so no call can skip its work
@@ -182,6 +178,7 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
     if isinstance(n_slots, bool) or not isinstance(n_slots, int) or n_slots < 1:
         raise ValueError(f"n_slots must be an integer ≥ 1, got {n_slots!r}")
     timer, mode, timing_note = _pick_timer(policy, device, timer)
+    criterion = criterion or criterion_for(policy, names)
     st = _State(names, timing_note)
     own_monitor = monitor is None
     if monitor is None:  # before anything runs: idle readings included
@@ -207,7 +204,7 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
             _settle(st, runner, policy, monitor)
         if mode == "graph":
             _chain_graphs(st, runner, policy, device)
-        _measure_rounds(st, runner, policy, monitor)
+        _measure_rounds(st, runner, policy, monitor, criterion)
     finally:
         if monitor is not None:
             monitor.stop()
@@ -216,7 +213,7 @@ def measure(arms: Mapping[str, Callable[[int], None]], *, n_slots: int, policy: 
         if runner is not None:
             runner.release()
         ctx.close()
-    return _result(st, runner, policy, monitor)
+    return _result(st, runner, policy, monitor, criterion)
 
 
 def _pick_timer(policy: TimingPolicy, device: str, timer: Timer | None) -> tuple[Timer, str, str | None]:
@@ -299,8 +296,9 @@ def _chain_graphs(st: _State, runner: RoundRunner, policy: TimingPolicy, device:
         runner.saw_all()
 
 
-def _measure_rounds(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: ClockMonitor | None) -> None:
-    """Interleaved rounds until a stop rule holds (noise target, max_samples, timeout); the
+def _measure_rounds(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: ClockMonitor | None,
+                    criterion: Criterion) -> None:
+    """Interleaved rounds until ``criterion`` stops them (its target, max_samples, timeout); the
     rounds' clocks are attributed as readings arrive, so dropped rounds do not count as kept."""
     timer = runner.timer
     st.stop_reason = "timeout" if st.timed_out else None
@@ -328,16 +326,11 @@ def _measure_rounds(st: _State, runner: RoundRunner, policy: TimingPolicy, monit
                 if not st.waited[i] and not (i < len(st.drops) and st.drops[i][1])]
         runner.kept = kept
         now = timer.now_s()
-        pending = runner.refresh_pending(kept)
-        if (len(kept) >= policy.min_samples and now - t_m0 >= policy.min_time_ms / 1000.0 - TIME_EPS_S
-                and not pending
-                and all(rel_noise([st.samples[n][i] for i in kept]) <= policy.noise_target for n in st.names)):
-            st.stop_reason = "noise_target"
-        elif (len(st.raw) - sum(map(bool, st.waited)) >= policy.max_samples + (REFRESH_EXTRA_ROUNDS if pending else 0)
-              or len(st.raw) >= WAIT_MAX_ROUNDS_FACTOR * policy.max_samples + REFRESH_EXTRA_ROUNDS):
-            st.stop_reason = "max_samples"
-        elif now >= st.deadline - TIME_EPS_S:
-            st.stop_reason = "timeout"
+        st.stop_reason = criterion.stop(Progress(
+            st.samples, kept, judged=len(st.drops) if monitor is not None else len(st.raw), rounds=len(st.raw),
+            counted=len(st.raw) - sum(map(bool, st.waited)), pending=runner.refresh_pending(kept),
+            min_time_met=now - t_m0 >= policy.min_time_ms / 1000.0 - TIME_EPS_S,
+            timed_out=now >= st.deadline - TIME_EPS_S))
 
 
 def _attribute(st: _State, monitor: ClockMonitor, policy: TimingPolicy, *, final: bool) -> None:
@@ -350,7 +343,8 @@ def _attribute(st: _State, monitor: ClockMonitor, policy: TimingPolicy, *, final
         st.drops.append(_clocks.round_drop(monitor.during(t0, t1), st.ref.mhz, policy.throttle_threshold))
 
 
-def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: ClockMonitor | None) -> Measurement:
+def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: ClockMonitor | None,
+            criterion: Criterion) -> Measurement:
     """The frozen Measurement: final clock attribution, drops, the throttle judgement, notes."""
     timer, names, ref = runner.timer, st.names, st.ref
     if monitor is not None:
@@ -405,7 +399,8 @@ def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: Cloc
         drain_s={n: tuple(v) for n, v in st.drain_s.items() if v}, spot_calls=runner.spot_calls,
         spot_seed=runner.spot_seed if runner.spot else None, cpu=cpu,
         wait_source=getattr(timer, "wait_source", None) if any(st.calls) else None, quanta=quanta,
-        refresh=_refresh_record(runner, rounds), clock_faults=clock_faults, clock_check=clock_check)
+        refresh=_refresh_record(runner, rounds), clock_faults=clock_faults, clock_check=clock_check,
+        stop=criterion.record({n: a.samples for n, a in arm_results.items()}, st.stop_reason))
 
 
 def _clock_check(st: _State, timer: Timer, kept_idx: list[int]) -> tuple[dict[str, str], dict[str, dict]]:

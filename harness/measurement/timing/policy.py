@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from harness.errors import UserError
+from harness.measurement.stats import median_ci_min_n
 
 MODES = ("cold", "hot", "graph")
 # Policy defaults.
@@ -22,6 +23,23 @@ DEFAULT_MAX_DROP_FRACTION = 0.25   # more dropped rounds than this: the measurem
 DEFAULT_CONTROL_TOLERANCE = 0.02   # control (= baseline function) must agree within ±2%
 DEFAULT_GRAPH_REPLAYS = 0          # 0 = auto: enough replays per sample for GRAPH_TARGET_SAMPLE_MS
 DEFAULT_LEAD_CALLS = 0             # untimed calls of the same arm just before each timed one
+# What ends the rounds ([timing] stop, schedule 6; timing/criteria.py): "noise", every arm's
+# median to noise_target (every line before schema 6), or "statistic", every bar quantity of
+# the config (paired speedups, the control) to precision at error rate alpha.
+STOPS = ("noise", "statistic")
+DEFAULT_STOP = "noise"
+# The statistic stop's keys: absent from a noise-stopped policy, so its rows read as before them.
+STATISTIC_KEYS = ("stop", "precision", "alpha")
+# 0.5%: the noise stop's target, now on the speedup itself: a speedup known to ±0.5% resolves a
+# 2% bar (a clause's usual margin) with room for the control's own ±2%.
+DEFAULT_PRECISION = 0.005
+# 5%: the error rate the row's speedup CI has always had (stats.DEFAULT_CONFIDENCE = 95%).
+DEFAULT_ALPHA = 0.05
+# Above 0.5 the "interval" holds the statistic less often than not: no confidence anyone means.
+MAX_ALPHA = 0.5
+# Below one in a million each look's interval needs ever more rounds (24 at the first of 8 looks) for
+# an error rate no bar decision is made at; it also keeps 1 − alpha/K a float below 1.
+MIN_ALPHA = 1e-6
 # A worker that spends longer than this in one phase of one kernel (gate, recheck; timing
 # gets its own timeout_s on top) is killed and the pair recorded as crashed: a hung kernel
 # costs minutes, not the night. Minutes, because the first call of a shape may compile.
@@ -61,6 +79,9 @@ class TimingPolicy:
     graph_replays: int = DEFAULT_GRAPH_REPLAYS
     lead_calls: int = DEFAULT_LEAD_CALLS
     watchdog_s: float = DEFAULT_WATCHDOG_S
+    stop: str = DEFAULT_STOP
+    precision: float | None = None    # statistic stop only (DEFAULT_PRECISION when not given)
+    alpha: float | None = None        # statistic stop only (DEFAULT_ALPHA when not given)
 
     def __post_init__(self):
         def num(key, lo, hi, *, integer=False, lo_open=False):
@@ -94,6 +115,29 @@ class TimingPolicy:
         if self.min_samples > self.max_samples:
             raise UserError(f"timing policy 'min_samples' = {self.min_samples} exceeds 'max_samples' = "
                             f"{self.max_samples}: raise max_samples or lower min_samples")
+        self._check_stop(num)
+
+    def _check_stop(self, num) -> None:
+        """``stop`` and the statistic stop's keys: ``precision`` and ``alpha`` belong to it (filled
+        with their defaults there), and its first look (min_samples rounds) must hold a CI."""
+        if self.stop not in STOPS:
+            raise UserError(f"timing policy 'stop' = {self.stop!r}: must be one of {', '.join(map(repr, STOPS))}")
+        if self.stop == DEFAULT_STOP:
+            for key in ("precision", "alpha"):
+                if getattr(self, key) is not None:
+                    raise UserError(f"timing policy '{key}' belongs to the statistic stop: set stop = \"statistic\" "
+                                    f"or drop {key} (the noise stop's target is noise_target)")
+            return
+        for key, default in (("precision", DEFAULT_PRECISION), ("alpha", DEFAULT_ALPHA)):
+            if getattr(self, key) is None:
+                object.__setattr__(self, key, default)
+        num("precision", 0, 1, lo_open=True)
+        num("alpha", MIN_ALPHA, MAX_ALPHA)
+        conf = look_confidence(self.alpha, len(looks(self.min_samples, self.max_samples)))
+        need = median_ci_min_n(conf)
+        if self.min_samples < need:
+            raise UserError(f"timing policy 'min_samples' = {self.min_samples} is too few for the statistic stop's "
+                            f"first look: its {conf:.4%} interval needs {need} rounds — raise min_samples to {need}")
 
     @classmethod
     def from_mapping(cls, d: Mapping[str, Any] | None) -> "TimingPolicy":
@@ -105,10 +149,37 @@ class TimingPolicy:
         for key in d:
             if key not in valid:
                 raise UserError(f"unknown timing policy key '{key}': valid keys are {', '.join(valid)}")
+        if d.get("stop") == "statistic" and "noise_target" in d:
+            raise UserError("timing policy 'noise_target' is the noise stop's target; with stop = \"statistic\" the "
+                            "rounds stop on 'precision': drop noise_target")
         return cls(**d)
 
     def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every knob; a noise-stopped policy leaves out the statistic stop's keys, so its row's
+        ``policy`` reads byte for byte as before they existed."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.stop == DEFAULT_STOP:
+            for key in STATISTIC_KEYS:
+                del d[key]
+        return d
+
+
+def looks(min_samples: int, max_samples: int) -> tuple[int, ...]:
+    """The kept-round counts at which the statistic stop may stop for precision: min_samples,
+    doubling, below max_samples (timing/criteria.py). A fixed geometric schedule: few looks
+    (K grows with log2(max / min)), each a whole doubling of the evidence."""
+    out, n = [], min_samples
+    while n < max_samples:
+        out.append(n)
+        n *= 2
+    return tuple(out)
+
+
+def look_confidence(alpha: float, n_looks: int) -> float:
+    """Each look's confidence: 1 − alpha / K over the K = n_looks + 1 intervals a measurement
+    can report (one per look, and the one at its end, max_samples or timeout); by Bonferroni
+    all K cover together with probability ≥ 1 − alpha, so the one reported does."""
+    return 1 - alpha / (n_looks + 1)
 
 
 def flush_bytes(l2_bytes: int) -> int:

@@ -43,9 +43,9 @@ IN_PLACE, FRESH_BUFFERS, SHAM = "in_place", "fresh_buffers", "sham"
 # and one slow seen call hid a kernel that remembers (seen on the 2-core host, through the CLI).
 REFRESH_MIN_ROUNDS = 10
 # The guaranteed rounds (refresh and sham) are drawn among the first max(min_samples,
-# REFRESH_SPAN_FACTOR × REFRESH_MIN_ROUNDS) rounds, and the noise stop waits for them: a third
+# REFRESH_SPAN_FACTOR × REFRESH_MIN_ROUNDS) rounds, and the stop's target waits for them: a third
 # of that span stays undisturbed; a policy whose max_samples is shorter runs up to
-# measure.REFRESH_EXTRA_ROUNDS past it for the judgement.
+# criteria.REFRESH_EXTRA_ROUNDS past it for the judgement.
 REFRESH_SPAN_FACTOR = 3
 # After the span, each round is refreshed with this chance (and, independently, shammed): a
 # long measurement (up to max_samples rounds) keeps meeting new content at rounds no kernel

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from harness.jsonsafe import jsonable
 from harness.measurement.clocks import ClockSummary
-from harness.measurement.stats import Stats, ratio, speedup_ci
+from harness.measurement.stats import DEFAULT_CONFIDENCE, Stats, paired_ratio, ratio, speedup_ci
 from harness.measurement.timing.policy import TimingPolicy
 from harness.measurement.timing.refresh import InputMemory
+
+if TYPE_CHECKING:
+    from harness.measurement.timing.criteria import StopRecord
 
 ARM_CANDIDATE, ARM_BASELINE, ARM_CONTROL = "candidate", "baseline", "control"
 
@@ -43,7 +46,7 @@ def rig_noise(control: float, tolerance: float, host_gaps: dict, quanta: dict | 
     return why
 
 
-STOP_REASONS = ("noise_target", "max_samples", "timeout")
+STOP_REASONS = ("noise_target", "precision", "max_samples", "timeout")
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,9 @@ class Measurement:
     # The sweep refuses such an arm (tag clock_tampered). ``clock_check``: the evidence per arm.
     clock_faults: dict[str, str] = field(default_factory=dict)
     clock_check: dict[str, dict] = field(default_factory=dict)
+    # Under the statistic stop (timing/criteria.py): the look its bar quantities come from;
+    # None under the noise stop.
+    stop: StopRecord | None = None
 
     @property
     def n_dropped(self) -> int:
@@ -167,21 +173,32 @@ class Measurement:
         return sum(bool(r.waited) for r in self.rounds)
 
     def speedup(self, candidate: str = ARM_CANDIDATE, baseline: str = ARM_BASELINE,
-                confidence: float = 0.95) -> tuple[float, float, float]:
-        """(ratio, lo, hi): baseline median / candidate median with its paired bootstrap CI."""
+                confidence: float | None = None) -> tuple[float, float, float]:
+        """(ratio, lo, hi): baseline median / candidate median with its paired bootstrap CI (95%
+        unless ``confidence``); under the statistic stop, the registered statistic: the median
+        of the per-round ratios over the stop's rounds with its interval at the stop's
+        confidence (``StopRecord``), the very interval the stop judged."""
         b, c = self.arms[baseline].samples, self.arms[candidate].samples
         if not b or not c:
             return math.nan, math.nan, math.nan
-        lo, hi = speedup_ci(b, c, confidence=confidence)
+        if self.stop is not None:
+            n = self.stop.n
+            return paired_ratio(b[:n], c[:n], self.stop.confidence if confidence is None else confidence)
+        lo, hi = speedup_ci(b, c, confidence=DEFAULT_CONFIDENCE if confidence is None else confidence)
         return ratio(b, c), lo, hi
 
     @property
     def control_ratio(self) -> float | None:
-        """baseline median / control median (the same function twice: should be 1)."""
+        """baseline median / control median (the same function twice: should be 1); under the
+        statistic stop, the median of the per-round ratios over the stop's rounds."""
         if ARM_CONTROL not in self.arms or ARM_BASELINE not in self.arms:
             return None
         b, c = self.arms[ARM_BASELINE].samples, self.arms[ARM_CONTROL].samples
-        return ratio(b, c) if b and c else None
+        if not b or not c:
+            return None
+        if self.stop is not None:
+            return paired_ratio(b[:self.stop.n], c[:self.stop.n])[0]
+        return ratio(b, c)
 
     def rig_noise_of(self, arm: str) -> list[str]:
         """``rig_noise`` for one candidate arm's row, under this measurement's policy: the
@@ -218,6 +235,8 @@ class Measurement:
             "refresh": self.refresh.as_dict() if self.refresh is not None else None,
             "clock_faults": self.clock_faults, "clock_check": self.clock_check,
         }
+        if self.stop is not None:  # a noise-stopped row reads as before the statistic stop
+            row["stop"] = self.stop.as_dict()
         if include_rounds:  # columnar: compact for thousands of rounds
             row["rounds"] = {
                 "t0": [r.t0 for r in self.rounds], "t1": [r.t1 for r in self.rounds],

@@ -33,6 +33,7 @@ from harness.errors import UserError
 from harness.governance import metrics as metric_table
 from harness.governance.outcomes import RESULT
 from harness.jsonsafe import number
+from harness.measurement.timing.criteria import row_statistic
 from harness.reporting.analysis.compare import MIN_EFFECT
 from harness.reporting.analysis.status import LineStatus
 
@@ -141,16 +142,18 @@ def _with_value(row: dict, agg, value: float) -> dict:
 
 def _bounds(row, metric: str, peer: str | None = None) -> tuple[float, float] | None:
     """The row's 95% interval of ``metric`` (None: not known for it); ``peer``: of its speedup
-    over that candidate (the same paired bootstrap as the speedup's own CI)."""
+    over that candidate (the speedup's own kind of CI: the paired bootstrap, or under the
+    statistic stop the stop's interval)."""
     from harness.governance.peers import peer_samples
-    from harness.measurement.stats import median_ci, speedup_ci
+    from harness.measurement.stats import median_ci, paired_ratio, speedup_ci
     from harness.reporting.analysis.lines import arm_samples
 
     if peer is not None:
         other, cand = peer_samples(row, peer)
         if len(other) < 2 or len(cand) < 2:
             return None
-        lo, hi = speedup_ci(other, cand)
+        stat = row_statistic(row.policy, row.timing)  # the statistic stop's: its interval, as the speedup's
+        lo, hi = speedup_ci(other, cand) if stat is None else paired_ratio(other[:stat[0]], cand[:stat[0]], stat[1])[1:]
         return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
     m = row.metrics or {}
     value = number(m.get(metric))

@@ -19,6 +19,7 @@ from harness.governance import metrics as metric_table
 from harness.governance.metrics import SUSTAINED
 from harness.governance.outcomes import RESULT
 from harness.jsonsafe import number
+from harness.measurement.timing.criteria import row_statistic
 from harness.reporting.analysis.lines import arm_samples, device_label
 
 BOOTSTRAP_RESAMPLES = 1000
@@ -69,12 +70,11 @@ def replicates(row, metric: str, peer: str | None = None):
     import numpy as np
 
     from harness.governance.peers import peer_samples
-    from harness.measurement.stats import median_replicates, speedup_replicates
+    from harness.measurement.stats import median_replicates
 
     if peer is not None:  # the speedup's own bootstrap, the peer's arm in the baseline's place
         other, cand = peer_samples(row, peer)
-        return speedup_replicates(other, cand, BOOTSTRAP_RESAMPLES, _rng_seed(row)) if min(len(other), len(cand)) >= 2 \
-            else None
+        return _ratio_replicates(row, other, cand) if min(len(other), len(cand)) >= 2 else None
     value = number((row.metrics or {}).get(metric))
     if value is None or not math.isfinite(value):
         return None
@@ -82,13 +82,26 @@ def replicates(row, metric: str, peer: str | None = None):
         base, cand = arm_samples(row, "baseline"), arm_samples(row, "candidate")
         if len(base) < 2 or len(cand) < 2:
             return None
-        return speedup_replicates(base, cand, BOOTSTRAP_RESAMPLES, _rng_seed(row))
+        return _ratio_replicates(row, base, cand)
     if _inverse_time(metric):
         xs = rate_samples(row)
         if len(xs) < 2:
             return None
         return value * float(np.median(xs)) / median_replicates(xs, BOOTSTRAP_RESAMPLES, _rng_seed(row))
     return None
+
+
+def _ratio_replicates(row, numerator: list[float], denominator: list[float]):
+    """Replicates of the row's ratio numerator/denominator as its protocol defines the speedup:
+    the ratio of medians, or under the statistic stop the median of the per-round ratios over
+    the stop's rounds (``criteria.row_statistic``)."""
+    from harness.measurement.stats import paired_replicates, speedup_replicates
+
+    stat = row_statistic(row.policy, row.timing)
+    if stat is None:
+        return speedup_replicates(numerator, denominator, BOOTSTRAP_RESAMPLES, _rng_seed(row))
+    n = stat[0]
+    return paired_replicates(numerator[:n], denominator[:n], BOOTSTRAP_RESAMPLES, _rng_seed(row))
 
 
 def _aggregate(func: str, reps):
