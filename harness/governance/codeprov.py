@@ -144,9 +144,11 @@ def require_private_bytecode(cache: str | None = None, root: Path | None = None)
     if why is not None and os.path.lexists(want):  # what kept the .pth from setting it
         raise UserError(shared)
     if have != want:
+        missing = "" if os.path.lexists(want) else ", which does not exist: bench creates it at start-up unless it " \
+                                                    "cannot (then set XDG_CACHE_HOME to a directory of yours)"
         raise UserError(f"bench runs without its private bytecode cache (sys.pycache_prefix is "
-                        f"{'unset' if have is None else have}, not {want}), so a .pyc planted beside its sources may "
-                        f"have run as its code: {fix}")
+                        f"{'unset' if have is None else have}, not {want}{missing}), so a .pyc planted beside its "
+                        f"sources may have run as its code: {fix}")
     if why is not None:  # set by hand to a directory that does not exist
         raise UserError(shared)
     spec = getattr(sys.modules.get("harness"), "__spec__", None)
