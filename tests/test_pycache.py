@@ -213,10 +213,10 @@ def test_ray_actors_started_after_a_pyc_is_planted_never_run_it(tmp_path):
 
 # -- started without the cache ---------------------------------------------------------------------
 
-def _shared_cache(tmp_path: Path) -> dict:
-    xdg = tmp_path / "xdg"
+def _private_cache_in(xdg: Path, mode: int = 0o700) -> dict:
+    """The environment of a bench whose private cache lies under ``xdg`` (made with ``mode``)."""
     (xdg / "bench" / "pycache").mkdir(parents=True)
-    (xdg / "bench" / "pycache").chmod(0o755)
+    (xdg / "bench" / "pycache").chmod(mode)
     return {"XDG_CACHE_HOME": str(xdg), pycache.PREFIX_ENV: str(xdg / "bench" / "pycache")}
 
 
@@ -225,6 +225,7 @@ def _shared_cache(tmp_path: Path) -> dict:
     ("another cache", "sys.pycache_prefix is {other}, not {private}"),
     ("a cache others may enter", "is not private (its mode is 0755, not 0700)"),
     ("set after harness was imported", "harness was imported before bench's bytecode cache was set"),
+    ("a cache inside the repository", "lies inside the repository"),
 ])
 def test_bench_started_without_its_private_cache_is_refused_and_writes_nothing(tmp_path, how, says):
     """`python -c` runs bench's own code, but no .pth sets the cache for it (nor for `python -m
@@ -236,17 +237,19 @@ def test_bench_started_without_its_private_cache_is_refused_and_writes_nothing(t
     cmd, env = {
         "no cache": (["-c", run], _env()),
         "another cache": (["-X", f"pycache_prefix={other}", "-c", run], _env()),
-        "a cache others may enter": (["-c", run], _env(**_shared_cache(tmp_path))),
+        "a cache others may enter": (["-c", run], _env(**_private_cache_in(tmp_path / "xdg", 0o755))),
         "set after harness was imported": (
             ["-c", f"import sys, harness; sys.pycache_prefix = {pycache.private_cache()!r}; {run}"], _env()),
+        "a cache inside the repository": (["-c", run], _env(**_private_cache_in(clone / ".cache"))),
     }[how]
+    status = git(clone, "status", "--porcelain", "--ignored")
     # Python itself would write bytecode beside the sources it imports before the refusal:
     # not asked to, so that anything written is bench's.
     r = _run([sys.executable, *cmd, "register", "tiny"], clone, {**env, "PYTHONDONTWRITEBYTECODE": "1"})
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stdout + r.stderr
     assert says.format(other=other, private=pycache.private_cache()) in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
-    assert git(clone, "status", "--porcelain", "--ignored") == ""
+    assert git(clone, "status", "--porcelain", "--ignored") == status
     assert not (clone / "ledger" / "tiny.jsonl").exists()
 
 

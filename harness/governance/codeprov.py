@@ -152,14 +152,19 @@ def require_private_bytecode(cache: str | None = None, root: Path | None = None)
            f"{pycache.PTH_NAME} in site-packages, which sets it; install again if bench was installed without "
            f"it), or with {pycache.PREFIX_ENV}={want}")
     have = sys.pycache_prefix
-    if have != want:
-        raise UserError(f"bench runs without its private bytecode cache (sys.pycache_prefix is "
-                        f"{'unset' if have is None else have}, not {want}), so a .pyc planted beside its sources may "
-                        f"have run as its code: {fix}")
     why = pycache.not_private(want)
-    if why is not None:
-        raise UserError(f"bench's bytecode cache {want} is not private ({why}), so a .pyc planted there could run "
-                        f"as bench's code: remove it and run a bench command (it creates the cache anew, mode 0700)")
+    shared = (f"bench's bytecode cache {want} is not private ({why}), so a .pyc planted there could run as "
+              f"bench's code: remove it and run a bench command (it creates the cache anew, mode 0700)")
+    if why is not None and os.path.lexists(want):  # what kept the .pth from setting it
+        raise UserError(shared)
+    if have != want:
+        missing = "" if os.path.lexists(want) else ", which does not exist: bench creates it at start-up unless it " \
+                                                    "cannot (then set XDG_CACHE_HOME to a directory of yours)"
+        raise UserError(f"bench runs without its private bytecode cache (sys.pycache_prefix is "
+                        f"{'unset' if have is None else have}, not {want}{missing}), so a .pyc planted beside its "
+                        f"sources may have run as its code: {fix}")
+    if why is not None:  # set by hand to a directory that does not exist
+        raise UserError(shared)
     spec = getattr(sys.modules.get("harness"), "__spec__", None)
     cached = getattr(spec, "cached", None)
     if cached and not Path(cached).is_relative_to(want):
