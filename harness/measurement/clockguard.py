@@ -15,10 +15,11 @@ against an honest 1.23-1.36x). So:
   modules' globals and classes. The timers call only these references;
 * ``check()`` compares, by identity, the public names and those snapshots with what they
   hold now (pointer compares, outside every timed window): the sweep runs it at the start
-  of each config, around each kernel's gate, before every timed call (the state-change watch,
-  measurement/leftover.py, which blames the arm whose call was in flight) and around the
-  sustained calls. A replacement refuses rows with the ``clock_tampered`` tag, naming what
-  was replaced and by what (module, qualified name, file); ``restore()`` then puts the
+  of each config, after every checked call (gate, recheck), around the sustained calls, and
+  in the rounds through the state-change watch (measurement/leftover.py, which blames the
+  arm whose call was in flight): the HOT names before every timed call, everything once per
+  round. A replacement refuses rows with the ``clock_tampered`` tag, naming what was
+  replaced and by what (module, qualified name, file); ``restore()`` then puts the
   originals back, so the next arm runs in the world it was measured against;
 * the timers also read ``independent_ns``, a different clock through a different function
   (CLOCK_BOOTTIME), around every timed window (timers.py ``CallClock``): a reference the
@@ -70,9 +71,9 @@ TIMING_MODULES = ("harness.measurement.timing.timers",
 # snapshotted whole: record, elapsed_time, synchronize, query, __new__...).
 TORCH_CUDA_NAMES = ("Event", "synchronize", "_sleep", "current_stream", "device")
 # The names a timed reading goes through call by call — with the public clocks, the "hot"
-# ones, compared before every timed call (``check(full=False)``: ~45 pointer compares) so the
-# arm whose call replaced one is known; the timing modules' whole namespaces are compared
-# once per round and at every boundary (``check()``: ~700).
+# ones, compared before every timed call (``check(full=False)``: ~40 pointer compares, 7-9 µs
+# on the 2-core host) so the arm whose call replaced one is known; the timing modules' whole
+# namespaces are compared once per round and at every boundary (``check()``: ~720, 56-105 µs).
 HOT = {"harness.measurement.timing.timers": ("perf_counter", "perf_counter_ns", "thread_time_ns", "independent_ns",
                                              "torch_clocks", "drain_s", "hold_stream", "CallClock", "CallCpu"),
        "harness.measurement.timing.timers.HostTimer": ("time_call", "time_loop", "now_s"),
@@ -152,19 +153,22 @@ class _Namespace:
             for k, v in self.items:
                 if self.ns.get(k, _MISSING) is not v:
                     setattr(self.owner, k, v)
-            return
-        for k in [k for k in self.ns if k not in snap]:
-            del self.ns[k]
-        for k, v in self.items:
-            if self.ns.get(k, _MISSING) is not v:
-                self.ns[k] = v
+        else:
+            for k in [k for k in self.ns if k not in snap]:
+                del self.ns[k]
+            for k, v in self.items:
+                if self.ns.get(k, _MISSING) is not v:
+                    self.ns[k] = v
+        if not self.intact():  # the originals, all of them; a key put back came last: its order
+            self._take()
 
 
 class _Names:
-    """Single attributes of an object the harness does not own (the time module, torch.cuda):
-    only the named ones are compared, so a library's own lazy attributes never read as tampering."""
+    """Single attributes of an object: of those the harness does not own (the time module,
+    torch.cuda) only the named ones are compared, so a library's own lazy attributes never read
+    as tampering; of the timing modules', the HOT ones, compared before every timed call."""
 
-    hot = True  # the public clocks and torch's: every timed reading's
+    hot = True  # what every timed reading goes through
 
     def __init__(self, label: str, owner, originals: dict):
         self.label, self.owner, self.originals = label, owner, dict(originals)
