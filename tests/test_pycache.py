@@ -7,6 +7,7 @@ that ``pip install`` puts in site-packages); a process started otherwise is refu
 from __future__ import annotations
 
 import importlib.util
+import json
 import marshal
 import os
 import shutil
@@ -35,15 +36,18 @@ PLANTED = ("harness/__init__.py", "harness/cli/__init__.py", "kernels/__init__.p
 TIMESTAMP, UNCHECKED_HASH = 0, 1
 
 
+def _u32(n: int) -> bytes:
+    return (n & 0xFFFFFFFF).to_bytes(4, "little")
+
+
 def planted_pyc(src: Path, marker: Path, flags: int = TIMESTAMP) -> bytes:
     """A .pyc that Python takes for ``src``'s (its header matches ``src``'s mtime and size, or
     is never checked) and that runs ``src``'s code plus a line that writes to ``marker``."""
     code = compile(src.read_text() + "\n" + MARK.format(marker=str(marker)), str(src), "exec", dont_inherit=True)
     st = src.stat()
-    word = (lambda n: (n & 0xFFFFFFFF).to_bytes(4, "little"))
-    rest = word(int(st.st_mtime)) + word(st.st_size) if flags == TIMESTAMP else \
+    rest = _u32(int(st.st_mtime)) + _u32(st.st_size) if flags == TIMESTAMP else \
         importlib.util.source_hash(src.read_bytes())
-    return importlib.util.MAGIC_NUMBER + word(flags) + rest + marshal.dumps(code)
+    return importlib.util.MAGIC_NUMBER + _u32(flags) + rest + marshal.dumps(code)
 
 
 def _env(**extra: str) -> dict:
@@ -58,19 +62,24 @@ def _run(cmd: list, cwd: Path, env: dict | None = None, timeout: float = 600) ->
                           env=_env() if env is None else env)
 
 
-def _installed(tmp_path: Path) -> tuple[Path, Path]:
-    """(the clone, its venv's python): a committed repository with this project's code and the
-    tiny line, installed with ``pip install -e`` into a venv of its own that sees this
-    interpreter's packages (torch, setuptools) through a path line. No network, no wheel
-    package: the build uses this environment's setuptools."""
-    clone = init_repo(copy_project(tmp_path / "proj"), {"tiny": TINY})
-    venv = tmp_path / "venv"
+def _bare_python(venv: Path) -> Path:
+    """The python of a new venv that sees this interpreter's packages (torch, setuptools)
+    through a path line, so that no .pth file of this environment runs in it (an installed
+    bench's neither)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True,
                    timeout=300)
     site = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
     here = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
     (site / "base-env.pth").write_text("".join(f"{p}\n" for p in here))
-    python = venv / "bin" / "python"
+    return venv / "bin" / "python"
+
+
+def _installed(tmp_path: Path) -> tuple[Path, Path]:
+    """(the clone, its venv's python): a committed repository with this project's code and the
+    tiny line, installed with ``pip install -e`` into a bare venv. No network, no wheel
+    package: the build uses this environment's setuptools."""
+    clone = init_repo(copy_project(tmp_path / "proj"), {"tiny": TINY})
+    python = _bare_python(tmp_path / "venv")
     r = _run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-build-isolation",
               "--no-compile", "-e", clone], tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -130,43 +139,64 @@ def test_a_pyc_planted_beside_harness_never_runs_in_bench_nor_python_m_harness(t
     assert pycache.not_private(pycache.private_cache()) is None
 
 
-# A committed module of kernels/ that plants a .pyc for harness/__init__.py when it is imported:
-# kernel discovery imports it in the driver after the driver's checks, before workers start.
+# A committed module of kernels/ that plants a .pyc for harness/__init__.py when it is imported
+# (kernel discovery imports it in the driver, after the driver's code checks), and a kernel
+# that kills its worker: the worker started in its place starts after the plant.
 PLANTER = '''\
-"""tests/test_pycache.py: bytecode for harness/__init__.py, planted once the driver is running."""
+"""tests/test_pycache.py: bytecode for harness/__init__.py, planted once the driver runs."""
+import os
 import pathlib
+import signal
+
+from harness import kernel
 
 _target = pathlib.Path({target!r})
 _target.parent.mkdir(exist_ok=True)
 _target.write_bytes(pathlib.Path({pyc!r}).read_bytes())
+
+
+@kernel("dies", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
+def dies(q, k, v, out, *, causal, scale):
+    os.kill(os.getpid(), signal.SIGKILL)
 '''
+PLANTING_LINE = TINY.replace('candidate = "sdpa"', 'candidates = ["dies", "sdpa"]')
 
 
-def _with_planter(clone: Path, tmp_path: Path, marker: Path) -> None:
-    """Commit a kernels/ module that plants, while the driver runs, a .pyc matching
-    ``clone``'s harness/__init__.py."""
+def _planting_line(clone: Path, cmd: list, tmp_path: Path, marker: Path) -> None:
+    """Register and commit the line ``plants`` (candidates ``dies`` and ``sdpa``), whose
+    kernels' module plants a .pyc matching ``clone``'s harness/__init__.py."""
     init = clone / "harness" / "__init__.py"
     prebuilt = tmp_path / "init.pyc"
     prebuilt.write_bytes(planted_pyc(init, marker))
     (clone / "kernels" / "plants_bytecode.py").write_text(PLANTER.format(target=str(tree_pyc(init)),
                                                                          pyc=str(prebuilt)))
+    (clone / "registrations" / "plants.toml").write_text(PLANTING_LINE)
     commit_all(clone, "a module that plants bytecode")
+    r = _run([*cmd, "register", "plants"], clone)
+    assert r.returncode == 0, r.stdout + r.stderr
+    tree_pyc(init).unlink()  # register imported the kernels, so planted it: the sweep starts clean
+    commit_all(clone, "register plants")
+
+
+def _after_planting(clone: Path, r: subprocess.CompletedProcess, marker: Path) -> None:
+    assert tree_pyc(clone / "harness" / "__init__.py").is_file()  # it was planted
+    assert _marks(marker) == "", f"planted bytecode ran: {_marks(marker)}"
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [json.loads(x) for x in (clone / "ledger" / "plants.jsonl").read_text().splitlines()]
+    # dies killed its worker in each config: the sweep went on in one started after the plant
+    assert {(row["candidate"], row["kind"]) for row in rows if row["kind"] != "registered"} >= {("dies", "crashed")}
 
 
 def _code_clone(tmp_path: Path) -> Path:
     return _with_code(init_repo(tmp_path / "proj", {"tiny": TINY}))
 
 
-def _guarded_clone(tmp_path: Path) -> tuple[Path, list]:
-    """(a committed clone with the code and the tiny line registered, the command that runs its
-    bench with bench's cache set by ``-X pycache_prefix``, which Python passes on to no
-    process it starts)."""
-    clone = _code_clone(tmp_path)
-    cmd = [sys.executable, "-X", f"pycache_prefix={pycache.private_cache()}", "-m", "harness"]
-    r = _run([*cmd, "register", "tiny"], clone)
-    assert r.returncode == 0, r.stdout + r.stderr
-    commit_all(clone, "register tiny")
-    return clone, cmd
+def _guarded(tmp_path: Path) -> tuple[Path, list]:
+    """(a committed clone with the code, the command that runs its bench with bench's cache set
+    by ``-X pycache_prefix``, which Python passes on to no process it starts, in a venv where
+    no .pth sets it)."""
+    python = _bare_python(tmp_path / "venv")
+    return _code_clone(tmp_path), [python, "-X", f"pycache_prefix={pycache.private_cache()}", "-m", "harness"]
 
 
 @pytest.mark.slow
@@ -174,16 +204,14 @@ def _guarded_clone(tmp_path: Path) -> tuple[Path, list]:
 def test_workers_started_after_a_pyc_is_planted_never_run_it(tmp_path, started):
     """The driver's cache reaches the workers it spawns, however it was set."""
     if started == "with -X pycache_prefix":
-        clone, cmd = _guarded_clone(tmp_path)
+        clone, cmd = _guarded(tmp_path)
     else:
         clone, python = _installed(tmp_path)
         cmd = [python, "-m", "harness"]
     marker = tmp_path / "PLANTED_RAN"
-    _with_planter(clone, tmp_path, marker)
-    r = _run([*cmd, "sweep", "tiny", "--no-ceilings"], clone)
-    assert tree_pyc(clone / "harness" / "__init__.py").is_file()  # it was planted
-    assert _marks(marker) == "", f"planted bytecode ran: {_marks(marker)}"
-    assert r.returncode == 0, r.stdout + r.stderr
+    _planting_line(clone, cmd, tmp_path, marker)
+    r = _run([*cmd, "sweep", "plants", "--no-ceilings"], clone)
+    _after_planting(clone, r, marker)
 
 
 @pytest.mark.slow
@@ -191,24 +219,22 @@ def test_ray_actors_started_after_a_pyc_is_planted_never_run_it(tmp_path):
     """A Ray actor is no child of the driver (its cluster's processes started without bench's
     cache here): it gets the cache from its runtime_env, before its Python starts."""
     ray = pytest.importorskip("ray")
-    clone, cmd = _guarded_clone(tmp_path)
+    clone, cmd = _guarded(tmp_path)
     marker = tmp_path / "PLANTED_RAN"
-    _with_planter(clone, tmp_path, marker)
+    _planting_line(clone, cmd, tmp_path, marker)
     saved = dict(os.environ)
     os.environ.pop(pycache.PREFIX_ENV)
     os.environ["PYTHONPATH"] = str(clone)  # the cluster's workers import the clone's code
     try:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         env = _env(**{k: os.environ[k] for k in ("RAY_AUTH_MODE",) if k in os.environ})
-        r = _run([*cmd, "sweep", "tiny", "--device", "cpu", "--no-ceilings", "--executor", "ray",
+        r = _run([*cmd, "sweep", "plants", "--device", "cpu", "--no-ceilings", "--executor", "ray",
                   "--address", ray.get_runtime_context().gcs_address], clone, env)
     finally:
         ray.shutdown()
         os.environ.clear()
         os.environ.update(saved)
-    assert tree_pyc(clone / "harness" / "__init__.py").is_file()  # it was planted
-    assert _marks(marker) == "", f"planted bytecode ran: {_marks(marker)}"
-    assert r.returncode == 0, r.stdout + r.stderr
+    _after_planting(clone, r, marker)
 
 
 # -- started without the cache ---------------------------------------------------------------------
@@ -274,8 +300,8 @@ def test_the_private_cache_is_created_for_this_user_alone_and_a_shared_one_is_no
 @pytest.mark.slow
 def test_a_bisect_probe_never_runs_bytecode_its_commit_holds(tmp_path):
     """A probe runs `python -m harness probe` in a worktree of the probed commit: bytecode that
-    commit holds never runs there, whatever started the bisect (here `-X pycache_prefix`, which
-    Python does not pass on to the processes it starts)."""
+    commit holds never runs there, whatever started the bisect (here `-X pycache_prefix`, in a
+    venv where no .pth sets the cache: Python passes it on to no process it starts)."""
     from tests.test_bisect import KERNEL, LINE, REGISTRATION
 
     root = init_repo(tmp_path / "proj", {LINE: REGISTRATION})
@@ -284,7 +310,7 @@ def test_a_bisect_probe_never_runs_bytecode_its_commit_holds(tmp_path):
                         ignore=shutil.ignore_patterns("__pycache__"))
     (root / "kernels" / "planted.py").write_text(KERNEL.format(revision=0, extra=0.0))
     commit_all(root, "the code")
-    guarded = [sys.executable, "-X", f"pycache_prefix={pycache.private_cache()}", "-m", "harness"]
+    guarded = [_bare_python(tmp_path / "venv"), "-X", f"pycache_prefix={pycache.private_cache()}", "-m", "harness"]
     r = _run([*guarded, "register", LINE], root)
     assert r.returncode == 0, r.stdout + r.stderr
     commit_all(root, "register")
