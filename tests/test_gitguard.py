@@ -312,3 +312,20 @@ def test_a_symlinked_ledger_is_refused_before_anything_is_written(repo, tmp_path
     r = run_bench(repo, "sweep", "tiny", "--device", "cpu", "--no-commit")
     assert r.returncode == 2 and "ledger/tiny.jsonl is a symbolic link" in r.stderr, r.stdout + r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (repo / "ledger" / "tiny.line.lock").exists()
+
+
+def test_register_runs_the_test_commit_before_its_row_exists(repo, monkeypatch):
+    """The row register writes is committed next, by the user, and every later row by bench: a
+    hook that would refuse them refuses register, before the ledger (or its lock) exists."""
+    from harness.governance import line as gl
+
+    monkeypatch.chdir(repo)
+    _hook(repo, "commit-msg", 'echo "commits need a ticket number" >&2\nexit 1\n')
+    before = _git_state(repo)
+    with pytest.raises(UserError, match=r"^git's commit-msg hook \(\.git/hooks/commit-msg\) refused a test commit of "
+                                        r"ledger/tiny\.jsonl \(commits need a ticket number\): .* or register in a "
+                                        r"clone you can commit to$"):
+        gl.register("tiny", env={"host": "test"})
+    assert _git_state(repo) == before and sorted(p.name for p in (repo / "ledger").iterdir()) == [".gitkeep"]
+    (repo / ".git" / "hooks" / "commit-msg").unlink()
+    assert gl.register("tiny", env={"host": "test"}).kind == "registered"

@@ -464,15 +464,16 @@ def _test_commit(root: Path, rel: str, head: str, scratch: _Scratch, fallback: s
     change = f"D {rel}\n".encode() if data is not None and not base else \
         f"M 100644 inline {rel}\ndata {len(base)}\n".encode() + base + b"\n"
     # One process writes the base commit (one pack, no loose objects) and the branch's tip.
-    stream = (f"commit {scratch.ref}\ncommitter {FALLBACK_NAME} <{FALLBACK_EMAIL}> 0 +0000\ndata 17\n"
-              f"bench: test base\nfrom {head}\n").encode() + change
+    message = b"bench: test base\n"
+    stream = (f"commit {scratch.ref}\ncommitter {FALLBACK_NAME} <{FALLBACK_EMAIL}> 0 +0000\n"
+              f"data {len(message)}\n").encode() + message + f"from {head}\n".encode() + change
     res = subprocess.run(["git", "fast-import", "--quiet"], cwd=root, input=stream, capture_output=True,
                          env=scratch.env, process_group=0)
     if res.returncode != 0:
         raise failed(res, "fast-import")
     if data is None:  # git add stages a deletion only of a path the index knows
-        res = _git(root, "update-index", "--add", "--cacheinfo", f"100644,{_EMPTY_BLOB[scratch.object_format]},{rel}",
-                   env=scratch.env)
+        empty = _EMPTY_BLOB[scratch.object_format]
+        res = _git(root, "update-index", "--add", "--cacheinfo", f"100644,{empty},{rel}", env=scratch.env)
         if res.returncode != 0:
             raise failed(res, "update-index")
     _hook_wrappers(scratch)
