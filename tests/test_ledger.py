@@ -488,3 +488,22 @@ def test_a_rehashed_copy_naming_its_own_line_is_refused_by_its_registrations_nam
     assert [r.kind for r in read_rows(repo / "ledger" / "zz.jsonl")] == ["registered"]
     refused = run_bench(repo, "verdict", "tiny", "--no-commit")  # the line itself: refused for what it lacks
     assert refused.returncode == 2 and "no outcome yet" in refused.stderr
+
+
+@pytest.mark.parametrize("fmt", [(), ("--csv",), ("--json",), ("--format", "tidy")])
+def test_show_of_a_ledger_with_a_blank_line_shows_the_rows_before_it_and_exits_1(repo, fmt):
+    """A blank line inserted after row 1 (issue 47, item 4): the rows before it are shown, as
+    the README says of a ledger that fails verification, with the warning on stderr; exit 1."""
+    led = _shown_ledger(repo)
+    lines = _lines(led.path)
+    _write(led.path, lines[:2] + [b""] + lines[2:])
+    r = run_bench(repo, "ledger", "show", "line", *fmt)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("bench: warning: ledger/line.jsonl fails verification (row 2 is not valid JSON")
+    assert len(r.stderr.strip().splitlines()) == 1
+    if fmt == ("--json",):
+        assert [json.loads(x)["seq"] for x in r.stdout.splitlines()] == [0, 1]
+    elif fmt != ("--format", "tidy"):  # the tidy view holds outcomes only: skip 1's row, the only one read
+        assert "skip 1" in r.stdout and "skip 2" not in r.stdout
+    else:
+        assert len(r.stdout.strip().splitlines()) == 2 and "skip 2" not in r.stdout  # the header and row 1

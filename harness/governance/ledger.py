@@ -223,9 +223,13 @@ def _fsync_dir(path: Path) -> None:
 def dataframe(path: Path):
     """The ledger's rows as a flat pandas DataFrame (nested fields joined with '.'); the tidy
     view (one row per current outcome, typed columns) is ``harness.reporting.analysis.tidy.tidy``."""
+    return frame(read_rows(Path(path)))
+
+
+def frame(rows) -> "pd.DataFrame":
+    """Typed rows as ``dataframe`` flattens them."""
     import pandas as pd
 
-    rows = read_rows(Path(path))
     if not rows:
         return pd.DataFrame()
     return pd.json_normalize([r.dump() for r in rows], sep=".")
