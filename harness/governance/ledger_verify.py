@@ -90,8 +90,8 @@ def _not_this_line(row: dict, n: int, path: Path) -> str | None:
 def _check_chain(records: list[bytes], path: Path) -> tuple[VerifyResult | None, str]:
     """The first broken row of complete ``records`` (or None), and the last row's hash.
 
-    A row of another line (``_not_this_line``) is refused, not reported: the file is a copy
-    or a forgery, not this line's ledger, and no command may read it as one."""
+    A row of the chain that names another line (``_not_this_line``) is refused, not reported:
+    the file is a copy or a forgery, not this line's ledger, and no command may read it as one."""
     prev = GENESIS_HASH
     for n, raw in enumerate(records):
         try:
@@ -100,12 +100,6 @@ def _check_chain(records: list[bytes], path: Path) -> tuple[VerifyResult | None,
             return VerifyResult(str(path), False, n, n, f"row {n} is not valid JSON: edited or truncated"), prev
         if not isinstance(row, dict):
             return VerifyResult(str(path), False, n, n, f"row {n} is not a JSON object: edited"), prev
-        other = _not_this_line(row, n, path)
-        if other is not None:
-            shown = f"{LEDGER_DIR}/{path.name}"
-            raise UserError(f"{shown}: {other}: a ledger file holds the rows of the one line it is named after — "
-                            f"this one is a copy or a forgery; delete it (git rm -- {shown} where it is "
-                            f"committed), or restore the line's own ledger from git")
         if isinstance(row.get("schema"), int) and row["schema"] > LEDGER_SCHEMA:
             check_schema(row, path, n)
         if row.get("seq") != n:
@@ -119,6 +113,12 @@ def _check_chain(records: list[bytes], path: Path) -> tuple[VerifyResult | None,
         if row_hash(row) != row.get("hash"):
             return VerifyResult(str(path), False, n, n,
                                 f"row {n} was edited: its content no longer matches its hash"), prev
+        other = _not_this_line(row, n, path)
+        if other is not None:
+            shown = f"{LEDGER_DIR}/{path.name}"
+            raise UserError(f"{shown}: {other}: a ledger file holds the rows of the one line it is named after — "
+                            f"this one is a copy or a forgery; delete it (git rm -- {shown} where it is "
+                            f"committed), or restore the line's own ledger from git")
         try:
             load(row)
         except UnknownField as exc:
@@ -126,6 +126,15 @@ def _check_chain(records: list[bytes], path: Path) -> tuple[VerifyResult | None,
                                                         f"upgrade bench, or restore the file from git"), prev
         prev = row["hash"]
     return None, prev
+
+
+def chained(data: bytes, path: Path) -> tuple[int, int]:
+    """How many complete rows at the start of ``data`` (a ledger file's bytes) chain, and the
+    offset just past them: where the first row bench could not have appended begins."""
+    records = data[:data.rfind(b"\n") + 1].split(b"\n")[:-1]
+    bad, _ = _check_chain(records, path)
+    n = len(records) if bad is None else bad.bad_row
+    return n, sum(len(r) + 1 for r in records[:n])
 
 
 def _check_git(body: bytes, path: Path) -> tuple[VerifyResult | None, str | None]:

@@ -81,7 +81,7 @@ def store_ceilings(root: Path, fingerprint: dict, env: dict, measured: dict, *, 
 
     led = Ledger(root, CEILINGS_LEDGER)
     led.require_writable()
-    rows, made = write(led, [(CEILINGS, {"commit": gitguard.code_commit(root), "harness_version": __version__,
+    rows, made, _ = write(led, [(CEILINGS, {"commit": gitguard.code_commit(root), "harness_version": __version__,
                                          "env": env, "fingerprint": fingerprint, **measured})], why=why, guard=guard)
     return rows[0], made
 
@@ -93,7 +93,7 @@ def require_committable(root: Path) -> None:
 
 def commit_ceilings(root: Path, why: str, guard=None) -> str | None:
     """Commit the ceilings rows HEAD does not hold yet (that file alone); the new commit, or None."""
-    return write(Ledger(root, CEILINGS_LEDGER), [], why=why, guard=guard)[1]
+    return write(Ledger(root, CEILINGS_LEDGER), [], why=why, guard=guard).commit
 
 
 def is_committed(root: Path, row: CeilingsRow) -> bool:
