@@ -232,6 +232,22 @@ def integration_summary(row) -> dict:
             "probe_source": (row.probe or {}).get("source")}
 
 
+def require_checked(reg, deciding) -> None:
+    """Refuse a bar reading a figure that ``ledger verify`` could not check on a result it decides
+    on (``audit.unchecked``: a row written before bench kept that figure's raw data): such a
+    figure could have been rewritten, and re-hashed, before its commit."""
+    from harness.governance.audit import unchecked
+
+    read = sorted({c.aggregate.metric for c in reg.bar.clauses() if c.aggregate.metric})
+    for r in deciding:
+        for metric in read:
+            why = unchecked(metric, r) if r.kind == RESULT else None
+            if why:
+                raise UserError(f"line '{reg.line}': its bar reads {metric}, which `bench ledger verify` could not "
+                                f"check on row {r.seq} ({r.candidate} @ {r.config_key}): {why} — sweep the line at a "
+                                f"new commit with this bench, whose rows keep it, before the verdict")
+
+
 def failed_alone(reg, by_pair: dict) -> list[dict]:
     """A line whose bar has no correct row to judge: the evidence of a NO-GO when every pair it
     decides on failed its kernel (``outcomes.kernel_failed``) — a pre-registered hypothesis
@@ -306,6 +322,7 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
         for pair, why in counter_impossible.items():
             prior = by_pair[pair].impossible
             by_pair[pair] = by_pair[pair].replace(impossible=f"{prior}; {why}" if prior else why)
+    require_checked(reg, by_pair.values())
     rows, excluded = bar_rows(by_pair, include_noisy=reg.include_noisy)
     split = other_runs(reg, rows)
     if split:
