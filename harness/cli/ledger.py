@@ -146,7 +146,10 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
 
 @ledger_app.command("repair")
 def repair(line: str = typer.Argument(..., help="line id")):
-    """Remove an incomplete final line (a write that never finished) and nothing else.
+    """Remove, at the end of the ledger, what bench did not write — an incomplete final line (a
+    write that never finished), or lines after the chain that claim no row of it (a kernel's
+    writes, which a sweep names when it finds them) — and nothing else: never a committed row
+    or a row bench wrote. Says what it removed.
 
     Example: bench ledger repair flash-h200-v2
     """

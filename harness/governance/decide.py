@@ -7,14 +7,14 @@ such bars from the bar alone, before the sweep.
 
 Each clause compares one aggregate with a number. Over the registered (config, candidate)
 pairs its filter selects, an aggregate ranges over what the metric's ``Bound`` at each pair
-allows: a share of n pairs for ``pass_rate``, 0..n for ``count``, a ratio or a rate no
-timed call can take past the physical limits of the line's timing (a call lasts at least a
-timer tick and at most its watchdog) — and, where harness/governance/reductio.py narrows the
-bounds, no more than a device's measured ceilings allow. A threshold beyond what a metric
-can physically take makes its clause always true or always false. An aggregate is taken over every pair its filter selects
-(a bar must not rely on a pair failing its gate to be met). Clauses on the same aggregate
-(one metric, one reducer, the same pairs; any reducer of a single pair is its value) are one
-variable; different aggregates are treated as independent. The bar is then evaluated in
+allows: a share of n pairs for ``pass_rate``, 0..n for ``count``, a time, ratio or rate
+within the physical limits of the line's timing (a call lasts at least a timer tick and at
+most until its watchdog) — and, where harness/governance/reductio.py narrows the bounds, no
+more than a device's measured ceilings allow. A threshold beyond what a metric can
+physically take makes its clause always true or always false. An aggregate is taken over
+every pair its filter selects (a bar must not rely on a pair failing its gate to be met).
+Clauses on the same aggregate (one metric, one reducer, the same pairs; any reducer of a
+single pair is its value) are one variable; different aggregates are treated as independent. The bar is then evaluated in
 every case — each variable in each cell its clauses' thresholds cut its range into — by the
 verdict's own three-valued rule, and refused when it is
 

@@ -38,7 +38,6 @@ LOCK_TIMEOUT_S = 60.0
 # Free space a command needs on the ledger's file system before it starts: a result row
 # is tens of KB, and a sweep commits a new version of the file after every config.
 MIN_FREE_BYTES = 64 * 2**20
-NEWLINE = b"\n"
 
 
 def recorded(root: Path) -> Iterator[tuple[str, list[Row]]]:
@@ -256,13 +255,14 @@ class Ledger:
 
     def _not_foreign(self, data: bytes, n: int, cut: int) -> str | None:
         """Why the bytes after the first ``n`` rows (from offset ``cut``) are not removable
-        foreign bytes (None: they are): none, damage that reaches the rows committed at HEAD,
-        or a line among them that claims to be a row of this line at its place (bench wrote it)."""
+        foreign bytes (None: they are): there are none, the damage reaches the rows committed at
+        HEAD, or a line among them claims to be a row of this line at its place (bench wrote it)."""
         if cut == len(data):
             return "the chain is whole, the damage is elsewhere"
         committed = gitguard.show_file(self.root, "HEAD", self.rel) or b""
         if not data[:cut].startswith(committed):
-            return f"the damage starts at row {n}, inside the {committed.count(NEWLINE)} rows committed at HEAD"
+            held = committed.count(b"\n")
+            return f"the damage starts at row {n}, inside the {held} rows committed at HEAD"
         for j, raw in enumerate(data[cut:].split(b"\n")):
             try:
                 row = json.loads(raw)
@@ -317,7 +317,7 @@ def dataframe(path: Path):
     return frame(read_rows(Path(path)))
 
 
-def frame(rows) -> "pd.DataFrame":
+def frame(rows):
     """Typed rows as ``dataframe`` flattens them."""
     import pandas as pd
 
