@@ -199,3 +199,96 @@ def test_rows_the_sweep_writes_today_add_up(tmp_path, go):
     assert row.rate_protocol == ("sustained" if "tflops" in go else "interleaved")
     assert recompute(row) == []
     assert verify(led.path).ok
+
+
+# ------------------------------------------------------------- host_us (issue 47, item 5)
+
+def _cpu_result(tmp_path, go="pass_rate == 1.0"):
+    """A real CPU result row (run_config, as the sweep writes it), through the ledger's JSON."""
+    from harness.governance.ledger import Ledger
+    from harness.pipeline.run import run_config
+    from harness.workloads import Config
+    from tests.conftest import sweep_context
+
+    ctx = sweep_context(go=go, timing={"warmup_ms": 5, "min_samples": 8, "max_samples": 80, "min_time_ms": 5,
+                                       "timeout_s": 30})
+    cfg = Config(workload="attention", batch=1, heads=2, kv_heads=2, seq_len=32, head_dim=16, dtype="float32",
+                 causal=False)
+    led = Ledger(tmp_path, "t")
+    for o in run_config(cfg, ctx.reg.candidates, ctx):
+        led.append(o.kind, {"commit": "c" * 40, **o.payload})
+    rows = [r for r in led.rows() if r.kind == "result"]
+    if not rows:
+        pytest.skip(f"the host gave no result ({[r.reason for r in led.rows()]})")
+    return rows[0].dump()
+
+
+def test_host_times_and_clocks_are_held_to_the_rows_own_record(tmp_path):
+    """host_us and baseline_host_us are recomputed from the host enqueue times the row keeps
+    (a host_us bar could be forged by editing the figure alone); sm_mhz and power_w are held to
+    the row's clock record."""
+    row = _cpu_result(tmp_path)
+    arm = f"candidate:{row['candidate']}"
+    kept = row["timing"]["host_samples_us"]
+    assert set(kept) == set(row["timing"]["host_us"]) and len(kept[arm]) == len(row["timing"]["arms"][arm]["samples_ms"])
+    assert recompute(load(row)) == []
+
+    def found(edit) -> list[str]:
+        r = copy.deepcopy(row)
+        edit(r)
+        return [d.describe() for d in recompute(load(r))]
+
+    def halve_host_us(r):
+        r["metrics"]["host_us"] /= 2
+    assert found(halve_host_us) == [f"metrics.host_us stored {row['metrics']['host_us'] / 2:.10g}, its raw samples "
+                                    f"give {row['metrics']['host_us']:.10g}"]
+    assert [d.split(" ")[0] for d in found(lambda r: _set(r, "metrics.baseline_host_us", 0.5))] == [
+        "metrics.baseline_host_us"]
+
+    def both(r):  # the figure and the timing record forged together: the host times still give it away
+        r["metrics"]["host_us"] = r["timing"]["host_us"][arm] = 0.5
+    assert [d.split(" ")[0] for d in found(both)] == [f"timing.host_us.{arm}"]
+    assert [d.split(" ")[0] for d in found(lambda r: r["timing"]["host_samples_us"].pop(arm))] == [
+        "timing.host_samples_us"]
+    assert found(lambda r: _set(r, "metrics.sm_mhz", 1980.0)) == [
+        "metrics.sm_mhz stored 1980, its timing.clock record gives None"]  # the CPU: no clocks polled
+    assert [d.split(" ")[0] for d in found(lambda r: _set(r, "metrics.power_w", 300.0))] == ["metrics.power_w"]
+
+
+def test_a_host_us_bar_is_refused_on_rows_that_keep_no_host_times(tmp_path):
+    """A result written before rows kept their host times holds host_us unchecked: a bar
+    reading it is refused; the same rows with their host times are decided."""
+    from harness.governance.ledger import Ledger
+    from harness.governance.line import open_line, register
+    from harness.pipeline.run import run_config
+    from harness.record.sweep import context
+    from tests.conftest import TINY
+
+    text = TINY.replace("seq_len = [32, 48]", "seq_len = [32]").replace("timeout_s = 5", "timeout_s = 30").replace(
+        'go = "geomean(speedup) >= 0.01 and pass_rate == 1.0"', 'go = "max(host_us) <= 1e6 and pass_rate == 1.0"')
+    repo = init_repo(tmp_path / "proj", {"kept": text, "old": text})
+    for line in ("kept", "old"):
+        register(line, root=repo)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "registered")
+    env = {"device": "cpu", "gpu": None}
+    with open_line("kept", root=repo, action="a test") as line:
+        stamp = line.stamp(env).fields()
+        (cfg,) = line.reg.configs
+        outcomes = run_config(cfg, line.reg.candidates, context(line, "cpu", None))
+    if [o.kind for o in outcomes] != ["result"]:
+        pytest.skip(f"the host gave no result ({[o.payload.get('reason') for o in outcomes]})")
+    (o,) = outcomes
+    Ledger(repo, "kept").append(o.kind, {**stamp, **o.payload})
+    old = copy.deepcopy(o.payload)
+    del old["timing"]["host_samples_us"]
+    Ledger(repo, "old").append(o.kind, {**stamp, **old})
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "rows")
+    assert verify(repo / "ledger" / "old.jsonl").ok  # an older row verifies on what it has
+    r = run_bench(repo, "verdict", "old", "--no-commit")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert ("its bar reads host_us, which `bench ledger verify` could not check on row 1 (sdpa @ "
+            f"{cfg.key()}): it keeps no timing.host_samples_us") in r.stderr
+    decided = run_bench(repo, "verdict", "kept", "--no-commit")
+    assert decided.returncode == 0 and "GO" in decided.stdout, decided.stdout + decided.stderr

@@ -442,3 +442,68 @@ def test_ledger_repair_through_the_cli(repo):
     assert led.path.read_bytes() == good
     again = run_bench(repo, "ledger", "repair", "line")
     assert again.returncode == 2 and "nothing to repair" in again.stderr
+
+
+# --- a ledger's rows name its line (issue 47, item 2) ------------------------------------
+
+def test_a_ledger_holding_another_lines_rows_is_refused_by_every_reader(repo, tmp_path):
+    """An untracked copy of tiny's rows under another name verified, was listed by `status`
+    and got a verdict as that line: every reader refuses it, naming the file, the row and the
+    line the row names; with the copy gone, every reader works again."""
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "registered")
+    copy = repo / "ledger" / "zz-unreg.jsonl"
+    shutil.copy(repo / "ledger" / "tiny.jsonl", copy)
+    before = copy.read_bytes()
+    said = "ledger/zz-unreg.jsonl: row 0 names line 'tiny', not 'zz-unreg' (the file's name)"
+    for args in (("ledger", "verify"), ("ledger", "verify", "zz-unreg"), ("status",), ("ledger", "show", "zz-unreg"),
+                 ("ledger", "show", "zz-unreg", "--json"), ("verdict", "zz-unreg", "--no-commit"),
+                 ("report", "zz-unreg", "--out", str(tmp_path / "rep")), ("compare", "tiny", "zz-unreg")):
+        r = run_bench(repo, *args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert said in r.stderr and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+    assert copy.read_bytes() == before and not (tmp_path / "rep").exists()  # nothing written
+    copy.unlink()
+    assert run_bench(repo, "ledger", "verify").returncode == 0
+    st = run_bench(repo, "status")
+    assert st.returncode == 0 and "tiny" in st.stdout and "zz-unreg" not in st.stdout
+
+
+def test_a_rehashed_copy_naming_its_own_line_is_refused_by_its_registrations_name(repo):
+    """Rows re-appended under a new name chain and name that line, but row 0 still registers
+    another line's file: sweep and verdict refuse it (a line id is its registration's stem)."""
+    assert run_bench(repo, "register", "tiny").returncode == 0
+    (row0,) = read_rows(repo / "ledger" / "tiny.jsonl")
+    Ledger(repo, "zz").append("registered", {k: v for k, v in row0.dump().items()
+                                             if k not in ("kind", "line", "seq", "hash", "prev_hash")})
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "registered, and a re-hashed copy")
+    assert verify(repo / "ledger" / "zz.jsonl").ok  # its own chain, its own line: a valid ledger file
+    for args in (("verdict", "zz", "--no-commit"), ("sweep", "zz")):
+        r = run_bench(repo, *args)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+        assert ("ledger/zz.jsonl: row 0 registers registrations/tiny.toml, the registration of line 'tiny', "
+                "not 'zz'") in r.stderr, r.stderr
+    assert [r.kind for r in read_rows(repo / "ledger" / "zz.jsonl")] == ["registered"]
+    refused = run_bench(repo, "verdict", "tiny", "--no-commit")  # the line itself: refused for what it lacks
+    assert refused.returncode == 2 and "no outcome yet" in refused.stderr
+
+
+@pytest.mark.parametrize("fmt", [(), ("--csv",), ("--json",), ("--format", "tidy")])
+def test_show_of_a_ledger_with_a_blank_line_shows_the_rows_before_it_and_exits_1(repo, fmt):
+    """A blank line inserted after row 1 (issue 47, item 4): the rows before it are shown, as
+    the README says of a ledger that fails verification, with the warning on stderr; exit 1."""
+    led = _shown_ledger(repo)
+    lines = _lines(led.path)
+    _write(led.path, lines[:2] + [b""] + lines[2:])
+    r = run_bench(repo, "ledger", "show", "line", *fmt)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith("bench: warning: ledger/line.jsonl fails verification (row 2 is not valid JSON")
+    assert len(r.stderr.strip().splitlines()) == 1
+    if fmt == ("--json",):
+        assert [json.loads(x)["seq"] for x in r.stdout.splitlines()] == [0, 1]
+    elif fmt != ("--format", "tidy"):  # the tidy view holds outcomes only: skip 1's row, the only one read
+        assert "skip 1" in r.stdout and "skip 2" not in r.stdout
+    else:
+        assert len(r.stdout.strip().splitlines()) == 2 and "skip 2" not in r.stdout  # the header and row 1

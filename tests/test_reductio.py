@@ -234,3 +234,70 @@ def test_bars_that_can_decide_are_not_refused(tmp_path, go):
     path.write_text(_bar(go))
     reg = registration.load(path)
     assert reductio.at_register(tmp_path, reg)["note"]  # no device known here: the note
+
+
+# Effectively-always bars (issue 47, item 6): a threshold beyond anything the metric can
+# physically take. Every timed call lasts from a perf_counter_ns tick (1e-6 ms) to the watchdog's
+# end (TINY: timeout_s 5 + watchdog_s 600 = 6.05e5 ms): a ratio of two calls lies in
+# [1e-6 / 6.05e5, 6.05e5 / 1e-6] = [1.653e-12, 6.05e11], a time in [1e-6, 6.05e5] ms.
+BEYOND_PHYSICS = [
+    ("min(speedup) < 1e300", ["the bar is GO whatever the sweep measures", "`min(speedup) < 1e300` is always true",
+                              "min(speedup) is in [1.653e-12, 6.05e+11]",
+                              "no call longer than 6.05e+05 ms (timeout_s 5 + watchdog_s 600 s) over none shorter "
+                              "than 1e-06 ms, one tick of perf_counter_ns = 6.05e+11"]),
+    ("geomean(speedup) >= 1e-300", ["the bar is GO whatever the sweep measures",
+                                    "`geomean(speedup) >= 1e-300` is always true",
+                                    "no call shorter than 1e-06 ms, one tick of perf_counter_ns, over none longer "
+                                    "than 6.05e+05 ms (timeout_s 5 + watchdog_s 600 s) = 1.653e-12"]),
+    ("geomean(speedup) >= 1e-300 and pass_rate == 1.0", ["a clause can never change the outcome",
+                                                         "`geomean(speedup) >= 1e-300` is always true"]),
+    ("min(speedup) > 1e12 and pass_rate == 1.0", ["the bar can never be GO", "`min(speedup) > 1e12` is always false"]),
+    ("max(ms) <= 1e9 and pass_rate == 1.0", ["`max(ms) <= 1e9` is always true", "max(ms) is in [1e-06, 6.05e+05]",
+                                             "no call is longer than timeout_s 5 + watchdog_s 600 s"]),
+    ("min(control) >= 1e-20 and pass_rate == 1.0", ["`min(control) >= 1e-20` is always true"]),
+    ("max(host_us) < 1e12 and pass_rate == 1.0", ["`max(host_us) < 1e12` is always true",
+                                                  "max(host_us) is in (0, 6.05e+08]"]),
+]
+
+
+@pytest.mark.parametrize("go,says", BEYOND_PHYSICS, ids=[c[0] for c in BEYOND_PHYSICS])
+def test_a_threshold_beyond_what_a_metric_can_physically_take_is_refused_at_register(tmp_path, go, says):
+    root = init_repo(tmp_path / "proj", {"t": _bar(go)})
+    err = _refused(root, "t")
+    for s in says:
+        assert s in err, err
+    assert "fix the bar" in err and "beyond_ceiling_ok" not in err  # physics, never waived
+
+
+def test_thresholds_inside_the_physical_limits_still_register_and_a_peer_ratio_is_bounded_too(tmp_path):
+    from harness.errors import UserError
+    from harness.governance import reductio, registration
+
+    path = tmp_path / "registrations" / "t.toml"
+    path.parent.mkdir()
+    for go in ("min(speedup) < 1e11 and pass_rate == 1.0", "geomean(speedup) >= 1e-11 and pass_rate == 1.0",
+               "max(ms) <= 1e5 and pass_rate == 1.0", "max(host_us) < 1e8 and pass_rate == 1.0"):
+        path.write_text(_bar(go))
+        assert reductio.at_register(tmp_path, registration.load(path))["note"], go  # registers (no device known)
+    peers = _bar('max(speedup vs "sdpa_math" where candidate == "sdpa") < 1e300 and pass_rate == 1.0').replace(
+        "schema = 1", "schema = 5").replace('candidate = "sdpa"', 'candidates = ["sdpa", "sdpa_math"]')
+    path.write_text(peers)
+    with pytest.raises(UserError, match=r'`max\(speedup vs "sdpa_math" where candidate == "sdpa"\) < 1e300` is '
+                                        r'always true: .* is in \[1.653e-12, 6.05e\+11\]'):
+        reductio.at_register(tmp_path, registration.load(path))
+
+
+def test_a_ratio_beyond_a_known_devices_floor_is_refused_and_can_be_waived(tmp_path):
+    # Inside the physical limits (5e11 < 6.05e11), beyond the H200's: no TINY call there is
+    # shorter than its floor (16384 B at 4276 GB/s at n32), so min(speedup) <= 6.05e5 ms over that.
+    go = "min(speedup) < 5e11 and pass_rate == 1.0"
+    why = "a test: the ceiling row is another machine's"
+    waived = _bar(go, extra=f"\nbeyond_ceiling_ok = {json.dumps(why)}").replace("schema = 1", "schema = 3")
+    root = _with_ledgers(init_repo(tmp_path / "proj", {"t": _bar(go), "w": waived}), H200_CEILINGS)
+    err = _refused(root, "t")
+    assert "a clause can never change the outcome on NVIDIA H200 (ledger/_device_ceilings.jsonl row 0)" in err
+    assert "`min(speedup) < 5e11` is always true" in err and "over none shorter than 5.748e-06 ms on NVIDIA H200" in err
+    assert 'beyond_ceiling_ok = "<why>" (schema = 3)' in err
+    r = run_bench(root, "register", "w")
+    assert r.returncode == 0, r.stderr
+    assert len(_rows(root, "w")[0]["reductio"]["waived"]) == 1

@@ -96,10 +96,10 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
     Example: bench ledger show flash-h200-v2
     """
     from harness.errors import UserError
-    from harness.governance.ledger import KINDS, dataframe
+    from harness.governance.ledger import KINDS, frame
     from harness.governance.ledger_format import canonical, read_rows
     from harness.governance.ledger_verify import verify as do_verify, verify_refusal
-    from harness.reporting.analysis.tidy import tidy as tidy_view
+    from harness.reporting.analysis.tidy import tidy_frame
     from harness.reporting.render.ledger import render_ledger, render_warning, write_csv, write_jsonl
 
     # Contradictory flags are refused before anything is read.
@@ -119,18 +119,20 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
     res = do_verify(path)
     if not res.ok:
         render_warning(verify_refusal(f"ledger/{path.name}", res, "trusting these rows"))
+    # A ledger that fails verification is shown up to its first row that cannot be read.
+    everything = read_rows(path, as_far_as_it_reads=not res.ok)
     if format is not None:
-        df = tidy_view(path)
+        df = tidy_frame(everything)
         if kind:
             df = df[df["kind"] == kind]
         write_csv(df)
     elif csv:
-        df = dataframe(path)
+        df = frame(everything)
         if kind:
             df = df[df["kind"] == kind]
         write_csv(df)
     else:
-        rows = [r for r in read_rows(path) if kind is None or r.kind == kind]
+        rows = [r for r in everything if kind is None or r.kind == kind]
         if json:
             write_jsonl(canonical(r.dump()) for r in rows)
         else:
@@ -138,7 +140,6 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
             from harness.governance.outcomes import superseded_by
             from harness.reporting.analysis.history import index, line_history
 
-            everything = read_rows(path)
             hist = line_history(index(repo_root()), path.stem, everything if res.ok else ())
             render_ledger(path.stem, rows, hist.notes(), superseded_by(everything))
     raise typer.Exit(0 if res.ok else 1)
@@ -146,7 +147,10 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
 
 @ledger_app.command("repair")
 def repair(line: str = typer.Argument(..., help="line id")):
-    """Remove an incomplete final line (a write that never finished) and nothing else.
+    """Remove, at the end of the ledger, what bench did not write — an incomplete final line (a
+    write that never finished), or lines after the chain that claim no row of it (a kernel's
+    writes, which a sweep names when it finds them) — and nothing else: never a committed row
+    or a row bench wrote. Says what it removed.
 
     Example: bench ledger repair flash-h200-v2
     """

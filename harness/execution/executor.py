@@ -210,7 +210,7 @@ def schedule(executor: Executor, envs: list[dict], tasks: list[Task], ctx: Sweep
                 envs[ev.slot] = executor.replace(ev.slot)[1].env
         if executor.can_kill:
             for slot, run in list(running.items()):
-                limit = _limit(run.phase, policy)
+                limit = phase_limit(run.phase, policy)
                 if polled - run.since > limit:
                     del running[slot]
                     what = f"{run.phase} of {', '.join(run.kernels)}" if run.kernels else (run.phase or "start")
@@ -219,7 +219,7 @@ def schedule(executor: Executor, envs: list[dict], tasks: list[Task], ctx: Sweep
                     envs[slot] = info.env
 
 
-def _limit(phase: str | None, policy) -> float:
+def phase_limit(phase: str | None, policy) -> float:
     """The watchdog's deadline for a phase: timing stops itself at timeout_s; watchdog_s on top."""
     return policy.watchdog_s + (policy.timeout_s if phase == phases.TIMING else 0.0)
 
@@ -228,7 +228,7 @@ def _next_wait(running, policy, clock, can_kill) -> float:
     if not can_kill:
         return POLL_S
     now = clock()
-    left = min(_limit(r.phase, policy) - (now - r.since) for r in running.values())
+    left = min(phase_limit(r.phase, policy) - (now - r.since) for r in running.values())
     return max(0.0, min(POLL_S, left))
 
 

@@ -21,6 +21,9 @@ the raw data it carries, and names each one that disagrees (``recompute``):
   at the look confidence its policy gives; ``timing.stop`` itself (the look's confidence,
   every quantity, ``reached``) is recomputed, and its ``n`` must be a look of the schedule
   whose quantities all met the precision (stop reason "precision") or every kept round;
+- ``timing.host_us`` per arm from ``timing.host_samples_us`` (the kept rounds' host enqueue
+  times), and ``metrics.host_us`` / ``baseline_host_us`` from it; ``sm_mhz`` and ``power_w``
+  as the row's clock record (``timing.clock`` or ``sustained``) holds them;
 - ``timing.n_rounds``, ``n_dropped``, ``n_waited`` from the columnar ``timing.rounds``;
   ``timing.quanta`` from the samples (host and CUDA-event timers); ``rig_noisy`` and
   ``rig_noise`` (``sweep.run.rig_noise``) from the recomputed control and those.
@@ -28,9 +31,11 @@ the raw data it carries, and names each one that disagrees (``recompute``):
 Rows written before a field existed are checked on what they have: a figure absent from
 the row, or whose raw data the row lacks, is not recomputed. Not recomputable from a row:
 ``tflops_frac`` (the row's floor keeps the FLOP ceiling the floor used, not always the
-dtype's the fraction used), ``impossible`` (needs the device ceilings), ``host_gaps`` and
-``host_us`` (not derived from the samples), the clocks, and the raw samples themselves:
-a row forged with samples to match is beyond any recomputation (git shows who committed it).
+dtype's the fraction used; ``ceilings_disagreements`` checks it against the ceilings row),
+``impossible`` (needs the device ceilings), ``host_gaps``, the NVML readings (only their means
+are kept: ``sm_mhz`` and ``power_w`` are held to the row's clock record), and the raw samples
+themselves: a row forged with samples to match is beyond any recomputation (git shows who
+committed it).
 
 ``ceilings_disagreements``: a row's ceilings figures (its floor's copy and matmul ceilings,
 the ``*_frac`` metrics) against the ceilings row its ``ceilings_ref`` names (ledger_verify.verify).
@@ -67,9 +72,10 @@ class Disagreement:
     field: str          # dotted path in the row, e.g. "metrics.speedup"
     stored: Any
     recomputed: Any
+    source: str = "its raw samples give"  # where the recomputed value comes from
 
     def describe(self) -> str:
-        return f"{self.field} stored {_shown(self.stored)}, its raw samples give {_shown(self.recomputed)}"
+        return f"{self.field} stored {_shown(self.stored)}, {self.source} {_shown(self.recomputed)}"
 
 
 def _shown(v: Any) -> str:
@@ -108,10 +114,11 @@ class _Audit:
     def __init__(self):
         self.found: list[Disagreement] = []
 
-    def check(self, where: dict, key: str, path: str, value: Any, rtol: float = ROUNDOFF_RTOL) -> None:
+    def check(self, where: dict, key: str, path: str, value: Any, rtol: float = ROUNDOFF_RTOL,
+              source: str = Disagreement.source) -> None:
         """Compare ``where[key]`` with ``value``, only where the row has the field."""
         if isinstance(where, dict) and key in where and not _same(where[key], value, rtol):
-            self.found.append(Disagreement(path, where[key], value))
+            self.found.append(Disagreement(path, where[key], value, source))
 
     def bad(self, path: str, stored: Any, why: str) -> None:
         self.found.append(Disagreement(path, stored, why))
@@ -174,6 +181,8 @@ def recompute(row: dict) -> list[Disagreement]:
         if tol is not None:
             a.check(timing, "control_ok", "timing.control_ok", abs(control - 1.0) <= tol)
     _rates(a, row, metrics, cand)
+    _host(a, row, metrics, timing)
+    _clock(a, row, metrics, timing)
     _rounds(a, timing)
     _quanta(a, timing, samples, QUANTUM_TICKS_MS, quantum)
     if control is not None:
@@ -256,6 +265,54 @@ def _rates(a: _Audit, row: dict, metrics: dict, cand: list[float] | None) -> Non
         a.check(metrics, "kv_gbps_frac", "metrics.kv_gbps_frac", r["kv_gbps"] / copy, RATE_RTOL)
 
 
+def _host(a: _Audit, row: dict, metrics: dict, timing: dict) -> None:
+    """``timing.host_us`` per arm: the median of the host enqueue times its kept rounds recorded
+    (``timing.host_samples_us``, rows since they are kept); ``host_us`` and
+    ``baseline_host_us``: the candidate's and the baseline's there."""
+    from harness.measurement.timing.results import arm_name
+
+    per_arm = timing.get("host_us")
+    per_arm = per_arm if isinstance(per_arm, dict) else {}
+    kept = timing.get("host_samples_us")
+    if isinstance(kept, dict):
+        for name, values in kept.items():
+            x = _samples(values)
+            if x is None:
+                a.bad(f"timing.host_samples_us.{name}", type(values).__name__, "not a list of finite numbers")
+                continue
+            a.check(per_arm, name, f"timing.host_us.{name}", statistics.median(x) if x else None)
+        missing = sorted(set(per_arm) - set(kept))
+        if missing:
+            a.bad("timing.host_samples_us", sorted(kept), f"the host times of {', '.join(missing)} too")
+    for key, arm in (("host_us", arm_name(str(row.candidate))), ("baseline_host_us", "baseline")):
+        if arm in per_arm:
+            a.check(metrics, key, f"metrics.{key}", number(per_arm[arm]))
+
+
+def _clock(a: _Audit, row: dict, metrics: dict, timing: dict) -> None:
+    """``sm_mhz`` and ``power_w``: the means of the NVML readings during the calls the rates came
+    from, as the row's own clock record holds them (the sustained phase's, else the rounds'
+    ``timing.clock``). The readings themselves are not kept: a consistency check, not a
+    recomputation."""
+    from harness.governance.metrics import PROTOCOLS, SUSTAINED
+
+    if row.rate_protocol not in (None, *PROTOCOLS):  # ``_rates`` names it: no record to hold them to
+        return
+    if row.rate_protocol == SUSTAINED:
+        held, keys = row.sustained, {"sm_mhz": "sm_mhz", "power_w": "power_w"}
+        where = "sustained"
+    else:
+        held, keys = timing.get("clock"), {"sm_mhz": "mean_mhz", "power_w": "power_mean_w"}
+        where = "timing.clock"
+        if "clock" in timing and held is None:  # no clocks polled (the CPU): no clock figure
+            held = {k: None for k in keys.values()}
+    if not isinstance(held, dict):
+        return
+    for metric, key in keys.items():
+        if key in held:
+            a.check(metrics, metric, f"metrics.{metric}", number(held[key]), source=f"its {where} record gives")
+
+
 def _rounds(a: _Audit, timing: dict) -> None:
     """Round counts from the columnar rounds (``Measurement.to_row``)."""
     rounds = timing.get("rounds")
@@ -322,7 +379,22 @@ def _noise(a: _Audit, row: dict, timing: dict, control: float, rig_noise) -> Non
         a.bad("rig_noise", stored, why)
 
 
-__all__ = ["Disagreement", "RATE_RTOL", "ROUNDOFF_RTOL", "recompute"]
+# Metrics ``recompute`` checks only on rows that keep their raw data (rows written before
+# bench kept it hold the figure alone, which verify cannot vouch for): metric -> the timing
+# field that holds it.
+KEPT_FROM = {"host_us": "host_samples_us", "baseline_host_us": "host_samples_us"}
+
+
+def unchecked(metric: str, row) -> str | None:
+    """Why verify cannot have checked ``metric`` of result ``row`` against its raw data (None:
+    it could): the row predates the raw data the figure is recomputed from."""
+    kept = KEPT_FROM.get(metric)
+    if kept is None or kept in (row.timing or {}):
+        return None
+    return f"it keeps no timing.{kept} ({metric} was not recomputable when it was written)"
+
+
+__all__ = ["Disagreement", "KEPT_FROM", "RATE_RTOL", "ROUNDOFF_RTOL", "recompute", "unchecked"]
 
 
 # A figure copied or divided from the ceilings row: equal to it but for float rounding.

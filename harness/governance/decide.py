@@ -7,12 +7,14 @@ such bars from the bar alone, before the sweep.
 
 Each clause compares one aggregate with a number. Over the registered (config, candidate)
 pairs its filter selects, an aggregate ranges over what the metric's ``Bound`` at each pair
-allows: a share of n pairs for ``pass_rate``, 0..n for ``count``, a positive number for a
-speedup — and, where harness/governance/reductio.py narrows the bounds, no more than a
-device's measured ceilings allow. An aggregate is taken over every pair its filter selects
-(a bar must not rely on a pair failing its gate to be met). Clauses on the same aggregate
-(one metric, one reducer, the same pairs; any reducer of a single pair is its value) are one
-variable; different aggregates are treated as independent. The bar is then evaluated in
+allows: a share of n pairs for ``pass_rate``, 0..n for ``count``, a time, ratio or rate
+within the physical limits of the line's timing (a call lasts at least a timer tick and at
+most until its watchdog) — and, where harness/governance/reductio.py narrows the bounds, no
+more than a device's measured ceilings allow. A threshold beyond what a metric can
+physically take makes its clause always true or always false. An aggregate is taken over
+every pair its filter selects (a bar must not rely on a pair failing its gate to be met).
+Clauses on the same aggregate (one metric, one reducer, the same pairs; any reducer of a
+single pair is its value) are one variable; different aggregates are treated as independent. The bar is then evaluated in
 every case — each variable in each cell its clauses' thresholds cut its range into — by the
 verdict's own three-valued rule, and refused when it is
 
@@ -48,7 +50,12 @@ SHOWN_PAIRS = 2
 @dataclass(frozen=True)
 class Bound:
     """What one metric can be at one (config, candidate): from ``lo`` to ``hi`` (each end
-    included or not), why each finite end is there, or ``absent``: why it has no value."""
+    included or not), why each finite end is there, or ``absent``: why it has no value.
+
+    An end that is a physical *limit* (``lo_limit``, ``hi_limit``: how far a timed call can
+    reach at all, far past what any kernel gives) bounds the range like any end — a clause
+    whose threshold lies beyond it is always true or always false — but is no value to try
+    or to show as a metric's best or worst."""
 
     lo: float = 0.0
     hi: float = math.inf
@@ -57,21 +64,25 @@ class Bound:
     why_lo: str | None = None
     why_hi: str | None = None
     absent: str | None = None
+    lo_limit: bool = False
+    hi_limit: bool = False
 
-    def at_most(self, hi: float, why: str) -> "Bound":
+    def at_most(self, hi: float, why: str, *, limit: bool = False) -> "Bound":
         """This bound with ``hi`` (included) as its upper end where it is lower."""
         if hi < self.hi or (hi == self.hi and not self.hi_closed):
-            return replace(self, hi=hi, hi_closed=True, why_hi=why)
+            return replace(self, hi=hi, hi_closed=True, why_hi=why, hi_limit=limit)
         return self
 
-    def at_least(self, lo: float, why: str) -> "Bound":
+    def at_least(self, lo: float, why: str, *, limit: bool = False) -> "Bound":
         """This bound with ``lo`` (included) as its lower end where it is higher."""
         if lo > self.lo:
-            return replace(self, lo=lo, lo_closed=True, why_lo=why)
+            return replace(self, lo=lo, lo_closed=True, why_lo=why, lo_limit=limit)
         return self
 
 
-Bounds = Callable[[str, object, str], Bound]  # (metric, config, candidate) -> Bound
+# (metric, config, candidate, peer) -> Bound; ``peer``: the other candidate of a ``speedup vs
+# "P"`` aggregate (a ratio of two of the line's calls), else None.
+Bounds = Callable[[str, object, str, "str | None"], Bound]
 
 
 @dataclass(frozen=True)
@@ -93,6 +104,8 @@ class _Range:
     points: tuple[float, ...] | None
     why: str
     absent: str | None = None
+    lo_limit: bool = False  # the end is a physical limit (Bound): no value to try or show
+    hi_limit: bool = False
 
     def contains(self, x: float) -> bool:
         if self.points is not None:
@@ -156,13 +169,25 @@ def _bound_why(func: str, pairs: list, bounds: list[Bound], end: str) -> str:
     return shown + (f"; and {plural(more, 'more pair')}" if more > 0 else "")
 
 
-def _peer_bound(candidate: str, peer: str) -> Bound:
-    """What a speedup over a peer candidate can be: any positive ratio of two medians (no
-    device ceiling bounds a ratio of two kernels), exactly 1 for a candidate against itself."""
+def _peer_bound(candidate: str, peer: str, ratio: Bound) -> Bound:
+    """What a speedup over a peer candidate can be: ``ratio``, what the bounds allow a ratio of
+    two of the line's calls' medians (a device's baseline times do not bound it), exactly 1 for
+    a candidate against itself."""
     if candidate == peer:
         why = f"{candidate} against itself"
         return Bound(1.0, 1.0, True, True, why, why)
-    return Bound()
+    return ratio
+
+
+def _limit_end(func: str, bounds: list[Bound], end: str) -> bool:
+    """Whether an aggregate's ``end`` is a physical limit: the end of the pair that sets it
+    for min and max, any pair's for a reducer of all their ends."""
+    vals = [getattr(b, end) for b in bounds]
+    flags = [getattr(b, f"{end}_limit") for b in bounds]
+    if func in ("min", "max"):
+        target = (min if func == "min" else max)(vals)
+        return next(f for f, v in zip(flags, vals) if v == target)
+    return any(flags)
 
 
 def _range(agg, pairs: list, bounds: Bounds) -> _Range:
@@ -174,8 +199,8 @@ def _range(agg, pairs: list, bounds: Bounds) -> _Range:
     if agg.metric is None:  # bare count: coverage
         return _Range(0.0, n, True, True, tuple(float(k) for k in range(n + 1)),
                       f"counts at most {plural(n, 'registered pair')}")
-    each = [_peer_bound(cand, agg.peer) if agg.peer is not None else bounds(agg.metric, cfg, cand)
-            for cfg, cand in pairs]
+    each = [_peer_bound(cand, agg.peer, bounds(agg.metric, cfg, cand, agg.peer)) if agg.peer is not None
+            else bounds(agg.metric, cfg, cand, None) for cfg, cand in pairs]
     known = [(p, b) for p, b in zip(pairs, each) if b.absent is None]
     if agg.func == "count":
         k = len(known)
@@ -194,11 +219,14 @@ def _range(agg, pairs: list, bounds: Bounds) -> _Range:
         parts.append(("" if named else f"at least {_num(lo)}, its pairs' ends: ") + _bound_why(agg.func, kp, kb, "lo"))
     if hi < math.inf and any(b.why_hi for b in kb):
         parts.append(("" if named else f"at most {_num(hi)}, its pairs' ends: ") + _bound_why(agg.func, kp, kb, "hi"))
-    return _Range(lo, hi, all(b.lo_closed for b in kb), all(b.hi_closed for b in kb), None, "; ".join(parts))
+    return _Range(lo, hi, all(b.lo_closed for b in kb), all(b.hi_closed for b in kb), None, "; ".join(parts),
+                  lo_limit=_limit_end(agg.func, kb, "lo"), hi_limit=_limit_end(agg.func, kb, "hi"))
 
 
 def _points(rng: _Range, thresholds: list[float]) -> list[float]:
-    """Values of ``rng`` that meet every cell its thresholds cut it into (one or more each)."""
+    """Values of ``rng`` that meet every cell its thresholds cut it into (one or more each).
+    A threshold beyond the range cuts nothing; a limit end (``_Range.hi_limit``) is no value
+    tried: its cell gets one near the last threshold, as an unbounded one does."""
     if rng.points is not None:
         pts = list(rng.points)
         out = {pts[0], pts[-1]}
@@ -206,14 +234,15 @@ def _points(rng: _Range, thresholds: list[float]) -> list[float]:
             i = bisect.bisect_left(pts, t)
             out.update(pts[j] for j in (i - 1, i, i + 1) if 0 <= j < len(pts))
         return sorted(out)
-    ends = {rng.lo} | ({rng.hi} if rng.hi < math.inf else set())
+    ends = ({rng.lo} if not rng.lo_limit else set()) | ({rng.hi} if rng.hi < math.inf and not rng.hi_limit else set())
     cuts = sorted(ends | {t for t in thresholds if rng.lo <= t <= rng.hi})
     out = [c for c in cuts if rng.contains(c)]
     out += [(a + b) / 2 for a, b in zip(cuts, cuts[1:]) if a < b]
-    if rng.hi == math.inf:  # a value past every threshold
-        top = cuts[-1]
-        out.append(top + max(1.0, abs(top)))
-    if not rng.lo_closed:  # and one nearer the open lower end than any other
+    if rng.hi == math.inf or rng.hi_limit:  # a value past every threshold
+        top = cuts[-1] if cuts else rng.lo
+        past = top + max(1.0, abs(top))
+        out.append(past if past < rng.hi else (top + rng.hi) / 2)
+    if not rng.lo_closed or rng.lo_limit:  # and one nearer the lower end than any other
         out.append(rng.lo + (min(out) - rng.lo) / 2)
     return sorted(set(out))
 

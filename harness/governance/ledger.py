@@ -12,6 +12,7 @@ Python API: ``read_rows(path)`` (ledger_format), ``verify(path)`` (ledger_verify
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -63,6 +64,24 @@ class Repaired:
     path: str
     removed_bytes: int
     row: int  # the row the incomplete line would have been; rows 0..row-1 are kept
+    # Foreign bytes removed (complete lines after the chain that no bench row claims): how many
+    # lines, at which offset; 0 where only an incomplete final line was removed.
+    foreign_lines: int = 0
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class Left:
+    """A ledger file as a command last read or wrote it: its size and the SHA-256 of its bytes.
+    A command that appends holds the file to this before each append and before each commit:
+    bytes that appeared meanwhile were written by something else (a kernel, another process)."""
+
+    size: int
+    sha256: str
+
+    @classmethod
+    def of(cls, data: bytes) -> "Left":
+        return cls(len(data), hashlib.sha256(data).hexdigest())
 
 
 class Ledger:
@@ -115,16 +134,48 @@ class Ledger:
             raise UserError(f"only {free / 2**20:.1f} MiB free on the file system of {LEDGER_DIR}/, bench needs "
                             f"{MIN_FREE_BYTES / 2**20:.0f} MiB before it starts: free disk space and run it again")
 
+    def left(self) -> Left:
+        """The file as it is now (an absent file is an empty one)."""
+        return Left.of(self.path.read_bytes() if self.path.exists() else b"")
+
+    def require_left(self, left: Left) -> None:
+        """Refuse unless the file is byte for byte what a command left (``left``): bytes appended
+        since (a kernel writing to its own ledger, in a worker or the driver), a cut or an edit
+        are not bench's rows, and nothing may be appended to (or committed with) them."""
+        data = self.path.read_bytes() if self.path.exists() else b""
+        if len(data) == left.size and hashlib.sha256(data).hexdigest() == left.sha256:
+            return
+        rows = data[:left.size].count(b"\n")
+        after = f"after row {rows - 1}, the last bench wrote" if rows else "before any row"
+        if len(data) > left.size and hashlib.sha256(data[:left.size]).hexdigest() == left.sha256:
+            foreign = len(data) - left.size
+            raise UserError(f"{self.rel} changed since bench last wrote it: {foreign} foreign bytes at offset "
+                            f"{left.size} ({after}) — something else (a kernel?) writes to the ledger, so nothing "
+                            f"more is appended: stop it, remove them with `bench ledger repair {self.line}`, and run "
+                            f"the command again")
+        what = (f"is {left.size - len(data)} bytes shorter than bench left it (cut at offset {len(data)})"
+                if len(data) < left.size else f"no longer holds the {left.size} bytes bench left there (edited)")
+        raise UserError(f"{self.rel} {what}: something else writes to the ledger, so nothing more is appended — "
+                        f"restore it from git (git checkout -- {self.rel}; rows not yet committed are lost) and run "
+                        f"the command again")
+
     def append(self, kind: str, fields: dict) -> Row:
         """Append one row; returns it (typed, ledger_rows) once it is flushed and fsynced to disk.
 
         A write or fsync that fails (disk full, I/O error, short write) is cut back to the
         previous end of the file, so no partial row is left, and raised as one UserError.
         """
+        return self.append_after(None, kind, fields)[0]
+
+    def append_after(self, left: Left | None, kind: str, fields: dict) -> tuple[Row, Left]:
+        """``append``, to a file that must be byte for byte ``left`` (``require_left``, under the
+        lock: None, as it is); the row and the file as this append leaves it."""
         if kind not in KINDS:
             raise ValueError(f"unknown ledger row kind {kind!r}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock():
+            if left is not None:
+                self.require_left(left)
             created = not self.path.exists()
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -132,7 +183,11 @@ class Ledger:
                 raise UserError(f"cannot open {self.rel} to append a row ({exc.strerror}): make it writable "
                                 f"and run the same command again") from None
             try:
-                seq, prev = self._tail()
+                seq, prev, before = self._tail()
+                if left is not None and Left.of(before) != left:  # written to between the check and the read
+                    self.require_left(left)  # names what changed
+                    raise UserError(f"{self.rel} changed while bench appended to it: something else writes to the "
+                                    f"ledger — run `bench ledger verify {self.line}` and restore it from git")
                 row = jsonable({**fields, "schema": LEDGER_SCHEMA, "seq": seq, "kind": kind, "line": self.line,
                                 "time": fields.get("time") or utc_now(), "prev_hash": prev})
                 row["hash"] = row_hash(row)
@@ -153,7 +208,7 @@ class Ledger:
                 os.close(fd)
             if created:  # the new file's directory entry must survive a power loss too
                 _fsync_dir(self.path.parent)
-        return typed
+        return typed, Left.of(before + data)
 
     def _cut_back(self, fd: int, size: int, seq: int, exc: OSError) -> None:
         """After a failed append: restore the file to ``size`` bytes, then raise one UserError."""
@@ -170,30 +225,66 @@ class Ledger:
                         f"command again") from None
 
     def repair(self) -> Repaired:
-        """Remove an incomplete final line — a write that never finished — and nothing else.
+        """Remove, at the end of the file, what bench did not write — and nothing else.
 
-        Refuses a ledger that verifies and one with any other damage: a complete row is
-        never removed, and a ledger that is wrong elsewhere is restored from git, not here.
+        That is an incomplete final line (a write that never finished), or the complete lines
+        after the last row that chains (``ledger_verify.chained``) when none of them claims to
+        be a row of this line (a kernel writing to its own ledger; `Writer` names such bytes
+        when it finds them). Refused for a ledger that verifies, for damage reaching a row
+        committed at HEAD, and for a row of the chain that was edited: a complete row is never
+        removed, and a ledger that is wrong elsewhere is restored from git, not here.
         """
+        from harness.governance.ledger_verify import chained
+
         with self._lock():
             res = verify(self.path)
             if res.ok:
                 raise UserError(f"{self.rel} verifies ({res.n_rows} rows, chain intact): nothing to repair")
-            if not res.torn:
-                raise UserError(f"{self.rel} fails verification ({res.reason}); `bench ledger repair` removes "
-                                f"only an incomplete final line — restore the file from git")
-            with open(self.path, "rb+") as fh:
-                data = fh.read()
+            data = self.path.read_bytes()
+            if res.torn:
                 cut = data.rfind(b"\n") + 1
-                fh.truncate(cut)
-                fh.flush()
-                os.fsync(fh.fileno())
-        return Repaired(self.rel, len(data) - cut, res.n_rows)
+                self._cut(cut)
+                return Repaired(self.rel, len(data) - cut, res.n_rows)
+            n, cut = chained(data, self.path)
+            why = self._not_foreign(data, n, cut)
+            if why is not None:
+                raise UserError(f"{self.rel} fails verification ({res.reason}); `bench ledger repair` removes only "
+                                f"an incomplete final line, or bytes after the chain that bench did not write — "
+                                f"{why}: restore the file from git")
+            self._cut(cut)
+        lines = data[cut:].count(b"\n") + (not data.endswith(b"\n"))
+        return Repaired(self.rel, len(data) - cut, n, foreign_lines=lines, offset=cut)
 
-    def _tail(self) -> tuple[int, str]:
-        """Next seq and the hash to chain to; a torn (never acknowledged) final write is cut off."""
+    def _not_foreign(self, data: bytes, n: int, cut: int) -> str | None:
+        """Why the bytes after the first ``n`` rows (from offset ``cut``) are not removable
+        foreign bytes (None: they are): there are none, the damage reaches the rows committed at
+        HEAD, or a line among them claims to be a row of this line at its place (bench wrote it)."""
+        if cut == len(data):
+            return "the chain is whole, the damage is elsewhere"
+        committed = gitguard.show_file(self.root, "HEAD", self.rel) or b""
+        if not data[:cut].startswith(committed):
+            held = committed.count(b"\n")
+            return f"the damage starts at row {n}, inside the {held} rows committed at HEAD"
+        for j, raw in enumerate(data[cut:].split(b"\n")):
+            try:
+                row = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(row, dict) and row.get("seq") == n + j and row.get("line") == self.line:
+                return f"line {n + j + 1} holds row {n + j} of this line, edited (bench wrote it)"
+        return None
+
+    def _cut(self, size: int) -> None:
+        with open(self.path, "rb+") as fh:
+            fh.truncate(size)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def _tail(self) -> tuple[int, str, bytes]:
+        """Next seq, the hash to chain to, and the file's bytes; a torn (never acknowledged)
+        final write is cut off."""
         if not self.path.exists():
-            return 0, GENESIS_HASH
+            return 0, GENESIS_HASH, b""
         with open(self.path, "rb+") as fh:
             data = fh.read()
             if data and not data.endswith(b"\n"):
@@ -205,13 +296,13 @@ class Ledger:
                 data = data[:cut]
         records = data.splitlines()
         if not records:
-            return 0, GENESIS_HASH
+            return 0, GENESIS_HASH, data
         last = parse_row(records[-1], self.path, len(records) - 1)
         check_schema(last, self.path, len(records) - 1)
         if row_hash(last) != last.get("hash") or last.get("seq") != len(records) - 1:
             raise UserError(f"{self.path}: the last row fails its hash check; refusing to chain onto it — "
                             f"run `bench ledger verify {self.line}` and restore the file from git")
-        return len(records), last["hash"]
+        return len(records), last["hash"], data
 
 
 def _fsync_dir(path: Path) -> None:
@@ -225,9 +316,13 @@ def _fsync_dir(path: Path) -> None:
 def dataframe(path: Path):
     """The ledger's rows as a flat pandas DataFrame (nested fields joined with '.'); the tidy
     view (one row per current outcome, typed columns) is ``harness.reporting.analysis.tidy.tidy``."""
+    return frame(read_rows(Path(path)))
+
+
+def frame(rows):
+    """Typed rows as ``dataframe`` flattens them."""
     import pandas as pd
 
-    rows = read_rows(Path(path))
     if not rows:
         return pd.DataFrame()
     return pd.json_normalize([r.dump() for r in rows], sep=".")

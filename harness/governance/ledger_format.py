@@ -75,9 +75,12 @@ def typed(row: dict, path: Path, n: int):
                         f"(pip install -U -e .) to read it, or restore the file from git") from None
 
 
-def read_rows(path: Path) -> list:
+def read_rows(path: Path, *, as_far_as_it_reads: bool = False) -> list:
     """All rows of a ledger file as typed rows (ledger_rows), schema-checked (chain not
-    checked: use ``verify``)."""
+    checked: use ``verify``). A line that is not a JSON object is refused — or, with
+    ``as_far_as_it_reads``, ends the rows: the rows before the damage (what `bench ledger show`
+    shows of a ledger that fails verification). A row this bench does not know (a newer
+    schema, an undeclared field) is refused either way: upgrade bench to read it."""
     path = Path(path)
     if not path.exists():
         return []
@@ -86,5 +89,11 @@ def read_rows(path: Path) -> list:
         for n, raw in enumerate(fh):
             if not raw.endswith(b"\n"):
                 break  # a torn final write: never acknowledged, so not a row
-            rows.append(typed(parse_row(raw, path, n), path, n))
+            try:
+                row = parse_row(raw, path, n)
+            except UserError:
+                if not as_far_as_it_reads:
+                    raise
+                break
+            rows.append(typed(row, path, n))
     return rows

@@ -17,7 +17,8 @@ Format history (``schema``, every row's ledger schema, ``ledger_format.LEDGER_SC
   ``tolerance_power``, ``timing_resolution``, ``tolerance_floor``, ``reductio``, ``reopens``,
   ``cost``, and the `integration` row kind (a bench before it refuses such a row as an unknown
   kind) with the verdict's ``integration``; the verdict's ``primary_note`` (why a primary
-  against a peer, a schema-5 registration's, has no value).
+  against a peer, a schema-5 registration's, has no value); the verdict's ``failures`` (a
+  NO-GO decided on failures alone).
 
 A row of a newer schema is refused by ``ledger_format.check_schema`` with the fix (upgrade
 bench); a row of this schema with a field no class declares is refused here the same way.
@@ -287,6 +288,9 @@ class VerdictRow(Row):
     coverage: dict | None = None
     measured_at: dict | None = None
     integration: list | None = None  # per candidate: measured and predicted step gain (record/integration.py)
+    # A NO-GO decided on failures alone (every pair the bar decides on failed its kernel:
+    # outcomes.kernel_failed): each pair's row, state and the reason it carries.
+    failures: list | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

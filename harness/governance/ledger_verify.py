@@ -82,8 +82,20 @@ def _first_difference(a: bytes, b: bytes) -> int:
     return min(a.count(b"\n"), b.count(b"\n"))
 
 
+def _not_this_line(row: dict, n: int, path: Path) -> str | None:
+    """Why row ``n`` is not a row of the line ``path`` holds (None: it is): a ledger's line is
+    its file's stem, and every row names the line it was appended to (``Ledger.append``). A
+    copy outside a ``ledger/`` directory (an export, a fixture) is no line's ledger."""
+    if path.parent.name != LEDGER_DIR or row.get("line") == path.stem:
+        return None
+    return f"row {n} names line {row.get('line')!r}, not {path.stem!r} (the file's name)"
+
+
 def _check_chain(records: list[bytes], path: Path) -> tuple[VerifyResult | None, str]:
-    """The first broken row of complete ``records`` (or None), and the last row's hash."""
+    """The first broken row of complete ``records`` (or None), and the last row's hash.
+
+    A row of the chain that names another line (``_not_this_line``) is refused, not reported:
+    the file is a copy or a forgery, not this line's ledger, and no command may read it as one."""
     prev = GENESIS_HASH
     for n, raw in enumerate(records):
         try:
@@ -105,6 +117,12 @@ def _check_chain(records: list[bytes], path: Path) -> tuple[VerifyResult | None,
         if row_hash(row) != row.get("hash"):
             return VerifyResult(str(path), False, n, n,
                                 f"row {n} was edited: its content no longer matches its hash"), prev
+        other = _not_this_line(row, n, path)
+        if other is not None:
+            shown = f"{LEDGER_DIR}/{path.name}"
+            raise UserError(f"{shown}: {other}: a ledger file holds the rows of the one line it is named after — "
+                            f"this one is a copy or a forgery; delete it (git rm -- {shown} where it is "
+                            f"committed), or restore the line's own ledger from git")
         try:
             load(row)
         except UnknownField as exc:
@@ -112,6 +130,15 @@ def _check_chain(records: list[bytes], path: Path) -> tuple[VerifyResult | None,
                                                         f"upgrade bench, or restore the file from git"), prev
         prev = row["hash"]
     return None, prev
+
+
+def chained(data: bytes, path: Path) -> tuple[int, int]:
+    """How many complete rows at the start of ``data`` (a ledger file's bytes) chain, and the
+    offset just past them: where the first row bench could not have appended begins."""
+    records = data[:data.rfind(b"\n") + 1].split(b"\n")[:-1]
+    bad, _ = _check_chain(records, path)
+    n = len(records) if bad is None else bad.bad_row
+    return n, sum(len(r) + 1 for r in records[:n])
 
 
 def _check_git(body: bytes, path: Path) -> tuple[VerifyResult | None, str | None]:

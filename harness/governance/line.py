@@ -19,7 +19,7 @@ from harness import __version__
 from harness.errors import UserError, shown
 from harness.governance import codeprov, gitguard, integration, line_ids, registration
 from harness.governance.codeprov import CODE_PACKAGES, require_code_from
-from harness.governance.ledger import Ledger, require_anchorable
+from harness.governance.ledger import Ledger, Left, require_anchorable
 from harness.governance.ledger_format import ledger_path
 from harness.governance.ledger_verify import rows_at, verify, verify_refusal
 from harness.governance.locks import exclusive
@@ -53,6 +53,7 @@ class Line:
     rows: tuple
     commit: str  # the code commit (gitguard.code_commit): what rows written now are stamped with
     code: tuple = ()  # Stamp.code
+    left: Left | None = None  # the ledger file as it was verified: a command's appends follow it (record/writer.py)
 
     def stamp(self, env: dict) -> Stamp:
         return Stamp(self.commit, self.registered.registration_sha256, self.registered.registration_commit, env,
@@ -311,14 +312,21 @@ def read_line(line_or_path: str, *, root: Path | None = None, action: str) -> Li
 def _checked_line(tree: gitguard.CleanTree, line: str, action: str, *, closed_ok: bool = False) -> Line:
     led = Ledger(tree.root, line)
     _require_registered(tree.root, line)
+    left = led.left()
     res = verify(led.path)
     if not res.ok:
         raise UserError(verify_refusal(f"ledger/{line}.jsonl", res, action))
     rows = led.rows()
+    if led.left() != left:  # under the line lock, no bench command writes it: something else did
+        led.require_left(left)
     registered = rows[0]
     if registered.kind != REGISTERED:
         raise UserError(f"ledger/{line}.jsonl: the first row is not a `registered` row: it is not a bench ledger")
     rel = registered_path(registered, line, closed=any(r.kind == VERDICT for r in rows))
+    if PurePosixPath(rel).stem != line:  # a line id is its registration's stem (registration.load)
+        raise UserError(f"ledger/{line}.jsonl: row 0 registers {rel}, the registration of line "
+                        f"'{PurePosixPath(rel).stem}', not '{line}': a ledger holds its own line's registration — "
+                        f"this file is a copy or a forgery; delete it, or restore ledger/{line}.jsonl from git")
     at = registered.registration_commit[:12]
     path = tree.root / rel
     if not path.is_file():
@@ -335,4 +343,4 @@ def _checked_line(tree: gitguard.CleanTree, line: str, action: str, *, closed_ok
                         f"on commit {verdict.commit[:12]}; {action} would change a decided line — register a new line "
                         f"(amends = \"{line}\") to measure again")
     return Line(root=tree.root, reg=registration.load(path), ledger=led, registered=registered, rows=tuple(rows),
-                commit=tree.commit)
+                commit=tree.commit, left=left)

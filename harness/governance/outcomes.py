@@ -71,6 +71,17 @@ def unusable(row, *, include_noisy: bool) -> bool:
     return row.kind in (SKIPPED, THROTTLED)
 
 
+def kernel_failed(row) -> bool:
+    """A final failure of the candidate kernel itself, which no new measurement at the same
+    commit changes: incorrect, crashed, or a result faster than the device can go
+    (``impossible``). Not the rig's (rig-noisy, skipped, throttled: ``unusable``, measured
+    again), not the baseline's (its own row: the line's tolerance or baseline is wrong), and
+    not unsupported (the kernel says it cannot run there: never measured)."""
+    if row.is_baseline:
+        return False
+    return row.kind in FAILING_KINDS or (row.kind == RESULT and bool(row.impossible))
+
+
 def remeasurable(row, *, include_noisy: bool) -> bool:
     """Whether a sweep may supersede ``row`` with a new measurement at the commit and device it
     was measured at: what ``--remeasure`` re-runs, a crashed pair (``--retry-crashed``), or a

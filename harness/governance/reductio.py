@@ -8,7 +8,8 @@ can be refused before any kernel runs. So can a bar that cannot decide at all
 ``at_register`` (``bench register``) checks, in turn:
 
 1. what the bar and the ``[verify]`` clauses can decide from their metrics' nature alone
-   (a share, a count, a positive number, a counter's range) — never waived;
+   (a share, a count, a positive number, a counter's range, and what any timed call can
+   physically read: ``natural``) — never waived;
 2. the reductio: a ``*_frac`` is at most 1 on every device, and every device of
    ``ledger/_device_ceilings.jsonl`` (its latest row per fingerprint) on which all the
    line's kernels run bounds each metric by its measured ceilings (``device_bounds``).
@@ -30,6 +31,9 @@ one call (harness/measurement/floor.py), with ``BAR_MARGIN``:
 - ``speedup``, ``speedup_ci_low``: at most the baseline's own measured time over that floor —
   the slowest ``baseline_ms`` recorded for the config on the device, in the line's timing
   mode, by a line registered with the same ``[numerics]`` (no such row: no bound);
+- every ratio of two calls' medians (``RATIOS``, a speedup over a peer): from the floor over
+  the longest call (``longest_call_ms``) to the longest over the floor — limits, as
+  ``natural``'s are on any device;
 - ``sm_mhz``, ``power_w``: no value on a CPU (NVML);
 - ``[verify]``: ``duration_us`` at least the cold floor (ncu flushes caches), ``dram_read_bytes``
   at least what ``counters.counter_impossible`` allows (with the device's L2 known).
@@ -64,8 +68,17 @@ ROUND_TIMES = ("interleaved_ms", "baseline_ms", "control_ms")
 # The speedup's upper CI end has no such bound: a bootstrap end, not a ratio of medians.
 SPEEDUPS = ("speedup", "speedup_ci_low")
 GAINS = ("step_gain", "step_gain_predicted")
+# Ratios of two timed calls' medians (a bootstrap end of one too): a speedup (or one over a
+# peer candidate, ``speedup vs "P"``) and the control.
+RATIOS = ("speedup", "speedup_ci_low", "speedup_ci_high", "control")
+HOST_TIMES = ("host_us", "baseline_host_us")  # µs, within the call's timing phase
 FRACTION_WHY = "a fraction of the device's measured ceiling is at most 1"
 WAIVER_KEY = "beyond_ceiling_ok"
+# The shortest time a timed call can read: one tick of perf_counter_ns (1 ns), the finest clock
+# any bench timer reads (measurement/timing/timers.py; CUDA events resolve about 0.5 µs). A
+# call that passed the gate did its work, which takes longer than that on any device.
+TICK_MS = 1e-6
+TICK_WHY = f"{TICK_MS:g} ms, one tick of perf_counter_ns"
 
 
 def bar_margin(kind: str) -> float:
@@ -122,18 +135,21 @@ def _floors(dev: Device, reg, cfg):
 
 
 def device_bounds(reg, dev: Device | None):
-    """``(metric, config, candidate) -> Bound``: what a metric can be on ``dev`` (module doc);
-    with no device, only that a fraction of a ceiling is at most 1."""
+    """``(metric, config, candidate, peer) -> Bound``: what a metric can be on ``dev`` (module
+    doc), within its ``natural`` bounds; with no device, also that a fraction of a ceiling is
+    at most 1."""
     from harness.measurement.ceilings import Ceilings
     from harness.measurement.timing.sustained import rates
 
     ceil = Ceilings.from_row(dev.row) if dev is not None else None
     cache: dict = {}
+    nature = natural(reg)
+    longest = longest_call_ms(reg)
 
-    def bound(metric: str, cfg, cand: str) -> Bound:
+    def bound(metric: str, cfg, cand: str, peer: str | None = None) -> Bound:
+        b = nature(metric, cfg, cand, peer)
         if metric in STEP_NAMES:  # a model step's: no device ceiling bounds it
-            return natural(metric, cfg, cand)
-        b = Bound()
+            return b
         if metric in FRACTIONS:
             b = b.at_most(1.0, FRACTION_WHY)
         if dev is None:
@@ -158,7 +174,14 @@ def device_bounds(reg, dev: Device | None):
         if metric in SUSTAINED_TIMES or metric in ROUND_TIMES:
             fl = sus if metric in SUSTAINED_TIMES else rnd
             return b.at_least(fl.limit_ms, f"the shortest call {dev.name} allows: {fl.arithmetic()}")
-        if metric in SPEEDUPS and cfg.key() in dev.baseline_ms:
+        if metric in RATIOS and rnd.limit_ms > 0:
+            # Each call of the ratio lasts at least the device's floor and at most the watchdog.
+            lo, hi = rnd.limit_ms / longest, longest / rnd.limit_ms
+            b = b.at_least(lo, f"no call shorter than {rnd.limit_ms:.4g} ms on {dev.name} ({rnd.arithmetic()}) over "
+                               f"none longer than {longest:.4g} ms (timeout_s + watchdog_s) = {lo:.4g}", limit=True)
+            b = b.at_most(hi, f"no call longer than {longest:.4g} ms (timeout_s + watchdog_s) over none shorter than "
+                              f"{rnd.limit_ms:.4g} ms on {dev.name} = {hi:.4g}", limit=True)
+        if metric in SPEEDUPS and peer is None and cfg.key() in dev.baseline_ms:
             base, where = dev.baseline_ms[cfg.key()]
             top = base / rnd.limit_ms
             return b.at_most(top, f"the baseline's measured {base:.4g} ms ({where}) over the shortest call "
@@ -168,12 +191,53 @@ def device_bounds(reg, dev: Device | None):
     return bound
 
 
-def natural(metric: str, cfg, cand: str) -> Bound:
-    """What a metric can be by its nature alone: positive (decide.Bound's default); a step
-    gain, baseline over candidate minus 1, above −1."""
-    if metric in GAINS:
-        return Bound(lo=-1.0, why_lo="a gain of baseline over candidate minus 1 is above −1")
-    return Bound()
+def longest_call_ms(reg) -> float:
+    """The longest one timed call of the line can last: the watchdog ends a kernel's timing
+    phase past ``timeout_s + watchdog_s`` (execution/executor.py ``phase_limit``)."""
+    from harness.execution.executor import phase_limit
+    from harness.pipeline.phase import TIMING
+
+    return phase_limit(TIMING, reg.timing) * 1e3
+
+
+def natural(reg):
+    """``(metric, config, candidate, peer) -> Bound``: what a metric can be by its nature and the
+    line's timing alone, on any device. Every timed call lasts from one timer tick
+    (``TICK_MS``) to the watchdog's end (``longest_call_ms``): a time is within those, a ratio
+    of two calls' medians (a speedup, over the baseline or a peer, its CI ends, the control)
+    within their ratios, a rate at least its work over the longest; a host enqueue time within
+    the call's phase. Those ends are physical limits (``Bound.hi_limit``), never reached by a
+    kernel: a threshold past them decides nothing. A rate's upper end is a device's
+    (``device_bounds``, waivable): a tick bounds it too loosely to be worth a refusal no waiver
+    lifts. A step gain, baseline over candidate minus 1, is above −1."""
+    from harness.measurement.timing.sustained import rates
+
+    longest = longest_call_ms(reg)
+    within = f"timeout_s {reg.timing.timeout_s:g} + watchdog_s {reg.timing.watchdog_s:g}"
+
+    def bound(metric: str, cfg, cand: str, peer: str | None = None) -> Bound:
+        if metric in GAINS:
+            return Bound(lo=-1.0, why_lo="a gain of baseline over candidate minus 1 is above −1")
+        b = Bound()
+        if metric in RATIOS:
+            lo, hi = TICK_MS / longest, longest / TICK_MS
+            b = b.at_least(lo, f"no call shorter than {TICK_WHY}, over none longer than {longest:.4g} ms ({within} "
+                               f"s) = {lo:.4g}", limit=True)
+            return b.at_most(hi, f"no call longer than {longest:.4g} ms ({within} s) over none shorter than "
+                                 f"{TICK_WHY} = {hi:.4g}", limit=True)
+        if metric in SUSTAINED_TIMES or metric in ROUND_TIMES:
+            b = b.at_least(TICK_MS, f"no call is shorter than {TICK_WHY}", limit=True)
+            return b.at_most(longest, f"no call is longer than {within} s", limit=True)
+        if metric in HOST_TIMES:
+            return b.at_most(longest * 1e3, f"no enqueue is longer than its call's phase, {within} s", limit=True)
+        if metric in RATES:  # its upper end is a device's (device_bounds): its ceilings, waivable
+            least = rates(cfg, longest)[metric]
+            if least > 0:
+                b = b.at_least(least, f"its work in a call of at most {longest:.4g} ms ({within} s) is {least:.4g} "
+                                      f"{BY_NAME[metric].unit}", limit=True)
+        return b
+
+    return bound
 
 
 # --------------------------------------------------------------------------- [verify]
@@ -340,7 +404,7 @@ def at_register(root: Path, reg) -> dict:
     if amdahl is not None:
         raise UserError(f"{shown(reg.path)}: {amdahl}")
     pairs = pairs_of(reg)
-    f = decide(reg.bar, pairs, natural) or verify_finding(reg, pairs, None)
+    f = decide(reg.bar, pairs, natural(reg)) or verify_finding(reg, pairs, None)
     if f is not None:
         raise _refusal(reg, f, reductio=False)
     devices, skipped = known_devices(root, reg)
@@ -367,7 +431,7 @@ def before_sweep(root: Path, reg, ceilings_row) -> str:
     the sentence the sweep's summary shows. A line registered before bench checked what a bar
     can decide is not refused for that here (its bar is fixed): the sentence says so."""
     pairs = pairs_of(reg)
-    undecided = decide(reg.bar, pairs, natural) or verify_finding(reg, pairs, None)
+    undecided = decide(reg.bar, pairs, natural(reg)) or verify_finding(reg, pairs, None)
     if undecided is not None:
         return f"reductio not run: {undecided.text} (registered before bench checked bars for this)"
     dev = Device(ceilings_row, baseline_times(root, reg, ceilings_row))

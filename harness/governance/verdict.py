@@ -3,10 +3,13 @@
 The bar sees one row per registered (config, candidate): the latest current
 (non-superseded) outcome. Crashed kernels and results faster than a measured ceiling
 (``impossible``) count as failed pairs; rig-noisy results (control outside tolerance) are
-left out unless the registration says ``include_noisy = true``. A verdict is refused —
-not a NO-GO — when a pair has no outcome, when pairs were never measured (skipped,
-unsupported, throttled) and the registration does not ``allow_missing``, when the
-outcomes come from more than one commit or device, when nothing was measured at all, or
+left out unless the registration says ``include_noisy = true``. A line whose bar has no
+correct row because every pair it decides on failed its kernel (``failed_alone``) is NO-GO,
+the failures its evidence: a pre-registered hypothesis whose kernel is wrong has failed. A
+verdict is refused — not a NO-GO — when a pair has no outcome, when pairs were never
+measured (skipped, unsupported, throttled) and the registration does not ``allow_missing``,
+when the outcomes come from more than one commit or device, when nothing was measured at
+all (or pairs the bar cannot use remain beside failures: they could still pass), or
 while any row of the line is not committed, or when a result row's figures disagree with its
 own samples (``ledger_verify.verify``, governance/audit.py). A refusal over pairs it cannot use names
 `bench sweep LINE --remeasure`, which measures them again at the same commit; the verdict
@@ -33,7 +36,8 @@ from harness.governance.ledger import require_anchored
 from harness.governance.ledger_rows import VerdictRow, load
 from harness.governance.line import Line
 from harness.governance.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, current_rows,
-                                         UNSUPPORTED, latest_outcomes, measured_on, outcome_key, remeasures, state_of)
+                                         UNSUPPORTED, kernel_failed, latest_outcomes, measured_on, outcome_key,
+                                         remeasures, state_of)
 
 GO, NO_GO = "GO", "NO-GO"
 # Failing pairs a verdict row lists per [verify] clause (the count is always complete).
@@ -228,6 +232,54 @@ def integration_summary(row) -> dict:
             "probe_source": (row.probe or {}).get("source")}
 
 
+def require_checked(reg, deciding) -> None:
+    """Refuse a bar reading a figure that ``ledger verify`` could not check on a result it decides
+    on (``audit.unchecked``: a row written before bench kept that figure's raw data): such a
+    figure could have been rewritten, and re-hashed, before its commit."""
+    from harness.governance.audit import unchecked
+
+    read = sorted({c.aggregate.metric for c in reg.bar.clauses() if c.aggregate.metric})
+    for r in deciding:
+        for metric in read:
+            why = unchecked(metric, r) if r.kind == RESULT else None
+            if why:
+                raise UserError(f"line '{reg.line}': its bar reads {metric}, which `bench ledger verify` could not "
+                                f"check on row {r.seq} ({r.candidate} @ {r.config_key}): {why} — sweep the line at a "
+                                f"new commit with this bench, whose rows keep it, before the verdict")
+
+
+def failed_alone(reg, by_pair: dict) -> list[dict]:
+    """A line whose bar has no correct row to judge: the evidence of a NO-GO when every pair it
+    decides on failed its kernel (``outcomes.kernel_failed``) — a pre-registered hypothesis
+    whose kernel is wrong has failed — each pair's row, state and the reason it carries.
+    Refused while any pair is not settled that way (rig-noisy, skipped, throttled, or behind a
+    failed baseline: measured again, or the line's tolerance fixed), or none failed: nothing
+    was measured to decide on. Unsupported pairs (allowed by ``allow_missing``) are no evidence."""
+    failed = [r for r in by_pair.values() if kernel_failed(r)]
+    unsettled = [r for r in by_pair.values() if not kernel_failed(r) and r.kind != UNSUPPORTED]
+    if failed and not unsettled:
+        return [{"seq": r.seq, "config_key": r.config_key, "candidate": r.candidate, "state": state_of(r),
+                 "tag": r.tag, "reason": r.impossible if r.kind == RESULT else r.reason} for r in failed]
+
+    def state(r) -> str:
+        return "baseline_incorrect" if r.is_baseline else state_of(r)
+
+    states: dict = {}
+    for r in unsettled:
+        states[state(r)] = states.get(state(r), 0) + 1
+    counts = ", ".join(f"{k}: {n}" for k, n in sorted(states.items()))
+    if not failed:
+        raise UserError(f"line '{reg.line}' has no usable result rows (outcomes: {counts or 'none'}): a verdict "
+                        f"needs measurements — nothing was decided; run `bench sweep {reg.line} --remeasure` to "
+                        f"measure them again")
+    shown = ", ".join(f"{r.candidate} @ {r.config_key} ({state(r)})" for r in unsettled[:MAX_NAMED_PAIRS])
+    more = len(unsettled) - MAX_NAMED_PAIRS
+    raise UserError(f"line '{reg.line}': every pair decided so far failed its kernel ({len(failed)}), but "
+                    f"{len(unsettled)} are not settled ({counts}: {shown}{f' and {more} more' if more > 0 else ''}) "
+                    f"and could still pass — run `bench sweep {reg.line} --remeasure` to measure them again "
+                    f"before the verdict")
+
+
 def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
     """Evaluate the bar on the line's committed rows: the verdict and the row it closes the line
     with, written by ``record.verdict.close`` (this writes nothing); ``dry_run``: say so."""
@@ -270,6 +322,7 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
         for pair, why in counter_impossible.items():
             prior = by_pair[pair].impossible
             by_pair[pair] = by_pair[pair].replace(impossible=f"{prior}; {why}" if prior else why)
+    require_checked(reg, by_pair.values())
     rows, excluded = bar_rows(by_pair, include_noisy=reg.include_noisy)
     split = other_runs(reg, rows)
     if split:
@@ -288,12 +341,10 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
                         f"[bar] min_coverage set to what it may decide on")
     steps = integration_rows(reg, line.rows, where[0]) if reg.integration is not None else []
     rows += [r for _, r in steps]
-    if not any(r["correct"] for r in rows):
-        raise UserError(f"line '{reg.line}' has no usable result rows (outcomes: {excluded or 'only failures'}): "
-                        f"a verdict needs measurements — nothing was decided")
+    failures = None if any(r["correct"] for r in rows) else failed_alone(reg, by_pair)
     outcome = barlang.evaluate(reg.bar, rows)
     primary_value = barlang.evaluate_aggregate(reg.primary_aggregate, rows)
-    verdict = GO if outcome.passed and all(c.passed is True for c in checked) else NO_GO
+    verdict = GO if failures is None and outcome.passed and all(c.passed is True for c in checked) else NO_GO
     payload = {
         **line.stamp(env).fields(),
         "outcome": verdict,
@@ -315,6 +366,7 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
         "coverage": {**cov, "min_coverage": reg.min_coverage},
         "measured_at": {"commit": where[0][0], "device": where[0][1], "gpu": " + ".join(gpus) or None},
         **({"integration": [integration_summary(row) for row, _ in steps]} if steps else {}),
+        **({"failures": failures} if failures is not None else {}),
     }
     require_anchored(line.ledger, "a verdict")
     return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded,

@@ -332,7 +332,7 @@ class _Rows:
                               "missed": m.missed}, "gate": last.get("gate"),
                   "decision": decision, "reason": why}
         why_commit = f"bisect of {self.run['line']} at {self.run['config_key']}" if self.commit else None
-        (row,), _ = write(self.led, [(PROBE, fields)], why=why_commit, guard=self.guard)
+        (row,), _, _ = write(self.led, [(PROBE, fields)], why=why_commit, guard=self.guard)
         p = Probe(m.commit, subject, role, decision, why, est, row.dump())
         self.res.probes.append(p)
         if self.on_probe is not None:

@@ -136,7 +136,7 @@ def store_ceilings(root: Path, fingerprint: dict, env: dict, measured: dict, *, 
                         f"again (bench ceilings --force)")
     led = Ledger(root, CEILINGS_LEDGER)
     led.require_writable()
-    rows, made = write(led, [(CEILINGS, {"commit": gitguard.code_commit(root), "harness_version": __version__,
+    rows, made, _ = write(led, [(CEILINGS, {"commit": gitguard.code_commit(root), "harness_version": __version__,
                                          "env": env, "fingerprint": fingerprint, **measured})], why=why, guard=guard)
     return rows[0], made
 

@@ -29,8 +29,8 @@ def close(line, env: dict, *, dry_run: bool = False):
     with interrupts(None) as guard:
         try:
             fields = {k: x for k, x in v.row.dump().items() if k not in ("kind", "line")}  # the writer adds both
-            rows, made = write(line.ledger, [(VERDICT, fields)], why=f"verdict of {line.reg.line}: {v.outcome}",
-                               guard=guard)
+            rows, made, _ = write(line.ledger, [(VERDICT, fields)], why=f"verdict of {line.reg.line}: {v.outcome}",
+                                  guard=guard, left=line.left)  # the ledger as it was decided on
             written = dataclasses.replace(v, row=rows[0], anchored=made)
         except StopNow:
             stopped = guard.signal

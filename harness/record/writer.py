@@ -12,21 +12,59 @@ with the registration, before any number exists).
 from __future__ import annotations
 
 import contextlib
-
 import time
+from typing import NamedTuple
 
-from harness.governance.ledger import anchor
+from harness.errors import UserError
+from harness.governance import gitguard
+from harness.governance.ledger import Left, anchor
 from harness.governance.outcomes import INTEGRATION, PROFILE, SUPERSEDES
 from harness.record.interrupts import Interrupts
 from harness.record.plan import replaced_by
 
 
-def write(ledger, batch, *, why: str | None = None, guard: Interrupts | None = None) -> tuple[list[dict], str | None]:
-    """Append ``batch`` ((kind, payload) pairs) to ``ledger`` and, with ``why``, commit them: the
-    rows written, and the commit (None: none made). Shielded from ``guard``'s signals."""
+class Wrote(NamedTuple):
+    rows: list  # the rows appended (typed)
+    commit: str | None  # the commit holding them (None: none made)
+    left: Left | None  # the file as this write left it (None: not followed, no ``left`` given)
+
+
+def write(ledger, batch, *, why: str | None = None, guard: Interrupts | None = None,
+          left: Left | None = None) -> Wrote:
+    """Append ``batch`` ((kind, payload) pairs) to ``ledger`` and, with ``why``, commit them.
+    Shielded from ``guard``'s signals.
+
+    With ``left`` (the file as the command read it, or as its own last write left it), the file
+    must still be exactly that before each append and before the commit (``Ledger.require_left``),
+    and the commit must hold exactly what this write left: a kernel that writes to its own
+    ledger fails the command closed, and nothing is appended to, or committed with, its bytes."""
     with guard.shielded() if guard is not None else contextlib.nullcontext():
-        rows = [ledger.append(kind, payload) for kind, payload in batch]
-        return rows, anchor(ledger, why) if why else None
+        rows = []
+        for kind, payload in batch:
+            row, now = ledger.append_after(left, kind, payload)
+            rows.append(row)
+            left = now if left is not None else None
+        if not why:
+            return Wrote(rows, None, left)
+        if left is not None:
+            ledger.require_left(left)
+        made = anchor(ledger, why)
+        if made is not None and left is not None:
+            _require_committed(ledger, left, made)
+        return Wrote(rows, made, left)
+
+
+def _require_committed(ledger, left: Left, made: str) -> None:
+    """The commit ``made`` holds the ledger exactly as bench left it: bytes something else
+    appended between the last check and `git add` were committed with bench's rows."""
+    held = gitguard.show_file(ledger.root, made, ledger.rel) or b""
+    if Left.of(held) == left:
+        return
+    extra = len(held) - left.size
+    what = f"{extra} bytes bench did not write (at offset {left.size})" if extra > 0 else "bytes bench did not write"
+    raise UserError(f"{ledger.rel}: commit {made[:12]} holds {what}, written to the ledger while bench committed it "
+                    f"— something else (a kernel?) writes there: stop it, undo that commit (git reset --soft "
+                    f"{made[:12]}~1), remove them (bench ledger repair {ledger.line}) and run the command again")
 
 
 class Writer:
@@ -36,6 +74,7 @@ class Writer:
 
     def __init__(self, line, guard: Interrupts | None, *, commit: bool, why: str):
         self.line, self.guard, self.commit_rows, self.why = line, guard, commit, why
+        self.left = line.left  # the ledger as the line was verified: appends follow it byte for byte
         self.appended: list = []
         self.latest: dict = {}
         self.anchored: list[str | None] = []
@@ -81,8 +120,8 @@ class Writer:
 
     def _write(self, batch, *, commit: bool) -> list:
         t0 = time.perf_counter()
-        rows, made = write(self.line.ledger, batch, why=self.why if commit and self.commit_rows else None,
-                           guard=self.guard)
+        rows, made, self.left = write(self.line.ledger, batch, why=self.why if commit and self.commit_rows else None,
+                                      guard=self.guard, left=self.left)
         self.write_s += time.perf_counter() - t0
         self.appended += rows
         if commit and self.commit_rows:

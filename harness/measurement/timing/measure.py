@@ -377,10 +377,11 @@ def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: Cloc
                                               f"{BLOCK_MAX_S * 1e3:.0f} ms): " +
                                               ", ".join(f"{n} {k}" for n, k in kept_gaps.items())]))
     kept_idx = [r.index for r in rounds if not r.dropped]
-    host_us = {}
+    host_us, host_samples_us = {}, {}
     for n in names:
         vals = [st.host_s[n][i] * 1e6 for i in kept_idx if math.isfinite(st.host_s[n][i])] if rounds else []
         host_us[n] = statistics.median(vals) if vals else None
+        host_samples_us[n] = tuple(vals)  # the row keeps them: verify recomputes host_us (governance/audit.py)
     cpu = _cpu(st, kept_idx) if any(st.calls) else {}
     clock_faults, clock_check = _clock_check(st, timer, kept_idx)
     ticks = tuple(getattr(timer, "ticks_ms", ()) or ())
@@ -395,7 +396,7 @@ def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: Cloc
         n_slots=runner.n_slots, graph_replays=runner.replays, timer=timer.name, policy=policy,
         warmup_rounds=st.warmup_rounds, warmup_extensions=st.extensions, elapsed_s=timer.now_s() - st.t_begin,
         clock=clock, clock_note="; ".join(st.clock_notes) or None, timing_note=timing_note, throttled=throttled,
-        throttle_note=throttle_note, host_gaps=host_gaps, host_us=host_us,
+        throttle_note=throttle_note, host_gaps=host_gaps, host_us=host_us, host_samples_us=host_samples_us,
         drain_s={n: tuple(v) for n, v in st.drain_s.items() if v}, spot_calls=runner.spot_calls,
         spot_seed=runner.spot_seed if runner.spot else None, cpu=cpu,
         wait_source=getattr(timer, "wait_source", None) if any(st.calls) else None, quanta=quanta,

@@ -135,8 +135,11 @@ class Measurement:
     # CUDA-event timer: per arm, calls of the measured rounds re-run because the host had not
     # enqueued them when the hold ended, and samples kept with a possible host gap.
     host_gaps: dict[str, dict[str, int]] = field(default_factory=dict)
-    # Per arm: median host time (µs) of enqueuing one timed call, over the kept rounds.
+    # Per arm: median host time (µs) of enqueuing one timed call, over the kept rounds, and
+    # those host times themselves, in round order (the row keeps both: verify recomputes the one
+    # from the other).
     host_us: dict[str, float | None] = field(default_factory=dict)
+    host_samples_us: dict[str, tuple[float, ...]] = field(default_factory=dict)
     # The random timed call whose output the caller checks (``spot``): per arm, its index
     # among the arm's measured calls and its input slot; the seed that chose it.
     spot_calls: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -229,7 +232,8 @@ class Measurement:
                             "dropped_samples_ms": list(a.dropped_samples)} for name, a in self.arms.items()},
             "clock": self.clock.as_dict() if self.clock else None,
             "control_ratio": self.control_ratio, "control_ok": self.control_ok, "host_gaps": self.host_gaps,
-            "host_us": self.host_us, "spot_calls": self.spot_calls, "spot_seed": self.spot_seed,
+            "host_us": self.host_us, "host_samples_us": {n: list(v) for n, v in self.host_samples_us.items()},
+            "spot_calls": self.spot_calls, "spot_seed": self.spot_seed,
             "drain_us": {n: [d * 1e6 for d in v] for n, v in self.drain_s.items()},
             "cpu": self.cpu, "wait_source": self.wait_source, "quanta": self.quanta,
             "refresh": self.refresh.as_dict() if self.refresh is not None else None,

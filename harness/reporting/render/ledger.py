@@ -93,5 +93,10 @@ def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | No
 def render_repaired(fixed) -> None:
     """What `bench ledger repair` removed (governance.ledger.Ledger.repair) and what stays."""
     kept = f"rows 0-{fixed.row - 1} are intact" if fixed.row else "no complete row was in it"
+    if fixed.foreign_lines:
+        where = f"after row {fixed.row - 1}, the last that chains" if fixed.row else "where row 0 would be"
+        console().print(f"repaired {fixed.path}: removed {plural(fixed.foreign_lines, 'line')} bench did not write "
+                        f"({fixed.removed_bytes} bytes from offset {fixed.offset}, {where}); {kept}", soft_wrap=True)
+        return
     console().print(f"repaired {fixed.path}: removed an incomplete final line ({fixed.removed_bytes} bytes, "
                     f"what would have been row {fixed.row}); {kept}")

@@ -48,6 +48,15 @@ def render_verdict(v) -> None:
                 + (f" — {len(bad)} not holding, e.g. {shown}" if bad else ""))
     if v.excluded:
         c.print(f"  excluded from the bar: {', '.join(f'{k}: {n}' for k, n in sorted(v.excluded.items()))}")
+    failed = v.row.failures or []
+    if failed:
+        c.print(f"  decided on failures: every pair the bar decides on failed its kernel "
+                f"({plural(len(failed), 'pair')}) — the hypothesis failed, NO-GO whatever the clauses read:")
+        for f in failed[:MAX_LISTED]:
+            c.print(f"    {f['candidate']} @ {f['config_key']}: {f['state']}{' [' + f['tag'] + ']' if f['tag'] else ''} "
+                    f"(row {f['seq']}): {f['reason']}", markup=False, soft_wrap=True)
+        if len(failed) > MAX_LISTED:
+            c.print(f"    and {len(failed) - MAX_LISTED} more (bench ledger show {v.row.line})")
     again = v.row.remeasured or []
     if again:
         c.print(f"  re-measured at the same commit, decided on the newest measurement ({plural(len(again), 'pair')}):")
