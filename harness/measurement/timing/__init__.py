@@ -31,7 +31,7 @@ from harness.measurement.timing.policy import (
     GRAPH_MAX_REPLAYS, GRAPH_MAX_ROTATION_SLOTS, L2_FLUSH_FACTOR, LEAD_CALLS_MAX, MAX_ROTATION_SLOTS, MODES,
     ROTATION_FACTOR, TimingPolicy, device_l2_bytes, flush_bytes, l2_flush, rotation_slots)
 from harness.measurement.timing.results import (
-    ARM_BASELINE, ARM_CANDIDATE, ARM_CONTROL, STOP_REASONS, ArmResult, Measurement, Round)
+    ARM_BASELINE, ARM_CANDIDATE, ARM_CONTROL, STOP_REASONS, ArmClock, ArmResult, Measurement, Round)
 from harness.measurement.timing.sustained import (
     BATCH_S, MAX_BATCH, MIN_CALLS, TIMED_S, WARM_S, Sustained, rates, sustain)
 from harness.measurement.timing.timers import (

@@ -17,7 +17,8 @@ do_bench's protocol:
    the output checked after the phase was written by the last timed call) and then
    do_bench's L2 flush, whatever the line's timing mode;
 3. the median call, with the SM and memory clocks, power and clock-event reasons NVML saw
-   during the timed calls.
+   during the timed calls, and the cycles per call: each call's time × the SM clock of its
+   batch (the calls one synchronize closes, about ``BATCH_S`` long), median over the calls.
 
 Why the flush in every mode: do_bench zeroes a 256 MB buffer before each call, which
 leaves the L2 full of dirty lines that the timed kernel then writes back: a memory-bound
@@ -34,6 +35,8 @@ import math
 import statistics
 from dataclasses import dataclass
 from typing import Callable, Mapping
+
+from harness.measurement.clocks import kcycles as median_kcycles
 
 # Back-to-back load before timing: long enough for a compute-bound kernel's clock to settle
 # near the level a long loop holds (docs/measurement.md#clocks-and-throttling: the settling curve on the H200).
@@ -67,6 +70,18 @@ class Sustained:
     clock_note: str | None = None
     mem_mhz: float | None = None    # mean memory clock during the timed calls: a memory-bound rate moves with it
     reasons: tuple[str, ...] = ()   # NVML clock-event reasons seen during the timed calls (sorted)
+    # Per batch of timed calls (enqueued back to back, one synchronize): how many calls, and the
+    # mean SM and memory clocks NVML read during it (None without NVML: the CPU).
+    batch_calls: tuple[int, ...] = ()
+    batch_sm_mhz: tuple[float | None, ...] = ()
+    batch_mem_mhz: tuple[float | None, ...] = ()
+
+    @property
+    def kcycles(self) -> float | None:
+        """Thousands of SM cycles per call: median over the calls of its time × its batch's SM
+        clock (``clocks.kcycles``); None without a clock."""
+        per_call = [mhz for n, mhz in zip(self.batch_calls, self.batch_sm_mhz) for _ in range(n)]
+        return median_kcycles(list(zip(self.samples, per_call)))
 
     @property
     def median_ms(self) -> float:
@@ -76,7 +91,9 @@ class Sustained:
         return {"arm": self.arm, "flush": self.flush, "timer": self.timer, "warm_s": self.warm_s,
                 "n_calls": len(self.samples), "median_ms": self.median_ms, "samples_ms": list(self.samples),
                 "last_slot": self.last_slot, "sm_mhz": self.sm_mhz, "power_w": self.power_w,
-                "mem_mhz": self.mem_mhz, "reasons": list(self.reasons), "clock_note": self.clock_note}
+                "mem_mhz": self.mem_mhz, "reasons": list(self.reasons), "clock_note": self.clock_note,
+                "kcycles": self.kcycles, "batches": {"calls": list(self.batch_calls), "sm_mhz": list(self.batch_sm_mhz),
+                                                     "mem_mhz": list(self.batch_mem_mhz)}}
 
 
 def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
@@ -133,9 +150,13 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
         while timer.now_s() - t0 < warm_s:
             timer.time_loop(calls(batch), arm=arm)
         samples: list[float] = []
+        windows: list[tuple[float, float, int]] = []  # each batch's (start, end, calls), for its clock
         t1 = timer.now_s()
         while len(samples) < min_calls or timer.now_s() - t1 < timed_s:
-            samples += timer.time_loop(calls(batch), arm=arm)
+            b0 = timer.now_s()
+            got = timer.time_loop(calls(batch), arm=arm)
+            windows.append((b0, timer.now_s(), len(got)))
+            samples += got
         t2 = timer.now_s()
     finally:
         if monitor is not None:
@@ -144,7 +165,9 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
                 monitor.source.close()
     sm = power = mem = None
     reasons: tuple[str, ...] = ()
+    batch_clocks = [(None, None)] * len(windows)
     if monitor is not None:
+        batch_clocks = [clocks.window_clocks(monitor.during(b0, b1)) for b0, b1, _ in windows]
         rs = monitor.during(t1, t2)
         sm = _mean([r.sm_mhz for r in rs])
         power = _mean([r.power_w for r in rs])
@@ -156,7 +179,8 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
             note = "no clock reading during the timed calls"
     return Sustained(arm=arm, flush="l2_zero" if flush is not None else "none", timer=timer.name, warm_s=warm_s,
                      samples=tuple(samples), last_slot=(slot[0] - 1) % n_slots, sm_mhz=sm, power_w=power,
-                     clock_note=note, mem_mhz=mem, reasons=reasons)
+                     clock_note=note, mem_mhz=mem, reasons=reasons, batch_calls=tuple(n for *_, n in windows),
+                     batch_sm_mhz=tuple(c[0] for c in batch_clocks), batch_mem_mhz=tuple(c[1] for c in batch_clocks))
 
 
 def _mean(values) -> float | None:
