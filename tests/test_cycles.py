@@ -165,6 +165,50 @@ def test_a_clock_normalised_bar_needs_schema_6():
     assert reg.judges_rates()  # timed as a rate bar: the sustained phase, lead calls
 
 
+def test_reports_show_the_measured_and_the_normalised_figure_side_by_side(tmp_path):
+    from harness.governance.ledger import Ledger
+    from harness.measurement.timing.sustained import rates
+    from harness.reporting.analysis import lines, report
+    from harness.workloads import Config
+
+    led = Ledger(tmp_path, "norm")
+    go = "min(tflops_at(1980)) >= 500 and pass_rate == 1.0"
+    led.append("registered", {"commit": "a" * 40, "registration_commit": "a" * 40, "registration_sha256": "0" * 64,
+                              "env": {}, "n_configs": 1,
+                              "registration": {"line": "norm", "candidates": ["k"], "baseline": "base",
+                                               "workload": "attention", "go": go, "prediction": 550.0,
+                                               "primary": "min(tflops_at(1980))", "hypothesis": "h"}})
+    # flash-h200-v2's deciding row as shipped: 2.141 ms at 1776 MHz, sustained.
+    cfg = Config("attention", 8, 16, 16, 4096, 128, "float16", False)
+    calls, sm = [2.141] * 20, 1776.0
+    kc, r = 2.141 * sm, rates(cfg, 2.141)
+    led.append("result", {
+        "commit": "a" * 40, "env": {"device": "cuda", "gpu": "NVIDIA H200"}, "config": cfg.as_dict(),
+        "config_key": cfg.key(), "candidate": "k", "baseline": "base", "numerics": {},
+        "policy": {"control_tolerance": 0.02}, "rate_protocol": "sustained",
+        "sustained": {"samples_ms": calls, "median_ms": 2.141, "n_calls": 20, "sm_mhz": sm, "kcycles": kc,
+                      "batches": {"calls": [20], "sm_mhz": [sm], "mem_mhz": [3201.0]}},
+        "metrics": {"ms": 2.141, "interleaved_ms": 1.968, "baseline_ms": 11.31, "speedup": 11.31 / 1.968,
+                    "control": 1.0, "tflops": r["tflops"], "gbps": r["gbps"], "sm_mhz": sm, "cycles": kc},
+        "timing": {"mode": "cold", "clock": {"mean_mhz": 1980.0},
+                   "arm_clocks": {"baseline": {"kcycles": 22394.0, "sm_mhz": 1980.0, "mem_mhz": 3201.0, "n": 2}},
+                   "arms": {"candidate:k": {"samples_ms": [1.968, 1.968]}, "baseline": {"samples_ms": [11.31, 11.31]}}}})
+    data = report.report_data(lines.load_path(led.path))
+    head = data["header"]
+    at = r["tflops"] * 1980 / sm  # the rate at 1980 MHz: 513.6 TFLOP/s measured at 1776 MHz
+    assert head.index("TFLOP/s") < head.index("TFLOP/s at 1980 MHz") and "kcycles" in head
+    (table,) = data["tables"]
+    base, cand = (row["cells"] for row in table["rows"])
+    assert cand[head.index("TFLOP/s")] == f"{r['tflops']:.4g}" and cand[head.index("TFLOP/s at 1980 MHz")] == f"{at:.4g}"
+    assert cand[head.index("kcycles")] == f"{kc:.4g}"
+    # The baseline's own cycles (its interleaved calls); no rate at a stated clock of its own.
+    assert base[head.index("kcycles")] == "2.239e+04" and base[head.index("TFLOP/s at 1980 MHz")] == "—"
+    clause = data["clauses"][0]
+    assert clause["value"] == f"{at:.4g}" and clause["outcome"] == "pass"
+    assert f"{r['tflops']:.4g} TFLOP/s as measured, {kc:.4g} kcycles" in clause["source"]
+    assert "sustained 2.141 ms at 1776 MHz" in clause["source"]
+
+
 # ----------------------------------------------------------------------------- the reductio
 
 
@@ -291,15 +335,14 @@ def test_a_version_one_row_never_recorded_is_no_difference(repo):
 def test_a_row_names_its_host_by_a_hash_and_its_card_by_uuid_and_serial():
     import socket
 
+    from harness.governance.line import host_env
     from harness.measurement.device import HOST_HASH_CHARS, env_summary, host_id
 
     env = env_summary("cpu")
     kind, _, digest = env["host"].partition(":")
     assert kind in ("machine-id", "hostname") and len(digest) == HOST_HASH_CHARS and int(digest, 16) >= 0
-    assert env["host"] == host_id() and socket.gethostname() not in json.dumps(env)
+    assert env["host"] == host_id() and socket.gethostname() not in env.values()  # no field names the machine
     assert {"gpu_uuid", "gpu_serial", "torch", "triton", "cupy"} <= set(env)
-    from harness.governance.line import host_env
-
     assert host_env()["host"] == env["host"]  # the registered row names the host the same way
 
 
@@ -383,3 +426,7 @@ def test_a_gpu_rows_cycles_are_its_time_times_its_clock_and_it_names_its_card(tm
     assert v.returncode == 0, v.stdout + v.stderr
     clause = json.loads(v.stdout)["row"]["clauses"][0]
     assert clause["value"] == pytest.approx(m["tflops"] * 1980 * m["ms"] / m["cycles"])
+    rep = run_bench(root, "report", "g", "--out", str(tmp_path / "report"))
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "kcycles" in text and "TFLOP/s at 1980 MHz" in text and "TFLOP/s as measured" in text
