@@ -174,8 +174,9 @@ def evaluate_aggregate(agg: Aggregate, rows: list[dict]) -> float | None:
 
 def row_value(agg: Aggregate, row: dict) -> float | None:
     """The figure ``agg`` reduces at one bar row: its metric (a parameterised one computed with
-    the argument the bar states), or with a peer (``speedup vs "P"``) the row's entry under PEERS_KEY (verdict.bar_row_map: None where P has no correct
-    result of the same measurement at the row's config; UNCOMPARED_KEY says why)."""
+    the argument the bar states: metrics.derived), or with a peer (``speedup vs "P"``) the
+    row's entry under PEERS_KEY (verdict.bar_row_map: None where P has no correct result of the
+    same measurement at the row's config; UNCOMPARED_KEY says why)."""
     if agg.peer is not None:
         v = (row.get(PEERS_KEY) or {}).get(agg.peer)
     elif agg.at is not None:  # tflops_at(F): computed from the row's figures (metrics.derived)
