@@ -19,9 +19,10 @@ def test_the_readme_metric_table_is_generated_from_the_table():
 
 
 def test_the_bar_accepts_exactly_the_tables_metrics():
-    assert bar_syntax.METRICS == metrics.NAMES + metrics.STEP_NAMES
+    assert bar_syntax.METRICS == metrics.NAMES + metrics.PARAM_NAMES + metrics.STEP_NAMES
     for name in bar_syntax.METRICS:
-        assert bar.parse(f"min({name}) > 0").clauses()[0].aggregate.metric == name
+        arg = "(1980)" if name in metrics.PARAM_NAMES else ""  # a parameterised metric states its argument
+        assert bar.parse(f"min({name}{arg}) > 0").clauses()[0].aggregate.metric == name
     with pytest.raises(bar.BarError, match="unknown metric 'kv_gbs'"):
         bar.parse("min(kv_gbs) > 0")
 
@@ -40,4 +41,6 @@ def test_a_result_row_must_carry_exactly_the_tables_metrics():
         metrics.result_metrics({**values, "extra": 1.0})
     with pytest.raises(ValueError, match=r"not computed \['ms'\]"):
         metrics.result_metrics({k: v for k, v in values.items() if k != "ms"})
-    assert metrics.RATE_METRICS == {"ms", "tflops", "gbps", "kv_gbps", "tflops_frac", "gbps_frac", "kv_gbps_frac"}
+    assert metrics.RATE_METRICS == {"ms", "tflops", "gbps", "kv_gbps", "tflops_frac", "gbps_frac", "kv_gbps_frac",
+                                    "cycles", "tflops_at"}
+    assert not set(metrics.PARAM_NAMES) & set(metrics.NAMES)  # computed where read: never a key of a row

@@ -59,12 +59,13 @@ def test_register_sweep_verdict_and_the_refusals(repo):
             assert res.timing["clock"]["poll_hz"] >= 100 and res.timing["clock"]["reference_mhz"] > 0
         assert res.gate["candidate"]["passed"] and res.gate["baseline"]["passed"]
         assert len(res.timing["arms"]["candidate:sdpa"]["samples_ms"]) >= 5
-        # Every metric the bar accepts is in the row, and known: the fractions from the
-        # ceilings the sweep measured, only NVML's clock and power unknown on the CPU.
+        # Every row metric the bar accepts is in the row (tflops_at(F) is computed from them), and
+        # known: the fractions from the ceilings the sweep measured, only NVML's clock, power and
+        # cycles unknown on the CPU.
         assert set(m) == set(metrics.NAMES)
-        unknown = [x.name for x in metrics.METRICS if m[x.name] is None]
-        assert unknown == ([x.name for x in metrics.METRICS if x.needs == "nvml"] if res.env["device"] == "cpu"
-                           else []), unknown
+        unknown = [name for name in metrics.NAMES if m[name] is None]
+        assert unknown == ([name for name in metrics.NAMES if metrics.BY_NAME[name].needs == "nvml"]
+                           if res.env["device"] == "cpu" else []), unknown
     assert (repo / "ledger" / "_device_ceilings.jsonl").exists()
     # The ceilings it measured were committed first, then each config's rows as it ended;
     # the stamp stayed the code commit, and the tree is clean.

@@ -24,6 +24,9 @@ the raw data it carries, and names each one that disagrees (``recompute``):
 - ``timing.host_us`` per arm from ``timing.host_samples_us`` (the kept rounds' host enqueue
   times), and ``metrics.host_us`` / ``baseline_host_us`` from it; ``sm_mhz`` and ``power_w``
   as the row's clock record (``timing.clock`` or ``sustained``) holds them;
+- ``metrics.cycles``, ``sustained.kcycles`` and each arm's ``timing.arm_clocks.<arm>.kcycles``:
+  the median of each call's time × the SM clock the row records for its window (the columnar
+  ``timing.rounds.sm_mhz`` of the kept rounds; the sustained phase's ``batches``);
 - ``timing.n_rounds``, ``n_dropped``, ``n_waited`` from the columnar ``timing.rounds``;
   ``timing.quanta`` from the samples (host and CUDA-event timers); ``rig_noisy`` and
   ``rig_noise`` (``sweep.run.rig_noise``) from the recomputed control and those.
@@ -183,6 +186,7 @@ def recompute(row: dict) -> list[Disagreement]:
     _rates(a, row, metrics, cand)
     _host(a, row, metrics, timing)
     _clock(a, row, metrics, timing)
+    _cycles(a, row, metrics, samples)
     _rounds(a, timing)
     _quanta(a, timing, samples, QUANTUM_TICKS_MS, quantum)
     if control is not None:
@@ -311,6 +315,45 @@ def _clock(a: _Audit, row: dict, metrics: dict, timing: dict) -> None:
     for metric, key in keys.items():
         if key in held:
             a.check(metrics, metric, f"metrics.{metric}", number(held[key]), source=f"its {where} record gives")
+
+
+def _cycles(a: _Audit, row: dict, metrics: dict, samples: dict[str, list[float]]) -> None:
+    """Cycles per call from each call's time and the SM clock recorded for its window: every
+    arm's over its kept rounds (``timing.arm_clocks``), the sustained calls' over their batches,
+    and ``metrics.cycles`` from the row's rate protocol; only where the row records them."""
+    from harness.governance.metrics import SUSTAINED
+    from harness.measurement.clocks import kcycles
+    from harness.measurement.timing.results import arm_name
+
+    timing = row.timing
+    rounds, clocks = timing.get("rounds"), timing.get("arm_clocks")
+    per_arm: dict[str, float | None] = {}
+    if isinstance(rounds, dict) and isinstance(rounds.get("sm_mhz"), list) and isinstance(rounds.get("dropped"), list):
+        dropped = set(rounds["dropped"])
+        kept = [number(x) for i, x in enumerate(rounds["sm_mhz"]) if i not in dropped]
+        for name, x in samples.items():
+            if len(x) != len(kept):
+                a.bad(f"timing.arms.{name}.samples_ms", len(x), f"{len(kept)} kept rounds in timing.rounds")
+                return
+            per_arm[name] = kcycles(list(zip(x, kept)))
+            if isinstance(clocks, dict) and isinstance(clocks.get(name), dict):
+                a.check(clocks[name], "kcycles", f"timing.arm_clocks.{name}.kcycles", per_arm[name])
+    sus = row.sustained
+    sustained = None
+    batches = sus.get("batches") if isinstance(sus, dict) else None
+    if isinstance(batches, dict) and isinstance(batches.get("calls"), list) and isinstance(batches.get("sm_mhz"), list):
+        calls = _samples(sus.get("samples_ms")) or []
+        per_call = [number(mhz) for n, mhz in zip(batches["calls"], batches["sm_mhz"]) for _ in range(_count(n))]
+        if len(per_call) != len(calls):
+            a.bad("sustained.batches.calls", sum(map(_count, batches["calls"])), f"{len(calls)} sustained calls")
+            return
+        sustained = kcycles(list(zip(calls, per_call)))
+        a.check(sus, "kcycles", "sustained.kcycles", sustained)
+    cand = arm_name(str(row.candidate))
+    if row.rate_protocol == SUSTAINED and batches is not None:
+        a.check(metrics, "cycles", "metrics.cycles", sustained)
+    elif row.rate_protocol != SUSTAINED and cand in per_arm:
+        a.check(metrics, "cycles", "metrics.cycles", per_arm[cand])
 
 
 def _rounds(a: _Audit, timing: dict) -> None:

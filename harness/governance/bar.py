@@ -36,7 +36,7 @@ from typing import Callable
 
 from harness.governance.bar_syntax import (And, Aggregate, Bar, Comparison, FieldTest, Node, Not, Or, parse,
                                            parse_aggregate)
-from harness.governance.metrics import STEP_NAMES
+from harness.governance.metrics import STEP_NAMES, derived
 from harness.governance.tokens import COMPARE, BarError
 
 # The key marking a bar row as an integration row (verdict.bar_rows): only step metrics read it.
@@ -173,11 +173,14 @@ def evaluate_aggregate(agg: Aggregate, rows: list[dict]) -> float | None:
 
 
 def row_value(agg: Aggregate, row: dict) -> float | None:
-    """The figure ``agg`` reduces at one bar row: its metric, or with a peer (``speedup vs
-    "P"``) the row's entry under PEERS_KEY (verdict.bar_row_map: None where P has no correct
-    result of the same measurement at the row's config; UNCOMPARED_KEY says why)."""
+    """The figure ``agg`` reduces at one bar row: its metric (a parameterised one computed with
+    the argument the bar states: metrics.derived), or with a peer (``speedup vs "P"``) the
+    row's entry under PEERS_KEY (verdict.bar_row_map: None where P has no correct result of the
+    same measurement at the row's config; UNCOMPARED_KEY says why)."""
     if agg.peer is not None:
         v = (row.get(PEERS_KEY) or {}).get(agg.peer)
+    elif agg.at is not None:  # tflops_at(F): computed from the row's figures (metrics.derived)
+        v = derived(agg.metric, row, agg.at)
     else:
         v = row.get(agg.metric)
     return None if v is None else float(v)

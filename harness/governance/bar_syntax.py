@@ -8,7 +8,7 @@ Grammar (EBNF; keywords are lower case, names are case-sensitive)::
     and_expr   = not_expr { "and" not_expr }
     not_expr   = "not" not_expr | "(" bool_expr ")" | comparison
     comparison = aggregate CMP NUMBER
-    aggregate  = AGG "(" [ METRIC [ "vs" STRING ] ] [ "where" filter ] ")"
+    aggregate  = AGG "(" [ METRIC [ "(" NUMBER ")" ] [ "vs" STRING ] ] [ "where" filter ] ")"
                | ( "pass_rate" | "count" )               (* bare: no parentheses *)
                | STEP_METRIC                             (* bare: min(STEP_METRIC) *)
     filter     = f_and { "or" f_and }
@@ -28,6 +28,10 @@ and only ``==``/``!=``/``in``.
 ``speedup vs "PEER"`` (PEER_METRICS only) is each selected row's candidate against another
 candidate of the line at the same config, from the same interleaved rounds: the peer's median
 over the candidate's (governance/peers.py), > 1 where the candidate is the faster.
+
+A metric with a parameter (metrics.PARAM_NAMES) takes exactly one number in parentheses and
+no other metric takes any: ``tflops_at(1980)``, the rate at an SM clock of 1980 MHz, stated
+in (0, MAX_STATED_MHZ].
 """
 
 from __future__ import annotations
@@ -35,13 +39,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from harness.governance.metrics import NAMES, STEP_NAMES
+from harness.governance.metrics import BY_NAME, MAX_STATED_MHZ, NAMES, PARAM_NAMES, STEP_NAMES
 from harness.governance.tokens import (END, MAX_NESTING, NAME, NUMBER, OPERATOR, PUNCT, STRING, BarError, Token,
                                        syntax_error, tokenize)
 
-# The metric names a bar may aggregate: the metric table's (every one a result row carries)
-# and the step metrics of a line's integration rows.
-METRICS: tuple[str, ...] = NAMES + STEP_NAMES
+# The metric names a bar may aggregate: the metric table's (every one a result row carries,
+# and those computed from them with an argument) and the step metrics of a line's integration rows.
+METRICS: tuple[str, ...] = NAMES + PARAM_NAMES + STEP_NAMES
 # A step metric may stand bare in a comparison: ``step_gain >= 0.02`` is the worst candidate's.
 BARE_STEP_AGGREGATE = "min"
 
@@ -106,13 +110,14 @@ class FieldTest:
 
 @dataclass(frozen=True)
 class Aggregate:
-    """``func(metric [vs "peer"] [where ...])``; ``peer``: the candidate the metric is taken
-    against at each selected row's config (None: the metric itself)."""
+    """``func(metric[(at)] [vs "peer"] [where ...])``; ``peer``: the candidate the metric is
+    taken against at each selected row's config (None: the metric itself)."""
 
     func: str
     metric: str | None
     where: "Node | None"
     peer: str | None = None
+    at: float | None = None  # a parameterised metric's argument (tflops_at(1980): 1980.0 MHz)
 
 
 @dataclass(frozen=True)
@@ -266,6 +271,7 @@ class _Parser:
                             f"e.g. {func}(speedup)")
         self.advance()
         metric = self.metric(func)
+        at = self.argument(metric) if metric is not None else None
         peer = self.peer(func, metric) if self.is_word(PEER_WORD) else None
         where = None
         if self.is_word("where"):
@@ -274,7 +280,30 @@ class _Parser:
         context = "after the filter" if where else ("or 'where'" if peer or metric not in PEER_METRICS else
                                                     f"or 'where' (or '{PEER_WORD} \"candidate\"')")
         self.expect_punct(")", f"{context} to close {func}(")
-        return Aggregate(func, metric, where, peer)
+        return Aggregate(func, metric, where, peer, at)
+
+    def argument(self, metric: str) -> float | None:
+        """A parameterised metric's ``(NUMBER)``: the SM clock in MHz it states; None for any
+        other metric, which takes none."""
+        spec = BY_NAME.get(metric)
+        if spec is None or spec.param is None:
+            if self.is_punct("("):
+                raise self.fail(self.peek(), f"'{metric}' takes no argument",
+                                f"only {', '.join(PARAM_NAMES)} states one, e.g. {PARAM_NAMES[0]}(1980)")
+            return None
+        example = f"e.g. {metric}(1980): the rate at an SM clock of 1980 MHz"
+        if not self.is_punct("("):
+            raise self.fail(self.peek(), f"{metric} needs the SM clock it states, in MHz", example)
+        self.advance()
+        num = self.peek()
+        if num.kind != NUMBER:
+            raise self.fail(num, f"expected an SM clock in MHz after '{metric}(', got {num.describe()}", example)
+        if not 0 < num.value <= MAX_STATED_MHZ:
+            raise self.fail(num, f"SM clock {num.text} MHz is outside (0, {MAX_STATED_MHZ:g}]",
+                            f"state it in MHz, {example}")
+        self.advance()
+        self.expect_punct(")", f"to close {metric}(")
+        return float(num.value)
 
     def peer(self, func: str, metric: str | None) -> str:
         tok = self.advance()  # "vs"

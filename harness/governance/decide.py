@@ -80,9 +80,10 @@ class Bound:
         return self
 
 
-# (metric, config, candidate, peer) -> Bound; ``peer``: the other candidate of a ``speedup vs
-# "P"`` aggregate (a ratio of two of the line's calls), else None.
-Bounds = Callable[[str, object, str, "str | None"], Bound]
+# (metric, config, candidate, peer, argument) -> Bound; ``peer``: the other candidate of a
+# ``speedup vs "P"`` aggregate (a ratio of two of the line's calls), else None; ``argument``: the
+# metric's argument (tflops_at(F)'s F), else None.
+Bounds = Callable[[str, object, str, "str | None", "float | None"], Bound]
 
 
 @dataclass(frozen=True)
@@ -199,8 +200,8 @@ def _range(agg, pairs: list, bounds: Bounds) -> _Range:
     if agg.metric is None:  # bare count: coverage
         return _Range(0.0, n, True, True, tuple(float(k) for k in range(n + 1)),
                       f"counts at most {plural(n, 'registered pair')}")
-    each = [_peer_bound(cand, agg.peer, bounds(agg.metric, cfg, cand, agg.peer)) if agg.peer is not None
-            else bounds(agg.metric, cfg, cand, None) for cfg, cand in pairs]
+    each = [_peer_bound(cand, agg.peer, bounds(agg.metric, cfg, cand, agg.peer, agg.at)) if agg.peer is not None
+            else bounds(agg.metric, cfg, cand, None, agg.at) for cfg, cand in pairs]
     known = [(p, b) for p, b in zip(pairs, each) if b.absent is None]
     if agg.func == "count":
         k = len(known)
@@ -254,7 +255,7 @@ def _variables(bar, pairs: Sequence[tuple], bounds: Bounds) -> list[_Var]:
         agg = clause.aggregate
         chosen = tuple(r["_pair"] for r in barlang.matching(agg, rows))
         single = agg.func not in ("count", "pass_rate") and len(chosen) == 1
-        key = ("value" if single else agg.func, agg.metric, agg.peer, chosen)
+        key = ("value" if single else agg.func, agg.metric, agg.at, agg.peer, chosen)
         if key not in by_key:
             sel = [pairs[i] for i in chosen]
             higher = True if agg.metric is None else BY_NAME[agg.metric].higher_is_better

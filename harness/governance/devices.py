@@ -1,11 +1,13 @@
 """Device identity: which device a number was measured on, read one way everywhere.
 
 Nothing here changes what is on disk. A row's ``env`` (harness.measurement.device.env_summary)
-names its device by ``device`` ("cuda" or "cpu"), ``gpu`` (the GPU model's name), ``gpu_uuid``
-and ``gpu_index``; a ceilings row names it by its ``fingerprint`` (device, name, driver, cuda,
+names its device by ``device`` ("cuda" or "cpu"), ``gpu`` (the GPU model's name), ``gpu_uuid``,
+``gpu_serial`` (where NVML gives one) and ``gpu_index``, its host by ``host`` (a salted hash,
+never the hostname: ``device.host_id``), and the software it ran on by the versions of
+``STACK_FIELDS``; a ceilings row names it by its ``fingerprint`` (device, name, driver, cuda,
 torch: harness.measurement.ceilings.device_fingerprint). Resume, verdicts, routes and ceilings
 compare devices by model — (device, GPU name) — and a host locks each physical device by
-``device_key``.
+``device_key``; a verdict also pools only rows of one software stack (outcomes.places).
 """
 
 from __future__ import annotations
@@ -13,6 +15,26 @@ from __future__ import annotations
 import re
 
 from harness.governance.ledger_format import CEILINGS_LEDGER, LEDGER_DIR
+
+
+# The software a number depends on beside the commit's own code, as env_summary records it:
+# torch, the CUDA runtime torch runs on, cuDNN, Triton, cupy and the driver. Rows that differ
+# in any of them are never pooled into one verdict.
+STACK_FIELDS = ("torch", "cuda", "cudnn", "triton", "cupy", "driver")
+# A stack field a row never recorded (rows from before it was): not a difference.
+NOT_RECORDED = "not recorded"
+
+
+def stack(env: dict) -> dict:
+    """The software stack an env records: each of STACK_FIELDS it holds (a field it holds as
+    null is recorded as absent from that host: cupy not installed, cuDNN on the CPU)."""
+    return {f: env[f] for f in STACK_FIELDS if f in env}
+
+
+def stack_text(versions: dict) -> str:
+    """``torch 2.11.0+cu130, cuda 13.0, ...`` ("none" for a null), in STACK_FIELDS order."""
+    return ", ".join(f"{f} {'none' if versions[f] is None else versions[f]}" for f in STACK_FIELDS
+                     if f in versions) or "no versions recorded"
 
 
 def model(env: dict) -> tuple[str | None, str | None]:

@@ -24,6 +24,7 @@ from harness.governance.ledger_format import ledger_path
 from harness.governance.ledger_verify import rows_at, verify, verify_refusal
 from harness.governance.locks import exclusive
 from harness.governance.outcomes import REGISTERED, VERDICT
+from harness.measurement.device import host_id
 
 
 @dataclass(frozen=True)
@@ -230,11 +231,11 @@ def _require_new(root: Path, reg: registration.Registration, rel: str) -> Ledger
 
 
 def host_env() -> dict:
-    """Registering needs no device: record only the host facts (no torch/NVML import)."""
+    """Registering needs no device: record only the host facts (no torch/NVML import), the
+    host hashed as every row names it (measurement.device.host_id)."""
     import platform
-    import socket
 
-    return {"python": platform.python_version(), "platform": platform.platform(), "host": socket.gethostname()}
+    return {"python": platform.python_version(), "platform": platform.platform(), "host": host_id()}
 
 
 @contextlib.contextmanager

@@ -11,11 +11,18 @@ sustained phase (its calls back to back: the rates'; ``measurement/timing/sustai
 metric's ``protocol`` says which one it was computed from, so a renderer shows a figure
 beside the time and clock of that protocol and names it; ``protocol(name, row)`` resolves it
 for one row.
+
+A metric with a ``param`` (``tflops_at(F)``) is no key of a row: a bar states its argument
+and ``derived`` computes it from the row's own figures of one protocol where it is read.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Mapping
+
+from harness.jsonsafe import number
 
 # The two timing protocols a result row's figures come from (a row's ``rate_protocol`` names one).
 INTERLEAVED = "interleaved"  # the interleaved rounds: each arm in turn, one clock, each call isolated
@@ -48,6 +55,11 @@ class Metric:
     # What it was computed from: INTERLEAVED, or RATES (the row's ``rate_protocol``). Every
     # row of the table states it; renderers show the figure beside that protocol's time and clock.
     protocol: str = ""
+    # What a bar gives it in parentheses (None: it takes nothing and is a key of every result
+    # row); a metric with one is computed where it is read (``derived``), never stored.
+    param: str | None = None
+    # The row metric it restates (tflops_at: tflops at a stated clock), for reports and plots.
+    of: str | None = None
 
     def __post_init__(self):
         if self.protocol not in (INTERLEAVED, RATES):
@@ -97,6 +109,13 @@ METRICS: tuple[Metric, ...] = (
            shown_elsewhere=True, protocol=RATES),
     Metric("power_w", "W", "mean board power while ms was measured (NVML)", None, needs="nvml",
            shown_elsewhere=True, protocol=RATES),
+    Metric("cycles", "kcycles", "thousands of SM cycles per candidate call: the median over its timed calls of the "
+           "call's time × the SM clock NVML read during it (its interleaved round, or its batch of the sustained "
+           "loop) — a compute-bound call's cost whatever clock the card's power limit holds", False,
+           label="kcycles", rate=True, needs="nvml", protocol=RATES),
+    Metric("tflops_at", "TFLOP/s", "tflops at the SM clock F (MHz) a bar states, tflops_at(F): tflops × F over the "
+           "clock the candidate ran at in its timed calls, its cycles over its ms (kcycles / ms = MHz)", True,
+           rate=True, needs="nvml", protocol=RATES, param="F", of="tflops"),
 )
 
 # The numbers an `integration` row carries (record/integration.py): one row per candidate of
@@ -125,13 +144,19 @@ STEP_METRICS: tuple[Metric, ...] = (
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
-NAMES: tuple[str, ...] = tuple(BY_NAME)
+NAMES: tuple[str, ...] = tuple(m.name for m in METRICS if m.param is None)  # a result row's keys
+PARAM_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS if m.param is not None)  # computed where read
 STEP_NAMES: tuple[str, ...] = tuple(m.name for m in STEP_METRICS)
 BY_NAME.update({m.name: m for m in STEP_METRICS})
 RATE_METRICS = frozenset(m.name for m in METRICS if m.rate)
 # The rates a device ceiling bounds: each one a ``<rate>_frac`` metric divides by its ceiling. The
 # sweep judges every one of them, for every arm, against its ceiling (pipeline/rates.py).
 CEILING_RATES = tuple(m.name.removesuffix("_frac") for m in METRICS if m.needs == "ceilings")
+# Figures had only from an SM clock: a bar naming one is refused where none is read (the CPU).
+SM_CLOCK_METRICS = frozenset({"cycles", "tflops_at"})
+# The SM clocks a bar may state (MHz): no GPU clocks its SMs anywhere near 10 GHz, so a larger
+# figure is a unit slip (Hz, kHz) and is refused rather than read as a clock.
+MAX_STATED_MHZ = 10_000.0
 
 
 def rate_protocol(row) -> str:
@@ -148,6 +173,22 @@ def protocol(name: str, row: dict) -> str:
     SUSTAINED); KeyError for a name the table does not declare."""
     p = BY_NAME[name].protocol
     return rate_protocol(row) if p == RATES else p
+
+
+def derived(name: str, metrics: Mapping, at: float) -> float | None:
+    """Parameterised metric ``name`` (``PARAM_NAMES``) of a result row's ``metrics`` with the
+    argument a bar states, ``at``; None where the row lacks a figure it is made of (rows from
+    before cycles were recorded, the CPU's).
+
+    ``tflops_at(F)``: the rate at SM clock F, tflops × F / (cycles / ms) — the candidate's own
+    clock over its timed calls, taken from the same protocol as the rate (the row's
+    ``rate_protocol``); the same as FLOPs × F over the cycles of one call."""
+    if name != "tflops_at":
+        raise KeyError(f"{name!r} is not a parameterised metric ({', '.join(PARAM_NAMES)})")
+    tflops, ms, kcycles = (number(metrics.get(k)) for k in ("tflops", "ms", "cycles"))
+    if tflops is None or ms is None or kcycles is None or not all(map(math.isfinite, (tflops, ms, kcycles))):
+        return None
+    return tflops * at * ms / kcycles if kcycles > 0 else None
 
 
 def result_metrics(values: dict) -> dict:
@@ -175,7 +216,10 @@ def markdown() -> str:
     measured = {INTERLEAVED: "interleaved rounds", RATES: "the row's `rate_protocol`"}
     for m in METRICS:
         when = {"ceilings": " (null without the device's ceilings)", "nvml": " (null on the CPU)"}.get(m.needs, "")
-        lines.append(f"| `{m.name}` | {m.unit} | {better[m.higher_is_better]} | {measured[m.protocol]} | "
+        if m.param is not None:
+            when = " (no key of the row: computed where a bar reads it; none on the CPU)"
+        name = m.name if m.param is None else f"{m.name}({m.param})"
+        lines.append(f"| `{name}` | {m.unit} | {better[m.higher_is_better]} | {measured[m.protocol]} | "
                      f"{m.description}{when} |")
     for m in STEP_METRICS:  # an `integration` row's, on a line with [integration]
         lines.append(f"| `{m.name}` | {m.unit} | {better[m.higher_is_better]} | the model step (`integration` "

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from harness.governance.devices import model
+from harness.governance.devices import NOT_RECORDED, STACK_FIELDS, model, stack
 
 # Outcome kinds: what happened to one (config, candidate) pair at one sweep.
 RESULT = "result"  # measured: metrics, raw samples, CI, control
@@ -116,6 +116,24 @@ def measured_at(commit: str | None, env: dict | None, code, any_gpu: bool = Fals
     named = ", ".join(f"{c.get('name')} {c.get('version')} ({str(c.get('sha256'))[:12]})" for c in code or ()) or None
     device, gpu = model(env or {})
     return commit, device, None if any_gpu else gpu, named
+
+
+def places(rows: Iterable, any_gpu: bool = False) -> list[tuple[tuple, dict]]:
+    """Where ``rows`` were measured, one (``measured_on``, software stack) per place, sorted:
+    rows of one commit, device and code differ in place where they differ in a version of
+    devices.STACK_FIELDS (torch, CUDA, cuDNN, Triton, cupy, driver). A field one row never
+    recorded (rows written before it was) is no difference: only fields recorded with two
+    values split rows, and a row without such a field shows it NOT_RECORDED. The stack is the
+    place's first row's."""
+    rows = list(rows)
+    stacks = [stack(r.env or {}) for r in rows]
+    differ = [f for f in STACK_FIELDS if len({repr(s[f]) for s in stacks if f in s}) > 1]
+    out: dict = {}
+    for r, s in zip(rows, stacks):
+        where = measured_on(r, any_gpu)
+        out.setdefault((where, tuple(repr(s.get(f, NOT_RECORDED)) for f in differ)),
+                       (where, {**s, **{f: s.get(f, NOT_RECORDED) for f in differ}}))
+    return [out[k] for k in sorted(out, key=str)]
 
 
 def superseded_by(rows: Iterable) -> dict[int, int]:

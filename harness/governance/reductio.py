@@ -34,7 +34,11 @@ one call (harness/measurement/floor.py), with ``BAR_MARGIN``:
 - every ratio of two calls' medians (``RATIOS``, a speedup over a peer): from the floor over
   the longest call (``longest_call_ms``) to the longest over the floor — limits, as
   ``natural``'s are on any device;
-- ``sm_mhz``, ``power_w``: no value on a CPU (NVML);
+- ``sm_mhz``, ``power_w``, ``cycles``, ``tflops_at(F)``: no value on a CPU (NVML);
+- ``tflops_at(F)``: at most the dtype's matmul ceiling scaled to F — the ceiling over the SM
+  clock it was measured at (its work per cycle, ``Ceilings.per_mhz``) × F; ``cycles``: at least
+  the config's FLOPs at that work per cycle. A ceilings row without the clock (measured
+  before it was recorded) bounds neither;
 - ``[verify]``: ``duration_us`` at least the cold floor (ncu flushes caches), ``dram_read_bytes``
   at least what ``counters.counter_impossible`` allows (with the device's L2 known).
 
@@ -52,7 +56,7 @@ from pathlib import Path
 from harness.errors import UserError, plural, shown
 from harness.governance.decide import Bound, Finding, decide
 from harness.governance.devices import ceilings_name, same_gpu_model
-from harness.governance.metrics import BY_NAME, STEP_NAMES
+from harness.governance.metrics import BY_NAME, SM_CLOCK_METRICS, STEP_NAMES
 
 # A bar is held to the measured ceilings themselves on a GPU: a clause that needs more than
 # the device measurably does is refused unless [bar] beyond_ceiling_ok says why it may.
@@ -146,8 +150,8 @@ def device_bounds(reg, dev: Device | None):
     nature = natural(reg)
     longest = longest_call_ms(reg)
 
-    def bound(metric: str, cfg, cand: str, peer: str | None = None) -> Bound:
-        b = nature(metric, cfg, cand, peer)
+    def bound(metric: str, cfg, cand: str, peer: str | None = None, at: float | None = None) -> Bound:
+        b = nature(metric, cfg, cand, peer, at)
         if metric in STEP_NAMES:  # a model step's: no device ceiling bounds it
             return b
         if metric in FRACTIONS:
@@ -156,6 +160,8 @@ def device_bounds(reg, dev: Device | None):
             return b
         if BY_NAME[metric].needs == "nvml" and ceil.device == "cpu":
             return Bound(absent=f"{metric} is read through NVML: none on {dev.name}")
+        if metric in SM_CLOCK_METRICS:
+            return _per_cycle(b, metric, cfg, at, ceil, dev.name)
         if cfg.key() not in cache:
             cache[cfg.key()] = _floors(dev, reg, cfg)
         sus, rnd = cache[cfg.key()]
@@ -215,7 +221,7 @@ def natural(reg):
     longest = longest_call_ms(reg)
     within = f"timeout_s {reg.timing.timeout_s:g} + watchdog_s {reg.timing.watchdog_s:g}"
 
-    def bound(metric: str, cfg, cand: str, peer: str | None = None) -> Bound:
+    def bound(metric: str, cfg, cand: str, peer: str | None = None, at: float | None = None) -> Bound:
         if metric in GAINS:
             return Bound(lo=-1.0, why_lo="a gain of baseline over candidate minus 1 is above −1")
         b = Bound()
@@ -238,6 +244,22 @@ def natural(reg):
         return b
 
     return bound
+
+
+def _per_cycle(b: Bound, metric: str, cfg, at: float | None, ceil, name: str) -> Bound:
+    """``tflops_at(at)`` at most, or ``cycles`` at least, what the dtype's matmul ceiling does
+    per cycle allows (module doc); ``b`` unchanged where the ceilings hold no clock."""
+    from harness.workloads import formulas
+
+    per = ceil.per_mhz(cfg.dtype)
+    if per is None:
+        return b
+    scale = 1.0 + bar_margin(ceil.device)
+    why = f"the {cfg.dtype} matmul ceiling on {name} does {per:.4g} TFLOP/s per MHz of the SM clock it ran at"
+    if metric == "tflops_at":
+        return b.at_most(per * at * scale, f"{why}: {per * at:.4g} TFLOP/s at {at:g} MHz")
+    least = formulas.flops(cfg) / (per * 1e9) / scale  # TFLOP/s per MHz is 1e6 FLOPs per cycle; kcycles
+    return b.at_least(least, f"{why}: {formulas.flops(cfg):.4g} FLOPs take at least {least:.4g} kcycles")
 
 
 # --------------------------------------------------------------------------- [verify]
@@ -424,6 +446,23 @@ def at_register(root: Path, reg) -> dict:
     return {"checked": [d.record() for d in devices], "not_checked": skipped, "note": note,
             WAIVER_KEY: reg.beyond_ceiling_ok, "waived": [f.text for _, f in found],
             **({"amdahl": amdahl_row} if amdahl_row else {})}
+
+
+def require_sm_clock(reg, device: str) -> None:
+    """Refuse, before anything runs or is written, a sweep on a device without an SM clock (the
+    CPU) of a line whose bar or primary names a figure had only from one (metrics.SM_CLOCK_METRICS):
+    every such clause would stay unknown. Not waivable: no ceiling is wrong, the figure is absent."""
+    if device.startswith("cuda"):
+        return
+    named = [(f"`{' '.join(c.text.split())}`", c.aggregate) for c in reg.bar.clauses()]
+    named.append((f"primary `{reg.primary}`", reg.primary_aggregate))
+    clock = [(what, agg.metric) for what, agg in named if agg.metric in SM_CLOCK_METRICS]
+    if clock:
+        what, metric = clock[0]
+        raise UserError(f"{shown(reg.path)}: [bar] {what} needs {metric}, had only from the SM clock NVML reads on "
+                        f"a GPU, and this sweep runs on the {device.upper()}, which has none: sweep line '{reg.line}' "
+                        f"on a GPU, or register a bar without {' or '.join(sorted(SM_CLOCK_METRICS))} as a new line "
+                        f"(amends = \"{reg.line}\")")
 
 
 def before_sweep(root: Path, reg, ceilings_row) -> str:

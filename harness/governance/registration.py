@@ -56,6 +56,10 @@ KEY_SCHEMA = {("bar", "mixed_devices"): 2, ("numerics", "num_threads"): 2, ("bar
               ("timing", "stop"): 6, ("timing", "precision"): 6, ("timing", "alpha"): 6}
 # The schema that introduced a bar clause against a peer candidate (``speedup vs "P"``).
 PEER_SCHEMA = 5
+# Bar metrics -> the schema that introduced them: a bench older than that refuses the metric's
+# name, so a file naming one must say that schema (the clock-normalised figures: cycles per
+# call, the rate at a stated SM clock).
+METRIC_SCHEMA = {"cycles": 6, "tflops_at": 6}
 # A verdict needs every registered pair decided unless [bar] min_coverage says less
 # (allow_missing = true, the older key, means min_coverage = 0 unless it is given).
 DEFAULT_MIN_COVERAGE = 1.0
@@ -249,6 +253,15 @@ def _parsed(path: Path, key: str, text: str, parse):
         return parse(text)
     except UserError as exc:
         raise _err(path, f"[bar] {key}: {str(exc).removeprefix('bar: ')}") from exc
+
+
+def _check_metric_schema(path: Path, schema: int, named: list) -> None:
+    """A bar metric newer than the file's schema (``METRIC_SCHEMA``) is refused with the fix."""
+    for key, agg in named:
+        since = METRIC_SCHEMA.get(agg.metric)
+        if since is not None and schema < since:
+            raise _err(path, f"[bar] {key}: '{agg.metric}' needs schema = {since} (a bench older than that would "
+                             f"refuse the file): set schema = {since}")
 
 
 def _check_peers(path: Path, schema: int, cands: list[str], baseline: str, named: list) -> None:
@@ -534,7 +547,9 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
 
     parsed = _parsed(path, "go", go, barlang.parse)
     primary_agg = _parsed(path, "primary", primary, barlang.parse_aggregate)
-    _check_peers(path, schema, cands, baseline, [("go", c.aggregate) for c in parsed.clauses()] + [("primary", primary_agg)])
+    named = [("go", c.aggregate) for c in parsed.clauses()] + [("primary", primary_agg)]
+    _check_metric_schema(path, schema, named)
+    _check_peers(path, schema, cands, baseline, named)
     _check_filters(path, [*barlang.field_tests(parsed), *barlang.field_tests(primary_agg)],
                    {"candidate": cands, "dtype": grid["dtype"], "workload": [workload]})
     _check_decidable(path, parsed, primary, primary_agg, [{**c.as_dict(), "candidate": k} for c in configs for k in cands])

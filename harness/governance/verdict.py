@@ -35,9 +35,10 @@ from harness.governance import verify as verifylang
 from harness.governance.ledger import require_anchored
 from harness.governance.ledger_rows import VerdictRow, load
 from harness.governance.line import Line
+from harness.governance.devices import stack_text
 from harness.governance.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, current_rows,
                                          UNSUPPORTED, kernel_failed, latest_outcomes, measured_on, outcome_key,
-                                         remeasures, state_of)
+                                         places, remeasures, state_of)
 
 GO, NO_GO = "GO", "NO-GO"
 # Failing pairs a verdict row lists per [verify] clause (the count is always complete).
@@ -298,11 +299,17 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
         raise UserError(f"line '{reg.line}': its outcomes were measured on {len(where)} GPU models "
                         f"({', '.join(gpus)}): a verdict over mixed devices needs a line registered with "
                         f"[bar] mixed_devices = true — or run `bench sweep {reg.line}` on one model")
-    if len(where) > 1:
+    # One place: one commit, one device, one software stack (a version one row never recorded is no difference).
+    at = places(deciding, reg.mixed_devices)
+    if len(at) > 1:
+        stacks = len({stack_text(s) for _, s in at}) > 1
         shown = "; ".join(f"{c[:12]} on {d}{' ' + g if g else ''}{' with ' + code if code else ''}"
-                          for c, d, g, code in where[:4])
-        raise UserError(f"line '{reg.line}': its outcomes were measured in {len(where)} places ({shown}): one verdict "
-                        f"needs one commit on one device — run `bench sweep {reg.line}` at HEAD where it should be decided")
+                          f"{' (' + stack_text(s) + ')' if stacks else ''}" for (c, d, g, code), s in at[:4])
+        again = (" — sweep it again on the one stack it should be decided with, at a new commit (a commit outside "
+                 "ledger/: a pair is measured once per commit)") if stacks else \
+            f" — run `bench sweep {reg.line}` at HEAD where it should be decided"
+        raise UserError(f"line '{reg.line}': its outcomes were measured in {len(at)} places ({shown}): one verdict "
+                        f"needs one commit on one device{' with one software stack' if stacks else ''}{again}")
     unmeasured = {}
     for r in deciding:
         if r.kind in MISSING_KINDS:
@@ -364,7 +371,8 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
         # Pairs decided on a re-measure: the rows it superseded at the same commit and device.
         "remeasured": [m.as_row() for m in remeasures(line.rows) if (m.config_key, m.candidate) in by_pair],
         "coverage": {**cov, "min_coverage": reg.min_coverage},
-        "measured_at": {"commit": where[0][0], "device": where[0][1], "gpu": " + ".join(gpus) or None},
+        "measured_at": {"commit": where[0][0], "device": where[0][1], "gpu": " + ".join(gpus) or None,
+                        "stack": at[0][1]},
         **({"integration": [integration_summary(row) for row, _ in steps]} if steps else {}),
         **({"failures": failures} if failures is not None else {}),
     }

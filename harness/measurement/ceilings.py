@@ -13,7 +13,10 @@ and for honest CPU rows, GFLOP/s-class numbers stored in the same units).
 
 Ledger form: ``Ceilings.to_row()`` is a flat JSON dict (``device``, ``fingerprint``,
 ``copy_gbps``, ``matmul_tflops``{dtype: TFLOP/s}, ``method``); ``Ceilings.from_row`` reads
-one back (extra ledger keys such as ``seq`` or ``hash`` are ignored).
+one back (extra ledger keys such as ``seq`` or ``hash`` are ignored). On a GPU with NVML,
+``method["sm_mhz"]`` holds the mean SM clock of each matmul's timed calls: a matmul ceiling
+is a rate at that clock, and its work per cycle (``per_mhz``) bounds a clock-normalised bar
+(governance/reductio.py). Rows measured before it hold none.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from harness.errors import UserError
+from harness.measurement.clocks import open_monitor, window_clocks
 from harness.measurement.timing.timers import CudaEventTimer, HostTimer, Timer, median_ms
 
 # A result more than this fraction above a measured ceiling is impossible, not fast.
@@ -128,6 +132,18 @@ class Ceilings:
             fastest = max(self.matmul_tflops, key=self.matmul_tflops.get, default=None)
             return (None if fastest is None else self.matmul_tflops[fastest]), f"matmul rate (fastest: {fastest})"
         return self.tflops_ceiling(dtype), f"{dtype} matmul rate"
+
+    def per_mhz(self, dtype: str) -> float | None:
+        """The ``dtype`` matmul ceiling per MHz of the SM clock it was measured at (TFLOP/s per
+        MHz: its work per cycle, which does not move with the clock), the larger of fp32 and
+        TF32 for float32 as ``tflops_ceiling``; None where no clock was recorded (the CPU,
+        rows measured before it)."""
+        clocks = self.method.get("sm_mhz") if isinstance(self.method.get("sm_mhz"), Mapping) else {}
+        keys = ("float32", TF32_KEY) if dtype == "float32" else (dtype,)
+        vals = [self.matmul_tflops[k] / float(clocks[k]) for k in keys if k in self.matmul_tflops
+                and isinstance(clocks.get(k), (int, float)) and not isinstance(clocks.get(k), bool)
+                and math.isfinite(clocks[k]) and clocks[k] > 0]
+        return max(vals) if vals else None
 
     def fractions(self, rates: Mapping[str, float | None], dtype: str) -> dict:
         """A result's rates (sustained.rates) as fractions of these ceilings: TFLOP/s of the
@@ -297,26 +313,41 @@ def _measure_cuda(timer: Timer | None) -> Ceilings:
     del src, dst
 
     n = CUDA_MATMUL_N
-    tflops = {}
+    tflops, spans = {}, {}
     from harness.measurement.numerics import apply
 
-    for key, dtype, tf32 in (("float16", torch.float16, False), ("bfloat16", torch.bfloat16, False),
-                             ("float32", torch.float32, False), (TF32_KEY, torch.float32, True)):
-        # numerics.apply restores the caller's exact state (a bare allow_tf32 setter would
-        # rewrite a 'medium' float32_matmul_precision to 'high').
-        with apply({"allow_tf32": tf32}):
-            a, b = _random((n, n), dtype, dev), _random((n, n), dtype, dev)
-            c = torch.empty((n, n), dtype=dtype, device=dev)
-            ms = median_ms(timer, functools.partial(torch.mm, a, b, out=c), reps=CUDA_MATMUL_REPS,
-                           warmup=CUDA_WARMUP, arm=f"matmul {key}")
-            tflops[key] = 2.0 * n**3 / (ms * 1e-3) / 1e12
-            del a, b, c
+    # The SM clock each matmul ran at (NVML; none without it): the ceiling per cycle bounds a
+    # clock-normalised bar whatever clock the card holds when the bar is checked.
+    monitor, _ = open_monitor(str(dev))
+    if monitor is not None:
+        monitor.start(timer)
+    try:
+        for key, dtype, tf32 in (("float16", torch.float16, False), ("bfloat16", torch.bfloat16, False),
+                                 ("float32", torch.float32, False), (TF32_KEY, torch.float32, True)):
+            # numerics.apply restores the caller's exact state (a bare allow_tf32 setter would
+            # rewrite a 'medium' float32_matmul_precision to 'high').
+            with apply({"allow_tf32": tf32}):
+                a, b = _random((n, n), dtype, dev), _random((n, n), dtype, dev)
+                c = torch.empty((n, n), dtype=dtype, device=dev)
+                t0 = timer.now_s()
+                ms = median_ms(timer, functools.partial(torch.mm, a, b, out=c), reps=CUDA_MATMUL_REPS,
+                               warmup=CUDA_WARMUP, arm=f"matmul {key}")
+                t1 = timer.now_s()
+                tflops[key] = 2.0 * n**3 / (ms * 1e-3) / 1e12
+                spans[key] = (t0, t1)
+                del a, b, c
+    finally:
+        if monitor is not None:
+            monitor.stop()
+            monitor.source.close()
+    clocks = {key: window_clocks(monitor.during(*span))[0] for key, span in spans.items()} if monitor else {}
+    clocks = {k: v for k, v in clocks.items() if v is not None}
     torch.cuda.empty_cache()
     return Ceilings(device="cuda", fingerprint=device_fingerprint("cuda"), copy_gbps=copy_gbps,
                     matmul_tflops=tflops,
                     method={"timer": _timer_words(timer), "copy_bytes": CUDA_COPY_BYTES,
                             "copy_reps": CUDA_COPY_REPS, "matmul_n": n, "matmul_reps": CUDA_MATMUL_REPS,
-                            "data": "randn"})
+                            "data": "randn", **({"sm_mhz": clocks} if clocks else {})})
 
 
 def _measure_cpu(timer: Timer | None) -> Ceilings:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import statistics
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence, runtime_checkable
@@ -444,6 +445,25 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return sum(vs) / len(vs) if vs else None
 
 
+def window_clocks(readings: Sequence[ClockReading]) -> tuple[float | None, float | None]:
+    """(mean SM clock, mean memory clock) of the readings attributed to one timed window (a
+    round: ``ClockMonitor.during``; a batch of back-to-back calls); None where there are none,
+    or NVML gives no memory clock."""
+    return _mean([r.sm_mhz for r in readings]), _mean([r.mem_mhz for r in readings])
+
+
+def kcycles(calls: Sequence[tuple[float, float | None]]) -> float | None:
+    """Thousands of SM cycles per call: the median over ``calls`` of (call time in ms × the SM
+    clock in MHz attributed to its window; ms × MHz = 10³ cycles). Calls without a clock are
+    left out; None when none has one (the CPU: there is no SM clock to count by).
+
+    Why: a compute-bound call takes a fixed number of cycles, so its time moves with the clock
+    the card's power limit lets it hold — three H200s read one kernel at 499.9–519.1 TFLOP/s
+    and 3787–3802 kcycles per call (docs/measurement.md#cycles-per-call)."""
+    counted = [ms * mhz for ms, mhz in calls if mhz is not None and math.isfinite(ms) and math.isfinite(mhz)]
+    return statistics.median(counted) if counted else None
+
+
 def open_monitor(device: str, hz: float = DEFAULT_POLL_HZ) -> tuple[ClockMonitor | None, str | None]:
     """A monitor for ``device`` or (None, why not). CPU has no clocks to monitor; a GPU
     without NVML gets a note the caller must surface (it is a warning, not a pass)."""
@@ -468,5 +488,5 @@ def open_monitor(device: str, hz: float = DEFAULT_POLL_HZ) -> tuple[ClockMonitor
 __all__ = [
     "ABNORMAL_REASONS", "ClockMonitor", "ClockReading", "ClockSource", "ClockSummary", "ClockUnavailable",
     "DEFAULT_POLL_HZ", "MIN_POLL_HZ", "NvmlClockSource", "REASON_BITS", "REFERENCE_TAIL_FRACTION", "Reference",
-    "open_monitor", "reason_names", "reference_clock", "round_drop", "summarize",
+    "kcycles", "open_monitor", "reason_names", "reference_clock", "round_drop", "summarize", "window_clocks",
 ]

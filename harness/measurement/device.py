@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.metadata
 import os
 import platform
 import socket
+
+# Where a host's stable identity is read (systemd's, then D-Bus's copy): it outlives a rename
+# of the host, and two cloned VMs with one hostname still differ by it.
+MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+# Hex digits of the host hash a row keeps: 64 bits tell a fleet's hosts apart and are far too few
+# to look a machine id up by.
+HOST_HASH_CHARS = 16
+# Mixed into the hash so a row's host id matches no other program's hash of the same machine id.
+HOST_HASH_SALT = b"bench host id\0"
 
 
 def detect_device() -> str:
@@ -32,10 +42,10 @@ def env_summary(device: str) -> dict:
         "device": device,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "host": socket.gethostname(),
+        "host": host_id(),
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
-        "triton": _version("triton"),
+        "triton": _version("triton") or _version("pytorch-triton"),
         "cupy": next((v for d in ("cupy-cuda13x", "cupy-cuda12x", "cupy") if (v := _version(d))), None),
         "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1",
         "cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
@@ -54,31 +64,57 @@ def env_summary(device: str) -> dict:
             **gpu_identity(),
         })
     else:
-        env.update({"gpu": None, "gpu_index": None, "gpu_uuid": None, "cpu": platform.processor() or platform.machine(),
-                    "torch_threads": torch.get_num_threads()})
+        env.update({"gpu": None, "gpu_index": None, "gpu_uuid": None, "gpu_serial": None,
+                    "cpu": platform.processor() or platform.machine(), "torch_threads": torch.get_num_threads()})
     return env
 
 
+@functools.lru_cache(maxsize=None)
+def host_id() -> str:
+    """This host, named without naming it: ``machine-id:<hash>`` (the first of MACHINE_ID_FILES
+    that reads), else ``hostname:<hash>`` — a salted SHA-256, HOST_HASH_CHARS hex digits. A
+    hostname can say whose machine it is and a machine id is meant to stay private; the hash
+    is stable, so rows of one host still match, and two hosts' rows are told apart."""
+    for path in MACHINE_ID_FILES:
+        try:
+            with open(path, "rb") as f:
+                ident = f.read().strip()
+        except OSError:
+            continue
+        if ident:
+            return f"machine-id:{hashlib.sha256(HOST_HASH_SALT + ident).hexdigest()[:HOST_HASH_CHARS]}"
+    name = socket.gethostname().encode()
+    return f"hostname:{hashlib.sha256(HOST_HASH_SALT + name).hexdigest()[:HOST_HASH_CHARS]}"
+
+
 def gpu_identity() -> dict:
-    """Which physical GPU this process measures on (torch's device 0): its NVML index and
-    UUID, so rows from several GPUs of one host say which one each came from, whatever
-    CUDA_VISIBLE_DEVICES renumbered."""
+    """Which physical GPU this process measures on (torch's device 0): its NVML index, UUID and
+    board serial (where NVML gives one; None else), so rows from two cards of one model — one
+    host's or two hosts' — say which card each came from, whatever CUDA_VISIBLE_DEVICES
+    renumbered."""
     import torch
 
     raw = getattr(torch.cuda.get_device_properties(0), "uuid", None)
     uuid = str(raw) if raw else None
     if uuid and not uuid.startswith(("GPU-", "MIG-")):
         uuid = f"GPU-{uuid}"
-    index = None
+    index = serial = None
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        index = int(pynvml.nvmlDeviceGetIndex(pynvml.nvmlDeviceGetHandleByUUID(uuid)))
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        index = int(pynvml.nvmlDeviceGetIndex(handle))
     except Exception:  # no NVML: the first visible device, when CUDA_VISIBLE_DEVICES names it by number
         first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
         index = int(first) if first.isdigit() else None
-    return {"gpu_index": index, "gpu_uuid": uuid}
+    else:
+        try:  # boards without a serial (most consumer cards) say NotSupported
+            s = pynvml.nvmlDeviceGetSerial(handle)
+            serial = (s.decode() if isinstance(s, bytes) else str(s)).strip() or None
+        except pynvml.NVMLError:
+            serial = None
+    return {"gpu_index": index, "gpu_uuid": uuid, "gpu_serial": serial}
 
 
 def driver_version() -> str | None:

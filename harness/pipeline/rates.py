@@ -59,11 +59,13 @@ def rates(c: Checked, s: Survivor) -> Rated | Outcome:
     # Absolute rates: from the sustained phase when the bar judges them, else from the
     # interleaved rounds; the clock and power recorded are those the rates were measured at.
     if sus is not None:
-        ms, sm_mhz, power_w = sus.median_ms, sus.sm_mhz, sus.power_w
+        ms, sm_mhz, power_w, kcycles = sus.median_ms, sus.sm_mhz, sus.power_w, sus.kcycles
     else:
         ms = cand.stats.median
         sm_mhz = m.clock.mean_mhz if m.clock else None
         power_w = m.clock.power_mean_w if m.clock else None
+        # The candidate's own calls at their rounds' clocks (None on the CPU: no SM clock).
+        kcycles = m.arm_clocks[arm_name(spec.name)].kcycles if m.arm_clocks else None
     r = rates_at(cfg, ms)
     tflops, gbps, kv_gbps = r["tflops"], r["gbps"], r["kv_gbps"]
     metrics = {"ms": ms, "baseline_ms": base.stats.median, "control_ms": ctl.stats.median, "speedup": speedup,
@@ -71,7 +73,7 @@ def rates(c: Checked, s: Survivor) -> Rated | Outcome:
                "kv_gbps": kv_gbps, "tflops_frac": None, "gbps_frac": None, "kv_gbps_frac": None,
                # Host time of enqueuing one timed call (nvbench's CPU time beside GPU time).
                "host_us": m.host_us.get(arm_name(spec.name)), "baseline_host_us": m.host_us.get(ARM_BASELINE),
-               "sm_mhz": sm_mhz, "power_w": power_w,
+               "sm_mhz": sm_mhz, "power_w": power_w, "cycles": kcycles,
                # The candidate's median in the interleaved rounds (the speedup's numerator).
                "interleaved_ms": cand.stats.median}
     impossible = floor = None

@@ -16,6 +16,7 @@ from harness.errors import UserError, plural
 from harness.governance.ledger import require_anchorable
 from harness.governance.line import Line
 from harness.governance.outcomes import INCORRECT, RESULT, measured_at, state_of
+from harness.governance.reductio import require_sm_clock
 from harness.pipeline.context import SweepContext, Task
 from harness.record.interrupts import Interrupts, StopNow, interrupts
 from harness.record.plan import plan, unusable_at
@@ -142,6 +143,7 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     executor.launch()  # its slots start while the checks below run; a refusal stops them
     try:
         check_kernels_usable(line, device)
+        require_sm_clock(line.reg, device)  # a bar of cycles or tflops_at(F): none on the CPU
         if line.reg.verify:
             from harness.record.profile import require_profiler
 

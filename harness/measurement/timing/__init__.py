@@ -36,7 +36,7 @@ from harness.measurement.timing.policy import (
     ROTATION_FACTOR, DEFAULT_ALPHA, DEFAULT_PRECISION, DEFAULT_STOP, MAX_ALPHA, MIN_ALPHA, STATISTIC_KEYS, STOPS,
     TimingPolicy, device_l2_bytes, flush_bytes, l2_flush, look_confidence, looks, rotation_slots)
 from harness.measurement.timing.results import (
-    ARM_BASELINE, ARM_CANDIDATE, ARM_CONTROL, STOP_REASONS, ArmResult, Measurement, Round)
+    ARM_BASELINE, ARM_CANDIDATE, ARM_CONTROL, STOP_REASONS, ArmClock, ArmResult, Measurement, Round)
 from harness.measurement.timing.sustained import (
     BATCH_S, MAX_BATCH, MIN_CALLS, TIMED_S, WARM_S, Sustained, rates, sustain)
 from harness.measurement.timing.timers import (

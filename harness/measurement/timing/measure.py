@@ -354,7 +354,8 @@ def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: Cloc
     clock_drops = [st.drops[i] if monitor is not None else (None, False, ()) for i in range(len(st.raw))]
     rounds = tuple(
         Round(i, t0, t1, order, out, low, dropped or bool(st.waited[i]),
-              reasons + ((WAIT_REASON,) if st.waited[i] else ()), st.waited[i])
+              reasons + ((WAIT_REASON,) if st.waited[i] else ()), st.waited[i],
+              *(_clocks.window_clocks(monitor.during(t0, t1)) if monitor is not None else (None, None)))
         for i, ((t0, t1, order, out), (low, dropped, reasons)) in enumerate(zip(st.raw, clock_drops)))
     arm_results = {n: ArmResult.build(n, [r.samples[n] for r in rounds if not r.dropped],
                                       [r.samples[n] for r in rounds if r.dropped]) for n in names}

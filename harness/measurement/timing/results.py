@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 from harness.jsonsafe import jsonable
-from harness.measurement.clocks import ClockSummary
+from harness.measurement.clocks import ClockSummary, kcycles
 from harness.measurement.stats import DEFAULT_CONFIDENCE, Stats, paired_ratio, ratio, speedup_ci
 from harness.measurement.timing.policy import TimingPolicy
 from harness.measurement.timing.refresh import InputMemory
@@ -63,6 +63,24 @@ class Round:
     dropped: bool = False
     drop_reasons: tuple[str, ...] = ()
     waited: tuple[str, ...] = ()
+    # Mean SM and memory clocks of the readings attributed to the round (ClockMonitor.during):
+    # the clock each of its calls ran at, for their cycles (``Measurement.arm_clocks``).
+    sm_mhz: float | None = None
+    mem_mhz: float | None = None
+
+
+@dataclass(frozen=True)
+class ArmClock:
+    """One arm's cycles per call over its kept calls (``clocks.kcycles``: each call's time × its
+    round's SM clock) and the mean SM and memory clocks of those rounds."""
+
+    kcycles: float | None
+    sm_mhz: float | None
+    mem_mhz: float | None
+    n: int  # kept calls whose round has a clock
+
+    def as_dict(self) -> dict:
+        return {"kcycles": self.kcycles, "sm_mhz": self.sm_mhz, "mem_mhz": self.mem_mhz, "n": self.n}
 
 
 @dataclass(frozen=True)
@@ -214,6 +232,21 @@ class Measurement:
                          self.policy.max_drop_fraction)
 
     @property
+    def arm_clocks(self) -> dict[str, ArmClock] | None:
+        """Per arm, its cycles per call and clocks over its kept rounds; None where no clock was
+        monitored (the CPU has no SM clock: ``clock_note`` says so)."""
+        if self.clock is None:
+            return None
+        kept = [r for r in self.rounds if not r.dropped]
+        out = {}
+        for n in self.arms:
+            sm = [r.sm_mhz for r in kept if r.sm_mhz is not None]
+            mem = [r.mem_mhz for r in kept if r.mem_mhz is not None]
+            out[n] = ArmClock(kcycles([(r.samples[n], r.sm_mhz) for r in kept]), sum(sm) / len(sm) if sm else None,
+                              sum(mem) / len(mem) if mem else None, len(sm))
+        return out
+
+    @property
     def control_ok(self) -> bool | None:
         r = self.control_ratio
         return None if r is None else abs(r - 1.0) <= self.policy.control_tolerance
@@ -231,6 +264,7 @@ class Measurement:
             "arms": {name: {"stats": a.stats.as_dict(), "samples_ms": list(a.samples),
                             "dropped_samples_ms": list(a.dropped_samples)} for name, a in self.arms.items()},
             "clock": self.clock.as_dict() if self.clock else None,
+            "arm_clocks": {n: c.as_dict() for n, c in clocks.items()} if (clocks := self.arm_clocks) else None,
             "control_ratio": self.control_ratio, "control_ok": self.control_ok, "host_gaps": self.host_gaps,
             "host_us": self.host_us, "host_samples_us": {n: list(v) for n, v in self.host_samples_us.items()},
             "spot_calls": self.spot_calls, "spot_seed": self.spot_seed,
@@ -246,6 +280,7 @@ class Measurement:
                 "t0": [r.t0 for r in self.rounds], "t1": [r.t1 for r in self.rounds],
                 "first": [r.order[0] for r in self.rounds],
                 "min_sm_mhz": [r.min_sm_mhz for r in self.rounds],
+                "sm_mhz": [r.sm_mhz for r in self.rounds], "mem_mhz": [r.mem_mhz for r in self.rounds],
                 "dropped": [r.index for r in self.rounds if r.dropped],
                 "drop_reasons": {str(r.index): list(r.drop_reasons) for r in self.rounds if r.dropped},
                 "waited": {str(r.index): list(r.waited) for r in self.rounds if r.waited},

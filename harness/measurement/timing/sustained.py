@@ -17,7 +17,8 @@ do_bench's protocol:
    the output checked after the phase was written by the last timed call) and then
    do_bench's L2 flush, whatever the line's timing mode;
 3. the median call, with the SM and memory clocks, power and clock-event reasons NVML saw
-   during the timed calls.
+   during the timed calls, and the cycles per call: each call's time × the SM clock of its
+   batch (the calls one synchronize closes, about ``BATCH_S`` long), median over the calls.
 
 Why the flush in every mode: do_bench zeroes a 256 MB buffer before each call, which
 leaves the L2 full of dirty lines that the timed kernel then writes back: a memory-bound
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from harness.measurement.timing.timers import clock_disagreement, clock_gap_us
+from harness.measurement.clocks import kcycles as median_kcycles
 
 # Back-to-back load before timing: long enough for a compute-bound kernel's clock to settle
 # near the level a long loop holds (docs/measurement.md#clocks-and-throttling: the settling curve on the H200).
@@ -73,6 +75,18 @@ class Sustained:
     # or None; and the evidence (timers.clock_gap_us). None/{} for a timer that keeps no windows.
     clock_fault: str | None = None
     clock_check: dict = field(default_factory=dict)
+    # Per batch of timed calls (enqueued back to back, one synchronize): how many calls, and the
+    # mean SM and memory clocks NVML read during it (None without NVML: the CPU).
+    batch_calls: tuple[int, ...] = ()
+    batch_sm_mhz: tuple[float | None, ...] = ()
+    batch_mem_mhz: tuple[float | None, ...] = ()
+
+    @property
+    def kcycles(self) -> float | None:
+        """Thousands of SM cycles per call: median over the calls of its time × its batch's SM
+        clock (``clocks.kcycles``); None without a clock."""
+        per_call = [mhz for n, mhz in zip(self.batch_calls, self.batch_sm_mhz) for _ in range(n)]
+        return median_kcycles(list(zip(self.samples, per_call)))
 
     @property
     def median_ms(self) -> float:
@@ -83,7 +97,9 @@ class Sustained:
                 "n_calls": len(self.samples), "median_ms": self.median_ms, "samples_ms": list(self.samples),
                 "last_slot": self.last_slot, "sm_mhz": self.sm_mhz, "power_w": self.power_w,
                 "mem_mhz": self.mem_mhz, "reasons": list(self.reasons), "clock_note": self.clock_note,
-                "clock_fault": self.clock_fault, "clock_check": dict(self.clock_check)}
+                "clock_fault": self.clock_fault, "clock_check": dict(self.clock_check),
+                "kcycles": self.kcycles, "batches": {"calls": list(self.batch_calls), "sm_mhz": list(self.batch_sm_mhz),
+                                                     "mem_mhz": list(self.batch_mem_mhz)}}
 
 
 def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
@@ -143,9 +159,13 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
         windows = getattr(timer, "clock_calls", None)  # the harness's own timers keep them
         if windows is not None:
             windows.pop(arm, None)  # the warm-up's are not the timed calls'
+        batches: list[tuple[float, float, int]] = []  # each batch's (start, end, calls), for its clock
         t1 = timer.now_s()
         while len(samples) < min_calls or timer.now_s() - t1 < timed_s:
-            samples += timer.time_loop(calls(batch), arm=arm)
+            b0 = timer.now_s()
+            got = timer.time_loop(calls(batch), arm=arm)
+            batches.append((b0, timer.now_s(), len(got)))
+            samples += got
         t2 = timer.now_s()
     finally:
         if monitor is not None:
@@ -154,7 +174,9 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
                 monitor.source.close()
     sm = power = mem = None
     reasons: tuple[str, ...] = ()
+    batch_clocks = [(None, None)] * len(batches)
     if monitor is not None:
+        batch_clocks = [clocks.window_clocks(monitor.during(b0, b1)) for b0, b1, _ in batches]
         rs = monitor.during(t1, t2)
         sm = _mean([r.sm_mhz for r in rs])
         power = _mean([r.power_w for r in rs])
@@ -171,7 +193,9 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
         check = clock_gap_us(mine)
     return Sustained(arm=arm, flush="l2_zero" if flush is not None else "none", timer=timer.name, warm_s=warm_s,
                      samples=tuple(samples), last_slot=(slot[0] - 1) % n_slots, sm_mhz=sm, power_w=power,
-                     clock_note=note, mem_mhz=mem, reasons=reasons, clock_fault=fault, clock_check=check)
+                     clock_note=note, mem_mhz=mem, reasons=reasons, clock_fault=fault, clock_check=check,
+                     batch_calls=tuple(n for *_, n in batches),
+                     batch_sm_mhz=tuple(c[0] for c in batch_clocks), batch_mem_mhz=tuple(c[1] for c in batch_clocks))
 
 
 def _mean(values) -> float | None:

@@ -116,6 +116,18 @@ def speedup_text(row: dict, *, named: bool = True, peer: str | None = None) -> s
                                                             "baseline" if peer is None else peer)
 
 
+def normalised_text(agg, row) -> str:
+    """Beside a figure restated at a clock (``tflops_at(F)``), the one measured and the cycles it
+    was restated from: ``, 513.6 TFLOP/s as measured, 3787 kcycles``; empty for any other."""
+    spec = metric_table.BY_NAME.get(agg.metric or "")
+    if spec is None or spec.of is None:
+        return ""
+    m = row.metrics or {}
+    raw, kc = number(m.get(spec.of)), number(m.get("cycles"))
+    return (f", {'—' if raw is None else format(raw, '.4g')} {metric_table.BY_NAME[spec.of].unit} as measured, "
+            f"{'—' if kc is None else format(kc, '.4g')} kcycles")
+
+
 def deciding_values(agg, outcomes: dict, *, include_noisy: bool) -> list[tuple]:
     """(result row, the value ``agg`` reads at it) for each row a bar aggregate over a metric
     reduces: those its filter selects that the bar sees as correct and that have the value
@@ -165,8 +177,8 @@ def source(agg, outcomes: dict, *, include_noisy: bool, value) -> str:
             # An interleaved figure is a ratio of (or one side of) the arms' medians: both are shown.
             interleaved = metric_table.protocol(agg.metric, r) == INTERLEAVED
             fig = speedup_text(r, peer=agg.peer) if interleaved else of_metric(r, agg.metric).text()
-            return f"{fig} ({r.candidate} @ {r.config_key})"
+            return f"{fig}{normalised_text(agg, r)} ({r.candidate} @ {r.config_key})"
     return f"{' and '.join(kinds)}, over {len(matched)} result{'s' if len(matched) != 1 else ''}"
 
 
-__all__ = ["Timed", "deciding_rows", "deciding_values", "of_metric", "pair_text", "rates", "source", "speedup_text", "timed"]
+__all__ = ["Timed", "deciding_rows", "deciding_values", "normalised_text", "of_metric", "pair_text", "rates", "source", "speedup_text", "timed"]

@@ -117,11 +117,13 @@ def _clock(timing: dict) -> str:
     return f"{clock['mean_mhz']:.0f} MHz" + (f", {dropped} dropped" if dropped else "")
 
 
-def _extra_metrics(results: list[dict], judged: tuple = ()) -> tuple[list[tuple[str, str, str]],
-                                                                     list[tuple[str, str, str]]]:
+def _extra_metrics(results: list[dict], judged: tuple = (), clocks: tuple = ()) -> tuple[list[tuple[str, str, str]],
+                                                                                        list[tuple[str, str, str]]]:
     """(rate columns, other columns) as (name, label, format): the metric table's labelled
-    metrics split by protocol (one shown elsewhere only where the bar judges it: ``judged``),
-    then any further numeric metric a row carries, under its name."""
+    metrics split by protocol (one shown elsewhere only where the bar judges it: ``judged``;
+    one read through NVML only where a row has a value: none on the CPU), ``tflops_at(F)``
+    for each SM clock F the bar states (``clocks``) beside the raw TFLOP/s, then any further
+    numeric metric a row carries, under its name."""
     known = {m for m, _, _ in METRIC_COLUMNS} | SHOWN_ELSEWHERE
     extra = []
     for r in results:
@@ -129,9 +131,18 @@ def _extra_metrics(results: list[dict], judged: tuple = ()) -> tuple[list[tuple[
             if k not in known and isinstance(v, (int, float)) and not isinstance(v, bool) and k not in extra:
                 extra.append(k)
     present = [c for c in METRIC_COLUMNS if any(c[0] in (r.metrics or {}) for r in results)
-               and (c[0] not in SHOWN_ELSEWHERE or c[0] in judged)]
+               and (c[0] not in SHOWN_ELSEWHERE or c[0] in judged)
+               and (metric_table.BY_NAME[c[0]].needs != "nvml" or any(number((r.metrics or {}).get(c[0])) is not None
+                                                                       for r in results))]
     rates = [c for c in present if metric_table.BY_NAME[c[0]].protocol == RATES]
+    rates += [(f"tflops_at({f:g})", f"TFLOP/s at {f:g} MHz", ".4g") for f in clocks]
     return rates, [c for c in present if c not in rates] + [(k, k, ".4g") for k in sorted(extra)]
+
+
+def _figure(metrics: dict, name: str):
+    """A config table's figure of a result row: its metric, or ``tflops_at(F)`` computed from it."""
+    base, _, arg = name.partition("(")
+    return metric_table.derived(base, metrics, float(arg.rstrip(")"))) if arg else metrics.get(name)
 
 
 # The config tables' columns by protocol. The speedup's group is the interleaved rounds';
@@ -161,6 +172,16 @@ def _legend(results: list[dict]) -> str:
             f"{SUSTAINED} phase, its rates are its {INTERLEAVED} median's.")
 
 
+def baseline_figure(row, name: str) -> float | None:
+    """The baseline's figure ``name`` in a result row: its own cycles per call (its interleaved
+    calls: ``timing.arm_clocks``), none of a rate at a stated clock, else ``baseline_rate``."""
+    if name == "cycles":
+        return number(((row.timing or {}).get("arm_clocks") or {}).get("baseline", {}).get("kcycles"))
+    if "(" in name:
+        return None
+    return baseline_rate(row, name)
+
+
 def baseline_rate(row, name: str) -> float | None:
     """The baseline's rate ``name`` in a result row: the candidate's, scaled by the candidate's
     rate time over the baseline's interleaved median (the baseline has no sustained phase)."""
@@ -171,8 +192,9 @@ def baseline_rate(row, name: str) -> float | None:
     return value * ms / base_ms
 
 
-def _config_tables(outcomes: dict, results: list[dict], judged: tuple = ()) -> tuple[list[str], list[dict]]:
-    rate_cols, other_cols = _extra_metrics(results, judged)
+def _config_tables(outcomes: dict, results: list[dict], judged: tuple = (),
+                   clocks: tuple = ()) -> tuple[list[str], list[dict]]:
+    rate_cols, other_cols = _extra_metrics(results, judged, clocks)
     split = _split(results)
     rate_time = RATE_COLUMNS if split else ()
     header = ["candidate", *SPEEDUP_COLUMNS, *rate_time, *[label for _, label, _ in rate_cols], "control",
@@ -192,7 +214,7 @@ def _config_tables(outcomes: dict, results: list[dict], judged: tuple = ()) -> t
         if base is not None:  # the baseline's own line, from the first result's baseline arm (interleaved only)
             m = base.metrics
             mine = protocol.timed(base, INTERLEAVED, "baseline")
-            rates = [_f(baseline_rate(base, name), spec) for name, _, spec in rate_cols]
+            rates = [_f(baseline_figure(base, name), spec) for name, _, spec in rate_cols]
             others = [_f(m.get("baseline_host_us"), spec) if name == "host_us" else "—" for name, _, spec in other_cols]
             own = [INTERLEAVED, mine.spread(), mine.clock(), _f(mine.power_w, ".0f")] if split else []
             body.append({"cells": [f"{base.baseline} (baseline)", "1 (baseline)", mine.spread(),
@@ -210,7 +232,7 @@ def _config_tables(outcomes: dict, results: list[dict], judged: tuple = ()) -> t
                                        f"{_f(m.get('speedup'), '.3f')}× [{_f(m.get('speedup_ci_low'), '.3f')}, "
                                        f"{_f(m.get('speedup_ci_high'), '.3f')}]",
                                        protocol.timed(r, INTERLEAVED).spread(), _clock(r.timing or {}),
-                                       *own, *[_f(m.get(name), spec) for name, _, spec in rate_cols],
+                                       *own, *[_f(_figure(m, name), spec) for name, _, spec in rate_cols],
                                        _f(m.get("control"), ".4f"),
                                        *[_f(m.get(name), spec) for name, _, spec in other_cols],
                                        _gate((r.gate or {}).get("candidate"))],
@@ -325,7 +347,7 @@ def report_data(view: LineView, history=None) -> dict:
     commits = sorted({r.commit for r in outcomes.values() if r.commit})
     devices = sorted({device_label(r) for r in outcomes.values()})
     noisy = bool(reg.get("include_noisy"))
-    header, tables = _config_tables(outcomes, results, summary.judged(reg))
+    header, tables = _config_tables(outcomes, results, summary.judged(reg), summary.stated_clocks(reg))
     control_tol = next(((r.policy or {}).get("control_tolerance") for r in results), None)
     return {
         "line": view.line,

@@ -153,16 +153,34 @@ def bar_metrics(reg: dict) -> list[str]:
     return [m for m in dict.fromkeys(out) if m]
 
 
+def _raw(metric: str) -> str:
+    """The row metric a figure restates (tflops for tflops_at), else the metric itself."""
+    spec = metric_table.BY_NAME.get(metric)
+    return spec.of if spec is not None and spec.of else metric
+
+
 def judged(reg: dict) -> tuple[str, ...]:
-    """The metrics the bar judges, with the rate behind each judged fraction (kv_gbps for kv_gbps_frac)."""
+    """The metrics the bar judges, with the rate behind each judged fraction (kv_gbps for
+    kv_gbps_frac) and each rate at a stated clock (tflops for tflops_at(F))."""
     named = bar_metrics(reg)
-    return tuple(dict.fromkeys([*named, *(rate for rate, (frac, _, _) in HEADLINE_RATES.items() if frac in named)]))
+    return tuple(dict.fromkeys([*named, *map(_raw, named),
+                                *(rate for rate, (frac, _, _) in HEADLINE_RATES.items() if frac in named)]))
+
+
+def stated_clocks(reg: dict) -> tuple[float, ...]:
+    """The SM clocks (MHz) the bar's clauses and primary state for a rate, ``tflops_at(F)``, in order."""
+    from harness.governance import bar as barlang
+
+    aggs = [c.aggregate for c in barlang.parse(reg["go"]).clauses()] if reg.get("go") else []
+    if reg.get("primary"):
+        aggs.append(barlang.parse_aggregate(reg["primary"]))
+    return tuple(dict.fromkeys(a.at for a in aggs if a.at is not None))
 
 
 def headline_rate(reg: dict, results: list) -> str | None:
-    """The rate a kernel engineer reads first: the one the bar judges, else the one nearer its
-    measured ceiling (the bound resource: TFLOP/s for attention, GB/s for decode)."""
-    for m in bar_metrics(reg):
+    """The rate a kernel engineer reads first: the one the bar judges (or states at a clock),
+    else the one nearer its measured ceiling (the bound resource: TFLOP/s for attention, GB/s for decode)."""
+    for m in map(_raw, bar_metrics(reg)):
         for rate, (frac, _, _) in HEADLINE_RATES.items():
             if m in (rate, frac):
                 return rate

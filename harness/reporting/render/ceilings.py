@@ -13,8 +13,10 @@ def render_ceilings(row: dict, measured: bool, *, commit: str | None = None, com
     c.print(f"{'measured' if measured else 'stored'} ceilings for {ceilings_name(row)} "
             f"(ledger/_device_ceilings.jsonl row {row.seq}, {str(row.hash)[:12]}):")
     c.print(f"  copy bandwidth: {fmt(row.copy_gbps, '.4g')} GB/s (read + write)")
+    clocks = (row.method or {}).get("sm_mhz") or {}  # the SM clock each ran at (GPU rows since it was recorded)
     for dt, tf in sorted((row.matmul_tflops or {}).items()):
-        c.print(f"  matmul {dt}: {fmt(tf, '.4g')} TFLOP/s")
+        at = f" at {fmt(clocks[dt], '.0f')} MHz" if isinstance(clocks, dict) and clocks.get(dt) is not None else ""
+        c.print(f"  matmul {dt}: {fmt(tf, '.4g')} TFLOP/s{at}")
     if commit:
         c.print(f"  committed in {commit[:12]}")
     elif not committed:
