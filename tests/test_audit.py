@@ -176,35 +176,9 @@ def test_the_verdict_dry_run_writes_nothing_and_a_forged_row_is_refused(fixture_
     assert json.loads(forged.split(b"\n")[HONEST])["metrics"]["speedup"] == 9.99
 
 
-@pytest.mark.parametrize("go", ["pass_rate == 1.0", "pass_rate == 1.0 and min(tflops) > 0"])
-def test_rows_the_sweep_writes_today_add_up(tmp_path, go):
-    """The writer (harness/pipeline) and the auditor agree: a real CPU result, interleaved and
-    (a bar over a rate) sustained, through the ledger's JSON, recomputes to itself."""
-    from harness.governance.ledger import Ledger
-    from harness.pipeline.run import run_config
-    from harness.workloads import Config
-    from tests.conftest import sweep_context
-
-    ctx = sweep_context(go=go, timing={"warmup_ms": 5, "min_samples": 8, "max_samples": 80, "min_time_ms": 5,
-                                       "timeout_s": 10})
-    cfg = Config(workload="attention", batch=1, heads=2, kv_heads=2, seq_len=32, head_dim=16, dtype="float32",
-                 causal=False)
-    led = Ledger(tmp_path, "t")
-    for o in run_config(cfg, ctx.reg.candidates, ctx):
-        led.append(o.kind, {"commit": "c" * 40, **o.payload})
-    rows = [r for r in led.rows() if r.kind == "result"]
-    if not rows:
-        pytest.skip(f"the host gave no result ({[r.reason for r in led.rows()]})")
-    (row,) = rows
-    assert row.rate_protocol == ("sustained" if "tflops" in go else "interleaved")
-    assert recompute(row) == []
-    assert verify(led.path).ok
-
-
-# ------------------------------------------------------------- host_us (issue 47, item 5)
-
-def _cpu_result(tmp_path, go="pass_rate == 1.0"):
-    """A real CPU result row (run_config, as the sweep writes it), through the ledger's JSON."""
+def _cpu_ledger(tmp_path, go="pass_rate == 1.0"):
+    """A ledger holding a real CPU result row (run_config, as the sweep writes it) and that row,
+    read back through the ledger's JSON; skipped where the host gave no result."""
     from harness.governance.ledger import Ledger
     from harness.pipeline.run import run_config
     from harness.workloads import Config
@@ -220,7 +194,24 @@ def _cpu_result(tmp_path, go="pass_rate == 1.0"):
     rows = [r for r in led.rows() if r.kind == "result"]
     if not rows:
         pytest.skip(f"the host gave no result ({[r.reason for r in led.rows()]})")
-    return rows[0].dump()
+    return led, rows[0]
+
+
+@pytest.mark.parametrize("go", ["pass_rate == 1.0", "pass_rate == 1.0 and min(tflops) > 0"])
+def test_rows_the_sweep_writes_today_add_up(tmp_path, go):
+    """The writer (harness/pipeline) and the auditor agree: a real CPU result, interleaved and
+    (a bar over a rate) sustained, through the ledger's JSON, recomputes to itself."""
+    led, row = _cpu_ledger(tmp_path, go)
+    assert row.rate_protocol == ("sustained" if "tflops" in go else "interleaved")
+    assert recompute(row) == []
+    assert verify(led.path).ok
+
+
+# ------------------------------------------------------------- host_us (issue 47, item 5)
+
+def _cpu_result(tmp_path, go="pass_rate == 1.0"):
+    """A real CPU result row's JSON (``_cpu_ledger``)."""
+    return _cpu_ledger(tmp_path, go)[1].dump()
 
 
 def test_host_times_and_clocks_are_held_to_the_rows_own_record(tmp_path):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 
-from harness.governance.ledger_format import CEILINGS_LEDGER, LEDGER_DIR
 
 
 # The software a number depends on beside the commit's own code, as env_summary records it:
@@ -56,13 +55,6 @@ def ceilings_name(row) -> str:
     """The name of the device a ceilings row (ledger_rows.CeilingsRow) was measured on: its
     fingerprint's model name."""
     return str((row.fingerprint or {}).get("name") or row.device)
-
-
-def ceilings_where(row) -> str:
-    """Where a ceilings row lies, for a reason that names a figure it gave: file, row and hash."""
-    if row.seq is None:  # a row built in memory, in no ledger
-        return f"the ceilings given ({ceilings_name(row)}, in no ledger)"
-    return f"{LEDGER_DIR}/{CEILINGS_LEDGER}.jsonl row {row.seq} ({str(row.hash)[:12]})"
 
 
 def same_gpu_model(env: dict, fingerprint: dict) -> bool:

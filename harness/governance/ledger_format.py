@@ -97,3 +97,11 @@ def read_rows(path: Path, *, as_far_as_it_reads: bool = False) -> list:
                 break
             rows.append(typed(row, path, n))
     return rows
+
+
+def ceilings_where(row) -> str:
+    """Where a ceilings row lies, for a reason that names a figure it gave: file, row and hash."""
+    if row.seq is None:  # a row built in memory, in no ledger
+        name = (row.fingerprint or {}).get("name") or row.device
+        return f"the ceilings given ({name}, in no ledger)"
+    return f"{LEDGER_DIR}/{CEILINGS_LEDGER}.jsonl row {row.seq} ({str(row.hash)[:12]})"

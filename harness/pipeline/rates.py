@@ -107,7 +107,7 @@ def beyond_ceilings(cfg, ctx, ceil, arm_rates: dict) -> str | None:
     ceilings are short medians on a shared host, CPU_FLOOR_MARGIN). The per-call floor credits a
     cache with every byte it may hold, so on a CPU, whose caches hold a small config whole, it
     never judged the copy ceiling: this does, whatever the cache."""
-    from harness.governance.devices import ceilings_where
+    from harness.governance.ledger_format import ceilings_where
     from harness.governance.metrics import CEILING_RATES
     from harness.measurement.ceilings import impossible
     from harness.measurement.floor import FLOOR_MARGIN

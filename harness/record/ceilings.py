@@ -20,9 +20,9 @@ from pathlib import Path
 
 from harness import __version__
 from harness.errors import UserError
-from harness.governance.devices import ceilings_name, ceilings_where
+from harness.governance.devices import ceilings_name
 from harness.governance.ledger import Ledger, committed_rows, require_anchorable, rows_text
-from harness.governance.ledger_format import CEILINGS_LEDGER
+from harness.governance.ledger_format import CEILINGS_LEDGER, ceilings_where
 from harness.governance.ledger_rows import CeilingsRow
 from harness.governance.outcomes import CEILINGS
 from harness.record.writer import write
