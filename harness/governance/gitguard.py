@@ -414,8 +414,8 @@ def _scratch_repo(root: Path, head: str):
         (scratch / "objects" / "info").mkdir(parents=True)
         (scratch / "refs").mkdir()
         (scratch / "hooks").mkdir()
-        (scratch / "objects" / "info" / "alternates").write_text(f"{objects}\n")
-        (scratch / "HEAD").write_text(f"ref: {branch}\n" if branch else f"{head}\n")
+        _write_fs(scratch / "objects" / "info" / "alternates", f"{objects}\n")
+        _write_fs(scratch / "HEAD", f"ref: {branch}\n" if branch else f"{head}\n")
         if (common / "info").is_dir():
             os.symlink(common / "info", scratch / "info")
         if shallow.is_file():
@@ -427,7 +427,7 @@ def _scratch_repo(root: Path, head: str):
             for shared in gitdir.glob("sharedindex.*"):  # a split index names these beside itself
                 os.symlink(shared, scratch / shared.name)
         fmt = said[7].strip()
-        (scratch / "config").write_text(
+        _write_fs(scratch / "config",
             f"[core]\n\trepositoryformatversion = {0 if fmt == 'sha1' else 1}\n\tbare = false\n"
             + ("" if fmt == "sha1" else f"[extensions]\n\tobjectformat = {fmt}\n")
             + f"[include]\n\tpath = {_config_value(config)}\n"
@@ -511,6 +511,13 @@ _WRAPPER = ('#!/bin/sh\n{skip}{hook} "$@" >{out} 2>&1\nstatus=$?\n'
 _NOTIFY_ONLY = 'if [ "$1" != prepared ]; then cat >/dev/null; exit 0; fi\n'
 
 
+def _write_fs(path: Path, text: str) -> None:
+    """Write git's own files (alternates, HEAD, config, hook wrappers) in the encoding of file
+    names: they hold paths, and a clone at a path that is not UTF-8 must write them as the bytes
+    the path is (``os.fsencode``), not fail on them."""
+    path.write_bytes(text.encode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()))
+
+
 def _hook_wrappers(scratch: _Scratch) -> None:
     """A wrapper in the scratch hooks directory for each of the clone's executable BLOCKING_HOOKS."""
     for name in BLOCKING_HOOKS:
@@ -518,7 +525,7 @@ def _hook_wrappers(scratch: _Scratch) -> None:
         if not (real.is_file() and os.access(real, os.X_OK)):
             continue  # git skips a hook that is absent or not executable
         wrapper = scratch.path / "hooks" / name
-        wrapper.write_text(_WRAPPER.format(skip=_NOTIFY_ONLY if name == "reference-transaction" else "",
+        _write_fs(wrapper, _WRAPPER.format(skip=_NOTIFY_ONLY if name == "reference-transaction" else "",
                                            hook=shlex.quote(str(real)), name=name,
                                            out=shlex.quote(str(scratch.path / f"{name}.out")),
                                            failed=shlex.quote(str(scratch.path / "hook-failed"))))
