@@ -470,21 +470,21 @@ def test_a_ledger_holding_another_lines_rows_is_refused_by_every_reader(repo, tm
     assert st.returncode == 0 and "tiny" in st.stdout and "zz-unreg" not in st.stdout
 
 
-def test_a_rehashed_copy_naming_its_own_line_is_refused_by_its_registrations_name(repo):
+def test_a_rehashed_copy_naming_its_own_line_is_refused_by_its_registrations_name(repo, tmp_path):
     """Rows re-appended under a new name chain and name that line, but row 0 still registers
-    another line's file: sweep and verdict refuse it (a line id is its registration's stem)."""
+    another line's file (a line id is its registration's stem): refused by every reader."""
     assert run_bench(repo, "register", "tiny").returncode == 0
     (row0,) = read_rows(repo / "ledger" / "tiny.jsonl")
     Ledger(repo, "zz").append("registered", {k: v for k, v in row0.dump().items()
                                              if k not in ("kind", "line", "seq", "hash", "prev_hash")})
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "registered, and a re-hashed copy")
-    assert verify(repo / "ledger" / "zz.jsonl").ok  # its own chain, its own line: a valid ledger file
-    for args in (("verdict", "zz", "--no-commit"), ("sweep", "zz")):
+    said = "ledger/zz.jsonl: row 0 registers line 'tiny' (registrations/tiny.toml), not 'zz' (the file's name)"
+    for args in (("verdict", "zz", "--no-commit"), ("sweep", "zz"), ("status",), ("ledger", "verify"),
+                 ("report", "zz", "--out", str(tmp_path / "rep"))):
         r = run_bench(repo, *args)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
-        assert ("ledger/zz.jsonl: row 0 registers registrations/tiny.toml, the registration of line 'tiny', "
-                "not 'zz'") in r.stderr, r.stderr
+        assert said in r.stderr, r.stderr
     assert [r.kind for r in read_rows(repo / "ledger" / "zz.jsonl")] == ["registered"]
     refused = run_bench(repo, "verdict", "tiny", "--no-commit")  # the line itself: refused for what it lacks
     assert refused.returncode == 2 and "no outcome yet" in refused.stderr

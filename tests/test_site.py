@@ -36,9 +36,10 @@ def copy_line(root: Path, src: str, line: str, amends=None, factors=None) -> Non
     for raw in (REPO / "ledger" / f"{src}.jsonl").read_text().splitlines():
         row = json.loads(raw)
         fields = {k: v for k, v in row.items() if k not in WRITTEN}
-        if row["kind"] == "registered":
+        if row["kind"] == "registered":  # the new line's own registration (verify holds row 0 to the line)
             fields["amends"] = amends
-            fields["registration"] = {**fields["registration"], "amends": amends}
+            fields["registration"] = {**fields["registration"], "amends": amends, "line": line,
+                                      "path": f"registrations/{line}.toml"}
         elif row["kind"] == "verdict" and factors:
             continue
         elif row["kind"] == "result" and factors:

@@ -14,7 +14,7 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from harness.errors import UserError, plural
 from harness.governance import gitguard
@@ -84,11 +84,26 @@ def _first_difference(a: bytes, b: bytes) -> int:
 
 def _not_this_line(row: dict, n: int, path: Path) -> str | None:
     """Why row ``n`` is not a row of the line ``path`` holds (None: it is): a ledger's line is
-    its file's stem, and every row names the line it was appended to (``Ledger.append``). A
-    copy outside a ``ledger/`` directory (an export, a fixture) is no line's ledger."""
-    if path.parent.name != LEDGER_DIR or row.get("line") == path.stem:
+    its file's stem, every row names the line it was appended to (``Ledger.append``), and a
+    `registered` row holds that line's registration (a line id is its registration's stem:
+    ``registration.load``). A copy outside a ``ledger/`` directory (an export, a fixture) is
+    no line's ledger."""
+    line = path.stem
+    if path.parent.name != LEDGER_DIR:
         return None
-    return f"row {n} names line {row.get('line')!r}, not {path.stem!r} (the file's name)"
+    if row.get("line") != line:
+        return f"row {n} names line {row.get('line')!r}, not {line!r} (the file's name)"
+    reg = row.get("registration") if row.get("kind") == REGISTERED else None
+    if not isinstance(reg, dict):
+        return None
+    rel = reg.get("path")
+    named = {reg["line"]} if "line" in reg else set()
+    if isinstance(rel, str) and rel:
+        named.add(PureWindowsPath(rel).stem if "\\" in rel else PurePosixPath(rel).stem)
+    other = sorted(named - {line})
+    if other:
+        return f"row {n} registers line {other[0]!r} ({rel}), not {line!r} (the file's name)"
+    return None
 
 
 def _check_chain(records: list[bytes], path: Path) -> tuple[VerifyResult | None, str]:

@@ -324,10 +324,6 @@ def _checked_line(tree: gitguard.CleanTree, line: str, action: str, *, closed_ok
     if registered.kind != REGISTERED:
         raise UserError(f"ledger/{line}.jsonl: the first row is not a `registered` row: it is not a bench ledger")
     rel = registered_path(registered, line, closed=any(r.kind == VERDICT for r in rows))
-    if PurePosixPath(rel).stem != line:  # a line id is its registration's stem (registration.load)
-        raise UserError(f"ledger/{line}.jsonl: row 0 registers {rel}, the registration of line "
-                        f"'{PurePosixPath(rel).stem}', not '{line}': a ledger holds its own line's registration — "
-                        f"this file is a copy or a forgery; delete it, or restore ledger/{line}.jsonl from git")
     at = registered.registration_commit[:12]
     path = tree.root / rel
     if not path.is_file():

@@ -257,7 +257,8 @@ def failed_alone(reg, by_pair: dict) -> list[dict]:
     failed baseline: measured again, or the line's tolerance fixed), or none failed: nothing
     was measured to decide on. Unsupported pairs (allowed by ``allow_missing``) are no evidence."""
     failed = [r for r in by_pair.values() if kernel_failed(r)]
-    unsettled = [r for r in by_pair.values() if not kernel_failed(r) and r.kind != UNSUPPORTED]
+    others = [r for r in by_pair.values() if not kernel_failed(r)]
+    unsettled = [r for r in others if r.kind != UNSUPPORTED]
     if failed and not unsettled:
         return [{"seq": r.seq, "config_key": r.config_key, "candidate": r.candidate, "state": state_of(r),
                  "tag": r.tag, "reason": r.impossible if r.kind == RESULT else r.reason} for r in failed]
@@ -265,18 +266,21 @@ def failed_alone(reg, by_pair: dict) -> list[dict]:
     def state(r) -> str:
         return "baseline_incorrect" if r.is_baseline else state_of(r)
 
-    states: dict = {}
-    for r in unsettled:
-        states[state(r)] = states.get(state(r), 0) + 1
-    counts = ", ".join(f"{k}: {n}" for k, n in sorted(states.items()))
+    def counts(rows) -> str:
+        states: dict = {}
+        for r in rows:
+            states[state(r)] = states.get(state(r), 0) + 1
+        return ", ".join(f"{k}: {n}" for k, n in sorted(states.items()))
+
     if not failed:
-        raise UserError(f"line '{reg.line}' has no usable result rows (outcomes: {counts or 'none'}): a verdict "
-                        f"needs measurements — nothing was decided; run `bench sweep {reg.line} --remeasure` to "
-                        f"measure them again")
+        raise UserError(f"line '{reg.line}' has no usable result rows (outcomes: {counts(others)}): a verdict needs "
+                        f"measurements — nothing was decided; run `bench sweep {reg.line} --remeasure` to measure "
+                        f"again what can be, or run the line where its kernels support its configs")
     shown = ", ".join(f"{r.candidate} @ {r.config_key} ({state(r)})" for r in unsettled[:MAX_NAMED_PAIRS])
     more = len(unsettled) - MAX_NAMED_PAIRS
     raise UserError(f"line '{reg.line}': every pair decided so far failed its kernel ({len(failed)}), but "
-                    f"{len(unsettled)} are not settled ({counts}: {shown}{f' and {more} more' if more > 0 else ''}) "
+                    f"{len(unsettled)} are not settled ({counts(unsettled)}: {shown}"
+                    f"{f' and {more} more' if more > 0 else ''}) "
                     f"and could still pass — run `bench sweep {reg.line} --remeasure` to measure them again "
                     f"before the verdict")
 

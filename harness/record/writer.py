@@ -120,8 +120,12 @@ class Writer:
 
     def _write(self, batch, *, commit: bool) -> list:
         t0 = time.perf_counter()
-        rows, made, self.left = write(self.line.ledger, batch, why=self.why if commit and self.commit_rows else None,
-                                      guard=self.guard, left=self.left)
+        # The file as this write left it is kept before a signal deferred by ``write``'s shield
+        # can stop the command: a later commit of the rows written holds it to them.
+        with self.guard.shielded() if self.guard is not None else contextlib.nullcontext():
+            rows, made, self.left = write(self.line.ledger, batch,
+                                          why=self.why if commit and self.commit_rows else None, guard=self.guard,
+                                          left=self.left)
         self.write_s += time.perf_counter() - t0
         self.appended += rows
         if commit and self.commit_rows:
