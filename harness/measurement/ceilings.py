@@ -47,12 +47,15 @@ IMPOSSIBLE_MARGIN = 0.30
 # (``impossible``), and the measured ceilings against these (``implausible``): no measurement of a
 # device goes beyond its hardware's peak. NVIDIA H200 SXM datasheet: HBM3e 4.8 TB/s; dense
 # tensor-core FP16/BF16 989 TFLOP/s (1979 is with 2:4 sparsity), TF32 494, FP32 (no tensor cores)
-# 67. Keys as ``matmul_tflops``'s, plus DATASHEET_BANDWIDTH_KEY (the copy ceiling's bound: HBM
-# traffic, read + write, as the copy counts it).
+# 67. NVIDIA H100 SXM5 (80 GB HBM3) datasheet: 3.35 TB/s; the same tensor-core peaks (989 dense
+# FP16/BF16, 494 TF32, 67 FP32). Keys as ``matmul_tflops``'s, plus DATASHEET_BANDWIDTH_KEY (the
+# copy ceiling's bound: HBM traffic, read + write, as the copy counts it).
 DATASHEET_BANDWIDTH_KEY = "memory_gbps"
 DATASHEET_PEAKS = MappingProxyType({
     "NVIDIA H200": MappingProxyType({"memory_gbps": 4800.0, "float16": 989.0, "bfloat16": 989.0,
                                      "float32_tf32": 494.0, "float32": 67.0}),
+    "NVIDIA H100 80GB HBM3": MappingProxyType({"memory_gbps": 3350.0, "float16": 989.0, "bfloat16": 989.0,
+                                               "float32_tf32": 494.0, "float32": 67.0}),
 })
 
 # --- CUDA measurement sizes -------------------------------------------------------------
