@@ -19,7 +19,7 @@ def test_the_readme_metric_table_is_generated_from_the_table():
 
 
 def test_the_bar_accepts_exactly_the_tables_metrics():
-    assert bar_syntax.METRICS == metrics.NAMES + metrics.PARAM_NAMES + metrics.STEP_NAMES
+    assert bar_syntax.METRICS == metrics.NAMES + metrics.PARAM_NAMES + metrics.LEDGER_NAMES + metrics.STEP_NAMES
     for name in bar_syntax.METRICS:
         arg = "(1980)" if name in metrics.PARAM_NAMES else ""  # a parameterised metric states its argument
         assert bar.parse(f"min({name}{arg}) > 0").clauses()[0].aggregate.metric == name
@@ -44,3 +44,5 @@ def test_a_result_row_must_carry_exactly_the_tables_metrics():
     assert metrics.RATE_METRICS == {"ms", "tflops", "gbps", "kv_gbps", "tflops_frac", "gbps_frac", "kv_gbps_frac",
                                     "cycles", "tflops_at"}
     assert not set(metrics.PARAM_NAMES) & set(metrics.NAMES)  # computed where read: never a key of a row
+    assert metrics.LEDGER_NAMES == ("speedup_next_low", "speedup_next_high")  # likewise (governance/nextrun.py)
+    assert not set(metrics.LEDGER_NAMES) & set(metrics.NAMES)

@@ -39,13 +39,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Union
 
-from harness.governance.metrics import BY_NAME, MAX_STATED_MHZ, NAMES, PARAM_NAMES, STEP_NAMES
+from harness.governance.metrics import BY_NAME, LEDGER_NAMES, MAX_STATED_MHZ, NAMES, PARAM_NAMES, STEP_NAMES
 from harness.governance.tokens import (END, MAX_NESTING, NAME, NUMBER, OPERATOR, PUNCT, STRING, BarError, Token,
                                        syntax_error, tokenize)
 
 # The metric names a bar may aggregate: the metric table's (every one a result row carries,
-# and those computed from them with an argument) and the step metrics of a line's integration rows.
-METRICS: tuple[str, ...] = NAMES + PARAM_NAMES + STEP_NAMES
+# those computed from them with an argument or from the line's ledger: the next-run interval) and
+# the step metrics of a line's integration rows.
+METRICS: tuple[str, ...] = NAMES + PARAM_NAMES + LEDGER_NAMES + STEP_NAMES
 # A step metric may stand bare in a comparison: ``step_gain >= 0.02`` is the worst candidate's.
 BARE_STEP_AGGREGATE = "min"
 

@@ -18,7 +18,8 @@ Format history (``schema``, every row's ledger schema, ``ledger_format.LEDGER_SC
   ``cost``, and the `integration` row kind (a bench before it refuses such a row as an unknown
   kind) with the verdict's ``integration``; the verdict's ``primary_note`` (why a primary
   against a peer, a schema-5 registration's, has no value); the verdict's ``failures`` (a
-  NO-GO decided on failures alone).
+  NO-GO decided on failures alone); the verdict's ``next_run`` (the between-run variance a bar
+  naming ``speedup_next_low`` / ``speedup_next_high`` was decided with: governance/nextrun.py).
 
 A row of a newer schema is refused by ``ledger_format.check_schema`` with the fix (upgrade
 bench); a row of this schema with a field no class declares is refused here the same way.
@@ -291,6 +292,9 @@ class VerdictRow(Row):
     # A NO-GO decided on failures alone (every pair the bar decides on failed its kernel:
     # outcomes.kernel_failed): each pair's row, state and the reason it carries.
     failures: list | None = None
+    # Where the bar names the next-run interval (issue 48): the between-run variance it was read
+    # with (measurement.nextrun.BetweenRun.as_dict: tau, source, basis, n, estimate, level, floor).
+    next_run: dict | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

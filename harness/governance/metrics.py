@@ -13,7 +13,10 @@ beside the time and clock of that protocol and names it; ``protocol(name, row)``
 for one row.
 
 A metric with a ``param`` (``tflops_at(F)``) is no key of a row: a bar states its argument
-and ``derived`` computes it from the row's own figures of one protocol where it is read.
+and ``derived`` computes it from the row's own figures of one protocol where it is read. Nor is
+one read ``from_ledger`` (``speedup_next_low`` / ``speedup_next_high``, the next-run interval):
+it is computed where it is read from the row's own CI and the between-run variance of the
+line's ledger (governance/nextrun.py), so no stored row changes.
 """
 
 from __future__ import annotations
@@ -60,6 +63,9 @@ class Metric:
     param: str | None = None
     # The row metric it restates (tflops_at: tflops at a stated clock), for reports and plots.
     of: str | None = None
+    # Computed where read from the row and the line's ledger (the next-run interval: the row's
+    # CI widened by the between-run variance, governance/nextrun.py), never stored in a row.
+    from_ledger: bool = False
 
     def __post_init__(self):
         if self.protocol not in (INTERLEAVED, RATES):
@@ -116,6 +122,12 @@ METRICS: tuple[Metric, ...] = (
     Metric("tflops_at", "TFLOP/s", "tflops at the SM clock F (MHz) a bar states, tflops_at(F): tflops × F over the "
            "clock the candidate ran at in its timed calls, its cycles over its ms (kcycles / ms = MHz)", True,
            rate=True, needs="nvml", protocol=RATES, param="F", of="tflops"),
+    Metric("speedup_next_low", "×", "lower end of the next-run interval: where another run (another card, another "
+           "sweep) will read the speedup, at 95% — the speedup's own CI widened by the between-run variance the line's "
+           "ledger shows (replicates, else its controls, never below a floor: docs/measurement.md#the-next-runs-speedup)",
+           True, protocol=INTERLEAVED, from_ledger=True),
+    Metric("speedup_next_high", "×", "upper end of the next-run interval (see speedup_next_low)", True,
+           protocol=INTERLEAVED, from_ledger=True),
 )
 
 # The numbers an `integration` row carries (record/integration.py): one row per candidate of
@@ -144,8 +156,10 @@ STEP_METRICS: tuple[Metric, ...] = (
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
-NAMES: tuple[str, ...] = tuple(m.name for m in METRICS if m.param is None)  # a result row's keys
+NAMES: tuple[str, ...] = tuple(m.name for m in METRICS if m.param is None and not m.from_ledger)  # a row's keys
 PARAM_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS if m.param is not None)  # computed where read
+# Computed where read from the row and its ledger (governance/nextrun.py): the next-run interval.
+LEDGER_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS if m.from_ledger)
 STEP_NAMES: tuple[str, ...] = tuple(m.name for m in STEP_METRICS)
 BY_NAME.update({m.name: m for m in STEP_METRICS})
 RATE_METRICS = frozenset(m.name for m in METRICS if m.rate)
@@ -218,6 +232,8 @@ def markdown() -> str:
         when = {"ceilings": " (null without the device's ceilings)", "nvml": " (null on the CPU)"}.get(m.needs, "")
         if m.param is not None:
             when = " (no key of the row: computed where a bar reads it; none on the CPU)"
+        if m.from_ledger:
+            when = " (no key of the row: computed where read, from the row and its line's ledger)"
         name = m.name if m.param is None else f"{m.name}({m.param})"
         lines.append(f"| `{name}` | {m.unit} | {better[m.higher_is_better]} | {measured[m.protocol]} | "
                      f"{m.description}{when} |")

@@ -31,7 +31,7 @@ from harness.governance.outcomes import RESULT
 # Recorded results per device below which its control spread is not trusted.
 MIN_SPREAD_ROWS = 5
 SPREAD_QUANTILE = 0.95
-SPEEDUP_METRICS = ("speedup", "speedup_ci_low", "speedup_ci_high")
+SPEEDUP_METRICS = ("speedup", "speedup_ci_low", "speedup_ci_high", "speedup_next_low", "speedup_next_high")
 
 
 def tolerance_floor(reg) -> dict:

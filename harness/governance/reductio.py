@@ -69,8 +69,10 @@ RATES = ("tflops", "gbps", "kv_gbps")
 FRACTIONS = {"tflops_frac": "tflops", "gbps_frac": "gbps", "kv_gbps_frac": "kv_gbps"}
 SUSTAINED_TIMES = ("ms",)
 ROUND_TIMES = ("interleaved_ms", "baseline_ms", "control_ms")
-# The speedup's upper CI end has no such bound: a bootstrap end, not a ratio of medians.
-SPEEDUPS = ("speedup", "speedup_ci_low")
+# The speedup's upper CI end has no such bound: a bootstrap end, not a ratio of medians. The
+# next-run interval's lower end lies below the speedup (governance/nextrun.py: its half-width is
+# never 0, the between-run floor), so the speedup's bound holds it too.
+SPEEDUPS = ("speedup", "speedup_ci_low", "speedup_next_low")
 GAINS = ("step_gain", "step_gain_predicted")
 # Ratios of two timed calls' medians (a bootstrap end of one too): a speedup (or one over a
 # peer candidate, ``speedup vs "P"``) and the control.

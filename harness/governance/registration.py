@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from harness.measurement.numerics import NumericPins
     from harness.measurement.timing import TimingPolicy
 
-REGISTRATION_SCHEMA = 6
+REGISTRATION_SCHEMA = 7
 DEFAULT_BASELINE = "cublas_stack"
 DEFAULT_PRIMARY = "geomean(speedup)"
 # Tolerances are >= 0 (atol 0 with rtol > 0 is a pure relative bar) and below this (a
@@ -58,8 +58,9 @@ KEY_SCHEMA = {("bar", "mixed_devices"): 2, ("numerics", "num_threads"): 2, ("bar
 PEER_SCHEMA = 5
 # Bar metrics -> the schema that introduced them: a bench older than that refuses the metric's
 # name, so a file naming one must say that schema (the clock-normalised figures: cycles per
-# call, the rate at a stated SM clock).
-METRIC_SCHEMA = {"cycles": 6, "tflops_at": 6}
+# call, the rate at a stated SM clock; the next-run interval, issue 48: an older bench would refuse
+# its names).
+METRIC_SCHEMA = {"cycles": 6, "tflops_at": 6, "speedup_next_low": 7, "speedup_next_high": 7}
 # A verdict needs every registered pair decided unless [bar] min_coverage says less
 # (allow_missing = true, the older key, means min_coverage = 0 unless it is given).
 DEFAULT_MIN_COVERAGE = 1.0

@@ -45,21 +45,23 @@ GO, NO_GO = "GO", "NO-GO"
 MAX_LISTED_FAILURES = 5
 
 
-def bar_rows(outcomes: dict, *, include_noisy: bool) -> tuple[list[dict], dict]:
+def bar_rows(outcomes: dict, *, include_noisy: bool, next_run=None) -> tuple[list[dict], dict]:
     """Rows for the bar language, plus counts of what was left out and why.
 
     A crashed kernel and a result faster than the device can go ("impossible": work was
     skipped, the llama-bench decode artifact's reductio) count as failed pairs, not as missing ones.
     """
-    by_key, excluded = bar_row_map(outcomes, include_noisy=include_noisy)
+    by_key, excluded = bar_row_map(outcomes, include_noisy=include_noisy, next_run=next_run)
     return list(by_key.values()), excluded
 
 
-def bar_row_map(outcomes: dict, *, include_noisy: bool) -> tuple[dict, dict]:
+def bar_row_map(outcomes: dict, *, include_noisy: bool, next_run=None) -> tuple[dict, dict]:
     """``bar_rows`` keyed as ``outcomes`` (only the keys the bar sees): a report finds the bar
     row of each ledger row. A correct row carries its speedups over the other candidates of
     its config's measurement under ``bar.PEERS_KEY``, and why it has none over the others
-    under ``bar.UNCOMPARED_KEY`` (governance/peers.py)."""
+    under ``bar.UNCOMPARED_KEY`` (governance/peers.py). With ``next_run`` (a
+    ``measurement.nextrun.BetweenRun``: ``nextrun.bar_between_run``, for a bar that names the
+    next-run metrics) a correct result also carries ``speedup_next_low`` / ``speedup_next_high``."""
     from harness.governance.bar import PEERS_KEY, UNCOMPARED_KEY
     from harness.governance.peers import peer_speedups
 
@@ -80,6 +82,10 @@ def bar_row_map(outcomes: dict, *, include_noisy: bool) -> tuple[dict, dict]:
             leave_out("rig_noisy")
         elif kind == RESULT:
             rows[key] = {**r.config, "candidate": r.candidate, "correct": True, **r.metrics}
+            if next_run is not None:  # computed where read (governance/nextrun.py), never stored
+                from harness.governance.nextrun import NEXT_RUN_NAMES, next_bounds
+
+                rows[key].update(zip(NEXT_RUN_NAMES, next_bounds(r, next_run)))
         elif kind in FAILING_KINDS:
             rows[key] = failed
         else:
@@ -334,7 +340,12 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
             prior = by_pair[pair].impossible
             by_pair[pair] = by_pair[pair].replace(impossible=f"{prior}; {why}" if prior else why)
     require_checked(reg, by_pair.values())
-    rows, excluded = bar_rows(by_pair, include_noisy=reg.include_noisy)
+    # The next-run interval's between-run variance, where the bar reads it (governance/nextrun.py):
+    # the replicates among the line's runs, else the deciding rows' controls, never below the floor.
+    from harness.governance.nextrun import bar_between_run
+
+    next_run = bar_between_run(reg.go, reg.primary, line.rows, by_pair)
+    rows, excluded = bar_rows(by_pair, include_noisy=reg.include_noisy, next_run=next_run)
     split = other_runs(reg, rows)
     if split:
         raise UserError(f"line '{reg.line}': a peer clause compares results of two runs ({split[0]}"
@@ -379,6 +390,8 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
                         "stack": at[0][1]},
         **({"integration": [integration_summary(row) for row, _ in steps]} if steps else {}),
         **({"failures": failures} if failures is not None else {}),
+        # What the next-run metrics were read with (a bar naming none: no field, as before issue 48).
+        **({"next_run": next_run.as_dict()} if next_run is not None else {}),
     }
     require_anchored(line.ledger, "a verdict")
     return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded,

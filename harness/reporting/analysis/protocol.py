@@ -128,18 +128,19 @@ def normalised_text(agg, row) -> str:
             f"{'—' if kc is None else format(kc, '.4g')} kcycles")
 
 
-def deciding_values(agg, outcomes: dict, *, include_noisy: bool) -> list[tuple]:
+def deciding_values(agg, outcomes: dict, *, include_noisy: bool, next_run=None) -> list[tuple]:
     """(result row, the value ``agg`` reads at it) for each row a bar aggregate over a metric
     reduces: those its filter selects that the bar sees as correct and that have the value
     (with a peer: compared with it), in ``outcomes``' order; none for a peer aggregate that
-    could not compare one of its correct rows (its value is unknown)."""
+    could not compare one of its correct rows (its value is unknown). ``next_run``: the
+    between-run variance a next-run metric is read with (``verdict.bar_row_map``)."""
     from harness.governance import bar as barlang
     from harness.governance.outcomes import RESULT
     from harness.governance.verdict import bar_row_map
 
     if agg.metric is None:
         return []
-    rows, _ = bar_row_map(outcomes, include_noisy=include_noisy)
+    rows, _ = bar_row_map(outcomes, include_noisy=include_noisy, next_run=next_run)
     if barlang.uncompared_note(agg, list(rows.values())) is not None:
         return []  # a peer not compared somewhere: the aggregate has no value, so no row decides it
     out = []
@@ -157,14 +158,14 @@ def deciding_rows(agg, outcomes: dict, *, include_noisy: bool) -> list:
     return [r for r, _ in deciding_values(agg, outcomes, include_noisy=include_noisy)]
 
 
-def source(agg, outcomes: dict, *, include_noisy: bool, value) -> str:
+def source(agg, outcomes: dict, *, include_noisy: bool, value, next_run=None) -> str:
     """Where a bar aggregate's ``value`` (a clause's, the primary's) was measured: its metric's
     protocol and, for a value decided by one row (min, max, an odd median), that row's kernel,
     config and the time and clock it came from. "—" for one over no metric (a count of rows,
     pass_rate). ``outcomes`` are the line's current outcomes, as the bar saw them."""
     if agg.metric is None or agg.func == "pass_rate" or agg.metric not in metric_table.BY_NAME:
         return "—"
-    values = deciding_values(agg, outcomes, include_noisy=include_noisy)
+    values = deciding_values(agg, outcomes, include_noisy=include_noisy, next_run=next_run)
     if not values:
         return "—"
     matched = [r for r, _ in values]

@@ -53,10 +53,14 @@ def _reason_group(row: dict) -> str:
 def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
     """The verdict's clauses, or — with no verdict yet — the bar evaluated on the outcomes so far."""
     from harness.governance import bar as barlang
+    from harness.governance.nextrun import bar_between_run
     from harness.governance.verdict import bar_rows, integration_bar_row
 
     v = view.verdict
     reg = view.registration
+    # A bar over the next-run interval reads it with the verdict's record, else the line's ledger.
+    next_run = bar_between_run(reg.get("go"), reg.get("primary"), view.rows, outcomes,
+                               v.next_run if v is not None else None)
     if v is not None:
         clauses = v.clauses or []
         primary = {"expr": v.primary, "value": v.primary_value, "prediction": v.prediction, "note": v.primary_note}
@@ -64,7 +68,7 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
         go = reg.get("go")
         if not go:
             return [], None
-        rows, _ = bar_rows(outcomes, include_noisy=bool(reg.get("include_noisy")))
+        rows, _ = bar_rows(outcomes, include_noisy=bool(reg.get("include_noisy")), next_run=next_run)
         rows += [integration_bar_row(r, include_noisy=bool(reg.get("include_noisy"))) for r in _latest_steps(view)]
         outcome = barlang.evaluate(barlang.parse(go), rows)
         clauses = [{"text": c.text, "value": c.value, "op": c.op, "threshold": c.threshold, "passed": c.passed,
@@ -85,7 +89,8 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
             # The protocol, time and clock the value was computed from (the row deciding it, where one does);
             # where a peer was not compared, why.
             "source": c["note"] if c.get("note") else
-            protocol.source(parsed[c["text"]].aggregate, outcomes, include_noisy=noisy, value=c.get("value"))
+            protocol.source(parsed[c["text"]].aggregate, outcomes, include_noisy=noisy, value=c.get("value"),
+                            next_run=next_run)
             if c["text"] in parsed else "—"}
            for c in clauses]
     value, prediction = number(primary["value"]), number(primary["prediction"])
@@ -93,7 +98,8 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
     primary["error"] = _f(value - prediction, "+.4g") if value is not None and prediction is not None else None
     # Where the value was measured; where a peer primary compared nothing, why.
     primary["source"] = primary.pop("note") or (protocol.source(barlang.parse_aggregate(primary["expr"]), outcomes,
-                                                                include_noisy=noisy, value=primary["value"])
+                                                                include_noisy=noisy, value=primary["value"],
+                                                                next_run=next_run)
                                                 if primary["expr"] else "—")
     primary = {**primary, "value": _f(primary["value"]), "prediction": _f(primary["prediction"], "g")}
     return out, primary

@@ -201,7 +201,10 @@ def headline(view) -> Headline:
     # The bar's rows (as the verdict sees them), and the same rows at each one's lower and
     # upper bound of the metric.
     plain, lows, highs, used, known = [], [], [], [], True
-    rows, _ = bar_row_map(outcomes, include_noisy=noisy)
+    from harness.governance.nextrun import bar_between_run
+
+    next_run = bar_between_run(None, expr, view.rows, outcomes, verdict.next_run if verdict is not None else None)
+    rows, _ = bar_row_map(outcomes, include_noisy=noisy, next_run=next_run)
     for key, row in rows.items():
         r = outcomes[key]
         plain.append(row)
