@@ -23,7 +23,10 @@ def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
             exact: bool = typer.Option(False, "--exact", help="use each line as named, not the newest line of its "
                                                               "amendment chain"),
             format: str = typer.Option("table", "--format", help="table | json | csv (CI mode still exits 1 on a "
-                                                                 "regression)")):
+                                                                 "regression)"),
+            next_run: bool = typer.Option(False, "--next-run",
+                                          help="also count B's speedups inside A's within-run CIs and next-run "
+                                               "intervals (speedup_next_low/high; docs/measurement.md)")):
     """Config by config: ratio of medians, significance test on the raw samples, FASTER/SLOWER/SAME/UNCLEAR.
     A line amended by a newer one is compared as the newest (--exact: as named), unless both sides name
     lines of one chain; LINE@COMMIT is used as named.
@@ -63,14 +66,23 @@ def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
         result = cmp_mod.compare(lines.load(root, used.specs[0]), lines.load(root, used.specs[1]),
                                  allow_mixed=allow_mixed)
     bad = result.regressions(threshold) if against is not None else []
+    cover = None
+    if next_run:
+        if format == "csv":
+            raise UserError("--next-run has no CSV form (one record per config): use --format table or json")
+        if against is not None:
+            sides = cmp_mod.against_views(root, used.specs[0], used.specs[1] if specs else None)
+        else:
+            sides = (lines.load(root, used.specs[0]), lines.load(root, used.specs[1]))
+        cover = cmp_mod.next_run(*sides)
     if format != "table":
         from harness.reporting.render.compare import emit_comparison
 
-        emit_comparison(result, format, threshold if against is not None else None, used.notes)
+        emit_comparison(result, format, threshold if against is not None else None, used.notes, next_run=cover)
         if bad:
             raise typer.Exit(1)
         return
-    render_comparison(result, threshold if against is not None else None, used.notes)
+    render_comparison(result, threshold if against is not None else None, used.notes, next_run=cover)
     if against is not None:
         render_ci_outcome(result, threshold, bad)
         if bad:

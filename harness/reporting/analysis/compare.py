@@ -15,6 +15,10 @@ FASTER/SLOWER calls among them at ``FDR_Q``). The change per config:
 
 Rows measured on different devices, under different numeric flags or a different timing
 mode are refused unless ``allow_mixed``: their difference would not be the kernel's.
+
+``next_run`` (`bench compare --next-run`, issue 48) asks another question of the same two
+sides: how many of B's speedups (over the baseline) fall inside A's within-run CIs and inside
+A's next-run intervals (governance/nextrun.py; A's between-run variance taken without B's run).
 """
 
 from __future__ import annotations
@@ -223,12 +227,17 @@ def compare(a: LineView, b: LineView, *, allow_mixed: bool = False) -> Compariso
 
 
 def against(root, ref: str, new: str | None, *, allow_mixed: bool = False) -> Comparison:
-    """CI mode's pair of views: ``new`` against ``ref``; without ``new``, the line ``ref`` at its
-    latest measured commit against the commit measured before it."""
+    """CI mode's comparison: ``new`` against ``ref``; without ``new``, the line ``ref`` at its
+    latest measured commit against the commit measured before it (``against_views``)."""
+    return compare(*against_views(root, ref, new), allow_mixed=allow_mixed)
+
+
+def against_views(root, ref: str, new: str | None) -> tuple[LineView, LineView]:
+    """CI mode's pair of views (``against``)."""
     from harness.reporting.analysis import lines
 
     if new is not None:
-        return compare(lines.load(root, ref), lines.load(root, new), allow_mixed=allow_mixed)
+        return lines.load(root, ref), lines.load(root, new)
     line, commit = lines.split_spec(ref)
     if commit:
         raise UserError(f"--against {ref} without a second line: name the line alone (it is compared at its last "
@@ -238,5 +247,24 @@ def against(root, ref: str, new: str | None, *, allow_mixed: bool = False) -> Co
     if len(commits) < 2:
         raise UserError(f"line '{line}' has results at {len(commits)} commit(s): CI mode needs the line measured at "
                         f"two commits (sweep it again at the new commit) or a second line to compare")
-    return compare(lines.load(root, f"{line}@{commits[-2]}"), lines.load(root, f"{line}@{commits[-1]}"),
-                   allow_mixed=allow_mixed)
+    return lines.load(root, f"{line}@{commits[-2]}"), lines.load(root, f"{line}@{commits[-1]}")
+
+
+def next_run(a: LineView, b: LineView):
+    """``governance.nextrun.Coverage`` of B's speedups by A's intervals: A's current outcomes as
+    one run, its next-run intervals' τ from the replicates among A's ledger's runs other than B's,
+    else A's controls, never below the floor."""
+    from harness.governance import nextrun
+
+    def run_of(view: LineView):
+        outcomes = view.outcomes()
+        first = next((r for r in outcomes.values() if r.kind == RESULT), None)
+        if first is None:
+            raise UserError(f"{_label(view)} has no result rows to compare: sweep it first")
+        return nextrun.Run(_label(view), nextrun.run_key(first), outcomes)
+
+    first, second = run_of(a), run_of(b)
+    others = [r for r in nextrun.runs(a.rows, a.line) if r.key != second.key]
+    between = nextrun.between_run(first.results.values(), others)
+    return nextrun.coverage(first, second, between)
+

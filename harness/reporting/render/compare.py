@@ -64,12 +64,44 @@ def comparison_notes(cmp: Comparison) -> list[str]:
     return notes
 
 
-def render_comparison(cmp: Comparison, threshold: float | None, notes=()) -> None:
-    """The table (regressions beyond ``threshold`` marked, CI mode), then the comparison's and the caller's notes."""
+def render_comparison(cmp: Comparison, threshold: float | None, notes=(), next_run=None) -> None:
+    """The table (regressions beyond ``threshold`` marked, CI mode), then the comparison's and the
+    caller's notes, then with ``next_run`` (a ``nextrun.Coverage``) its lines."""
     c = console()
     c.print(comparison_table(cmp, threshold))
     for note in [*comparison_notes(cmp), *notes]:
         c.print(f"  note: {note}", markup=False)
+    for text in next_run_lines(next_run) if next_run is not None else ():
+        c.print(text, markup=False)
+
+
+def next_run_lines(cov) -> list[str]:
+    """`bench compare --next-run`: B's speedups against A's within-run CIs and next-run intervals."""
+    from harness.workloads.keys import shorten
+
+    if not cov.n:
+        return [f"next run: {cov.first} and {cov.second} share no pair both counted"]
+    keys, _ = shorten(p.config_key for p in cov.pairs)
+    out = [f"next run: {cov.second}'s speedups inside {cov.first}'s within-run CIs {cov.in_ci}/{cov.n} "
+           f"({cov.in_ci / cov.n:.0%}, nominal {'/'.join(f'{x:.4g}' for x in cov.ci_levels)}), inside its next-run "
+           f"intervals {cov.in_next}/{cov.n} ({cov.in_next / cov.n:.0%}, nominal {cov.between.level:g}); "
+           f"{cov.between.describe()}"
+           + ("" if cov.implied_tau is None else f"; these two runs imply τ {cov.implied_tau:.2%}")]
+    for p in cov.pairs:
+        if not p.in_next:
+            out.append(f"  outside the next-run interval: {keys[p.config_key]} {p.candidate}: "
+                       f"{_f(p.speedup, '.4f')} [{_f(p.next_low, '.4f')}, {_f(p.next_high, '.4f')}] → "
+                       f"{_f(p.second, '.4f')}")
+    out += [f"  note: {n}" for n in cov.notes]
+    return out
+
+
+def next_run_record(cov) -> dict:
+    """``next_run_lines`` as data (`--format json`)."""
+    return {"first": cov.first, "second": cov.second, "n": cov.n, "in_ci": cov.in_ci, "ci_levels": list(cov.ci_levels),
+            "in_next": cov.in_next, "between": cov.between.as_dict(), "implied_tau": cov.implied_tau,
+            "shift": cov.shift, "notes": list(cov.notes),
+            "pairs": [{**p._asdict(), "in_ci": p.in_ci, "in_next": p.in_next} for p in cov.pairs]}
 
 
 def render_ci_outcome(cmp: Comparison, threshold: float, bad) -> None:
@@ -91,16 +123,17 @@ def comparison_records(cmp: Comparison, threshold: float | None = None) -> list[
              "regression": id(p) in failing} for p in cmp.pairs]
 
 
-def emit_comparison(cmp: Comparison, fmt: str, threshold: float | None, notes=()) -> None:
-    """The comparison as JSON (with its counts, the adjustment's, the CI mode's outcome) or CSV;
-    notes on stderr."""
+def emit_comparison(cmp: Comparison, fmt: str, threshold: float | None, notes=(), next_run=None) -> None:
+    """The comparison as JSON (with its counts, the adjustment's, the CI mode's outcome, and with
+    ``next_run`` its coverage record) or CSV; notes on stderr."""
     from harness.reporting.render.formats import emit, note
 
     records = comparison_records(cmp, threshold)
     document = {"a": cmp.a, "b": cmp.b, "counts": cmp.counts(), "significance": cmp.significance(),
                 "fdr_q": FDR_Q, "same_band": SAME_BAND, "min_effect": MIN_EFFECT, "threshold": threshold,
                 "regressions": sum(r["regression"] for r in records), "pairs": records, "only_a": list(cmp.only_a),
-                "only_b": list(cmp.only_b), "mixed": list(cmp.mixed)}
+                "only_b": list(cmp.only_b), "mixed": list(cmp.mixed),
+                **({"next_run": next_run_record(next_run)} if next_run is not None else {})}
     emit(fmt, records, document)
     for n in [*comparison_notes(cmp), *notes]:
         note(n)
