@@ -303,3 +303,37 @@ def test_old_rows_report_and_compare_as_before():
         assert (p.speedup, p.ci_low, p.ci_high) == (m["speedup"], m["speedup_ci_low"], m["speedup_ci_high"])
     assert cov.n == 36 and cov.in_ci < cov.in_next  # the demonstration's figures: docs/measurement.md
     assert next_run_record(cov)["between"]["source"] == model.FLOOR
+
+
+@pytest.mark.slow
+def test_a_verdict_over_the_next_run_interval_records_its_between_run_variance(tmp_path):
+    """Through the real CLI on the CPU: a schema-7 bar over ``speedup_next_low`` is registered,
+    swept and decided; the verdict row keeps the τ it read the interval with, and the report of
+    the closed line shows the verdict's figures."""
+    from harness.governance.ledger_format import read_rows
+    from harness.reporting.analysis import lines, report
+    from tests.conftest import git, init_repo, run_bench
+
+    text = TINY.replace("schema = 1", "schema = 7").replace(
+        'go = "geomean(speedup) >= 0.01 and pass_rate == 1.0"',
+        'go = "min(speedup_next_low) >= 0.01 and pass_rate == 1.0"\nprimary = "min(speedup_next_low)"')
+    repo = init_repo(tmp_path / "proj", {"nxt": text})
+    for args in (("register", "nxt"), None, ("sweep", "nxt", "--no-ceilings"), ("verdict", "nxt")):
+        if args is None:
+            git(repo, "add", "-A")
+            git(repo, "commit", "-qm", "registered")
+            continue
+        r = run_bench(repo, *args)
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+    rows = read_rows(repo / "ledger" / "nxt.jsonl")
+    verdict = rows[-1]
+    assert verdict.kind == "verdict" and verdict.outcome == "GO", verdict.dump()
+    between = model.BetweenRun.from_dict(verdict.next_run)
+    assert between.tau >= model.NEXT_RUN_TAU_FLOOR and between.level == model.NEXT_RUN_LEVEL
+    results = [r for r in rows if r.kind == "result"]
+    lows = [nr.next_bounds(r, between)[0] for r in results]  # TINY counts rig-noisy results (include_noisy)
+    assert verdict.primary_value == pytest.approx(min(lows))
+    assert all(lo < r.metrics["speedup_ci_low"] for lo, r in zip(lows, results))
+    data = report.report_data(lines.load(repo, "nxt"))
+    assert data["clauses"][0]["value"] == format(verdict.clauses[0]["value"], ".4g")
+    assert data["primary"]["value"] == format(verdict.primary_value, ".4g")
