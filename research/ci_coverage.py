@@ -24,6 +24,16 @@ the shipped run) counts once.
 
 (the second line's runs are two different lines of one bar, on two H200s, under two versions
 of the protocol: their coverage is a lower bound on a like-for-like re-sweep's.)
+
+On the device, per H200 instance (two sweeps of a scratch copy of the line, each a run of its
+own; the shipped run beside them), then over every instance's files together:
+
+    python3 -m research.harness_cost flash-h200-v2 --out $OUT/sweep1 && \
+    python3 -m research.harness_cost flash-h200-v2 --out $OUT/sweep2 && \
+    python3 -m research.ci_coverage $OUT/sweep1/cost-flash-h200-v2.jsonl $OUT/sweep2/cost-flash-h200-v2.jsonl \
+        ledger/flash-h200-v2.jsonl --pairs --json $OUT/ci_coverage.json
+    python3 -m research.ci_coverage I1/sweep1/cost-flash-h200-v2.jsonl I1/sweep2/cost-flash-h200-v2.jsonl \
+        I2/sweep1/cost-flash-h200-v2.jsonl I2/sweep2/cost-flash-h200-v2.jsonl ledger/flash-h200-v2.jsonl --pairs
 """
 
 from __future__ import annotations
@@ -93,6 +103,11 @@ def measure(found: list[tuple], *, level: float, floor: float) -> list:
     return out
 
 
+def _same_card(first, second) -> bool:
+    """Two runs on one card (two sweeps of it): the same card and device in their run keys."""
+    return first.key[1:] == second.key[1:]
+
+
 def _x(v) -> str:
     return "—" if v is None else f"{v:.4f}"
 
@@ -113,11 +128,12 @@ def report(found: list[tuple], results: list, *, show_pairs: bool) -> list[str]:
                      f"{len(run.counted())} counted")
     lines.append(f"{'first → second':>15} {'pairs':>5}  {'in within-run CI':>17} {'nominal':>8}  "
                  f"{'in next-run':>12} {'nominal':>7}  {'τ implied':>9}  {'shift':>7}  τ used")
-    tot = [0, 0, 0]
+    tot = {}  # same card (two sweeps of one card) or not: [pairs, in CI, in next-run]
     for first, second, c in results:
-        tot[0] += c.n
-        tot[1] += c.in_ci
-        tot[2] += c.in_next
+        t = tot.setdefault(_same_card(first, second), [0, 0, 0])
+        t[0] += c.n
+        t[1] += c.in_ci
+        t[2] += c.in_next
         implied = "—" if c.implied_tau is None else f"{c.implied_tau:.2%}"
         shift = "—" if c.shift is None else f"{c.shift:.4f}"
         lines.append(f"{f'[{index[id(first)]}] → [{index[id(second)]}]':>15} {c.n:>5}  {_pct(c.in_ci, c.n):>17} "
@@ -125,12 +141,14 @@ def report(found: list[tuple], results: list, *, show_pairs: bool) -> list[str]:
                      f"{implied:>9}  {shift:>7}  {c.between.describe()}")
         for note in c.notes:
             lines.append(f"{'':>17}note: {note}")
-    lines.append(f"all ordered pairs: in the within-run CI {_pct(tot[1], tot[0])}, in the next-run interval "
-                 f"{_pct(tot[2], tot[0])}")
+    for same, (n, in_ci, in_next) in sorted(tot.items()):
+        lines.append(f"{'runs on one card' if same else 'runs on two cards'} (all such ordered pairs): in the "
+                     f"within-run CI {_pct(in_ci, n)}, in the next-run interval {_pct(in_next, n)}")
     names = sorted({run.label.split("@")[0] for run, _ in found})
     if len(names) > 1:
-        lines.append(f"note: runs of {len(names)} lines ({', '.join(names)}): the same bar registered twice is a "
-                     f"demonstration, not a re-sweep — its protocols and kernel sources may differ")
+        lines.append(f"note: runs of {len(names)} lines ({', '.join(names)}): a scratch copy of a line "
+                     f"(research/harness_cost.py's cost-LINE) holds that line's bar, a re-sweep; two lines registered "
+                     f"apart (flash-h200, flash-h200-v2) may differ in protocol and kernel sources, a demonstration only")
     if show_pairs:
         for first, second, c in results:
             lines.append(f"[{index[id(first)]}] → [{index[id(second)]}]: config, candidate, speedup 1 [CI] [next-run], "
@@ -146,7 +164,7 @@ def as_json(found: list[tuple], results: list) -> dict:
     index = {id(r): i + 1 for i, (r, _) in enumerate(found)}
     return {"runs": [{"index": index[id(r)], "label": r.label, "ledger": str(p), "commit": r.key[0], "card": r.key[1],
                       "results": len(r.results), "counted": len(r.counted())} for r, p in found],
-            "pairs": [{"first": index[id(a)], "second": index[id(b)], "n": c.n, "in_ci": c.in_ci,
+            "pairs": [{"first": index[id(a)], "second": index[id(b)], "same_card": _same_card(a, b), "n": c.n, "in_ci": c.in_ci,
                        "ci_levels": list(c.ci_levels), "in_next": c.in_next, "next_level": c.between.level,
                        "between": c.between.as_dict(), "implied_tau": c.implied_tau, "shift": c.shift,
                        "notes": list(c.notes)} for a, b, c in results]}

@@ -183,7 +183,8 @@ def test_the_coverage_tool_reads_two_cards_ledgers(two_cards, tmp_path, capsys):
         assert p["between"]["source"] == model.FLOOR and p["between"]["basis"] == model.CONTROL
         assert p["next_level"] == model.NEXT_RUN_LEVEL
         assert p["implied_tau"] == pytest.approx(CARD_TAU, rel=0.4)  # what the two cards show
-    assert "all ordered pairs: in the within-run CI" in text and "(outside the CI)" in text
+    assert "runs on two cards (all such ordered pairs): in the within-run CI" in text and "(outside the CI)" in text
+    assert not any(p["same_card"] for p in got["pairs"])
 
 
 def test_a_third_run_gives_replicates_and_the_interval_covers(two_cards, tmp_path, capsys):
