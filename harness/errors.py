@@ -27,3 +27,6 @@ def shown(path) -> str:
         return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
     except (ValueError, OSError):
         return str(path)
+
+
+__all__ = ["UserError", "plural", "shown"]

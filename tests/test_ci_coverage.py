@@ -115,7 +115,8 @@ def _samples(rng, median: float, n: int = 40, sd: float = 0.004) -> list[float]:
     return [float(x) for x in median * np.exp(rng.normal(0, sd, n))]
 
 
-def _ledger(root: Path, *, card: str, commit: str, effects: dict, seed: int, line: str = "cov") -> Path:
+def _ledger(root: Path, *, card: str, commit: str, effects: dict, seed: int, line: str = "cov",
+            register: bool = True) -> Path:
     """ledger/<line>.jsonl under ``root``: the registered row, then one result per config (a
     candidate ``fast`` ``effects[n]`` × faster than the baseline than its true 2×), appended
     through ``record.writer.write`` as a sweep appends them; figures are their samples'."""
@@ -123,11 +124,13 @@ def _ledger(root: Path, *, card: str, commit: str, effects: dict, seed: int, lin
     from harness.record.writer import write
 
     led = Ledger(root, line)
-    led.append("registered", {"commit": commit, "registration_commit": commit, "registration_sha256": "0" * 64,
-                              "env": {}, "n_configs": len(effects),
-                              "registration": {"line": line, "candidates": ["fast"], "baseline": "base",
-                                               "workload": "attention", "go": "geomean(speedup) >= 1.0",
-                                               "prediction": 2.0, "primary": "geomean(speedup)", "hypothesis": "h"}})
+    if register:
+        led.append("registered", {"commit": commit, "registration_commit": commit, "registration_sha256": "0" * 64,
+                                  "env": {}, "n_configs": len(effects),
+                                  "registration": {"line": line, "candidates": ["fast"], "baseline": "base",
+                                                   "workload": "attention", "go": "geomean(speedup) >= 1.0",
+                                                   "prediction": 2.0, "primary": "geomean(speedup)",
+                                                   "hypothesis": "h"}})
     rng = np.random.default_rng(seed)
     env = {"device": "cpu", "gpu": None, "host": card, "gpu_uuid": None}
     batch = []
@@ -155,16 +158,16 @@ CARD_TAU = 0.01
 LEDGER_CONFIGS = [32 * (i + 1) for i in range(16)]
 
 
-def _card(root: Path, name: str, seed: int) -> Path:
+def _card(root: Path, name: str, seed: int, *, commit: str = "a" * 40, register: bool = True) -> Path:
     effects = dict(zip(LEDGER_CONFIGS, np.exp(np.random.default_rng(100 + seed).normal(0, CARD_TAU, len(LEDGER_CONFIGS)))))
-    return _ledger(root / name, card=name, commit="a" * 40, effects=effects, seed=seed)
+    return _ledger(root, card=name, commit=commit, effects=effects, seed=seed, register=register)
 
 
 @pytest.fixture(scope="module")
 def two_cards(tmp_path_factory) -> tuple[Path, Path]:
     """One line swept on two cards."""
     root = tmp_path_factory.mktemp("cicov")
-    return _card(root, "card-a", 1), _card(root, "card-b", 2)
+    return _card(root / "card-a", "card-a", 1), _card(root / "card-b", "card-b", 2)
 
 
 def test_the_coverage_tool_reads_two_cards_ledgers(two_cards, tmp_path, capsys):
@@ -192,7 +195,7 @@ def test_a_third_run_gives_replicates_and_the_interval_covers(two_cards, tmp_pat
     predicted: wide enough to hold the ±1.5% the cards differ by."""
     from research import ci_coverage
 
-    c = _card(tmp_path, "card-c", 3)
+    c = _card(tmp_path / "card-c", "card-c", 3)
     out = tmp_path / "three.json"
     assert ci_coverage.main([*map(str, two_cards), str(c), "--json", str(out)]) == 0
     pairs = json.loads(out.read_text())["pairs"]
@@ -338,3 +341,39 @@ def test_a_verdict_over_the_next_run_interval_records_its_between_run_variance(t
     data = report.report_data(lines.load(repo, "nxt"))
     assert data["clauses"][0]["value"] == format(verdict.clauses[0]["value"], ".4g")
     assert data["primary"]["value"] == format(verdict.primary_value, ".4g")
+
+
+def test_the_coverage_tool_imports_only_exported_names():
+    """research/ci_coverage.py reads the harness through names its modules export (``__all__``)."""
+    import ast
+    import importlib
+
+    tree = ast.parse((REPO / "research" / "ci_coverage.py").read_text())
+    used = [(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+            and n.module.split(".")[0] == "harness" for a in n.names]
+    assert used and all(name in importlib.import_module(mod).__all__ for mod, name in used), used
+
+
+def test_bench_compare_next_run_counts_b_inside_a(repo):
+    """`bench compare --next-run`: one line swept at two commits (another card each); the table as
+    before, then the coverage lines; in JSON a `next_run` record; CI mode too."""
+    from tests.conftest import run_bench
+
+    old, new = "1" * 40, "2" * 40
+    _card(repo, "card-a", 1, commit=old)
+    _card(repo, "card-b", 2, commit=new, register=False)
+    plain = run_bench(repo, "compare", f"cov@{old[:8]}", f"cov@{new[:8]}")
+    table = run_bench(repo, "compare", f"cov@{old[:8]}", f"cov@{new[:8]}", "--next-run")
+    assert plain.returncode == table.returncode == 0, table.stderr
+    assert table.stdout.startswith(plain.stdout) and "next run" not in plain.stdout
+    assert f"inside cov@{old[:8]}'s within-run CIs" in table.stdout and "next-run intervals" in table.stdout
+    doc = json.loads(run_bench(repo, "compare", f"cov@{old[:8]}", f"cov@{new[:8]}", "--next-run",
+                               "--format", "json").stdout)
+    got = doc["next_run"]
+    assert got["n"] == len(LEDGER_CONFIGS) and got["in_ci"] < got["in_next"]
+    assert got["between"]["source"] == model.FLOOR  # A's τ without B's run: A's controls, under the floor
+    ci = run_bench(repo, "compare", "--against", "cov", "--next-run")
+    assert ci.returncode == 0 and "next run:" in ci.stdout, ci.stderr
+    csv = run_bench(repo, "compare", f"cov@{old[:8]}", f"cov@{new[:8]}", "--next-run", "--format", "csv")
+    assert csv.returncode == 2 and "no CSV form" in csv.stderr and csv.stdout == ""
+

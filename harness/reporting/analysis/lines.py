@@ -132,3 +132,6 @@ def arm_samples(row: dict, arm: str) -> list[float]:
 def device_label(row: dict) -> str:
     device, gpu = device_of(row)
     return gpu or device or "?"
+
+
+__all__ = ["LineView", "arm_samples", "device_label", "ledger_dir", "line_paths", "load", "load_path", "split_spec"]

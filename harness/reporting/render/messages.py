@@ -29,3 +29,6 @@ def render_written_registration(line: str, waived: dict[str, str]) -> None:
     print(f"wrote registrations/{line}.toml — review it, commit it, then: bench register registrations/{line}.toml")
     for name, why in waived.items():
         print(f"  waived canary {name} (accept_weak, commented in the file): {why}")
+
+
+__all__ = ["render_aborted", "render_error", "render_interrupted", "render_version", "render_written_registration"]
