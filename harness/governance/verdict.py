@@ -285,6 +285,34 @@ def failed_alone(reg, by_pair: dict) -> list[dict]:
                     f"before the verdict")
 
 
+def instance_bar_rows(reg, by_pair: dict) -> list[dict]:
+    """The bar rows of one instance's outcomes (``by_pair``: registered pair -> row), refused as
+    the line's own are: a figure ``ledger verify`` could not check, a peer clause over two runs."""
+    require_checked(reg, by_pair.values())
+    rows, _ = bar_rows(by_pair, include_noisy=reg.include_noisy)
+    split = other_runs(reg, rows)
+    if split:
+        raise UserError(f"line '{reg.line}': a replicate's peer clause compares results of two runs ({split[0]}): "
+                        f"a candidate is compared with a peer only in the same interleaved rounds — replicate the "
+                        f"line again on another instance, where every pair is measured afresh")
+    return rows
+
+
+def replicated_bar(reg, ledger_rows, deciding: list, rows: list[dict], where: tuple, stack: dict):
+    """A ``[replication]`` line's bar (governance/replication.py): refused until the instances
+    it waits for hold complete grids at ``where`` on ``stack``, then combined by its rule over
+    the line's own bar rows (``rows``) and each replicate's."""
+    from harness.governance.devices import instance
+    from harness.governance.replication import combined, registered_pairs, waited_for
+
+    pairs = registered_pairs(reg)
+    per = [(instance(deciding[0].env or {}), [r.seq for r in deciding], rows)]
+    for g in waited_for(reg, ledger_rows, deciding, where, stack):
+        per.append((g.instance, [r.seq for r in g.deciding(pairs)],
+                    instance_bar_rows(reg, {p: g.rows[p] for p in pairs})))
+    return combined(reg, per)
+
+
 def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
     """Evaluate the bar on the line's committed rows: the verdict and the row it closes the line
     with, written by ``record.verdict.close`` (this writes nothing); ``dry_run``: say so."""
@@ -353,8 +381,14 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
     steps = integration_rows(reg, line.rows, where[0]) if reg.integration is not None else []
     rows += [r for _, r in steps]
     failures = None if any(r["correct"] for r in rows) else failed_alone(reg, by_pair)
-    outcome = barlang.evaluate(reg.bar, rows)
-    primary_value = barlang.evaluate_aggregate(reg.primary_aggregate, rows)
+    replicated = None
+    if reg.replication is not None and reg.replication.required:
+        replicated = replicated_bar(reg, line.rows, deciding, rows, where[0], at[0][1])
+        outcome = barlang.BarOutcome(replicated.passed, replicated.clauses)
+        primary_value = replicated.primary_value
+    else:
+        outcome = barlang.evaluate(reg.bar, rows)
+        primary_value = barlang.evaluate_aggregate(reg.primary_aggregate, rows)
     verdict = GO if failures is None and outcome.passed and all(c.passed is True for c in checked) else NO_GO
     payload = {
         **line.stamp(env).fields(),
@@ -379,6 +413,7 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
                         "stack": at[0][1]},
         **({"integration": [integration_summary(row) for row, _ in steps]} if steps else {}),
         **({"failures": failures} if failures is not None else {}),
+        **({"replication": replicated.record} if replicated is not None else {}),
     }
     require_anchored(line.ledger, "a verdict")
     return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded,
