@@ -103,6 +103,27 @@ def state_of(row) -> str:
     return row.kind
 
 
+def decided(row: dict, *, include_noisy: bool) -> bool:
+    """Whether the bar sees a pair's outcome as a decided row (a measured result, or a failure)."""
+    if row.role == "baseline":
+        return False
+    if row.kind in FAILING_KINDS:
+        return True
+    if row.kind == RESULT:
+        return bool(row.impossible) or include_noisy or not row.rig_noisy
+    return False
+
+
+def coverage(deciding, *, include_noisy: bool) -> dict:
+    """How many registered pairs the bar decides on, and which it cannot (rig-noisy left out,
+    never measured, or behind a failed baseline)."""
+    undecided = [f"{r.candidate} @ {r.config_key} ({state_of(r)})"
+                 for r in deciding if not decided(r, include_noisy=include_noisy)]
+    n = len(deciding)
+    return {"pairs": n, "decided": n - len(undecided), "fraction": (n - len(undecided)) / n if n else 0.0,
+            "undecided": undecided}
+
+
 def outcome_key(row) -> tuple[str, str]:
     return row.config_key, row.candidate
 

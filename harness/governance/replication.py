@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from harness.errors import UserError, plural
 from harness.governance.devices import (card_told, instance, instance_key, instance_text, model, stack,
                                         stack_differs, stack_text)
-from harness.governance.outcomes import (MISSING_KINDS, OUTCOME_KINDS, VERDICT, current_rows, is_replicate,
-                                         latest_outcomes, measured_on, outcome_key, places, stream)
+from harness.governance.outcomes import (MISSING_KINDS, OUTCOME_KINDS, VERDICT, coverage, current_rows,
+                                         is_replicate, latest_outcomes, measured_on, outcome_key, places, stream)
 
 # The registration schema that introduced [replication].
 REPLICATION_SCHEMA = 7
@@ -279,8 +279,6 @@ def grids(rows, *, of=...) -> list[Grid]:
 def unusable(reg, grid: Grid, pairs: list) -> str | None:
     """Why a replicate's grid cannot count toward the verdict (None: it can): pairs without an
     outcome, pairs never measured (unless ``allow_missing``), fewer decided than ``min_coverage``."""
-    from harness.governance.verdict import coverage
-
     missing = grid.missing(pairs)
     if missing:
         return f"{len(pairs) - len(missing)} of {len(pairs)} pairs"

@@ -37,8 +37,8 @@ from harness.governance.ledger_rows import VerdictRow, load
 from harness.governance.line import Line
 from harness.governance.devices import stack_text
 from harness.governance.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, current_rows,
-                                         UNSUPPORTED, kernel_failed, latest_outcomes, measured_on, outcome_key,
-                                         places, remeasures, state_of)
+                                         UNSUPPORTED, coverage, decided, kernel_failed, latest_outcomes, measured_on,
+                                         outcome_key, places, remeasures, state_of)
 
 GO, NO_GO = "GO", "NO-GO"
 # Failing pairs a verdict row lists per [verify] clause (the count is always complete).
@@ -107,27 +107,6 @@ def other_runs(reg, rows: list[dict]) -> list[str]:
 
 # Undecided pairs named in a refusal (the verdict row lists them all).
 MAX_NAMED_PAIRS = 6
-
-
-def decided(row: dict, *, include_noisy: bool) -> bool:
-    """Whether the bar sees a pair's outcome as a decided row (a measured result, or a failure)."""
-    if row.role == "baseline":
-        return False
-    if row.kind in FAILING_KINDS:
-        return True
-    if row.kind == RESULT:
-        return bool(row.impossible) or include_noisy or not row.rig_noisy
-    return False
-
-
-def coverage(deciding, *, include_noisy: bool) -> dict:
-    """How many registered pairs the bar decides on, and which it cannot (rig-noisy left out,
-    never measured, or behind a failed baseline)."""
-    undecided = [f"{r.candidate} @ {r.config_key} ({state_of(r)})"
-                 for r in deciding if not decided(r, include_noisy=include_noisy)]
-    n = len(deciding)
-    return {"pairs": n, "decided": n - len(undecided), "fraction": (n - len(undecided)) / n if n else 0.0,
-            "undecided": undecided}
 
 
 def latest_profiles(rows, where: tuple) -> dict[tuple[str, str], dict]:
