@@ -19,6 +19,11 @@ so a decided line cannot be quietly re-rolled; a dry run (``dry_run=True``, `ben
 --no-commit`) decides the same way and writes nothing, so a verdict row exists only
 committed and a NO-GO cannot be deleted without a trace.
 
+A line with ``[replication] instances = N`` also waits for N device instances with complete
+grids at its commit on its stack (the line's own and the replicates written before the verdict,
+governance/replication.py) and decides its bar over them by ``combine``; the row records each
+instance's clause values (``replication``). Replicates written after the verdict never change it.
+
 A line with ``[verify]`` clauses also needs counters (`profile` rows) for every candidate
 result, measured where the results were: a clause must hold on each of them for a GO,
 and a result whose counters show fewer DRAM reads than any correct kernel makes
