@@ -184,6 +184,35 @@ def test_instances_are_the_host_and_the_cards_uuid_or_serial():
     assert instance_text(card) == "host machine-id:1 card GPU-1" and instance_text(cpu) == "host machine-id:1"
 
 
+def test_a_replicate_is_at_the_closing_commit_or_a_later_one_named_as_such(tmp_path):
+    from types import SimpleNamespace
+
+    from harness.governance.replication import AT_CLOSING, AT_LATER, Target, at_commit
+
+    repo = init_repo(tmp_path / "proj", {"t": LINE})
+    closing = git(repo, "rev-parse", "HEAD")
+    (repo / "a.txt").write_text("later\n")
+    git(repo, "add", "a.txt")
+    git(repo, "commit", "-qm", "later")
+    later = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "--orphan", "other")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "unrelated")
+    unrelated = git(repo, "rev-parse", "HEAD")
+
+    def at(here, *, decided=True, flag=False):
+        tgt = Target("t", SimpleNamespace(seq=9) if decided else None, closing, (closing, "cpu", None, None), {}, ())
+        return at_commit(SimpleNamespace(commit=here, root=repo), tgt, later=flag)
+
+    assert at(closing) == AT_CLOSING and at(closing, flag=True) == AT_CLOSING
+    assert at(later, flag=True) == AT_LATER
+    with pytest.raises(UserError, match="pass --later to replicate at"):
+        at(later)
+    with pytest.raises(UserError, match="does not descend from"):
+        at(unrelated, flag=True)
+    with pytest.raises(UserError, match="the replicates its verdict waits for are measured at the line's commit"):
+        at(later, decided=False, flag=True)
+
+
 # ----------------------------------------------------------------------------- a closed line, replicated
 
 
