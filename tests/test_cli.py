@@ -177,8 +177,8 @@ def test_help_lists_commands_in_workflow_order_and_each_shows_an_example():
     # Plumbing (`bench probe`, which `bench bisect` runs in each probed commit) is hidden from the help.
     assert [n for n in every if group.get_command(None, n).hidden] == ["probe"]
     names = [n for n in every if not group.get_command(None, n).hidden]
-    workflow = ["new", "register", "sweep", "verdict", "report", "site", "compare", "route", "bisect", "status", "profile",
-                "kernels", "ceilings", "warm"]
+    workflow = ["new", "register", "sweep", "verdict", "replicate", "report", "site", "compare", "route", "bisect",
+                "status", "profile", "kernels", "ceilings", "warm"]
     assert [n for n in names if n in workflow] == workflow and set(names) == {*workflow, "ledger"}
     subs = [(n, group.get_command(None, n)) for n in names]
     subs += [(f"ledger {n}", c) for n, c in subs[-1][1].commands.items()] if names[-1] == "ledger" else []

@@ -48,7 +48,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 # Importing a command module registers it; `bench --help` lists the commands in this order,
 # the workflow's: register → sweep → verdict → read the results → the tools around them.
-from harness.cli import new, register, sweep, verdict, report, site, compare, route, bisect  # noqa: E402,F401,I001
+from harness.cli import new, register, sweep, verdict, replicate, report, site, compare, route, bisect  # noqa: E402,F401,I001
 from harness.cli import status, profile, ledger, kernels, ceilings, warm, probe  # noqa: E402,F401,I001
 
 

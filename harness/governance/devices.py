@@ -8,6 +8,8 @@ never the hostname: ``device.host_id``), and the software it ran on by the versi
 torch: harness.measurement.ceilings.device_fingerprint). Resume, verdicts, routes and ceilings
 compare devices by model — (device, GPU name) — and a host locks each physical device by
 ``device_key``; a verdict also pools only rows of one software stack (outcomes.places).
+A replication (governance/replication.py) tells two *instances* of one model apart by
+``instance``: the host and the card's UUID or serial (the host alone on the CPU).
 """
 
 from __future__ import annotations
@@ -72,3 +74,40 @@ def device_key(env: dict) -> str:
     else:
         ident = "cpu"
     return re.sub(r"[^A-Za-z0-9_.-]", "_", ident)
+
+
+# The fields that name one device instance (issue 48, item 3): the host (hashed) and the card's
+# UUID and board serial (null on the CPU, and where NVML gives none).
+INSTANCE_FIELDS = ("host", "gpu_uuid", "gpu_serial")
+
+
+def instance(env: dict) -> dict:
+    """The device instance an env was measured on: its host and card (``INSTANCE_FIELDS``; a
+    field the env does not hold is null)."""
+    return {f: env.get(f) for f in INSTANCE_FIELDS}
+
+
+def instance_key(env: dict) -> tuple:
+    """``instance`` as a key: (host, card) with the card its UUID, else its serial (None: the
+    CPU, or a card NVML named neither way). Two rows are of one instance when their keys are
+    equal."""
+    return env.get("host"), env.get("gpu_uuid") or env.get("gpu_serial")
+
+
+def card_told(env: dict) -> bool:
+    """Whether an env tells its device instance apart from another of its host: always on the
+    CPU (the host is the instance), on a GPU only with a UUID or a serial."""
+    return env.get("device") != "cuda" or bool(env.get("gpu_uuid") or env.get("gpu_serial"))
+
+
+def instance_text(inst: dict) -> str:
+    """``host machine-id:1a2b… card GPU-8f3c…`` (the host alone on the CPU), for people."""
+    host = str(inst.get("host") or "?")
+    card = inst.get("gpu_uuid") or inst.get("gpu_serial")
+    return f"host {host}" + (f" card {card}" if card else "")
+
+
+def stack_differs(a: dict, b: dict) -> list[str]:
+    """The STACK_FIELDS two stacks (``stack``) both record with different values: a version one
+    of them never recorded is no difference (as ``outcomes.places`` reads them)."""
+    return [f for f in STACK_FIELDS if f in a and f in b and a[f] != b[f]]

@@ -677,6 +677,11 @@ def subject(root: Path, commit: str) -> str:
     return _git(root, "log", "-1", "--format=%s", commit).stdout.strip()
 
 
+def is_ancestor(root: Path, old: str, new: str) -> bool:
+    """Whether commit ``old`` is ``new`` or on its history (git merge-base --is-ancestor)."""
+    return _git(root, "merge-base", "--is-ancestor", old, new).returncode == 0
+
+
 def code_commits_between(root: Path, good: str, bad: str) -> list[str]:
     """The commits after ``good`` up to ``bad`` on ``bad``'s first-parent history that change
     something outside ``ledger/``, oldest first (a ledger-only commit runs its parent's code).

@@ -19,7 +19,12 @@ Format history (``schema``, every row's ledger schema, ``ledger_format.LEDGER_SC
   kind) with the verdict's ``integration``; the verdict's ``primary_note`` (why a primary
   against a peer, a schema-5 registration's, has no value); the verdict's ``failures`` (a
   NO-GO decided on failures alone); the verdict's ``next_run`` (the between-run variance a bar
-  naming ``speedup_next_low`` / ``speedup_next_high`` was decided with: governance/nextrun.py).
+  naming ``speedup_next_low`` / ``speedup_next_high`` was decided with: governance/nextrun.py);
+  ``replicate`` on outcome and supersedes rows (a row `bench
+  replicate` wrote: which instance, which verdict, at which commit, on which stack — a bench
+  before it refuses such a row as holding an unknown field, never reads it as the line's own)
+  and the verdict's ``replication`` (the per-instance clause values a ``[replication]``
+  verdict was combined from).
 
 A row of a newer schema is refused by ``ledger_format.check_schema`` with the fix (upgrade
 bench); a row of this schema with a field no class declares is refused here the same way.
@@ -142,6 +147,9 @@ class OutcomeRow(Row):
     # The harness's own time on the config (pipeline/phase.py Account.as_row): the same for
     # every row of one config.
     cost: dict | None = None
+    # A replicate's row (`bench replicate`, governance/replication.py): {of, closing_commit, at,
+    # instance, stack}; absent from the line's own rows.
+    replicate: dict | None = None
 
     @property
     def pair(self) -> tuple[str, str]:
@@ -153,7 +161,7 @@ class OutcomeRow(Row):
 
 
 _PAIR = frozenset({"config", "config_key", "candidate", "baseline", "role", "reason", "ceilings_ref",
-                   "kernel_sources", "cost"})
+                   "kernel_sources", "cost", "replicate"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,6 +224,7 @@ class SupersedesRow(Row):
     config_key: str | None = None
     supersedes: list | None = None
     reason: str | None = None
+    replicate: dict | None = None  # a replicate's re-run: it supersedes only that replicate's rows
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -295,6 +304,9 @@ class VerdictRow(Row):
     # Where the bar names the next-run interval (issue 48): the between-run variance it was read
     # with (measurement.nextrun.BetweenRun.as_dict: tau, source, basis, n, estimate, level, floor).
     next_run: dict | None = None
+    # A line registered with [replication]: the rule, and each instance's clause values and bar
+    # (governance/replication.py ``combined``).
+    replication: dict | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -297,6 +297,8 @@ def verify(path: Path) -> VerifyResult:
             bad, results = None, bad
     if bad is None:
         bad = _check_ceilings_refs(records, path)
+    if bad is None:
+        bad = _check_replicates(records, path)
     remeasured: tuple = ()
     if bad is None:
         bad = _check_supersedes(records, path)
@@ -340,6 +342,39 @@ def _check_figures(records: list[bytes], path: Path) -> VerifyResult | int:
     return VerifyResult(str(path), False, len(records), n, _unsound_text(*unsound[0]) + more, unsound=tuple(unsound))
 
 
+def _check_replicates(records: list[bytes], path: Path) -> VerifyResult | None:
+    """Every row a replicate wrote (``replicate``, governance/replication.py) names what it
+    replicates as `bench replicate` does: a verdict row earlier in the ledger (``of``), or —
+    written before the verdict (``of`` null) — no verdict yet; at the closing commit it names
+    (``at`` "closing"), or at another one (``at`` "later"); a known stack mark."""
+    from harness.governance.replication import AT_CLOSING, AT_LATER, OTHER_STACK, SAME_STACK
+
+    verdict_at = None
+    for n, raw in enumerate(records):
+        row = load(json.loads(raw))
+        if row.kind == VERDICT and verdict_at is None:
+            verdict_at = n
+        rep = getattr(row, "replicate", None)
+        if rep is None:
+            continue
+        why = None
+        if not isinstance(rep, dict) or not isinstance(rep.get("instance"), dict):
+            why = f"holds replicate = {rep!r}, which names no device instance"
+        elif rep.get("of") is None and verdict_at is not None:
+            why = f"is a replicate written before the verdict (of null) but follows the verdict at row {verdict_at}"
+        elif rep.get("of") is not None and rep.get("of") != verdict_at:
+            why = f"replicates verdict row {rep.get('of')!r}, which is not the verdict before it"
+        elif rep.get("at") not in (AT_CLOSING, AT_LATER) or rep.get("stack") not in (SAME_STACK, OTHER_STACK):
+            why = f"holds replicate at = {rep.get('at')!r}, stack = {rep.get('stack')!r}: not a replicate bench writes"
+        elif (rep.get("at") == AT_CLOSING) != (row.commit == rep.get("closing_commit")):
+            why = (f"is a replicate marked at = {rep.get('at')!r} measured at commit {str(row.commit)[:12]}, while "
+                   f"the commit it replicates is {str(rep.get('closing_commit'))[:12]}")
+        if why:
+            return VerifyResult(str(path), False, len(records), n,
+                                f"line {n + 1} (seq {n}) {why} (restore the ledger from git)")
+    return None
+
+
 def _check_supersedes(records: list[bytes], path: Path) -> VerifyResult | tuple:
     """Every ``supersedes`` row names earlier outcome rows of its own config that nothing
     superseded yet; one measured at the commit and device the superseding row was written at
@@ -347,7 +382,8 @@ def _check_supersedes(records: list[bytes], path: Path) -> VerifyResult | tuple:
     throttled, crashed, a baseline's row), unless a later row of its pair had already replaced
     it — a decided outcome is never re-rolled at the same commit. When all hold: the pairs
     re-measured where they were measured (``remeasures``)."""
-    from harness.governance.outcomes import OUTCOME_KINDS, measured_on, remeasurable, remeasures, state_of
+    from harness.governance.outcomes import (OUTCOME_KINDS, is_replicate, measured_on, remeasurable, remeasures,
+                                             state_of, stream)
 
     rows = [load(json.loads(raw)) for raw in records]
     reg = (rows[0].registration or {}) if rows and rows[0].kind == REGISTERED else {}
@@ -374,7 +410,15 @@ def _check_supersedes(records: list[bytes], path: Path) -> VerifyResult | tuple:
                               f"{row.config_key}: a re-run config supersedes only its own rows")
             if s in taken:
                 return bad(n, f"supersedes row {s}, already superseded at row {taken[s]}")
-            shadowed = any(r.kind in OUTCOME_KINDS and r.pair == old.pair for r in rows[s + 1:n])
+            # A replicate's re-run supersedes only that replicate's rows, the line's own sweep only its own.
+            mine = stream(row.replicate)
+            if (stream(old.replicate) if is_replicate(old) else None) != mine:
+                what = "a replicate's row" if is_replicate(old) else "a row of the line's own sweep"
+                by = "a replicate's re-run" if mine is not None else "the line's own sweep"
+                return bad(n, f"supersedes row {s}, {what}, from {by}: a replicate and the line's own rows never "
+                              f"replace each other (restore the ledger from git)")
+            shadowed = any(r.kind in OUTCOME_KINDS and r.pair == old.pair
+                           and (stream(r.replicate) if is_replicate(r) else None) == mine for r in rows[s + 1:n])
             if (measured_on(old) == measured_on(row) and not shadowed
                     and not remeasurable(old, include_noisy=include_noisy)):
                 return bad(n, f"supersedes row {s} ({old.candidate} @ {old.config_key}: "

@@ -239,10 +239,12 @@ def host_env() -> dict:
 
 
 @contextlib.contextmanager
-def open_line(line_or_path: str, *, root: Path | None = None, action: str, commit: bool = False) -> Iterator[Line]:
+def open_line(line_or_path: str, *, root: Path | None = None, action: str, commit: bool = False,
+              closed_ok: bool = False) -> Iterator[Line]:
     """Everything ``sweep``/``verdict`` must check before touching anything; holds the line lock.
     With ``commit`` (the command commits its rows) git must take a commit of the ledger too
-    (``ledger.require_anchorable``: a test commit, hooks and signing included)."""
+    (``ledger.require_anchorable``: a test commit, hooks and signing included). ``closed_ok``:
+    a closed line is opened too (`bench replicate`, whose rows go beside the verdict)."""
     tree = gitguard.require_clean(root)
     code = require_tracked_code(tree.root, load_kernels=False)
     line, given = line_ids.line_of(tree.root, line_or_path)
@@ -252,7 +254,7 @@ def open_line(line_or_path: str, *, root: Path | None = None, action: str, commi
     if commit:
         require_anchorable(Ledger(tree.root, line))
     with line_lock(tree.root, line):
-        ln = _checked_line(tree, line, action)
+        ln = _checked_line(tree, line, action, closed_ok=closed_ok)
         step = ln.reg.integration
         yield replace(ln, code=_with(code, integration.step_code(tree.root, step.step) if step else ()))
 

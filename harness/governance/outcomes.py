@@ -26,6 +26,10 @@ PROFILE = "profile"
 PROBE = "probe"  # one commit measured by `bench bisect` (ledger/_bisect.jsonl)
 INTEGRATION = "integration"  # one candidate's model step against the baseline's (record/integration.py)
 
+# The field that marks an outcome (or supersedes) row as a replicate's (`bench replicate`,
+# governance/replication.py): {of, closing_commit, at, instance, stack}.
+REPLICATE = "replicate"
+
 # Every row kind the ledger accepts (a row of another kind is refused at append time).
 ROW_KINDS = (REGISTERED, RESULT, SKIPPED, INCORRECT, THROTTLED, CRASHED, VERDICT, SUPERSEDES, CEILINGS, UNSUPPORTED,
              PROFILE, PROBE, INTEGRATION)
@@ -99,6 +103,27 @@ def state_of(row) -> str:
     return row.kind
 
 
+def decided(row: dict, *, include_noisy: bool) -> bool:
+    """Whether the bar sees a pair's outcome as a decided row (a measured result, or a failure)."""
+    if row.role == "baseline":
+        return False
+    if row.kind in FAILING_KINDS:
+        return True
+    if row.kind == RESULT:
+        return bool(row.impossible) or include_noisy or not row.rig_noisy
+    return False
+
+
+def coverage(deciding, *, include_noisy: bool) -> dict:
+    """How many registered pairs the bar decides on, and which it cannot (rig-noisy left out,
+    never measured, or behind a failed baseline)."""
+    undecided = [f"{r.candidate} @ {r.config_key} ({state_of(r)})"
+                 for r in deciding if not decided(r, include_noisy=include_noisy)]
+    n = len(deciding)
+    return {"pairs": n, "decided": n - len(undecided), "fraction": (n - len(undecided)) / n if n else 0.0,
+            "undecided": undecided}
+
+
 def outcome_key(row) -> tuple[str, str]:
     return row.config_key, row.candidate
 
@@ -153,14 +178,43 @@ def current_rows(rows: Iterable) -> list:
     return [r for r in rows if r.seq not in gone]
 
 
+def is_replicate(row) -> bool:
+    """A row `bench replicate` wrote (it carries ``replicate``: which instance, which verdict):
+    beside the line's own rows, never one of them."""
+    return getattr(row, REPLICATE, None) is not None
+
+
 def current_outcomes(rows) -> list:
-    """The current (not superseded) outcome rows, in ledger order."""
-    return [r for r in current_rows(rows) if r.kind in OUTCOME_KINDS]
+    """The current (not superseded) outcome rows of the line's own sweeps, in ledger order:
+    what resume, the verdict, compare, route and bisect read. Replicate rows (``is_replicate``)
+    are never among them: a replication goes beside the verdict and never alters it."""
+    return [r for r in current_rows(rows) if r.kind in OUTCOME_KINDS and not is_replicate(r)]
 
 
 def latest_outcomes(rows) -> dict[tuple[str, str], object]:
-    """The last current outcome row per (config, candidate)."""
+    """The last current outcome row per (config, candidate) of the line's own sweeps."""
     return {outcome_key(r): r for r in current_outcomes(rows)}
+
+
+def stream(replicate: dict | None) -> tuple | None:
+    """Which rows one run extends: None for the line's own sweeps, else a replicate's (the
+    verdict row it replicates — None before the verdict — and its device instance)."""
+    if replicate is None:
+        return None
+    from harness.governance.devices import instance_key
+
+    return replicate.get("of"), instance_key(replicate.get("instance") or {})
+
+
+def stream_outcomes(rows, replicate: dict | None = None) -> list:
+    """The current outcome rows of one stream (``stream``): the line's own (``current_outcomes``),
+    or one replicate's — the rows `bench replicate` wrote for the same verdict on the same
+    instance — in ledger order."""
+    if replicate is None:
+        return current_outcomes(rows)
+    key = stream(replicate)
+    return [r for r in current_rows(rows) if r.kind in OUTCOME_KINDS and is_replicate(r)
+            and stream(r.replicate) == key]
 
 
 @dataclass(frozen=True)
@@ -201,7 +255,7 @@ def remeasures(rows) -> tuple[Remeasure, ...]:
         if now.is_baseline:
             continue
         replaced = tuple((r.seq, state_of(r)) for r in rows
-                         if r.kind in OUTCOME_KINDS and r.seq in gone and r.seq < now.seq
+                         if r.kind in OUTCOME_KINDS and not is_replicate(r) and r.seq in gone and r.seq < now.seq
                          and outcome_key(r) == pair and measured_on(r) == measured_on(now))
         if replaced:
             out.append(Remeasure(pair[0], pair[1], replaced, (now.seq, state_of(now))))
@@ -214,5 +268,5 @@ def resweeps(rows) -> int:
     rows = list(rows)
     by_seq = {r.seq: r for r in rows}
     return sum(1 for old, new in superseded_by(rows).items()
-               if old in by_seq and by_seq[old].kind in OUTCOME_KINDS
+               if old in by_seq and by_seq[old].kind in OUTCOME_KINDS and not is_replicate(by_seq[old])
                and (new not in by_seq or measured_on(by_seq[old]) != measured_on(by_seq[new])))

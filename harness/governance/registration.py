@@ -24,6 +24,7 @@ from harness.workloads import DTYPES, WORKLOADS, Config
 if TYPE_CHECKING:
     from harness.governance.bar import Aggregate, Bar
     from harness.governance.integration import IntegrationSpec
+    from harness.governance.replication import ReplicationSpec
     from harness.governance.verify import Clause
     from harness.measurement.numerics import NumericPins
     from harness.measurement.timing import TimingPolicy
@@ -41,7 +42,7 @@ MAX_GRID_CONFIGS = 4096
 MAX_SEEDS = 1000
 
 TOP_KEYS = {"schema", "hypothesis", "workload", "candidate", "candidates", "baseline", "amends", "grid",
-            "correctness", "timing", "numerics", "bar", "notes", "verify", "integration"}
+            "correctness", "timing", "numerics", "bar", "notes", "verify", "integration", "replication"}
 GRID_KEYS = {"batch", "tokens", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal"}
 CORRECTNESS_KEYS = {"atol", "rtol", "seeds", "families", "min_pass_rate", "accept_weak"}
 BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing", "min_coverage", "mixed_devices",
@@ -53,7 +54,9 @@ BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing", "mi
 KEY_SCHEMA = {("bar", "mixed_devices"): 2, ("numerics", "num_threads"): 2, ("bar", "beyond_ceiling_ok"): 3,
               ("grid", "tokens"): 5,
               # the statistic stop (timing/criteria.py): an older bench would stop on noise instead
-              ("timing", "stop"): 6, ("timing", "precision"): 6, ("timing", "alpha"): 6}
+              ("timing", "stop"): 6, ("timing", "precision"): 6, ("timing", "alpha"): 6,
+              # replications the verdict waits for (governance/replication.py): an older bench would close without them
+              ("replication", "instances"): 7, ("replication", "combine"): 7}
 # The schema that introduced a bar clause against a peer candidate (``speedup vs "P"``).
 PEER_SCHEMA = 5
 # Bar metrics -> the schema that introduced them: a bench older than that refuses the metric's
@@ -108,6 +111,8 @@ class Registration:
     beyond_ceiling_ok: str | None = None
     # [integration]: the model step the kernel is meant to speed up (governance/integration.py)
     integration: IntegrationSpec | None = None
+    # [replication]: how many device instances the verdict waits for, and how it combines them
+    replication: ReplicationSpec | None = None
 
     @property
     def timing_table(self) -> dict:
@@ -163,7 +168,8 @@ class Registration:
                 "min_coverage": self.min_coverage, "accept_weak": list(self.accept_weak),
                 "verify": list(self.verify), **({"mixed_devices": True} if self.mixed_devices else {}),
                 **({"beyond_ceiling_ok": self.beyond_ceiling_ok} if self.beyond_ceiling_ok else {}),
-                **({"integration": self.integration.as_dict()} if self.integration else {})}
+                **({"integration": self.integration.as_dict()} if self.integration else {}),
+                **({"replication": self.replication.as_dict()} if self.replication else {})}
 
 
 def sha256_file(path: Path) -> str:
@@ -340,6 +346,23 @@ def _integration(path: Path, raw: dict, schema: int, dtypes: list[str], parsed, 
                              f"candidate and no grid config — filter a step metric on candidate only")
     spec = _checked_table(path, raw, "integration", lambda t: integration.parse(t, dtypes))
     return spec
+
+
+def _replication(path: Path, raw: dict, schema: int, integration):
+    """The optional [replication] table (governance/replication.py): the instances the verdict
+    waits for and how it combines them. The whole table is newer than schema 6: a bench before
+    it would close the line without the replications, so the file must say schema 7."""
+    if "replication" not in raw:
+        return None
+    from harness.governance import replication
+
+    if schema < replication.REPLICATION_SCHEMA:
+        raise _err(path, f"[replication] needs schema = {replication.REPLICATION_SCHEMA} (a bench older than that "
+                         f"would refuse the file): set schema = {replication.REPLICATION_SCHEMA}")
+    if integration is not None:
+        raise _err(path, "[replication] with [integration]: the model step is timed once, where the line was swept, "
+                         "and a replicate re-times the kernel grid only — drop one of the two")
+    return _checked_table(path, raw, "replication", replication.parse)
 
 
 def load(path: Path) -> Registration:
@@ -559,6 +582,7 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
         raise _err(path, "[verify] with [bar] mixed_devices = true: counters are profiled on one GPU model, so a "
                          "line with [verify] is decided on one — drop one of the two")
     integration = _integration(path, raw, schema, grid["dtype"], parsed, primary_agg)
+    replication = _replication(path, raw, schema, integration)
     notes = raw.get("notes", "")
     if not isinstance(notes, str):
         raise _err(path, "'notes' must be a string")
@@ -572,7 +596,8 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
         primary_aggregate=primary_agg, include_noisy=include_noisy, allow_missing=allow_missing,
         min_coverage=float(min_coverage), accept_weak=tuple(accept_weak), raw=raw, verify=verify,
         verify_clauses=verify_clauses, mixed_devices=mixed_devices,
-        beyond_ceiling_ok=beyond_ceiling_ok.strip() if beyond_ceiling_ok else None, integration=integration)
+        beyond_ceiling_ok=beyond_ceiling_ok.strip() if beyond_ceiling_ok else None, integration=integration,
+        replication=replication)
 
 
 def check_kernels(reg: Registration, root: Path | None = None) -> tuple[dict, ...]:

@@ -19,6 +19,11 @@ so a decided line cannot be quietly re-rolled; a dry run (``dry_run=True``, `ben
 --no-commit`) decides the same way and writes nothing, so a verdict row exists only
 committed and a NO-GO cannot be deleted without a trace.
 
+A line with ``[replication] instances = N`` also waits for N device instances with complete
+grids at its commit on its stack (the line's own and the replicates written before the verdict,
+governance/replication.py) and decides its bar over them by ``combine``; the row records each
+instance's clause values (``replication``). Replicates written after the verdict never change it.
+
 A line with ``[verify]`` clauses also needs counters (`profile` rows) for every candidate
 result, measured where the results were: a clause must hold on each of them for a GO,
 and a result whose counters show fewer DRAM reads than any correct kernel makes
@@ -37,8 +42,8 @@ from harness.governance.ledger_rows import VerdictRow, load
 from harness.governance.line import Line
 from harness.governance.devices import stack_text
 from harness.governance.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, current_rows,
-                                         UNSUPPORTED, kernel_failed, latest_outcomes, measured_on, outcome_key,
-                                         places, remeasures, state_of)
+                                         UNSUPPORTED, coverage, decided, kernel_failed, latest_outcomes, measured_on,
+                                         outcome_key, places, remeasures, state_of)
 
 GO, NO_GO = "GO", "NO-GO"
 # Failing pairs a verdict row lists per [verify] clause (the count is always complete).
@@ -113,27 +118,6 @@ def other_runs(reg, rows: list[dict]) -> list[str]:
 
 # Undecided pairs named in a refusal (the verdict row lists them all).
 MAX_NAMED_PAIRS = 6
-
-
-def decided(row: dict, *, include_noisy: bool) -> bool:
-    """Whether the bar sees a pair's outcome as a decided row (a measured result, or a failure)."""
-    if row.role == "baseline":
-        return False
-    if row.kind in FAILING_KINDS:
-        return True
-    if row.kind == RESULT:
-        return bool(row.impossible) or include_noisy or not row.rig_noisy
-    return False
-
-
-def coverage(deciding, *, include_noisy: bool) -> dict:
-    """How many registered pairs the bar decides on, and which it cannot (rig-noisy left out,
-    never measured, or behind a failed baseline)."""
-    undecided = [f"{r.candidate} @ {r.config_key} ({state_of(r)})"
-                 for r in deciding if not decided(r, include_noisy=include_noisy)]
-    n = len(deciding)
-    return {"pairs": n, "decided": n - len(undecided), "fraction": (n - len(undecided)) / n if n else 0.0,
-            "undecided": undecided}
 
 
 def latest_profiles(rows, where: tuple) -> dict[tuple[str, str], dict]:
@@ -291,6 +275,34 @@ def failed_alone(reg, by_pair: dict) -> list[dict]:
                     f"before the verdict")
 
 
+def instance_bar_rows(reg, by_pair: dict) -> list[dict]:
+    """The bar rows of one instance's outcomes (``by_pair``: registered pair -> row), refused as
+    the line's own are: a figure ``ledger verify`` could not check, a peer clause over two runs."""
+    require_checked(reg, by_pair.values())
+    rows, _ = bar_rows(by_pair, include_noisy=reg.include_noisy)
+    split = other_runs(reg, rows)
+    if split:
+        raise UserError(f"line '{reg.line}': a replicate's peer clause compares results of two runs ({split[0]}): "
+                        f"a candidate is compared with a peer only in the same interleaved rounds — replicate the "
+                        f"line again on another instance, where every pair is measured afresh")
+    return rows
+
+
+def replicated_bar(reg, ledger_rows, deciding: list, rows: list[dict], where: tuple, stack: dict):
+    """A ``[replication]`` line's bar (governance/replication.py): refused until the instances
+    it waits for hold complete grids at ``where`` on ``stack``, then combined by its rule over
+    the line's own bar rows (``rows``) and each replicate's."""
+    from harness.governance.devices import instance
+    from harness.governance.replication import combined, registered_pairs, waited_for
+
+    pairs = registered_pairs(reg)
+    per = [(instance(deciding[0].env or {}), [r.seq for r in deciding], rows)]
+    for g in waited_for(reg, ledger_rows, deciding, where, stack):
+        per.append((g.instance, [r.seq for r in g.deciding(pairs)],
+                    instance_bar_rows(reg, {p: g.rows[p] for p in pairs})))
+    return combined(reg, per)
+
+
 def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
     """Evaluate the bar on the line's committed rows: the verdict and the row it closes the line
     with, written by ``record.verdict.close`` (this writes nothing); ``dry_run``: say so."""
@@ -364,8 +376,14 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
     steps = integration_rows(reg, line.rows, where[0]) if reg.integration is not None else []
     rows += [r for _, r in steps]
     failures = None if any(r["correct"] for r in rows) else failed_alone(reg, by_pair)
-    outcome = barlang.evaluate(reg.bar, rows)
-    primary_value = barlang.evaluate_aggregate(reg.primary_aggregate, rows)
+    replicated = None
+    if reg.replication is not None and reg.replication.required:
+        replicated = replicated_bar(reg, line.rows, deciding, rows, where[0], at[0][1])
+        outcome = barlang.BarOutcome(replicated.passed, replicated.clauses)
+        primary_value = replicated.primary_value
+    else:
+        outcome = barlang.evaluate(reg.bar, rows)
+        primary_value = barlang.evaluate_aggregate(reg.primary_aggregate, rows)
     verdict = GO if failures is None and outcome.passed and all(c.passed is True for c in checked) else NO_GO
     payload = {
         **line.stamp(env).fields(),
@@ -392,6 +410,7 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
         **({"failures": failures} if failures is not None else {}),
         # What the next-run metrics were read with (a bar naming none: no field, as before issue 48).
         **({"next_run": next_run.as_dict()} if next_run is not None else {}),
+        **({"replication": replicated.record} if replicated is not None else {}),
     }
     require_anchored(line.ledger, "a verdict")
     return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded,

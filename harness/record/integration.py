@@ -28,7 +28,7 @@ import statistics
 from harness.governance import integration as amdahl
 from harness.governance.bar import reduce
 from harness.governance.metrics import step_metrics
-from harness.governance.outcomes import RESULT, current_rows
+from harness.governance.outcomes import RESULT, current_rows, is_replicate
 
 # Steps run per kernel with every hook call timed (after one untimed warm-up step).
 INSITU_STEPS = 5
@@ -60,7 +60,7 @@ def _close(out, ref, atol: float, rtol: float) -> dict:
 def _probe(rows, key: str | None, cand: str) -> dict:
     """The kernel grid's result at the step's attention shape (``key``): probe ms of the
     candidate and the baseline, and the speedup; else its geomean speedup over the grid."""
-    results = [r for r in current_rows(rows) if r.kind == RESULT and r.candidate == cand]
+    results = [r for r in current_rows(rows) if r.kind == RESULT and r.candidate == cand and not is_replicate(r)]
     at = [r for r in results if r.config_key == key] if key else []
     if at:
         m = at[-1].metrics

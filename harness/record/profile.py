@@ -22,7 +22,7 @@ import contextlib
 from typing import Iterator
 
 from harness.errors import UserError
-from harness.governance.outcomes import current_rows
+from harness.governance.outcomes import current_rows, is_replicate
 from harness.governance.outcomes import PROFILE, RESULT, measured_on
 from harness.measurement import counters
 from harness.workloads import Config, formulas
@@ -216,7 +216,7 @@ def pending_verify(rows, key: tuple) -> dict:
     done = profiled(rows, key)
     todo = {}
     for r in current_rows(rows):
-        if (r.kind == RESULT and measured_on(r) == key
+        if (r.kind == RESULT and measured_on(r) == key and not is_replicate(r)
                 and (r.config_key, r.candidate) not in done):
             todo[(r.config_key, r.candidate)] = r.seq
     return todo

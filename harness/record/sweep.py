@@ -46,13 +46,15 @@ class SweepSummary:
     at_once: bool = False  # stopped at once (second Ctrl-C, SIGTERM): configs in flight were dropped
     baseline_failed: dict | None = None  # the config whose baseline failed the gate, which stopped it
     cost: dict | None = None  # the harness's own time: ``sweep_cost``
+    replicate: dict | None = None  # a replicate's run (`bench replicate`): the field its rows carry
 
     def as_dict(self) -> dict:
         return {"line": self.line, "commit": self.commit, "counts": self.counts, "rejections": self.rejections,
                 "resumed": self.resumed, "control": self.control, "notes": list(self.notes),
                 "interrupted": self.interrupted, "left": self.left, "anchored": list(self.anchored),
                 "committed": self.committed, "signal": self.signal, "at_once": self.at_once,
-                "baseline_failed": self.baseline_failed, "cost": self.cost}
+                "baseline_failed": self.baseline_failed, "cost": self.cost,
+                **({"replicate": self.replicate} if self.replicate is not None else {})}
 
 
 def sweep_cost(costs: list[dict], write_s: float, profile_s: float, wall_s: float) -> dict:
@@ -119,7 +121,7 @@ class _Run:
 
 def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True, commit: bool = True,
           retry_crashed: bool = False, remeasure: bool = False, wait: bool = True, progress=None, on_wait=None,
-          on_interrupt=None) -> SweepSummary:
+          on_interrupt=None, replicate=None) -> SweepSummary:
     """Run every open (config, candidate) pair of the line and append one outcome row each.
 
     Every refusal comes before the first write: kernels are checked, the executor's slots
@@ -134,6 +136,12 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     However it stops, it returns its summary: a Ctrl-C or SIGTERM (``Interrupts``; the
     summary names the signal) and a config whose baseline fails the correctness gate (no
     new config starts after it; ``baseline_failed`` says why) included.
+
+    ``replicate`` (`bench replicate`, record/replicate.py): called with the workers' envs once
+    they have started, before any device lock or ceilings, it refuses or returns the
+    ``replicate`` field every row of this run carries; the run then plans, writes and
+    supersedes only that replicate's rows, beside the line's, and has no [verify] or
+    [integration] pass (a replicate re-times the kernel grid).
     """
     if executor is None:
         from harness.execution.select import make_executor
@@ -157,13 +165,14 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     except BaseException:
         executor.close()
         raise
-    why_commit = f"sweep of {line.reg.line} at {line.commit[:12]}"
+    why_commit = f"{'sweep' if replicate is None else 'replicate'} of {line.reg.line} at {line.commit[:12]}"
     run = _Run()
     with interrupts(on_interrupt) as guard:
         writer = Writer(line, guard, commit=commit, why=why_commit)
         try:
             _sweep(line, device, executor, guard, run, writer, with_ceilings=with_ceilings,
-                   retry_crashed=retry_crashed, remeasure=remeasure, wait=wait, progress=progress, on_wait=on_wait)
+                   retry_crashed=retry_crashed, remeasure=remeasure, wait=wait, progress=progress, on_wait=on_wait,
+                   replicate=replicate)
         except StopNow:
             pass  # a second Ctrl-C or SIGTERM: workers killed, locks released on the way out; rows written stay
         guard.wrap_up()  # from here signals are only counted: what is left is short and writes nothing partial
@@ -172,7 +181,7 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
 
 
 def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writer: Writer, *, with_ceilings: bool,
-           retry_crashed: bool, remeasure: bool, wait: bool, progress, on_wait) -> None:
+           retry_crashed: bool, remeasure: bool, wait: bool, progress, on_wait, replicate=None) -> None:
     """The sweep itself, filling ``run`` as it goes (``sweep`` summarizes whatever it reached)."""
     from harness.execution.devicelock import device_lock
     from harness.execution.executor import schedule
@@ -185,6 +194,8 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
         run.envs = envs = [s.env for s in slots]
         if not line.reg.mixed_devices:
             _one_model(envs)
+        if replicate is not None:
+            writer.replicate = replicate(envs)  # refuses before anything is locked or written
         who = {"line": line.reg.line, "root": str(line.root)}
         for key in sorted({device_key(e) for e in envs} if not executor.locks_devices else ()):
             stack.enter_context(device_lock(key, who=who, wait=wait, on_wait=on_wait))
@@ -210,8 +221,9 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
         ctx = context(line, device, ceilings)
         stamp = line.stamp(envs[0])
         run.key = key = measured_at(stamp.commit, stamp.env, stamp.code, line.reg.mixed_devices)
-        run.again = unusable_at(line.reg, line.rows, key) if remeasure else []
-        tasks, run.resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed, remeasure=remeasure)
+        run.again = unusable_at(line.reg, line.rows, key, writer.replicate) if remeasure else []
+        tasks, run.resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed, remeasure=remeasure,
+                                  replicate=writer.replicate)
         run.tasks = tasks
         if progress:
             progress.start(len(tasks))
@@ -254,7 +266,7 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
                                                stopping=guard.stopping, on_start=on_start)
             if not finished:
                 break
-        if line.reg.verify and finished:
+        if line.reg.verify and finished and writer.replicate is None:
             # The [verify] pass, after timing and still under the device lock: counters of
             # every candidate result here that has none yet (a resumed sweep profiles what an
             # interrupted one did not reach). ncu runs in a child process; rows are written
@@ -269,7 +281,7 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
                     run.finished = False
                     break
             run.profile_s = time.perf_counter() - t0
-        if line.reg.integration is not None and run.finished and not guard.stopping():
+        if line.reg.integration is not None and run.finished and not guard.stopping() and writer.replicate is None:
             _integration(line, device, key, writer, run, envs[0])
 
 
@@ -329,9 +341,10 @@ def _summary(line: Line, device: str, executor, run: _Run, writer: Writer, guard
     if run.remeasured:
         notes.append(f"{run.remeasured} rig-noisy config(s) measured again later in the sweep (up to "
                      f"{NOISY_REMEASURES} times each)")
-    left_unusable = unusable_at(line.reg, line.ledger.rows(), run.key) if run.finished else []
+    left_unusable = unusable_at(line.reg, line.ledger.rows(), run.key, writer.replicate) if run.finished else []
     if left_unusable:
-        notes.append(f"{_pairs_by_state(left_unusable)} here the verdict cannot use: run `bench sweep "
+        command = "sweep" if writer.replicate is None else "replicate"
+        notes.append(f"{_pairs_by_state(left_unusable)} here the verdict cannot use: run `bench {command} "
                      f"{line.reg.line} --remeasure` to measure {'it' if len(left_unusable) == 1 else 'them'} "
                      f"again at this commit")
     if device == "cpu":
@@ -341,7 +354,8 @@ def _summary(line: Line, device: str, executor, run: _Run, writer: Writer, guard
                         interrupted=guard.signal is not None, left=left,
                         anchored=writer.commits, committed=commit, measured_on=run.key,
                         signal=guard.signal, at_once=guard.stopped_at_once, baseline_failed=run.baseline_failed,
-                        cost=sweep_cost(writer.costs, writer.write_s, run.profile_s, time.perf_counter() - run.started))
+                        cost=sweep_cost(writer.costs, writer.write_s, run.profile_s, time.perf_counter() - run.started),
+                        replicate=writer.replicate)
 
 
 def _pairs_by_state(rows: list[dict]) -> str:

@@ -74,6 +74,9 @@ class Writer:
 
     def __init__(self, line, guard: Interrupts | None, *, commit: bool, why: str):
         self.line, self.guard, self.commit_rows, self.why = line, guard, commit, why
+        # A replicate's run (`bench replicate`): the ``replicate`` field its rows carry; it
+        # supersedes only its own rows (record/plan.replaced_by). None: the line's own sweep.
+        self.replicate: dict | None = None
         self.left = line.left  # the ledger as the line was verified: appends follow it byte for byte
         self.appended: list = []
         self.latest: dict = {}
@@ -90,13 +93,14 @@ class Writer:
         needs (``why`` says why it was run again), committed together."""
         line = self.line
         batch = []
-        old = replaced_by(task, [*line.rows, *self.appended], key, line.reg.mixed_devices)
+        old = replaced_by(task, [*line.rows, *self.appended], key, line.reg.mixed_devices, self.replicate)
+        mark = {"replicate": self.replicate} if self.replicate is not None else {}
         if old:
             stamp = line.stamp(rows[0][1]).fields()
             batch.append((SUPERSEDES, {
                 **stamp, "config_key": task.config.key(), "supersedes": old,
-                "reason": f"{why} at commit {line.commit[:12]} on {key[1]}{' ' + key[2] if key[2] else ''}"}))
-        batch += [(o.kind, {**line.stamp(env).fields(), **o.payload}) for o, env in rows]
+                "reason": f"{why} at commit {line.commit[:12]} on {key[1]}{' ' + key[2] if key[2] else ''}", **mark}))
+        batch += [(o.kind, {**line.stamp(env).fields(), **o.payload, **mark}) for o, env in rows]
         written = self._write(batch, commit=True)
         for o, _ in rows:
             self.latest[(o.payload["config_key"], o.payload["candidate"])] = o

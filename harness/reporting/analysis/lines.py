@@ -14,7 +14,7 @@ from pathlib import Path
 from harness.errors import UserError
 from harness.governance import line_ids
 from harness.governance.devices import device_of
-from harness.governance.outcomes import REGISTERED, RESULT, VERDICT
+from harness.governance.outcomes import REGISTERED, RESULT, VERDICT, is_replicate
 from harness.governance.ledger_rows import RegisteredRow, VerdictRow
 
 
@@ -62,10 +62,11 @@ class LineView:
         return reg.n_configs * len(self.registration.get("candidates") or [])
 
     def commits(self) -> list[str]:
-        """Commits any result of this line was measured at (superseded or not), oldest first."""
+        """Commits any result of this line's own sweeps was measured at (superseded or not),
+        oldest first (a replicate's rows are beside the line's: reporting/analysis/replication.py)."""
         seen: list[str] = []
         for r in self.rows:
-            if r.kind == RESULT and r.commit not in seen:
+            if r.kind == RESULT and not is_replicate(r) and r.commit not in seen:
                 seen.append(r.commit)
         return seen
 
@@ -116,7 +117,8 @@ def load_path(path: Path, *, commit: str | None = None) -> LineView:
         raise UserError(verify_refusal(Path(path).name, res, "reporting on it"))
     rows = tuple(read_rows(path))
     view = LineView(line=Path(path).stem, path=Path(path), rows=rows, commit=commit)
-    if commit and not any(str((r.commit or "")).startswith(commit) for r in rows if r.kind == RESULT):
+    if commit and not any(str((r.commit or "")).startswith(commit) for r in rows
+                          if r.kind == RESULT and not is_replicate(r)):
         have = ", ".join(c[:12] for c in view.commits() if c) or "none"
         raise UserError(f"line '{view.line}' has no result measured at commit '{commit}' (measured at: {have})")
     return view

@@ -336,6 +336,48 @@ def _integration(view: LineView) -> list[dict]:
     return out
 
 
+def _agreement(passed, agrees) -> str:
+    """A replicate's clause (or bar) outcome beside whether it agrees with the verdict's."""
+    said = {True: "pass", False: "fail", None: "unknown"}[passed]
+    return said + {True: ", agrees", False: ", differs", None: ""}[agrees]
+
+
+def _replication(view: LineView) -> dict | None:
+    """The replicates beside the verdict (analysis/replication.py), as the report's table: the
+    line's own instance first, then each replicate's clause values and whether each agrees;
+    then each clause's spread across the instances that measured the verdict's commit and stack."""
+    from harness.reporting.analysis.replication import replication_view
+
+    rep = replication_view(view)
+    if rep is None:
+        return None
+    from harness.governance.devices import instance_text
+
+    texts = [" ".join(str(t).split()) for t, _, _ in rep.reference]
+    own = {"cells": [f"{instance_text(rep.original)} (the line's own)", "—", f"{str(rep.commit)[:12]} (closing)",
+                     "same", "—",
+                     *[f"{_f(v)} {({True: 'pass', False: 'fail', None: 'unknown'})[p]}" for _, v, p in rep.reference],
+                     rep.outcome or "provisional", "—"]}
+    rows = [own]
+    for r in rep.replicates:
+        of = "before the verdict" if r.of is None else f"row {r.of}"
+        at = f"{r.commit[:12]} ({r.at})"
+        stack = "another stack (never pooled)" if r.stack == "other" else "same"
+        pairs = f"{r.pairs} of {r.n_pairs if r.n_pairs is not None else '?'}"
+        rows.append({"cells": [r.label, of, at, stack, pairs,
+                               *[f"{_f(c.value)} {_agreement(c.passed, c.agrees)}" for c in r.clauses],
+                               "incomplete" if r.passed is None else _agreement(r.passed, r.agrees),
+                               "—" if r.agrees is None else ("yes" if r.agrees else "no")]})
+    rule = (f"[replication] instances = {rep.required}, combine = \"{rep.combine}\"" if rep.required else None)
+    return {"short": rep.short(), "rule": rule, "provisional": rep.provisional,
+            "header": ["instance", "of verdict", "commit", "stack", "pairs", *texts, "bar", "agrees"],
+            "rows": rows,
+            "spread": [{"text": " ".join(str(s.text).split()), "n": s.n,
+                        "range": "—" if s.low is None else f"{_f(s.low)} – {_f(s.high)}",
+                        "relative": "—" if s.relative is None else f"{s.relative:.2%}"} for s in rep.spread],
+            "data": rep.as_dict()}
+
+
 def report_data(view: LineView, history=None) -> dict:
     """Everything the report shows, as formatted strings (deterministic for a given ledger);
     ``history`` (history.LineHistory): what amended, re-opened or re-measured the line, shown at the top."""
@@ -398,4 +440,6 @@ def report_data(view: LineView, history=None) -> dict:
         "verify": _verify(view),
         "integration": _integration(view),
         "control_tolerance": control_tol,
+        # Replicates beside the verdict (`bench replicate`): each instance's clauses, agreement, spread.
+        "replication": _replication(view),
     }

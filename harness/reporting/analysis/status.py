@@ -23,6 +23,9 @@ class LineStatus:
     note: str | None = None  # what verify could not check (a shallow clone), shown beside the state
     history: tuple[str, ...] = ()  # short history (history.LineHistory.short): amended by, re-opened, …
     details: tuple = ()  # the full history (history.Note per event, LineHistory.notes)
+    # Its replicates against its verdict (analysis/replication.py): the short phrase, and the whole view.
+    replication: str | None = None
+    replication_data: dict | None = None
 
     @property
     def shown(self) -> str:
@@ -31,7 +34,18 @@ class LineStatus:
 
 
 def view_status(view, note: str | None = None) -> LineStatus:
-    """The state of a line from its rows (a ``lines.LineView``), without its history."""
+    """The state of a line from its rows (a ``lines.LineView``), without its history; with its
+    replicates' agreement (``replication``) where it has any."""
+    from dataclasses import replace
+
+    from harness.reporting.analysis.replication import replication_view
+
+    s = _view_status(view, note)
+    rep = replication_view(view)
+    return s if rep is None else replace(s, replication=rep.short() or None, replication_data=rep.as_dict())
+
+
+def _view_status(view, note: str | None = None) -> LineStatus:
     from harness.reporting.analysis.lines import device_label
 
     outcomes = view.outcomes()

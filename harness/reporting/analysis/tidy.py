@@ -6,7 +6,8 @@ as typed columns, each metric of the row's ``metrics`` dict as its own float col
 metrics appear without code changes), the outcome kind and its reason, sample counts and
 the clock summary (``sm_clock_mean_mhz``: the interleaved rounds'; the ``sm_mhz`` metric is
 the clock of the rates, measured under ``rate_protocol``). Superseded rows are left out; rows of every commit are kept (the
-``commit`` column tells them apart).
+``commit`` column tells them apart), a replicate's too (``replicate`` names it: `bench replicate`;
+null on the line's own rows).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ CONFIG_DTYPES = {"workload": "string", "batch": "Int64", "heads": "Int64", "kv_h
 LEAD_COLUMNS = ("line", "seq", "kind", "commit", "device", "gpu", "config_key", "candidate", "role", "baseline")
 TAIL_COLUMNS = ("n_samples", "n_baseline_samples", "n_rounds", "n_dropped_rounds", "sm_clock_mean_mhz", "rate_protocol",
                 "timing_mode",
-                "rig_noisy", "impossible", "gate_pass_rate", "gate_tolerance_ratio", "reason", "time")
+                "rig_noisy", "impossible", "gate_pass_rate", "gate_tolerance_ratio", "reason", "time", "replicate")
 
 
 def tidy_records(rows) -> tuple[list[dict], list[str]]:
@@ -66,9 +67,22 @@ def tidy_records(rows) -> tuple[list[dict], list[str]]:
             "gate_tolerance_ratio": number(((gate.get("worst") or {}).get("figures") or {}).get("tolerance_ratio")),
             "reason": None if is_result else (f"[{r.tag}] " if r.tag else "") + str(r.reason or ""),
             "time": r.time,
+            "replicate": replicate_text(r.replicate),
         })
         records.append(rec)
     return records, metrics
+
+
+def replicate_text(rep: dict | None) -> str | None:
+    """A replicate row's ``replicate`` for a table cell: of which verdict, on which instance,
+    at which commit, on which stack (None: the line's own row)."""
+    if not rep:
+        return None
+    from harness.governance.devices import instance_text
+
+    of = "before the verdict" if rep.get("of") is None else f"of verdict row {rep.get('of')}"
+    other = ", another stack" if rep.get("stack") == "other" else ""
+    return f"{of}, {instance_text(rep.get('instance') or {})}, {rep.get('at')} commit{other}"
 
 
 def tidy_frame(rows):
@@ -83,7 +97,7 @@ def tidy_frame(rows):
              "sm_clock_mean_mhz": "float64", "rig_noisy": "boolean", "impossible": "boolean",
              "gate_pass_rate": "float64", "gate_tolerance_ratio": "float64"}
     for col in ("line", "kind", "commit", "device", "gpu", "config_key", "candidate", "role", "baseline", "timing_mode",
-                "rate_protocol", "reason", "time"):
+                "rate_protocol", "reason", "time", "replicate"):
         types[col] = "string"
     return df.astype(types)
 

@@ -10,6 +10,7 @@ from harness.errors import plural
 from harness.governance.ledger import rows_text
 from harness.reporting.analysis.history import MAX_LISTED
 from harness.reporting.render.console import console
+from harness.reporting.analysis.tidy import replicate_text
 from harness.reporting.render.rows import outcome_reason
 from harness.workloads.keys import shorten
 
@@ -85,6 +86,8 @@ def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | No
         t.add_column(col, no_wrap=col != "outcome", overflow="fold" if col == "outcome" else "ellipsis")
     for r in rows:
         gone = f"[dim](superseded by row {superseded[r.seq]})[/] " if r.seq in superseded else ""
+        rep = replicate_text(getattr(r, "replicate", None))
+        gone += f"[cyan]replicate {escape(rep)}[/]: " if rep else ""  # beside the line's rows, never one of them
         t.add_row(str(r.seq), r.kind, r.commit[:8], getattr(r, "candidate", None) or "",
                   keys.get(getattr(r, "config_key", None) or "", ""), gone + escape(outcome_reason(r)))
     c.print(t)

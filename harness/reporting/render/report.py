@@ -134,6 +134,9 @@ def summary(data: dict) -> list[str]:
     for c in data["clauses"]:
         said.append(f"  {c['outcome']:<8} {c['text']}  → {c['value']} ({c['op']} {c['threshold']}, {c['n']} rows)"
                     + ("" if c["source"] == "—" else f"; measured: {c['source']}"))
+    rep = data.get("replication")
+    if rep:
+        said.append(f"  replication: {rep['short'] or 'no replicate yet'}")
     return said
 
 

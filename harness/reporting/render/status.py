@@ -31,11 +31,15 @@ def _commit(s: LineStatus) -> str:
 def status_table(rows: list[LineStatus]):
     from harness.reporting.render.console import table
 
+    from rich.markup import escape
+
     t = table(title=f"{len(rows)} lines")
-    for col in ("line", "state", "commit", "device"):
+    replicated = any(s.replication for s in rows)  # the column only where a line has replicates
+    for col in ("line", "state", "commit", "device", *(("replicates",) if replicated else ())):
         t.add_column(col, overflow="fold")
     for s in rows:
-        t.add_row(s.line, _state_cell(s), _commit(s) or "—", s.device or "—")
+        t.add_row(s.line, _state_cell(s), _commit(s) or "—", s.device or "—",
+                  *((escape(s.replication or "—"),) if replicated else ()))
     return t
 
 
@@ -54,7 +58,7 @@ def lineage_trees(rows: list[LineStatus], chains: list[list[tuple[int, str]]]):
             s = by[line]
             style = _style(s)
             state = f"[{style}]{escape(s.state)}[/]" if style else escape(s.state)
-            where = ", ".join(x for x in (_commit(s), s.device) if x)
+            where = ", ".join(x for x in (_commit(s), s.device, s.replication) if x)
             label = f"[bold]{escape(line)}[/] — {state}" + (f" ({escape(where)})" if where else "")
             if depth:
                 label = f"amended by {label}"
@@ -87,7 +91,8 @@ def render_status(rows: list[LineStatus], chains=None) -> None:
 def status_records(rows: list[LineStatus]) -> list[dict]:
     """One flat record per line (what the table shows, unstyled)."""
     return [{"line": s.line, "state": s.state, "outcome": s.outcome, "n_done": s.n_done, "n_pairs": s.n_pairs,
-             "commit": s.commit, "device": s.device, "history": list(s.history), "note": s.note} for s in rows]
+             "commit": s.commit, "device": s.device, "history": list(s.history), "note": s.note,
+             "replication": s.replication_data} for s in rows]
 
 
 def emit_status(rows: list[LineStatus], fmt: str) -> None:

@@ -87,7 +87,7 @@ def render_sweep_summary(summary: dict, rows: list[dict] = (), uncommitted: str 
     if rows:
         c.print(_sweep_table(list(rows)))
     counts = ", ".join(f"{k}: {n}" for k, n in sorted(summary["counts"].items())) or "nothing run"
-    c.print(f"sweep of line [bold]{summary['line']}[/] at {summary['commit'][:12]} — {counts}"
+    c.print(f"{_what(summary)} of line [bold]{summary['line']}[/] at {summary['commit'][:12]} — {counts}"
             + (f"; {summary['resumed']} already done at this commit on this device" if summary.get("resumed") else ""))
     if summary.get("rejections"):
         c.print("  correctness rejections by reason: "
@@ -115,6 +115,23 @@ def render_sweep_summary(summary: dict, rows: list[dict] = (), uncommitted: str 
     if summary.get("interrupted"):
         c.print(f"[yellow]stopped[/] {_stopped_how(summary)}; every row above is written"
                 + (f": to resume, run: {escape(resume)}" if resume else ""))
+
+
+def _what(summary: dict) -> str:
+    """'sweep', or for `bench replicate` what the replicate is: of which verdict, on which
+    instance, at which commit, on which stack (governance/replication.py)."""
+    from rich.markup import escape
+
+    from harness.governance.devices import instance_text
+
+    rep = summary.get("replicate")
+    if not rep:
+        return "sweep"
+    of = "before the verdict" if rep.get("of") is None else f"of verdict row {rep['of']}"
+    at = ("at the closing commit" if rep.get("at") == "closing"
+          else f"at a later commit than {str(rep.get('closing_commit'))[:12]}")
+    other = ", on another software stack: never pooled" if rep.get("stack") == "other" else ""
+    return f"replicate ({of}, on {escape(instance_text(rep.get('instance') or {}))}, {at}{other})"
 
 
 def _not_run(summary: dict) -> str:
