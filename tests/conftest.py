@@ -243,6 +243,29 @@ def run_bench(cwd: Path, *args: str, timeout: float = 600) -> subprocess.Complet
                           timeout=timeout, env=bench_env())
 
 
+# Sweeps again with --remeasure (what a user does) while a host busy with other tests left
+# pairs skipped or throttled; each attempt is a full, checked sweep of the open pairs.
+MEASURE_ATTEMPTS = 3
+
+
+def sweep_measured(repo: Path, line: str, *args: str) -> subprocess.CompletedProcess:
+    """``bench sweep LINE ARGS``, then ``--remeasure`` up to MEASURE_ATTEMPTS times while a
+    pair of the line's latest outcomes was never measured (skipped or throttled on a loaded
+    host); the last run's result (a failing one at once)."""
+    from harness.governance.ledger_format import read_rows
+    from harness.governance.outcomes import MISSING_KINDS, UNSUPPORTED, latest_outcomes
+
+    r = run_bench(repo, "sweep", line, *args)
+    for _ in range(MEASURE_ATTEMPTS):
+        if r.returncode != 0:
+            return r
+        latest = latest_outcomes(read_rows(repo / "ledger" / f"{line}.jsonl"))
+        if not any(o.kind in MISSING_KINDS and o.kind != UNSUPPORTED for o in latest.values()):
+            return r
+        r = run_bench(repo, "sweep", line, *args, "--remeasure")
+    return r
+
+
 def init_repo(root: Path, registrations: dict[str, str]) -> Path:
     """A committed repository at ``root`` with registrations/<line>.toml and an empty ledger/."""
     (root / "registrations").mkdir(parents=True)

@@ -316,7 +316,7 @@ def test_a_verdict_over_the_next_run_interval_records_its_between_run_variance(t
     the closed line shows the verdict's figures."""
     from harness.governance.ledger_format import read_rows
     from harness.reporting.analysis import lines, report
-    from tests.conftest import git, init_repo, run_bench
+    from tests.conftest import git, init_repo, run_bench, sweep_measured
 
     text = TINY.replace("schema = 1", "schema = 7").replace(
         'go = "geomean(speedup) >= 0.01 and pass_rate == 1.0"',
@@ -327,7 +327,7 @@ def test_a_verdict_over_the_next_run_interval_records_its_between_run_variance(t
             git(repo, "add", "-A")
             git(repo, "commit", "-qm", "registered")
             continue
-        r = run_bench(repo, *args)
+        r = sweep_measured(repo, *args[1:]) if args[0] == "sweep" else run_bench(repo, *args)
         assert r.returncode == 0, (args, r.stdout, r.stderr)
     rows = read_rows(repo / "ledger" / "nxt.jsonl")
     verdict = rows[-1]
