@@ -31,6 +31,8 @@ def __getattr__(name):
 # site-packages (setup.py maps the folder), never a top-level ``kernels`` — Hugging Face's
 # kernel loader owns that name. In a checkout, ``bench_kernels`` is the ``kernels/`` folder
 # beside this package (SourceOnlyFinder below), so harness and kernels always come from one tree.
+# The folder has no ``__init__.py``: from a checkout, ``import kernels`` is at most a namespace
+# package, which any installed ``kernels`` (Hugging Face's) outranks wherever it is on sys.path.
 KERNELS_PACKAGE = "bench_kernels"
 CODE_PACKAGES = {"harness": "harness", KERNELS_PACKAGE: "kernels"}
 
@@ -61,16 +63,23 @@ class SourceOnlyLoader(_SourceFileLoader):
 def _kernels_spec(name):
     """``bench_kernels`` beside this package, never elsewhere: ``bench_kernels/`` where bench is
     installed (site-packages, which may also hold Hugging Face's ``kernels/``), else the
-    ``kernels/`` folder of this source tree; None if neither."""
+    ``kernels/`` folder of this source tree, a package of modules with no ``__init__.py`` (a
+    ``kernels/`` that has one is some other package: Hugging Face's in a site-packages); None
+    if neither."""
+    from importlib.machinery import ModuleSpec
     from importlib.util import spec_from_file_location
     from pathlib import Path
 
     top = Path(__file__).resolve().parent.parent
-    for folder in (KERNELS_PACKAGE, CODE_PACKAGES[KERNELS_PACKAGE]):
-        init = top / folder / "__init__.py"
-        if init.is_file():
-            return spec_from_file_location(name, init, loader=SourceOnlyLoader(name, str(init)),
-                                           submodule_search_locations=[str(init.parent)])
+    init = top / KERNELS_PACKAGE / "__init__.py"
+    if init.is_file():
+        return spec_from_file_location(name, init, loader=SourceOnlyLoader(name, str(init)),
+                                       submodule_search_locations=[str(init.parent)])
+    folder = top / CODE_PACKAGES[KERNELS_PACKAGE]
+    if folder.is_dir() and not (folder / "__init__.py").exists():
+        spec = ModuleSpec(name, None, is_package=True)  # its modules load through this finder
+        spec.submodule_search_locations = [str(folder)]
+        return spec
     return None
 
 
