@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import harness
-from tests.conftest import REPO
+from tests.conftest import REPO, bench_env
 
 RESEARCH = sorted((REPO / "research").glob("*.py"))
 DOCS = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md", REPO / "research" / "README.md"]
@@ -105,3 +105,14 @@ def test_the_check_sees_every_way_past_the_surface(tmp_path):
     page.write_text("text\n\n```python\nfn(q, *, causal: bool) -> None\nfrom harness.errors import UserError\n```\n")
     assert [u for first, code in doc_blocks(page) for u in block_uses(first, code)] == \
         [(5, "from harness.errors import ...")]
+
+
+@pytest.mark.slow
+def test_the_architecture_page_s_example_runs_on_the_cpu():
+    """docs/architecture.md's library-surface example, as written, at the repository root (one
+    config of the example line through every stage, on the CPU: tens of seconds)."""
+    (code,) = [code for _, code in doc_blocks(REPO / "docs" / "architecture.md") if "load_registration" in code]
+    r = subprocess.run([sys.executable, "-c", code + "\nprint(type(m).__name__, [o.kind for o in outcomes])"],
+                       cwd=REPO, capture_output=True, text=True, timeout=600, env=bench_env())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[0] == "Measurement", r.stdout
