@@ -2,7 +2,12 @@
 and every install — editable or not — puts bench's ``.pth`` file in site-packages.
 
 An installed bench must not claim the top-level import name ``kernels`` (Hugging Face's
-kernel loader has it), and pyproject's ``packages.find`` cannot rename a folder.
+kernel loader has it), and pyproject's ``packages.find`` cannot rename a folder. The folder
+has no ``__init__.py`` (so a checkout does not shadow Hugging Face's ``kernels`` either): a
+regular wheel gets one written here (``KERNELS_INIT``), so the installed ``bench_kernels`` is
+a package whose ``__init__.py`` its RECORD names, as a row's ``code`` record finds it; an
+editable install maps the folder as a namespace (setuptools' finder), and ``harness``'s own
+finder does the same in a checkout.
 
 The ``.pth`` (harness/pycache.py) sets bench's private bytecode cache at Python's start-up,
 before ``bench`` or ``python -m harness`` imports anything from the repository: nothing
@@ -22,6 +27,9 @@ from setuptools.command.editable_wheel import editable_wheel
 # Import name -> folder; harness.CODE_PACKAGES says the same (tests/test_registry.py checks).
 PACKAGE_DIR = {"bench_kernels": "kernels"}
 PACKAGES = [*find_packages(include=["harness", "harness.*"]), *PACKAGE_DIR]
+# The installed bench_kernels/__init__.py of a regular wheel (the folder holds none).
+KERNELS_INIT = ('"""bench\'s shipped kernels (the repository\'s kernels/ folder), loaded through bench\'s own '
+                '`bench.kernels` entry point: docs/kernels.md."""\n')
 # The module whose source the .pth runs (read here as source: nothing of bench is imported).
 PYCACHE_MODULE = Path(__file__).resolve().parent / "harness" / "pycache.py"
 
@@ -33,13 +41,21 @@ def pth_file() -> tuple[str, str]:
 
 
 class build_py_with_pth(build_py):
-    """A regular wheel: the .pth at the root of build_lib, which installs into site-packages."""
+    """A regular wheel: the .pth at the root of build_lib, which installs into site-packages,
+    and bench_kernels/__init__.py."""
+
+    def check_package(self, package, package_dir):
+        if package in PACKAGE_DIR:  # no __init__.py in the folder: run() writes the wheel's
+            return None
+        return super().check_package(package, package_dir)
 
     def run(self):
         super().run()
         if not self.editable_mode:  # an editable wheel is written by its strategy (below)
             name, text = pth_file()
             Path(self.build_lib, name).write_text(text, encoding="ascii")
+            for package in PACKAGE_DIR:
+                Path(self.build_lib, package, "__init__.py").write_text(KERNELS_INIT, encoding="ascii")
 
 
 class _WithPth:

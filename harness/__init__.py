@@ -5,15 +5,75 @@ Rooms: ``governance`` (git guard, registration, bar language, ledger, verdict),
 ``workloads`` (shapes, FLOP/byte formulas, inputs, float64 references),
 ``sweep`` (plan and run a registered grid), ``reporting`` (renderers), ``cli`` (thin).
 
-The plugin API is public here: ``from harness import kernel, KernelSpec`` (docs/kernels.md).
-It loads on first use (``__getattr__``), so ``import harness`` stays cheap and torch-free.
+The library surface is ``__all__`` (docs/architecture.md, "The library surface"): the plugin
+API (``from harness import kernel, KernelSpec``; docs/kernels.md), and what a script needs to
+load a registration, read a ledger's rows, run one config and measure a callable. research/
+and the docs' examples import nothing else of harness (tests/test_public_api.py). The names
+load on first use (``__getattr__``), so ``import harness`` stays cheap and torch-free.
 """
 
 __version__ = "0.1.0"
 
-# The public plugin API: name -> the module that defines it (harness.registry).
-PUBLIC_API = {"kernel": "harness.registry", "KernelSpec": "harness.registry",
-              "get_kernel": "harness.registry", "load_kernels": "harness.registry"}
+# The library surface: public name -> (the module that defines it, its name there). Grouped by
+# what a script does with them; research/ and the docs' examples import only these.
+PUBLIC_API = {
+    # kernels: the plugin API (docs/kernels.md)
+    "kernel": ("harness.registry", "kernel"),
+    "KernelSpec": ("harness.registry", "KernelSpec"),
+    "get_kernel": ("harness.registry", "get_kernel"),
+    "load_kernels": ("harness.registry", "load_kernels"),
+    "UserError": ("harness.errors", "UserError"),
+    # load a registration
+    "Registration": ("harness.governance.registration", "Registration"),
+    "load_registration": ("harness.governance.registration", "load"),
+    "registration_from_table": ("harness.governance.registration", "from_table"),
+    # read a ledger's rows, and the views bench status / bench report take of them
+    "ledger_path": ("harness.governance.ledger_format", "ledger_path"),
+    "read_rows": ("harness.governance.ledger_format", "read_rows"),
+    "latest_outcomes": ("harness.governance.outcomes", "latest_outcomes"),
+    "OUTCOME_KINDS": ("harness.governance.outcomes", "OUTCOME_KINDS"),
+    "CEILINGS_LEDGER": ("harness.governance.ledger_format", "CEILINGS_LEDGER"),
+    "stored_ceilings": ("harness.record.ceilings", "stored_ceilings"),
+    "line_paths": ("harness.reporting.analysis.lines", "line_paths"),
+    "load_line": ("harness.reporting.analysis.lines", "load_path"),
+    "line_statuses": ("harness.reporting.analysis.status", "statuses"),
+    "report_data": ("harness.reporting.analysis.report", "report_data"),
+    "dataframe": ("harness.governance.ledger", "dataframe"),
+    "tidy": ("harness.reporting.analysis.tidy", "tidy"),
+    "counter_table": ("harness.measurement.counters", "counter_table"),
+    # run one config: its inputs, the correctness gate, the whole pipeline (no ledger)
+    "Config": ("harness.workloads", "Config"),
+    "flops": ("harness.workloads.formulas", "flops"),
+    "make_inputs": ("harness.workloads.inputs", "make_inputs"),
+    "detect_device": ("harness.measurement.device", "detect_device"),
+    "DEFAULT_TOLERANCES": ("harness.measurement.correctness.figures", "DEFAULT_TOLERANCES"),
+    "gate": ("harness.measurement.correctness.gate", "gate"),
+    "gate_kernels": ("harness.measurement.correctness.gate", "gate_kernels"),
+    "BoundaryMemo": ("harness.measurement.correctness.gate", "BoundaryMemo"),
+    "poison_": ("harness.measurement.correctness.poison", "poison_"),
+    "SweepContext": ("harness.pipeline.context", "SweepContext"),
+    "run_config": ("harness.pipeline.run", "run_config"),
+    # measure a callable: the timing protocol, its timers and buffers, the device's ceilings
+    "measure": ("harness.measurement.timing", "measure"),
+    "TimingPolicy": ("harness.measurement.timing", "TimingPolicy"),
+    "HostTimer": ("harness.measurement.timing", "HostTimer"),
+    "CudaEventTimer": ("harness.measurement.timing", "CudaEventTimer"),
+    "ARM_BASELINE": ("harness.measurement.timing", "ARM_BASELINE"),
+    "ARM_CONTROL": ("harness.measurement.timing", "ARM_CONTROL"),
+    "round_orders": ("harness.measurement.timing", "round_orders"),
+    "l2_flush": ("harness.measurement.timing", "l2_flush"),
+    "device_l2_bytes": ("harness.measurement.timing", "device_l2_bytes"),
+    "rotation_slots": ("harness.measurement.timing", "rotation_slots"),
+    "sustain": ("harness.measurement.timing", "sustain"),
+    "SUSTAINED_WARM_S": ("harness.measurement.timing", "WARM_S"),
+    "SUSTAINED_TIMED_S": ("harness.measurement.timing", "TIMED_S"),
+    "open_monitor": ("harness.measurement.clocks", "open_monitor"),
+    "drain_s": ("harness.measurement.leftover", "drain_s"),
+    "seal_clocks": ("harness.measurement.clockguard", "seal"),
+    "check_clocks": ("harness.measurement.clockguard", "check"),
+    "measure_ceilings": ("harness.measurement.ceilings", "measure_ceilings"),
+    "device_fingerprint": ("harness.measurement.ceilings", "device_fingerprint"),
+}
 __all__ = sorted(PUBLIC_API)
 
 
@@ -21,8 +81,13 @@ def __getattr__(name):
     if name in PUBLIC_API:
         import importlib
 
-        return getattr(importlib.import_module(PUBLIC_API[name]), name)
+        module, attr = PUBLIC_API[name]
+        return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'harness' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *PUBLIC_API})
 
 
 # -- the code packages -----------------------------------------------------------------------
@@ -31,6 +96,8 @@ def __getattr__(name):
 # site-packages (setup.py maps the folder), never a top-level ``kernels`` — Hugging Face's
 # kernel loader owns that name. In a checkout, ``bench_kernels`` is the ``kernels/`` folder
 # beside this package (SourceOnlyFinder below), so harness and kernels always come from one tree.
+# The folder has no ``__init__.py``: from a checkout, ``import kernels`` is at most a namespace
+# package, which any installed ``kernels`` (Hugging Face's) outranks wherever it is on sys.path.
 KERNELS_PACKAGE = "bench_kernels"
 CODE_PACKAGES = {"harness": "harness", KERNELS_PACKAGE: "kernels"}
 
@@ -61,16 +128,23 @@ class SourceOnlyLoader(_SourceFileLoader):
 def _kernels_spec(name):
     """``bench_kernels`` beside this package, never elsewhere: ``bench_kernels/`` where bench is
     installed (site-packages, which may also hold Hugging Face's ``kernels/``), else the
-    ``kernels/`` folder of this source tree; None if neither."""
+    ``kernels/`` folder of this source tree, a package of modules with no ``__init__.py`` (a
+    ``kernels/`` that has one is some other package: Hugging Face's in a site-packages); None
+    if neither."""
+    from importlib.machinery import ModuleSpec
     from importlib.util import spec_from_file_location
     from pathlib import Path
 
     top = Path(__file__).resolve().parent.parent
-    for folder in (KERNELS_PACKAGE, CODE_PACKAGES[KERNELS_PACKAGE]):
-        init = top / folder / "__init__.py"
-        if init.is_file():
-            return spec_from_file_location(name, init, loader=SourceOnlyLoader(name, str(init)),
-                                           submodule_search_locations=[str(init.parent)])
+    init = top / KERNELS_PACKAGE / "__init__.py"
+    if init.is_file():
+        return spec_from_file_location(name, init, loader=SourceOnlyLoader(name, str(init)),
+                                       submodule_search_locations=[str(init.parent)])
+    folder = top / CODE_PACKAGES[KERNELS_PACKAGE]
+    if folder.is_dir() and not (folder / "__init__.py").exists():
+        spec = ModuleSpec(name, None, is_package=True)  # its modules load through this finder
+        spec.submodule_search_locations = [str(folder)]
+        return spec
     return None
 
 

@@ -3,7 +3,9 @@
 The public plugin API (``from harness import kernel, KernelSpec``; docs/kernels.md). The
 kernels shipped in the repository's ``kernels/`` folder import as ``bench_kernels``
 (``harness.KERNELS_PACKAGE``), so an installed bench never claims the top-level name
-``kernels`` (Hugging Face's kernel loader's).
+``kernels`` (Hugging Face's kernel loader's). Discovery has one path, the ``bench.kernels``
+entry points: bench's own (pyproject.toml) names ``bench_kernels``, whose every public module
+is imported; any other names a module of an installed package.
 
 Contract (docs/kernels.md): a kernel is a destination-passing callable
 ``fn(q, k, v, out, *, causal, scale) -> None``. q and out are (B, H, Nq, D), k and v are
@@ -23,10 +25,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from harness import KERNELS_PACKAGE
 from harness.errors import UserError
 from harness.measurement import clockguard
 
 ENTRY_POINT_GROUP = "bench.kernels"
+# bench's own entry point in that group, as pyproject.toml declares it (tests/test_registry.py
+# checks they agree): the shipped kernels, the ``kernels/`` folder imported as ``bench_kernels``.
+SHIPPED_ENTRY_POINT = ("bench", KERNELS_PACKAGE)
 # A kernel's name: what registrations, bar clauses (``speedup vs "fa4"``), ledger arms
 # (``candidate:<name>``) and profiler range filters quote. A Python-identifier-like word (dots
 # and dashes allowed after the first character), so no quote, space, '/' or '@' can break any
@@ -142,45 +148,67 @@ def kernel(name: str, *, workloads, dtypes, devices=("cpu", "cuda"), memory=None
     return wrap
 
 
-def load_kernels() -> dict[str, KernelSpec]:
-    """Import every public module of the shipped kernels (the ``kernels/`` folder, imported as
-    ``bench_kernels``) and every ``bench.kernels`` entry point.
+def kernel_entry_points() -> list:
+    """Every ``bench.kernels`` entry point, bench's own (the shipped kernels) first.
 
-    A module that fails to import is a UserError naming the file: a broken kernel must
-    never be silently dropped from a sweep.
+    bench's own comes from the installed metadata; where that holds none — a checkout run
+    without being installed, or installed before bench declared it — it is the one
+    pyproject.toml declares (``SHIPPED_ENTRY_POINT``), so the shipped kernels are always found,
+    and found beside the ``harness`` that is running (``harness.SourceOnlyFinder``)."""
+    from importlib.metadata import EntryPoint, entry_points
+
+    found = list(entry_points(group=ENTRY_POINT_GROUP))
+    own = [ep for ep in found if ep.value == KERNELS_PACKAGE]
+    name, value = SHIPPED_ENTRY_POINT
+    return [own[0] if own else EntryPoint(name, value, ENTRY_POINT_GROUP),
+            *(ep for ep in found if ep.value != KERNELS_PACKAGE)]
+
+
+def load_kernels() -> dict[str, KernelSpec]:
+    """Load every ``bench.kernels`` entry point (``kernel_entry_points``): bench's own imports
+    every public module of the shipped kernels (the ``kernels/`` folder, imported as
+    ``bench_kernels``), any other the module it names.
+
+    A module that fails to import is a UserError naming the file, an entry point that fails
+    to load one naming it: a broken kernel must never be silently dropped from a sweep.
     """
     global _LOADED
     if not _LOADED:
-        from harness import KERNELS_PACKAGE
-
         # The timing modules' names and classes as the harness wrote them, before any kernel
         # code runs: a kernel that rebinds one is caught (measurement/clockguard.py).
         clockguard.seal()
-        pkg = importlib.import_module(KERNELS_PACKAGE)
-        for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
-            if info.name.startswith("_"):
-                continue
-            modname = f"{KERNELS_PACKAGE}.{info.name}"
-            try:
-                importlib.import_module(modname)
-            except UserError:
-                raise
-            except Exception as exc:
-                path = getattr(info.module_finder, "path", pkg.__path__[0])
-                raise UserError(f"kernel module {path}/{info.name}.py failed to import: "
-                                f"{type(exc).__name__}: {exc} — fix or remove that file") from exc
-        from importlib.metadata import entry_points
-
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
+        for ep in kernel_entry_points():
             before = set(_REGISTRY)
+            own = ep.value == KERNELS_PACKAGE
             try:
-                ep.load()
+                loaded = ep.load()
             except Exception as exc:
+                fix = (f"{KERNELS_PACKAGE} is the kernels/ folder beside harness/, with no __init__.py (delete one "
+                       f"there), or an installed bench's {KERNELS_PACKAGE}/ (reinstall bench)") if own else \
+                    "fix or uninstall that package"
                 raise UserError(f"kernel entry point '{ep.name}' ({ep.value}) failed to load: "
-                                f"{type(exc).__name__}: {exc} — fix or uninstall that package") from exc
-            _mark_distribution(ep, before)
+                                f"{type(exc).__name__}: {exc} — {fix}") from exc
+            if own:
+                _load_modules(loaded)  # bench's own code: its commit stamp (or `code` record) covers it
+            else:
+                _mark_distribution(ep, before)
         _LOADED = True
     return dict(_REGISTRY)
+
+
+def _load_modules(pkg) -> None:
+    """Import every public module of the package ``pkg`` (a name starting with ``_`` is not)."""
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        try:
+            importlib.import_module(f"{pkg.__name__}.{info.name}")
+        except UserError:
+            raise
+        except Exception as exc:
+            path = getattr(info.module_finder, "path", pkg.__path__[0])
+            raise UserError(f"kernel module {path}/{info.name}.py failed to import: "
+                            f"{type(exc).__name__}: {exc} — fix or remove that file") from exc
 
 
 def _mark_distribution(ep, before: set) -> None:

@@ -63,7 +63,7 @@ SWEEP = [  # block_n, num_warps, num_stages, programs_per_sm
 
 
 def config(shape):
-    from harness.workloads import Config
+    from harness import Config
 
     b, h, hkv, n, d, dtype = shape
     return Config(workload="decode", batch=b, heads=h, kv_heads=hkv, seq_len=n, head_dim=d, dtype=dtype, causal=False)
@@ -72,7 +72,7 @@ def config(shape):
 def gated(spec, shape, reg) -> tuple[bool, str]:
     """The harness's correctness gate of ``spec`` at ``shape`` under ``reg``'s [correctness]:
     (passed, what the table shows: the worst tolerance ratio, or the failure's tag and reason)."""
-    from harness.measurement.correctness.gate import gate
+    from harness import gate
 
     cfg = config(shape)
     g = gate(spec, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype], rtol=reg.rtol[cfg.dtype],
@@ -145,9 +145,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("bench_decode needs a CUDA GPU", file=sys.stderr)
         return 2
-    from harness import load_kernels
-    from harness.governance.registration import load as load_registration
-    from harness.measurement.ceilings import measure_ceilings
+    from harness import load_kernels, load_registration, measure_ceilings
 
     reg = load_registration(args.registration)
 

@@ -28,13 +28,13 @@ os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # 
 
 
 def example_configs():
-    from harness.governance.registration import load
+    from harness import load_registration
 
-    return load(ROOT / "registrations" / "example.toml")
+    return load_registration(ROOT / "registrations" / "example.toml")
 
 
 def large_configs(device):
-    from harness.workloads import Config
+    from harness import Config
 
     # The baseline's N×N score (fp16) and probability (fp32) tensors reach 6·B·H·N² bytes:
     # 103 GB at N = 32k with 16 heads.
@@ -50,7 +50,7 @@ def control_by_order(timing_row):
     round orders the two halves may differ while the overall control stays near 1.
     Reconstructs each round's order from ``round_orders`` (valid when no round was dropped).
     """
-    from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, round_orders
+    from harness import ARM_BASELINE, ARM_CONTROL, round_orders
 
     arms = timing_row["arms"]
     if timing_row.get("n_dropped") or ARM_CONTROL not in arms:
@@ -71,19 +71,14 @@ def control_by_order(timing_row):
 
 
 def run_grid(configs, reg, device, timing, seeds, families):
-    from harness.pipeline.context import SweepContext
-    from harness.pipeline.run import run_config
-
-    from harness.measurement.correctness.figures import DEFAULT_TOLERANCES
+    from harness import DEFAULT_TOLERANCES, SweepContext, registration_from_table, run_config
 
     # The example's tolerances, plus the gate's named defaults for dtypes it does not list.
     atol = {d: a for d, (a, _) in DEFAULT_TOLERANCES.items()} | reg.atol
     rtol = {d: r for d, (_, r) in DEFAULT_TOLERANCES.items()} | reg.rtol
-    from harness.governance.registration import from_table
-
     raw = {**reg.raw, "timing": timing, "correctness": {**reg.raw["correctness"], "atol": atol, "rtol": rtol,
                                                          "seeds": list(seeds), "families": list(families)}}
-    ctx = SweepContext(reg=from_table(raw, reg.path, reg.sha256), device=device)
+    ctx = SweepContext(reg=registration_from_table(raw, reg.path, reg.sha256), device=device)
     rows = []
     for cfg in configs:
         t0 = time.perf_counter()
@@ -119,9 +114,7 @@ def _harness_runs(configs, device, timing):
     one input slot, under ``timing``; ``call`` is the same callable for the other tool."""
     import torch
 
-    from harness import get_kernel
-    from harness.measurement.timing import TimingPolicy, measure
-    from harness.workloads.inputs import make_inputs
+    from harness import TimingPolicy, get_kernel, make_inputs, measure
 
     policy = TimingPolicy.from_mapping(timing)
     for cfg in configs:
@@ -140,8 +133,7 @@ def with_clocks(device, run):
     """run()'s result and the SM clock and power NVML saw meanwhile: when the harness and
     triton.testing differ, the clock each protocol ran at says whether the timer or the GPU
     differs."""
-    from harness.measurement.clocks import open_monitor
-    from harness.measurement.timing import HostTimer
+    from harness import HostTimer, open_monitor
 
     mon, _ = open_monitor(device)
     host = HostTimer()

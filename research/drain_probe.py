@@ -17,7 +17,7 @@ def drains_us(fn, calls: int) -> list[float]:
     synchronize with the GIL held) after the current stream is already done."""
     import torch
 
-    from harness.measurement.leftover import drain_s
+    from harness import drain_s
 
     out = []
     for _ in range(calls):

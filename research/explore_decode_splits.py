@@ -128,14 +128,12 @@ def main():
         return 2
 
     from bench_kernels.triton_decode import BLOCK_N_FOR_D, RESIDENT_PER_SM, cut, decode, plan, sm_count
-    from harness import load_kernels
-    from harness.measurement.ceilings import measure_ceilings
-    from harness.measurement.timing import TimingPolicy, device_l2_bytes, measure, rotation_slots
+    from harness import TimingPolicy, device_l2_bytes, load_kernels, measure, measure_ceilings, rotation_slots
 
     out_dir = os.environ.get("OUT") or "."
     os.makedirs(out_dir, exist_ok=True)
     specs = load_kernels()
-    from harness.governance.registration import load as load_registration
+    from harness import load_registration
 
     reg = load_registration(REGISTRATION)  # its [correctness] gates every arm before it is timed
     ceil = measure_ceilings("cuda")

@@ -104,11 +104,8 @@ def main(argv=None) -> int:
     import torch
     import triton.testing
 
-    from harness.governance.registration import load as load_registration
-    from harness.measurement.correctness.gate import gate_kernels
-    from harness.registry import get_kernel, load_kernels
-    from harness.workloads import Config, formulas
-    from harness.workloads.inputs import make_inputs
+    from harness import Config, gate_kernels, get_kernel, load_kernels, load_registration, make_inputs
+    from harness import flops as flops_of
 
     load_kernels()
     reg = load_registration(Path(__file__).resolve().parents[1] / "registrations" / "flash-h200-v2.toml")
@@ -121,7 +118,7 @@ def main(argv=None) -> int:
     results = []
     for dtype, n in SHAPES:
         cfg = Config("attention", TOKENS // n, 16, 16, n, 128, dtype, False)
-        flops = formulas.flops(cfg)
+        flops = flops_of(cfg)
         # Every arm through the harness's gate at once (the float64 references shared), under
         # flash-h200-v2's [correctness]; a variant that fails to compile fails its gate.
         run = gate_kernels(specs, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[dtype],

@@ -40,10 +40,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from harness.governance.registration import load as load_registration
-    from harness.measurement.correctness.gate import BoundaryMemo, gate_kernels
-    from harness.registry import get_kernel, load_kernels
-    from harness.workloads import Config
+    from harness import BoundaryMemo, Config, gate_kernels, get_kernel, load_kernels, load_registration
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     load_kernels()

@@ -112,8 +112,7 @@ def bare_seconds(reg, device: str) -> dict[str, float]:
     """Per config key: the wall seconds a user's own timer takes on the line's arms there."""
     import torch
 
-    from harness import get_kernel
-    from harness.workloads.inputs import make_inputs
+    from harness import get_kernel, make_inputs
 
     out = {}
     arms = [reg.baseline, *reg.candidates, reg.baseline]  # the control: the baseline again
@@ -160,8 +159,7 @@ def shipped_comparison(repo: Path, name: str, line: str) -> dict:
     """The scratch sweep's verdict (``bench verdict --no-commit``: nothing written) and speedups
     against this repository's ledger of ``line``: the shipped verdict row's outcome and clause
     values, and per (config, candidate) result the shipped speedup's CI and the new speedup."""
-    from harness.governance.ledger_format import read_rows
-    from harness.governance.outcomes import latest_outcomes
+    from harness import latest_outcomes, read_rows
 
     run, _ = _bench(repo, "verdict", name, "--no-commit")
     outcome = {0: "GO", 1: "NO-GO"}.get(run.returncode, f"refused ({run.returncode})")
@@ -198,7 +196,7 @@ def protocol_floor(rows, reg, device: str) -> dict[str, float]:
     reference over every case it judged, boundary cases included: no more than a main case's),
     the sustained phase's fixed windows where rates are judged, and one recheck call per
     candidate. A lower bound on what any implementation of the same protocol spends."""
-    from harness.measurement.timing.sustained import TIMED_S, WARM_S
+    from harness import SUSTAINED_TIMED_S, SUSTAINED_WARM_S
 
     out: dict[str, float] = {}
     cases = len(reg.seeds) * len(reg.families)
@@ -221,7 +219,7 @@ def protocol_floor(rows, reg, device: str) -> dict[str, float]:
                     | {(c["slot"], c["version"]) for a in (ref_rec.get("checks") or {}).values() for c in a.values()}
                     | {(0, v) for v in current})
         rated = sum(1 for r in rs if r.sustained)  # candidates timed back to back for their rates
-        sustained = rated * (WARM_S.get(device, 0.0) + TIMED_S.get(device, 0.0))
+        sustained = rated * (SUSTAINED_WARM_S.get(device, 0.0) + SUSTAINED_TIMED_S.get(device, 0.0))
         recheck = sum(m for arm, m in med.items() if arm.startswith("candidate:"))
         out[key] = (2 * cases * sum(kernels) + refs + rounds * sum(med.values()) + (len(contents) + 1) * per_ref
                     + sustained + recheck)
@@ -266,9 +264,7 @@ def profile_text(path: Path, top: int = 60) -> str:
 
 def measure(line: str, device: str, verdict: bool = False, out: Path | None = None, profile: bool = False,
             warm: bool = False) -> dict:
-    from harness.governance.ledger_format import read_rows
-    from harness.governance.outcomes import OUTCOME_KINDS
-    from harness.governance.registration import load
+    from harness import OUTCOME_KINDS, load_registration, read_rows
 
     with tempfile.TemporaryDirectory(prefix="bench-cost-") as tmp, tempfile.TemporaryDirectory() as scratch:
         repo = Path(tmp)
@@ -300,7 +296,7 @@ def measure(line: str, device: str, verdict: bool = False, out: Path | None = No
                 (out / f"{name}.profile.txt").write_text(profile_text(prof))
                 shutil.copy(prof, out / f"{name}.prof")  # the raw dump, for pstats queries beyond the top
         rows = [r for r in read_rows(repo / "ledger" / f"{name}.jsonl") if r.kind in OUTCOME_KINDS]
-        reg = load(repo / "registrations" / f"{name}.toml")
+        reg = load_registration(repo / "registrations" / f"{name}.toml")
         against = shipped_comparison(repo, name, line) if verdict else None
         bare, bare_wall = bare_in_process(repo, name, device)
     # Every config run (re-measures of rig-noisy pairs included: the sweep's wall time holds them),
@@ -389,13 +385,13 @@ def main(argv=None) -> int:
                     help="also evaluate the bar on the scratch sweep (nothing written) and compare its verdict and "
                          "speedups with this repository's ledger of the line (issue 32: no verdict moves)")
     args = ap.parse_args(argv)
-    from harness.measurement.device import detect_device
+    from harness import detect_device
 
     device = args.device or detect_device()
     if args.bare:
-        from harness.governance.registration import load
+        from harness import load_registration
 
-        print(json.dumps(bare_seconds(load(Path(args.bare)), device)))
+        print(json.dumps(bare_seconds(load_registration(Path(args.bare)), device)))
         return 0
     commit = tree_commit(ROOT)
     if args.warm and device != "cuda":

@@ -14,11 +14,7 @@ from pathlib import Path
 
 
 def main() -> None:
-    from harness.governance.registration import load
-    from harness.record.ceilings import stored_ceilings
-    from harness.measurement.ceilings import device_fingerprint
-    from harness.pipeline.context import SweepContext
-    from harness.pipeline.run import run_config
+    from harness import SweepContext, device_fingerprint, load_registration, run_config, stored_ceilings
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("lines", nargs="*", default=["flash-h200-v2", "decode-h200", "decode-small-h200"])
@@ -28,7 +24,7 @@ def main() -> None:
     ceilings = stored_ceilings(root, device_fingerprint("cuda"))
     print(f"ceilings: {'stored' if ceilings else 'none stored for this device (no floor)'}")
     for line in args.lines:
-        reg = load(root / "registrations" / f"{line}.toml")
+        reg = load_registration(root / "registrations" / f"{line}.toml")
         step = max(1, len(reg.configs) // args.configs)
         ctx = SweepContext(reg=reg, device="cuda", ceilings=ceilings, root=str(root))
         for cfg in reg.configs[step // 2::step][:args.configs]:

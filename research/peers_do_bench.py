@@ -49,11 +49,8 @@ def main(argv=None) -> int:
     import torch
     import triton.testing
 
-    from harness.governance.registration import load as load_registration
-    from harness.measurement.correctness.gate import gate
-    from harness.registry import get_kernel, load_kernels
-    from harness.workloads import Config, formulas
-    from harness.workloads.inputs import make_inputs
+    from harness import Config, gate, get_kernel, load_kernels, load_registration, make_inputs
+    from harness import flops as flops_of
 
     reg = load_registration(Path(__file__).resolve().parents[1] / "registrations" / a.registration)
 
@@ -65,7 +62,7 @@ def main(argv=None) -> int:
         b = TOKENS // n
         cfg = Config("attention", b, 16, 16, n, 128, dtype, causal)
         q, k, v = make_inputs(cfg, 0, "normal", "cuda")
-        scale, flops = cfg.scale, formulas.flops(cfg)
+        scale, flops = cfg.scale, flops_of(cfg)
         for name in names:
             if usable[name]:
                 continue

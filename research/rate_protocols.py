@@ -123,9 +123,7 @@ def decode_case():
     the zero_-then-read flush)."""
     import torch
 
-    from harness import get_kernel
-    from harness.workloads import Config
-    from harness.workloads.inputs import make_inputs
+    from harness import Config, get_kernel, make_inputs
 
     cfg = Config("decode", 16, 32, 8, 8192, 128, "float16", False)
     spec = get_kernel("triton_decode")
@@ -148,7 +146,7 @@ def decode_case():
 def decode_mechanism() -> int:
     import triton.testing
 
-    from harness.measurement.timing.sustained import sustain
+    from harness import sustain
 
     out_dir = Path(os.environ.get("OUT") or "bench-out")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -185,11 +183,7 @@ def sweep_context() -> int:
     import torch
     import triton.testing
 
-    from harness.measurement.correctness.poison import poison_
-    from harness.measurement.timing import l2_flush
-    from harness.measurement.timing.sustained import sustain
-    from harness.pipeline.context import SweepContext
-    from harness.pipeline.run import run_config
+    from harness import SweepContext, l2_flush, poison_, run_config, sustain
     from research.rate_vs_do_bench import TIMEOUT_S, quantiles, rate_line
 
     out_dir = Path(os.environ.get("OUT") or "bench-out")
@@ -202,7 +196,7 @@ def sweep_context() -> int:
         return f"p10 {d['p10']:.4f} p50 {d['p50']:.4f} p90 {d['p90']:.4f} n {d['n']}"
 
     fn, o, zero_flush, _ = decode_case()
-    from harness.workloads import Config
+    from harness import Config
     cfg = Config("decode", 16, 32, 8, 8192, 128, "float16", False)
     if "--no-run-config" not in sys.argv:
         ctx = SweepContext(reg=rate_line("triton_decode", cfg, {"mode": "hot", "timeout_s": TIMEOUT_S}), device="cuda")
@@ -242,9 +236,7 @@ def main() -> int:
     import torch
     import triton.testing
 
-    from harness import get_kernel
-    from harness.workloads import Config
-    from harness.workloads.inputs import make_inputs
+    from harness import Config, get_kernel, make_inputs
 
     out_dir = Path(os.environ.get("OUT") or "bench-out")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,7 @@ TIMEOUT_S = 20
 
 
 def cases():
-    from harness.workloads import Config
+    from harness import Config
 
     decode = ("triton_decode", Config("decode", 16, 32, 8, 8192, 128, "float16", False), {"mode": "hot", "timeout_s": TIMEOUT_S})
     # decode runs first and again last: its rate once read +60% after the flash cases in one
@@ -48,14 +48,14 @@ def cases():
 def rate_line(candidate, cfg, timing):
     """A registration whose bar judges an absolute rate (so the sweep takes rates from its
     sustained phase), against cublas_stack at ``cfg``'s dtype, timed under ``timing``."""
-    from harness.governance.registration import from_table
+    from harness import registration_from_table
 
     raw = {"schema": 1, "hypothesis": "the sweep's rates match do_bench's", "candidate": candidate,
            "baseline": "cublas_stack",
            "grid": {"batch": [1], "heads": [1], "seq_len": [128], "head_dim": [64], "dtype": [cfg.dtype]},
            "correctness": {"atol": 2e-2, "rtol": 2e-2, "seeds": [0], "families": ["normal"]},
            "timing": timing, "bar": {"go": "min(tflops) > 0 and pass_rate == 1.0", "prediction": 1.0}}
-    return from_table(raw, Path("registrations/rate-vs-do-bench.toml"), "")
+    return registration_from_table(raw, Path("registrations/rate-vs-do-bench.toml"), "")
 
 
 def quantiles(xs) -> dict:
@@ -74,10 +74,7 @@ def main() -> int:
         return 2
     import triton.testing
 
-    from harness import get_kernel
-    from harness.pipeline.context import SweepContext
-    from harness.pipeline.run import run_config
-    from harness.workloads.inputs import make_inputs
+    from harness import SweepContext, get_kernel, make_inputs, run_config
     from research.bench_measurement import with_clocks
 
     out_dir = Path(os.environ.get("OUT") or "bench-out")

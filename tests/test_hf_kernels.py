@@ -6,6 +6,10 @@ neither package shadows the other. A line named ``example`` (tests' TINY grid, a
 scratch-repository sweeps use: seconds on a CPU) sweeps there from a repository of
 registrations and ledgers only, and HF's loader imports in the same environment. CI reaches a
 package index; where `pip download kernels` cannot (offline), the test skips and says so.
+
+A checkout shadows nothing either: its kernels/ folder has no ``__init__.py``, so ``import
+kernels`` at the repository root (``python -c``, or a process that loaded bench's kernels) gets
+an installed ``kernels`` (a stub of HF's, here) and ``python -m harness`` still finds bench's.
 """
 
 from __future__ import annotations
@@ -126,3 +130,52 @@ def test_bench_installs_and_sweeps_the_example_beside_hugging_face_kernels(tmp_p
         for src in (row.kernel_sources or {}).values():
             assert src["path"].startswith(f"{KERNELS_PACKAGE}/"), src
     assert git(proj, "status", "--porcelain") == ""  # every row committed
+
+
+# -- the checkout shadows nothing: `import kernels` at the repository root -------------------------
+
+# A stand-in for Hugging Face's loader: a regular package named `kernels`, as its wheel installs.
+HF_STUB = '"""A stub of Hugging Face\'s kernel loader."""\nSTUB = True\n\n\ndef get_kernel(repo_id):\n    raise NotImplementedError\n'
+# At the repository root, in a process that has loaded bench's kernels too, as `python -m harness` does.
+WHICH = textwrap.dedent('''\
+    import json, sys
+    import harness
+    ks = harness.load_kernels()
+    import kernels
+    print(json.dumps({"kernels": kernels.__file__, "stub": getattr(kernels, "STUB", False),
+                      "bench": list(sys.modules["bench_kernels"].__path__), "loaded": sorted(ks)}))
+    ''')
+
+
+def _stub(site: Path) -> Path:
+    (site / HF_KERNELS).mkdir(parents=True)
+    (site / HF_KERNELS / "__init__.py").write_text(HF_STUB)
+    return site / HF_KERNELS / "__init__.py"
+
+
+@pytest.mark.parametrize("where", ["PYTHONPATH", "site-packages"])
+def test_import_kernels_at_the_repository_root_gets_hugging_faces_not_the_kernels_folder(tmp_path, where):
+    from tests.conftest import REPO
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if where == "PYTHONPATH":
+        python, stub = Path(sys.executable), _stub(tmp_path / "path")
+        env["PYTHONPATH"] = str(tmp_path / "path")
+    else:  # installed: in the site-packages of a venv that sees this interpreter's packages
+        python = _venv(tmp_path / "venv")
+        purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 check=True, capture_output=True, text=True).stdout.strip()
+        stub = _stub(Path(purelib))
+    r = subprocess.run([str(python), "-c", "import kernels; print(kernels.__file__)"], cwd=REPO, capture_output=True,
+                       text=True, env=env, timeout=BENCH_TIMEOUT_S)
+    assert r.returncode == 0 and Path(r.stdout.strip()) == stub, r.stdout + r.stderr
+    r = subprocess.run([str(python), "-c", WHICH], cwd=REPO, capture_output=True, text=True, env=env,
+                       timeout=BENCH_TIMEOUT_S)
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout)
+    assert Path(seen["kernels"]) == stub and seen["stub"], seen
+    assert seen["bench"] == [str(REPO / "kernels")] and {"sdpa", "torch_stack"} <= set(seen["loaded"]), seen
+    # `python -m harness` at the root: bench's kernels found, beside the stub.
+    r = subprocess.run([str(python), "-m", "harness", "kernels"], cwd=REPO, capture_output=True, text=True,
+                       env={**env, "COLUMNS": "200"}, timeout=BENCH_TIMEOUT_S)
+    assert r.returncode == 0 and "torch_stack" in r.stdout and "kernels/torch_stack.py" in r.stdout, r.stdout + r.stderr

@@ -30,8 +30,9 @@ MARK = ("import os as _o, sys as _s\n"
         "_o.write(_f, (__name__ + ' ' + ' '.join(_s.orig_argv[1:4]) + '\\n').encode())\n"
         "_o.close(_f)\n")
 # The modules planted: the package Python imports before any of bench's code, a deeper one,
-# the kernels package (bench_kernels) and the baseline the reported attack slowed down.
-PLANTED = ("harness/__init__.py", "harness/cli/__init__.py", "kernels/__init__.py", "kernels/torch_stack.py")
+# and, of the kernels (bench_kernels: the kernels/ folder, which has no __init__.py), the
+# baseline the reported attack slowed down.
+PLANTED = ("harness/__init__.py", "harness/cli/__init__.py", "kernels/torch_stack.py")
 # pyc flags (PEP 552): 0 = validated by the source's mtime and size; 1 = hash-based, never checked.
 TIMESTAMP, UNCHECKED_HASH = 0, 1
 

@@ -99,3 +99,79 @@ def test_setup_installs_the_kernels_folder_under_the_name_harness_maps_it_to(mon
     setup = runpy.run_path(str(REPO / "setup.py"), run_name="packages")
     assert setup["PACKAGE_DIR"] == {harness.KERNELS_PACKAGE: harness.CODE_PACKAGES[harness.KERNELS_PACKAGE]}
     assert harness.KERNELS_PACKAGE != "kernels" and "kernels" not in setup["PACKAGES"]  # Hugging Face's name
+
+
+# -- one path: the bench.kernels entry points, bench's own for the shipped kernels ----------------
+
+LOADED = textwrap.dedent('''\
+    import json, sys
+    from harness import load_kernels
+    from harness.registry import kernel_entry_points
+    ks = load_kernels()
+    ep = kernel_entry_points()[0]
+    print(json.dumps({"entry_point": [ep.name, ep.value],
+                      "from": str(ep.dist.locate_file("")) if ep.dist is not None else None,
+                      "kernels": {n: [s.source, s.distribution] for n, s in ks.items()},
+                      "package": getattr(sys.modules["bench_kernels"], "__file__", None),
+                      "path": list(sys.modules["bench_kernels"].__path__)}))
+    ''')
+
+
+def test_pyproject_declares_bench_s_own_entry_point_as_the_registry_knows_it():
+    import tomllib
+
+    from harness.registry import ENTRY_POINT_GROUP, SHIPPED_ENTRY_POINT
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"][ENTRY_POINT_GROUP] == dict([SHIPPED_ENTRY_POINT])
+    assert not (REPO / "kernels" / "__init__.py").exists()  # the folder is no top-level package
+
+
+def test_a_checkout_run_without_being_installed_finds_its_own_and_the_user_s_kernels(tmp_path):
+    # No site-packages (-S), so no installed metadata: bench's own entry point as pyproject.toml
+    # declares it, loading the kernels/ folder beside the running harness, a user's module too.
+    import json
+
+    for folder in ("harness", "kernels"):
+        shutil.copytree(REPO / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "kernels" / "users_own.py").write_text(textwrap.dedent('''\
+        from harness import kernel
+
+        @kernel("users_own", workloads=("attention",), dtypes=("float32",), devices=("cpu",))
+        def users_own(q, k, v, out, *, causal, scale):
+            """A user's kernel in the kernels/ folder."""
+        '''))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}  # not this checkout, whose bench.egg-info names it
+    res = subprocess.run([sys.executable, "-S", "-c", LOADED], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    seen = json.loads(res.stdout)
+    assert seen["entry_point"] == ["bench", "bench_kernels"] and seen["from"] is None, seen
+    assert seen["package"] is None and seen["path"] == [str(tmp_path / "kernels")], seen
+    assert {"torch_stack", "sdpa", "users_own"} <= set(seen["kernels"]), seen
+    for name in ("torch_stack", "users_own"):
+        source, distribution = seen["kernels"][name]
+        assert Path(source).parent == tmp_path / "kernels" and distribution is None, (name, source, distribution)
+
+
+@pytest.mark.slow
+def test_an_installed_bench_loads_its_kernels_through_its_own_entry_point(tmp_path):
+    import json
+
+    from tests.conftest import build_wheel, copy_project
+
+    site = tmp_path / "site"
+    wheel = build_wheel(copy_project(tmp_path / "src"), tmp_path / "dist")
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target",
+                        str(site), str(wheel)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert (site / "bench_kernels" / "__init__.py").is_file() and not (site / "kernels").exists()
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    res = subprocess.run([sys.executable, "-P", "-c", LOADED], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    seen = json.loads(res.stdout)
+    assert seen["entry_point"] == ["bench", "bench_kernels"] and Path(seen["from"]) == site, seen
+    assert seen["package"] == str(site / "bench_kernels" / "__init__.py"), seen
+    source, distribution = seen["kernels"]["torch_stack"]
+    assert source == str(site / "bench_kernels" / "torch_stack.py") and distribution is None, seen

@@ -58,7 +58,8 @@ def require_ray():
 def _package_root(name: str) -> Path:
     import importlib
 
-    return Path(importlib.import_module(name).__file__).resolve().parent
+    # The package's folder, not its __file__'s: in a checkout bench_kernels (the kernels/ folder) has none.
+    return Path(importlib.import_module(name).__path__[0]).resolve()
 
 
 def _sha(path: Path) -> str:

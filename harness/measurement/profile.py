@@ -64,7 +64,8 @@ def _pythonpath() -> str:
 
     from harness import CODE_PACKAGES
 
-    roots = {str(Path(importlib.import_module(m).__file__).resolve().parents[1]) for m in CODE_PACKAGES}
+    # A package's folder, not its __file__: bench_kernels in a checkout is the kernels/ folder, no __init__.py.
+    roots = {str(Path(importlib.import_module(m).__path__[0]).resolve().parent) for m in CODE_PACKAGES}
     return os.pathsep.join([*sorted(roots), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
