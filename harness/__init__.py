@@ -41,6 +41,13 @@ PUBLIC_API = {
     "dataframe": ("harness.governance.ledger", "dataframe"),
     "tidy": ("harness.reporting.analysis.tidy", "tidy"),
     "counter_table": ("harness.measurement.counters", "counter_table"),
+    # the next run's speedup (docs/measurement.md): runs of a line, τ, coverage of one run by another
+    "ledger_runs": ("harness.governance.nextrun", "runs"),
+    "between_run": ("harness.governance.nextrun", "between_run"),
+    "run_coverage": ("harness.governance.nextrun", "coverage"),
+    "NEXT_RUN_LEVEL": ("harness.measurement.nextrun", "NEXT_RUN_LEVEL"),
+    "NEXT_RUN_TAU_FLOOR": ("harness.measurement.nextrun", "NEXT_RUN_TAU_FLOOR"),
+    "render_error": ("harness.reporting.render.messages", "render_error"),
     # run one config: its inputs, the correctness gate, the whole pipeline (no ledger)
     "Config": ("harness.workloads", "Config"),
     "flops": ("harness.workloads.formulas", "flops"),

@@ -43,11 +43,8 @@ import json
 import sys
 from pathlib import Path
 
-from harness.errors import UserError
-from harness.governance.nextrun import between_run, coverage, runs
-from harness.measurement.nextrun import NEXT_RUN_LEVEL, NEXT_RUN_TAU_FLOOR
-from harness.reporting.analysis.lines import load_path
-from harness.reporting.render.messages import render_error
+from harness import NEXT_RUN_LEVEL, NEXT_RUN_TAU_FLOOR, UserError, render_error
+from harness import between_run, load_line as load_path, ledger_runs as runs, run_coverage as coverage
 
 # A level or floor outside these is a typo, not a question (a 100% interval is infinite; a τ of
 # 20% would say the runs measure different things).
