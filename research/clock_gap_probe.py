@@ -28,6 +28,29 @@ def report(label: str, windows) -> None:
           f"p99 {_pct(gaps, .99):7.1f} max {max(gaps):8.1f}  max over {over:6.2f}", flush=True)
 
 
+def keeping(timer_cls):
+    """``timer_cls`` that also keeps every window it read (``kept``, per arm): ``measure`` takes
+    each round's window out of ``clock_calls`` as it judges it, so the probe keeps its own copy."""
+
+    class Keeping(timer_cls):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.kept: dict[str, list] = {}
+
+        def time_call(self, fn, *, arm="", **kwargs):
+            ms = super().time_call(fn, arm=arm, **kwargs)
+            self.kept.setdefault(arm, []).append(self.clock_calls[arm][-1])
+            return ms
+
+        def time_loop(self, calls, *, arm=""):
+            out = super().time_loop(calls, arm=arm)
+            if self.clock_calls.get(arm):
+                self.kept.setdefault(arm, []).append(self.clock_calls[arm][-1])
+            return out
+
+    return Keeping
+
+
 def main() -> None:
     import timeit
 
@@ -59,16 +82,16 @@ def main() -> None:
             return lambda slot: outs[a].copy_(F.scaled_dot_product_attention(q, k, v))
 
         for mode in modes:
-            timer = CudaEventTimer(dev) if dev.startswith("cuda") else HostTimer()
+            timer = keeping(CudaEventTimer)(dev) if dev.startswith("cuda") else keeping(HostTimer)()
             pol = TimingPolicy(mode=mode, warmup_ms=50, min_samples=100, max_samples=300, min_time_ms=50,
                                noise_target=1e-6, timeout_s=30)
             m = measure({a: arm(a) for a in outs}, n_slots=1, policy=pol, device=dev, timer=timer)
             for a in outs:
-                report(f"{cfg.key()} {mode} {a} ({m.arms[a].stats.median * 1e3:.0f} µs)", timer.clock_calls[a])
+                report(f"{cfg.key()} {mode} {a} ({m.arms[a].stats.median * 1e3:.0f} µs)", timer.kept[a])
             print(f"    faults: {m.clock_faults or 'none'}", flush=True)
-        timer = CudaEventTimer(dev) if dev.startswith("cuda") else HostTimer()
+        timer = keeping(CudaEventTimer)(dev) if dev.startswith("cuda") else keeping(HostTimer)()
         sus = sustain("sdpa", arm("sdpa"), n_slots=1, device=dev, timer=timer)
-        report(f"{cfg.key()} sustained loops", timer.clock_calls["sdpa"])
+        report(f"{cfg.key()} sustained loops", timer.kept["sdpa"])
         print(f"    fault: {sus.clock_fault or 'none'}", flush=True)
 
 

@@ -476,6 +476,9 @@ def _gpu_registration() -> str:
         rtol = {{ {cfg.dtype} = {c.reg.rtol[cfg.dtype]} }}
         seeds = [0]
         families = ["normal"]
+        # The line's tolerance, as the in-process GPU tests run it: this test is about clocks,
+        # and at this tolerance register's canary check lets these two through.
+        accept_weak = ["drop_last_key", "scale_1pct"]
 
         [timing]
         warmup_ms = {p.warmup_ms}

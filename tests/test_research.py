@@ -163,3 +163,18 @@ def test_the_protocol_floor_counts_the_protocols_own_work_and_no_more():
     assert rounds < floor[cfg.key()] < row.cost["total"], (rounds, floor, row.cost["total"])
     refs = row.cost["of_which"]["reference"]
     assert floor[cfg.key()] >= rounds + refs
+
+
+@pytest.mark.slow
+def test_the_clock_gap_probe_reads_every_arms_windows_on_the_cpu():
+    """research/clock_gap_probe.py end to end on the host timer: one line per arm and mode with
+    its windows (``measure`` takes each round's window out of ``clock_calls``; the probe keeps
+    its own), and no clock fault on honest arms."""
+    r = subprocess.run([sys.executable, "-m", "research.clock_gap_probe", "--device", "cpu"], cwd=REPO,
+                       capture_output=True, text=True, timeout=300, env=bench_env())
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if " n=" in ln]
+    assert {ln.split()[2] for ln in lines if " cold " in ln} == {"sdpa", "again"}, r.stdout
+    assert any("sustained loops" in ln for ln in lines), r.stdout
+    assert all(int(ln.split(" n=")[1].split()[0]) > 0 for ln in lines), r.stdout
+    assert "faults: none" in r.stdout and "fault: none" in r.stdout, r.stdout

@@ -410,6 +410,11 @@ class CudaEventTimer:
         # widened the control's order effects (docs/measurement.md#control-arm-and-order-effects).
         tc = self._tc
         windows = self.clock_calls.setdefault(arm, [])
+        # The longest drain of every attempt, not the kept one's: a call re-run for a host gap
+        # still ran, and work it left is evidence. A kernel whose leaving calls also enqueue
+        # slowly (a gap, so a re-run) would otherwise have each such drain replaced by its
+        # honest re-run's (docs/measurement.md, "Work left running by a call that was run again").
+        self.last_drain_s = None
         for attempt in range(HOST_GAP_RETRIES + 1):
             if attempt and again is not None:
                 fn, before = again()  # fresh inputs: the failed attempt left its own in L2
@@ -439,7 +444,8 @@ class CudaEventTimer:
             self.last_host_s = enqueued
             # The whole device, not just this stream: work the call left on another stream
             # must not run beside the next call, and how long it still ran is evidence.
-            self.last_drain_s = drain_s(self._device)
+            drained = drain_s(self._device)
+            self.last_drain_s = drained if self.last_drain_s is None else max(self.last_drain_s, drained)
             if not gap:
                 self._enqueue_s[arm] = enqueued
                 return ms
