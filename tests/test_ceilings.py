@@ -8,7 +8,8 @@ import math
 import pytest
 
 from harness.errors import UserError
-from harness.measurement.ceilings import (CPU_COPY_BYTES, CPU_COPY_REPS, CPU_MATMUL_N, CPU_MATMUL_REPS, CPU_WARMUP,
+from harness.measurement.ceilings import (CPU_COPY_BYTES, CPU_COPY_REPS, CPU_MATMUL_GROW_MS, CPU_MATMUL_REPS,
+                                          CPU_MATMUL_SIZES, CPU_WARMUP,
                                           DATASHEET_PEAKS, IMPOSSIBLE_MARGIN, RATE_UNITS, TF32_KEY, Ceilings,
                                           device_fingerprint, implausible, impossible, measure_ceilings)
 from tests.timers import ScriptedTimer
@@ -133,9 +134,8 @@ def test_frozen_and_validated():
 
 
 # "Fast" as work, not wall time (a loaded machine stretches wall time): the CPU ceilings
-# move at most this many bytes and compute at most this many FLOPs, seconds on any CPU.
+# move at most this many bytes; their matmuls grow only while a call is fast (the sizes below).
 CPU_CEILINGS_MAX_BYTES = 1024**3
-CPU_CEILINGS_MAX_FLOP = 2.5e9
 
 
 def test_cpu_measurement_is_fast_and_sane():
@@ -143,8 +143,11 @@ def test_cpu_measurement_is_fast_and_sane():
     m = c.method
     calls = m["copy_reps"] + CPU_WARMUP
     assert 2 * m["copy_bytes"] * calls <= CPU_CEILINGS_MAX_BYTES, m  # read + write per copy
-    flop = sum(2 * n**3 for n in m["matmul_n"].values()) * (m["matmul_reps"] + CPU_WARMUP)
-    assert flop <= CPU_CEILINGS_MAX_FLOP, m
+    # Sizes grow only while a call is fast: every dtype starts at the smallest, runs them in
+    # order, and its ceiling is read at one of them.
+    assert set(m["matmul_sizes"]) == {"float16", "bfloat16", "float32"}
+    for key, run in m["matmul_sizes"].items():
+        assert list(run) == list(CPU_MATMUL_SIZES[:len(run)]) and m["matmul_n"][key] in run, m
     assert c.device == "cpu" and m["timer"] == "perf_counter, median"
     assert set(c.matmul_tflops) == {"float16", "bfloat16", "float32"}
     # Any CPU copies faster than 10 MB/s and slower than 10 TB/s; matmul below 100 TFLOP/s.
@@ -157,17 +160,33 @@ def test_cpu_measurement_is_fast_and_sane():
 
 
 def test_ceilings_time_through_the_timer_seam():
-    # The rates are the medians of what the timer read, one scripted arm per quantity:
-    # the median discards the one outlier in each.
+    # The rates are the medians of what the timer read, one scripted arm per quantity and size:
+    # the median discards the one outlier in each. A size whose call reads CPU_MATMUL_GROW_MS or
+    # more is the last (fp16 here, at the first size); the ceiling is the best rate read (bf16's
+    # at the middle size, float32's at the largest).
+    slow, small, mid, large = CPU_MATMUL_SIZES[0], CPU_MATMUL_SIZES[0], CPU_MATMUL_SIZES[1], CPU_MATMUL_SIZES[2]
+
+    def arm(ms):
+        return [ms] * (CPU_MATMUL_REPS - 1) + [ms / 4]
+
     copy = [4.0] * (CPU_COPY_REPS - 1) + [400.0]
-    mm = {k: [2.0] * (CPU_MATMUL_REPS - 1) + [0.5] for k in CPU_MATMUL_N}
-    timer = ScriptedTimer({"copy": copy, **{f"matmul {k}": v for k, v in mm.items()}})
+    script = {"copy": copy, f"matmul float16 n{slow}": arm(CPU_MATMUL_GROW_MS),
+              f"matmul bfloat16 n{small}": arm(2.0), f"matmul bfloat16 n{mid}": arm(4.0),
+              f"matmul bfloat16 n{large}": arm(CPU_MATMUL_GROW_MS * 2),
+              f"matmul float32 n{small}": arm(1.0), f"matmul float32 n{mid}": arm(8.0),
+              f"matmul float32 n{large}": arm(16.0)}
+    timer = ScriptedTimer(script)
     c = measure_ceilings("cpu", timer=timer)
     assert c.copy_gbps == pytest.approx(2 * CPU_COPY_BYTES / 4e-3 / 1e9)
-    assert c.matmul_tflops == pytest.approx({k: 2.0 * n**3 / 2e-3 / 1e12 for k, n in CPU_MATMUL_N.items()})
+    rate = {k: 2.0 * n**3 / (ms * 1e-3) / 1e12 for k, n, ms in
+            (("float16", slow, CPU_MATMUL_GROW_MS), ("bfloat16", mid, 4.0), ("float32", large, 16.0))}
+    assert c.matmul_tflops == pytest.approx(rate)
+    assert c.method["matmul_n"] == {"float16": slow, "bfloat16": mid, "float32": large}
+    assert c.method["matmul_sizes"] == {"float16": [slow], "bfloat16": list(CPU_MATMUL_SIZES),
+                                        "float32": list(CPU_MATMUL_SIZES)}
     # Timed calls only: the warm-up calls run untimed, outside the timer.
     assert [a for a, _ in timer.calls].count("copy") == CPU_COPY_REPS
-    assert len(timer.calls) == CPU_COPY_REPS + len(CPU_MATMUL_N) * CPU_MATMUL_REPS
+    assert len(timer.calls) == CPU_COPY_REPS + (len(script) - 1) * CPU_MATMUL_REPS
     assert c.method["timer"] == "scripted, median"
 
 

@@ -148,6 +148,13 @@ GPU_WINDOW_SLACK_MS = 1.0
 # the 2-core host (sdpa and torch_stack, 0.03-0.3 ms calls). 10 µs is five times that and
 # below the issue 47 row's 31.5 µs (0.0454 ms of CPU in 0.0139 ms of wall time).
 CPU_OVER_WALL_SLACK_MS = 1e-2
+# And the thread CPU clock does not run at perf_counter's rate: on the 2-core host (a VM) an
+# honest call's CPU time read 0.19-0.25% more than its wall time (0.5-6 ms calls at load 1.3:
+# the excess grows with the call, ~2.5 µs a ms, beyond the reads' ~1 µs), and a sweep's honest
+# torch_stack baseline at load 4 read 12 µs over in 1.85 ms (0.65%), refused as tampering with
+# the fixed slack alone. 2% of the wall time on top of the slack is three times that; issue 47's
+# row read 227% over (a clock that hides a share s of each call reads 1/(1 - s) - 1 over).
+CPU_OVER_WALL_RATE = 0.02
 
 
 @dataclass(frozen=True)
