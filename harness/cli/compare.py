@@ -6,11 +6,11 @@ from typing import List, Optional
 
 import typer
 
-from harness.cli import app
+from harness.cli import app, complete_line
 
 
 @app.command()
-def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
+def compare(specs: List[str] = typer.Argument(None, autocompletion=complete_line, metavar="[A] [B]",
                                                help="two lines, or LINE@COMMIT twice (B is compared against A)"),
             against: Optional[str] = typer.Option(None, "--against", metavar="REF",
                                                   help="CI mode: compare [NEW] (default: REF's latest commit against "

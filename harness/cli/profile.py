@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from harness.cli import app
+from harness.cli import app, complete_line
 
 
 @app.command()
-def profile(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
+def profile(line: str = typer.Argument(..., autocompletion=complete_line, help="line id or registrations/NAME.toml"),
             configs: list[str] = typer.Argument(None, help="config keys; default: smallest and largest of each dtype"),
             no_wait: bool = typer.Option(False, "--no-wait", help="refuse, instead of waiting, when another bench "
                                                                   "process is measuring on the device"),

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from harness.cli import app
+from harness.cli import app, complete_line
 
 
 @app.command()
-def replicate(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
+def replicate(line: str = typer.Argument(..., autocompletion=complete_line, help="line id or registrations/NAME.toml"),
               device: str = typer.Option("auto", help="auto | cuda | cpu"),
               gpus: str = typer.Option(None, "--gpus", help="the one GPU to replicate on (nvidia-smi numbering; "
                                                             "default: GPU 0)"),

@@ -7,11 +7,11 @@ from typing import List
 
 import typer
 
-from harness.cli import app
+from harness.cli import app, complete_line
 
 
 @app.command()
-def route(lines: List[str] = typer.Argument(..., help="lines (LINE or LINE@COMMIT) measured against one baseline"),
+def route(lines: List[str] = typer.Argument(..., autocompletion=complete_line, help="lines (LINE or LINE@COMMIT) measured against one baseline"),
           out: Path = typer.Option(Path("routes"), "--out", help="directory for route.json and route.py"),
           name: str = typer.Option("route", "--name", help="file stem of the JSON table and the dispatcher module"),
           exact: bool = typer.Option(False, "--exact", help="use each line as named, not the newest line of its "

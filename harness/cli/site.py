@@ -7,11 +7,11 @@ from typing import List, Optional
 
 import typer
 
-from harness.cli import app
+from harness.cli import app, complete_line
 
 
 @app.command()
-def site(lines: Optional[List[str]] = typer.Argument(None, help="lines to publish, with every line of their "
+def site(lines: Optional[List[str]] = typer.Argument(None, autocompletion=complete_line, help="lines to publish, with every line of their "
                                                                 "amendment chains (default: every line)"),
          out: Optional[Path] = typer.Option(None, "--out", help="output directory (default: site/)")):
     """One static site over every ledger: an index of the lines (state, verdict, headline figure,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from harness.cli import app
+from harness.cli import app, complete_line
 
 
 @app.command()
-def verdict(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
+def verdict(line: str = typer.Argument(..., autocompletion=complete_line, help="line id or registrations/NAME.toml"),
             no_commit: bool = typer.Option(False, "--no-commit",
                                            help="dry run: print the verdict, write and commit nothing (the line "
                                                 "stays open)"),
