@@ -31,7 +31,8 @@ def compare(specs: List[str] = typer.Argument(None, autocompletion=complete_line
     A line amended by a newer one is compared as the newest (--exact: as named), unless both sides name
     lines of one chain; LINE@COMMIT is used as named.
 
-    Example: bench compare flash-h200 flash-h200-v2;  in CI: bench compare --against flash-h200-v2 --threshold 0.05
+    Example: bench compare flash-h200-v2 flash-h200-peers --exact;  in CI: bench compare --against flash-h200-v2 flash-h200-peers
+    --exact --threshold 0.05
     """
     import math
 

@@ -150,9 +150,10 @@ def repair(line: str = typer.Argument(..., autocompletion=complete_line, help="l
     """Remove, at the end of the ledger, what bench did not write — an incomplete final line (a
     write that never finished), or lines after the chain that claim no row of it (a kernel's
     writes, which a sweep names when it finds them) — and nothing else: never a committed row
-    or a row bench wrote. Says what it removed.
+    or a row bench wrote. Says what it removed. Exit 0 after a repair, 2 when the ledger
+    verifies (nothing to repair).
 
-    Example: bench ledger repair flash-h200-v2
+    Example: bench ledger repair flash-h200-v2   (an intact ledger: exit 2, nothing to repair)
     """
     from harness.governance.gitguard import repo_root
     from harness.governance.ledger import Ledger

@@ -17,7 +17,7 @@ def profile(line: str = typer.Argument(..., autocompletion=complete_line, help="
     """Hardware counters (Nsight Compute) of the line's kernels, after the gate; appends `profile`
     rows, committed to git after each config.
 
-    Example: bench profile flash-h200-v2
+    Example: bench profile flash-h200-v3   (on a GPU machine with ncu; elsewhere exit 2)
     """
     from harness.governance.line import open_line
     from harness.measurement.device import detect_device

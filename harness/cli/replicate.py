@@ -39,7 +39,8 @@ def replicate(line: str = typer.Argument(..., autocompletion=complete_line, help
     Exit 0 when it ran to the end, 2 when refused (one line, nothing written), 3 when its
     baseline failed the correctness gate, 130 / 143 after Ctrl-C / SIGTERM.
 
-    Example: bench replicate flash-h200-v2 --gpus 1   (on the card beside the one that decided it)
+    Example: bench replicate flash-h200-v2 --gpus 1   (on the card beside the one that decided it; a GPU machine:
+    elsewhere exit 2)
     """
     import os
 

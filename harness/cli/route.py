@@ -21,7 +21,7 @@ def route(lines: List[str] = typer.Argument(..., autocompletion=complete_line, h
     """Per shape, the fastest kernel that passed every check with speedup CI above 1, else the baseline.
     A line amended by a newer one is routed from the newest (--exact: as named); LINE@COMMIT is used as named.
 
-    Example: bench route flash-h200-v2 decode-h200 --out routes
+    Example: bench route flash-h200-v2 decode-h200 --exact --out routes
     """
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root

@@ -18,7 +18,7 @@ def site(lines: Optional[List[str]] = typer.Argument(None, autocompletion=comple
     amendments, commit, device), each line's report, and a page per amendment chain with the
     headline figure per line, regressions marked. Self-contained: open index.html from disk.
 
-    Example: bench site --out site && xdg-open site/index.html
+    Example: bench site --out site   (then open site/index.html in a browser)
     """
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root

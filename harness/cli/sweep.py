@@ -49,7 +49,7 @@ def sweep(line: str = typer.Argument(..., autocompletion=complete_line, help="li
     (one line on stderr says why: a busy host, throttled clocks, …), 130 after Ctrl-C and 143
     after SIGTERM (each with the summary and the command that resumes).
 
-    Example: bench sweep flash-h200-v2   (after Ctrl-C, the same command resumes)
+    Example: bench sweep example   (after Ctrl-C, the same command resumes)
     """
     import os
 
