@@ -251,13 +251,16 @@ MEASURE_ATTEMPTS = 3
 def sweep_measured(repo: Path, line: str, *args: str) -> subprocess.CompletedProcess:
     """``bench sweep LINE ARGS``, then ``--remeasure`` up to MEASURE_ATTEMPTS times while a
     pair of the line's latest outcomes was never measured (skipped or throttled on a loaded
-    host); the last run's result (a failing one at once)."""
+    host, the sweep's exit 0 or 4); the last run's result (a failing one at once)."""
     from harness.governance.ledger_format import read_rows
     from harness.governance.outcomes import MISSING_KINDS, UNSUPPORTED, latest_outcomes
 
+    from harness.cli.sweep import EXIT_NOTHING_USABLE
+
     r = run_bench(repo, "sweep", line, *args)
     for _ in range(MEASURE_ATTEMPTS):
-        if r.returncode != 0:
+        # 4: it ran to the end but every pair was skipped or throttled (a busy host): measure again.
+        if r.returncode not in (0, EXIT_NOTHING_USABLE):
             return r
         latest = latest_outcomes(read_rows(repo / "ledger" / f"{line}.jsonl"))
         if not any(o.kind in MISSING_KINDS and o.kind != UNSUPPORTED for o in latest.values()):

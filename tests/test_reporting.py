@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from harness.errors import UserError
+from harness.reporting.render.compare import comparison_notes
 from harness.governance.ledger import Ledger
 from harness.governance.ledger_format import read_rows
 from harness.reporting.analysis import compare as cmp
@@ -556,6 +557,21 @@ def test_compare_refuses_different_devices_unless_told(tmp_path):
         cmp.compare(lines.load_path(a.path), lines.load_path(b.path))
     mixed = cmp.compare(lines.load_path(a.path), lines.load_path(b.path), allow_mixed=True)
     assert mixed.mixed and mixed.pairs[0].change == cmp.SAME
+
+
+def test_compare_names_a_setting_one_side_never_recorded_instead_of_refusing(tmp_path):
+    # Issue 51: older rows never recorded num_threads (None); that is no difference.
+    a, b, c = _ledger(tmp_path, "a"), _ledger(tmp_path, "b"), _ledger(tmp_path, "c")
+    _result(a, 32, "fast", _samples(1.0), _samples(2.0))
+    _result(b, 32, "fast", _samples(1.0), _samples(2.0), numerics={"allow_tf32": False, "num_threads": 16})
+    _result(c, 32, "fast", _samples(1.0), _samples(2.0), numerics={"allow_tf32": False, "num_threads": 8})
+    got = cmp.compare(lines.load_path(a.path), lines.load_path(b.path))
+    assert got.pairs[0].change == cmp.SAME and not got.mixed
+    assert got.unrecorded == ("numerics num_threads: not recorded in a",)
+    assert got.unrecorded[0] in " ".join(comparison_notes(got))
+    # A value both sides recorded and that differs is still refused.
+    with pytest.raises(UserError, match="different settings.*num_threads: 8 vs 16"):
+        cmp.compare(lines.load_path(c.path), lines.load_path(b.path))
 
 
 def test_compare_against_in_ci_mode_fails_on_a_significant_regression(repo):

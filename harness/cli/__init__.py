@@ -13,8 +13,10 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from pathlib import Path
 
 import typer
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from harness.errors import UserError
 from harness.governance.codeprov import require_private_bytecode
@@ -27,7 +29,84 @@ EXIT_SIGTERM = 128 + signal.SIGTERM
 INTERRUPTED = "interrupted — every row reported written is on disk; to resume, run: {command}"
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+
+
+class _Argument(TyperArgument):
+    """An argument whose help shows its name and help, not typer's ``<str>`` type label."""
+
+    def display_type_rich(self, ctx):
+        return None
+
+
+class _Option(TyperOption):
+    """An option whose help shows ``--name VALUE`` (a flag: ``--name`` alone), not typer's
+    ``<bool>`` / ``<str>`` type labels."""
+
+    def display_type_rich(self, ctx):
+        if self.is_flag or self.count:
+            return None
+        return self.metavar or (self.name or "value").upper()
+
+
+def _retype(param):
+    if type(param) is TyperArgument:
+        param.__class__ = _Argument
+    elif type(param) is TyperOption:
+        param.__class__ = _Option
+    return param
+
+
+def _plain_help(command) -> None:
+    """Give every parameter of ``command`` (and of its subcommands) the plain help above:
+    typer builds its commands itself, so the group re-types them once it has them, and their
+    parameters when asked for them (``get_params``: the help and completion options too)."""
+    if type(command) is TyperCommand:
+        command.__class__ = _Command
+    elif type(command) is TyperGroup:
+        command.__class__ = BenchGroup
+    for sub in (getattr(command, "commands", None) or {}).values():
+        _plain_help(sub)
+
+
+class _Command(TyperCommand):
+    def get_params(self, ctx):
+        return [_retype(p) for p in super().get_params(ctx)]
+
+
+class BenchGroup(TyperGroup):
+    """bench's command group: typer's, with plain option help (``_plain_help``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _plain_help(self)
+
+    def get_params(self, ctx):
+        return [_retype(p) for p in super().get_params(ctx)]
+
+
+def line_ids(root: Path | None = None) -> list[str]:
+    """The line ids of the repository at ``root`` (default: the one holding the working
+    directory): its registrations' and ledgers' names (``_``-prefixed files are not lines)."""
+    if root is None:
+        from harness.governance.gitguard import repo_root
+
+        try:
+            root = repo_root()
+        except UserError:
+            return []
+    names = {p.stem for p in (root / "registrations").glob("*.toml")}
+    names |= {p.stem for p in (root / "ledger").glob("*.jsonl")}
+    return sorted(n for n in names if not n.startswith("_"))
+
+
+def complete_line(incomplete: str) -> list[str]:
+    """Shell completion of a LINE argument: the repository's line ids starting with what is typed."""
+    return [n for n in line_ids() if n.startswith(incomplete)]
+
+
+# Shell completion: `bench --install-completion` (bash, zsh, fish, PowerShell) completes
+# commands, options and, for LINE arguments, the repository's line ids (complete_line).
+app = typer.Typer(cls=BenchGroup, add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings=HELP_OPTIONS,
                   help="bench: register a GO/NO-GO bar, sweep it, get a verdict — numbers you can publish.")
 

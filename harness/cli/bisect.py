@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from harness.cli import app
+from harness.cli import app, complete_line
 
 
 @app.command()
-def bisect(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
+def bisect(line: str = typer.Argument(..., autocompletion=complete_line, help="line id or registrations/NAME.toml"),
            config: str = typer.Argument(..., help="a config key, full or as tables show it (\"n256 float32 causal\")"),
            good: str = typer.Option(..., "--good", help="a commit where the candidate was fast"),
            bad: str = typer.Option(..., "--bad", help="a later commit where it is slower"),

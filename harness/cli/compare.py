@@ -6,11 +6,11 @@ from typing import List, Optional
 
 import typer
 
-from harness.cli import app
+from harness.cli import app, complete_line
 
 
 @app.command()
-def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
+def compare(specs: List[str] = typer.Argument(None, autocompletion=complete_line, metavar="[A] [B]",
                                                help="two lines, or LINE@COMMIT twice (B is compared against A)"),
             against: Optional[str] = typer.Option(None, "--against", metavar="REF",
                                                   help="CI mode: compare [NEW] (default: REF's latest commit against "
@@ -31,7 +31,8 @@ def compare(specs: List[str] = typer.Argument(None, metavar="[A] [B]",
     A line amended by a newer one is compared as the newest (--exact: as named), unless both sides name
     lines of one chain; LINE@COMMIT is used as named.
 
-    Example: bench compare flash-h200 flash-h200-v2;  in CI: bench compare --against flash-h200-v2 --threshold 0.05
+    Example: bench compare flash-h200-v2 flash-h200-peers --exact;  in CI: bench compare --against flash-h200-v2 flash-h200-peers
+    --exact --threshold 0.05
     """
     import math
 

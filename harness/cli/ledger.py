@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from harness.cli import HELP_OPTIONS, app
+from harness.cli import HELP_OPTIONS, app, complete_line
 
 ledger_app = typer.Typer(no_args_is_help=True, context_settings=HELP_OPTIONS,
                          help="Inspect and verify the append-only ledgers.")
@@ -47,7 +47,7 @@ def _one(line: str) -> Path:
 
 
 @ledger_app.command("verify")
-def verify(line: Optional[str] = typer.Argument(None, help="line id or registrations/NAME.toml (default: every ledger)"),
+def verify(line: Optional[str] = typer.Argument(None, autocompletion=complete_line, help="line id or registrations/NAME.toml (default: every ledger)"),
            strict: bool = typer.Option(False, "--strict",
                                        help="an error (exit 2) where a shallow clone lacks history a check needs")):
     """Re-check every hash chain and its committed history, and recompute each result row's
@@ -81,7 +81,7 @@ def verify(line: Optional[str] = typer.Argument(None, help="line id or registrat
 
 
 @ledger_app.command("show")
-def show(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
+def show(line: str = typer.Argument(..., autocompletion=complete_line, help="line id or registrations/NAME.toml"),
          csv: bool = typer.Option(False, "--csv", help="write all rows as CSV to stdout"),
          json: bool = typer.Option(False, "--json", help="write all rows as JSON Lines to stdout"),
          kind: Optional[str] = typer.Option(None, help="only rows of this kind"),
@@ -146,13 +146,14 @@ def show(line: str = typer.Argument(..., help="line id or registrations/NAME.tom
 
 
 @ledger_app.command("repair")
-def repair(line: str = typer.Argument(..., help="line id")):
+def repair(line: str = typer.Argument(..., autocompletion=complete_line, help="line id")):
     """Remove, at the end of the ledger, what bench did not write — an incomplete final line (a
     write that never finished), or lines after the chain that claim no row of it (a kernel's
     writes, which a sweep names when it finds them) — and nothing else: never a committed row
-    or a row bench wrote. Says what it removed.
+    or a row bench wrote. Says what it removed. Exit 0 after a repair, 2 when the ledger
+    verifies (nothing to repair).
 
-    Example: bench ledger repair flash-h200-v2
+    Example: bench ledger repair flash-h200-v2   (an intact ledger: exit 2, nothing to repair)
     """
     from harness.governance.gitguard import repo_root
     from harness.governance.ledger import Ledger

@@ -39,7 +39,7 @@ def new(line: str = typer.Argument(..., help="the line id (not a path): registra
     bar sections, checked as `bench register` checks them. Nothing is registered: review it,
     commit it, then `bench register`.
 
-    Example: bench new my-flash --candidate triton_flash --seq-len 1024 --seq-len 4096 --prediction 1.5
+    Example: bench new my-line --candidate sdpa --seq-len 128 --seq-len 256 --prediction 1.2
     """
     from harness.governance.gitguard import repo_root
     from harness.governance.scaffold import plan, write_new

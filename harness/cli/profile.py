@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from harness.cli import app
+from harness.cli import app, complete_line
 
 
 @app.command()
-def profile(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
+def profile(line: str = typer.Argument(..., autocompletion=complete_line, help="line id or registrations/NAME.toml"),
             configs: list[str] = typer.Argument(None, help="config keys; default: smallest and largest of each dtype"),
             no_wait: bool = typer.Option(False, "--no-wait", help="refuse, instead of waiting, when another bench "
                                                                   "process is measuring on the device"),
@@ -17,7 +17,7 @@ def profile(line: str = typer.Argument(..., help="line id or registrations/NAME.
     """Hardware counters (Nsight Compute) of the line's kernels, after the gate; appends `profile`
     rows, committed to git after each config.
 
-    Example: bench profile flash-h200-v2
+    Example: bench profile flash-h200-v3   (on a GPU machine with ncu; elsewhere exit 2)
     """
     from harness.governance.line import open_line
     from harness.measurement.device import detect_device

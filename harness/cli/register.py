@@ -14,7 +14,7 @@ def register(registration: str = typer.Argument(..., help="registrations/NAME.to
                                               "ledger, read from git history, holds no verdict)")):
     """Validate a committed registration and write its `registered` row (its bar is fixed from now on).
 
-    Example: bench register registrations/flash-h200-v2.toml
+    Example: bench register registrations/my-line.toml   (the file bench new wrote, reviewed and committed)
     """
     from harness.governance.line import register as do_register
     from harness.reporting.render.register import render_registered

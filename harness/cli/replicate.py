@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from harness.cli import app
+from harness.cli import app, complete_line
 
 
 @app.command()
-def replicate(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
+def replicate(line: str = typer.Argument(..., autocompletion=complete_line, help="line id or registrations/NAME.toml"),
               device: str = typer.Option("auto", help="auto | cuda | cpu"),
               gpus: str = typer.Option(None, "--gpus", help="the one GPU to replicate on (nvidia-smi numbering; "
                                                             "default: GPU 0)"),
@@ -39,7 +39,8 @@ def replicate(line: str = typer.Argument(..., help="line id or registrations/NAM
     Exit 0 when it ran to the end, 2 when refused (one line, nothing written), 3 when its
     baseline failed the correctness gate, 130 / 143 after Ctrl-C / SIGTERM.
 
-    Example: bench replicate flash-h200-v2 --gpus 1   (on the card beside the one that decided it)
+    Example: bench replicate flash-h200-v2 --gpus 1   (on the card beside the one that decided it; a GPU machine:
+    elsewhere exit 2)
     """
     import os
 

@@ -7,11 +7,11 @@ from typing import Optional
 
 import typer
 
-from harness.cli import app
+from harness.cli import app, complete_line
 
 
 @app.command()
-def report(line: str = typer.Argument(..., help="line id (or LINE@COMMIT: only rows measured at that commit)"),
+def report(line: str = typer.Argument(..., autocompletion=complete_line, help="line id (or LINE@COMMIT: only rows measured at that commit)"),
            out: Optional[Path] = typer.Option(None, "--out", help="output directory (default: reports/<line>)"),
            format: str = typer.Option("files", "--format", help="files (report.md with its plots, and report.html) "
                                                                 "| json (the report's data as one document on "

@@ -7,11 +7,11 @@ from typing import List
 
 import typer
 
-from harness.cli import app
+from harness.cli import app, complete_line
 
 
 @app.command()
-def route(lines: List[str] = typer.Argument(..., help="lines (LINE or LINE@COMMIT) measured against one baseline"),
+def route(lines: List[str] = typer.Argument(..., autocompletion=complete_line, help="lines (LINE or LINE@COMMIT) measured against one baseline"),
           out: Path = typer.Option(Path("routes"), "--out", help="directory for route.json and route.py"),
           name: str = typer.Option("route", "--name", help="file stem of the JSON table and the dispatcher module"),
           exact: bool = typer.Option(False, "--exact", help="use each line as named, not the newest line of its "
@@ -21,7 +21,7 @@ def route(lines: List[str] = typer.Argument(..., help="lines (LINE or LINE@COMMI
     """Per shape, the fastest kernel that passed every check with speedup CI above 1, else the baseline.
     A line amended by a newer one is routed from the newest (--exact: as named); LINE@COMMIT is used as named.
 
-    Example: bench route flash-h200-v2 decode-h200 --out routes
+    Example: bench route flash-h200-v2 decode-h200 --exact --out routes
     """
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root

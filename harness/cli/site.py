@@ -7,18 +7,18 @@ from typing import List, Optional
 
 import typer
 
-from harness.cli import app
+from harness.cli import app, complete_line
 
 
 @app.command()
-def site(lines: Optional[List[str]] = typer.Argument(None, help="lines to publish, with every line of their "
+def site(lines: Optional[List[str]] = typer.Argument(None, autocompletion=complete_line, help="lines to publish, with every line of their "
                                                                 "amendment chains (default: every line)"),
          out: Optional[Path] = typer.Option(None, "--out", help="output directory (default: site/)")):
     """One static site over every ledger: an index of the lines (state, verdict, headline figure,
     amendments, commit, device), each line's report, and a page per amendment chain with the
     headline figure per line, regressions marked. Self-contained: open index.html from disk.
 
-    Example: bench site --out site && xdg-open site/index.html
+    Example: bench site --out site   (then open site/index.html in a browser)
     """
     from harness.errors import UserError
     from harness.governance.gitguard import repo_root

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import typer
 
-from harness.cli import app
+from harness.cli import app, complete_line
 
 # A sweep stopped because its baseline fails the correctness gate (0: every config run; 2:
 # refused before any work; 130 / 143: Ctrl-C / SIGTERM, every one ending with the resume line).
 EXIT_BASELINE_FAILED = 3
+# A sweep that ran to the end but measured nothing the verdict can use: every pair skipped,
+# throttled, rig-noisy (unless the line counts those) or unsupported. Its first line on stderr
+# says why, from the rows' own records (reporting/analysis/usable.py).
+EXIT_NOTHING_USABLE = 4
 
 
 @app.command()
-def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
+def sweep(line: str = typer.Argument(..., autocompletion=complete_line, help="line id or registrations/NAME.toml"),
           device: str = typer.Option("auto", help="auto | cuda | cpu"),
           gpus: str = typer.Option(None, "--gpus", help="GPUs to shard the configs over, one worker each: "
                                                         "0,1,… (nvidia-smi numbering) or all (default: GPU 0)"),
@@ -41,10 +45,11 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
     committed to git after each config.
 
     Exit 0 when it ran to the end, 2 when refused, 3 when stopped because the baseline fails
-    the correctness gate, 130 after Ctrl-C and 143 after SIGTERM (each with the summary and
-    the command that resumes).
+    the correctness gate, 4 when it ran to the end but measured nothing the verdict can use
+    (one line on stderr says why: a busy host, throttled clocks, …), 130 after Ctrl-C and 143
+    after SIGTERM (each with the summary and the command that resumes).
 
-    Example: bench sweep flash-h200-v2   (after Ctrl-C, the same command resumes)
+    Example: bench sweep example   (after Ctrl-C, the same command resumes)
     """
     import os
 
@@ -84,3 +89,12 @@ def sweep(line: str = typer.Argument(..., help="line id or registrations/NAME.to
         interrupted_by(summary.signal)
     elif summary.baseline_failed is not None:
         raise typer.Exit(EXIT_BASELINE_FAILED)
+    else:
+        from harness.reporting.analysis.usable import nothing_usable
+        from harness.reporting.render.messages import render_nothing_usable
+
+        none = nothing_usable(rows, include_noisy=ln.reg.include_noisy,
+                              max_waited=ln.reg.timing.max_drop_fraction, line=ln.reg.line)
+        if none is not None:
+            render_nothing_usable(none.reason)
+            raise typer.Exit(EXIT_NOTHING_USABLE)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from harness.cli import app
+from harness.cli import app, complete_line
 
 
 @app.command()
-def warm(line: str = typer.Argument(..., help="line id or registrations/NAME.toml"),
+def warm(line: str = typer.Argument(..., autocompletion=complete_line, help="line id or registrations/NAME.toml"),
          workers: int = typer.Option(None, help="worker processes (default: one per core but one)")):
     """Compile the line's Triton kernels for its configs in parallel, so its sweep loads cached binaries.
 

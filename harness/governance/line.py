@@ -340,6 +340,6 @@ def _checked_line(tree: gitguard.CleanTree, line: str, action: str, *, closed_ok
     if verdict is not None and not closed_ok:
         raise UserError(f"line '{line}' is closed: its verdict ({verdict.outcome}) was written at row {verdict.seq} "
                         f"on commit {verdict.commit[:12]}; {action} would change a decided line — register a new line "
-                        f"(amends = \"{line}\") to measure again")
+                        f"(amends = \"{line}\") to measure again; `bench verdict {line} --show` prints its verdict")
     return Line(root=tree.root, reg=registration.load(path), ledger=led, registered=registered, rows=tuple(rows),
                 commit=tree.commit, left=left)

@@ -14,7 +14,9 @@ FASTER/SLOWER calls among them at ``FDR_Q``). The change per config:
 - UNCLEAR: anything else (too few samples, too much spread, or a change too small to name).
 
 Rows measured on different devices, under different numeric flags or a different timing
-mode are refused unless ``allow_mixed``: their difference would not be the kernel's.
+mode are refused unless ``allow_mixed``: their difference would not be the kernel's. A flag
+one side never recorded (None: a row older than the field) is no difference; the comparison
+names it (``Comparison.unrecorded``: "not recorded in X").
 
 ``next_run`` (`bench compare --next-run`, issue 48) asks another question of the same two
 sides: how many of B's speedups (over the baseline) fall inside A's within-run CIs and inside
@@ -75,6 +77,9 @@ class Comparison:
     only_a: tuple[str, ...]  # "config_key kernel" measured in A only
     only_b: tuple[str, ...]
     mixed: tuple[str, ...] = field(default=())  # setting differences let through by allow_mixed
+    # Settings one side never recorded ("numerics num_threads: not recorded in A"): not a
+    # difference, named so the reader knows the match could not be checked there.
+    unrecorded: tuple[str, ...] = field(default=())
 
     def counts(self) -> dict[str, int]:
         out = {FASTER: 0, SLOWER: 0, SAME: 0, UNCLEAR: 0}
@@ -151,18 +156,34 @@ def _settings(row: dict) -> dict:
             "timing mode": timing.get("effective_mode") or timing.get("mode")}
 
 
-def _differences(ra: dict, rb: dict) -> list[str]:
+# Settings whose None means "never recorded" (rows older than the field). A device's None is
+# itself a setting (gpu None: the CPU), so it stays a difference.
+UNRECORDED_OK = ("timing mode",)
+
+
+def _differences(ra: dict, rb: dict, label_a: str = "A", label_b: str = "B") -> tuple[list[str], list[str]]:
+    """The settings two rows differ in, and the ones one side never recorded (None or absent:
+    an older row written before bench captured it). A field one side lacks is no difference —
+    nothing says the two differ — so it is named ("not recorded in X"), never refused."""
     sa, sb = _settings(ra), _settings(rb)
-    out = []
+    out, unrecorded = [], []
     for k in sa:
-        if sa[k] != sb[k]:
-            if isinstance(sa[k], dict):
-                keys = sorted(x for x in set(sa[k]) | set(sb[k]) if sa[k].get(x) != sb[k].get(x))
-                shown = ", ".join(f"{x}: {sa[k].get(x)} vs {sb[k].get(x)}" for x in keys[:3])
+        if sa[k] == sb[k]:
+            continue
+        if isinstance(sa[k], dict) or isinstance(sb[k], dict):
+            da, db = sa[k] or {}, sb[k] or {}
+            keys = sorted(x for x in set(da) | set(db) if da.get(x) != db.get(x))
+            real = [x for x in keys if da.get(x) is not None and db.get(x) is not None]
+            unrecorded += [f"{k} {x}: not recorded in {label_a if da.get(x) is None else label_b}"
+                           for x in keys if x not in real]
+            if real:
+                shown = ", ".join(f"{x}: {da.get(x)} vs {db.get(x)}" for x in real[:3])
                 out.append(f"{k} ({shown})")
-            else:
-                out.append(f"{k} ({sa[k]} vs {sb[k]})")
-    return out
+        elif k in UNRECORDED_OK and (sa[k] is None or sb[k] is None):
+            unrecorded.append(f"{k}: not recorded in {label_a if sa[k] is None else label_b}")
+        else:
+            out.append(f"{k} ({sa[k]} vs {sb[k]})")
+    return out, unrecorded
 
 
 def _label(view: LineView) -> str:
@@ -200,9 +221,11 @@ def _matched(a: LineView, b: LineView) -> tuple[list[tuple[dict, dict]], list[st
 def compare(a: LineView, b: LineView, *, allow_mixed: bool = False) -> Comparison:
     """Config by config, B against A (see the module docstring)."""
     pairs, only_a, only_b = _matched(a, b)
-    mixed = []
+    mixed, unrecorded = [], {}
     for ra, rb in pairs:
-        diff = _differences(ra, rb)
+        diff, missing = _differences(ra, rb, _label(a), _label(b))
+        for m in missing:
+            unrecorded.setdefault(m, ra.config_key)
         if diff and not allow_mixed:
             raise UserError(f"{_label(a)} and {_label(b)} were measured under different settings at {ra.config_key}: "
                             f"{'; '.join(diff)} — their difference would not be the kernel's; pass --allow-mixed to "
@@ -223,7 +246,8 @@ def compare(a: LineView, b: LineView, *, allow_mixed: bool = False) -> Compariso
         out.append(PairComparison(ra.config_key, ra.candidate, rb.candidate, float(np.median(sa)),
                                   float(np.median(sb)), len(sa), len(sb), sp, lo, hi, p, classify(sp, lo, hi, pa),
                                   timed(ra, INTERLEAVED).sm_mhz, timed(rb, INTERLEAVED).sm_mhz, pa))
-    return Comparison(_label(a), _label(b), tuple(out), tuple(only_a), tuple(only_b), tuple(mixed))
+    return Comparison(_label(a), _label(b), tuple(out), tuple(only_a), tuple(only_b), tuple(mixed),
+                      tuple(unrecorded))
 
 
 def against(root, ref: str, new: str | None, *, allow_mixed: bool = False) -> Comparison:

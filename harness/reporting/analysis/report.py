@@ -378,6 +378,16 @@ def _replication(view: LineView) -> dict | None:
             "data": rep.as_dict()}
 
 
+def _empty(view: LineView, outcomes: dict) -> dict | None:
+    """What a report of a line with no outcome says instead of its tables and plots: that nothing
+    is measured yet, and the commands that measure it and decide it (None: something is)."""
+    if outcomes:
+        return None
+    at = f" at commit {view.commit}" if view.commit else ""
+    return {"text": f"Line {view.line} is registered; nothing is measured yet{at}, so there is nothing to plot.",
+            "run": [f"bench sweep {view.line}", f"bench report {view.line}", f"bench verdict {view.line}"]}
+
+
 def report_data(view: LineView, history=None) -> dict:
     """Everything the report shows, as formatted strings (deterministic for a given ledger);
     ``history`` (history.LineHistory): what amended, re-opened or re-measured the line, shown at the top."""
@@ -442,4 +452,6 @@ def report_data(view: LineView, history=None) -> dict:
         "control_tolerance": control_tol,
         # Replicates beside the verdict (`bench replicate`): each instance's clauses, agreement, spread.
         "replication": _replication(view),
+        # A line with no outcome yet: what to run instead of a page of empty frames (None: measured).
+        "empty": _empty(view, outcomes),
     }

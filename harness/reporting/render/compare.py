@@ -61,6 +61,8 @@ def comparison_notes(cmp: Comparison) -> list[str]:
     if cmp.mixed:
         notes.append(f"compared across different settings (--allow-mixed): {'; '.join(cmp.mixed[:3])}"
                      + (f" and {len(cmp.mixed) - 3} more" if len(cmp.mixed) > 3 else ""))
+    if cmp.unrecorded:
+        notes.append(f"not checked, one side never recorded it: {'; '.join(cmp.unrecorded)}")
     return notes
 
 
@@ -133,6 +135,7 @@ def emit_comparison(cmp: Comparison, fmt: str, threshold: float | None, notes=()
                 "fdr_q": FDR_Q, "same_band": SAME_BAND, "min_effect": MIN_EFFECT, "threshold": threshold,
                 "regressions": sum(r["regression"] for r in records), "pairs": records, "only_a": list(cmp.only_a),
                 "only_b": list(cmp.only_b), "mixed": list(cmp.mixed),
+                "unrecorded": list(cmp.unrecorded),
                 **({"next_run": next_run_record(next_run)} if next_run is not None else {})}
     emit(fmt, records, document)
     for n in [*comparison_notes(cmp), *notes]:

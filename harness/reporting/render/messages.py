@@ -20,6 +20,11 @@ def render_interrupted(text: str) -> None:
     print(f"bench: {text}", file=sys.stderr)
 
 
+def render_nothing_usable(reason: str) -> None:
+    """A sweep that gave no usable number: why, as one line on stderr (its exit code is 4)."""
+    print(f"bench: nothing usable: {reason}", file=sys.stderr)
+
+
 def render_aborted() -> None:
     print("bench: aborted", file=sys.stderr)
 
@@ -31,4 +36,4 @@ def render_written_registration(line: str, waived: dict[str, str]) -> None:
         print(f"  waived canary {name} (accept_weak, commented in the file): {why}")
 
 
-__all__ = ["render_aborted", "render_error", "render_interrupted", "render_version", "render_written_registration"]
+__all__ = ["render_aborted", "render_error", "render_interrupted", "render_nothing_usable", "render_version", "render_written_registration"]

@@ -38,6 +38,8 @@ def figures(view: LineView) -> dict[str, bytes]:
     reg = view.registration
     noisy = bool(reg.get("include_noisy"))
     outcomes = view.outcomes()
+    if not outcomes:  # nothing measured: no frames to draw (the report says what to run)
+        return {}
     data_results = view.results()
     tol = next(((r.policy or {}).get("control_tolerance") for r in data_results), None)
     deciding = summary.deciding_configs(reg, outcomes, include_noisy=noisy)
@@ -93,6 +95,8 @@ def _shapes(env, data: dict) -> str:
 
 def markdown(data: dict) -> str:
     env = jinja_env()
+    if data.get("empty"):
+        return env.from_string(template("empty.md.j2")).render(d=data)
     shared = _shapes(env, data)
     return env.from_string(template("report.md.j2")).render(d=data, plots=PLOTS, shared=shared)
 
@@ -100,6 +104,8 @@ def markdown(data: dict) -> str:
 def html(data: dict, images: dict[str, bytes]) -> str:
     env = jinja_env()
     env.autoescape = True
+    if data.get("empty"):
+        return env.from_string(template("empty.html.j2")).render(d=data)
     shared = _shapes(env, data)
     encoded = {name: base64.b64encode(png).decode("ascii") for name, png in images.items()}
     return env.from_string(template("report.html.j2")).render(d=data, plots=PLOTS, images=encoded, shared=shared,
@@ -134,6 +140,8 @@ def summary(data: dict) -> list[str]:
     for c in data["clauses"]:
         said.append(f"  {c['outcome']:<8} {c['text']}  → {c['value']} ({c['op']} {c['threshold']}, {c['n']} rows)"
                     + ("" if c["source"] == "—" else f"; measured: {c['source']}"))
+    if data.get("empty"):
+        said.append(f"  nothing measured yet: run {data['empty']['run'][0]}")
     rep = data.get("replication")
     if rep:
         said.append(f"  replication: {rep['short'] or 'no replicate yet'}")
@@ -145,4 +153,5 @@ def render_report(data: dict, paths: dict[str, Path]) -> None:
     c = console()
     for text in summary(data):
         c.print(text, markup=False)
-    c.print(f"wrote {paths['html']} (self-contained) and {paths['markdown']} with its plots", markup=False)
+    plots = " (nothing measured yet: no plots)" if data.get("empty") else " with its plots"
+    c.print(f"wrote {paths['html']} (self-contained) and {paths['markdown']}{plots}", markup=False)

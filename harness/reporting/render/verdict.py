@@ -68,8 +68,8 @@ def render_verdict(v) -> None:
         c.print(line, markup=False)
     cov = v.row.coverage
     if cov:
-        c.print(f"  coverage: decided on {cov['decided']} of {cov['pairs']} registered pairs "
-                f"(min_coverage {cov['min_coverage']:g})")
+        c.print(f"  coverage: decided on {cov['decided']} of {cov['pairs']} registered pairs"
+                + (f" (min_coverage {cov['min_coverage']:g})" if cov.get("min_coverage") is not None else ""))
     c.print(f"  {v.primary} = {fmt(v.primary_value, '.4g')}, predicted {v.prediction:g}"
             + ("" if v.primary_value is None else f" (outcome − prediction = {v.primary_value - v.prediction:+.4g})"))
     if v.row.primary_note:
@@ -79,8 +79,10 @@ def render_verdict(v) -> None:
         c.print(f"[bold {color}]{v.outcome}[/] — dry run: nothing written, line {v.row.line} stays open "
                 f"(`bench verdict {v.row.line}` writes this verdict and commits it)")
         return
+    decided_at = (v.row.measured_at or {}).get("commit") if not v.anchored else None
     c.print(f"[bold {color}]{v.outcome}[/] — line {v.row.line} closed at ledger row {v.row.seq}"
-            + (f", committed as {v.anchored[:12]}" if v.anchored else ""))
+            + (f", committed as {v.anchored[:12]}" if v.anchored else "")
+            + (f" (decided on rows measured at {decided_at[:12]}, written {v.row.time})" if decided_at else ""))
 
 
 def emit_verdict(v) -> None:
