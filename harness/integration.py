@@ -11,7 +11,7 @@ attention of the model goes through ``attention(q, k, v, causal=..., scale=...)`
 inside ``use_kernel(fn)``, fn a registered kernel's ``fn(q, k, v, out, *, causal, scale)``;
 outside any ``use_kernel`` the hook computes plain softmax attention, so the model runs on
 its own too. ``use_kernel(fn, timer=CallTimer(device))`` also times each call at the hook
-(record/integration.py: the probe → in-situ factor).
+(commands/integration.py: the probe → in-situ factor).
 """
 
 from __future__ import annotations

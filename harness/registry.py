@@ -220,7 +220,7 @@ def _mark_distribution(ep, before: set) -> None:
                         f"bench cannot record which package version its kernels came from — reinstall that package")
     import sys
 
-    from harness.governance.codeprov import distribution_record
+    from harness.provenance.code import distribution_record
 
     top = ep.module.partition(".")[0]
     where = Path(sys.modules[top].__file__).resolve()

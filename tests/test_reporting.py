@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from harness.errors import UserError
-from harness.governance.ledger import Ledger
-from harness.governance.ledger_format import read_rows
+from harness.ledger.store import Ledger
+from harness.ledger.format import read_rows
 from harness.reporting.analysis import compare as cmp
 from harness.reporting.analysis import lines, report, route, status, summary, tidy
 from harness.reporting.render import compare as compare_out
@@ -354,7 +354,7 @@ def test_each_clause_has_its_margin_and_a_bootstrap_ci_over_its_deciding_rows(sh
 
 
 def test_one_margin_for_the_verdict_and_the_report():
-    from harness.governance.bar import ClauseOutcome, margin
+    from harness.registration.bar import ClauseOutcome, margin
     from harness.reporting.render.verdict import margin as verdict_margin
 
     assert margin(513.6, ">=", 500) == pytest.approx((13.6, 0.0272))

@@ -17,7 +17,7 @@ import threading
 import typer
 
 from harness.errors import UserError
-from harness.governance.codeprov import require_private_bytecode
+from harness.provenance.code import require_private_bytecode
 from harness.reporting.render.console import fit_streams
 from harness.reporting.render.messages import render_aborted, render_error, render_interrupted, render_version
 

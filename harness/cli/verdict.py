@@ -22,7 +22,7 @@ def verdict(line: str = typer.Argument(..., help="line id or registrations/NAME.
     """
     from harness.governance.line import host_env, open_line
     from harness.governance.verdict import GO
-    from harness.record.verdict import close
+    from harness.commands.verdict import close
     from harness.reporting.render.verdict import render_verdict
 
     from harness.reporting.render.formats import check_format

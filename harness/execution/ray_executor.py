@@ -28,7 +28,7 @@ from pathlib import Path
 
 from harness import CODE_PACKAGES, pycache
 from harness.errors import UserError
-from harness.governance.codeprov import loaded_files, module_path, require_private_bytecode, require_source_loaded
+from harness.provenance.code import loaded_files, module_path, require_private_bytecode, require_source_loaded
 from harness.execution.executor import STARTUP_TIMEOUT_S, Done, Executor, Job, Lost, Phase, SlotInfo
 
 INSTALL_HINT = 'pip install -e ".[ray]"'
@@ -147,7 +147,7 @@ class RayWorker:
         import importlib
 
         from harness.execution.jobs import slot_info
-        from harness.governance.devices import device_key
+        from harness.vocab.devices import device_key
 
         try:  # started with the driver's bytecode cache (its runtime_env), before harness was imported
             require_private_bytecode(self.cache)

@@ -262,7 +262,7 @@ def require_worker_code(root: str | None) -> None:
     process that reads bytecode only from bench's private cache (inherited from the driver)."""
     import importlib
 
-    from harness.governance import codeprov
+    from harness.provenance import code as codeprov
 
     importlib.import_module("harness.pipeline.run")  # what a config runs: checked before the first one
     if root is not None:

@@ -1,6 +1,6 @@
 """`bench bisect`'s rule: what one commit's measurements say, three-valued.
 
-A commit is measured (``pipeline/probe.py``, in its own worktree) one or more times; its
+A commit is measured (``commands/probe.py``, in its own worktree) one or more times; its
 measurements are pooled round by round (each round's baseline and candidate samples stay a
 pair) into one speedup (baseline median / candidate median) with its paired bootstrap 95% CI
 (``measurement.stats``).

@@ -17,13 +17,14 @@ from typing import Iterator
 
 from harness import __version__
 from harness.errors import UserError, shown
-from harness.governance import codeprov, gitguard, integration, line_ids, registration
-from harness.governance.codeprov import CODE_PACKAGES, require_code_from
-from harness.governance.ledger import Ledger, Left, require_anchorable
-from harness.governance.ledger_format import ledger_path
-from harness.governance.ledger_verify import rows_at, verify, verify_refusal
-from harness.governance.locks import exclusive
-from harness.governance.outcomes import REGISTERED, VERDICT
+from harness.provenance import code as codeprov, git as gitguard
+from harness.registration import integration, line_ids, schema as registration
+from harness.provenance.code import CODE_PACKAGES, require_code_from
+from harness.ledger.store import Ledger, Left, require_anchorable
+from harness.ledger.format import ledger_path
+from harness.ledger.verify import rows_at, verify, verify_refusal
+from harness.ledger.locks import exclusive
+from harness.vocab.outcomes import REGISTERED, VERDICT
 from harness.measurement.device import host_id
 
 
@@ -54,7 +55,7 @@ class Line:
     rows: tuple
     commit: str  # the code commit (gitguard.code_commit): what rows written now are stamped with
     code: tuple = ()  # Stamp.code
-    left: Left | None = None  # the ledger file as it was verified: a command's appends follow it (record/writer.py)
+    left: Left | None = None  # the ledger file as it was verified: a command's appends follow it (commands/writer.py)
 
     def stamp(self, env: dict) -> Stamp:
         return Stamp(self.commit, self.registered.registration_sha256, self.registered.registration_commit, env,

@@ -24,8 +24,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, NamedTuple
 
-from harness.governance.devices import model
-from harness.governance.outcomes import RESULT, latest_outcomes
+from harness.vocab.devices import model
+from harness.vocab.outcomes import RESULT, latest_outcomes
 from harness.jsonsafe import number
 from harness.measurement.nextrun import (MIN_REPLICATE_PAIRS, NEXT_RUN_LEVEL, NEXT_RUN_TAU_FLOOR, BetweenRun,
                                          control_tau2, log_sigma, replicate_tau2)
@@ -196,7 +196,7 @@ def next_bounds(row, between: BetweenRun) -> tuple[float | None, float | None]:
 
 def names_next_run(go: str | None, primary: str | None = None) -> bool:
     """Whether a bar (its ``go`` text and ``primary``) names a next-run metric."""
-    from harness.governance import bar as barlang
+    from harness.registration import bar as barlang
 
     aggs = [c.aggregate for c in barlang.parse(go).clauses()] if go else []
     if primary:

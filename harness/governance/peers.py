@@ -58,7 +58,7 @@ def same_measurement(row, peer_row) -> bool:
 def _why_not(row, peer_row, correct: bool) -> tuple[str, str]:
     """(kind, reason) a correct ``row`` has no speedup over the candidate of ``peer_row`` (its
     outcome at the same config), which counts as a correct result or not."""
-    from harness.governance.outcomes import FAILING_KINDS, RESULT, state_of
+    from harness.vocab.outcomes import FAILING_KINDS, RESULT, state_of
 
     peer = peer_row.candidate
     if not correct:

@@ -25,8 +25,8 @@ import statistics
 from pathlib import Path
 
 from harness.errors import UserError, shown
-from harness.governance.devices import device_name
-from harness.governance.outcomes import RESULT
+from harness.vocab.devices import device_name
+from harness.vocab.outcomes import RESULT
 
 # Recorded results per device below which its control spread is not trusted.
 MIN_SPREAD_ROWS = 5
@@ -98,7 +98,7 @@ def tolerance_power(reg) -> dict:
 
 def _recorded_controls(root: Path, mode: str) -> dict[str, list[float]]:
     """|control − 1| of every result row in ``root``/ledger, per GPU, in timing ``mode``."""
-    from harness.governance.ledger import recorded
+    from harness.ledger.store import recorded
 
     out: dict[str, list[float]] = {}
     for _, rows in recorded(root):

@@ -55,8 +55,8 @@ from pathlib import Path
 
 from harness.errors import UserError, plural, shown
 from harness.governance.decide import Bound, Finding, decide
-from harness.governance.devices import ceilings_name, same_gpu_model
-from harness.governance.metrics import BY_NAME, SM_CLOCK_METRICS, STEP_NAMES
+from harness.vocab.devices import ceilings_name, same_gpu_model
+from harness.vocab.metrics import BY_NAME, SM_CLOCK_METRICS, STEP_NAMES
 
 # A bar is held to the measured ceilings themselves on a GPU: a clause that needs more than
 # the device measurably does is refused unless [bar] beyond_ceiling_ok says why it may.
@@ -294,7 +294,7 @@ def _verify_ranges(reg, cfg, dev: Device | None) -> tuple[dict, dict]:
 def verify_finding(reg, pairs, dev: Device | None) -> Finding | None:
     """Why a [verify] clause cannot decide (on ``dev``): it can never hold at some pair (no
     GO is possible), or it holds at every pair whatever the counters read."""
-    from harness.governance.verify import names, possible
+    from harness.registration.verify import names, possible
 
     where = f" on {dev.label}" if dev is not None else ""
     if dev is not None and dev.row.device != "cuda":
@@ -325,8 +325,8 @@ def pairs_of(reg) -> list[tuple]:
 
 
 def _ceilings_rows(root: Path) -> list[dict]:
-    from harness.governance.ledger import Ledger
-    from harness.governance.ledger_format import CEILINGS_LEDGER
+    from harness.ledger.store import Ledger
+    from harness.ledger.format import CEILINGS_LEDGER
 
     return Ledger(root, CEILINGS_LEDGER).rows()
 
@@ -344,9 +344,9 @@ def baseline_times(root: Path, reg, ceilings_row) -> dict:
     """config key -> (the slowest recorded baseline_ms, where): every result row of any line
     with this baseline, config and timing mode, on this device, registered with the same
     [numerics] pins (the times the baseline itself can be expected to take)."""
-    from harness.governance.ledger import recorded
-    from harness.governance.ledger_format import CEILINGS_LEDGER
-    from harness.governance.outcomes import REGISTERED, RESULT
+    from harness.ledger.store import recorded
+    from harness.ledger.format import CEILINGS_LEDGER
+    from harness.vocab.outcomes import REGISTERED, RESULT
 
     fingerprint = ceilings_row.fingerprint
     ceilings = {r.seq: r for r in _ceilings_rows(root)}
@@ -394,7 +394,7 @@ def known_devices(root: Path, reg) -> tuple[list[Device], list[dict]]:
 
 
 def _refusal(reg, finding: Finding, *, reductio: bool, registered: bool = False) -> UserError:
-    from harness.governance.registration import KEY_SCHEMA
+    from harness.registration.schema import KEY_SCHEMA
 
     table = "" if finding.text.startswith("[verify]") else "[bar] "
     waiver = f"[bar] {WAIVER_KEY} = \"<why>\" (schema = {KEY_SCHEMA[('bar', WAIVER_KEY)]})"
@@ -422,7 +422,7 @@ def _reductio(reg, devices: list) -> list[tuple[Device | None, Finding]]:
 def at_register(root: Path, reg) -> dict:
     """Refuse a bar that cannot decide, or that needs more than a known device measurably does
     (unless waived); return what was checked, for the `registered` row."""
-    from harness.governance.integration import amdahl_refusal, ceiling
+    from harness.registration.integration import amdahl_refusal, ceiling
 
     amdahl = amdahl_refusal(reg)  # Amdahl is arithmetic on the stated share: never waived
     if amdahl is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.governance import line_ids
+from harness.registration import line_ids
 
 # The grid a flag left out, per workload: a small one that runs anywhere (a fused-attention
 # prefill sweep, a decode step over a long cache), to be widened once the line works.
@@ -295,7 +295,7 @@ def _parsed(text: str, path: Path, want: dict):
     import hashlib
     import tomllib
 
-    from harness.governance.registration import from_table
+    from harness.registration.schema import from_table
 
     raw = tomllib.loads(text)
     if raw != want:
@@ -311,7 +311,7 @@ def write_new(root: Path, new: NewLine) -> tuple[Path, dict[str, str]]:
     tolerance cannot reject are waived in the file, each with its reason); refuse an existing
     file (nothing is overwritten). Returns the path and the waived canaries."""
     from harness.governance.power import tolerance_floor
-    from harness.governance.registration import check_kernels
+    from harness.registration.schema import check_kernels
     from harness.measurement import canaries
 
     path = Path(root) / "registrations" / f"{new.line}.toml"

@@ -11,7 +11,7 @@ measured (skipped, unsupported, throttled) and the registration does not ``allow
 when the outcomes come from more than one commit or device, when nothing was measured at
 all (or pairs the bar cannot use remain beside failures: they could still pass), or
 while any row of the line is not committed, or when a result row's figures disagree with its
-own samples (``ledger_verify.verify``, governance/audit.py). A refusal over pairs it cannot use names
+own samples (``ledger_verify.verify``, ledger/audit.py). A refusal over pairs it cannot use names
 `bench sweep LINE --remeasure`, which measures them again at the same commit; the verdict
 then decides on the newest measurement and its row lists each pair so re-measured
 (``remeasured``). The verdict row is committed at once,
@@ -21,7 +21,7 @@ committed and a NO-GO cannot be deleted without a trace.
 
 A line with ``[replication] instances = N`` also waits for N device instances with complete
 grids at its commit on its stack (the line's own and the replicates written before the verdict,
-governance/replication.py) and decides its bar over them by ``combine``; the row records each
+registration/replication.py) and decides its bar over them by ``combine``; the row records each
 instance's clause values (``replication``). Replicates written after the verdict never change it.
 
 A line with ``[verify]`` clauses also needs counters (`profile` rows) for every candidate
@@ -35,13 +35,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.errors import UserError
-from harness.governance import bar as barlang
-from harness.governance import verify as verifylang
-from harness.governance.ledger import require_anchored
-from harness.governance.ledger_rows import VerdictRow, load
+from harness.registration import bar as barlang
+from harness.registration import verify as verifylang
+from harness.ledger.store import require_anchored
+from harness.ledger.rows import VerdictRow, load
 from harness.governance.line import Line
-from harness.governance.devices import stack_text
-from harness.governance.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, current_rows,
+from harness.vocab.devices import stack_text
+from harness.vocab.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, current_rows,
                                          UNSUPPORTED, coverage, decided, kernel_failed, latest_outcomes, measured_on,
                                          outcome_key, places, remeasures, state_of)
 
@@ -67,7 +67,7 @@ def bar_row_map(outcomes: dict, *, include_noisy: bool, next_run=None) -> tuple[
     under ``bar.UNCOMPARED_KEY`` (governance/peers.py). With ``next_run`` (a
     ``measurement.nextrun.BetweenRun``: ``nextrun.bar_between_run``, for a bar that names the
     next-run metrics) a correct result also carries ``speedup_next_low`` / ``speedup_next_high``."""
-    from harness.governance.bar import PEERS_KEY, UNCOMPARED_KEY
+    from harness.registration.bar import PEERS_KEY, UNCOMPARED_KEY
     from harness.governance.peers import peer_speedups
 
     rows, excluded = {}, {}
@@ -104,7 +104,7 @@ def bar_row_map(outcomes: dict, *, include_noisy: bool, next_run=None) -> tuple[
 def other_runs(reg, rows: list[dict]) -> list[str]:
     """The comparisons a peer clause of ``reg``'s bar needs that the rows hold from two runs:
     "A vs P at CONFIG" (P measured again, alone, after A's result was decided)."""
-    from harness.governance.bar import UNCOMPARED_KEY, uncompared_rows
+    from harness.registration.bar import UNCOMPARED_KEY, uncompared_rows
     from harness.governance.peers import OTHER_RUN
 
     out = []
@@ -175,8 +175,8 @@ def integration_rows(reg, rows, where: tuple) -> list[tuple]:
     kernel outcomes were; a refusal when the step was not timed there, or when a measured
     step gain is above the Amdahl ceiling (``amdahl_violated``: the verdict decides nothing
     until an amendment explains the share)."""
-    from harness.governance.integration import ceiling_text
-    from harness.governance.outcomes import INTEGRATION
+    from harness.registration.integration import ceiling_text
+    from harness.vocab.outcomes import INTEGRATION
 
     latest = {r.candidate: r for r in current_rows(rows)
               if r.kind == INTEGRATION and measured_on(r, reg.mixed_devices) == where}
@@ -206,7 +206,7 @@ def integration_bar_row(r, *, include_noisy: bool) -> dict:
     """An `integration` row as the bar reads it: its step metrics, counted (``correct``) when
     it passed the float64 check and was timed, not throttled, and not rig-noisy (unless the
     line counts noisy rows)."""
-    from harness.governance.bar import INTEGRATION_FLAG
+    from harness.registration.bar import INTEGRATION_FLAG
 
     usable = bool(r.correct) and r.metrics is not None and not r.throttled and (include_noisy or not r.rig_noisy)
     return {INTEGRATION_FLAG: True, "candidate": r.candidate, "correct": usable, **(r.metrics or {})}
@@ -227,7 +227,7 @@ def require_checked(reg, deciding) -> None:
     """Refuse a bar reading a figure that ``ledger verify`` could not check on a result it decides
     on (``audit.unchecked``: a row written before bench kept that figure's raw data): such a
     figure could have been rewritten, and re-hashed, before its commit."""
-    from harness.governance.audit import unchecked
+    from harness.ledger.audit import unchecked
 
     read = sorted({c.aggregate.metric for c in reg.bar.clauses() if c.aggregate.metric})
     for r in deciding:
@@ -289,11 +289,11 @@ def instance_bar_rows(reg, by_pair: dict) -> list[dict]:
 
 
 def replicated_bar(reg, ledger_rows, deciding: list, rows: list[dict], where: tuple, stack: dict):
-    """A ``[replication]`` line's bar (governance/replication.py): refused until the instances
+    """A ``[replication]`` line's bar (registration/replication.py): refused until the instances
     it waits for hold complete grids at ``where`` on ``stack``, then combined by its rule over
     the line's own bar rows (``rows``) and each replicate's."""
-    from harness.governance.devices import instance
-    from harness.governance.replication import combined, registered_pairs, waited_for
+    from harness.vocab.devices import instance
+    from harness.registration.replication import combined, registered_pairs, waited_for
 
     pairs = registered_pairs(reg)
     per = [(instance(deciding[0].env or {}), [r.seq for r in deciding], rows)]

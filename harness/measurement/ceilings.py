@@ -79,7 +79,7 @@ CPU_WARMUP = 1
 TF32_KEY = "float32_tf32"
 MATMUL_KEYS = ("float16", "bfloat16", "float32", TF32_KEY)
 
-# The rates a ceiling bounds (each a result metric with a ``*_frac``, governance/metrics.py), in
+# The rates a ceiling bounds (each a result metric with a ``*_frac``, vocab/metrics.py), in
 # their units; ``Ceilings.bound`` gives each one's ceiling.
 RATE_UNITS = MappingProxyType({"tflops": "TFLOP/s", "gbps": "GB/s", "kv_gbps": "GB/s"})
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.governance.outcomes import SKIPPED, UNSUPPORTED
+from harness.vocab.outcomes import SKIPPED, UNSUPPORTED
 from harness.pipeline import phase
 from harness.pipeline.context import Outcome, SweepContext, Task
 from harness.pipeline.rows import base_row

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.governance.outcomes import (CAUGHT_RANDOM_CALL, CAUGHT_RECHECK, CAUGHT_REFRESHED, CAUGHT_SUSTAINED,
+from harness.vocab.outcomes import (CAUGHT_RANDOM_CALL, CAUGHT_RECHECK, CAUGHT_REFRESHED, CAUGHT_SUSTAINED,
                                          CAUGHT_TIMED, INCORRECT, SKIPPED, rejection_tag)
 from harness.measurement import clockguard
 from harness.measurement.correctness.results import CLOCK_TAMPERED

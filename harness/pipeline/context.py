@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from harness.workloads import Config
 
 if TYPE_CHECKING:
-    from harness.governance.registration import Registration
+    from harness.registration.schema import Registration
 
 # Fresh inputs for the post-timing recheck come from a seed no registration uses for the
 # gate, so a kernel cannot have seen them.

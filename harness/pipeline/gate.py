@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.governance.outcomes import CRASHED, INCORRECT
+from harness.vocab.outcomes import CRASHED, INCORRECT
 from harness.measurement import clockguard
 from harness.measurement.correctness.results import CLOCK_TAMPERED
 from harness.pipeline import phase

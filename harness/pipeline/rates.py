@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.governance.outcomes import SKIPPED, THROTTLED
+from harness.vocab.outcomes import SKIPPED, THROTTLED
 from harness.measurement.timing.results import arm_name
 from harness.pipeline.checks import Checked, Survivor
 from harness.pipeline.context import Outcome
@@ -107,8 +107,8 @@ def beyond_ceilings(cfg, ctx, ceil, arm_rates: dict) -> str | None:
     ceilings are short medians on a shared host, CPU_FLOOR_MARGIN). The per-call floor credits a
     cache with every byte it may hold, so on a CPU, whose caches hold a small config whole, it
     never judged the copy ceiling: this does, whatever the cache."""
-    from harness.governance.ledger_format import ceilings_where
-    from harness.governance.metrics import CEILING_RATES
+    from harness.ledger.format import ceilings_where
+    from harness.vocab.metrics import CEILING_RATES
     from harness.measurement.ceilings import impossible
     from harness.measurement.floor import FLOOR_MARGIN
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import traceback
 
-from harness.governance.outcomes import CRASHED, INCORRECT, SKIPPED
+from harness.vocab.outcomes import CRASHED, INCORRECT, SKIPPED
 from harness.pipeline.context import Outcome, SweepContext
 from harness.workloads import Config
 
@@ -43,7 +43,7 @@ def kernel_source(spec, root: str | None) -> dict:
     if root is not None and p.resolve().is_relative_to(Path(root).resolve()):
         shown = p.resolve().relative_to(Path(root).resolve()).as_posix()
     else:  # outside the repository: the module's path (a row never names a directory of a machine)
-        from harness.governance.codeprov import module_path
+        from harness.provenance.code import module_path
 
         shown = module_path(p)
     return {"path": shown, "sha256": hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None,

@@ -9,7 +9,7 @@ the same inputs, and nothing is reported that fails the checks after timing.
 
 from __future__ import annotations
 
-from harness.governance.outcomes import CRASHED
+from harness.vocab.outcomes import CRASHED
 from harness.pipeline import phase
 from harness.pipeline.budget import Budget, budget
 from harness.pipeline.checks import check_after_timing

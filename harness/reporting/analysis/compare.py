@@ -27,8 +27,8 @@ import math
 from dataclasses import dataclass, field
 
 from harness.errors import UserError
-from harness.governance.outcomes import RESULT
-from harness.governance.devices import device_of
+from harness.vocab.outcomes import RESULT
+from harness.vocab.devices import device_of
 from harness.reporting.analysis.lines import LineView, arm_samples
 
 # False-discovery rate of FASTER/SLOWER across one comparison's configs (Benjamini-Hochberg);
@@ -210,7 +210,7 @@ def compare(a: LineView, b: LineView, *, allow_mixed: bool = False) -> Compariso
         mixed += [f"{ra.config_key}: {d}" for d in diff]
     import numpy as np
 
-    from harness.governance.metrics import INTERLEAVED
+    from harness.vocab.metrics import INTERLEAVED
     from harness.reporting.analysis.protocol import timed
 
     tests = []

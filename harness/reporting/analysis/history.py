@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UserError, plural
-from harness.governance.outcomes import OUTCOME_KINDS, REGISTERED, VERDICT, Remeasure, remeasures, resweeps
-from harness.governance.ledger_rows import RegisteredRow, load
+from harness.vocab.outcomes import OUTCOME_KINDS, REGISTERED, VERDICT, Remeasure, remeasures, resweeps
+from harness.ledger.rows import RegisteredRow, load
 
 # Re-measured pairs a note lists one per line before "and N more".
 MAX_LISTED = 5
@@ -171,9 +171,9 @@ def _row0(path: Path) -> RegisteredRow:
 
 def index(root: Path) -> Index:
     """Every line's row 0 from the work tree, and each GONE ledger read back from git."""
-    from harness.governance.gitguard import last_commit_holding
-    from harness.governance.ledger import missing_ledgers
-    from harness.governance.ledger_verify import rows_at
+    from harness.provenance.git import last_commit_holding
+    from harness.ledger.store import missing_ledgers
+    from harness.ledger.verify import rows_at
     from harness.reporting.analysis.lines import line_paths
 
     root = Path(root)
@@ -198,7 +198,7 @@ def index(root: Path) -> Index:
 
 def _reopened(idx: Index, line: str, row0: RegisteredRow, rel: str) -> Reopened | None:
     """Row 0's ``reopens`` declaration, with what the replaced version held (read from git)."""
-    from harness.governance.ledger_verify import rows_at
+    from harness.ledger.verify import rows_at
 
     declared = row0.reopens
     if not isinstance(declared, dict) or not isinstance(declared.get("commit"), str):
@@ -227,7 +227,7 @@ def _reopened(idx: Index, line: str, row0: RegisteredRow, rel: str) -> Reopened 
 def line_history(idx: Index, line: str, rows=None) -> LineHistory:
     """``line``'s history; ``rows``: its ledger rows where the caller has read them (the
     re-measures come from them), else read here (a GONE line: its last committed rows)."""
-    from harness.governance.ledger_format import ledger_path, read_rows
+    from harness.ledger.format import ledger_path, read_rows
 
     rel = f"ledger/{line}.jsonl"
     gone = idx.gone.get(line)

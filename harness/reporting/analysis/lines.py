@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.governance import line_ids
-from harness.governance.devices import device_of
-from harness.governance.outcomes import REGISTERED, RESULT, VERDICT, is_replicate
-from harness.governance.ledger_rows import RegisteredRow, VerdictRow
+from harness.registration import line_ids
+from harness.vocab.devices import device_of
+from harness.vocab.outcomes import REGISTERED, RESULT, VERDICT, is_replicate
+from harness.ledger.rows import RegisteredRow, VerdictRow
 
 
 
@@ -42,7 +42,7 @@ class LineView:
 
     def outcomes(self) -> dict[tuple[str, str], dict]:
         """The latest current outcome per (config_key, kernel), at the asked commit if any."""
-        from harness.governance.outcomes import latest_outcomes
+        from harness.vocab.outcomes import latest_outcomes
 
         rows = self.rows
         if self.commit:
@@ -94,12 +94,12 @@ def line_paths(root: Path) -> list[Path]:
 
 def load(root: Path, spec: str) -> LineView:
     """The line named by ``spec`` (LINE or LINE@commit), its chain verified first."""
-    from harness.governance.ledger_format import ledger_path
+    from harness.ledger.format import ledger_path
 
     line, commit = split_spec(spec)
     path = ledger_path(root, line)
     if not path.exists():
-        from harness.governance.ledger import missing_ledgers
+        from harness.ledger.store import missing_ledgers
 
         gone = [why for rel, why in missing_ledgers(root) if rel == f"ledger/{path.name}"]
         if gone:
@@ -109,8 +109,8 @@ def load(root: Path, spec: str) -> LineView:
 
 
 def load_path(path: Path, *, commit: str | None = None) -> LineView:
-    from harness.governance.ledger_format import read_rows
-    from harness.governance.ledger_verify import verify, verify_refusal
+    from harness.ledger.format import read_rows
+    from harness.ledger.verify import verify, verify_refusal
 
     res = verify(path)
     if not res.ok:

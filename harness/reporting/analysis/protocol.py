@@ -4,7 +4,7 @@ A result row records two measurements of its candidate: the interleaved rounds
 (``timing``: every arm in turn under one clock; the speedup's) and, on a line whose bar
 judges an absolute rate, the sustained phase (``sustained``: its calls back to back; the
 rates'). Which metric comes from which is the metric table's ``protocol``
-(governance/metrics.py); this module reads that protocol's own record in the row (its
+(vocab/metrics.py); this module reads that protocol's own record in the row (its
 samples, mean SM clock and power), so a renderer prints a figure beside the time and clock it
 came from — never a rate beside the interleaved median, nor a speedup beside the sustained one.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.governance import metrics as metric_table
-from harness.governance.metrics import INTERLEAVED, SUSTAINED
+from harness.vocab import metrics as metric_table
+from harness.vocab.metrics import INTERLEAVED, SUSTAINED
 from harness.jsonsafe import number
 
 
@@ -134,8 +134,8 @@ def deciding_values(agg, outcomes: dict, *, include_noisy: bool, next_run=None) 
     (with a peer: compared with it), in ``outcomes``' order; none for a peer aggregate that
     could not compare one of its correct rows (its value is unknown). ``next_run``: the
     between-run variance a next-run metric is read with (``verdict.bar_row_map``)."""
-    from harness.governance import bar as barlang
-    from harness.governance.outcomes import RESULT
+    from harness.registration import bar as barlang
+    from harness.vocab.outcomes import RESULT
     from harness.governance.verdict import bar_row_map
 
     if agg.metric is None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from harness.governance import metrics as metric_table
-from harness.governance.metrics import INTERLEAVED, METRICS, PROTOCOL_TEXT, RATES, SUSTAINED
-from harness.governance.outcomes import PROFILE, RESULT
-from harness.governance.ledger_rows import RegisteredRow, VerdictRow
+from harness.vocab import metrics as metric_table
+from harness.vocab.metrics import INTERLEAVED, METRICS, PROTOCOL_TEXT, RATES, SUSTAINED
+from harness.vocab.outcomes import PROFILE, RESULT
+from harness.ledger.rows import RegisteredRow, VerdictRow
 from harness.jsonsafe import number
 from harness.reporting.analysis import protocol, summary
 from harness.reporting.analysis.lines import LineView, device_label
@@ -52,7 +52,7 @@ def _reason_group(row: dict) -> str:
 
 def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
     """The verdict's clauses, or — with no verdict yet — the bar evaluated on the outcomes so far."""
-    from harness.governance import bar as barlang
+    from harness.registration import bar as barlang
     from harness.governance.nextrun import bar_between_run
     from harness.governance.verdict import bar_rows, integration_bar_row
 
@@ -258,7 +258,7 @@ def _mb(v):
 def _counter_tables(view: LineView) -> list[dict]:
     """The latest `profile` row per (config, kernel): a table per config, a row per launch,
     the call's totals, and the counter reductio's finding where it has one."""
-    from harness.governance.outcomes import current_rows
+    from harness.vocab.outcomes import current_rows
 
     latest = {}
     for r in current_rows(view.rows):
@@ -299,17 +299,17 @@ def _verify(view: LineView) -> list[dict]:
 
 def _latest_steps(view: LineView) -> list:
     """The latest current `integration` row per candidate, by candidate."""
-    from harness.governance.outcomes import INTEGRATION, current_rows
+    from harness.vocab.outcomes import INTEGRATION, current_rows
 
     latest = {r.candidate: r for r in current_rows(view.rows) if r.kind == INTEGRATION}
     return [latest[c] for c in sorted(latest)]
 
 
 def _integration(view: LineView) -> list[dict]:
-    """The latest `integration` row per candidate (record/integration.py): the step's times,
+    """The latest `integration` row per candidate (commands/integration.py): the step's times,
     the measured gain beside the one the kernel's probe predicted, the probe → in-situ
     factor, the op's share and an Amdahl violation with the share the op must have had."""
-    from harness.governance.integration import ceiling_text
+    from harness.registration.integration import ceiling_text
 
     latest = {r.candidate: r for r in _latest_steps(view)}
     out = []
@@ -351,7 +351,7 @@ def _replication(view: LineView) -> dict | None:
     rep = replication_view(view)
     if rep is None:
         return None
-    from harness.governance.devices import instance_text
+    from harness.vocab.devices import instance_text
 
     texts = [" ".join(str(t).split()) for t, _, _ in rep.reference]
     own = {"cells": [f"{instance_text(rep.original)} (the line's own)", "—", f"{str(rep.commit)[:12]} (closing)",

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from harness.errors import UserError
 from harness.jsonsafe import number
-from harness.governance.outcomes import FAILING_KINDS, RESULT
-from harness.governance.devices import device_of
+from harness.vocab.outcomes import FAILING_KINDS, RESULT
+from harness.vocab.devices import device_of
 from harness.reporting.analysis.lines import LineView
 
 ROUTE_SCHEMA = 3  # 2: each route carries the interleaved medians and clock its speedup comes from; 3: "candidate", not "kernel"
@@ -103,7 +103,7 @@ def _interleaved_ms(row: dict) -> float:
     """The candidate's median in the interleaved rounds (inf where none): a route compares
     kernels in the protocol their speedups come from, never one's sustained median with
     another's interleaved one."""
-    from harness.governance.metrics import INTERLEAVED
+    from harness.vocab.metrics import INTERLEAVED
     from harness.reporting.analysis.protocol import timed
 
     return _or_inf(timed(row, INTERLEAVED).median_ms)
@@ -119,7 +119,7 @@ def build(views: list[LineView]) -> RouteTable:
     if len(baselines) != 1:
         raise UserError(f"lines {', '.join(v.line for v in views)} time against different baselines "
                         f"({', '.join(sorted(map(str, baselines)))}): a route needs speedups over one baseline")
-    from harness.governance.metrics import INTERLEAVED
+    from harness.vocab.metrics import INTERLEAVED
     from harness.reporting.analysis.protocol import timed
 
     (baseline,) = baselines

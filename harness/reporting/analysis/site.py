@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.governance import metrics as metric_table
-from harness.governance.outcomes import RESULT
+from harness.vocab import metrics as metric_table
+from harness.vocab.outcomes import RESULT
 from harness.jsonsafe import number
 from harness.measurement.timing.criteria import row_statistic
 from harness.reporting.analysis.compare import MIN_EFFECT
@@ -133,7 +133,7 @@ class Site:
 
 def _with_value(row: dict, agg, value: float) -> dict:
     """``row`` with the figure ``agg`` reads set to ``value`` (its metric, or its peer's entry)."""
-    from harness.governance.bar import PEERS_KEY
+    from harness.registration.bar import PEERS_KEY
 
     if agg.peer is not None:
         return {**row, PEERS_KEY: {**(row.get(PEERS_KEY) or {}), agg.peer: value}}
@@ -182,7 +182,7 @@ def _bounds(row, metric: str, peer: str | None = None) -> tuple[float, float] | 
 
 def headline(view) -> Headline:
     """``view``'s (lines.LineView) primary figure, with its interval, commit, time and device."""
-    from harness.governance import bar as barlang
+    from harness.registration import bar as barlang
     from harness.governance.verdict import bar_row_map
     from harness.reporting.analysis.lines import device_label
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.governance.devices import device_name
+from harness.vocab.devices import device_name
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,8 @@ def checked_line(path: Path, idx=None):
     verified once (the view is what ``lines.load_path`` would give)."""
     from dataclasses import replace
 
-    from harness.governance.ledger_format import read_rows
-    from harness.governance.ledger_verify import verify
+    from harness.ledger.format import read_rows
+    from harness.ledger.verify import verify
     from harness.reporting.analysis.history import line_history
     from harness.reporting.analysis.lines import LineView
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.governance import metrics as metric_table
-from harness.governance.metrics import SUSTAINED
-from harness.governance.outcomes import RESULT
+from harness.vocab import metrics as metric_table
+from harness.vocab.metrics import SUSTAINED
+from harness.vocab.outcomes import RESULT
 from harness.jsonsafe import number
 from harness.measurement.timing.criteria import row_statistic
 from harness.reporting.analysis.lines import arm_samples, device_label
@@ -143,7 +143,7 @@ def _candidates(view, results) -> list[str]:
 
 def bar_metrics(reg: dict) -> list[str]:
     """Metrics the bar's clauses and the primary aggregate over, in clause order."""
-    from harness.governance import bar as barlang
+    from harness.registration import bar as barlang
 
     out = []
     if reg.get("go"):
@@ -169,7 +169,7 @@ def judged(reg: dict) -> tuple[str, ...]:
 
 def stated_clocks(reg: dict) -> tuple[float, ...]:
     """The SM clocks (MHz) the bar's clauses and primary state for a rate, ``tflops_at(F)``, in order."""
-    from harness.governance import bar as barlang
+    from harness.registration import bar as barlang
 
     aggs = [c.aggregate for c in barlang.parse(reg["go"]).clauses()] if reg.get("go") else []
     if reg.get("primary"):
@@ -273,7 +273,7 @@ def rate_header(reg: dict, results: list) -> str:
 def margin_text(value, op: str, threshold: float) -> str:
     """``+13.6 (+2.7%)``: a clause's margin to its threshold (governance/bar.margin), as the
     verdict and the report print it; empty where there is none (==, no value)."""
-    from harness.governance.bar import margin
+    from harness.registration.bar import margin
 
     m = margin(number(value), op, threshold)
     if m is None:
@@ -296,7 +296,7 @@ def clause_ci(agg, outcomes: dict, *, include_noisy: bool) -> str:
 def threshold_spans(reg: dict, outcomes: dict, *, include_noisy: bool, metric: str = "speedup") -> list[tuple]:
     """(legend label, threshold, {(config_key, candidate)}) per bar clause over ``metric``: a plot
     draws each threshold only over the points its clause's filter selects."""
-    from harness.governance import bar as barlang
+    from harness.registration import bar as barlang
     from harness.reporting.analysis.protocol import deciding_rows
 
     if not reg.get("go"):
@@ -338,7 +338,7 @@ def deciding_configs(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[
     """The rows whose samples decide the bar's metric clauses: for min/max the row holding the
     value, for another aggregate its lowest and highest rows; at most MAX_DISTRIBUTION_CONFIGS,
     a row once."""
-    from harness.governance import bar as barlang
+    from harness.registration import bar as barlang
     from harness.reporting.analysis.protocol import deciding_values
 
     if not reg.get("go"):
@@ -373,7 +373,7 @@ def peer_tables(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[dict]
     clause selects, config by config, with the candidate's speedup over P, its 95% CI and the
     two medians of the same rounds — or, where it could not be compared, why. A clause reports
     one reduction of these; the table shows where the candidate stands at each shape."""
-    from harness.governance import bar as barlang
+    from harness.registration import bar as barlang
     from harness.governance.verdict import bar_row_map
     from harness.reporting.analysis.protocol import speedup_text
 

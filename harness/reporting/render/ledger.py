@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import plural
-from harness.governance.ledger import rows_text
+from harness.ledger.store import rows_text
 from harness.reporting.analysis.history import MAX_LISTED
 from harness.reporting.render.console import console
 from harness.reporting.analysis.tidy import replicate_text

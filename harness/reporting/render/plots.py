@@ -232,7 +232,7 @@ def rates_figure(results: list[dict], rate: str | None, thresholds=()):
                                      f"(and the datasheet peak, dotted)")
 
 
-# A rate's marker says the protocol it was measured under (governance/metrics.py PROTOCOLS).
+# A rate's marker says the protocol it was measured under (vocab/metrics.py PROTOCOLS).
 PROTOCOL_MARKERS = {"interleaved": "o", "sustained": "D"}
 
 
@@ -248,7 +248,7 @@ def roofline_figure(results: list[dict]):
     are set side by side, a small step apart, so the points do not hide each other."""
     import numpy as np
 
-    from harness.governance.metrics import rate_protocol
+    from harness.vocab.metrics import rate_protocol
     from harness.reporting.analysis.summary import datasheet_peak
 
     fig, ax = figure(ROOFLINE_SIZE)
@@ -329,7 +329,7 @@ def distribution_plot(deciding: list, short: dict[str, str] | None = None) -> by
     calls where its rates came from them), each arm a violin with its median marked."""
     from harness.reporting.analysis.lines import arm_samples
     from harness.reporting.analysis.summary import rate_samples
-    from harness.governance.metrics import SUSTAINED, rate_protocol
+    from harness.vocab.metrics import SUSTAINED, rate_protocol
 
     if not deciding:
         fig, ax = figure()
@@ -427,7 +427,7 @@ def clock_plot(results: list[dict]) -> bytes:
     """Per-round minimum SM clock of the interleaved rounds over the sweep, in ledger order,
     dropped rounds marked; and each sustained phase's mean clock (the clock its rates were
     measured at), spread over its config's rounds."""
-    from harness.governance.metrics import SUSTAINED, rate_protocol
+    from harness.vocab.metrics import SUSTAINED, rate_protocol
 
     fig, ax = figure()
     seen, kept_x, kept_y, drop_x, drop_y, bounds, notes = {}, [], [], [], [], [], set()

@@ -54,7 +54,7 @@ def _render_reductio(c, red: dict) -> None:
     if red.get("note"):
         c.print(f"  [yellow]note[/]: {escape(red['note'])}")
     if red.get("amdahl"):
-        from harness.governance.integration import ceiling_text
+        from harness.registration.integration import ceiling_text
 
         a = red["amdahl"]
         c.print(escape(f"  amdahl: {ceiling_text(a['op_share'], a['op_share_source'])}: an integration bar above "

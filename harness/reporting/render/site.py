@@ -17,7 +17,7 @@ import base64
 import re
 from pathlib import Path
 
-from harness.governance import metrics as metric_table
+from harness.vocab import metrics as metric_table
 from harness.reporting.analysis.site import FIRST, IMPROVED, NOT_COMPARED, REGRESSION, RULE, Chain, Headline, Site
 from harness.reporting.render.console import console
 

@@ -4,7 +4,7 @@ device-wait and interrupt notes (also said by `bench profile` and `bench ceiling
 from __future__ import annotations
 
 from harness.errors import plural
-from harness.governance.outcomes import RESULT, SUPERSEDES
+from harness.vocab.outcomes import RESULT, SUPERSEDES
 from harness.reporting.render.console import console
 from harness.reporting.render.rows import fmt, outcome_reason
 from harness.workloads.keys import shorten
@@ -119,10 +119,10 @@ def render_sweep_summary(summary: dict, rows: list[dict] = (), uncommitted: str 
 
 def _what(summary: dict) -> str:
     """'sweep', or for `bench replicate` what the replicate is: of which verdict, on which
-    instance, at which commit, on which stack (governance/replication.py)."""
+    instance, at which commit, on which stack (registration/replication.py)."""
     from rich.markup import escape
 
-    from harness.governance.devices import instance_text
+    from harness.vocab.devices import instance_text
 
     rep = summary.get("replicate")
     if not rep:

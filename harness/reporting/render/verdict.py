@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.errors import plural
-from harness.governance.outcomes import Remeasure
+from harness.vocab.outcomes import Remeasure
 from harness.reporting.analysis.history import MAX_LISTED
 from harness.reporting.analysis.summary import margin_text
 from harness.reporting.render.console import console
