@@ -27,6 +27,7 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.governance import bisect as rule
+from harness.governance.bisect import FIRST_BAD, INTERRUPTED, NO_REGRESSION, UNCLEAR
 from harness.provenance import git as gitguard
 from harness.ledger.store import Ledger, require_anchorable
 from harness.ledger.format import BISECT_LEDGER, utc_now
@@ -41,7 +42,6 @@ PROBE_TIMEOUT_S = 900
 # worktree (or run something before it): removed from the probe's environment.
 FOREIGN_CODE_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "PYTHONUSERBASE")
 GOOD_END, BAD_END, PROBED = "good end", "bad end", "probe"
-FIRST_BAD, NO_REGRESSION, UNCLEAR, INTERRUPTED = "first bad", "no regression", "unclear", "interrupted"
 
 
 @dataclass(frozen=True)

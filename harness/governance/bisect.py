@@ -35,6 +35,8 @@ DEFAULT_BUDGET = 3
 GOOD, BAD, UNCLEAR, SKIP = "good", "bad", "unclear", "skip"
 DECISIONS = (GOOD, BAD, UNCLEAR, SKIP)
 REGRESSION, NO_REGRESSION = "regression", "no regression"
+# How a bisect ends (commands/bisect.py, BisectResult.outcome): FIRST_BAD, NO_REGRESSION, UNCLEAR or INTERRUPTED.
+FIRST_BAD, INTERRUPTED = "first bad", "interrupted"
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ def render_probe(p) -> None:
 def render_bisect(res) -> None:
     """How the bisect ended, with the evidence and where its rows are."""
     from harness.errors import plural
-    from harness.commands.bisect import FIRST_BAD, INTERRUPTED, NO_REGRESSION
+    from harness.governance.bisect import FIRST_BAD, INTERRUPTED, NO_REGRESSION
 
     rows = f"{plural(len(res.probes), 'probe')}, rows in {res.ledger}" + ("" if res.committed else " (not committed: "
                                                                          "--no-commit)")
