@@ -59,7 +59,7 @@ def _ledger(root: Path, line: str, candidates=("fast",), commit="a" * 40) -> Led
 
 def _result(led: Ledger, n: int, kernel: str, cand: list[float], base: list[float], *, env=CPU_ENV, commit="a" * 40,
             **extra) -> dict:
-    """A result row whose figures are its samples' (``ledger_verify.verify`` recomputes them)."""
+    """A result row whose figures are its samples' (``ledger.verify.verify`` recomputes them)."""
     from harness.measurement.stats import ratio, speedup_ci
     from harness.measurement.timing.sustained import rates
     from harness.workloads import Config

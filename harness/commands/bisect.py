@@ -34,6 +34,11 @@ from harness.ledger.format import BISECT_LEDGER, utc_now
 from harness.vocab.outcomes import PROBE
 from harness.commands.interrupts import StopNow, interrupts
 from harness.commands.writer import write
+from harness.governance.line import read_line
+from harness.registration.line_ids import config_of
+from harness.ledger.verify import verify, verify_refusal
+from harness.commands.probe import PROBE_FORMAT
+from harness.jsonsafe import number
 
 # One probe's subprocess (its gate and timing of one config) is given this long before it is
 # killed and its commit skipped.
@@ -91,9 +96,6 @@ def bisect(line: str, config: str, good: str, bad: str, *, candidate: str | None
     """Find the first code commit after ``good`` up to ``bad`` at which ``candidate``'s speedup
     over the baseline at ``config`` dropped (governance/bisect.py's rule). Every refusal comes
     before the first probe; ``on_probe(Probe)`` is called as each row is written."""
-    from harness.governance.line import read_line
-    from harness.registration.line_ids import config_of
-
     if budget < 1:
         raise UserError(f"--budget {budget}: give the measurements one commit may take, at least 1")
     if not 0 <= threshold < 1:
@@ -121,7 +123,6 @@ def bisect(line: str, config: str, good: str, bad: str, *, candidate: str | None
                         f"change you suspect)")
     led = Ledger(top, BISECT_LEDGER)
     if led.exists():  # a broken chain, or rows of a newer bench, refused before any probe
-        from harness.ledger.verify import verify, verify_refusal
 
         checked = verify(led.path)
         if not checked.ok:
@@ -277,8 +278,6 @@ class _Prober:
 
     def _run(self, where: Path, commit: str) -> tuple[dict | None, str | None]:
         """(the probe's answer, None) or (whatever it said, why it cannot be used)."""
-        from harness.commands.probe import PROBE_FORMAT
-
         env = {k: v for k, v in os.environ.items() if k not in FOREIGN_CODE_ENV}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         cmd = [sys.executable, "-m", "harness", "probe", str(self.registration), self.config_key,
@@ -314,8 +313,6 @@ class _Rows:
         self.guard = guard
 
     def add(self, m: _Measured, role: str, decision: str, why: str) -> Probe:
-        from harness.jsonsafe import number
-
         est = m.estimate if m.measurements else None
         last = m.answer or {}
         per = [{"speedup": number(a.get("speedup")), "ci": [number(x) for x in a.get("ci") or []],

@@ -26,6 +26,13 @@ from harness.ledger.format import CEILINGS_LEDGER, ceilings_where
 from harness.ledger.rows import CeilingsRow
 from harness.vocab.outcomes import CEILINGS
 from harness.commands.writer import write
+from harness.execution.devicelock import device_lock
+from harness.vocab.devices import device_key
+from harness.measurement.ceilings import Ceilings, device_fingerprint, implausible, measure_ceilings
+from harness.measurement.device import env_summary
+from harness.commands.interrupts import StopNow, interrupts
+from harness.provenance import git as gitguard
+from harness.ledger.verify import verify, verify_refusal
 
 
 def ceilings_command(root: Path, device: str, *, force: bool = False, why: str | None = None,
@@ -34,12 +41,6 @@ def ceilings_command(root: Path, device: str, *, force: bool = False, why: str |
     process) while the device is locked against sweeps, appended and — with ``why`` —
     committed as one step a signal waits for. Returns (row, measured now, commit or None)."""
     import signal
-
-    from harness.execution.devicelock import device_lock
-    from harness.vocab.devices import device_key
-    from harness.measurement.ceilings import device_fingerprint, measure_ceilings
-    from harness.measurement.device import env_summary
-    from harness.commands.interrupts import StopNow, interrupts
 
     env = env_summary(device)
     fp = device_fingerprint(device)
@@ -77,9 +78,6 @@ def _vouched(root: Path, *, refuse_unheld: bool) -> int:
     """How many ceilings rows HEAD holds, once the file verifies (chain and git history: a row
     HEAD holds is the row committed); with ``refuse_unheld``, refused while any row is not
     committed."""
-    from harness.provenance import git as gitguard
-    from harness.ledger.verify import verify, verify_refusal
-
     led = Ledger(root, CEILINGS_LEDGER)
     if not led.path.exists():
         return 0
@@ -102,8 +100,6 @@ def _vouched(root: Path, *, refuse_unheld: bool) -> int:
 
 def _require_plausible(row: CeilingsRow) -> None:
     """Refuse a stored row its device's datasheet rules out (measurement.ceilings.implausible)."""
-    from harness.measurement.ceilings import Ceilings, implausible
-
     why = implausible(Ceilings.from_row(row))
     if why:
         raise UserError(f"{ceilings_where(row)} cannot be {ceilings_name(row)}'s ceilings: {why} — measure them "
@@ -126,9 +122,6 @@ def append_ceilings(root: Path, fingerprint: dict, env: dict, measured: dict) ->
 def store_ceilings(root: Path, fingerprint: dict, env: dict, measured: dict, *, why: str | None = None,
                    guard=None) -> tuple[CeilingsRow, str | None]:
     """``append_ceilings``, and with ``why`` its commit, as one step under ``guard``'s shield."""
-    from harness.provenance import git as gitguard
-    from harness.measurement.ceilings import Ceilings, implausible
-
     impossible = implausible(Ceilings.from_row({"fingerprint": fingerprint, **measured}))
     if impossible:
         raise UserError(f"the ceilings just measured on {fingerprint.get('name')} were not stored: {impossible}, "

@@ -29,6 +29,14 @@ from harness.registration import integration as amdahl
 from harness.registration.bar import reduce
 from harness.vocab.metrics import step_metrics
 from harness.vocab.outcomes import RESULT, current_rows, is_replicate
+from harness.measurement.correctness.figures import compare
+from harness.workloads import Config
+from harness.integration import CallTimer, load_step, reference_attention, use_kernel
+from harness.measurement.numerics import apply
+from harness.measurement.correctness.checks import exception_text
+from harness.measurement.timing import measure
+from harness.measurement.timing.results import ARM_BASELINE, ARM_CONTROL, arm_name
+from harness.registry import get_kernel
 
 # Steps run per kernel with every hook call timed (after one untimed warm-up step).
 INSITU_STEPS = 5
@@ -47,8 +55,6 @@ def _close(out, ref, atol: float, rtol: float) -> dict:
     """The step output against the float64 step (the gate's ``compare``): whether every element
     is within atol + rtol·|ref|, the worst error, and, failing, which element, by how much, in
     how many ULPs."""
-    from harness.measurement.correctness.figures import compare
-
     o = out.detach()
     if tuple(o.shape) != tuple(ref.shape):
         return {"ok": False, "why": f"output shape {tuple(o.shape)} differs from the float64 step's {tuple(ref.shape)}"}
@@ -77,8 +83,6 @@ def _probe(rows, key: str | None, cand: str) -> dict:
 
 def _shape_key(reg, shapes: list[tuple]) -> str | None:
     """The grid config key of the step's attention calls (None: calls of several shapes)."""
-    from harness.workloads import Config
-
     if not shapes or len(set(shapes)) != 1:
         return None
     b, h, n, d, hkv, dt, causal = shapes[0]
@@ -87,8 +91,6 @@ def _shape_key(reg, shapes: list[tuple]) -> str | None:
 
 def _insitu(run, fn, device: str) -> dict:
     """Each hook call of INSITU_STEPS steps timed: per-call median, calls and op ms per step."""
-    from harness.integration import CallTimer, use_kernel
-
     with use_kernel(fn):
         for _ in range(INSITU_WARMUP_STEPS):
             run()
@@ -108,20 +110,12 @@ def run(reg, device: str, rows) -> list[dict]:
     """The integration rows' payloads (one per candidate) for ``reg`` on ``device``, given the
     line's ledger rows (the kernel grid's results: the probe), under the line's [numerics]
     pinned as the kernel grid's configs are."""
-    from harness.measurement.numerics import apply
-
     with apply(reg.numerics.state()):
         return _run(reg, device, rows)
 
 
 def _run(reg, device: str, rows) -> list[dict]:
     import torch
-
-    from harness.integration import load_step, reference_attention, use_kernel
-    from harness.measurement.correctness.checks import exception_text
-    from harness.measurement.timing import measure
-    from harness.measurement.timing.results import ARM_BASELINE, ARM_CONTROL, arm_name
-    from harness.registry import get_kernel
 
     spec = reg.integration
     factory = load_step(spec.step)

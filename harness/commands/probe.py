@@ -13,6 +13,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.errors import UserError
+import harness
+from harness.execution.devicelock import device_lock
+from harness.provenance import git as gitguard
+from harness.registration import schema as registration_mod
+from harness.vocab.devices import device_key
+from harness.governance.line import require_tracked_code
+from harness.measurement.device import detect_device, env_summary
+from harness.pipeline.context import SweepContext
+from harness.pipeline.run import run_config
+from harness.ledger.rows import load
+from harness.vocab.outcomes import RESULT, transient
+from harness.measurement.timing.results import ARM_BASELINE, arm_name
 
 # The probe's JSON format; a caller refuses an answer of another format as unreadable.
 PROBE_FORMAT = 1
@@ -22,16 +34,6 @@ def probe(registration: Path, config_key: str, candidate: str, device: str, root
     """Measure ``candidate`` against the registration's baseline at ``config_key`` (a full key of
     the registration's grid) with this checkout's code; refuses (UserError) a dirty tree,
     untracked code, an unknown config or candidate."""
-    import harness
-    from harness.execution.devicelock import device_lock
-    from harness.provenance import git as gitguard
-    from harness.registration import schema as registration_mod
-    from harness.vocab.devices import device_key
-    from harness.governance.line import require_tracked_code
-    from harness.measurement.device import detect_device, env_summary
-    from harness.pipeline.context import SweepContext
-    from harness.pipeline.run import run_config
-
     tree = gitguard.require_clean(root)
     require_tracked_code(tree.root)  # the code that runs is this commit's, from source
     reg = registration_mod.load(registration)
@@ -58,10 +60,6 @@ def measured(row) -> dict:
     (anything but a result) and whether that may pass (``transient``), whether each role
     passed the float64 gate, and for a result the speedup, its CI and the raw interleaved
     samples of both arms (ms, round by round)."""
-    from harness.ledger.rows import load
-    from harness.vocab.outcomes import RESULT, transient
-    from harness.measurement.timing.results import ARM_BASELINE, arm_name
-
     p = row.payload
     gate = p.get("gate") or {}
     if row.kind == RESULT:

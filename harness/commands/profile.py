@@ -26,6 +26,19 @@ from harness.vocab.outcomes import current_rows, is_replicate
 from harness.vocab.outcomes import PROFILE, RESULT, measured_on
 from harness.measurement import counters
 from harness.workloads import Config, formulas
+from harness.measurement.timing.policy import device_l2_bytes
+from harness.measurement.profile import ncu_version, profile
+from harness.measurement import memory
+from harness.registry import get_kernel
+from harness.execution.devicelock import device_lock
+from harness.vocab.devices import device_key
+from harness.ledger.store import require_anchorable
+from harness.measurement.device import env_summary
+from harness.commands.interrupts import StopNow, interrupts
+from harness.commands.writer import Writer
+from harness.execution.executor import Job, call
+from harness.execution.select import make_executor
+from harness.pipeline.context import SweepContext, Task
 
 # The sweep's gate used seeds; the profiled call draws its inputs from a seed the gate
 # never used, as timing does.
@@ -74,15 +87,11 @@ def payload(result, role: str, gate) -> dict:
 
 
 def _l2_bytes() -> int:
-    from harness.measurement.timing.policy import device_l2_bytes
-
     return device_l2_bytes("cuda")
 
 
 def require_profiler(device: str) -> tuple[str, str]:
     """(ncu path, version) where counters can be read; one line naming the fix otherwise."""
-    from harness.measurement.profile import ncu_version
-
     if device != "cuda":
         raise UserError(f"hardware counters need an NVIDIA GPU (device {device}): run on a GPU machine with ncu")
     path = counters.ncu_path()
@@ -100,10 +109,6 @@ def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool =
     watchdog). A kernel that fails the gate gets a row with the gate's reason and no
     counters: nothing is profiled that is not correct.
     """
-    from harness.measurement import memory
-    from harness.measurement.profile import profile
-    from harness.registry import get_kernel
-
     reg = line.reg
     ncu, version = require_profiler(device)
     l2 = _l2_bytes()
@@ -150,13 +155,6 @@ def profile_line(line, configs: list[Config], device: str, *, commit: bool = Tru
     then reaches the handler the caller had (the CLI's), as it would have at once."""
     import signal
 
-    from harness.execution.devicelock import device_lock
-    from harness.vocab.devices import device_key
-    from harness.ledger.store import require_anchorable
-    from harness.measurement.device import env_summary
-    from harness.commands.interrupts import StopNow, interrupts
-    from harness.commands.writer import Writer
-
     require_profiler(device)
     if commit:
         require_anchorable(line.ledger)
@@ -182,10 +180,6 @@ def profile_line(line, configs: list[Config], device: str, *, commit: bool = Tru
 def gate_worker(line, device: str):
     """``gate(cfg, kernel)`` run by one worker process under the watchdog (``[timing]
     watchdog_s``); a worker lost or killed is the gate's failure, and is replaced."""
-    from harness.execution.executor import Job, call
-    from harness.execution.select import make_executor
-    from harness.pipeline.context import SweepContext, Task
-
     executor = make_executor(device)
     ctx = SweepContext(reg=line.reg, device=device, ceilings=None, root=str(line.root))
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from harness.governance.line import Line
 from harness.commands.sweep import SweepSummary, sweep
+from harness.registration import replication
 
 
 def replicate(line: Line, device: str, *, executor=None, later: bool = False, other_stack: bool = False,
@@ -22,8 +23,6 @@ def replicate(line: Line, device: str, *, executor=None, later: bool = False, ot
     """Sweep ``line`` on this device instance as a replicate of its verdict (of its line's rows,
     before a ``[replication]`` verdict); ``later``: at this checkout's code commit when it
     descends from the closing one; ``other_stack``: on another software stack, recorded as such."""
-    from harness.registration import replication
-
     tgt = replication.target(line)
     at = replication.at_commit(line, tgt, later=later)
 

@@ -21,6 +21,18 @@ from harness.pipeline.context import SweepContext, Task
 from harness.commands.interrupts import Interrupts, StopNow, interrupts
 from harness.commands.plan import plan, unusable_at
 from harness.commands.writer import Writer
+from harness.governance.line import require_tracked_code
+from harness.registry import get_kernel
+from harness.execution.select import make_executor
+from harness.commands.profile import require_profiler, verify_pass
+from harness.commands.ceilings import CEILINGS_LEDGER, is_committed, require_committable, stored_or_measured
+from harness.execution.devicelock import device_lock
+from harness.execution.executor import Job, call, schedule
+from harness.vocab.devices import device_key, model
+from harness.pipeline.rows import baseline_gate_failure
+from harness.governance.reductio import before_sweep
+from harness.vocab.outcomes import INTEGRATION, measured_on
+from harness.commands import integration
 
 # Times a sweep measures its rig-noisy pairs again, after every other config has run.
 NOISY_REMEASURES = 2
@@ -84,9 +96,6 @@ def check_kernels_usable(line: Line, device: str) -> None:
     in this repository that git does not have at HEAD (an ignored kernels/ file, say) would
     produce numbers no commit can reproduce, so it is refused by name before any import of it.
     """
-    from harness.governance.line import require_tracked_code
-    from harness.registry import get_kernel
-
     require_tracked_code(line.root)
     reg = line.reg
     for role, name in [("baseline", reg.baseline), *(("candidate", c) for c in reg.candidates)]:
@@ -144,8 +153,6 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
     [integration] pass (a replicate re-times the kernel grid).
     """
     if executor is None:
-        from harness.execution.select import make_executor
-
         executor = make_executor(device)
     executor.prepare(line)
     executor.launch()  # its slots start while the checks below run; a refusal stops them
@@ -153,14 +160,10 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
         check_kernels_usable(line, device)
         require_sm_clock(line.reg, device)  # a bar of cycles or tflops_at(F): none on the CPU
         if line.reg.verify:
-            from harness.commands.profile import require_profiler
-
             require_profiler(device)  # [verify] needs counters: no ncu, no sweep (nothing written yet)
         if commit:
             require_anchorable(line.ledger)
             if with_ceilings:
-                from harness.commands.ceilings import require_committable
-
                 require_committable(line.root)
     except BaseException:
         executor.close()
@@ -183,11 +186,6 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
 def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writer: Writer, *, with_ceilings: bool,
            retry_crashed: bool, remeasure: bool, wait: bool, progress, on_wait, replicate=None) -> None:
     """The sweep itself, filling ``run`` as it goes (``sweep`` summarizes whatever it reached)."""
-    from harness.execution.devicelock import device_lock
-    from harness.execution.executor import schedule
-    from harness.vocab.devices import device_key, model
-    from harness.pipeline.rows import baseline_gate_failure
-
     with contextlib.ExitStack() as stack:
         stack.callback(executor.close)
         slots = executor.start()  # prepared and launched by ``sweep``
@@ -213,7 +211,6 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
         if ceilings is not None:
             # The bar against this device's ceilings, before any config runs (a refusal writes
             # nothing of the line; the ceilings just measured stay, committed, for the next try).
-            from harness.governance.reductio import before_sweep
 
             run.reductio = before_sweep(line.root, line.reg, ceilings)
         elif with_ceilings:
@@ -271,7 +268,6 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
             # every candidate result here that has none yet (a resumed sweep profiles what an
             # interrupted one did not reach). ncu runs in a child process; rows are written
             # by the writer and committed one by one.
-            from harness.commands.profile import verify_pass
 
             t0 = time.perf_counter()
             for p in verify_pass(line, device, key, line.ledger.rows()):
@@ -288,9 +284,6 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
 def _integration(line: Line, device: str, key: tuple, writer: Writer, run: _Run, env: dict) -> None:
     """The model step (commands/integration.py), in this process under the device lock, once
     per measured-at key: a resumed sweep whose step was timed here does not time it again."""
-    from harness.vocab.outcomes import INTEGRATION, measured_on
-    from harness.commands import integration
-
     rows = [*line.rows, *writer.appended]
     if any(r.kind == INTEGRATION and measured_on(r, line.reg.mixed_devices) == key for r in rows):
         return
@@ -323,8 +316,6 @@ def _summary(line: Line, device: str, executor, run: _Run, writer: Writer, guard
     notes = [_where(run.envs, executor)] if run.envs else []
     notes += [run.reductio] if run.reductio else []
     if run.ceilings is not None and not commit:
-        from harness.commands.ceilings import CEILINGS_LEDGER, is_committed
-
         if not is_committed(line.root, run.ceilings):
             rel = f"ledger/{CEILINGS_LEDGER}.jsonl"
             notes.append(f"the ceilings row these rows name ({rel} row {run.ceilings.seq}) is not committed "
@@ -387,9 +378,6 @@ def _one_model(envs: list[dict]) -> None:
 def _ceilings(line: Line, executor, slot, guard: Interrupts, why: str | None) -> tuple[dict, str | None]:
     """This device's stored ceilings, or ones measured now by the first slot's worker; with
     ``why``, committed (the row and its commit are written together, never half)."""
-    from harness.execution.executor import Job, call
-    from harness.commands.ceilings import stored_or_measured
-
     row, _, made = stored_or_measured(line.root, slot.fingerprint, slot.env,
                                       lambda: call(executor, 0, Job(-1, "ceilings"), timeout_s=line.reg.timing.watchdog_s),
                                       why=why, guard=guard)

@@ -9,16 +9,15 @@ import dataclasses
 
 from harness.ledger.store import require_anchorable
 from harness.vocab.outcomes import VERDICT
+from harness.governance.verdict import decide
+from harness.commands.interrupts import StopNow, interrupts
+from harness.commands.writer import write
 
 
 def close(line, env: dict, *, dry_run: bool = False):
     """Decide the line and, unless ``dry_run``, append its `verdict` row and commit it: the
     ``Verdict`` with the row as written and the commit holding it."""
     import signal
-
-    from harness.governance.verdict import decide
-    from harness.commands.interrupts import StopNow, interrupts
-    from harness.commands.writer import write
 
     if not dry_run:
         require_anchorable(line.ledger)

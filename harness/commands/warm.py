@@ -18,6 +18,8 @@ from typing import Callable
 from harness.errors import UserError
 from harness.workloads import Config
 from harness.workloads.inputs import boundary_configs
+from harness.registry import get_kernel
+from harness.workloads.inputs import make_inputs
 
 # Kernels needing one of these modules compile on their first call into an on-disk cache.
 # (cupy's NVRTC kernels compile too, but in well under a second each, and cupy caches them.)
@@ -81,8 +83,6 @@ def _left_out(spec, device: str) -> str | None:
 
 def plan(reg, device: str) -> WarmPlan:
     """One task per (compiling kernel, config it supports), the gate's boundary configs included."""
-    from harness.registry import get_kernel
-
     tasks, left_out = [], []
     for name in dict.fromkeys((reg.baseline, *reg.candidates)):
         spec = get_kernel(name)
@@ -104,9 +104,6 @@ def warm_one(task: WarmTask, device: str) -> Warmed:
     t0 = time.perf_counter()
     try:
         import torch
-
-        from harness.registry import get_kernel
-        from harness.workloads.inputs import make_inputs
 
         cfg = task.config
         q, k, v = make_inputs(cfg, WARM_SEED, WARM_FAMILY, device)

@@ -14,6 +14,15 @@ import importlib
 import json
 import sys
 from pathlib import Path
+from harness.registry import get_kernel
+from harness.jsonsafe import jsonable
+from harness.measurement.correctness.after_timing import check_timed_output
+from harness.measurement.correctness.poison import poison_
+from harness.measurement.counters import nvtx_range
+from harness.measurement.numerics import NumericState, apply
+from harness.workloads import Config
+from harness.workloads.inputs import make_inputs
+from harness.provenance.code import require_private_bytecode
 
 # Calls before the profiled ones: the first call of a shape compiles and may autotune
 # (dozens of launches that are not the kernel's steady state).
@@ -25,21 +34,12 @@ def resolve(ref: str):
     if ":" in ref:
         module, attr = ref.split(":", 1)
         return getattr(importlib.import_module(module), attr)
-    from harness.registry import get_kernel
 
     return get_kernel(ref).fn
 
 
 def run(spec: dict) -> dict:
     import torch
-
-    from harness.jsonsafe import jsonable
-    from harness.measurement.correctness.after_timing import check_timed_output
-    from harness.measurement.correctness.poison import poison_
-    from harness.measurement.counters import nvtx_range
-    from harness.measurement.numerics import NumericState, apply
-    from harness.workloads import Config
-    from harness.workloads.inputs import make_inputs
 
     cfg = Config(**spec["config"])
     fn = resolve(spec["kernel"])
@@ -64,8 +64,6 @@ def run(spec: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    from harness.provenance.code import require_private_bytecode
-
     require_private_bytecode()  # inherited from the driver: no planted .pyc ran as this process's code
     spec = json.loads(Path(argv[0]).read_text())
     result = run(spec)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from harness.measurement.stats import ratio, speedup_ci
 
 # A regression smaller than this (relative drop of the speedup) is no regression.
 DEFAULT_THRESHOLD = 0.05
@@ -63,8 +64,6 @@ class Estimate:
 def pooled(measurements: list[dict]) -> Estimate:
     """One estimate from measurements holding ``samples`` ({"baseline", "candidate"}: ms per
     round): rounds concatenated, paired where every measurement's arms pair up."""
-    from harness.measurement.stats import ratio, speedup_ci
-
     base = [x for m in measurements for x in m["samples"]["baseline"]]
     cand = [x for m in measurements for x in m["samples"]["candidate"]]
     if not base or not cand:

@@ -26,6 +26,8 @@ from harness.ledger.verify import rows_at, verify, verify_refusal
 from harness.ledger.locks import exclusive
 from harness.vocab.outcomes import REGISTERED, VERDICT
 from harness.measurement.device import host_id
+from harness.governance import power, reductio
+from harness.registry import load_kernels as discover
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,6 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
     # hook or a signer that would refuse those commits is found now, before the row exists.
     gitguard.require_ledger_commits(tree.root, Ledger(tree.root, reg.line).rel,
                                     fallback="register in a clone you can commit to")
-    from harness.governance import power, reductio
 
     checked = reductio.at_register(tree.root, reg)  # refuses a bar that cannot decide or cannot be met
     floor = power.tolerance_floor(reg)  # refuses a tolerance no kernel can pass (below the dtype's rounding)
@@ -161,7 +162,7 @@ def require_tracked_code(root: Path, *, load_kernels: bool = True) -> tuple[dict
     loaded from inside the repository (outside the Python environment) must be tracked and
     unchanged. Kernel sources such as kernels/*.cu are covered by the first check. Before and
     after, the code packages must come from this repository (where it holds them) and have
-    run from source, not bytecode (``codeprov``). Returns the record of the code packages
+    run from source, not bytecode (``provenance/code.py``). Returns the record of the code packages
     that come from an installed distribution instead (``codeprov.outside_code``).
     """
     import importlib.util
@@ -177,8 +178,6 @@ def require_tracked_code(root: Path, *, load_kernels: bool = True) -> tuple[dict
     _refuse_code(gitguard.untracked_files(top, dirs, allowed=lambda rel: codeprov.own_bytecode(top / rel)),
                  "bench would import it")
     if load_kernels:
-        from harness.registry import load_kernels as discover
-
         discover()
     code = require_code_from(top)
     _refuse_code(gitguard.unverified_files(top, _repo_modules(top)), "bench imported it")

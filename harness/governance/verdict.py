@@ -11,7 +11,7 @@ measured (skipped, unsupported, throttled) and the registration does not ``allow
 when the outcomes come from more than one commit or device, when nothing was measured at
 all (or pairs the bar cannot use remain beside failures: they could still pass), or
 while any row of the line is not committed, or when a result row's figures disagree with its
-own samples (``ledger_verify.verify``, ledger/audit.py). A refusal over pairs it cannot use names
+own samples (``ledger.verify.verify``, ledger/audit.py). A refusal over pairs it cannot use names
 `bench sweep LINE --remeasure`, which measures them again at the same commit; the verdict
 then decides on the newest measurement and its row lists each pair so re-measured
 (``remeasured``). The verdict row is committed at once,
@@ -44,6 +44,14 @@ from harness.vocab.devices import stack_text
 from harness.vocab.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, current_rows,
                                          UNSUPPORTED, coverage, decided, kernel_failed, latest_outcomes, measured_on,
                                          outcome_key, places, remeasures, state_of)
+from harness.registration.bar import INTEGRATION_FLAG, PEERS_KEY, UNCOMPARED_KEY, uncompared_rows
+from harness.governance.peers import OTHER_RUN, peer_speedups
+from harness.governance.nextrun import NEXT_RUN_NAMES, bar_between_run, next_bounds
+from harness.registration.integration import ceiling_text
+from harness.vocab.outcomes import INTEGRATION
+from harness.ledger.audit import unchecked
+from harness.vocab.devices import instance
+from harness.registration.replication import combined, registered_pairs, waited_for
 
 GO, NO_GO = "GO", "NO-GO"
 # Failing pairs a verdict row lists per [verify] clause (the count is always complete).
@@ -67,9 +75,6 @@ def bar_row_map(outcomes: dict, *, include_noisy: bool, next_run=None) -> tuple[
     under ``bar.UNCOMPARED_KEY`` (governance/peers.py). With ``next_run`` (a
     ``measurement.nextrun.BetweenRun``: ``nextrun.bar_between_run``, for a bar that names the
     next-run metrics) a correct result also carries ``speedup_next_low`` / ``speedup_next_high``."""
-    from harness.registration.bar import PEERS_KEY, UNCOMPARED_KEY
-    from harness.governance.peers import peer_speedups
-
     rows, excluded = {}, {}
 
     def leave_out(why):
@@ -88,7 +93,6 @@ def bar_row_map(outcomes: dict, *, include_noisy: bool, next_run=None) -> tuple[
         elif kind == RESULT:
             rows[key] = {**r.config, "candidate": r.candidate, "correct": True, **r.metrics}
             if next_run is not None:  # computed where read (governance/nextrun.py), never stored
-                from harness.governance.nextrun import NEXT_RUN_NAMES, next_bounds
 
                 rows[key].update(zip(NEXT_RUN_NAMES, next_bounds(r, next_run)))
         elif kind in FAILING_KINDS:
@@ -104,9 +108,6 @@ def bar_row_map(outcomes: dict, *, include_noisy: bool, next_run=None) -> tuple[
 def other_runs(reg, rows: list[dict]) -> list[str]:
     """The comparisons a peer clause of ``reg``'s bar needs that the rows hold from two runs:
     "A vs P at CONFIG" (P measured again, alone, after A's result was decided)."""
-    from harness.registration.bar import UNCOMPARED_KEY, uncompared_rows
-    from harness.governance.peers import OTHER_RUN
-
     out = []
     for agg in [c.aggregate for c in reg.bar.clauses()] + [reg.primary_aggregate]:
         for row in uncompared_rows(agg, rows):
@@ -175,9 +176,6 @@ def integration_rows(reg, rows, where: tuple) -> list[tuple]:
     kernel outcomes were; a refusal when the step was not timed there, or when a measured
     step gain is above the Amdahl ceiling (``amdahl_violated``: the verdict decides nothing
     until an amendment explains the share)."""
-    from harness.registration.integration import ceiling_text
-    from harness.vocab.outcomes import INTEGRATION
-
     latest = {r.candidate: r for r in current_rows(rows)
               if r.kind == INTEGRATION and measured_on(r, reg.mixed_devices) == where}
     missing = [c for c in reg.candidates if c not in latest]
@@ -206,8 +204,6 @@ def integration_bar_row(r, *, include_noisy: bool) -> dict:
     """An `integration` row as the bar reads it: its step metrics, counted (``correct``) when
     it passed the float64 check and was timed, not throttled, and not rig-noisy (unless the
     line counts noisy rows)."""
-    from harness.registration.bar import INTEGRATION_FLAG
-
     usable = bool(r.correct) and r.metrics is not None and not r.throttled and (include_noisy or not r.rig_noisy)
     return {INTEGRATION_FLAG: True, "candidate": r.candidate, "correct": usable, **(r.metrics or {})}
 
@@ -227,8 +223,6 @@ def require_checked(reg, deciding) -> None:
     """Refuse a bar reading a figure that ``ledger verify`` could not check on a result it decides
     on (``audit.unchecked``: a row written before bench kept that figure's raw data): such a
     figure could have been rewritten, and re-hashed, before its commit."""
-    from harness.ledger.audit import unchecked
-
     read = sorted({c.aggregate.metric for c in reg.bar.clauses() if c.aggregate.metric})
     for r in deciding:
         for metric in read:
@@ -292,9 +286,6 @@ def replicated_bar(reg, ledger_rows, deciding: list, rows: list[dict], where: tu
     """A ``[replication]`` line's bar (registration/replication.py): refused until the instances
     it waits for hold complete grids at ``where`` on ``stack``, then combined by its rule over
     the line's own bar rows (``rows``) and each replicate's."""
-    from harness.vocab.devices import instance
-    from harness.registration.replication import combined, registered_pairs, waited_for
-
     pairs = registered_pairs(reg)
     per = [(instance(deciding[0].env or {}), [r.seq for r in deciding], rows)]
     for g in waited_for(reg, ledger_rows, deciding, where, stack):
@@ -354,7 +345,6 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
     require_checked(reg, by_pair.values())
     # The next-run interval's between-run variance, where the bar reads it (governance/nextrun.py):
     # the replicates among the line's runs, else the deciding rows' controls, never below the floor.
-    from harness.governance.nextrun import bar_between_run
 
     next_run = bar_between_run(reg.go, reg.primary, line.rows, by_pair)
     rows, excluded = bar_rows(by_pair, include_noisy=reg.include_noisy, next_run=next_run)

@@ -41,7 +41,7 @@ themselves: a row forged with samples to match is beyond any recomputation (git 
 committed it).
 
 ``ceilings_disagreements``: a row's ceilings figures (its floor's copy and matmul ceilings,
-the ``*_frac`` metrics) against the ceilings row its ``ceilings_ref`` names (ledger_verify.verify).
+the ``*_frac`` metrics) against the ceilings row its ``ceilings_ref`` names (ledger.verify.verify).
 """
 
 from __future__ import annotations
@@ -55,6 +55,14 @@ from harness.vocab.outcomes import RESULT
 from harness.jsonsafe import number
 from harness.measurement.timing.criteria import PRECISION_REASON, Quantity, row_statistic
 from harness.measurement.timing.policy import looks
+from harness.measurement.stats import QUANTUM_TICKS_MS, Stats, paired_ratio, quantum, ratio, speedup_ci
+from harness.measurement.timing.results import arm_name, rig_noise
+from harness.measurement.timing.sustained import rates
+from harness.workloads import Config
+from harness.vocab.metrics import PROTOCOLS, SUSTAINED
+from harness.measurement.clocks import kcycles
+from harness.measurement.ceilings import Ceilings
+from harness.measurement.floor import matmul_ceiling
 
 # Relative tolerance for a figure recomputed from the row's float64 samples by the same
 # numpy functions that wrote it. The same numpy gives the same bits; another numpy build or
@@ -130,9 +138,6 @@ class _Audit:
 def recompute(row: dict) -> list[Disagreement]:
     """Every derived figure of a `result` row that its raw data does not give back (empty:
     the row adds up; other kinds and rows without raw samples have nothing to recompute)."""
-    from harness.measurement.stats import QUANTUM_TICKS_MS, Stats, paired_ratio, quantum, ratio, speedup_ci
-    from harness.measurement.timing.results import arm_name, rig_noise
-
     if row.kind != RESULT:
         return []
     timing = row.timing
@@ -230,12 +235,6 @@ def _stop(a: _Audit, row: dict, timing: dict, samples: dict, stat: tuple[int, fl
 
 def _rates(a: _Audit, row: dict, metrics: dict, cand: list[float] | None) -> None:
     """``ms`` (the sustained calls' median, or the candidate's) and the rates made of it."""
-    from harness.measurement.stats import Stats
-    from harness.measurement.timing.sustained import rates
-    from harness.workloads import Config
-
-    from harness.vocab.metrics import PROTOCOLS, SUSTAINED
-
     ms = None
     sus = row.sustained
     if row.rate_protocol not in (None, *PROTOCOLS):  # renderers name each rate's protocol from it
@@ -273,8 +272,6 @@ def _host(a: _Audit, row: dict, metrics: dict, timing: dict) -> None:
     """``timing.host_us`` per arm: the median of the host enqueue times its kept rounds recorded
     (``timing.host_samples_us``, rows since they are kept); ``host_us`` and
     ``baseline_host_us``: the candidate's and the baseline's there."""
-    from harness.measurement.timing.results import arm_name
-
     per_arm = timing.get("host_us")
     per_arm = per_arm if isinstance(per_arm, dict) else {}
     kept = timing.get("host_samples_us")
@@ -298,8 +295,6 @@ def _clock(a: _Audit, row: dict, metrics: dict, timing: dict) -> None:
     from, as the row's own clock record holds them (the sustained phase's, else the rounds'
     ``timing.clock``). The readings themselves are not kept: a consistency check, not a
     recomputation."""
-    from harness.vocab.metrics import PROTOCOLS, SUSTAINED
-
     if row.rate_protocol not in (None, *PROTOCOLS):  # ``_rates`` names it: no record to hold them to
         return
     if row.rate_protocol == SUSTAINED:
@@ -321,10 +316,6 @@ def _cycles(a: _Audit, row: dict, metrics: dict, samples: dict[str, list[float]]
     """Cycles per call from each call's time and the SM clock recorded for its window: every
     arm's over its kept rounds (``timing.arm_clocks``), the sustained calls' over their batches,
     and ``metrics.cycles`` from the row's rate protocol; only where the row records them."""
-    from harness.vocab.metrics import SUSTAINED
-    from harness.measurement.clocks import kcycles
-    from harness.measurement.timing.results import arm_name
-
     timing = row.timing
     rounds, clocks = timing.get("rounds"), timing.get("arm_clocks")
     per_arm: dict[str, float | None] = {}
@@ -447,9 +438,6 @@ CEILINGS_RTOL = 1e-9
 def ceilings_disagreements(row: dict, ceilings: dict) -> list[str]:
     """Where a row's ceilings figures (its ``floor``'s copy and matmul ceilings, the
     ``*_frac`` metrics) disagree with the ``ceilings`` row its ``ceilings_ref`` names."""
-    from harness.measurement.ceilings import Ceilings
-    from harness.measurement.floor import matmul_ceiling
-
     ceil = Ceilings.from_row(ceilings)
     dtype = (row.config or {}).get("dtype")
     out: list[str] = []

@@ -3,7 +3,7 @@
 Each row's ``hash`` is the SHA-256 of its canonical JSON (sorted keys, no spaces, finite
 numbers only) including ``prev_hash``, so editing, deleting, reordering or truncating any
 row breaks the chain at that row. Writing is ledger.py's (``Ledger.append``); checking a
-whole file is ledger_verify.py's.
+whole file is ledger/verify.py's.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.provenance.git import LEDGER_DIR
+from harness.ledger.rows import UnknownField, load
 
 LEDGER_SCHEMA = 1
 # The device ceilings' ledger (commands/ceilings.py); line ids cannot start with '_'. Outcome
@@ -64,9 +65,7 @@ def parse_row(raw: bytes, path: Path, n: int) -> dict:
 
 
 def typed(row: dict, path: Path, n: int):
-    """Row ``n`` of ``path`` as its typed class (ledger_rows), schema-checked."""
-    from harness.ledger.rows import UnknownField, load
-
+    """Row ``n`` of ``path`` as its typed class (ledger/rows.py), schema-checked."""
     check_schema(row, path, n)
     try:
         return load(row)
@@ -76,7 +75,7 @@ def typed(row: dict, path: Path, n: int):
 
 
 def read_rows(path: Path, *, as_far_as_it_reads: bool = False) -> list:
-    """All rows of a ledger file as typed rows (ledger_rows), schema-checked (chain not
+    """All rows of a ledger file as typed rows (ledger/rows.py), schema-checked (chain not
     checked: use ``verify``). A line that is not a JSON object is refused — or, with
     ``as_far_as_it_reads``, ends the rows: the rows before the damage (what `bench ledger show`
     shows of a ledger that fails verification). A row this bench does not know (a newer

@@ -2,13 +2,13 @@
 file) and ``dump`` (the dict written), so that ``load(d).dump() == d`` for every row ever
 written and the hash chain holds across the round trip.
 
-Every reader of a ledger gets these (``ledger_format.read_rows``, ``Ledger.rows``), and
+Every reader of a ledger gets these (``ledger.format.read_rows``, ``Ledger.rows``), and
 ``Ledger.append`` builds one from the fields it is given, so a writer cannot put a field in a
 row that no class declares: a misspelt or undeclared field is refused before anything is
 written. The values of nested fields (``metrics``, ``timing``, ``env``, ``config``, ``gate``
 ...) stay the JSON objects they were written as; docs/contracts.md#rows lists them.
 
-Format history (``schema``, every row's ledger schema, ``ledger_format.LEDGER_SCHEMA``):
+Format history (``schema``, every row's ledger schema, ``ledger.format.LEDGER_SCHEMA``):
 
 - 1: the rows of bench 0.1. Fields added since without a new schema are optional, so rows
   written before they existed still load (their value is None and ``has`` says whether the
@@ -26,7 +26,7 @@ Format history (``schema``, every row's ledger schema, ``ledger_format.LEDGER_SC
   and the verdict's ``replication`` (the per-instance clause values a ``[replication]``
   verdict was combined from).
 
-A row of a newer schema is refused by ``ledger_format.check_schema`` with the fix (upgrade
+A row of a newer schema is refused by ``ledger.format.check_schema`` with the fix (upgrade
 bench); a row of this schema with a field no class declares is refused here the same way.
 """
 

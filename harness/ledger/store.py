@@ -2,11 +2,11 @@
 
 Rows are written under a file lock, flushed and fsynced before ``append`` returns: a row
 reported as written survives a crash or kill; an append that fails leaves no partial row.
-git is the anchor: ``anchor`` commits a line's new rows, and ledger_verify.py checks every
+git is the anchor: ``anchor`` commits a line's new rows, and ledger/verify.py checks every
 committed version is still a prefix of the file. The row format and its hash chain are
-ledger_format.py's.
+ledger/format.py's.
 
-Python API: ``read_rows(path)`` (ledger_format), ``verify(path)`` (ledger_verify),
+Python API: ``read_rows(path)`` (ledger/format.py), ``verify(path)`` (ledger/verify.py),
 ``dataframe(path)`` (pandas; the tidy view is harness.reporting.tidy).
 """
 
@@ -31,6 +31,7 @@ from harness.ledger.verify import verify
 from harness.ledger.locks import exclusive
 from harness.vocab.outcomes import ROW_KINDS
 from harness.jsonsafe import jsonable
+from harness.ledger.verify import chained
 
 # Row kinds (vocab/outcomes.py); a row of another kind is refused at append time.
 KINDS = ROW_KINDS
@@ -228,14 +229,12 @@ class Ledger:
         """Remove, at the end of the file, what bench did not write — and nothing else.
 
         That is an incomplete final line (a write that never finished), or the complete lines
-        after the last row that chains (``ledger_verify.chained``) when none of them claims to
+        after the last row that chains (``ledger.verify.chained``) when none of them claims to
         be a row of this line (a kernel writing to its own ledger; `Writer` names such bytes
         when it finds them). Refused for a ledger that verifies, for damage reaching a row
         committed at HEAD, and for a row of the chain that was edited: a complete row is never
         removed, and a ledger that is wrong elsewhere is restored from git, not here.
         """
-        from harness.ledger.verify import chained
-
         with self._lock():
             res = verify(self.path)
             if res.ok:

@@ -23,6 +23,9 @@ from harness.ledger.format import (CEILINGS_LEDGER, CEILINGS_REF, GENESIS_HASH, 
                                               read_rows, row_hash)
 from harness.ledger.rows import UnknownField, load
 from harness.vocab.outcomes import REGISTERED, SUPERSEDES, VERDICT
+from harness.ledger.audit import ceilings_disagreements, ceilings_figures, recompute
+from harness.vocab.outcomes import OUTCOME_KINDS, RESULT, is_replicate, measured_on, remeasurable, remeasures, state_of, stream
+from harness.registration.replication import AT_CLOSING, AT_LATER, OTHER_STACK, SAME_STACK
 
 @dataclass(frozen=True)
 class VerifyResult:
@@ -325,9 +328,6 @@ def _check_figures(records: list[bytes], path: Path) -> VerifyResult | int:
     """Every result row's derived figures against its raw samples (``audit.recompute``): a row
     rewritten and re-hashed before its commit keeps a valid chain but not a sound row.
     The number of result rows when all add up."""
-    from harness.ledger.audit import recompute
-    from harness.vocab.outcomes import RESULT
-
     unsound, results = [], 0
     for n, raw in enumerate(records):
         row = load(json.loads(raw))
@@ -347,8 +347,6 @@ def _check_replicates(records: list[bytes], path: Path) -> VerifyResult | None:
     replicates as `bench replicate` does: a verdict row earlier in the ledger (``of``), or —
     written before the verdict (``of`` null) — no verdict yet; at the closing commit it names
     (``at`` "closing"), or at another one (``at`` "later"); a known stack mark."""
-    from harness.registration.replication import AT_CLOSING, AT_LATER, OTHER_STACK, SAME_STACK
-
     verdict_at = None
     for n, raw in enumerate(records):
         row = load(json.loads(raw))
@@ -382,9 +380,6 @@ def _check_supersedes(records: list[bytes], path: Path) -> VerifyResult | tuple:
     throttled, crashed, a baseline's row), unless a later row of its pair had already replaced
     it — a decided outcome is never re-rolled at the same commit. When all hold: the pairs
     re-measured where they were measured (``remeasures``)."""
-    from harness.vocab.outcomes import (OUTCOME_KINDS, is_replicate, measured_on, remeasurable, remeasures,
-                                             state_of, stream)
-
     rows = [load(json.loads(raw)) for raw in records]
     reg = (rows[0].registration or {}) if rows and rows[0].kind == REGISTERED else {}
     include_noisy = bool(reg.get("include_noisy")) if isinstance(reg, dict) else False
@@ -436,8 +431,6 @@ def _check_ceilings_refs(records: list[bytes], path: Path) -> VerifyResult | Non
     (its floor's ceilings, its ``*_frac`` metrics) are that row's. A null ref: no such figures.
     A copy outside a ``ledger/`` directory with no ceilings file beside it (a commit's version
     read back into a temporary file, an export) is checked without the link, as without git."""
-    from harness.ledger.audit import ceilings_disagreements, ceilings_figures
-
     if path.stem == CEILINGS_LEDGER:
         return None
     named = [(n, row) for n, row in ((n, load(json.loads(raw))) for n, raw in enumerate(records))

@@ -24,6 +24,7 @@ from pathlib import Path
 from harness.errors import UserError
 from harness.measurement import counters
 from harness.workloads import Config, formulas
+from harness import CODE_PACKAGES
 
 # Profiled calls per (config, kernel): ncu replays each launch until every metric is
 # collected, so one call gives complete counters; per-call values divide by this.
@@ -61,8 +62,6 @@ def ncu_version(ncu: str) -> str:
 def _pythonpath() -> str:
     """The worker imports the same harness and kernels packages as this process."""
     import importlib
-
-    from harness import CODE_PACKAGES
 
     # A package's folder, not its __file__: bench_kernels in a checkout is the kernels/ folder, no __init__.py.
     roots = {str(Path(importlib.import_module(m).__path__[0]).resolve().parent) for m in CODE_PACKAGES}

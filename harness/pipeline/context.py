@@ -38,7 +38,7 @@ class SweepContext:
 
     reg: Registration
     device: str
-    ceilings: object = None  # the ceilings row used (ledger_rows.CeilingsRow), None: no ceilings
+    ceilings: object = None  # the ceilings row used (ledger.rows.CeilingsRow), None: no ceilings
     root: str | None = None
 
     @property

@@ -6,12 +6,11 @@ from harness.vocab.outcomes import RESULT
 from harness.pipeline.context import Outcome
 from harness.pipeline.rates import Rated
 from harness.pipeline.rows import base_row, memory_row
+from harness.vocab.metrics import INTERLEAVED, SUSTAINED, result_metrics
 
 
 def result_row(r: Rated) -> Outcome:
     """A `result` row; its ``metrics`` are the metric table's (vocab/metrics.py)."""
-    from harness.vocab.metrics import INTERLEAVED, SUSTAINED, result_metrics
-
     c, s = r.checked, r.survivor
     t = c.timed
     b = t.gated.budget

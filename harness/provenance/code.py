@@ -21,6 +21,7 @@ from harness import CODE_PACKAGES  # import name -> repository folder: the code 
 from harness import pycache
 from harness.errors import UserError
 from harness.provenance import git as gitguard
+from harness import SourceOnlyLoader
 
 # Where a pyc's code object starts: magic, flags and two 4-byte fields (PEP 552).
 PYC_HEADER_BYTES = 16
@@ -128,8 +129,6 @@ def require_source_loaded() -> None:
     """Refuse a code-package module that may have run from bytecode: each is loaded by the
     source-only loader, or (``harness`` itself, loaded before that loader existed) its cached
     bytecode is what its source compiles to. Only the source is in the commit."""
-    from harness import SourceOnlyLoader
-
     for name, mod in sorted(code_modules().items()):
         spec = getattr(mod, "__spec__", None)
         if spec is None or isinstance(spec.loader, SourceOnlyLoader) or not getattr(mod, "__file__", None):

@@ -25,6 +25,8 @@ from typing import Callable
 
 from harness.errors import UserError
 from harness.provenance import code as codeprov
+from harness.workloads import DTYPES
+from harness.integration import load_step
 
 INTEGRATION_KEYS = {"step", "op_share", "op_share_source", "dtype", "atol", "rtol"}
 # module:function, a dotted module path and a Python name.
@@ -95,7 +97,6 @@ def parse(table: dict, grid_dtypes: list[str]) -> IntegrationSpec:
     if not isinstance(step, str) or not STEP_REF.match(step):
         raise UserError("step must name the step function as \"module:function\" (a module committed in the "
                         "repository, e.g. \"bench_kernels.tiny_transformer:step\")")
-    from harness.workloads import DTYPES
 
     dtype = table.get("dtype", grid_dtypes[0])
     if dtype not in DTYPES:
@@ -126,8 +127,6 @@ def load_checked_step(root: Path, ref: str) -> tuple[Callable, tuple[dict, ...]]
     """The step factory ``ref`` names, imported only once ``step_code`` passed, and its record.
     What was imported must be what was checked: the module from the file checked, and the
     function defined in that module (``"m:system"`` where m imports os's is os's code)."""
-    from harness.integration import load_step
-
     module, _, name = ref.partition(":")
     checked = codeprov.module_files(module, f"[integration] step {ref!r}")[-1]
     code = step_code(root, ref)

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.workloads.keys import shorten
 
 # A line id: the registration's file name without ``.toml``; ledger/<id>.jsonl holds its rows.
 # Matched whole (``fullmatch``: ``$`` alone would let a trailing newline through).
@@ -117,8 +118,6 @@ def config_of(reg, text: str):
     (``attention/b2/h4/kv4/n256/d64/float32/full``), or a short form — some of the key's
     fields, separated by spaces or '/', as tables print it (``n256 float32 full``) — that
     exactly one config has. Anything else is refused with the configs it could mean."""
-    from harness.workloads.keys import shorten
-
     keys = {c.key(): c for c in reg.configs}
     if text in keys:
         return keys[text]

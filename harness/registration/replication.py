@@ -45,6 +45,9 @@ from harness.vocab.devices import (card_told, instance, instance_key, instance_t
                                         stack_differs, stack_text)
 from harness.vocab.outcomes import (MISSING_KINDS, OUTCOME_KINDS, VERDICT, coverage, current_rows,
                                          is_replicate, latest_outcomes, measured_on, outcome_key, places, stream)
+from harness.provenance.git import is_ancestor
+from harness.registration.bar_syntax import And, Comparison, Not, Or
+from harness.registration import bar as barlang
 
 # The registration schema that introduced [replication].
 REPLICATION_SCHEMA = 7
@@ -110,7 +113,7 @@ class Target:
     place its rows were measured at, their software stack, and the instances that measured them."""
 
     line: str
-    verdict: object | None  # ledger_rows.VerdictRow
+    verdict: object | None  # ledger.rows.VerdictRow
     commit: str
     where: tuple  # outcomes.measured_on of the deciding rows (no GPU name under mixed_devices)
     stack: dict
@@ -166,8 +169,6 @@ def registered_pairs(reg) -> list[tuple[str, str]]:
 def at_commit(line, tgt: Target, *, later: bool) -> str:
     """``AT_CLOSING`` when this checkout's code commit is the one the verdict decided on;
     ``AT_LATER`` with ``later`` when it descends from it; else a refusal naming the fix."""
-    from harness.provenance.git import is_ancestor
-
     name, here, closing = tgt.line, line.commit, tgt.commit
     if here == closing:
         return AT_CLOSING
@@ -332,8 +333,6 @@ def waited_for(reg, rows, deciding: list, where: tuple, at_stack: dict) -> list[
 def polarity(bar) -> list[bool]:
     """Per clause of ``bar`` (in clause order): True when the bar wants it true (under an even
     number of ``not``), False under an odd number."""
-    from harness.registration.bar_syntax import And, Comparison, Not, Or
-
     out: dict[int, bool] = {}
 
     def walk(node, positive: bool) -> None:
@@ -386,8 +385,6 @@ def combined(reg, per_instance: list[tuple[dict, list[int], list[dict]]]) -> Com
       (three-valued, as ``bar.evaluate``); the primary is the line's own instance's.
 
     The record keeps each instance's clause values, primary and bar."""
-    from harness.registration import bar as barlang
-
     rule = reg.replication.combine
     each = [barlang.evaluate(reg.bar, rows) for _, _, rows in per_instance]
     primaries = [barlang.evaluate_aggregate(reg.primary_aggregate, rows) for _, _, rows in per_instance]

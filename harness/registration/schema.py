@@ -20,14 +20,22 @@ from typing import TYPE_CHECKING
 from harness.errors import UserError, plural, shown
 from harness.registration import line_ids
 from harness.workloads import DTYPES, WORKLOADS, Config
+from harness.vocab.metrics import RATE_METRICS, STEP_NAMES
+from harness.registration import bar as barlang, integration, replication, verify
+from harness.workloads.inputs import DEFAULT_FAMILIES, FAMILIES
+from harness.measurement.canaries import CANARIES
+from harness.registry import get_kernel
+from harness.provenance.git import repo_root
+from harness.registration.integration import load_checked_step
+from harness.measurement import memory
+from harness.measurement.numerics import NumericPins
+from harness.measurement.timing import TimingPolicy
 
 if TYPE_CHECKING:
     from harness.registration.bar import Aggregate, Bar
     from harness.registration.integration import IntegrationSpec
     from harness.registration.replication import ReplicationSpec
     from harness.registration.verify import Clause
-    from harness.measurement.numerics import NumericPins
-    from harness.measurement.timing import TimingPolicy
 
 REGISTRATION_SCHEMA = 7
 DEFAULT_BASELINE = "cublas_stack"
@@ -121,8 +129,6 @@ class Registration:
 
     def _rate_aggregates(self) -> list:
         """The bar's clauses and its primary that aggregate an absolute rate (metrics.RATE_METRICS)."""
-        from harness.vocab.metrics import RATE_METRICS
-
         return [a for a in [c.aggregate for c in self.bar.clauses()] + [self.primary_aggregate]
                 if a.metric in RATE_METRICS]
 
@@ -135,16 +141,12 @@ class Registration:
         ``where`` selects the pair): only such a pair's rates must be the sustained clock's;
         the others' are the interleaved rounds', as on a line whose bar judges no rate (the
         harness's own cost, issue 32)."""
-        from harness.registration import bar as barlang
-
         row = [{**cfg.as_dict(), "candidate": candidate}]
         return any(barlang.matching(a, row) for a in self._rate_aggregates())
 
     def peer_pairs(self, cfg, timed: list[str]) -> list[tuple[str, str]]:
         """(peer P, candidate A) for each go clause ``speedup vs "P"`` that selects A at ``cfg``,
         both among ``timed``: the peer quantities the statistic stop must resolve there."""
-        from harness.registration import bar as barlang
-
         out = []
         for clause in self.bar.clauses():
             peer = clause.aggregate.peer
@@ -292,8 +294,6 @@ def _check_peers(path: Path, schema: int, cands: list[str], baseline: str, named
 def _check_decidable(path: Path, parsed, primary: str, primary_agg, rows: list[dict]) -> None:
     """A filter that matches none of the registered (config, candidate) pairs aggregates
     nothing whatever the sweep measures: its clause can never be decided. Refuse it now."""
-    from harness.registration import bar as barlang
-
     named = [(f"clause `{c.text}`", c.aggregate) for c in parsed.clauses()] + [(f"primary `{primary}`", primary_agg)]
     for what, agg in named:
         if barlang.matches_nothing(agg, rows):
@@ -312,7 +312,6 @@ def _verify_clauses(path: Path, raw: dict) -> tuple[tuple[str, ...], tuple]:
     _unknown(path, "[verify]", table, VERIFY_KEYS)
     if "clauses" not in table:
         raise _err(path, "[verify] needs clauses = [\"dram_read_bytes <= 1.2 * min_bytes\", ...]")
-    from harness.registration import verify
 
     try:
         parsed = verify.parse_all(table["clauses"])
@@ -324,10 +323,6 @@ def _verify_clauses(path: Path, raw: dict) -> tuple[tuple[str, ...], tuple]:
 def _integration(path: Path, raw: dict, schema: int, dtypes: list[str], parsed, primary_agg):
     """The optional [integration] table; a bar over step metrics needs it, and such a clause
     filters on the candidate only (an integration row has no config of the grid)."""
-    from harness.registration import bar as barlang
-    from harness.registration import integration
-    from harness.vocab.metrics import STEP_NAMES
-
     step_aggs = [c.aggregate for c in parsed.clauses() if c.aggregate.metric in STEP_NAMES]
     if primary_agg.metric in STEP_NAMES:
         step_aggs.append(primary_agg)
@@ -354,7 +349,6 @@ def _replication(path: Path, raw: dict, schema: int, integration):
     it would close the line without the replications, so the file must say schema 7."""
     if "replication" not in raw:
         return None
-    from harness.registration import replication
 
     if schema < replication.REPLICATION_SCHEMA:
         raise _err(path, f"[replication] needs schema = {replication.REPLICATION_SCHEMA} (a bench older than that "
@@ -504,7 +498,6 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
         raise _err(path, "[correctness] seeds must be a count or a non-empty list of non-negative integers")
     if len(set(seeds)) != len(seeds):
         raise _err(path, f"[correctness] seeds lists a seed twice: {seeds}")
-    from harness.workloads.inputs import DEFAULT_FAMILIES, FAMILIES
 
     families = corr.get("families", list(DEFAULT_FAMILIES))
     if not isinstance(families, list) or not families or not all(isinstance(f, str) for f in families):
@@ -514,7 +507,6 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
     for fam in families:
         if fam not in FAMILIES:
             raise _err(path, f"[correctness] unknown input family {fam!r} (known: {', '.join(FAMILIES)})")
-    from harness.measurement.canaries import CANARIES
 
     accept_weak = corr.get("accept_weak", [])
     if not isinstance(accept_weak, list) or not all(isinstance(a, str) for a in accept_weak):
@@ -525,9 +517,6 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
     min_pass_rate = corr.get("min_pass_rate", 1.0)
     if not isinstance(min_pass_rate, (int, float)) or isinstance(min_pass_rate, bool) or not 0 < min_pass_rate <= 1:
         raise _err(path, "[correctness] min_pass_rate must be in (0, 1]")
-
-    from harness.measurement.numerics import NumericPins
-    from harness.measurement.timing import TimingPolicy
 
     timing = _checked_table(path, raw, "timing", TimingPolicy.from_mapping)
     numerics = _checked_table(path, raw, "numerics", NumericPins.from_registration)
@@ -567,7 +556,6 @@ def from_table(raw: dict, path: Path, sha256: str) -> Registration:
             or not 0 <= min_coverage <= 1):
         raise _err(path, "[bar] min_coverage must be a number in [0, 1]: the share of registered pairs "
                          "the verdict must have decided")
-    from harness.registration import bar as barlang
 
     parsed = _parsed(path, "go", go, barlang.parse)
     primary_agg = _parsed(path, "primary", primary, barlang.parse_aggregate)
@@ -606,8 +594,6 @@ def check_kernels(reg: Registration, root: Path | None = None) -> tuple[dict, ..
     ``root``'s commit (default: the current directory's repository) or of an installed
     distribution (then imported): returns that distribution's record for the rows
     (``integration.step_code``), () when there is none."""
-    from harness.registry import get_kernel
-
     for name in (*reg.candidates, reg.baseline):
         spec = get_kernel(name)
         if reg.workload not in spec.workloads:
@@ -624,8 +610,6 @@ def check_kernels(reg: Registration, root: Path | None = None) -> tuple[dict, ..
     check_fits(reg)
     if reg.integration is None:
         return ()
-    from harness.provenance.git import repo_root
-    from harness.registration.integration import load_checked_step
 
     try:  # the step's module must import now (torch stays inside its functions)
         return load_checked_step(repo_root() if root is None else root, reg.integration.step)[1]
@@ -636,9 +620,6 @@ def check_kernels(reg: Registration, root: Path | None = None) -> tuple[dict, ..
 def check_fits(reg: Registration) -> None:
     """Every grid point fits some known device (memory.KNOWN_DEVICES) by the VRAM model: a
     point none can hold would be skipped on every machine, and its pairs never measured."""
-    from harness.measurement import memory
-    from harness.registry import get_kernel
-
     specs = [get_kernel(reg.baseline), *(get_kernel(c) for c in reg.candidates)]
     for cfg in reg.configs:
         why = memory.unholdable(cfg, specs, reg.timing)

@@ -44,7 +44,7 @@ def model(env: dict) -> tuple[str | None, str | None]:
 
 
 def device_of(row) -> tuple[str | None, str | None]:
-    """The model (device, GPU name) a row (ledger_rows) was measured on."""
+    """The model (device, GPU name) a row (ledger/rows.py) was measured on."""
     return model(row.env or {})
 
 
@@ -54,7 +54,7 @@ def device_name(env: dict) -> str | None:
 
 
 def ceilings_name(row) -> str:
-    """The name of the device a ceilings row (ledger_rows.CeilingsRow) was measured on: its
+    """The name of the device a ceilings row (ledger.rows.CeilingsRow) was measured on: its
     fingerprint's model name."""
     return str((row.fingerprint or {}).get("name") or row.device)
 

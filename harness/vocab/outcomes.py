@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from harness.vocab.devices import NOT_RECORDED, STACK_FIELDS, model, stack
+from harness.vocab.devices import instance_key
 
 # Outcome kinds: what happened to one (config, candidate) pair at one sweep.
 RESULT = "result"  # measured: metrics, raw samples, CI, control
@@ -89,7 +90,7 @@ def kernel_failed(row) -> bool:
 def remeasurable(row, *, include_noisy: bool) -> bool:
     """Whether a sweep may supersede ``row`` with a new measurement at the commit and device it
     was measured at: what ``--remeasure`` re-runs, a crashed pair (``--retry-crashed``), or a
-    baseline's own row (re-run with its config). A decided outcome never is (ledger_verify.verify)."""
+    baseline's own row (re-run with its config). A decided outcome never is (ledger.verify.verify)."""
     return unusable(row, include_noisy=include_noisy) or row.kind == CRASHED or row.is_baseline
 
 
@@ -172,7 +173,7 @@ def superseded_by(rows: Iterable) -> dict[int, int]:
 
 
 def current_rows(rows: Iterable) -> list:
-    """Rows (ledger_rows) not named by any ``supersedes`` row."""
+    """Rows (ledger/rows.py) not named by any ``supersedes`` row."""
     rows = list(rows)
     gone = superseded_by(rows)
     return [r for r in rows if r.seq not in gone]
@@ -201,7 +202,6 @@ def stream(replicate: dict | None) -> tuple | None:
     verdict row it replicates — None before the verdict — and its device instance)."""
     if replicate is None:
         return None
-    from harness.vocab.devices import instance_key
 
     return replicate.get("of"), instance_key(replicate.get("instance") or {})
 

@@ -22,6 +22,10 @@ from dataclasses import dataclass
 
 from harness.vocab.devices import instance, instance_text
 from harness.jsonsafe import number
+from harness.registration import bar as barlang
+from harness.vocab.outcomes import OUTCOME_KINDS, current_rows, is_replicate
+from harness.registration.replication import SAME_STACK, grids
+from harness.governance.verdict import bar_rows
 
 
 @dataclass(frozen=True)
@@ -126,11 +130,6 @@ def _truth(value, passed) -> bool | None:
 def replication_view(view) -> ReplicationView | None:
     """The agreement of a line's replicates (``view``: lines.LineView); None when it has none
     and its registration waits for none."""
-    from harness.registration import bar as barlang
-    from harness.vocab.outcomes import OUTCOME_KINDS, current_rows, is_replicate
-    from harness.registration.replication import SAME_STACK, grids
-    from harness.governance.verdict import bar_rows
-
     reg = view.registration
     spec = reg.get("replication") or None
     if view.commit:

@@ -13,6 +13,7 @@ from harness.reporting.render.console import console
 from harness.reporting.analysis.tidy import replicate_text
 from harness.reporting.render.rows import outcome_reason
 from harness.workloads.keys import shorten
+from harness.reporting.render.console import table
 
 
 def render_verified(name: str, res) -> None:
@@ -73,7 +74,6 @@ def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | No
         c.print(f"[yellow]history[/]: {escape(head)}", soft_wrap=True)
         for i in items:
             c.print(f"  {escape(i)}", soft_wrap=True)
-    from harness.reporting.render.console import table
 
     superseded = superseded or {}
     configs = [k for k in (getattr(r, "config_key", None) for r in rows) if k]

@@ -8,6 +8,10 @@ from harness.vocab.outcomes import RESULT, SUPERSEDES
 from harness.reporting.render.console import console
 from harness.reporting.render.rows import fmt, outcome_reason
 from harness.workloads.keys import shorten
+from harness.reporting.analysis import protocol
+from harness.reporting.render.console import table
+from harness.vocab.devices import instance_text
+from harness.execution.devicelock import describe_holder
 
 
 def _who(row: dict) -> str:
@@ -26,9 +30,6 @@ def _sweep_table(rows: list[dict]):
     """Per (config, candidate): outcome, speedup with its CI beside the interleaved medians and
     clock it came from, control, and TFLOP/s beside the time and clock of its own protocol."""
     from rich.markup import escape
-
-    from harness.reporting.analysis import protocol
-    from harness.reporting.render.console import table
 
     keys, shared = shorten(r.config_key for r in rows)
     t = table(title="outcomes at this commit on this device" + (f" (every config: {shared})" if shared else ""),
@@ -122,8 +123,6 @@ def _what(summary: dict) -> str:
     instance, at which commit, on which stack (registration/replication.py)."""
     from rich.markup import escape
 
-    from harness.vocab.devices import instance_text
-
     rep = summary.get("replicate")
     if not rep:
         return "sweep"
@@ -172,8 +171,6 @@ def _render_baseline_failed(c, summary: dict) -> None:
 
 
 def render_device_wait(key: str, holder: dict | None) -> None:
-    from harness.execution.devicelock import describe_holder
-
     console().print(f"[yellow]waiting[/] for device {key}: another bench process is measuring on it"
                     f"{describe_holder(holder)}; this sweep starts when it is done (Ctrl-C to give up, "
                     f"--no-wait to refuse instead)")
