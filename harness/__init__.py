@@ -1,9 +1,11 @@
 """bench: a pre-registered benchmark harness for GPU kernels.
 
-Rooms: ``governance`` (git guard, registration, bar language, ledger, verdict),
-``measurement`` (timing, clocks, memory model, correctness, ceilings),
-``workloads`` (shapes, FLOP/byte formulas, inputs, float64 references),
-``sweep`` (plan and run a registered grid), ``reporting`` (renderers), ``cli`` (thin).
+Rooms (docs/architecture.md, with the layers they import along): ``provenance`` (git guard,
+code record), ``vocab`` (row kinds, metrics, devices), ``workloads`` (shapes, FLOP/byte
+formulas, inputs), ``measurement`` (timing, clocks, memory model, correctness, ceilings),
+``registration`` (schema, bar and [verify] languages), ``ledger`` (store, rows, verify),
+``pipeline`` and ``execution`` (one config, where configs run), ``governance`` (line, verdict,
+decisions), ``reporting`` (views and renderers), ``commands`` (the writers), ``cli`` (thin).
 
 The library surface is ``__all__`` (docs/architecture.md, "The library surface"): the plugin
 API (``from harness import kernel, KernelSpec``; docs/kernels.md), and what a script needs to

@@ -119,7 +119,7 @@ def _ledger(root: Path, *, card: str, commit: str, effects: dict, seed: int, lin
             register: bool = True) -> Path:
     """ledger/<line>.jsonl under ``root``: the registered row, then one result per config (a
     candidate ``fast`` ``effects[n]`` × faster than the baseline than its true 2×), appended
-    through ``record.writer.write`` as a sweep appends them; figures are their samples'."""
+    through ``commands.writer.write`` as a sweep appends them; figures are their samples'."""
     from harness.ledger.store import Ledger
     from harness.commands.writer import write
 

@@ -296,7 +296,7 @@ def replicated_bar(reg, ledger_rows, deciding: list, rows: list[dict], where: tu
 
 def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
     """Evaluate the bar on the line's committed rows: the verdict and the row it closes the line
-    with, written by ``record.verdict.close`` (this writes nothing); ``dry_run``: say so."""
+    with, written by ``commands.verdict.close`` (this writes nothing); ``dry_run``: say so."""
     reg = line.reg
     outcomes = latest_outcomes(line.rows)
     pairs = [(c.key(), k) for c in reg.configs for k in reg.candidates]

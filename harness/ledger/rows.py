@@ -59,7 +59,7 @@ class Row:
     commit: str | None = None  # the code commit the row was produced at
     harness_version: str | None = None
     env: dict | None = None  # the device and host (measurement.device.env_summary)
-    # Code packages loaded from an installed distribution (governance/codeprov.outside_code).
+    # Code packages loaded from an installed distribution (provenance/code.outside_code).
     code: list | None = None
     registration_sha256: str | None = None
     registration_commit: str | None = None

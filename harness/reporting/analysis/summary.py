@@ -268,7 +268,7 @@ def rate_header(reg: dict, results: list) -> str:
 
 
 def margin_text(value, op: str, threshold: float) -> str:
-    """``+13.6 (+2.7%)``: a clause's margin to its threshold (governance/bar.margin), as the
+    """``+13.6 (+2.7%)``: a clause's margin to its threshold (registration/bar.margin), as the
     verdict and the report print it; empty where there is none (==, no value)."""
     m = margin(number(value), op, threshold)
     if m is None:

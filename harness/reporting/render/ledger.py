@@ -17,7 +17,7 @@ from harness.reporting.render.console import table
 
 
 def render_verified(name: str, res) -> None:
-    """One ledger's verification (governance.ledger.verify): ok with what was checked, or BAD per problem."""
+    """One ledger's verification (ledger.verify.verify): ok with what was checked, or BAD per problem."""
     from rich.markup import escape
 
     c = console()
@@ -94,7 +94,7 @@ def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | No
 
 
 def render_repaired(fixed) -> None:
-    """What `bench ledger repair` removed (governance.ledger.Ledger.repair) and what stays."""
+    """What `bench ledger repair` removed (ledger.store.Ledger.repair) and what stays."""
     kept = f"rows 0-{fixed.row - 1} are intact" if fixed.row else "no complete row was in it"
     if fixed.foreign_lines:
         where = f"after row {fixed.row - 1}, the last that chains" if fixed.row else "where row 0 would be"
