@@ -1,9 +1,11 @@
 """bench: a pre-registered benchmark harness for GPU kernels.
 
-Rooms: ``governance`` (git guard, registration, bar language, ledger, verdict),
-``measurement`` (timing, clocks, memory model, correctness, ceilings),
-``workloads`` (shapes, FLOP/byte formulas, inputs, float64 references),
-``sweep`` (plan and run a registered grid), ``reporting`` (renderers), ``cli`` (thin).
+Rooms (docs/architecture.md, with the layers they import along): ``provenance`` (git guard,
+code record), ``vocab`` (row kinds, metrics, devices), ``workloads`` (shapes, FLOP/byte
+formulas, inputs), ``measurement`` (timing, clocks, memory model, correctness, ceilings),
+``registration`` (schema, bar and [verify] languages), ``ledger`` (store, rows, verify),
+``pipeline`` and ``execution`` (one config, where configs run), ``governance`` (line, verdict,
+decisions), ``reporting`` (views and renderers), ``commands`` (the writers), ``cli`` (thin).
 
 The library surface is ``__all__`` (docs/architecture.md, "The library surface"): the plugin
 API (``from harness import kernel, KernelSpec``; docs/kernels.md), and what a script needs to
@@ -24,21 +26,21 @@ PUBLIC_API = {
     "load_kernels": ("harness.registry", "load_kernels"),
     "UserError": ("harness.errors", "UserError"),
     # load a registration
-    "Registration": ("harness.governance.registration", "Registration"),
-    "load_registration": ("harness.governance.registration", "load"),
-    "registration_from_table": ("harness.governance.registration", "from_table"),
+    "Registration": ("harness.registration.schema", "Registration"),
+    "load_registration": ("harness.registration.schema", "load"),
+    "registration_from_table": ("harness.registration.schema", "from_table"),
     # read a ledger's rows, and the views bench status / bench report take of them
-    "ledger_path": ("harness.governance.ledger_format", "ledger_path"),
-    "read_rows": ("harness.governance.ledger_format", "read_rows"),
-    "latest_outcomes": ("harness.governance.outcomes", "latest_outcomes"),
-    "OUTCOME_KINDS": ("harness.governance.outcomes", "OUTCOME_KINDS"),
-    "CEILINGS_LEDGER": ("harness.governance.ledger_format", "CEILINGS_LEDGER"),
-    "stored_ceilings": ("harness.record.ceilings", "stored_ceilings"),
+    "ledger_path": ("harness.ledger.format", "ledger_path"),
+    "read_rows": ("harness.ledger.format", "read_rows"),
+    "latest_outcomes": ("harness.vocab.outcomes", "latest_outcomes"),
+    "OUTCOME_KINDS": ("harness.vocab.outcomes", "OUTCOME_KINDS"),
+    "CEILINGS_LEDGER": ("harness.ledger.format", "CEILINGS_LEDGER"),
+    "stored_ceilings": ("harness.commands.ceilings", "stored_ceilings"),
     "line_paths": ("harness.reporting.analysis.lines", "line_paths"),
     "load_line": ("harness.reporting.analysis.lines", "load_path"),
     "line_statuses": ("harness.reporting.analysis.status", "statuses"),
     "report_data": ("harness.reporting.analysis.report", "report_data"),
-    "dataframe": ("harness.governance.ledger", "dataframe"),
+    "dataframe": ("harness.ledger.store", "dataframe"),
     "tidy": ("harness.reporting.analysis.tidy", "tidy"),
     "counter_table": ("harness.measurement.counters", "counter_table"),
     # the next run's speedup (docs/measurement.md): runs of a line, τ, coverage of one run by another
@@ -117,7 +119,7 @@ CODE_PACKAGES = {"harness": "harness", KERNELS_PACKAGE: "kernels"}
 # This module itself is loaded before this runs, so its bytecode can come only from bench's
 # private cache, set at start-up by bench's .pth before anything is imported (harness/pycache.py:
 # no __pycache__ of a source tree is read at all), and is checked against its source
-# (harness.governance.codeprov). The finder stays for defence in depth. It lives here, not in a
+# (harness.provenance.code). The finder stays for defence in depth. It lives here, not in a
 # submodule, so nothing else is loaded the ordinary way first.
 import sys as _sys
 from importlib.machinery import PathFinder as _PathFinder

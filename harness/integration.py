@@ -11,7 +11,7 @@ attention of the model goes through ``attention(q, k, v, causal=..., scale=...)`
 inside ``use_kernel(fn)``, fn a registered kernel's ``fn(q, k, v, out, *, causal, scale)``;
 outside any ``use_kernel`` the hook computes plain softmax attention, so the model runs on
 its own too. ``use_kernel(fn, timer=CallTimer(device))`` also times each call at the hook
-(record/integration.py: the probe → in-situ factor).
+(commands/integration.py: the probe → in-situ factor).
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Callable
+from harness.measurement.timing.timers import CudaEventTimer, HostTimer
+from harness.measurement.reference import reference
+from harness.errors import UserError
 
 _active: list = []  # (kernel fn, CallTimer or None); the innermost use_kernel is the last
 
@@ -47,8 +50,6 @@ class CallTimer:
     def time(self, fn: Callable[[], None], shape: tuple) -> None:
         """Run ``fn`` (one hook call) and record its time and shape."""
         if self._timer is None:
-            from harness.measurement.timing.timers import CudaEventTimer, HostTimer
-
             self._timer = CudaEventTimer(self.device) if self.device.startswith("cuda") else HostTimer()
         self.ms.append(self._timer.time_call(fn, arm="hook"))
         self.shapes.append(shape)
@@ -83,8 +84,6 @@ def plain_attention(q, k, v, out, *, causal: bool, scale: float) -> None:
 def reference_attention(q, k, v, out, *, causal: bool, scale: float) -> None:
     """The harness's float64 reference attention (measurement/reference.py) as a kernel: the
     step run in float64 through it is what the step's output is checked against."""
-    from harness.measurement.reference import reference
-
     out.copy_(reference(q, k, v, causal=causal, scale=scale))
 
 
@@ -108,8 +107,6 @@ def load_step(ref: str) -> Callable:
     """The step factory ``module:function`` names (imported from the repository or the
     installed packages); a UserError naming the fix when it is not there."""
     import importlib
-
-    from harness.errors import UserError
 
     module, _, name = ref.partition(":")
     try:

@@ -28,6 +28,7 @@ from typing import Callable
 from harness import KERNELS_PACKAGE
 from harness.errors import UserError
 from harness.measurement import clockguard
+from harness.provenance.code import distribution_record
 
 ENTRY_POINT_GROUP = "bench.kernels"
 # bench's own entry point in that group, as pyproject.toml declares it (tests/test_registry.py
@@ -219,8 +220,6 @@ def _mark_distribution(ep, before: set) -> None:
         raise UserError(f"kernel entry point '{ep.name}' ({ep.value}) belongs to no installed distribution: "
                         f"bench cannot record which package version its kernels came from — reinstall that package")
     import sys
-
-    from harness.governance.codeprov import distribution_record
 
     top = ep.module.partition(".")[0]
     where = Path(sys.modules[top].__file__).resolve()

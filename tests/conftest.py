@@ -252,8 +252,8 @@ def sweep_measured(repo: Path, line: str, *args: str) -> subprocess.CompletedPro
     """``bench sweep LINE ARGS``, then ``--remeasure`` up to MEASURE_ATTEMPTS times while a
     pair of the line's latest outcomes was never measured (skipped or throttled on a loaded
     host, the sweep's exit 0 or 4); the last run's result (a failing one at once)."""
-    from harness.governance.ledger_format import read_rows
-    from harness.governance.outcomes import MISSING_KINDS, UNSUPPORTED, latest_outcomes
+    from harness.ledger.format import read_rows
+    from harness.vocab.outcomes import MISSING_KINDS, UNSUPPORTED, latest_outcomes
 
     from harness.cli.sweep import EXIT_NOTHING_USABLE
 
@@ -301,7 +301,7 @@ def sweep_context(*, device: str = "cpu", baseline: str = "torch_stack", candida
     import hashlib
     import json
 
-    from harness.governance.registration import from_table
+    from harness.registration.schema import from_table
     from harness.pipeline.context import SweepContext
 
     atol = atol or {"float32": 1e-5}
@@ -313,7 +313,7 @@ def sweep_context(*, device: str = "cpu", baseline: str = "torch_stack", candida
     sha = hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()
     reg = from_table(raw, Path(f"registrations/{line}.toml"), sha)
     if isinstance(ceilings, dict):  # Ceilings.to_row(): the ceilings row it would be, not in any ledger
-        from harness.governance.ledger_rows import load
+        from harness.ledger.rows import load
 
         ceilings = load({"kind": "ceilings", **ceilings})
     return SweepContext(reg=reg, device=device, ceilings=ceilings)

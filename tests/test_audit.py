@@ -1,4 +1,4 @@
-"""Rows add up (governance/audit.py): a result row's figures recomputed from its raw samples.
+"""Rows add up (ledger/audit.py): a result row's figures recomputed from its raw samples.
 
 The rows are real: tests/data/report-fixture.jsonl is a CPU sweep of a registered line
 (tests/data/make_report_fixture.py), and the shipped ledgers are the H200's. An attacker
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.governance.audit import recompute
-from harness.governance.ledger_rows import load
-from harness.governance.ledger_format import GENESIS_HASH, canonical, read_rows, row_hash
-from harness.governance.ledger_verify import verify
+from harness.ledger.audit import recompute
+from harness.ledger.rows import load
+from harness.ledger.format import GENESIS_HASH, canonical, read_rows, row_hash
+from harness.ledger.verify import verify
 from tests.conftest import REPO, git, init_repo, run_bench
 from tests.data.make_report_fixture import LINE, REGISTRATION
 
@@ -179,7 +179,7 @@ def test_the_verdict_dry_run_writes_nothing_and_a_forged_row_is_refused(fixture_
 def _cpu_ledger(tmp_path, go="pass_rate == 1.0"):
     """A ledger holding a real CPU result row (run_config, as the sweep writes it) and that row,
     read back through the ledger's JSON; skipped where the host gave no result."""
-    from harness.governance.ledger import Ledger
+    from harness.ledger.store import Ledger
     from harness.pipeline.run import run_config
     from harness.workloads import Config
     from tests.conftest import sweep_context
@@ -249,10 +249,10 @@ def test_host_times_and_clocks_are_held_to_the_rows_own_record(tmp_path):
 def test_a_host_us_bar_is_refused_on_rows_that_keep_no_host_times(tmp_path):
     """A result written before rows kept their host times holds host_us unchecked: a bar
     reading it is refused; the same rows with their host times are decided."""
-    from harness.governance.ledger import Ledger
+    from harness.ledger.store import Ledger
     from harness.governance.line import open_line, register
     from harness.pipeline.run import run_config
-    from harness.record.sweep import context
+    from harness.commands.sweep import context
     from tests.conftest import TINY
 
     text = TINY.replace("seq_len = [32, 48]", "seq_len = [32]").replace("timeout_s = 5", "timeout_s = 30").replace(

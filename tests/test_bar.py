@@ -3,8 +3,8 @@
 import pytest
 
 from harness.errors import UserError
-from harness.governance.bar import BarError, evaluate, evaluate_aggregate, parse, parse_aggregate
-from harness.governance.bar_syntax import AGGREGATES, FILTER_FIELDS, METRICS, MAX_NESTING
+from harness.registration.bar import BarError, evaluate, evaluate_aggregate, parse, parse_aggregate
+from harness.registration.bar_syntax import AGGREGATES, FILTER_FIELDS, METRICS, MAX_NESTING
 
 EXAMPLE = "geomean(speedup) >= 1.10 and min(speedup where seq_len >= 2048) >= 0.98 and pass_rate == 1.0"
 

@@ -309,8 +309,8 @@ def test_a_bisect_ledger_written_by_a_newer_bench_is_refused_before_any_probe(pr
 
 def test_config_is_a_full_key_or_a_short_form_one_config_has():
     from harness.errors import UserError
-    from harness.governance import registration
-    from harness.governance.line_ids import config_of
+    from harness.registration import schema as registration
+    from harness.registration.line_ids import config_of
 
     reg = registration.load(REPO / "registrations" / "example.toml")
     full = "attention/b2/h4/kv4/n256/d64/float32/full"

@@ -58,7 +58,7 @@ def test_float32_judged_against_tf32_and_non_finite_rejected():
 def test_every_rate_a_row_carries_is_judged_against_its_ceiling_and_the_reason_names_both():
     """Issue 47: every rate with a ``*_frac`` (the metric table's) has a ceiling it is held to —
     kv_gbps too, which nothing judged — and the reason names the rate, the ceiling and its row."""
-    from harness.governance.metrics import CEILING_RATES
+    from harness.vocab.metrics import CEILING_RATES
 
     assert set(CEILING_RATES) == set(RATE_UNITS)
     c = _h200_like()

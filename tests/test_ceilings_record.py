@@ -8,13 +8,13 @@ import json
 import pytest
 
 from harness.errors import UserError
-from harness.governance.ledger import Ledger, anchor
-from harness.governance.outcomes import CEILINGS, OUTCOME_KINDS
-from harness.governance.ledger_format import CEILINGS_LEDGER, canonical, read_rows, row_hash
-from harness.governance.ledger_verify import verify
-from harness.governance.outcomes import RESULT
+from harness.ledger.store import Ledger, anchor
+from harness.vocab.outcomes import CEILINGS, OUTCOME_KINDS
+from harness.ledger.format import CEILINGS_LEDGER, canonical, read_rows, row_hash
+from harness.ledger.verify import verify
+from harness.vocab.outcomes import RESULT
 from harness.pipeline.rows import ceilings_ref
-from harness.record.ceilings import append_ceilings, require_committable, stored_or_measured
+from harness.commands.ceilings import append_ceilings, require_committable, stored_or_measured
 from tests.conftest import TINY, copy_project, git, init_repo, run_bench
 
 COPY_GBPS = 20.0

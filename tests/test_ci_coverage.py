@@ -119,9 +119,9 @@ def _ledger(root: Path, *, card: str, commit: str, effects: dict, seed: int, lin
             register: bool = True) -> Path:
     """ledger/<line>.jsonl under ``root``: the registered row, then one result per config (a
     candidate ``fast`` ``effects[n]`` × faster than the baseline than its true 2×), appended
-    through ``record.writer.write`` as a sweep appends them; figures are their samples'."""
-    from harness.governance.ledger import Ledger
-    from harness.record.writer import write
+    through ``commands.writer.write`` as a sweep appends them; figures are their samples'."""
+    from harness.ledger.store import Ledger
+    from harness.commands.writer import write
 
     led = Ledger(root, line)
     if register:
@@ -223,7 +223,7 @@ def test_one_run_or_bad_options_are_one_line_errors_and_write_nothing(two_cards,
 
 
 def test_runs_in_one_ledger_split_by_commit_and_card(two_cards):
-    from harness.governance.ledger_format import read_rows
+    from harness.ledger.format import read_rows
 
     rows = read_rows(two_cards[0]) + read_rows(two_cards[1])[1:]
     found = nr.runs(rows, "cov")
@@ -242,9 +242,9 @@ def test_runs_in_one_ledger_split_by_commit_and_card(two_cards):
 
 
 def test_the_bar_reads_the_next_run_interval_where_asked():
-    from harness.governance import bar as barlang
-    from harness.governance.ledger_format import read_rows
-    from harness.governance.outcomes import latest_outcomes
+    from harness.registration import bar as barlang
+    from harness.ledger.format import read_rows
+    from harness.vocab.outcomes import latest_outcomes
     from harness.governance.verdict import bar_row_map
 
     rows = read_rows(REPO / "ledger" / "aa-h200.jsonl")
@@ -263,7 +263,7 @@ def test_the_bar_reads_the_next_run_interval_where_asked():
 
 
 def test_a_registration_naming_the_next_run_needs_schema_7(tmp_path):
-    from harness.governance.registration import METRIC_SCHEMA, REGISTRATION_SCHEMA, load
+    from harness.registration.schema import METRIC_SCHEMA, REGISTRATION_SCHEMA, load
 
     assert REGISTRATION_SCHEMA == 7 and METRIC_SCHEMA["speedup_next_low"] == METRIC_SCHEMA["speedup_next_high"] == 7
     base = TINY.replace('go = "', 'go = "min(speedup_next_low) >= 0.5 and ', 1)
@@ -314,7 +314,7 @@ def test_a_verdict_over_the_next_run_interval_records_its_between_run_variance(t
     """Through the real CLI on the CPU: a schema-7 bar over ``speedup_next_low`` is registered,
     swept and decided; the verdict row keeps the τ it read the interval with, and the report of
     the closed line shows the verdict's figures."""
-    from harness.governance.ledger_format import read_rows
+    from harness.ledger.format import read_rows
     from harness.reporting.analysis import lines, report
     from tests.conftest import git, init_repo, run_bench, sweep_measured
 
@@ -334,7 +334,7 @@ def test_a_verdict_over_the_next_run_interval_records_its_between_run_variance(t
     assert verdict.kind == "verdict" and verdict.outcome == "GO", verdict.dump()
     between = model.BetweenRun.from_dict(verdict.next_run)
     assert between.tau >= model.NEXT_RUN_TAU_FLOOR and between.level == model.NEXT_RUN_LEVEL
-    from harness.governance.outcomes import latest_outcomes
+    from harness.vocab.outcomes import latest_outcomes
 
     results = [r for r in latest_outcomes(rows).values() if r.kind == "result"]  # those the verdict read
     bounds = [nr.next_bounds(r, between) for r in results]  # TINY counts rig-noisy results (include_noisy)

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from harness.governance import gitguard
-from harness.governance.ledger_verify import verify
-from harness.governance.outcomes import OUTCOME_KINDS
+from harness.provenance import git as gitguard
+from harness.ledger.verify import verify
+from harness.vocab.outcomes import OUTCOME_KINDS
 from tests.conftest import TINY, bench_env, git, reported_configs, run_bench
 
 SIX_CONFIGS = ("seq_len = [32, 40, 48, 56, 64, 72]", "min_time_ms = 300", "warmup_ms = 100")

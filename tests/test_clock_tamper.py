@@ -63,8 +63,8 @@ CLOCK_LINE = TINY.replace('candidate = "sdpa"', 'candidate = "clock_liar"').repl
 
 @pytest.mark.slow
 def test_the_issue_47_kernel_is_refused_for_replacing_the_clock_through_the_cli(tmp_path):
-    from harness.governance.ledger_format import read_rows
-    from harness.governance.outcomes import OUTCOME_KINDS
+    from harness.ledger.format import read_rows
+    from harness.vocab.outcomes import OUTCOME_KINDS
     from tests.test_provenance import _with_code, commit_all
 
     repo = _with_code(init_repo(tmp_path / "proj", {"clk": CLOCK_LINE}))
@@ -516,8 +516,8 @@ def _gpu_registration() -> str:
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_gpu_kernels_that_replace_the_cuda_event_clocks_are_refused_through_the_cli(tmp_path):
-    from harness.governance.ledger_format import read_rows
-    from harness.governance.outcomes import OUTCOME_KINDS
+    from harness.ledger.format import read_rows
+    from harness.vocab.outcomes import OUTCOME_KINDS
     from tests.test_provenance import _with_code, commit_all
 
     repo = _with_code(init_repo(tmp_path / "proj", {"events": _gpu_registration()}))

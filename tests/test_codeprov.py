@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.governance import codeprov
+from harness.provenance import code as codeprov
 from tests.conftest import TINY, bench_env, build_wheel, copy_project, init_repo, tree_pyc
 from tests.test_provenance import _with_code, clone, commit_all
 
@@ -161,7 +161,7 @@ def test_every_code_module_of_this_process_loaded_from_source():
 
     mods = codeprov.code_modules()
     assert isinstance(mods["bench_kernels.torch_stack"].__spec__.loader, harness.SourceOnlyLoader)
-    assert isinstance(mods["harness.governance.codeprov"].__spec__.loader, harness.SourceOnlyLoader)
+    assert isinstance(mods["harness.provenance.code"].__spec__.loader, harness.SourceOnlyLoader)
     codeprov.require_source_loaded()
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.governance.ledger_format import read_rows
-from harness.governance.outcomes import OUTCOME_KINDS
+from harness.ledger.format import read_rows
+from harness.vocab.outcomes import OUTCOME_KINDS
 from harness.pipeline import phase
-from harness.record.sweep import sweep_cost
+from harness.commands.sweep import sweep_cost
 from harness.reporting.render.sweep import cost_line
 from tests.conftest import git, run_bench, sweep_context
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.governance.ledger_rows import load
+from harness.ledger.rows import load
 from harness.errors import UserError
 from harness.measurement import counters
 from harness.workloads import Config, formulas
@@ -135,7 +135,7 @@ def test_ncu_options_filter_on_the_kernel_range_and_leave_clocks_alone():
 
 def test_counter_table_is_one_tidy_row_per_launch():
     from harness.measurement.profile import ProfileResult
-    from harness.record.profile import payload
+    from harness.commands.profile import payload
 
     ls = launches()
     rows = []
@@ -167,7 +167,7 @@ def test_worker_runs_the_kernel_and_checks_what_it_wrote(tmp_path, kernel, passe
     spec = {"config": cfg.as_dict(), "kernel": kernel, "name": kernel.rsplit(":", 1)[-1], "seed": 5, "atol": 1e-5,
             "rtol": 1e-4, "numerics": {}, "calls": 1, "result": str(tmp_path / "r.json"), "device": "cpu"}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    res = subprocess.run([sys.executable, "-m", "harness.measurement.profile_worker", str(tmp_path / "spec.json")],
+    res = subprocess.run([sys.executable, "-m", "harness.execution.profile_worker", str(tmp_path / "spec.json")],
                          cwd=REPO, env=bench_env(), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and res.stdout == "", res.stderr
     check = json.loads((tmp_path / "r.json").read_text())["output_check"]
@@ -178,7 +178,7 @@ def test_worker_runs_the_kernel_and_checks_what_it_wrote(tmp_path, kernel, passe
 
 def test_profile_table_renders_the_issue_table(capsys, monkeypatch):
     from harness.measurement.profile import ProfileResult
-    from harness.record.profile import payload
+    from harness.commands.profile import payload
     from harness.reporting.render.console import console
     from harness.reporting.render.profile import render_profile
 

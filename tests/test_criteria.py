@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.governance import bar as barlang
+from harness.registration import bar as barlang
 from harness.measurement.clocks import ClockMonitor
 from harness.measurement.stats import paired_ratio
 from harness.measurement.timing import (
@@ -280,7 +280,7 @@ def stat_rows():
 
 
 def test_a_sweep_row_carries_the_stops_quantities_and_its_figures_are_theirs(stat_rows):
-    from harness.governance.ledger_rows import load
+    from harness.ledger.rows import load
     from harness.governance.peers import speedup_vs
 
     row = stat_rows["sdpa"]
@@ -301,8 +301,8 @@ def test_a_sweep_row_carries_the_stops_quantities_and_its_figures_are_theirs(sta
 def test_a_statistic_row_adds_up_and_an_edit_is_named(stat_rows):
     import copy
 
-    from harness.governance.audit import recompute
-    from harness.governance.ledger_rows import load
+    from harness.ledger.audit import recompute
+    from harness.ledger.rows import load
 
     row = stat_rows["sdpa"]
     assert recompute(load(row)) == [] and recompute(load(stat_rows["sdpa_math"])) == []

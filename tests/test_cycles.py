@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.governance import bar as barlang
-from harness.governance import metrics
-from harness.governance.registration import from_table
+from harness.registration import bar as barlang
+from harness.vocab import metrics
+from harness.registration.schema import from_table
 from harness.measurement.clocks import ClockMonitor
 from harness.measurement.timing import TimingPolicy, measure
 from harness.measurement.timing.sustained import sustain
@@ -92,8 +92,8 @@ def test_the_cpu_has_no_cycles_and_says_why():
 
 
 def test_the_audit_recomputes_cycles_from_the_rows_samples_and_clocks():
-    from harness.governance.audit import recompute
-    from harness.governance.ledger_rows import load
+    from harness.ledger.audit import recompute
+    from harness.ledger.rows import load
 
     from harness.workloads import Config
 
@@ -166,7 +166,7 @@ def test_a_clock_normalised_bar_needs_schema_6():
 
 
 def test_reports_show_the_measured_and_the_normalised_figure_side_by_side(tmp_path):
-    from harness.governance.ledger import Ledger
+    from harness.ledger.store import Ledger
     from harness.measurement.timing.sustained import rates
     from harness.reporting.analysis import lines, report
     from harness.workloads import Config
@@ -215,7 +215,7 @@ def test_reports_show_the_measured_and_the_normalised_figure_side_by_side(tmp_pa
 def _gpu_ceilings(root: Path, *, clock: bool) -> Path:
     """The shipped H200 ceilings row, through the ledger's writer, with (``clock``) the SM clock
     its matmuls ran at as a ceilings measurement now records it (``method.sm_mhz``)."""
-    from harness.governance.ledger import Ledger
+    from harness.ledger.store import Ledger
 
     shipped = json.loads((REPO / "ledger" / "_device_ceilings.jsonl").read_text().splitlines()[0])
     method = dict(shipped["method"])
@@ -290,7 +290,7 @@ def _rows_of_two_stacks(repo: Path, second: dict) -> None:
     does) stamped with its own env: the first config's stack, then ``second``."""
     from harness.governance.line import open_line, register
     from harness.pipeline.run import run_config
-    from harness.record.sweep import context
+    from harness.commands.sweep import context
 
     register("tiny", root=repo)
     git(repo, "add", "-A")
@@ -316,8 +316,8 @@ def test_a_verdict_over_two_software_stacks_is_refused_naming_both(repo):
 
 
 def test_a_version_one_row_never_recorded_is_no_difference(repo):
-    from harness.governance.ledger_format import read_rows
-    from harness.governance.outcomes import OUTCOME_KINDS, places
+    from harness.ledger.format import read_rows
+    from harness.vocab.outcomes import OUTCOME_KINDS, places
 
     # The second config's rows predate the cupy and triton fields (an older bench's env).
     _rows_of_two_stacks(repo, {"device": "cpu", "gpu": None, "torch": "2.13.0+cpu"})

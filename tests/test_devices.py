@@ -1,11 +1,11 @@
-"""Device identity is read one way (governance/devices.py): the same env names the same
+"""Device identity is read one way (vocab/devices.py): the same env names the same
 model, person-facing name and lock key wherever rows, ceilings and locks are compared."""
 
 from __future__ import annotations
 
-from harness.governance import devices
-from harness.governance.ledger_rows import load
-from harness.governance.outcomes import measured_on
+from harness.vocab import devices
+from harness.ledger.rows import load
+from harness.vocab.outcomes import measured_on
 
 H200 = {"device": "cuda", "gpu": "NVIDIA H200", "gpu_uuid": "GPU-1234-abcd", "gpu_index": 3}
 CPU = {"device": "cpu"}

@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from harness.errors import UserError
-from harness.governance.ledger import Ledger, anchor
-from harness.governance.ledger_format import read_rows
-from harness.governance.ledger_verify import verify
+from harness.ledger.store import Ledger, anchor
+from harness.ledger.format import read_rows
+from harness.ledger.verify import verify
 from tests.conftest import TINY, bench_env, git, init_repo, installed_dist, run_bench
 
 # A correct kernel that appends a junk line to its own line's ledger on every call.
@@ -83,7 +83,7 @@ def _line(root, n=3) -> Ledger:
 def test_the_writer_appends_only_to_the_bytes_it_left(repo):
     """Junk appended between two writes, and a cut, are refused before anything is appended;
     the honest path follows its own appends and commits as before."""
-    from harness.record.writer import write
+    from harness.commands.writer import write
 
     led = _line(repo)
     anchor(led, "rows")
@@ -108,8 +108,8 @@ def test_the_writer_appends_only_to_the_bytes_it_left(repo):
 
 
 def test_a_commit_holding_bytes_bench_did_not_write_is_named(repo):
-    from harness.governance.ledger import Left
-    from harness.record.writer import _require_committed
+    from harness.ledger.store import Left
+    from harness.commands.writer import _require_committed
 
     led = _line(repo)
     left = led.left()

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.governance import gitguard
-from harness.governance.ledger import Ledger, anchor, require_anchorable
+from harness.provenance import git as gitguard
+from harness.ledger.store import Ledger, anchor, require_anchorable
 from tests.conftest import git, run_bench
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from harness import KERNELS_PACKAGE, __version__
-from harness.governance.ledger import read_rows
+from harness.ledger.store import read_rows
 from tests.conftest import TINY, build_wheel, copy_project, git, init_repo
 
 # Hugging Face's kernel loader: its PyPI name and its top-level import name.

@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from harness.governance.ledger import Ledger
-from harness.governance.ledger_format import read_rows
-from harness.governance.ledger_verify import verify
-from harness.governance.outcomes import OUTCOME_KINDS, state_of
+from harness.ledger.store import Ledger
+from harness.ledger.format import read_rows
+from harness.ledger.verify import verify
+from harness.vocab.outcomes import OUTCOME_KINDS, state_of
 from tests.conftest import REPO, TINY, git, run_bench
 
 # The fields that place an outcome row: where it was measured, under which bar, of which pair.
@@ -103,7 +103,7 @@ def test_remeasure_settles_a_pair_the_verdict_cannot_use_and_every_view_shows_it
 
 @pytest.mark.slow
 def test_remeasure_runs_rig_noisy_pairs_again_where_a_plain_sweep_runs_nothing(repo):
-    from harness.record.sweep import NOISY_REMEASURES
+    from harness.commands.sweep import NOISY_REMEASURES
 
     noisy = TINY.replace("timeout_s = 5", "timeout_s = 5\ncontrol_tolerance = 1e-12").replace(
         "include_noisy = true", "include_noisy = false").replace("seq_len = [32, 48]", "seq_len = [32]")

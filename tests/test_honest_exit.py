@@ -8,7 +8,7 @@ import json
 import pytest
 
 from harness.cli.sweep import EXIT_NOTHING_USABLE
-from harness.governance.ledger_rows import load
+from harness.ledger.rows import load
 from harness.reporting.analysis.usable import nothing_usable, waited_share
 from tests.conftest import TINY, init_repo, run_bench
 

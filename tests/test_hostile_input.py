@@ -103,7 +103,7 @@ def test_a_registration_path_must_lie_inside_the_repository(repo, tmp_path):
 
 def test_the_line_id_gate():
     from harness.errors import UserError
-    from harness.governance import line_ids
+    from harness.registration import line_ids
 
     longest = "a" * line_ids.MAX_LINE_ID
     assert line_ids.check(longest) == longest and line_ids.check("flash-h200.v2_b") == "flash-h200.v2_b"
@@ -126,7 +126,7 @@ def test_a_250_character_line_id_is_one_line_in_every_command(repo):
 
 
 def test_the_longest_line_id_works_end_to_end(repo):
-    from harness.governance.line_ids import MAX_LINE_ID
+    from harness.registration.line_ids import MAX_LINE_ID
 
     line = "b" * MAX_LINE_ID
     made = run_bench(repo, "new", line, "--candidate", "sdpa", "--baseline", "torch_stack", *SMALL,
@@ -253,8 +253,8 @@ def test_register_sweep_and_verdict_in_a_clone_at_a_path_that_is_not_utf8(tmp_pa
     ok = run_bench(root, "ledger", "verify")
     assert ok.returncode == 0 and "tiny.jsonl" in ok.stdout, ok.stderr
     # The committed history is checked there too: a ledger re-chained after its commit is caught.
-    from harness.governance.ledger import Ledger
-    from harness.governance.ledger_format import read_rows
+    from harness.ledger.store import Ledger
+    from harness.ledger.format import read_rows
 
     rows = read_rows(root / "ledger" / "tiny.jsonl")
     (root / "ledger" / "tiny.jsonl").unlink()

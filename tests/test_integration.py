@@ -69,7 +69,7 @@ def _table(go: str = "step_gain >= 0.02 and pass_rate == 1.0", **integration) ->
 
 
 def _load(raw: dict):
-    from harness.governance.registration import from_table
+    from harness.registration.schema import from_table
 
     return from_table(raw, Path("registrations/t.toml"), "0" * 64)
 
@@ -78,7 +78,7 @@ def _load(raw: dict):
 
 
 def test_amdahl_ceiling_and_inverted_share_are_the_issues_arithmetic():
-    from harness.governance import integration as amdahl
+    from harness.registration import integration as amdahl
 
     assert amdahl.ceiling(0.143) == pytest.approx(1 / (1 - 0.143) - 1)  # 1.167× at most: +16.7%
     assert amdahl.ceiling(0.143) == pytest.approx(0.16686, abs=1e-5)
@@ -103,7 +103,7 @@ def test_an_integration_bar_above_the_amdahl_ceiling_is_refused_at_register_with
     assert "1/(1 − 0.143) − 1 = 0.1669" in r.stderr
     assert not (root / "ledger" / "amdahl.jsonl").exists()  # nothing written
     # Just under the ceiling, the same bar is a bar: the arithmetic is not a margin.
-    from harness.governance.integration import amdahl_refusal
+    from harness.registration.integration import amdahl_refusal
 
     assert amdahl_refusal(_load(_table("step_gain >= 0.166 and pass_rate == 1.0", op_share=0.143,
                                        op_share_source="profiler"))) is None
@@ -132,7 +132,7 @@ def test_a_bad_integration_table_is_refused_naming_the_fix(change, says):
 
 
 def test_a_bare_step_metric_is_the_worst_candidates_and_aggregates_only_integration_rows():
-    from harness.governance import bar
+    from harness.registration import bar
 
     b = bar.parse("min(speedup) >= 2.0 and step_gain >= 0.02")
     rows = [{"candidate": "a", "correct": True, "speedup": 2.5, "batch": 1},
@@ -241,7 +241,7 @@ def test_the_integration_step_runs_on_the_gpu():
 
 def test_register_refuses_a_step_that_does_not_import():
     from harness.errors import UserError
-    from harness.governance.registration import check_kernels
+    from harness.registration.schema import check_kernels
 
     check_kernels(_load(_table()))  # the shipped step imports
     with pytest.raises(UserError, match=r"\[integration\] step 'bench_kernels.no_such_model:step': cannot import"):

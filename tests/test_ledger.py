@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.governance import gitguard
-from harness.governance.ledger import Ledger, anchor, dataframe, require_anchorable, require_anchored
-from harness.governance.ledger_format import GENESIS_HASH, LEDGER_SCHEMA, canonical, read_rows, row_hash
-from harness.governance.ledger_verify import verify
+from harness.provenance import git as gitguard
+from harness.ledger.store import Ledger, anchor, dataframe, require_anchorable, require_anchored
+from harness.ledger.format import GENESIS_HASH, LEDGER_SCHEMA, canonical, read_rows, row_hash
+from harness.ledger.verify import verify
 from tests.conftest import REPO, bench_env, git, run_bench
 
 
@@ -195,8 +195,8 @@ _SHORT_WRITE = """
 import resource, signal, sys
 from pathlib import Path
 from harness.errors import UserError
-from harness.governance import gitguard
-from harness.governance.ledger import Ledger
+from harness.provenance import git as gitguard
+from harness.ledger.store import Ledger
 
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit, write() returns short / EFBIG
 led = Ledger(Path(sys.argv[1]), "line")
@@ -275,8 +275,8 @@ _AS_NOBODY = """
 import sys
 from pathlib import Path
 from harness.errors import UserError
-from harness.governance import gitguard
-from harness.governance.ledger import Ledger
+from harness.provenance import git as gitguard
+from harness.ledger.store import Ledger
 try:
     Ledger(Path(sys.argv[1]), "line").require_writable()
 except UserError as exc:

@@ -20,7 +20,7 @@ import textwrap
 
 import pytest
 
-from harness.governance.ledger_format import read_rows
+from harness.ledger.format import read_rows
 from harness.measurement.clocks import MIN_POLL_HZ
 from harness.measurement.timing import DEFAULT_CONTROL_TOLERANCE
 from tests.conftest import REPO, VRAM_TOLERANCE, init_repo, run_bench
@@ -183,7 +183,7 @@ def test_graph_mode_agrees_with_do_bench_cudagraph():
 
     import tomllib
 
-    from harness.governance.registration import load
+    from harness.registration.schema import load
 
     path = REPO / "registrations" / "example.toml"
     reg = load(path)

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from harness.governance import bar, bar_syntax, metrics
+from harness.registration import bar, bar_syntax
+from harness.vocab import metrics
 from harness.reporting.analysis import report
 from tests.conftest import REPO
 

@@ -1,5 +1,5 @@
 """One row vocabulary: the kinds, which outcomes are retried, and the resume key live in
-governance/outcomes.py; the rest of the harness names them, never restates them."""
+vocab/outcomes.py; the rest of the harness names them, never restates them."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import re
 
 import pytest
 
-from harness.governance import ledger, outcomes
-from harness.governance.ledger_rows import load
-from harness.record import plan
+from harness.ledger import store as ledger
+from harness.vocab import outcomes
+from harness.ledger.rows import load
+from harness.commands import plan
 from tests.conftest import REPO
 
 KIND_LITERAL = re.compile(r"""(?:\bkind"?\]?\)?\s*(?:==|!=)\s*|\bOutcome\(|\.append\()["'](%s)["']"""
@@ -27,7 +28,7 @@ def test_every_room_reads_the_kinds_from_one_module():
                 for p in sorted((REPO / "harness").rglob("*.py"))
                 if p.name != "outcomes.py" and "measurement" not in p.parts
                 for n, line in enumerate(p.read_text().splitlines(), 1) if KIND_LITERAL.search(line) and "job.kind" not in line]
-    assert restated == [], "kind literals outside governance/outcomes.py:\n" + "\n".join(restated)
+    assert restated == [], "kind literals outside vocab/outcomes.py:\n" + "\n".join(restated)
 
 
 def test_transient_outcomes_are_the_ones_measured_again():

@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from harness.errors import UserError
-from harness.governance import registration
-from harness.governance.bar import parse, parse_aggregate
+from harness.registration import schema as registration
+from harness.registration.bar import parse, parse_aggregate
 from tests.conftest import TINY
 
 
@@ -126,7 +126,7 @@ kernel("softmax_omitted", workloads=("attention",), dtypes=("float32",), devices
 
 @pytest.mark.slow
 def test_a_peer_clause_is_decided_from_the_rows_own_rounds_and_fails_closed_without_its_peer(tmp_path):
-    from harness.governance.ledger_format import read_rows
+    from harness.ledger.format import read_rows
     from harness.governance.peers import same_measurement
     from tests.conftest import bench_env, init_repo, installed_dist
 
@@ -195,8 +195,8 @@ def test_a_peer_clause_is_decided_from_the_rows_own_rounds_and_fails_closed_with
     assert "not compared because" in hollow_table and hollow_table.count("softmax_omitted is incorrect at") == 2
 
     # A count against that peer is unknown too (it must not pass on zero comparisons).
-    from harness.governance import bar as barlang
-    from harness.governance.outcomes import latest_outcomes
+    from harness.registration import bar as barlang
+    from harness.vocab.outcomes import latest_outcomes
     from harness.governance.verdict import bar_rows
 
     bar_view, _ = bar_rows(latest_outcomes(read_rows(repo / "ledger" / "peers.jsonl")), include_noisy=True)
@@ -208,7 +208,7 @@ def test_a_peer_clause_is_decided_from_the_rows_own_rounds_and_fails_closed_with
     # P measured again in another run, as a partial re-measure leaves it: its pair at one config
     # is made a memory skip (measured at the same place), and `--remeasure` runs it alone.
     # sdpa's row there still holds the old sdpa_math samples: the verdict refuses to compare.
-    from harness.governance.ledger import Ledger
+    from harness.ledger.store import Ledger
 
     last = got[(2, "sdpa_math")]
     keep = ("commit", "registration_sha256", "registration_commit", "harness_version", "code", "env", "config",

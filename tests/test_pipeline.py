@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from harness.governance.ledger_rows import load
-from harness.governance import metrics
-from harness.governance.ledger_format import read_rows
-from harness.governance.ledger_verify import verify
-from harness.governance.outcomes import OUTCOME_KINDS
+from harness.ledger.rows import load
+from harness.vocab import metrics
+from harness.ledger.format import read_rows
+from harness.ledger.verify import verify
+from harness.vocab.outcomes import OUTCOME_KINDS
 from tests.conftest import TINY, bench_env, git, run_bench
 
 pytestmark = pytest.mark.slow
@@ -244,7 +244,7 @@ def test_verdict_ignores_a_hollow_baseline_row_but_counts_its_candidates_as_skip
 
 
 def test_resume_is_per_device_and_retries_transient_outcomes():
-    from harness.record.plan import plan, replaced_by
+    from harness.commands.plan import plan, replaced_by
     from harness.workloads import Config
 
     class Reg:
@@ -269,7 +269,7 @@ def test_resume_is_per_device_and_retries_transient_outcomes():
 
 
 def test_verdict_refuses_a_tampered_chain_and_mixed_measurements(repo):
-    from harness.governance.ledger import Ledger
+    from harness.ledger.store import Ledger
 
     assert run_bench(repo, "register", "tiny").returncode == 0
     assert run_bench(repo, "sweep", "tiny").returncode == 0
@@ -293,9 +293,9 @@ def test_verdict_refuses_a_tampered_chain_and_mixed_measurements(repo):
 def test_a_verdict_over_several_gpu_models_needs_mixed_devices(repo):
     """Rows of one commit from two GPU models (as a Ray cluster of mixed hosts writes them):
     refused by default, decided for a line registered with [bar] mixed_devices = true."""
-    from harness.governance.ledger import Ledger
-    from harness.governance.outcomes import current_rows
-    from harness.governance.outcomes import OUTCOME_KINDS
+    from harness.ledger.store import Ledger
+    from harness.vocab.outcomes import current_rows
+    from harness.vocab.outcomes import OUTCOME_KINDS
 
     mix = TINY.replace("schema = 1", "schema = 2").replace("include_noisy = true",
                                                            "include_noisy = true\nmixed_devices = true")
@@ -376,7 +376,7 @@ def test_a_candidate_that_cannot_run_here_refuses_the_sweep_before_any_write(rep
 
 
 def test_never_measured_pairs_refuse_the_verdict_unless_the_bar_allows_missing(repo):
-    from harness.governance.ledger import Ledger
+    from harness.ledger.store import Ledger
 
     p = repo / "registrations" / "tiny.toml"
     allow = p.read_text().replace("include_noisy = true", "include_noisy = true\nallow_missing = true")
@@ -418,7 +418,7 @@ def test_rig_noisy_pairs_are_measured_again_and_a_verdict_needs_every_pair_decid
     # A control tolerance no rig meets: every result is rig-noisy, so the sweep measures each
     # config again (NOISY_REMEASURES times, superseding the noisy rows), and the verdict
     # refuses, naming the undecided pairs.
-    from harness.record.sweep import NOISY_REMEASURES
+    from harness.commands.sweep import NOISY_REMEASURES
 
     p = repo / "registrations" / "tiny.toml"
     noisy = p.read_text().replace("timeout_s = 5", "timeout_s = 5\ncontrol_tolerance = 1e-12").replace(

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from harness.governance.ledger_format import read_rows
+from harness.ledger.format import read_rows
 from harness.measurement import canaries
 from harness.workloads import Config
 from tests.conftest import REPO, TINY, git, run_bench
@@ -60,8 +60,8 @@ def test_a_loose_float32_tolerance_lets_tf32_through_and_says_what_would_reject_
 
 def test_an_infinite_canary_bound_is_written_infinity_and_read_back_as_inf(tmp_path):
     # A bound no finite tolerance reaches is inf in the Check, "Infinity" in the ledger (never null).
-    from harness.governance.ledger import Ledger
-    from harness.governance.ledger_verify import verify
+    from harness.ledger.store import Ledger
+    from harness.ledger.verify import verify
     from harness.jsonsafe import number
 
     chk = canaries.Check("tf32", "attention/b1/h2/kv2/n67/d32/float32/full", "float32", False, 1e-2, 1e-2,
@@ -128,7 +128,7 @@ def test_register_reports_downgrades_and_warns_of_a_speedup_bar_inside_the_contr
 @pytest.mark.slow
 def test_the_shipped_float32_lines_tolerances_have_power():
     # example.toml's float32 half (its bf16 half lets a 1% scale error through: docs/measurement.md#correctness-gate-and-tolerances).
-    from harness.governance.registration import load
+    from harness.registration.schema import load
     from pathlib import Path
 
     reg = load(Path(__file__).resolve().parents[1] / "registrations" / "example.toml")
@@ -214,7 +214,7 @@ SHIPPED = sorted((REPO / "registrations").glob("*.toml"))
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
 def test_every_shipped_registration_passes_the_feasibility_check(path):
     from harness.governance import power
-    from harness.governance.registration import load
+    from harness.registration.schema import load
 
     floors = power.tolerance_floor(load(path))  # raises UserError if refused
     assert floors and all(f["passed"] and f["configs"] for f in floors.values())

@@ -20,10 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.governance.ledger_rows import load
-from harness.governance import audit, metrics
-from harness.governance.ledger import Ledger
-from harness.governance.ledger_format import read_rows
+from harness.ledger.rows import load
+from harness.ledger import audit
+from harness.vocab import metrics
+from harness.ledger.store import Ledger
+from harness.ledger.format import read_rows
 from harness.reporting.analysis import compare, lines, protocol, report, route
 from harness.reporting.render import plots
 from harness.reporting.render import report as report_out

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.governance import codeprov
+from harness.provenance import code as codeprov
 from harness.governance import line as gl
-from harness.governance.ledger import Ledger
-from harness.governance.ledger_format import read_rows
-from harness.governance.ledger_verify import verify
+from harness.ledger.store import Ledger
+from harness.ledger.format import read_rows
+from harness.ledger.verify import verify
 from tests.conftest import REPO, TINY, bench_env, git, installed_dist, run_bench
 
 ENV = {"host": "test"}

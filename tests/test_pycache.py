@@ -102,7 +102,7 @@ def test_bench_is_told_from_other_programs_by_its_command_line():
         (["-m", "sweep", "tiny"], ["python", "-m", "harness", "sweep", "tiny"], True),
         (["-m", "sweep"], ["python", "-mharness", "sweep"], True),
         (["-m", "--version"], ["python", "-X", "dev", "-um", "harness", "--version"], True),
-        (["-m", "spec.json"], ["python", "-m", "harness.measurement.profile_worker", "spec.json"], True),
+        (["-m", "spec.json"], ["python", "-m", "harness.execution.profile_worker", "spec.json"], True),
         (["/venv/bin/bench", "sweep"], ["/venv/bin/python3", "/venv/bin/bench", "sweep"], True),
         (["-m", "install", "harness"], ["python", "-m", "pip", "install", "harness"], False),
         (["-m"], ["python", "-m", "harnessing"], False),

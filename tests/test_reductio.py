@@ -185,9 +185,10 @@ def test_the_sweep_checks_its_device_before_any_config(tmp_path):
 
 @pytest.mark.parametrize("path", sorted((REPO / "registrations").glob("*.toml")), ids=lambda p: p.stem)
 def test_the_shipped_registrations_pass_against_the_shipped_ceilings(path):
-    from harness.governance import reductio, registration
-    from harness.governance.ledger import Ledger
-    from harness.governance.ledger_format import CEILINGS_LEDGER
+    from harness.governance import reductio
+    from harness.registration import schema as registration
+    from harness.ledger.store import Ledger
+    from harness.ledger.format import CEILINGS_LEDGER
 
     reg = registration.load(path)
     record = reductio.at_register(REPO, reg)
@@ -199,9 +200,10 @@ def test_the_shipped_registrations_pass_against_the_shipped_ceilings(path):
 
 def test_a_line_registered_before_the_check_is_not_refused_by_the_sweep_for_it(tmp_path):
     # Its bar is fixed: the sweep says the bar cannot decide, and still checks nothing it cannot.
-    from harness.governance import reductio, registration
-    from harness.governance.ledger import Ledger
-    from harness.governance.ledger_format import CEILINGS_LEDGER
+    from harness.governance import reductio
+    from harness.registration import schema as registration
+    from harness.ledger.store import Ledger
+    from harness.ledger.format import CEILINGS_LEDGER
 
     path = tmp_path / "registrations" / "old.toml"
     path.parent.mkdir()
@@ -227,7 +229,8 @@ DECIDABLE = [
 
 @pytest.mark.parametrize("go", DECIDABLE)
 def test_bars_that_can_decide_are_not_refused(tmp_path, go):
-    from harness.governance import reductio, registration
+    from harness.governance import reductio
+    from harness.registration import schema as registration
 
     path = tmp_path / "registrations" / "t.toml"
     path.parent.mkdir(exist_ok=True)
@@ -271,7 +274,8 @@ def test_a_threshold_beyond_what_a_metric_can_physically_take_is_refused_at_regi
 
 def test_thresholds_inside_the_physical_limits_still_register_and_a_peer_ratio_is_bounded_too(tmp_path):
     from harness.errors import UserError
-    from harness.governance import reductio, registration
+    from harness.governance import reductio
+    from harness.registration import schema as registration
 
     path = tmp_path / "registrations" / "t.toml"
     path.parent.mkdir()

@@ -223,6 +223,7 @@ def test_the_checks_after_timing_compute_one_float64_reference_per_content(monke
 
     from harness.measurement.correctness import checks as checks_mod
 
+    from harness.pipeline import timed as timed_mod
     from harness.workloads import inputs as inputs_mod
 
     made: list[tuple] = []
@@ -241,6 +242,7 @@ def test_the_checks_after_timing_compute_one_float64_reference_per_content(monke
 
     monkeypatch.setattr(checks_mod, "timed_reference", counted)
     monkeypatch.setattr(inputs_mod, "make_inputs", counted_draw)
+    monkeypatch.setattr(timed_mod, "make_inputs", counted_draw)  # timed.py imports it at its top
     cands = ("sdpa", "sdpa_math")
     rows = run_config(CFG, cands, sweep_context(line="shared-refs", candidates=cands, timing={
         "warmup_ms": 1, "min_samples": 5, "max_samples": 60, "min_time_ms": 1, "timeout_s": 30, "noise_target": 0.9}))
@@ -303,8 +305,10 @@ def test_a_kernel_keyed_by_address_answers_stale_on_content_rewritten_in_place()
 def test_honest_arms_on_several_slots_are_checked_against_the_content_they_ran_on(monkeypatch):
     # Several slots: an arm's last output on a slot may predate the slot's newest content.
     from harness.measurement import memory
+    from harness.pipeline import timed as timed_mod
 
     monkeypatch.setattr(memory, "timing_slots", lambda *a, **k: 3)
+    monkeypatch.setattr(timed_mod, "timing_slots", lambda *a, **k: 3)  # timed.py imports it at its top
     stale = []
     for attempt in range(12):  # lines differ in their refresh rounds: some leave outputs of older content
         # timeout_s 30: on a host whose every core is busy (CI's two test processes) the

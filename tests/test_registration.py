@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.governance import line_ids, registration
+from harness.registration import line_ids, schema as registration
 from tests.conftest import REPO, TINY
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.governance import registration
-from harness.governance.ledger_format import read_rows
-from harness.governance.registration import from_table
+from harness.registration import schema as registration
+from harness.ledger.format import read_rows
+from harness.registration.schema import from_table
 from tests.conftest import TINY, git, init_repo, run_bench
 
 # TINY with room for the refresh checks on a loaded 2-core host (a replicate that leaves a pair
@@ -56,7 +56,7 @@ def _own_rows(repo: Path, line: str, env: dict, *, wrong: int | None = None) -> 
     `incorrect` row (a card whose output fails the gate there)."""
     from harness.governance.line import open_line, register
     from harness.pipeline.run import run_config
-    from harness.record.sweep import context
+    from harness.commands.sweep import context
 
     register(line, root=repo)
     git(repo, "add", "-A")
@@ -156,7 +156,7 @@ def _bar_rows(correct: list[bool], speedup: float = 1.2) -> list[dict]:
     ("not (pass_rate > 0.7)", "worst", False, [1.0]),
 ])
 def test_all_pooled_and_worst_combine_instances_as_documented(go, rule, go_expected, values):
-    from harness.governance.replication import combined
+    from harness.registration.replication import combined
 
     reg = _reg(_line(go=go, replication=f'instances = 2\ncombine = "{rule}"'))
     own, rep = {"host": "a"}, {"host": "b"}
@@ -171,7 +171,7 @@ def test_all_pooled_and_worst_combine_instances_as_documented(go, rule, go_expec
 
 
 def test_instances_are_the_host_and_the_cards_uuid_or_serial():
-    from harness.governance.devices import card_told, instance, instance_key, instance_text
+    from harness.vocab.devices import card_told, instance, instance_key, instance_text
 
     card = {"device": "cuda", "gpu": "NVIDIA H200", "host": "machine-id:1", "gpu_uuid": "GPU-1", "gpu_serial": "17"}
     assert instance(card) == {"host": "machine-id:1", "gpu_uuid": "GPU-1", "gpu_serial": "17"}
@@ -187,7 +187,7 @@ def test_instances_are_the_host_and_the_cards_uuid_or_serial():
 def test_a_replicate_is_at_the_closing_commit_or_a_later_one_named_as_such(tmp_path):
     from types import SimpleNamespace
 
-    from harness.governance.replication import AT_CLOSING, AT_LATER, Target, at_commit
+    from harness.registration.replication import AT_CLOSING, AT_LATER, Target, at_commit
 
     repo = init_repo(tmp_path / "proj", {"t": LINE})
     closing = git(repo, "rev-parse", "HEAD")
@@ -218,8 +218,8 @@ def test_a_replicate_is_at_the_closing_commit_or_a_later_one_named_as_such(tmp_p
 
 @pytest.mark.slow
 def test_a_replicate_of_a_closed_line_goes_beside_the_verdict_and_is_shown_against_it(tmp_path):
-    from harness.governance.ledger_verify import verify
-    from harness.governance.outcomes import latest_outcomes
+    from harness.ledger.verify import verify
+    from harness.vocab.outcomes import latest_outcomes
 
     repo = init_repo(tmp_path / "proj", {"tiny": LINE})
     _own_rows(repo, "tiny", _here_env(host=OTHER_HOST))
@@ -288,7 +288,7 @@ def test_a_replicate_of_a_closed_line_goes_beside_the_verdict_and_is_shown_again
     assert (repo / "ledger" / "tiny.jsonl").read_bytes().startswith(closed)
 
     # The chain covers replicate rows as any: one that supersedes the line's own row is refused.
-    from harness.governance.ledger import Ledger
+    from harness.ledger.store import Ledger
 
     first = mine[0]
     Ledger(repo, "tiny").append("supersedes", {

@@ -87,6 +87,6 @@ def test_every_plot_renders_in_chromium_and_a_screenshot_is_saved(browser, tmp_p
 
 
 def report_data_clauses(ledger: Path) -> list:
-    from harness.governance.ledger_format import read_rows
+    from harness.ledger.format import read_rows
 
     return [r for r in read_rows(ledger) if r.kind == "verdict"][-1].clauses

@@ -19,8 +19,8 @@ import pytest
 
 from harness.errors import UserError
 from harness.reporting.render.compare import comparison_notes
-from harness.governance.ledger import Ledger
-from harness.governance.ledger_format import read_rows
+from harness.ledger.store import Ledger
+from harness.ledger.format import read_rows
 from harness.reporting.analysis import compare as cmp
 from harness.reporting.analysis import lines, report, route, status, summary, tidy
 from harness.reporting.render import compare as compare_out
@@ -60,7 +60,7 @@ def _ledger(root: Path, line: str, candidates=("fast",), commit="a" * 40) -> Led
 
 def _result(led: Ledger, n: int, kernel: str, cand: list[float], base: list[float], *, env=CPU_ENV, commit="a" * 40,
             **extra) -> dict:
-    """A result row whose figures are its samples' (``ledger_verify.verify`` recomputes them)."""
+    """A result row whose figures are its samples' (``ledger.verify.verify`` recomputes them)."""
     from harness.measurement.stats import ratio, speedup_ci
     from harness.measurement.timing.sustained import rates
     from harness.workloads import Config
@@ -355,7 +355,7 @@ def test_each_clause_has_its_margin_and_a_bootstrap_ci_over_its_deciding_rows(sh
 
 
 def test_one_margin_for_the_verdict_and_the_report():
-    from harness.governance.bar import ClauseOutcome, margin
+    from harness.registration.bar import ClauseOutcome, margin
     from harness.reporting.render.verdict import margin as verdict_margin
 
     assert margin(513.6, ">=", 500) == pytest.approx((13.6, 0.0272))

@@ -145,7 +145,7 @@ def test_the_protocol_floor_counts_the_protocols_own_work_and_no_more():
     every arm at its median, the gate's calls and references, the after-timing contents'
     references and the rechecks; more than the timed rounds alone, less than the config's
     whole cost (host work, draws and checks are not in it)."""
-    from harness.governance.ledger_rows import load
+    from harness.ledger.rows import load
     from harness.pipeline.run import run_config
     from harness.workloads import Config
     from research.harness_cost import protocol_floor

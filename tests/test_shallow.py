@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.governance import gitguard
+from harness.provenance import git as gitguard
 from harness.governance import line as gl
-from harness.governance.ledger import Ledger
-from harness.governance.ledger_format import read_rows
-from harness.governance.ledger_verify import verify
+from harness.ledger.store import Ledger
+from harness.ledger.format import read_rows
+from harness.ledger.verify import verify
 from tests.conftest import TINY, git, init_repo, run_bench
 
 ENV = {"host": "test"}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.governance.ledger import Ledger
+from harness.ledger.store import Ledger
 from tests.conftest import REPO, git, init_repo, run_bench
 from tests.test_report_browser import VIEWPORT
 

@@ -363,7 +363,7 @@ def test_each_attack_is_rejected_for_its_own_reason_through_the_cli(tmp_path, de
         r = subprocess.run([sys.executable, "-m", "harness", *args], cwd=repo, capture_output=True, text=True,
                            env=env, timeout=900)
         assert r.returncode == 0, r.stderr + r.stdout
-    from harness.governance.ledger_format import read_rows
+    from harness.ledger.format import read_rows
 
     got = {r.candidate: r for r in read_rows(repo / "ledger" / "attacks.jsonl")
            if r.kind in ("result", "incorrect", "crashed", "skipped", "throttled")}
@@ -399,7 +399,7 @@ def test_pinning_num_threads_needs_the_schema_that_introduced_it():
     # An older bench would refuse the flag as unknown: the file must say schema 2 ("upgrade bench").
     from pathlib import Path
 
-    from harness.governance.registration import from_table
+    from harness.registration.schema import from_table
 
     raw = {"schema": 1, "hypothesis": "h", "candidates": ["sdpa"], "baseline": "torch_stack",
            "grid": {"batch": [1], "heads": [2], "seq_len": [32], "head_dim": [16], "dtype": ["float32"]},

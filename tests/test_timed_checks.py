@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harness.governance import bar as barlang
+from harness.registration import bar as barlang
 from harness.measurement.correctness.after_timing import check_timed_output
 from harness.measurement.stats import Stats
 from harness.measurement.timing import (ARM_BASELINE, ARM_CONTROL, EMPTY_WINDOW_FACTOR, TimingPolicy,

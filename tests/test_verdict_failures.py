@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from harness.governance.ledger import Ledger
-from harness.governance.ledger_format import read_rows
+from harness.ledger.store import Ledger
+from harness.ledger.format import read_rows
 from tests.conftest import TINY, bench_env, git, init_repo, installed_dist
 
 pytestmark = pytest.mark.slow
@@ -103,8 +103,8 @@ def test_a_line_whose_kernel_fails_everywhere_closes_no_go_with_the_failures(tmp
 def test_a_bar_over_a_candidate_that_failed_is_unknown_and_one_that_passed_still_decides(tmp_path):
     """Some candidates failed (existing behaviour, kept): a clause over the failed one has no
     value (unknown, no GO); failures do not force NO-GO where the bar has correct rows to read."""
-    from harness.governance import bar as barlang
-    from harness.governance.outcomes import latest_outcomes
+    from harness.registration import bar as barlang
+    from harness.vocab.outcomes import latest_outcomes
     from harness.governance.verdict import bar_rows
 
     go = ('min(speedup where candidate == "softmax_omitted") >= 0.01 and '

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.governance import verify
-from harness.governance.bar import BarError
+from harness.registration import verify
+from harness.registration.bar import BarError
 from harness.measurement import counters
-from harness.record.profile import formula_values
+from harness.commands.profile import formula_values
 from harness.workloads import Config, formulas
 
 from conftest import TINY, git, run_bench
@@ -60,7 +60,7 @@ def test_malformed_clauses_name_the_column(text, message, column):
 
 
 def test_the_bar_language_still_refuses_arithmetic():
-    from harness.governance import bar
+    from harness.registration import bar
 
     with pytest.raises(BarError, match="unexpected '\\*'"):
         bar.parse("geomean(speedup) >= 1.1 * 2")
@@ -110,7 +110,7 @@ def _with_verify(extra: str) -> str:
 
 
 def test_registration_reads_and_records_verify(tmp_path):
-    from harness.governance import registration
+    from harness.registration import schema as registration
 
     p = tmp_path / "v.toml"
     p.write_text(_with_verify(f"[verify]\nclauses = {ISSUE_CLAUSES!r}\n".replace("'", '"')))
@@ -157,8 +157,8 @@ def _line_with_results(repo, clauses, *, profile_with):
     recorded kernel per config of the line, or None for no profile rows)."""
     from harness.governance.line import open_line, register
     from harness.measurement.profile import ProfileResult
-    from harness.record.sweep import context
-    from harness.record.profile import payload
+    from harness.commands.sweep import context
+    from harness.commands.profile import payload
     from harness.pipeline.run import run_config
 
     (repo / "registrations" / "v.toml").write_text(_with_verify(f"[verify]\nclauses = {clauses!r}\n".replace("'", '"')))
@@ -192,16 +192,16 @@ def _line_with_results(repo, clauses, *, profile_with):
 
 def _decide(repo, env):
     from harness.governance.line import open_line
-    from harness.record.verdict import close
+    from harness.commands.verdict import close
 
     with open_line("v", root=repo, action="a verdict") as line:
         return close(line, env)
 
 
 def test_verdict_refuses_results_without_counters(repo):
-    from harness.governance.ledger_format import read_rows
-    from harness.governance.outcomes import measured_on
-    from harness.record.profile import pending_verify
+    from harness.ledger.format import read_rows
+    from harness.vocab.outcomes import measured_on
+    from harness.commands.profile import pending_verify
 
     env = _line_with_results(repo, ["registers <= 255"], profile_with=None)
     with pytest.raises(UserError, match="no counters from this commit and device"):
@@ -226,9 +226,9 @@ def test_verdict_go_needs_every_verify_clause(repo):
 
 
 def test_verdict_go_when_the_clauses_hold(repo):
-    from harness.governance.ledger_format import read_rows
-    from harness.governance.outcomes import measured_on
-    from harness.record.profile import pending_verify
+    from harness.ledger.format import read_rows
+    from harness.vocab.outcomes import measured_on
+    from harness.commands.profile import pending_verify
 
     env = _line_with_results(repo, ["registers <= 255", "tensor_active >= 0.3", "launches == 1"],
                              profile_with=("triton_flash", "triton_flash"))

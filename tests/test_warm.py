@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.measurement.device import detect_device
-from harness.record.warm import WarmPlan, WarmTask, warm
+from harness.commands.warm import WarmPlan, WarmTask, warm
 from harness.workloads import Config
 from tests.conftest import bench_env, git, run_bench
 

@@ -127,10 +127,10 @@ def _until_waiting(sweep: subprocess.Popen) -> str:
 
 
 def _outcomes(root: Path, line: str) -> list[dict]:
-    from harness.governance.outcomes import current_rows
-    from harness.governance.outcomes import OUTCOME_KINDS
+    from harness.vocab.outcomes import current_rows
+    from harness.vocab.outcomes import OUTCOME_KINDS
 
-    from harness.governance.ledger_rows import load
+    from harness.ledger.rows import load
 
     return [r.dump() for r in current_rows(load(d) for d in _rows(root, line)) if r.kind in OUTCOME_KINDS]
 
@@ -186,7 +186,7 @@ def _assert_survived(root, env, line, fault, cause, n_configs):
 
 
 def _verified(root: Path, line: str) -> None:
-    from harness.governance.ledger_verify import verify
+    from harness.ledger.verify import verify
 
     res = verify(root / "ledger" / f"{line}.jsonl")
     assert res.ok, res.reason
@@ -461,7 +461,7 @@ def test_a_signal_waits_for_the_config_being_written_then_stops_at_once():
     """A second Ctrl-C or a SIGTERM inside ``shielded`` (a config's rows being appended and
     committed) waits for it to end; outside, it stops at once; after ``wrap_up`` it is only
     counted. The caller's handlers come back afterwards."""
-    from harness.record.interrupts import StopNow, interrupts
+    from harness.commands.interrupts import StopNow, interrupts
 
     def raising(signum, frame):
         raise AssertionError("the caller's handler ran while the guard held the signal")
@@ -507,7 +507,7 @@ SLOW_GIT = textwrap.dedent('''\
 COMMIT = textwrap.dedent('''\
     import signal, sys
     signal.signal(signal.SIGINT, lambda *a: None)  # the sweep's first Ctrl-C: finish, commit
-    from harness.governance.gitguard import commit_file
+    from harness.provenance.git import commit_file
     print(commit_file(sys.argv[1], "ledger/x.jsonl", "bench: ledger/x.jsonl row 0"))
     ''')
 
@@ -601,7 +601,7 @@ def test_the_profile_gate_runs_in_a_worker_under_the_watchdog(tmp_path, monkeypa
     import dataclasses
 
     from harness.governance.line import open_line
-    from harness.record.profile import gate_worker
+    from harness.commands.profile import gate_worker
 
     root = _repo(tmp_path, "gated", TINY_GATE)
     assert _bench(root, bench_env(), "register", "gated").returncode == 0

@@ -19,7 +19,7 @@ import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from harness.errors import UserError
-from harness.governance.codeprov import require_private_bytecode
+from harness.provenance.code import require_private_bytecode
 from harness.reporting.render.console import fit_streams
 from harness.reporting.render.messages import render_aborted, render_error, render_interrupted, render_version
 
@@ -88,7 +88,7 @@ def line_ids(root: Path | None = None) -> list[str]:
     """The line ids of the repository at ``root`` (default: the one holding the working
     directory): its registrations' and ledgers' names (``_``-prefixed files are not lines)."""
     if root is None:
-        from harness.governance.gitguard import repo_root
+        from harness.provenance.git import repo_root
 
         try:
             root = repo_root()

@@ -38,7 +38,7 @@ def bisect(line: str = typer.Argument(..., autocompletion=complete_line, help="l
     Example: bench bisect example "kv4 n256 float32 full" --good v1.0 --bad HEAD
     """
     from harness.governance import bisect as rule
-    from harness.record.bisect import bisect as do_bisect
+    from harness.commands.bisect import bisect as do_bisect
     from harness.reporting.render.bisect import render_bisect, render_probe
 
     if device not in ("auto", "cpu", "cuda"):

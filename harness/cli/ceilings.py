@@ -18,9 +18,9 @@ def ceilings(force: bool = typer.Option(False, "--force", help="re-measure even 
 
     Example: bench ceilings --no-commit
     """
-    from harness.governance.gitguard import require_clean
+    from harness.provenance.git import require_clean
     from harness.measurement.device import detect_device
-    from harness.record.ceilings import ceilings_command, is_committed, require_committable
+    from harness.commands.ceilings import ceilings_command, is_committed, require_committable
     from harness.reporting.render.ceilings import render_ceilings
     from harness.reporting.render.sweep import render_device_wait
 

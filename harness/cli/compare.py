@@ -37,7 +37,7 @@ def compare(specs: List[str] = typer.Argument(None, autocompletion=complete_line
     import math
 
     from harness.errors import UserError
-    from harness.governance.gitguard import repo_root
+    from harness.provenance.git import repo_root
     from harness.reporting.analysis import compare as cmp_mod
     from harness.reporting.analysis import lines
     from harness.reporting.analysis.history import resolve

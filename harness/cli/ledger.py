@@ -17,10 +17,10 @@ app.add_typer(ledger_app, name="ledger")
 def _paths(line: Optional[str]) -> tuple[list[Path], list[tuple[str, str]]]:
     """The ledgers to look at, and ledgers git knows of that are gone from the work tree."""
     from harness.errors import UserError
-    from harness.governance.gitguard import repo_root
-    from harness.governance.ledger import missing_ledgers
-    from harness.governance.ledger_format import ledger_path
-    from harness.governance.line_ids import line_of
+    from harness.provenance.git import repo_root
+    from harness.ledger.store import missing_ledgers
+    from harness.ledger.format import ledger_path
+    from harness.registration.line_ids import line_of
 
     root = repo_root()
     missing = missing_ledgers(root)
@@ -60,7 +60,7 @@ def verify(line: Optional[str] = typer.Argument(None, autocompletion=complete_li
     Example: bench ledger verify   (every ledger; or: bench ledger verify flash-h200-v2)
     """
     from harness.errors import UserError, plural
-    from harness.governance.ledger_verify import verify as do_verify
+    from harness.ledger.verify import verify as do_verify
     from harness.reporting.render.ledger import render_gone, render_verified
 
     paths, gone = _paths(line)
@@ -96,9 +96,9 @@ def show(line: str = typer.Argument(..., autocompletion=complete_line, help="lin
     Example: bench ledger show flash-h200-v2
     """
     from harness.errors import UserError
-    from harness.governance.ledger import KINDS, frame
-    from harness.governance.ledger_format import canonical, read_rows
-    from harness.governance.ledger_verify import verify as do_verify, verify_refusal
+    from harness.ledger.store import KINDS, frame
+    from harness.ledger.format import canonical, read_rows
+    from harness.ledger.verify import verify as do_verify, verify_refusal
     from harness.reporting.analysis.tidy import tidy_frame
     from harness.reporting.render.ledger import render_ledger, render_warning, write_csv, write_jsonl
 
@@ -136,8 +136,8 @@ def show(line: str = typer.Argument(..., autocompletion=complete_line, help="lin
         if json:
             write_jsonl(canonical(r.dump()) for r in rows)
         else:
-            from harness.governance.gitguard import repo_root
-            from harness.governance.outcomes import superseded_by
+            from harness.provenance.git import repo_root
+            from harness.vocab.outcomes import superseded_by
             from harness.reporting.analysis.history import index, line_history
 
             hist = line_history(index(repo_root()), path.stem, everything if res.ok else ())
@@ -155,8 +155,8 @@ def repair(line: str = typer.Argument(..., autocompletion=complete_line, help="l
 
     Example: bench ledger repair flash-h200-v2   (an intact ledger: exit 2, nothing to repair)
     """
-    from harness.governance.gitguard import repo_root
-    from harness.governance.ledger import Ledger
+    from harness.provenance.git import repo_root
+    from harness.ledger.store import Ledger
     from harness.governance.line import line_lock
     from harness.reporting.render.ledger import render_repaired
 

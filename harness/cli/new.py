@@ -41,7 +41,7 @@ def new(line: str = typer.Argument(..., help="the line id (not a path): registra
 
     Example: bench new my-line --candidate sdpa --seq-len 128 --seq-len 256 --prediction 1.2
     """
-    from harness.governance.gitguard import repo_root
+    from harness.provenance.git import repo_root
     from harness.governance.scaffold import plan, write_new
     from harness.reporting.render.messages import render_written_registration
 

@@ -22,7 +22,7 @@ def probe(registration: Path = typer.Argument(..., help="a registration file (an
     Example: bench probe registrations/example.toml attention/b2/h4/kv4/n256/d64/float32/full --candidate sdpa
     """
     from harness.errors import UserError
-    from harness.pipeline.probe import probe as do_probe
+    from harness.commands.probe import probe as do_probe
     from harness.reporting.render.bisect import emit_probe
 
     if device not in ("auto", "cpu", "cuda"):

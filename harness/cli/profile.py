@@ -21,8 +21,8 @@ def profile(line: str = typer.Argument(..., autocompletion=complete_line, help="
     """
     from harness.governance.line import open_line
     from harness.measurement.device import detect_device
-    from harness.record.profile import profile_line, require_profiler, select_configs
-    from harness.record.sweep import check_kernels_usable
+    from harness.commands.profile import profile_line, require_profiler, select_configs
+    from harness.commands.sweep import check_kernels_usable
     from harness.reporting.render.profile import render_profile
     from harness.reporting.render.sweep import render_device_wait
 

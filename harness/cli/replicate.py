@@ -50,9 +50,9 @@ def replicate(line: str = typer.Argument(..., autocompletion=complete_line, help
     from harness.errors import UserError
     from harness.execution.select import make_executor
     from harness.governance.line import open_line
-    from harness.governance.outcomes import measured_on, outcome_key, stream_outcomes
+    from harness.vocab.outcomes import measured_on, outcome_key, stream_outcomes
     from harness.measurement.device import detect_device
-    from harness.record.replicate import replicate as do_replicate
+    from harness.commands.replicate import replicate as do_replicate
     from harness.reporting.render.progress import SweepProgress
     from harness.reporting.render.sweep import render_device_wait, render_interrupt_pending, render_sweep_summary
 

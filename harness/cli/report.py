@@ -23,7 +23,7 @@ def report(line: str = typer.Argument(..., autocompletion=complete_line, help="l
     from harness.reporting.render.formats import check_format
 
     check_format(format, ("files", "json"))
-    from harness.governance.gitguard import repo_root
+    from harness.provenance.git import repo_root
     from harness.reporting.analysis import lines
     from harness.reporting.analysis.history import index, line_history
     from harness.reporting.analysis.report import report_data

@@ -24,7 +24,7 @@ def route(lines: List[str] = typer.Argument(..., autocompletion=complete_line, h
     Example: bench route flash-h200-v2 decode-h200 --exact --out routes
     """
     from harness.errors import UserError
-    from harness.governance.gitguard import repo_root
+    from harness.provenance.git import repo_root
     from harness.reporting.analysis import lines as lines_mod
     from harness.reporting.analysis import route as route_mod
     from harness.reporting.analysis.history import resolve

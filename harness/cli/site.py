@@ -21,7 +21,7 @@ def site(lines: Optional[List[str]] = typer.Argument(None, autocompletion=comple
     Example: bench site --out site   (then open site/index.html in a browser)
     """
     from harness.errors import UserError
-    from harness.governance.gitguard import repo_root
+    from harness.provenance.git import repo_root
     from harness.reporting.analysis.site import site_data
     from harness.reporting.render.site import render_site, write_site
 

@@ -18,7 +18,7 @@ def status(lineage: bool = typer.Option(False, "--lineage",
     Example: bench status --lineage
     """
     from harness.errors import UserError
-    from harness.governance.gitguard import repo_root
+    from harness.provenance.git import repo_root
     from harness.reporting.analysis.history import chains, index
     from harness.reporting.analysis.status import statuses
     from harness.reporting.render.status import render_status

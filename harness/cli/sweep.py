@@ -60,12 +60,12 @@ def sweep(line: str = typer.Argument(..., autocompletion=complete_line, help="li
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     from harness.cli import command_line, interrupted_by
     from harness.errors import UserError
-    from harness.governance import gitguard
+    from harness.provenance import git as gitguard
     from harness.governance.line import open_line
-    from harness.governance.outcomes import latest_outcomes, measured_on
+    from harness.vocab.outcomes import latest_outcomes, measured_on
     from harness.measurement.device import detect_device
     from harness.execution.select import make_executor
-    from harness.record.sweep import sweep as do_sweep
+    from harness.commands.sweep import sweep as do_sweep
     from harness.reporting.render.progress import SweepProgress
     from harness.reporting.render.sweep import render_device_wait, render_interrupt_pending, render_sweep_summary
 

@@ -26,7 +26,7 @@ def verdict(line: str = typer.Argument(..., autocompletion=complete_line, help="
     """
     from harness.governance.line import host_env, open_line
     from harness.governance.verdict import GO
-    from harness.record.verdict import close
+    from harness.commands.verdict import close
     from harness.reporting.render.verdict import render_verdict
 
     from harness.reporting.render.formats import check_format
@@ -50,7 +50,7 @@ def _show(line: str, no_commit: bool, format: str) -> None:
     from pathlib import Path
 
     from harness.errors import UserError
-    from harness.governance.gitguard import repo_root
+    from harness.provenance.git import repo_root
     from harness.governance.verdict import GO
     from harness.reporting.analysis import lines
     from harness.reporting.analysis.closed import written_verdict

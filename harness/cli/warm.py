@@ -17,9 +17,10 @@ def warm(line: str = typer.Argument(..., autocompletion=complete_line, help="lin
 
     Example: bench warm flash-h200-v2 --workers 8
     """
-    from harness.governance import gitguard, line_ids, registration
+    from harness.provenance import git as gitguard
+    from harness.registration import line_ids, schema as registration
     from harness.measurement.device import detect_device
-    from harness.record.warm import default_workers, plan, warm as do_warm
+    from harness.commands.warm import default_workers, plan, warm as do_warm
     from harness.reporting.render.warm import render_warmed, render_warm_summary
 
     reg = registration.load(line_ids.resolve(gitguard.repo_root(), line))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from harness.errors import UserError
-from harness.governance.locks import try_acquire
+from harness.ledger.locks import try_acquire
 
 LOCK_DIR_ENV = "BENCH_DEVICE_LOCK_DIR"
 LOCK_SUBDIR = "bench-device-locks"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from harness.execution.executor import Done, Executor, Job, SlotInfo
 from harness.execution.jobs import run_job
+from harness.measurement.ceilings import device_fingerprint
+from harness.measurement.device import env_summary
 
 
 class InlineExecutor(Executor):
@@ -19,9 +21,6 @@ class InlineExecutor(Executor):
         self._job: tuple[int, Job] | None = None
 
     def start(self) -> list[SlotInfo]:
-        from harness.measurement.ceilings import device_fingerprint
-        from harness.measurement.device import env_summary
-
         return [SlotInfo(env_summary(self.device), device_fingerprint(self.device))]
 
     def submit(self, slot: int, job: Job) -> None:

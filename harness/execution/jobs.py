@@ -17,6 +17,12 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.execution.executor import Job
+from harness.pipeline.rows import crashed_outcomes
+from harness.pipeline.run import run_config
+from harness.measurement.ceilings import device_fingerprint, measure_ceilings
+from harness.pipeline.gate import gate_job
+from harness.pipeline import phase
+from harness.measurement.device import env_summary
 
 # The worker's last output attached to a fault row.
 LAST_OUTPUT_LINES = 20
@@ -30,16 +36,9 @@ def run_job(job: Job, device: str, *, contain: bool = True):
     ``contain``: an exception out of a config becomes its `crashed` rows (in-process); a
     worker passes False, because a process that raised there may not measure again.
     """
-    from harness.pipeline.rows import crashed_outcomes
-    from harness.pipeline.run import run_config
-
     if job.kind == "ceilings":
-        from harness.measurement.ceilings import measure_ceilings
-
         return measure_ceilings(device).to_row()
     if job.kind == "gate":
-        from harness.pipeline.gate import gate_job
-
         return gate_job(job.task.config, job.task.candidates[0], job.ctx)
     try:
         return run_config(job.task.config, job.task.candidates, job.ctx)
@@ -62,8 +61,6 @@ def run_isolated(job: Job, device: str, send) -> tuple[str, object]:
     of the phase that just ended.
     """
     import traceback
-
-    from harness.pipeline import phase
 
     def sink(kernels, ph):
         err = _device_error(device)
@@ -120,9 +117,6 @@ def isolate(fd: int) -> None:
 def slot_info(device: str, no_gpu: str) -> tuple[dict, dict]:
     """What a worker (a local process, a Ray actor) reports when it starts: the env stamp and
     the fingerprint of the device it opened; UserError ``no_gpu`` where torch sees no GPU."""
-    from harness.measurement.ceilings import device_fingerprint
-    from harness.measurement.device import env_summary
-
     if device == "cuda":
         import torch
 

@@ -28,8 +28,12 @@ from pathlib import Path
 
 from harness import CODE_PACKAGES, pycache
 from harness.errors import UserError
-from harness.governance.codeprov import loaded_files, module_path, require_private_bytecode, require_source_loaded
+from harness.provenance.code import loaded_files, module_path, require_private_bytecode, require_source_loaded
 from harness.execution.executor import STARTUP_TIMEOUT_S, Done, Executor, Job, Lost, Phase, SlotInfo
+from harness.registry import get_kernel
+from harness.execution.jobs import isolate, run_isolated, slot_info, tail
+from harness.vocab.devices import device_key
+from harness.execution.devicelock import describe_holder, device_lock, holder
 
 INSTALL_HINT = 'pip install -e ".[ray]"'
 # How long a replacement actor waits for the lock its killed predecessor held on the GPU
@@ -68,8 +72,6 @@ def _sha(path: Path) -> str:
 
 def _kernel_sources(kernels) -> dict[str, Path]:
     """The line's kernel source files (plugins included), by their module path."""
-    from harness.registry import get_kernel
-
     out = {}
     for name in kernels:
         src = Path(get_kernel(name).source)
@@ -137,17 +139,12 @@ class RayWorker:
             os.environ[k] = v
         import tempfile
 
-        from harness.execution.jobs import isolate
-
         fd, self.log = tempfile.mkstemp(prefix="bench-ray-worker-", suffix=".log")
         isolate(fd)
 
     def ready(self) -> tuple:
         """("ready", env, fingerprint, host, log) or ("error", message)."""
         import importlib
-
-        from harness.execution.jobs import slot_info
-        from harness.governance.devices import device_key
 
         try:  # started with the driver's bytecode cache (its runtime_env), before harness was imported
             require_private_bytecode(self.cache)
@@ -170,8 +167,6 @@ class RayWorker:
         return "ready", env, fp, socket.gethostname(), self.log
 
     def _lock(self, key: str) -> str | None:
-        from harness.execution.devicelock import describe_holder, device_lock, holder
-
         deadline = time.monotonic() + self.lock_wait_s
         while True:
             try:
@@ -185,8 +180,6 @@ class RayWorker:
                 time.sleep(LOCK_RETRY_S)
 
     def run(self, job: Job) -> tuple:
-        from harness.execution.jobs import run_isolated
-
         tag, value = run_isolated(job, self.device, lambda msg: self.queue.put((self.slot, *msg)))
         if tag == "done":
             bad = source_mismatch(self.expected, loaded_sources(self.kernels), self.checked)
@@ -337,8 +330,6 @@ class RayExecutor(Executor):
         return [Phase(slot, job, tuple(kernels), ph) for slot, _, job, kernels, ph in items]
 
     def _tail(self, slot: int) -> str:
-        from harness.execution.jobs import tail
-
         host, log = self._info[slot] or (None, None)
         if host is None:
             return ""

@@ -4,6 +4,9 @@ CPU slot), or Ray actors; each bad combination refused with the option to drop."
 from __future__ import annotations
 
 from harness.errors import UserError
+from harness.execution.inline import InlineExecutor
+from harness.execution.ray_executor import RayExecutor
+from harness.execution.workers import LocalPool
 
 
 def gpu_slots(spec: str | None) -> list[str]:
@@ -46,17 +49,13 @@ def make_executor(device: str, *, inline: bool = False, gpus: str | None = None,
             raise UserError("--workers is for CPU sweeps: on a Ray cluster every GPU gets one actor")
         if workers < 1:
             raise UserError(f"--workers {workers}: give at least 1")
-        from harness.execution.ray_executor import RayExecutor
-
         return RayExecutor(device, address=address, workers=workers)
     if inline:
         if gpus is not None or workers != 1:
             raise UserError("--inline runs in this process, on one device: drop --gpus/--workers "
                             "(pick the GPU with CUDA_VISIBLE_DEVICES)")
-        from harness.execution.inline import InlineExecutor
 
         return InlineExecutor(device)
-    from harness.execution.workers import LocalPool
 
     if device == "cuda":
         if workers != 1:

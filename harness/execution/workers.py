@@ -28,6 +28,7 @@ from pathlib import Path
 from harness.errors import UserError
 from harness.execution.executor import STARTUP_TIMEOUT_S, Done, Executor, Job, Lost, Phase, SlotInfo
 from harness.execution.jobs import isolate, run_isolated, slot_info, tail
+from harness.provenance import code as codeprov
 
 # How often a worker checks that its driver still exists (where PDEATHSIG is unavailable).
 PARENT_POLL_S = 1.0
@@ -261,8 +262,6 @@ def require_worker_code(root: str | None) -> None:
     from ``root`` (where it holds them; None: the driver named none) and ran from source, in a
     process that reads bytecode only from bench's private cache (inherited from the driver)."""
     import importlib
-
-    from harness.governance import codeprov
 
     importlib.import_module("harness.pipeline.run")  # what a config runs: checked before the first one
     if root is not None:

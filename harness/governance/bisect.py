@@ -1,6 +1,6 @@
 """`bench bisect`'s rule: what one commit's measurements say, three-valued.
 
-A commit is measured (``pipeline/probe.py``, in its own worktree) one or more times; its
+A commit is measured (``commands/probe.py``, in its own worktree) one or more times; its
 measurements are pooled round by round (each round's baseline and candidate samples stay a
 pair) into one speedup (baseline median / candidate median) with its paired bootstrap 95% CI
 (``measurement.stats``).
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from harness.measurement.stats import ratio, speedup_ci
 
 # A regression smaller than this (relative drop of the speedup) is no regression.
 DEFAULT_THRESHOLD = 0.05
@@ -35,6 +36,8 @@ DEFAULT_BUDGET = 3
 GOOD, BAD, UNCLEAR, SKIP = "good", "bad", "unclear", "skip"
 DECISIONS = (GOOD, BAD, UNCLEAR, SKIP)
 REGRESSION, NO_REGRESSION = "regression", "no regression"
+# How a bisect ends (commands/bisect.py, BisectResult.outcome): FIRST_BAD, NO_REGRESSION, UNCLEAR or INTERRUPTED.
+FIRST_BAD, INTERRUPTED = "first bad", "interrupted"
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,6 @@ class Estimate:
 def pooled(measurements: list[dict]) -> Estimate:
     """One estimate from measurements holding ``samples`` ({"baseline", "candidate"}: ms per
     round): rounds concatenated, paired where every measurement's arms pair up."""
-    from harness.measurement.stats import ratio, speedup_ci
-
     base = [x for m in measurements for x in m["samples"]["baseline"]]
     cand = [x for m in measurements for x in m["samples"]["candidate"]]
     if not base or not cand:

@@ -35,8 +35,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from harness.errors import plural
-from harness.governance import bar as barlang
-from harness.governance.metrics import BY_NAME
+from harness.registration import bar as barlang
+from harness.vocab.metrics import BY_NAME
 
 # Cases evaluated at most: a bar of 16 independent two-sided clauses. Real bars have a
 # handful; one beyond this is refused (split it) rather than passed unchecked.

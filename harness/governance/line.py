@@ -17,14 +17,17 @@ from typing import Iterator
 
 from harness import __version__
 from harness.errors import UserError, shown
-from harness.governance import codeprov, gitguard, integration, line_ids, registration
-from harness.governance.codeprov import CODE_PACKAGES, require_code_from
-from harness.governance.ledger import Ledger, Left, require_anchorable
-from harness.governance.ledger_format import ledger_path
-from harness.governance.ledger_verify import rows_at, verify, verify_refusal
-from harness.governance.locks import exclusive
-from harness.governance.outcomes import REGISTERED, VERDICT
+from harness.provenance import code as codeprov, git as gitguard
+from harness.registration import integration, line_ids, schema as registration
+from harness.provenance.code import CODE_PACKAGES, require_code_from
+from harness.ledger.store import Ledger, Left, require_anchorable
+from harness.ledger.format import ledger_path
+from harness.ledger.verify import rows_at, verify, verify_refusal
+from harness.ledger.locks import exclusive
+from harness.vocab.outcomes import REGISTERED, VERDICT
 from harness.measurement.device import host_id
+from harness.governance import power, reductio
+from harness.registry import load_kernels as discover
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class Line:
     rows: tuple
     commit: str  # the code commit (gitguard.code_commit): what rows written now are stamped with
     code: tuple = ()  # Stamp.code
-    left: Left | None = None  # the ledger file as it was verified: a command's appends follow it (record/writer.py)
+    left: Left | None = None  # the ledger file as it was verified: a command's appends follow it (commands/writer.py)
 
     def stamp(self, env: dict) -> Stamp:
         return Stamp(self.commit, self.registered.registration_sha256, self.registered.registration_commit, env,
@@ -95,7 +98,6 @@ def register(path_or_line: str, *, root: Path | None = None, env: dict | None = 
     # hook or a signer that would refuse those commits is found now, before the row exists.
     gitguard.require_ledger_commits(tree.root, Ledger(tree.root, reg.line).rel,
                                     fallback="register in a clone you can commit to")
-    from harness.governance import power, reductio
 
     checked = reductio.at_register(tree.root, reg)  # refuses a bar that cannot decide or cannot be met
     floor = power.tolerance_floor(reg)  # refuses a tolerance no kernel can pass (below the dtype's rounding)
@@ -160,7 +162,7 @@ def require_tracked_code(root: Path, *, load_kernels: bool = True) -> tuple[dict
     loaded from inside the repository (outside the Python environment) must be tracked and
     unchanged. Kernel sources such as kernels/*.cu are covered by the first check. Before and
     after, the code packages must come from this repository (where it holds them) and have
-    run from source, not bytecode (``codeprov``). Returns the record of the code packages
+    run from source, not bytecode (``provenance/code.py``). Returns the record of the code packages
     that come from an installed distribution instead (``codeprov.outside_code``).
     """
     import importlib.util
@@ -176,8 +178,6 @@ def require_tracked_code(root: Path, *, load_kernels: bool = True) -> tuple[dict
     _refuse_code(gitguard.untracked_files(top, dirs, allowed=lambda rel: codeprov.own_bytecode(top / rel)),
                  "bench would import it")
     if load_kernels:
-        from harness.registry import load_kernels as discover
-
         discover()
     code = require_code_from(top)
     _refuse_code(gitguard.unverified_files(top, _repo_modules(top)), "bench imported it")

@@ -24,12 +24,15 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, NamedTuple
 
-from harness.governance.devices import model
-from harness.governance.outcomes import RESULT, latest_outcomes
+from harness.vocab.devices import model
+from harness.vocab.outcomes import RESULT, latest_outcomes
 from harness.jsonsafe import number
 from harness.measurement.nextrun import (MIN_REPLICATE_PAIRS, NEXT_RUN_LEVEL, NEXT_RUN_TAU_FLOOR, BetweenRun,
                                          control_tau2, log_sigma, replicate_tau2)
 from harness.measurement.stats import DEFAULT_CONFIDENCE
+from harness.measurement.timing.criteria import row_statistic
+from harness.measurement.stats import paired_ratio, speedup_ci
+from harness.registration import bar as barlang
 
 # The bar's names for the next-run interval's ends (metrics.py declares them).
 NEXT_LOW, NEXT_HIGH = "speedup_next_low", "speedup_next_high"
@@ -44,8 +47,6 @@ def _arm(row, name: str) -> list[float]:
 def ci_confidence(row) -> float:
     """The confidence of a result row's speedup CI: the statistic stop's look confidence
     (``criteria.row_statistic``), else the bootstrap's ``DEFAULT_CONFIDENCE``."""
-    from harness.measurement.timing.criteria import row_statistic
-
     stat = row_statistic(row.policy, row.timing)
     return DEFAULT_CONFIDENCE if stat is None else stat[1]
 
@@ -60,9 +61,6 @@ def control_figure(row) -> tuple[float | None, float | None]:
     """(control, σ of its log) of a result row: the stored control and the interval its own
     samples give by the speedup's method (the paired bootstrap, or the statistic stop's
     order-statistic interval over its rounds), read as σ. (None, None) without them."""
-    from harness.measurement.stats import paired_ratio, speedup_ci
-    from harness.measurement.timing.criteria import row_statistic
-
     c = number((row.metrics or {}).get("control"))
     base, ctrl = _arm(row, "baseline"), _arm(row, "control")
     if c is None or len(base) < 2 or len(ctrl) < 2:
@@ -196,8 +194,6 @@ def next_bounds(row, between: BetweenRun) -> tuple[float | None, float | None]:
 
 def names_next_run(go: str | None, primary: str | None = None) -> bool:
     """Whether a bar (its ``go`` text and ``primary``) names a next-run metric."""
-    from harness.governance import bar as barlang
-
     aggs = [c.aggregate for c in barlang.parse(go).clauses()] if go else []
     if primary:
         aggs.append(barlang.parse_aggregate(primary))

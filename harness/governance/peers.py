@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from harness.measurement.stats import paired_ratio, ratio
 from harness.measurement.timing.criteria import row_statistic
+from harness.measurement.timing.results import arm_name
+from harness.vocab.outcomes import FAILING_KINDS, RESULT, state_of
 
 # Why a correct row has no speedup over a peer (``Uncompared.kind``).
 PEER_FAILED = "peer_failed"  # P's outcome there is not a correct result (incorrect, crashed, impossible)
@@ -24,8 +26,6 @@ NO_SAMPLES = "no_samples"  # the row keeps no samples of P (or of its own arm)
 
 
 def _samples(row, kernel: str) -> list[float]:
-    from harness.measurement.timing.results import arm_name
-
     arms = (row.timing or {}).get("arms") if isinstance(row.timing, dict) else None
     arm = (arms or {}).get(arm_name(kernel)) or {}
     return [float(x) for x in arm.get("samples_ms") or []]
@@ -58,8 +58,6 @@ def same_measurement(row, peer_row) -> bool:
 def _why_not(row, peer_row, correct: bool) -> tuple[str, str]:
     """(kind, reason) a correct ``row`` has no speedup over the candidate of ``peer_row`` (its
     outcome at the same config), which counts as a correct result or not."""
-    from harness.governance.outcomes import FAILING_KINDS, RESULT, state_of
-
     peer = peer_row.candidate
     if not correct:
         failed = peer_row.kind in FAILING_KINDS or (peer_row.kind == RESULT and peer_row.impossible)

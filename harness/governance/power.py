@@ -25,8 +25,11 @@ import statistics
 from pathlib import Path
 
 from harness.errors import UserError, shown
-from harness.governance.devices import device_name
-from harness.governance.outcomes import RESULT
+from harness.vocab.devices import device_name
+from harness.vocab.outcomes import RESULT
+from harness.measurement import canaries, feasible
+from harness.registry import get_kernel
+from harness.ledger.store import recorded
 
 # Recorded results per device below which its control spread is not trusted.
 MIN_SPREAD_ROWS = 5
@@ -37,9 +40,6 @@ SPEEDUP_METRICS = ("speedup", "speedup_ci_low", "speedup_ci_high", "speedup_next
 def tolerance_floor(reg) -> dict:
     """Per dtype, the least tolerance the best possible output passes (``measurement.feasible``);
     UserError, with the arithmetic, when the registered tolerance is below it."""
-    from harness.measurement import feasible
-    from harness.registry import get_kernel
-
     found = feasible.floors(reg.configs, atol=reg.atol, rtol=reg.rtol, seeds=reg.seeds, families=reg.families,
                             min_pass_rate=reg.min_pass_rate, baseline=get_kernel(reg.baseline))
     for f in found:
@@ -76,8 +76,6 @@ def ceil_sig(x: float, digits: int = 3) -> float:
 
 def tolerance_power(reg) -> dict:
     """Canary checks and the downgrade report; UserError when a canary passes un-waived."""
-    from harness.measurement import canaries
-
     seed = reg.seeds[0]
     # One pass: canaries and downgrades share each point's inputs and reference.
     names = tuple(dict.fromkeys((*canaries.CANARIES, *canaries.downgrade_names(reg.grid["dtype"]))))
@@ -98,8 +96,6 @@ def tolerance_power(reg) -> dict:
 
 def _recorded_controls(root: Path, mode: str) -> dict[str, list[float]]:
     """|control − 1| of every result row in ``root``/ledger, per GPU, in timing ``mode``."""
-    from harness.governance.ledger import recorded
-
     out: dict[str, list[float]] = {}
     for _, rows in recorded(root):
         for row in rows:

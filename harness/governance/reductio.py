@@ -55,8 +55,23 @@ from pathlib import Path
 
 from harness.errors import UserError, plural, shown
 from harness.governance.decide import Bound, Finding, decide
-from harness.governance.devices import ceilings_name, same_gpu_model
-from harness.governance.metrics import BY_NAME, SM_CLOCK_METRICS, STEP_NAMES
+from harness.vocab.devices import ceilings_name, same_gpu_model
+from harness.vocab.metrics import BY_NAME, SM_CLOCK_METRICS, STEP_NAMES
+from harness.measurement.floor import CPU_CACHE_DEFAULT_BYTES, FLOOR_MARGIN
+from harness.measurement import floor as physical
+from harness.measurement.ceilings import Ceilings
+from harness.measurement.timing.sustained import rates
+from harness.execution.executor import phase_limit
+from harness.pipeline.phase import TIMING
+from harness.workloads import formulas
+from harness.measurement.counters import COUNTER_RANGES, L2_ALLOWANCE
+from harness.registration.verify import names, possible
+from harness.ledger.store import Ledger, recorded
+from harness.ledger.format import CEILINGS_LEDGER
+from harness.vocab.outcomes import REGISTERED, RESULT
+from harness.registry import get_kernel
+from harness.registration.schema import KEY_SCHEMA
+from harness.registration.integration import amdahl_refusal, ceiling
 
 # A bar is held to the measured ceilings themselves on a GPU: a clause that needs more than
 # the device measurably does is refused unless [bar] beyond_ceiling_ok says why it may.
@@ -89,16 +104,12 @@ TICK_WHY = f"{TICK_MS:g} ms, one tick of perf_counter_ns"
 
 def bar_margin(kind: str) -> float:
     """How far past the floor a call may go before a bar needing it is refused (module doc)."""
-    from harness.measurement.floor import FLOOR_MARGIN
-
     return FLOOR_MARGIN["cpu"] if kind == "cpu" else GPU_BAR_MARGIN
 
 
 def unknown_cache_bytes() -> int:
     """Cache size assumed where none is recorded: larger than any cache, so the floor counts
     every byte as possibly held (measurement.floor.CPU_CACHE_DEFAULT_BYTES)."""
-    from harness.measurement.floor import CPU_CACHE_DEFAULT_BYTES
-
     return CPU_CACHE_DEFAULT_BYTES
 
 
@@ -124,9 +135,6 @@ class Device:
 
 def _floors(dev: Device, reg, cfg):
     """(sustained-phase floor, interleaved-rounds floor) of one call of ``cfg`` on ``dev``."""
-    from harness.measurement import floor as physical
-    from harness.measurement.ceilings import Ceilings
-
     ceil = Ceilings.from_row(dev.row)
     l2 = (dev.row.env or {}).get("l2_bytes")
     if ceil.device == "cuda" and isinstance(l2, int) and l2 >= 0:
@@ -144,9 +152,6 @@ def device_bounds(reg, dev: Device | None):
     """``(metric, config, candidate, peer) -> Bound``: what a metric can be on ``dev`` (module
     doc), within its ``natural`` bounds; with no device, also that a fraction of a ceiling is
     at most 1."""
-    from harness.measurement.ceilings import Ceilings
-    from harness.measurement.timing.sustained import rates
-
     ceil = Ceilings.from_row(dev.row) if dev is not None else None
     cache: dict = {}
     nature = natural(reg)
@@ -202,9 +207,6 @@ def device_bounds(reg, dev: Device | None):
 def longest_call_ms(reg) -> float:
     """The longest one timed call of the line can last: the watchdog ends a kernel's timing
     phase past ``timeout_s + watchdog_s`` (execution/executor.py ``phase_limit``)."""
-    from harness.execution.executor import phase_limit
-    from harness.pipeline.phase import TIMING
-
     return phase_limit(TIMING, reg.timing) * 1e3
 
 
@@ -218,8 +220,6 @@ def natural(reg):
     kernel: a threshold past them decides nothing. A rate's upper end is a device's
     (``device_bounds``, waivable): a tick bounds it too loosely to be worth a refusal no waiver
     lifts. A step gain, baseline over candidate minus 1, is above −1."""
-    from harness.measurement.timing.sustained import rates
-
     longest = longest_call_ms(reg)
     within = f"timeout_s {reg.timing.timeout_s:g} + watchdog_s {reg.timing.watchdog_s:g}"
 
@@ -251,8 +251,6 @@ def natural(reg):
 def _per_cycle(b: Bound, metric: str, cfg, at: float | None, ceil, name: str) -> Bound:
     """``tflops_at(at)`` at most, or ``cycles`` at least, what the dtype's matmul ceiling does
     per cycle allows (module doc); ``b`` unchanged where the ceilings hold no clock."""
-    from harness.workloads import formulas
-
     per = ceil.per_mhz(cfg.dtype)
     if per is None:
         return b
@@ -269,10 +267,6 @@ def _per_cycle(b: Bound, metric: str, cfg, at: float | None, ceil, name: str) ->
 
 def _verify_ranges(reg, cfg, dev: Device | None) -> tuple[dict, dict]:
     """(name -> (lo, hi), name -> why) of the [verify] names at ``cfg``, on ``dev`` if given."""
-    from harness.measurement.counters import COUNTER_RANGES
-    from harness.measurement.counters import L2_ALLOWANCE
-    from harness.workloads import formulas
-
     env = dict(COUNTER_RANGES)
     for name in ("min_bytes", "min_read_bytes", "kv_bytes", "flops"):
         v = float(getattr(formulas, name)(cfg))
@@ -294,8 +288,6 @@ def _verify_ranges(reg, cfg, dev: Device | None) -> tuple[dict, dict]:
 def verify_finding(reg, pairs, dev: Device | None) -> Finding | None:
     """Why a [verify] clause cannot decide (on ``dev``): it can never hold at some pair (no
     GO is possible), or it holds at every pair whatever the counters read."""
-    from harness.governance.verify import names, possible
-
     where = f" on {dev.label}" if dev is not None else ""
     if dev is not None and dev.row.device != "cuda":
         return None  # counters are read on GPUs only
@@ -325,9 +317,6 @@ def pairs_of(reg) -> list[tuple]:
 
 
 def _ceilings_rows(root: Path) -> list[dict]:
-    from harness.governance.ledger import Ledger
-    from harness.governance.ledger_format import CEILINGS_LEDGER
-
     return Ledger(root, CEILINGS_LEDGER).rows()
 
 
@@ -344,10 +333,6 @@ def baseline_times(root: Path, reg, ceilings_row) -> dict:
     """config key -> (the slowest recorded baseline_ms, where): every result row of any line
     with this baseline, config and timing mode, on this device, registered with the same
     [numerics] pins (the times the baseline itself can be expected to take)."""
-    from harness.governance.ledger import recorded
-    from harness.governance.ledger_format import CEILINGS_LEDGER
-    from harness.governance.outcomes import REGISTERED, RESULT
-
     fingerprint = ceilings_row.fingerprint
     ceilings = {r.seq: r for r in _ceilings_rows(root)}
     keys = {cfg.key() for cfg in reg.configs}
@@ -375,8 +360,6 @@ def baseline_times(root: Path, reg, ceilings_row) -> dict:
 def known_devices(root: Path, reg) -> tuple[list[Device], list[dict]]:
     """(devices the line runs on, devices it cannot run on): the latest ceilings row per
     fingerprint, split by whether every kernel of the line runs on its kind of device."""
-    from harness.registry import get_kernel
-
     latest: dict = {}
     for row in _ceilings_rows(root):
         latest[json.dumps(row.fingerprint, sort_keys=True)] = row
@@ -394,8 +377,6 @@ def known_devices(root: Path, reg) -> tuple[list[Device], list[dict]]:
 
 
 def _refusal(reg, finding: Finding, *, reductio: bool, registered: bool = False) -> UserError:
-    from harness.governance.registration import KEY_SCHEMA
-
     table = "" if finding.text.startswith("[verify]") else "[bar] "
     waiver = f"[bar] {WAIVER_KEY} = \"<why>\" (schema = {KEY_SCHEMA[('bar', WAIVER_KEY)]})"
     if registered:
@@ -422,8 +403,6 @@ def _reductio(reg, devices: list) -> list[tuple[Device | None, Finding]]:
 def at_register(root: Path, reg) -> dict:
     """Refuse a bar that cannot decide, or that needs more than a known device measurably does
     (unless waived); return what was checked, for the `registered` row."""
-    from harness.governance.integration import amdahl_refusal, ceiling
-
     amdahl = amdahl_refusal(reg)  # Amdahl is arithmetic on the stated share: never waived
     if amdahl is not None:
         raise UserError(f"{shown(reg.path)}: {amdahl}")

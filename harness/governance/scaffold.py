@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.governance import line_ids
+from harness.registration import line_ids
+from harness.registry import check_name, get_kernel, load_kernels
+from harness.workloads import WORKLOADS
+from harness.measurement.correctness.figures import DEFAULT_TOLERANCES
+from harness.measurement.device import detect_device
+from harness.workloads.inputs import DEFAULT_FAMILIES
+from harness.registration.schema import check_kernels, from_table
+from harness.governance.power import tolerance_floor
+from harness.measurement import canaries
 
 # The grid a flag left out, per workload: a small one that runs anywhere (a fused-attention
 # prefill sweep, a decode step over a long cache), to be widened once the line works.
@@ -67,9 +75,6 @@ def plan(line: str, candidates, prediction: float, *, baseline: str | None, work
     bar with its hypothesis in words (a bar of one's own needs one's own hypothesis), and the
     device the line is for (``device``; None: this machine's) with a baseline that runs there.
     Every kernel named must run on that device: a line written here sweeps here."""
-    from harness.registry import check_name
-    from harness.workloads import WORKLOADS
-
     line_ids.check(line)
     if not math.isfinite(prediction):
         raise UserError(f"--prediction {prediction}: give your predicted value of the primary figure as a finite "
@@ -101,8 +106,6 @@ def plan(line: str, candidates, prediction: float, *, baseline: str | None, work
 
 def _known_dtypes(dtypes: list[str]) -> list[str]:
     """``dtypes`` once each has bench's default tolerance (which the file writes)."""
-    from harness.measurement.correctness.figures import DEFAULT_TOLERANCES
-
     unknown = [d for d in dtypes if d not in DEFAULT_TOLERANCES]
     if unknown:
         raise UserError(f"--dtype {ascii(unknown[0])}: bench knows {', '.join(DEFAULT_TOLERANCES)}")
@@ -129,8 +132,6 @@ def _utf8(flag: str, text: str | None) -> str | None:
 def _device(device: str | None) -> tuple[str, bool]:
     """The device the line is written for (the one given, else this machine's), and whether
     it is this machine's: only there can a kernel's modules and hardware be checked."""
-    from harness.measurement.device import detect_device
-
     here = detect_device()
     if device is None or device == "auto":
         return here, True
@@ -149,8 +150,6 @@ def _why_not(spec, device: str, here: bool) -> str | None:
 
 def _default_baseline(workload: str, dtypes, device: str, here: bool) -> str:
     """The first of DEFAULT_BASELINES that runs ``workload`` in every dtype on ``device``."""
-    from harness.registry import load_kernels
-
     kernels = load_kernels()
     for name in DEFAULT_BASELINES:
         spec = kernels.get(name)
@@ -164,8 +163,6 @@ def _default_baseline(workload: str, dtypes, device: str, here: bool) -> str:
 
 def _runs_on(device: str, here: bool, names) -> None:
     """Every kernel named runs on ``device`` (the refusal names the fix)."""
-    from harness.registry import get_kernel
-
     for name in names:
         why = _why_not(get_kernel(name), device, here)
         if why is not None:
@@ -210,9 +207,6 @@ def toml_value(v) -> str:
 def registration_table(new: NewLine, waived: dict[str, str] | None = None) -> dict:
     """The registration as data: what ``registration_text`` writes, and what the file must
     read back as, value for value."""
-    from harness.measurement.correctness.figures import DEFAULT_TOLERANCES
-    from harness.workloads.inputs import DEFAULT_FAMILIES
-
     dtypes = _known_dtypes(new.grid["dtype"])
     cands = ({"candidate": new.candidates[0]} if len(new.candidates) == 1 else
              {"candidates": list(new.candidates)})
@@ -295,8 +289,6 @@ def _parsed(text: str, path: Path, want: dict):
     import hashlib
     import tomllib
 
-    from harness.governance.registration import from_table
-
     raw = tomllib.loads(text)
     if raw != want:
         differ = sorted(k for k in {*raw, *want} if raw.get(k) != want.get(k))
@@ -310,10 +302,6 @@ def write_new(root: Path, new: NewLine) -> tuple[Path, dict[str, str]]:
     `bench register` makes (kernels, grid, feasible tolerance, canaries: those the default
     tolerance cannot reject are waived in the file, each with its reason); refuse an existing
     file (nothing is overwritten). Returns the path and the waived canaries."""
-    from harness.governance.power import tolerance_floor
-    from harness.governance.registration import check_kernels
-    from harness.measurement import canaries
-
     path = Path(root) / "registrations" / f"{new.line}.toml"
     if path.exists():
         raise UserError(f"registrations/{new.line}.toml exists: edit it, or pick another line id")

@@ -11,7 +11,7 @@ measured (skipped, unsupported, throttled) and the registration does not ``allow
 when the outcomes come from more than one commit or device, when nothing was measured at
 all (or pairs the bar cannot use remain beside failures: they could still pass), or
 while any row of the line is not committed, or when a result row's figures disagree with its
-own samples (``ledger_verify.verify``, governance/audit.py). A refusal over pairs it cannot use names
+own samples (``ledger.verify.verify``, ledger/audit.py). A refusal over pairs it cannot use names
 `bench sweep LINE --remeasure`, which measures them again at the same commit; the verdict
 then decides on the newest measurement and its row lists each pair so re-measured
 (``remeasured``). The verdict row is committed at once,
@@ -21,7 +21,7 @@ committed and a NO-GO cannot be deleted without a trace.
 
 A line with ``[replication] instances = N`` also waits for N device instances with complete
 grids at its commit on its stack (the line's own and the replicates written before the verdict,
-governance/replication.py) and decides its bar over them by ``combine``; the row records each
+registration/replication.py) and decides its bar over them by ``combine``; the row records each
 instance's clause values (``replication``). Replicates written after the verdict never change it.
 
 A line with ``[verify]`` clauses also needs counters (`profile` rows) for every candidate
@@ -35,15 +35,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.errors import UserError
-from harness.governance import bar as barlang
-from harness.governance import verify as verifylang
-from harness.governance.ledger import require_anchored
-from harness.governance.ledger_rows import VerdictRow, load
+from harness.registration import bar as barlang
+from harness.registration import verify as verifylang
+from harness.ledger.store import require_anchored
+from harness.ledger.rows import VerdictRow, load
 from harness.governance.line import Line
-from harness.governance.devices import stack_text
-from harness.governance.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, current_rows,
+from harness.vocab.devices import stack_text
+from harness.vocab.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, current_rows,
                                          UNSUPPORTED, coverage, decided, kernel_failed, latest_outcomes, measured_on,
                                          outcome_key, places, remeasures, state_of)
+from harness.registration.bar import INTEGRATION_FLAG, PEERS_KEY, UNCOMPARED_KEY, uncompared_rows
+from harness.governance.peers import OTHER_RUN, peer_speedups
+from harness.governance.nextrun import NEXT_RUN_NAMES, bar_between_run, next_bounds
+from harness.registration.integration import ceiling_text
+from harness.vocab.outcomes import INTEGRATION
+from harness.ledger.audit import unchecked
+from harness.vocab.devices import instance
+from harness.registration.replication import combined, registered_pairs, waited_for
 
 GO, NO_GO = "GO", "NO-GO"
 # Failing pairs a verdict row lists per [verify] clause (the count is always complete).
@@ -67,9 +75,6 @@ def bar_row_map(outcomes: dict, *, include_noisy: bool, next_run=None) -> tuple[
     under ``bar.UNCOMPARED_KEY`` (governance/peers.py). With ``next_run`` (a
     ``measurement.nextrun.BetweenRun``: ``nextrun.bar_between_run``, for a bar that names the
     next-run metrics) a correct result also carries ``speedup_next_low`` / ``speedup_next_high``."""
-    from harness.governance.bar import PEERS_KEY, UNCOMPARED_KEY
-    from harness.governance.peers import peer_speedups
-
     rows, excluded = {}, {}
 
     def leave_out(why):
@@ -88,7 +93,6 @@ def bar_row_map(outcomes: dict, *, include_noisy: bool, next_run=None) -> tuple[
         elif kind == RESULT:
             rows[key] = {**r.config, "candidate": r.candidate, "correct": True, **r.metrics}
             if next_run is not None:  # computed where read (governance/nextrun.py), never stored
-                from harness.governance.nextrun import NEXT_RUN_NAMES, next_bounds
 
                 rows[key].update(zip(NEXT_RUN_NAMES, next_bounds(r, next_run)))
         elif kind in FAILING_KINDS:
@@ -104,9 +108,6 @@ def bar_row_map(outcomes: dict, *, include_noisy: bool, next_run=None) -> tuple[
 def other_runs(reg, rows: list[dict]) -> list[str]:
     """The comparisons a peer clause of ``reg``'s bar needs that the rows hold from two runs:
     "A vs P at CONFIG" (P measured again, alone, after A's result was decided)."""
-    from harness.governance.bar import UNCOMPARED_KEY, uncompared_rows
-    from harness.governance.peers import OTHER_RUN
-
     out = []
     for agg in [c.aggregate for c in reg.bar.clauses()] + [reg.primary_aggregate]:
         for row in uncompared_rows(agg, rows):
@@ -175,9 +176,6 @@ def integration_rows(reg, rows, where: tuple) -> list[tuple]:
     kernel outcomes were; a refusal when the step was not timed there, or when a measured
     step gain is above the Amdahl ceiling (``amdahl_violated``: the verdict decides nothing
     until an amendment explains the share)."""
-    from harness.governance.integration import ceiling_text
-    from harness.governance.outcomes import INTEGRATION
-
     latest = {r.candidate: r for r in current_rows(rows)
               if r.kind == INTEGRATION and measured_on(r, reg.mixed_devices) == where}
     missing = [c for c in reg.candidates if c not in latest]
@@ -206,8 +204,6 @@ def integration_bar_row(r, *, include_noisy: bool) -> dict:
     """An `integration` row as the bar reads it: its step metrics, counted (``correct``) when
     it passed the float64 check and was timed, not throttled, and not rig-noisy (unless the
     line counts noisy rows)."""
-    from harness.governance.bar import INTEGRATION_FLAG
-
     usable = bool(r.correct) and r.metrics is not None and not r.throttled and (include_noisy or not r.rig_noisy)
     return {INTEGRATION_FLAG: True, "candidate": r.candidate, "correct": usable, **(r.metrics or {})}
 
@@ -227,8 +223,6 @@ def require_checked(reg, deciding) -> None:
     """Refuse a bar reading a figure that ``ledger verify`` could not check on a result it decides
     on (``audit.unchecked``: a row written before bench kept that figure's raw data): such a
     figure could have been rewritten, and re-hashed, before its commit."""
-    from harness.governance.audit import unchecked
-
     read = sorted({c.aggregate.metric for c in reg.bar.clauses() if c.aggregate.metric})
     for r in deciding:
         for metric in read:
@@ -289,12 +283,9 @@ def instance_bar_rows(reg, by_pair: dict) -> list[dict]:
 
 
 def replicated_bar(reg, ledger_rows, deciding: list, rows: list[dict], where: tuple, stack: dict):
-    """A ``[replication]`` line's bar (governance/replication.py): refused until the instances
+    """A ``[replication]`` line's bar (registration/replication.py): refused until the instances
     it waits for hold complete grids at ``where`` on ``stack``, then combined by its rule over
     the line's own bar rows (``rows``) and each replicate's."""
-    from harness.governance.devices import instance
-    from harness.governance.replication import combined, registered_pairs, waited_for
-
     pairs = registered_pairs(reg)
     per = [(instance(deciding[0].env or {}), [r.seq for r in deciding], rows)]
     for g in waited_for(reg, ledger_rows, deciding, where, stack):
@@ -305,7 +296,7 @@ def replicated_bar(reg, ledger_rows, deciding: list, rows: list[dict], where: tu
 
 def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
     """Evaluate the bar on the line's committed rows: the verdict and the row it closes the line
-    with, written by ``record.verdict.close`` (this writes nothing); ``dry_run``: say so."""
+    with, written by ``commands.verdict.close`` (this writes nothing); ``dry_run``: say so."""
     reg = line.reg
     outcomes = latest_outcomes(line.rows)
     pairs = [(c.key(), k) for c in reg.configs for k in reg.candidates]
@@ -354,7 +345,6 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
     require_checked(reg, by_pair.values())
     # The next-run interval's between-run variance, where the bar reads it (governance/nextrun.py):
     # the replicates among the line's runs, else the deciding rows' controls, never below the floor.
-    from harness.governance.nextrun import bar_between_run
 
     next_run = bar_between_run(reg.go, reg.primary, line.rows, by_pair)
     rows, excluded = bar_rows(by_pair, include_noisy=reg.include_noisy, next_run=next_run)

@@ -24,6 +24,8 @@ import math
 from dataclasses import dataclass
 
 from harness.workloads import Config
+from harness.measurement.correctness.figures import compare
+from harness.workloads.inputs import make_inputs
 
 # Query rows kept per view of a grid point (see the module docstring).
 CANARY_ROWS = 32
@@ -151,9 +153,6 @@ class Check:
 def check(configs, *, atol: dict, rtol: dict, seed: int, families, names=None) -> list[Check]:
     """Every canary (or precision in ``names``) at every canary point of ``configs``."""
     import torch
-
-    from harness.measurement.correctness.figures import compare
-    from harness.workloads.inputs import make_inputs
 
     out: list[Check] = []
     drawn: dict = {}  # one draw per shape and family: every dtype sees the same float32 values

@@ -31,6 +31,8 @@ from typing import Mapping
 from harness.errors import UserError
 from harness.measurement.clocks import open_monitor, window_clocks
 from harness.measurement.timing.timers import CudaEventTimer, HostTimer, Timer, median_ms
+from harness.measurement.device import detect_device, driver_version
+from harness.measurement.numerics import apply
 
 # A result more than this fraction above a measured ceiling is impossible, not fast.
 # Measured ceilings are achievable rates, not hardware peaks: the datasheet peaks sit up to
@@ -86,7 +88,7 @@ CPU_WARMUP = 1
 TF32_KEY = "float32_tf32"
 MATMUL_KEYS = ("float16", "bfloat16", "float32", TF32_KEY)
 
-# The rates a ceiling bounds (each a result metric with a ``*_frac``, governance/metrics.py), in
+# The rates a ceiling bounds (each a result metric with a ``*_frac``, vocab/metrics.py), in
 # their units; ``Ceilings.bound`` gives each one's ceiling.
 RATE_UNITS = MappingProxyType({"tflops": "TFLOP/s", "gbps": "GB/s", "kv_gbps": "GB/s"})
 
@@ -179,7 +181,7 @@ class Ceilings:
 
     @classmethod
     def from_row(cls, row) -> "Ceilings":
-        """Rebuild from ``to_row()`` output or a `ceilings` ledger row (ledger_rows.CeilingsRow)."""
+        """Rebuild from ``to_row()`` output or a `ceilings` ledger row (ledger.rows.CeilingsRow)."""
         if not isinstance(row, Mapping):
             row = row.dump()
         missing = [k for k in ("device", "fingerprint", "copy_gbps", "matmul_tflops") if k not in row]
@@ -257,12 +259,8 @@ def device_fingerprint(device: str | None = None) -> dict:
     import torch
 
     if device is None:
-        from harness.measurement.device import detect_device
-
         device = detect_device()
     if device == "cuda":
-        from harness.measurement.device import driver_version
-
         return {"device": "cuda", "name": torch.cuda.get_device_name(torch.cuda.current_device()),
                 "driver": driver_version(), "cuda": torch.version.cuda, "torch": torch.__version__}
     if device != "cpu":
@@ -324,7 +322,6 @@ def _measure_cuda(timer: Timer | None) -> Ceilings:
 
     n = CUDA_MATMUL_N
     tflops, spans = {}, {}
-    from harness.measurement.numerics import apply
 
     # The SM clock each matmul ran at (NVML; none without it): the ceiling per cycle bounds a
     # clock-normalised bar whatever clock the card holds when the bar is checked.

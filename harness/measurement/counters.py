@@ -1,6 +1,6 @@
 """Hardware counters from Nsight Compute: what a kernel call really read, wrote and ran on.
 
-``ncu`` profiles a worker process (harness/measurement/profile_worker.py) that wraps
+``ncu`` profiles a worker process (harness/execution/profile_worker.py) that wraps
 exactly the kernel call in an NVTX range; ``--nvtx-include`` keeps the harness's own
 work (input generation, poisoning, the float64 check) out of the counters. Its
 ``--csv --page raw --print-units base`` log has one header row of metric names, one row

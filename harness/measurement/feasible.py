@@ -25,6 +25,9 @@ import math
 from dataclasses import asdict, dataclass
 
 from harness.workloads import Config
+from harness.workloads.inputs import boundary_configs, make_inputs
+from harness.measurement.correctness.figures import compare, nearest, ulp
+from harness.measurement.reference import reference
 
 # Largest q, k or v (elements) whose float64 reference the check computes on the CPU: a
 # boundary config of the usual grids (batch 8, 16 heads, 131 keys, head_dim 128) is 2.1 M.
@@ -73,8 +76,6 @@ def _gate_config(point: Config, baseline) -> tuple[Config | None, str | None]:
     """The cheapest config the gate checks for ``baseline`` at ``point`` (the point or one of its
     boundary configs) with more than one key — one key makes the output a V row, exact in
     the dtype — or None and why, when it is too large to reference here."""
-    from harness.workloads.inputs import boundary_configs
-
     gated = [c for c in (point, *boundary_configs(point)) if c.seq_len > 1 and baseline.config_reason(c) is None]
     best = min(gated, key=lambda c: (input_elems(c), c.key()), default=None)
     if best is None or input_elems(best) > FLOOR_MAX_ELEMS:
@@ -113,8 +114,6 @@ def _inputs(c: Config, seed: int, family: str, drawn: dict):
 
     import torch
 
-    from harness.workloads.inputs import make_inputs
-
     key = (dataclasses.replace(c, dtype="float32"), seed, family)
     if key not in drawn:
         drawn[key] = make_inputs(key[0], seed, family, "cpu")
@@ -124,9 +123,6 @@ def _inputs(c: Config, seed: int, family: str, drawn: dict):
 def _floor(dtype: str, atol: float, rtol: float, point: Config, cases: list[Config], seeds, families,
            drawn: dict) -> Floor:
     import torch
-
-    from harness.measurement.correctness.figures import compare, nearest, ulp
-    from harness.measurement.reference import reference
 
     tiny = torch.finfo(torch.float64).tiny
     magnitude: dict[str, float] = {}

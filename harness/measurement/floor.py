@@ -35,6 +35,8 @@ from typing import Mapping, Sequence
 
 from harness.errors import UserError
 from harness.measurement.ceilings import IMPOSSIBLE_MARGIN, Ceilings
+from harness.workloads import formulas
+from harness.measurement.timing.policy import device_l2_bytes
 
 # A call is impossible when it is shorter than floor / (1 + margin).
 # GPU: the rate reductio's margin. The ceilings are sustained medians; one call on a boosted
@@ -115,8 +117,6 @@ def matmul_ceiling(ceilings: Ceilings, dtype: str) -> float | None:
 def floor(cfg, ceilings: Ceilings, mode: str, cache_bytes: int, cache_source: str,
           margin: float | None = None) -> Floor:
     """The floor of one call of ``cfg`` timed in ``mode`` on the device ``ceilings`` describe."""
-    from harness.workloads import formulas
-
     margin = FLOOR_MARGIN[ceilings.device] if margin is None else margin
     if not (margin >= 0 and math.isfinite(margin)):
         raise UserError(f"physical floor: margin must be a finite number >= 0, not {margin}")
@@ -188,8 +188,6 @@ def judge(arm: str, phase: str, samples: Mapping[str, Sequence[float]], fl: Floo
 def cache_bytes(device: str) -> tuple[int, str]:
     """(bytes, where from) of the cache that may hold data between calls on ``device``."""
     if device == "cuda" or device.startswith("cuda:"):
-        from harness.measurement.timing.policy import device_l2_bytes
-
         return device_l2_bytes(device), "L2 (torch device properties)"
     if device != "cpu":
         raise UserError(f"unknown device {device!r}: use 'cuda' or 'cpu'")

@@ -24,6 +24,7 @@ from typing import Callable
 from harness.measurement import clockguard
 from harness.measurement.clockguard import perf_counter
 from harness.measurement.correctness.results import CLOCK_TAMPERED
+from harness.measurement.numerics import capture, describe, diff, pin
 
 # A device-wide synchronize after the caller's stream is done: on the H200, over 300 idle
 # calls, p50 11 µs, p99 24 µs, max 42 µs (research/drain_probe.py;
@@ -288,8 +289,6 @@ class TimedWatch:
         back (also once the rounds are over, for the last call); with ``full``, the rest of
         the timing modules' names too, whose replacement no single call is blamed for: it
         refuses every arm."""
-        from harness.measurement.numerics import capture, diff, pin
-
         found = clockguard.check(full=False)
         if found:
             self.tampered.setdefault(self.last, clockguard.describe(found))
@@ -361,7 +360,6 @@ class TimedWatch:
     def _moved(self, arm: str) -> tuple[str, str] | None:
         if arm not in self.moved:
             return None
-        from harness.measurement.numerics import describe
 
         return "numerics_changed", (f"a timed call changed global state for whoever runs next "
                                     f"({describe(self.moved[arm])})")

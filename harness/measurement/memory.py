@@ -11,6 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from harness.measurement.timing.policy import GRAPH_MAX_ROTATION_SLOTS, device_l2_bytes, flush_bytes, rotation_slots
+from harness.workloads.formulas import min_bytes
+from harness.measurement.correctness.checks import REFERENCE_MEMO_SIZE
+from harness.measurement.correctness.figures import use_fused
+from harness.measurement.correctness.vram import gate_bytes, judge_bytes
+from harness.workloads.inputs import generation_bytes
 
 # Free memory held back from what a config may use: allocator fragmentation, the CUDA
 # context and library workspaces (cuBLAS, cuDNN) that allocate outside torch's counter.
@@ -57,9 +63,6 @@ def timing_slots(cfg, policy, device: str, l2_bytes: int | None = None) -> int:
     touches (formulas.min_bytes) exceed the L2 several times in hot mode, and in graph mode
     when that takes at most GRAPH_MAX_ROTATION_SLOTS copies; else one.
     The sweep allocates exactly this many, and the model predicts exactly this many."""
-    from harness.measurement.timing.policy import GRAPH_MAX_ROTATION_SLOTS, device_l2_bytes, rotation_slots
-    from harness.workloads.formulas import min_bytes
-
     if policy.mode not in ("hot", "graph") or device != "cuda":
         return 1
     l2 = device_l2_bytes(device) if l2_bytes is None else l2_bytes
@@ -75,12 +78,6 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     ``specs[0]`` is the baseline; the rest are candidates. The control arm is the
     baseline again with its own output buffers.
     """
-    from harness.measurement.correctness.checks import REFERENCE_MEMO_SIZE
-    from harness.measurement.correctness.figures import use_fused
-    from harness.measurement.correctness.vram import gate_bytes, judge_bytes
-    from harness.measurement.timing.policy import device_l2_bytes, flush_bytes
-    from harness.workloads.inputs import generation_bytes
-
     qs, ks, _ = cfg.shapes()
     es = cfg.elem_bytes
     fused = use_fused(device)  # compare()'s one-pass table: no float64 blocks

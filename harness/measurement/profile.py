@@ -1,6 +1,6 @@
 """Profiling one kernel at one config under Nsight Compute, in a child process.
 
-``profile`` runs harness/measurement/profile_worker.py under ``ncu`` (options from
+``profile`` runs harness/execution/profile_worker.py under ``ncu`` (options from
 counters.ncu_args), parses the CSV log and returns frozen data: every launch ncu saw
 inside the worker's NVTX range, the per-call [verify] counters, the counter reductio and
 the float64 check of what the profiled call wrote. It never touches the ledger.
@@ -24,6 +24,7 @@ from pathlib import Path
 from harness.errors import UserError
 from harness.measurement import counters
 from harness.workloads import Config, formulas
+from harness import CODE_PACKAGES
 
 # Profiled calls per (config, kernel): ncu replays each launch until every metric is
 # collected, so one call gives complete counters; per-call values divide by this.
@@ -62,8 +63,6 @@ def _pythonpath() -> str:
     """The worker imports the same harness and kernels packages as this process."""
     import importlib
 
-    from harness import CODE_PACKAGES
-
     # A package's folder, not its __file__: bench_kernels in a checkout is the kernels/ folder, no __init__.py.
     roots = {str(Path(importlib.import_module(m).__path__[0]).resolve().parent) for m in CODE_PACKAGES}
     return os.pathsep.join([*sorted(roots), *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -83,7 +82,7 @@ def profile(cfg: Config, kernel: str, *, name: str | None = None, seed: int, ato
         spec_path.write_text(json.dumps({
             "config": cfg.as_dict(), "kernel": kernel, "name": name, "seed": seed, "atol": atol, "rtol": rtol,
             "numerics": numerics or {}, "calls": PROFILE_CALLS, "result": str(result_path)}))
-        cmd = [ncu, *counters.ncu_args(str(log), name), sys.executable, "-m", "harness.measurement.profile_worker",
+        cmd = [ncu, *counters.ncu_args(str(log), name), sys.executable, "-m", "harness.execution.profile_worker",
                str(spec_path)]
         env = {**os.environ, "PYTHONPATH": _pythonpath()}
         try:

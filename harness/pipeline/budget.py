@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.governance.outcomes import SKIPPED, UNSUPPORTED
+from harness.vocab.outcomes import SKIPPED, UNSUPPORTED
 from harness.pipeline import phase
 from harness.pipeline.context import Outcome, SweepContext, Task
 from harness.pipeline.rows import base_row
+from harness.measurement import memory
+from harness.registry import get_kernel
 
 
 @dataclass(frozen=True)
@@ -29,9 +31,6 @@ class Budget:
 
 
 def budget(task: Task, ctx: SweepContext) -> Budget:
-    from harness.measurement import memory
-    from harness.registry import get_kernel
-
     cfg = task.config
     base_spec = get_kernel(ctx.reg.baseline)
     out: list[Outcome] = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.governance.outcomes import (CAUGHT_RANDOM_CALL, CAUGHT_RECHECK, CAUGHT_REFRESHED, CAUGHT_SUSTAINED,
+from harness.vocab.outcomes import (CAUGHT_RANDOM_CALL, CAUGHT_RECHECK, CAUGHT_REFRESHED, CAUGHT_SUSTAINED,
                                          CAUGHT_TIMED, INCORRECT, SKIPPED, rejection_tag)
 from harness.measurement import clockguard
 from harness.measurement.correctness.results import CLOCK_TAMPERED
@@ -22,6 +22,15 @@ from harness.pipeline import phase
 from harness.pipeline.context import RECHECK_SEED_OFFSET, Failure, Outcome
 from harness.pipeline.rows import base_row, baseline_failed
 from harness.pipeline.timed import Timed
+from harness.measurement.correctness.after_timing import check_timed_output, recheck_in_place
+from harness.measurement.correctness.checks import ReferenceMemo
+from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, EMPTY_WINDOW_FACTOR, empty_window, told_apart
+from harness.measurement import memory
+from harness.measurement.correctness.poison import poison_
+from harness.measurement.timing.timers import CudaEventTimer
+from harness.measurement.timing.refresh import REMEMBERS_TAG
+from harness.measurement.numerics import capture, describe, diff, pin
+from harness.measurement.timing.sustained import sustain
 
 
 @dataclass(frozen=True)
@@ -48,10 +57,6 @@ class Checked:
 
 
 def check_after_timing(t: Timed) -> Checked:
-    from harness.measurement.correctness.after_timing import recheck_in_place
-    from harness.measurement.correctness.checks import ReferenceMemo
-    from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
-
     g = t.gated
     b = g.budget
     cfg, ctx, base_spec, timed, gates = b.task.config, b.ctx, b.base_spec, g.timed, g.gates
@@ -161,7 +166,6 @@ def check_after_timing(t: Timed) -> Checked:
             continue
         details = {"candidate": spec.details(*slots[0], cfg), "baseline": base_spec.details(*slots[0], cfg)}
         verdicts.append(Survivor(spec, sus, details))
-    from harness.measurement import memory
 
     return Checked(t, tuple(verdicts), empty, (memory.peak_bytes(ctx.device, t.held), t.held))
 
@@ -176,9 +180,6 @@ def _drain_confirm(t: Timed, specs: dict):
 
     def confirm(arm: str, n: int) -> list[float]:
         import torch
-
-        from harness.measurement.correctness.poison import poison_
-        from harness.measurement.timing.timers import CudaEventTimer
 
         fn = specs[arm].fn
         q, k, v = (x.clone() for x in t.slots[0])
@@ -197,8 +198,6 @@ def _drain_confirm(t: Timed, specs: dict):
 def spot_failure(cfg, content, m, snaps, name, ctx, memo=None):
     """The check of arm ``name``'s randomly chosen timed call (its output copy against a fresh
     reference on that call's inputs), or None when it passed."""
-    from harness.measurement.correctness.after_timing import check_timed_output
-
     chosen = m.spot_calls.get(name)
     if chosen is None or name not in snaps:
         return None
@@ -217,8 +216,6 @@ def refreshed_failures(cfg, content, m, kept, ctx, memo=None) -> dict:
     against a reference on the content it ran on: the first failure in the arm's order of
     kinds, or None. Judged kind by kind across the arms: the arms' kept calls of one kind
     share their round, so its content is drawn again once for all of them."""
-    from harness.measurement.correctness.after_timing import check_timed_output
-
     checks = m.refresh.checks if m.refresh is not None else {}
     reports: dict = {}
     kinds = list(dict.fromkeys(how for copies in kept.values() for how in copies))
@@ -244,8 +241,6 @@ def refreshed_failures(cfg, content, m, kept, ctx, memo=None) -> dict:
 def memory_failure(m, arm) -> tuple[str | None, str] | None:
     """(tag, reason) when arm ``arm`` answers from memory of its inputs (tag REMEMBERS_TAG), or
     (None, reason) when that could not be judged (fail closed: no number); None when it passed."""
-    from harness.measurement.timing.refresh import REMEMBERS_TAG
-
     if m.refresh is None or arm not in m.refresh.memory:
         return None
     j = m.refresh.memory[arm]
@@ -259,11 +254,6 @@ def memory_failure(m, arm) -> tuple[str | None, str] | None:
 def sustained(cfg, spec, slots, outs, ctx, memo=None):
     """The candidate's calls back to back at the sustained clock (rates for a rate bar), and
     the check of the last call's output (poisoned before every call), or None when it passed."""
-    from harness.measurement.correctness.after_timing import check_timed_output
-    from harness.measurement.correctness.poison import poison_
-    from harness.measurement.numerics import capture, describe, diff, pin
-    from harness.measurement.timing.sustained import sustain
-
     def call(slot: int) -> None:
         q, k, v = slots[slot]
         spec.fn(q, k, v, outs[slot], causal=cfg.causal, scale=cfg.scale)
@@ -292,15 +282,11 @@ def sustained(cfg, spec, slots, outs, ctx, memo=None):
 
 
 def _empty_window(policy, device):
-    from harness.measurement.timing import empty_window
-
     return empty_window(policy, device)
 
 
 def empty_failure(m, arm, empty) -> str | None:
     """Why an arm's timing is an empty window's while the baseline's is not, or None."""
-    from harness.measurement.timing import ARM_BASELINE, EMPTY_WINDOW_FACTOR, told_apart
-
     cand, base = m.arms[arm].stats, m.arms[ARM_BASELINE].stats
     if told_apart(cand, empty.stats) or not told_apart(base, empty.stats):
         return None
@@ -312,8 +298,6 @@ def empty_failure(m, arm, empty) -> str | None:
 
 def timed_output_failure(cfg, content, m, arm, outs, ctx, memo=None):
     """The first failing timed output among the checked slots, or None."""
-    from harness.measurement.correctness.after_timing import check_timed_output
-
     # The first and last rotation slots: each holds what the last timed call on it wrote,
     # computed from the content that call ran on (the refresh may have changed it since).
     for slot in sorted({0, len(content.slots) - 1}):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from harness.workloads import Config
 
 if TYPE_CHECKING:
-    from harness.governance.registration import Registration
+    from harness.registration.schema import Registration
 
 # Fresh inputs for the post-timing recheck come from a seed no registration uses for the
 # gate, so a kernel cannot have seen them.
@@ -38,7 +38,7 @@ class SweepContext:
 
     reg: Registration
     device: str
-    ceilings: object = None  # the ceilings row used (ledger_rows.CeilingsRow), None: no ceilings
+    ceilings: object = None  # the ceilings row used (ledger.rows.CeilingsRow), None: no ceilings
     root: str | None = None
 
     @property

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.governance.outcomes import CRASHED, INCORRECT
+from harness.vocab.outcomes import CRASHED, INCORRECT
 from harness.measurement import clockguard
 from harness.measurement.correctness.results import CLOCK_TAMPERED
 from harness.pipeline import phase
 from harness.pipeline.budget import Budget
 from harness.pipeline.context import Outcome
 from harness.pipeline.rows import base_row, baseline_failed
+from harness.measurement.correctness.gate import BoundaryMemo, gate, gate_kernels
+from harness.measurement.numerics import apply, capture, describe, diff
+from harness.measurement import memory
+from harness.registry import get_kernel
 
 
 # The boundary cases judged in this process, per (registration, device, pinned numeric state):
@@ -27,8 +31,6 @@ _BOUNDARY_MEMOS: dict = {}
 
 def boundary_memo(reg, device: str, state):
     """This process's memo of boundary cases for ``reg`` on ``device`` under ``state``."""
-    from harness.measurement.correctness.gate import BoundaryMemo
-
     return _BOUNDARY_MEMOS.setdefault((reg.line, reg.sha256, str(device), repr(state)), BoundaryMemo())
 
 
@@ -47,9 +49,6 @@ class Gated:
 def gate_one(spec, cfg, reg, state, device: str):
     """One kernel's gate under the line's pinned numeric state: its report, and the numeric
     flags its call changed (empty: none)."""
-    from harness.measurement.correctness.gate import gate
-    from harness.measurement.numerics import apply, capture, diff
-
     phase.report(spec.name, phase.GATE)
     with apply(state) as pinned:
         g = gate(spec, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype],
@@ -65,9 +64,6 @@ def gate_job(cfg, name: str, ctx) -> dict:
     measures it elsewhere (`bench profile`): the gate's summary, whether it passed (a kernel
     that changed global numeric state or replaced a clock does not, nor any kernel while a
     clock replaced with no call in flight is on record), and the failure's tag and reason."""
-    from harness.measurement import memory
-    from harness.registry import get_kernel
-
     spec = get_kernel(name)
     early = clockguard.before_config()
     g, moved = gate_one(spec, cfg, ctx.reg, ctx.reg.numerics.state(), ctx.device)
@@ -87,9 +83,6 @@ def gate_all(b: Budget) -> Gated:
     """Every runnable kernel and the baseline gated together, case by case (they share each
     case's inputs and float64 reference), each under the line's pinned numeric state."""
     import contextlib
-
-    from harness.measurement.correctness.gate import gate_kernels
-    from harness.measurement.numerics import apply, capture, diff
 
     cfg, ctx, base_spec, runnable = b.task.config, b.ctx, b.base_spec, b.runnable
     reg = ctx.reg
@@ -176,8 +169,6 @@ def _failure(name, gates, changed, tampered=None) -> tuple[str, str]:
         return CLOCK_TAMPERED, (f"kernel {name} replaced the clocks the harness times with during its gate calls: "
                                 f"{tampered[name]}")
     if name in changed:
-        from harness.measurement.numerics import describe
-
         flags = describe(changed[name])
         return "numerics_changed", f"kernel {name} changed global numeric state during its call ({flags})"
     g = gates[name]

@@ -10,11 +10,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.governance.outcomes import SKIPPED, THROTTLED
+from harness.vocab.outcomes import SKIPPED, THROTTLED
 from harness.measurement.timing.results import arm_name
 from harness.pipeline.checks import Checked, Survivor
 from harness.pipeline.context import Outcome
 from harness.pipeline.rows import base_row, memory_row
+from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
+from harness.measurement.timing.sustained import rates as rates_at
+from harness.measurement.ceilings import Ceilings, impossible
+from harness.ledger.format import ceilings_where
+from harness.vocab.metrics import CEILING_RATES
+from harness.measurement.floor import FLOOR_MARGIN
+from harness.measurement import floor as physical
 
 
 @dataclass(frozen=True)
@@ -33,8 +40,6 @@ class Rated:
 def rates(c: Checked, s: Survivor) -> Rated | Outcome:
     """The candidate's figures, or the row that says why it gets none (throttled,
     undersampled, a baseline faster than the device can go)."""
-    from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
-
     t = c.timed
     b = t.gated.budget
     cfg, ctx, base_spec, spec, sus, m = b.task.config, b.ctx, b.base_spec, s.spec, s.sus, t.m
@@ -52,7 +57,6 @@ def rates(c: Checked, s: Survivor) -> Rated | Outcome:
         return Outcome(kind, {**base_row(cfg, spec.name, ctx), "reason": why, "undersampled": kind == SKIPPED,
                               "timing": t.timing_row(), "policy": policy.as_dict(),
                               "memory": memory_row(b.pred, c.peak)})
-    from harness.measurement.timing.sustained import rates as rates_at
 
     speedup, lo, hi = m.speedup(candidate=arm_name(spec.name), baseline=ARM_BASELINE)
     control = m.control_ratio
@@ -78,8 +82,6 @@ def rates(c: Checked, s: Survivor) -> Rated | Outcome:
                "interleaved_ms": cand.stats.median}
     impossible = floor = None
     if ctx.ceilings:
-        from harness.measurement.ceilings import Ceilings
-
         ceil = Ceilings.from_row(ctx.ceilings)
         metrics.update(ceil.fractions(r, cfg.dtype))
         floor, below, base_below = floor_check(cfg, ctx, ceil, m, arm_name(spec.name), sus)
@@ -107,11 +109,6 @@ def beyond_ceilings(cfg, ctx, ceil, arm_rates: dict) -> str | None:
     ceilings are short medians on a shared host, CPU_FLOOR_MARGIN). The per-call floor credits a
     cache with every byte it may hold, so on a CPU, whose caches hold a small config whole, it
     never judged the copy ceiling: this does, whatever the cache."""
-    from harness.governance.ledger_format import ceilings_where
-    from harness.governance.metrics import CEILING_RATES
-    from harness.measurement.ceilings import impossible
-    from harness.measurement.floor import FLOOR_MARGIN
-
     return impossible({k: arm_rates[k] for k in CEILING_RATES}, ceil, cfg.dtype, FLOOR_MARGIN[ceil.device],
                       ceilings_where(ctx.ceilings))
 
@@ -120,9 +117,6 @@ def floor_check(cfg, ctx, ceil, m, cand_arm, sus) -> tuple[dict, str | None, str
     """Every timed call against the physical floor (measurement/floor.py): the row's ``floor``
     (the floors and each arm's fastest call), why the candidate is impossible, and why the
     baseline or control is (None when not). Dropped rounds count: no clock excuses them."""
-    from harness.measurement import floor as physical
-    from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL
-
     cache, source = physical.cache_bytes(ctx.device)
     rounds = physical.floor(cfg, ceil, m.effective_mode, cache, source)
     calls = [physical.judge(arm, "rounds", {"kept": m.arms[arm].samples, "dropped": m.arms[arm].dropped_samples},

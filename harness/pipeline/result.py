@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from harness.governance.outcomes import RESULT
+from harness.vocab.outcomes import RESULT
 from harness.pipeline.context import Outcome
 from harness.pipeline.rates import Rated
 from harness.pipeline.rows import base_row, memory_row
+from harness.vocab.metrics import INTERLEAVED, SUSTAINED, result_metrics
 
 
 def result_row(r: Rated) -> Outcome:
-    """A `result` row; its ``metrics`` are the metric table's (governance/metrics.py)."""
-    from harness.governance.metrics import INTERLEAVED, SUSTAINED, result_metrics
-
+    """A `result` row; its ``metrics`` are the metric table's (vocab/metrics.py)."""
     c, s = r.checked, r.survivor
     t = c.timed
     b = t.gated.budget

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import traceback
 
-from harness.governance.outcomes import CRASHED, INCORRECT, SKIPPED
+from harness.vocab.outcomes import CRASHED, INCORRECT, SKIPPED
 from harness.pipeline.context import Outcome, SweepContext
 from harness.workloads import Config
+from harness.registry import get_kernel
+from harness.provenance.code import module_path
+from harness.jsonsafe import number
+from harness.measurement.correctness.results import FAILURE_TAGS
 
 # The last frames of a config's exception kept in its `crashed` rows.
 TRACEBACK_FRAMES = 6
@@ -18,8 +22,6 @@ TOLERANCE_TAGS = frozenset({"mismatch"})
 
 def base_row(cfg: Config, candidate: str, ctx: SweepContext) -> dict:
     """The fields of every outcome row of a (config, candidate) pair."""
-    from harness.registry import get_kernel
-
     return {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": candidate, "baseline": ctx.reg.baseline,
             "ceilings_ref": ceilings_ref(ctx.ceilings),
             "kernel_sources": {"candidate": kernel_source(get_kernel(candidate), ctx.root),
@@ -43,7 +45,6 @@ def kernel_source(spec, root: str | None) -> dict:
     if root is not None and p.resolve().is_relative_to(Path(root).resolve()):
         shown = p.resolve().relative_to(Path(root).resolve()).as_posix()
     else:  # outside the repository: the module's path (a row never names a directory of a machine)
-        from harness.governance.codeprov import module_path
 
         shown = module_path(p)
     return {"path": shown, "sha256": hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None,
@@ -74,9 +75,6 @@ def baseline_gate_failure(outcomes) -> dict | None:
     baseline wrong here is most likely wrong at every config. The config, the failure, whether
     a tolerance could change it, and for a mismatch the least atol its listed failing elements
     need (a lower bound); None when the baseline passed the gate."""
-    from harness.jsonsafe import number
-    from harness.measurement.correctness.results import FAILURE_TAGS
-
     for o in outcomes:
         p = o.payload
         if o.kind != INCORRECT or p.get("role") != "baseline" or p.get("tag") not in FAILURE_TAGS:

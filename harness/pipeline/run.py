@@ -9,7 +9,7 @@ the same inputs, and nothing is reported that fails the checks after timing.
 
 from __future__ import annotations
 
-from harness.governance.outcomes import CRASHED
+from harness.vocab.outcomes import CRASHED
 from harness.pipeline import phase
 from harness.pipeline.budget import Budget, budget
 from harness.pipeline.checks import check_after_timing
@@ -20,6 +20,8 @@ from harness.pipeline.result import result_row
 from harness.pipeline.rows import base_row
 from harness.pipeline.timed import time_arms
 from harness.workloads import Config
+from harness.measurement import memory
+from harness.measurement.numerics import apply
 
 
 def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> list[Outcome]:
@@ -35,8 +37,6 @@ def run_config(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> l
 
 
 def _run(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> list[Outcome]:
-    from harness.measurement import memory
-
     # Whatever earlier configs left (tensors in reference cycles, cached blocks) is freed before
     # this one's budget reads the memory available and its peak count starts: one collection
     # per config, here.
@@ -60,8 +60,6 @@ def _run(cfg: Config, candidates: tuple[str, ...], ctx: SweepContext) -> list[Ou
 
 def _measure(b: Budget, held: int) -> list[Outcome]:
     """The stages after the budget, under the line's numeric state pinned for the whole config."""
-    from harness.measurement.numerics import apply
-
     g = gate_all(b)
     if not g.timed:
         return list(g.rows)

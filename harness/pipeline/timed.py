@@ -13,6 +13,13 @@ from harness.measurement.timing.results import arm_name
 from harness.pipeline import phase
 from harness.pipeline.context import TIMING_SEED_OFFSET, refresh_seed, spot_seed
 from harness.pipeline.gate import Gated
+from harness.measurement.correctness.poison import poison_
+from harness.measurement.leftover import TimedWatch
+from harness.measurement.numerics import capture
+from harness.measurement.memory import timing_slots
+from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, criterion_for, measure
+from harness.workloads.inputs import fill_inputs_, make_inputs
+from harness.measurement.timing.refresh import IN_PLACE, SHAM
 
 
 @dataclass(frozen=True)
@@ -59,13 +66,6 @@ def _time(cfg, base_spec, timed, ctx, policy):
     per arm, a copy of the output of one measured call chosen at random (``measure``'s spot).
     """
     import torch
-
-    from harness.measurement.correctness.poison import poison_
-    from harness.measurement.leftover import TimedWatch
-    from harness.measurement.numerics import capture
-    from harness.measurement.memory import timing_slots
-    from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, criterion_for, measure
-    from harness.workloads.inputs import make_inputs
 
     qs, _, _ = cfg.shapes()
     n_slots = timing_slots(cfg, policy, ctx.device)
@@ -148,9 +148,6 @@ class SlotContent:
         self._drawn: tuple | None = None  # ((slot, version), its regenerated inputs): the last one
 
     def refresh(self, slot: int, seed: int, how: str) -> None:
-        from harness.measurement.timing.refresh import IN_PLACE, SHAM
-        from harness.workloads.inputs import fill_inputs_, make_inputs
-
         if how == SHAM:  # the same generation, into buffers no call reads: the content stays
             make_inputs(self.cfg, seed, "normal", self.device)
         elif how == IN_PLACE:
@@ -172,7 +169,6 @@ class SlotContent:
             return self.slots[slot]
         if self._drawn is not None and self._drawn[0] == (slot, version):
             return self._drawn[1]  # the arms' checked calls share contents: drawn once for all of them
-        from harness.workloads.inputs import make_inputs
 
         self._drawn = None  # one regenerated content at a time (the VRAM model counts one)
         inputs = make_inputs(self.cfg, rec.content_seed(self.slot_seeds[slot], version), "normal", self.device)

@@ -14,6 +14,11 @@ DTYPES = ("float16", "bfloat16", "float32")
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 
+def dtype_name(dtype) -> str:
+    """The dtype's name as the tables key it: "float16" for torch.float16 or for "float16"."""
+    return str(dtype).replace("torch.", "")
+
+
 @dataclass(frozen=True)
 class Config:
     """One point of a registered shape grid."""

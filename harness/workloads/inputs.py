@@ -22,7 +22,7 @@ import os
 
 from harness.errors import UserError
 from harness.optional import importable
-from harness.workloads import Config
+from harness.workloads import Config, dtype_name
 
 FAMILIES: dict[str, str] = {
     "normal": "q, k, v standard normal",
@@ -183,8 +183,6 @@ FUSED_DRAW_DTYPES = ("float16", "bfloat16", "float32")
 def use_fused_draw(device, dtype) -> bool:
     """Whether inputs of ``dtype`` (a torch dtype or its name) on ``device`` are drawn in one
     Triton pass (inputs_fused.py): a GPU with Triton, unless Triton runs in its interpreter."""
-    from harness.measurement.correctness.poison import dtype_name
-
     return (getattr(device, "type", str(device).split(":")[0]) == "cuda" and dtype_name(dtype) in FUSED_DRAW_DTYPES
             and os.environ.get("TRITON_INTERPRET") != "1" and importable("harness.workloads.inputs_fused"))
 

@@ -18,6 +18,9 @@ from harness.measurement.correctness.poison import as_bits, bits_diff, bits_equa
 from harness.measurement.correctness.results import CLOCK_TAMPERED
 from harness.measurement.reference import reference
 from harness.workloads import Config
+from harness.measurement import clockguard, leftover
+from harness.measurement.numerics import capture, describe, diff
+from harness.measurement.correctness.figures import CHECKSUM_BLOCK, CHECKSUM_WARPS, use_fused
 
 # An output exactly constant along an axis is degenerate when the reference varies along it
 # by more than this many ULPs of the dtype: a correctly rounded output could not be flat.
@@ -59,9 +62,6 @@ def _checked_call(fn: Callable, q, k, v, out, *, causal: bool, scale: float) -> 
     (numeric flags, thread counts, affinity) changed, a clock the harness times with replaced
     (put back at once: clockguard)."""
     import torch
-
-    from harness.measurement import clockguard, leftover
-    from harness.measurement.numerics import capture, describe, diff
 
     cuda = is_cuda(out)
     state0 = capture()
@@ -215,8 +215,6 @@ def checksum(t) -> tuple[int, int]:
     of a 2^-64 accident, different otherwise. Lets the gate remember every earlier output of
     a config without keeping the outputs. Summed on the device, read once (int64 sums wrap
     modulo 2^64, which is what the checksum keeps); on a GPU in one pass."""
-    from harness.measurement.correctness.figures import CHECKSUM_BLOCK, CHECKSUM_WARPS, use_fused
-
     bits = as_bits(t).reshape(-1)
     if use_fused(bits.device):  # one pass on a GPU (figures_fused): the same two sums
         from harness.measurement.correctness import figures_fused

@@ -8,6 +8,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from harness.measurement.correctness.poison import POISON_BITS, dtype_name, unwritten_mask
+from harness.optional import importable
 
 # Named default tolerances (atol, rtol) per dtype; registrations pass their own. Sized so
 # the torch 3-kernel baseline, which rounds S = QKᵀ to the input dtype (the bf16 2-ULP trap),
@@ -138,8 +139,6 @@ class ErrorFigures:
 
 def use_fused(device) -> bool:
     """Whether compare() takes the one-pass table on ``device`` (a GPU with Triton)."""
-    from harness.optional import importable
-
     return getattr(device, "type", device) == "cuda" and importable("harness.measurement.correctness.figures_fused")
 
 

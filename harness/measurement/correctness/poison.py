@@ -7,16 +7,13 @@ and inputs are compared as same-width integers, NaN payloads included.
 
 from __future__ import annotations
 
+from harness.workloads import dtype_name  # noqa: F401 (figures.py, figures_fused.py read it here)
+
 # The poison: a quiet NaN with a payload no arithmetic produces (x86 and CUDA both make
 # canonical NaNs), so "never written" is a bit-pattern test, not a guess.
 POISON_BITS = {"float16": 0x7E5A, "bfloat16": 0x7FDA, "float32": 0x7FC0DA5A,
                "float64": 0x7FF8DA5ADA5ADA5A}
 _INT_VIEW = {2: "int16", 4: "int32", 8: "int64"}
-
-
-def dtype_name(dtype) -> str:
-    """The dtype's name as the tables key it: "float16" for torch.float16 or for "float16"."""
-    return str(dtype).replace("torch.", "")
 
 
 def unwritten_mask(t):

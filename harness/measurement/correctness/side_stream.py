@@ -9,6 +9,7 @@ import time
 
 from harness.measurement.correctness.checks import is_cuda, spec_parts
 from harness.measurement.correctness.poison import bits_diff, bits_equal, poison_, unwritten_mask
+from harness.measurement.timing.timers import hold_stream, max_sm_hz
 
 # side_stream_check holds the current stream with a spin of SIDE_STREAM_HOLD_S while the
 # kernel is called, waits SIDE_STREAM_SETTLE_S on the host, and looks at `out` from a
@@ -42,7 +43,6 @@ def side_stream_check(spec, q, k, v, out, *, causal: bool, scale: float) -> str 
 
     if not is_cuda(out):
         return None
-    from harness.measurement.timing.timers import hold_stream, max_sm_hz
 
     fn, _ = spec_parts(spec)
     dev = out.device

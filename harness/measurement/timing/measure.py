@@ -382,7 +382,7 @@ def _result(st: _State, runner: RoundRunner, policy: TimingPolicy, monitor: Cloc
     for n in names:
         vals = [st.host_s[n][i] * 1e6 for i in kept_idx if math.isfinite(st.host_s[n][i])] if rounds else []
         host_us[n] = statistics.median(vals) if vals else None
-        host_samples_us[n] = tuple(vals)  # the row keeps them: verify recomputes host_us (governance/audit.py)
+        host_samples_us[n] = tuple(vals)  # the row keeps them: verify recomputes host_us (ledger/audit.py)
     cpu = _cpu(st, kept_idx) if any(st.calls) else {}
     clock_faults, clock_check = _clock_check(st, timer, kept_idx)
     ticks = tuple(getattr(timer, "ticks_ms", ()) or ())

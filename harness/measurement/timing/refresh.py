@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from harness.measurement.stats import mann_whitney_u
 
 IN_PLACE, FRESH_BUFFERS, SHAM = "in_place", "fresh_buffers", "sham"
 # Refreshed rounds every measurement holds (when max_samples allows), and as many sham rounds:
@@ -174,8 +175,6 @@ def judge_input_memory(fresh_calls: list[tuple[int, float]], seen_calls: list[tu
     slower than its seen ones (after a sham where ``shams``: on the host; module docstring),
     pooled and near in time (LOCAL_NEIGHBOURS). Too few of either: not judged, with why."""
     import statistics
-
-    from harness.measurement.stats import mann_whitney_u
 
     fresh, seen = [ms for _, ms in fresh_calls], [ms for _, ms in seen_calls]
     nf, ns = len(fresh), len(seen)

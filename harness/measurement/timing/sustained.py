@@ -38,6 +38,10 @@ from typing import Callable, Mapping
 
 from harness.measurement.timing.timers import clock_disagreement, clock_gap_us
 from harness.measurement.clocks import kcycles as median_kcycles
+from harness.measurement import clocks
+from harness.measurement.timing.policy import l2_flush
+from harness.measurement.timing.timers import CudaEventTimer, HostTimer
+from harness.workloads import formulas
 
 # Back-to-back load before timing: long enough for a compute-bound kernel's clock to settle
 # near the level a long loop holds (docs/measurement.md#clocks-and-throttling: the settling curve on the H200).
@@ -111,10 +115,6 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
     monitor on a scripted source); by default CUDA events and NVML on a GPU, the host clock
     on the CPU. On a GPU every call follows the cold-mode flush (do_bench's), in every mode.
     """
-    from harness.measurement import clocks
-    from harness.measurement.timing.policy import l2_flush
-    from harness.measurement.timing.timers import CudaEventTimer, HostTimer
-
     if n_slots < 1:
         raise ValueError(f"n_slots must be ≥ 1, got {n_slots}")
     kind = "cuda" if device.startswith("cuda") else "cpu"
@@ -205,8 +205,6 @@ def _mean(values) -> float | None:
 
 def rates(cfg, ms: float) -> Mapping[str, float]:
     """TFLOP/s and GB/s (all bytes, K+V bytes) of one call of ``cfg`` taking ``ms``."""
-    from harness.workloads import formulas
-
     secs = ms * 1e-3
     return {"tflops": formulas.flops(cfg) / secs / 1e12, "gbps": formulas.min_bytes(cfg) / secs / 1e9,
             "kv_gbps": formulas.kv_bytes(cfg) / secs / 1e9}

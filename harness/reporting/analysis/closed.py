@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from harness.errors import UserError
-from harness.governance.ledger_rows import VerdictRow
+from harness.ledger.rows import VerdictRow
 
 # The clause fields a verdict row may lack (rows written before the field existed).
 CLAUSE_DEFAULTS = {"note": None, "value": None, "n": 0, "op": "", "threshold": None, "passed": False, "text": ""}

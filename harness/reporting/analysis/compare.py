@@ -29,9 +29,15 @@ import math
 from dataclasses import dataclass, field
 
 from harness.errors import UserError
-from harness.governance.outcomes import RESULT
-from harness.governance.devices import device_of
+from harness.vocab.outcomes import RESULT
+from harness.vocab.devices import device_of
 from harness.reporting.analysis.lines import LineView, arm_samples
+from harness.measurement.stats import mann_whitney_u, ratio, speedup_ci
+from harness.measurement.numerics import CAPTURE_ONLY
+from harness.vocab.metrics import INTERLEAVED
+from harness.reporting.analysis.protocol import timed
+from harness.reporting.analysis import lines
+from harness.governance import nextrun
 
 # False-discovery rate of FASTER/SLOWER across one comparison's configs (Benjamini-Hochberg);
 # with one config it is the test's own significance level, as before the adjustment.
@@ -129,8 +135,6 @@ def compare_samples(a: list[float], b: list[float]) -> tuple[float, float, float
     """(speedup of b over a, CI low, CI high, Mann-Whitney p) from raw samples (ms)."""
     import numpy as np
 
-    from harness.measurement.stats import mann_whitney_u, ratio, speedup_ci
-
     if len(a) < MIN_SAMPLES or len(b) < MIN_SAMPLES:
         sp = ratio(a, b) if a and b else math.nan
         return sp, math.nan, math.nan, math.nan
@@ -147,7 +151,6 @@ def _settings(row: dict) -> dict:
     """What must match for two rows' times to differ only by the kernel."""
     timing = row.timing or {}
     device, gpu = device_of(row)
-    from harness.measurement.numerics import CAPTURE_ONLY
 
     # Capture-only state (CPU affinity, inter-op threads) differs between workers and hosts
     # by design; it is checked within a sweep, not matched across rows.
@@ -233,9 +236,6 @@ def compare(a: LineView, b: LineView, *, allow_mixed: bool = False) -> Compariso
         mixed += [f"{ra.config_key}: {d}" for d in diff]
     import numpy as np
 
-    from harness.governance.metrics import INTERLEAVED
-    from harness.reporting.analysis.protocol import timed
-
     tests = []
     for ra, rb in pairs:
         sa, sb = arm_samples(ra, "candidate"), arm_samples(rb, "candidate")
@@ -258,8 +258,6 @@ def against(root, ref: str, new: str | None, *, allow_mixed: bool = False) -> Co
 
 def against_views(root, ref: str, new: str | None) -> tuple[LineView, LineView]:
     """CI mode's pair of views (``against``)."""
-    from harness.reporting.analysis import lines
-
     if new is not None:
         return lines.load(root, ref), lines.load(root, new)
     line, commit = lines.split_spec(ref)
@@ -278,8 +276,6 @@ def next_run(a: LineView, b: LineView):
     """``governance.nextrun.Coverage`` of B's speedups by A's intervals: A's current outcomes as
     one run, its next-run intervals' τ from the replicates among A's ledger's runs other than B's,
     else A's controls, never below the floor."""
-    from harness.governance import nextrun
-
     def run_of(view: LineView):
         outcomes = view.outcomes()
         first = next((r for r in outcomes.values() if r.kind == RESULT), None)

@@ -15,8 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UserError, plural
-from harness.governance.outcomes import OUTCOME_KINDS, REGISTERED, VERDICT, Remeasure, remeasures, resweeps
-from harness.governance.ledger_rows import RegisteredRow, load
+from harness.vocab.outcomes import OUTCOME_KINDS, REGISTERED, VERDICT, Remeasure, remeasures, resweeps
+from harness.ledger.rows import RegisteredRow, load
+from harness.provenance.git import last_commit_holding
+from harness.ledger.store import missing_ledgers
+from harness.ledger.verify import rows_at
+from harness.reporting.analysis.lines import line_paths, split_spec
+from harness.ledger.format import ledger_path, read_rows
 
 # Re-measured pairs a note lists one per line before "and N more".
 MAX_LISTED = 5
@@ -171,11 +176,6 @@ def _row0(path: Path) -> RegisteredRow:
 
 def index(root: Path) -> Index:
     """Every line's row 0 from the work tree, and each GONE ledger read back from git."""
-    from harness.governance.gitguard import last_commit_holding
-    from harness.governance.ledger import missing_ledgers
-    from harness.governance.ledger_verify import rows_at
-    from harness.reporting.analysis.lines import line_paths
-
     root = Path(root)
     first = {p.stem: _row0(p) for p in line_paths(root)}
     gone = {}
@@ -198,8 +198,6 @@ def index(root: Path) -> Index:
 
 def _reopened(idx: Index, line: str, row0: RegisteredRow, rel: str) -> Reopened | None:
     """Row 0's ``reopens`` declaration, with what the replaced version held (read from git)."""
-    from harness.governance.ledger_verify import rows_at
-
     declared = row0.reopens
     if not isinstance(declared, dict) or not isinstance(declared.get("commit"), str):
         return None
@@ -227,8 +225,6 @@ def _reopened(idx: Index, line: str, row0: RegisteredRow, rel: str) -> Reopened 
 def line_history(idx: Index, line: str, rows=None) -> LineHistory:
     """``line``'s history; ``rows``: its ledger rows where the caller has read them (the
     re-measures come from them), else read here (a GONE line: its last committed rows)."""
-    from harness.governance.ledger_format import ledger_path, read_rows
-
     rel = f"ledger/{line}.jsonl"
     gone = idx.gone.get(line)
     if rows is None:
@@ -276,8 +272,6 @@ def resolve(root: Path, specs: list[str], *, exact: bool, one_side_each: bool = 
     following would put two differently named sides on one line, both stay as named;
     otherwise (route) a line reached twice is used once. Notes say what was followed, then
     each used line's history (amended, re-opened, re-measured)."""
-    from harness.reporting.analysis.lines import split_spec
-
     idx = index(root)
     named = [split_spec(s) for s in specs]
     followed = [(line, (line,)) if exact or commit or line not in idx.first else follow(idx, line)

@@ -12,10 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.governance import line_ids
-from harness.governance.devices import device_of
-from harness.governance.outcomes import REGISTERED, RESULT, VERDICT, is_replicate
-from harness.governance.ledger_rows import RegisteredRow, VerdictRow
+from harness.registration import line_ids
+from harness.vocab.devices import device_of
+from harness.vocab.outcomes import REGISTERED, RESULT, VERDICT, is_replicate
+from harness.ledger.rows import RegisteredRow, VerdictRow
+from harness.vocab.outcomes import latest_outcomes
+from harness.ledger.format import ledger_path, read_rows
+from harness.ledger.store import missing_ledgers
+from harness.ledger.verify import verify, verify_refusal
 
 
 
@@ -42,8 +46,6 @@ class LineView:
 
     def outcomes(self) -> dict[tuple[str, str], dict]:
         """The latest current outcome per (config_key, kernel), at the asked commit if any."""
-        from harness.governance.outcomes import latest_outcomes
-
         rows = self.rows
         if self.commit:
             # Rows (supersedes rows included) written at that commit: a later commit's re-sweep
@@ -94,13 +96,9 @@ def line_paths(root: Path) -> list[Path]:
 
 def load(root: Path, spec: str) -> LineView:
     """The line named by ``spec`` (LINE or LINE@commit), its chain verified first."""
-    from harness.governance.ledger_format import ledger_path
-
     line, commit = split_spec(spec)
     path = ledger_path(root, line)
     if not path.exists():
-        from harness.governance.ledger import missing_ledgers
-
         gone = [why for rel, why in missing_ledgers(root) if rel == f"ledger/{path.name}"]
         if gone:
             raise UserError(f"line '{line}' is GONE: ledger/{path.name} is {gone[0]}")
@@ -109,9 +107,6 @@ def load(root: Path, spec: str) -> LineView:
 
 
 def load_path(path: Path, *, commit: str | None = None) -> LineView:
-    from harness.governance.ledger_format import read_rows
-    from harness.governance.ledger_verify import verify, verify_refusal
-
     res = verify(path)
     if not res.ok:
         raise UserError(verify_refusal(Path(path).name, res, "reporting on it"))

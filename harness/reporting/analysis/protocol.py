@@ -4,7 +4,7 @@ A result row records two measurements of its candidate: the interleaved rounds
 (``timing``: every arm in turn under one clock; the speedup's) and, on a line whose bar
 judges an absolute rate, the sustained phase (``sustained``: its calls back to back; the
 rates'). Which metric comes from which is the metric table's ``protocol``
-(governance/metrics.py); this module reads that protocol's own record in the row (its
+(vocab/metrics.py); this module reads that protocol's own record in the row (its
 samples, mean SM clock and power), so a renderer prints a figure beside the time and clock it
 came from — never a rate beside the interleaved median, nor a speedup beside the sustained one.
 """
@@ -13,9 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.governance import metrics as metric_table
-from harness.governance.metrics import INTERLEAVED, SUSTAINED
+from harness.vocab import metrics as metric_table
+from harness.vocab.metrics import INTERLEAVED, SUSTAINED
 from harness.jsonsafe import number
+from harness.measurement.stats import Stats
+from harness.measurement.timing.results import arm_name
+from harness.registration import bar as barlang
+from harness.vocab.outcomes import RESULT
+from harness.governance.verdict import bar_row_map
 
 
 @dataclass(frozen=True)
@@ -47,8 +52,6 @@ class Timed:
 
 
 def _percentiles(samples) -> tuple[float | None, float | None, float | None]:
-    from harness.measurement.stats import Stats
-
     xs = [float(x) for x in samples or () if number(x) is not None]
     if not xs:
         return None, None, None
@@ -108,8 +111,6 @@ def speedup_text(row: dict, *, named: bool = True, peer: str | None = None) -> s
     """A speedup's own figures: ``interleaved 1.968 ms vs baseline 11.31 ms at 1980 MHz``
     (without the protocol's name where a column header gives it); ``peer``: against that
     candidate's arm of the same rounds instead of the baseline's."""
-    from harness.measurement.timing.results import arm_name
-
     cand = timed(row, INTERLEAVED)
     other = timed(row, INTERLEAVED, "baseline" if peer is None else arm_name(peer))
     return (f"{INTERLEAVED} " if named else "") + pair_text(cand.median_ms, other.median_ms, cand.sm_mhz,
@@ -134,10 +135,6 @@ def deciding_values(agg, outcomes: dict, *, include_noisy: bool, next_run=None) 
     (with a peer: compared with it), in ``outcomes``' order; none for a peer aggregate that
     could not compare one of its correct rows (its value is unknown). ``next_run``: the
     between-run variance a next-run metric is read with (``verdict.bar_row_map``)."""
-    from harness.governance import bar as barlang
-    from harness.governance.outcomes import RESULT
-    from harness.governance.verdict import bar_row_map
-
     if agg.metric is None:
         return []
     rows, _ = bar_row_map(outcomes, include_noisy=include_noisy, next_run=next_run)

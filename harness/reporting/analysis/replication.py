@@ -1,6 +1,6 @@
 """Whether a line's replicates agree with its verdict (issue 48, item 3), from the ledger alone.
 
-Each replicate (`bench replicate`: rows beside the line's, governance/replication.py) is one
+Each replicate (`bench replicate`: rows beside the line's, registration/replication.py) is one
 device instance's grid for one verdict at one commit. Its bar is evaluated on its own rows as
 the verdict's was (``verdict.bar_rows``), clause by clause: the value, pass or fail, and whether
 that agrees with the verdict's clause (both known and passing alike; unknown otherwise); and
@@ -20,8 +20,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.governance.devices import instance, instance_text
+from harness.vocab.devices import instance, instance_text
 from harness.jsonsafe import number
+from harness.registration import bar as barlang
+from harness.vocab.outcomes import OUTCOME_KINDS, current_rows, is_replicate
+from harness.registration.replication import SAME_STACK, grids
+from harness.governance.verdict import bar_rows
 
 
 @dataclass(frozen=True)
@@ -126,11 +130,6 @@ def _truth(value, passed) -> bool | None:
 def replication_view(view) -> ReplicationView | None:
     """The agreement of a line's replicates (``view``: lines.LineView); None when it has none
     and its registration waits for none."""
-    from harness.governance import bar as barlang
-    from harness.governance.outcomes import OUTCOME_KINDS, current_rows, is_replicate
-    from harness.governance.replication import SAME_STACK, grids
-    from harness.governance.verdict import bar_rows
-
     reg = view.registration
     spec = reg.get("replication") or None
     if view.commit:

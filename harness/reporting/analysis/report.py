@@ -10,13 +10,21 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from harness.governance import metrics as metric_table
-from harness.governance.metrics import INTERLEAVED, METRICS, PROTOCOL_TEXT, RATES, SUSTAINED
-from harness.governance.outcomes import PROFILE, RESULT
-from harness.governance.ledger_rows import RegisteredRow, VerdictRow
+from harness.vocab import metrics as metric_table
+from harness.vocab.metrics import INTERLEAVED, METRICS, PROTOCOL_TEXT, RATES, SUSTAINED
+from harness.vocab.outcomes import PROFILE, RESULT
+from harness.ledger.rows import RegisteredRow, VerdictRow
 from harness.jsonsafe import number
 from harness.reporting.analysis import protocol, summary
 from harness.reporting.analysis.lines import LineView, device_label
+from harness.registration import bar as barlang
+from harness.governance.nextrun import bar_between_run
+from harness.governance.verdict import bar_rows, integration_bar_row
+from harness.reporting.analysis.tidy import CONFIG_COLUMNS
+from harness.vocab.outcomes import INTEGRATION, current_rows
+from harness.registration.integration import ceiling_text
+from harness.reporting.analysis.replication import replication_view
+from harness.vocab.devices import instance_text
 
 REASON_CHARS = 160  # a reason longer than this is cut in tables (the ledger keeps it whole)
 # Known metrics: (name, column label, format). Other numeric metrics of result rows get a
@@ -52,10 +60,6 @@ def _reason_group(row: dict) -> str:
 
 def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
     """The verdict's clauses, or — with no verdict yet — the bar evaluated on the outcomes so far."""
-    from harness.governance import bar as barlang
-    from harness.governance.nextrun import bar_between_run
-    from harness.governance.verdict import bar_rows, integration_bar_row
-
     v = view.verdict
     reg = view.registration
     # A bar over the next-run interval reads it with the verdict's record, else the line's ledger.
@@ -209,7 +213,6 @@ def _config_tables(outcomes: dict, results: list[dict], judged: tuple = (),
     for r in sorted(outcomes.values(), key=lambda r: (r.config_key, r.role != "baseline", r.candidate)):
         by_config.setdefault(r.config_key, []).append(r)
     tables = []
-    from harness.reporting.analysis.tidy import CONFIG_COLUMNS
 
     order = {r.config_key: tuple(str(v) if not isinstance(v, (int, float)) else f"{v:020.6f}"
                                     for v in map((r.config or {}).get, CONFIG_COLUMNS))
@@ -258,8 +261,6 @@ def _mb(v):
 def _counter_tables(view: LineView) -> list[dict]:
     """The latest `profile` row per (config, kernel): a table per config, a row per launch,
     the call's totals, and the counter reductio's finding where it has one."""
-    from harness.governance.outcomes import current_rows
-
     latest = {}
     for r in current_rows(view.rows):
         if r.kind == PROFILE and (not view.commit or str((r.commit or "")).startswith(view.commit)):
@@ -299,18 +300,14 @@ def _verify(view: LineView) -> list[dict]:
 
 def _latest_steps(view: LineView) -> list:
     """The latest current `integration` row per candidate, by candidate."""
-    from harness.governance.outcomes import INTEGRATION, current_rows
-
     latest = {r.candidate: r for r in current_rows(view.rows) if r.kind == INTEGRATION}
     return [latest[c] for c in sorted(latest)]
 
 
 def _integration(view: LineView) -> list[dict]:
-    """The latest `integration` row per candidate (record/integration.py): the step's times,
+    """The latest `integration` row per candidate (commands/integration.py): the step's times,
     the measured gain beside the one the kernel's probe predicted, the probe → in-situ
     factor, the op's share and an Amdahl violation with the share the op must have had."""
-    from harness.governance.integration import ceiling_text
-
     latest = {r.candidate: r for r in _latest_steps(view)}
     out = []
     for cand in sorted(latest):
@@ -346,12 +343,9 @@ def _replication(view: LineView) -> dict | None:
     """The replicates beside the verdict (analysis/replication.py), as the report's table: the
     line's own instance first, then each replicate's clause values and whether each agrees;
     then each clause's spread across the instances that measured the verdict's commit and stack."""
-    from harness.reporting.analysis.replication import replication_view
-
     rep = replication_view(view)
     if rep is None:
         return None
-    from harness.governance.devices import instance_text
 
     texts = [" ".join(str(t).split()) for t, _, _ in rep.reference]
     own = {"cells": [f"{instance_text(rep.original)} (the line's own)", "—", f"{str(rep.commit)[:12]} (closing)",

@@ -22,9 +22,11 @@ from dataclasses import dataclass
 
 from harness.errors import UserError
 from harness.jsonsafe import number
-from harness.governance.outcomes import FAILING_KINDS, RESULT
-from harness.governance.devices import device_of
+from harness.vocab.outcomes import FAILING_KINDS, RESULT
+from harness.vocab.devices import device_of
 from harness.reporting.analysis.lines import LineView
+from harness.reporting.analysis.protocol import pair_text, timed
+from harness.vocab.metrics import INTERLEAVED
 
 ROUTE_SCHEMA = 3  # 2: each route carries the interleaved medians and clock its speedup comes from; 3: "candidate", not "kernel"
 CONFIG_FIELDS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
@@ -50,8 +52,6 @@ class Route:
     def times(self) -> str:
         """``1.968 ms vs baseline 11.31 ms at 1980 MHz``; a baseline route: the baseline's alone
         ("—" where nothing was measured)."""
-        from harness.reporting.analysis.protocol import pair_text
-
         if self.baseline_ms is None:
             return "—"
         if self.line is None:
@@ -103,9 +103,6 @@ def _interleaved_ms(row: dict) -> float:
     """The candidate's median in the interleaved rounds (inf where none): a route compares
     kernels in the protocol their speedups come from, never one's sustained median with
     another's interleaved one."""
-    from harness.governance.metrics import INTERLEAVED
-    from harness.reporting.analysis.protocol import timed
-
     return _or_inf(timed(row, INTERLEAVED).median_ms)
 
 
@@ -119,8 +116,6 @@ def build(views: list[LineView]) -> RouteTable:
     if len(baselines) != 1:
         raise UserError(f"lines {', '.join(v.line for v in views)} time against different baselines "
                         f"({', '.join(sorted(map(str, baselines)))}): a route needs speedups over one baseline")
-    from harness.governance.metrics import INTERLEAVED
-    from harness.reporting.analysis.protocol import timed
 
     (baseline,) = baselines
     outcomes = [(v.line, r) for v in views for r in v.outcomes().values()]

@@ -30,12 +30,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.governance import metrics as metric_table
-from harness.governance.outcomes import RESULT
+from harness.vocab import metrics as metric_table
+from harness.vocab.outcomes import RESULT
 from harness.jsonsafe import number
 from harness.measurement.timing.criteria import row_statistic
 from harness.reporting.analysis.compare import MIN_EFFECT
 from harness.reporting.analysis.status import LineStatus
+from harness.registration.bar import PEERS_KEY
+from harness.governance.peers import peer_samples
+from harness.measurement.stats import median_ci, paired_ratio, speedup_ci
+from harness.reporting.analysis.lines import arm_samples, device_label, line_paths, split_spec
+from harness.registration import bar as barlang
+from harness.governance.verdict import bar_row_map
+from harness.governance.nextrun import bar_between_run
+from harness.reporting.analysis.history import chains, index, line_history
+from harness.reporting.analysis.report import report_data
+from harness.reporting.analysis.status import checked_line, gone_status
 
 # A later figure must be worse than the earlier by more than this fraction of it (as well as
 # outside its interval) to be a regression: `bench compare`'s smallest change it names.
@@ -133,8 +143,6 @@ class Site:
 
 def _with_value(row: dict, agg, value: float) -> dict:
     """``row`` with the figure ``agg`` reads set to ``value`` (its metric, or its peer's entry)."""
-    from harness.governance.bar import PEERS_KEY
-
     if agg.peer is not None:
         return {**row, PEERS_KEY: {**(row.get(PEERS_KEY) or {}), agg.peer: value}}
     return {**row, agg.metric: value}
@@ -144,10 +152,6 @@ def _bounds(row, metric: str, peer: str | None = None) -> tuple[float, float] | 
     """The row's 95% interval of ``metric`` (None: not known for it); ``peer``: of its speedup
     over that candidate (the speedup's own kind of CI: the paired bootstrap, or under the
     statistic stop the stop's interval)."""
-    from harness.governance.peers import peer_samples
-    from harness.measurement.stats import median_ci, paired_ratio, speedup_ci
-    from harness.reporting.analysis.lines import arm_samples
-
     if peer is not None:
         other, cand = peer_samples(row, peer)
         if len(other) < 2 or len(cand) < 2:
@@ -182,10 +186,6 @@ def _bounds(row, metric: str, peer: str | None = None) -> tuple[float, float] | 
 
 def headline(view) -> Headline:
     """``view``'s (lines.LineView) primary figure, with its interval, commit, time and device."""
-    from harness.governance import bar as barlang
-    from harness.governance.verdict import bar_row_map
-    from harness.reporting.analysis.lines import device_label
-
     reg = view.registration
     verdict = view.verdict
     expr = (verdict.primary if verdict is not None and verdict.primary else reg.get("primary")) or None
@@ -201,7 +201,6 @@ def headline(view) -> Headline:
     # The bar's rows (as the verdict sees them), and the same rows at each one's lower and
     # upper bound of the metric.
     plain, lows, highs, used, known = [], [], [], [], True
-    from harness.governance.nextrun import bar_between_run
 
     next_run = bar_between_run(None, expr, view.rows, outcomes, verdict.next_run if verdict is not None else None)
     rows, _ = bar_row_map(outcomes, include_noisy=noisy, next_run=next_run)
@@ -296,11 +295,6 @@ def site_data(root: Path, only: list[str] | None = None) -> tuple[Site, dict]:
     ``only``: the named lines and every line of their amendment chains (a chain is always
     whole); a name with no ledger here is refused before anything is read further.
     """
-    from harness.reporting.analysis.history import chains, index, line_history
-    from harness.reporting.analysis.lines import line_paths, split_spec
-    from harness.reporting.analysis.report import report_data
-    from harness.reporting.analysis.status import checked_line, gone_status
-
     root = Path(root)
     idx = index(root)
     known = set(idx.lines())

@@ -8,7 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.governance.devices import device_name
+from harness.vocab.devices import device_name
+from harness.reporting.analysis.replication import replication_view
+from harness.reporting.analysis.lines import LineView, device_label, line_paths
+from harness.ledger.format import read_rows
+from harness.ledger.verify import verify
+from harness.reporting.analysis.history import index, line_history
 
 
 @dataclass(frozen=True)
@@ -38,16 +43,12 @@ def view_status(view, note: str | None = None) -> LineStatus:
     replicates' agreement (``replication``) where it has any."""
     from dataclasses import replace
 
-    from harness.reporting.analysis.replication import replication_view
-
     s = _view_status(view, note)
     rep = replication_view(view)
     return s if rep is None else replace(s, replication=rep.short() or None, replication_data=rep.as_dict())
 
 
 def _view_status(view, note: str | None = None) -> LineStatus:
-    from harness.reporting.analysis.lines import device_label
-
     outcomes = view.outcomes()
     reg = view.registration
     pairs = {(k, c) for k, c in outcomes if c in (reg.get("candidates") or [])}
@@ -79,11 +80,6 @@ def checked_line(path: Path, idx=None):
     verified once (the view is what ``lines.load_path`` would give)."""
     from dataclasses import replace
 
-    from harness.governance.ledger_format import read_rows
-    from harness.governance.ledger_verify import verify
-    from harness.reporting.analysis.history import line_history
-    from harness.reporting.analysis.lines import LineView
-
     res = verify(path)
     view = LineView(Path(path).stem, Path(path), tuple(read_rows(path)), None) if res.ok else None
     hist = line_history(idx, Path(path).stem, view.rows if view else ()) if idx is not None else None
@@ -98,9 +94,6 @@ def checked_line(path: Path, idx=None):
 
 def gone_status(idx, line: str) -> LineStatus:
     """A line whose ledger git holds but the work tree does not: GONE, with what it was."""
-    from harness.reporting.analysis.history import line_history
-    from harness.reporting.analysis.lines import LineView
-
     g = idx.gone[line]
     hist = line_history(idx, line)
     was = ()
@@ -116,9 +109,6 @@ def gone_status(idx, line: str) -> LineStatus:
 
 def statuses(root: Path) -> list[LineStatus]:
     """Every line, present or GONE, by name."""
-    from harness.reporting.analysis.history import index
-    from harness.reporting.analysis.lines import line_paths
-
     idx = index(root)
     out = [line_status(p, idx) for p in line_paths(root)]
     out += [gone_status(idx, line) for line in idx.gone]

@@ -15,12 +15,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.governance import metrics as metric_table
-from harness.governance.metrics import SUSTAINED
-from harness.governance.outcomes import RESULT
+from harness.vocab import metrics as metric_table
+from harness.vocab.metrics import SUSTAINED
+from harness.vocab.outcomes import RESULT
 from harness.jsonsafe import number
 from harness.measurement.timing.criteria import row_statistic
 from harness.reporting.analysis.lines import arm_samples, device_label
+from harness.governance.peers import peer_samples
+from harness.measurement.stats import median_replicates, paired_replicates, speedup_replicates
+from harness.registration import bar as barlang
+from harness.measurement.ceilings import DATASHEET_BANDWIDTH_KEY, DATASHEET_PEAKS, TF32_KEY
+from harness.registration.bar import margin
+from harness.reporting.analysis.protocol import deciding_rows, deciding_values, rates, speedup_text
+from harness.governance.verdict import bar_row_map
+from harness.reporting.analysis.tidy import CONFIG_COLUMNS
 
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
@@ -69,9 +77,6 @@ def replicates(row, metric: str, peer: str | None = None):
     over that candidate's arm of the same rounds (the bar's ``speedup vs "P"``)."""
     import numpy as np
 
-    from harness.governance.peers import peer_samples
-    from harness.measurement.stats import median_replicates
-
     if peer is not None:  # the speedup's own bootstrap, the peer's arm in the baseline's place
         other, cand = peer_samples(row, peer)
         return _ratio_replicates(row, other, cand) if min(len(other), len(cand)) >= 2 else None
@@ -95,8 +100,6 @@ def _ratio_replicates(row, numerator: list[float], denominator: list[float]):
     """Replicates of the row's ratio numerator/denominator as its protocol defines the speedup:
     the ratio of medians, or under the statistic stop the median of the per-round ratios over
     the stop's rounds (``criteria.row_statistic``)."""
-    from harness.measurement.stats import paired_replicates, speedup_replicates
-
     stat = row_statistic(row.policy, row.timing)
     if stat is None:
         return speedup_replicates(numerator, denominator, BOOTSTRAP_RESAMPLES, _rng_seed(row))
@@ -143,8 +146,6 @@ def _candidates(view, results) -> list[str]:
 
 def bar_metrics(reg: dict) -> list[str]:
     """Metrics the bar's clauses and the primary aggregate over, in clause order."""
-    from harness.governance import bar as barlang
-
     out = []
     if reg.get("go"):
         out += [c.aggregate.metric for c in barlang.parse(reg["go"]).clauses()]
@@ -169,8 +170,6 @@ def judged(reg: dict) -> tuple[str, ...]:
 
 def stated_clocks(reg: dict) -> tuple[float, ...]:
     """The SM clocks (MHz) the bar's clauses and primary state for a rate, ``tflops_at(F)``, in order."""
-    from harness.governance import bar as barlang
-
     aggs = [c.aggregate for c in barlang.parse(reg["go"]).clauses()] if reg.get("go") else []
     if reg.get("primary"):
         aggs.append(barlang.parse_aggregate(reg["primary"]))
@@ -201,8 +200,6 @@ def headline_rate(reg: dict, results: list) -> str | None:
 
 def datasheet_peak(row, rate: str) -> float | None:
     """The datasheet peak of ``rate`` on the row's GPU (labels only), None where unknown."""
-    from harness.measurement.ceilings import DATASHEET_BANDWIDTH_KEY, DATASHEET_PEAKS, TF32_KEY
-
     peaks = DATASHEET_PEAKS.get(device_label(row))
     if not peaks:
         return None
@@ -271,10 +268,8 @@ def rate_header(reg: dict, results: list) -> str:
 
 
 def margin_text(value, op: str, threshold: float) -> str:
-    """``+13.6 (+2.7%)``: a clause's margin to its threshold (governance/bar.margin), as the
+    """``+13.6 (+2.7%)``: a clause's margin to its threshold (registration/bar.margin), as the
     verdict and the report print it; empty where there is none (==, no value)."""
-    from harness.governance.bar import margin
-
     m = margin(number(value), op, threshold)
     if m is None:
         return ""
@@ -284,8 +279,6 @@ def margin_text(value, op: str, threshold: float) -> str:
 
 def clause_ci(agg, outcomes: dict, *, include_noisy: bool) -> str:
     """A bar clause's CI over its deciding rows, formatted; "—" where nothing was sampled."""
-    from harness.reporting.analysis.protocol import deciding_rows
-
     if agg.metric is None or agg.func in ("count", "pass_rate"):
         return "—"
     rows = deciding_rows(agg, outcomes, include_noisy=include_noisy)
@@ -296,9 +289,6 @@ def clause_ci(agg, outcomes: dict, *, include_noisy: bool) -> str:
 def threshold_spans(reg: dict, outcomes: dict, *, include_noisy: bool, metric: str = "speedup") -> list[tuple]:
     """(legend label, threshold, {(config_key, candidate)}) per bar clause over ``metric``: a plot
     draws each threshold only over the points its clause's filter selects."""
-    from harness.governance import bar as barlang
-    from harness.reporting.analysis.protocol import deciding_rows
-
     if not reg.get("go"):
         return []
     # A clause against a peer (``speedup vs "P"``) is a ratio of two candidates, not a point of the plot.
@@ -338,9 +328,6 @@ def deciding_configs(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[
     """The rows whose samples decide the bar's metric clauses: for min/max the row holding the
     value, for another aggregate its lowest and highest rows; at most MAX_DISTRIBUTION_CONFIGS,
     a row once."""
-    from harness.governance import bar as barlang
-    from harness.reporting.analysis.protocol import deciding_values
-
     if not reg.get("go"):
         return []
     picked: list[Deciding] = []
@@ -373,10 +360,6 @@ def peer_tables(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[dict]
     clause selects, config by config, with the candidate's speedup over P, its 95% CI and the
     two medians of the same rounds — or, where it could not be compared, why. A clause reports
     one reduction of these; the table shows where the candidate stands at each shape."""
-    from harness.governance import bar as barlang
-    from harness.governance.verdict import bar_row_map
-    from harness.reporting.analysis.protocol import speedup_text
-
     if not reg.get("go"):
         return []
     aggs = [c.aggregate for c in barlang.parse(reg["go"]).clauses() if c.aggregate.peer is not None]
@@ -407,8 +390,6 @@ def peer_tables(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[dict]
 
 
 def _clock_banner(results: list) -> str | None:
-    from harness.reporting.analysis.protocol import rates
-
     low = []
     for r in results:
         ref = number(((r.timing or {}).get("clock") or {}).get("reference_mhz"))
@@ -490,8 +471,6 @@ def panel_fields(rows: list) -> list[str]:
     """The config fields that name a panel: the always-named ones, then any other field (but the
     size axis and the workload) whose value differs between rows — with ``TOKENS`` (batch ×
     seq_len) for batch where that has fewer values (``_per_token``)."""
-    from harness.reporting.analysis.tidy import CONFIG_COLUMNS
-
     tokens = _per_token(rows)
     varying = [f for f in CONFIG_COLUMNS if f not in (SIZE_FIELD, "workload", *PANEL_FIELDS)
                and not (tokens and f == "batch") and len({repr((r.config or {}).get(f)) for r in rows}) > 1]

@@ -14,8 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.governance.outcomes import OUTCOME_KINDS, RESULT
+from harness.vocab.outcomes import OUTCOME_KINDS, RESULT
 from harness.jsonsafe import number
+from harness.vocab.outcomes import current_rows
+from harness.vocab.metrics import rate_protocol
+from harness.reporting.analysis.lines import arm_samples
+from harness.vocab.devices import instance_text
+from harness.ledger.format import read_rows
 
 CONFIG_COLUMNS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
 # pandas dtypes of the config columns (nullable, so a missing field stays <NA>, not a float NaN).
@@ -29,10 +34,6 @@ TAIL_COLUMNS = ("n_samples", "n_baseline_samples", "n_rounds", "n_dropped_rounds
 
 def tidy_records(rows) -> tuple[list[dict], list[str]]:
     """(records, metric names in first-seen order) for every current outcome row."""
-    from harness.governance.outcomes import current_rows
-    from harness.governance.metrics import rate_protocol
-    from harness.reporting.analysis.lines import arm_samples
-
     records, metrics = [], []
     for r in current_rows(rows):
         if r.kind not in OUTCOME_KINDS:
@@ -78,7 +79,6 @@ def replicate_text(rep: dict | None) -> str | None:
     at which commit, on which stack (None: the line's own row)."""
     if not rep:
         return None
-    from harness.governance.devices import instance_text
 
     of = "before the verdict" if rep.get("of") is None else f"of verdict row {rep.get('of')}"
     other = ", another stack" if rep.get("stack") == "other" else ""
@@ -104,6 +104,4 @@ def tidy_frame(rows):
 
 def tidy(path: Path):
     """``tidy(ledger/<line>.jsonl)``: the tidy DataFrame of one ledger file."""
-    from harness.governance.ledger_format import read_rows
-
     return tidy_frame(read_rows(Path(path)))

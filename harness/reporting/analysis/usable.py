@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from harness.governance.outcomes import SKIPPED, THROTTLED, decided, state_of
+from harness.vocab.outcomes import SKIPPED, THROTTLED, decided, state_of
 
 
 @dataclass(frozen=True)

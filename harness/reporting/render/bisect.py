@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import sys
+from harness.jsonsafe import jsonable
+from harness.errors import plural
+from harness.governance.bisect import FIRST_BAD, INTERRUPTED, NO_REGRESSION
 
 
 def emit_probe(answer: dict) -> None:
     """The plumbing's answer: one JSON object on one line of stdout (strict JSON)."""
-    from harness.jsonsafe import jsonable
-
     sys.stdout.write(json.dumps(jsonable(answer), sort_keys=True) + "\n")
 
 
@@ -37,9 +38,6 @@ def render_probe(p) -> None:
 
 def render_bisect(res) -> None:
     """How the bisect ended, with the evidence and where its rows are."""
-    from harness.errors import plural
-    from harness.record.bisect import FIRST_BAD, INTERRUPTED, NO_REGRESSION
-
     rows = f"{plural(len(res.probes), 'probe')}, rows in {res.ledger}" + ("" if res.committed else " (not committed: "
                                                                          "--no-commit)")
     if res.outcome == FIRST_BAD:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.governance.devices import ceilings_name
+from harness.vocab.devices import ceilings_name
 from harness.reporting.render.console import console
 from harness.reporting.render.rows import fmt
 

@@ -7,6 +7,9 @@ import math
 from harness.reporting.analysis.compare import (FASTER, FDR_Q, MIN_EFFECT, SAME, SAME_BAND, SLOWER, UNCLEAR,
                                                 Comparison)
 from harness.reporting.render.console import console
+from harness.reporting.render.console import table
+from harness.workloads.keys import shorten
+from harness.reporting.render.formats import emit, note
 
 CHANGE_STYLE = {FASTER: "green", SLOWER: "red", SAME: "cyan", UNCLEAR: "yellow"}
 
@@ -21,9 +24,6 @@ def _mhz(x: float | None) -> str:
 
 def comparison_table(cmp: Comparison, threshold: float | None = None):
     """A rich Table: one row per config, B against A; regressions beyond ``threshold`` marked."""
-    from harness.reporting.render.console import table
-    from harness.workloads.keys import shorten
-
     counts = ", ".join(f"{k} {n}" for k, n in cmp.counts().items())
     sig = cmp.significance()
     keys, shared = shorten(p.config_key for p in cmp.pairs)
@@ -79,8 +79,6 @@ def render_comparison(cmp: Comparison, threshold: float | None, notes=(), next_r
 
 def next_run_lines(cov) -> list[str]:
     """`bench compare --next-run`: B's speedups against A's within-run CIs and next-run intervals."""
-    from harness.workloads.keys import shorten
-
     if not cov.n:
         return [f"next run: {cov.first} and {cov.second} share no pair both counted"]
     keys, _ = shorten(p.config_key for p in cov.pairs)
@@ -128,8 +126,6 @@ def comparison_records(cmp: Comparison, threshold: float | None = None) -> list[
 def emit_comparison(cmp: Comparison, fmt: str, threshold: float | None, notes=(), next_run=None) -> None:
     """The comparison as JSON (with its counts, the adjustment's, the CI mode's outcome, and with
     ``next_run`` its coverage record) or CSV; notes on stderr."""
-    from harness.reporting.render.formats import emit, note
-
     records = comparison_records(cmp, threshold)
     document = {"a": cmp.a, "b": cmp.b, "counts": cmp.counts(), "significance": cmp.significance(),
                 "fdr_q": FDR_Q, "same_band": SAME_BAND, "min_effect": MIN_EFFECT, "threshold": threshold,

@@ -9,6 +9,7 @@ import json
 import sys
 
 from harness.errors import UserError
+from harness.jsonsafe import jsonable
 
 FORMATS = ("table", "json", "csv")
 
@@ -22,8 +23,6 @@ def check_format(fmt: str, allowed: tuple[str, ...] = FORMATS) -> str:
 
 def emit(fmt: str, records: list[dict], document=None) -> None:
     """``records`` (one flat dict per row) as CSV, or ``document`` (default: the records) as JSON."""
-    from harness.jsonsafe import jsonable
-
     if fmt == "json":
         sys.stdout.write(json.dumps(jsonable(records if document is None else document), indent=1) + "\n")
         return

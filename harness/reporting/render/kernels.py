@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from harness.errors import shown
 from harness.reporting.render.console import console
+from harness.reporting.render.formats import emit
+from harness.reporting.render.console import table
 
 
 def kernel_records(kernels: dict, device: str) -> list[dict]:
@@ -19,12 +21,9 @@ def kernel_records(kernels: dict, device: str) -> list[dict]:
 
 def render_kernels(kernels: dict, device: str, fmt: str = "table") -> None:
     if fmt != "table":
-        from harness.reporting.render.formats import emit
-
         records = kernel_records(kernels, device)
         emit(fmt, records, {"device": device, "kernels": records})
         return
-    from harness.reporting.render.console import table
 
     t = table(title=f"kernels (this machine: {device})")
     for col in ("name", "workloads", "dtypes", "devices", "usable here", "source"):

@@ -7,16 +7,17 @@ import sys
 from pathlib import Path
 
 from harness.errors import plural
-from harness.governance.ledger import rows_text
+from harness.ledger.store import rows_text
 from harness.reporting.analysis.history import MAX_LISTED
 from harness.reporting.render.console import console
 from harness.reporting.analysis.tidy import replicate_text
 from harness.reporting.render.rows import outcome_reason
 from harness.workloads.keys import shorten
+from harness.reporting.render.console import table
 
 
 def render_verified(name: str, res) -> None:
-    """One ledger's verification (governance.ledger.verify): ok with what was checked, or BAD per problem."""
+    """One ledger's verification (ledger.verify.verify): ok with what was checked, or BAD per problem."""
     from rich.markup import escape
 
     c = console()
@@ -73,7 +74,6 @@ def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | No
         c.print(f"[yellow]history[/]: {escape(head)}", soft_wrap=True)
         for i in items:
             c.print(f"  {escape(i)}", soft_wrap=True)
-    from harness.reporting.render.console import table
 
     superseded = superseded or {}
     configs = [k for k in (getattr(r, "config_key", None) for r in rows) if k]
@@ -94,7 +94,7 @@ def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | No
 
 
 def render_repaired(fixed) -> None:
-    """What `bench ledger repair` removed (governance.ledger.Ledger.repair) and what stays."""
+    """What `bench ledger repair` removed (ledger.store.Ledger.repair) and what stays."""
     kept = f"rows 0-{fixed.row - 1} are intact" if fixed.row else "no complete row was in it"
     if fixed.foreign_lines:
         where = f"after row {fixed.row - 1}, the last that chains" if fixed.row else "where row 0 would be"

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import io
 import math
+from harness.reporting.analysis.summary import HEADLINE_RATES, SIZE_FIELD, datasheet_peak, measured_ceiling, panels, rate_samples, size_of
+from harness.reporting.analysis.report import baseline_rate
+from harness.vocab.metrics import SUSTAINED, rate_protocol
+from harness.reporting.analysis.lines import arm_samples
+from harness.measurement.timing.results import arm_name
 
 FIG_SIZE = (8.0, 3.6)  # inches
 DPI = 100
@@ -86,8 +91,6 @@ def _size_axis(ax, sizes) -> None:
     """A log2 axis of the measured sizes, each labelled by its number (never sorted as text)."""
     from matplotlib.ticker import NullFormatter, NullLocator
 
-    from harness.reporting.analysis.summary import SIZE_FIELD
-
     ax.set_xscale("log", base=2)
     ticks = sorted(set(sizes))
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=7)
@@ -130,8 +133,6 @@ def speedup_figure(results: list[dict], thresholds=()):
     drawn as a threshold only over the (config, kernel) points its filter selects.
 
     ``thresholds``: (label, threshold, {(config_key, candidate)}) per speedup clause."""
-    from harness.reporting.analysis.summary import panels, size_of
-
     rows = [r for r in results if size_of(r) is not None and isinstance(r.metrics.get("speedup"), (int, float))]
     if not rows:
         fig, ax = figure()
@@ -178,9 +179,6 @@ def rates_figure(results: list[dict], rate: str | None, thresholds=()):
     each config's ceiling) only over the configs they filter.
 
     ``thresholds``: (label, threshold, {(config_key, candidate)}, of_ceiling) per clause."""
-    from harness.reporting.analysis.report import baseline_rate
-    from harness.reporting.analysis.summary import HEADLINE_RATES, datasheet_peak, measured_ceiling, panels, size_of
-
     rows = [r for r in results if rate and size_of(r) is not None and isinstance(r.metrics.get(rate), (int, float))]
     if not rows:
         fig, ax = figure()
@@ -232,7 +230,7 @@ def rates_figure(results: list[dict], rate: str | None, thresholds=()):
                                      f"(and the datasheet peak, dotted)")
 
 
-# A rate's marker says the protocol it was measured under (governance/metrics.py PROTOCOLS).
+# A rate's marker says the protocol it was measured under (vocab/metrics.py PROTOCOLS).
 PROTOCOL_MARKERS = {"interleaved": "o", "sustained": "D"}
 
 
@@ -247,9 +245,6 @@ def roofline_figure(results: list[dict]):
     measured under. Kernels at one intensity (decode: every config has the same FLOP per byte)
     are set side by side, a small step apart, so the points do not hide each other."""
     import numpy as np
-
-    from harness.governance.metrics import rate_protocol
-    from harness.reporting.analysis.summary import datasheet_peak
 
     fig, ax = figure(ROOFLINE_SIZE)
     pts = []
@@ -327,15 +322,10 @@ def distribution_plot(deciding: list, short: dict[str, str] | None = None) -> by
     """The kept samples of the configs that decide the bar's metric clauses: per config, the
     candidate's interleaved rounds beside the baseline's and the control's (and its sustained
     calls where its rates came from them), each arm a violin with its median marked."""
-    from harness.reporting.analysis.lines import arm_samples
-    from harness.reporting.analysis.summary import rate_samples
-    from harness.governance.metrics import SUSTAINED, rate_protocol
-
     if not deciding:
         fig, ax = figure()
         empty(ax, "no clause over a measured metric: no deciding samples to show")
         return png(fig)
-    from harness.measurement.timing.results import arm_name
 
     sustained = any(rate_protocol(d.row) == SUSTAINED for d in deciding)
     # A clause against a peer is decided by the peer's arm in the same rounds: one column per
@@ -427,8 +417,6 @@ def clock_plot(results: list[dict]) -> bytes:
     """Per-round minimum SM clock of the interleaved rounds over the sweep, in ledger order,
     dropped rounds marked; and each sustained phase's mean clock (the clock its rates were
     measured at), spread over its config's rounds."""
-    from harness.governance.metrics import SUSTAINED, rate_protocol
-
     fig, ax = figure()
     seen, kept_x, kept_y, drop_x, drop_y, bounds, notes = {}, [], [], [], [], [], set()
     sustained: dict[tuple, list[float]] = {}

@@ -8,6 +8,8 @@ was measured while the sweep runs.
 from __future__ import annotations
 
 import time
+from harness.reporting.render.console import console
+from harness.reporting.render.sweep import config_progress
 
 
 class SweepProgress:
@@ -22,8 +24,6 @@ class SweepProgress:
         self._started = None
 
     def start(self, total: int) -> None:
-        from harness.reporting.render.console import console
-
         self._total, self._done = total, 0
         if total == 0:  # nothing to run: no bar counting to 0/0
             return
@@ -47,9 +47,6 @@ class SweepProgress:
 
     def done(self, config_key: str, rows=()) -> None:
         """A config ended; ``rows`` are the ledger rows it appended."""
-        from harness.reporting.render.console import console
-        from harness.reporting.render.sweep import config_progress
-
         self._done += 1
         if self._progress is not None:
             self._progress.advance(self._task)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from harness.errors import plural
 from harness.reporting.render.console import console
+from harness.governance.power import ceil_sig
+from harness.registration.integration import ceiling_text
 
 
 def render_registered(row: dict) -> None:
@@ -18,7 +20,6 @@ def render_registered(row: dict) -> None:
         if f.get("unchecked"):
             c.print(f"  tolerance floor, {dt}: not checked ({f['unchecked']})")
             continue
-        from harness.governance.power import ceil_sig
 
         c.print(f"  tolerance floor, {dt}: the reference rounded to the nearest {dt} needs atol >= "
                 f"{ceil_sig(f['need_atol']):g} at rtol {f['rtol']:g} (registered atol {f['atol']:g}) on "
@@ -54,8 +55,6 @@ def _render_reductio(c, red: dict) -> None:
     if red.get("note"):
         c.print(f"  [yellow]note[/]: {escape(red['note'])}")
     if red.get("amdahl"):
-        from harness.governance.integration import ceiling_text
-
         a = red["amdahl"]
         c.print(escape(f"  amdahl: {ceiling_text(a['op_share'], a['op_share_source'])}: an integration bar above "
                        f"it was refused; a measured gain above it marks the line amdahl_violated"))

@@ -16,6 +16,8 @@ from pathlib import Path
 from harness.reporting.analysis.lines import LineView
 from harness.reporting.analysis.report import report_data
 from harness.reporting.render.console import console
+from harness.reporting.render import plots
+from harness.workloads.keys import shorten
 
 PLOTS = (("speedup", "Speedup against size, per dtype and masking, with CI bands and the bar's thresholds"),
          ("rates", "Achieved rate against size, under the measured ceiling and the datasheet peak"),
@@ -33,7 +35,6 @@ def template(name: str) -> str:
 def figures(view: LineView) -> dict[str, bytes]:
     """name → PNG bytes for the report's plots (PLOTS, in order)."""
     from harness.reporting.analysis import summary
-    from harness.reporting.render import plots
 
     reg = view.registration
     noisy = bool(reg.get("include_noisy"))
@@ -55,8 +56,6 @@ def figures(view: LineView) -> dict[str, bytes]:
 
 def _short(keys) -> dict[str, str]:
     """Config keys by the fields that tell them apart (workloads/keys.shorten), for cells and axes."""
-    from harness.workloads.keys import shorten
-
     short, _ = shorten(sorted(set(keys)), " ")
     return short
 
@@ -83,8 +82,6 @@ WIDE_PLOTS = ("speedup", "rates", "roofline", "distribution")
 def _shapes(env, data: dict) -> str:
     """Register the ``shape`` filter (a config key by the fields that tell the line's configs
     apart) and return the fields every config shares ("" when none)."""
-    from harness.workloads.keys import shorten
-
     keys = [t["key"] for t in data.get("tables", [])]
     keys += [k[f] for k in data.get("kernels", []) for f in ("min_key", "max_key", "rate_key") if k.get(f)]
     keys += [r["key"] for t in data.get("peers", []) for r in t["rows"]]

@@ -7,6 +7,9 @@ from pathlib import Path
 
 from harness.reporting.analysis.route import CONFIG_FIELDS, RouteTable
 from harness.reporting.render.console import console
+from harness.reporting.render.console import table as new_table
+from harness.workloads.keys import shorten
+from harness.reporting.render.formats import emit, note
 
 DISPATCHER = '''"""Shape-aware dispatch table written by `bench route {lines}` from the ledgers alone.
 
@@ -61,9 +64,6 @@ def write(table: RouteTable, out: Path, stem: str = "route") -> tuple[Path, Path
 
 def route_table(table: RouteTable):
     """A rich Table of the routes with the geomean and the worst case in the caption."""
-    from harness.reporting.render.console import table as new_table
-    from harness.workloads.keys import shorten
-
     w = table.worst
     keys, shared = shorten(r.config_key for r in table.routes)
     t = new_table(title=f"route over {', '.join(table.lines)} on {table.device} (baseline {table.baseline})"
@@ -91,8 +91,6 @@ def render_route(table: RouteTable, js: Path, py: Path, notes=()) -> None:
 def emit_route(table: RouteTable, fmt: str, js: Path, py: Path, notes=()) -> None:
     """The table as route.json's document, or one CSV record per shape; notes and where the
     files went on stderr."""
-    from harness.reporting.render.formats import emit, note
-
     doc = table.as_json()
     records = [{"config": r["config_key"], "candidate": r["candidate"], "speedup": r["speedup"],
                 "ci_low": r["speedup_ci"][0], "ci_high": r["speedup_ci"][1], "line": r["line"],

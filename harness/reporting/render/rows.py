@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from harness.governance.outcomes import (CEILINGS, CRASHED, INCORRECT, INTEGRATION, PROFILE, REGISTERED, RESULT,
+from harness.vocab.outcomes import (CEILINGS, CRASHED, INCORRECT, INTEGRATION, PROFILE, REGISTERED, RESULT,
                                          SKIPPED, SUPERSEDES, THROTTLED, UNSUPPORTED, VERDICT)
+from harness.vocab.metrics import INTERLEAVED
+from harness.reporting.analysis import protocol
 
 
 def fmt(v, spec=".3g"):
@@ -58,9 +60,6 @@ def outcome_reason(row: dict) -> str:
 def _result_reason(row: dict) -> str:
     """A result at a glance: the speedup beside the interleaved medians and clock it is the ratio
     of, the rates beside the time, clock and power they were computed from (protocol named)."""
-    from harness.governance.metrics import INTERLEAVED
-    from harness.reporting.analysis import protocol
-
     m = row.metrics
     flags = [f for f in ("impossible", "rig_noisy") if getattr(row, f)]
     rt = protocol.rates(row)

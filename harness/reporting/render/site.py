@@ -17,9 +17,11 @@ import base64
 import re
 from pathlib import Path
 
-from harness.governance import metrics as metric_table
+from harness.vocab import metrics as metric_table
 from harness.reporting.analysis.site import FIRST, IMPROVED, NOT_COMPARED, REGRESSION, RULE, Chain, Headline, Site
 from harness.reporting.render.console import console
+from harness.reporting.render.plots import empty, figure, png
+from harness.reporting.render.report import jinja_env as report_env, template as report_template, write as write_report
 
 INDEX = "index.html"
 LINES_DIR = "lines"
@@ -60,8 +62,6 @@ def figure_text(h: Headline | None) -> str:
 def chain_plot(c: Chain) -> bytes:
     """The headline figure per line of a chain, in order, with its interval; each point
     coloured by its mark against the line it amends."""
-    from harness.reporting.render.plots import empty, figure, png
-
     fig, ax = figure()
     points = [(i, s) for i, s in enumerate(c.steps) if s.headline.value is not None]
     if not points:
@@ -90,16 +90,12 @@ def chain_plot(c: Chain) -> bytes:
 
 
 def _env():
-    from harness.reporting.render.report import jinja_env as report_env
-
     env = report_env()
     env.autoescape = True
     return env
 
 
 def _template(name: str) -> str:
-    from harness.reporting.render.report import template as report_template
-
     return report_template(name)
 
 
@@ -134,8 +130,6 @@ def _nav(line: str, chain: str | None) -> str:
 def write_site(site: Site, reports: dict, out: Path) -> dict[str, Path]:
     """Every page under ``out``: the index, each line's report, each chain. Returns name → path
     (``index``, ``line:<line>``, ``chain:<root>``)."""
-    from harness.reporting.render.report import write as write_report
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     chain_of = {e.status.line: e.chain for e in site.entries}

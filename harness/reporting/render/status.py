@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from harness.reporting.analysis.status import LineStatus
 from harness.reporting.render.console import console
+from harness.reporting.render.console import table
+from harness.reporting.render.formats import emit
 
 SHALLOW_NOTE = ("note: this clone is shallow: the history of {n} of {total} lines before its oldest commit is not "
                 "here and was not checked (bench ledger verify names what; git fetch --unshallow checks it)")
@@ -29,8 +31,6 @@ def _commit(s: LineStatus) -> str:
 
 
 def status_table(rows: list[LineStatus]):
-    from harness.reporting.render.console import table
-
     from rich.markup import escape
 
     t = table(title=f"{len(rows)} lines")
@@ -96,6 +96,4 @@ def status_records(rows: list[LineStatus]) -> list[dict]:
 
 
 def emit_status(rows: list[LineStatus], fmt: str) -> None:
-    from harness.reporting.render.formats import emit
-
     emit(fmt, status_records(rows))

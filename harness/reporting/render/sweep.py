@@ -4,10 +4,14 @@ device-wait and interrupt notes (also said by `bench profile` and `bench ceiling
 from __future__ import annotations
 
 from harness.errors import plural
-from harness.governance.outcomes import RESULT, SUPERSEDES
+from harness.vocab.outcomes import RESULT, SUPERSEDES
 from harness.reporting.render.console import console
 from harness.reporting.render.rows import fmt, outcome_reason
 from harness.workloads.keys import shorten
+from harness.reporting.analysis import protocol
+from harness.reporting.render.console import table
+from harness.vocab.devices import instance_text
+from harness.execution.devicelock import describe_holder
 
 
 def _who(row: dict) -> str:
@@ -26,9 +30,6 @@ def _sweep_table(rows: list[dict]):
     """Per (config, candidate): outcome, speedup with its CI beside the interleaved medians and
     clock it came from, control, and TFLOP/s beside the time and clock of its own protocol."""
     from rich.markup import escape
-
-    from harness.reporting.analysis import protocol
-    from harness.reporting.render.console import table
 
     keys, shared = shorten(r.config_key for r in rows)
     t = table(title="outcomes at this commit on this device" + (f" (every config: {shared})" if shared else ""),
@@ -119,10 +120,8 @@ def render_sweep_summary(summary: dict, rows: list[dict] = (), uncommitted: str 
 
 def _what(summary: dict) -> str:
     """'sweep', or for `bench replicate` what the replicate is: of which verdict, on which
-    instance, at which commit, on which stack (governance/replication.py)."""
+    instance, at which commit, on which stack (registration/replication.py)."""
     from rich.markup import escape
-
-    from harness.governance.devices import instance_text
 
     rep = summary.get("replicate")
     if not rep:
@@ -172,8 +171,6 @@ def _render_baseline_failed(c, summary: dict) -> None:
 
 
 def render_device_wait(key: str, holder: dict | None) -> None:
-    from harness.execution.devicelock import describe_holder
-
     console().print(f"[yellow]waiting[/] for device {key}: another bench process is measuring on it"
                     f"{describe_holder(holder)}; this sweep starts when it is done (Ctrl-C to give up, "
                     f"--no-wait to refuse instead)")

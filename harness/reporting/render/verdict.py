@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from harness.errors import plural
-from harness.governance.outcomes import Remeasure
+from harness.vocab.outcomes import Remeasure
 from harness.reporting.analysis.history import MAX_LISTED
 from harness.reporting.analysis.summary import margin_text
 from harness.reporting.render.console import console
 from harness.reporting.render.rows import fmt
+from harness.reporting.render.formats import emit
 
 
 def margin(cl) -> str:
@@ -88,7 +89,5 @@ def render_verdict(v) -> None:
 def emit_verdict(v) -> None:
     """The verdict as one JSON document: the row (as written, or as it would be), whether it was
     written, and the commit holding it."""
-    from harness.reporting.render.formats import emit
-
     emit("json", [], {"outcome": v.outcome, "dry_run": v.dry_run, "written": not v.dry_run,
                       "commit": v.anchored, "row": v.row.dump()})

@@ -1,0 +1,75 @@
+"""The process ``ncu`` profiles: one kernel, one config, the call wrapped in an NVTX range.
+
+Run as ``python -m harness.execution.profile_worker SPEC.json`` (by
+harness/measurement/profile.py, under ncu). Only the kernel call sits inside the range;
+input generation, the warm-up calls (compilation, autotuning), the NaN poisoning of the
+output and the float64 check of what the profiled call wrote all stay outside it, so
+``--nvtx-include`` leaves them out of the counters. The result (the output check) is
+written as JSON to the path the spec names; nothing is printed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from harness.registry import get_kernel
+from harness.jsonsafe import jsonable
+from harness.measurement.correctness.after_timing import check_timed_output
+from harness.measurement.correctness.poison import poison_
+from harness.measurement.counters import nvtx_range
+from harness.measurement.numerics import NumericState, apply
+from harness.workloads import Config
+from harness.workloads.inputs import make_inputs
+from harness.provenance.code import require_private_bytecode
+
+# Calls before the profiled ones: the first call of a shape compiles and may autotune
+# (dozens of launches that are not the kernel's steady state).
+WARMUP_CALLS = 2
+
+
+def resolve(ref: str):
+    """A registered kernel name, or ``module:function`` (a kernel outside the registry)."""
+    if ":" in ref:
+        module, attr = ref.split(":", 1)
+        return getattr(importlib.import_module(module), attr)
+
+    return get_kernel(ref).fn
+
+
+def run(spec: dict) -> dict:
+    import torch
+
+    cfg = Config(**spec["config"])
+    fn = resolve(spec["kernel"])
+    device = spec.get("device", "cuda")  # "cpu" only to test this worker without a GPU
+    cuda = device == "cuda"
+    q, k, v = make_inputs(cfg, spec["seed"], "normal", device)
+    out = torch.empty(cfg.shapes()[2], dtype=q.dtype, device=q.device)
+    with apply(NumericState.from_registration(spec.get("numerics") or {})):
+        for _ in range(WARMUP_CALLS):
+            fn(q, k, v, out, causal=cfg.causal, scale=cfg.scale)
+        for _ in range(spec["calls"]):
+            poison_(out)  # a call that skips its work leaves the poison: unwritten, caught below
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.nvtx.range_push(nvtx_range(spec["name"]))
+            fn(q, k, v, out, causal=cfg.causal, scale=cfg.scale)
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.nvtx.range_pop()
+    rep = check_timed_output(cfg, q, k, v, out, atol=spec["atol"], rtol=spec["rtol"], label="profiled call")
+    return jsonable({"output_check": rep.as_dict()})
+
+
+def main(argv: list[str]) -> int:
+    require_private_bytecode()  # inherited from the driver: no planted .pyc ran as this process's code
+    spec = json.loads(Path(argv[0]).read_text())
+    result = run(spec)
+    Path(spec["result"]).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
