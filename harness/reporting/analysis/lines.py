@@ -110,9 +110,10 @@ def load(root: Path, spec: str) -> LineView:
 
 def load_path(path: Path, *, commit: str | None = None) -> LineView:
     from harness.governance.ledger_format import read_rows
-    from harness.governance.ledger_verify import verify, verify_refusal
+    from harness.governance.ledger_verify import verify_refusal
+    from harness.reporting.analysis.verify_cache import cached_verify
 
-    res = verify(path)
+    res = cached_verify(path)  # analysis/verify_cache.py: a full verify unless nothing it checked changed
     if not res.ok:
         raise UserError(verify_refusal(Path(path).name, res, "reporting on it"))
     rows = tuple(read_rows(path))

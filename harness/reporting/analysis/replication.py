@@ -126,10 +126,7 @@ def _truth(value, passed) -> bool | None:
 def replication_view(view) -> ReplicationView | None:
     """The agreement of a line's replicates (``view``: lines.LineView); None when it has none
     and its registration waits for none."""
-    from harness.governance import bar as barlang
     from harness.governance.outcomes import OUTCOME_KINDS, current_rows, is_replicate
-    from harness.governance.replication import SAME_STACK, grids
-    from harness.governance.verdict import bar_rows
 
     reg = view.registration
     spec = reg.get("replication") or None
@@ -141,6 +138,10 @@ def replication_view(view) -> ReplicationView | None:
     go = reg.get("go")
     if not go:
         return None
+    # Only a line with replicates pays for the bar and the verdict's modules (`bench status` reads every line).
+    from harness.governance import bar as barlang
+    from harness.governance.replication import SAME_STACK, grids
+    from harness.governance.verdict import bar_rows
     bar = barlang.parse(go)
     noisy = bool(reg.get("include_noisy"))
     outcomes = view.outcomes()
