@@ -140,3 +140,15 @@ def test_ledger_verify_ignores_the_cache(repo):
     entry.write_text(json.dumps(doc))
     again = bench(root, xdg, "ledger", "verify")
     assert again.returncode == 0 and again.stdout == r.stdout and "987654" not in again.stdout
+
+
+def test_the_cache_folder_is_bounded(tmp_path):
+    from harness.reporting.analysis.verify_cache import prune
+
+    for i in range(5):
+        f = tmp_path / f"{i}.json"
+        f.write_text("{}")
+        os.utime(f, ns=(i * 10**9, i * 10**9))
+    (tmp_path / "other.txt").write_text("not an entry")
+    assert prune(tmp_path, 3) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["2.json", "3.json", "4.json", "other.txt"]

@@ -37,6 +37,9 @@ CACHE_FORMAT = 1
 CACHE_SUFFIX = ".json"
 # The environment variable that turns the cache off for a process (any non-empty value).
 NO_CACHE_ENV = "BENCH_NO_VERIFY_CACHE"
+# Entries kept: every ledger path read gets one (a test suite's scratch repositories too), so
+# past this many the least recently written are removed when one is written.
+MAX_ENTRIES = 2000
 # Group and other permission bits: the cache decides what a read command trusts, so only its
 # owner may read or write it.
 SHARED_BITS = 0o077
@@ -156,7 +159,25 @@ def _write(entry: Path, key: dict, res) -> None:
     _dump(entry, doc)
 
 
+def prune(folder: Path, keep: int = MAX_ENTRIES) -> int:
+    """Remove all but the ``keep`` most recently written entries of ``folder``; how many went."""
+    try:
+        found = sorted(folder.glob("*" + CACHE_SUFFIX), key=lambda f: f.stat().st_mtime_ns, reverse=True)
+    except OSError:
+        return 0
+    gone = 0
+    for f in found[keep:]:
+        try:
+            f.unlink()
+            gone += 1
+        except OSError:
+            pass
+    return gone
+
+
 def _dump(entry: Path, doc: dict) -> None:
+    if not entry.exists():  # a new entry: the folder is bounded
+        prune(entry.parent, MAX_ENTRIES - 1)
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-", suffix=CACHE_SUFFIX)
@@ -240,4 +261,4 @@ def cached_verify(path: Path):
 
 
 __all__ = ["CACHE_FORMAT", "NO_CACHE_ENV", "cache_dir", "cached_verify", "code_version", "git_state", "ledger_key",
-           "read_extra", "write_extra"]
+           "prune", "read_extra", "write_extra"]
