@@ -149,21 +149,53 @@ def test_the_index_and_chain_pages_are_deterministic(chain_repo):
     assert pages() == pages()
 
 
-def test_the_shipped_chain_is_marked_with_its_protocol_change():
-    from harness.reporting.analysis.site import NOT_COMPARED, REGRESSION, site_data
+def test_the_shipped_chain_compares_only_like_with_like(tmp_path):
+    """Issue 51: flash-h200-v2 changed the rate protocol (interleaved → sustained). Its sustained
+    513.6 TFLOP/s is not comparable with flash-h200's interleaved 561.0; both lines' rows hold the
+    interleaved medians, so the step compares those instead (561.0 against 558.7: within noise,
+    as `bench compare` says SAME). The peer line's speedup is another metric: not comparable,
+    never drawn on the TFLOP/s axis nor joined to it."""
+    from harness.reporting.analysis.site import (NOT_COMPARABLE, NOT_COMPARED, REGRESSION, SAME_BASIS, WITHIN_NOISE,
+                                                 site_data)
+    from harness.reporting.render.site import chain_html, chain_joins, chain_plot, chain_points
 
     site, reports = site_data(REPO, ["flash-h200-v2"])
-    assert sorted(reports) == ["flash-h200", "flash-h200-peers", "flash-h200-v2"]
+    assert {"flash-h200", "flash-h200-peers", "flash-h200-v2"} <= set(reports)
     (chain,) = site.chains
-    first, second, third = chain.steps
-    # The peer line's primary is another figure (triton_flash against cuDNN): not compared.
-    assert third.headline.line == "flash-h200-peers" and third.mark == NOT_COMPARED
-    assert third.why == "its primary differs from flash-h200-v2's: not the same figure"
-    assert first.headline.line == "flash-h200" and first.headline.protocols == ("interleaved",)
-    # flash-h200-v2's rates come from the sustained protocol: 8.4% below flash-h200's interleaved
-    # figure, outside both intervals — marked, the protocol change named beside it.
-    assert second.mark == REGRESSION and round(second.change, 3) == -0.084
-    assert second.caveats == ("timed by the sustained protocol, flash-h200 by the interleaved",)
+    steps = {s.headline.line: s for s in chain.steps}
+    first, second, peers = steps["flash-h200"], steps["flash-h200-v2"], steps["flash-h200-peers"]
+    assert first.headline.protocols == ("interleaved",) and second.headline.protocols == ("sustained",)
+    assert round(first.headline.value, 1) == 561.0 and round(second.headline.value, 1) == 513.6
+    # The same-protocol figures, restated from the interleaved medians.
+    assert round(first.headline.same[0], 1) == 561.0 and round(second.headline.same[0], 1) == 558.7
+    assert second.mark == WITHIN_NOISE and second.basis == SAME_BASIS and round(second.change, 3) == -0.004
+    assert second.why.startswith("same protocol (interleaved medians of both lines): flash-h200 (interleaved): "
+                                 "561.0 TFLOP/s against flash-h200-v2 (interleaved): 558.7 TFLOP/s")
+    assert second.caveats == ("the primaries are not comparable: protocol changed (flash-h200 (interleaved): "
+                              "561.0 TFLOP/s; flash-h200-v2 (sustained): 513.6 TFLOP/s)",)
+    assert peers.mark == NOT_COMPARABLE and peers.change is None and peers.basis is None
+    assert peers.why == ("not comparable: metric changed (flash-h200-v2 (sustained): 513.6 TFLOP/s; "
+                         "flash-h200-peers (interleaved): 0.8675×)")
+    assert chain.regressions == 0 and all(s.mark != REGRESSION for s in chain.steps)
+    if "flash-h200-v3" in steps:  # registered, nothing measured yet
+        assert steps["flash-h200-v3"].mark == NOT_COMPARED
+    # The plot: one axis per metric and protocol; only the compared pair joined, on its own axis.
+    points = chain_points(chain)
+    on = {key: sorted((p[1].headline.line, round(p[2], 1), p[5]) for p in pts) for key, pts in points.items()}
+    assert on == {("tflops", ("interleaved",)): [("flash-h200", 561.0, False), ("flash-h200-v2", 558.7, True)],
+                  ("tflops", ("sustained",)): [("flash-h200-v2", 513.6, False)],
+                  ("speedup", ("interleaved",)): [("flash-h200-peers", 0.9, False)]}
+    assert chain_joins(chain, points) == [(("tflops", ("interleaved",)), "flash-h200", "flash-h200-v2")]
+    # The page's text: no regression, both figures of each non-comparable step.
+    png = chain_plot(chain)
+    html = chain_html(site, chain, png)
+    assert 'data-mark="REGRESSION"' not in html and 'class="regressed"' not in html
+    assert 'data-line="flash-h200-v2" data-mark="WITHIN NOISE"' in html
+    assert 'data-line="flash-h200-peers" data-mark="NOT COMPARABLE"' in html
+    assert "not comparable: protocol changed (flash-h200 (interleaved): 561.0 TFLOP/s; flash-h200-v2 " \
+           "(sustained): 513.6 TFLOP/s)" in html
+    assert "not comparable: metric changed" in html and "0.8675×" in html
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_gone_and_a_broken_ledger_are_listed_without_a_page(tmp_path):

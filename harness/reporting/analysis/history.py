@@ -222,11 +222,20 @@ def _reopened(idx: Index, line: str, row0: RegisteredRow, rel: str) -> Reopened 
     return Reopened(rel, commit, rows, None if outcomes is None else len(outcomes), measured, verdict, earlier)
 
 
-def line_history(idx: Index, line: str, rows=None) -> LineHistory:
+def line_history(idx: Index, line: str, rows=None, measured: tuple | None = None) -> LineHistory:
     """``line``'s history; ``rows``: its ledger rows where the caller has read them (the
-    re-measures come from them), else read here (a GONE line: its last committed rows)."""
+    re-measures come from them), else read here (a GONE line: its last committed rows);
+    ``measured``: (remeasured, resweeps) where the caller has them from those rows already
+    (`bench status`'s cache), so the rows are not read at all."""
     rel = f"ledger/{line}.jsonl"
     gone = idx.gone.get(line)
+    if measured is not None:
+        by = idx.amended_by(line)
+        amends = idx.amends(line)
+        return LineHistory(line=line, amends=amends, amends_gone=amends in idx.gone, amended_by=by,
+                           gone_amenders=tuple(a for a in by if a in idx.gone),
+                           reopened=_reopened(idx, line, idx.row0(line), rel),
+                           remeasured=tuple(measured[0]), resweeps=int(measured[1]), gone=gone)
     if rows is None:
         if gone is not None:
             rows = gone.rows

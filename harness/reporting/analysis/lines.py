@@ -20,6 +20,7 @@ from harness.vocab.outcomes import latest_outcomes
 from harness.ledger.format import ledger_path, read_rows
 from harness.ledger.store import missing_ledgers
 from harness.ledger.verify import verify, verify_refusal
+from harness.reporting.analysis.verify_cache import cached_verify
 
 
 
@@ -107,7 +108,7 @@ def load(root: Path, spec: str) -> LineView:
 
 
 def load_path(path: Path, *, commit: str | None = None) -> LineView:
-    res = verify(path)
+    res = cached_verify(path)  # analysis/verify_cache.py: a full verify unless nothing it checked changed
     if not res.ok:
         raise UserError(verify_refusal(Path(path).name, res, "reporting on it"))
     rows = tuple(read_rows(path))

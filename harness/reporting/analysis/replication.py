@@ -140,6 +140,7 @@ def replication_view(view) -> ReplicationView | None:
     go = reg.get("go")
     if not go:
         return None
+    # Only a line with replicates pays for the bar and the verdict's modules (`bench status` reads every line).
     bar = barlang.parse(go)
     noisy = bool(reg.get("include_noisy"))
     outcomes = view.outcomes()

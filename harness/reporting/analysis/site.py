@@ -16,8 +16,15 @@ samples the rate was computed from. The rule that marks a regression:
     a line's figure is a REGRESSION of the line it amends when it is worse (by the metric's
     direction) by more than ``REGRESSION_MIN`` of the earlier figure and the two intervals do
     not overlap; IMPROVED the other way round; otherwise WITHIN NOISE. Where an interval is not
-    known, the threshold alone decides. Lines measured on another device or under another
-    timing protocol are still marked, with that difference named beside the mark.
+    known, the threshold alone decides. Lines measured on another device are still marked, with
+    that difference named beside the mark.
+
+Only like is compared with like (issue 51): two primaries of different metrics, or of one rate
+metric timed by different protocols (the interleaved rounds against the sustained phase), are
+NOT COMPARABLE, both figures named. Where the rows of both lines hold the candidate's
+interleaved medians, a rate is restated from them (``Headline.same``: the rate × the row's
+``ms`` over its ``interleaved_ms``, the aggregate taken again) and the two lines are compared
+on that same protocol instead, the step saying so (``Step.basis``).
 
 Analysis only: frozen data, no printing (render/site.py renders it).
 """
@@ -52,10 +59,18 @@ from harness.reporting.analysis.status import checked_line, gone_status
 REGRESSION_MIN = MIN_EFFECT
 REGRESSION, IMPROVED, WITHIN_NOISE, FIRST, NOT_COMPARED = "REGRESSION", "IMPROVED", "WITHIN NOISE", "FIRST", \
     "NOT COMPARED"
+# Two primaries of another metric, or of another timing protocol with no same-protocol figure.
+NOT_COMPARABLE = "NOT COMPARABLE"
+# The marks of a step that compared two figures (the only steps a chain plot joins).
+COMPARED = (REGRESSION, IMPROVED, WITHIN_NOISE)
+# The protocol a rate can be restated in from any result row: every row has interleaved rounds.
+SAME_BASIS = metric_table.INTERLEAVED
 RULE = (f"A line's headline figure is marked {REGRESSION} against the line it amends when it is worse (by the "
         f"metric's direction) by more than {REGRESSION_MIN:.0%} and the two 95% intervals do not overlap; "
         f"{IMPROVED} the other way round; otherwise {WITHIN_NOISE}. Where an interval is not known, the "
-        f"{REGRESSION_MIN:.0%} threshold alone decides.")
+        f"{REGRESSION_MIN:.0%} threshold alone decides. Figures of another metric or another timing protocol are "
+        f"{NOT_COMPARABLE}; where both lines' rows hold the {SAME_BASIS} medians, the rate restated from them is "
+        f"compared instead, and the step says so.")
 
 
 @dataclass(frozen=True)
@@ -73,6 +88,9 @@ class Headline:
     measured: str | None  # the time of the newest row it comes from (ISO 8601, UTC)
     device: str | None
     protocols: tuple[str, ...] = ()  # the timing protocols of the rows it comes from
+    # The figure restated under SAME_BASIS (value, low, high) where every row it comes from
+    # holds that protocol's medians (None: not a restatable rate, or a row lacks them).
+    same: tuple[float, float | None, float | None] | None = None
 
     @property
     def higher_is_better(self) -> bool | None:
@@ -96,6 +114,7 @@ class Step:
     change: float | None  # relative change of the figure from the parent's, > 0 is better
     why: str  # the mark's reason, as a sentence
     caveats: tuple[str, ...] = ()  # what differs besides the kernel (device, protocol)
+    basis: str | None = None  # the protocol both figures were restated in (None: the primaries as they are)
 
 
 @dataclass(frozen=True)
@@ -184,6 +203,42 @@ def _bounds(row, metric: str, peer: str | None = None) -> tuple[float, float] | 
     return value * med / hi_ms, value * med / lo_ms
 
 
+def restatable(metric: str | None) -> bool:
+    """Whether ``metric``'s figure can be restated under SAME_BASIS from a row's own medians: a
+    rate (or ``ms``) that scales with the candidate's median time and takes no parameter."""
+    spec = metric_table.BY_NAME.get(metric or "")
+    return spec is not None and spec.rate and spec.param is None and spec.protocol == metric_table.RATES \
+        and spec.name != "cycles"
+
+
+def _restated(row, metric: str) -> tuple[float, float | None, float | None] | None:
+    """Result ``row``'s ``metric`` restated under SAME_BASIS (value, low, high: its 95% interval
+    from those samples where known); None where the row lacks that protocol's median."""
+
+    m = row.metrics or {}
+    value = number(m.get(metric))
+    if value is None:
+        return None
+    if metric_table.rate_protocol(row) == SAME_BASIS:
+        b = _bounds(row, metric)
+        return (value, *b) if b is not None else (value, None, None)
+    ms, base_ms = number(m.get("ms")), number(m.get("interleaved_ms"))
+    if ms is None or base_ms is None or not (ms > 0 and base_ms > 0):
+        return None
+    lower_better = metric_table.BY_NAME[metric].higher_is_better is False
+    same = value * base_ms / ms if lower_better else value * ms / base_ms
+    samples = arm_samples(row, "candidate")
+    if len(samples) < 2:
+        return same, None, None
+    med = statistics.median(samples)
+    lo_ms, hi_ms = median_ci(samples)
+    if not (med > 0 and lo_ms > 0 and hi_ms > 0):
+        return same, None, None
+    if lower_better:
+        return same, same * lo_ms / med, same * hi_ms / med
+    return same, same * med / hi_ms, same * med / lo_ms
+
+
 def headline(view) -> Headline:
     """``view``'s (lines.LineView) primary figure, with its interval, commit, time and device."""
     reg = view.registration
@@ -201,6 +256,8 @@ def headline(view) -> Headline:
     # The bar's rows (as the verdict sees them), and the same rows at each one's lower and
     # upper bound of the metric.
     plain, lows, highs, used, known = [], [], [], [], True
+    same_rows, same_lows, same_highs = [], [], []
+    same_ok = agg.peer is None and restatable(agg.metric)
 
     next_run = bar_between_run(None, expr, view.rows, outcomes, verdict.next_run if verdict is not None else None)
     rows, _ = bar_row_map(outcomes, include_noisy=noisy, next_run=next_run)
@@ -209,10 +266,23 @@ def headline(view) -> Headline:
         plain.append(row)
         lows.append(row)
         highs.append(row)
+        same_rows.append(row)
+        same_lows.append(row)
+        same_highs.append(row)
         if r.kind != RESULT or not row.get("correct") or agg.metric is None or barlang.row_value(agg, row) is None \
                 or not barlang.matching(agg, [row]):
             continue
         used.append(r)
+        restated = _restated(r, agg.metric) if same_ok else None
+        if restated is None:
+            same_ok = False
+        else:
+            v, lo, hi = restated
+            same_rows[-1] = _with_value(row, agg, v)
+            same_lows[-1] = _with_value(row, agg, v if lo is None else lo)
+            same_highs[-1] = _with_value(row, agg, v if hi is None else hi)
+            if lo is None:
+                same_lows[-1] = same_highs[-1] = None
         b = _bounds(r, agg.metric, agg.peer)
         if b is None:
             known = False
@@ -231,46 +301,82 @@ def headline(view) -> Headline:
     device = (at.get("gpu") or at.get("device")) if at else (device_label(newest) if newest is not None else None)
     protocols = tuple(sorted({metric_table.protocol(agg.metric, r) for r in used
                               if agg.metric in metric_table.BY_NAME}))
+    same = None
+    if same_ok and used:
+        sv = barlang.evaluate_aggregate(agg, same_rows)
+        if sv is not None:
+            slo = shi = None
+            if None not in same_lows and agg.func in ("min", "max", "median", "mean", "geomean"):
+                a, b = barlang.evaluate_aggregate(agg, same_lows), barlang.evaluate_aggregate(agg, same_highs)
+                if a is not None and b is not None:
+                    slo, shi = min(a, b, sv), max(a, b, sv)
+            same = (sv, slo, shi)
     return Headline(view.line, " ".join(expr.split()), agg.metric, value, low, high, verdict is not None, commit,
-                    str(newest.time) if newest is not None and newest.time else None, device, protocols)
+                    str(newest.time) if newest is not None and newest.time else None, device, protocols, same)
 
 
-def compare_step(earlier: Headline, later: Headline) -> tuple[str, float | None, str, tuple[str, ...]]:
-    """(mark, relative change (> 0 better), why, caveats) of ``later`` against the line it amends."""
+def figure(h: Headline, value: float | None, protocol: str | None = None) -> str:
+    """``flash-h200 (interleaved): 561.0 TFLOP/s``: a line's figure in its metric's format."""
+    spec = metric_table.BY_NAME.get(h.metric or "")
+    fmt = ".4f" if h.metric == "speedup" else (spec.fmt if spec is not None else ".4g")
+    shown = "—" if value is None else format(value, "#.4g" if fmt == ".4g" else fmt)  # 561.0, not 561
+    unit = "" if h.unit in ("", "fraction") else (h.unit if h.unit == "×" else f" {h.unit}")
+    how = protocol or (" and ".join(h.protocols) if h.protocols else None)
+    return f"{h.line}{f' ({how})' if how else ''}: {shown}{unit}"
+
+
+def _judge(earlier_line: str, change: float, intervals: bool, apart: bool) -> tuple[str, str]:
+    """(mark, why) of a relative change (> 0 better) by the module's rule."""
+    pct = f"{abs(change):.1%}"
+    if change < -REGRESSION_MIN and apart:
+        return REGRESSION, f"{pct} worse than {earlier_line}" + (
+            ", outside both intervals" if intervals else " (no interval: the threshold alone)")
+    if change > REGRESSION_MIN and apart:
+        return IMPROVED, f"{pct} better than {earlier_line}" + (
+            ", outside both intervals" if intervals else " (no interval: the threshold alone)")
+    return WITHIN_NOISE, (f"{pct} {'worse' if change < 0 else 'better'} than {earlier_line}: "
+                          + (f"within {REGRESSION_MIN:.0%}" if abs(change) <= REGRESSION_MIN else
+                             "the intervals overlap"))
+
+
+def compare_step(earlier: Headline, later: Headline) -> tuple[str, float | None, str, tuple[str, ...], str | None]:
+    """(mark, relative change (> 0 better), why, caveats, basis) of ``later`` against the line it
+    amends; ``basis``: the protocol both figures were restated in to compare them (None: the
+    primaries as they are, or no comparison)."""
     caveats = []
     if earlier.device and later.device and earlier.device != later.device:
         caveats.append(f"measured on {later.device}, {earlier.line} on {earlier.device}")
-    if earlier.protocols and later.protocols and earlier.protocols != later.protocols:
-        caveats.append(f"timed by the {' and '.join(later.protocols)} protocol, {earlier.line} by the "
-                       f"{' and '.join(earlier.protocols)}")
     caveats = tuple(caveats)
     if later.expr is None or earlier.expr is None:
-        return NOT_COMPARED, None, "no primary figure registered", caveats
+        return NOT_COMPARED, None, "no primary figure registered", caveats, None
+    if later.value is not None and earlier.value is not None and later.metric != earlier.metric:
+        return NOT_COMPARABLE, None, (f"not comparable: metric changed ({figure(earlier, earlier.value)}; "
+                                      f"{figure(later, later.value)})"), caveats, None
     if later.expr != earlier.expr:
-        return NOT_COMPARED, None, f"its primary differs from {earlier.line}'s: not the same figure", caveats
+        return NOT_COMPARED, None, f"its primary differs from {earlier.line}'s: not the same figure", caveats, None
     if later.value is None or earlier.value is None:
-        return NOT_COMPARED, None, "no value yet" if later.value is None else f"{earlier.line} has no value", caveats
+        return (NOT_COMPARED, None, "no value yet" if later.value is None else f"{earlier.line} has no value",
+                caveats, None)
     better = later.higher_is_better
     if better is None:
-        return NOT_COMPARED, None, f"{later.metric} has no better direction", caveats
-    if earlier.value == 0:
-        return NOT_COMPARED, None, f"{earlier.line}'s figure is 0: no relative change", caveats
+        return NOT_COMPARED, None, f"{later.metric} has no better direction", caveats, None
+    e, l, basis, prefix = (earlier.value, earlier.low, earlier.high), (later.value, later.low, later.high), None, ""
+    if earlier.protocols and later.protocols and earlier.protocols != later.protocols:
+        changed = (f"protocol changed ({figure(earlier, earlier.value)}; {figure(later, later.value)})")
+        if earlier.same is None or later.same is None:
+            return NOT_COMPARABLE, None, f"not comparable: {changed}", caveats, None
+        e, l, basis = earlier.same, later.same, SAME_BASIS
+        prefix = (f"same protocol ({SAME_BASIS} medians of both lines): {figure(earlier, e[0], basis)} against "
+                  f"{figure(later, l[0], basis)} — ")
+        caveats += (f"the primaries are not comparable: {changed}",)
+    if e[0] == 0:
+        return NOT_COMPARED, None, f"{earlier.line}'s figure is 0: no relative change", caveats, basis
     sign = 1 if better else -1
-    change = sign * (later.value - earlier.value) / abs(earlier.value)
-    intervals = None not in (earlier.low, earlier.high, later.low, later.high)
-    apart = not intervals or later.high < earlier.low or later.low > earlier.high
-    pct = f"{abs(change):.1%}"
-    if change < -REGRESSION_MIN and apart:
-        why = f"{pct} worse than {earlier.line}" + (", outside both intervals" if intervals else
-                                                    " (no interval: the threshold alone)")
-        return REGRESSION, change, why, caveats
-    if change > REGRESSION_MIN and apart:
-        why = f"{pct} better than {earlier.line}" + (", outside both intervals" if intervals else
-                                                     " (no interval: the threshold alone)")
-        return IMPROVED, change, why, caveats
-    why = (f"{pct} {'worse' if change < 0 else 'better'} than {earlier.line}: "
-           + (f"within {REGRESSION_MIN:.0%}" if abs(change) <= REGRESSION_MIN else "the intervals overlap"))
-    return WITHIN_NOISE, change, why, caveats
+    change = sign * (l[0] - e[0]) / abs(e[0])
+    intervals = None not in (*e, *l)
+    apart = not intervals or l[2] < e[1] or l[1] > e[2]
+    mark, why = _judge(earlier.line, change, intervals, apart)
+    return mark, change, prefix + why, caveats, basis
 
 
 def chain(tree: list[tuple[int, str]], heads: dict[str, Headline], amends: dict[str, str | None]) -> Chain:
@@ -283,8 +389,8 @@ def chain(tree: list[tuple[int, str]], heads: dict[str, Headline], amends: dict[
             why = "the chain's first line" if not depth else f"{parent}'s ledger is not here"
             steps.append(Step(depth, h, parent, FIRST if not depth else NOT_COMPARED, None, why))
             continue
-        mark, change, why, caveats = compare_step(heads[parent], h)
-        steps.append(Step(depth, h, parent, mark, change, why, caveats))
+        mark, change, why, caveats, basis = compare_step(heads[parent], h)
+        steps.append(Step(depth, h, parent, mark, change, why, caveats, basis))
     return Chain(tree[0][1], tuple(steps))
 
 

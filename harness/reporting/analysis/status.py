@@ -14,6 +14,8 @@ from harness.reporting.analysis.lines import LineView, device_label, line_paths
 from harness.ledger.format import read_rows
 from harness.ledger.verify import verify
 from harness.reporting.analysis.history import index, line_history
+from harness.vocab.outcomes import Remeasure, remeasures, resweeps
+from harness.reporting.analysis.verify_cache import cached_verify, read_extra, write_extra
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,11 @@ def line_status(path: Path, idx=None) -> LineStatus:
 
 def checked_line(path: Path, idx=None):
     """(status, lines.LineView or None where the chain fails verification): the ledger is
-    verified once (the view is what ``lines.load_path`` would give)."""
+    verified once, or its clean result read from the verification cache (analysis/verify_cache.py)
+    where nothing it was checked against changed (the view is what ``lines.load_path`` would give)."""
     from dataclasses import replace
 
-    res = verify(path)
+    res = cached_verify(path)  # verified in full unless nothing it was checked against changed
     view = LineView(Path(path).stem, Path(path), tuple(read_rows(path)), None) if res.ok else None
     hist = line_history(idx, Path(path).stem, view.rows if view else ()) if idx is not None else None
     short = tuple(hist.short()) if hist else ()
@@ -107,9 +110,53 @@ def gone_status(idx, line: str) -> LineStatus:
                       history=(*was, f"{g.rel} {g.why}", *hist.short()), details=tuple(hist.notes()))
 
 
+# The name `bench status` stores a line's state under, beside its clean verification
+# (analysis/verify_cache.py): what the line's rows alone give, by this code.
+STATUS_EXTRA = "status"
+# LineStatus fields that come from the rows alone (the history comes from every ledger and git).
+ROW_FIELDS = ("line", "state", "commit", "device", "n_done", "n_pairs", "outcome", "note", "replication",
+              "replication_data")
+
+
+def _from_cache(path: Path, idx) -> LineStatus | None:
+    """A line's status from what an earlier `bench status` stored for its ledger as it is now
+    (None: nothing stored, anything changed, or unreadable); its history is made fresh."""
+
+    got = read_extra(path, STATUS_EXTRA)
+    try:
+        fields = {k: got["fields"][k] for k in ROW_FIELDS}
+        if fields["line"] != Path(path).stem:
+            return None
+        measured = (tuple(Remeasure.from_row(m) for m in got["remeasured"]), int(got["resweeps"]))
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return None
+    hist = line_history(idx, Path(path).stem, measured=measured)
+    return LineStatus(**fields, history=tuple(hist.short()), details=tuple(hist.notes()))
+
+
+def _store(path: Path, status: LineStatus, view) -> None:
+
+    write_extra(path, STATUS_EXTRA, {"fields": {k: getattr(status, k) for k in ROW_FIELDS},
+                                     "remeasured": [m.as_row() for m in remeasures(view.rows)],
+                                     "resweeps": resweeps(view.rows)})
+
+
+def cached_status(path: Path, idx) -> LineStatus:
+    """``line_status(path, idx)``, its row-derived part from the cache where the ledger, git and
+    the code are as they were when it was stored (analysis/verify_cache.py); else checked in full
+    and stored for the next `bench status`."""
+    hit = _from_cache(path, idx)
+    if hit is not None:
+        return hit
+    status, view = checked_line(path, idx)
+    if view is not None:
+        _store(path, status, view)
+    return status
+
+
 def statuses(root: Path) -> list[LineStatus]:
     """Every line, present or GONE, by name."""
     idx = index(root)
-    out = [line_status(p, idx) for p in line_paths(root)]
+    out = [cached_status(p, idx) for p in line_paths(root)]
     out += [gone_status(idx, line) for line in idx.gone]
     return sorted(out, key=lambda s: s.line)

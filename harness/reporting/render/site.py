@@ -18,15 +18,18 @@ import re
 from pathlib import Path
 
 from harness.vocab import metrics as metric_table
-from harness.reporting.analysis.site import FIRST, IMPROVED, NOT_COMPARED, REGRESSION, RULE, Chain, Headline, Site
+from harness.reporting.analysis.site import (COMPARED, FIRST, IMPROVED, NOT_COMPARABLE, NOT_COMPARED, REGRESSION,
+                                              RULE, Chain, Headline, Site, Step)
 from harness.reporting.render.console import console
-from harness.reporting.render.plots import empty, figure, png
 from harness.reporting.render.report import jinja_env as report_env, template as report_template, write as write_report
+from harness.reporting.render.plots import FIG_SIZE, empty, figure, png
 
 INDEX = "index.html"
 LINES_DIR = "lines"
 CHAINS_DIR = "chains"
-MARK_COLORS = {REGRESSION: "#cf222e", IMPROVED: "#1a7f37", FIRST: "#1f77b4", NOT_COMPARED: "#8c959f"}
+MARK_COLORS = {REGRESSION: "#cf222e", IMPROVED: "#1a7f37", FIRST: "#1f77b4", NOT_COMPARED: "#8c959f",
+               NOT_COMPARABLE: "#8c959f"}
+CHAIN_PANEL_HEIGHT = 2.6  # inches per panel of the chain plot (one per metric and protocol)
 WITHIN_COLOR = "#57606a"
 # A speedup's interval is often within 0.1% of 1: four decimals keep its bounds apart.
 SPEEDUP_FORMAT = ".4f"
@@ -59,33 +62,90 @@ def figure_text(h: Headline | None) -> str:
     return f"{fmt_value(h, h.value)}{unit}{interval}"
 
 
+def _axis(metric: str | None, protocols) -> tuple:
+    """The axis a figure is drawn on: its metric and the protocols it was timed by."""
+    return metric, tuple(protocols)
+
+
+def chain_points(c: Chain) -> dict[tuple, list[tuple[int, Step, float, float | None, float | None, bool]]]:
+    """The chain plot's points, one axis (panel) per (metric, protocols): each line's primary on
+    its own axis, and where a step was compared on a same-protocol basis (``Step.basis``), both
+    lines' restated figures on that basis's axis (``restated`` True where it is not the primary).
+    Points of another metric or protocol never share an axis."""
+    axes: dict[tuple, list] = {}
+    where = {s.headline.line: i for i, s in enumerate(c.steps)}
+    by_line = {s.headline.line: s for s in c.steps}
+    for i, s in enumerate(c.steps):
+        h = s.headline
+        if h.value is not None:
+            axes.setdefault(_axis(h.metric, h.protocols), []).append((i, s, h.value, h.low, h.high, False))
+    for s in c.steps:
+        if s.basis is None or s.parent not in by_line:
+            continue
+        key = _axis(s.headline.metric, (s.basis,))
+        for line in (s.parent, s.headline.line):
+            h = by_line[line].headline
+            if h.same is None or any(p[1].headline.line == line for p in axes.get(key, ())):
+                continue
+            axes.setdefault(key, []).append((where[line], by_line[line], *h.same, True))
+    return axes
+
+
+def chain_joins(c: Chain, points: dict) -> list[tuple[tuple, str, str]]:
+    """(axis, parent, line) for each compared step: joined on the axis it was compared on only."""
+    out = []
+    for s in c.steps:
+        if s.mark not in COMPARED or s.parent is None:
+            continue
+        key = _axis(s.headline.metric, (s.basis,) if s.basis else s.headline.protocols)
+        on = {p[1].headline.line for p in points.get(key, ())}
+        if s.parent in on and s.headline.line in on:
+            out.append((key, s.parent, s.headline.line))
+    return out
+
+
 def chain_plot(c: Chain) -> bytes:
-    """The headline figure per line of a chain, in order, with its interval; each point
-    coloured by its mark against the line it amends."""
-    fig, ax = figure()
-    points = [(i, s) for i, s in enumerate(c.steps) if s.headline.value is not None]
+    """The headline figure per line of a chain, in order, with its interval, one panel per
+    metric and protocol; each point coloured by its mark against the line it amends, and joined
+    to it only where the two were compared on that panel's terms."""
+
+    points = chain_points(c)
     if not points:
+        fig, ax = figure()
         empty(ax, "no line of this chain has a headline figure yet")
         return png(fig)
-    for i, s in points:
-        h = s.headline
-        color = MARK_COLORS.get(s.mark, WITHIN_COLOR)
-        err = [[h.value - h.low], [h.high - h.value]] if h.low is not None else None
-        ax.errorbar([i], [h.value], yerr=err, fmt="o", color=color, capsize=4, markersize=7)
-        ax.annotate(s.mark if s.mark != FIRST else "", (i, h.value), textcoords="offset points", xytext=(8, 6),
-                    fontsize=9, color=color)
-    # Each line joined to the line it amends (a chain amended twice is a tree, not a sequence).
-    at = {s.headline.line: (i, s.headline.value) for i, s in points}
-    for i, s in points:
-        if s.parent in at:
-            (x0, y0), y1 = at[s.parent], s.headline.value
-            ax.plot([x0, i], [y0, y1], color="#8c959f", lw=1, zorder=0)
-    ax.set_xticks(range(len(c.steps)))
-    ax.set_xticklabels([f"{s.headline.line}\n{(s.headline.measured or '—')[:10]}" for s in c.steps], fontsize=9)
-    ax.set_xlim(-0.5, len(c.steps) - 0.5)
-    first = c.steps[0].headline
-    ax.set_ylabel(first.metric + (f" ({first.unit})" if first.unit else "") if first.metric else "headline")
-    ax.set_title(f"{c.root}: headline figure per line", fontsize=11)
+    import matplotlib.pyplot as plt
+
+    keys = list(points)
+    fig, axs = plt.subplots(len(keys), 1, figsize=(FIG_SIZE[0], CHAIN_PANEL_HEIGHT * len(keys) + 0.6),
+                            dpi=100, squeeze=False)
+    joins = chain_joins(c, points)
+    for ax, key in zip(axs[:, 0], keys):
+        ax.grid(True, alpha=0.3)
+        metric, protocols = key
+        at = {}
+        for i, s, v, lo, hi, restated in points[key]:
+            own = (s.basis is None and not restated) or (s.basis is not None and restated)
+            color = MARK_COLORS.get(s.mark, WITHIN_COLOR) if own else MARK_COLORS[NOT_COMPARED]
+            err = [[v - lo], [hi - v]] if lo is not None and hi is not None else None
+            ax.errorbar([i], [v], yerr=err, fmt="o", color=color, capsize=4, markersize=7,
+                        markerfacecolor="white" if restated else color)
+            label = (s.mark if own and s.mark != FIRST else "") + (" (restated)" if restated else "")
+            if not own:  # its step was compared on another axis (the same-protocol figures)
+                label = "primary: not comparable"
+            ax.annotate(label.strip(), (i, v), textcoords="offset points", xytext=(8, 6), fontsize=9, color=color)
+            at[s.headline.line] = (i, v)
+        for k, parent, line in joins:
+            if k == key:
+                (x0, y0), (x1, y1) = at[parent], at[line]
+                ax.plot([x0, x1], [y0, y1], color="#8c959f", lw=1, zorder=0)
+        ax.set_xticks(range(len(c.steps)))
+        ax.set_xticklabels([f"{s.headline.line}\n{(s.headline.measured or '—')[:10]}" for s in c.steps], fontsize=9)
+        ax.set_xlim(-0.5, len(c.steps) - 0.5)
+        unit = metric_table.BY_NAME[metric].unit if metric in metric_table.BY_NAME else ""
+        ax.set_ylabel((metric or "headline") + (f" ({unit})" if unit else ""))
+        ax.set_title(f"{metric or 'headline'}, {' and '.join(protocols) or 'no protocol'}", fontsize=10)
+    fig.suptitle(f"{c.root}: headline figure per line (one panel per metric and protocol)", fontsize=11)
     return png(fig)
 
 
