@@ -253,11 +253,14 @@ def line_history(idx: Index, line: str, rows=None, measured: tuple | None = None
                        remeasured=remeasures(rows), resweeps=resweeps(rows), gone=gone)
 
 
-def follow(idx: Index, line: str) -> tuple[str, tuple[str, ...]]:
+def follow(idx: Index, line: str, stop: frozenset = frozenset()) -> tuple[str, tuple[str, ...]]:
     """The newest line of ``line``'s amendment chain whose ledger is here, and the lines
-    passed on the way (``line`` first). A line amended by two lines has no newest one: refused."""
+    passed on the way (``line`` first); it goes no further than a line of ``stop`` (compare's
+    other side). A line amended by two lines has no newest one: refused."""
     path = [line]
     while True:
+        if len(path) > 1 and path[-1] in stop:
+            return path[-1], tuple(path)
         nxt = [a for a in idx.amended_by(path[-1]) if a not in idx.gone and a not in path]
         if not nxt:
             return path[-1], tuple(path)
@@ -265,6 +268,17 @@ def follow(idx: Index, line: str) -> tuple[str, tuple[str, ...]]:
             raise UserError(f"line '{path[-1]}' is amended by {len(nxt)} lines ({', '.join(nxt)}): no one line is "
                             f"the newest — name the one to use, or pass --exact to use '{line}' as named")
         path.append(nxt[0])
+
+
+def _descends(idx: Index, older: str, newer: str) -> bool:
+    """Whether ``newer`` amends ``older``, directly or through other lines."""
+    seen, at = set(), newer
+    while at is not None and at not in seen:
+        seen.add(at)
+        at = idx.amends(at)
+        if at == older:
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -283,10 +297,14 @@ def resolve(root: Path, specs: list[str], *, exact: bool, one_side_each: bool = 
     each used line's history (amended, re-opened, re-measured)."""
     idx = index(root)
     named = [split_spec(s) for s in specs]
-    followed = [(line, (line,)) if exact or commit or line not in idx.first else follow(idx, line)
-                for line, commit in named]
+    # Compare's sides: one side's chain is followed no further than the other named side, so
+    # comparing a line with its amendment never depends on what amends that one.
+    sides = frozenset(line for line, _ in named) if one_side_each else frozenset()
+    on_one_chain = one_side_each and any(_descends(idx, a, b) for a in sides for b in sides if a != b)
+    followed = [(line, (line,)) if exact or commit or on_one_chain or line not in idx.first else
+                follow(idx, line, sides - {line}) for line, commit in named]
     notes: list[str] = []
-    if one_side_each and len({to for to, _ in followed}) < len({line for line, _ in named}):
+    if on_one_chain or (one_side_each and len({to for to, _ in followed}) < len({line for line, _ in named})):
         notes.append(f"{' and '.join(line for line, _ in named)} are one amendment chain: compared as named")
         followed = [(line, (line,)) for line, _ in named]
     out: list[str] = []
