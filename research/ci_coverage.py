@@ -14,9 +14,9 @@ runs, the controls or the floor set it; with three or more, the replicates of th
 being predicted. ``τ implied`` is the between-run deviation the two runs' own replicates show:
 the value an honest τ should reach. Figures are ledger rows' only.
 
-A run is the rows of one code commit on one card (``governance/nextrun.run_key``: the GPU's
-UUID, else the host name — rows before issue 48 carry no UUID, so two such hosts of one name
-at one commit read as one run). A run given twice (two clones of one repository both holding
+A run is the rows of one code commit on one device instance (``governance/nextrun.run_key``:
+the host and the GPU's UUID or serial — rows before issue 48 carry neither, so two such hosts
+of one name at one commit read as one run). A run given twice (two clones of one repository both holding
 the shipped run) counts once.
 
     python3 -m research.ci_coverage A/ledger/LINE.jsonl B/ledger/LINE.jsonl [--pairs] [--json OUT.json]
@@ -159,7 +159,7 @@ def report(found: list[tuple], results: list, *, show_pairs: bool) -> list[str]:
 
 def as_json(found: list[tuple], results: list) -> dict:
     index = {id(r): i + 1 for i, (r, _) in enumerate(found)}
-    return {"runs": [{"index": index[id(r)], "label": r.label, "ledger": str(p), "commit": r.key[0], "card": r.key[1],
+    return {"runs": [{"index": index[id(r)], "label": r.label, "ledger": str(p), "commit": r.key[0], "card": r.key[1][1] or r.key[1][0],
                       "results": len(r.results), "counted": len(r.counted())} for r, p in found],
             "pairs": [{"first": index[id(a)], "second": index[id(b)], "same_card": _same_card(a, b), "n": c.n, "in_ci": c.in_ci,
                        "ci_levels": list(c.ci_levels), "in_next": c.in_next, "next_level": c.between.level,

@@ -228,7 +228,8 @@ def test_runs_in_one_ledger_split_by_commit_and_card(two_cards):
     rows = read_rows(two_cards[0]) + read_rows(two_cards[1])[1:]
     found = nr.runs(rows, "cov")
     n = len(LEDGER_CONFIGS)
-    assert [r.key[1] for r in found] == ["card-a", "card-b"] and all(len(r.counted()) == n for r in found)
+    # A run is one device instance (devices.instance_key: host, card); these are two CPU hosts.
+    assert [r.key[1] for r in found] == [("card-a", None), ("card-b", None)] and all(len(r.counted()) == n for r in found)
     assert len(nr.replicate_pairs(found)) == n >= model.MIN_REPLICATE_PAIRS
     # The bar reads τ from the replicates and widens each speedup by it.
     between = nr.bar_between_run("min(speedup_next_low) >= 1.5", None, rows, found[0].outcomes)

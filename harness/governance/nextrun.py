@@ -4,7 +4,7 @@
 rows (docs/measurement.md, "The next run's speedup"):
 
 - a **run** is the result rows of one sweep on one card: rows sharing the code commit and the
-  card (``env.gpu_uuid``, else ``env.host``) and device model (``run_key``), each pair's latest
+  device instance (host and card: ``devices.instance_key``) and device model (``run_key``), each pair's latest
   outcome among them (``runs``);
 - a **replicate** is a pair (config, candidate, baseline) with a result in two runs, both
   counted by the bar (neither rig-noisy nor impossible), the same kernel sources where both rows
@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, NamedTuple
 
-from harness.vocab.devices import model
+from harness.vocab.devices import instance_key, model
 from harness.vocab.outcomes import RESULT, latest_outcomes
 from harness.jsonsafe import number
 from harness.measurement.nextrun import (MIN_REPLICATE_PAIRS, NEXT_RUN_LEVEL, NEXT_RUN_TAU_FLOOR, BetweenRun,
@@ -81,11 +81,11 @@ def counted(row) -> bool:
 
 
 def run_key(row) -> tuple:
-    """(commit, card, device, GPU model): where one run of a line measured a row. The card is
-    ``env.gpu_uuid`` (rows since issue 48), else ``env.host``."""
+    """(commit, device instance, device, GPU model): where one run of a line measured a row.
+    The instance is ``devices.instance_key``'s (host and card), as replication tells them apart."""
     env = row.env or {}
     device, gpu = model(env)
-    return row.commit, env.get("gpu_uuid") or env.get("host"), device, gpu
+    return row.commit, instance_key(env), device, gpu
 
 
 @dataclass(frozen=True)
@@ -118,8 +118,8 @@ def runs(rows: Iterable, name: str = "") -> list[Run]:
         outcomes = latest_outcomes(rs)
         if not any(r.kind == RESULT for r in outcomes.values()):
             continue
-        commit, card = key[0], key[1]
-        label = f"{name + '@' if name else ''}{(commit or '?')[:8]} on {str(card or '?')[:18]}"
+        commit, (host, card) = key[0], key[1]
+        label = f"{name + '@' if name else ''}{(commit or '?')[:8]} on {str(card or host or '?')[:18]}"
         out.append(Run(label, key, outcomes))
     return out
 
