@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from harness.cli.sweep import EXIT_NOTHING_USABLE
+
 from harness.errors import UserError
 from harness.ledger.store import Ledger, anchor
 from harness.vocab.outcomes import CEILINGS, OUTCOME_KINDS
@@ -273,7 +275,7 @@ def test_issue_47_a_forged_ceilings_row_committed_by_hand_is_refuted_by_the_rate
     git(root, "commit", "-qm", "ceilings (edited)")
     (ceil,) = read_rows(root / "ledger" / f"{CEILINGS_LEDGER}.jsonl")
     s = run_bench(root, "sweep", "fr")
-    assert s.returncode == 0, s.stdout + s.stderr
+    assert s.returncode == EXIT_NOTHING_USABLE, s.stdout + s.stderr  # every baseline refused: nothing usable
     outcomes = [r for r in read_rows(root / "ledger" / "fr.jsonl") if r.kind in OUTCOME_KINDS]
     assert len(outcomes) == 2
     for r in outcomes:
