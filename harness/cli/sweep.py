@@ -96,5 +96,5 @@ def sweep(line: str = typer.Argument(..., autocompletion=complete_line, help="li
         none = nothing_usable(rows, include_noisy=ln.reg.include_noisy,
                               max_waited=ln.reg.timing.max_drop_fraction, line=ln.reg.line)
         if none is not None:
-            render_nothing_usable(none.reason)
+            render_nothing_usable(none)
             raise typer.Exit(EXIT_NOTHING_USABLE)

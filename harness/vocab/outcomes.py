@@ -94,13 +94,16 @@ def remeasurable(row, *, include_noisy: bool) -> bool:
     return unusable(row, include_noisy=include_noisy) or row.kind == CRASHED or row.is_baseline
 
 
+RIG_NOISY_STATE, IMPOSSIBLE_STATE = "rig-noisy", "impossible"
+
+
 def state_of(row) -> str:
     """An outcome row's state in one word, as the verdict sees it: its kind, or 'rig-noisy' /
     'impossible' for a result flagged so."""
     if row.kind == RESULT and row.impossible:
-        return "impossible"
+        return IMPOSSIBLE_STATE
     if row.kind == RESULT and row.rig_noisy:
-        return "rig-noisy"
+        return RIG_NOISY_STATE
     return row.kind
 
 

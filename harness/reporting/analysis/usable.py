@@ -10,20 +10,8 @@ pair's state and reason, and for host-timed rows the rounds whose call waited on
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
-from harness.vocab.outcomes import SKIPPED, THROTTLED, decided, state_of
-
-
-@dataclass(frozen=True)
-class Unusable:
-    """Why no pair of a sweep is usable: ``reason`` (one line), the configs and pairs counted,
-    and the run-queue share of the timed rounds (None: no host-timed rounds recorded)."""
-
-    reason: str
-    configs: int
-    pairs: int
-    waited_share: float | None
+from harness.vocab.outcomes import RIG_NOISY_STATE, SKIPPED, THROTTLED, decided, state_of
 
 
 def _timing(row) -> dict:
@@ -44,34 +32,31 @@ def waited_share(rows) -> float | None:
     return waited / rounds if rounds else None
 
 
-def nothing_usable(rows, *, include_noisy: bool, max_waited: float, line: str) -> Unusable | None:
+def nothing_usable(rows, *, include_noisy: bool, max_waited: float, line: str) -> str | None:
     """None when some pair of ``rows`` (a sweep's current outcomes) is one the bar decides on
-    (a result it counts, or a failure of the kernel); else why none is. ``max_waited``: the
+    (a result it counts, or a failure of the kernel); else why none is, in one line. ``max_waited``: the
     share of rounds dropped for a run queue past which the host is named the reason (the
     registration's ``[timing] max_drop_fraction``, the bar rig-noise uses)."""
     pairs = [r for r in rows if not r.is_baseline]
     if not pairs or any(decided(r, include_noisy=include_noisy) for r in pairs):
         return None
-    configs = {r.config_key for r in rows}
-    n = len(configs)
+    n = len({r.config_key for r in rows})
     share = waited_share(rows)
     timing_cut = [r for r in pairs if r.kind in (SKIPPED, THROTTLED) and _timing(r)]
     lead = f"{n} of {n} config{'s' if n != 1 else ''}"
     if share is not None and share > max_waited and timing_cut:
-        why = (f"{lead} could not be timed: the host's run queue held other work in {share:.0%} of rounds "
-               f"(rounds dropped above {max_waited:.0%} make a loaded host); run again on a quieter host, or "
-               f"raise [timing] timeout_s")
-        return Unusable(why, n, len(pairs), share)
+        return (f"{lead} could not be timed: the host's run queue held other work in {share:.0%} of rounds "
+                f"(rounds dropped above {max_waited:.0%} make a loaded host); run again on a quieter host, or "
+                f"raise [timing] timeout_s")
     states = Counter(state_of(r) for r in pairs)
     counted = ", ".join(f"{k}: {v}" for k, v in states.most_common())
     top = states.most_common(1)[0][0]
     example = next((r.reason for r in pairs if state_of(r) == top and r.reason), None)
-    hint = (f"; measure them again: bench sweep {line} --remeasure" if top in (SKIPPED, THROTTLED, "rig-noisy")
+    hint = (f"; measure them again: bench sweep {line} --remeasure" if top in (SKIPPED, THROTTLED, RIG_NOISY_STATE)
             else "")
-    why = (f"{lead} gave no number the verdict can use ({counted})"
-           + (f": {example.splitlines()[0]}" if example else "")
-           + (f"; the host's run queue held other work in {share:.0%} of rounds" if share else "") + hint)
-    return Unusable(why, n, len(pairs), share)
+    return (f"{lead} gave no number the verdict can use ({counted})"
+            + (f": {example.splitlines()[0]}" if example else "")
+            + (f"; the host's run queue held other work in {share:.0%} of rounds" if share else "") + hint)
 
 
-__all__ = ["Unusable", "nothing_usable", "waited_share"]
+__all__ = ["nothing_usable", "waited_share"]
