@@ -137,10 +137,12 @@ HOST_WINDOW_SLACK_MS = 5e-3
 # was synchronized and the device drained) and fires a launch later (µs); the host reads the
 # clock after the end event's synchronize has returned, which releases the GIL and must win it
 # back from the clock monitor's thread: a device synchronize that did so read 100-340 µs on
-# the H200 with the monitor polling, 26 µs without it (leftover.drain_s). 1 ms is three times
-# the longest of those: the check catches a window read short by more than that (a quarter read
-# of a window over 1.4 ms), and the identity checks catch the replaced functions themselves.
-# research/clock_gap_probe.py measures the honest gaps on a GPU.
+# the H200 with the monitor polling, 26 µs without it (leftover.drain_s). Measured by
+# research/clock_gap_probe.py over about 5,000 honest windows on an H100 (cold, hot, graph and
+# sustained, the monitor polling): at most 0.15 ms short, never long (docs/benchmarks-log.md).
+# 1 ms is three times the H200's longest wake-up and six times the H100's longest gap: the check
+# catches a window read short by more than that (a quarter read of a window over 1.4 ms), and
+# the identity checks catch the replaced functions themselves.
 GPU_WINDOW_SLACK_MS = 1.0
 # Thread CPU time over a window cannot exceed the window's wall time, but the CPU reads bracket
 # the wall reads (the independent clock's and perf_counter's, and part of each thread_time
