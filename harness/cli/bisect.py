@@ -18,7 +18,10 @@ def bisect(line: str = typer.Argument(..., autocompletion=complete_line, help="l
                                                              "(default 3)"),
            threshold: float = typer.Option(None, "--threshold", help="the relative slowdown that counts as a "
                                                                      "regression (default 0.05)"),
-           no_commit: bool = typer.Option(False, "--no-commit", help="leave the probe rows uncommitted")):
+           no_commit: bool = typer.Option(False, "--no-commit", help="leave the probe rows uncommitted"),
+           format: str = typer.Option("table", "--format", help="table | json (how it ended and every commit "
+                                                                "measured, one document on stdout; each probe's "
+                                                                "line goes to stderr)")):
     """Find the first commit at which the candidate's speedup over the baseline at CONFIG dropped.
 
     Each probed commit runs in a worktree of its own, with its own code: the float64 gate, then
@@ -39,8 +42,10 @@ def bisect(line: str = typer.Argument(..., autocompletion=complete_line, help="l
     """
     from harness.governance import bisect as rule
     from harness.commands.bisect import bisect as do_bisect
-    from harness.reporting.render.bisect import render_bisect, render_probe
+    from harness.reporting.render.bisect import emit_bisect, render_bisect, render_probe, render_probe_note
+    from harness.reporting.render.formats import check_format
 
+    check_format(format, ("table", "json"))
     if device not in ("auto", "cpu", "cuda"):
         from harness.errors import UserError
 
@@ -48,8 +53,11 @@ def bisect(line: str = typer.Argument(..., autocompletion=complete_line, help="l
     res = do_bisect(line, config, good, bad, candidate=candidate, device=device,
                     budget=rule.DEFAULT_BUDGET if budget is None else budget,
                     threshold=rule.DEFAULT_THRESHOLD if threshold is None else threshold,
-                    commit=not no_commit, on_probe=render_probe)
-    render_bisect(res)
+                    commit=not no_commit, on_probe=render_probe if format == "table" else render_probe_note)
+    if format == "json":
+        emit_bisect(res)
+    else:
+        render_bisect(res)
     if res.signal is not None:  # stopped by Ctrl-C or SIGTERM: end as the signal would, with the line that re-runs it
         from harness.cli import interrupted_by
 

@@ -49,7 +49,11 @@ def _one(line: str) -> Path:
 @ledger_app.command("verify")
 def verify(line: Optional[str] = typer.Argument(None, autocompletion=complete_line, help="line id or registrations/NAME.toml (default: every ledger)"),
            strict: bool = typer.Option(False, "--strict",
-                                       help="an error (exit 2) where a shallow clone lacks history a check needs")):
+                                       help="an error (exit 2) where a shallow clone lacks history a check needs"),
+           json: bool = typer.Option(False, "--json", help="the result as one JSON document on stdout (= --format "
+                                                           "json)"),
+           format: Optional[str] = typer.Option(None, "--format", help="table | json (one document: ok, each "
+                                                                       "ledger's record, the ledgers gone)")):
     """Re-check every hash chain and its committed history, and recompute each result row's
     statistics and metrics from its raw samples; name the first bad row (every result row
     whose figures disagree, with the field, stored and recomputed), and ledgers deleted from
@@ -61,19 +65,32 @@ def verify(line: Optional[str] = typer.Argument(None, autocompletion=complete_li
     """
     from harness.errors import UserError, plural
     from harness.ledger.verify import verify as do_verify
-    from harness.reporting.render.ledger import render_gone, render_verified
+    from harness.reporting.render.formats import check_format
+    from harness.reporting.render.ledger import emit_verified, render_gone, render_verified
 
+    if format is not None:
+        check_format(format, ("table", "json"))
+        if json and format != "json":
+            raise UserError(f"--format {format} and --json both given: pick one output format")
+    as_json = json or format == "json"
     paths, gone = _paths(line)
     bad = len(gone)
-    unchecked = []
+    unchecked, results = [], []
     for p in paths:
         res = do_verify(p)
-        render_verified(p.name, res)
+        if as_json:
+            results.append((p.name, res))  # one document at the end: stdout holds nothing else
+        else:
+            render_verified(p.name, res)
         bad += 0 if res.ok else 1
         unchecked += [p.name] if res.ok and res.unchecked else []
-    for rel, why in gone:
-        render_gone(rel, why)
-    if not bad and strict and unchecked:
+    if not as_json:
+        for rel, why in gone:
+            render_gone(rel, why)
+    refused = bool(not bad and strict and unchecked)
+    if as_json and not refused:
+        emit_verified(results, gone, strict)
+    if refused:
         raise UserError(f"--strict: {plural(len(unchecked), 'ledger')} could not be checked against history this "
                         f"shallow clone lacks ({', '.join(unchecked)}): fetch it (git fetch --unshallow) and run "
                         f"bench ledger verify --strict again")

@@ -11,6 +11,7 @@ FASTER/SLOWER calls among them at ``FDR_Q``). The change per config:
 - SAME: the ratio's CI lies inside ±``SAME_BAND`` (any difference is too small to matter);
 - FASTER / SLOWER: the adjusted p is below ``FDR_Q``, the CI lies wholly above / below 1, and
   the ratio itself is at least ``MIN_EFFECT`` from 1 (a significant 1.001× is not FASTER);
+  both are the defaults of `bench compare --q` and `--min-effect`;
 - UNCLEAR: anything else (too few samples, too much spread, or a change too small to name).
 
 Rows measured on different devices, under different numeric flags or a different timing
@@ -44,6 +45,9 @@ from harness.governance import nextrun
 FDR_Q = 0.01
 SAME_BAND = 0.02  # a ratio CI inside [1/(1+band), 1+band] is SAME
 MIN_EFFECT = SAME_BAND  # FASTER needs a ratio >= 1 + this, SLOWER <= 1 / (1 + this)
+# What `bench compare --min-effect` accepts: a change of 100% (2× faster or slower) is the
+# largest minimum that still leaves a ratio to call; above it nearly nothing could be named.
+MAX_MIN_EFFECT = 1.0
 DEFAULT_THRESHOLD = 0.05  # CI mode: a SLOWER config more than 5% slower fails the job
 MIN_SAMPLES = 5  # fewer raw samples in either run: UNCLEAR, no test
 FASTER, SLOWER, SAME, UNCLEAR = "FASTER", "SLOWER", "SAME", "UNCLEAR"
@@ -86,6 +90,8 @@ class Comparison:
     # Settings one side never recorded ("numerics num_threads: not recorded in A"): not a
     # difference, named so the reader knows the match could not be checked there.
     unrecorded: tuple[str, ...] = field(default=())
+    q: float = FDR_Q  # the false-discovery rate the changes were called at (`--q`)
+    min_effect: float = MIN_EFFECT  # the smallest change named FASTER/SLOWER (`--min-effect`)
 
     def counts(self) -> dict[str, int]:
         out = {FASTER: 0, SLOWER: 0, SAME: 0, UNCLEAR: 0}
@@ -94,10 +100,10 @@ class Comparison:
         return out
 
     def significance(self) -> dict[str, int]:
-        """Configs tested, significant at FDR_Q on their own p, and after the adjustment."""
+        """Configs tested, significant at ``q`` on their own p, and after the adjustment."""
         tested = [p for p in self.pairs if not math.isnan(p.p_value)]
-        return {"tests": len(tested), "raw": sum(p.p_value < FDR_Q for p in tested),
-                "adjusted": sum(p.p_adjusted < FDR_Q for p in tested)}
+        return {"tests": len(tested), "raw": sum(p.p_value < self.q for p in tested),
+                "adjusted": sum(p.p_adjusted < self.q for p in tested)}
 
     def regressions(self, threshold: float) -> list[PairComparison]:
         """SLOWER configs whose slowdown exceeds ``threshold`` (the CI mode's failures)."""
@@ -221,8 +227,22 @@ def _matched(a: LineView, b: LineView) -> tuple[list[tuple[dict, dict]], list[st
     return pairs, only_a, only_b
 
 
-def compare(a: LineView, b: LineView, *, allow_mixed: bool = False) -> Comparison:
-    """Config by config, B against A (see the module docstring)."""
+def check_thresholds(q: float, min_effect: float) -> None:
+    """Refuse a false-discovery rate or minimum effect that would call nothing or everything
+    (one line naming the fix, before anything is read)."""
+    if not (math.isfinite(q) and 0 < q < 1):
+        raise UserError(f"--q {q}: give the false-discovery rate as a number between 0 and 1 (exclusive), e.g. "
+                        f"{FDR_Q:g} (the default) or 0.05")
+    if not (math.isfinite(min_effect) and 0 <= min_effect <= MAX_MIN_EFFECT):
+        raise UserError(f"--min-effect {min_effect}: give the smallest change worth naming as a fraction from 0 to "
+                        f"{MAX_MIN_EFFECT:g}, e.g. {MIN_EFFECT:g} (the default) for 2%")
+
+
+def compare(a: LineView, b: LineView, *, allow_mixed: bool = False, q: float = FDR_Q,
+            min_effect: float = MIN_EFFECT) -> Comparison:
+    """Config by config, B against A (see the module docstring); ``q`` and ``min_effect``
+    replace ``FDR_Q`` and ``MIN_EFFECT`` (checked by ``check_thresholds``)."""
+    check_thresholds(q, min_effect)
     pairs, only_a, only_b = _matched(a, b)
     mixed, unrecorded = [], {}
     for ra, rb in pairs:
@@ -244,16 +264,18 @@ def compare(a: LineView, b: LineView, *, allow_mixed: bool = False) -> Compariso
     out = []
     for (ra, rb, sa, sb, sp, lo, hi, p), pa in zip(tests, adjusted):
         out.append(PairComparison(ra.config_key, ra.candidate, rb.candidate, float(np.median(sa)),
-                                  float(np.median(sb)), len(sa), len(sb), sp, lo, hi, p, classify(sp, lo, hi, pa),
+                                  float(np.median(sb)), len(sa), len(sb), sp, lo, hi, p,
+                                  classify(sp, lo, hi, pa, q=q, min_effect=min_effect),
                                   timed(ra, INTERLEAVED).sm_mhz, timed(rb, INTERLEAVED).sm_mhz, pa))
     return Comparison(_label(a), _label(b), tuple(out), tuple(only_a), tuple(only_b), tuple(mixed),
-                      tuple(unrecorded))
+                      tuple(unrecorded), q, min_effect)
 
 
-def against(root, ref: str, new: str | None, *, allow_mixed: bool = False) -> Comparison:
+def against(root, ref: str, new: str | None, *, allow_mixed: bool = False, q: float = FDR_Q,
+            min_effect: float = MIN_EFFECT) -> Comparison:
     """CI mode's comparison: ``new`` against ``ref``; without ``new``, the line ``ref`` at its
     latest measured commit against the commit measured before it (``against_views``)."""
-    return compare(*against_views(root, ref, new), allow_mixed=allow_mixed)
+    return compare(*against_views(root, ref, new), allow_mixed=allow_mixed, q=q, min_effect=min_effect)
 
 
 def against_views(root, ref: str, new: str | None) -> tuple[LineView, LineView]:

@@ -9,6 +9,7 @@ import sys
 from harness.jsonsafe import jsonable
 from harness.errors import plural
 from harness.governance.bisect import FIRST_BAD, INTERRUPTED, NO_REGRESSION
+from harness.reporting.render.formats import emit
 
 
 def emit_probe(answer: dict) -> None:
@@ -34,6 +35,36 @@ def render_bisect_start(res_line: str, config_key: str, candidate: str, baseline
 def render_probe(p) -> None:
     """One commit measured (its row written)."""
     print(f"  {p.role:<8} {_commit(p.commit, p.subject)} — {_figure(p)}: {p.decision} ({p.reason})", flush=True)
+
+
+def render_probe_note(p) -> None:
+    """``render_probe`` on stderr: beside `--format json`, stdout holds only the document."""
+    print(f"  {p.role:<8} {_commit(p.commit, p.subject)} — {_figure(p)}: {p.decision} ({p.reason})", flush=True,
+          file=sys.stderr)
+
+
+def _probe_record(p) -> dict | None:
+    if p is None:
+        return None
+    return {"commit": p.commit, "subject": p.subject, "role": p.role, "decision": p.decision, "reason": p.reason,
+            "estimate": None if p.estimate is None else p.estimate.as_dict()}
+
+
+def bisect_document(res) -> dict:
+    """`bench bisect --format json`: how it ended (``outcome``, its ``exit_code``), the first bad
+    commit and the last good one with their pooled speedups, every commit measured, and where
+    the rows are."""
+    return {"line": res.line, "config": res.config_key, "candidate": res.candidate, "baseline": res.baseline,
+            "good": res.good, "bad": res.bad, "commits": res.n_commits, "outcome": res.outcome, "why": res.why,
+            "exit_code": res.exit_code, "first_bad": _probe_record(res.first_bad),
+            "last_good": _probe_record(res.last_good), "between": list(res.between) if res.between else None,
+            "probes": [_probe_record(p) for p in res.probes], "skipped": [_probe_record(p) for p in res.skipped],
+            "ledger": res.ledger, "committed": res.committed}
+
+
+def emit_bisect(res) -> None:
+    """``bisect_document`` on stdout, strict JSON (NaN spelled "NaN")."""
+    emit("json", [], bisect_document(res))
 
 
 def render_bisect(res) -> None:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import math
 
-from harness.reporting.analysis.compare import (FASTER, FDR_Q, MIN_EFFECT, SAME, SAME_BAND, SLOWER, UNCLEAR,
-                                                Comparison)
+from harness.reporting.analysis.compare import FASTER, SAME, SAME_BAND, SLOWER, UNCLEAR, Comparison
 from harness.reporting.render.console import console
 from harness.reporting.render.console import table
 from harness.workloads.keys import shorten
-from harness.reporting.render.formats import emit, note
+from harness.reporting.render.formats import emit, emit_markdown, markdown, note
 
 CHANGE_STYLE = {FASTER: "green", SLOWER: "red", SAME: "cyan", UNCLEAR: "yellow"}
 
@@ -22,18 +21,27 @@ def _mhz(x: float | None) -> str:
     return "—" if x is None else f"{x:.0f}"
 
 
+def _pct(x: float) -> str:
+    """A fraction as a percentage without false precision (0.02 → 2%, 0.005 → 0.5%)."""
+    return f"{x * 100:.3g}%"
+
+
+def _caption(cmp: Comparison) -> str:
+    sig = cmp.significance()
+    return (f"A ms, B ms: the candidate's median in each run's interleaved rounds, at that run's mean SM clock "
+            f"(A MHz, B MHz); "
+            f"speedup = median A / median B (> 1: B faster); CI: bootstrap 95%; p adj.: Mann-Whitney U, "
+            f"Benjamini-Hochberg-adjusted over {sig['tests']} configs (significant at q = {cmp.q:g}: {sig['raw']} "
+            f"before the adjustment, {sig['adjusted']} after); SAME inside ±{SAME_BAND:.0%}, FASTER/SLOWER at adjusted "
+            f"p < {cmp.q:g} and a change of at least {_pct(cmp.min_effect)}")
+
+
 def comparison_table(cmp: Comparison, threshold: float | None = None):
     """A rich Table: one row per config, B against A; regressions beyond ``threshold`` marked."""
     counts = ", ".join(f"{k} {n}" for k, n in cmp.counts().items())
-    sig = cmp.significance()
     keys, shared = shorten(p.config_key for p in cmp.pairs)
-    t = table(title=f"{cmp.b} against {cmp.a} — {counts}" + (f" (every config: {shared})" if shared else ""), caption=(
-        f"A ms, B ms: the candidate's median in each run's interleaved rounds, at that run's mean SM clock "
-        f"(A MHz, B MHz); "
-        f"speedup = median A / median B (> 1: B faster); CI: bootstrap 95%; p adj.: Mann-Whitney U, "
-        f"Benjamini-Hochberg-adjusted over {sig['tests']} configs (significant at q = {FDR_Q:g}: {sig['raw']} "
-        f"before the adjustment, {sig['adjusted']} after); SAME inside ±{SAME_BAND:.0%}, FASTER/SLOWER at adjusted "
-        f"p < {FDR_Q:g} and a change of at least {MIN_EFFECT:.0%}"))
+    t = table(title=f"{cmp.b} against {cmp.a} — {counts}" + (f" (every config: {shared})" if shared else ""),
+              caption=_caption(cmp))
     for col in ("config", "candidate", "A ms", "A MHz", "B ms", "B MHz", "speedup", "CI", "p adj.", "change"):
         # Names and keys never wrap (short keys fit); the figures give way first.
         t.add_column(col, justify="left" if col in ("config", "candidate", "change") else "right",
@@ -104,6 +112,43 @@ def next_run_record(cov) -> dict:
             "pairs": [{**p._asdict(), "in_ci": p.in_ci, "in_next": p.in_next} for p in cov.pairs]}
 
 
+MD_COLUMNS = ["config", "candidate", "A ms", "A MHz", "B ms", "B MHz", "speedup", "CI", "p adj.", "change"]
+
+
+def comparison_markdown(cmp: Comparison, threshold: float | None, notes=(), next_run=None) -> str:
+    """`bench compare --format md`: the table as a pull-request comment (GitHub-flavoured
+    Markdown), its caption and notes, ``next_run``'s lines, and in CI mode the outcome line."""
+    counts = ", ".join(f"{k} {n}" for k, n in cmp.counts().items())
+    keys, shared = shorten(p.config_key for p in cmp.pairs)
+    failing = {id(p) for p in cmp.regressions(threshold)} if threshold is not None else set()
+    rows = []
+    for p in cmp.pairs:
+        kernel = p.kernel_a if p.kernel_a == p.kernel_b else f"{p.kernel_a} → {p.kernel_b}"
+        change = f"**{p.change}**" if p.change in (FASTER, SLOWER) else p.change
+        rows.append([keys[p.config_key], kernel, _f(p.median_a_ms, ".4g"), _mhz(p.clock_a_mhz),
+                     _f(p.median_b_ms, ".4g"), _mhz(p.clock_b_mhz), _f(p.speedup, ".3f") + "×",
+                     f"[{_f(p.ci_low, '.3f')}, {_f(p.ci_high, '.3f')}]", _f(p.p_adjusted, ".2g"),
+                     change + (f" (beyond {threshold:.0%})" if id(p) in failing else "")])
+    after = [t.strip() for t in next_run_lines(next_run)] if next_run is not None else []
+    if threshold is not None:
+        after.append(ci_outcome_text(cmp, threshold, cmp.regressions(threshold)))
+    title = f"{cmp.b} against {cmp.a} — {counts}" + (f" (every config: {shared})" if shared else "")
+    return markdown(title, MD_COLUMNS, rows, right=("A ms", "A MHz", "B ms", "B MHz", "speedup", "CI", "p adj."),
+                    caption=_caption(cmp), notes=[*comparison_notes(cmp), *notes], after=after)
+
+
+def emit_comparison_markdown(cmp: Comparison, threshold: float | None, notes=(), next_run=None) -> None:
+    emit_markdown(comparison_markdown(cmp, threshold, notes, next_run))
+
+
+def ci_outcome_text(cmp: Comparison, threshold: float, bad) -> str:
+    """CI mode's last line, unstyled: FAIL naming the worst regression, or ok."""
+    if bad:
+        return (f"FAIL: {len(bad)} config(s) significantly slower than {cmp.a} by more than {threshold:.0%} "
+                f"(worst {max(p.slowdown for p in bad):.1%} slower)")
+    return f"ok: no config significantly slower than {cmp.a} by more than {threshold:.0%}"
+
+
 def render_ci_outcome(cmp: Comparison, threshold: float, bad) -> None:
     """CI mode's last line: FAIL naming the worst regression, or ok."""
     if bad:
@@ -128,7 +173,7 @@ def emit_comparison(cmp: Comparison, fmt: str, threshold: float | None, notes=()
     ``next_run`` its coverage record) or CSV; notes on stderr."""
     records = comparison_records(cmp, threshold)
     document = {"a": cmp.a, "b": cmp.b, "counts": cmp.counts(), "significance": cmp.significance(),
-                "fdr_q": FDR_Q, "same_band": SAME_BAND, "min_effect": MIN_EFFECT, "threshold": threshold,
+                "fdr_q": cmp.q, "same_band": SAME_BAND, "min_effect": cmp.min_effect, "threshold": threshold,
                 "regressions": sum(r["regression"] for r in records), "pairs": records, "only_a": list(cmp.only_a),
                 "only_b": list(cmp.only_b), "mixed": list(cmp.mixed),
                 "unrecorded": list(cmp.unrecorded),

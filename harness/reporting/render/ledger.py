@@ -10,6 +10,7 @@ from harness.errors import plural
 from harness.ledger.store import rows_text
 from harness.reporting.analysis.history import MAX_LISTED
 from harness.reporting.render.console import console
+from harness.reporting.render.formats import emit
 from harness.reporting.analysis.tidy import replicate_text
 from harness.reporting.render.rows import outcome_reason
 from harness.workloads.keys import shorten
@@ -40,6 +41,30 @@ def render_verified(name: str, res) -> None:
         c.print(f"       re-measured {escape(m.describe())}", soft_wrap=True)
     if len(res.remeasured) > MAX_LISTED:
         c.print(f"       and {len(res.remeasured) - MAX_LISTED} more (bench ledger show {Path(name).stem})")
+
+
+def verified_record(name: str, res) -> dict:
+    """One ledger's verification as data (`bench ledger verify --format json`): what
+    ``render_verified`` says, every figure a number, every problem its own entry."""
+    uncommitted = None
+    if res.ok and res.uncommitted:
+        uncommitted = {"first": res.uncommitted[0], "last": res.uncommitted[1]}
+    return {"ledger": name, "line": Path(name).stem, "ok": res.ok, "rows": res.n_rows,
+            "results_recomputed": res.n_results, "bad_row": res.bad_row, "problems": res.lines(), "torn": res.torn,
+            "unsound": [{"line": n + 1, "seq": seq,
+                         "disagreements": [{"field": d.field, "stored": d.stored, "recomputed": d.recomputed,
+                                            "source": d.source} for d in found]}
+                        for n, seq, found in res.unsound],
+            "unchecked": res.unchecked, "uncommitted": uncommitted,
+            "remeasured": [m.as_row() for m in res.remeasured] if res.ok else []}
+
+
+def emit_verified(results: list[tuple[str, object]], gone: list[tuple[str, str]], strict: bool) -> None:
+    """`bench ledger verify --format json`: one document on stdout — ``ok`` (the exit code's
+    answer), one record per ledger (``verified_record``) and the ledgers gone from the work tree."""
+    ledgers = [verified_record(name, res) for name, res in results]
+    emit("json", [], {"ok": all(r["ok"] for r in ledgers) and not gone, "strict": strict, "ledgers": ledgers,
+                      "gone": [{"ledger": rel, "why": why} for rel, why in gone]})
 
 
 def render_gone(rel: str, why: str) -> None:

@@ -9,7 +9,7 @@ from harness.reporting.analysis.route import CONFIG_FIELDS, RouteTable
 from harness.reporting.render.console import console
 from harness.reporting.render.console import table as new_table
 from harness.workloads.keys import shorten
-from harness.reporting.render.formats import emit, note
+from harness.reporting.render.formats import emit, emit_markdown, markdown, note
 
 DISPATCHER = '''"""Shape-aware dispatch table written by `bench route {lines}` from the ledgers alone.
 
@@ -62,14 +62,21 @@ def write(table: RouteTable, out: Path, stem: str = "route") -> tuple[Path, Path
     return js, py
 
 
+def _title(table: RouteTable, shared: str) -> str:
+    return (f"route over {', '.join(table.lines)} on {table.device} (baseline {table.baseline})"
+            + (f"; every shape: {shared}" if shared else ""))
+
+
+def _caption(table: RouteTable) -> str:
+    w = table.worst
+    return (f"geomean {table.geomean:.3f}× over {len(table.routes)} shapes; worst {w.speedup:.3f}× "
+            f"({w.config_key} → {w.kernel})")
+
+
 def route_table(table: RouteTable):
     """A rich Table of the routes with the geomean and the worst case in the caption."""
-    w = table.worst
     keys, shared = shorten(r.config_key for r in table.routes)
-    t = new_table(title=f"route over {', '.join(table.lines)} on {table.device} (baseline {table.baseline})"
-                  + (f"; every shape: {shared}" if shared else ""),
-              caption=f"geomean {table.geomean:.3f}× over {len(table.routes)} shapes; worst {w.speedup:.3f}× "
-                      f"({w.config_key} → {w.kernel})")
+    t = new_table(title=_title(table, shared), caption=_caption(table))
     for col in ("shape", "candidate", "speedup", "CI", "interleaved ms at clock", "passed over"):
         t.add_column(col, justify="right" if col in ("speedup", "CI") else "left", overflow="fold")
     for r in table.routes:
@@ -99,4 +106,22 @@ def emit_route(table: RouteTable, fmt: str, js: Path, py: Path, notes=()) -> Non
     emit(fmt, records, doc)
     for n in notes:
         note(n)
+    note(f"wrote {js} and {py}")
+
+
+def route_markdown(table: RouteTable, notes=()) -> str:
+    """`bench route --format md`: the routes as GitHub-flavoured Markdown (a pull-request
+    comment), a routed candidate in bold, the baseline plain."""
+    keys, shared = shorten(r.config_key for r in table.routes)
+    rows = [[keys[r.config_key], f"**{r.kernel}**" if r.kernel != table.baseline else r.kernel, f"{r.speedup:.3f}×",
+             "—" if r.line is None else f"[{r.ci_low:.3f}, {r.ci_high:.3f}]", r.times(), r.why]
+            for r in table.routes]
+    return markdown(_title(table, shared), ["shape", "candidate", "speedup", "CI", "interleaved ms at clock",
+                                            "passed over"], rows, right=("speedup", "CI"), caption=_caption(table),
+                    notes=notes)
+
+
+def emit_route_markdown(table: RouteTable, js: Path, py: Path, notes=()) -> None:
+    """The Markdown on stdout; where the files went on stderr (stdout stays the comment)."""
+    emit_markdown(route_markdown(table, notes))
     note(f"wrote {js} and {py}")

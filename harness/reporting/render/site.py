@@ -21,8 +21,10 @@ from harness.vocab import metrics as metric_table
 from harness.reporting.analysis.site import (COMPARED, FIRST, IMPROVED, NOT_COMPARABLE, NOT_COMPARED, REGRESSION,
                                               RULE, Chain, Headline, Site, Step)
 from harness.reporting.render.console import console
+from harness.reporting.render.formats import emit
 from harness.reporting.render.report import jinja_env as report_env, template as report_template, write as write_report
 from harness.reporting.render.plots import FIG_SIZE, empty, figure, png
+from harness.reporting.render.status import status_records
 
 INDEX = "index.html"
 LINES_DIR = "lines"
@@ -210,6 +212,36 @@ def write_site(site: Site, reports: dict, out: Path) -> dict[str, Path]:
     paths["index"] = out / INDEX
     paths["index"].write_text(index_html(site), encoding="utf-8")
     return paths
+
+
+def _headline_record(h: Headline | None) -> dict | None:
+    if h is None:
+        return None
+    return {"expr": h.expr, "metric": h.metric, "unit": h.unit, "value": h.value, "low": h.low, "high": h.high,
+            "decided": h.decided, "commit": h.commit, "measured": h.measured, "device": h.device,
+            "protocols": list(h.protocols),
+            "same_basis": None if h.same is None else {"value": h.same[0], "low": h.same[1], "high": h.same[2]}}
+
+
+def site_document(site: Site) -> dict:
+    """`bench site --format json`: the index and the chain pages as data — each line's state
+    (as `bench status --format json` gives it), headline figure and chain, and each chain's
+    steps with their marks. A line's own page is `bench report LINE --format json`."""
+    states = status_records([e.status for e in site.entries])
+    lines = [{**state, "headline": _headline_record(e.headline), "amends": e.amends,
+              "amended_by": list(e.amended_by), "chain": e.chain, "page": e.page}
+             for state, e in zip(states, site.entries)]
+    chains = [{"root": c.root, "text": c.text, "lines": list(c.lines), "regressions": c.regressions,
+               "steps": [{"line": s.headline.line, "depth": s.depth, "parent": s.parent, "mark": s.mark,
+                          "change": s.change, "why": s.why, "caveats": list(s.caveats), "basis": s.basis,
+                          "headline": _headline_record(s.headline)} for s in c.steps]}
+              for c in site.chains]
+    return {"rule": site.rule, "lines": lines, "chains": chains}
+
+
+def emit_site(site: Site) -> None:
+    """``site_document`` on stdout; nothing written."""
+    emit("json", [], site_document(site))
 
 
 def render_site(site: Site, paths: dict[str, Path]) -> None:
