@@ -45,11 +45,13 @@ def render_verified(name: str, res) -> None:
 
 def verified_record(name: str, res) -> dict:
     """One ledger's verification as data (`bench ledger verify --format json`): what
-    ``render_verified`` says, every figure a number, every problem its own entry."""
+    ``render_verified`` says, every figure a number, every problem its own entry; ``line`` is
+    None for a ledger of device data (``_device_ceilings``, ``_bisect``), which is no line."""
     uncommitted = None
     if res.ok and res.uncommitted:
         uncommitted = {"first": res.uncommitted[0], "last": res.uncommitted[1]}
-    return {"ledger": name, "line": Path(name).stem, "ok": res.ok, "rows": res.n_rows,
+    stem = Path(name).stem
+    return {"ledger": name, "line": None if stem.startswith("_") else stem, "ok": res.ok, "rows": res.n_rows,
             "results_recomputed": res.n_results, "bad_row": res.bad_row, "problems": res.lines(), "torn": res.torn,
             "unsound": [{"line": n + 1, "seq": seq,
                          "disagreements": [{"field": d.field, "stored": d.stored, "recomputed": d.recomputed,
