@@ -221,7 +221,25 @@ def test_a_commit_whose_code_cannot_run_the_probe_is_recorded_and_the_bisect_end
     assert str(root) not in row["reason"] and "bench-bisect-" not in row["reason"]  # no path of this machine
 
 
+def test_bisect_speaks_json_with_each_probe_on_stderr(proj):
+    root = proj["root"]
+    before = len(_probe_rows(root))
+    res = bench(root, "bisect", LINE, "n128", "--good", "broken~1", "--bad", "broken", "--device", "cpu",
+                "--format", "json")
+    assert res.returncode == 1, res.stdout + res.stderr
+    doc = json.loads(res.stdout)  # stdout is the one document
+    broken, mended = git(root, "rev-parse", "broken~1"), git(root, "rev-parse", "broken")
+    assert doc["outcome"] == rule.UNCLEAR and doc["exit_code"] == 1 and doc["between"] == [broken, mended]
+    assert doc["line"] == LINE and doc["candidate"] == "planted" and doc["first_bad"] is None
+    (probe,) = doc["probes"]
+    (row,) = _probe_rows(root)[before:]
+    assert probe["commit"] == row["commit"] == broken and probe["decision"] == row["decision"] == rule.SKIP
+    assert probe["estimate"] is None and doc["ledger"] == "ledger/_bisect.jsonl" and doc["committed"] is True
+    assert "good end" in res.stderr and broken[:12] in res.stderr  # the probe's line, beside the document
+
+
 @pytest.mark.parametrize("args, says", [
+    (("n128", "--good", "main", "--bad", "regress", "--format", "yaml"), "--format 'yaml': use table, json"),
     ((CONFIG.replace("n128", "n64"), "--good", "main", "--bad", "regress"), "is not in line 'bis'"),
     (("n128", "--good", "nosuchrev", "--bad", "regress"), "--good 'nosuchrev' names no commit"),
     (("n128", "--good", "regress", "--bad", "regress"), "are the same commit"),
