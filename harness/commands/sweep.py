@@ -223,11 +223,13 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
                                   replicate=writer.replicate)
         run.tasks = tasks
         if progress:
-            progress.start(len(tasks))
+            progress.start(len(tasks), tasks, line.rows, envs[0])  # sizes and earlier configs: the ETA
             stack.callback(progress.stop)
 
         def on_config(why, done=None):
             def append(task, rows):
+                if progress:
+                    progress.writing(task.config.key())
                 appended = writer.config(task, rows, key, why)
                 if done is not None:
                     done.append(task)
@@ -240,10 +242,11 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
             return append
 
         on_start = (lambda t: progress.advance_to(t.config.key())) if progress else None
+        on_phase = progress.phase if progress else None
         guard.patient = True  # configs run from here: a first Ctrl-C lets those in flight finish
         first_why = "re-measured (bench sweep --remeasure)" if run.again else "re-measured"
         run.finished = finished = schedule(executor, envs, tasks, ctx, on_config=on_config(first_why, run.first_pass),
-                                           stopping=guard.stopping, on_start=on_start)
+                                           stopping=guard.stopping, on_start=on_start, on_phase=on_phase)
         # Rig-noisy pairs are measured again later in the sweep (the rig may have quietened),
         # up to NOISY_REMEASURES times; the fresh rows supersede the noisy ones. A line that
         # counts noisy results (include_noisy) has them decided already.
@@ -260,7 +263,7 @@ def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writ
             run.remeasured += len(by_cfg)
             why = f"rig-noisy, measured again ({attempt + 1} of {NOISY_REMEASURES})"
             run.finished = finished = schedule(executor, envs, list(by_cfg.values()), ctx, on_config=on_config(why),
-                                               stopping=guard.stopping, on_start=on_start)
+                                               stopping=guard.stopping, on_start=on_start, on_phase=on_phase)
             if not finished:
                 break
         if line.reg.verify and finished and writer.replicate is None:

@@ -140,12 +140,14 @@ class _ConfigState:
 def schedule(executor: Executor, envs: list[dict], tasks: list[Task], ctx: SweepContext, *,
              on_config: Callable[[Task, list[tuple[Outcome, dict]]], None],
              on_start: Callable[[Task], None] | None = None,
+             on_phase: Callable[[str, str], None] | None = None,
              stopping: Callable[[], bool] = lambda: False,
              clock: Callable[[], float] = time.monotonic) -> bool:
     """Run ``tasks`` on the executor's slots; returns False if stopped before all were done.
 
     ``on_config(task, [(outcome, env)])`` receives every config's rows once it is complete;
-    after ``stopping()`` turns true, no new config starts, the ones in flight finish.
+    after ``stopping()`` turns true, no new config starts, the ones in flight finish;
+    ``on_phase(config_key, phase)`` hears each phase a slot reports (the sweep's progress).
     """
     policy = ctx.reg.timing
     queue = collections.deque((t.config.key(), t) for t in tasks)
@@ -201,6 +203,8 @@ def schedule(executor: Executor, envs: list[dict], tasks: list[Task], ctx: Sweep
                 continue
             if isinstance(ev, Phase):
                 run.kernels, run.phase, run.since = ev.kernels, ev.phase, clock()
+                if on_phase:
+                    on_phase(run.key, ev.phase)
             elif isinstance(ev, Done):
                 del running[ev.slot]
                 finish_part(run.key, [(o, envs[ev.slot]) for o in ev.result])
