@@ -226,3 +226,22 @@ def test_site_speaks_json_and_writes_nothing(shipped):
     _refused(run_bench(shipped, "site", "--format", "html"), "--format 'html': use files, json")
     assert not (shipped / "elsewhere").exists()
     _clean(shipped)
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_the_pivot_fits_the_terminal_and_never_splits_a_figure(shipped, columns):
+    import subprocess
+    import sys
+
+    from tests.conftest import bench_env
+
+    r = subprocess.run([sys.executable, "-m", "harness", "compare", "flash-h200-peers", "--pivot"], cwd=shipped,
+                       capture_output=True, text=True, env={**bench_env(), "COLUMNS": str(columns)}, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert max(map(len, r.stdout.splitlines())) <= columns and "…" not in r.stdout
+    doc = json.loads(run_bench(shipped, "compare", "flash-h200-peers", "--pivot", "--format", "json").stdout)
+    words = {w.lstrip("*~") for w in r.stdout.split()}  # a mark leads its figure
+    for row in doc["rows"]:
+        for kernel, c in row["cells"].items():
+            if kernel != "cublas_stack":  # each figure and each CI whole on one line
+                assert f"{c['value']:.3f}×" in words and f"[{c['ci_low']:.3f}–{c['ci_high']:.3f}]" in words

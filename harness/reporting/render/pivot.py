@@ -1,5 +1,6 @@
 """What `bench compare LINE --pivot` shows: a config × kernel table, the best kernel of each
-config marked ``*`` (bold on a terminal) and those its CI cannot tell apart from it ``~``."""
+config marked ``*`` before its figure (bold on a terminal; bold alone in Markdown) and those
+its CI cannot tell apart from it ``~`` (``(tie)`` in Markdown)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from harness.workloads.keys import shorten
 
 BEST, TIED = "*", "~"
 # In Markdown the best cell is bold; a tie is spelled out (a lone ~ can strike text through on GitHub).
-MD_TIED = "(tie)"
+MD_TIED = "(tie) "
 
 
 def _num(x: float | None, spec: str) -> str:
@@ -30,13 +31,15 @@ def cell_text(c: Cell | None, figure: str, marks: tuple[str, str] = (BEST, TIED)
         text = f"{_num(c.value, '.3f')}×"
     else:
         text = f"{_num(c.value, '.3f')}× [{_num(c.ci_low, '.3f')}–{_num(c.ci_high, '.3f')}]"
+    # The mark leads the figure, as one word with it: a narrow column never wraps it off alone.
     mark = marks[0] if c.best else marks[1] if c.tied else ""
-    return f"{text} {mark}" if mark else text
+    return f"{mark}{text}"
 
 
 def _title(p: Pivot) -> tuple[dict[str, str], str]:
     keys, shared = shorten(p.configs)
-    what = "speedup over the baseline (bootstrap 95% CI)" if p.figure == SPEEDUP else "median ms"
+    what = (f"speedup over the baseline {p.baseline} (bootstrap 95% CI)" if p.figure == SPEEDUP
+            else f"median ms (baseline {p.baseline})")
     return keys, f"{p.line}: {what}, per config and kernel" + (f" (every config: {shared})" if shared else "")
 
 
@@ -53,17 +56,27 @@ def caption(p: Pivot, marks: tuple[str, str] = (f"{BEST}:", f"{TIED}:")) -> str:
 def pivot_table(p: Pivot):
     keys, title = _title(p)
     t = table(title=title, caption=caption(p))
-    t.add_column("config", no_wrap=True)
+    texts = {(c, k): cell_text(p.cells.get((c, k)), p.figure) for c in p.configs for k in p.kernels}
+    # A narrow terminal wraps the config between its fields and a cell between its figure and
+    # its CI, never inside either: each column is at least its longest word wide.
+    t.add_column("config", min_width=max(len(w) for c in p.configs for w in keys[c].split()))
     for k in p.kernels:
-        t.add_column(k + (" (baseline)" if k == p.baseline else ""), justify="right")
+        # The baseline's column is headed "baseline" (the title names it): its speedups are 1.
+        t.add_column("baseline" if k == p.baseline else k, justify="right",
+                     min_width=max(len(x) for c in p.configs for x in _words(texts[(c, k)])))
     for c in p.configs:
         cells = []
         for k in p.kernels:
-            cell = p.cells.get((c, k))
-            text = cell_text(cell, p.figure)
+            cell, text = p.cells.get((c, k)), texts[(c, k)]
             cells.append(f"[bold]{text}[/]" if cell is not None and cell.best else text)
         t.add_row(keys[c], *cells)
     return t
+
+
+def _words(text: str) -> list[str]:
+    """A cell's unbreakable parts: its figure (with its mark), and its CI."""
+    head, _, rest = text.partition(" ")
+    return [head, rest] if rest else [head]
 
 
 def render_pivot(p: Pivot, notes=()) -> None:
@@ -85,7 +98,7 @@ def pivot_markdown(p: Pivot, notes=()) -> str:
             row.append(f"**{text}**" if cell is not None and cell.best else text)
         rows.append(row)
     cols = ["config", *[k + (" (baseline)" if k == p.baseline else "") for k in p.kernels]]
-    return markdown(title, cols, rows, right=tuple(cols[1:]), caption=caption(p, ("bold:", f"{MD_TIED}:")),
+    return markdown(title, cols, rows, right=tuple(cols[1:]), caption=caption(p, ("bold:", f"{MD_TIED.strip()}:")),
                     notes=notes)
 
 
