@@ -55,6 +55,7 @@ def compare(specs: List[str] = typer.Argument(None, autocompletion=complete_line
     from harness.reporting.analysis import compare as cmp_mod
     from harness.reporting.analysis import lines
     from harness.reporting.analysis.history import resolve
+    from harness.reporting.analysis.pivot import SPEEDUP
     from harness.reporting.render.compare import render_ci_outcome, render_comparison
 
     from harness.reporting.render.formats import FORMATS, MARKDOWN, check_format
@@ -65,11 +66,12 @@ def compare(specs: List[str] = typer.Argument(None, autocompletion=complete_line
         _pivot(specs, figure, format, against=against, threshold=threshold, q=q, min_effect=min_effect,
                next_run=next_run, allow_mixed=allow_mixed)
         return
-    if figure != "speedup":
+    if figure != SPEEDUP:
         raise UserError(f"--figure {figure} applies to --pivot only: add --pivot (one line) or drop --figure")
-    cmp_mod.check_thresholds(cmp_mod.FDR_Q if q is None else q, cmp_mod.MIN_EFFECT if min_effect is None else min_effect)
+    # The tests' settings, refused before any ledger is read when they would call nothing or everything.
     tests = {"q": cmp_mod.FDR_Q if q is None else q,
              "min_effect": cmp_mod.MIN_EFFECT if min_effect is None else min_effect}
+    cmp_mod.check_thresholds(**tests)
     if threshold is None:
         threshold = cmp_mod.DEFAULT_THRESHOLD
     elif not math.isfinite(threshold) or threshold < 0:

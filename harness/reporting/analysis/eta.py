@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from harness.vocab.devices import device_of, model
-from harness.vocab.outcomes import OUTCOME_KINDS, SUPERSEDES
+from harness.vocab.outcomes import OUTCOME_KINDS
 from harness.workloads import Config
 from harness.workloads.formulas import flops
 
@@ -45,7 +45,7 @@ def prior(rows, env: dict | None) -> list[tuple[float, float]]:
     here = model(env)
     groups: dict[tuple, list] = {}
     for r in rows:
-        if r.kind not in OUTCOME_KINDS or r.kind == SUPERSEDES or device_of(r) != here:
+        if r.kind not in OUTCOME_KINDS or device_of(r) != here:
             continue
         total = (getattr(r, "cost", None) or {}).get("total")
         if not isinstance(total, (int, float)) or not math.isfinite(total) or total <= 0 or not r.config:
