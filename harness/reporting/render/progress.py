@@ -24,6 +24,7 @@ from harness.reporting.analysis import eta
 from harness.reporting.render.console import console
 from harness.reporting.render.sweep import config_progress
 from harness.vocab.outcomes import CRASHED, INCORRECT, RESULT, SKIPPED, THROTTLED, UNSUPPORTED
+from harness.workloads.keys import shorten
 
 # What the progress calls each phase a config reports (pipeline/phase.py), and the driver's own.
 WRITING = "writing"
@@ -33,6 +34,7 @@ PHASE_WORDS = {phases.SETUP: "setup", phases.GATE: "gate", phases.TIMING: "timin
 TALLY = {RESULT: "results", INCORRECT: "rejected", CRASHED: "rejected", SKIPPED: "skipped", THROTTLED: "skipped",
          UNSUPPORTED: "skipped"}
 REFRESH_PER_SECOND = 1  # the bar's redraws: the heartbeat's period on a terminal
+BAR_WIDTH = 20  # columns of the bar itself: the phase, heartbeat and tally beside it fit 100 columns
 LOG_HEARTBEAT_S = 60.0  # off a terminal: a line per minute while one config runs, not a line per redraw
 ESTIMATING = "estimating"
 
@@ -65,6 +67,7 @@ class SweepProgress:
         self._prior: list[tuple[float, float]] = []
         self._seen: list[tuple[float, float]] = []  # (size, seconds) of configs this sweep finished
         self._finished: set[str] = set()
+        self._short: dict[str, str] = {}
         self._slots = 1  # the most configs seen running at once
         self.tally = {"results": 0, "rejected": 0, "skipped": 0}
         self._beat: threading.Thread | None = None
@@ -75,6 +78,7 @@ class SweepProgress:
         ledger rows and the device's env, for the ETA before the first config ends."""
         self._total, self._done = total, 0
         self._sizes = {t.config.key(): eta.task_size(t) for t in tasks}
+        self._short = shorten(self._sizes)[0]  # the bar names a config by what sets it apart
         self._prior = eta.prior(rows, env) if self._sizes else []
         if total == 0:  # nothing to run: no bar counting to 0/0
             return
@@ -86,7 +90,8 @@ class SweepProgress:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self._progress = Progress(TextColumn("[bold]{task.fields[line]}"), BarColumn(), MofNCompleteColumn(),
+        self._progress = Progress(TextColumn("[bold]{task.fields[line]}"), BarColumn(bar_width=BAR_WIDTH),
+                                  MofNCompleteColumn(),
                                   TimeElapsedColumn(), _column(lambda: f"ETA {self.eta_text()}"),
                                   _column(self.running_text), _column(self.tally_text), console=console(),
                                   transient=False, refresh_per_second=REFRESH_PER_SECOND)
@@ -168,7 +173,7 @@ class SweepProgress:
         now = self._clock()
         with self._lock:
             items = list(self._running.items())
-        return "; ".join(f"{k} {word} {clock_text(now - began)}" for k, (began, word) in items)
+        return "; ".join(f"{self._short.get(k, k)} {word} {clock_text(now - began)}" for k, (began, word) in items)
 
     def tally_text(self) -> str:
         t = self.tally
