@@ -165,3 +165,42 @@ def test_the_terminal_bar_shows_the_phase_the_tally_and_the_eta(capsys):
     p.stop()
     out = capsys.readouterr().out
     assert "1/2" in out and "ETA 0:00:12" in out and "results 0 rejected 0 skipped 0" in out
+
+
+def test_the_scheduler_hands_each_phase_a_slot_reports_to_the_progress():
+    """`schedule(on_phase=...)`: the hook the bar's phase comes from, per config key, in order."""
+    from types import SimpleNamespace
+
+    from harness.execution.executor import Done, Executor, Phase, SlotInfo, schedule
+
+    class Scripted(Executor):
+        can_kill = False
+
+        def __init__(self):
+            self.events = []
+
+        def start(self):
+            return [SlotInfo({"device": "cpu"}, {})]
+
+        def submit(self, slot, job):
+            self.events += [Phase(slot, job.id, ("torch_stack",), "gate"),
+                            Phase(slot, job.id, ("torch_stack", "sdpa"), "timing"),
+                            Phase(slot, job.id, (), "check"), Done(slot, job.id, [])]
+
+        def poll(self, timeout):
+            out, self.events = self.events, []
+            return out
+
+        def replace(self, slot, cause=None):
+            raise AssertionError("no worker is lost here")
+
+        def close(self):
+            pass
+
+    heard, written = [], []
+    tasks = [_task(32), _task(64)]
+    ctx = SimpleNamespace(reg=SimpleNamespace(timing=SimpleNamespace(watchdog_s=60.0, timeout_s=60.0)))
+    assert schedule(Scripted(), [{"device": "cpu"}], tasks, ctx, on_config=lambda t, rows: written.append(t),
+                    on_phase=lambda key, ph: heard.append((key, ph)))
+    keys = [t.config.key() for t in tasks]
+    assert heard == [(k, ph) for k in keys for ph in ("gate", "timing", "check")] and written == tasks
