@@ -25,8 +25,11 @@ DOCUMENTED = {
 }
 # GPU-only examples on a host without CUDA: exit 2, naming why (their help says so).
 GPU_ONLY = {"profile": "NVIDIA GPU", "replicate": "CPU"}
-# The examples that write (run last, in this order; `new`'s file is committed before `register`).
-WRITING = ("new", "register", "probe", "sweep", "ceilings")
+# The examples that write, in groups: each group in a clone of its own, in this order (`new`'s
+# file is committed before `register`); the groups are separate tests, so that the two test
+# processes of the README's test command run them side by side.
+WRITING_GROUPS = (("new", "register"), ("probe",), ("sweep",), ("ceilings",))
+WRITING = tuple(c for group in WRITING_GROUPS for c in group)
 # Not yet runnable as written in a clone (issue 51 item 4, left): bisect's example names a tag
 # (v1.0) the repository does not have, and a range with changed code costs a sweep per commit.
 LEFT = {"bisect"}
@@ -112,20 +115,29 @@ def test_every_command_has_a_runnable_example(examples):
     assert set(WRITING) | set(GPU_ONLY) | set(DOCUMENTED) <= set(examples)
 
 
-def test_the_read_only_examples_run_on_the_shipped_ledgers(tmp_path, examples):
-    repo = clone(tmp_path / "clone")
-    for command, cmds in examples.items():
-        if command in WRITING or command in LEFT:
-            continue
-        for args in cmds:
-            check(command, args, run_example(repo, args))
-    assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""  # nothing written to tracked files
+@pytest.fixture(scope="module")
+def read_only_clone(tmp_path_factory) -> Path:
+    """One clone for every read-only example (they write nothing tracked, checked after each)."""
+    return clone(tmp_path_factory.mktemp("read-only") / "clone")
+
+
+def _read_only_commands() -> list[str]:
+    return [c for c in help_examples() if c not in WRITING and c not in LEFT]
+
+
+@pytest.mark.parametrize("command", _read_only_commands())
+def test_the_read_only_examples_run_on_the_shipped_ledgers(read_only_clone, examples, command):
+    for args in examples[command]:
+        check(command, args, run_example(read_only_clone, args))
+    # Nothing written to tracked files.
+    assert git(read_only_clone, "status", "--porcelain", "--untracked-files=no") == ""
 
 
 @pytest.mark.slow
-def test_the_writing_examples_run_in_a_clone(tmp_path, examples):
+@pytest.mark.parametrize("group", WRITING_GROUPS, ids="+".join)
+def test_the_writing_examples_run_in_a_clone(tmp_path, examples, group):
     repo = clone(tmp_path / "clone")
-    for command in WRITING:
+    for command in group:
         for args in examples[command]:
             check(command, args, run_example(repo, args))
         if command == "new":  # the file it wrote, reviewed and committed (its own message says so)
