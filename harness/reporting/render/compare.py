@@ -6,10 +6,12 @@ import math
 
 from harness.reporting.analysis.compare import FASTER, SAME, SAME_BAND, SLOWER, UNCLEAR, Comparison
 from harness.reporting.render.console import console
-from harness.reporting.render.console import table
+from harness.reporting.render.console import fit, table
 from harness.workloads.keys import shorten
 from harness.reporting.render.formats import emit, emit_markdown, markdown, note
 
+# The console width below which a clock shares its time's column and the CI its speedup's.
+COMPARE_MERGE_BELOW = 120
 CHANGE_STYLE = {FASTER: "green", SLOWER: "red", SAME: "cyan", UNCLEAR: "yellow"}
 
 
@@ -26,10 +28,10 @@ def _pct(x: float) -> str:
     return f"{x * 100:.3g}%"
 
 
-def _caption(cmp: Comparison) -> str:
+def _caption(cmp: Comparison, clocks: str = " (A MHz, B MHz)") -> str:
     sig = cmp.significance()
-    return (f"A ms, B ms: the candidate's median in each run's interleaved rounds, at that run's mean SM clock "
-            f"(A MHz, B MHz); "
+    return (f"A ms, B ms: the candidate's median in each run's interleaved rounds, at that run's mean SM clock"
+            f"{clocks}; "
             f"speedup = median A / median B (> 1: B faster); CI: bootstrap 95%; p adj.: Mann-Whitney U, "
             f"Benjamini-Hochberg-adjusted over {sig['tests']} configs (significant at q = {cmp.q:g}: {sig['raw']} "
             f"before the adjustment, {sig['adjusted']} after); SAME inside ±{SAME_BAND:.0%}, FASTER/SLOWER at adjusted "
@@ -40,21 +42,38 @@ def comparison_table(cmp: Comparison, threshold: float | None = None):
     """A rich Table: one row per config, B against A; regressions beyond ``threshold`` marked."""
     counts = ", ".join(f"{k} {n}" for k, n in cmp.counts().items())
     keys, shared = shorten(p.config_key for p in cmp.pairs)
+    # Clocks equal on both sides of every pair take one column; one clock everywhere, none (caption).
+    one = {_mhz(x) for p in cmp.pairs for x in (p.clock_a_mhz, p.clock_b_mhz)}
+    same = all(_mhz(p.clock_a_mhz) == _mhz(p.clock_b_mhz) for p in cmp.pairs)
+    mhz = () if len(one) == 1 else ("MHz",) if same else ("A MHz", "B MHz")
+    clocks = (" (A MHz, B MHz)" if len(mhz) == 2 else " (MHz, equal on both sides of each config)" if mhz else
+              " (not recorded)" if one == {"—"} else f": {one.pop()} MHz on both sides of every config")
     t = table(title=f"{cmp.b} against {cmp.a} — {counts}" + (f" (every config: {shared})" if shared else ""),
-              caption=_caption(cmp))
-    for col in ("config", "candidate", "A ms", "A MHz", "B ms", "B MHz", "speedup", "CI", "p adj.", "change"):
-        # Names and keys never wrap (short keys fit); the figures give way first.
-        t.add_column(col, justify="left" if col in ("config", "candidate", "change") else "right",
-                     no_wrap=col in ("config", "candidate", "speedup", "change"))
+              caption=_caption(cmp, clocks))
+    # Each column: its header and the figures it shows. Narrower than COMPARE_MERGE_BELOW, a clock
+    # shares its time's cell and the CI its speedup's, each wrapping between its figures.
+    a_ms, b_ms = ("A ms", *(("A MHz",) if len(mhz) == 2 else ())), ("B ms", *(m for m in mhz if m != "A MHz"))
+    ratio = ("speedup", "CI")
+    if console().width < COMPARE_MERGE_BELOW:
+        figures = [a_ms, b_ms, ratio]
+    else:
+        figures = [(f,) for f in (*a_ms, *b_ms, *ratio)]
+    cols = [("config",), ("candidate",), *figures, ("p adj.",), ("change",)]
+    for col in cols:
+        # A key is short and never wraps; a candidate pair wraps at its arrow, merged figures between them.
+        t.add_column(", ".join(col), justify="left" if col[0] in ("config", "candidate", "change") else "right",
+                     no_wrap=len(col) == 1 and col[0] != "candidate")
     failing = {id(p) for p in cmp.regressions(threshold)} if threshold is not None else set()
     for p in cmp.pairs:
         kernel = p.kernel_a if p.kernel_a == p.kernel_b else f"{p.kernel_a} → {p.kernel_b}"
         style = CHANGE_STYLE[p.change]
         mark = f" (beyond {threshold:.0%})" if id(p) in failing else ""
-        t.add_row(keys[p.config_key], kernel, _f(p.median_a_ms, ".4g"), _mhz(p.clock_a_mhz), _f(p.median_b_ms, ".4g"),
-                  _mhz(p.clock_b_mhz), _f(p.speedup, ".3f") + "×",
-                  f"[{_f(p.ci_low, '.3f')}, {_f(p.ci_high, '.3f')}]", _f(p.p_adjusted, ".2g"),
-                  f"[{style}]{p.change}[/]{mark}")
+        cells = {"config": keys[p.config_key], "candidate": kernel, "A ms": _f(p.median_a_ms, ".4g"),
+                 "B ms": _f(p.median_b_ms, ".4g"), "A MHz": _mhz(p.clock_a_mhz), "B MHz": _mhz(p.clock_b_mhz),
+                 "MHz": _mhz(p.clock_b_mhz), "speedup": _f(p.speedup, ".3f") + "×",
+                 "CI": f"{_f(p.ci_low, '.3f')}–{_f(p.ci_high, '.3f')}", "p adj.": _f(p.p_adjusted, ".2g"),
+                 "change": f"[{style}]{p.change}[/]{mark}"}
+        t.add_row(*(" ".join(cells[f] for f in col) for col in cols))
     return t
 
 
@@ -78,7 +97,7 @@ def render_comparison(cmp: Comparison, threshold: float | None, notes=(), next_r
     """The table (regressions beyond ``threshold`` marked, CI mode), then the comparison's and the
     caller's notes, then with ``next_run`` (a ``nextrun.Coverage``) its lines."""
     c = console()
-    c.print(comparison_table(cmp, threshold))
+    c.print(fit(comparison_table(cmp, threshold)))
     for note in [*comparison_notes(cmp), *notes]:
         c.print(f"  note: {note}", markup=False)
     for text in next_run_lines(next_run) if next_run is not None else ():

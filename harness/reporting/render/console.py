@@ -40,6 +40,28 @@ def table(**kw):
     return Table(**kw)
 
 
+def fit(t):
+    """``t`` with each wrapping column's width set so that the table fits the console: the
+    widest column with room narrows first, never below its longest word, so that cells wrap
+    between words and no name, key or number is folded or cut. (rich narrows only the widest
+    of its wrapping columns until two tie, then cuts every column alike.)"""
+    c = console()
+    opts = c.options
+    ranges = [t._measure_column(c, opts, col) for col in t.columns]
+    widths = [r.maximum for r in ranges]
+    room = opts.max_width - t._extra_width
+    while sum(widths) > room:
+        slack = [(w - r.minimum, i) for i, (w, r, col) in enumerate(zip(widths, ranges, t.columns))
+                 if not col.no_wrap and w > r.minimum]
+        if not slack:
+            break  # the words alone are wider than the console: rich does what it can
+        widths[max(slack)[1]] -= 1
+    for i, col in enumerate(t.columns):
+        if not col.no_wrap and widths[i] < ranges[i].maximum:
+            col.width = widths[i] - t._get_padding_width(i)
+    return t
+
+
 # What bench prints beyond ASCII, as a stream that cannot encode it (PYTHONIOENCODING=ascii, a
 # C locale without UTF-8 mode, a legacy code page) shows it instead; anything else becomes '?'.
 ASCII_FALLBACKS = {"—": "-", "–": "-", "−": "-", "×": "x", "→": "->", "←": "<-", "↑": "^", "↓": "v", "±": "+/-",

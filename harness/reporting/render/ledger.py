@@ -14,7 +14,7 @@ from harness.reporting.render.formats import emit
 from harness.reporting.analysis.tidy import replicate_text
 from harness.reporting.render.rows import outcome_reason
 from harness.workloads.keys import shorten
-from harness.reporting.render.console import table
+from harness.reporting.render.console import fit, table
 
 
 def render_verified(name: str, res) -> None:
@@ -96,11 +96,11 @@ def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | No
     from rich.markup import escape
 
     c = console()
-    for note in history:
+    for note in history:  # wrapped between words at the console's width
         head, *items = note.lines()
-        c.print(f"[yellow]history[/]: {escape(head)}", soft_wrap=True)
+        c.print(f"[yellow]history[/]: {escape(head)}")
         for i in items:
-            c.print(f"  {escape(i)}", soft_wrap=True)
+            c.print(f"  {escape(i)}")
 
     superseded = superseded or {}
     configs = [k for k in (getattr(r, "config_key", None) for r in rows) if k]
@@ -117,7 +117,7 @@ def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | No
         gone += f"[cyan]replicate {escape(rep)}[/]: " if rep else ""  # beside the line's rows, never one of them
         t.add_row(str(r.seq), r.kind, r.commit[:8], getattr(r, "candidate", None) or "",
                   keys.get(getattr(r, "config_key", None) or "", ""), gone + escape(outcome_reason(r)))
-    c.print(t)
+    c.print(fit(t))
 
 
 def render_repaired(fixed) -> None:

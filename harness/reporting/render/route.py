@@ -7,6 +7,7 @@ from pathlib import Path
 
 from harness.reporting.analysis.route import CONFIG_FIELDS, RouteTable
 from harness.reporting.render.console import console
+from harness.reporting.render.console import fit
 from harness.reporting.render.console import table as new_table
 from harness.workloads.keys import shorten
 from harness.reporting.render.formats import emit, emit_markdown, markdown, note
@@ -89,7 +90,7 @@ def route_table(table: RouteTable):
 def render_route(table: RouteTable, js: Path, py: Path, notes=()) -> None:
     """The routes, the caller's notes, and where the files went."""
     c = console()
-    c.print(route_table(table))
+    c.print(fit(route_table(table)))
     for note in notes:
         c.print(f"  note: {note}", markup=False)
     c.print(f"wrote {js} and {py} (import it: choose(workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal))")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.reporting.analysis.status import LineStatus
 from harness.reporting.render.console import console
-from harness.reporting.render.console import table
+from harness.reporting.render.console import fit, table
 from harness.reporting.render.formats import emit
 
 SHALLOW_NOTE = ("note: this clone is shallow: the history of {n} of {total} lines before its oldest commit is not "
@@ -35,8 +35,9 @@ def status_table(rows: list[LineStatus]):
 
     t = table(title=f"{len(rows)} lines")
     replicated = any(s.replication for s in rows)  # the column only where a line has replicates
+    # A line's name and commit never wrap; the rest wraps between words.
     for col in ("line", "state", "commit", "device", *(("replicates",) if replicated else ())):
-        t.add_column(col, overflow="fold")
+        t.add_column(col, no_wrap=col in ("line", "commit"))
     for s in rows:
         t.add_row(s.line, _state_cell(s), _commit(s) or "—", s.device or "—",
                   *((escape(s.replication or "—"),) if replicated else ()))
@@ -82,7 +83,7 @@ def render_status(rows: list[LineStatus], chains=None) -> None:
         for tree in lineage_trees(rows, chains):
             c.print(tree)
     else:
-        c.print(status_table(rows))
+        c.print(fit(status_table(rows)))
     shallow = [s.line for s in rows if s.note]
     if shallow:
         c.print(SHALLOW_NOTE.format(n=len(shallow), total=len(rows)))
