@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.provenance import git as gitguard
+from harness.provenance import git as gitguard, gitcmd
 from harness.ledger.store import Ledger, anchor, dataframe, require_anchorable, require_anchored
 from harness.ledger.format import GENESIS_HASH, LEDGER_SCHEMA, canonical, read_rows, row_hash
 from harness.ledger.verify import verify
@@ -332,7 +332,7 @@ def test_anchor_commits_the_new_rows_and_a_verdict_refuses_uncommitted_ones(repo
     assert git(repo, "log", "-1", "--format=%s") == "bench: ledger/line.jsonl row 3 (verdict of line: GO)"
     assert git(repo, "status", "--porcelain") == ""
     (repo / ".git" / "index.lock").write_text("")  # left by a git command that was killed
-    monkeypatch.setattr(gitguard, "LOCK_WAIT_S", 0.3)  # bench waits this long for the lock to go
+    monkeypatch.setattr(gitcmd, "LOCK_WAIT_S", 0.3)  # bench waits this long for the lock to go
     with pytest.raises(UserError, match=r"\.git/index\.lock exists and stayed for 0.3 s: .* remove it "
                                         r"\(rm \.git/index\.lock\)"):
         require_anchorable(led)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UserError
-from harness.provenance import git as gitguard
+from harness.provenance import git as gitguard, gitcmd
 from harness.governance import line as gl
 from harness.ledger.store import Ledger
 from harness.ledger.format import read_rows
@@ -229,7 +229,7 @@ def test_a_commit_waits_for_a_git_lock_another_command_holds(repo):
 
 
 def test_a_git_lock_held_past_the_bound_is_one_clear_error(repo, monkeypatch):
-    monkeypatch.setattr(gitguard, "LOCK_WAIT_S", 0.5)  # the shipped bound is 30 s
+    monkeypatch.setattr(gitcmd, "LOCK_WAIT_S", 0.5)  # the shipped bound is 30 s
     led = Ledger(repo, "line")
     led.append("registered", {"commit": "c" * 40})
     (repo / ".git" / "index.lock").write_text("")  # left by a killed git command
