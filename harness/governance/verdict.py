@@ -47,6 +47,7 @@ from harness.vocab.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESUL
 from harness.registration.bar import INTEGRATION_FLAG, PEERS_KEY, UNCOMPARED_KEY, uncompared_rows
 from harness.governance.peers import OTHER_RUN, peer_speedups
 from harness.governance.nextrun import NEXT_RUN_NAMES, bar_between_run, next_bounds
+from harness.measurement.nextrun import BetweenRun
 from harness.registration.integration import ceiling_text
 from harness.vocab.outcomes import INTEGRATION
 from harness.ledger.audit import unchecked
@@ -294,9 +295,9 @@ def replicated_bar(reg, ledger_rows, deciding: list, rows: list[dict], where: tu
     return combined(reg, per)
 
 
-def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
-    """Evaluate the bar on the line's committed rows: the verdict and the row it closes the line
-    with, written by ``commands.verdict.close`` (this writes nothing); ``dry_run``: say so."""
+def _deciding_rows(line: Line) -> list:
+    """The latest outcome of every registered (config, candidate), or the refusal naming
+    pairs that have none yet."""
     reg = line.reg
     outcomes = latest_outcomes(line.rows)
     pairs = [(c.key(), k) for c in reg.configs for k in reg.candidates]
@@ -305,7 +306,12 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
         first = ", ".join(f"{k} @ {c}" for c, k in missing[:3])
         raise UserError(f"line '{reg.line}': {len(missing)} (config, candidate) pairs of the grid have no outcome yet "
                         f"(e.g. {first}): finish `bench sweep {reg.line}` before the verdict")
-    deciding = [outcomes[p] for p in pairs]
+    return [outcomes[p] for p in pairs]
+
+
+def _one_place(reg, deciding: list) -> tuple[list, list[str], list]:
+    """Where the deciding rows were measured (``measured_on``), the GPU models, and their
+    places (``places``): refused unless one commit, one device, one software stack."""
     where = sorted({measured_on(r, reg.mixed_devices) for r in deciding}, key=str)
     gpus = sorted({measured_on(r)[2] for r in deciding if measured_on(r)[2]})
     if len(where) > 1 and len({(w[0], w[1], w[3]) for w in where}) == 1:
@@ -323,7 +329,12 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
             f" — run `bench sweep {reg.line}` at HEAD where it should be decided"
         raise UserError(f"line '{reg.line}': its outcomes were measured in {len(at)} places ({shown}): one verdict "
                         f"needs one commit on one device{' with one software stack' if stacks else ''}{again}")
-    unmeasured = {}
+    return where, gpus, at
+
+
+def _require_measured(reg, deciding: list) -> None:
+    """Refuse pairs never measured (skipped, unsupported, throttled) unless ``allow_missing``."""
+    unmeasured: dict[str, int] = {}
     for r in deciding:
         if r.kind in MISSING_KINDS:
             unmeasured[r.kind] = unmeasured.get(r.kind, 0) + 1
@@ -335,25 +346,35 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
         raise UserError(f"line '{reg.line}': {sum(unmeasured.values())} pairs were never measured ({counts}); a bar over "
                         f"the rest could pass on what was left out — {fix}, or register a line with [bar] "
                         f"allow_missing = true")
+
+
+def _checked_pairs(line: Line, deciding: list, where: tuple) -> tuple[dict, tuple]:
+    """The deciding rows by pair, a result its counters show impossible marked so ([verify]),
+    and the [verify] clauses checked; refused while a result's figures are not audited."""
+    reg = line.reg
     by_pair = {outcome_key(r): r for r in deciding}
-    checked = ()
+    checked: tuple = ()
     if reg.verify:
-        checked, counter_impossible = verify_clauses(reg, deciding, line.rows, where[0])
+        checked, counter_impossible = verify_clauses(reg, deciding, line.rows, where)
         for pair, why in counter_impossible.items():
             prior = by_pair[pair].impossible
             by_pair[pair] = by_pair[pair].replace(impossible=f"{prior}; {why}" if prior else why)
     require_checked(reg, by_pair.values())
-    # The next-run interval's between-run variance, where the bar reads it (governance/nextrun.py):
-    # the replicates among the line's runs, else the deciding rows' controls, never below the floor.
+    return by_pair, checked
 
-    next_run = bar_between_run(reg.go, reg.primary, line.rows, by_pair)
-    rows, excluded = bar_rows(by_pair, include_noisy=reg.include_noisy, next_run=next_run)
+
+def _require_one_run(reg, rows: list[dict]) -> None:
+    """Refuse a peer clause that would compare results of two runs (``other_runs``)."""
     split = other_runs(reg, rows)
     if split:
         raise UserError(f"line '{reg.line}': a peer clause compares results of two runs ({split[0]}"
                         f"{f'; and {len(split) - 1} more' if len(split) > 1 else ''}): a candidate is compared with a "
                         f"peer only in the same interleaved rounds, and a decided result is never measured again at "
                         f"its commit — sweep the line at a new commit, where every pair is measured afresh")
+
+
+def _require_coverage(reg, by_pair: dict) -> dict:
+    """The bar's coverage of the registered pairs, refused below ``min_coverage``."""
     cov = coverage(list(by_pair.values()), include_noisy=reg.include_noisy)
     if cov["fraction"] < reg.min_coverage:
         shown = ", ".join(cov["undecided"][:MAX_NAMED_PAIRS])
@@ -363,12 +384,56 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
                         f"{f' and {more} more' if more > 0 else ''} — run `bench sweep {reg.line} --remeasure` "
                         f"(on a quieter machine) to measure them again at this commit, or register a line with "
                         f"[bar] min_coverage set to what it may decide on")
+    return cov
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """What the bar is evaluated on, every refusal passed: the deciding rows, where they were
+    measured, the bar's rows (and what was left out), coverage, integration steps, the
+    [verify] clauses checked, and the next-run interval's between-run variance."""
+
+    deciding: list
+    where: list
+    gpus: list[str]
+    at: list
+    by_pair: dict
+    checked: tuple
+    next_run: BetweenRun | None
+    rows: list[dict]
+    excluded: dict
+    cov: dict
+    steps: list
+
+
+def _evidence(line: Line) -> _Evidence:
+    """The rows the bar decides on, or the refusal (in this order) of a line not ready for one."""
+    reg = line.reg
+    deciding = _deciding_rows(line)
+    where, gpus, at = _one_place(reg, deciding)
+    _require_measured(reg, deciding)
+    by_pair, checked = _checked_pairs(line, deciding, where[0])
+    # The next-run interval's between-run variance, where the bar reads it (governance/nextrun.py):
+    # the replicates among the line's runs, else the deciding rows' controls, never below the floor.
+    next_run = bar_between_run(reg.go, reg.primary, line.rows, by_pair)
+    rows, excluded = bar_rows(by_pair, include_noisy=reg.include_noisy, next_run=next_run)
+    _require_one_run(reg, rows)
+    cov = _require_coverage(reg, by_pair)
     steps = integration_rows(reg, line.rows, where[0]) if reg.integration is not None else []
     rows += [r for _, r in steps]
+    return _Evidence(deciding, where, gpus, at, by_pair, checked, next_run, rows, excluded, cov, steps)
+
+
+def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
+    """Evaluate the bar on the line's committed rows: the verdict and the row it closes the line
+    with, written by ``commands.verdict.close`` (this writes nothing); ``dry_run``: say so."""
+    reg = line.reg
+    ev = _evidence(line)
+    rows, checked, by_pair, where = ev.rows, ev.checked, ev.by_pair, ev.where
     failures = None if any(r["correct"] for r in rows) else failed_alone(reg, by_pair)
     replicated = None
     if reg.replication is not None and reg.replication.required:
-        replicated = replicated_bar(reg, line.rows, deciding, rows, where[0], at[0][1])
+        replicated = replicated_bar(reg, line.rows, ev.deciding, rows, where[0], ev.at[0][1])
         outcome = barlang.BarOutcome(replicated.passed, replicated.clauses)
         primary_value = replicated.primary_value
     else:
@@ -389,19 +454,19 @@ def decide(line: Line, env: dict, *, dry_run: bool = False) -> Verdict:
         "prediction_error": None if primary_value is None else primary_value - reg.prediction,
         "n_rows": len(rows),
         "n_correct": sum(r["correct"] for r in rows),
-        "excluded": excluded,
-        "decided_on": sorted(r.seq for r in deciding),
+        "excluded": ev.excluded,
+        "decided_on": sorted(r.seq for r in ev.deciding),
         # Pairs decided on a re-measure: the rows it superseded at the same commit and device.
         "remeasured": [m.as_row() for m in remeasures(line.rows) if (m.config_key, m.candidate) in by_pair],
-        "coverage": {**cov, "min_coverage": reg.min_coverage},
-        "measured_at": {"commit": where[0][0], "device": where[0][1], "gpu": " + ".join(gpus) or None,
-                        "stack": at[0][1]},
-        **({"integration": [integration_summary(row) for row, _ in steps]} if steps else {}),
+        "coverage": {**ev.cov, "min_coverage": reg.min_coverage},
+        "measured_at": {"commit": where[0][0], "device": where[0][1], "gpu": " + ".join(ev.gpus) or None,
+                        "stack": ev.at[0][1]},
+        **({"integration": [integration_summary(row) for row, _ in ev.steps]} if ev.steps else {}),
         **({"failures": failures} if failures is not None else {}),
         # What the next-run metrics were read with (a bar naming none: no field, as before issue 48).
-        **({"next_run": next_run.as_dict()} if next_run is not None else {}),
+        **({"next_run": ev.next_run.as_dict()} if ev.next_run is not None else {}),
         **({"replication": replicated.record} if replicated is not None else {}),
     }
     require_anchored(line.ledger, "a verdict")
-    return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), excluded,
+    return Verdict(verdict, outcome, reg.primary, primary_value, reg.prediction, len(rows), ev.excluded,
                    load({**payload, "kind": VERDICT, "line": reg.line}), None, checked, dry_run=dry_run)
