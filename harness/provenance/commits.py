@@ -23,27 +23,30 @@ def file_history(root: Path, rel: str) -> list[tuple[str, str]]:
     res = run(root, "log", "--no-renames", "--format=%H %s", "HEAD", "--", rel)
     if res.returncode != 0:
         return []
-    return [tuple(x.split(" ", 1)) if " " in x else (x, "") for x in reversed(res.stdout.splitlines())]
+    return [(sha, subject) for sha, _, subject in (x.partition(" ") for x in reversed(res.stdout.splitlines()))]
 
 
 def blobs(root: Path, specs: list[str]) -> Iterator[bytes | None]:
     """Yield the content of each ``<commit>:<path>`` (None where missing) from one git process."""
     proc = subprocess.Popen(["git", "cat-file", "--batch"], cwd=root, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE)
+    stdin, stdout = proc.stdin, proc.stdout
+    if stdin is None or stdout is None:  # both are pipes (PIPE above); this tells the type checker
+        raise RuntimeError("git cat-file --batch started without its pipes")
     try:
         for spec in specs:
-            proc.stdin.write(spec.encode() + b"\n")
-            proc.stdin.flush()
-            header = proc.stdout.readline().split()
+            stdin.write(spec.encode() + b"\n")
+            stdin.flush()
+            header = stdout.readline().split()
             if len(header) != 3 or header[1] != b"blob":
                 yield None
                 continue
-            data = proc.stdout.read(int(header[2]))
-            proc.stdout.read(1)  # the newline after each object
+            data = stdout.read(int(header[2]))
+            stdout.read(1)  # the newline after each object
             yield data
     finally:
-        proc.stdin.close()
-        proc.stdout.close()
+        stdin.close()
+        stdout.close()
         proc.wait()
 
 

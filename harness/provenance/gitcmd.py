@@ -25,7 +25,7 @@ LOCK_RETRY_MAX_S = 2.0
 _LOCK_HELD = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 
 
-def run(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def run(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """git in a process group of its own (``process_group=0``): a Ctrl-C at the terminal,
     sent to the whole foreground group, cannot kill it half-way (a sweep's first Ctrl-C lets
     its configs in flight finish and commits each); this process alone decides what the
@@ -45,13 +45,13 @@ def waits() -> Iterator[float]:
         pause = min(2 * pause, LOCK_RETRY_MAX_S)
 
 
-def held_lock(res: subprocess.CompletedProcess) -> str | None:
+def held_lock(res: subprocess.CompletedProcess[str]) -> str | None:
     """The lock file a failed git command found held by another git process, or None."""
     found = _LOCK_HELD.search(res.stderr or "") if res.returncode != 0 else None
     return found.group(1) if found else None
 
 
-def run_waiting(root: Path, *args: str) -> subprocess.CompletedProcess:
+def run_waiting(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``run`` for commands that take git's locks (add, commit, update-ref): run again, with
     a bounded backoff, while git says another git process holds one. The last result is
     returned either way (``held_lock`` tells a lock still held after LOCK_WAIT_S)."""

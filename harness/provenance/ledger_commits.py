@@ -130,13 +130,13 @@ def commit_file(root: Path, rel: str, message: str) -> str:
     """
     unanchored = f"its rows are written but not anchored — run git commit -m 'bench: ledger rows' -- {rel}"
     add = run_waiting(root, *_add_args(rel))
-    if held_lock(add):
-        raise UserError(f"git add {rel}: {stale_lock(root, held_lock(add))}; {unanchored}")
+    if (lock := held_lock(add)) is not None:
+        raise UserError(f"git add {rel}: {stale_lock(root, lock)}; {unanchored}")
     if add.returncode != 0:
         raise UserError(f"git add {rel} failed ({last_line(add.stderr)}): commit {rel} by hand")
     res = run_waiting(root, *_commit_args(_identity(root), rel, message))
-    if held_lock(res):
-        raise UserError(f"git commit {rel}: {stale_lock(root, held_lock(res))}; {unanchored}")
+    if (lock := held_lock(res)) is not None:
+        raise UserError(f"git commit {rel}: {stale_lock(root, lock)}; {unanchored}")
     if res.returncode != 0:
         raise UserError(f"could not commit {rel} ({error_line(res.stderr or res.stdout)}): its rows are written "
                         f"but not anchored — fix that and run git commit -m 'bench: ledger rows' -- {rel}")
@@ -179,7 +179,7 @@ class _Scratch:
     the clone's hooks directory and object format."""
 
     path: Path
-    env: dict
+    env: dict[str, str]
     ref: str
     hooks: Path
     object_format: str
@@ -244,7 +244,7 @@ def _test_commit(root: Path, rel: str, head: str, scratch: _Scratch, fallback: s
     no ``rel`` where it has one row; with an empty one where the work tree has none yet), then
     bench's own add and commit of ``rel`` from the work tree on top: a commit that appends a
     row, as bench's do. A refusal names the hook that failed and its first line, or git's error."""
-    def failed(res: subprocess.CompletedProcess, what: str) -> UserError:
+    def failed(res: subprocess.CompletedProcess[bytes] | subprocess.CompletedProcess[str], what: str) -> UserError:
         err = res.stderr.decode(errors="replace") if isinstance(res.stderr, bytes) else res.stderr
         return UserError(f"bench's test commit of {rel} failed at git {what} ({error_line(err)}): bench could not "
                          f"check that git takes its commits — {fallback}")
@@ -258,10 +258,10 @@ def _test_commit(root: Path, rel: str, head: str, scratch: _Scratch, fallback: s
     message = b"bench: test base\n"
     stream = (f"commit {scratch.ref}\ncommitter {FALLBACK_NAME} <{FALLBACK_EMAIL}> 0 +0000\n"
               f"data {len(message)}\n").encode() + message + f"from {head}\n".encode() + change
-    res = subprocess.run(["git", "fast-import", "--quiet"], cwd=root, input=stream, capture_output=True,
-                         env=scratch.env, process_group=0)
-    if res.returncode != 0:
-        raise failed(res, "fast-import")
+    imported = subprocess.run(["git", "fast-import", "--quiet"], cwd=root, input=stream, capture_output=True,
+                              env=scratch.env, process_group=0)
+    if imported.returncode != 0:
+        raise failed(imported, "fast-import")
     if data is None:  # git add stages a deletion only of a path the index knows
         empty = _EMPTY_BLOB[scratch.object_format]
         res = run(root, "update-index", "--add", "--cacheinfo", f"100644,{empty},{rel}", env=scratch.env)
@@ -284,12 +284,12 @@ def _test_commit(root: Path, rel: str, head: str, scratch: _Scratch, fallback: s
         raise UserError(f"git's {name} hook ({in_repo(root, str(scratch.hooks / name))}) refused a test commit of "
                         f"{rel} ({first}): bench commits its rows after every config and runs your hooks as git "
                         f"commit does — make the hook accept bench's commits of {LEDGER_DIR}/, or {fallback}")
-    said = error_line(res.stderr or res.stdout)
-    if "sign" in said.lower():
-        raise UserError(f"git could not sign a test commit of {rel} ({said}): commit.gpgsign is on and its signer "
+    why = error_line(res.stderr or res.stdout)
+    if "sign" in why.lower():
+        raise UserError(f"git could not sign a test commit of {rel} ({why}): commit.gpgsign is on and its signer "
                         f"fails, so every commit of bench's rows would — fix the signer (gpg.program, "
                         f"user.signingkey), or {fallback}")
-    raise UserError(f"git refused a test commit of {rel} ({said}): bench commits its rows with git commit --only "
+    raise UserError(f"git refused a test commit of {rel} ({why}): bench commits its rows with git commit --only "
                     f"after every config, and each would fail so — fix what git reports, or {fallback}")
 
 

@@ -151,7 +151,7 @@ def is_ignored(root: Path, rel: str) -> bool:
     return run(root, "check-ignore", "-q", "--", rel).returncode == 0
 
 
-def _files(res: subprocess.CompletedProcess, what: str, root: Path) -> set[str]:
+def _files(res: subprocess.CompletedProcess[str], what: str, root: Path) -> set[str]:
     if res.returncode != 0:
         raise UserError(f"git {what} failed in {root}: {res.stderr.strip()}")
     return {p for p in res.stdout.split("\0") if p}

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 def _check_metric_schema(path: Path, schema: int, named: Named) -> None:
     """A bar metric newer than the file's schema (``METRIC_SCHEMA``) is refused with the fix."""
     for key, agg in named:
-        since = METRIC_SCHEMA.get(agg.metric)
+        since = METRIC_SCHEMA.get(agg.metric or "")
         if since is not None and schema < since:
             raise err(path, f"[bar] {key}: '{agg.metric}' needs schema = {since} (a bench older than that would "
                             f"refuse the file): set schema = {since}")

@@ -9,7 +9,7 @@ import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from harness.errors import UserError
 from harness.measurement.canaries import CANARIES
@@ -64,7 +64,7 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_number(v: object) -> bool:
+def _is_number(v: object) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
