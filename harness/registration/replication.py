@@ -85,7 +85,7 @@ class ReplicationSpec:
 
 
 def parse(table: dict) -> ReplicationSpec:
-    """The ``[replication]`` table; each problem one UserError (registration.py adds the table's name)."""
+    """The ``[replication]`` table; each problem one UserError (schema.py adds the table's name)."""
     extra = sorted(set(table) - set(REPLICATION_KEYS))
     if extra:
         raise UserError(f"unknown field{'s' if len(extra) > 1 else ''} {', '.join(extra)} (allowed: "
