@@ -11,7 +11,7 @@ It must be set before the first import from the repository, so it is set by the 
 that ``pip install`` (editable or not) puts in site-packages (setup.py): at every Python start
 it tests ``sys.argv`` and, for ``bench`` and ``python -m harness`` only, runs this file's
 source (never bytecode) and ``install()``. Every Python a bench process starts inherits it
-(``PYTHONPYCACHEPREFIX``). ``codeprov.require_private_bytecode`` refuses a process that runs
+(``PYTHONPYCACHEPREFIX``). ``provenance.code.require_private_bytecode`` refuses a process that runs
 without it. Standard library only: this file also runs before anything is importable.
 """
 
@@ -62,7 +62,7 @@ def install() -> str | None:
     """Make bench's private cache this interpreter's bytecode cache and every child's (creating
     it, mode 0700, if missing). Returns why it could not, or None; never raises, since it
     runs inside Python's start-up, where a failure must not stop unrelated programs — the
-    process is refused later (``codeprov.require_private_bytecode``)."""
+    process is refused later (``provenance.code.require_private_bytecode``)."""
     path = private_cache()
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -91,13 +91,23 @@ def test_inputs_deterministic_fresh_per_seed_and_cast_from_float32():
         make_inputs(cfg, 0, "nope")
 
 
+def _splitmix64_reference(key: int, i: int, golden: int, mix1: int, mix2: int) -> int:
+    """splitmix64 in Python integers, unsigned: what the tensor version must compute."""
+    m = (1 << 64) - 1
+    z = (key + (i + 1) * (golden % (1 << 64))) & m
+    z = ((z ^ (z >> 30)) * (mix1 % (1 << 64))) & m
+    z = ((z ^ (z >> 27)) * (mix2 % (1 << 64))) & m
+    return z ^ (z >> 31)
+
+
 def test_counter_based_generator_is_the_specified_hash_and_chunk_independent():
     from harness.workloads import inputs as I
 
     key = I._stream_key(12345, "k")
     idx = torch.arange(1, 9, dtype=torch.int64)
     z = I._splitmix64_(idx * I._GOLDEN + key)
-    assert [int(x) % (1 << 64) for x in z] == [I.splitmix64_reference(key, i) for i in range(8)]
+    assert [int(x) % (1 << 64) for x in z] == [_splitmix64_reference(key, i, I._GOLDEN, I._MIX1, I._MIX2)
+                                               for i in range(8)]
     whole = I._normals(key, 0, 1000, "cpu")
     parts = torch.cat([I._normals(key, s, n, "cpu") for s, n in ((0, 7), (7, 500), (507, 493))])
     assert torch.equal(whole, parts)  # element i depends on i alone, not on the chunking

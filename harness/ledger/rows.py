@@ -375,8 +375,3 @@ def load(d: Mapping) -> Row:
         raise UnknownField(f"a {kind} row has field{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} that "
                            f"this bench does not know")
     return cls(**{k: v for k, v in d.items() if k != "kind"}, present=frozenset(k for k in d if k != "kind"))
-
-
-def of_kind(rows, *kinds: str) -> list:
-    """The rows of ``rows`` whose kind is one of ``kinds``, in order."""
-    return [r for r in rows if r.kind in kinds]

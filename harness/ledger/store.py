@@ -344,7 +344,7 @@ def rows_text(first: int, last: int) -> str:
 def require_anchorable(led: Ledger) -> None:
     """Refuse before any work where the line's rows could not be committed: git locked or
     unwritable, the ledger ignored, or a test commit of it refused (a symlinked ledger, a
-    failing hook or signer: ``gitguard.require_ledger_commits``)."""
+    failing hook or signer: ``provenance.git.require_ledger_commits``)."""
     gitguard.require_committable(led.root)
     if gitguard.is_ignored(led.root, led.rel):
         raise UserError(f"{led.rel} is ignored by git (.gitignore or .git/info/exclude), so bench cannot commit "

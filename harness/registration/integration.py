@@ -118,7 +118,7 @@ def parse(table: dict, grid_dtypes: list[str]) -> IntegrationSpec:
 
 def step_code(root: Path, ref: str) -> tuple[dict, ...]:
     """Refuse a step whose code no row could name, before anything of it is imported: the
-    rule the kernels are held to (``codeprov.module_code``: committed in the repository, or
+    rule the kernels are held to (``provenance.code.module_code``: committed in the repository, or
     an installed distribution, whose record is returned for the rows' ``code``)."""
     return codeprov.module_code(root, ref.partition(":")[0], f"[integration] step {ref!r}")
 

@@ -139,15 +139,6 @@ def _splitmix64_(z):
     return z
 
 
-def splitmix64_reference(key: int, i: int) -> int:
-    """The same hash in Python integers, unsigned (tests pin the tensor version to it)."""
-    m = (1 << 64) - 1
-    z = (key + (i + 1) * (_GOLDEN % (1 << 64))) & m
-    z = ((z ^ (z >> 30)) * (_MIX1 % (1 << 64))) & m
-    z = ((z ^ (z >> 27)) * (_MIX2 % (1 << 64))) & m
-    return z ^ (z >> 31)
-
-
 def _stream_key(base: int, name: str) -> int:
     """A 63-bit key per (input seed, tensor): q, k and v never share a stream."""
     return int.from_bytes(hashlib.sha256(f"{base}|{name}".encode()).digest()[:8], "little") & ((1 << 63) - 1)

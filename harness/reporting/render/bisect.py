@@ -28,10 +28,6 @@ def _figure(p) -> str:
     return f"speedup {e.shown()} (n {e.n}, {e.measurements} measurement{'s' if e.measurements != 1 else ''})"
 
 
-def render_bisect_start(res_line: str, config_key: str, candidate: str, baseline: str) -> None:
-    print(f"bisect {res_line} at {config_key}: {candidate} against {baseline}", flush=True)
-
-
 def render_probe(p) -> None:
     """One commit measured (its row written)."""
     print(f"  {p.role:<8} {_commit(p.commit, p.subject)} — {_figure(p)}: {p.decision} ({p.reason})", flush=True)
