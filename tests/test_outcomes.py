@@ -9,7 +9,7 @@ import pytest
 
 from harness.ledger import store as ledger
 from harness.vocab import outcomes
-from harness.ledger.rows import load
+from harness.ledger.rows import UnknownField, load
 from harness.commands import plan
 from tests.conftest import REPO
 
@@ -41,7 +41,20 @@ def test_transient_outcomes_are_the_ones_measured_again():
 
 def test_rejection_tags_name_the_phase_that_caught_them():
     assert outcomes.rejection_tag(outcomes.CAUGHT_TIMED, "stale_mismatch") == "timed_stale_mismatch"
-    assert [outcomes.rejection_tag(p, "x") for p in outcomes.REJECTION_PHASES] == [
-        "timed_x", "random_call_x", "refreshed_x", "sustained_x", "recheck_x"]
+    assert [outcomes.rejection_tag(p, "mismatch") for p in outcomes.REJECTION_PHASES] == [
+        "timed_mismatch", "random_call_mismatch", "refreshed_mismatch", "sustained_mismatch", "recheck_mismatch"]
     with pytest.raises(ValueError, match="unknown rejection phase"):
-        outcomes.rejection_tag("later", "x")
+        outcomes.rejection_tag("later", "mismatch")
+    with pytest.raises(ValueError, match="unknown failure tag 'x'"):
+        outcomes.rejection_tag(outcomes.CAUGHT_TIMED, "x")
+
+
+def test_an_incorrect_rows_tag_is_one_of_the_vocabulary_written_or_read():
+    """empty_window and remembers_inputs are tags as they are; a check's tag may carry its phase."""
+    for tag in ("mismatch", outcomes.EMPTY_WINDOW, outcomes.REMEMBERS_INPUTS, "recheck_stale_mismatch",
+                outcomes.rejection_tag(outcomes.CAUGHT_RANDOM_CALL, outcomes.CLOCK_TAMPERED)):
+        assert outcomes.is_failure_tag(tag) and load({"kind": "incorrect", "tag": tag}).tag == tag
+    for tag in ("x", "timed_empty_window", "recheck_", "later_mismatch"):
+        assert not outcomes.is_failure_tag(tag)
+        with pytest.raises(UnknownField, match=f"tag {tag!r} is no failure tag"):
+            load({"kind": "incorrect", "tag": tag})

@@ -39,10 +39,7 @@ from harness.commands.writer import Writer
 from harness.execution.executor import Job, call
 from harness.execution.select import make_executor
 from harness.pipeline.context import SweepContext, Task
-
-# The sweep's gate used seeds; the profiled call draws its inputs from a seed the gate
-# never used, as timing does.
-PROFILE_SEED_OFFSET = 3_000_017
+from harness.workloads.seeds import PROFILE_SEED_OFFSET
 
 
 def formula_values(cfg: Config) -> dict:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
 from harness.vocab.outcomes import (CEILINGS, CRASHED, INCORRECT, INTEGRATION, PROBE, PROFILE, REGISTERED,
-                                         RESULT, SKIPPED, SUPERSEDES, THROTTLED, UNSUPPORTED, VERDICT)
+                                         RESULT, SKIPPED, SUPERSEDES, THROTTLED, UNSUPPORTED, VERDICT, is_failure_tag)
 
 
 class UnknownField(ValueError):
@@ -180,6 +180,13 @@ class IncorrectRow(OutcomeRow):
 
     KIND: ClassVar[str] = INCORRECT
     HOLDS: ClassVar[frozenset] = _PAIR | {"tag", "gate", "timing", "sustained", "empty_window"}
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # Written or read, a tag names a check of the vocabulary (vocab/outcomes.py): a report
+        # or verdict explains a rejection by its tag, and an unknown one explains nothing.
+        if self.tag is not None and not is_failure_tag(self.tag):
+            raise UnknownField(f"an incorrect row's tag {self.tag!r} is no failure tag (vocab/outcomes.py)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,14 +11,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from harness.workloads import Config
+# The stages' seed offsets live in workloads/seeds.py; the stages read them from here.
+from harness.workloads.seeds import RECHECK_SEED_OFFSET, TIMING_SEED_OFFSET
 
 if TYPE_CHECKING:
     from harness.registration.schema import Registration
-
-# Fresh inputs for the post-timing recheck come from a seed no registration uses for the
-# gate, so a kernel cannot have seen them.
-RECHECK_SEED_OFFSET = 1_000_003
-TIMING_SEED_OFFSET = 2_000_003
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,33 @@ FAILING_KINDS = (INCORRECT, CRASHED)
 # Outcomes that measured nothing: the bar cannot see these pairs at all.
 MISSING_KINDS = (SKIPPED, UNSUPPORTED, THROTTLED)
 
+# Failure tags: what a check of one call found (measurement/correctness runs the checks).
+FAILURE_TAGS = {
+    "mismatch": "output differs from the float64 reference beyond atol + rtol·|ref|",
+    "unwritten": "output elements still hold the NaN poison after the call",
+    "nonfinite": "output has inf/NaN (not the poison) where the reference is finite",
+    "stale_mismatch": "a later call (fresh buffers after the reference, or inputs rewritten in "
+                      "place) fails or disagrees with the first: state carried across calls",
+    "input_mutated": "the kernel wrote into q, k or v",
+    "degenerate": "output unchanged when the inputs changed, or constant along a whole axis",
+    "exception": "the kernel raised",
+    "side_stream": "output written while the caller's stream was held, or after it had finished the call: "
+                   "work on another stream",
+    "left_running": "the call returned with work still running: device work on another stream, or host "
+                    "threads or child processes still using the CPU (measurement/leftover.py)",
+    "numerics_changed": "the call changed global state the harness pins (numeric flags, thread counts, "
+                        "CPU affinity) for whoever runs next",
+    "clock_tampered": "a clock the harness times with was replaced (time.perf_counter_ns, torch.cuda.Event's "
+                      "methods, the timing modules' names), or a timer's windows disagree with an independent "
+                      "clock or with the thread's CPU time (measurement/clockguard.py)",
+}
+# The tag of a replaced or lying clock, for the checks that name it.
+CLOCK_TAMPERED = "clock_tampered"
+# Tags a check after timing gives a candidate as they are (never phase-prefixed).
+EMPTY_WINDOW = "empty_window"  # its timed window held no more than an empty call's (timing/empty.py)
+REMEMBERS_INPUTS = "remembers_inputs"  # it answers from memory of inputs it saw (timing/refresh.py)
+PAIR_TAGS = (EMPTY_WINDOW, REMEMBERS_INPUTS)
+
 # Rejection tags. An incorrect row's ``tag`` names the check that failed (the gate's own tags,
 # e.g. "stale_mismatch"); a check after timing prefixes it with the phase that caught it.
 CAUGHT_TIMED = "timed"  # a timed call's output, or what the timed calls left behind
@@ -51,10 +78,20 @@ CAUGHT_RECHECK = "recheck"  # fresh inputs in the timed buffers, after timing
 REJECTION_PHASES = (CAUGHT_TIMED, CAUGHT_RANDOM_CALL, CAUGHT_REFRESHED, CAUGHT_SUSTAINED, CAUGHT_RECHECK)
 
 
+def is_failure_tag(tag: str) -> bool:
+    """Whether ``tag`` is one an incorrect row may carry: a check's (FAILURE_TAGS), one of
+    PAIR_TAGS, or a check's prefixed with the phase that caught it (``rejection_tag``)."""
+    if tag in FAILURE_TAGS or tag in PAIR_TAGS:
+        return True
+    return any(tag.startswith(f"{p}_") and tag[len(p) + 1:] in FAILURE_TAGS for p in REJECTION_PHASES)
+
+
 def rejection_tag(phase: str, tag: str) -> str:
     """The tag of a rejection that check ``tag`` made at ``phase`` (one of REJECTION_PHASES)."""
     if phase not in REJECTION_PHASES:
         raise ValueError(f"unknown rejection phase {phase!r}: one of {', '.join(REJECTION_PHASES)}")
+    if tag not in FAILURE_TAGS:
+        raise ValueError(f"unknown failure tag {tag!r}: one of {', '.join(FAILURE_TAGS)}")
     return f"{phase}_{tag}"
 
 

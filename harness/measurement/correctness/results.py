@@ -8,28 +8,10 @@ from dataclasses import dataclass
 
 from harness.jsonsafe import jsonable
 from harness.measurement.correctness.figures import ErrorFigures
+from harness.vocab.outcomes import CLOCK_TAMPERED, FAILURE_TAGS
 
-FAILURE_TAGS = {
-    "mismatch": "output differs from the float64 reference beyond atol + rtol·|ref|",
-    "unwritten": "output elements still hold the NaN poison after the call",
-    "nonfinite": "output has inf/NaN (not the poison) where the reference is finite",
-    "stale_mismatch": "a later call (fresh buffers after the reference, or inputs rewritten in "
-                      "place) fails or disagrees with the first: state carried across calls",
-    "input_mutated": "the kernel wrote into q, k or v",
-    "degenerate": "output unchanged when the inputs changed, or constant along a whole axis",
-    "exception": "the kernel raised",
-    "side_stream": "output written while the caller's stream was held, or after it had finished the call: "
-                   "work on another stream",
-    "left_running": "the call returned with work still running: device work on another stream, or host "
-                    "threads or child processes still using the CPU (measurement/leftover.py)",
-    "numerics_changed": "the call changed global state the harness pins (numeric flags, thread counts, "
-                        "CPU affinity) for whoever runs next",
-    "clock_tampered": "a clock the harness times with was replaced (time.perf_counter_ns, torch.cuda.Event's "
-                      "methods, the timing modules' names), or a timer's windows disagree with an independent "
-                      "clock or with the thread's CPU time (measurement/clockguard.py)",
-}
-# The tag of a replaced or lying clock (issue 47), for the checks that name it.
-CLOCK_TAMPERED = "clock_tampered"
+__all__ = ["CLOCK_TAMPERED", "FAILURE_TAGS", "CALL_TAGS", "STRUCTURAL_TAGS", "CheckReport", "GateResult"]
+
 # Failures a pass-rate threshold never excuses: min_pass_rate < 1 tolerates numerical seed
 # luck (shape-aware attention's causal config passed 21 of 40 seeds), not a kernel that
 # skips, caches or corrupts.

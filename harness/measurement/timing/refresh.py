@@ -29,6 +29,7 @@ import math
 import random
 from dataclasses import dataclass
 from harness.measurement.stats import mann_whitney_u
+from harness.vocab.outcomes import REMEMBERS_INPUTS
 
 IN_PLACE, FRESH_BUFFERS, SHAM = "in_place", "fresh_buffers", "sham"
 # Refreshed rounds every measurement holds (when max_samples allows), and as many sham rounds:
@@ -81,7 +82,7 @@ LOCAL_NEIGHBOURS = 3
 # made, and the row gets no number (fail closed), never a pass.
 MIN_FRESH_CALLS = REFRESH_MIN_ROUNDS
 MIN_SEEN_CALLS = REFRESH_MIN_ROUNDS
-REMEMBERS_TAG = "remembers_inputs"
+REMEMBERS_TAG = REMEMBERS_INPUTS
 
 
 class RefreshSchedule:
