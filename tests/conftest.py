@@ -342,7 +342,7 @@ def gate_calls(cfg, c) -> int:
         out.copy_(zoo.attention(q, k, v, causal=causal, scale=scale))
 
     reg = c.reg
-    gate(counting, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype], rtol=reg.rtol[cfg.dtype],
+    gate(counting, cfg, seeds=reg.seeds, families=reg.families, **reg.tolerance(cfg.dtype),
          device=c.device)
     return n["n"]
 

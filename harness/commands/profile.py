@@ -134,8 +134,8 @@ def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool =
                            "error": f"failed the correctness gate [{g['tag']}]: {g['reason']}"}
                     continue
             memory.release(device)
-            res = profile(cfg, name, seed=reg.seeds[0] + PROFILE_SEED_OFFSET, atol=reg.atol[cfg.dtype],
-                          rtol=reg.rtol[cfg.dtype], numerics=reg.numerics.as_dict(), l2_bytes=l2, cwd=line.root, ncu=ncu,
+            res = profile(cfg, name, seed=reg.seeds[0] + PROFILE_SEED_OFFSET, **reg.tolerance(cfg.dtype),
+                          numerics=reg.numerics.as_dict(), l2_bytes=l2, cwd=line.root, ncu=ncu,
                           version=version)
             yield payload(res, role, gate_info)
 

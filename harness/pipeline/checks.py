@@ -156,8 +156,8 @@ def check_after_timing(t: Timed) -> Checked:
         q, k, v = slots[0]
         o = outs[arm_name(spec.name)][0]
         phase.report(spec.name, phase.RECHECK)
-        rc = recheck_in_place(spec, cfg, q, k, v, o, seed=seed, family="normal", atol=reg.atol[cfg.dtype],
-                              rtol=reg.rtol[cfg.dtype], memo=memo)
+        rc = recheck_in_place(spec, cfg, q, k, v, o, seed=seed, family="normal", **reg.tolerance(cfg.dtype),
+                              memo=memo)
         if not rc.passed:
             verdicts.append(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
                                                 "tag": rejection_tag(CAUGHT_RECHECK, rc.tag),
@@ -203,7 +203,7 @@ def spot_failure(cfg, content, m, snaps, name, ctx, memo=None):
         return None
     version = chosen.get("version")
     q, k, v = content.inputs(m, chosen["slot"], version)
-    rep = check_timed_output(cfg, q, k, v, snaps[name], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
+    rep = check_timed_output(cfg, q, k, v, snaps[name], **ctx.reg.tolerance(cfg.dtype),
                              label=f"{name}: measured call {chosen['call']} (chosen at random, seed "
                                    f"{m.spot_seed}) on slot {chosen['slot']}{content.describe(m, version)}",
                              what="output of that call", memo=memo)
@@ -226,7 +226,7 @@ def refreshed_failures(cfg, content, m, kept, ctx, memo=None) -> dict:
                 continue
             q, k, v = content.inputs(m, c["slot"], c["version"])
             reports[(name, how)] = check_timed_output(
-                cfg, q, k, v, copies[how], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
+                cfg, q, k, v, copies[how], **ctx.reg.tolerance(cfg.dtype),
                 label=f"{name}: measured round {c['round']} on slot {c['slot']}, its inputs rewritten "
                       f"{how.replace('_', ' ')} just before the call{content.describe(m, c['version'])}",
                 what="output of the first call on the new content", memo=memo)
@@ -276,7 +276,7 @@ def sustained(cfg, spec, slots, outs, ctx, memo=None):
         pin(state)
         return sus, Failure("numerics_changed", f"its calls back to back changed global state ({describe(moved)})")
     q, k, v = slots[sus.last_slot]
-    rep = check_timed_output(cfg, q, k, v, outs[sus.last_slot], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
+    rep = check_timed_output(cfg, q, k, v, outs[sus.last_slot], **ctx.reg.tolerance(cfg.dtype),
                              label=f"slot {sus.last_slot}", what="output of the last call timed back to back", memo=memo)
     return sus, (None if rep.passed else rep)
 
@@ -303,7 +303,7 @@ def timed_output_failure(cfg, content, m, arm, outs, ctx, memo=None):
     for slot in sorted({0, len(content.slots) - 1}):
         version = m.refresh.last_versions[arm][slot] if m.refresh is not None else None
         q, k, v = content.inputs(m, slot, version)
-        rep = check_timed_output(cfg, q, k, v, outs[slot], atol=ctx.reg.atol[cfg.dtype], rtol=ctx.reg.rtol[cfg.dtype],
+        rep = check_timed_output(cfg, q, k, v, outs[slot], **ctx.reg.tolerance(cfg.dtype),
                                  label=f"slot {slot}{content.describe(m, version)}", memo=memo)
         del q, k, v  # not alive while the next content is drawn (the VRAM model counts one)
         if not rep.passed:

@@ -51,8 +51,8 @@ def gate_one(spec, cfg, reg, state, device: str):
     flags its call changed (empty: none)."""
     phase.report(spec.name, phase.GATE)
     with apply(state) as pinned:
-        g = gate(spec, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype],
-                 rtol=reg.rtol[cfg.dtype], device=device, min_pass_rate=reg.min_pass_rate)
+        g = gate(spec, cfg, seeds=reg.seeds, families=reg.families, **reg.tolerance(cfg.dtype), device=device,
+                 min_pass_rate=reg.min_pass_rate)
         phase.note("reference", g.reference_seconds)
         # The TF32 incident: a flag flipped between arms changes which kernels run. A kernel that
         # changes global numeric state would make the arms differ: it is never timed.
@@ -117,8 +117,8 @@ def gate_all(b: Budget) -> Gated:
     # A candidate that is the baseline under its own name is gated once (one result serves both).
     unique = list({spec.name: spec for spec in (base_spec, *runnable)}.values())
     memo = boundary_memo(reg, ctx.device, state)
-    run = gate_kernels(unique, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype],
-                       rtol=reg.rtol[cfg.dtype], device=ctx.device, min_pass_rate=reg.min_pass_rate, around=around,
+    run = gate_kernels(unique, cfg, seeds=reg.seeds, families=reg.families, **reg.tolerance(cfg.dtype),
+                       device=ctx.device, min_pass_rate=reg.min_pass_rate, around=around,
                        memo=memo)
     for spec in unique:
         if spec.name in changed or spec.name in tampered:  # its boundary calls run (and are caught) again

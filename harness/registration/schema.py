@@ -87,6 +87,11 @@ class Registration:
     # [replication]: how many device instances the verdict waits for, and how it combines them
     replication: ReplicationSpec | None = None
 
+    def tolerance(self, dtype: str) -> dict[str, float]:
+        """``{"atol": …, "rtol": …}`` for ``dtype`` (a dtype of the grid): every check against
+        the reference reads the registered tolerances through this, as keyword arguments."""
+        return {"atol": self.atol[dtype], "rtol": self.rtol[dtype]}
+
     @property
     def timing_table(self) -> dict:
         """[timing] as written (only the keys the registration sets)."""
