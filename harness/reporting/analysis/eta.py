@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 from harness.vocab.devices import device_of, model
 from harness.vocab.outcomes import OUTCOME_KINDS
@@ -95,7 +96,8 @@ def fit(points: list[tuple[float, float]]) -> Fit | None:
     return Fit(0.0, sum(t for _, t in pts) / sum(s for s, _ in pts), n)
 
 
-def remaining(model_fit: Fit | None, sizes: list[float], running: list[tuple[float, float]] = ()) -> float | None:
+def remaining(model_fit: Fit | None, sizes: list[float],
+              running: Sequence[tuple[float, float]] = ()) -> float | None:
     """Seconds left: each config not begun at its fitted time (``sizes``), and each running one
     (size, seconds it has run) at what is left of its fitted time (never below 0); None
     without a fit."""

@@ -4,6 +4,7 @@ an export (CSV, JSON Lines) on stdout, and what a repair removed."""
 from __future__ import annotations
 
 import sys
+from typing import Sequence
 from pathlib import Path
 
 from harness.errors import plural
@@ -61,7 +62,7 @@ def verified_record(name: str, res) -> dict:
             "remeasured": [m.as_row() for m in res.remeasured] if res.ok else []}
 
 
-def emit_verified(results: list[tuple[str, object]], gone: list[tuple[str, str]], strict: bool) -> None:
+def emit_verified(results: Sequence[tuple[str, object]], gone: list[tuple[str, str]], strict: bool) -> None:
     """`bench ledger verify --format json`: one document on stdout — ``ok`` (the exit code's
     answer), one record per ledger (``verified_record``) and the ledgers gone from the work tree."""
     ledgers = [verified_record(name, res) for name, res in results]
