@@ -371,7 +371,7 @@ def _measure_cpu(timer: Timer | None) -> Ceilings:
         for n in CPU_MATMUL_SIZES:
             a, b = _random((n, n), dtype, "cpu"), _random((n, n), dtype, "cpu")
             c = torch.empty((n, n), dtype=dtype)
-            ms = median_ms(timer, lambda: torch.mm(a, b, out=c), reps=CPU_MATMUL_REPS, warmup=CPU_WARMUP,
+            ms = median_ms(timer, functools.partial(torch.mm, a, b, out=c), reps=CPU_MATMUL_REPS, warmup=CPU_WARMUP,
                            arm=f"matmul {key} n{n}")
             rate = 2.0 * n**3 / (ms * 1e-3) / 1e12
             sizes.setdefault(key, []).append(n)

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from harness.jsonsafe import jsonable
 from harness.measurement.clocks import ClockSummary, kcycles
 from harness.measurement.stats import DEFAULT_CONFIDENCE, Stats, paired_ratio, ratio, speedup_ci
 from harness.measurement.timing.policy import TimingPolicy
 from harness.measurement.timing.refresh import InputMemory
+
+if TYPE_CHECKING:  # criteria imports this module
+    from harness.measurement.timing.criteria import StopRecord
 
 ARM_CANDIDATE, ARM_BASELINE, ARM_CONTROL = "candidate", "baseline", "control"
 
