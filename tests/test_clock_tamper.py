@@ -203,13 +203,13 @@ def test_a_timer_given_through_the_api_is_not_tampering_a_replaced_one_is():
     timer class replaced behind its back, by an arm's call, is that arm's."""
     from harness.measurement.leftover import TimedWatch
     from harness.measurement.numerics import capture
-    from harness.measurement.timing import TimingPolicy, measure, timers
+    from harness.measurement.timing import CallHooks, TimingPolicy, measure, timers
     from tests.timers import ScriptedTimer
 
     pol = TimingPolicy(warmup_ms=1.0, min_samples=5, max_samples=10, min_time_ms=0.0, noise_target=0.5, timeout_s=60)
     watch = TimedWatch(capture())
     m = measure({"a": lambda s: None, "b": lambda s: None}, n_slots=1, device="cpu", policy=pol,
-                timer=ScriptedTimer({"a": 1.0, "b": 2.0}), watch=watch.before)
+                timer=ScriptedTimer({"a": 1.0, "b": 2.0}), hooks=CallHooks(watch=watch.before))
     watch.settle()
     assert watch.tampered == {} and m.clock_faults == {} and m.arms["a"].stats.median == 1.0
 
@@ -224,7 +224,7 @@ def test_a_timer_given_through_the_api_is_not_tampering_a_replaced_one_is():
     watch = TimedWatch(capture())
     try:
         measure({"a": lambda s: None, "liar": swaps}, n_slots=1, device="cpu", policy=pol,
-                timer=ScriptedTimer({"a": 1.0, "liar": 1.0}), watch=watch.before)
+                timer=ScriptedTimer({"a": 1.0, "liar": 1.0}), hooks=CallHooks(watch=watch.before))
         watch.settle()
     finally:
         from harness.measurement import clockguard
@@ -244,7 +244,7 @@ def test_a_timing_module_name_replaced_between_the_per_call_checks_refuses_every
     from harness.measurement import clockguard, stats
     from harness.measurement.leftover import TimedWatch
     from harness.measurement.numerics import capture
-    from harness.measurement.timing import TimingPolicy, measure
+    from harness.measurement.timing import CallHooks, TimingPolicy, measure
     from tests.timers import ScriptedTimer
 
     pol = TimingPolicy(warmup_ms=1.0, min_samples=5, max_samples=10, min_time_ms=0.0, noise_target=0.5, timeout_s=60)
@@ -256,7 +256,7 @@ def test_a_timing_module_name_replaced_between_the_per_call_checks_refuses_every
     watch = TimedWatch(capture())
     try:
         measure({"a": lambda s: None, "liar": quiet}, n_slots=1, device="cpu", policy=pol,
-                timer=ScriptedTimer({"a": 1.0, "liar": 1.0}), watch=watch.before)
+                timer=ScriptedTimer({"a": 1.0, "liar": 1.0}), hooks=CallHooks(watch=watch.before))
         watch.settle()
     finally:
         clockguard.restore()

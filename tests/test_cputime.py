@@ -11,7 +11,7 @@ import pytest
 
 from harness.measurement.stats import QUANTUM_MIN_SAMPLES, quantum
 from harness.measurement.timing import HostTimer, TimingPolicy, measure
-from harness.measurement.timing.measure import WAIT_REASON
+from harness.measurement.timing.summary import WAIT_REASON
 from harness.measurement.timing.timers import (
     WAIT_DROP_MS, WAIT_SOURCE_SCHEDSTAT, WAIT_SOURCE_THREAD_TIME, CallCpu, RunQueueClock)
 from harness.measurement.timing.results import rig_noise

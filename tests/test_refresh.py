@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from harness.measurement.timing import TimingPolicy, measure
+from harness.measurement.timing import CallHooks, TimingPolicy, measure
 from harness.measurement.timing.criteria import REFRESH_EXTRA_ROUNDS
 from harness.measurement.timing.refresh import (FRESH_BUFFERS, IN_PLACE, MIN_FRESH_CALLS, REMEMBERS_TAG, SHAM,
                                                 judge_input_memory)
@@ -46,7 +46,7 @@ def test_an_arm_slower_on_content_it_has_not_seen_is_judged_to_remember_and_an_e
 
     timer = ScriptedTimer({"mem": lambda k, t: 0.3 if state["hit"] else 1.0, "even": 1.0})
     m = measure({"mem": remembering, "even": lambda s: None}, n_slots=2, policy=policy(), device="cpu", timer=timer,
-                refresh=refresh, refresh_seed=11)
+                hooks=CallHooks(refresh=refresh, refresh_seed=11))
     mem, even = m.refresh.memory["mem"], m.refresh.memory["even"]
     assert mem.judged and mem.remembers and mem.n_fresh >= MIN_FRESH_CALLS, mem
     assert "Mann-Whitney" in mem.reason and f"median of {mem.n_fresh}" in mem.reason
@@ -56,13 +56,14 @@ def test_an_arm_slower_on_content_it_has_not_seen_is_judged_to_remember_and_an_e
     assert row["memory"]["mem"]["remembers"] and row["memory"]["mem"]["p_value"] < row["memory"]["mem"]["alpha"]
     # Reproducible from the seed, not fixed: another seed refreshes other rounds.
     again = measure({"mem": lambda s: None, "even": lambda s: None}, n_slots=2, policy=policy(), device="cpu",
-                    timer=ScriptedTimer({"mem": 1.0, "even": 1.0}), refresh=lambda *a: None, refresh_seed=11)
+                    timer=ScriptedTimer({"mem": 1.0, "even": 1.0}),
+                    hooks=CallHooks(refresh=lambda *a: None, refresh_seed=11))
     def planned(x):
         return sorted({r["round"] for r in x.refresh.refreshes if r["round"] < x.refresh.span})
 
     assert planned(again) == planned(m)
     other = measure({"mem": lambda s: None}, n_slots=1, policy=policy(), device="cpu",
-                    timer=ScriptedTimer({"mem": 1.0}), refresh=lambda *a: None, refresh_seed=12)
+                    timer=ScriptedTimer({"mem": 1.0}), hooks=CallHooks(refresh=lambda *a: None, refresh_seed=12))
     assert planned(other) != planned(m)
 
 
@@ -80,10 +81,10 @@ def test_too_few_calls_cannot_be_judged_and_faster_first_calls_never_flag():
     # number). max_samples alone does not cut it short: the content check may run
     # REFRESH_EXTRA_ROUNDS past it, every one refreshed or shammed, so the judgement is made.
     m = measure({"a": lambda s: None}, n_slots=1, policy=policy(max_samples=8, timeout_s=0.012), device="cpu",
-                timer=ScriptedTimer({"a": 1.0}), refresh=lambda *a: None)
+                timer=ScriptedTimer({"a": 1.0}), hooks=CallHooks(refresh=lambda *a: None))
     assert not m.refresh.memory["a"].judged and m.stop_reason == "timeout"
     m = measure({"a": lambda s: None}, n_slots=1, policy=policy(max_samples=8), device="cpu",
-                timer=ScriptedTimer({"a": 1.0}), refresh=lambda *a: None)
+                timer=ScriptedTimer({"a": 1.0}), hooks=CallHooks(refresh=lambda *a: None))
     assert m.refresh.memory["a"].judged and len(m.rounds) <= 8 + REFRESH_EXTRA_ROUNDS
 
 
@@ -100,7 +101,7 @@ def test_an_honest_arm_is_not_read_as_remembering_when_the_load_changes_during_t
             timer = ScriptedTimer({n: (lambda k, t, cut=cut: 2.0 if k < cut else 1.0) for n in names},
                                   waits={n: (lambda k, t: 0.5 if k < 14 else 0.0) for n in names})
             m = measure({n: (lambda s: None) for n in names}, n_slots=1, policy=policy(max_samples=12),
-                        device="cpu", timer=timer, refresh=lambda *a: None, refresh_seed=seed)
+                        device="cpu", timer=timer, hooks=CallHooks(refresh=lambda *a: None, refresh_seed=seed))
             span = m.refresh.span
             assert all(r.dropped for r in m.rounds if r.index < span), (seed, cut)
             catch_up = {r["round"] for r in m.refresh.refreshes if r["round"] >= span}
@@ -128,7 +129,8 @@ def test_every_judged_first_seen_call_follows_an_input_generation_as_a_seen_call
 
     for seed in range(3):
         m = measure({n: (lambda s: None) for n in names}, n_slots=1, policy=policy(), device="cpu",
-                    timer=ScriptedTimer({n: honest for n in names}), refresh=refresh, refresh_seed=seed)
+                    timer=ScriptedTimer({n: honest for n in names}),
+                    hooks=CallHooks(refresh=refresh, refresh_seed=seed))
         rec = m.refresh
         work = {(r["round"], r["arm"]) for r in (*rec.refreshes, *rec.shams)}
         for n in names:
@@ -151,8 +153,8 @@ def test_every_judged_first_seen_call_follows_an_input_generation_as_a_seen_call
         return 2.8 if new else 1.0
 
     m = measure({n: (lambda s: None) for n in names}, n_slots=1, policy=policy(), device="cpu",
-                timer=ScriptedTimer({"a": remembering, "b": honest, "c": honest}), refresh=refresh_content,
-                refresh_seed=5)
+                timer=ScriptedTimer({"a": remembering, "b": honest, "c": honest}),
+                hooks=CallHooks(refresh=refresh_content, refresh_seed=5))
     assert m.refresh.memory["a"].remembers and not m.refresh.memory["b"].remembers
 
 
@@ -168,7 +170,7 @@ def test_the_refresh_runs_outside_the_timed_window_after_the_leads_and_before_pr
     arms = {n: (lambda s, n=n: log.append(("call", n, s))) for n in ("a", "b")}
     prep = {n: (lambda s, n=n: log.append(("prepare", n, s))) for n in ("a", "b")}
     m = measure(arms, n_slots=1, policy=policy(mode="hot", lead_calls=1), device="cpu", timer=HostTimer(),
-                prepare=prep, refresh=refresh)
+                hooks=CallHooks(prepare=prep, refresh=refresh))
     assert len(m.refresh.refreshes) + len(m.refresh.shams) >= 2 * MIN_FRESH_CALLS
     assert max(max(a.samples) for a in m.arms.values()) < 5.0  # ms: no 10 ms refresh in any sample
     for i, e in enumerate(log):
@@ -188,9 +190,10 @@ def test_arms_on_one_slot_keep_the_same_refreshed_calls_each_chosen_uniformly_ov
     for seed in range(8):
         kept: dict = {}
         m = measure({n: (lambda s: None) for n in names}, n_slots=1, policy=policy(max_samples=60), device="cpu",
-                    timer=ScriptedTimer({n: 1.0 for n in names}), refresh=lambda *a: None, refresh_seed=seed,
-                    keep_refreshed={n: (lambda slot, how, n=n: kept.setdefault(n, {}).__setitem__(how, slot))
-                                    for n in names})
+                    timer=ScriptedTimer({n: 1.0 for n in names}), hooks=CallHooks(
+                        refresh=lambda *a: None, refresh_seed=seed,
+                        keep_refreshed={n: (lambda slot, how, n=n: kept.setdefault(n, {}).__setitem__(how, slot))
+                                        for n in names}))
         checks = m.refresh.checks
         assert set(checks) == set(names) and set(kept) == set(names), seed
         for how in (IN_PLACE, FRESH_BUFFERS):

@@ -381,14 +381,15 @@ def test_a_state_change_by_a_lead_call_is_blamed_on_its_own_arm():
     # that arm's, never the arm that ran before it (the watch runs ahead of the leads).
     import torch
 
-    from harness.measurement.timing import TimingPolicy, measure
+    from harness.measurement.timing import CallHooks, TimingPolicy, measure
     from tests.timers import ScriptedTimer
 
     before = torch.get_num_threads()
     other = 1 if before != 1 else 2
     watch = TimedWatch(capture())
     arms = {"honest": lambda s: None, "liar": lambda s: torch.set_num_threads(other)}
-    measure(arms, n_slots=2, device="cpu", timer=ScriptedTimer({"honest": 1.0, "liar": 1.0}), watch=watch.before,
+    measure(arms, n_slots=2, device="cpu", timer=ScriptedTimer({"honest": 1.0, "liar": 1.0}),
+            hooks=CallHooks(watch=watch.before),
             policy=TimingPolicy(mode="hot", lead_calls=1, warmup_ms=1.0, min_samples=5, max_samples=10,
                                 min_time_ms=0.0, noise_target=0.5, timeout_s=60))
     watch.settle()

@@ -13,7 +13,7 @@ import pytest
 from harness.registration import bar as barlang
 from harness.measurement.correctness.after_timing import check_timed_output
 from harness.measurement.stats import Stats
-from harness.measurement.timing import (ARM_BASELINE, ARM_CONTROL, EMPTY_WINDOW_FACTOR, TimingPolicy,
+from harness.measurement.timing import (ARM_BASELINE, ARM_CONTROL, EMPTY_WINDOW_FACTOR, CallHooks, TimingPolicy,
                                         empty_window, measure, told_apart)
 from harness import kernel
 from harness.pipeline.checks import empty_failure
@@ -82,7 +82,7 @@ def _spot_run(seed: int):
     snap = {}
     m = measure({"a": lambda s: fn(q, k, v, out, causal=False, scale=CFG.scale)}, n_slots=1,
                 policy=policy(), device="cpu", timer=ScriptedTimer({"a": 1.0}),
-                spot={"a": lambda s: snap.__setitem__("a", out.clone())}, spot_seed=seed)
+                hooks=CallHooks(spot={"a": lambda s: snap.__setitem__("a", out.clone())}, spot_seed=seed))
     return m, snap["a"], (q, k, v), fn
 
 
@@ -126,8 +126,9 @@ def test_the_spot_call_is_drawn_before_it_runs_and_the_watch_is_told_which_it_is
         calls.update(a=0, b=0)
         flagged.update(a=[], b=[])
         m = measure({"a": arm("a"), "b": arm("b")}, n_slots=1, policy=policy(), device="cpu",
-                    timer=ScriptedTimer({"a": 1.0, "b": 1.0}), watch=watch, spot_seed=seed,
-                    spot={"a": lambda s: out.add_(1), "b": lambda s: out.add_(1)})
+                    timer=ScriptedTimer({"a": 1.0, "b": 1.0}),
+                    hooks=CallHooks(watch=watch, spot_seed=seed,
+                                    spot={"a": lambda s: out.add_(1), "b": lambda s: out.add_(1)}))
         # Replay the reservoir: one uniform per measured round, shared by its arms.
         rng, k, expect = random.Random(seed), {"a": 0, "b": 0}, {}
         for r in m.rounds:

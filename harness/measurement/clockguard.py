@@ -65,7 +65,8 @@ independent_ns = (functools.partial(time.clock_gettime_ns, getattr(time, INDEPEN
 # (This module's own are snapshotted when it is imported.)
 TIMING_MODULES = ("harness.measurement.timing.timers",
                   "harness.measurement.timing.rounds", "harness.measurement.timing.measure",
-                  "harness.measurement.timing.sustained", "harness.measurement.timing.results",
+                  "harness.measurement.timing.summary", "harness.measurement.timing.sustained",
+                  "harness.measurement.timing.results",
                   "harness.measurement.stats", "harness.measurement.leftover")
 # torch.cuda's names the CUDA-event timer uses (torch.cuda.Event's own namespace is
 # snapshotted whole: record, elapsed_time, synchronize, query, __new__...).

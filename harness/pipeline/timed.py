@@ -17,7 +17,7 @@ from harness.measurement.correctness.poison import poison_
 from harness.measurement.leftover import TimedWatch
 from harness.measurement.numerics import capture
 from harness.measurement.memory import timing_slots
-from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, criterion_for, measure
+from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, CallHooks, criterion_for, measure
 from harness.workloads.inputs import fill_inputs_, make_inputs
 from harness.measurement.timing.refresh import IN_PLACE, SHAM
 
@@ -127,10 +127,10 @@ def _time(cfg, base_spec, timed, ctx, policy):
     peers = [(arm_name(p), arm_name(c)) for p, c in ctx.reg.peer_pairs(cfg, [spec.name for spec in timed])]
     m = measure({name: arm(name) for name in arm_specs}, n_slots=n_slots, policy=policy, device=ctx.device,
                 criterion=criterion_for(policy, tuple(arm_specs), peers),
-                prepare={name: poison(name) for name in arm_specs},
-                spot={name: snapshot(name) for name in arm_specs}, spot_seed=spot_seed(cfg, ctx),
-                watch=watch.before, refresh=content.refresh, keep_refreshed={name: keep(name) for name in arm_specs},
-                refresh_seed=refresh_seed(cfg, ctx))
+                hooks=CallHooks(prepare={name: poison(name) for name in arm_specs},
+                                spot={name: snapshot(name) for name in arm_specs}, spot_seed=spot_seed(cfg, ctx),
+                                refresh=content.refresh, keep_refreshed={name: keep(name) for name in arm_specs},
+                                refresh_seed=refresh_seed(cfg, ctx), watch=watch.before))
     watch.settle()  # the last timed call's changes
     return m, slots, outs, snaps, content, watch
 

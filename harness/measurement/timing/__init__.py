@@ -6,7 +6,9 @@
     orders.py   round orders: which arm runs when, balanced against carry-over
     graphs.py   CUDA-graph capture for graph mode
     rounds.py   RoundRunner: one round of calls (slots, lead calls, prepare, flush, spot check)
+    hooks.py    CallHooks: what the caller runs around each timed call (watch, refresh, prepare, spot)
     measure.py  measure(): the protocol (prime, warm up, settle, rounds, result), step by step
+    summary.py  measure()'s state and the Measurement made of it (drops, throttle, clock checks)
     criteria.py  when the rounds stop ([timing] stop): NoiseStop, StatisticStop, the fixed maximum
     sustained.py  sustain(): the sustained mode, one arm back to back as do_bench times it
                 (absolute rates at the clock a loop settles at); rates() of a config
@@ -23,9 +25,10 @@ from harness.measurement.timing.criteria import (
 from harness.measurement.timing.empty import (
     EMPTY_ARM, EMPTY_WINDOW_BUDGET, EMPTY_WINDOW_FACTOR, EmptyWindow, empty_window, told_apart)
 from harness.measurement.timing.graphs import GRAPH_SIDE_WARMUP_CALLS, GRAPH_TARGET_SAMPLE_MS
+from harness.measurement.timing.hooks import CallHooks
 from harness.measurement.timing.measure import (
-    CLOCK_SETTLE_TOLERANCE, REFERENCE_MIN_FRACTION, TIME_EPS_S, WAIT_REASON, WARMUP_MAX_EXTENSIONS,
-    WARMUP_MIN_ROUNDS, WARMUP_SETTLE_MAX_EXTENSIONS, measure)
+    CLOCK_SETTLE_TOLERANCE, TIME_EPS_S, WARMUP_MAX_EXTENSIONS, WARMUP_MIN_ROUNDS, WARMUP_SETTLE_MAX_EXTENSIONS,
+    measure)
 from harness.measurement.timing.orders import (
     MAX_PERMUTED_ARMS, ORDER_BLOCKS, ORDER_CANDIDATES, ORDER_LAGS, ORDER_SEED, round_orders)
 from harness.measurement.timing.policy import (
@@ -37,6 +40,7 @@ from harness.measurement.timing.policy import (
     TimingPolicy, device_l2_bytes, flush_bytes, l2_flush, look_confidence, looks, rotation_slots)
 from harness.measurement.timing.results import (
     ARM_BASELINE, ARM_CANDIDATE, ARM_CONTROL, STOP_REASONS, ArmClock, ArmResult, Measurement, Round)
+from harness.measurement.timing.summary import REFERENCE_MIN_FRACTION, WAIT_REASON
 from harness.measurement.timing.sustained import (
     BATCH_S, MAX_BATCH, MIN_CALLS, TIMED_S, WARM_S, Sustained, rates, sustain)
 from harness.measurement.timing.timers import (
@@ -67,7 +71,7 @@ __all__ = [
     # measure, results
     "CLOCK_SETTLE_TOLERANCE", "REFERENCE_MIN_FRACTION", "TIME_EPS_S", "WAIT_REASON", "WARMUP_MAX_EXTENSIONS",
     "WARMUP_MIN_ROUNDS",
-    "WARMUP_SETTLE_MAX_EXTENSIONS", "measure",
+    "WARMUP_SETTLE_MAX_EXTENSIONS", "measure", "CallHooks",
     "ARM_BASELINE", "ARM_CANDIDATE", "ARM_CONTROL", "STOP_REASONS", "ArmResult", "Measurement", "Round",
     # sustained mode
     "BATCH_S", "MAX_BATCH", "MIN_CALLS", "TIMED_S", "WARM_S", "Sustained", "rates", "sustain",

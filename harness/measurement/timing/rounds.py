@@ -10,6 +10,7 @@ import math
 import random
 from typing import Any, Callable, Mapping, NamedTuple
 
+from harness.measurement.timing.hooks import NO_HOOKS, CallHooks
 from harness.measurement.timing.orders import round_orders
 from harness.measurement.timing.policy import TimingPolicy, l2_flush
 from harness.measurement.timing.refresh import MIN_FRESH_CALLS, MIN_SEEN_CALLS, SHAM, RefreshSchedule
@@ -30,14 +31,9 @@ class RoundRunner:
     calls, the caller's prepare, the flush), graph replays, and the spot-checked call."""
 
     def __init__(self, arms: Mapping[str, Callable[[int], None]], n_slots: int, policy: TimingPolicy,
-                 mode: str, device: str, timer: Timer, prepare: Mapping[str, Callable[[int], None]] | None,
-                 spot: Mapping[str, Callable[[int], None]] | None, spot_seed: int,
-                 refresh: Callable[[int, int, str], None] | None = None,
-                 keep_refreshed: Mapping[str, Callable[[int, str], None]] | None = None, refresh_seed: int = 0,
-                 watch: Callable[[str, bool], None] | None = None):
+                 mode: str, device: str, timer: Timer, hooks: CallHooks = NO_HOOKS):
         self.arms, self.names, self.n_slots, self.policy = arms, tuple(arms), n_slots, policy
-        self.mode, self.timer, self.prepare, self.spot, self.spot_seed = mode, timer, prepare, spot, spot_seed
-        self.watch = watch  # first in every call's before step, ahead of the leads (measure's doc)
+        self.mode, self.timer, self.hooks = mode, timer, hooks
         # Cold mode: the flush buffer (on a GPU: torch is imported by _pick_timer).
         self.flush: Callable[[], None] | None = None
         if mode == "cold":
@@ -47,7 +43,7 @@ class RoundRunner:
         self.slot_counter = 0
         self.graphs: dict[str, tuple] = {}
         self.chains: dict[str, dict[int, Any]] = {}
-        self._spot_rng = random.Random(spot_seed)
+        self._spot_rng = random.Random(hooks.spot_seed)
         self._spot_seen: dict[str, int] = {}
         self._spot_u = 1.0  # the current measured round's draw, shared by its arms (_spot_draw)
         self._spot_due: dict[str, int | None] = {}  # arm -> the index of its call about to run, if chosen
@@ -55,12 +51,11 @@ class RoundRunner:
         self.kept: list[int] = []  # measured rounds kept so far (measure sets it after each round)
         # Content refresh (timing/refresh.py): only with a refresh hook; without one nothing
         # below runs and rounds are as before.
-        self.refresh, self.keep_refreshed, self.refresh_seed = refresh, keep_refreshed, refresh_seed
         # Shams only where the draw itself disturbs the next call: on the host (caches and
         # predictors, refresh.py). On a GPU the draw runs before the flush (cold) or leaves the
         # new content in L2 (hot, graph), which can only make a first-seen call faster.
-        self.schedule = (RefreshSchedule(refresh_seed, policy.min_samples, policy.max_samples, mode == "graph",
-                                         shams=mode == "host") if refresh is not None else None)
+        self.schedule = (RefreshSchedule(hooks.refresh_seed, policy.min_samples, policy.max_samples, mode == "graph",
+                                         shams=mode == "host") if hooks.refresh is not None else None)
         self.version = [0] * n_slots                      # per slot: 0 = initial, k = refreshes[k-1]'s
         self.refreshes: list[dict] = []                   # round, arm, slot, seed, how
         self.seen: dict[str, set[tuple[int, int]]] = {n: set() for n in self.names}
@@ -74,7 +69,7 @@ class RoundRunner:
         self._due: dict[str, tuple[int, str]] = {}        # arm -> (round, how) still to refresh
         self._label: dict[str, bool] = {}                 # arm -> its pending call is first-seen
         self._refreshed: dict[str, str] = {}              # arm -> how its pending call's content came
-        self._keep_rng = random.Random(refresh_seed + 1)
+        self._keep_rng = random.Random(hooks.refresh_seed + 1)
         self._round_refreshed: set[int] = set()           # slots refreshed in the current round
         self._keep_seen: dict[tuple[str, str], int] = {}
         self._keep_u: float | None = None  # the current round's draw for kept calls, shared by its arms
@@ -153,7 +148,7 @@ class RoundRunner:
     def _refresh_slots(self, name: str, slots: list[int], index: int, how: str) -> None:
         if how == SHAM:  # the same work, the content unchanged: the control for the disturbance
             seed = self.schedule.content_seed()
-            self.refresh(slots[0], seed, how)
+            self.hooks.refresh(slots[0], seed, how)
             self.shams.append({"round": index, "arm": name, "slot": slots[0], "seed": seed})
             self._refreshed[name] = how
             return
@@ -168,7 +163,7 @@ class RoundRunner:
                 continue
             self._round_refreshed.add(s)
             seed = self.schedule.content_seed()
-            self.refresh(s, seed, how)
+            self.hooks.refresh(s, seed, how)
             self.refreshes.append({"round": index, "arm": name, "slot": s, "seed": seed, "how": how})
             self.version[s] = len(self.refreshes)
             wrote = True
@@ -177,7 +172,7 @@ class RoundRunner:
             # same generation right before this call too (a sham: the content stays), so every
             # judged first-seen call follows the work a seen call after a sham follows.
             seed = self.schedule.content_seed()
-            self.refresh(slots[0], seed, SHAM)
+            self.hooks.refresh(slots[0], seed, SHAM)
             self.shams.append({"round": index, "arm": name, "slot": slots[0], "seed": seed, "before": "first_seen"})
         self._refreshed[name] = how
 
@@ -186,15 +181,15 @@ class RoundRunner:
         # refresh (at scheduled rounds: after the leads, so the timed call is the first on the
         # new content), the caller's prepare, then the flush (last, so none of them warms the
         # L2 for the call).
-        prep = self.prepare.get(name) if self.prepare else None
+        prep = self.hooks.prepare_of(name)
         lead, flush, fn, n_slots = self.policy.lead_calls, self.flush, self.arms[name], self.n_slots
         track = self.schedule is not None
-        if prep is None and not lead and not track and self.watch is None:
+        if prep is None and not lead and not track and self.hooks.watch is None:
             return flush
 
         def run() -> None:
-            if self.watch is not None:
-                self.watch(name, self._spot_due.get(name) is not None)
+            if self.hooks.watch is not None:
+                self.hooks.watch(name, self._spot_due.get(name) is not None)
             # lead_calls: untimed and back to back, so the GPU is as busy (as hot, as
             # power-limited) as in a loop of calls; the timed call is still isolated by
             # the hold and its own synchronize. On earlier slots (already timed, not
@@ -236,7 +231,7 @@ class RoundRunner:
         return k - 1 if self._spot_u * k < 1.0 else None
 
     def _spot_check(self, name: str, call: int, slot: int) -> None:
-        self.spot[name](slot)
+        self.hooks.spot[name](slot)
         self.spot_calls[name] = {"call": call, "slot": slot, "version": self.version[slot]}
 
     def _keep_check(self, name: str, slot: int, index: int, how: str) -> None:
@@ -247,7 +242,7 @@ class RoundRunner:
         if self._keep_u is None:
             self._keep_u = self._keep_rng.random()
         if self._keep_u * k < 1.0:
-            self.keep_refreshed[name](slot, how)
+            self.hooks.keep_refreshed[name](slot, how)
             self.refresh_checks.setdefault(name, {})[how] = {"round": index, "slot": slot,
                                                              "version": self.version[slot]}
 
@@ -262,12 +257,12 @@ class RoundRunner:
         if how is not None:
             self._due = {name: (index, how) for name in order}
             self._round_refreshed = set()
-        if host is not None and self.spot:
+        if host is not None and self.hooks.spot:
             self._spot_u = self._spot_rng.random()
         self._keep_u = None
         t0 = self.timer.now_s()
         for name in order:
-            if host is not None and self.spot and name in self.spot:
+            if host is not None and self.hooks.spots(name):
                 self._spot_due[name] = self._spot_draw(name)
             slot = self.next_slot()
             call, pre = self.call(name, slot)
@@ -294,7 +289,7 @@ class RoundRunner:
                     self.shammed[name].append(done == SHAM)
                     done = None if done == SHAM else done
                     # The kept call ran on the refreshed content only if it was not re-run.
-                    if done is not None and len(taken) == 1 and self.keep_refreshed and name in self.keep_refreshed:
+                    if done is not None and len(taken) == 1 and self.hooks.keeps(name):
                         self._keep_check(name, slot, index, done)
                 chosen = self._spot_due.pop(name, None)
                 if chosen is not None:
