@@ -74,6 +74,7 @@ PUBLIC_API = {
     "device_l2_bytes": ("harness.measurement.timing", "device_l2_bytes"),
     "rotation_slots": ("harness.measurement.timing", "rotation_slots"),
     "sustain": ("harness.measurement.timing", "sustain"),
+    "SustainBudget": ("harness.measurement.timing", "SustainBudget"),
     "SUSTAINED_WARM_S": ("harness.measurement.timing", "WARM_S"),
     "SUSTAINED_TIMED_S": ("harness.measurement.timing", "TIMED_S"),
     "open_monitor": ("harness.measurement.clocks", "open_monitor"),

@@ -146,7 +146,7 @@ def decode_case():
 def decode_mechanism() -> int:
     import triton.testing
 
-    from harness import sustain
+    from harness import SustainBudget, sustain
 
     out_dir = Path(os.environ.get("OUT") or "bench-out")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -163,7 +163,8 @@ def decode_mechanism() -> int:
         rows.append({"protocol": f"{label}: loop", "value": statistics.median(timed_loop(fn, before, n))})
         rows.append({"protocol": f"{label}: loop behind a 20 ms spin",
                      "value": statistics.median(timed_loop_ahead(fn, before, n, 20.0))})
-    sus = sustain("d", lambda s: fn(), n_slots=1, device="cuda", prepare=lambda s: poison(), warm_s=0.2, timed_s=0.2)
+    sus = sustain("d", lambda s: fn(), n_slots=1, device="cuda", prepare=lambda s: poison(),
+                  budget=SustainBudget(warm_s=0.2, timed_s=0.2))
     rows.append({"protocol": "harness sustained phase (do_bench's flush)", "value": sus.median_ms})
     rows.append({"protocol": "triton.testing.do_bench",
                  "value": triton.testing.do_bench(fn, warmup=100, rep=300, return_mode="median")})
@@ -183,7 +184,7 @@ def sweep_context() -> int:
     import torch
     import triton.testing
 
-    from harness import SweepContext, l2_flush, poison_, run_config, sustain
+    from harness import SustainBudget, SweepContext, l2_flush, poison_, run_config, sustain
     from research.rate_vs_do_bench import TIMEOUT_S, quantiles, rate_line
 
     out_dir = Path(os.environ.get("OUT") or "bench-out")
@@ -207,7 +208,8 @@ def sweep_context() -> int:
     run_for(fn, 300)
     flush = l2_flush("cuda")
     for label, prep in (("sustain, poison_ + flush", lambda s: poison_(o)), ("sustain, flush only", None)):
-        s = sustain("d", lambda s: fn(), n_slots=1, device="cuda", prepare=prep, warm_s=0.3, timed_s=0.3)
+        s = sustain("d", lambda s: fn(), n_slots=1, device="cuda", prepare=prep,
+                    budget=SustainBudget(warm_s=0.3, timed_s=0.3))
         rows.append((label, q(s.samples), ""))
     for label, before in (("loop, l2_flush", flush), ("loop, poison_ then l2_flush", lambda: (poison_(o), flush())),
                           ("loop, do_bench-size zero_", zero_flush)):

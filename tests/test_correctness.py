@@ -13,6 +13,7 @@ import torch
 
 from harness.errors import UserError
 from harness.measurement.correctness.after_timing import recheck_in_place
+from harness.measurement.correctness.results import InputCase, Tolerance
 from harness.measurement.correctness.figures import DEFAULT_TOLERANCES, compare, ulp
 from harness.measurement.correctness import gate as gate_module
 from harness.measurement.correctness.checks import checksum
@@ -267,8 +268,8 @@ def test_correct_kernel_passes_recheck_in_place():
     out = torch.empty_like(q)
     torch_stack(q, k, v, out, causal=True, scale=cfg.scale)
     ptrs = [t.data_ptr() for t in (q, k, v, out)]
-    rep = recheck_in_place(spec(torch_stack), cfg, q, k, v, out, seed=1000, family="outliers",
-                           atol=1e-2, rtol=1e-2)
+    rep = recheck_in_place(spec(torch_stack), cfg, (q, k, v), out, case=InputCase(1000, "outliers"),
+                           tol=Tolerance(1e-2, 1e-2))
     assert rep.passed and rep.phase == "recheck", rep.reason
     assert [t.data_ptr() for t in (q, k, v, out)] == ptrs
 
@@ -506,8 +507,8 @@ def test_remembered_results_caught_by_recheck_in_place(name):
     q, k, v = make_inputs(cfg, 0, "normal")
     out = torch.empty_like(q)
     fn(q, k, v, out, causal=cfg.causal, scale=cfg.scale)  # the timed calls
-    rep = recheck_in_place(spec(fn, name=name), cfg, q, k, v, out, seed=1000, family="normal",
-                           atol=1e-2, rtol=1e-2)
+    rep = recheck_in_place(spec(fn, name=name), cfg, (q, k, v), out, case=InputCase(1000, "normal"),
+                           tol=Tolerance(1e-2, 1e-2))
     assert not rep.passed and rep.tag == "stale_mismatch", rep.reason
     assert "bit-identical to the one before the inputs were rewritten" in rep.reason
 
@@ -596,7 +597,8 @@ def test_gpu_side_stream_check_and_identical_inputs():
     torch.cuda.synchronize()
     assert side_stream_check(torch_stack, q, k, v, out, causal=True, scale=cfg.scale) is None
     assert side_stream_check(torch_stack, q.cpu(), k.cpu(), v.cpu(), out.cpu(), causal=True, scale=1.0) is None
-    rep = recheck_in_place(spec(torch_stack), cfg, q, k, v, out, seed=7, family="large_logits", atol=1e-2, rtol=1e-2)
+    rep = recheck_in_place(spec(torch_stack), cfg, (q, k, v), out, case=InputCase(7, "large_logits"),
+                           tol=Tolerance(1e-2, 1e-2))
     assert rep.passed, rep.reason
     ref = reference(q, k, v, causal=True, scale=cfg.scale)
     assert ref.device.type == "cuda"

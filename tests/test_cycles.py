@@ -21,7 +21,7 @@ from harness.vocab import metrics
 from harness.registration.schema import from_table
 from harness.measurement.clocks import ClockMonitor
 from harness.measurement.timing import TimingPolicy, measure
-from harness.measurement.timing.sustained import sustain
+from harness.measurement.timing.sustained import SustainBudget, sustain
 
 from tests.conftest import REPO, TINY, copy_project, git, init_repo, run_bench
 from tests.timers import ScriptedClockSource, ScriptedTimer
@@ -72,7 +72,8 @@ def test_cycles_per_call_are_the_calls_times_their_rounds_clock():
 
 def test_sustained_cycles_take_each_calls_batch_clock():
     timer, mon = _scripted({"a": 3800.0})
-    sus = sustain("a", lambda s: None, n_slots=1, device="cpu", timer=timer, monitor=mon, warm_s=0.2, timed_s=0.3)
+    sus = sustain("a", lambda s: None, n_slots=1, device="cpu", timer=timer, monitor=mon,
+                  budget=SustainBudget(warm_s=0.2, timed_s=0.3))
     assert sum(sus.batch_calls) == len(sus.samples) and 1980.0 in sus.batch_sm_mhz and 1750.0 in sus.batch_sm_mhz
     assert sus.kcycles == pytest.approx(3800.0, rel=1e-12)
     # The mean clock over the window is neither batch's: time × that mean is not the cycles.
@@ -87,7 +88,8 @@ def test_the_cpu_has_no_cycles_and_says_why():
     m = measure({a: (lambda s: None) for a in KCYCLES}, n_slots=1, policy=pol, device="cpu", timer=timer)
     assert m.arm_clocks is None and m.to_row()["arm_clocks"] is None
     assert "no GPU clocks to monitor" in m.clock_note
-    sus = sustain("a", lambda s: None, n_slots=1, device="cpu", timer=ScriptedTimer({"a": 2.0}), timed_s=0.05)
+    sus = sustain("a", lambda s: None, n_slots=1, device="cpu", timer=ScriptedTimer({"a": 2.0}),
+                  budget=SustainBudget(timed_s=0.05))
     assert sus.kcycles is None and "no GPU clocks to monitor" in sus.clock_note
 
 

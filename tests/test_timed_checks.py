@@ -12,6 +12,7 @@ import pytest
 
 from harness.registration import bar as barlang
 from harness.measurement.correctness.after_timing import check_timed_output
+from harness.measurement.correctness.results import Tolerance
 from harness.measurement.stats import Stats
 from harness.measurement.timing import (ARM_BASELINE, ARM_CONTROL, EMPTY_WINDOW_FACTOR, CallHooks, TimingPolicy,
                                         empty_window, measure, told_apart)
@@ -153,7 +154,7 @@ def test_a_kernel_wrong_on_alternate_calls_is_caught_when_the_random_call_is_a_w
         m, snap, (q, k, v), fn = _spot_run(seed)
         # The kernel's call number of the chosen measured call: prime + warm-up rounds come first.
         n = 1 + m.warmup_rounds + m.spot_calls["a"]["call"] + 1
-        rep = check_timed_output(CFG, q, k, v, snap, atol=1e-5, rtol=1e-4, label="a", what="that call")
+        rep = check_timed_output(CFG, (q, k, v), snap, tol=Tolerance(1e-5, 1e-4), label="a", what="that call")
         assert rep.passed == (n % 2 == 0), (seed, n, rep.reason)
         caught += not rep.passed
     assert 0 < caught < 12
@@ -216,10 +217,10 @@ def test_the_timed_check_tells_unwritten_from_a_computed_nan():
 
     q, k, v = make_inputs(CFG, 5, "normal", "cpu")
     out = poison_(torch.empty(CFG.shapes()[0]))
-    rep = check_timed_output(CFG, q, k, v, out, atol=1e-5, rtol=1e-4, label="slot 0")
+    rep = check_timed_output(CFG, (q, k, v), out, tol=Tolerance(1e-5, 1e-4), label="slot 0")
     assert rep.tag == "unwritten" and rep.figures.n_unwritten == out.numel()
     out.fill_(float("nan"))  # a canonical NaN: computed, not left over
-    rep = check_timed_output(CFG, q, k, v, out, atol=1e-5, rtol=1e-4, label="slot 0")
+    rep = check_timed_output(CFG, (q, k, v), out, tol=Tolerance(1e-5, 1e-4), label="slot 0")
     assert rep.tag == "nonfinite" and rep.figures.n_unwritten == 0
     assert rep.reason.startswith("slot 0: output of the last timed call: ")
 
@@ -325,14 +326,14 @@ def _rotation():
 
 
 def test_sustain_times_only_after_the_warm_up_and_back_to_back():
-    from harness.measurement.timing.sustained import sustain
+    from harness.measurement.timing.sustained import SustainBudget, sustain
 
     # 20 ms per call during the first 0.2 s of (virtual) time, then 10 ms: the warm-up absorbs
     # the slow start, and only the settled calls are timed.
     timer = ScriptedTimer({"a": lambda k, t: 20.0 if t < 0.2 else 10.0})
     calls, prepared, fn, prep = _rotation()
     sus = sustain("a", fn, n_slots=3, device="cpu", prepare=prep, timer=timer,
-                  warm_s=0.2, timed_s=0.1, min_calls=4)
+                  budget=SustainBudget(warm_s=0.2, timed_s=0.1, min_calls=4))
     assert set(sus.samples) == {10.0} and sus.median_ms == 10.0
     assert len(sus.samples) >= 10  # 0.1 s of 10 ms calls
     assert calls == prepared  # the caller's prepare ran before every call, on its slot
@@ -344,17 +345,17 @@ def test_sustain_times_only_after_the_warm_up_and_back_to_back():
 
 
 def test_sustain_takes_at_least_min_calls_however_slow_the_call():
-    from harness.measurement.timing.sustained import sustain
+    from harness.measurement.timing.sustained import SustainBudget, sustain
 
     calls, prepared, fn, prep = _rotation()
     sus = sustain("a", fn, n_slots=1, device="cpu", timer=ScriptedTimer({"a": 500.0}),
-                  warm_s=0.0, timed_s=0.01, min_calls=7)
+                  budget=SustainBudget(warm_s=0.0, timed_s=0.01, min_calls=7))
     assert len(sus.samples) == 7
 
 
 def test_sustain_reports_the_clock_and_power_of_the_timed_calls_only():
     from harness.measurement.clocks import ClockMonitor
-    from harness.measurement.timing.sustained import sustain
+    from harness.measurement.timing.sustained import SustainBudget, sustain
 
     # Boost clock and low power while warming (t < 0.5 s), then settled: the row must carry the
     # settled figures, the ones the timed calls ran at.
@@ -364,7 +365,7 @@ def test_sustain_reports_the_clock_and_power_of_the_timed_calls_only():
     mon = ClockMonitor(src, hz=1000)
     _, _, fn, _ = _rotation()
     sus = sustain("a", fn, n_slots=2, device="cpu", timer=ScriptedTimer({"a": 2.0}), monitor=mon,
-                  warm_s=0.5, timed_s=0.2)
+                  budget=SustainBudget(warm_s=0.5, timed_s=0.2))
     assert sus.sm_mhz == pytest.approx(1750.0) and sus.power_w == pytest.approx(690.0)
     # the memory clock and the clock-event reasons of the timed calls too: a memory-bound
     # rate read while the HBM clock had dropped says so in its row

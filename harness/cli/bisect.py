@@ -41,7 +41,7 @@ def bisect(line: str = typer.Argument(..., autocompletion=complete_line, help="l
     Example: bench bisect example "kv4 n256 float32 full" --good v1.0 --bad HEAD
     """
     from harness.governance import bisect as rule
-    from harness.commands.bisect import bisect as do_bisect
+    from harness.commands.bisect import BisectPlan, bisect as do_bisect
     from harness.reporting.render.bisect import emit_bisect, render_bisect, render_probe, render_probe_note
     from harness.reporting.render.formats import check_format
 
@@ -50,10 +50,11 @@ def bisect(line: str = typer.Argument(..., autocompletion=complete_line, help="l
         from harness.errors import UserError
 
         raise UserError(f"--device {device!r}: use auto, cuda or cpu")
-    res = do_bisect(line, config, good, bad, candidate=candidate, device=device,
-                    budget=rule.DEFAULT_BUDGET if budget is None else budget,
-                    threshold=rule.DEFAULT_THRESHOLD if threshold is None else threshold,
-                    commit=not no_commit, on_probe=render_probe if format == "table" else render_probe_note)
+    plan = BisectPlan(line, config, good, bad, candidate=candidate,
+                      budget=rule.DEFAULT_BUDGET if budget is None else budget,
+                      threshold=rule.DEFAULT_THRESHOLD if threshold is None else threshold)
+    res = do_bisect(plan, device=device, commit=not no_commit,
+                    on_probe=render_probe if format == "table" else render_probe_note)
     if format == "json":
         emit_bisect(res)
     else:

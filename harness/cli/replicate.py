@@ -53,6 +53,7 @@ def replicate(line: str = typer.Argument(..., autocompletion=complete_line, help
     from harness.vocab.outcomes import measured_on, outcome_key, stream_outcomes
     from harness.measurement.device import detect_device
     from harness.commands.replicate import replicate as do_replicate
+    from harness.commands.sweep import SweepPlan
     from harness.reporting.render.progress import SweepProgress
     from harness.reporting.render.sweep import render_device_wait, render_interrupt_pending, render_sweep_summary
 
@@ -65,9 +66,10 @@ def replicate(line: str = typer.Argument(..., autocompletion=complete_line, help
         if dev == "cuda" and detect_device() != "cuda":
             raise UserError("--device cuda but torch sees no GPU: use --device cpu or run on a GPU machine")
         executor = make_executor(dev, inline=inline, gpus=gpus)
-        summary = do_replicate(ln, dev, executor=executor, later=later, other_stack=other_stack,
-                               with_ceilings=not no_ceilings, retry_crashed=retry_crashed, remeasure=remeasure,
-                               wait=not no_wait, progress=SweepProgress(ln.reg.line), on_wait=render_device_wait,
+        plan = SweepPlan(ln, dev, with_ceilings=not no_ceilings, retry_crashed=retry_crashed, remeasure=remeasure,
+                         wait=not no_wait)
+        summary = do_replicate(plan, later=later, other_stack=other_stack, executor=executor,
+                               progress=SweepProgress(ln.reg.line), on_wait=render_device_wait,
                                on_interrupt=render_interrupt_pending)
         mine = {} if summary.replicate is None else {  # None: stopped before the device reported
             outcome_key(r): r for r in stream_outcomes(ln.ledger.rows(), summary.replicate)

@@ -65,7 +65,7 @@ def sweep(line: str = typer.Argument(..., autocompletion=complete_line, help="li
     from harness.vocab.outcomes import latest_outcomes, measured_on
     from harness.measurement.device import detect_device
     from harness.execution.select import make_executor
-    from harness.commands.sweep import sweep as do_sweep
+    from harness.commands.sweep import SweepPlan, sweep as do_sweep
     from harness.reporting.render.progress import SweepProgress
     from harness.reporting.render.sweep import render_device_wait, render_interrupt_pending, render_sweep_summary
 
@@ -77,9 +77,9 @@ def sweep(line: str = typer.Argument(..., autocompletion=complete_line, help="li
             raise UserError("--device cuda but torch sees no GPU: use --device cpu or run on a GPU machine")
         executor = make_executor(dev, inline=inline, gpus=gpus, workers=workers, executor=executor,
                                  address=address)
-        summary = do_sweep(ln, dev, executor=executor, with_ceilings=not no_ceilings, commit=not no_commit,
-                           retry_crashed=retry_crashed, remeasure=remeasure,
-                           wait=not no_wait, progress=SweepProgress(ln.reg.line), on_wait=render_device_wait,
+        plan = SweepPlan(ln, dev, with_ceilings=not no_ceilings, commit=not no_commit, retry_crashed=retry_crashed,
+                         remeasure=remeasure, wait=not no_wait)
+        summary = do_sweep(plan, executor=executor, progress=SweepProgress(ln.reg.line), on_wait=render_device_wait,
                            on_interrupt=render_interrupt_pending)
         rows = [r for r in latest_outcomes(ln.ledger.rows()).values() if measured_on(r, ln.reg.mixed_devices) == summary.measured_on]
         dirty = gitguard.has_uncommitted(ln.root, ln.ledger.path)

@@ -90,12 +90,29 @@ class BisectResult:
         return 1 if self.outcome == UNCLEAR else 0
 
 
-def bisect(line: str, config: str, good: str, bad: str, *, candidate: str | None = None, device: str = "auto",
-           budget: int = rule.DEFAULT_BUDGET, threshold: float = rule.DEFAULT_THRESHOLD, commit: bool = True,
-           root: Path | None = None, on_probe=None) -> BisectResult:
-    """Find the first code commit after ``good`` up to ``bad`` at which ``candidate``'s speedup
-    over the baseline at ``config`` dropped (governance/bisect.py's rule). Every refusal comes
-    before the first probe; ``on_probe(Probe)`` is called as each row is written."""
+@dataclass(frozen=True)
+class BisectPlan:
+    """What a bisect searches: the line and config, the good and bad ends (commit-ish),
+    ``candidate`` (None: the line's only one), ``budget`` (measurements pooled at one commit
+    while it is unclear) and ``threshold`` (the relative slowdown that counts)."""
+
+    line: str
+    config: str
+    good: str
+    bad: str
+    candidate: str | None = None
+    budget: int = rule.DEFAULT_BUDGET
+    threshold: float = rule.DEFAULT_THRESHOLD
+
+
+def bisect(plan: BisectPlan, *, device: str = "auto", commit: bool = True, root: Path | None = None,
+           on_probe=None) -> BisectResult:
+    """Find the first code commit after the plan's good end up to its bad end at which its
+    candidate's speedup over the baseline at its config dropped (governance/bisect.py's rule).
+    Every refusal comes before the first probe; ``on_probe(Probe)`` is called as each row is
+    written."""
+    line, config, good, bad = plan.line, plan.config, plan.good, plan.bad
+    candidate, budget, threshold = plan.candidate, plan.budget, plan.threshold
     if budget < 1:
         raise UserError(f"--budget {budget}: give the measurements one commit may take, at least 1")
     if not 0 <= threshold < 1:

@@ -12,23 +12,24 @@ any lock, ceilings or row.
 
 from __future__ import annotations
 
-from harness.governance.line import Line
-from harness.commands.sweep import SweepSummary, sweep
+import dataclasses
+
+from harness.commands.sweep import SweepPlan, SweepSummary, sweep
 from harness.registration import replication
 
 
-def replicate(line: Line, device: str, *, executor=None, later: bool = False, other_stack: bool = False,
-              with_ceilings: bool = True, retry_crashed: bool = False, remeasure: bool = False, wait: bool = True,
-              progress=None, on_wait=None, on_interrupt=None) -> SweepSummary:
-    """Sweep ``line`` on this device instance as a replicate of its verdict (of its line's rows,
-    before a ``[replication]`` verdict); ``later``: at this checkout's code commit when it
-    descends from the closing one; ``other_stack``: on another software stack, recorded as such."""
+def replicate(plan: SweepPlan, *, later: bool = False, other_stack: bool = False, executor=None, progress=None,
+              on_wait=None, on_interrupt=None) -> SweepSummary:
+    """Sweep ``plan``'s line on this device instance as a replicate of its verdict (of its line's
+    rows, before a ``[replication]`` verdict); ``later``: at this checkout's code commit when it
+    descends from the closing one; ``other_stack``: on another software stack, recorded as such.
+    The plan's rows are always committed; its ``replicate`` is this replicate's check."""
+    line = plan.line
     tgt = replication.target(line)
     at = replication.at_commit(line, tgt, later=later)
 
     def check(envs: list[dict]) -> dict:
         return replication.check_instance(line, tgt, envs, at, other_stack=other_stack)
 
-    return sweep(line, device, executor=executor, with_ceilings=with_ceilings, commit=True,
-                 retry_crashed=retry_crashed, remeasure=remeasure, wait=wait, progress=progress, on_wait=on_wait,
-                 on_interrupt=on_interrupt, replicate=check)
+    return sweep(dataclasses.replace(plan, commit=True, replicate=check), executor=executor, progress=progress,
+                 on_wait=on_wait, on_interrupt=on_interrupt)

@@ -11,6 +11,7 @@ import contextlib
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from harness.errors import UserError, plural
 from harness.ledger.store import require_anchorable
@@ -19,7 +20,7 @@ from harness.vocab.outcomes import INCORRECT, RESULT, measured_at, state_of
 from harness.governance.reductio import require_sm_clock
 from harness.pipeline.context import SweepContext, Task
 from harness.commands.interrupts import Interrupts, StopNow, interrupts
-from harness.commands.plan import plan, unusable_at
+from harness.commands.plan import plan as plan_pairs, unusable_at
 from harness.commands.writer import Writer
 from harness.governance.line import require_tracked_code
 from harness.registry import get_kernel
@@ -128,30 +129,53 @@ class _Run:
     integration_s: float = 0.0
 
 
-def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True, commit: bool = True,
-          retry_crashed: bool = False, remeasure: bool = False, wait: bool = True, progress=None, on_wait=None,
-          on_interrupt=None, replicate=None) -> SweepSummary:
-    """Run every open (config, candidate) pair of the line and append one outcome row each.
+@dataclass(frozen=True)
+class SweepPlan:
+    """What one sweep is asked to do, decided once from its options and the line; ``sweep`` and
+    everything below it read it (nothing re-derives an option).
+
+    ``with_ceilings``: look up (or measure) the device's ceilings and check the bar against
+    them; ``commit``: commit each config's rows as soon as they are written; ``retry_crashed``:
+    run again the pairs a crash left; ``remeasure``: also run the pairs measured here that the
+    verdict cannot use (``plan.unusable_at``), their new rows superseding the old; ``wait``: wait
+    for a device lock another process holds. ``replicate`` (`bench replicate`,
+    commands/replicate.py): called with the workers' envs once they have started, before any
+    device lock or ceilings, it refuses or returns the ``replicate`` field every row of this
+    run carries; the run then plans, writes and supersedes only that replicate's rows, beside
+    the line's, and has no [verify] or [integration] pass (a replicate re-times the kernel grid).
+    """
+
+    line: Line
+    device: str
+    with_ceilings: bool = True
+    commit: bool = True
+    retry_crashed: bool = False
+    remeasure: bool = False
+    wait: bool = True
+    replicate: Callable[[list[dict]], dict] | None = None
+
+    @property
+    def why(self) -> str:
+        """What its commits say they hold."""
+        return f"{'sweep' if self.replicate is None else 'replicate'} of {self.line.reg.line} at {self.line.commit[:12]}"
+
+
+def sweep(plan: SweepPlan, *, executor=None, progress=None, on_wait=None, on_interrupt=None) -> SweepSummary:
+    """Run every open (config, candidate) pair of the plan's line and append one outcome row each.
 
     Every refusal comes before the first write: kernels are checked, the executor's slots
     start and report their devices (one GPU model per sweep), each device is locked, then
     the device's ceilings are looked up (measured by a worker, stored only if this device
     has none yet) and the bar is checked against them (governance/reductio.py). Only this
     process appends; configs run wherever ``executor`` puts them (default: one worker
-    process). With ``commit``, each config's rows are committed (``ledger.anchor``) as soon as
-    they are written. ``remeasure`` also runs the pairs measured here that the verdict cannot
-    use (``plan.unusable_at``); their new rows supersede the old.
+    process). ``progress``, ``on_wait`` (a device lock held elsewhere) and ``on_interrupt``
+    (a first Ctrl-C) are the CLI's displays.
 
     However it stops, it returns its summary: a Ctrl-C or SIGTERM (``Interrupts``; the
     summary names the signal) and a config whose baseline fails the correctness gate (no
     new config starts after it; ``baseline_failed`` says why) included.
-
-    ``replicate`` (`bench replicate`, commands/replicate.py): called with the workers' envs once
-    they have started, before any device lock or ceilings, it refuses or returns the
-    ``replicate`` field every row of this run carries; the run then plans, writes and
-    supersedes only that replicate's rows, beside the line's, and has no [verify] or
-    [integration] pass (a replicate re-times the kernel grid).
     """
+    line, device = plan.line, plan.device
     if executor is None:
         executor = make_executor(device)
     executor.prepare(line)
@@ -161,127 +185,140 @@ def sweep(line: Line, device: str, *, executor=None, with_ceilings: bool = True,
         require_sm_clock(line.reg, device)  # a bar of cycles or tflops_at(F): none on the CPU
         if line.reg.verify:
             require_profiler(device)  # [verify] needs counters: no ncu, no sweep (nothing written yet)
-        if commit:
+        if plan.commit:
             require_anchorable(line.ledger)
-            if with_ceilings:
+            if plan.with_ceilings:
                 require_committable(line.root)
     except BaseException:
         executor.close()
         raise
-    why_commit = f"{'sweep' if replicate is None else 'replicate'} of {line.reg.line} at {line.commit[:12]}"
     run = _Run()
     with interrupts(on_interrupt) as guard:
-        writer = Writer(line, guard, commit=commit, why=why_commit)
+        writer = Writer(line, guard, commit=plan.commit, why=plan.why)
         try:
-            _sweep(line, device, executor, guard, run, writer, with_ceilings=with_ceilings,
-                   retry_crashed=retry_crashed, remeasure=remeasure, wait=wait, progress=progress, on_wait=on_wait,
-                   replicate=replicate)
+            _sweep(plan, executor, guard, run, writer, progress, on_wait)
         except StopNow:
             pass  # a second Ctrl-C or SIGTERM: workers killed, locks released on the way out; rows written stay
         guard.wrap_up()  # from here signals are only counted: what is left is short and writes nothing partial
         writer.commit()  # rows an interrupted earlier run wrote but did not commit, even when nothing ran now
-        return _summary(line, device, executor, run, writer, guard, remeasure)
+        return _summary(plan, executor, run, writer, guard)
 
 
-def _sweep(line: Line, device: str, executor, guard: Interrupts, run: _Run, writer: Writer, *, with_ceilings: bool,
-           retry_crashed: bool, remeasure: bool, wait: bool, progress, on_wait, replicate=None) -> None:
+def _sweep(plan: SweepPlan, executor, guard: Interrupts, run: _Run, writer: Writer, progress, on_wait) -> None:
     """The sweep itself, filling ``run`` as it goes (``sweep`` summarizes whatever it reached)."""
+    line = plan.line
     with contextlib.ExitStack() as stack:
         stack.callback(executor.close)
         slots = executor.start()  # prepared and launched by ``sweep``
         run.envs = envs = [s.env for s in slots]
         if not line.reg.mixed_devices:
             _one_model(envs)
-        if replicate is not None:
-            writer.replicate = replicate(envs)  # refuses before anything is locked or written
+        if plan.replicate is not None:
+            writer.replicate = plan.replicate(envs)  # refuses before anything is locked or written
         who = {"line": line.reg.line, "root": str(line.root)}
         for key in sorted({device_key(e) for e in envs} if not executor.locks_devices else ()):
-            stack.enter_context(device_lock(key, who=who, wait=wait, on_wait=on_wait))
-        # Ceilings are a GPU model's: a sweep over several models (mixed_devices) attaches none,
-        # so no row carries a fraction of another device's peak.
-        one_model = len({model(e) for e in envs}) == 1
-        ceilings = None
-        if with_ceilings and one_model:
-            # Committed before any row naming it is: a result's ceilings are part of its record,
-            # and the tree is clean even when the sweep stops before its first config.
-            ceilings, done = _ceilings(line, executor, slots[0], guard,
-                                       f"ceilings for the {writer.why}" if writer.commit_rows else None)
-            writer.anchored.append(done)
-        run.ceilings = ceilings
-        if ceilings is not None:
-            # The bar against this device's ceilings, before any config runs (a refusal writes
-            # nothing of the line; the ceilings just measured stay, committed, for the next try).
-
-            run.reductio = before_sweep(line.root, line.reg, ceilings)
-        elif with_ceilings:
-            run.reductio = "reductio not run: the GPUs are of several models, and no one model's ceilings hold for all"
-        ctx = context(line, device, ceilings)
+            stack.enter_context(device_lock(key, who=who, wait=plan.wait, on_wait=on_wait))
+        ctx = _with_ceilings(plan, executor, slots, guard, run, writer)
         stamp = line.stamp(envs[0])
         run.key = key = measured_at(stamp.commit, stamp.env, stamp.code, line.reg.mixed_devices)
-        run.again = unusable_at(line.reg, line.rows, key, writer.replicate) if remeasure else []
-        tasks, run.resumed = plan(line.reg, line.rows, key, retry_crashed=retry_crashed, remeasure=remeasure,
-                                  replicate=writer.replicate)
+        run.again = unusable_at(line.reg, line.rows, key, writer.replicate) if plan.remeasure else []
+        tasks, run.resumed = plan_pairs(line.reg, line.rows, key, retry_crashed=plan.retry_crashed,
+                                        remeasure=plan.remeasure, replicate=writer.replicate)
         run.tasks = tasks
         if progress:
             progress.start(len(tasks), tasks, line.rows, envs[0])  # sizes and earlier configs: the ETA
             stack.callback(progress.stop)
-
-        def on_config(why, done=None):
-            def append(task, rows):
-                if progress:
-                    progress.writing(task.config.key())
-                appended = writer.config(task, rows, key, why)
-                if done is not None:
-                    done.append(task)
-                if progress:
-                    progress.done(task.config.key(), appended)
-                bad = baseline_gate_failure(o for o, _ in rows)
-                if bad is not None and run.baseline_failed is None:
-                    run.baseline_failed = bad
-                    guard.halt()  # the configs in flight finish and are written; no new one starts
-            return append
-
-        on_start = (lambda t: progress.advance_to(t.config.key())) if progress else None
-        on_phase = progress.phase if progress else None
-        guard.patient = True  # configs run from here: a first Ctrl-C lets those in flight finish
-        first_why = "re-measured (bench sweep --remeasure)" if run.again else "re-measured"
-        run.finished = finished = schedule(executor, envs, tasks, ctx, on_config=on_config(first_why, run.first_pass),
-                                           stopping=guard.stopping, on_start=on_start, on_phase=on_phase)
-        # Rig-noisy pairs are measured again later in the sweep (the rig may have quietened),
-        # up to NOISY_REMEASURES times; the fresh rows supersede the noisy ones. A line that
-        # counts noisy results (include_noisy) has them decided already.
-        for attempt in range(0 if line.reg.include_noisy or not finished else NOISY_REMEASURES):
-            by_cfg: dict[str, Task] = {}
-            for task in tasks:
-                noisy = tuple(c for c in task.candidates
-                              if getattr(writer.latest.get((task.config.key(), c)), "kind", None) == RESULT
-                              and writer.latest[(task.config.key(), c)].payload["rig_noisy"])
-                if noisy:
-                    by_cfg[task.config.key()] = Task(task.config, noisy)
-            if not by_cfg:
-                break
-            run.remeasured += len(by_cfg)
-            why = f"rig-noisy, measured again ({attempt + 1} of {NOISY_REMEASURES})"
-            run.finished = finished = schedule(executor, envs, list(by_cfg.values()), ctx, on_config=on_config(why),
-                                               stopping=guard.stopping, on_start=on_start, on_phase=on_phase)
-            if not finished:
-                break
-        if line.reg.verify and finished and writer.replicate is None:
-            # The [verify] pass, after timing and still under the device lock: counters of
-            # every candidate result here that has none yet (a resumed sweep profiles what an
-            # interrupted one did not reach). ncu runs in a child process; rows are written
-            # by the writer and committed one by one.
-
-            t0 = time.perf_counter()
-            for p in verify_pass(line, device, key, line.ledger.rows()):
-                writer.profile(p, envs[0])
-                run.profiled += 1
-                if guard.stopping():  # a Ctrl-C: a resumed sweep profiles the rest
-                    run.finished = False
-                    break
-            run.profile_s = time.perf_counter() - t0
+        _run_configs(line, executor, ctx, guard, run, writer, progress)
+        if line.reg.verify and run.finished and writer.replicate is None:
+            _verify(plan, guard, run, writer)
         if line.reg.integration is not None and run.finished and not guard.stopping() and writer.replicate is None:
-            _integration(line, device, key, writer, run, envs[0])
+            _integration(line, plan.device, key, writer, run, envs[0])
+
+
+def _with_ceilings(plan: SweepPlan, executor, slots, guard: Interrupts, run: _Run, writer: Writer) -> SweepContext:
+    """The configs' context: with the device's ceilings (stored, or measured now by the first
+    slot's worker and committed before any row naming them is), the bar checked against them."""
+    line = plan.line
+    # Ceilings are a GPU model's: a sweep over several models (mixed_devices) attaches none,
+    # so no row carries a fraction of another device's peak.
+    one_model = len({model(s.env) for s in slots}) == 1
+    ceilings = None
+    if plan.with_ceilings and one_model:
+        # Committed before any row naming it is: a result's ceilings are part of its record,
+        # and the tree is clean even when the sweep stops before its first config.
+        ceilings, done = _ceilings(line, executor, slots[0], guard,
+                                   f"ceilings for the {writer.why}" if writer.commit_rows else None)
+        writer.anchored.append(done)
+    run.ceilings = ceilings
+    if ceilings is not None:
+        # The bar against this device's ceilings, before any config runs (a refusal writes
+        # nothing of the line; the ceilings just measured stay, committed, for the next try).
+        run.reductio = before_sweep(line.root, line.reg, ceilings)
+    elif plan.with_ceilings:
+        run.reductio = "reductio not run: the GPUs are of several models, and no one model's ceilings hold for all"
+    return context(line, plan.device, ceilings)
+
+
+def _run_configs(line: Line, executor, ctx: SweepContext, guard: Interrupts, run: _Run, writer: Writer,
+                 progress) -> None:
+    """Every planned config, then the rig-noisy pairs again (sets ``run.finished``)."""
+    envs, tasks, key = run.envs, run.tasks, run.key
+
+    def on_config(why, done=None):
+        def append(task, rows):
+            if progress:
+                progress.writing(task.config.key())
+            appended = writer.config(task, rows, key, why)
+            if done is not None:
+                done.append(task)
+            if progress:
+                progress.done(task.config.key(), appended)
+            bad = baseline_gate_failure(o for o, _ in rows)
+            if bad is not None and run.baseline_failed is None:
+                run.baseline_failed = bad
+                guard.halt()  # the configs in flight finish and are written; no new one starts
+        return append
+
+    on_start = (lambda t: progress.advance_to(t.config.key())) if progress else None
+    on_phase = progress.phase if progress else None
+    guard.patient = True  # configs run from here: a first Ctrl-C lets those in flight finish
+    first_why = "re-measured (bench sweep --remeasure)" if run.again else "re-measured"
+    run.finished = finished = schedule(executor, envs, tasks, ctx, on_config=on_config(first_why, run.first_pass),
+                                       stopping=guard.stopping, on_start=on_start, on_phase=on_phase)
+    # Rig-noisy pairs are measured again later in the sweep (the rig may have quietened),
+    # up to NOISY_REMEASURES times; the fresh rows supersede the noisy ones. A line that
+    # counts noisy results (include_noisy) has them decided already.
+    for attempt in range(0 if line.reg.include_noisy or not finished else NOISY_REMEASURES):
+        by_cfg: dict[str, Task] = {}
+        for task in tasks:
+            noisy = tuple(c for c in task.candidates
+                          if getattr(writer.latest.get((task.config.key(), c)), "kind", None) == RESULT
+                          and writer.latest[(task.config.key(), c)].payload["rig_noisy"])
+            if noisy:
+                by_cfg[task.config.key()] = Task(task.config, noisy)
+        if not by_cfg:
+            break
+        run.remeasured += len(by_cfg)
+        why = f"rig-noisy, measured again ({attempt + 1} of {NOISY_REMEASURES})"
+        run.finished = finished = schedule(executor, envs, list(by_cfg.values()), ctx, on_config=on_config(why),
+                                           stopping=guard.stopping, on_start=on_start, on_phase=on_phase)
+        if not finished:
+            break
+
+
+def _verify(plan: SweepPlan, guard: Interrupts, run: _Run, writer: Writer) -> None:
+    """The [verify] pass, after timing and still under the device lock: counters of every
+    candidate result here that has none yet (a resumed sweep profiles what an interrupted one
+    did not reach). ncu runs in a child process; rows are written by the writer and committed
+    one by one."""
+    t0 = time.perf_counter()
+    for p in verify_pass(plan.line, plan.device, run.key, plan.line.ledger.rows()):
+        writer.profile(p, run.envs[0])
+        run.profiled += 1
+        if guard.stopping():  # a Ctrl-C: a resumed sweep profiles the rest
+            run.finished = False
+            break
+    run.profile_s = time.perf_counter() - t0
 
 
 def _integration(line: Line, device: str, key: tuple, writer: Writer, run: _Run, env: dict) -> None:
@@ -295,8 +332,8 @@ def _integration(line: Line, device: str, key: tuple, writer: Writer, run: _Run,
     run.integration_s = time.perf_counter() - t0
 
 
-def _summary(line: Line, device: str, executor, run: _Run, writer: Writer, guard: Interrupts,
-             remeasure: bool) -> SweepSummary:
+def _summary(plan: SweepPlan, executor, run: _Run, writer: Writer, guard: Interrupts) -> SweepSummary:
+    line, device, remeasure = plan.line, plan.device, plan.remeasure
     commit = writer.commit_rows
     counts: dict[str, int] = {}
     rejections: dict[str, int] = {}

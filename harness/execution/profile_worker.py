@@ -17,6 +17,7 @@ from pathlib import Path
 from harness.registry import get_kernel
 from harness.jsonsafe import jsonable
 from harness.measurement.correctness.after_timing import check_timed_output
+from harness.measurement.correctness.results import Tolerance
 from harness.measurement.correctness.poison import poison_
 from harness.measurement.counters import nvtx_range
 from harness.measurement.numerics import NumericState, apply
@@ -59,7 +60,7 @@ def run(spec: dict) -> dict:
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.nvtx.range_pop()
-    rep = check_timed_output(cfg, q, k, v, out, atol=spec["atol"], rtol=spec["rtol"], label="profiled call")
+    rep = check_timed_output(cfg, (q, k, v), out, tol=Tolerance(spec["atol"], spec["rtol"]), label="profiled call")
     return jsonable({"output_check": rep.as_dict()})
 
 

@@ -11,12 +11,12 @@ inputs in its timed buffers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from harness.vocab.outcomes import (CAUGHT_RANDOM_CALL, CAUGHT_RECHECK, CAUGHT_REFRESHED, CAUGHT_SUSTAINED,
                                          CAUGHT_TIMED, INCORRECT, SKIPPED, rejection_tag)
 from harness.measurement import clockguard
-from harness.measurement.correctness.results import CLOCK_TAMPERED
+from harness.measurement.correctness.results import CLOCK_TAMPERED, InputCase, Tolerance
 from harness.measurement.timing.results import arm_name
 from harness.pipeline import phase
 from harness.pipeline.context import RECHECK_SEED_OFFSET, Failure, Outcome
@@ -56,118 +56,210 @@ class Checked:
     peak: tuple | None = None  # set where survivors are judged: only their rows carry memory
 
 
+@dataclass
+class _Judging:
+    """What the after-timing checks share while they judge one config's arms: the timing, what
+    the timed calls left behind per arm (``left``), the references drawn so far (``memo``) and
+    the failures found over all arms at once (outputs on the spot, refreshed and last timed
+    calls; the empty window), filled in as the checks run; ``sus``: per candidate, its
+    sustained timing."""
+
+    t: Timed
+    left: dict
+    memo: ReferenceMemo
+    spot_bad: dict = field(default_factory=dict)
+    fresh_bad: dict = field(default_factory=dict)
+    last_bad: dict = field(default_factory=dict)
+    empty: object | None = None
+    sus: dict = field(default_factory=dict)
+
+    @property
+    def cfg(self):
+        return self.t.gated.budget.task.config
+
+    @property
+    def ctx(self):
+        return self.t.gated.budget.ctx
+
+    def gate_row(self, spec) -> dict:
+        return self.t.gated.gates[spec.name].to_row()
+
+    def refused(self, spec, tag: str, why: str, **extra) -> Outcome:
+        """A candidate's rejection row (INCORRECT), its gate result last."""
+        return Outcome(INCORRECT, {**base_row(self.cfg, spec.name, self.ctx), "role": "candidate", "tag": tag,
+                                   "reason": why, **extra, "gate": self.gate_row(spec)})
+
+    def baseline_failed(self, tag: str, why: str, what: str) -> tuple:
+        """Every candidate's row when the baseline (or control) failed ``what``."""
+        g = self.t.gated
+        base = g.budget.base_spec
+        return tuple(baseline_failed(self.cfg, base, g.timed, self.ctx, tag, why, g.gates[base.name], what))
+
+
 def check_after_timing(t: Timed) -> Checked:
+    """Run the baseline's checks (``BASELINE_CHECKS``: the first failure ends the config with
+    rows against every candidate), then each candidate's (``CANDIDATE_CHECKS``: its first
+    failure is its row; passing all, it survives). Every timed output is checked before any
+    recheck: a recheck rewrites slot 0's inputs in place, after which the other arms' timed
+    outputs no longer match them."""
     g = t.gated
     b = g.budget
-    cfg, ctx, base_spec, timed, gates = b.task.config, b.ctx, b.base_spec, g.timed, g.gates
-    m, slots, outs, snaps, content, watch = t.m, t.slots, t.outs, t.snaps, t.content, t.watch
-    reg, policy = ctx.reg, ctx.reg.timing
-    seed = reg.seeds[0] + RECHECK_SEED_OFFSET
-    memo = ReferenceMemo()  # one reference per content, whichever arms are judged on it
-    # Every timed output is checked before any recheck: a recheck rewrites slot 0's
-    # inputs in place, after which the other arms' timed outputs no longer match them.
-    # Then the random timed call of each arm (baseline and control included); its
-    # copies are checked first and dropped before the recheck allocates.
+    drains = {name: list(v) for name, v in t.m.drain_s.items()}
+    confirm = _drain_confirm(t, {**{arm_name(s.name): s for s in g.timed}, ARM_BASELINE: b.base_spec,
+                                 ARM_CONTROL: b.base_spec})
+    left = {name: t.watch.failure(name, drains, ARM_BASELINE, confirm, t.m.clock_faults) for name in t.m.arms}
+    j = _Judging(t, left, ReferenceMemo())  # one reference per content, whichever arms are judged on it
+    rows = _first_failure(BASELINE_CHECKS, b.base_spec, j)
+    if rows is not None:
+        return Checked(t, rows)
+    _judge_timed_outputs(j)
+    verdicts = []
+    for spec in g.timed:
+        row = _first_failure(CANDIDATE_CHECKS, spec, j)
+        verdicts.append(row if row is not None else _survivor(spec, j))
+    return Checked(t, tuple(verdicts), j.empty, (memory.peak_bytes(b.ctx.device, t.held), t.held))
 
-    # What the timed calls left behind (state, host work, device work), per arm: a kernel
-    # that leaves work for whoever runs next is never given a number.
-    drains = {name: list(v) for name, v in m.drain_s.items()}
-    confirm = _drain_confirm(t, {**{arm_name(s.name): s for s in timed}, ARM_BASELINE: base_spec,
-                                 ARM_CONTROL: base_spec})
-    left = {name: watch.failure(name, drains, ARM_BASELINE, confirm, m.clock_faults) for name in m.arms}
-    base_left = left.get(ARM_BASELINE) or left.get(ARM_CONTROL)
-    if base_left is not None:
-        return Checked(t, tuple(baseline_failed(cfg, base_spec, timed, ctx, rejection_tag(CAUGHT_TIMED, base_left[0]),
-                                                base_left[1],
-                                                gates[base_spec.name], "a timed-call check")))
-    # Outputs are checked against the content each was computed from (content refresh:
-    # a slot's content may have changed since an arm last ran on it).
-    spot_bad = {name: spot_failure(cfg, content, m, snaps, name, ctx, memo) for name in snaps}
-    snaps.clear()
-    fresh_bad = refreshed_failures(cfg, content, m, content.kept, ctx, memo)
-    content.release()
-    base_bad = spot_bad.get(ARM_BASELINE) or spot_bad.get(ARM_CONTROL)
-    base_fresh = fresh_bad.get(ARM_BASELINE) or fresh_bad.get(ARM_CONTROL)
-    base_mem = memory_failure(m, ARM_BASELINE) or memory_failure(m, ARM_CONTROL)
-    if base_bad is not None or base_fresh is not None:
-        # The baseline wrong on some timed call: every speedup against it is meaningless.
-        caught, bad = (CAUGHT_RANDOM_CALL, base_bad) if base_bad is not None else (CAUGHT_REFRESHED, base_fresh)
-        return Checked(t, tuple(baseline_failed(cfg, base_spec, timed, ctx, rejection_tag(caught, bad.tag), bad.reason,
-                                                gates[base_spec.name], "a timed-call check")))
-    if base_mem is not None and base_mem[0] is not None:
-        return Checked(t, tuple(baseline_failed(cfg, base_spec, timed, ctx, base_mem[0], base_mem[1],
-                                                gates[base_spec.name], "the memory-of-inputs check")))
-    def left_behind(spec) -> Outcome:
-        """A candidate's rejection for what its own timed calls did (``left``)."""
-        tag, why = left[arm_name(spec.name)]
-        return Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
-                                   "tag": rejection_tag(CAUGHT_TIMED, tag), "reason": why, "timing": t.timing_row(),
-                                   "gate": gates[spec.name].to_row()})
 
-    if base_mem is not None:
-        # Not judged: no number against it (fail closed), no blame either; a candidate whose
-        # own timed calls were caught (a replaced clock, changed state, work left) is still
-        # refused for that: the baseline's judgement does not excuse it.
-        return Checked(t, tuple(left_behind(spec) if left.get(arm_name(spec.name)) is not None else
-                                Outcome(SKIPPED, {**base_row(cfg, spec.name, ctx), "reason": base_mem[1],
-                                                  "timing": t.timing_row()}) for spec in timed))
-    last_bad = {spec.name: timed_output_failure(cfg, content, m, arm_name(spec.name), outs[arm_name(spec.name)],
-                                                ctx, memo) for spec in timed}
-    content.release()  # an earlier content a timed output came from is not held through the recheck
-    empty = _empty_window(policy, ctx.device)
-    verdicts: list = []
-    for spec in timed:
-        if left.get(arm_name(spec.name)) is not None:
-            verdicts.append(left_behind(spec))
-            continue
-        bad = last_bad[spec.name] or spot_bad.get(arm_name(spec.name)) or fresh_bad.get(arm_name(spec.name))
-        if bad is not None:
-            caught = (CAUGHT_TIMED if last_bad[spec.name] is not None else CAUGHT_RANDOM_CALL
-                      if spot_bad.get(arm_name(spec.name)) is not None else CAUGHT_REFRESHED)
-            verdicts.append(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
-                                                "tag": rejection_tag(caught, bad.tag), "reason": bad.reason,
-                                                "gate": gates[spec.name].to_row()}))
-            continue
-        mem = memory_failure(m, arm_name(spec.name))
-        if mem is not None:
-            # Answers from memory (incorrect), or could not be judged (no number: skipped).
-            tag, why = mem
-            kind, extra = (INCORRECT, {"role": "candidate", "tag": tag}) if tag else (SKIPPED, {})
-            verdicts.append(Outcome(kind, {**base_row(cfg, spec.name, ctx), **extra, "reason": why,
-                                           "timing": t.timing_row(), "gate": gates[spec.name].to_row()}))
-            continue
-        hollow = empty_failure(m, arm_name(spec.name), empty)
-        if hollow is not None:
-            verdicts.append(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
-                                                "tag": "empty_window", "reason": hollow,
-                                                "empty_window": empty.as_dict(), "timing": t.timing_row(),
-                                                "gate": gates[spec.name].to_row()}))
-            continue
-        sus = None
-        if policy.mode != "graph" and reg.judges_rates_of(cfg, spec.name):
-            phase.report(spec.name, phase.RATES)
-            sus, bad = sustained(cfg, spec, slots, outs[arm_name(spec.name)], ctx, memo)
-            if bad is not None:
-                verdicts.append(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
-                                                    "tag": rejection_tag(CAUGHT_SUSTAINED, bad.tag), "reason": bad.reason,
-                                                    "sustained": sus.as_dict(),
-                                                    "gate": gates[spec.name].to_row()}))
-                continue
-        q, k, v = slots[0]
-        o = outs[arm_name(spec.name)][0]
-        phase.report(spec.name, phase.RECHECK)
-        rc = recheck_in_place(spec, cfg, q, k, v, o, seed=seed, family="normal", **reg.tolerance(cfg.dtype),
-                              memo=memo)
-        if not rc.passed:
-            verdicts.append(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate",
-                                                "tag": rejection_tag(CAUGHT_RECHECK, rc.tag),
-                                                "reason": f"after timing, on fresh inputs in the timed buffers: {rc.reason}",
-                                                "gate": gates[spec.name].to_row()}))
-            continue
-        details = {"candidate": spec.details(*slots[0], cfg), "baseline": base_spec.details(*slots[0], cfg)}
-        verdicts.append(Survivor(spec, sus, details))
+def _first_failure(checks, spec, j: _Judging):
+    """The first of ``checks`` (in order) that fails ``spec``: its answer; None when all pass."""
+    for check in checks:
+        found = check(spec, j)
+        if found is not None:
+            return found
+    return None
 
-    return Checked(t, tuple(verdicts), empty, (memory.peak_bytes(ctx.device, t.held), t.held))
+
+# The baseline's checks, each ``check(base_spec, judging) -> rows | None``: a baseline (or
+# control) failing one leaves no number against it, so its rows are every candidate's.
+
+def _base_left_behind(base, j: _Judging) -> tuple | None:
+    """What the baseline's (or control's) timed calls left behind (state, host work, device work)."""
+    bad = j.left.get(ARM_BASELINE) or j.left.get(ARM_CONTROL)
+    if bad is None:
+        return None
+    return j.baseline_failed(rejection_tag(CAUGHT_TIMED, bad[0]), bad[1], "a timed-call check")
+
+
+def _base_outputs(base, j: _Judging) -> tuple | None:
+    """Every arm's spot-checked and refreshed calls' outputs, each against the content it was
+    computed from (a slot's content may have changed since an arm last ran on it; the copies
+    are dropped once checked, before the recheck allocates); the baseline's failing ends it."""
+    t = j.t
+    j.spot_bad = {name: spot_failure(j.cfg, t.content, t.m, t.snaps, name, j.ctx, j.memo) for name in t.snaps}
+    t.snaps.clear()
+    j.fresh_bad = refreshed_failures(j.cfg, t.content, t.m, t.content.kept, j.ctx, j.memo)
+    t.content.release()
+    spot = j.spot_bad.get(ARM_BASELINE) or j.spot_bad.get(ARM_CONTROL)
+    fresh = j.fresh_bad.get(ARM_BASELINE) or j.fresh_bad.get(ARM_CONTROL)
+    if spot is None and fresh is None:
+        return None
+    # The baseline wrong on some timed call: every speedup against it is meaningless.
+    caught, bad = (CAUGHT_RANDOM_CALL, spot) if spot is not None else (CAUGHT_REFRESHED, fresh)
+    return j.baseline_failed(rejection_tag(caught, bad.tag), bad.reason, "a timed-call check")
+
+
+def _base_memory(base, j: _Judging) -> tuple | None:
+    """Whether the baseline (or control) answers from memory of its inputs; where that could not
+    be judged, no number against it (fail closed), no blame either: a candidate whose own timed
+    calls were caught (a replaced clock, changed state, work left) is still refused for that."""
+    mem = memory_failure(j.t.m, ARM_BASELINE) or memory_failure(j.t.m, ARM_CONTROL)
+    if mem is None:
+        return None
+    if mem[0] is not None:
+        return j.baseline_failed(mem[0], mem[1], "the memory-of-inputs check")
+    return tuple(_left_behind(spec, j) or Outcome(SKIPPED, {**base_row(j.cfg, spec.name, j.ctx), "reason": mem[1],
+                                                            "timing": j.t.timing_row()})
+                 for spec in j.t.gated.timed)
+
+
+BASELINE_CHECKS = (_base_left_behind, _base_outputs, _base_memory)
+
+
+def _judge_timed_outputs(j: _Judging) -> None:
+    """Every candidate's timed outputs, then the empty window (both before any recheck)."""
+    t = j.t
+    j.last_bad = {spec.name: timed_output_failure(j.cfg, t.content, t.m, arm_name(spec.name),
+                                                  t.outs[arm_name(spec.name)], j.ctx, j.memo)
+                  for spec in t.gated.timed}
+    t.content.release()  # an earlier content a timed output came from is not held through the recheck
+    j.empty = _empty_window(j.ctx.reg.timing, j.ctx.device)
+
+
+# A candidate's checks, each ``check(spec, judging) -> Outcome | None``, in order: its first
+# failure is its row.
+
+def _left_behind(spec, j: _Judging) -> Outcome | None:
+    """What the candidate's own timed calls did (``left``): a replaced clock, changed state, work left."""
+    bad = j.left.get(arm_name(spec.name))
+    if bad is None:
+        return None
+    return j.refused(spec, rejection_tag(CAUGHT_TIMED, bad[0]), bad[1], timing=j.t.timing_row())
+
+
+def _wrong_output(spec, j: _Judging) -> Outcome | None:
+    """A timed output, the spot-checked call's or a refreshed call's, against its reference."""
+    arm = arm_name(spec.name)
+    last, spot, fresh = j.last_bad[spec.name], j.spot_bad.get(arm), j.fresh_bad.get(arm)
+    bad = last or spot or fresh
+    if bad is None:
+        return None
+    caught = CAUGHT_TIMED if last is not None else CAUGHT_RANDOM_CALL if spot is not None else CAUGHT_REFRESHED
+    return j.refused(spec, rejection_tag(caught, bad.tag), bad.reason)
+
+
+def _from_memory(spec, j: _Judging) -> Outcome | None:
+    """Answers from memory of its inputs (incorrect), or could not be judged (no number: skipped)."""
+    mem = memory_failure(j.t.m, arm_name(spec.name))
+    if mem is None:
+        return None
+    tag, why = mem
+    kind, extra = (INCORRECT, {"role": "candidate", "tag": tag}) if tag else (SKIPPED, {})
+    return Outcome(kind, {**base_row(j.cfg, spec.name, j.ctx), **extra, "reason": why,
+                          "timing": j.t.timing_row(), "gate": j.gate_row(spec)})
+
+
+def _hollow(spec, j: _Judging) -> Outcome | None:
+    """A timed window that cannot be told apart from an empty one's while the baseline's can."""
+    why = empty_failure(j.t.m, arm_name(spec.name), j.empty)
+    if why is None:
+        return None
+    return j.refused(spec, "empty_window", why, empty_window=j.empty.as_dict(), timing=j.t.timing_row())
+
+
+def _rates(spec, j: _Judging) -> Outcome | None:
+    """For a rate bar (not in graph mode): its calls back to back (its rates), checked again."""
+    cfg, ctx = j.cfg, j.ctx
+    if ctx.reg.timing.mode == "graph" or not ctx.reg.judges_rates_of(cfg, spec.name):
+        return None
+    phase.report(spec.name, phase.RATES)
+    sus, bad = sustained(cfg, spec, j.t.slots, j.t.outs[arm_name(spec.name)], ctx, j.memo)
+    j.sus[spec.name] = sus
+    if bad is None:
+        return None
+    return j.refused(spec, rejection_tag(CAUGHT_SUSTAINED, bad.tag), bad.reason, sustained=sus.as_dict())
+
+
+def _recheck(spec, j: _Judging) -> Outcome | None:
+    """One more call on fresh inputs written into its timed buffers (slot 0)."""
+    cfg, reg = j.cfg, j.ctx.reg
+    phase.report(spec.name, phase.RECHECK)
+    rc = recheck_in_place(spec, cfg, tuple(j.t.slots[0]), j.t.outs[arm_name(spec.name)][0],
+                          case=InputCase(reg.seeds[0] + RECHECK_SEED_OFFSET, "normal"), tol=_tol(cfg, j.ctx),
+                          memo=j.memo)
+    if rc.passed:
+        return None
+    return j.refused(spec, rejection_tag(CAUGHT_RECHECK, rc.tag),
+                     f"after timing, on fresh inputs in the timed buffers: {rc.reason}")
+
+
+CANDIDATE_CHECKS = (_left_behind, _wrong_output, _from_memory, _hollow, _rates, _recheck)
+
+
+def _survivor(spec, j: _Judging) -> Survivor:
+    """A candidate that passed every check, with the kernels' own report on the timed inputs."""
+    slots, cfg, base = j.t.slots, j.cfg, j.t.gated.budget.base_spec
+    details = {"candidate": spec.details(*slots[0], cfg), "baseline": base.details(*slots[0], cfg)}
+    return Survivor(spec, j.sus.get(spec.name), details)
 
 
 def _drain_confirm(t: Timed, specs: dict):
@@ -203,7 +295,7 @@ def spot_failure(cfg, content, m, snaps, name, ctx, memo=None):
         return None
     version = chosen.get("version")
     q, k, v = content.inputs(m, chosen["slot"], version)
-    rep = check_timed_output(cfg, q, k, v, snaps[name], **ctx.reg.tolerance(cfg.dtype),
+    rep = check_timed_output(cfg, (q, k, v), snaps[name], tol=_tol(cfg, ctx),
                              label=f"{name}: measured call {chosen['call']} (chosen at random, seed "
                                    f"{m.spot_seed}) on slot {chosen['slot']}{content.describe(m, version)}",
                              what="output of that call", memo=memo)
@@ -226,7 +318,7 @@ def refreshed_failures(cfg, content, m, kept, ctx, memo=None) -> dict:
                 continue
             q, k, v = content.inputs(m, c["slot"], c["version"])
             reports[(name, how)] = check_timed_output(
-                cfg, q, k, v, copies[how], **ctx.reg.tolerance(cfg.dtype),
+                cfg, (q, k, v), copies[how], tol=_tol(cfg, ctx),
                 label=f"{name}: measured round {c['round']} on slot {c['slot']}, its inputs rewritten "
                       f"{how.replace('_', ' ')} just before the call{content.describe(m, c['version'])}",
                 what="output of the first call on the new content", memo=memo)
@@ -276,9 +368,14 @@ def sustained(cfg, spec, slots, outs, ctx, memo=None):
         pin(state)
         return sus, Failure("numerics_changed", f"its calls back to back changed global state ({describe(moved)})")
     q, k, v = slots[sus.last_slot]
-    rep = check_timed_output(cfg, q, k, v, outs[sus.last_slot], **ctx.reg.tolerance(cfg.dtype),
+    rep = check_timed_output(cfg, (q, k, v), outs[sus.last_slot], tol=_tol(cfg, ctx),
                              label=f"slot {sus.last_slot}", what="output of the last call timed back to back", memo=memo)
     return sus, (None if rep.passed else rep)
+
+
+def _tol(cfg, ctx) -> Tolerance:
+    """The line's tolerance at the config's dtype."""
+    return Tolerance(**ctx.reg.tolerance(cfg.dtype))
 
 
 def _empty_window(policy, device):
@@ -303,7 +400,7 @@ def timed_output_failure(cfg, content, m, arm, outs, ctx, memo=None):
     for slot in sorted({0, len(content.slots) - 1}):
         version = m.refresh.last_versions[arm][slot] if m.refresh is not None else None
         q, k, v = content.inputs(m, slot, version)
-        rep = check_timed_output(cfg, q, k, v, outs[slot], **ctx.reg.tolerance(cfg.dtype),
+        rep = check_timed_output(cfg, (q, k, v), outs[slot], tol=_tol(cfg, ctx),
                                  label=f"slot {slot}{content.describe(m, version)}", memo=memo)
         del q, k, v  # not alive while the next content is drawn (the VRAM model counts one)
         if not rep.passed:

@@ -15,7 +15,7 @@ from typing import Callable
 
 from harness.measurement.correctness.figures import ErrorFigures, chunks, compare, fmt_idx, ulp_tensor, unravel
 from harness.measurement.correctness.poison import as_bits, bits_diff, bits_equal, poison_
-from harness.measurement.correctness.results import CLOCK_TAMPERED
+from harness.measurement.correctness.results import CLOCK_TAMPERED, Tolerance
 from harness.measurement.reference import reference
 from harness.workloads import Config
 from harness.measurement import clockguard, leftover
@@ -302,10 +302,11 @@ def call_checks(fn, cfg: Config, q, k, v, out, pristine) -> Checked:
     return Checked(None, None, c.visible, None, None, 0.0)
 
 
-def check_call(fn, cfg: Config, q, k, v, out, pristine, *, atol: float, rtol: float, ref=None,
-               memo: ReferenceMemo | None = None, **judge) -> Checked:
-    """The check sequence: ``call_checks`` → ``check_output`` (reference, compare, judge)."""
-    c = call_checks(fn, cfg, q, k, v, out, pristine)
+def check_call(fn, cfg: Config, inputs, out, pristine, *, tol: Tolerance, memo: ReferenceMemo | None = None,
+               **judge) -> Checked:
+    """The check sequence on ``inputs`` (q, k, v): ``call_checks`` → ``check_output``
+    (reference, compare, judge; ``judge``: its other keywords, a given ``ref`` among them)."""
+    c = call_checks(fn, cfg, *inputs, out, pristine)
     if c.tag:
         return c
-    return check_output(c.visible, pristine, cfg, atol=atol, rtol=rtol, ref=ref, memo=memo, **judge)
+    return check_output(c.visible, pristine, cfg, atol=tol.atol, rtol=tol.rtol, memo=memo, **judge)

@@ -25,6 +25,22 @@ MAX_ROW_FAILURES = 20
 
 
 @dataclass(frozen=True)
+class Tolerance:
+    """The comparison an output passes: |out − ref| ≤ atol + rtol·|ref|, element by element."""
+
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True)
+class InputCase:
+    """Which inputs a check draws: a seed and an input family (workloads/inputs.py)."""
+
+    seed: int
+    family: str
+
+
+@dataclass(frozen=True)
 class CheckReport:
     """One (config, seed, family) check of a kernel; ``figures`` are the first call's."""
 

@@ -42,7 +42,7 @@ from harness.measurement.timing.results import (
     ARM_BASELINE, ARM_CANDIDATE, ARM_CONTROL, STOP_REASONS, ArmClock, ArmResult, Measurement, Round)
 from harness.measurement.timing.summary import REFERENCE_MIN_FRACTION, WAIT_REASON
 from harness.measurement.timing.sustained import (
-    BATCH_S, MAX_BATCH, MIN_CALLS, TIMED_S, WARM_S, Sustained, rates, sustain)
+    BATCH_S, MAX_BATCH, MIN_CALLS, TIMED_S, WARM_S, SustainBudget, Sustained, rates, sustain)
 from harness.measurement.timing.timers import (
     BLOCK_MAX_S, BLOCK_MIN_S, FALLBACK_SM_HZ, HOST_GAP_RETRIES, WAIT_DROP_MS, WAIT_SOURCE_SCHEDSTAT,
     WAIT_SOURCE_THREAD_TIME, CallCpu, CudaEventTimer, HostTimer, RunQueueClock, Timer, hold_stream, max_sm_hz,
@@ -74,7 +74,7 @@ __all__ = [
     "WARMUP_SETTLE_MAX_EXTENSIONS", "measure", "CallHooks",
     "ARM_BASELINE", "ARM_CANDIDATE", "ARM_CONTROL", "STOP_REASONS", "ArmResult", "Measurement", "Round",
     # sustained mode
-    "BATCH_S", "MAX_BATCH", "MIN_CALLS", "TIMED_S", "WARM_S", "Sustained", "rates", "sustain",
+    "BATCH_S", "MAX_BATCH", "MIN_CALLS", "TIMED_S", "WARM_S", "SustainBudget", "Sustained", "rates", "sustain",
     # empty window
     "EMPTY_ARM", "EMPTY_WINDOW_BUDGET", "EMPTY_WINDOW_FACTOR", "EmptyWindow", "empty_window", "told_apart",
 ]

@@ -106,10 +106,27 @@ class Sustained:
                                                      "mem_mhz": list(self.batch_mem_mhz)}}
 
 
+@dataclass(frozen=True)
+class SustainBudget:
+    """How long the sustained phase runs: ``warm_s`` of untimed back-to-back calls, then at
+    least ``min_calls`` timed calls and ``timed_s`` of them (None: the device kind's default,
+    ``WARM_S`` and ``TIMED_S``)."""
+
+    warm_s: float | None = None
+    timed_s: float | None = None
+    min_calls: int = MIN_CALLS
+
+    def seconds(self, kind: str) -> tuple[float, float]:
+        """(warm_s, timed_s) on a device of ``kind`` ("cuda", "cpu")."""
+        return (WARM_S[kind] if self.warm_s is None else self.warm_s,
+                TIMED_S[kind] if self.timed_s is None else self.timed_s)
+
+
 def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
             prepare: Callable[[int], None] | None = None, timer=None, monitor=None,
-            warm_s: float | None = None, timed_s: float | None = None, min_calls: int = MIN_CALLS) -> Sustained:
-    """Time ``fn(slot)`` back to back after a warm-up of back-to-back calls (module docstring).
+            budget: SustainBudget = SustainBudget()) -> Sustained:
+    """Time ``fn(slot)`` back to back after a warm-up of back-to-back calls (module docstring),
+    for as long as ``budget`` says.
 
     ``timer`` and ``monitor`` are injectable (tests pass a ``ScriptedTimer`` and a clock
     monitor on a scripted source); by default CUDA events and NVML on a GPU, the host clock
@@ -118,8 +135,7 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
     if n_slots < 1:
         raise ValueError(f"n_slots must be ≥ 1, got {n_slots}")
     kind = "cuda" if device.startswith("cuda") else "cpu"
-    warm_s = WARM_S[kind] if warm_s is None else warm_s
-    timed_s = TIMED_S[kind] if timed_s is None else timed_s
+    warm_s, timed_s = budget.seconds(kind)
     flush = None
     if kind == "cuda":
         timer = timer or CudaEventTimer(device)
@@ -130,43 +146,12 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
     note = None
     if own:
         monitor, note = clocks.open_monitor(device)
-    slot = [0]
-
-    def calls(n: int) -> list[tuple[Callable[[], None], Callable[[], None] | None]]:
-        out = []
-        for _ in range(n):
-            s = slot[0] % n_slots
-            slot[0] += 1
-
-            def before(s=s) -> None:
-                if prepare is not None:
-                    prepare(s)
-                if flush is not None:
-                    flush()  # last, so prepare's writes do not warm the L2 for the call
-
-            out.append(((lambda s=s: fn(s)), before if (prepare or flush) else None))
-        return out
-
+    calls = _Calls(fn, n_slots, prepare, flush)
     if monitor is not None:
         monitor.start(timer)
     try:
-        first = timer.time_loop(calls(1), arm=arm)[0]
-        batch = max(1, min(MAX_BATCH, math.ceil(BATCH_S * 1e3 / first))) if first > 0 else MAX_BATCH
-        t0 = timer.now_s()
-        while timer.now_s() - t0 < warm_s:
-            timer.time_loop(calls(batch), arm=arm)
-        samples: list[float] = []
         windows = getattr(timer, "clock_calls", None)  # the harness's own timers keep them
-        if windows is not None:
-            windows.pop(arm, None)  # the warm-up's are not the timed calls'
-        batches: list[tuple[float, float, int]] = []  # each batch's (start, end, calls), for its clock
-        t1 = timer.now_s()
-        while len(samples) < min_calls or timer.now_s() - t1 < timed_s:
-            b0 = timer.now_s()
-            got = timer.time_loop(calls(batch), arm=arm)
-            batches.append((b0, timer.now_s(), len(got)))
-            samples += got
-        t2 = timer.now_s()
+        samples, batches, t1, t2 = _loop(timer, arm, calls, warm_s, timed_s, budget.min_calls)
     finally:
         if monitor is not None:
             monitor.stop()
@@ -192,10 +177,58 @@ def sustain(arm: str, fn: Callable[[int], None], *, n_slots: int, device: str,
         fault = clock_disagreement(mine, timer.clock_slack_ms, timer.clock_resolution_ms)
         check = clock_gap_us(mine)
     return Sustained(arm=arm, flush="l2_zero" if flush is not None else "none", timer=timer.name, warm_s=warm_s,
-                     samples=tuple(samples), last_slot=(slot[0] - 1) % n_slots, sm_mhz=sm, power_w=power,
+                     samples=tuple(samples), last_slot=(calls.next - 1) % n_slots, sm_mhz=sm, power_w=power,
                      clock_note=note, mem_mhz=mem, reasons=reasons, clock_fault=fault, clock_check=check,
                      batch_calls=tuple(n for *_, n in batches),
                      batch_sm_mhz=tuple(c[0] for c in batch_clocks), batch_mem_mhz=tuple(c[1] for c in batch_clocks))
+
+
+class _Calls:
+    """The next ``n`` calls as ``Timer.time_loop`` takes them: ``fn`` on the next input slot of
+    the rotation (``next``: slots handed out so far), each after ``prepare`` and then the flush."""
+
+    def __init__(self, fn: Callable[[int], None], n_slots: int, prepare: Callable[[int], None] | None,
+                 flush: Callable[[], None] | None):
+        self.fn, self.n_slots, self.prepare, self.flush = fn, n_slots, prepare, flush
+        self.next = 0
+
+    def __call__(self, n: int) -> list[tuple[Callable[[], None], Callable[[], None] | None]]:
+        fn, prepare, flush = self.fn, self.prepare, self.flush
+        out = []
+        for _ in range(n):
+            s = self.next % self.n_slots
+            self.next += 1
+
+            def before(s=s) -> None:
+                if prepare is not None:
+                    prepare(s)
+                if flush is not None:
+                    flush()  # last, so prepare's writes do not warm the L2 for the call
+
+            out.append(((lambda s=s: fn(s)), before if (prepare or flush) else None))
+        return out
+
+
+def _loop(timer, arm: str, calls: _Calls, warm_s: float, timed_s: float, min_calls: int):
+    """The warm-up and the timed batches: (samples ms, per batch (start, end, calls), the timed
+    calls' start and end)."""
+    first = timer.time_loop(calls(1), arm=arm)[0]
+    batch = max(1, min(MAX_BATCH, math.ceil(BATCH_S * 1e3 / first))) if first > 0 else MAX_BATCH
+    t0 = timer.now_s()
+    while timer.now_s() - t0 < warm_s:
+        timer.time_loop(calls(batch), arm=arm)
+    samples: list[float] = []
+    windows = getattr(timer, "clock_calls", None)
+    if windows is not None:
+        windows.pop(arm, None)  # the warm-up's are not the timed calls'
+    batches: list[tuple[float, float, int]] = []  # each batch's (start, end, calls), for its clock
+    t1 = timer.now_s()
+    while len(samples) < min_calls or timer.now_s() - t1 < timed_s:
+        b0 = timer.now_s()
+        got = timer.time_loop(calls(batch), arm=arm)
+        batches.append((b0, timer.now_s(), len(got)))
+        samples += got
+    return samples, batches, t1, timer.now_s()
 
 
 def _mean(values) -> float | None:
@@ -210,4 +243,4 @@ def rates(cfg, ms: float) -> Mapping[str, float]:
             "kv_gbps": formulas.kv_bytes(cfg) / secs / 1e9}
 
 
-__all__ = ["BATCH_S", "MAX_BATCH", "MIN_CALLS", "Sustained", "TIMED_S", "WARM_S", "rates", "sustain"]
+__all__ = ["BATCH_S", "MAX_BATCH", "MIN_CALLS", "SustainBudget", "Sustained", "TIMED_S", "WARM_S", "rates", "sustain"]
