@@ -58,6 +58,7 @@ PUBLIC_API = {
     "DEFAULT_TOLERANCES": ("harness.measurement.correctness.figures", "DEFAULT_TOLERANCES"),
     "gate": ("harness.measurement.correctness.gate", "gate"),
     "gate_kernels": ("harness.measurement.correctness.gate", "gate_kernels"),
+    "GatePolicy": ("harness.measurement.correctness.gate", "GatePolicy"),
     "BoundaryMemo": ("harness.measurement.correctness.gate", "BoundaryMemo"),
     "poison_": ("harness.measurement.correctness.poison", "poison_"),
     "SweepContext": ("harness.pipeline.context", "SweepContext"),

@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     import torch
     import triton.testing
 
-    from harness import Config, gate_kernels, get_kernel, load_kernels, load_registration, make_inputs
+    from harness import Config, GatePolicy, gate_kernels, get_kernel, load_kernels, load_registration, make_inputs
     from harness import flops as flops_of
 
     load_kernels()
@@ -121,8 +121,8 @@ def main(argv=None) -> int:
         flops = flops_of(cfg)
         # Every arm through the harness's gate at once (the float64 references shared), under
         # flash-h200-v2's [correctness]; a variant that fails to compile fails its gate.
-        run = gate_kernels(specs, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[dtype],
-                           rtol=reg.rtol[dtype], device="cuda", min_pass_rate=reg.min_pass_rate)
+        run = gate_kernels(specs, cfg, GatePolicy(reg.seeds, reg.atol[dtype], reg.rtol[dtype], families=reg.families,
+                                                  device="cuda", min_pass_rate=reg.min_pass_rate))
         for spec in specs:
             g = run.results[spec.name]
             worst = ((g.to_row().get("worst") or {}).get("figures") or {}).get("tolerance_ratio")

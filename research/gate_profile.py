@@ -40,22 +40,22 @@ def main(argv=None) -> int:
 
     import torch
 
-    from harness import BoundaryMemo, Config, gate_kernels, get_kernel, load_kernels, load_registration
+    from harness import BoundaryMemo, Config, GatePolicy, gate_kernels, get_kernel, load_kernels, load_registration
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     load_kernels()
     specs = [get_kernel(n) for n in a.kernels.split(",")]
     cfg = Config("attention", a.batch, 16, 16, a.seq_len, 128, a.dtype, a.causal)
     reg = load_registration(Path(__file__).resolve().parents[1] / "registrations" / a.registration)
-    kw = dict(seeds=reg.seeds, families=reg.families, atol=reg.atol[a.dtype], rtol=reg.rtol[a.dtype], device=device)
+    pol = GatePolicy(reg.seeds, reg.atol[a.dtype], reg.rtol[a.dtype], families=reg.families, device=device)
     memo = BoundaryMemo()  # the timed run reuses the boundary cases, as a sweep's later configs do
     t0 = time.perf_counter()
-    gate_kernels(specs, cfg, memo=memo, **kw)
+    gate_kernels(specs, cfg, pol, memo=memo)
     warm = time.perf_counter() - t0
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     prof.enable()
-    run = gate_kernels(specs, cfg, memo=memo, **kw)
+    run = gate_kernels(specs, cfg, pol, memo=memo)
     prof.disable()
     wall = time.perf_counter() - t0
     lines = [f"config {cfg.key()} on {device}; {a.registration}'s seeds {list(reg.seeds)}; first (warming) gate {warm:.2f} s; "
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
-            gate_kernels(specs, cfg, memo=memo, **kw)
+            gate_kernels(specs, cfg, pol, memo=memo)
         lines += ["\n## device time per operator (torch.profiler)",
                   tp.key_averages().table(sort_by="self_cuda_time_total", row_limit=40)]
     out = Path(a.out)

@@ -17,7 +17,7 @@ from harness.measurement.correctness.results import InputCase, Tolerance
 from harness.measurement.correctness.figures import DEFAULT_TOLERANCES, compare, ulp
 from harness.measurement.correctness import gate as gate_module
 from harness.measurement.correctness.checks import checksum
-from harness.measurement.correctness.gate import gate, gate_kernels
+from harness.measurement.correctness.gate import GatePolicy, gate, gate_kernels
 from harness.measurement.correctness.poison import poison_, unwritten_mask
 from harness.measurement.correctness.results import FAILURE_TAGS, STRUCTURAL_TAGS
 from harness.measurement.correctness.side_stream import side_stream_check
@@ -336,7 +336,7 @@ def test_kernels_gated_together_are_judged_as_if_alone_and_share_each_reference(
 
     monkeypatch.setattr(gate_module, "timed_reference", counted)
     specs = [*(spec(h.make(), name=h.name) for h in hollow), spec(torch_stack)]
-    run = gate_kernels(specs, cfg, seeds=SEEDS, atol=atol, rtol=rtol, around=lambda name: apply(state))
+    run = gate_kernels(specs, cfg, GatePolicy(SEEDS, atol, rtol), around=lambda name: apply(state))
     for name, res in run.results.items():
         assert (res.passed, res.tag) == (alone[name].passed, alone[name].tag), (name, res.reason, alone[name].reason)
         assert len(res.reports) == len(alone[name].reports)
@@ -345,7 +345,7 @@ def test_kernels_gated_together_are_judged_as_if_alone_and_share_each_reference(
     assert len(made) == cases  # one reference per case, not one per kernel and case
     assert run.reference_seconds > 0
     with pytest.raises(ValueError, match="each kernel once"):
-        gate_kernels([spec(torch_stack), spec(torch_stack)], cfg, seeds=SEEDS, atol=atol, rtol=rtol)
+        gate_kernels([spec(torch_stack), spec(torch_stack)], cfg, GatePolicy(SEEDS, atol, rtol))
 
 
 def test_a_second_call_bit_for_bit_the_first_is_judged_by_its_figures_and_any_other_is_compared(monkeypatch):
@@ -414,16 +414,16 @@ def test_boundary_cases_are_judged_once_per_sweep_and_reused_marked_at_the_next_
 
     a, b = cfg_of(seq_len=96), cfg_of(seq_len=160)
     atol, rtol = DEFAULT_TOLERANCES[a.dtype]
-    kw = dict(seeds=SEEDS, atol=atol, rtol=rtol)
+    pol = GatePolicy(SEEDS, atol, rtol)
     memo = BoundaryMemo()
     ok, bad = spec(counted), spec(short_wrong)
-    first = gate_kernels([ok, bad], a, memo=memo, **kw).results
+    first = gate_kernels([ok, bad], a, pol, memo=memo).results
     boundary = {c.seq_len for c in boundary_configs(a)}
     assert boundary and boundary <= set(calls)
     calls.clear()
-    second = gate_kernels([ok, bad], b, memo=memo, **kw).results
+    second = gate_kernels([ok, bad], b, pol, memo=memo).results
     assert set(calls) == {160}  # its own seq_len only: every boundary case came from the memo
-    alone = gate_kernels([spec(counted), spec(short_wrong)], b, **kw).results  # no memo
+    alone = gate_kernels([spec(counted), spec(short_wrong)], b, pol).results  # no memo
     for name in ("counted", "short_wrong"):
         got, want = second[name], alone[name]
         assert (got.passed, got.tag, got.pass_rate, len(got.reports)) == (want.passed, want.tag, want.pass_rate,
@@ -439,11 +439,11 @@ def test_boundary_cases_are_judged_once_per_sweep_and_reused_marked_at_the_next_
     assert second["counted"].passed
     # Another function object (a re-import, a redefinition) is judged afresh; so is a forgotten one.
     calls.clear()
-    gate_kernels([spec(lambda *x, **y: counted(*x, **y), name="counted")], b, memo=memo, **kw)
+    gate_kernels([spec(lambda *x, **y: counted(*x, **y), name="counted")], b, pol, memo=memo)
     assert boundary <= set(calls)
     memo.forget(counted)
     calls.clear()
-    gate_kernels([ok], b, memo=memo, **kw)
+    gate_kernels([ok], b, pol, memo=memo)
     assert boundary <= set(calls)
 
 

@@ -171,9 +171,9 @@ def test_a_text_that_does_not_read_back_as_given_is_never_written(tmp_path):
     from harness.errors import UserError
     from harness.governance import scaffold
 
-    new = scaffold.plan("x", ["sdpa"], 1.1, baseline="torch_stack", workload="attention",
-                        grid={"seq_len": [32], "heads": [2], "kv_heads": [2], "head_dim": [16], "dtype": ["float32"]},
-                        causal="false", device="cpu")
+    grid = {"seq_len": [32], "heads": [2], "kv_heads": [2], "head_dim": [16], "dtype": ["float32"]}
+    new = scaffold.plan("x", ["sdpa"], 1.1, baseline="torch_stack",
+                        grid=scaffold.GridAsk("attention", grid, causal="false"), device="cpu")
     text, want = scaffold.registration_text(new), scaffold.registration_table(new)
     assert scaffold._parsed(text, tmp_path / "x.toml", want).candidates == ("sdpa",)
     for changed in (text + 'notes = "an extra key"\n', text.replace("seeds = 3", "seeds = 1"),

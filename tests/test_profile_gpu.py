@@ -22,10 +22,10 @@ ISSUE_CLAUSES = ["dram_read_bytes <= 1.2 * min_bytes", "local_spill_bytes == 0",
 
 
 def _profile(cfg, kernel, **kw):
-    from harness.measurement.profile import profile
+    from harness.measurement.profile import ProfileCase, profile
     from harness.measurement.timing import device_l2_bytes
 
-    return profile(cfg, kernel, seed=7, atol=2e-2, rtol=2e-2, l2_bytes=device_l2_bytes("cuda"), **kw)
+    return profile(cfg, kernel, ProfileCase(7, 2e-2, 2e-2), l2_bytes=device_l2_bytes("cuda"), **kw)
 
 
 def test_fused_kernel_keeps_s_out_of_dram_and_the_stack_does_not():

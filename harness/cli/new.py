@@ -42,12 +42,12 @@ def new(line: str = typer.Argument(..., help="the line id (not a path): registra
     Example: bench new my-line --candidate sdpa --seq-len 128 --seq-len 256 --prediction 1.2
     """
     from harness.provenance.git import repo_root
-    from harness.governance.scaffold import plan, write_new
+    from harness.governance.scaffold import BarAsk, GridAsk, plan, write_new
     from harness.reporting.render.messages import render_written_registration
 
     grid = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_len": seq_len, "head_dim": head_dim,
             "dtype": dtype}
-    new_line = plan(line, candidate, prediction, baseline=baseline, workload=workload, grid=grid, causal=causal,
-                    hypothesis=hypothesis, go=go, primary=primary, device=device)
+    new_line = plan(line, candidate, prediction, baseline=baseline, grid=GridAsk(workload, grid, causal),
+                    bar=BarAsk(hypothesis, go, primary), device=device)
     _, waived = write_new(repo_root(), new_line)
     render_written_registration(line, waived)

@@ -114,18 +114,54 @@ def run(reg, device: str, rows) -> list[dict]:
         return _run(reg, device, rows)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Steps:
+    """One line's model step, ready to judge: per kernel its step (``steps``, its own model
+    copy; ``control``: the baseline's second copy) and its gate against the float64 step
+    (``gates``), the tolerance those were judged under (``tol``), and the ledger's rows (the
+    probe's kernel-grid results)."""
+
+    reg: object
+    device: str
+    rows: list
+    kernels: dict
+    steps: dict
+    control: object
+    gates: dict
+    tol: dict
+
+    def row(self, cand, **fields) -> dict:
+        """A candidate's integration row payload."""
+        spec = self.reg.integration
+        return {"baseline": self.reg.baseline, "step": spec.step, "dtype": spec.dtype, "candidate": cand,
+                "metrics": None, **fields}
+
+
 def _run(reg, device: str, rows) -> list[dict]:
+    st = _gated_steps(reg, device, rows)
+    gates = st.gates
+    if not gates[reg.baseline]["ok"]:
+        return [st.row(c, correct=False, gate={**st.tol, "baseline": gates[reg.baseline]},
+                       error=f"the baseline's step fails the float64 check ({gates[reg.baseline]['why']}): "
+                             f"nothing was timed") for c in reg.candidates]
+    passing = [c for c in reg.candidates if gates[c]["ok"]]
+    out = {c: st.row(c, correct=False, gate={**st.tol, "candidate": gates[c], "baseline": gates[reg.baseline]},
+                     error=f"the candidate's step fails the float64 check ({gates[c]['why']}): not timed")
+           for c in reg.candidates if c not in passing}
+    if passing:
+        out.update(_timed_rows(st, passing))
+    return [out[c] for c in reg.candidates]
+
+
+def _gated_steps(reg, device: str, rows) -> _Steps:
+    """Every kernel's step built and run once against the step in float64 through the reference
+    attention (a kernel that raises inside the step is recorded, never timed)."""
     import torch
 
     spec = reg.integration
     factory = load_step(spec.step)
     dtype = _torch_dtype(spec.dtype)
     kernels = {name: get_kernel(name).fn for name in (reg.baseline, *reg.candidates)}
-    base = {"baseline": reg.baseline, "step": spec.step, "dtype": spec.dtype}
-
-    def row(cand, **fields) -> dict:
-        return {**base, "candidate": cand, "metrics": None, **fields}
-
     with use_kernel(reference_attention):
         ref = factory(device, torch.float64)().detach().to(torch.float64)
     steps = {name: factory(device, dtype) for name in kernels}
@@ -139,68 +175,73 @@ def _run(reg, device: str, rows) -> list[dict]:
         except Exception as exc:  # a kernel that raises inside the step: recorded, never timed
             gates[name] = {"ok": False, "why": exception_text(exc)}
     tol = {"atol": spec.atol, "rtol": spec.rtol, "against": "the step in float64 through the reference attention"}
-    if not gates[reg.baseline]["ok"]:
-        return [row(c, correct=False, gate={**tol, "baseline": gates[reg.baseline]},
-                    error=f"the baseline's step fails the float64 check ({gates[reg.baseline]['why']}): "
-                          f"nothing was timed") for c in reg.candidates]
-    passing = [c for c in reg.candidates if gates[c]["ok"]]
-    out = {c: row(c, correct=False, gate={**tol, "candidate": gates[c], "baseline": gates[reg.baseline]},
-                  error=f"the candidate's step fails the float64 check ({gates[c]['why']}): not timed")
-           for c in reg.candidates if c not in passing}
-    if passing:
-        def arm(step, fn):
-            def call(slot):
-                with use_kernel(fn):
-                    step()
-            return call
+    return _Steps(reg, device, rows, kernels, steps, control_step, gates, tol)
 
-        arms = {ARM_BASELINE: arm(steps[reg.baseline], kernels[reg.baseline]),
-                **{arm_name(c): arm(steps[c], kernels[c]) for c in passing},
-                ARM_CONTROL: arm(control_step, kernels[reg.baseline])}
-        policy = reg.timing
-        if policy.mode == "graph":
-            policy = dataclasses.replace(policy, mode=STEP_MODE_FOR_GRAPH)
-        m = measure(arms, n_slots=1, policy=policy, device=device)
-        timing = m.to_row(include_rounds=False)
-        b_ms = m.arms[ARM_BASELINE].stats.median
-        control = m.control_ratio
-        if not math.isfinite(b_ms):  # every round dropped: no number, as a kernel pair's skipped row
-            why = f"the step's timing kept no round (stopped: {m.stop_reason}): raise [timing] timeout_s"
-            return [out.get(c) or row(c, correct=True, gate={**tol, "candidate": gates[c]}, timing=timing,
-                                      throttled=bool(m.throttled), rig_noisy=True, error=why)
-                    for c in reg.candidates]
-        situ_b = _insitu(steps[reg.baseline], kernels[reg.baseline], device)
-        share = situ_b["op_ms_per_step"] / b_ms if b_ms > 0 else None
-        key = _shape_key(reg, situ_b["shapes"])
-        for c in passing:
-            ratio, ratio_lo, _ = m.speedup(candidate=arm_name(c))
-            if not math.isfinite(ratio):
-                out[c] = row(c, correct=True, gate={**tol, "candidate": gates[c]}, timing=timing, rig_noisy=True,
-                             throttled=bool(m.throttled), error=f"the step's timing kept no round of {c} "
-                                                                f"(stopped: {m.stop_reason})")
-                continue
-            situ = _insitu(steps[c], kernels[c], device)
-            probe = _probe(rows, key, c)
-            s = probe["speedup"]
-            t_op = situ_b["op_ms_per_step"]
-            predicted = (b_ms / (b_ms - t_op * (1 - 1 / s)) - 1) if s and b_ms > t_op * (1 - 1 / s) else None
-            gain = ratio - 1 if math.isfinite(ratio) else None
-            used = ({"value": spec.op_share, "source": f"stated: {spec.op_share_source}"}
-                    if spec.op_share is not None else
-                    {"value": share, "source": "measured: the baseline's in-situ op time over its step time"})
-            metrics = step_metrics({
-                "step_ms": m.arms[arm_name(c)].stats.median, "step_baseline_ms": b_ms, "step_control": control,
-                "step_gain": gain, "step_gain_predicted": predicted, "op_share": share,
-                "insitu_ms": situ["call_ms"], "insitu_baseline_ms": situ_b["call_ms"],
-                "probe_factor": probe["ms"] / situ["call_ms"] if probe["ms"] and situ["call_ms"] else None})
-            probe = {**probe, "baseline_factor": (probe["baseline_ms"] / situ_b["call_ms"]
-                                                  if probe["baseline_ms"] and situ_b["call_ms"] else None)}
-            situ_rec = {"candidate": {k: v for k, v in situ.items() if k not in ("shapes", "timer")},
-                        "baseline": {k: v for k, v in situ_b.items() if k not in ("shapes", "timer")},
-                        "config_key": key, "timer": situ["timer"]}
-            out[c] = row(c, correct=True, gate={**tol, "candidate": gates[c], "baseline": gates[reg.baseline]},
-                         metrics=metrics, timing={**timing, "step_mode": policy.mode}, insitu=situ_rec, probe=probe,
-                         op_share_used=used, amdahl_violated=amdahl.violation(
-                             gain, ratio_lo - 1 if math.isfinite(ratio_lo) else None, used["value"]),
-                         throttled=bool(m.throttled), rig_noisy=bool(m.rig_noise_of(arm_name(c))), error=None)
-    return [out[c] for c in reg.candidates]
+
+def _timed_rows(st: _Steps, passing: list[str]) -> dict:
+    """The passing candidates' rows: the step arms timed interleaved, then each in situ."""
+    reg, kernels, steps, gates = st.reg, st.kernels, st.steps, st.gates
+
+    def arm(step, fn):
+        def call(slot):
+            with use_kernel(fn):
+                step()
+        return call
+
+    arms = {ARM_BASELINE: arm(steps[reg.baseline], kernels[reg.baseline]),
+            **{arm_name(c): arm(steps[c], kernels[c]) for c in passing},
+            ARM_CONTROL: arm(st.control, kernels[reg.baseline])}
+    policy = reg.timing
+    if policy.mode == "graph":
+        policy = dataclasses.replace(policy, mode=STEP_MODE_FOR_GRAPH)
+    m = measure(arms, n_slots=1, policy=policy, device=st.device)
+    timing = m.to_row(include_rounds=False)
+    b_ms = m.arms[ARM_BASELINE].stats.median
+    if not math.isfinite(b_ms):  # every round dropped: no number, as a kernel pair's skipped row
+        why = f"the step's timing kept no round (stopped: {m.stop_reason}): raise [timing] timeout_s"
+        return {c: st.row(c, correct=True, gate={**st.tol, "candidate": gates[c]}, timing=timing,
+                          throttled=bool(m.throttled), rig_noisy=True, error=why) for c in passing}
+    situ_b = _insitu(steps[reg.baseline], kernels[reg.baseline], st.device)
+    out = {}
+    for c in passing:
+        ratio = m.speedup(candidate=arm_name(c))[0]
+        if not math.isfinite(ratio):
+            out[c] = st.row(c, correct=True, gate={**st.tol, "candidate": gates[c]}, timing=timing, rig_noisy=True,
+                            throttled=bool(m.throttled), error=f"the step's timing kept no round of {c} "
+                                                               f"(stopped: {m.stop_reason})")
+            continue
+        out[c] = _step_row(st, c, m, {**timing, "step_mode": policy.mode}, situ_b)
+    return out
+
+
+def _step_row(st: _Steps, c: str, m, timing: dict, situ_b: dict) -> dict:
+    """A timed candidate's row: its step gain, in-situ figures, the probe's prediction, Amdahl."""
+    reg, spec = st.reg, st.reg.integration
+    b_ms = m.arms[ARM_BASELINE].stats.median
+    ratio, ratio_lo, _ = m.speedup(candidate=arm_name(c))
+    share = situ_b["op_ms_per_step"] / b_ms if b_ms > 0 else None
+    key = _shape_key(reg, situ_b["shapes"])
+    situ = _insitu(st.steps[c], st.kernels[c], st.device)
+    probe = _probe(st.rows, key, c)
+    s = probe["speedup"]
+    t_op = situ_b["op_ms_per_step"]
+    predicted = (b_ms / (b_ms - t_op * (1 - 1 / s)) - 1) if s and b_ms > t_op * (1 - 1 / s) else None
+    gain = ratio - 1 if math.isfinite(ratio) else None
+    used = ({"value": spec.op_share, "source": f"stated: {spec.op_share_source}"}
+            if spec.op_share is not None else
+            {"value": share, "source": "measured: the baseline's in-situ op time over its step time"})
+    metrics = step_metrics({
+        "step_ms": m.arms[arm_name(c)].stats.median, "step_baseline_ms": b_ms, "step_control": m.control_ratio,
+        "step_gain": gain, "step_gain_predicted": predicted, "op_share": share,
+        "insitu_ms": situ["call_ms"], "insitu_baseline_ms": situ_b["call_ms"],
+        "probe_factor": probe["ms"] / situ["call_ms"] if probe["ms"] and situ["call_ms"] else None})
+    probe = {**probe, "baseline_factor": (probe["baseline_ms"] / situ_b["call_ms"]
+                                          if probe["baseline_ms"] and situ_b["call_ms"] else None)}
+    situ_rec = {"candidate": {k: v for k, v in situ.items() if k not in ("shapes", "timer")},
+                "baseline": {k: v for k, v in situ_b.items() if k not in ("shapes", "timer")},
+                "config_key": key, "timer": situ["timer"]}
+    return st.row(c, correct=True, gate={**st.tol, "candidate": st.gates[c], "baseline": st.gates[reg.baseline]},
+                  metrics=metrics, timing=timing, insitu=situ_rec, probe=probe,
+                  op_share_used=used, amdahl_violated=amdahl.violation(
+                      gain, ratio_lo - 1 if math.isfinite(ratio_lo) else None, used["value"]),
+                  throttled=bool(m.throttled), rig_noisy=bool(m.rig_noise_of(arm_name(c))), error=None)

@@ -27,7 +27,7 @@ from harness.vocab.outcomes import PROFILE, RESULT, measured_on
 from harness.measurement import counters
 from harness.workloads import Config, formulas
 from harness.measurement.timing.policy import device_l2_bytes
-from harness.measurement.profile import ncu_version, profile
+from harness.measurement.profile import NcuRun, ProfileCase, ncu_version, profile
 from harness.measurement import memory
 from harness.registry import get_kernel
 from harness.execution.devicelock import device_lock
@@ -134,9 +134,9 @@ def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool =
                            "error": f"failed the correctness gate [{g['tag']}]: {g['reason']}"}
                     continue
             memory.release(device)
-            res = profile(cfg, name, seed=reg.seeds[0] + PROFILE_SEED_OFFSET, **reg.tolerance(cfg.dtype),
-                          numerics=reg.numerics.as_dict(), l2_bytes=l2, cwd=line.root, ncu=ncu,
-                          version=version)
+            case = ProfileCase(reg.seeds[0] + PROFILE_SEED_OFFSET, **reg.tolerance(cfg.dtype),
+                               numerics=reg.numerics.as_dict())
+            res = profile(cfg, name, case, l2_bytes=l2, run=NcuRun(ncu, version, cwd=line.root))
             yield payload(res, role, gate_info)
 
 

@@ -24,6 +24,7 @@ import hashlib
 import os
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness import CODE_PACKAGES, pycache
@@ -126,16 +127,32 @@ def source_mismatch(expected: dict[str, str], loaded: dict[str, Path], checked: 
 
 
 # -- the actor -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WorkerBrief:
+    """What every slot's worker is started with: the device, the source hashes its kernels'
+    code must match (``expected``, of ``kernels``), the environment it sets, how long it may
+    wait for its device lock (None: the executor does not lock devices), who holds the lock,
+    and the driver's bytecode cache."""
+
+    device: str
+    expected: dict
+    kernels: tuple
+    env: dict
+    lock_wait_s: float | None
+    who: dict
+    cache: str
+
+
 class RayWorker:
     """One slot's worker, as a Ray actor (wrapped with ``ray.remote`` by the executor)."""
 
-    def __init__(self, slot: int, device: str, queue, expected: dict, kernels: tuple, env: dict,
-                 lock_wait_s: float | None, who: dict, cache: str):
-        self.slot, self.device, self.queue, self.cache = slot, device, queue, cache
-        self.expected, self.kernels, self.lock_wait_s, self.who = expected, kernels, lock_wait_s, who
+    def __init__(self, slot: int, queue, brief: WorkerBrief):
+        self.slot, self.device, self.queue, self.cache = slot, brief.device, queue, brief.cache
+        self.expected, self.kernels = brief.expected, brief.kernels
+        self.lock_wait_s, self.who = brief.lock_wait_s, brief.who
         self.checked: set = set()
         self.locks = contextlib.ExitStack()
-        for k, v in env.items():
+        for k, v in brief.env.items():
             os.environ[k] = v
         import tempfile
 
@@ -265,8 +282,9 @@ class RayExecutor(Executor):
         opts = {"num_gpus": 1} if self.device == "cuda" else {"num_cpus": 1}
         cls = ray.remote(max_restarts=0, max_task_retries=0, runtime_env={"env_vars": {
             pycache.PREFIX_ENV: self._pycache}}, **opts)(RayWorker)
-        return cls.remote(slot, self.device, self._queue, self._expected, self.kernels, self._env,
-                          lock_wait_s if self.locks_devices else None, self.who, self._pycache)
+        return cls.remote(slot, self._queue, WorkerBrief(self.device, self._expected, self.kernels, self._env,
+                                                         lock_wait_s if self.locks_devices else None, self.who,
+                                                         self._pycache))
 
     def _await_ready(self, slot: int) -> SlotInfo:
         ray = self.ray

@@ -67,14 +67,34 @@ class NewLine:
 CAUSAL_CHOICES = {"both": [False, True], "true": [True], "false": [False]}
 
 
-def plan(line: str, candidates, prediction: float, *, baseline: str | None, workload: str, grid: dict,
-         causal: str | None = None, hypothesis: str | None = None, go: str | None = None,
-         primary: str | None = None, device: str | None = None) -> NewLine:
+@dataclass(frozen=True)
+class GridAsk:
+    """The grid `bench new`'s flags ask for: the workload, values per field (field -> values,
+    empty ones left out: the workload's default) and --causal's word (None: the default)."""
+
+    workload: str
+    values: dict
+    causal: str | None = None
+
+
+@dataclass(frozen=True)
+class BarAsk:
+    """The bar `bench new`'s flags ask for: the hypothesis in words, the go expression and the
+    primary figure (None: the defaults; a bar of one's own needs one's own hypothesis)."""
+
+    hypothesis: str | None = None
+    go: str | None = None
+    primary: str | None = None
+
+
+def plan(line: str, candidates, prediction: float, *, baseline: str | None, grid: GridAsk,
+         bar: BarAsk = BarAsk(), device: str | None = None) -> NewLine:
     """What `bench new`'s flags ask for, defaults filled: the workload's default grid under the
-    values given (``grid``: field -> values, empty ones left out), --causal's word, the default
-    bar with its hypothesis in words (a bar of one's own needs one's own hypothesis), and the
-    device the line is for (``device``; None: this machine's) with a baseline that runs there.
-    Every kernel named must run on that device: a line written here sweeps here."""
+    values given, the default bar with its hypothesis in words, and the device the line is for
+    (``device``; None: this machine's) with a baseline that runs there. Every kernel named must
+    run on that device: a line written here sweeps here."""
+    workload, causal = grid.workload, grid.causal
+    hypothesis, go, primary = bar.hypothesis, bar.go, bar.primary
     line_ids.check(line)
     if not math.isfinite(prediction):
         raise UserError(f"--prediction {prediction}: give your predicted value of the primary figure as a finite "
@@ -85,7 +105,7 @@ def plan(line: str, candidates, prediction: float, *, baseline: str | None, work
         raise UserError("--go without --hypothesis: say in words what the bar tests and why you expect it")
     hypothesis, go, primary = (_utf8(flag, text) for flag, text in
                                (("--hypothesis", hypothesis), ("--go", go), ("--primary", primary)))
-    full = {**DEFAULT_GRID[workload], **{k: list(v) for k, v in grid.items() if v}}
+    full = {**DEFAULT_GRID[workload], **{k: list(v) for k, v in grid.values.items() if v}}
     if causal is not None:
         if causal not in CAUSAL_CHOICES:
             raise UserError(f"--causal {causal!r}: use {', '.join(CAUSAL_CHOICES)}")

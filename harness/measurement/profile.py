@@ -68,12 +68,34 @@ def _pythonpath() -> str:
     return os.pathsep.join([*sorted(roots), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
-def profile(cfg: Config, kernel: str, *, name: str | None = None, seed: int, atol: float, rtol: float,
-            numerics: dict | None = None, l2_bytes: int | None, cwd: Path | None = None,
-            ncu: str | None = None, version: str | None = None,
-            timeout_s: float = PROFILE_TIMEOUT_S) -> ProfileResult:
-    """Counters of one call of ``kernel`` (a registered name or ``module:function``) at ``cfg``."""
-    ncu = ncu or counters.ncu_path()
+@dataclass(frozen=True)
+class ProfileCase:
+    """What the profiled call runs on and is held to: its inputs' seed, the tolerance its output
+    is checked against (atol + rtol·|ref|), and the numeric state pinned around it."""
+
+    seed: int
+    atol: float
+    rtol: float
+    numerics: dict | None = None
+
+
+@dataclass(frozen=True)
+class NcuRun:
+    """How ncu is run: its path (None: ``counters.ncu_path()``), its version as the row records
+    it, the working directory, and how long it may take."""
+
+    path: str | None = None
+    version: str | None = None
+    cwd: Path | None = None
+    timeout_s: float = PROFILE_TIMEOUT_S
+
+
+def profile(cfg: Config, kernel: str, case: ProfileCase, *, l2_bytes: int | None, name: str | None = None,
+            run: NcuRun = NcuRun()) -> ProfileResult:
+    """Counters of one call of ``kernel`` (a registered name or ``module:function``) at ``cfg``
+    on ``case``'s inputs, under ncu as ``run`` says."""
+    seed, atol, rtol, numerics = case.seed, case.atol, case.rtol, case.numerics
+    ncu, version, cwd, timeout_s = run.path or counters.ncu_path(), run.version, run.cwd, run.timeout_s
     name = name or kernel.rsplit(":", 1)[-1]
     if "/" in name or "@" in name:
         raise UserError(f"kernel name {name!r} cannot name an NVTX range filter ('/' and '@' are ncu's separators)")

@@ -17,7 +17,7 @@ from harness.pipeline import phase
 from harness.pipeline.budget import Budget
 from harness.pipeline.context import Outcome
 from harness.pipeline.rows import base_row, baseline_failed
-from harness.measurement.correctness.gate import BoundaryMemo, gate, gate_kernels
+from harness.measurement.correctness.gate import BoundaryMemo, GatePolicy, gate, gate_kernels
 from harness.measurement.numerics import apply, capture, describe, diff
 from harness.measurement import memory
 from harness.registry import get_kernel
@@ -117,9 +117,9 @@ def gate_all(b: Budget) -> Gated:
     # A candidate that is the baseline under its own name is gated once (one result serves both).
     unique = list({spec.name: spec for spec in (base_spec, *runnable)}.values())
     memo = boundary_memo(reg, ctx.device, state)
-    run = gate_kernels(unique, cfg, seeds=reg.seeds, families=reg.families, **reg.tolerance(cfg.dtype),
-                       device=ctx.device, min_pass_rate=reg.min_pass_rate, around=around,
-                       memo=memo)
+    pol = GatePolicy(reg.seeds, **reg.tolerance(cfg.dtype), families=reg.families, device=ctx.device,
+                     min_pass_rate=reg.min_pass_rate)
+    run = gate_kernels(unique, cfg, pol, around=around, memo=memo)
     for spec in unique:
         if spec.name in changed or spec.name in tampered:  # its boundary calls run (and are caught) again
             memo.forget(spec.fn)

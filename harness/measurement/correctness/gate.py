@@ -18,10 +18,43 @@ from harness.measurement.correctness.checks import (Checked, call_checks, check_
                                                     spec_parts, timed_reference)
 from harness.measurement.correctness.figures import chunks, fmt_idx, unravel
 from harness.measurement.correctness.poison import bits_equal
-from harness.measurement.correctness.results import CALL_TAGS, STRUCTURAL_TAGS, CheckReport, GateResult
+from harness.measurement.correctness.results import CALL_TAGS, STRUCTURAL_TAGS, CheckReport, GateResult, Tolerance
 from harness.measurement.correctness.side_stream import side_stream_check
 from harness.workloads import Config
 from harness.workloads.inputs import DEFAULT_FAMILIES, FAMILIES, boundary_configs, make_inputs
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """What every case of a gate is judged under: each seed × input family, the tolerance
+    (|out − ref| ≤ atol + rtol·|ref|), the device, and the share of seeds that must pass
+    (``min_pass_rate``; a structural failure fails the gate whatever the rate)."""
+
+    seeds: tuple[int, ...]
+    atol: float
+    rtol: float
+    families: tuple[str, ...] = DEFAULT_FAMILIES
+    device: str = "cpu"
+    min_pass_rate: float = 1.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
+        object.__setattr__(self, "families", tuple(self.families))
+        if not self.seeds:
+            raise UserError("the correctness gate needs at least one seed")
+        for fam in self.families:
+            if fam not in FAMILIES:
+                raise UserError(f"unknown input family '{fam}' (known: {', '.join(FAMILIES)})")
+        if not self.families:
+            raise UserError("the correctness gate needs at least one input family")
+        if not 0.0 < self.min_pass_rate <= 1.0:
+            raise UserError(f"min_pass_rate must be in (0, 1], got {self.min_pass_rate}")
+        if self.atol < 0 or self.rtol < 0:
+            raise UserError(f"tolerances must be >= 0, got atol {self.atol}, rtol {self.rtol}")
+
+    @property
+    def tol(self) -> Tolerance:
+        return Tolerance(self.atol, self.rtol)
 
 
 def _new_out(cfg: Config, device):
@@ -88,12 +121,29 @@ def _first(k: _Kernel, c: Config, inputs, pristine, device) -> Checked:
     return first
 
 
-def _judge_case(k: _Kernel, c: Config, seed: int, family: str, first: Checked, inputs, pristine, ref, secs: float,
-                atol: float, rtol: float, device, prefix: str):
-    """The rest of one (config, seed, family) check once the reference exists: the first call's
-    output against it, then a second call on fresh buffers (allocated while the first call's
-    were alive: new addresses), and the two calls compared. Returns (CheckReport, the first
-    call's visible output)."""
+@dataclass(frozen=True)
+class _Case:
+    """One (config, seed, family) case once its reference exists: the inputs of the second calls
+    (``inputs``, fresh copies), the pristine content, the reference and the seconds it took,
+    and the prefix of its reports' reasons."""
+
+    c: Config
+    seed: int
+    family: str
+    inputs: tuple
+    pristine: tuple
+    ref: object
+    secs: float
+    prefix: str
+
+
+def _judge_case(k: _Kernel, case: _Case, first: Checked, tol: Tolerance, device):
+    """The rest of one case once the reference exists: the first call's output against it,
+    then a second call on fresh buffers (allocated while the first call's were alive: new
+    addresses), and the two calls compared. Returns (CheckReport, the first call's visible
+    output)."""
+    c, seed, family, inputs, pristine = case.c, case.seed, case.family, case.inputs, case.pristine
+    ref, secs, prefix, atol, rtol = case.ref, case.secs, case.prefix, tol.atol, tol.rtol
     key = c.key()
     seen = k.seen.setdefault(key, {})
 
@@ -152,21 +202,21 @@ class BoundaryMemo:
         self._done: dict = {}  # key -> (config key it was judged at, its reports)
 
     @staticmethod
-    def _key(fn, c: Config, seeds, families, atol, rtol, device):
-        return fn, c.key(), tuple(seeds), tuple(families), float(atol), float(rtol), str(device)
+    def _key(fn, c: Config, pol: GatePolicy):
+        return fn, c.key(), pol.seeds, pol.families, float(pol.atol), float(pol.rtol), str(pol.device)
 
-    def get(self, fn, c, seeds, families, atol, rtol, device) -> tuple[CheckReport, ...] | None:
-        """The kernel's reports at boundary config ``c``, marked with where they were judged
-        (no reference seconds: none were spent here), or None."""
-        hit = self._done.get(self._key(fn, c, seeds, families, atol, rtol, device))
+    def get(self, fn, c: Config, pol: GatePolicy) -> tuple[CheckReport, ...] | None:
+        """The kernel's reports at boundary config ``c`` under ``pol``, marked with where they
+        were judged (no reference seconds: none were spent here), or None."""
+        hit = self._done.get(self._key(fn, c, pol))
         if hit is None:
             return None
         where, reports = hit
         return tuple(dataclasses.replace(r, reused_from=r.reused_from or where, reference_seconds=0.0)
                      for r in reports)
 
-    def put(self, fn, c, seeds, families, atol, rtol, device, where: str, reports) -> None:
-        self._done[self._key(fn, c, seeds, families, atol, rtol, device)] = (where, tuple(reports))
+    def put(self, fn, c: Config, pol: GatePolicy, where: str, reports) -> None:
+        self._done[self._key(fn, c, pol)] = (where, tuple(reports))
 
     def forget(self, fn) -> None:
         for key in [k for k in self._done if k[0] is fn]:
@@ -189,18 +239,15 @@ def gate(spec, cfg: Config, *, seeds, families=DEFAULT_FAMILIES, atol: float, rt
     A seed passes if every check of it passes; the gate passes if the share of passing
     seeds reaches ``min_pass_rate`` and no failure is structural (STRUCTURAL_TAGS).
     """
-    run = gate_kernels((spec,), cfg, seeds=seeds, families=families, atol=atol, rtol=rtol, device=device,
-                       min_pass_rate=min_pass_rate)
-    return run.results[spec_parts(spec)[1]]
+    pol = GatePolicy(seeds, atol, rtol, families=families, device=device, min_pass_rate=min_pass_rate)
+    return gate_kernels((spec,), cfg, pol).results[spec_parts(spec)[1]]
 
 
-def gate_kernels(specs, cfg: Config, *, seeds, families=DEFAULT_FAMILIES, atol: float, rtol: float,
-                 device: str = "cpu", min_pass_rate: float = 1.0,
-                 around: Callable[[str | None], ContextManager] | None = None,
+def gate_kernels(specs, cfg: Config, pol: GatePolicy, *, around: Callable[[str | None], ContextManager] | None = None,
                  memo: BoundaryMemo | None = None) -> GateRun:
-    """``gate`` for several kernels at once, case by case: for each (config, seed, family) the
-    inputs are drawn once, every kernel makes its first call before the reference exists,
-    the one float64 reference is computed, then each kernel's output is judged and its
+    """``gate`` for several kernels at once under ``pol``, case by case: for each (config, seed,
+    family) the inputs are drawn once, every kernel makes its first call before the reference
+    exists, the one float64 reference is computed, then each kernel's output is judged and its
     second call made on fresh buffers. Each kernel is judged exactly as if gated alone; the
     inputs and references, the bulk of the gate's time, are paid once per case rather than
     once per kernel (issue 32).
@@ -214,108 +261,117 @@ def gate_kernels(specs, cfg: Config, *, seeds, families=DEFAULT_FAMILIES, atol: 
     """
     import torch
 
-    around = around or (lambda name: contextlib.nullcontext())
-    seeds = tuple(int(s) for s in seeds)
-    families = tuple(families)
-    if not seeds:
-        raise UserError("the correctness gate needs at least one seed")
-    for fam in families:
-        if fam not in FAMILIES:
-            raise UserError(f"unknown input family '{fam}' (known: {', '.join(FAMILIES)})")
-    if not families:
-        raise UserError("the correctness gate needs at least one input family")
-    if not 0.0 < min_pass_rate <= 1.0:
-        raise UserError(f"min_pass_rate must be in (0, 1], got {min_pass_rate}")
-    if atol < 0 or rtol < 0:
-        raise UserError(f"tolerances must be >= 0, got atol {atol}, rtol {rtol}")
-    dev_type = torch.device(device).type
+    dev_type = torch.device(pol.device).type
     for spec in specs:
         name = spec_parts(spec)[1]
         if hasattr(spec, "unusable_reason") and spec.unusable_reason(dev_type):
             raise UserError(f"kernel '{name}' cannot run here: {spec.unusable_reason(dev_type)}")
         if hasattr(spec, "config_reason") and spec.config_reason(cfg):
             raise UserError(f"kernel '{name}' cannot be gated at {cfg.key()}: {spec.config_reason(cfg)}")
-
     names = [spec_parts(spec)[1] for spec in specs]
     if len(set(names)) != len(names):
         raise ValueError(f"gate_kernels gates each kernel once, got {names}")
     t_start = time.perf_counter()
     configs = [(cfg, ""), *((bc, f" (boundary seq_len {bc.seq_len})") for bc in boundary_configs(cfg))]
-    kernels = [_Kernel(spec, configs) for spec in specs]
-    spent = {k.name: 0.0 for k in kernels}
+    run = _Gating([_Kernel(spec, configs) for spec in specs], pol, around)
+    for c, note in configs:
+        _gate_config(run, c, note, cfg, memo)
+    if dev_type == "cuda":
+        _side_streams(run, cfg)
+    shared = (time.perf_counter() - t_start - sum(run.spent.values())) / len(run.kernels)
+    return GateRun({k.name: _result(k, cfg, pol, run.spent[k.name] + shared) for k in run.kernels}, run.ref_total)
+
+
+class _Gating:
+    """One gate_kernels call as it runs: its kernels, the seconds each spent on its own work
+    (``on(k)``; ``on(None)``: the shared work) and the seconds of the shared references."""
+
+    def __init__(self, kernels: list[_Kernel], pol: GatePolicy, around):
+        self.kernels, self.pol = kernels, pol
+        self.around = around or (lambda name: contextlib.nullcontext())
+        self.spent = {k.name: 0.0 for k in kernels}
+        self.ref_total = 0.0
 
     @contextlib.contextmanager
-    def on(k: _Kernel | None):
+    def on(self, k: _Kernel | None):
         t0 = time.perf_counter()
-        with around(None if k is None else k.name):
+        with self.around(None if k is None else k.name):
             yield
         if k is not None:
-            spent[k.name] += time.perf_counter() - t0
+            self.spent[k.name] += time.perf_counter() - t0
 
-    ref_total = 0.0
-    for c, note in configs:
-        runners = [k for k in kernels if c in k.configs]
-        if memo is not None and c is not cfg:
-            for k in list(runners):
-                kept = memo.get(k.fn, c, seeds, families, atol, rtol, device)
-                if kept is not None:
-                    k.reports.extend(kept)
-                    runners.remove(k)
-        if not runners:
-            continue
-        first_report = {k.name: len(k.reports) for k in runners}
-        for seed in seeds:
-            for fam in families:
-                with on(None):
-                    pristine = make_inputs(c, seed, fam, device)
-                    first_set = tuple(t.clone() for t in pristine)
-                firsts = {}
-                for k in runners:
-                    with on(k):
-                        firsts[k.name] = _first(k, c, first_set, pristine, device)
-                ref, secs = None, 0.0
-                with on(None):
-                    if any(f.tag is None for f in firsts.values()):
-                        ref, secs = timed_reference(pristine, c)
-                        ref_total += secs
-                    # Second calls: fresh allocations while the first calls' are still alive.
-                    second_set = tuple(t.clone() for t in pristine)
-                for k in runners:
-                    with on(k):
-                        rep, visible = _judge_case(k, c, seed, fam, firsts.pop(k.name), second_set, pristine, ref,
-                                                   secs, atol, rtol, device, f"seed {seed} family {fam}{note}")
-                        k.reports.append(rep)
-                        if visible is not None:
-                            k.seen.setdefault(c.key(), {}).setdefault(checksum(visible), (seed, fam))
-                        del visible
-                del ref, first_set, second_set, pristine
-        if memo is not None and c is not cfg:
+
+def _gate_config(run: _Gating, c: Config, note: str, cfg: Config, memo: BoundaryMemo | None) -> None:
+    """Every case at config ``c`` (``note``: how its reasons name it) for the kernels that run
+    there; with a ``memo``, a boundary config's cases (``c`` is not the gated ``cfg``) are
+    taken from it where judged before, and put in it."""
+    pol, device = run.pol, run.pol.device
+    remembered = memo is not None and c is not cfg
+    runners = [k for k in run.kernels if c in k.configs]
+    if remembered:
+        for k in list(runners):
+            kept = memo.get(k.fn, c, pol)
+            if kept is not None:
+                k.reports.extend(kept)
+                runners.remove(k)
+    if not runners:
+        return
+    first_report = {k.name: len(k.reports) for k in runners}
+    for seed in pol.seeds:
+        for fam in pol.families:
+            with run.on(None):
+                pristine = make_inputs(c, seed, fam, device)
+                first_set = tuple(t.clone() for t in pristine)
+            firsts = {}
             for k in runners:
-                memo.put(k.fn, c, seeds, families, atol, rtol, device, cfg.key(), k.reports[first_report[k.name]:])
-    if dev_type == "cuda":
-        with on(None):
-            pristine = make_inputs(cfg, seeds[0], families[0], device)
-        for k in kernels:
-            with on(k):
-                q, kk, v = (t.clone() for t in pristine)
-                tag = "side_stream"
-                try:
-                    why = side_stream_check(k.fn, q, kk, v, _new_out(cfg, device), causal=cfg.causal, scale=cfg.scale)
-                except Exception as exc:
-                    why, tag = exception_text(exc), "exception"
-                del q, kk, v
-                k.reports.append(CheckReport(config=cfg.key(), seed=seeds[0], family=families[0], passed=why is None,
-                                             tag=tag if why else None,
-                                             reason=f"seed {seeds[0]} family {families[0]}: {why}" if why else None,
-                                             figures=None, after_figures=None, reference_seconds=0.0,
-                                             phase="side_stream_check"))
-        del pristine
-    shared = (time.perf_counter() - t_start - sum(spent.values())) / len(kernels)
-    return GateRun({k.name: _result(k, cfg, seeds, families, atol, rtol, min_pass_rate, spent[k.name] + shared)
-                    for k in kernels}, ref_total)
+                with run.on(k):
+                    firsts[k.name] = _first(k, c, first_set, pristine, device)
+            ref, secs = None, 0.0
+            with run.on(None):
+                if any(f.tag is None for f in firsts.values()):
+                    ref, secs = timed_reference(pristine, c)
+                    run.ref_total += secs
+                # Second calls: fresh allocations while the first calls' are still alive.
+                second_set = tuple(t.clone() for t in pristine)
+            case = _Case(c, seed, fam, second_set, pristine, ref, secs, f"seed {seed} family {fam}{note}")
+            for k in runners:
+                with run.on(k):
+                    rep, visible = _judge_case(k, case, firsts.pop(k.name), pol.tol, device)
+                    k.reports.append(rep)
+                    if visible is not None:
+                        k.seen.setdefault(c.key(), {}).setdefault(checksum(visible), (seed, fam))
+                    del visible
+            del ref, first_set, second_set, pristine, case
+    if remembered:
+        for k in runners:
+            memo.put(k.fn, c, pol, cfg.key(), k.reports[first_report[k.name]:])
 
 
-def _result(k: _Kernel, cfg, seeds, families, atol, rtol, min_pass_rate, seconds) -> GateResult:
+def _side_streams(run: _Gating, cfg: Config) -> None:
+    """On CUDA: each kernel's side-stream check on the first seed and family at ``cfg``."""
+    pol, device = run.pol, run.pol.device
+    seed, fam = pol.seeds[0], pol.families[0]
+    with run.on(None):
+        pristine = make_inputs(cfg, seed, fam, device)
+    for k in run.kernels:
+        with run.on(k):
+            q, kk, v = (t.clone() for t in pristine)
+            tag = "side_stream"
+            try:
+                why = side_stream_check(k.fn, q, kk, v, _new_out(cfg, device), causal=cfg.causal, scale=cfg.scale)
+            except Exception as exc:
+                why, tag = exception_text(exc), "exception"
+            del q, kk, v
+            k.reports.append(CheckReport(config=cfg.key(), seed=seed, family=fam, passed=why is None,
+                                         tag=tag if why else None,
+                                         reason=f"seed {seed} family {fam}: {why}" if why else None,
+                                         figures=None, after_figures=None, reference_seconds=0.0,
+                                         phase="side_stream_check"))
+    del pristine
+
+
+def _result(k: _Kernel, cfg, pol: GatePolicy, seconds) -> GateResult:
+    seeds, families, atol, rtol, min_pass_rate = pol.seeds, pol.families, pol.atol, pol.rtol, pol.min_pass_rate
     reports = k.reports
     seed_ok = {s: all(r.passed for r in reports if r.seed == s) for s in seeds}
     n_ok = sum(seed_ok.values())
