@@ -1,0 +1,353 @@
+"""Typed payloads: one class per nested object a ledger row carries (a result's ``timing``
+and its arms' samples, the ``gate``, ``sustained``, ``cost``, a verdict's clauses, the
+registered row's ``registration`` ...), each with ``from_row`` (the object as read) and
+``dump`` (the object as written), so that ``from_row(d).dump() == d``.
+
+``from_row`` is as tolerant as the readers it replaced: a field an older schema did not
+write reads its default (None unless the class says otherwise), a field no class declares is
+kept for ``dump``, and an object that is not a JSON object (absent, null) gives None. Readers
+outside the ledger's row and payload modules read these attributes, never string keys
+(tests/test_payload_reads.py counts them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from harness.vocab.outcomes import CRASHED, INCORRECT, SKIPPED
+
+
+@dataclass(frozen=True, kw_only=True)
+class Payload:
+    """A nested row object's declared fields; the keys it was read with, in order, and those
+    no field declares (both kept so that ``dump`` writes the object back as it was read)."""
+
+    _keys: tuple = field(default=(), repr=False, compare=False)
+    _extra: Mapping = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_row(cls, d: Any):
+        """The payload of ``d`` as read from a row; None where ``d`` is no JSON object."""
+        if not isinstance(d, Mapping):
+            return None
+        names = _names(cls)
+        return cls(**{k: v for k, v in d.items() if k in names}, _keys=tuple(d),
+                   _extra={k: v for k, v in d.items() if k not in names})
+
+    def has(self, name: str) -> bool:
+        """Whether the object held ``name`` (possibly as null)."""
+        return name in self._keys
+
+    def dump(self) -> dict:
+        """The object as written: the keys it was read with, in their order."""
+        names = _names(type(self))
+        if not self._keys:  # built in code: every declared field
+            return {k: getattr(self, k) for k in names}
+        return {k: getattr(self, k) if k in names else self._extra[k] for k in self._keys}
+
+
+_NAMES: dict[type, frozenset] = {}
+
+
+def _names(cls: type) -> frozenset:
+    if cls not in _NAMES:
+        _NAMES[cls] = frozenset(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
+    return _NAMES[cls]
+
+
+def each(cls: type, items: Any) -> list:
+    """``cls.from_row`` of each object in a row's list (none where it holds no list)."""
+    return [cls.from_row(d) for d in items] if isinstance(items, list) else []
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stats(Payload):
+    """One arm's summary statistics (measurement/stats.py ``Stats.as_dict``)."""
+
+    n: Any = None
+    median: Any = None
+    min: Any = None
+    max: Any = None
+    mean: Any = None
+    p20: Any = None
+    p80: Any = None
+    iqr: Any = None
+    rel_noise: Any = None
+    median_lo: Any = None
+    median_hi: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Samples(Payload):
+    """One arm of a measurement: its statistics and raw samples, kept and dropped."""
+
+    stats: Any = None
+    samples_ms: Any = None
+    dropped_samples_ms: Any = None
+
+    @property
+    def summary(self) -> Stats | None:
+        return Stats.from_row(self.stats)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Clock(Payload):
+    """The SM clock over the timed rounds (measurement/clocks.py ``ClockSummary.as_dict``), or
+    one arm's own clock and cycles (``arm_clocks``)."""
+
+    source: Any = None
+    reference_mhz: Any = None
+    reference_clean: Any = None
+    min_mhz: Any = None
+    mean_mhz: Any = None
+    max_mhz: Any = None
+    max_clock_mhz: Any = None
+    app_clock_mhz: Any = None
+    poll_hz: Any = None
+    n_readings: Any = None
+    dropped_rounds: Any = None
+    drop_reasons: Any = None
+    mem_min_mhz: Any = None
+    mem_max_mhz: Any = None
+    temp_min_c: Any = None
+    temp_max_c: Any = None
+    power_min_w: Any = None
+    power_max_w: Any = None
+    power_mean_w: Any = None
+    kcycles: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measurement(Payload):
+    """A result's ``timing`` (measurement/timing ``Measurement.to_row``): the interleaved
+    rounds' protocol, each arm's samples, the clock, the control and the stop."""
+
+    mode: Any = None
+    effective_mode: Any = None
+    timer: Any = None
+    n_slots: Any = None
+    graph_replays: Any = None
+    stop_reason: Any = None
+    n_rounds: Any = None
+    n_dropped: Any = None
+    n_waited: Any = None
+    throttled: Any = None
+    throttle_note: Any = None
+    warmup_rounds: Any = None
+    warmup_extensions: Any = None
+    elapsed_s: Any = None
+    timing_note: Any = None
+    clock_note: Any = None
+    policy: Any = None
+    arms: Any = None
+    clock: Any = None
+    arm_clocks: Any = None
+    control_ratio: Any = None
+    control_ok: Any = None
+    host_gaps: Any = None
+    host_us: Any = None
+    host_samples_us: Any = None
+    spot_calls: Any = None
+    spot_seed: Any = None
+    drain_us: Any = None
+    cpu: Any = None
+    wait_source: Any = None
+    quanta: Any = None
+    refresh: Any = None
+    clock_faults: Any = None
+    clock_check: Any = None
+    stop: Any = None
+    rounds: Any = None
+
+    def arm(self, name: str) -> Samples | None:
+        """Arm ``name``'s samples; None where the measurement has no such arm."""
+        return Samples.from_row(self.arms.get(name)) if isinstance(self.arms, Mapping) else None
+
+    def arm_clock(self, name: str) -> Clock | None:
+        """Arm ``name``'s own clock and cycles; None where the row has none."""
+        return Clock.from_row(self.arm_clocks.get(name)) if isinstance(self.arm_clocks, Mapping) else None
+
+    @property
+    def clock_summary(self) -> Clock | None:
+        return Clock.from_row(self.clock)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sustained(Payload):
+    """The candidate's back-to-back phase (measurement/timing/sustained.py ``Sustained.as_dict``)."""
+
+    arm: Any = None
+    mode: Any = None  # held by rows an older bench wrote
+    flush: Any = None
+    timer: Any = None
+    warm_s: Any = None
+    n_calls: Any = None
+    median_ms: Any = None
+    samples_ms: Any = None
+    last_slot: Any = None
+    sm_mhz: Any = None
+    power_w: Any = None
+    mem_mhz: Any = None
+    reasons: Any = None
+    clock_note: Any = None
+    clock_fault: Any = None
+    clock_check: Any = None
+    kcycles: Any = None
+    batches: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateCheck(Payload):
+    """One check of the gate (its worst, or a failing one): what it ran and its error figures."""
+
+    tag: Any = None
+    reason: Any = None
+    config: Any = None
+    seed: Any = None
+    family: Any = None
+    figures: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gate(Payload):
+    """One kernel's correctness gate (measurement/correctness/results.py ``GateResult.to_row``)."""
+
+    kernel: Any = None
+    config: Any = None
+    passed: Any = None
+    pass_rate: Any = None
+    n_seeds: Any = None
+    n_seeds_passed: Any = None
+    min_pass_rate: Any = None
+    seeds: Any = None
+    families: Any = None
+    boundary_configs: Any = None
+    skipped_configs: Any = None
+    atol: Any = None
+    rtol: Any = None
+    tag: Any = None
+    reason: Any = None
+    tags: Any = None
+    n_checks: Any = None
+    n_failed: Any = None
+    reference_seconds: Any = None
+    gate_seconds: Any = None
+    reused: Any = None
+    worst: Any = None
+    failures: Any = None
+    failures_left_out: Any = None
+
+    @property
+    def worst_check(self) -> GateCheck | None:
+        return GateCheck.from_row(self.worst)
+
+    @property
+    def failing(self) -> list[GateCheck]:
+        return each(GateCheck, self.failures)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cost(Payload):
+    """The harness's own time on a config (pipeline/phase.py ``Account.as_row``)."""
+
+    seconds: Any = None
+    per_kernel: Any = None
+    of_which: Any = None
+    total: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Clause(Payload):
+    """One clause of a verdict's bar: its text, value, comparison and outcome."""
+
+    text: Any = None
+    value: Any = None
+    op: Any = None
+    threshold: Any = None
+    passed: Any = None
+    n: Any = None
+    note: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegistrationSummary(Payload):
+    """The registered row's ``registration`` (registration/schema.py ``Registration.summary``)."""
+
+    line: Any = None
+    path: Any = None
+    sha256: Any = None
+    schema: Any = None
+    hypothesis: Any = None
+    workload: Any = None
+    candidates: Any = None
+    baseline: Any = None
+    amends: Any = None
+    grid: Any = None
+    atol: Any = None
+    rtol: Any = None
+    seeds: Any = None
+    families: Any = None
+    min_pass_rate: Any = None
+    timing: Any = None
+    numerics: Any = None
+    go: Any = None
+    prediction: Any = None
+    primary: Any = None
+    include_noisy: Any = None
+    allow_missing: Any = None
+    min_coverage: Any = None
+    accept_weak: Any = None
+    verify: Any = None
+    mixed_devices: Any = None
+    beyond_ceiling_ok: Any = None
+    integration: Any = None
+    replication: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CeilingsRef(Payload):
+    """Which ceilings row an outcome row used: its seq and chain hash."""
+
+    seq: Any = None
+    hash: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replicate(Payload):
+    """A replicate's row (`bench replicate`): which verdict, at which commit, on which instance and stack."""
+
+    of: Any = None
+    closing_commit: Any = None
+    at: Any = None
+    instance: Any = None
+    stack: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reopens(Payload):
+    """The earlier, uncommitted-verdict ledger a registered row replaces."""
+
+    commit: Any = None
+    rows: Any = None
+    last_hash: Any = None
+
+
+# The rejections: a pair refused by a check (``incorrect``), not measured (``skipped``) or
+# whose kernel failed (``crashed``). One constructor each, so every stage writes a rejection's
+# fields the same way; ``base`` is the pair's shared fields (pipeline/rows.py ``base_row``).
+
+def incorrect(base: Mapping, *, tag: str, reason: str, role: str = "candidate", **fields) -> tuple[str, dict]:
+    """An ``incorrect`` row's kind and payload: the check ``tag`` failed, ``reason`` says how."""
+    return INCORRECT, {**base, "role": role, "tag": tag, "reason": reason, **fields}
+
+
+def skipped(base: Mapping, *, reason: str, **fields) -> tuple[str, dict]:
+    """A ``skipped`` row's kind and payload: the pair was not measured, ``reason`` says why."""
+    return SKIPPED, {**base, "reason": reason, **fields}
+
+
+def crashed(base: Mapping, *, reason: str, **fields) -> tuple[str, dict]:
+    """A ``crashed`` row's kind and payload: the kernel raised or took its worker down."""
+    return CRASHED, {**base, "reason": reason, **fields}
