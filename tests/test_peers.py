@@ -232,7 +232,7 @@ def test_a_peer_clause_is_decided_from_the_rows_own_rounds_and_fails_closed_with
     assert subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout == head_before
 
     # Batch follows seq_len in a grid given in tokens: one panel along seq_len, not one per batch.
-    from harness.reporting.analysis.summary import panels
+    from harness.reporting.analysis.panels import panels
 
     (title, members), = panels([r for r in rows if r.kind == "result"])
     assert title == "float32, non-causal, d16, b·seq_len = 64" and len(members) == 4

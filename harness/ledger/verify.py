@@ -22,10 +22,11 @@ from harness.provenance.git import LEDGER_DIR
 from harness.ledger.format import (CEILINGS_LEDGER, CEILINGS_REF, GENESIS_HASH, LEDGER_SCHEMA, check_schema,
                                               read_rows, row_hash)
 from harness.ledger.rows import UnknownField, load
-from harness.vocab.outcomes import REGISTERED, SUPERSEDES, VERDICT
+from harness.vocab.outcomes import REGISTERED, VERDICT
 from harness.ledger.audit import ceilings_disagreements, ceilings_figures, recompute
-from harness.vocab.outcomes import OUTCOME_KINDS, RESULT, is_replicate, measured_on, remeasurable, remeasures, state_of, stream
-from harness.registration.replication import AT_CLOSING, AT_LATER, OTHER_STACK, SAME_STACK
+from harness.vocab.outcomes import RESULT, remeasures
+from harness.ledger.verify_links import replicate_fault, supersedes_fault
+from harness.ledger.payloads import CeilingsRef, RegistrationSummary, Reopens
 
 @dataclass(frozen=True)
 class VerifyResult:
@@ -99,8 +100,9 @@ def _not_this_line(row: dict, n: int, path: Path) -> str | None:
     reg = row.get("registration") if row.get("kind") == REGISTERED else None
     if not isinstance(reg, dict):
         return None
-    rel = reg.get("path")
-    named = {reg["line"]} if "line" in reg else set()
+    summary = RegistrationSummary.from_row(reg)
+    rel = summary.path
+    named = {summary.line} if summary.has("line") else set()
     if isinstance(rel, str) and rel:
         named.add(PureWindowsPath(rel).stem if "\\" in rel else PurePosixPath(rel).stem)
     other = sorted(named - {line})
@@ -243,7 +245,8 @@ def _current_incarnation(body: bytes, history: list, versions: list[bytes], path
     if not declared:
         return 0
     shas = [sha for sha, _ in history]
-    at = declared.get("commit")
+    declared = Reopens.from_row(declared)
+    at = declared.commit
     i = shas.index(at) if at in shas else -1
     if i < 0 and shallow:
         return -1
@@ -260,8 +263,8 @@ def _current_incarnation(body: bytes, history: list, versions: list[bytes], path
         bad = f"names commit {str(at)[:12]}, which holds no version of this ledger"
     elif i + 1 >= len(versions) or versions[i + 1] != b"":
         bad = f"names commit {at[:12]}, but the old ledger was not deleted right after it (a later version exists)"
-    elif len(rows) != declared.get("rows") or (rows and rows[-1].get("hash") != declared.get("last_hash")):
-        bad = f"declares {declared.get('rows')} rows ending in {str(declared.get('last_hash'))[:12]}, which is not " \
+    elif len(rows) != declared.rows or (rows and rows[-1].get("hash") != declared.last_hash):
+        bad = f"declares {declared.rows} rows ending in {str(declared.last_hash)[:12]}, which is not " \
               f"the ledger committed at {at[:12]}"
     elif any(r.get("kind") == VERDICT for r in rows):
         bad = f"re-opens the ledger committed at {at[:12]}, which holds a verdict"
@@ -300,11 +303,9 @@ def verify(path: Path) -> VerifyResult:
             bad, results = None, bad
     if bad is None:
         bad = _check_ceilings_refs(records, path)
-    if bad is None:
-        bad = _check_replicates(records, path)
     remeasured: tuple = ()
     if bad is None:
-        bad = _check_supersedes(records, path)
+        bad = _check_links(records, path)
         if isinstance(bad, tuple):
             bad, remeasured = None, bad
     if bad is not None:
@@ -342,86 +343,15 @@ def _check_figures(records: list[bytes], path: Path) -> VerifyResult | int:
     return VerifyResult(str(path), False, len(records), n, _unsound_text(*unsound[0]) + more, unsound=tuple(unsound))
 
 
-def _check_replicates(records: list[bytes], path: Path) -> VerifyResult | None:
-    """Every row a replicate wrote (``replicate``, registration/replication.py) names what it
-    replicates as `bench replicate` does: a verdict row earlier in the ledger (``of``), or —
-    written before the verdict (``of`` null) — no verdict yet; at the closing commit it names
-    (``at`` "closing"), or at another one (``at`` "later"); a known stack mark."""
-    verdict_at = None
-    for n, raw in enumerate(records):
-        row = load(json.loads(raw))
-        if row.kind == VERDICT and verdict_at is None:
-            verdict_at = n
-        rep = getattr(row, "replicate", None)
-        if rep is None:
-            continue
-        why = None
-        if not isinstance(rep, dict) or not isinstance(rep.get("instance"), dict):
-            why = f"holds replicate = {rep!r}, which names no device instance"
-        elif rep.get("of") is None and verdict_at is not None:
-            why = f"is a replicate written before the verdict (of null) but follows the verdict at row {verdict_at}"
-        elif rep.get("of") is not None and rep.get("of") != verdict_at:
-            why = f"replicates verdict row {rep.get('of')!r}, which is not the verdict before it"
-        elif rep.get("at") not in (AT_CLOSING, AT_LATER) or rep.get("stack") not in (SAME_STACK, OTHER_STACK):
-            why = f"holds replicate at = {rep.get('at')!r}, stack = {rep.get('stack')!r}: not a replicate bench writes"
-        elif (rep.get("at") == AT_CLOSING) != (row.commit == rep.get("closing_commit")):
-            why = (f"is a replicate marked at = {rep.get('at')!r} measured at commit {str(row.commit)[:12]}, while "
-                   f"the commit it replicates is {str(rep.get('closing_commit'))[:12]}")
-        if why:
-            return VerifyResult(str(path), False, len(records), n,
-                                f"line {n + 1} (seq {n}) {why} (restore the ledger from git)")
-    return None
-
-
-def _check_supersedes(records: list[bytes], path: Path) -> VerifyResult | tuple:
-    """Every ``supersedes`` row names earlier outcome rows of its own config that nothing
-    superseded yet; one measured at the commit and device the superseding row was written at
-    must be one a sweep measures again there (``outcomes.remeasurable``: rig-noisy, skipped,
-    throttled, crashed, a baseline's row), unless a later row of its pair had already replaced
-    it — a decided outcome is never re-rolled at the same commit. When all hold: the pairs
-    re-measured where they were measured (``remeasures``)."""
+def _check_links(records: list[bytes], path: Path) -> VerifyResult | tuple:
+    """Rows that name other rows (ledger/verify_links.py): replicates, then supersedes rows.
+    When all hold: the pairs re-measured where they were measured (``remeasures``)."""
     rows = [load(json.loads(raw)) for raw in records]
-    reg = (rows[0].registration or {}) if rows and rows[0].kind == REGISTERED else {}
-    include_noisy = bool(reg.get("include_noisy")) if isinstance(reg, dict) else False
-    taken: dict[int, int] = {}
-
-    def bad(n: int, why: str) -> VerifyResult:
-        return VerifyResult(str(path), False, len(records), n, f"line {n + 1} (seq {n}) {why}")
-
-    for n, row in enumerate(rows):
-        if row.kind != SUPERSEDES:
-            continue
-        named = row.supersedes
-        if not isinstance(named, list) or not named or not all(isinstance(s, int) and not isinstance(s, bool)
-                                                               for s in named):
-            return bad(n, f"is a supersedes row naming no rows ({named!r}): it was not written by a sweep")
-        for s in named:
-            old = rows[s] if 0 <= s < n else None
-            if old is None or old.kind not in OUTCOME_KINDS:
-                what = "a later row" if s >= n else f"a {old.kind} row" if old else "no row"
-                return bad(n, f"supersedes row {s}, which is {what}: a sweep supersedes only earlier outcome rows")
-            if old.config_key != row.config_key:
-                return bad(n, f"supersedes row {s} of config {old.config_key}, not its own config "
-                              f"{row.config_key}: a re-run config supersedes only its own rows")
-            if s in taken:
-                return bad(n, f"supersedes row {s}, already superseded at row {taken[s]}")
-            # A replicate's re-run supersedes only that replicate's rows, the line's own sweep only its own.
-            mine = stream(row.replicate)
-            if (stream(old.replicate) if is_replicate(old) else None) != mine:
-                what = "a replicate's row" if is_replicate(old) else "a row of the line's own sweep"
-                by = "a replicate's re-run" if mine is not None else "the line's own sweep"
-                return bad(n, f"supersedes row {s}, {what}, from {by}: a replicate and the line's own rows never "
-                              f"replace each other (restore the ledger from git)")
-            shadowed = any(r.kind in OUTCOME_KINDS and r.pair == old.pair
-                           and (stream(r.replicate) if is_replicate(r) else None) == mine for r in rows[s + 1:n])
-            if (measured_on(old) == measured_on(row) and not shadowed
-                    and not remeasurable(old, include_noisy=include_noisy)):
-                return bad(n, f"supersedes row {s} ({old.candidate} @ {old.config_key}: "
-                              f"{state_of(old)}) at the commit and device it was measured at: a sweep measures "
-                              f"again only rig-noisy, skipped, throttled or crashed pairs there — a decided "
-                              f"outcome is never re-rolled (restore the ledger from git)")
-            taken[s] = n
-    return remeasures(rows)
+    fault = replicate_fault(rows) or supersedes_fault(rows)
+    if fault is None:
+        return remeasures(rows)
+    n, why = fault
+    return VerifyResult(str(path), False, len(records), n, f"line {n + 1} (seq {n}) {why}")
 
 
 def _check_ceilings_refs(records: list[bytes], path: Path) -> VerifyResult | None:
@@ -465,7 +395,8 @@ def _check_ceilings_refs(records: list[bytes], path: Path) -> VerifyResult | Non
             in_git = _git_location(cpath) is not None
             committed_ceilings = (_committed_bytes(cpath) or b"").count(b"\n")
             committed_here = (_committed_bytes(path) or b"").count(b"\n")
-        seq, want = (ref.get("seq"), ref.get("hash")) if isinstance(ref, dict) else (None, None)
+        named_ref = CeilingsRef.from_row(ref)
+        seq, want = (named_ref.seq, named_ref.hash) if named_ref is not None else (None, None)
         what = f"names ceilings row {seq} ({str(want)[:12]}) of {shown}"
         found = ceilings[seq] if isinstance(seq, int) and 0 <= seq < len(ceilings) else None
         if found is None:

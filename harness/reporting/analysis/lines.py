@@ -16,6 +16,7 @@ from harness.registration import line_ids
 from harness.vocab.devices import device_of
 from harness.vocab.outcomes import REGISTERED, RESULT, VERDICT, is_replicate
 from harness.ledger.rows import RegisteredRow, VerdictRow
+from harness.ledger.payloads import RegistrationSummary
 from harness.vocab.outcomes import latest_outcomes
 from harness.ledger.format import ledger_path, read_rows
 from harness.ledger.store import missing_ledgers
@@ -42,6 +43,11 @@ class LineView:
         return (reg.registration if reg is not None else None) or {}
 
     @property
+    def plan(self) -> RegistrationSummary:
+        """The registration the line's `registered` row holds, as typed fields (ledger/payloads.py)."""
+        return RegistrationSummary.from_row(self.registration)
+
+    @property
     def verdict(self) -> VerdictRow | None:
         return next((r for r in self.rows if r.kind == VERDICT), None)
 
@@ -62,7 +68,7 @@ class LineView:
         reg = self.registered
         if reg is None or not isinstance(reg.n_configs, int):
             return None
-        return reg.n_configs * len(self.registration.get("candidates") or [])
+        return reg.n_configs * len(self.plan.candidates or [])
 
     def commits(self) -> list[str]:
         """Commits any result of this line's own sweeps was measured at (superseded or not),

@@ -14,6 +14,7 @@ from harness.vocab import metrics as metric_table
 from harness.vocab.metrics import INTERLEAVED, METRICS, PROTOCOL_TEXT, RATES, SUSTAINED
 from harness.vocab.outcomes import PROFILE, RESULT
 from harness.ledger.rows import RegisteredRow, VerdictRow
+from harness.ledger.payloads import Clause, Clock, Gate, Measurement
 from harness.jsonsafe import number
 from harness.reporting.analysis import protocol, summary
 from harness.reporting.analysis.lines import LineView, device_label
@@ -61,41 +62,42 @@ def _reason_group(row: dict) -> str:
 def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
     """The verdict's clauses, or — with no verdict yet — the bar evaluated on the outcomes so far."""
     v = view.verdict
-    reg = view.registration
+    reg = view.plan
     # A bar over the next-run interval reads it with the verdict's record, else the line's ledger.
-    next_run = bar_between_run(reg.get("go"), reg.get("primary"), view.rows, outcomes,
+    next_run = bar_between_run(reg.go, reg.primary, view.rows, outcomes,
                                v.next_run if v is not None else None)
     if v is not None:
         clauses = v.clauses or []
         primary = {"expr": v.primary, "value": v.primary_value, "prediction": v.prediction, "note": v.primary_note}
     else:
-        go = reg.get("go")
+        go = reg.go
         if not go:
             return [], None
-        rows, _ = bar_rows(outcomes, include_noisy=bool(reg.get("include_noisy")), next_run=next_run)
-        rows += [integration_bar_row(r, include_noisy=bool(reg.get("include_noisy"))) for r in _latest_steps(view)]
+        rows, _ = bar_rows(outcomes, include_noisy=bool(reg.include_noisy), next_run=next_run)
+        rows += [integration_bar_row(r, include_noisy=bool(reg.include_noisy)) for r in _latest_steps(view)]
         outcome = barlang.evaluate(barlang.parse(go), rows)
         clauses = [{"text": c.text, "value": c.value, "op": c.op, "threshold": c.threshold, "passed": c.passed,
                     "n": c.n, **({"note": c.note} if c.note else {})} for c in outcome.clauses]
-        agg = barlang.parse_aggregate(reg["primary"]) if reg.get("primary") else None
+        agg = barlang.parse_aggregate(reg.primary) if reg.primary else None
         value = barlang.evaluate_aggregate(agg, rows) if agg is not None else None
-        primary = {"expr": reg.get("primary"), "value": value, "prediction": reg.get("prediction"),
+        primary = {"expr": reg.primary, "value": value, "prediction": reg.prediction,
                    "note": barlang.uncompared_note(agg, rows) if agg is not None and value is None else None}
-    parsed = {c.text: c for c in barlang.parse(reg["go"]).clauses()} if reg.get("go") else {}
-    noisy = bool(reg.get("include_noisy"))
-    out = [{"text": " ".join(c["text"].split()), "value": _f(c.get("value")), "op": c["op"],
-            "threshold": _f(c["threshold"], "g"), "n": c.get("n"),
-            "outcome": ("unknown (not compared)" if c.get("note") else "unknown (no rows)") if c.get("value") is None
-            else ("pass" if c["passed"] else "fail"),
-            "margin": summary.margin_text(c.get("value"), c["op"], c["threshold"]) or "—",
-            "ci": summary.clause_ci(parsed[c["text"]].aggregate, outcomes, include_noisy=noisy)
-            if c["text"] in parsed else "—",
+    parsed = {c.text: c for c in barlang.parse(reg.go).clauses()} if reg.go else {}
+    clauses = [Clause.from_row(c) for c in clauses]
+    noisy = bool(reg.include_noisy)
+    out = [{"text": " ".join(c.text.split()), "value": _f(c.value), "op": c.op,
+            "threshold": _f(c.threshold, "g"), "n": c.n,
+            "outcome": ("unknown (not compared)" if c.note else "unknown (no rows)") if c.value is None
+            else ("pass" if c.passed else "fail"),
+            "margin": summary.margin_text(c.value, c.op, c.threshold) or "—",
+            "ci": summary.clause_ci(parsed[c.text].aggregate, outcomes, include_noisy=noisy)
+            if c.text in parsed else "—",
             # The protocol, time and clock the value was computed from (the row deciding it, where one does);
             # where a peer was not compared, why.
-            "source": c["note"] if c.get("note") else
-            protocol.source(parsed[c["text"]].aggregate, outcomes, include_noisy=noisy, value=c.get("value"),
+            "source": c.note if c.note else
+            protocol.source(parsed[c.text].aggregate, outcomes, include_noisy=noisy, value=c.value,
                             next_run=next_run)
-            if c["text"] in parsed else "—"}
+            if c.text in parsed else "—"}
            for c in clauses]
     value, prediction = number(primary["value"]), number(primary["prediction"])
     # Always present (None: no outcome yet), so the templates never read a missing key.
@@ -112,19 +114,23 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
 def _gate(gate: dict | None) -> str:
     if not gate:
         return "—"
-    worst = (gate.get("worst") or {}).get("figures") or {}
+    gate = Gate.from_row(gate)
+    worst = (gate.worst_check.figures if gate.worst else None) or {}
     ratio = worst.get("tolerance_ratio")
-    return (f"{gate.get('n_checks', 0) - gate.get('n_failed', 0)}/{gate.get('n_checks', 0)} checks, worst "
+    checks = gate.n_checks if gate.has("n_checks") else 0
+    failed = gate.n_failed if gate.has("n_failed") else 0
+    return (f"{checks - failed}/{checks} checks, worst "
             f"{_f(worst.get('max_abs_err'), '.2g')} abs ({_f(ratio, '.2f')} of tol)")
 
 
 def _clock(timing: dict) -> str:
     """The interleaved rounds' mean SM clock, with how many rounds were dropped."""
-    clock = timing.get("clock") or {}
-    dropped = timing.get("n_dropped", 0)
-    if not isinstance(clock.get("mean_mhz"), (int, float)):
+    timing = Measurement.from_row(timing)
+    clock = Clock.from_row(timing.clock or {})
+    dropped = timing.n_dropped if timing.has("n_dropped") else 0
+    if not isinstance(clock.mean_mhz, (int, float)):
         return "—" + (f" ({dropped} dropped)" if dropped else "")
-    return f"{clock['mean_mhz']:.0f} MHz" + (f", {dropped} dropped" if dropped else "")
+    return f"{clock.mean_mhz:.0f} MHz" + (f", {dropped} dropped" if dropped else "")
 
 
 def _extra_metrics(results: list[dict], judged: tuple = (), clocks: tuple = ()) -> tuple[list[tuple[str, str, str]],
@@ -385,12 +391,12 @@ def _empty(view: LineView, outcomes: dict) -> dict | None:
 def report_data(view: LineView, history=None) -> dict:
     """Everything the report shows, as formatted strings (deterministic for a given ledger);
     ``history`` (history.LineHistory): what amended, re-opened or re-measured the line, shown at the top."""
-    reg = view.registration
+    reg, plan = view.registration, view.plan
     registered = view.registered or RegisteredRow()
     outcomes = view.outcomes()
     results = [r for r in outcomes.values() if r.kind == RESULT]
     verdict = view.verdict
-    pairs = {(k, c) for k, c in outcomes if c in (reg.get("candidates") or [])}
+    pairs = {(k, c) for k, c in outcomes if c in (plan.candidates or [])}
     n_pairs = view.n_pairs()
     clauses, primary = _clauses(view, outcomes)
     counts = Counter(r.kind for r in outcomes.values())
@@ -398,28 +404,29 @@ def report_data(view: LineView, history=None) -> dict:
     flagged = Counter(f for r in results for f in ("rig_noisy", "impossible") if getattr(r, f))
     commits = sorted({r.commit for r in outcomes.values() if r.commit})
     devices = sorted({device_label(r) for r in outcomes.values()})
-    noisy = bool(reg.get("include_noisy"))
+    noisy = bool(plan.include_noisy)
     header, tables = _config_tables(outcomes, results, summary.judged(reg), summary.stated_clocks(reg))
     control_tol = next(((r.policy or {}).get("control_tolerance") for r in results), None)
     return {
         "line": view.line,
         "history": [{"text": n.text, "items": list(n.items)} for n in history.notes()] if history else [],
         "provisional": verdict is None,
-        "hypothesis": " ".join(str(reg.get("hypothesis", "")).split()),
-        "facts": [("workload", reg.get("workload", "—")), ("baseline", reg.get("baseline", "—")),
-                  ("candidates", ", ".join(reg.get("candidates") or []) or "—"),
+        "hypothesis": " ".join(str(plan.hypothesis if plan.has("hypothesis") else "").split()),
+        "facts": [("workload", plan.workload if plan.has("workload") else "—"),
+                  ("baseline", plan.baseline if plan.has("baseline") else "—"),
+                  ("candidates", ", ".join(plan.candidates or []) or "—"),
                   ("registered", f"commit {str(registered.registration_commit or '?')[:12]}, registration "
                                  f"sha256 {str(registered.registration_sha256 or '?')[:12]}"),
                   ("measured at", ", ".join(c[:12] for c in commits) or "nothing measured yet"),
                   ("device", ", ".join(devices) or "—"),
                   ("pairs with an outcome", f"{len(pairs)} of {n_pairs if n_pairs is not None else '?'}"),
-                  ("timing policy", ", ".join(f"{k}={v}" for k, v in sorted((reg.get("timing") or {}).items()))
+                  ("timing policy", ", ".join(f"{k}={v}" for k, v in sorted((plan.timing or {}).items()))
                    or "defaults"),
                   # A bar registered beyond a device's measured ceilings says why (governance/reductio.py).
-                  *([("beyond the measured ceilings (waived)", " ".join(str(reg["beyond_ceiling_ok"]).split()))]
-                    if reg.get("beyond_ceiling_ok") else [])],
-        "baseline": reg.get("baseline", "—"),
-        "go": " ".join(str(reg.get("go", "")).split()),
+                  *([("beyond the measured ceilings (waived)", " ".join(str(plan.beyond_ceiling_ok).split()))]
+                    if plan.beyond_ceiling_ok else [])],
+        "baseline": plan.baseline if plan.has("baseline") else "—",
+        "go": " ".join(str(plan.go if plan.has("go") else "").split()),
         "verdict": None if verdict is None else {"outcome": verdict.outcome, "seq": verdict.seq,
                                                  "commit": str((verdict.commit or ""))[:12],
                                                  "excluded": ", ".join(f"{k}: {n}" for k, n in

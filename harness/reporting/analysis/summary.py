@@ -28,7 +28,6 @@ from harness.measurement.ceilings import DATASHEET_BANDWIDTH_KEY, DATASHEET_PEAK
 from harness.registration.bar import margin
 from harness.reporting.analysis.protocol import deciding_rows, deciding_values, rates, speedup_text
 from harness.governance.verdict import bar_row_map
-from harness.reporting.analysis.tidy import CONFIG_COLUMNS
 
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
@@ -36,11 +35,6 @@ CONFIDENCE = 0.95
 # A rate measured at an SM clock below this fraction of the interleaved rounds' reference clock
 # is named in a banner: an absolute TFLOP/s or GB/s is a figure of the clock it ran at.
 CLOCK_BELOW_REFERENCE = 0.98
-# The numeric size axis of the plots; the other config fields that vary split the panels.
-SIZE_FIELD = "seq_len"
-# A panel field derived from the config: batch × seq_len (a grid in ``[grid] tokens``).
-TOKENS = "tokens"
-PANEL_FIELDS = ("dtype", "causal", "head_dim")  # always named in a panel's title
 # The rates a headline can show: rate metric -> (its fraction of the measured ceiling, unit, ceiling).
 HEADLINE_RATES = {"tflops": ("tflops_frac", "TFLOP/s", "matmul"), "gbps": ("gbps_frac", "GB/s", "copy"),
                   "kv_gbps": ("kv_gbps_frac", "KV GB/s", "copy")}
@@ -449,65 +443,6 @@ def banners(view, outcomes: dict, results: list, *, include_noisy: bool) -> list
     return out
 
 
-# ------------------------------------------------------------------ the plots' panels
-
-
-def size_of(row) -> float | None:
-    x = number((row.config or {}).get(SIZE_FIELD))
-    return x if x is not None and x > 0 else None
-
-
-def _per_token(rows: list) -> bool:
-    """Whether the rows' sizes read better as tokens (batch × seq_len) than as batch: fewer
-    distinct values (a grid in ``tokens``: batch = tokens / seq_len moves with seq_len, and
-    the token count names a panel)."""
-    def n(f):
-        return len({f(r.config or {}) for r in rows})
-
-    return n(lambda c: c.get("batch", 0) * c.get(SIZE_FIELD, 0)) < n(lambda c: c.get("batch"))
-
-
-def panel_fields(rows: list) -> list[str]:
-    """The config fields that name a panel: the always-named ones, then any other field (but the
-    size axis and the workload) whose value differs between rows — with ``TOKENS`` (batch ×
-    seq_len) for batch where that has fewer values (``_per_token``)."""
-    tokens = _per_token(rows)
-    varying = [f for f in CONFIG_COLUMNS if f not in (SIZE_FIELD, "workload", *PANEL_FIELDS)
-               and not (tokens and f == "batch") and len({repr((r.config or {}).get(f)) for r in rows}) > 1]
-    return [*PANEL_FIELDS, *((TOKENS,) if tokens else ()), *varying]
-
-
-def _panel_value(row, field: str):
-    c = row.config or {}
-    return c.get("batch", 0) * c.get(SIZE_FIELD, 0) if field == TOKENS else c.get(field)
-
-
-def _field_text(field: str, value) -> str:
-    if field == "causal":
-        return "causal" if value else "non-causal"
-    if field == "dtype":
-        return str(value)
-    if field == TOKENS:
-        return f"b·{SIZE_FIELD} = {value}"
-    short = {"head_dim": "d", "batch": "b", "heads": "h", "kv_heads": "kv"}.get(field, f"{field}=")
-    return f"{short}{value}"
-
-
-def panels(rows: list) -> list[tuple[str, list]]:
-    """(title, rows) per panel, in config order: rows grouped by their panel fields."""
-    fields = panel_fields(rows)
-    groups: dict[tuple, list] = {}
-    for r in rows:
-        groups.setdefault(tuple(_panel_value(r, f) for f in fields), []).append(r)
-
-    def order(key):
-        return tuple((str(type(v)), str(v) if not isinstance(v, (int, float)) else f"{v:020.6f}") for v in key)
-
-    return [(", ".join(_field_text(f, v) for f, v in zip(fields, key) if v is not None), groups[key])
-            for key in sorted(groups, key=order)]
-
-
 __all__ = ["BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "CLOCK_BELOW_REFERENCE", "CONFIDENCE", "METHOD",
            "banners", "bootstrap_ci", "clause_ci", "counted", "deciding_configs", "headline_rate", "kernel_rows",
-           "peer_tables",
-           "panels", "replicates", "size_of"]
+           "peer_tables", "replicates"]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import io
 import math
-from harness.reporting.analysis.summary import HEADLINE_RATES, SIZE_FIELD, datasheet_peak, measured_ceiling, panels, rate_samples, size_of
+from harness.reporting.analysis.summary import HEADLINE_RATES, datasheet_peak, measured_ceiling, rate_samples
+from harness.reporting.analysis.panels import SIZE_FIELD, panels, size_of
 from harness.reporting.analysis.report import baseline_rate
 from harness.vocab.metrics import SUSTAINED, rate_protocol
 from harness.reporting.analysis.lines import arm_samples
