@@ -260,7 +260,7 @@ class Cost(Payload):
 
 @dataclass(frozen=True, kw_only=True)
 class Clause(Payload):
-    """One clause of a verdict's bar: its text, value, comparison and outcome."""
+    """One clause of a verdict's bar (or of its [verify]): its text, value, comparison and outcome."""
 
     text: Any = None
     value: Any = None
@@ -269,6 +269,7 @@ class Clause(Payload):
     passed: Any = None
     n: Any = None
     note: Any = None
+    n_failed: Any = None  # a [verify] clause's: the rows that failed it
 
 
 @dataclass(frozen=True, kw_only=True)

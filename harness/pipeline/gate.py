@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.vocab.outcomes import CRASHED, INCORRECT
 from harness.measurement import clockguard
 from harness.measurement.correctness.results import CLOCK_TAMPERED
 from harness.pipeline import phase
 from harness.pipeline.budget import Budget
 from harness.pipeline.context import Outcome
 from harness.pipeline.rows import base_row, baseline_failed
+from harness.ledger import payloads
 from harness.measurement.correctness.gate import BoundaryMemo, GatePolicy, gate, gate_kernels
 from harness.measurement.numerics import apply, capture, describe, diff
 from harness.measurement import memory
@@ -145,9 +145,9 @@ def gate_all(b: Budget) -> Gated:
             timed.append(spec)
             continue
         tag, reason = _failure(spec.name, gates, changed, tampered)
-        kind = CRASHED if tag == "exception" else INCORRECT
-        out.append(Outcome(kind, {**base_row(cfg, spec.name, ctx), "role": "candidate", "tag": tag,
-                                  "reason": reason, "gate": g.to_row()}))
+        base, failed = base_row(cfg, spec.name, ctx), {"tag": tag, "reason": reason, "gate": g.to_row()}
+        out.append(Outcome(*(payloads.crashed(base, role="candidate", **failed) if tag == "exception"
+                             else payloads.incorrect(base, **failed))))
     return Gated(b, state, gates, tuple(timed), tuple(out))
 
 
@@ -160,8 +160,8 @@ def _clocks_reason(found) -> str:
 def _clocks_refused(b: Budget, reason: str) -> tuple[Outcome, ...]:
     """Every candidate's row when the clocks cannot be vouched for: nothing is timed."""
     cfg, ctx = b.task.config, b.ctx
-    return tuple(Outcome(INCORRECT, {**base_row(cfg, spec.name, ctx), "role": "candidate", "tag": CLOCK_TAMPERED,
-                                     "reason": reason}) for spec in b.runnable)
+    return tuple(Outcome(*payloads.incorrect(base_row(cfg, spec.name, ctx), tag=CLOCK_TAMPERED, reason=reason))
+                 for spec in b.runnable)
 
 
 def _failure(name, gates, changed, tampered=None) -> tuple[str, str]:

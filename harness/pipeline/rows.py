@@ -3,9 +3,11 @@ a hollow baseline's rows, and the rows of a config that crashed or took its work
 
 from __future__ import annotations
 
+import copy
 import traceback
 
-from harness.vocab.outcomes import CRASHED, INCORRECT, SKIPPED
+from harness.vocab.outcomes import INCORRECT
+from harness.ledger import payloads
 from harness.pipeline.context import Outcome, SweepContext
 from harness.workloads import Config
 from harness.registry import get_kernel
@@ -20,12 +22,34 @@ TRACEBACK_FRAMES = 6
 TOLERANCE_TAGS = frozenset({"mismatch"})
 
 
+class _ConfigPairs:
+    """The shared fields of the config being run, per candidate: its stages build a pair's rows
+    several times (a rejection, a skip, a result), and the fields (the kernels' sources hashed
+    among them) are computed once per config. One config at a time: a new config, or a new
+    sweep's context, starts afresh."""
+
+    def __init__(self):
+        self.ctx, self.key, self.fields = None, None, {}
+
+    def of(self, cfg: Config, candidate: str, ctx: SweepContext) -> dict:
+        key = cfg.key()
+        if self.ctx is not ctx or self.key != key:
+            self.ctx, self.key, self.fields = ctx, key, {}
+        if candidate not in self.fields:
+            self.fields[candidate] = {
+                "config": cfg.as_dict(), "config_key": key, "candidate": candidate, "baseline": ctx.reg.baseline,
+                "ceilings_ref": ceilings_ref(ctx.ceilings),
+                "kernel_sources": {"candidate": kernel_source(get_kernel(candidate), ctx.root),
+                                   "baseline": kernel_source(get_kernel(ctx.reg.baseline), ctx.root)}}
+        return copy.deepcopy(self.fields[candidate])  # each row its own objects
+
+
+_PAIRS = _ConfigPairs()
+
+
 def base_row(cfg: Config, candidate: str, ctx: SweepContext) -> dict:
-    """The fields of every outcome row of a (config, candidate) pair."""
-    return {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": candidate, "baseline": ctx.reg.baseline,
-            "ceilings_ref": ceilings_ref(ctx.ceilings),
-            "kernel_sources": {"candidate": kernel_source(get_kernel(candidate), ctx.root),
-                               "baseline": kernel_source(get_kernel(ctx.reg.baseline), ctx.root)}}
+    """The fields of every outcome row of a (config, candidate) pair (computed once per config)."""
+    return _PAIRS.of(cfg, candidate, ctx)
 
 
 def ceilings_ref(row: dict | None) -> dict | None:
@@ -60,11 +84,11 @@ def memory_row(pred, peak) -> dict:
 
 def baseline_failed(cfg, base_spec, specs, ctx, tag, reason, gate, what) -> list[Outcome]:
     """A hollow baseline: its `incorrect` row, and a `skipped` row for every candidate."""
-    out = [Outcome(INCORRECT, {**base_row(cfg, base_spec.name, ctx), "role": "baseline", "tag": tag,
-                                 "reason": reason, "gate": gate.to_row()})]
+    out = [Outcome(*payloads.incorrect(base_row(cfg, base_spec.name, ctx), role="baseline", tag=tag, reason=reason,
+                                       gate=gate.to_row()))]
     for spec in specs:
-        out.append(Outcome(SKIPPED, {**base_row(cfg, spec.name, ctx),
-                                       "reason": f"baseline {base_spec.name} failed {what} [{tag}]: {reason}"}))
+        out.append(Outcome(*payloads.skipped(base_row(cfg, spec.name, ctx),
+                                             reason=f"baseline {base_spec.name} failed {what} [{tag}]: {reason}")))
     return out
 
 
@@ -96,11 +120,11 @@ def baseline_gate_failure(outcomes) -> dict | None:
 def fault_outcome(cfg: Config, candidate: str, ctx: SweepContext, reason: str, fault: dict) -> Outcome:
     """The `crashed` row of a pair whose kernel took its worker down (killed, hung, poisoned
     its device): ``fault`` says in which phase, and the worker's last output."""
-    return Outcome(CRASHED, {**base_row(cfg, candidate, ctx), "reason": reason, "fault": fault})
+    return Outcome(*payloads.crashed(base_row(cfg, candidate, ctx), reason=reason, fault=fault))
 
 
 def crashed_outcomes(cfg: Config, candidates, ctx: SweepContext, exc: BaseException) -> list[Outcome]:
     """A kernel or harness failure inside one config: recorded, the sweep goes on."""
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    return [Outcome(CRASHED, {**base_row(cfg, c, ctx), "reason": f"{type(exc).__name__}: {exc}".splitlines()[0],
-                                "traceback": "".join(tb[-TRACEBACK_FRAMES:])}) for c in candidates]
+    return [Outcome(*payloads.crashed(base_row(cfg, c, ctx), reason=f"{type(exc).__name__}: {exc}".splitlines()[0],
+                                      traceback="".join(tb[-TRACEBACK_FRAMES:]))) for c in candidates]

@@ -14,7 +14,7 @@ from harness.vocab import metrics as metric_table
 from harness.vocab.metrics import INTERLEAVED, METRICS, PROTOCOL_TEXT, RATES, SUSTAINED
 from harness.vocab.outcomes import PROFILE, RESULT
 from harness.ledger.rows import RegisteredRow, VerdictRow
-from harness.ledger.payloads import Clause, Clock, Gate, Measurement
+from harness.ledger.payloads import Clause, Clock, Gate, Measurement, each
 from harness.jsonsafe import number
 from harness.reporting.analysis import protocol, summary
 from harness.reporting.analysis.lines import LineView, device_label
@@ -299,9 +299,9 @@ def _counter_tables(view: LineView) -> list[dict]:
 def _verify(view: LineView) -> list[dict]:
     """The verdict's [verify] clauses (counter claims), as shown beside the bar."""
     v = view.verdict or VerdictRow()
-    return [{"text": c["text"], "n": c.get("n"), "n_failed": c.get("n_failed"),
-             "outcome": {True: "pass", False: "fail", None: "unknown"}[c.get("passed")]}
-            for c in v.verify or []]
+    return [{"text": c.text, "n": c.n, "n_failed": c.n_failed,
+             "outcome": {True: "pass", False: "fail", None: "unknown"}[c.passed]}
+            for c in each(Clause, v.verify or [])]
 
 
 def _latest_steps(view: LineView) -> list:
