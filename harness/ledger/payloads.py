@@ -16,6 +16,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from harness.measurement.counters import COUNTERS, LAUNCH_METRICS
+from harness.vocab.metrics import METRICS, STEP_METRICS
 from harness.vocab.outcomes import CRASHED, INCORRECT, SKIPPED
 
 
@@ -57,9 +59,28 @@ def _names(cls: type) -> frozenset:
     return _NAMES[cls]
 
 
+def by_role(d: Any, role: str):
+    """A per-role object's entry for ``role`` (a row's ``gate``, ``kernel_sources``); None where
+    the row holds none."""
+    return d.get(role) if isinstance(d, Mapping) else None
+
+
 def each(cls: type, items: Any) -> list:
     """``cls.from_row`` of each object in a row's list (none where it holds no list)."""
     return [cls.from_row(d) for d in items] if isinstance(items, list) else []
+
+
+def _table_class(name: str, doc: str, names) -> type:
+    """A payload class with one field per name of a table the harness extends by adding a name."""
+    return dataclasses.make_dataclass(
+        name, [(n, Any, field(default=None)) for n in dict.fromkeys(names)], bases=(Payload,), frozen=True,
+        kw_only=True, namespace={"__doc__": doc, "__module__": __name__})
+
+
+# A row's ``metrics``: one field per metric of vocab/metrics.py's table (the kernel's and the
+# model step's), so a metric added there is a field here.
+Metrics = _table_class("Metrics", "A row's metrics, each of vocab/metrics.py's table (None: not held).",
+                       (m.name for m in (*METRICS, *STEP_METRICS)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,6 +267,55 @@ class Gate(Payload):
     @property
     def failing(self) -> list[GateCheck]:
         return each(GateCheck, self.failures)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy(Payload):
+    """A result's ``policy``: the registration's [timing] it was measured under
+    (measurement/timing/policy.py ``TimingPolicy.as_dict``; a noise-stopped one leaves out the
+    statistic stop's keys)."""
+
+    mode: Any = None
+    warmup_ms: Any = None
+    min_samples: Any = None
+    max_samples: Any = None
+    min_time_ms: Any = None
+    noise_target: Any = None
+    timeout_s: Any = None
+    throttle_threshold: Any = None
+    max_drop_fraction: Any = None
+    control_tolerance: Any = None
+    graph_replays: Any = None
+    lead_calls: Any = None
+    watchdog_s: Any = None
+    stop: Any = None
+    precision: Any = None
+    alpha: Any = None
+
+
+# A `profile` row's launches (measurement/counters.py ``Launch.as_dict``: which kernel, then its
+# counters under the names ``LAUNCH_METRICS`` maps ncu's to) and its per-call totals
+# (``counters.per_call``): one field per name of those tables, so extending a table extends these.
+Launch = _table_class("Launch", "One kernel launch of a `profile` row: its kernel, grid, block and counters.",
+                      ("id", "kernel", "grid", "block", "nvtx", *LAUNCH_METRICS))
+Counters = _table_class("Counters", "A `profile` row's per-call counters over its launches.", COUNTERS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpShare(Payload):
+    """An `integration` row's ``op_share_used``: the op's share of the step, and where it came from."""
+
+    value: Any = None
+    source: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Amdahl(Payload):
+    """An `integration` row's ``amdahl_violated``: a measured gain above the op's share allows."""
+
+    gain: Any = None
+    op_share: Any = None
+    inverted_share: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,7 +14,8 @@ from harness.vocab import metrics as metric_table
 from harness.vocab.metrics import INTERLEAVED, METRICS, PROTOCOL_TEXT, RATES, SUSTAINED
 from harness.vocab.outcomes import PROFILE, RESULT
 from harness.ledger.rows import RegisteredRow, VerdictRow
-from harness.ledger.payloads import Clause, Clock, Gate, Measurement, each
+from harness.ledger.payloads import (Amdahl, Clause, Clock, Counters, Gate, Launch, Measurement, Metrics, OpShare,
+                                     Policy, by_role, each)
 from harness.jsonsafe import number
 from harness.reporting.analysis import protocol, summary
 from harness.reporting.analysis.lines import LineView, device_label
@@ -192,7 +193,8 @@ def baseline_figure(row, name: str) -> float | None:
     """The baseline's figure ``name`` in a result row: its own cycles per call (its interleaved
     calls: ``timing.arm_clocks``), none of a rate at a stated clock, else ``baseline_rate``."""
     if name == "cycles":
-        return number(((row.timing or {}).get("arm_clocks") or {}).get("baseline", {}).get("kcycles"))
+        own = Measurement.from_row(row.timing or {}).arm_clock("baseline")
+        return number(own.kcycles if own is not None else None)
     if "(" in name:
         return None
     return baseline_rate(row, name)
@@ -201,7 +203,7 @@ def baseline_figure(row, name: str) -> float | None:
 def baseline_rate(row, name: str) -> float | None:
     """The baseline's rate ``name`` in a result row: the candidate's, scaled by the candidate's
     rate time over the baseline's interleaved median (the baseline has no sustained phase)."""
-    ms, value = number(row.metrics.get("ms")), number(row.metrics.get(name))
+    ms, value = number(Metrics.from_row(row.metrics).ms), number(row.metrics.get(name))
     base_ms = protocol.timed(row, INTERLEAVED, "baseline").median_ms
     if ms is None or value is None or not base_ms:
         return None
@@ -227,30 +229,30 @@ def _config_tables(outcomes: dict, results: list[dict], judged: tuple = (),
         body = []
         base = next((r for r in rows if r.kind == RESULT), None)
         if base is not None:  # the baseline's own line, from the first result's baseline arm (interleaved only)
-            m = base.metrics
+            m = Metrics.from_row(base.metrics)
             mine = protocol.timed(base, INTERLEAVED, "baseline")
             rates = [_f(baseline_figure(base, name), spec) for name, _, spec in rate_cols]
-            others = [_f(m.get("baseline_host_us"), spec) if name == "host_us" else "—" for name, _, spec in other_cols]
+            others = [_f(m.baseline_host_us, spec) if name == "host_us" else "—" for name, _, spec in other_cols]
             own = [INTERLEAVED, mine.spread(), mine.clock(), _f(mine.power_w, ".0f")] if split else []
             body.append({"cells": [f"{base.baseline} (baseline)", "1 (baseline)", mine.spread(),
-                                   _clock(base.timing or {}), *own, *rates, _f(m.get("control"), ".4f"),
-                                   *others, _gate((base.gate or {}).get("baseline"))], "span": False})
+                                   _clock(base.timing or {}), *own, *rates, _f(m.control, ".4f"),
+                                   *others, _gate(by_role(base.gate or {}, "baseline"))], "span": False})
         for r in rows:
             if r.kind == RESULT:
-                m = r.metrics
+                m, mt = r.metrics, Metrics.from_row(r.metrics)
                 flags = [f for f in ("rig_noisy", "impossible") if getattr(r, f)]
                 own = []
                 if split:
                     rt = protocol.rates(r)
                     own = [rt.protocol, rt.spread(), rt.clock(), _f(rt.power_w, ".0f")]
                 body.append({"cells": [r.candidate + (f" ({', '.join(flags)})" if flags else ""),
-                                       f"{_f(m.get('speedup'), '.3f')}× [{_f(m.get('speedup_ci_low'), '.3f')}, "
-                                       f"{_f(m.get('speedup_ci_high'), '.3f')}]",
+                                       f"{_f(mt.speedup, '.3f')}× [{_f(mt.speedup_ci_low, '.3f')}, "
+                                       f"{_f(mt.speedup_ci_high, '.3f')}]",
                                        protocol.timed(r, INTERLEAVED).spread(), _clock(r.timing or {}),
                                        *own, *[_f(_figure(m, name), spec) for name, _, spec in rate_cols],
-                                       _f(m.get("control"), ".4f"),
+                                       _f(mt.control, ".4f"),
                                        *[_f(m.get(name), spec) for name, _, spec in other_cols],
-                                       _gate((r.gate or {}).get("candidate"))],
+                                       _gate(by_role(r.gate or {}, "candidate"))],
                              "span": False})
             else:
                 who = r.candidate + (" (baseline)" if r.role == "baseline" else "")
@@ -278,19 +280,19 @@ def _counter_tables(view: LineView) -> list[dict]:
         if r.error:
             rows.append({"cells": [who, f"**no counters**: {_cut(r.error)}"], "span": True})
             continue
-        for x in r.launches or []:
-            spill = None if x.get("local_load_bytes") is None else x["local_load_bytes"] + (x.get("local_store_bytes") or 0)
-            rows.append({"cells": [who, _cut(x["kernel"])[:48], _f(_mb(x.get("dram_read_bytes"))),
-                                   _f(_mb(x.get("dram_write_bytes"))), _f(x.get("registers"), ".0f"),
-                                   _f(x.get("tensor_pct"), ".3g"), _f(spill),
-                                   _f(None if x.get("duration_ns") is None else x["duration_ns"] / 1e3),
-                                   _f(x.get("occupancy_pct"), ".3g")], "span": False})
-        c = r.counters or {}
-        tensor = c.get("tensor_active")
-        rows.append({"cells": [who, f"per call ({_f(c.get('launches'), '.0f')} launches)",
-                               _f(_mb(c.get("dram_read_bytes"))), _f(_mb(c.get("dram_write_bytes"))),
-                               _f(c.get("registers"), ".0f"), _f(None if tensor is None else 100 * tensor, ".3g"),
-                               _f(c.get("local_spill_bytes")), _f(c.get("duration_us")), "—"], "span": False})
+        for x in each(Launch, r.launches or []):
+            spill = None if x.local_load_bytes is None else x.local_load_bytes + (x.local_store_bytes or 0)
+            rows.append({"cells": [who, _cut(x.kernel)[:48], _f(_mb(x.dram_read_bytes)),
+                                   _f(_mb(x.dram_write_bytes)), _f(x.registers, ".0f"),
+                                   _f(x.tensor_pct, ".3g"), _f(spill),
+                                   _f(None if x.duration_ns is None else x.duration_ns / 1e3),
+                                   _f(x.occupancy_pct, ".3g")], "span": False})
+        c = Counters.from_row(r.counters or {})
+        tensor = c.tensor_active
+        rows.append({"cells": [who, f"per call ({_f(c.launches, '.0f')} launches)",
+                               _f(_mb(c.dram_read_bytes)), _f(_mb(c.dram_write_bytes)),
+                               _f(c.registers, ".0f"), _f(None if tensor is None else 100 * tensor, ".3g"),
+                               _f(c.local_spill_bytes), _f(c.duration_us), "—"], "span": False})
         if r.impossible:
             rows.append({"cells": [who, f"**impossible**: {_cut(r.impossible)}"], "span": True})
     return [{"key": k, "rows": v} for k, v in tables.items()]
@@ -318,23 +320,24 @@ def _integration(view: LineView) -> list[dict]:
     out = []
     for cand in sorted(latest):
         r = latest[cand]
-        m = r.metrics or {}
-        used = r.op_share_used or {}
-        v = r.amdahl_violated
+        m = Metrics.from_row(r.metrics or {})
+        used = OpShare.from_row(r.op_share_used or {})
+        source = used.source if used.has("source") else None
+        v = Amdahl.from_row(r.amdahl_violated) if r.amdahl_violated else None
         out.append({
             "candidate": cand, "seq": r.seq,
             "state": ("failed the float64 check" if not r.correct else
                       "throttled" if r.throttled else "rig-noisy" if r.rig_noisy else "measured"),
-            "step_baseline_ms": _f(m.get("step_baseline_ms")), "step_ms": _f(m.get("step_ms")),
-            "step_control": _f(m.get("step_control")), "step_gain": _f(m.get("step_gain"), "+.2%"),
-            "predicted": _f(m.get("step_gain_predicted"), "+.2%"), "probe_factor": _f(m.get("probe_factor"), ".3g"),
-            "op_share": f"{_f(used.get('value'), '.1%')} ({used.get('source', '—')})" + (
-                f"; measured {_f(m.get('op_share'), '.1%')}" if m.get("op_share") is not None
-                and str(used.get("source", "")).startswith("stated") else ""),
+            "step_baseline_ms": _f(m.step_baseline_ms), "step_ms": _f(m.step_ms),
+            "step_control": _f(m.step_control), "step_gain": _f(m.step_gain, "+.2%"),
+            "predicted": _f(m.step_gain_predicted, "+.2%"), "probe_factor": _f(m.probe_factor, ".3g"),
+            "op_share": f"{_f(used.value, '.1%')} ({source if used.has('source') else '—'})" + (
+                f"; measured {_f(m.op_share, '.1%')}" if m.op_share is not None
+                and str(source if used.has("source") else "").startswith("stated") else ""),
             "amdahl": None if not v else (
-                f"amdahl_violated: gain {v['gain']:+.2%} is above the ceiling of "
-                f"{ceiling_text(v['op_share'], used.get('source'))}; the op must have taken at least "
-                f"{v['inverted_share']:.1%} of the step — the line decides nothing until an amendment explains it"),
+                f"amdahl_violated: gain {v.gain:+.2%} is above the ceiling of "
+                f"{ceiling_text(v.op_share, source)}; the op must have taken at least "
+                f"{v.inverted_share:.1%} of the step — the line decides nothing until an amendment explains it"),
         })
     return out
 
@@ -406,7 +409,7 @@ def report_data(view: LineView, history=None) -> dict:
     devices = sorted({device_label(r) for r in outcomes.values()})
     noisy = bool(plan.include_noisy)
     header, tables = _config_tables(outcomes, results, summary.judged(reg), summary.stated_clocks(reg))
-    control_tol = next(((r.policy or {}).get("control_tolerance") for r in results), None)
+    control_tol = next((Policy.from_row(r.policy or {}).control_tolerance for r in results), None)
     return {
         "line": view.line,
         "history": [{"text": n.text, "items": list(n.items)} for n in history.notes()] if history else [],
