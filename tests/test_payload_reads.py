@@ -88,7 +88,12 @@ def test_allowlist_names_modules_that_exist():
 # (row field, payload class) of the payloads a row holds directly; the gate holds one per role.
 DIRECT = {"timing": payloads.Measurement, "sustained": payloads.Sustained, "cost": payloads.Cost,
           "registration": payloads.RegistrationSummary, "ceilings_ref": payloads.CeilingsRef,
-          "replicate": payloads.Replicate, "reopens": payloads.Reopens}
+          "replicate": payloads.Replicate, "reopens": payloads.Reopens, "metrics": payloads.Metrics,
+          "policy": payloads.Policy, "config": payloads.ConfigFields, "numerics": payloads.Numerics,
+          "coverage": payloads.Coverage, "measured_at": payloads.MeasuredAt, "counters": payloads.Counters,
+          "op_share_used": payloads.OpShare, "amdahl_violated": payloads.Amdahl}
+# (row field, payload class) of the lists of payloads a row holds.
+LISTED = {"launches": payloads.Launch, "integration": payloads.IntegrationStep}
 
 
 def _shipped_rows():
@@ -101,6 +106,14 @@ def _payloads_of(row: dict):
     for name, cls in DIRECT.items():
         if isinstance(row.get(name), dict):
             yield name, cls, row[name]
+    for name, cls in LISTED.items():
+        for d in row.get(name) or []:
+            yield f"{name}[]", cls, d
+    timing = row.get("timing")
+    if isinstance(timing, dict) and isinstance(timing.get("rounds"), dict):
+        yield "timing.rounds", payloads.Rounds, timing["rounds"]
+    for arm in (timing.get("arms") or {}).values() if isinstance(timing, dict) else ():
+        yield "timing.arms[]", payloads.Samples, arm
     gate = row.get("gate")
     for role, g in (gate.items() if isinstance(gate, dict) else ()):
         if isinstance(g, dict):

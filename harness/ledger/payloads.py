@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from harness.measurement.counters import COUNTERS, LAUNCH_METRICS
+from harness.measurement.numerics import NumericState
+from harness.workloads import Config
 from harness.vocab.metrics import METRICS, STEP_METRICS
 from harness.vocab.outcomes import CRASHED, INCORRECT, SKIPPED
 
@@ -81,6 +83,25 @@ def _table_class(name: str, doc: str, names) -> type:
 # model step's), so a metric added there is a field here.
 Metrics = _table_class("Metrics", "A row's metrics, each of vocab/metrics.py's table (None: not held).",
                        (m.name for m in (*METRICS, *STEP_METRICS)))
+
+
+# A row's ``config`` (workloads.Config.as_dict) and ``numerics`` (the global numeric flags it
+# ran under: measurement/numerics.py NumericState): one field per field of those classes.
+ConfigFields = _table_class("ConfigFields", "A row's config: the workload's shape and dtype.",
+                            (f.name for f in dataclasses.fields(Config)))
+Numerics = _table_class("Numerics", "A row's numerics: the global numeric flags it ran under.",
+                        (f.name for f in dataclasses.fields(NumericState)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Coverage(Payload):
+    """A verdict's ``coverage``: how many registered pairs it decided on, and the floor."""
+
+    pairs: Any = None
+    decided: Any = None
+    undecided: Any = None
+    fraction: Any = None
+    min_coverage: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,6 +217,30 @@ class Measurement(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Rounds(Payload):
+    """A measurement's interleaved rounds, columnar (``Measurement.to_row``'s ``rounds``)."""
+
+    t0: Any = None
+    t1: Any = None
+    first: Any = None
+    min_sm_mhz: Any = None
+    sm_mhz: Any = None
+    mem_mhz: Any = None
+    dropped: Any = None
+    drop_reasons: Any = None
+    waited: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasuredAt(Payload):
+    """A verdict's ``measured_at``: the commit, device and GPU its rows were measured at."""
+
+    commit: Any = None
+    device: Any = None
+    gpu: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Sustained(Payload):
     """The candidate's back-to-back phase (measurement/timing/sustained.py ``Sustained.as_dict``)."""
 
@@ -307,6 +352,24 @@ class OpShare(Payload):
 
     value: Any = None
     source: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntegrationStep(Payload):
+    """One entry of a verdict's ``integration`` (governance/verdict.py ``integration_summary``):
+    a candidate's measured step gain beside the one its probe predicted."""
+
+    seq: Any = None
+    candidate: Any = None
+    correct: Any = None
+    rig_noisy: Any = None
+    throttled: Any = None
+    step_gain: Any = None
+    step_gain_predicted: Any = None
+    probe_factor: Any = None
+    op_share: Any = None
+    op_share_used: Any = None
+    probe_source: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,6 +19,8 @@ from harness.vocab import metrics as metric_table
 from harness.vocab.metrics import SUSTAINED
 from harness.vocab.outcomes import RESULT
 from harness.jsonsafe import number
+from harness.ledger.payloads import (Clock, ConfigFields, Coverage, Measurement, Metrics, Numerics,
+                                     RegistrationSummary, Sustained)
 from harness.measurement.timing.criteria import row_statistic
 from harness.reporting.analysis.lines import arm_samples, device_label
 from harness.governance.peers import peer_samples
@@ -61,7 +63,7 @@ def _inverse_time(metric: str) -> bool:
 def rate_samples(row) -> list[float]:
     """The candidate's samples (ms) the row's rates were computed from (its rate protocol's)."""
     if metric_table.rate_protocol(row) == SUSTAINED:
-        return [float(x) for x in (row.sustained or {}).get("samples_ms") or [] if number(x) is not None]
+        return [float(x) for x in Sustained.from_row(row.sustained or {}).samples_ms or [] if number(x) is not None]
     return arm_samples(row, "candidate")
 
 
@@ -131,7 +133,7 @@ def counted(results: list, *, include_noisy: bool) -> list:
 
 
 def _candidates(view, results) -> list[str]:
-    named = list(view.registration.get("candidates") or [])
+    named = list(view.plan.candidates or [])
     return named + sorted({r.candidate for r in results} - set(named))
 
 
@@ -140,11 +142,12 @@ def _candidates(view, results) -> list[str]:
 
 def bar_metrics(reg: dict) -> list[str]:
     """Metrics the bar's clauses and the primary aggregate over, in clause order."""
+    plan = RegistrationSummary.from_row(reg)
     out = []
-    if reg.get("go"):
-        out += [c.aggregate.metric for c in barlang.parse(reg["go"]).clauses()]
-    if reg.get("primary"):
-        out.append(barlang.parse_aggregate(reg["primary"]).metric)
+    if plan.go:
+        out += [c.aggregate.metric for c in barlang.parse(plan.go).clauses()]
+    if plan.primary:
+        out.append(barlang.parse_aggregate(plan.primary).metric)
     return [m for m in dict.fromkeys(out) if m]
 
 
@@ -164,9 +167,10 @@ def judged(reg: dict) -> tuple[str, ...]:
 
 def stated_clocks(reg: dict) -> tuple[float, ...]:
     """The SM clocks (MHz) the bar's clauses and primary state for a rate, ``tflops_at(F)``, in order."""
-    aggs = [c.aggregate for c in barlang.parse(reg["go"]).clauses()] if reg.get("go") else []
-    if reg.get("primary"):
-        aggs.append(barlang.parse_aggregate(reg["primary"]))
+    plan = RegistrationSummary.from_row(reg)
+    aggs = [c.aggregate for c in barlang.parse(plan.go).clauses()] if plan.go else []
+    if plan.primary:
+        aggs.append(barlang.parse_aggregate(plan.primary))
     return tuple(dict.fromkeys(a.at for a in aggs if a.at is not None))
 
 
@@ -198,8 +202,8 @@ def datasheet_peak(row, rate: str) -> float | None:
     if not peaks:
         return None
     if rate == "tflops":
-        dtype = (row.config or {}).get("dtype")
-        if dtype == "float32" and (row.numerics or {}).get("allow_tf32"):
+        dtype = ConfigFields.from_row(row.config or {}).dtype
+        if dtype == "float32" and Numerics.from_row(row.numerics or {}).allow_tf32:
             dtype = TF32_KEY
         return peaks.get(dtype)
     return peaks.get(DATASHEET_BANDWIDTH_KEY)
@@ -229,7 +233,7 @@ def kernel_rows(view, results: list, *, include_noisy: bool) -> list[dict]:
     for name in _candidates(view, results):
         mine = sorted((r for r in counted(results, include_noisy=include_noisy) if r.candidate == name),
                       key=lambda r: r.seq)
-        speedups = [(number(r.metrics.get("speedup")), r) for r in mine]
+        speedups = [(number(Metrics.from_row(r.metrics).speedup), r) for r in mine]
         speedups = [(s, r) for s, r in speedups if s is not None and s > 0 and math.isfinite(s)]
         row = {"candidate": name, "n": len(speedups), "geomean": "—", "ci": "—", "min": "—", "min_key": "",
                "max": "—", "max_key": "", "rate": "—", "rate_key": "", "of_ceiling": "—", "of_datasheet": "—"}
@@ -283,10 +287,11 @@ def clause_ci(agg, outcomes: dict, *, include_noisy: bool) -> str:
 def threshold_spans(reg: dict, outcomes: dict, *, include_noisy: bool, metric: str = "speedup") -> list[tuple]:
     """(legend label, threshold, {(config_key, candidate)}) per bar clause over ``metric``: a plot
     draws each threshold only over the points its clause's filter selects."""
-    if not reg.get("go"):
+    plan = RegistrationSummary.from_row(reg)
+    if not plan.go:
         return []
     # A clause against a peer (``speedup vs "P"``) is a ratio of two candidates, not a point of the plot.
-    clauses = [c for c in barlang.parse(reg["go"]).clauses() if c.aggregate.metric == metric and c.aggregate.peer is None]
+    clauses = [c for c in barlang.parse(plan.go).clauses() if c.aggregate.metric == metric and c.aggregate.peer is None]
     out = []
     for i, c in enumerate(clauses):
         rows = deciding_rows(c.aggregate, outcomes, include_noisy=include_noisy)
@@ -322,10 +327,11 @@ def deciding_configs(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[
     """The rows whose samples decide the bar's metric clauses: for min/max the row holding the
     value, for another aggregate its lowest and highest rows; at most MAX_DISTRIBUTION_CONFIGS,
     a row once."""
-    if not reg.get("go"):
+    plan = RegistrationSummary.from_row(reg)
+    if not plan.go:
         return []
     picked: list[Deciding] = []
-    for clause in barlang.parse(reg["go"]).clauses():
+    for clause in barlang.parse(plan.go).clauses():
         agg = clause.aggregate
         if agg.metric is None or agg.func in ("count", "pass_rate"):
             continue
@@ -354,9 +360,10 @@ def peer_tables(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[dict]
     clause selects, config by config, with the candidate's speedup over P, its 95% CI and the
     two medians of the same rounds — or, where it could not be compared, why. A clause reports
     one reduction of these; the table shows where the candidate stands at each shape."""
-    if not reg.get("go"):
+    plan = RegistrationSummary.from_row(reg)
+    if not plan.go:
         return []
-    aggs = [c.aggregate for c in barlang.parse(reg["go"]).clauses() if c.aggregate.peer is not None]
+    aggs = [c.aggregate for c in barlang.parse(plan.go).clauses() if c.aggregate.peer is not None]
     if not aggs:
         return []
     rows, _ = bar_row_map(outcomes, include_noisy=include_noisy)
@@ -386,7 +393,8 @@ def peer_tables(reg: dict, outcomes: dict, *, include_noisy: bool) -> list[dict]
 def _clock_banner(results: list) -> str | None:
     low = []
     for r in results:
-        ref = number(((r.timing or {}).get("clock") or {}).get("reference_mhz"))
+        clock = Clock.from_row(Measurement.from_row(r.timing or {}).clock or {})
+        ref = number(clock.reference_mhz)
         mhz = rates(r).sm_mhz
         if ref and mhz is not None and mhz < ref * CLOCK_BELOW_REFERENCE:
             low.append((mhz / ref, mhz, ref, r))
@@ -427,13 +435,15 @@ def banners(view, outcomes: dict, results: list, *, include_noisy: bool) -> list
             f"{sum(other.values())} (config, kernel) pairs have no result ({kinds}); their reasons are listed "
             f"below the plots.")})
     v = view.verdict
-    cov = (v.coverage if v is not None else None) or {}
-    if cov and cov.get("pairs") and cov.get("decided", 0) < cov["pairs"]:
+    held = (v.coverage if v is not None else None) or {}
+    cov = Coverage.from_row(held)
+    if held and cov.pairs and (cov.decided if cov.has("decided") else 0) < cov.pairs:
+        floor = cov.min_coverage if cov.has("min_coverage") else "—"
         out.append({"kind": "coverage", "title": "Coverage below 1", "text": (
-            f"The verdict decided on {cov['decided']} of {cov['pairs']} registered pairs "
-            f"({cov['decided'] / cov['pairs']:.0%}; min_coverage {cov.get('min_coverage', '—')}).")})
+            f"The verdict decided on {cov.decided} of {cov.pairs} registered pairs "
+            f"({cov.decided / cov.pairs:.0%}; min_coverage {floor}).")})
     elif v is None and view.n_pairs():
-        pairs = {(k, c) for k, c in outcomes if c in (view.registration.get("candidates") or [])}
+        pairs = {(k, c) for k, c in outcomes if c in (view.plan.candidates or [])}
         if len(pairs) < view.n_pairs():
             out.append({"kind": "coverage", "title": "Coverage below 1", "text": (
                 f"{len(pairs)} of {view.n_pairs()} registered pairs have an outcome so far.")})

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io
 import math
+
+from harness.ledger.payloads import Clock, Measurement, Metrics, Policy, Rounds, Sustained
 from harness.reporting.analysis.summary import HEADLINE_RATES, datasheet_peak, measured_ceiling, rate_samples
 from harness.reporting.analysis.panels import SIZE_FIELD, panels, size_of
 from harness.reporting.analysis.report import baseline_rate
@@ -134,7 +136,7 @@ def speedup_figure(results: list[dict], thresholds=()):
     drawn as a threshold only over the (config, kernel) points its filter selects.
 
     ``thresholds``: (label, threshold, {(config_key, candidate)}) per speedup clause."""
-    rows = [r for r in results if size_of(r) is not None and isinstance(r.metrics.get("speedup"), (int, float))]
+    rows = [r for r in results if size_of(r) is not None and isinstance(Metrics.from_row(r.metrics).speedup, (int, float))]
     if not rows:
         fig, ax = figure()
         empty(ax, "no result rows yet")
@@ -145,8 +147,8 @@ def speedup_figure(results: list[dict], thresholds=()):
     fig, axes = _grid(len(groups))
     for ax, (title, mine) in zip(axes, groups):
         for name, color in colors.items():
-            pts = sorted((size_of(r), r.metrics["speedup"], r.metrics.get("speedup_ci_low"),
-                          r.metrics.get("speedup_ci_high")) for r in mine if r.candidate == name)
+            pts = sorted((size_of(r), m.speedup, m.speedup_ci_low, m.speedup_ci_high)
+                         for r in mine if r.candidate == name for m in (Metrics.from_row(r.metrics),))
             if not pts:
                 continue
             xs, ys = [p[0] for p in pts], [p[1] for p in pts]
@@ -250,9 +252,9 @@ def roofline_figure(results: list[dict]):
     fig, ax = figure(ROOFLINE_SIZE)
     pts = []
     for r in results:
-        m = r.metrics
-        tf, gb = m.get("tflops"), m.get("gbps")
-        tff, gbf = m.get("tflops_frac"), m.get("gbps_frac")
+        m = Metrics.from_row(r.metrics)
+        tf, gb = m.tflops, m.gbps
+        tff, gbf = m.tflops_frac, m.gbps_frac
         if all(isinstance(v, (int, float)) and v > 0 for v in (tf, gb)):
             pts.append((r, tf, gb, tff if isinstance(tff, (int, float)) and tff > 0 else None,
                         gbf if isinstance(gbf, (int, float)) and gbf > 0 else None))
@@ -395,8 +397,8 @@ def distribution_plot(deciding: list, short: dict[str, str] | None = None) -> by
 def control_plot(results: list[dict], tolerance: float | None) -> bytes:
     """Distribution of the control ratio (baseline against itself) over the configs."""
     fig, ax = figure()
-    values = sorted({(r.config_key, r.metrics.get("control")) for r in results
-                     if isinstance(r.metrics.get("control"), (int, float))})
+    values = sorted({(r.config_key, Metrics.from_row(r.metrics).control) for r in results
+                     if isinstance(Metrics.from_row(r.metrics).control, (int, float))})
     ratios = [v for _, v in values]
     if not ratios:
         empty(ax, "no control ratios in the result rows")
@@ -424,27 +426,27 @@ def clock_plot(results: list[dict]) -> bytes:
     threshold = None
     i = 0
     for r in sorted(results, key=lambda r: r.seq):
-        timing = r.timing or {}
-        rounds = timing.get("rounds") or {}
-        group = (r.config_key, tuple(rounds.get("t0") or ()))
-        sus = r.sustained or {}
-        if rate_protocol(r) == SUSTAINED and isinstance(sus.get("sm_mhz"), (int, float)):
-            sustained.setdefault(group, []).append(sus["sm_mhz"])
+        timing = Measurement.from_row(r.timing or {})
+        rounds = Rounds.from_row(timing.rounds or {})
+        group = (r.config_key, tuple(rounds.t0 or ()))
+        sus = Sustained.from_row(r.sustained or {})
+        if rate_protocol(r) == SUSTAINED and isinstance(sus.sm_mhz, (int, float)):
+            sustained.setdefault(group, []).append(sus.sm_mhz)
         if group in seen:  # the candidates of one config share its rounds
             continue
-        seen[group] = (i, len(rounds.get("min_sm_mhz") or []))
-        if timing.get("clock_note"):
-            notes.add(timing["clock_note"])
-        mhz = rounds.get("min_sm_mhz") or []
-        dropped = set(rounds.get("dropped") or [])
+        seen[group] = (i, len(rounds.min_sm_mhz or []))
+        if timing.clock_note:
+            notes.add(timing.clock_note)
+        mhz = rounds.min_sm_mhz or []
+        dropped = set(rounds.dropped or [])
         bounds.append(i)
         for j, v in enumerate(mhz):
             if isinstance(v, (int, float)):
                 (drop_x if j in dropped else kept_x).append(i + j)
                 (drop_y if j in dropped else kept_y).append(v)
         i += len(mhz)
-        clock = timing.get("clock") or {}
-        ref, thr = clock.get("reference_mhz"), (r.policy or {}).get("throttle_threshold")
+        clock = Clock.from_row(timing.clock or {})
+        ref, thr = clock.reference_mhz, Policy.from_row(r.policy or {}).throttle_threshold
         if isinstance(ref, (int, float)) and isinstance(thr, (int, float)):
             threshold = ref * thr
     sus_x, sus_y = [], []

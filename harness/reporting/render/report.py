@@ -13,6 +13,7 @@ import functools
 from importlib import resources
 from pathlib import Path
 
+from harness.ledger.payloads import Policy
 from harness.reporting.analysis.lines import LineView
 from harness.reporting.analysis.report import report_data
 from harness.reporting.render.console import console
@@ -37,12 +38,12 @@ def figures(view: LineView) -> dict[str, bytes]:
     from harness.reporting.analysis import summary
 
     reg = view.registration
-    noisy = bool(reg.get("include_noisy"))
+    noisy = bool(view.plan.include_noisy)
     outcomes = view.outcomes()
     if not outcomes:  # nothing measured: no frames to draw (the report says what to run)
         return {}
     data_results = view.results()
-    tol = next(((r.policy or {}).get("control_tolerance") for r in data_results), None)
+    tol = next((Policy.from_row(r.policy or {}).control_tolerance for r in data_results), None)
     deciding = summary.deciding_configs(reg, outcomes, include_noisy=noisy)
     rate = summary.headline_rate(reg, data_results)
     return {"speedup": plots.speedup_plot(data_results, summary.threshold_spans(reg, outcomes, include_noisy=noisy)),

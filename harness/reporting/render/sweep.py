@@ -4,6 +4,7 @@ device-wait and interrupt notes (also said by `bench profile` and `bench ceiling
 from __future__ import annotations
 
 from harness.errors import plural
+from harness.ledger.payloads import Metrics
 from harness.vocab.outcomes import RESULT, SUPERSEDES
 from harness.reporting.render.console import console
 from harness.reporting.render.rows import fmt, outcome_reason
@@ -39,19 +40,19 @@ def _sweep_table(rows: list[dict]):
                 "TFLOP/s", "rate from (protocol, ms, clock)"):
         t.add_column(escape(col), overflow="fold")
     for r in sorted(rows, key=lambda r: r.seq):
-        m = r.metrics or {}
+        m = Metrics.from_row(r.metrics or {})
         if r.kind == RESULT:
             flags = [f for f in ("impossible", "rig_noisy") if getattr(r, f)]
             outcome = "result" + (f" ({', '.join(flags)})" if flags else "")
-            speed = (f"{fmt(m.get('speedup'), '.3f')}× [{fmt(m.get('speedup_ci_low'), '.3f')}, "
-                     f"{fmt(m.get('speedup_ci_high'), '.3f')}]")
+            speed = (f"{fmt(m.speedup, '.3f')}× [{fmt(m.speedup_ci_low, '.3f')}, "
+                     f"{fmt(m.speedup_ci_high, '.3f')}]")
             times = protocol.speedup_text(r, named=False)  # the column names the protocol
-            rate, source = fmt(m.get("tflops"), ".4g"), protocol.rates(r).text()
+            rate, source = fmt(m.tflops, ".4g"), protocol.rates(r).text()
         else:
             outcome, speed = f"{r.kind}: {outcome_reason(r).splitlines()[0]}", "—"
             times = rate = source = "—"
         t.add_row(keys[r.config_key], escape(_who(r)), escape(outcome), escape(speed), escape(times),
-                  fmt(m.get("control"), ".4f"), rate, escape(source))
+                  fmt(m.control, ".4f"), rate, escape(source))
     return t
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness.errors import plural
+from harness.ledger.payloads import Coverage, IntegrationStep, MeasuredAt, OpShare, each
 from harness.vocab.outcomes import Remeasure
 from harness.reporting.analysis.history import MAX_LISTED
 from harness.reporting.analysis.summary import margin_text
@@ -22,14 +23,14 @@ def integration_lines(steps: list[dict]) -> list[str]:
     """Per candidate of an [integration] line: the measured step gain beside the one the
     kernel's probe predicted, the probe → in-situ factor and the op's share of the step."""
     out = []
-    for s in steps:
-        state = "" if s["correct"] else " (failed the float64 check: no number)"
-        noisy = " [rig-noisy]" if s.get("rig_noisy") else ""
-        used = s.get("op_share_used") or {}
-        out.append(f"  integration {s['candidate']}{state}{noisy}: step gain {fmt(s['step_gain'], '+.2%')} measured, "
-                   f"{fmt(s['step_gain_predicted'], '+.2%')} predicted from the kernel's probe speedup "
-                   f"(probe/in-situ factor {fmt(s['probe_factor'], '.3g')}); op share {fmt(used.get('value'), '.1%')} "
-                   f"({used.get('source', 'unknown')})")
+    for s in each(IntegrationStep, steps):
+        state = "" if s.correct else " (failed the float64 check: no number)"
+        noisy = " [rig-noisy]" if s.rig_noisy else ""
+        used = OpShare.from_row(s.op_share_used or {})
+        out.append(f"  integration {s.candidate}{state}{noisy}: step gain {fmt(s.step_gain, '+.2%')} measured, "
+                   f"{fmt(s.step_gain_predicted, '+.2%')} predicted from the kernel's probe speedup "
+                   f"(probe/in-situ factor {fmt(s.probe_factor, '.3g')}); op share {fmt(used.value, '.1%')} "
+                   f"({used.source if used.has('source') else 'unknown'})")
     return out
 
 
@@ -67,10 +68,10 @@ def render_verdict(v) -> None:
             c.print(f"    and {len(again) - MAX_LISTED} more (bench ledger show {v.row.line})")
     for line in integration_lines(v.row.integration or []):
         c.print(line, markup=False)
-    cov = v.row.coverage
-    if cov:
-        c.print(f"  coverage: decided on {cov['decided']} of {cov['pairs']} registered pairs"
-                + (f" (min_coverage {cov['min_coverage']:g})" if cov.get("min_coverage") is not None else ""))
+    if v.row.coverage:
+        cov = Coverage.from_row(v.row.coverage)
+        c.print(f"  coverage: decided on {cov.decided} of {cov.pairs} registered pairs"
+                + (f" (min_coverage {cov.min_coverage:g})" if cov.min_coverage is not None else ""))
     c.print(f"  {v.primary} = {fmt(v.primary_value, '.4g')}, predicted {v.prediction:g}"
             + ("" if v.primary_value is None else f" (outcome − prediction = {v.primary_value - v.prediction:+.4g})"))
     if v.row.primary_note:
@@ -80,7 +81,7 @@ def render_verdict(v) -> None:
         c.print(f"[bold {color}]{v.outcome}[/] — dry run: nothing written, line {v.row.line} stays open "
                 f"(`bench verdict {v.row.line}` writes this verdict and commits it)")
         return
-    decided_at = (v.row.measured_at or {}).get("commit") if not v.anchored else None
+    decided_at = MeasuredAt.from_row(v.row.measured_at or {}).commit if not v.anchored else None
     c.print(f"[bold {color}]{v.outcome}[/] — line {v.row.line} closed at ledger row {v.row.seq}"
             + (f", committed as {v.anchored[:12]}" if v.anchored else "")
             + (f" (decided on rows measured at {decided_at[:12]}, written {v.row.time})" if decided_at else ""))
