@@ -441,6 +441,33 @@ class RegistrationSummary(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Env(Payload):
+    """A row's ``env``: the device and host it was produced on (measurement/device.py ``env_summary``)."""
+
+    device: Any = None
+    python: Any = None
+    platform: Any = None
+    host: Any = None
+    cpu_count: Any = None
+    torch: Any = None
+    triton: Any = None
+    cupy: Any = None
+    triton_interpret: Any = None
+    cuda_alloc_conf: Any = None
+    cuda: Any = None
+    gpu: Any = None
+    capability: Any = None
+    sm_count: Any = None
+    gpu_memory_bytes: Any = None
+    cudnn: Any = None
+    driver: Any = None
+    gpu_index: Any = None
+    gpu_uuid: Any = None
+    gpu_serial: Any = None
+    l2_bytes: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class CeilingsRef(Payload):
     """Which ceilings row an outcome row used: its seq and chain hash."""
 

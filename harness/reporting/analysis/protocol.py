@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from harness.vocab import metrics as metric_table
 from harness.vocab.metrics import INTERLEAVED, SUSTAINED
 from harness.jsonsafe import number
+from harness.ledger.payloads import Clock, Measurement, Metrics, Samples, Sustained
 from harness.measurement.stats import Stats
 from harness.measurement.timing.results import arm_name
 from harness.registration import bar as barlang
@@ -67,27 +68,27 @@ def timed(row: dict, protocol: str, arm: str = "candidate") -> Timed:
     the candidate has that phase (a ValueError for another arm, or a row without the phase).
     """
     if protocol == INTERLEAVED:
-        timing = row.timing or {}
+        timing = Measurement.from_row(row.timing or {})
         name = f"candidate:{row.candidate}" if arm == "candidate" else arm
-        rec = (timing.get("arms") or {}).get(name) or {}
-        stats = rec.get("stats") or {}
-        if stats:
-            med, p20, p80 = (number(stats.get(k)) for k in ("median", "p20", "p80"))
-            n = int(stats.get("n") or len(rec.get("samples_ms") or ()))
+        rec = timing.arm(name) or Samples.from_row({})
+        if rec.stats:
+            stats = rec.summary
+            med, p20, p80 = number(stats.median), number(stats.p20), number(stats.p80)
+            n = int(stats.n or len(rec.samples_ms or ()))
         else:  # rows that keep only the samples: the same statistics, computed here
-            med, p20, p80 = _percentiles(rec.get("samples_ms"))
-            n = len(rec.get("samples_ms") or ())
-        clock = timing.get("clock") or {}
-        return Timed(INTERLEAVED, arm, med, p20, p80, n, number(clock.get("mean_mhz")),
-                     number(clock.get("power_mean_w")))
+            med, p20, p80 = _percentiles(rec.samples_ms)
+            n = len(rec.samples_ms or ())
+        clock = Clock.from_row(timing.clock or {})
+        return Timed(INTERLEAVED, arm, med, p20, p80, n, number(clock.mean_mhz), number(clock.power_mean_w))
     if protocol != SUSTAINED:
         raise ValueError(f"unknown protocol {protocol!r}: {', '.join(metric_table.PROTOCOLS)}")
     sus = row.sustained
     if arm != "candidate" or not isinstance(sus, dict):
         raise ValueError(f"row {row.seq}: no sustained phase of the {arm} (only a rate line's candidate has one)")
-    med, p20, p80 = _percentiles(sus.get("samples_ms"))
-    return Timed(SUSTAINED, arm, number(sus.get("median_ms")) if med is None else med, p20, p80,
-                 len(sus.get("samples_ms") or ()), number(sus.get("sm_mhz")), number(sus.get("power_w")))
+    sus = Sustained.from_row(sus)
+    med, p20, p80 = _percentiles(sus.samples_ms)
+    return Timed(SUSTAINED, arm, number(sus.median_ms) if med is None else med, p20, p80,
+                 len(sus.samples_ms or ()), number(sus.sm_mhz), number(sus.power_w))
 
 
 def rates(row: dict) -> Timed:
@@ -124,7 +125,7 @@ def normalised_text(agg, row) -> str:
     if spec is None or spec.of is None:
         return ""
     m = row.metrics or {}
-    raw, kc = number(m.get(spec.of)), number(m.get("cycles"))
+    raw, kc = number(m.get(spec.of)), number(Metrics.from_row(m).cycles)
     return (f", {'—' if raw is None else format(raw, '.4g')} {metric_table.BY_NAME[spec.of].unit} as measured, "
             f"{'—' if kc is None else format(kc, '.4g')} kcycles")
 

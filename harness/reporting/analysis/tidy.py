@@ -21,6 +21,7 @@ from harness.vocab.metrics import rate_protocol
 from harness.reporting.analysis.lines import arm_samples
 from harness.vocab.devices import instance_text
 from harness.ledger.format import read_rows
+from harness.ledger.payloads import Clock, Env, Gate, Measurement, Replicate, Rounds, by_role
 
 CONFIG_COLUMNS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
 # pandas dtypes of the config columns (nullable, so a missing field stays <NA>, not a float NaN).
@@ -38,13 +39,13 @@ def tidy_records(rows) -> tuple[list[dict], list[str]]:
     for r in current_rows(rows):
         if r.kind not in OUTCOME_KINDS:
             continue
-        env = r.env or {}
+        env = Env.from_row(r.env or {})
         cfg = r.config or {}
-        timing = r.timing or {}
-        clock = timing.get("clock") or {}
-        gate = (r.gate or {}).get("candidate") or {}
+        timing = Measurement.from_row(r.timing or {})
+        clock = Clock.from_row(timing.clock or {})
+        gate = Gate.from_row(by_role(r.gate or {}, "candidate") or {})
         rec = {"line": r.line, "seq": r.seq, "kind": r.kind, "commit": r.commit,
-               "device": env.get("device"), "gpu": env.get("gpu"), "config_key": r.config_key,
+               "device": env.device, "gpu": env.gpu, "config_key": r.config_key,
                "candidate": r.candidate, "role": r.role or "candidate", "baseline": r.baseline,
                **{c: cfg.get(c) for c in CONFIG_COLUMNS}}
         for name, value in (r.metrics or {}).items():
@@ -52,20 +53,21 @@ def tidy_records(rows) -> tuple[list[dict], list[str]]:
                 metrics.append(name)
             rec[name] = number(value)
         is_result = r.kind == RESULT
-        rounds = timing.get("rounds") or {}
+        rounds = timing.rounds or {}
         rec.update({
             "n_samples": len(arm_samples(r, "candidate")) if is_result else None,
             "n_baseline_samples": len(arm_samples(r, "baseline")) if is_result else None,
-            "n_rounds": timing.get("n_rounds"),
-            "n_dropped_rounds": timing.get("n_dropped", len(rounds.get("dropped") or []) if rounds else None),
-            "sm_clock_mean_mhz": number(clock.get("mean_mhz")),
+            "n_rounds": timing.n_rounds,
+            "n_dropped_rounds": timing.n_dropped if timing.has("n_dropped") else
+            len(Rounds.from_row(rounds).dropped or []) if rounds else None,
+            "sm_clock_mean_mhz": number(clock.mean_mhz),
             # Which protocol the rate metrics (ms, tflops, gbps, fractions, sm_mhz, power_w) come from.
             "rate_protocol": rate_protocol(r) if is_result else None,
-            "timing_mode": timing.get("effective_mode") or timing.get("mode"),
+            "timing_mode": timing.effective_mode or timing.mode,
             "rig_noisy": bool(r.rig_noisy) if is_result else None,
             "impossible": bool(r.impossible) if is_result else None,
-            "gate_pass_rate": number(gate.get("pass_rate")),
-            "gate_tolerance_ratio": number(((gate.get("worst") or {}).get("figures") or {}).get("tolerance_ratio")),
+            "gate_pass_rate": number(gate.pass_rate),
+            "gate_tolerance_ratio": number(((gate.worst_check.figures if gate.worst else None) or {}).get("tolerance_ratio")),
             "reason": None if is_result else (f"[{r.tag}] " if r.tag else "") + str(r.reason or ""),
             "time": r.time,
             "replicate": replicate_text(r.replicate),
@@ -80,9 +82,10 @@ def replicate_text(rep: dict | None) -> str | None:
     if not rep:
         return None
 
-    of = "before the verdict" if rep.get("of") is None else f"of verdict row {rep.get('of')}"
-    other = ", another stack" if rep.get("stack") == "other" else ""
-    return f"{of}, {instance_text(rep.get('instance') or {})}, {rep.get('at')} commit{other}"
+    rep = Replicate.from_row(rep)
+    of = "before the verdict" if rep.of is None else f"of verdict row {rep.of}"
+    other = ", another stack" if rep.stack == "other" else ""
+    return f"{of}, {instance_text(rep.instance or {})}, {rep.at} commit{other}"
 
 
 def tidy_frame(rows):
