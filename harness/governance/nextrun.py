@@ -27,6 +27,7 @@ from typing import Iterable, Mapping, NamedTuple
 from harness.vocab.devices import instance_key, model
 from harness.vocab.outcomes import RESULT, latest_outcomes
 from harness.jsonsafe import number
+from harness.ledger.payloads import KernelSource, Measurement, Metrics, by_role
 from harness.measurement.nextrun import (MIN_REPLICATE_PAIRS, NEXT_RUN_LEVEL, NEXT_RUN_TAU_FLOOR, BetweenRun,
                                          control_tau2, log_sigma, replicate_tau2)
 from harness.measurement.stats import DEFAULT_CONFIDENCE
@@ -40,8 +41,12 @@ NEXT_RUN_NAMES = (NEXT_LOW, NEXT_HIGH)
 
 
 def _arm(row, name: str) -> list[float]:
-    arms = (row.timing or {}).get("arms") or {}
-    return [float(x) for x in (arms.get(name) or {}).get("samples_ms") or []]
+    arm = Measurement.from_row(row.timing or {}).arm(name)
+    return [float(x) for x in (arm.samples_ms if arm is not None else None) or []]
+
+
+def _speedup(row) -> float | None:
+    return number(Metrics.from_row(row.metrics).speedup)
 
 
 def ci_confidence(row) -> float:
@@ -53,15 +58,15 @@ def ci_confidence(row) -> float:
 
 def speedup_sigma(row) -> float | None:
     """The within-run standard error of the row's log speedup, read off its stored CI."""
-    m = row.metrics or {}
-    return log_sigma(number(m.get("speedup_ci_low")), number(m.get("speedup_ci_high")), ci_confidence(row))
+    m = Metrics.from_row(row.metrics or {})
+    return log_sigma(number(m.speedup_ci_low), number(m.speedup_ci_high), ci_confidence(row))
 
 
 def control_figure(row) -> tuple[float | None, float | None]:
     """(control, σ of its log) of a result row: the stored control and the interval its own
     samples give by the speedup's method (the paired bootstrap, or the statistic stop's
     order-statistic interval over its rounds), read as σ. (None, None) without them."""
-    c = number((row.metrics or {}).get("control"))
+    c = number(Metrics.from_row(row.metrics or {}).control)
     base, ctrl = _arm(row, "baseline"), _arm(row, "control")
     if c is None or len(base) < 2 or len(ctrl) < 2:
         return None, None
@@ -131,12 +136,11 @@ def _same_measurement(a, b) -> bool:
         return False
     sa, sb = a.kernel_sources or {}, b.kernel_sources or {}
     for role in set(sa) & set(sb):
-        ha, hb = (sa.get(role) or {}).get("sha256"), (sb.get(role) or {}).get("sha256")
+        ha, hb = (KernelSource.from_row(by_role(s, role) or {}).sha256 for s in (sa, sb))
         if ha and hb and ha != hb:
             return False
-    ma = (a.timing or {}).get("effective_mode") or (a.timing or {}).get("mode")
-    mb = (b.timing or {}).get("effective_mode") or (b.timing or {}).get("mode")
-    return ma == mb
+    ma, mb = (Measurement.from_row(r.timing or {}) for r in (a, b))
+    return (ma.effective_mode or ma.mode) == (mb.effective_mode or mb.mode)
 
 
 def replicate_pairs(run_list: list[Run], *, strict: bool = True) -> list[tuple]:
@@ -155,7 +159,7 @@ def replicate_pairs(run_list: list[Run], *, strict: bool = True) -> list[tuple]:
 
 def replicate_estimate(run_list: list[Run], *, strict: bool = True) -> tuple[float | None, int]:
     """(τ², replicate pairs) from ``run_list`` (``measurement.nextrun.replicate_tau2``)."""
-    figures = [(number(a.metrics.get("speedup")), speedup_sigma(a), number(b.metrics.get("speedup")), speedup_sigma(b))
+    figures = [(_speedup(a), speedup_sigma(a), _speedup(b), speedup_sigma(b))
                for a, b in replicate_pairs(run_list, strict=strict)]
     return replicate_tau2(figures)
 
@@ -186,7 +190,7 @@ def between_run(own: Iterable, others: list[Run] = (), *, floor: float = NEXT_RU
 
 def next_bounds(row, between: BetweenRun) -> tuple[float | None, float | None]:
     """(speedup_next_low, speedup_next_high) of a result row under ``between``."""
-    return between.bounds(number((row.metrics or {}).get("speedup")), speedup_sigma(row))
+    return between.bounds(number(Metrics.from_row(row.metrics or {}).speedup), speedup_sigma(row))
 
 
 # -- the bar ---------------------------------------------------------------------------------------
@@ -277,15 +281,15 @@ def coverage(first: Run, second: Run, between: BetweenRun) -> Coverage:
     covered, logs, levels, differ = [], [], set(), 0
     for k in keys:
         ra, rb = a[k], b[k]
-        s1, s2 = number(ra.metrics.get("speedup")), number(rb.metrics.get("speedup"))
-        covered.append(Covered(k[0], k[1], s1, number(ra.metrics.get("speedup_ci_low")),
-                               number(ra.metrics.get("speedup_ci_high")), *next_bounds(ra, between), s2))
+        s1, s2 = _speedup(ra), _speedup(rb)
+        covered.append(Covered(k[0], k[1], s1, number(Metrics.from_row(ra.metrics).speedup_ci_low),
+                               number(Metrics.from_row(ra.metrics).speedup_ci_high), *next_bounds(ra, between), s2))
         levels.add(ci_confidence(ra))
         if s1 is not None and s2 is not None and s1 > 0 and s2 > 0:
             logs.append(math.log(s2 / s1))
         differ += not _same_measurement(ra, rb)
-    implied, _ = replicate_tau2((number(a[k].metrics.get("speedup")), speedup_sigma(a[k]),
-                                 number(b[k].metrics.get("speedup")), speedup_sigma(b[k])) for k in keys)
+    implied, _ = replicate_tau2((_speedup(a[k]), speedup_sigma(a[k]),
+                                 _speedup(b[k]), speedup_sigma(b[k])) for k in keys)
     notes = []
     if differ:
         notes.append(f"{differ} of {len(keys)} pairs differ in kernel sources, baseline or timing mode: not the same "

@@ -39,6 +39,7 @@ from harness.registration import bar as barlang
 from harness.registration import verify as verifylang
 from harness.ledger.store import require_anchored
 from harness.ledger.rows import VerdictRow, load
+from harness.ledger.payloads import Amdahl, Metrics, OpShare
 from harness.governance.line import Line
 from harness.vocab.devices import stack_text
 from harness.vocab.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, current_rows,
@@ -188,13 +189,12 @@ def integration_rows(reg, rows, where: tuple) -> list[tuple]:
     for c in reg.candidates:
         r = latest[c]
         row = integration_bar_row(r, include_noisy=reg.include_noisy)
-        v = r.amdahl_violated
-        if row["correct"] and v:
-            used = r.op_share_used or {}
+        if row["correct"] and r.amdahl_violated:
+            v, used = Amdahl.from_row(r.amdahl_violated), OpShare.from_row(r.op_share_used or {})
             raise UserError(
-                f"line '{reg.line}': amdahl_violated — {c}'s measured step gain {v['gain']:+.2%} is above the "
-                f"Amdahl ceiling of {ceiling_text(v['op_share'], used.get('source'))}; the op must have taken at "
-                f"least 1 − 1/(1 + {v['gain']:.4g}) = {v['inverted_share']:.1%} of the step (ledger row "
+                f"line '{reg.line}': amdahl_violated — {c}'s measured step gain {v.gain:+.2%} is above the "
+                f"Amdahl ceiling of {ceiling_text(v.op_share, used.source)}; the op must have taken at "
+                f"least 1 − 1/(1 + {v.gain:.4g}) = {v.inverted_share:.1%} of the step (ledger row "
                 f"{r.seq}). The verdict decides nothing until this is explained: register an amendment "
                 f"(amends = \"{reg.line}\") stating the share and where the time really goes")
         out.append((r, row))
@@ -212,11 +212,11 @@ def integration_bar_row(r, *, include_noisy: bool) -> dict:
 def integration_summary(row) -> dict:
     """What the verdict row keeps of one integration row: the measured step gain beside the
     one the kernel's probe predicted, and the probe → in-situ factor."""
-    m = row.metrics or {}
+    m = Metrics.from_row(row.metrics or {})
     return {"seq": row.seq, "candidate": row.candidate, "correct": row.correct, "rig_noisy": row.rig_noisy,
-            "throttled": row.throttled, "step_gain": m.get("step_gain"),
-            "step_gain_predicted": m.get("step_gain_predicted"), "probe_factor": m.get("probe_factor"),
-            "op_share": m.get("op_share"), "op_share_used": row.op_share_used,
+            "throttled": row.throttled, "step_gain": m.step_gain,
+            "step_gain_predicted": m.step_gain_predicted, "probe_factor": m.probe_factor,
+            "op_share": m.op_share, "op_share_used": row.op_share_used,
             "probe_source": (row.probe or {}).get("source")}
 
 

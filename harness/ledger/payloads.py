@@ -468,6 +468,41 @@ class Env(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
+class KernelSource(Payload):
+    """Which file one role's kernel came from (pipeline/rows.py ``kernel_source``)."""
+
+    path: Any = None
+    sha256: Any = None
+    distribution: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replication(Payload):
+    """A registration's ``[replication]`` (the rule), and on a verdict row the rule with each
+    instance's clause values it was combined from (registration/replication.py ``combined``)."""
+
+    instances: Any = None
+    combine: Any = None
+    per_instance: Any = None
+
+    @property
+    def instance_values(self) -> list["InstanceValues"]:
+        return each(InstanceValues, self.per_instance)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceValues(Payload):
+    """One instance's reading of the bar in a verdict's ``replication``."""
+
+    instance: Any = None
+    original: Any = None
+    decided_on: Any = None
+    clauses: Any = None
+    primary_value: Any = None
+    passed: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class CeilingsRef(Payload):
     """Which ceilings row an outcome row used: its seq and chain hash."""
 

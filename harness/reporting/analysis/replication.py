@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from harness.vocab.devices import instance, instance_text
 from harness.jsonsafe import number
+from harness.ledger.payloads import Clause, MeasuredAt, Replication, each
 from harness.registration import bar as barlang
 from harness.vocab.outcomes import OUTCOME_KINDS, current_rows, is_replicate
 from harness.registration.replication import SAME_STACK, grids
@@ -130,33 +131,32 @@ def _truth(value, passed) -> bool | None:
 def replication_view(view) -> ReplicationView | None:
     """The agreement of a line's replicates (``view``: lines.LineView); None when it has none
     and its registration waits for none."""
-    reg = view.registration
-    spec = reg.get("replication") or None
+    reg = view.plan
+    spec = Replication.from_row(reg.replication) if reg.replication else None
     if view.commit:
         return None  # LINE@COMMIT: the rows of one commit, not the replication of a verdict
     has = any(r.kind in OUTCOME_KINDS and is_replicate(r) for r in current_rows(view.rows))
-    if not has and not (spec and spec.get("instances", 1) > 1):
+    if not has and not (spec and (spec.instances if spec.has("instances") else 1) > 1):
         return None
-    go = reg.get("go")
+    go = reg.go
     if not go:
         return None
     # Only a line with replicates pays for the bar and the verdict's modules (`bench status` reads every line).
     bar = barlang.parse(go)
-    noisy = bool(reg.get("include_noisy"))
+    noisy = bool(reg.include_noisy)
     outcomes = view.outcomes()
-    candidates = set(reg.get("candidates") or [])
+    candidates = set(reg.candidates or [])
     verdict = view.verdict
     own = [r for (_, c), r in outcomes.items() if c in candidates]
     if verdict is not None:
-        reference = tuple((c.get("text"), number(c.get("value")), _truth(c.get("value"), c.get("passed")))
-                          for c in verdict.clauses or [])
-        per = (verdict.replication or {}).get("per_instance") or []
-        mine = next((p for p in per if p.get("original")), None)
-        own_values = [number(c.get("value")) for c in mine["clauses"]] if mine else [v for _, v, _ in reference]
+        reference = tuple((c.text, number(c.value), _truth(c.value, c.passed)) for c in each(Clause, verdict.clauses or []))
+        per = Replication.from_row(verdict.replication or {}).instance_values
+        mine = next((p for p in per if p.original), None)
+        own_values = [number(c.value) for c in each(Clause, mine.clauses)] if mine else [v for _, v, _ in reference]
         reference_go = verdict.outcome == "GO"
         by_seq = {r.seq: r for r in view.rows}
         decided = [by_seq[s] for s in verdict.decided_on or () if s in by_seq]
-        closing = (verdict.measured_at or {}).get("commit")
+        closing = MeasuredAt.from_row(verdict.measured_at or {}).commit
         original = instance((decided[0].env if decided else None) or {})
     else:
         rows, _ = bar_rows({k: r for k, r in outcomes.items() if k[1] in candidates}, include_noisy=noisy)
@@ -188,7 +188,7 @@ def replication_view(view) -> ReplicationView | None:
         low, high = (min(values), max(values)) if values else (None, None)
         rel = (high - low) / abs(ref_value) if values and ref_value else None
         spread.append(Spread(text, len(values), low, high, rel))
-    return ReplicationView(spec.get("instances") if spec else None, spec.get("combine") if spec else None,
+    return ReplicationView(spec.instances if spec else None, spec.combine if spec else None,
                            verdict is None, verdict.outcome if verdict is not None else None, closing, original,
                            reference,
                            tuple(reps), tuple(spread))
