@@ -53,6 +53,8 @@ from typing import Any
 
 from harness.vocab.outcomes import RESULT
 from harness.jsonsafe import number
+from harness.ledger.payloads import (Batches, ConfigFields, Floor, FloorCeilings, Measurement, Policy, Rounds,
+                                     Samples, Sustained)
 from harness.measurement.timing.criteria import PRECISION_REASON, Quantity, row_statistic
 from harness.measurement.timing.policy import looks
 from harness.measurement.stats import QUANTUM_TICKS_MS, Stats, paired_ratio, quantum, ratio, speedup_ci
@@ -141,20 +143,22 @@ def recompute(row: dict) -> list[Disagreement]:
     if row.kind != RESULT:
         return []
     timing = row.timing
-    arms = timing.get("arms") if isinstance(timing, dict) else None
+    measured = Measurement.from_row(timing)
+    arms = measured.arms if measured is not None else None
     if not isinstance(arms, dict):
         return []
     a = _Audit()
     samples: dict[str, list[float]] = {}
-    for name, arm in arms.items():
-        if not isinstance(arm, dict) or "samples_ms" not in arm:
+    for name, raw in arms.items():
+        arm = Samples.from_row(raw)
+        if arm is None or not arm.has("samples_ms"):
             continue
-        x = _samples(arm["samples_ms"])
+        x = _samples(arm.samples_ms)
         if x is None:
-            a.bad(f"timing.arms.{name}.samples_ms", type(arm["samples_ms"]).__name__, "not a list of finite numbers")
+            a.bad(f"timing.arms.{name}.samples_ms", type(arm.samples_ms).__name__, "not a list of finite numbers")
             continue
         samples[name] = x
-        st = arm.get("stats")
+        st = arm.stats
         if isinstance(st, dict):
             for k, v in Stats.from_samples(x).as_dict().items():
                 a.check(st, k, f"timing.arms.{name}.stats.{k}", v)
@@ -164,7 +168,7 @@ def recompute(row: dict) -> list[Disagreement]:
     try:
         stat = row_statistic(row.policy, timing)
     except ValueError as exc:
-        a.bad("timing.stop", timing.get("stop"), str(exc))
+        a.bad("timing.stop", measured.stop, str(exc))
         return a.found
     if stat is not None:
         _stop(a, row, timing, samples, stat)
@@ -184,8 +188,7 @@ def recompute(row: dict) -> list[Disagreement]:
         a.check(metrics, "control", "metrics.control", control)
         a.check(metrics, "control_ms", "metrics.control_ms", Stats.from_samples(ctl).median)
         a.check(timing, "control_ratio", "timing.control_ratio", control)
-        policy = row.policy if isinstance(row.policy, dict) else {}
-        tol = number(policy.get("control_tolerance"))
+        tol = number((Policy.from_row(row.policy) or Policy()).control_tolerance)
         if tol is not None:
             a.check(timing, "control_ok", "timing.control_ok", abs(control - 1.0) <= tol)
     _rates(a, row, metrics, cand)
@@ -204,13 +207,13 @@ def _stop(a: _Audit, row: dict, timing: dict, samples: dict, stat: tuple[int, fl
     quantity from the samples, ``reached``, and an ``n`` the rule could have stopped at (a look
     whose quantities all met the precision, or at the end every kept round)."""
     n, confidence = stat
-    stop, policy = timing["stop"], row.policy
+    stop, policy = timing["stop"], Policy.from_row(row.policy)
     a.check(stop, "confidence", "timing.stop.confidence", confidence)
     quantities = stop.get("quantities")
     if not isinstance(quantities, list) or not quantities:
         a.bad("timing.stop.quantities", quantities, "no bar quantity recorded")
         return
-    precision = number(policy.get("precision"))
+    precision = number(policy.precision)
     met = []
     for i, q in enumerate(quantities):
         x = samples.get(q.get("numerator")) if isinstance(q, dict) else None
@@ -224,13 +227,14 @@ def _stop(a: _Audit, row: dict, timing: dict, samples: dict, stat: tuple[int, fl
         met.append(precision is not None and want.half_width <= precision)
     a.check(stop, "reached", "timing.stop.reached", bool(met) and all(met))
     kept = len(next(iter(samples.values()), []))
-    if timing.get("stop_reason") == PRECISION_REASON:
-        schedule = looks(int(policy["min_samples"]), int(policy["max_samples"]))
+    reason = Measurement.from_row(timing).stop_reason
+    if reason == PRECISION_REASON:
+        schedule = looks(int(policy.min_samples), int(policy.max_samples))
         if n not in schedule or not all(met):
             a.bad("timing.stop.n", n, f"a precision stop at a look of {list(schedule)} where every quantity met "
                                       f"{precision}")
     elif n != kept:
-        a.bad("timing.stop.n", n, f"every kept round ({kept}) at a stop for {timing.get('stop_reason')}")
+        a.bad("timing.stop.n", n, f"every kept round ({kept}) at a stop for {reason}")
 
 
 def _rates(a: _Audit, row: dict, metrics: dict, cand: list[float] | None) -> None:
@@ -241,7 +245,7 @@ def _rates(a: _Audit, row: dict, metrics: dict, cand: list[float] | None) -> Non
         a.bad("rate_protocol", row.rate_protocol, f"not a timing protocol ({', '.join(PROTOCOLS)})")
         return
     if row.rate_protocol == SUSTAINED:
-        calls = _samples(sus.get("samples_ms")) if isinstance(sus, dict) else None
+        calls = _samples(Sustained.from_row(sus).samples_ms) if isinstance(sus, dict) else None
         if not calls:
             a.bad("sustained.samples_ms", None, "rate_protocol is sustained but no sustained calls are recorded")
             return
@@ -260,9 +264,9 @@ def _rates(a: _Audit, row: dict, metrics: dict, cand: list[float] | None) -> Non
         return
     for k in ("tflops", "gbps", "kv_gbps"):
         a.check(metrics, k, f"metrics.{k}", r[k], RATE_RTOL)
-    floor = row.floor
-    ceiling = floor.get("rounds") if isinstance(floor, dict) else None
-    copy = number(ceiling.get("copy_gbps")) if isinstance(ceiling, dict) else None
+    floor = Floor.from_row(row.floor)
+    ceiling = FloorCeilings.from_row(floor.rounds) if floor is not None else None
+    copy = number(ceiling.copy_gbps) if ceiling is not None else None
     if copy:
         a.check(metrics, "gbps_frac", "metrics.gbps_frac", r["gbps"] / copy, RATE_RTOL)
         a.check(metrics, "kv_gbps_frac", "metrics.kv_gbps_frac", r["kv_gbps"] / copy, RATE_RTOL)
@@ -272,9 +276,9 @@ def _host(a: _Audit, row: dict, metrics: dict, timing: dict) -> None:
     """``timing.host_us`` per arm: the median of the host enqueue times its kept rounds recorded
     (``timing.host_samples_us``, rows since they are kept); ``host_us`` and
     ``baseline_host_us``: the candidate's and the baseline's there."""
-    per_arm = timing.get("host_us")
-    per_arm = per_arm if isinstance(per_arm, dict) else {}
-    kept = timing.get("host_samples_us")
+    measured = Measurement.from_row(timing)
+    per_arm = measured.host_us if isinstance(measured.host_us, dict) else {}
+    kept = measured.host_samples_us
     if isinstance(kept, dict):
         for name, values in kept.items():
             x = _samples(values)
@@ -301,9 +305,10 @@ def _clock(a: _Audit, row: dict, metrics: dict, timing: dict) -> None:
         held, keys = row.sustained, {"sm_mhz": "sm_mhz", "power_w": "power_w"}
         where = "sustained"
     else:
-        held, keys = timing.get("clock"), {"sm_mhz": "mean_mhz", "power_w": "power_mean_w"}
+        measured = Measurement.from_row(timing)
+        held, keys = measured.clock, {"sm_mhz": "mean_mhz", "power_w": "power_mean_w"}
         where = "timing.clock"
-        if "clock" in timing and held is None:  # no clocks polled (the CPU): no clock figure
+        if measured.has("clock") and held is None:  # no clocks polled (the CPU): no clock figure
             held = {k: None for k in keys.values()}
     if not isinstance(held, dict):
         return
@@ -316,12 +321,12 @@ def _cycles(a: _Audit, row: dict, metrics: dict, samples: dict[str, list[float]]
     """Cycles per call from each call's time and the SM clock recorded for its window: every
     arm's over its kept rounds (``timing.arm_clocks``), the sustained calls' over their batches,
     and ``metrics.cycles`` from the row's rate protocol; only where the row records them."""
-    timing = row.timing
-    rounds, clocks = timing.get("rounds"), timing.get("arm_clocks")
+    measured = Measurement.from_row(row.timing)
+    rounds, clocks = Rounds.from_row(measured.rounds), measured.arm_clocks
     per_arm: dict[str, float | None] = {}
-    if isinstance(rounds, dict) and isinstance(rounds.get("sm_mhz"), list) and isinstance(rounds.get("dropped"), list):
-        dropped = set(rounds["dropped"])
-        kept = [number(x) for i, x in enumerate(rounds["sm_mhz"]) if i not in dropped]
+    if rounds is not None and isinstance(rounds.sm_mhz, list) and isinstance(rounds.dropped, list):
+        dropped = set(rounds.dropped)
+        kept = [number(x) for i, x in enumerate(rounds.sm_mhz) if i not in dropped]
         for name, x in samples.items():
             if len(x) != len(kept):
                 a.bad(f"timing.arms.{name}.samples_ms", len(x), f"{len(kept)} kept rounds in timing.rounds")
@@ -330,13 +335,15 @@ def _cycles(a: _Audit, row: dict, metrics: dict, samples: dict[str, list[float]]
             if isinstance(clocks, dict) and isinstance(clocks.get(name), dict):
                 a.check(clocks[name], "kcycles", f"timing.arm_clocks.{name}.kcycles", per_arm[name])
     sus = row.sustained
+    held = Sustained.from_row(sus)
     sustained = None
-    batches = sus.get("batches") if isinstance(sus, dict) else None
-    if isinstance(batches, dict) and isinstance(batches.get("calls"), list) and isinstance(batches.get("sm_mhz"), list):
-        calls = _samples(sus.get("samples_ms")) or []
-        per_call = [number(mhz) for n, mhz in zip(batches["calls"], batches["sm_mhz"]) for _ in range(_count(n))]
+    batches = held.batches if held is not None else None
+    split = Batches.from_row(batches)
+    if split is not None and isinstance(split.calls, list) and isinstance(split.sm_mhz, list):
+        calls = _samples(held.samples_ms) or []
+        per_call = [number(mhz) for n, mhz in zip(split.calls, split.sm_mhz) for _ in range(_count(n))]
         if len(per_call) != len(calls):
-            a.bad("sustained.batches.calls", sum(map(_count, batches["calls"])), f"{len(calls)} sustained calls")
+            a.bad("sustained.batches.calls", sum(map(_count, split.calls)), f"{len(calls)} sustained calls")
             return
         sustained = kcycles(list(zip(calls, per_call)))
         a.check(sus, "kcycles", "sustained.kcycles", sustained)
@@ -349,14 +356,14 @@ def _cycles(a: _Audit, row: dict, metrics: dict, samples: dict[str, list[float]]
 
 def _rounds(a: _Audit, timing: dict) -> None:
     """Round counts from the columnar rounds (``Measurement.to_row``)."""
-    rounds = timing.get("rounds")
-    if not isinstance(rounds, dict) or not isinstance(rounds.get("t0"), list):
+    rounds = Rounds.from_row(Measurement.from_row(timing).rounds)
+    if rounds is None or not isinstance(rounds.t0, list):
         return
-    a.check(timing, "n_rounds", "timing.n_rounds", len(rounds["t0"]))
-    if isinstance(rounds.get("dropped"), list):
-        a.check(timing, "n_dropped", "timing.n_dropped", len(rounds["dropped"]))
-    if isinstance(rounds.get("waited"), dict):
-        a.check(timing, "n_waited", "timing.n_waited", len(rounds["waited"]))
+    a.check(timing, "n_rounds", "timing.n_rounds", len(rounds.t0))
+    if isinstance(rounds.dropped, list):
+        a.check(timing, "n_dropped", "timing.n_dropped", len(rounds.dropped))
+    if isinstance(rounds.waited, dict):
+        a.check(timing, "n_waited", "timing.n_waited", len(rounds.waited))
 
 
 # Scheduler ticks each timer's samples are judged against for quanta (timing/timers.py
@@ -367,8 +374,9 @@ def _timer_ticks(timer: Any, host_ticks: tuple) -> tuple | None:
 
 def _quanta(a: _Audit, timing: dict, samples: dict, host_ticks: tuple, quantum) -> None:
     """Which arms' samples sit on a quantum (``Measurement.quanta``), where the row has it."""
-    ticks = _timer_ticks(timing.get("timer"), host_ticks)
-    stored = timing.get("quanta")
+    measured = Measurement.from_row(timing)
+    ticks = _timer_ticks(measured.timer, host_ticks)
+    stored = measured.quanta
     if ticks is None or not isinstance(stored, dict):
         return
     want = {}
@@ -397,12 +405,13 @@ def _count(v: Any) -> int:
 def _noise(a: _Audit, row: dict, timing: dict, control: float, rig_noise) -> None:
     """``rig_noisy`` and ``rig_noise`` from the recomputed control, the stored host gaps and
     the (checked) quanta and round counts; an older row's absent fields count as none."""
-    policy = row.policy if isinstance(row.policy, dict) else {}
-    tol, max_waited = number(policy.get("control_tolerance")), number(policy.get("max_drop_fraction"))
-    gaps, quanta = timing.get("host_gaps") or {}, timing.get("quanta") or {}
+    policy = Policy.from_row(row.policy) or Policy()
+    tol, max_waited = number(policy.control_tolerance), number(policy.max_drop_fraction)
+    measured = Measurement.from_row(timing)
+    gaps, quanta = measured.host_gaps or {}, measured.quanta or {}
     if tol is None or not isinstance(gaps, dict) or not isinstance(quanta, dict):
         return
-    waited = (_count(timing.get("n_waited")), _count(timing.get("n_rounds")))
+    waited = (_count(measured.n_waited), _count(measured.n_rounds))
     why = rig_noise(control, tol, gaps, quanta, waited, 1.0 if max_waited is None else max_waited)
     if row.has("rig_noisy"):
         a.check({"rig_noisy": row.rig_noisy}, "rig_noisy", "rig_noisy", bool(why))
@@ -439,7 +448,7 @@ def ceilings_disagreements(row: dict, ceilings: dict) -> list[str]:
     """Where a row's ceilings figures (its ``floor``'s copy and matmul ceilings, the
     ``*_frac`` metrics) disagree with the ``ceilings`` row its ``ceilings_ref`` names."""
     ceil = Ceilings.from_row(ceilings)
-    dtype = (row.config or {}).get("dtype")
+    dtype = ConfigFields.from_row(row.config or {}).dtype
     out: list[str] = []
 
     def check(where: str, stored: Any, expected: float | None) -> None:
@@ -449,12 +458,12 @@ def ceilings_disagreements(row: dict, ceilings: dict) -> list[str]:
         if got is None or expected is None or not math.isclose(got, expected, rel_tol=CEILINGS_RTOL):
             out.append(f"{where} {stored} (ceilings row gives {expected})")
 
-    floor = row.floor
+    floor = Floor.from_row(row.floor)
     for part in ("rounds", "sustained"):
-        used = floor.get(part) if isinstance(floor, dict) else None
-        if isinstance(used, dict):
-            check(f"floor.{part}.copy_gbps", used.get("copy_gbps"), ceil.copy_gbps)
-            check(f"floor.{part}.matmul_tflops", used.get("matmul_tflops"), matmul_ceiling(ceil, dtype))
+        used = FloorCeilings.from_row(getattr(floor, part)) if floor is not None else None
+        if used is not None:
+            check(f"floor.{part}.copy_gbps", used.copy_gbps, ceil.copy_gbps)
+            check(f"floor.{part}.matmul_tflops", used.matmul_tflops, matmul_ceiling(ceil, dtype))
     metrics = row.metrics
     if isinstance(metrics, dict):
         expected = ceil.fractions({rate: number(metrics.get(rate)) for rate in ("tflops", "gbps", "kv_gbps")}, dtype)

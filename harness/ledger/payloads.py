@@ -241,6 +241,33 @@ class MeasuredAt(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Batches(Payload):
+    """The sustained phase's batches: calls per batch and each batch's clocks."""
+
+    calls: Any = None
+    sm_mhz: Any = None
+    mem_mhz: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Floor(Payload):
+    """A result's ``floor``: the ceilings each protocol's rates were held to, and the margin."""
+
+    calls: Any = None
+    margin: Any = None
+    rounds: Any = None
+    sustained: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FloorCeilings(Payload):
+    """One protocol's ceilings in a ``floor``: the copy bandwidth and matmul rate used."""
+
+    copy_gbps: Any = None
+    matmul_tflops: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Sustained(Payload):
     """The candidate's back-to-back phase (measurement/timing/sustained.py ``Sustained.as_dict``)."""
 
