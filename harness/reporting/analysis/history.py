@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UserError, plural
+from harness.ledger.payloads import RegistrationSummary, Reopens
 from harness.vocab.outcomes import OUTCOME_KINDS, REGISTERED, VERDICT, Remeasure, remeasures, resweeps
 from harness.ledger.rows import RegisteredRow, load
 from harness.provenance.git import last_commit_holding
@@ -156,8 +157,8 @@ class Index:
 
     def amends(self, line: str) -> str | None:
         row = self.row0(line)
-        reg = row.registration
-        amends = row.amends or (reg.get("amends") if isinstance(reg, dict) else None)
+        reg = RegistrationSummary.from_row(row.registration)
+        amends = row.amends or (reg.amends if reg is not None else None)
         return amends if isinstance(amends, str) and amends else None
 
     def amended_by(self, line: str) -> tuple[str, ...]:
@@ -198,17 +199,17 @@ def index(root: Path) -> Index:
 
 def _reopened(idx: Index, line: str, row0: RegisteredRow, rel: str) -> Reopened | None:
     """Row 0's ``reopens`` declaration, with what the replaced version held (read from git)."""
-    declared = row0.reopens
-    if not isinstance(declared, dict) or not isinstance(declared.get("commit"), str):
+    declared = Reopens.from_row(row0.reopens)
+    if declared is None or not isinstance(declared.commit, str):
         return None
-    commit = declared["commit"]
+    commit = declared.commit
     found = rows_at(idx.root, commit, rel)
     old = found[0] if found is not None and found[1].ok else None
     # Re-opens before that one: the replaced version's own row 0, and so on back (as far as
     # this clone holds the versions).
     earlier, prev, seen = 0, old, {commit}
     while prev and prev[0].kind == REGISTERED and isinstance(prev[0].reopens, dict):
-        before = prev[0].reopens.get("commit")
+        before = Reopens.from_row(prev[0].reopens).commit
         if not isinstance(before, str) or before in seen:
             break
         seen.add(before)
@@ -218,7 +219,7 @@ def _reopened(idx: Index, line: str, row0: RegisteredRow, rel: str) -> Reopened 
     outcomes = None if old is None else [r for r in old if r.kind in OUTCOME_KINDS]
     verdict = next((r.outcome for r in old or () if r.kind == VERDICT), None)
     measured = tuple(dict.fromkeys(str(r.commit) for r in outcomes or () if r.commit))
-    rows = declared.get("rows") if isinstance(declared.get("rows"), int) else len(old or ())
+    rows = declared.rows if isinstance(declared.rows, int) else len(old or ())
     return Reopened(rel, commit, rows, None if outcomes is None else len(outcomes), measured, verdict, earlier)
 
 

@@ -40,6 +40,7 @@ from harness.errors import UserError
 from harness.vocab import metrics as metric_table
 from harness.vocab.outcomes import RESULT
 from harness.jsonsafe import number
+from harness.ledger.payloads import MeasuredAt, Metrics, Sustained
 from harness.measurement.timing.criteria import row_statistic
 from harness.reporting.analysis.compare import MIN_EFFECT
 from harness.reporting.analysis.status import LineStatus
@@ -183,7 +184,8 @@ def _bounds(row, metric: str, peer: str | None = None) -> tuple[float, float] | 
     if value is None:
         return None
     if metric == "speedup":
-        lo, hi = number(m.get("speedup_ci_low")), number(m.get("speedup_ci_high"))
+        held = Metrics.from_row(m)
+        lo, hi = number(held.speedup_ci_low), number(held.speedup_ci_high)
         return (lo, hi) if lo is not None and hi is not None else None
     spec = metric_table.BY_NAME.get(metric)
     if spec is None or not spec.rate:
@@ -191,7 +193,7 @@ def _bounds(row, metric: str, peer: str | None = None) -> tuple[float, float] | 
     # A rate is work over the median time of its protocol's samples: it scales with that median.
     proto = metric_table.rate_protocol(row)
     samples = (arm_samples(row, "candidate") if proto == metric_table.INTERLEAVED
-               else [float(x) for x in (row.sustained or {}).get("samples_ms") or []])
+               else [float(x) for x in Sustained.from_row(row.sustained or {}).samples_ms or []])
     if not samples:
         return None
     med = statistics.median(samples)
@@ -222,7 +224,8 @@ def _restated(row, metric: str) -> tuple[float, float | None, float | None] | No
     if metric_table.rate_protocol(row) == SAME_BASIS:
         b = _bounds(row, metric)
         return (value, *b) if b is not None else (value, None, None)
-    ms, base_ms = number(m.get("ms")), number(m.get("interleaved_ms"))
+    held = Metrics.from_row(m)
+    ms, base_ms = number(held.ms), number(held.interleaved_ms)
     if ms is None or base_ms is None or not (ms > 0 and base_ms > 0):
         return None
     lower_better = metric_table.BY_NAME[metric].higher_is_better is False
@@ -241,14 +244,14 @@ def _restated(row, metric: str) -> tuple[float, float | None, float | None] | No
 
 def headline(view) -> Headline:
     """``view``'s (lines.LineView) primary figure, with its interval, commit, time and device."""
-    reg = view.registration
+    reg = view.plan
     verdict = view.verdict
-    expr = (verdict.primary if verdict is not None and verdict.primary else reg.get("primary")) or None
+    expr = (verdict.primary if verdict is not None and verdict.primary else reg.primary) or None
     outcomes = view.outcomes()
     if verdict is not None and verdict.decided_on:
         decided = set(verdict.decided_on)
         outcomes = {(r.config_key, r.candidate): r for r in view.rows if r.seq in decided}
-    noisy = bool(reg.get("include_noisy"))
+    noisy = bool(reg.include_noisy)
     if not expr:
         return Headline(view.line, None, None, None, None, None, verdict is not None, None, None, None)
     agg = barlang.parse_aggregate(expr)
@@ -296,9 +299,10 @@ def headline(view) -> Headline:
         if a is not None and b is not None:  # the verdict's own value inside, whatever rows it saw
             low, high = min(a, b, value), max(a, b, value)
     newest = max(used, key=lambda r: (str(r.time or ""), r.seq), default=None)
-    at = (verdict.measured_at or {}) if verdict is not None else {}
-    commit = at.get("commit") or (newest.commit if newest is not None else None)
-    device = (at.get("gpu") or at.get("device")) if at else (device_label(newest) if newest is not None else None)
+    held = (verdict.measured_at or {}) if verdict is not None else {}
+    at = MeasuredAt.from_row(held)
+    commit = at.commit or (newest.commit if newest is not None else None)
+    device = (at.gpu or at.device) if held else (device_label(newest) if newest is not None else None)
     protocols = tuple(sorted({metric_table.protocol(agg.metric, r) for r in used
                               if agg.metric in metric_table.BY_NAME}))
     same = None

@@ -12,6 +12,7 @@ from harness.vocab.devices import device_name
 from harness.reporting.analysis.replication import replication_view
 from harness.reporting.analysis.lines import LineView, device_label, line_paths
 from harness.ledger.format import read_rows
+from harness.ledger.payloads import MeasuredAt
 from harness.ledger.verify import verify
 from harness.reporting.analysis.history import index, line_history
 from harness.vocab.outcomes import Remeasure, remeasures, resweeps
@@ -52,14 +53,13 @@ def view_status(view, note: str | None = None) -> LineStatus:
 
 def _view_status(view, note: str | None = None) -> LineStatus:
     outcomes = view.outcomes()
-    reg = view.registration
-    pairs = {(k, c) for k, c in outcomes if c in (reg.get("candidates") or [])}
+    pairs = {(k, c) for k, c in outcomes if c in (view.plan.candidates or [])}
     n_pairs = view.n_pairs()
     verdict = view.verdict
     latest = max(outcomes.values(), key=lambda r: r.seq, default=None)
     if verdict is not None:
         at = verdict.measured_at or {}
-        return LineStatus(view.line, f"closed {verdict.outcome}", at.get("commit"), device_name(at),
+        return LineStatus(view.line, f"closed {verdict.outcome}", MeasuredAt.from_row(at).commit, device_name(at),
                           len(pairs), n_pairs, verdict.outcome, note)
     if latest is None:
         reg_row = view.registered
