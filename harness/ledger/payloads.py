@@ -530,6 +530,99 @@ class InstanceValues(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ToleranceFloor(Payload):
+    """One dtype's entry of a registered row's ``tolerance_floor`` (governance/power.py): the
+    atol the reference rounded to that dtype needs, or why it was not checked."""
+
+    dtype: Any = None
+    point: Any = None
+    atol: Any = None
+    rtol: Any = None
+    need_atol: Any = None
+    need_rtol: Any = None
+    passed: Any = None
+    configs: Any = None
+    seeds: Any = None
+    magnitude: Any = None
+    worst: Any = None
+    unchecked: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CanaryCheck(Payload):
+    """One canary check of a registered row's ``tolerance_power``: whether the tolerance rejects it."""
+
+    canary: Any = None
+    dtype: Any = None
+    point: Any = None
+    atol: Any = None
+    rtol: Any = None
+    reject_atol: Any = None
+    reject_rtol: Any = None
+    rejected: Any = None
+    worst_ratio: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TolerancePower(Payload):
+    """A registered row's ``tolerance_power`` (governance/power.py): the canaries, the weak ones
+    waived, the precision downgrades seen."""
+
+    canaries: Any = None
+    accepted_weak: Any = None
+    downgrades: Any = None
+    subset: Any = None
+
+    @property
+    def checks(self) -> list[CanaryCheck]:
+        return each(CanaryCheck, self.canaries)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimingResolution(Payload):
+    """A registered row's ``timing_resolution`` (governance/power.py): the smallest speedup the
+    line can resolve, and from which control spread."""
+
+    mode: Any = None
+    resolvable_speedup: Any = None
+    devices: Any = None
+    control_tolerance: Any = None
+    warnings: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReductioDevice(Payload):
+    """A device a registered bar was (or could not be) checked against (governance/reductio.py)."""
+
+    device: Any = None
+    kind: Any = None
+    ceilings_ref: Any = None
+    baseline_times: Any = None
+    why: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AmdahlCeiling(Payload):
+    """The reductio's Amdahl ceiling of an [integration] line: the op's share and its source."""
+
+    op_share: Any = None
+    op_share_source: Any = None
+    ceiling: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reductio(Payload):
+    """A registered row's ``reductio`` (governance/reductio.py ``at_register``)."""
+
+    checked: Any = None
+    not_checked: Any = None
+    note: Any = None
+    waived: Any = None
+    amdahl: Any = None
+    beyond_ceiling_ok: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class CeilingsRef(Payload):
     """Which ceilings row an outcome row used: its seq and chain hash."""
 
