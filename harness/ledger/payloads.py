@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from harness.measurement.correctness.figures import ErrorFigures
 from harness.measurement.counters import COUNTERS, LAUNCH_METRICS
 from harness.measurement.numerics import NumericState
 from harness.workloads import Config
@@ -303,6 +304,12 @@ class GateCheck(Payload):
     figures: Any = None
 
 
+# A gate check's error figures: one field per field of measurement/correctness/figures.py
+# ``ErrorFigures`` (the worst element's output and reference, its distance against the tolerance).
+Figures = _table_class("Figures", "A gate check's error figures (correctness/figures.py ErrorFigures.as_dict).",
+                       (f.name for f in dataclasses.fields(ErrorFigures)))
+
+
 @dataclass(frozen=True, kw_only=True)
 class Gate(Payload):
     """One kernel's correctness gate (measurement/correctness/results.py ``GateResult.to_row``)."""
@@ -371,6 +378,14 @@ class Policy(Payload):
 Launch = _table_class("Launch", "One kernel launch of a `profile` row: its kernel, grid, block and counters.",
                       ("id", "kernel", "grid", "block", "nvtx", *LAUNCH_METRICS))
 Counters = _table_class("Counters", "A `profile` row's per-call counters over its launches.", COUNTERS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputCheck(Payload):
+    """A `profile` row's ``output_check``: whether the profiled call's output passed, and why not."""
+
+    passed: Any = None
+    reason: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)

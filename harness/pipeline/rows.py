@@ -7,6 +7,8 @@ import traceback
 
 from harness.vocab.outcomes import INCORRECT
 from harness.ledger import payloads
+from harness.ledger.payloads import Figures, Gate
+from harness.ledger.rows import load
 from harness.pipeline.context import Outcome, SweepContext
 from harness.workloads import Config
 from harness.registry import get_kernel
@@ -77,20 +79,22 @@ def baseline_gate_failure(outcomes) -> dict | None:
     a tolerance could change it, and for a mismatch the least atol its listed failing elements
     need (a lower bound); None when the baseline passed the gate."""
     for o in outcomes:
-        p = o.payload
-        if o.kind != INCORRECT or p.get("role") != "baseline" or p.get("tag") not in FAILURE_TAGS:
+        if o.kind != INCORRECT:
             continue
-        gate = p.get("gate") or {}
-        rtol = number(gate.get("rtol"))
+        row = load({"kind": o.kind, **o.payload})
+        if row.role != "baseline" or row.tag not in FAILURE_TAGS:
+            continue
+        gate = Gate.from_row(row.gate or {})
+        rtol = number(gate.rtol)
         needs = []
-        for f in gate.get("failures", []):
-            fig = f.get("figures") or {}
-            out, ref = number(fig.get("worst_out")), number(fig.get("worst_ref"))
-            if f.get("tag") == "mismatch" and out is not None and ref is not None and rtol is not None:
+        for f in gate.failing if gate.has("failures") else []:
+            fig = Figures.from_row(f.figures or {})
+            out, ref = number(fig.worst_out), number(fig.worst_ref)
+            if f.tag == "mismatch" and out is not None and ref is not None and rtol is not None:
                 needs.append(abs(out - ref) - rtol * abs(ref))
-        return {"config_key": p["config_key"], "baseline": p["candidate"], "tag": p["tag"], "reason": p["reason"],
-                "what": FAILURE_TAGS[p["tag"]], "tolerance": p["tag"] in TOLERANCE_TAGS,
-                "atol": number(gate.get("atol")), "rtol": rtol, "need_atol": max(needs) if needs else None}
+        return {"config_key": row.config_key, "baseline": row.candidate, "tag": row.tag, "reason": row.reason,
+                "what": FAILURE_TAGS[row.tag], "tolerance": row.tag in TOLERANCE_TAGS,
+                "atol": number(gate.atol), "rtol": rtol, "need_atol": max(needs) if needs else None}
     return None
 
 

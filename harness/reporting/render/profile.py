@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.ledger.payloads import Launch, OutputCheck, each
 from harness.reporting.render.console import console
 from harness.reporting.render.rows import fmt, mb
 
@@ -20,19 +21,20 @@ def render_profile(line: str, rows: list[dict]) -> None:
             if r.error:
                 t.add_row(r.candidate, "—", f"[red]{r.error}[/]", *[""] * 8)
                 continue
-            for launch in r.launches:
-                smem = sum(launch.get(k) or 0 for k in ("shared_mem_static_bytes", "shared_mem_dynamic_bytes"))
-                spill = (launch["local_load_bytes"] or 0) + (launch["local_store_bytes"] or 0)
-                t.add_row(r.candidate, launch["kernel"][:40], fmt(mb(launch["dram_read_bytes"]), ".4g"),
-                          fmt(mb(launch["dram_write_bytes"]), ".4g"), fmt(launch["registers"], ".0f"),
-                          fmt(launch["tensor_pct"], ".3g"), fmt(spill, ".4g"),
-                          fmt(None if launch["duration_ns"] is None else launch["duration_ns"] / 1e3, ".4g"),
-                          f"{fmt(launch['grid_size'], '.0f')}×{fmt(launch['block_size'], '.0f')}",
-                          fmt(smem, ".0f"), fmt(launch["occupancy_pct"], ".3g"))
+            for launch in each(Launch, r.launches):
+                smem = (launch.shared_mem_static_bytes or 0) + (launch.shared_mem_dynamic_bytes or 0)
+                spill = (launch.local_load_bytes or 0) + (launch.local_store_bytes or 0)
+                t.add_row(r.candidate, launch.kernel[:40], fmt(mb(launch.dram_read_bytes), ".4g"),
+                          fmt(mb(launch.dram_write_bytes), ".4g"), fmt(launch.registers, ".0f"),
+                          fmt(launch.tensor_pct, ".3g"), fmt(spill, ".4g"),
+                          fmt(None if launch.duration_ns is None else launch.duration_ns / 1e3, ".4g"),
+                          f"{fmt(launch.grid_size, '.0f')}×{fmt(launch.block_size, '.0f')}",
+                          fmt(smem, ".0f"), fmt(launch.occupancy_pct, ".3g"))
         c.print(t)
     for r in rows:
         if r.impossible:
             c.print(f"  [red]impossible[/] {r.candidate} @ {r.config_key}: {r.impossible}")
-        check = r.output_check or {}
-        if check and not check.get("passed"):
-            c.print(f"  [red]incorrect[/] {r.candidate} @ {r.config_key}: {check.get('reason')}")
+        if r.output_check:
+            check = OutputCheck.from_row(r.output_check)
+            if not check.passed:
+                c.print(f"  [red]incorrect[/] {r.candidate} @ {r.config_key}: {check.reason}")
