@@ -2,7 +2,8 @@
 ``harness/ledger/rows.py`` and ``harness/ledger/payloads.py``, never by string key. An AST count
 of string-key reads (``x["literal"]`` and ``x.get("literal")``; writes into a dict being built
 are not reads) over harness/, outside the modules allowlisted below, may only go down; and every
-payload class gives back, from ``dump``, the object it was read from in the shipped ledgers."""
+payload class (ledger/payloads.py, ledger/line_payloads.py) gives back, from ``dump``, the object
+it was read from in the shipped ledgers."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.ledger import payloads
+from harness.ledger import line_payloads, payloads
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,6 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 ALLOWLIST = {
     "harness/ledger/rows.py": "the row module: the typed rows are built from the dicts read",
     "harness/ledger/payloads.py": "the payload module: the typed payloads are built from the dicts read",
+    "harness/ledger/line_payloads.py": "the payload module of a line's own rows (as payloads.py)",
     "harness/ledger/format.py": "the on-disk format: a raw record's schema before it is typed",
     "harness/registration/schema.py": "reads a registration's TOML tables, no row",
     "harness/execution/devicelock.py": "reads the device lock file's JSON, no row",
@@ -89,15 +91,15 @@ def test_allowlist_names_modules_that_exist():
 
 # (row field, payload class) of the payloads a row holds directly; the gate holds one per role.
 DIRECT = {"timing": payloads.Measurement, "sustained": payloads.Sustained, "cost": payloads.Cost,
-          "registration": payloads.RegistrationSummary, "ceilings_ref": payloads.CeilingsRef,
-          "replicate": payloads.Replicate, "reopens": payloads.Reopens, "metrics": payloads.Metrics,
+          "registration": line_payloads.RegistrationSummary, "ceilings_ref": payloads.CeilingsRef,
+          "replicate": line_payloads.Replicate, "reopens": line_payloads.Reopens, "metrics": payloads.Metrics,
           "policy": payloads.Policy, "config": payloads.ConfigFields, "numerics": payloads.Numerics,
-          "coverage": payloads.Coverage, "measured_at": payloads.MeasuredAt, "counters": payloads.Counters,
+          "coverage": line_payloads.Coverage, "measured_at": line_payloads.MeasuredAt, "counters": payloads.Counters,
           "op_share_used": payloads.OpShare, "amdahl_violated": payloads.Amdahl,
-          "tolerance_power": payloads.TolerancePower, "timing_resolution": payloads.TimingResolution,
-          "reductio": payloads.Reductio}
+          "tolerance_power": line_payloads.TolerancePower, "timing_resolution": line_payloads.TimingResolution,
+          "reductio": line_payloads.Reductio}
 # (row field, payload class) of the lists of payloads a row holds.
-LISTED = {"launches": payloads.Launch, "integration": payloads.IntegrationStep}
+LISTED = {"launches": payloads.Launch, "integration": line_payloads.IntegrationStep}
 
 
 def _shipped_rows():
@@ -114,12 +116,12 @@ def _payloads_of(row: dict):
         for d in row.get(name) or []:
             yield f"{name}[]", cls, d
     for d in (row.get("tolerance_floor") or {}).values():
-        yield "tolerance_floor.*", payloads.ToleranceFloor, d
+        yield "tolerance_floor.*", line_payloads.ToleranceFloor, d
     for d in ((row.get("tolerance_power") or {}).get("canaries") or []):
-        yield "tolerance_power.canaries[]", payloads.CanaryCheck, d
+        yield "tolerance_power.canaries[]", line_payloads.CanaryCheck, d
     reductio = row.get("reductio") or {}
     for d in (reductio.get("checked") or []) + (reductio.get("not_checked") or []):
-        yield "reductio.*checked[]", payloads.ReductioDevice, d
+        yield "reductio.*checked[]", line_payloads.ReductioDevice, d
     timing = row.get("timing")
     if isinstance(timing, dict) and isinstance(timing.get("rounds"), dict):
         yield "timing.rounds", payloads.Rounds, timing["rounds"]
@@ -131,7 +133,7 @@ def _payloads_of(row: dict):
             yield f"gate.{role}", payloads.Gate, g
     for field in ("clauses", "verify"):  # a verdict's bar and its [verify] clauses
         for c in (row.get(field) or []) if row.get("kind") == "verdict" else []:
-            yield f"{field}[]", payloads.Clause, c
+            yield f"{field}[]", line_payloads.Clause, c
 
 
 def test_payloads_round_trip_on_shipped_ledgers():

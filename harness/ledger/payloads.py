@@ -1,7 +1,8 @@
 """Typed payloads: one class per nested object a ledger row carries (a result's ``timing``
-and its arms' samples, the ``gate``, ``sustained``, ``cost``, a verdict's clauses, the
-registered row's ``registration`` ...), each with ``from_row`` (the object as read) and
-``dump`` (the object as written), so that ``from_row(d).dump() == d``.
+and its arms' samples, ``metrics``, the ``gate``, ``sustained``, ``cost``, a profile's
+launches ...; a line's own rows' — the registration, register's checks, the verdict's clauses
+— are in ledger/line_payloads.py), each with ``from_row`` (the object as read) and ``dump``
+(the object as written), so that ``from_row(d).dump() == d``.
 
 ``from_row`` is as tolerant as the readers it replaced: a field an older schema did not
 write reads its default (None unless the class says otherwise), a field no class declares is
@@ -92,17 +93,6 @@ ConfigFields = _table_class("ConfigFields", "A row's config: the workload's shap
                             (f.name for f in dataclasses.fields(Config)))
 Numerics = _table_class("Numerics", "A row's numerics: the global numeric flags it ran under.",
                         (f.name for f in dataclasses.fields(NumericState)))
-
-
-@dataclass(frozen=True, kw_only=True)
-class Coverage(Payload):
-    """A verdict's ``coverage``: how many registered pairs it decided on, and the floor."""
-
-    pairs: Any = None
-    decided: Any = None
-    undecided: Any = None
-    fraction: Any = None
-    min_coverage: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,15 +220,6 @@ class Rounds(Payload):
     dropped: Any = None
     drop_reasons: Any = None
     waited: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class MeasuredAt(Payload):
-    """A verdict's ``measured_at``: the commit, device and GPU its rows were measured at."""
-
-    commit: Any = None
-    device: Any = None
-    gpu: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -397,24 +378,6 @@ class OpShare(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
-class IntegrationStep(Payload):
-    """One entry of a verdict's ``integration`` (governance/verdict.py ``integration_summary``):
-    a candidate's measured step gain beside the one its probe predicted."""
-
-    seq: Any = None
-    candidate: Any = None
-    correct: Any = None
-    rig_noisy: Any = None
-    throttled: Any = None
-    step_gain: Any = None
-    step_gain_predicted: Any = None
-    probe_factor: Any = None
-    op_share: Any = None
-    op_share_used: Any = None
-    probe_source: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
 class Amdahl(Payload):
     """An `integration` row's ``amdahl_violated``: a measured gain above the op's share allows."""
 
@@ -431,55 +394,6 @@ class Cost(Payload):
     per_kernel: Any = None
     of_which: Any = None
     total: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Clause(Payload):
-    """One clause of a verdict's bar (or of its [verify]): its text, value, comparison and outcome."""
-
-    text: Any = None
-    value: Any = None
-    op: Any = None
-    threshold: Any = None
-    passed: Any = None
-    n: Any = None
-    note: Any = None
-    n_failed: Any = None  # a [verify] clause's: the rows that failed it
-
-
-@dataclass(frozen=True, kw_only=True)
-class RegistrationSummary(Payload):
-    """The registered row's ``registration`` (registration/schema.py ``Registration.summary``)."""
-
-    line: Any = None
-    path: Any = None
-    sha256: Any = None
-    schema: Any = None
-    hypothesis: Any = None
-    workload: Any = None
-    candidates: Any = None
-    baseline: Any = None
-    amends: Any = None
-    grid: Any = None
-    atol: Any = None
-    rtol: Any = None
-    seeds: Any = None
-    families: Any = None
-    min_pass_rate: Any = None
-    timing: Any = None
-    numerics: Any = None
-    go: Any = None
-    prediction: Any = None
-    primary: Any = None
-    include_noisy: Any = None
-    allow_missing: Any = None
-    min_coverage: Any = None
-    accept_weak: Any = None
-    verify: Any = None
-    mixed_devices: Any = None
-    beyond_ceiling_ok: Any = None
-    integration: Any = None
-    replication: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -519,150 +433,11 @@ class KernelSource(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Replication(Payload):
-    """A registration's ``[replication]`` (the rule), and on a verdict row the rule with each
-    instance's clause values it was combined from (registration/replication.py ``combined``)."""
-
-    instances: Any = None
-    combine: Any = None
-    per_instance: Any = None
-
-    @property
-    def instance_values(self) -> list["InstanceValues"]:
-        return each(InstanceValues, self.per_instance)
-
-
-@dataclass(frozen=True, kw_only=True)
-class InstanceValues(Payload):
-    """One instance's reading of the bar in a verdict's ``replication``."""
-
-    instance: Any = None
-    original: Any = None
-    decided_on: Any = None
-    clauses: Any = None
-    primary_value: Any = None
-    passed: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToleranceFloor(Payload):
-    """One dtype's entry of a registered row's ``tolerance_floor`` (governance/power.py): the
-    atol the reference rounded to that dtype needs, or why it was not checked."""
-
-    dtype: Any = None
-    point: Any = None
-    atol: Any = None
-    rtol: Any = None
-    need_atol: Any = None
-    need_rtol: Any = None
-    passed: Any = None
-    configs: Any = None
-    seeds: Any = None
-    magnitude: Any = None
-    worst: Any = None
-    unchecked: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class CanaryCheck(Payload):
-    """One canary check of a registered row's ``tolerance_power``: whether the tolerance rejects it."""
-
-    canary: Any = None
-    dtype: Any = None
-    point: Any = None
-    atol: Any = None
-    rtol: Any = None
-    reject_atol: Any = None
-    reject_rtol: Any = None
-    rejected: Any = None
-    worst_ratio: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class TolerancePower(Payload):
-    """A registered row's ``tolerance_power`` (governance/power.py): the canaries, the weak ones
-    waived, the precision downgrades seen."""
-
-    canaries: Any = None
-    accepted_weak: Any = None
-    downgrades: Any = None
-    subset: Any = None
-
-    @property
-    def checks(self) -> list[CanaryCheck]:
-        return each(CanaryCheck, self.canaries)
-
-
-@dataclass(frozen=True, kw_only=True)
-class TimingResolution(Payload):
-    """A registered row's ``timing_resolution`` (governance/power.py): the smallest speedup the
-    line can resolve, and from which control spread."""
-
-    mode: Any = None
-    resolvable_speedup: Any = None
-    devices: Any = None
-    control_tolerance: Any = None
-    warnings: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ReductioDevice(Payload):
-    """A device a registered bar was (or could not be) checked against (governance/reductio.py)."""
-
-    device: Any = None
-    kind: Any = None
-    ceilings_ref: Any = None
-    baseline_times: Any = None
-    why: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class AmdahlCeiling(Payload):
-    """The reductio's Amdahl ceiling of an [integration] line: the op's share and its source."""
-
-    op_share: Any = None
-    op_share_source: Any = None
-    ceiling: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Reductio(Payload):
-    """A registered row's ``reductio`` (governance/reductio.py ``at_register``)."""
-
-    checked: Any = None
-    not_checked: Any = None
-    note: Any = None
-    waived: Any = None
-    amdahl: Any = None
-    beyond_ceiling_ok: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
 class CeilingsRef(Payload):
     """Which ceilings row an outcome row used: its seq and chain hash."""
 
     seq: Any = None
     hash: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Replicate(Payload):
-    """A replicate's row (`bench replicate`): which verdict, at which commit, on which instance and stack."""
-
-    of: Any = None
-    closing_commit: Any = None
-    at: Any = None
-    instance: Any = None
-    stack: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Reopens(Payload):
-    """The earlier, uncommitted-verdict ledger a registered row replaces."""
-
-    commit: Any = None
-    rows: Any = None
-    last_hash: Any = None
 
 
 # The rejections: a pair refused by a check (``incorrect``), not measured (``skipped``) or

@@ -26,7 +26,8 @@ from harness.vocab.outcomes import REGISTERED, VERDICT
 from harness.ledger.audit import ceilings_disagreements, ceilings_figures, recompute
 from harness.vocab.outcomes import RESULT, remeasures
 from harness.ledger.verify_links import replicate_fault, supersedes_fault
-from harness.ledger.payloads import CeilingsRef, RegistrationSummary, Reopens
+from harness.ledger.payloads import CeilingsRef
+from harness.ledger.line_payloads import RegistrationSummary, Reopens
 
 @dataclass(frozen=True)
 class VerifyResult:

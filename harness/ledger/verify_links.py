@@ -5,7 +5,7 @@ bad row and why ((row, why)), or None; ledger/verify.py turns that into its refu
 
 from __future__ import annotations
 
-from harness.ledger.payloads import RegistrationSummary, Replicate
+from harness.ledger.line_payloads import RegistrationSummary, Replicate
 from harness.registration.replication import AT_CLOSING, AT_LATER, OTHER_STACK, SAME_STACK
 from harness.vocab.outcomes import (OUTCOME_KINDS, REGISTERED, SUPERSEDES, VERDICT, is_replicate, measured_on,
                                     remeasurable, state_of, stream)

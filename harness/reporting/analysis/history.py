@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UserError, plural
-from harness.ledger.payloads import RegistrationSummary, Reopens
+from harness.ledger.line_payloads import RegistrationSummary, Reopens
 from harness.vocab.outcomes import OUTCOME_KINDS, REGISTERED, VERDICT, Remeasure, remeasures, resweeps
 from harness.ledger.rows import RegisteredRow, load
 from harness.provenance.git import last_commit_holding

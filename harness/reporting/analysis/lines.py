@@ -16,7 +16,7 @@ from harness.registration import line_ids
 from harness.vocab.devices import device_of
 from harness.vocab.outcomes import REGISTERED, RESULT, VERDICT, is_replicate
 from harness.ledger.rows import RegisteredRow, VerdictRow
-from harness.ledger.payloads import RegistrationSummary
+from harness.ledger.line_payloads import RegistrationSummary
 from harness.vocab.outcomes import latest_outcomes
 from harness.ledger.format import ledger_path, read_rows
 from harness.ledger.store import missing_ledgers

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from harness.vocab.devices import instance, instance_text
 from harness.jsonsafe import number
-from harness.ledger.payloads import Clause, MeasuredAt, Replication, each
+from harness.ledger.payloads import each
+from harness.ledger.line_payloads import Clause, MeasuredAt, Replication
 from harness.registration import bar as barlang
 from harness.vocab.outcomes import OUTCOME_KINDS, current_rows, is_replicate
 from harness.registration.replication import SAME_STACK, grids

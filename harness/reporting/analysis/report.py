@@ -14,8 +14,9 @@ from harness.vocab import metrics as metric_table
 from harness.vocab.metrics import INTERLEAVED, METRICS, PROTOCOL_TEXT, RATES, SUSTAINED
 from harness.vocab.outcomes import PROFILE, RESULT
 from harness.ledger.rows import RegisteredRow, VerdictRow
-from harness.ledger.payloads import (Amdahl, Clause, Clock, Counters, Gate, Launch, Measurement, Metrics, OpShare,
-                                     Policy, by_role, each)
+from harness.ledger.payloads import (Amdahl, Clock, Counters, Gate, Launch, Measurement, Metrics, OpShare, Policy,
+                                     by_role, each)
+from harness.ledger.line_payloads import Clause
 from harness.jsonsafe import number
 from harness.reporting.analysis import protocol, summary
 from harness.reporting.analysis.lines import LineView, device_label

@@ -40,7 +40,8 @@ from harness.errors import UserError
 from harness.vocab import metrics as metric_table
 from harness.vocab.outcomes import RESULT
 from harness.jsonsafe import number
-from harness.ledger.payloads import MeasuredAt, Metrics, Sustained
+from harness.ledger.payloads import Metrics, Sustained
+from harness.ledger.line_payloads import MeasuredAt
 from harness.measurement.timing.criteria import row_statistic
 from harness.reporting.analysis.compare import MIN_EFFECT
 from harness.reporting.analysis.status import LineStatus

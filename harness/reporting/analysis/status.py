@@ -12,7 +12,7 @@ from harness.vocab.devices import device_name
 from harness.reporting.analysis.replication import replication_view
 from harness.reporting.analysis.lines import LineView, device_label, line_paths
 from harness.ledger.format import read_rows
-from harness.ledger.payloads import MeasuredAt
+from harness.ledger.line_payloads import MeasuredAt
 from harness.ledger.verify import verify
 from harness.reporting.analysis.history import index, line_history
 from harness.vocab.outcomes import Remeasure, remeasures, resweeps

@@ -19,8 +19,8 @@ from harness.vocab import metrics as metric_table
 from harness.vocab.metrics import SUSTAINED
 from harness.vocab.outcomes import RESULT
 from harness.jsonsafe import number
-from harness.ledger.payloads import (Clock, ConfigFields, Coverage, Measurement, Metrics, Numerics,
-                                     RegistrationSummary, Sustained)
+from harness.ledger.payloads import Clock, ConfigFields, Measurement, Metrics, Numerics, Sustained
+from harness.ledger.line_payloads import Coverage, RegistrationSummary
 from harness.measurement.timing.criteria import row_statistic
 from harness.reporting.analysis.lines import arm_samples, device_label
 from harness.governance.peers import peer_samples

@@ -21,7 +21,8 @@ from harness.vocab.metrics import rate_protocol
 from harness.reporting.analysis.lines import arm_samples
 from harness.vocab.devices import instance_text
 from harness.ledger.format import read_rows
-from harness.ledger.payloads import Clock, Env, Gate, Measurement, Replicate, Rounds, by_role
+from harness.ledger.payloads import Clock, Env, Gate, Measurement, Rounds, by_role
+from harness.ledger.line_payloads import Replicate
 
 CONFIG_COLUMNS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
 # pandas dtypes of the config columns (nullable, so a missing field stays <NA>, not a float NaN).

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from harness.errors import plural
-from harness.ledger.payloads import (AmdahlCeiling, CeilingsRef, Reductio, ReductioDevice, RegistrationSummary,
-                                     TimingResolution, ToleranceFloor, TolerancePower, each)
+from harness.ledger.payloads import CeilingsRef, each
+from harness.ledger.line_payloads import (AmdahlCeiling, Reductio, ReductioDevice, RegistrationSummary,
+                                          TimingResolution, ToleranceFloor, TolerancePower)
 from harness.reporting.render.console import console
 from harness.governance.power import ceil_sig
 from harness.registration.integration import ceiling_text

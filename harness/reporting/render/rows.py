@@ -5,7 +5,8 @@ from __future__ import annotations
 from harness.vocab.outcomes import (CEILINGS, CRASHED, INCORRECT, INTEGRATION, PROFILE, REGISTERED, RESULT,
                                          SKIPPED, SUPERSEDES, THROTTLED, UNSUPPORTED, VERDICT)
 from harness.vocab.metrics import INTERLEAVED
-from harness.ledger.payloads import Amdahl, Counters, Coverage, Metrics, RegistrationSummary
+from harness.ledger.payloads import Amdahl, Counters, Metrics
+from harness.ledger.line_payloads import Coverage, RegistrationSummary
 from harness.reporting.analysis import protocol
 
 

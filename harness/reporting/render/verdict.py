@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from harness.errors import plural
-from harness.ledger.payloads import Coverage, IntegrationStep, MeasuredAt, OpShare, each
+from harness.ledger.payloads import OpShare, each
+from harness.ledger.line_payloads import Coverage, IntegrationStep, MeasuredAt
 from harness.vocab.outcomes import Remeasure
 from harness.reporting.analysis.history import MAX_LISTED
 from harness.reporting.analysis.summary import margin_text
