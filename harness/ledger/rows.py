@@ -6,7 +6,8 @@ Every reader of a ledger gets these (``ledger.format.read_rows``, ``Ledger.rows`
 ``Ledger.append`` builds one from the fields it is given, so a writer cannot put a field in a
 row that no class declares: a misspelt or undeclared field is refused before anything is
 written. The values of nested fields (``metrics``, ``timing``, ``env``, ``config``, ``gate``
-...) stay the JSON objects they were written as; docs/contracts.md#rows lists them.
+...) stay the JSON objects they were written as; docs/contracts.md#rows lists them, and
+ledger/payloads.py and ledger/line_payloads.py read them as typed objects.
 
 Format history (``schema``, every row's ledger schema, ``ledger.format.LEDGER_SCHEMA``):
 
