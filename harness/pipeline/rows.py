@@ -3,6 +3,7 @@ a hollow baseline's rows, and the rows of a config that crashed or took its work
 
 from __future__ import annotations
 
+import copy
 import traceback
 
 from harness.vocab.outcomes import INCORRECT
@@ -23,12 +24,34 @@ TRACEBACK_FRAMES = 6
 TOLERANCE_TAGS = frozenset({"mismatch"})
 
 
+class _ConfigPairs:
+    """The shared fields of the config being run, per candidate: its stages build a pair's rows
+    several times (a rejection, a skip, a result), and the fields (the kernels' sources hashed
+    among them) are computed once per config. One config at a time: a new config, or a new
+    sweep's context, starts afresh."""
+
+    def __init__(self):
+        self.ctx, self.key, self.fields = None, None, {}
+
+    def of(self, cfg: Config, candidate: str, ctx: SweepContext) -> dict:
+        key = cfg.key()
+        if self.ctx is not ctx or self.key != key:
+            self.ctx, self.key, self.fields = ctx, key, {}
+        if candidate not in self.fields:
+            self.fields[candidate] = {
+                "config": cfg.as_dict(), "config_key": key, "candidate": candidate, "baseline": ctx.reg.baseline,
+                "ceilings_ref": ceilings_ref(ctx.ceilings),
+                "kernel_sources": {"candidate": kernel_source(get_kernel(candidate), ctx.root),
+                                   "baseline": kernel_source(get_kernel(ctx.reg.baseline), ctx.root)}}
+        return copy.deepcopy(self.fields[candidate])  # each row its own objects
+
+
+_PAIRS = _ConfigPairs()
+
+
 def base_row(cfg: Config, candidate: str, ctx: SweepContext) -> dict:
-    """The fields of every outcome row of a (config, candidate) pair."""
-    return {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": candidate, "baseline": ctx.reg.baseline,
-            "ceilings_ref": ceilings_ref(ctx.ceilings),
-            "kernel_sources": {"candidate": kernel_source(get_kernel(candidate), ctx.root),
-                               "baseline": kernel_source(get_kernel(ctx.reg.baseline), ctx.root)}}
+    """The fields of every outcome row of a (config, candidate) pair (computed once per config)."""
+    return _PAIRS.of(cfg, candidate, ctx)
 
 
 def ceilings_ref(row: dict | None) -> dict | None:
