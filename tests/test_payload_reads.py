@@ -24,6 +24,8 @@ ALLOWLIST = {
     "harness/ledger/line_payloads.py": "the payload module of a line's own rows (as payloads.py)",
     "harness/ledger/format.py": "the on-disk format: a raw record's schema before it is typed",
     "harness/registration/schema.py": "reads a registration's TOML tables, no row",
+    "harness/registration/sections.py": "reads a registration's TOML tables, no row",
+    "harness/registration/cross_checks.py": "reads a registration's TOML tables, no row",
     "harness/execution/devicelock.py": "reads the device lock file's JSON, no row",
     "harness/provenance/code.py": "reads an installed distribution's direct_url.json, no row",
     "harness/pycache.py": "reads the environment, no row",

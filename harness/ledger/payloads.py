@@ -69,7 +69,7 @@ def by_role(d: Any, role: str):
     return d.get(role) if isinstance(d, Mapping) else None
 
 
-def each(cls: type, items: Any) -> list:
+def each(cls: Any, items: Any) -> list:
     """``cls.from_row`` of each object in a row's list (none where it holds no list)."""
     return [cls.from_row(d) for d in items] if isinstance(items, list) else []
 

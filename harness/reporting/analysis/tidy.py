@@ -83,10 +83,10 @@ def replicate_text(rep: dict | None) -> str | None:
     if not rep:
         return None
 
-    rep = Replicate.from_row(rep)
-    of = "before the verdict" if rep.of is None else f"of verdict row {rep.of}"
-    other = ", another stack" if rep.stack == "other" else ""
-    return f"{of}, {instance_text(rep.instance or {})}, {rep.at} commit{other}"
+    held = Replicate.from_row(rep)
+    of = "before the verdict" if held.of is None else f"of verdict row {held.of}"
+    other = ", another stack" if held.stack == "other" else ""
+    return f"{of}, {instance_text(held.instance or {})}, {held.at} commit{other}"
 
 
 def tidy_frame(rows):
