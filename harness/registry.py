@@ -23,7 +23,7 @@ import pkgutil
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypedDict, Unpack
 
 from harness import KERNELS_PACKAGE
 from harness.errors import UserError
@@ -127,23 +127,48 @@ def check_name(name: str, what: str = "kernel name") -> str:
     return name
 
 
-def kernel(name: str, *, workloads, dtypes, devices=("cpu", "cuda"), memory=None, first_call_memory=None,
-           requires=(), install: str = "", available=None, supports=None, numerics=None, describe=None,
-           description: str = ""):
-    """Register ``fn`` as a kernel under ``name``; a second kernel with the same name is an error."""
+class KernelOptions(TypedDict, total=False):
+    """``@kernel``'s optional keywords, each a ``KernelSpec`` field of the same name."""
+
+    devices: tuple[str, ...] | list[str]
+    memory: Callable | None
+    first_call_memory: Callable | None
+    requires: tuple[str, ...] | list[str]
+    install: str
+    available: Callable | None
+    supports: Callable | None
+    numerics: dict | None
+    describe: Callable | None
+    description: str
+
+
+# What ``@kernel`` fills in for an option not given.
+KERNEL_DEFAULTS: KernelOptions = {"devices": ("cpu", "cuda"), "requires": (), "install": "", "description": ""}
+
+
+def kernel(name: str, *, workloads, dtypes, **options: Unpack[KernelOptions]):
+    """Register ``fn`` as a kernel under ``name``; a second kernel with the same name is an error.
+
+    ``options``: the optional ``KernelSpec`` fields (``KernelOptions``); any other keyword is
+    refused, so a misspelt one (``require=``) never registers a kernel without it."""
 
     check_name(name, "@kernel")
+    unknown = sorted(set(options) - set(KernelOptions.__annotations__))
+    if unknown:
+        raise UserError(f"@kernel {name!r}: unknown option {', '.join(map(repr, unknown))} (known: workloads, dtypes, "
+                        f"{', '.join(KernelOptions.__annotations__)}): see docs/kernels.md")
+    opt: dict = {**KERNEL_DEFAULTS, **options}
 
     def wrap(fn):
         src = inspect.getsourcefile(fn) or "<unknown>"
         if name in _REGISTRY and _REGISTRY[name].source != src:
             raise UserError(f"kernel '{name}' is registered twice ({_REGISTRY[name].source} and {src}): rename one")
         _REGISTRY[name] = KernelSpec(
-            name=name, fn=fn, workloads=tuple(workloads), dtypes=tuple(dtypes), devices=tuple(devices),
-            source=src, description=description or (inspect.getdoc(fn) or "").split("\n")[0],
-            memory=memory, first_call_memory=first_call_memory, requires=tuple(requires), install=install,
-            available=available, supports=supports,
-            numerics=dict(numerics or {}), describe=describe)
+            name=name, fn=fn, workloads=tuple(workloads), dtypes=tuple(dtypes), devices=tuple(opt["devices"]),
+            source=src, description=opt["description"] or (inspect.getdoc(fn) or "").split("\n")[0],
+            memory=opt.get("memory"), first_call_memory=opt.get("first_call_memory"),
+            requires=tuple(opt["requires"]), install=opt["install"], available=opt.get("available"),
+            supports=opt.get("supports"), numerics=dict(opt.get("numerics") or {}), describe=opt.get("describe"))
         return fn
 
     return wrap

@@ -168,10 +168,10 @@ def test_the_terminal_bar_shows_the_phase_the_tally_and_the_eta(capsys):
 
 
 def test_the_scheduler_hands_each_phase_a_slot_reports_to_the_progress():
-    """`schedule(on_phase=...)`: the hook the bar's phase comes from, per config key, in order."""
+    """`ScheduleHooks(on_phase=...)`: the hook the bar's phase comes from, per config key, in order."""
     from types import SimpleNamespace
 
-    from harness.execution.executor import Done, Executor, Phase, SlotInfo, schedule
+    from harness.execution.executor import Done, Executor, Phase, ScheduleHooks, SlotInfo, schedule
 
     class Scripted(Executor):
         can_kill = False
@@ -200,7 +200,7 @@ def test_the_scheduler_hands_each_phase_a_slot_reports_to_the_progress():
     heard, written = [], []
     tasks = [_task(32), _task(64)]
     ctx = SimpleNamespace(reg=SimpleNamespace(timing=SimpleNamespace(watchdog_s=60.0, timeout_s=60.0)))
-    assert schedule(Scripted(), [{"device": "cpu"}], tasks, ctx, on_config=lambda t, rows: written.append(t),
-                    on_phase=lambda key, ph: heard.append((key, ph)))
+    assert schedule(Scripted(), [{"device": "cpu"}], tasks, ctx,
+                    ScheduleHooks(lambda t, rows: written.append(t), on_phase=lambda key, ph: heard.append((key, ph))))
     keys = [t.config.key() for t in tasks]
     assert heard == [(k, ph) for k in keys for ph in ("gate", "timing", "check")] and written == tasks

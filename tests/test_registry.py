@@ -175,3 +175,29 @@ def test_an_installed_bench_loads_its_kernels_through_its_own_entry_point(tmp_pa
     assert seen["package"] == str(site / "bench_kernels" / "__init__.py"), seen
     source, distribution = seen["kernels"]["torch_stack"]
     assert source == str(site / "bench_kernels" / "torch_stack.py") and distribution is None, seen
+
+
+def test_a_misspelt_kernel_option_is_refused_naming_the_known_ones():
+    """@kernel's optional keywords are KernelSpec's fields: `require=` (for `requires=`) is
+    refused before anything registers, not silently dropped."""
+    from harness import registry
+
+    with pytest.raises(UserError, match=r"unknown option 'require' .*requires.*docs/kernels.md"):
+        kernel("misspelt_option_probe", workloads=("attention",), dtypes=("float32",), require=("cupy",))
+    assert "misspelt_option_probe" not in registry._REGISTRY
+
+
+def test_kernel_options_reach_the_spec_and_defaults_fill_the_rest():
+    from harness import registry
+
+    def fn(q, k, v, out, *, causal, scale):
+        """first line of the docstring"""
+
+    kernel("options_probe", workloads=("attention",), dtypes=("float32",), requires=("cupy",),
+           install="pip install cupy")(fn)
+    try:
+        spec = registry._REGISTRY["options_probe"]
+        assert (spec.devices, spec.requires, spec.install, spec.description, spec.numerics, spec.memory) == \
+            (("cpu", "cuda"), ("cupy",), "pip install cupy", "first line of the docstring", {}, None)
+    finally:
+        del registry._REGISTRY["options_probe"]

@@ -28,7 +28,7 @@ from harness.execution.select import make_executor
 from harness.commands.profile import require_profiler, verify_pass
 from harness.commands.ceilings import CEILINGS_LEDGER, is_committed, require_committable, stored_or_measured
 from harness.execution.devicelock import device_lock
-from harness.execution.executor import Job, call, schedule
+from harness.execution.executor import Job, ScheduleHooks, call, schedule
 from harness.vocab.devices import device_key, model
 from harness.pipeline.rows import baseline_gate_failure
 from harness.governance.reductio import before_sweep
@@ -283,8 +283,10 @@ def _run_configs(line: Line, executor, ctx: SweepContext, guard: Interrupts, run
     on_phase = progress.phase if progress else None
     guard.patient = True  # configs run from here: a first Ctrl-C lets those in flight finish
     first_why = "re-measured (bench sweep --remeasure)" if run.again else "re-measured"
-    run.finished = finished = schedule(executor, envs, tasks, ctx, on_config=on_config(first_why, run.first_pass),
-                                       stopping=guard.stopping, on_start=on_start, on_phase=on_phase)
+    def hooks(on_done) -> ScheduleHooks:
+        return ScheduleHooks(on_done, on_start=on_start, on_phase=on_phase, stopping=guard.stopping)
+
+    run.finished = finished = schedule(executor, envs, tasks, ctx, hooks(on_config(first_why, run.first_pass)))
     # Rig-noisy pairs are measured again later in the sweep (the rig may have quietened),
     # up to NOISY_REMEASURES times; the fresh rows supersede the noisy ones. A line that
     # counts noisy results (include_noisy) has them decided already.
@@ -300,8 +302,7 @@ def _run_configs(line: Line, executor, ctx: SweepContext, guard: Interrupts, run
             break
         run.remeasured += len(by_cfg)
         why = f"rig-noisy, measured again ({attempt + 1} of {NOISY_REMEASURES})"
-        run.finished = finished = schedule(executor, envs, list(by_cfg.values()), ctx, on_config=on_config(why),
-                                           stopping=guard.stopping, on_start=on_start, on_phase=on_phase)
+        run.finished = finished = schedule(executor, envs, list(by_cfg.values()), ctx, hooks(on_config(why)))
         if not finished:
             break
 

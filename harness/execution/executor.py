@@ -137,90 +137,116 @@ class _ConfigState:
     rows: list = field(default_factory=list)  # (Outcome, slot env)
 
 
-def schedule(executor: Executor, envs: list[dict], tasks: list[Task], ctx: SweepContext, *,
-             on_config: Callable[[Task, list[tuple[Outcome, dict]]], None],
-             on_start: Callable[[Task], None] | None = None,
-             on_phase: Callable[[str, str], None] | None = None,
-             stopping: Callable[[], bool] = lambda: False,
+@dataclass(frozen=True)
+class ScheduleHooks:
+    """What the scheduler tells its caller: ``on_config(task, [(outcome, env)])`` receives every
+    config's rows once it is complete; ``on_start(task)`` hears a config begin and
+    ``on_phase(config_key, phase)`` each phase a slot reports (the sweep's progress); after
+    ``stopping()`` turns true, no new config starts and the ones in flight finish."""
+
+    on_config: Callable[[Task, list[tuple[Outcome, dict]]], None]
+    on_start: Callable[[Task], None] | None = None
+    on_phase: Callable[[str, str], None] | None = None
+    stopping: Callable[[], bool] = lambda: False
+
+
+def schedule(executor: Executor, envs: list[dict], tasks: list[Task], ctx: SweepContext, hooks: ScheduleHooks, *,
              clock: Callable[[], float] = time.monotonic) -> bool:
-    """Run ``tasks`` on the executor's slots; returns False if stopped before all were done.
+    """Run ``tasks`` on the executor's slots (``hooks``: what the caller hears); returns False
+    if stopped before all were done."""
+    return _Schedule(executor, list(envs), tasks, ctx, hooks, clock).run()
 
-    ``on_config(task, [(outcome, env)])`` receives every config's rows once it is complete;
-    after ``stopping()`` turns true, no new config starts, the ones in flight finish;
-    ``on_phase(config_key, phase)`` hears each phase a slot reports (the sweep's progress).
-    """
-    policy = ctx.reg.timing
-    queue = collections.deque((t.config.key(), t) for t in tasks)
-    configs = {t.config.key(): _ConfigState(t) for t in tasks}
-    running: dict[int, _Running] = {}
-    envs = list(envs)
-    next_job = 0
-    retried: set[str] = set()  # configs whose job was lost once before it began (see _fault)
 
-    def finish_part(key, rows):
-        st = configs[key]
+class _Schedule:
+    """One ``schedule`` call's state: the queue of config parts, the configs begun, the job on
+    each slot."""
+
+    def __init__(self, executor: Executor, envs: list[dict], tasks: list[Task], ctx: SweepContext,
+                 hooks: ScheduleHooks, clock: Callable[[], float]):
+        self.executor, self.envs, self.ctx, self.hooks, self.clock = executor, envs, ctx, hooks, clock
+        self.queue = collections.deque((t.config.key(), t) for t in tasks)
+        self.configs = {t.config.key(): _ConfigState(t) for t in tasks}
+        self.running: dict[int, _Running] = {}
+        self.next_job = 0
+        self.retried: set[str] = set()  # configs whose job was lost once before it began (see _fault)
+
+    def run(self) -> bool:
+        policy = self.ctx.reg.timing
+        while True:
+            self._fill_slots()
+            if not self.running:
+                return not self.queue
+            events = self.executor.poll(_next_wait(self.running, policy, self.clock, self.executor.can_kill))
+            # Deadlines are judged as of this poll: a replace below can take a worker's start-up
+            # time, during which the other slots' phase reports wait undrained in their pipes.
+            polled = self.clock()
+            for ev in events:
+                self._event(ev)
+            if self.executor.can_kill:
+                self._watchdog(polled, policy)
+
+    def finish_part(self, key, rows) -> None:
+        st = self.configs[key]
         st.rows.extend(rows)
         st.pending -= 1
-        if st.pending == 0 and not any(k == key for k, _ in queue):
-            on_config(st.task, st.rows)
-            del configs[key]
+        if st.pending == 0 and not any(k == key for k, _ in self.queue):
+            self.hooks.on_config(st.task, st.rows)
+            del self.configs[key]
 
-    while True:
-        for slot in range(len(envs)):
-            if slot in running:
+    def _next_part(self) -> int | None:
+        for i, (key, _) in enumerate(self.queue):
+            # Once stopping, only the remaining parts of configs already begun still run.
+            if not self.hooks.stopping() or self.configs[key].begun:
+                return i
+        return None
+
+    def _fill_slots(self) -> None:
+        for slot in range(len(self.envs)):
+            if slot in self.running:
                 continue
-            pick = None
-            for i, (key, task) in enumerate(queue):
-                # Once stopping, only the remaining parts of configs already begun still run.
-                if not stopping() or configs[key].begun:
-                    pick = i
-                    break
+            pick = self._next_part()
             if pick is None:
-                break
-            key, task = queue[pick]
-            del queue[pick]
-            st = configs[key]
+                return
+            key, task = self.queue[pick]
+            del self.queue[pick]
+            st = self.configs[key]
             st.pending += 1
             if not st.begun:
                 st.begun = True
-                if on_start:
-                    on_start(st.task)
-            running[slot] = _Running(key, task, next_job, since=clock())
-            executor.submit(slot, Job(next_job, "config", task, ctx))
-            next_job += 1
-        if not running:
-            return not queue
-        events = executor.poll(_next_wait(running, policy, clock, executor.can_kill))
-        # Deadlines are judged as of this poll: a replace below can take a worker's start-up
-        # time, during which the other slots' phase reports wait undrained in their pipes.
-        polled = clock()
-        for ev in events:
-            run = running.get(ev.slot)
-            if isinstance(ev, Lost) and (run is None or ev.job != run.job):
-                envs[ev.slot] = executor.replace(ev.slot)[1].env  # an idle worker died: start another
-                continue
-            if run is None or ev.job != run.job:
-                continue
-            if isinstance(ev, Phase):
-                run.kernels, run.phase, run.since = ev.kernels, ev.phase, clock()
-                if on_phase:
-                    on_phase(run.key, ev.phase)
-            elif isinstance(ev, Done):
-                del running[ev.slot]
-                finish_part(run.key, [(o, envs[ev.slot]) for o in ev.result])
-            elif isinstance(ev, Lost):
-                del running[ev.slot]
-                _fault(run, ev, ctx, envs[ev.slot], queue, finish_part, retried)
-                envs[ev.slot] = executor.replace(ev.slot)[1].env
-        if executor.can_kill:
-            for slot, run in list(running.items()):
-                limit = phase_limit(run.phase, policy)
-                if polled - run.since > limit:
-                    del running[slot]
-                    what = f"{run.phase} of {', '.join(run.kernels)}" if run.kernels else (run.phase or "start")
-                    lost, info = executor.replace(slot, f"watchdog after {limit:g} s in {what}")
-                    _fault(run, lost, ctx, envs[slot], queue, finish_part, retried)
-                    envs[slot] = info.env
+                if self.hooks.on_start:
+                    self.hooks.on_start(st.task)
+            self.running[slot] = _Running(key, task, self.next_job, since=self.clock())
+            self.executor.submit(slot, Job(self.next_job, "config", task, self.ctx))
+            self.next_job += 1
+
+    def _event(self, ev) -> None:
+        run = self.running.get(ev.slot)
+        if isinstance(ev, Lost) and (run is None or ev.job != run.job):
+            self.envs[ev.slot] = self.executor.replace(ev.slot)[1].env  # an idle worker died: start another
+            return
+        if run is None or ev.job != run.job:
+            return
+        if isinstance(ev, Phase):
+            run.kernels, run.phase, run.since = ev.kernels, ev.phase, self.clock()
+            if self.hooks.on_phase:
+                self.hooks.on_phase(run.key, ev.phase)
+        elif isinstance(ev, Done):
+            del self.running[ev.slot]
+            self.finish_part(run.key, [(o, self.envs[ev.slot]) for o in ev.result])
+        elif isinstance(ev, Lost):
+            del self.running[ev.slot]
+            _fault(run, ev, self.ctx, self.envs[ev.slot], self.queue, self.finish_part, self.retried)
+            self.envs[ev.slot] = self.executor.replace(ev.slot)[1].env
+
+    def _watchdog(self, polled: float, policy) -> None:
+        for slot, run in list(self.running.items()):
+            limit = phase_limit(run.phase, policy)
+            if polled - run.since > limit:
+                del self.running[slot]
+                what = f"{run.phase} of {', '.join(run.kernels)}" if run.kernels else (run.phase or "start")
+                lost, info = self.executor.replace(slot, f"watchdog after {limit:g} s in {what}")
+                _fault(run, lost, self.ctx, self.envs[slot], self.queue, self.finish_part, self.retried)
+                self.envs[slot] = info.env
 
 
 def phase_limit(phase: str | None, policy) -> float:

@@ -306,7 +306,8 @@ def check_call(fn, cfg: Config, inputs, out, pristine, *, tol: Tolerance, memo: 
                **judge) -> Checked:
     """The check sequence on ``inputs`` (q, k, v): ``call_checks`` → ``check_output``
     (reference, compare, judge; ``judge``: its other keywords, a given ``ref`` among them)."""
-    c = call_checks(fn, cfg, *inputs, out, pristine)
+    q, k, v = inputs
+    c = call_checks(fn, cfg, q, k, v, out, pristine)
     if c.tag:
         return c
     return check_output(c.visible, pristine, cfg, atol=tol.atol, rtol=tol.rtol, memo=memo, **judge)

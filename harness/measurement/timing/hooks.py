@@ -53,11 +53,11 @@ class CallHooks:
 
     def spots(self, name: str) -> bool:
         """Whether arm ``name`` has a spot hook (its measured calls are drawn among)."""
-        return bool(self.spot) and name in self.spot
+        return self.spot is not None and name in self.spot
 
     def keeps(self, name: str) -> bool:
         """Whether arm ``name`` keeps the output of a refreshed call."""
-        return bool(self.keep_refreshed) and name in self.keep_refreshed
+        return self.keep_refreshed is not None and name in self.keep_refreshed
 
 
 NO_HOOKS = CallHooks()

@@ -135,7 +135,7 @@ class Measurement:
 
     arms: dict[str, ArmResult]         # never mutated; insertion order = arm order
     rounds: tuple[Round, ...]
-    stop_reason: str
+    stop_reason: str | None
     mode: str                          # requested
     effective_mode: str                # "host" on the CPU
     n_slots: int

@@ -150,14 +150,14 @@ def _clock_check(st: MeasureState, timer: Timer, kept_idx: list[int]) -> tuple[d
             kept = [st.clocks[i][n] for i in clock_ok
                     if n in st.clocks[i] and not (n in st.calls[i] and st.calls[i][n].waited)]
             check[n] = clock_gap_us(kept) | {"max_over_us_all": clock_gap_us(every)["max_over_us"]}
-            why = clock_disagreement(every, timer.clock_slack_ms, timer.clock_resolution_ms, kept)
+            why = clock_disagreement(every, getattr(timer, "clock_slack_ms"), getattr(timer, "clock_resolution_ms"), kept)
             if why is not None:
                 faults.setdefault(n, []).append(why)
     for n in st.names:
-        kept = [st.calls[i][n] for i in kept_idx if n in st.calls[i]]
-        if not kept:
+        calls = [st.calls[i][n] for i in kept_idx if n in st.calls[i]]
+        if not calls:
             continue
-        cpu, wall = statistics.median(c.cpu_ms for c in kept), statistics.median(c.wall_ms for c in kept)
+        cpu, wall = statistics.median(c.cpu_ms for c in calls), statistics.median(c.wall_ms for c in calls)
         check.setdefault(n, {})["cpu_over_wall_us"] = (cpu - wall) * 1e3
         allowed = CPU_OVER_WALL_SLACK_MS + CPU_OVER_WALL_RATE * wall
         if cpu > wall + allowed:
