@@ -143,3 +143,14 @@ def test_the_layer_test_sees_an_upward_lazy_import(tmp_path):
     table = layers()
     assert layer_of(target, table)[1] > layer_of("harness.vocab.probe", table)[1]
 
+
+
+# docs/architecture.md draws the tree and the layer list this test reads: short enough to read
+# in one sitting (issue 49).
+ARCHITECTURE_MAX_LINES = 250
+
+
+def test_the_architecture_page_stays_short():
+    lines = (REPO / "docs" / "architecture.md").read_text().splitlines()
+    assert len(lines) <= ARCHITECTURE_MAX_LINES, \
+        f"docs/architecture.md is {len(lines)} lines (> {ARCHITECTURE_MAX_LINES}): tighten it or move detail to its own page"

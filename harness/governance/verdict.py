@@ -43,7 +43,7 @@ from harness.ledger.payloads import Amdahl, Metrics, OpShare
 from harness.governance.line import Line
 from harness.vocab.devices import stack_text
 from harness.vocab.outcomes import (FAILING_KINDS, MISSING_KINDS, PROFILE, RESULT, VERDICT, current_rows,
-                                         UNSUPPORTED, coverage, decided, kernel_failed, latest_outcomes, measured_on,
+                                         UNSUPPORTED, coverage, kernel_failed, latest_outcomes, measured_on,
                                          outcome_key, places, remeasures, state_of)
 from harness.registration.bar import INTEGRATION_FLAG, PEERS_KEY, UNCOMPARED_KEY, uncompared_rows
 from harness.governance.peers import OTHER_RUN, peer_speedups

@@ -19,7 +19,8 @@ from harness.measurement import clockguard
 from harness.measurement.correctness.results import CLOCK_TAMPERED, InputCase, Tolerance
 from harness.measurement.timing.results import arm_name
 from harness.pipeline import phase
-from harness.pipeline.context import RECHECK_SEED_OFFSET, Failure, Outcome
+from harness.pipeline.context import Failure, Outcome
+from harness.workloads.seeds import RECHECK_SEED_OFFSET
 from harness.pipeline.rows import base_row, baseline_failed
 from harness.pipeline.timed import Timed
 from harness.measurement.correctness.after_timing import check_timed_output, recheck_in_place

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from harness.workloads import Config
 # The stages' seed offsets live in workloads/seeds.py; the stages read them from here.
-from harness.workloads.seeds import RECHECK_SEED_OFFSET, TIMING_SEED_OFFSET
 
 if TYPE_CHECKING:
     from harness.registration.schema import Registration

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from harness.measurement.timing.results import arm_name
 from harness.pipeline import phase
-from harness.pipeline.context import TIMING_SEED_OFFSET, refresh_seed, spot_seed
+from harness.pipeline.context import refresh_seed, spot_seed
+from harness.workloads.seeds import TIMING_SEED_OFFSET
 from harness.pipeline.gate import Gated
 from harness.measurement.correctness.poison import poison_
 from harness.measurement.leftover import TimedWatch

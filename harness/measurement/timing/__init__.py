@@ -72,7 +72,7 @@ __all__ = [
     "CLOCK_SETTLE_TOLERANCE", "REFERENCE_MIN_FRACTION", "TIME_EPS_S", "WAIT_REASON", "WARMUP_MAX_EXTENSIONS",
     "WARMUP_MIN_ROUNDS",
     "WARMUP_SETTLE_MAX_EXTENSIONS", "measure", "CallHooks",
-    "ARM_BASELINE", "ARM_CANDIDATE", "ARM_CONTROL", "STOP_REASONS", "ArmResult", "Measurement", "Round",
+    "ARM_BASELINE", "ARM_CANDIDATE", "ARM_CONTROL", "STOP_REASONS", "ArmClock", "ArmResult", "Measurement", "Round",
     # sustained mode
     "BATCH_S", "MAX_BATCH", "MIN_CALLS", "TIMED_S", "WARM_S", "SustainBudget", "Sustained", "rates", "sustain",
     # empty window

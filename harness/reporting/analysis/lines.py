@@ -20,7 +20,7 @@ from harness.ledger.line_payloads import RegistrationSummary
 from harness.vocab.outcomes import latest_outcomes
 from harness.ledger.format import ledger_path, read_rows
 from harness.ledger.store import missing_ledgers
-from harness.ledger.verify import verify, verify_refusal
+from harness.ledger.verify import verify_refusal
 from harness.reporting.analysis.verify_cache import cached_verify
 
 

@@ -13,7 +13,6 @@ from harness.reporting.analysis.replication import replication_view
 from harness.reporting.analysis.lines import LineView, device_label, line_paths
 from harness.ledger.format import read_rows
 from harness.ledger.line_payloads import MeasuredAt
-from harness.ledger.verify import verify
 from harness.reporting.analysis.history import index, line_history
 from harness.vocab.outcomes import Remeasure, remeasures, resweeps
 from harness.reporting.analysis.verify_cache import cached_verify, read_extra, write_extra

@@ -98,8 +98,8 @@ def render_comparison(cmp: Comparison, threshold: float | None, notes=(), next_r
     caller's notes, then with ``next_run`` (a ``nextrun.Coverage``) its lines."""
     c = console()
     c.print(fit(comparison_table(cmp, threshold)))
-    for note in [*comparison_notes(cmp), *notes]:
-        c.print(f"  note: {note}", markup=False)
+    for text in [*comparison_notes(cmp), *notes]:
+        c.print(f"  note: {text}", markup=False)
     for text in next_run_lines(next_run) if next_run is not None else ():
         c.print(text, markup=False)
 

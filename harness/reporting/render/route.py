@@ -91,8 +91,8 @@ def render_route(table: RouteTable, js: Path, py: Path, notes=()) -> None:
     """The routes, the caller's notes, and where the files went."""
     c = console()
     c.print(fit(route_table(table)))
-    for note in notes:
-        c.print(f"  note: {note}", markup=False)
+    for text in notes:
+        c.print(f"  note: {text}", markup=False)
     c.print(f"wrote {js} and {py} (import it: choose(workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal))")
 
 
