@@ -136,7 +136,7 @@ def test_a_supersedes_row_that_rerolls_a_decided_outcome_fails_verification(repo
     monkeypatch.chdir(repo)
     gl.register("tiny", env={"host": "test"})
     led = Ledger(repo, "tiny")
-    failed = outcome(led, "incorrect", "a", role="candidate", tag="gate", reason="wrong")
+    failed = outcome(led, "incorrect", "a", role="candidate", tag="mismatch", reason="wrong")
     noisy = outcome(led, "skipped", "b", reason="could not be judged")
     elsewhere = outcome(led, "result", "c", commit="d" * 40, metrics={}, rig_noisy=False)
     at = {"commit": "c" * 40, "env": CPU}

@@ -48,7 +48,7 @@ def test_a_quiet_host_gets_the_rows_own_reason_not_the_host():
 
 
 def test_one_usable_pair_is_enough():
-    rows = [_skipped("k0", 10, 9), _row("incorrect", "k1", role="candidate", tag="gate_x", reason="wrong")]
+    rows = [_skipped("k0", 10, 9), _row("incorrect", "k1", role="candidate", tag="mismatch", reason="wrong")]
     assert nothing_usable(rows, include_noisy=False, max_waited=0.25, line="l") is None
     assert nothing_usable([], include_noisy=False, max_waited=0.25, line="l") is None
 
