@@ -25,6 +25,8 @@ import dataclasses
 import math
 import statistics
 
+from harness.ledger.line_payloads import InSitu, Probe, StepCheck
+from harness.ledger.payloads import Metrics
 from harness.registration import integration as amdahl
 from harness.registration.bar import reduce
 from harness.vocab.metrics import step_metrics
@@ -63,22 +65,21 @@ def _close(out, ref, atol: float, rtol: float) -> dict:
             "why": None if fig.passed else fig.summary()}
 
 
-def _probe(rows, key: str | None, cand: str) -> dict:
+def _probe(rows, key: str | None, cand: str) -> Probe:
     """The kernel grid's result at the step's attention shape (``key``): probe ms of the
     candidate and the baseline, and the speedup; else its geomean speedup over the grid."""
     results = [r for r in current_rows(rows) if r.kind == RESULT and r.candidate == cand and not is_replicate(r)]
     at = [r for r in results if r.config_key == key] if key else []
     if at:
-        m = at[-1].metrics
-        return {"config_key": key, "source": "the grid row at the step's attention shape", "speedup": m["speedup"],
-                "ms": m["interleaved_ms"], "baseline_ms": m["baseline_ms"]}
-    speedups = [r.metrics["speedup"] for r in results if r.metrics and r.metrics.get("speedup")]
+        m = Metrics.from_row(at[-1].metrics)
+        return Probe(config_key=key, source="the grid row at the step's attention shape", speedup=m.speedup,
+                     ms=m.interleaved_ms, baseline_ms=m.baseline_ms)
+    speedups = [s for r in results if r.metrics and (s := Metrics.from_row(r.metrics).speedup)]
     if not speedups:
-        return {"config_key": key, "source": "no result row of the candidate", "speedup": None, "ms": None,
-                "baseline_ms": None}
+        return Probe(config_key=key, source="no result row of the candidate")
     g = reduce("geomean", speedups)
-    return {"config_key": None, "source": f"geomean speedup over {len(speedups)} grid rows (no row at the step's "
-            f"attention shape {key})", "speedup": g, "ms": None, "baseline_ms": None}
+    return Probe(source=f"geomean speedup over {len(speedups)} grid rows (no row at the step's attention shape "
+                        f"{key})", speedup=g)
 
 
 def _shape_key(reg, shapes: list[tuple]) -> str | None:
@@ -89,7 +90,17 @@ def _shape_key(reg, shapes: list[tuple]) -> str | None:
     return Config(reg.workload, b, h, hkv, n, d, dt, causal).key()
 
 
-def _insitu(run, fn, device: str) -> dict:
+@dataclasses.dataclass(frozen=True)
+class _Timed:
+    """One kernel's hook calls timed in situ: the figures its row keeps (``record``), and the
+    attention shapes the calls had and the timer that timed them."""
+
+    record: InSitu
+    shapes: list
+    timer: str
+
+
+def _insitu(run, fn, device: str) -> _Timed:
     """Each hook call of INSITU_STEPS steps timed: per-call median, calls and op ms per step."""
     with use_kernel(fn):
         for _ in range(INSITU_WARMUP_STEPS):
@@ -101,9 +112,8 @@ def _insitu(run, fn, device: str) -> dict:
             run()
             per_step.append(sum(timer.ms[before:]))
     calls = len(timer.ms) // INSITU_STEPS if timer.ms else 0
-    return {"call_ms": statistics.median(timer.ms) if timer.ms else None, "calls_per_step": calls,
-            "op_ms_per_step": statistics.median(per_step), "steps": INSITU_STEPS, "shapes": timer.shapes,
-            "timer": timer.what}
+    return _Timed(InSitu(call_ms=statistics.median(timer.ms) if timer.ms else None, calls_per_step=calls,
+                         op_ms_per_step=statistics.median(per_step), steps=INSITU_STEPS), timer.shapes, timer.what)
 
 
 def run(reg, device: str, rows) -> list[dict]:
@@ -140,13 +150,14 @@ class _Steps:
 def _run(reg, device: str, rows) -> list[dict]:
     st = _gated_steps(reg, device, rows)
     gates = st.gates
-    if not gates[reg.baseline]["ok"]:
+    checks = {name: StepCheck.from_row(g) for name, g in gates.items()}
+    if not checks[reg.baseline].ok:
         return [st.row(c, correct=False, gate={**st.tol, "baseline": gates[reg.baseline]},
-                       error=f"the baseline's step fails the float64 check ({gates[reg.baseline]['why']}): "
+                       error=f"the baseline's step fails the float64 check ({checks[reg.baseline].why}): "
                              f"nothing was timed") for c in reg.candidates]
-    passing = [c for c in reg.candidates if gates[c]["ok"]]
+    passing = [c for c in reg.candidates if checks[c].ok]
     out = {c: st.row(c, correct=False, gate={**st.tol, "candidate": gates[c], "baseline": gates[reg.baseline]},
-                     error=f"the candidate's step fails the float64 check ({gates[c]['why']}): not timed")
+                     error=f"the candidate's step fails the float64 check ({checks[c].why}): not timed")
            for c in reg.candidates if c not in passing}
     if passing:
         out.update(_timed_rows(st, passing))
@@ -214,34 +225,34 @@ def _timed_rows(st: _Steps, passing: list[str]) -> dict:
     return out
 
 
-def _step_row(st: _Steps, c: str, m, timing: dict, situ_b: dict) -> dict:
+def _step_row(st: _Steps, c: str, m, timing: dict, situ_b: _Timed) -> dict:
     """A timed candidate's row: its step gain, in-situ figures, the probe's prediction, Amdahl."""
     reg, spec = st.reg, st.reg.integration
     b_ms = m.arms[ARM_BASELINE].stats.median
     ratio, ratio_lo, _ = m.speedup(candidate=arm_name(c))
-    share = situ_b["op_ms_per_step"] / b_ms if b_ms > 0 else None
-    key = _shape_key(reg, situ_b["shapes"])
+    sb = situ_b.record
+    share = sb.op_ms_per_step / b_ms if b_ms > 0 else None
+    key = _shape_key(reg, situ_b.shapes)
     situ = _insitu(st.steps[c], st.kernels[c], st.device)
+    sc = situ.record
     probe = _probe(st.rows, key, c)
-    s = probe["speedup"]
-    t_op = situ_b["op_ms_per_step"]
+    s = probe.speedup
+    t_op = sb.op_ms_per_step
     predicted = (b_ms / (b_ms - t_op * (1 - 1 / s)) - 1) if s and b_ms > t_op * (1 - 1 / s) else None
     gain = ratio - 1 if math.isfinite(ratio) else None
-    used = ({"value": spec.op_share, "source": f"stated: {spec.op_share_source}"}
-            if spec.op_share is not None else
-            {"value": share, "source": "measured: the baseline's in-situ op time over its step time"})
+    used_share = spec.op_share if spec.op_share is not None else share
+    used = {"value": used_share, "source": (f"stated: {spec.op_share_source}" if spec.op_share is not None else
+                                            "measured: the baseline's in-situ op time over its step time")}
     metrics = step_metrics({
         "step_ms": m.arms[arm_name(c)].stats.median, "step_baseline_ms": b_ms, "step_control": m.control_ratio,
         "step_gain": gain, "step_gain_predicted": predicted, "op_share": share,
-        "insitu_ms": situ["call_ms"], "insitu_baseline_ms": situ_b["call_ms"],
-        "probe_factor": probe["ms"] / situ["call_ms"] if probe["ms"] and situ["call_ms"] else None})
-    probe = {**probe, "baseline_factor": (probe["baseline_ms"] / situ_b["call_ms"]
-                                          if probe["baseline_ms"] and situ_b["call_ms"] else None)}
-    situ_rec = {"candidate": {k: v for k, v in situ.items() if k not in ("shapes", "timer")},
-                "baseline": {k: v for k, v in situ_b.items() if k not in ("shapes", "timer")},
-                "config_key": key, "timer": situ["timer"]}
+        "insitu_ms": sc.call_ms, "insitu_baseline_ms": sb.call_ms,
+        "probe_factor": probe.ms / sc.call_ms if probe.ms and sc.call_ms else None})
+    probe = dataclasses.replace(probe, baseline_factor=(probe.baseline_ms / sb.call_ms
+                                                        if probe.baseline_ms and sb.call_ms else None))
+    situ_rec = {"candidate": sc.dump(), "baseline": sb.dump(), "config_key": key, "timer": situ.timer}
     return st.row(c, correct=True, gate={**st.tol, "candidate": st.gates[c], "baseline": st.gates[reg.baseline]},
-                  metrics=metrics, timing=timing, insitu=situ_rec, probe=probe,
+                  metrics=metrics, timing=timing, insitu=situ_rec, probe=probe.dump(),
                   op_share_used=used, amdahl_violated=amdahl.violation(
-                      gain, ratio_lo - 1 if math.isfinite(ratio_lo) else None, used["value"]),
+                      gain, ratio_lo - 1 if math.isfinite(ratio_lo) else None, used_share),
                   throttled=bool(m.throttled), rig_noisy=bool(m.rig_noise_of(arm_name(c))), error=None)

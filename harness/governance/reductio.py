@@ -68,6 +68,8 @@ from harness.measurement.counters import COUNTER_RANGES, L2_ALLOWANCE
 from harness.registration.verify import names, possible
 from harness.ledger.store import Ledger, recorded
 from harness.ledger.format import CEILINGS_LEDGER
+from harness.ledger.line_payloads import RegistrationSummary
+from harness.ledger.payloads import CeilingsRef, Env, Metrics, Policy
 from harness.vocab.outcomes import REGISTERED, RESULT
 from harness.registry import get_kernel
 from harness.registration.schema import KEY_SCHEMA
@@ -136,7 +138,7 @@ class Device:
 def _floors(dev: Device, reg, cfg):
     """(sustained-phase floor, interleaved-rounds floor) of one call of ``cfg`` on ``dev``."""
     ceil = Ceilings.from_row(dev.row)
-    l2 = (dev.row.env or {}).get("l2_bytes")
+    l2 = Env.from_row(dev.row.env or {}).l2_bytes
     if ceil.device == "cuda" and isinstance(l2, int) and l2 >= 0:
         cache, source = l2, "L2 (the ceilings row's env)"
     else:
@@ -276,7 +278,7 @@ def _verify_ranges(reg, cfg, dev: Device | None) -> tuple[dict, dict]:
         sus, _ = _floors(dev, reg, cfg)
         env["duration_us"] = (sus.limit_ms * 1e3, math.inf)
         why["duration_us"] = f"the shortest call {dev.name} allows: {sus.arithmetic()}"
-        l2 = (dev.row.env or {}).get("l2_bytes")
+        l2 = Env.from_row(dev.row.env or {}).l2_bytes
         if isinstance(l2, int):
             least = max(0.0, formulas.min_read_bytes(cfg) - L2_ALLOWANCE * l2)
             env["dram_read_bytes"] = (least, math.inf)
@@ -323,9 +325,9 @@ def _ceilings_rows(root: Path) -> list[dict]:
 def _measured_on(row: dict, fingerprint: dict, ceilings: dict) -> bool:
     """Whether a result row was measured on the device of ``fingerprint``: by the ceilings row
     it names, else (rows older than ceilings_ref) by GPU model."""
-    ref = row.ceilings_ref
-    if isinstance(ref, dict) and ref.get("seq") in ceilings:
-        return ceilings[ref["seq"]].fingerprint == fingerprint
+    ref = CeilingsRef.from_row(row.ceilings_ref)
+    if ref is not None and ref.seq in ceilings:
+        return ceilings[ref.seq].fingerprint == fingerprint
     return same_gpu_model(row.env or {}, fingerprint)
 
 
@@ -341,17 +343,17 @@ def baseline_times(root: Path, reg, ceilings_row) -> dict:
     for name, rows in recorded(root):
         if name == f"{CEILINGS_LEDGER}.jsonl" or not rows or rows[0].kind != REGISTERED:
             continue
-        if dict((rows[0].registration or {}).get("numerics") or {}) != pins:
+        if dict(RegistrationSummary.from_row(rows[0].registration or {}).numerics or {}) != pins:
             continue
         for row in rows:
             if row.kind != RESULT:
                 continue
             key = row.config_key
             if (row.baseline != reg.baseline or key not in keys
-                    or (row.policy or {}).get("mode") != reg.timing.mode
+                    or Policy.from_row(row.policy or {}).mode != reg.timing.mode
                     or not _measured_on(row, fingerprint, ceilings)):
                 continue
-            ms = (row.metrics or {}).get("baseline_ms")
+            ms = Metrics.from_row(row.metrics or {}).baseline_ms
             if isinstance(ms, (int, float)) and math.isfinite(ms) and ms > out.get(key, (0.0,))[0]:
                 out[key] = (float(ms), f"ledger/{name} row {row.seq}")
     return out

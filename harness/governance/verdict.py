@@ -39,6 +39,7 @@ from harness.registration import bar as barlang
 from harness.registration import verify as verifylang
 from harness.ledger.store import require_anchored
 from harness.ledger.rows import VerdictRow, load
+from harness.ledger.line_payloads import Coverage, Probe
 from harness.ledger.payloads import Amdahl, Metrics, OpShare
 from harness.governance.line import Line
 from harness.vocab.devices import stack_text
@@ -217,7 +218,7 @@ def integration_summary(row) -> dict:
             "throttled": row.throttled, "step_gain": m.step_gain,
             "step_gain_predicted": m.step_gain_predicted, "probe_factor": m.probe_factor,
             "op_share": m.op_share, "op_share_used": row.op_share_used,
-            "probe_source": (row.probe or {}).get("source")}
+            "probe_source": Probe.from_row(row.probe or {}).source}
 
 
 def require_checked(reg, deciding) -> None:
@@ -376,11 +377,12 @@ def _require_one_run(reg, rows: list[dict]) -> None:
 def _require_coverage(reg, by_pair: dict) -> dict:
     """The bar's coverage of the registered pairs, refused below ``min_coverage``."""
     cov = coverage(list(by_pair.values()), include_noisy=reg.include_noisy)
-    if cov["fraction"] < reg.min_coverage:
-        shown = ", ".join(cov["undecided"][:MAX_NAMED_PAIRS])
-        more = len(cov["undecided"]) - MAX_NAMED_PAIRS
-        raise UserError(f"line '{reg.line}': the bar would decide on {cov['decided']} of {cov['pairs']} registered "
-                        f"pairs ({cov['fraction']:.0%} < min_coverage {reg.min_coverage:g}); undecided: {shown}"
+    c = Coverage.from_row(cov)
+    if c.fraction < reg.min_coverage:
+        shown = ", ".join(c.undecided[:MAX_NAMED_PAIRS])
+        more = len(c.undecided) - MAX_NAMED_PAIRS
+        raise UserError(f"line '{reg.line}': the bar would decide on {c.decided} of {c.pairs} registered "
+                        f"pairs ({c.fraction:.0%} < min_coverage {reg.min_coverage:g}); undecided: {shown}"
                         f"{f' and {more} more' if more > 0 else ''} — run `bench sweep {reg.line} --remeasure` "
                         f"(on a quieter machine) to measure them again at this commit, or register a line with "
                         f"[bar] min_coverage set to what it may decide on")

@@ -236,3 +236,37 @@ class Reopens(Payload):
     commit: Any = None
     rows: Any = None
     last_hash: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepCheck(Payload):
+    """One kernel's step against the float64 step in an integration row's ``gate``
+    (commands/integration.py ``_close``): whether it passed, and why not."""
+
+    ok: Any = None
+    max_abs_err: Any = None
+    finite: Any = None
+    why: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class InSitu(Payload):
+    """One kernel's hook calls timed inside the step, in an integration row's ``insitu``."""
+
+    call_ms: Any = None
+    calls_per_step: Any = None
+    op_ms_per_step: Any = None
+    steps: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Probe(Payload):
+    """An integration row's ``probe``: the kernel grid's result the step gain is set beside
+    (the row at the step's attention shape, else the grid's geomean speedup)."""
+
+    config_key: Any = None
+    source: Any = None
+    speedup: Any = None
+    ms: Any = None
+    baseline_ms: Any = None
+    baseline_factor: Any = None

@@ -14,9 +14,10 @@ A replication (registration/replication.py) tells two *instances* of one model a
 
 from __future__ import annotations
 
+import dataclasses
 import re
-
-
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 # The software a number depends on beside the commit's own code, as env_summary records it:
 # torch, the CUDA runtime torch runs on, cuDNN, Triton, cupy and the driver. Rows that differ
@@ -24,6 +25,45 @@ import re
 STACK_FIELDS = ("torch", "cuda", "cudnn", "triton", "cupy", "driver")
 # A stack field a row never recorded (rows from before it was): not a difference.
 NOT_RECORDED = "not recorded"
+
+
+@dataclass(frozen=True)
+class DeviceEnv:
+    """The identity fields of a row's ``env`` (or of an ``instance``): the device kind, GPU
+    model, host and card. A field the env does not hold reads None (``gpu_index`` 0, the
+    first card, as the lock has always read it)."""
+
+    device: Any = None
+    gpu: Any = None
+    host: Any = None
+    gpu_uuid: Any = None
+    gpu_serial: Any = None
+    gpu_index: Any = 0
+
+    @classmethod
+    def of(cls, env: Mapping) -> "DeviceEnv":
+        """The identity fields ``env`` holds (vocab/ sits below ledger/: read here, not through
+        ledger/payloads.py's Env)."""
+        return cls(**{f.name: env[f.name] for f in dataclasses.fields(cls) if f.name in env})
+
+    @property
+    def card(self) -> Any:
+        """The card's UUID, else its board serial (None: the CPU, or a card NVML named neither way)."""
+        return self.gpu_uuid or self.gpu_serial
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """The model fields of a ceilings row's ``fingerprint`` (measurement/ceilings.py
+    ``device_fingerprint``): the device kind and the model's name."""
+
+    device: Any = None
+    name: Any = None
+
+    @classmethod
+    def of(cls, fingerprint: Mapping) -> "Fingerprint":
+        """The model fields ``fingerprint`` holds (None: not held)."""
+        return cls(**{f.name: fingerprint[f.name] for f in dataclasses.fields(cls) if f.name in fingerprint})
 
 
 def stack(env: dict) -> dict:
@@ -40,7 +80,8 @@ def stack_text(versions: dict) -> str:
 
 def model(env: dict) -> tuple[str | None, str | None]:
     """(device, GPU name) of an env: what numbers are comparable across (the GPU name is None on CPU)."""
-    return env.get("device"), env.get("gpu")
+    e = DeviceEnv.of(env)
+    return e.device, e.gpu
 
 
 def device_of(row) -> tuple[str | None, str | None]:
@@ -50,27 +91,29 @@ def device_of(row) -> tuple[str | None, str | None]:
 
 def device_name(env: dict) -> str | None:
     """A device's name for people: the GPU model, else the device kind ("cpu")."""
-    return env.get("gpu") or env.get("device")
+    e = DeviceEnv.of(env)
+    return e.gpu or e.device
 
 
 def ceilings_name(row) -> str:
     """The name of the device a ceilings row (ledger.rows.CeilingsRow) was measured on: its
     fingerprint's model name."""
-    return str((row.fingerprint or {}).get("name") or row.device)
+    return str(Fingerprint.of(row.fingerprint or {}).name or row.device)
 
 
 def same_gpu_model(env: dict, fingerprint: dict) -> bool:
     """Whether an env's GPU is the model a ceilings fingerprint names (never on CPU: a CPU
     model name in a fingerprint does not identify the host's load)."""
-    return (fingerprint.get("device") == "cuda" and env.get("device") == "cuda"
-            and env.get("gpu") == fingerprint.get("name"))
+    e, f = DeviceEnv.of(env), Fingerprint.of(fingerprint)
+    return f.device == "cuda" and e.device == "cuda" and e.gpu == f.name
 
 
 def device_key(env: dict) -> str:
     """The name a device is locked under: its GPU UUID (stable across CUDA_VISIBLE_DEVICES
     renumbering), else its index, else ``cpu``."""
-    if env.get("device") == "cuda":
-        ident = env.get("gpu_uuid") or f"cuda-index-{env.get('gpu_index', 0)}"
+    e = DeviceEnv.of(env)
+    if e.device == "cuda":
+        ident = e.gpu_uuid or f"cuda-index-{e.gpu_index}"
     else:
         ident = "cpu"
     return re.sub(r"[^A-Za-z0-9_.-]", "_", ident)
@@ -91,19 +134,21 @@ def instance_key(env: dict) -> tuple:
     """``instance`` as a key: (host, card) with the card its UUID, else its serial (None: the
     CPU, or a card NVML named neither way). Two rows are of one instance when their keys are
     equal."""
-    return env.get("host"), env.get("gpu_uuid") or env.get("gpu_serial")
+    e = DeviceEnv.of(env)
+    return e.host, e.card
 
 
 def card_told(env: dict) -> bool:
     """Whether an env tells its device instance apart from another of its host: always on the
     CPU (the host is the instance), on a GPU only with a UUID or a serial."""
-    return env.get("device") != "cuda" or bool(env.get("gpu_uuid") or env.get("gpu_serial"))
+    e = DeviceEnv.of(env)
+    return e.device != "cuda" or bool(e.card)
 
 
 def instance_text(inst: dict) -> str:
     """``host machine-id:1a2b… card GPU-8f3c…`` (the host alone on the CPU), for people."""
-    host = str(inst.get("host") or "?")
-    card = inst.get("gpu_uuid") or inst.get("gpu_serial")
+    e = DeviceEnv.of(inst)
+    host, card = str(e.host or "?"), e.card
     return f"host {host}" + (f" card {card}" if card else "")
 
 
