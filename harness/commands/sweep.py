@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from harness.errors import UserError, plural
+from harness.ledger.payloads import Cost, Env
 from harness.ledger.store import require_anchorable
 from harness.governance.line import Line
 from harness.vocab.outcomes import INCORRECT, RESULT, measured_at, state_of
@@ -76,13 +77,15 @@ def sweep_cost(costs: list[dict], write_s: float, profile_s: float, wall_s: floa
     time from the sweep's start (after its refusals) to its summary."""
     phases: dict[str, float] = {}
     parts: dict[str, float] = {}
-    for c in costs:
-        for k, v in (c.get("seconds") or {}).items():
+    typed = [Cost.from_row(c) for c in costs]
+    for c in typed:
+        for k, v in (c.seconds or {}).items():
             phases[k] = phases.get(k, 0.0) + v
-        for k, v in (c.get("of_which") or {}).items():
+        for k, v in (c.of_which or {}).items():
             parts[k] = parts.get(k, 0.0) + v
     n = len(costs)
-    return {"configs": n, "phases": phases, "of_which": parts, "in_configs": sum(c.get("total", 0.0) for c in costs),
+    in_configs = sum(c.total if c.has("total") else 0.0 for c in typed)
+    return {"configs": n, "phases": phases, "of_which": parts, "in_configs": in_configs,
             "append_commit": write_s, "profile": profile_s, "wall": wall_s}
 
 
@@ -402,16 +405,18 @@ def _where(envs: list[dict], executor) -> str:
     """Where the configs ran, for the summary."""
     how = "inline, in this process (no isolation, no watchdog)" if not executor.can_kill else \
         f"{len(envs)} {executor.labels[len(envs) > 1]}"
-    hosts = sorted({e.get("host") or "?" for e in envs})
-    gpus = [f"GPU {e.get('gpu_index')} ({e.get('gpu')})" for e in envs if e.get("gpu")]
+    typed = [Env.from_row(e) for e in envs]
+    hosts = sorted({e.host or "?" for e in typed})
+    gpus = [f"GPU {e.gpu_index} ({e.gpu})" for e in typed if e.gpu]
     return f"ran {how} on {', '.join(hosts)}" + (f": {', '.join(gpus)}" if gpus else "")
 
 
 def _one_model(envs: list[dict]) -> None:
     """Resume and verdicts key rows by (commit, device, GPU model): one model per sweep."""
-    models = {(e.get("device"), e.get("gpu")) for e in envs}
+    typed = [Env.from_row(e) for e in envs]
+    models = {(e.device, e.gpu) for e in typed}
     if len(models) > 1:
-        names = ", ".join(f"GPU {e.get('gpu_index')} {e.get('gpu')}" for e in envs)
+        names = ", ".join(f"GPU {e.gpu_index} {e.gpu}" for e in typed)
         raise UserError(f"the GPUs picked are of different models ({names}): sweep one model at a time "
                         f"with --gpus, or register the line with [bar] mixed_devices = true")
 

@@ -54,11 +54,11 @@ from typing import Any
 from harness.vocab.outcomes import RESULT
 from harness.jsonsafe import number
 from harness.ledger.payloads import (Batches, ConfigFields, Floor, FloorCeilings, Measurement, Policy, Rounds,
-                                     Samples, Sustained)
+                                     Samples, Stop, StopQuantity, Sustained)
 from harness.measurement.timing.criteria import PRECISION_REASON, Quantity, row_statistic
 from harness.measurement.timing.policy import looks
 from harness.measurement.stats import QUANTUM_TICKS_MS, Stats, paired_ratio, quantum, ratio, speedup_ci
-from harness.measurement.timing.results import arm_name, rig_noise
+from harness.measurement.timing.results import ARM_BASELINE, ARM_CONTROL, arm_name, rig_noise
 from harness.measurement.timing.sustained import rates
 from harness.workloads import Config
 from harness.vocab.metrics import PROTOCOLS, SUSTAINED
@@ -164,7 +164,7 @@ def recompute(row: dict) -> list[Disagreement]:
                 a.check(st, k, f"timing.arms.{name}.stats.{k}", v)
     metrics = row.metrics if isinstance(row.metrics, dict) else {}
     cand = samples.get(arm_name(str(row.candidate)))
-    base, ctl = samples.get("baseline"), samples.get("control")
+    base, ctl = samples.get(ARM_BASELINE), samples.get(ARM_CONTROL)
     try:
         stat = row_statistic(row.policy, timing)
     except ValueError as exc:
@@ -207,21 +207,22 @@ def _stop(a: _Audit, row: dict, timing: dict, samples: dict, stat: tuple[int, fl
     quantity from the samples, ``reached``, and an ``n`` the rule could have stopped at (a look
     whose quantities all met the precision, or at the end every kept round)."""
     n, confidence = stat
-    stop, policy = timing["stop"], Policy.from_row(row.policy)
+    stop, policy = Measurement.from_row(timing).stop, Policy.from_row(row.policy)
     a.check(stop, "confidence", "timing.stop.confidence", confidence)
-    quantities = stop.get("quantities")
+    quantities = Stop.from_row(stop).quantities
     if not isinstance(quantities, list) or not quantities:
         a.bad("timing.stop.quantities", quantities, "no bar quantity recorded")
         return
     precision = number(policy.precision)
     met = []
     for i, q in enumerate(quantities):
-        x = samples.get(q.get("numerator")) if isinstance(q, dict) else None
-        y = samples.get(q.get("denominator")) if isinstance(q, dict) else None
-        if x is None or y is None or len(x) < n or len(y) < n:
+        sq = StopQuantity.from_row(q)
+        x = samples.get(sq.numerator) if sq is not None else None
+        y = samples.get(sq.denominator) if sq is not None else None
+        if sq is None or x is None or y is None or len(x) < n or len(y) < n:
             a.bad(f"timing.stop.quantities.{i}", q, f"names no arm with {n} kept samples")
             continue
-        want = Quantity.of(q["numerator"], q["denominator"], x[:n], y[:n], confidence)
+        want = Quantity.of(sq.numerator, sq.denominator, x[:n], y[:n], confidence)
         for k in ("ratio", "lo", "hi", "half_width"):
             a.check(q, k, f"timing.stop.quantities.{i}.{k}", getattr(want, k))
         met.append(precision is not None and want.half_width <= precision)

@@ -223,6 +223,34 @@ class Rounds(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Stop(Payload):
+    """A statistic-stopped measurement's ``stop`` (measurement/timing/criteria.py ``StopRecord``)."""
+
+    rule: Any = None
+    precision: Any = None
+    alpha: Any = None
+    looks: Any = None
+    k: Any = None
+    confidence: Any = None
+    n: Any = None
+    reached: Any = None
+    quantities: Any = None
+    taken: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StopQuantity(Payload):
+    """One bar quantity of a ``stop``: its arms' names and its ratio and interval (criteria.py ``Quantity``)."""
+
+    numerator: Any = None
+    denominator: Any = None
+    ratio: Any = None
+    lo: Any = None
+    hi: Any = None
+    half_width: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Batches(Payload):
     """The sustained phase's batches: calls per batch and each batch's clocks."""
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from harness.ledger.line_payloads import RegistrationSummary
+from harness.ledger.payloads import Metrics
 from harness.errors import UserError
 from harness.jsonsafe import number
 from harness.vocab.outcomes import FAILING_KINDS, RESULT
@@ -85,7 +87,7 @@ class RouteTable:
 
 def _ci_low(row: dict) -> float:
     """The row's speedup CI low as a float (NaN where none could be formed or none is given)."""
-    lo = number(row.metrics.get("speedup_ci_low"))
+    lo = number(Metrics.from_row(row.metrics).speedup_ci_low)
     return math.nan if lo is None else lo
 
 
@@ -112,7 +114,7 @@ def _failed(row: dict) -> bool:
 
 def build(views: list[LineView]) -> RouteTable:
     """The dispatch table over every shape any of ``views`` measured (see module docstring)."""
-    baselines = {v.registration.get("baseline") for v in views}
+    baselines = {RegistrationSummary.from_row(v.registration).baseline for v in views}
     if len(baselines) != 1:
         raise UserError(f"lines {', '.join(v.line for v in views)} time against different baselines "
                         f"({', '.join(sorted(map(str, baselines)))}): a route needs speedups over one baseline")
@@ -165,9 +167,9 @@ def build(views: list[LineView]) -> RouteTable:
             if others:
                 passed_over = [f"tied with {', '.join(others)} (speedup CIs overlap; routed at more shapes, or faster)",
                                *passed_over]
-            m = r.metrics
+            m = Metrics.from_row(r.metrics)
             cand, base = timed(r, INTERLEAVED), timed(r, INTERLEAVED, "baseline")
-            routes.append(Route(key, config, r.candidate, m["speedup"], m["speedup_ci_low"], m["speedup_ci_high"],
+            routes.append(Route(key, config, r.candidate, m.speedup, m.speedup_ci_low, m.speedup_ci_high,
                                 line, r.seq, "; ".join(passed_over), cand.median_ms, base.median_ms, cand.sm_mhz))
         else:
             measured = next((r for _, r in rows if r.kind == RESULT), None)
@@ -186,6 +188,6 @@ def _tied(eligible: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
     if not eligible:
         return []
     _, fastest = min(eligible, key=lambda lr: (_interleaved_ms(lr[1]), lr[1].candidate))
-    lo, hi = _ci_low(fastest), number(fastest.metrics.get("speedup_ci_high"))
+    lo, hi = _ci_low(fastest), number(Metrics.from_row(fastest.metrics).speedup_ci_high)
     return [(line, r) for line, r in eligible
-            if r is fastest or (hi is not None and _ci_low(r) <= hi and lo <= _or_inf(r.metrics.get("speedup_ci_high")))]
+            if r is fastest or (hi is not None and _ci_low(r) <= hi and lo <= _or_inf(Metrics.from_row(r.metrics).speedup_ci_high))]
