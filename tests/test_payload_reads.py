@@ -23,6 +23,8 @@ ALLOWLIST = {
     "harness/ledger/payloads.py": "the payload module: the typed payloads are built from the dicts read",
     "harness/ledger/line_payloads.py": "the payload module of a line's own rows (as payloads.py)",
     "harness/ledger/format.py": "the on-disk format: a raw record's schema before it is typed",
+    "harness/ledger/verify.py": "the chain check: each raw record's seq, prev_hash, hash, line and kind, and "
+                                "the committed versions' raw rows, read before (and whether or not) they type",
     "harness/registration/schema.py": "reads a registration's TOML tables, no row",
     "harness/registration/sections.py": "reads a registration's TOML tables, no row",
     "harness/registration/cross_checks.py": "reads a registration's TOML tables, no row",
@@ -41,7 +43,7 @@ ALLOWLIST = {
 }
 # String-key reads outside the allowlist: a ratchet, lowered as readers move to the typed
 # payloads. The issue's target is 40.
-MAX_STRING_KEY_READS = 296
+MAX_STRING_KEY_READS = 277
 # Receivers that are no payload (the environment, the module table).
 NOT_PAYLOADS = ("os.environ", "environ", "sys.modules")
 
