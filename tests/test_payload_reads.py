@@ -43,7 +43,7 @@ ALLOWLIST = {
 }
 # String-key reads outside the allowlist: a ratchet, lowered as readers move to the typed
 # payloads. The issue's target is 40.
-MAX_STRING_KEY_READS = 277
+MAX_STRING_KEY_READS = 270
 # Receivers that are no payload (the environment, the module table).
 NOT_PAYLOADS = ("os.environ", "environ", "sys.modules")
 
@@ -103,7 +103,8 @@ DIRECT = {"timing": payloads.Measurement, "sustained": payloads.Sustained, "cost
           "tolerance_power": line_payloads.TolerancePower, "timing_resolution": line_payloads.TimingResolution,
           "reductio": line_payloads.Reductio, "probe": line_payloads.Probe}
 # (row field, payload class) of the lists of payloads a row holds.
-LISTED = {"launches": payloads.Launch, "integration": line_payloads.IntegrationStep}
+LISTED = {"launches": payloads.Launch, "integration": line_payloads.IntegrationStep,
+          "failures": line_payloads.Failure}
 
 
 def _shipped_rows():

@@ -270,3 +270,16 @@ class Probe(Payload):
     ms: Any = None
     baseline_ms: Any = None
     baseline_factor: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure(Payload):
+    """One entry of a verdict's ``failures`` (governance/verdict.py ``failed_alone``): a pair the
+    bar decides on whose kernel failed, and how."""
+
+    seq: Any = None
+    config_key: Any = None
+    candidate: Any = None
+    state: Any = None
+    tag: Any = None
+    reason: Any = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.errors import plural
 from harness.ledger.payloads import OpShare, each
-from harness.ledger.line_payloads import Coverage, IntegrationStep, MeasuredAt
+from harness.ledger.line_payloads import Coverage, Failure, IntegrationStep, MeasuredAt
 from harness.vocab.outcomes import Remeasure
 from harness.reporting.analysis.history import MAX_LISTED
 from harness.reporting.analysis.summary import margin_text
@@ -51,13 +51,13 @@ def render_verdict(v) -> None:
                 + (f" — {len(bad)} not holding, e.g. {shown}" if bad else ""))
     if v.excluded:
         c.print(f"  excluded from the bar: {', '.join(f'{k}: {n}' for k, n in sorted(v.excluded.items()))}")
-    failed = v.row.failures or []
+    failed = each(Failure, v.row.failures)
     if failed:
         c.print(f"  decided on failures: every pair the bar decides on failed its kernel "
                 f"({plural(len(failed), 'pair')}) — the hypothesis failed, NO-GO whatever the clauses read:")
         for f in failed[:MAX_LISTED]:
-            c.print(f"    {f['candidate']} @ {f['config_key']}: {f['state']}{' [' + f['tag'] + ']' if f['tag'] else ''} "
-                    f"(row {f['seq']}): {f['reason']}", markup=False, soft_wrap=True)
+            c.print(f"    {f.candidate} @ {f.config_key}: {f.state}{' [' + f.tag + ']' if f.tag else ''} "
+                    f"(row {f.seq}): {f.reason}", markup=False, soft_wrap=True)
         if len(failed) > MAX_LISTED:
             c.print(f"    and {len(failed) - MAX_LISTED} more (bench ledger show {v.row.line})")
     again = v.row.remeasured or []
