@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from harness.vocab.devices import Fingerprint
 from harness.errors import UserError
 from harness.measurement.clocks import open_monitor, window_clocks
 from harness.measurement.timing.timers import CudaEventTimer, HostTimer, Timer, median_ms
@@ -237,11 +238,11 @@ def implausible(ceilings: Ceilings, margin: float = IMPOSSIBLE_MARGIN) -> str | 
     no hardware of that name can produce (a lying timer, or an edited row). Devices without a
     datasheet entry (every CPU) are not judged here; their ceilings face the rates the sweep
     measures (``impossible``, for every arm)."""
-    peaks = DATASHEET_PEAKS.get(str(ceilings.fingerprint.get("name"))) if ceilings.device == "cuda" else None
+    name = Fingerprint.of(ceilings.fingerprint).name
+    peaks = DATASHEET_PEAKS.get(str(name)) if ceilings.device == "cuda" else None
     if not peaks:
         return None
     limit = 1.0 + margin
-    name = ceilings.fingerprint.get("name")
     measured = [("copy bandwidth", ceilings.copy_gbps, peaks.get(DATASHEET_BANDWIDTH_KEY), "GB/s"),
                 *((f"{k} matmul rate", v, peaks.get(k), "TFLOP/s") for k, v in sorted(ceilings.matmul_tflops.items()))]
     reasons = [f"its {what} {value:.4g} {unit} is {value / peak:.2f}x the {name} datasheet's {peak:.4g} {unit}"
