@@ -7,11 +7,15 @@ kernels shipped in the repository's ``kernels/`` folder import as ``bench_kernel
 entry points: bench's own (pyproject.toml) names ``bench_kernels``, whose every public module
 is imported; any other names a module of an installed package.
 
-Contract (docs/kernels.md): a kernel is a destination-passing callable
-``fn(q, k, v, out, *, causal, scale) -> None``. q and out are (B, H, Nq, D), k and v are
-(B, Hkv, Nk, D) with H a multiple of Hkv (query head h reads kv head h // (H // Hkv)),
-all contiguous, on one device, of one dtype. The harness allocates ``out`` (poisoned with
-NaN before checked calls) and never reads anything the kernel returns.
+Contract (docs/kernels.md, docs/workloads.md): a kernel is a destination-passing callable of
+its workload (``Workload.call``): ``fn(*inputs, *outputs, **call_kwargs) -> None``. For
+attention and decode that is ``fn(q, k, v, out, *, causal, scale)``: q and out are
+(B, H, Nq, D), k and v are (B, Hkv, Nk, D) with H a multiple of Hkv (query head h reads kv
+head h // (H // Hkv)), all contiguous, on one device, of one dtype. The harness allocates the
+outputs (poisoned with NaN before checked calls) and never reads anything the kernel returns.
+
+Workloads are discovered the same way, from ``bench.workloads`` entry points
+(``load_workloads``): bench's own name attention and decode (``harness.workloads.shipped``).
 """
 
 from __future__ import annotations
@@ -29,11 +33,20 @@ from harness import KERNELS_PACKAGE
 from harness.errors import UserError
 from harness.measurement import clockguard
 from harness.provenance.code import distribution_record
+from harness.workloads.api import Workload
 
 ENTRY_POINT_GROUP = "bench.kernels"
 # bench's own entry point in that group, as pyproject.toml declares it (tests/test_registry.py
 # checks they agree): the shipped kernels, the ``kernels/`` folder imported as ``bench_kernels``.
 SHIPPED_ENTRY_POINT = ("bench", KERNELS_PACKAGE)
+# Workloads come from their own entry-point group (docs/workloads.md): each entry names one
+# ``harness.workloads.api.Workload`` object, under the workload's own name. bench's own two, as
+# pyproject.toml declares them (tests/test_workload_api.py checks they agree); a checkout run
+# without being installed uses these.
+WORKLOAD_ENTRY_POINT_GROUP = "bench.workloads"
+SHIPPED_WORKLOAD_MODULE = "harness.workloads.shipped"
+SHIPPED_WORKLOAD_ENTRY_POINTS = (("attention", f"{SHIPPED_WORKLOAD_MODULE}:ATTENTION"),
+                                 ("decode", f"{SHIPPED_WORKLOAD_MODULE}:DECODE"))
 # A kernel's name: what registrations, bar clauses (``speedup vs "fa4"``), ledger arms
 # (``candidate:<name>``) and profiler range filters quote. A Python-identifier-like word (dots
 # and dashes allowed after the first character), so no quote, space, '/' or '@' can break any
@@ -255,6 +268,67 @@ def _mark_distribution(ep, before: set) -> None:
         mod = getattr(spec.fn, "__module__", "") or ""
         if name not in before or mod == module or mod.startswith(module + "."):
             _REGISTRY[name] = replace(spec, distribution=origin)
+
+
+def workload_for(spec: KernelSpec, workload: str) -> None:
+    """UserError unless kernel ``spec`` is declared for ``workload``: a kernel registered for
+    another workload would be called with inputs it was never written for."""
+    if workload not in spec.workloads:
+        raise UserError(f"kernel '{spec.name}' has no workload '{workload}' (has {', '.join(spec.workloads)}): "
+                        f"name a kernel declared for {workload} (`bench kernels` lists them), or add {workload!r} "
+                        f"to its @kernel(workloads=...) once it implements that workload's call")
+
+
+_WORKLOADS: dict[str, Workload] = {}
+
+
+def workload_entry_points() -> list:
+    """Every ``bench.workloads`` entry point, bench's own (attention, decode) first; without
+    installed metadata for them (a checkout run without being installed) the ones
+    pyproject.toml declares (``SHIPPED_WORKLOAD_ENTRY_POINTS``)."""
+    from importlib.metadata import EntryPoint, entry_points
+
+    found = list(entry_points(group=WORKLOAD_ENTRY_POINT_GROUP))
+    own = {ep.name: ep for ep in found if ep.module == SHIPPED_WORKLOAD_MODULE}
+    return [*(own.get(name) or EntryPoint(name, value, WORKLOAD_ENTRY_POINT_GROUP)
+              for name, value in SHIPPED_WORKLOAD_ENTRY_POINTS),
+            *(ep for ep in found if ep.module != SHIPPED_WORKLOAD_MODULE)]
+
+
+def load_workloads() -> dict[str, Workload]:
+    """Every workload its ``bench.workloads`` entry point names, checked (``Workload.validate``).
+    An entry point that fails to load, names no Workload object, or names one under another
+    name, and two workloads of one name, are UserErrors naming the entry point: a workload
+    is never silently dropped or replaced."""
+    if not _WORKLOADS:
+        loaded: dict[str, Workload] = {}
+        for ep in workload_entry_points():
+            where = f"workload entry point '{ep.name}' ({ep.value})"
+            try:
+                wl = ep.load()
+            except Exception as exc:
+                raise UserError(f"{where} failed to load: {type(exc).__name__}: {exc} — fix or uninstall that "
+                                f"package") from exc
+            if not isinstance(wl, Workload):
+                raise UserError(f"{where} names a {type(wl).__name__}, not a harness.workloads.api.Workload "
+                                f"instance — point it at the workload object (docs/workloads.md)")
+            if wl.name != ep.name:
+                raise UserError(f"{where} names workload {wl.name!r}: name the entry point after its workload")
+            if wl.name in loaded:
+                raise UserError(f"{where}: a workload named {wl.name!r} is already declared — rename one")
+            wl.validate()
+            loaded[wl.name] = wl
+        _WORKLOADS.update(loaded)
+    return dict(_WORKLOADS)
+
+
+def get_workload(name) -> Workload:
+    """The workload ``name``; UserError naming the known ones and how to add one."""
+    workloads = load_workloads()
+    if not isinstance(name, str) or name not in workloads:
+        raise UserError(f"unknown workload {name!r} (known: {', '.join(workloads)}): install the package that "
+                        f"declares it (a `bench.workloads` entry point: docs/workloads.md), or name a known one")
+    return workloads[name]
 
 
 def get_kernel(name: str) -> KernelSpec:

@@ -27,8 +27,8 @@ from pathlib import Path
 from harness.errors import UserError, shown
 from harness.vocab.devices import device_name
 from harness.vocab.outcomes import RESULT
-from harness.measurement import canaries, feasible
-from harness.registry import get_kernel
+from harness.measurement import feasible
+from harness.registry import get_kernel, get_workload
 from harness.ledger.store import recorded
 
 # Recorded results per device below which its control spread is not trusted.
@@ -40,15 +40,16 @@ SPEEDUP_METRICS = ("speedup", "speedup_ci_low", "speedup_ci_high", "speedup_next
 def tolerance_floor(reg) -> dict:
     """Per dtype, the least tolerance the best possible output passes (``measurement.feasible``);
     UserError, with the arithmetic, when the registered tolerance is below it."""
+    wl = get_workload(reg.workload)
     found = feasible.floors(reg.configs, atol=reg.atol, rtol=reg.rtol, seeds=reg.seeds, families=reg.families,
-                            min_pass_rate=reg.min_pass_rate, baseline=get_kernel(reg.baseline))
+                            min_pass_rate=reg.min_pass_rate, baseline=get_kernel(reg.baseline), workload=wl)
     for f in found:
         if not f.passed:
-            raise UserError(f"{shown(reg.path)}: {_infeasible(f)}")
+            raise UserError(f"{shown(reg.path)}: {_infeasible(f, wl.output_bound)}")
     return {f.dtype: f.as_dict() for f in found}
 
 
-def _infeasible(f) -> str:
+def _infeasible(f, bound: str = "") -> str:
     """Why no output in ``f.dtype`` passes the gate, worked out at the deciding element."""
     w, u, dt = f.worst, f.unit_roundoff, f.dtype
     k = math.frexp(abs(w["ref"]))[1] - 1  # |ref| in [2^k, 2^(k+1)): half a ULP there is u·2^k
@@ -60,8 +61,7 @@ def _infeasible(f) -> str:
             f"({','.join(map(str, w['index']))}): |ref| = {abs(w['ref']):.4g}, where {dt} (unit roundoff u = "
             f"2^{round(math.log2(u))} = {u:.3g}) rounds by up to u·2^{k} = {w['half_ulp']:.3g}; it errs "
             f"{w['err']:.3g} > atol + rtol·|ref| = {w['bound']:.3g}. Outputs reach |ref| = "
-            f"{f.magnitude[w['family']]:.4g} on family {w['family']} (a convex combination of V rows: "
-            f"|out| <= max|V|). The smallest tolerance that passes: atol >= {ceil_sig(f.need_atol):g} at rtol "
+            f"{f.magnitude[w['family']]:.4g} on family {w['family']}{f' ({bound})' if bound else ''}. The smallest tolerance that passes: atol >= {ceil_sig(f.need_atol):g} at rtol "
             f"{f.rtol:g}, or rtol >= {ceil_sig(f.need_rtol):g} at atol {f.atol:g} (a real kernel needs margin "
             f"above it) — loosen [correctness] for {dt}")
 
@@ -78,20 +78,21 @@ def tolerance_power(reg) -> dict:
     """Canary checks and the downgrade report; UserError when a canary passes un-waived."""
     seed = reg.seeds[0]
     # One pass: canaries and downgrades share each point's inputs and reference.
-    names = tuple(dict.fromkeys((*canaries.CANARIES, *canaries.downgrade_names(reg.grid["dtype"]))))
-    every = canaries.check(reg.configs, atol=reg.atol, rtol=reg.rtol, seed=seed, families=reg.families, names=names)
-    checks = [c for c in every if c.canary in canaries.CANARIES]
+    wl = get_workload(reg.workload)
+    names = tuple(dict.fromkeys((*wl.canaries, *wl.downgrade_names(reg.grid["dtype"]))))
+    every = wl.check_canaries(reg.configs, atol=reg.atol, rtol=reg.rtol, seed=seed, families=reg.families,
+                              names=names)
+    checks = [c for c in every if c.canary in wl.canaries]
     passing = [c for c in checks if not c.rejected]
     for c in passing:
         if c.canary not in reg.accept_weak:
             raise UserError(
-                f"{reg.path}: the registered tolerance cannot fail canary '{c.canary}' ({canaries.CANARIES[c.canary]}) "
+                f"{reg.path}: the registered tolerance cannot fail canary '{c.canary}' ({wl.canaries[c.canary]}) "
                 f"at {c.point}: {c.dtype} atol {c.atol:g} rtol {c.rtol:g} lets it through (worst "
                 f"{c.worst_ratio:.2f} of the bound); {c.fix()} would reject it — tighten [correctness] there, or "
                 f"waive it with [correctness] accept_weak = [\"{c.canary}\"] and say why in a comment")
     return {"canaries": [c.as_dict() for c in checks], "accepted_weak": sorted({c.canary for c in passing}),
-            "downgrades": canaries.downgrades(every),
-            "subset": f"batch 1, one KV head, seed {seed}, up to {canaries.CANARY_ROWS} query rows per view"}
+            "downgrades": wl.downgrades(every), "subset": wl.canary_subset(seed)}
 
 
 def _recorded_controls(root: Path, mode: str) -> dict[str, list[float]]:

@@ -17,8 +17,7 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.registration import line_ids
-from harness.registry import check_name, get_kernel, load_kernels
-from harness.workloads import WORKLOADS
+from harness.registry import check_name, get_kernel, get_workload, load_kernels
 from harness.measurement.correctness.figures import DEFAULT_TOLERANCES
 from harness.measurement.device import detect_device
 from harness.workloads.inputs import DEFAULT_FAMILIES
@@ -99,8 +98,13 @@ def plan(line: str, candidates, prediction: float, *, baseline: str | None, grid
     if not math.isfinite(prediction):
         raise UserError(f"--prediction {prediction}: give your predicted value of the primary figure as a finite "
                         f"number")
-    if workload not in WORKLOADS:
-        raise UserError(f"--workload {workload!r}: use {' or '.join(WORKLOADS)}")
+    try:
+        get_workload(workload)
+    except UserError as exc:
+        raise UserError(f"--workload {workload!r}: {exc}") from None
+    if workload not in DEFAULT_GRID:
+        raise UserError(f"--workload {workload!r}: bench new has a default grid for {' and '.join(DEFAULT_GRID)} "
+                        f"only — write the registration's [grid] from the workload's axes (docs/workloads.md)")
     if go is not None and hypothesis is None:
         raise UserError("--go without --hypothesis: say in words what the bar tests and why you expect it")
     hypothesis, go, primary = (_utf8(flag, text) for flag, text in

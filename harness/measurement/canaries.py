@@ -188,6 +188,59 @@ def check(configs, *, atol: dict, rtol: dict, seed: int, families, names=None) -
     return out
 
 
+def workload_points(workload, configs) -> list:
+    """A plugin workload's canary points: the smallest and largest grid point (by its largest
+    input) of each dtype."""
+    groups: dict[str, list] = {}
+    for c in configs:
+        groups.setdefault(c.dtype, []).append(c)
+    points = []
+    for group in groups.values():
+        group = sorted(group, key=lambda c: (workload.input_elems(c), c.key()))
+        for c in (group[0], group[-1]):
+            if c not in points:
+                points.append(c)
+    return points
+
+
+def check_workload(workload, configs, *, atol: dict, rtol: dict, seed: int, families, names=None) -> list[Check]:
+    """Every canary of ``workload`` (``workload.canaries``, or ``names``) at its canary points,
+    on the whole point: each bent float64 output (``workload.canary``) is rounded to the dtype
+    as a kernel would write it and judged by the gate's rule against the reference."""
+    import torch
+
+    out: list[Check] = []
+    drawn: dict = {}  # one float32 draw per shape and family: every dtype sees the same values
+    for cfg in workload_points(workload, configs):
+        a, r = atol[cfg.dtype], rtol[cfg.dtype]
+        todo = list(names or workload.canaries)
+        found = {n: [False, 0.0, 0.0, 0.0] for n in todo}
+        base = cfg.replace(dtype="float32")
+        for fam in families:
+            if all(f[0] for f in found.values()):
+                break  # every canary already rejected here: more families cannot change that
+            if (base, fam) not in drawn:
+                drawn[(base, fam)] = workload.make_inputs(base, seed, fam, "cpu")
+            inputs = tuple(t.to(getattr(torch, cfg.dtype)).to(torch.float64) for t in drawn[(base, fam)])
+            refs = workload.reference(cfg, inputs)
+            for n in todo:
+                bent = workload.canary(n, cfg, inputs)
+                if bent is None:
+                    continue
+                for got, ref in zip(bent, refs):
+                    got = got.to(getattr(torch, cfg.dtype))  # what a kernel would write
+                    fig = compare(got, ref, atol=a, rtol=r, dtype=cfg.dtype)
+                    err = (got.to(torch.float64) - ref).abs()
+                    f = found[n]
+                    f[0] = f[0] or not fig.passed
+                    f[1] = max(f[1], fig.tolerance_ratio)
+                    f[2] = max(f[2], float((err - r * ref.abs()).max()))
+                    f[3] = max(f[3], float(((err - a) / ref.abs().clamp_min(1e-300)).max()))
+        for n, (rej, ratio, ra, rr) in found.items():
+            out.append(Check(n, cfg.key(), cfg.dtype, rej, a, r, ratio, ra, rr))
+    return out
+
+
 def downgrade_names(dtypes) -> tuple[str, ...]:
     """The lower precisions reported for a line of ``dtypes`` (check()'s extra names)."""
     return tuple(dict.fromkeys(f for dt in dtypes for f in DOWNGRADES.get(dt, ())))

@@ -72,7 +72,7 @@ class Floor:
         return d
 
 
-def _gate_config(point: Config, baseline) -> tuple[Config | None, str | None]:
+def gate_config(point: Config, baseline) -> tuple[Config | None, str | None]:
     """The cheapest config the gate checks for ``baseline`` at ``point`` (the point or one of its
     boundary configs) with more than one key — one key makes the output a V row, exact in
     the dtype — or None and why, when it is too large to reference here."""
@@ -84,9 +84,17 @@ def _gate_config(point: Config, baseline) -> tuple[Config | None, str | None]:
     return best, None
 
 
-def floors(configs, *, atol: dict, rtol: dict, seeds, families, min_pass_rate: float, baseline) -> list[Floor]:
+def floors(configs, *, atol: dict, rtol: dict, seeds, families, min_pass_rate: float, baseline,
+           workload=None) -> list[Floor]:
     """One Floor per dtype of ``configs`` (the registered grid), for the gate as the
-    registration runs it (``baseline`` is the KernelSpec whose boundary configs are gated)."""
+    registration runs it (``baseline`` is the KernelSpec whose boundary configs are gated).
+
+    ``workload`` (a ``harness.workloads.api.Workload``) says which config the gate checks
+    (``floor_config``), its size (``input_elems``) and its float64 references
+    (``floor_references``); None is attention's own, this module's functions."""
+    size = workload.input_elems if workload is not None else input_elems
+    pick = workload.floor_config if workload is not None else gate_config
+    refs = workload.floor_references if workload is not None else attention_references
     by_dtype: dict[str, list[Config]] = {}
     for c in configs:
         by_dtype.setdefault(c.dtype, []).append(c)
@@ -98,13 +106,32 @@ def floors(configs, *, atol: dict, rtol: dict, seeds, families, min_pass_rate: f
     drawn: dict = {}  # one float32 draw per shape, seed and family, rounded to each dtype
     out = []
     for dt, group in by_dtype.items():
-        point = min(group, key=lambda c: (input_elems(c), c.key()))
-        case, why = _gate_config(point, baseline)
+        point = min(group, key=lambda c: (size(c), c.key()))
+        case, why = pick(point, baseline)
         if case is None:
             out.append(Floor(dt, atol[dt], rtol[dt], point.key(), (), (), True, 0.0, 0.0, {}, None, unchecked=why))
             continue
-        out.append(_floor(dt, atol[dt], rtol[dt], point, [case], checked, tuple(families), drawn))
+        out.append(_floor(dt, atol[dt], rtol[dt], point, [case], checked, tuple(families), drawn, refs))
     return out
+
+
+def attention_references(c: Config, seed: int, family: str, drawn: dict) -> tuple:
+    """Attention's float64 reference output at (c, seed, family), on the gate's inputs."""
+    q, k, v = _inputs(c, seed, family, drawn)
+    return (reference(q, k, v, causal=c.causal, scale=c.scale),)
+
+
+def references_of(workload, c, seed: int, family: str, drawn: dict) -> tuple:
+    """A workload's float64 reference outputs at (c, seed, family), on the gate's inputs:
+    drawn once in float32 per shape, rounded to ``c``'s dtype (a workload's draw must not
+    depend on the dtype, as make_inputs' does not), then referenced."""
+    import torch
+
+    key = (c.replace(dtype="float32") if hasattr(c, "replace") else c, seed, family)
+    if key not in drawn:
+        drawn[key] = workload.make_inputs(key[0], seed, family, "cpu")
+    inputs = tuple(t.to(getattr(torch, c.dtype)) for t in drawn[key])
+    return tuple(workload.reference(c, inputs))
 
 
 def _inputs(c: Config, seed: int, family: str, drawn: dict):
@@ -121,7 +148,7 @@ def _inputs(c: Config, seed: int, family: str, drawn: dict):
 
 
 def _floor(dtype: str, atol: float, rtol: float, point: Config, cases: list[Config], seeds, families,
-           drawn: dict) -> Floor:
+           drawn: dict, refs=attention_references) -> Floor:
     import torch
 
     tiny = torch.finfo(torch.float64).tiny
@@ -131,21 +158,20 @@ def _floor(dtype: str, atol: float, rtol: float, point: Config, cases: list[Conf
         passed, need_a, need_r, worst = True, 0.0, 0.0, None
         for fam in families:
             for c in cases:
-                q, k, v = _inputs(c, seed, fam, drawn)
-                ref = reference(q, k, v, causal=c.causal, scale=c.scale)
-                del q, k, v
-                near = nearest(ref, dtype)
-                mag, err = ref.abs(), (near - ref).abs()
-                magnitude[fam] = max(magnitude.get(fam, 0.0), float(mag.max()))
-                need_a = max(need_a, float((err - rtol * mag).max()))
-                need_r = max(need_r, float(((err - atol) / mag.clamp_min(tiny)).max()))
-                fig = compare(near, ref, atol=atol, rtol=rtol, dtype=dtype)  # the gate's own rule decides
-                passed = passed and fig.passed
-                if worst is None or fig.tolerance_ratio > worst["ratio"]:
-                    worst = {"config": c.key(), "seed": seed, "family": fam, "index": list(fig.worst_index),
-                             "ref": fig.worst_ref, "nearest": fig.worst_out,
-                             "err": abs(fig.worst_out - fig.worst_ref), "half_ulp": ulp(fig.worst_ref, dtype) / 2,
-                             "bound": atol + rtol * abs(fig.worst_ref), "ratio": fig.tolerance_ratio}
+                for i, ref in enumerate(refs(c, seed, fam, drawn)):
+                    near = nearest(ref, dtype)
+                    mag, err = ref.abs(), (near - ref).abs()
+                    magnitude[fam] = max(magnitude.get(fam, 0.0), float(mag.max()))
+                    need_a = max(need_a, float((err - rtol * mag).max()))
+                    need_r = max(need_r, float(((err - atol) / mag.clamp_min(tiny)).max()))
+                    fig = compare(near, ref, atol=atol, rtol=rtol, dtype=dtype)  # the gate's own rule decides
+                    passed = passed and fig.passed
+                    if worst is None or fig.tolerance_ratio > worst["ratio"]:
+                        worst = {"config": c.key(), "seed": seed, "family": fam, **({"output": i} if i else {}),
+                                 "index": list(fig.worst_index),
+                                 "ref": fig.worst_ref, "nearest": fig.worst_out,
+                                 "err": abs(fig.worst_out - fig.worst_ref), "half_ulp": ulp(fig.worst_ref, dtype) / 2,
+                                 "bound": atol + rtol * abs(fig.worst_ref), "ratio": fig.tolerance_ratio}
         per_seed.append((passed, max(need_a, 0.0), max(need_r, 0.0), worst))
     # The check passes when one checked seed passes: the least of the seeds' needs, and the
     # deciding element of the seed closest to passing.

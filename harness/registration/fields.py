@@ -10,9 +10,6 @@ from harness.errors import UserError, shown
 
 T = TypeVar("T")
 
-_KIND_NAMES = {int: "an integer", str: "a string", bool: "true or false"}
-
-
 def err(path: Path, msg: str) -> UserError:
     """The refusal of a registration file: its path, then what is wrong and the fix."""
     return UserError(f"{shown(path)}: {msg}")
@@ -24,30 +21,6 @@ def unknown(path: Path, where: str, keys: Iterable[str], allowed: Iterable[str])
     if extra:
         raise err(path, f"unknown field{'s' if len(extra) > 1 else ''} {', '.join(extra)} in {where} "
                         f"(allowed: {', '.join(sorted(allowed))})")
-
-
-def grid_values(path: Path, key: str, value: object, kind: type,
-                check: Callable[[Any], str | None] | None = None) -> list[Any]:
-    """A [grid] key's values (one value or a non-empty list), each of ``kind`` and passing
-    ``check`` (which returns the complaint, or None), none twice."""
-    values = value if isinstance(value, list) else [value]
-    if not values:
-        raise err(path, f"[grid] {key} is empty: give at least one value")
-    out = []
-    for v in values:
-        ok = isinstance(v, kind) and not (kind is int and isinstance(v, bool))
-        if not ok:
-            raise err(path, f"[grid] {key} = {v!r} is not {_KIND_NAMES[kind]}")
-        if check and (msg := check(v)):
-            raise err(path, f"[grid] {key} = {v!r}: {msg}")
-        out.append(v)
-    if len(set(out)) != len(out):
-        raise err(path, f"[grid] {key} lists a value twice: {out}")
-    return out
-
-
-def positive(v: int) -> str | None:
-    return None if v > 0 else "must be > 0"
 
 
 def checked_table(path: Path, raw: dict[str, Any], key: str, parse: Callable[[dict[str, Any]], T]) -> T:

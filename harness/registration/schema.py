@@ -28,7 +28,7 @@ from harness.registration.fields import checked_table, err, parsed, unknown
 from harness.registration.integration import load_checked_step
 from harness.registration.schema_keys import (DEFAULT_MIN_COVERAGE, KEY_SCHEMA, METRIC_SCHEMA, REGISTRATION_SCHEMA,
                                               TOP_KEYS)
-from harness.registry import get_kernel
+from harness.registry import get_kernel, workload_for
 from harness.vocab.metrics import RATE_METRICS
 from harness.workloads import Config
 
@@ -196,7 +196,7 @@ def from_table(raw: dict[str, Any], path: Path, sha256: str) -> Registration:
     unknown(path, "the top level", raw, TOP_KEYS)
     head = sections.head(path, raw, line, _schema(path, raw))
     grid, configs = sections.grid(path, raw, head.workload)
-    corr = sections.correctness(path, raw, grid["dtype"])
+    corr = sections.correctness(path, raw, grid["dtype"], head.workload)
     timing = checked_table(path, raw, "timing", TimingPolicy.from_mapping)
     numerics = checked_table(path, raw, "numerics", NumericPins.from_registration)
     bar = sections.bar_table(path, raw, head.schema)
@@ -233,8 +233,10 @@ def check_kernels(reg: Registration, root: Path | None = None) -> tuple[dict, ..
     (``integration.step_code``), () when there is none."""
     for name in (*reg.candidates, reg.baseline):
         spec = get_kernel(name)
-        if reg.workload not in spec.workloads:
-            raise err(reg.path, f"kernel '{name}' has no workload '{reg.workload}' (has {', '.join(spec.workloads)})")
+        try:
+            workload_for(spec, reg.workload)
+        except UserError as exc:
+            raise err(reg.path, str(exc)) from None
         for dt in reg.grid["dtype"]:
             if dt not in spec.dtypes:
                 raise err(reg.path, f"kernel '{name}' does not support dtype {dt} of the grid "

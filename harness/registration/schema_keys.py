@@ -6,6 +6,8 @@ from __future__ import annotations
 
 REGISTRATION_SCHEMA = 7
 DEFAULT_BASELINE = "cublas_stack"
+# The workload of a registration that names none (every registration before workloads were plugins).
+DEFAULT_WORKLOAD = "attention"
 DEFAULT_PRIMARY = "geomean(speedup)"
 # Tolerances are >= 0 (atol 0 with rtol > 0 is a pure relative bar) and below this (a
 # "tolerance" of 1 accepts anything).
@@ -19,7 +21,7 @@ MAX_SEEDS = 1000
 # The keys each table takes: any other is refused, naming these.
 TOP_KEYS = {"schema", "hypothesis", "workload", "candidate", "candidates", "baseline", "amends", "grid",
             "correctness", "timing", "numerics", "bar", "notes", "verify", "integration", "replication"}
-GRID_KEYS = {"batch", "tokens", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal"}
+# [grid]'s keys are its workload's axes (harness.workloads.api.Workload.grid_keys).
 CORRECTNESS_KEYS = {"atol", "rtol", "seeds", "families", "min_pass_rate", "accept_weak"}
 BAR_KEYS = {"go", "prediction", "primary", "include_noisy", "allow_missing", "min_coverage", "mixed_devices",
             "beyond_ceiling_ok"}

@@ -5,21 +5,20 @@ bar as written; cross_checks parses and checks it against the line)."""
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
 from harness.errors import UserError
-from harness.measurement.canaries import CANARIES
 from harness.registration import line_ids
-from harness.registration.fields import err, grid_values, positive, unknown
+from harness.registration.fields import err, unknown
 from harness.registration.schema_keys import (BAR_KEYS, CORRECTNESS_KEYS, DEFAULT_BASELINE, DEFAULT_MIN_COVERAGE,
-                                              DEFAULT_PRIMARY, GRID_KEYS, KEY_SCHEMA, MAX_GRID_CONFIGS, MAX_SEEDS,
+                                              DEFAULT_PRIMARY, DEFAULT_WORKLOAD, KEY_SCHEMA, MAX_GRID_CONFIGS, MAX_SEEDS,
                                               MAX_TOLERANCE)
-from harness.workloads import DTYPES, WORKLOADS, Config
-from harness.workloads.inputs import DEFAULT_FAMILIES, FAMILIES
+from harness.registry import get_workload
+from harness.workloads import Config
+from harness.workloads.api import Workload
 
 
 @dataclass(frozen=True)
@@ -92,9 +91,11 @@ def head(path: Path, raw: dict[str, Any], line: str, schema: int) -> Head:
     hypothesis = raw.get("hypothesis")
     if not isinstance(hypothesis, str) or not hypothesis.strip():
         raise err(path, "'hypothesis' must be a non-empty string saying what you expect and why")
-    workload = raw.get("workload", "attention")
-    if workload not in WORKLOADS:
-        raise err(path, f"unknown workload {workload!r} (known: {', '.join(WORKLOADS)})")
+    workload = raw.get("workload", DEFAULT_WORKLOAD)
+    try:
+        get_workload(workload)
+    except UserError as exc:
+        raise err(path, str(exc)) from None
     cands, baseline = _kernels(path, raw)
     amends = raw.get("amends")
     if amends is not None and (not isinstance(amends, str) or amends == line):
@@ -107,65 +108,28 @@ def head(path: Path, raw: dict[str, Any], line: str, schema: int) -> Head:
     return Head(schema, hypothesis, workload, cands, baseline, amends)
 
 
-def _grid_table(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
-    """[grid]'s keys, each a checked list (``kv_heads`` None where not given)."""
+def grid(path: Path, raw: dict[str, Any], workload: str) -> tuple[dict[str, Any], list[Config]]:
+    """[grid] as the ledger shows it, and the configs it expands to: the workload's axes, their
+    types and validation (``Workload.expand_grid``)."""
+    wl = get_workload(workload)
     grid_raw = raw.get("grid")
     if not isinstance(grid_raw, dict):
-        raise err(path, "missing [grid] table (batch, heads, seq_len, head_dim, dtype, causal)")
-    unknown(path, "[grid]", grid_raw, GRID_KEYS)
-    if ("batch" in grid_raw) == ("tokens" in grid_raw):
-        raise err(path, "[grid] needs 'batch' or 'tokens' (batch = tokens / seq_len at each seq_len), not "
-                        + ("both" if "batch" in grid_raw else "neither"))
-    for key in ("heads", "seq_len", "head_dim", "dtype"):
-        if key not in grid_raw:
-            raise err(path, f"[grid] needs '{key}'")
-    size = "batch" if "batch" in grid_raw else "tokens"
-    return {
-        size: grid_values(path, size, grid_raw[size], int, positive),
-        "heads": grid_values(path, "heads", grid_raw["heads"], int, positive),
-        "kv_heads": (grid_values(path, "kv_heads", grid_raw["kv_heads"], int, positive)
-                     if "kv_heads" in grid_raw else None),
-        "seq_len": grid_values(path, "seq_len", grid_raw["seq_len"], int, positive),
-        "head_dim": grid_values(path, "head_dim", grid_raw["head_dim"], int, positive),
-        "dtype": grid_values(path, "dtype", grid_raw["dtype"], str,
-                             lambda d: None if d in DTYPES else f"unknown dtype (known: {', '.join(DTYPES)})"),
-        "causal": grid_values(path, "causal", grid_raw.get("causal", [False]), bool),
-    }
-
-
-def grid(path: Path, raw: dict[str, Any], workload: str) -> tuple[dict[str, Any], list[Config]]:
-    """[grid] as the ledger shows it, and the configs it expands to."""
-    table = _grid_table(path, raw)
-    if workload == "decode" and True in table["causal"]:
-        raise err(path, "[grid] causal = true has no meaning for decode (one query attends to the whole cache)")
-    configs = []
-    # A size given in tokens keeps B·N fixed across seq_len: each config's batch is tokens / seq_len.
-    sizes = table["batch"] if "batch" in table else table["tokens"]
-    for b, h, kv, n, d, dt, c in itertools.product(sizes, table["heads"], table["kv_heads"] or [None],
-                                                   table["seq_len"], table["head_dim"], table["dtype"],
-                                                   table["causal"]):
-        if "tokens" in table:
-            if b % n:
-                raise err(path, f"[grid] tokens {b} is not a multiple of seq_len {n}: each config's batch is "
-                                f"tokens / seq_len — give seq_len values that divide it")
-            b //= n
-        kv = h if kv is None else kv
-        if kv > h or h % kv:
-            raise err(path, f"[grid] heads {h} is not a multiple of kv_heads {kv}: each kv head must serve "
-                            f"a whole group of query heads")
-        configs.append(Config(workload, b, h, kv, n, d, dt, c))
+        raise err(path, f"missing [grid] table ({', '.join(wl.axis_names)})")
+    try:
+        configs, table = wl.expand_grid(grid_raw)
+    except UserError as exc:
+        raise err(path, str(exc)) from None
     if len(configs) > MAX_GRID_CONFIGS:
         raise err(path, f"[grid] expands to {len(configs)} configs (> {MAX_GRID_CONFIGS}): split the line")
-    table["kv_heads"] = table["kv_heads"] or "= heads"
     return table, configs
 
 
-def _tolerance(path: Path, key: str, value: object) -> dict[str, float]:
-    """``atol`` or ``rtol``: one number for every dtype, or a table dtype -> number."""
+def _tolerance(path: Path, key: str, value: object, dtypes: tuple[str, ...]) -> dict[str, float]:
+    """``atol`` or ``rtol``: one number for every dtype of the workload, or a table dtype -> number."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        table = {d: float(value) for d in DTYPES}
+        table = {d: float(value) for d in dtypes}
     elif isinstance(value, dict):
-        unknown(path, f"[correctness] {key}", value, DTYPES)
+        unknown(path, f"[correctness] {key}", value, dtypes)
         table = {}
         for d, v in value.items():
             if not _is_number(v):
@@ -195,27 +159,31 @@ def _seeds(path: Path, seeds: object) -> list[int]:
     return seeds
 
 
-def _names(path: Path, corr: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """``families`` (input families of the gate) and ``accept_weak`` (canaries let through)."""
-    families = corr.get("families", list(DEFAULT_FAMILIES))
+def _names(path: Path, corr: dict[str, Any], wl: Workload) -> tuple[list[str], list[str]]:
+    """``families`` (the workload's input families the gate runs) and ``accept_weak`` (its
+    canaries let through)."""
+    families = corr.get("families", list(wl.default_families))
     if not isinstance(families, list) or not families or not all(isinstance(f, str) for f in families):
         raise err(path, "[correctness] families must be a non-empty list of family names")
     if len(set(families)) != len(families):
         raise err(path, f"[correctness] families lists a family twice: {families}")
     for fam in families:
-        if fam not in FAMILIES:
-            raise err(path, f"[correctness] unknown input family {fam!r} (known: {', '.join(FAMILIES)})")
+        if fam not in wl.families:
+            raise err(path, f"[correctness] unknown input family {fam!r} (known: {', '.join(wl.families)})")
     accept_weak = corr.get("accept_weak", [])
     if not isinstance(accept_weak, list) or not all(isinstance(a, str) for a in accept_weak):
-        raise err(path, f"[correctness] accept_weak must be a list of canary names ({', '.join(CANARIES)})")
+        raise err(path, f"[correctness] accept_weak must be a list of canary names ({', '.join(wl.canaries)})")
     for name in accept_weak:
-        if name not in CANARIES:
-            raise err(path, f"[correctness] accept_weak names unknown canary {name!r} (known: {', '.join(CANARIES)})")
+        if name not in wl.canaries:
+            raise err(path, f"[correctness] accept_weak names unknown canary {name!r} "
+                            f"(known: {', '.join(wl.canaries)})")
     return families, accept_weak
 
 
-def correctness(path: Path, raw: dict[str, Any], dtypes: list[str]) -> Correctness:
-    """[correctness], with a tolerance for each of the grid's ``dtypes``."""
+def correctness(path: Path, raw: dict[str, Any], dtypes: list[str], workload: str) -> Correctness:
+    """[correctness], with a tolerance for each of the grid's ``dtypes``, in ``workload``'s
+    families and canaries."""
+    wl = get_workload(workload)
     corr = raw.get("correctness")
     if not isinstance(corr, dict):
         raise err(path, "missing [correctness] table (atol, rtol, seeds)")
@@ -223,13 +191,13 @@ def correctness(path: Path, raw: dict[str, Any], dtypes: list[str]) -> Correctne
     for key in ("atol", "rtol", "seeds"):
         if key not in corr:
             raise err(path, f"[correctness] needs '{key}'")
-    atol = _tolerance(path, "atol", corr["atol"])
-    rtol = _tolerance(path, "rtol", corr["rtol"])
+    atol = _tolerance(path, "atol", corr["atol"], wl.dtypes)
+    rtol = _tolerance(path, "rtol", corr["rtol"], wl.dtypes)
     for dt in dtypes:
         if dt not in atol or dt not in rtol:
             raise err(path, f"[correctness] atol/rtol give no tolerance for dtype {dt} of the grid")
     seeds = _seeds(path, corr["seeds"])
-    families, accept_weak = _names(path, corr)
+    families, accept_weak = _names(path, corr, wl)
     min_pass_rate = corr.get("min_pass_rate", 1.0)
     if not _is_number(min_pass_rate) or not 0 < min_pass_rate <= 1:
         raise err(path, "[correctness] min_pass_rate must be in (0, 1]")

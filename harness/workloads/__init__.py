@@ -1,5 +1,7 @@
 """Workloads: what a config is, how much work it is, and its inputs.
 
+The workload API (api.py: ``Workload``, its axes and tensors) is what every workload declares;
+bench's own two (shipped.py) are these, their code here and in measurement/:
 ``attention``: prefill-style attention, q/k/v of shape (batch, heads, seq_len, head_dim),
 k/v with ``kv_heads`` heads (grouped-query attention when kv_heads < heads).
 ``decode``: one query token per sequence against a KV cache of ``seq_len`` tokens.
@@ -9,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-WORKLOADS = ("attention", "decode")
 DTYPES = ("float16", "bfloat16", "float32")
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
