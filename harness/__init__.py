@@ -25,6 +25,14 @@ PUBLIC_API = {
     "get_kernel": ("harness.registry", "get_kernel"),
     "load_kernels": ("harness.registry", "load_kernels"),
     "UserError": ("harness.errors", "UserError"),
+    # workloads: the plugin API (docs/workloads.md)
+    "Workload": ("harness.workloads.api", "Workload"),
+    "Axis": ("harness.workloads.api", "Axis"),
+    "Tensor": ("harness.workloads.api", "Tensor"),
+    "GridPoint": ("harness.workloads.api", "GridPoint"),
+    "positive": ("harness.workloads.api", "positive"),
+    "get_workload": ("harness.registry", "get_workload"),
+    "load_workloads": ("harness.registry", "load_workloads"),
     # load a registration
     "Registration": ("harness.registration.schema", "Registration"),
     "load_registration": ("harness.registration.schema", "load"),

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.workloads import Config
+from harness.workloads import Config, with_dtype
 from harness.measurement.correctness.figures import compare
 from harness.workloads.inputs import make_inputs
 
@@ -215,7 +215,7 @@ def check_workload(workload, configs, *, atol: dict, rtol: dict, seed: int, fami
         a, r = atol[cfg.dtype], rtol[cfg.dtype]
         todo = list(names or workload.canaries)
         found = {n: [False, 0.0, 0.0, 0.0] for n in todo}
-        base = cfg.replace(dtype="float32")
+        base = with_dtype(cfg, "float32")
         for fam in families:
             if all(f[0] for f in found.values()):
                 break  # every canary already rejected here: more families cannot change that

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from harness.workloads import Config
+from harness.workloads import Config, with_dtype
 from harness.workloads.inputs import boundary_configs, make_inputs
 from harness.measurement.correctness.figures import compare, nearest, ulp
 from harness.measurement.reference import reference
@@ -84,16 +84,21 @@ def gate_config(point: Config, baseline) -> tuple[Config | None, str | None]:
     return best, None
 
 
+def _gate_configs(point: Config, baseline) -> tuple[list[Config], str | None]:
+    case, why = gate_config(point, baseline)
+    return ([case] if case is not None else []), why
+
+
 def floors(configs, *, atol: dict, rtol: dict, seeds, families, min_pass_rate: float, baseline,
            workload=None) -> list[Floor]:
     """One Floor per dtype of ``configs`` (the registered grid), for the gate as the
     registration runs it (``baseline`` is the KernelSpec whose boundary configs are gated).
 
     ``workload`` (a ``harness.workloads.api.Workload``) says which config the gate checks
-    (``floor_config``), its size (``input_elems``) and its float64 references
+    (``floor_configs``), its size (``input_elems``) and its float64 references
     (``floor_references``); None is attention's own, this module's functions."""
     size = workload.input_elems if workload is not None else input_elems
-    pick = workload.floor_config if workload is not None else gate_config
+    pick = workload.floor_configs if workload is not None else _gate_configs
     refs = workload.floor_references if workload is not None else attention_references
     by_dtype: dict[str, list[Config]] = {}
     for c in configs:
@@ -107,11 +112,11 @@ def floors(configs, *, atol: dict, rtol: dict, seeds, families, min_pass_rate: f
     out = []
     for dt, group in by_dtype.items():
         point = min(group, key=lambda c: (size(c), c.key()))
-        case, why = pick(point, baseline)
-        if case is None:
+        cases, why = pick(point, baseline)
+        if not cases:
             out.append(Floor(dt, atol[dt], rtol[dt], point.key(), (), (), True, 0.0, 0.0, {}, None, unchecked=why))
             continue
-        out.append(_floor(dt, atol[dt], rtol[dt], point, [case], checked, tuple(families), drawn, refs))
+        out.append(_floor(dt, atol[dt], rtol[dt], point, cases, checked, tuple(families), drawn, refs))
     return out
 
 
@@ -127,7 +132,7 @@ def references_of(workload, c, seed: int, family: str, drawn: dict) -> tuple:
     depend on the dtype, as make_inputs' does not), then referenced."""
     import torch
 
-    key = (c.replace(dtype="float32") if hasattr(c, "replace") else c, seed, family)
+    key = (with_dtype(c, "float32"), seed, family)
     if key not in drawn:
         drawn[key] = workload.make_inputs(key[0], seed, family, "cpu")
     inputs = tuple(t.to(getattr(torch, c.dtype)) for t in drawn[key])

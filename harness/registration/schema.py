@@ -28,7 +28,7 @@ from harness.registration.fields import checked_table, err, parsed, unknown
 from harness.registration.integration import load_checked_step
 from harness.registration.schema_keys import (DEFAULT_MIN_COVERAGE, KEY_SCHEMA, METRIC_SCHEMA, REGISTRATION_SCHEMA,
                                               TOP_KEYS)
-from harness.registry import get_kernel, workload_for
+from harness.registry import get_kernel, get_workload, workload_for
 from harness.vocab.metrics import RATE_METRICS
 from harness.workloads import Config
 
@@ -231,6 +231,9 @@ def check_kernels(reg: Registration, root: Path | None = None) -> tuple[dict, ..
     ``root``'s commit (default: the current directory's repository) or of an installed
     distribution (then imported): returns that distribution's record for the rows
     (``integration.step_code``), () when there is none."""
+    why = get_workload(reg.workload).pipeline_reason()
+    if why:
+        raise err(reg.path, why)
     for name in (*reg.candidates, reg.baseline):
         spec = get_kernel(name)
         try:

@@ -9,7 +9,7 @@ k/v with ``kv_heads`` heads (grouped-query attention when kv_heads < heads).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 DTYPES = ("float16", "bfloat16", "float32")
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
@@ -18,6 +18,11 @@ DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 def dtype_name(dtype) -> str:
     """The dtype's name as the tables key it: "float16" for torch.float16 or for "float16"."""
     return str(dtype).replace("torch.", "")
+
+
+def with_dtype(cfg, dtype: str):
+    """``cfg`` at another dtype: a plugin workload's GridPoint (its ``replace``) or a Config."""
+    return cfg.replace(dtype=dtype) if hasattr(cfg, "replace") else replace(cfg, dtype=dtype)
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,9 @@ class AttentionWorkload(Workload):
     def from_row(self, config: dict) -> Config:
         return Config(**config)
 
+    def pipeline_reason(self) -> str | None:
+        return None  # the gate and the timing path are attention's
+
     # -- tensors, draws and the reference ---------------------------------------------------
     def inputs(self, cfg) -> tuple[Tensor, ...]:
         return (Tensor("q", lambda c: c.shapes()[0]), Tensor("k", lambda c: c.shapes()[1]),
@@ -143,8 +146,9 @@ class AttentionWorkload(Workload):
     def input_elems(self, cfg) -> int:
         return feasible.input_elems(cfg)
 
-    def floor_config(self, point, baseline):
-        return feasible.gate_config(point, baseline)
+    def floor_configs(self, point, baseline) -> tuple[list, str | None]:
+        case, why = feasible.gate_config(point, baseline)
+        return ([case] if case is not None else []), why
 
     def floor_references(self, cfg, seed: int, family: str, drawn: dict) -> tuple:
         return feasible.attention_references(cfg, seed, family, drawn)

@@ -1,0 +1,254 @@
+"""The workload API (docs/workloads.md): attention and decode as workload objects over the
+code that always implemented them, a user's workload from a `bench.workloads` entry point
+(the documented softmax package), and the refusals: one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from harness import registry
+from harness.errors import UserError
+from harness.workloads import Config
+from tests.conftest import REPO, TINY, git, installed_dist
+
+DOC = REPO / "docs" / "workloads.md"
+SOFTMAX_MODULE = "softmax_bench"
+
+
+def softmax_source() -> str:
+    """The documented plugin module: the ```python block of docs/workloads.md that defines it."""
+    blocks = re.findall(r"^```python[ \t]*\n(.*?)^```", DOC.read_text(encoding="utf-8"), re.S | re.M)
+    found = [b for b in blocks if b.startswith(f'"""{SOFTMAX_MODULE}:')]
+    if len(found) != 1:
+        raise AssertionError(f"docs/workloads.md has {len(found)} blocks defining {SOFTMAX_MODULE}, not one")
+    return found[0]
+
+
+@pytest.fixture
+def softmax(tmp_path, monkeypatch):
+    """The documented softmax workload, imported from its file, known to this process's
+    registry (its kernels too) for this test only."""
+    path = tmp_path / f"{SOFTMAX_MODULE}.py"
+    path.write_text(softmax_source())
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    spec = importlib.util.spec_from_file_location(SOFTMAX_MODULE, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # registers its kernels in the patched registry
+    monkeypatch.setattr(registry, "_WORKLOADS", {**registry.load_workloads(), "softmax": module.SOFTMAX})
+    module.SOFTMAX.validate()
+    return module.SOFTMAX
+
+
+def softmax_table(**correctness) -> dict:
+    return {"schema": 1, "hypothesis": "the fused row softmax writes its output once", "workload": "softmax",
+            "candidate": "softmax_fused", "baseline": "softmax_torch",
+            "grid": {"rows": [4], "cols": [64, 256], "dtype": ["float32"]},
+            "correctness": {"atol": 1e-6, "rtol": 1e-5, "seeds": [0], **correctness},
+            "bar": {"go": "geomean(speedup) >= 1.0 and pass_rate == 1.0", "prediction": 1.1}}
+
+
+def _reg(table: dict):
+    from harness import registration_from_table
+
+    return registration_from_table(table, Path("registrations/softmax.toml"), "0" * 64)
+
+
+# -- bench's own workloads ---------------------------------------------------------------------
+
+def test_pyproject_declares_the_shipped_workloads_as_the_registry_knows_them():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"][registry.WORKLOAD_ENTRY_POINT_GROUP] == dict(registry.SHIPPED_WORKLOAD_ENTRY_POINTS)
+    assert list(registry.load_workloads())[:2] == ["attention", "decode"]
+
+
+def test_config_keys_are_those_the_shipped_ledgers_hold():
+    from harness import load_registration, read_rows
+
+    assert Config("attention", 1, 16, 16, 4096, 128, "float16", False).key() == \
+        "attention/b1/h16/kv16/n4096/d128/float16/full"
+    checked = 0
+    for ledger in sorted((REPO / "ledger").glob("*.jsonl")):
+        toml = REPO / "registrations" / f"{ledger.stem}.toml"
+        if not toml.is_file():
+            continue
+        keys = {c.key() for c in load_registration(toml).configs}
+        held = {r.config_key for r in read_rows(ledger) if getattr(r, "config_key", None)}
+        assert held <= keys, (ledger.name, sorted(held - keys)[:3])
+        checked += bool(held)
+    assert checked, "no shipped ledger holds a config key"
+
+
+@pytest.mark.parametrize("cfg", [Config("attention", 1, 4, 2, 19, 16, "float32", True),
+                                 Config("decode", 2, 4, 1, 40, 16, "bfloat16", False)])
+def test_attention_and_decode_delegate_to_the_code_that_implements_them(cfg):
+    import torch
+
+    from harness import get_kernel, get_workload
+    from harness.measurement.reference import reference
+    from harness.workloads import formulas
+    from harness.workloads.inputs import boundary_configs, make_inputs
+
+    wl = get_workload(cfg.workload)
+    assert wl.config(cfg.as_dict()) == cfg and wl.from_row(cfg.as_dict()) == cfg
+    assert (wl.flops(cfg), wl.min_bytes(cfg), wl.min_read_bytes(cfg)) == \
+        (formulas.flops(cfg), formulas.min_bytes(cfg), formulas.min_read_bytes(cfg))
+    qs, ks, _ = cfg.shapes()
+    assert [t.shape_of(cfg) for t in (*wl.inputs(cfg), *wl.outputs(cfg))] == [qs, ks, ks, qs]
+    assert wl.boundary_configs(cfg) == boundary_configs(cfg)
+    drawn = wl.make_inputs(cfg, 3, "outliers")
+    assert all(torch.equal(a, b) for a, b in zip(drawn, make_inputs(cfg, 3, "outliers")))
+    (ref,) = wl.reference(cfg, drawn)
+    assert torch.equal(ref, reference(*drawn, causal=cfg.causal, scale=cfg.scale))
+    # The contract: the harness allocates the output, the kernel writes it, its return is dropped.
+    (out,) = wl.allocate_outputs(cfg)
+    out.fill_(float("nan"))
+    assert wl.call(get_kernel("torch_stack").fn, drawn, (out,), cfg) is None
+    tol = {"float32": 1e-5, "bfloat16": 2e-2}[cfg.dtype]
+    assert torch.allclose(out.double(), ref, atol=tol, rtol=tol)
+
+
+def test_decode_refuses_causal_and_attention_its_heads_by_the_same_words():
+    from harness import get_workload
+
+    grid = {"batch": [1], "heads": [4], "seq_len": [8], "head_dim": [16], "dtype": ["float32"], "causal": [True]}
+    with pytest.raises(UserError, match=r"^\[grid\] causal = true has no meaning for decode"):
+        get_workload("decode").expand_grid(grid)
+    with pytest.raises(UserError, match=r"^\[grid\] heads 4 is not a multiple of kv_heads 3"):
+        get_workload("attention").expand_grid({**grid, "kv_heads": [3]})
+
+
+# -- a user's workload: the documented softmax ---------------------------------------------------
+
+def test_a_plugin_workload_expands_its_grid_and_keys_its_points(softmax):
+    reg = _reg(softmax_table())
+    assert [c.key() for c in reg.configs] == ["softmax/rows=4/cols=64/dtype=float32",
+                                              "softmax/rows=4/cols=256/dtype=float32"]
+    cfg = reg.configs[0]
+    assert (cfg.rows, cfg.cols, cfg.dtype) == (4, 64, "float32") and reg.families == ("normal", "large")
+    assert softmax.flops(cfg) == 4 * 4 * 64 and softmax.min_bytes(cfg) == 2 * 4 * 64 * 4
+    assert softmax.from_row(json.loads(json.dumps(cfg.as_dict()))) == cfg
+    with pytest.raises(AttributeError, match="no axis 'seq_len'"):
+        cfg.seq_len  # noqa: B018 - the attribute access is the test
+
+
+def test_a_plugin_workload_s_kernels_pass_its_reference(softmax):
+    import torch
+
+    from harness import get_kernel
+
+    cfg = softmax.config({"rows": 3, "cols": 67, "dtype": "float32"})
+    for family in softmax.default_families:
+        inputs = softmax.make_inputs(cfg, 0, family)
+        (ref,) = softmax.reference(cfg, inputs)
+        for name in ("softmax_torch", "softmax_fused"):
+            (out,) = softmax.allocate_outputs(cfg)
+            out.fill_(float("nan"))
+            softmax.call(get_kernel(name).fn, inputs, (out,), cfg)
+            assert torch.allclose(out.double(), ref, atol=1e-6, rtol=1e-5), (name, family)
+
+
+def test_a_plugin_workload_s_tolerance_floor_refuses_a_tolerance_below_its_dtype_s_rounding(softmax):
+    from harness.governance import power
+
+    ok = _reg(softmax_table())
+    assert {f["dtype"]: f["passed"] for f in power.tolerance_floor(ok).values()} == {"float32": True}
+    tight = softmax_table(atol=0.0, rtol=1e-6)
+    tight["grid"]["dtype"] = ["float16"]
+    with pytest.raises(UserError) as exc:
+        power.tolerance_floor(_reg(tight))
+    msg = str(exc.value)
+    assert "below float16's own rounding" in msg and "a probability: 0 <= out <= 1" in msg and "\n" not in msg
+
+
+def test_a_plugin_workload_s_canaries_refuse_a_loose_tolerance(softmax):
+    from harness.governance import power
+
+    report = power.tolerance_power(_reg(softmax_table()))
+    assert {c["canary"]: c["rejected"] for c in report["canaries"]} == {"drop_last_col": True, "scale_1pct": True}
+    with pytest.raises(UserError, match="cannot fail canary"):
+        power.tolerance_power(_reg(softmax_table(atol=0.4, rtol=0.4)))
+
+
+def test_a_plugin_workload_refuses_an_axis_it_does_not_declare_and_a_bad_value(softmax):
+    table = softmax_table()
+    table["grid"]["seq_len"] = [8]
+    with pytest.raises(UserError, match=r"\[grid\] seq_len: not an axis of workload 'softmax' \(its axes: rows, "
+                                        r"cols, dtype\)"):
+        _reg(table)
+    table = softmax_table()
+    table["grid"]["cols"] = [0]
+    with pytest.raises(UserError, match=r"\[grid\] cols = 0: must be > 0"):
+        _reg(table)
+
+
+def test_a_plugin_workload_line_is_refused_at_register_until_the_pipeline_runs_it(softmax):
+    from harness.registration.schema import check_kernels
+
+    with pytest.raises(UserError, match="run attention-shaped kernels only so far"):
+        check_kernels(_reg(softmax_table()))
+
+
+def _python(code: str, *paths: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, paths), str(REPO)])}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=paths[0],
+                          timeout=600)
+
+
+def test_an_installed_package_s_workload_and_kernels_come_from_their_entry_points(tmp_path):
+    entry = (f"[bench.workloads]\nsoftmax = {SOFTMAX_MODULE}:SOFTMAX\n\n[bench.kernels]\nsoftmax = {SOFTMAX_MODULE}\n")
+    installed_dist(tmp_path, "softmax_bench", "0.1", entry, {SOFTMAX_MODULE: softmax_source()})
+    code = ("from harness import load_workloads, load_kernels; ks = load_kernels(); "
+            "print(sorted(load_workloads()), ks['softmax_fused'].workloads, ks['softmax_fused'].distribution['name'])")
+    res = _python(code, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n")[0] == "['attention', 'decode', 'softmax'] ('softmax',) softmax_bench"
+
+
+@pytest.mark.parametrize("value, message", [
+    ("no_such_module:THING", "workload entry point 'broken' (no_such_module:THING) failed to load"),
+    ("json:dumps", "names a function, not a harness.workloads.api.Workload instance"),
+])
+def test_a_broken_workload_entry_point_names_itself(tmp_path, value, message):
+    installed_dist(tmp_path, "brokenwl", "0.1", f"[bench.workloads]\nbroken = {value}\n")
+    res = _python("from harness import load_workloads; load_workloads()", tmp_path)
+    assert res.returncode != 0 and message in res.stderr, res.stderr
+
+
+# -- the refusals at `bench register`: one line, exit 2, nothing written --------------------------
+
+REFUSED = [
+    (TINY.replace('workload = "attention"', 'workload = "gemm"'),
+     "unknown workload 'gemm' (known: attention, decode"),
+    (TINY.replace("head_dim = [16]", "head_dim = [16]\nrows = [4]"),
+     "[grid] rows: not an axis of workload 'attention'"),
+    (TINY.replace('candidate = "sdpa"', 'candidate = "cuda_naive_decode"'),
+     "kernel 'cuda_naive_decode' has no workload 'attention' (has decode): name a kernel declared for attention"),
+    (TINY.replace('dtype = ["float32"]', 'dtype = ["float16"]').replace("atol = 1e-5", "atol = 0.0")
+         .replace("rtol = 1e-4", "rtol = 1e-6"),
+     "is below float16's own rounding, so no kernel can pass the gate"),
+]
+
+
+def test_each_workload_refusal_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    from harness.cli import main
+    from tests.conftest import init_repo
+
+    repo = init_repo(tmp_path / "proj", {f"bad{i}": text for i, (text, _) in enumerate(REFUSED)})
+    monkeypatch.chdir(repo)
+    before = sorted(p.name for p in (repo / "ledger").iterdir())
+    for i, (_, message) in enumerate(REFUSED):
+        rc = main(["register", f"bad{i}"])
+        err = capsys.readouterr().err
+        assert rc == 2 and message in err, (i, rc, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert sorted(p.name for p in (repo / "ledger").iterdir()) == before
+    assert git(repo, "status", "--porcelain") == ""
