@@ -213,14 +213,39 @@ def test_an_installed_package_s_workload_and_kernels_come_from_their_entry_point
     assert res.stdout.split("\n")[0] == "['attention', 'decode', 'softmax'] ('softmax',) softmax_bench"
 
 
-@pytest.mark.parametrize("value, message", [
-    ("no_such_module:THING", "workload entry point 'broken' (no_such_module:THING) failed to load"),
-    ("json:dumps", "names a function, not a harness.workloads.api.Workload instance"),
+@pytest.mark.parametrize("name, value, message", [
+    ("broken", "no_such_module:THING", "workload entry point 'broken' (no_such_module:THING) failed to load"),
+    ("broken", "json:dumps", "names a function, not a harness.workloads.api.Workload instance"),
+    ("rowwise", f"{SOFTMAX_MODULE}:SOFTMAX", "names workload 'softmax': name the entry point after its workload"),
+    ("decode", f"{SOFTMAX_MODULE}:SOFTMAX", "names workload 'softmax'"),
 ])
-def test_a_broken_workload_entry_point_names_itself(tmp_path, value, message):
-    installed_dist(tmp_path, "brokenwl", "0.1", f"[bench.workloads]\nbroken = {value}\n")
+def test_a_broken_workload_entry_point_names_itself(tmp_path, name, value, message):
+    installed_dist(tmp_path, "brokenwl", "0.1", f"[bench.workloads]\n{name} = {value}\n",
+                   {SOFTMAX_MODULE: softmax_source()})
     res = _python("from harness import load_workloads; load_workloads()", tmp_path)
     assert res.returncode != 0 and message in res.stderr, res.stderr
+
+
+def test_a_checkout_run_without_installed_metadata_finds_the_shipped_workloads(monkeypatch):
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [])
+    eps = registry.workload_entry_points()
+    assert [(ep.name, ep.value) for ep in eps] == list(registry.SHIPPED_WORKLOAD_ENTRY_POINTS)
+    assert eps[1].load() is registry.load_workloads()["decode"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"axes": ()}, "axes must be distinct lower-case names"),
+    ({"name": "Soft max"}, "its name must be lower-case letters"),
+    ({"tolerances": {"float32": (1e-6, 1e-5)}}, "no default tolerance for dtype float16"),
+    ({"default_families": ("adversarial",)}, "default_families must be a non-empty subset"),
+    ({"size_axis": "tokens"}, "size_axis 'tokens' is not one of its axes"),
+])
+def test_a_workload_declaration_is_checked_when_loaded(softmax, change, message):
+    bad = type("Bad", (type(softmax),), change)()
+    with pytest.raises(UserError, match=re.escape(message)):
+        bad.validate()
 
 
 # -- the refusals at `bench register`: one line, exit 2, nothing written --------------------------

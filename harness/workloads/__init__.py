@@ -63,6 +63,10 @@ class Config:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def axes(self) -> dict:
+        """The workload's axes and their values here (``harness.workloads.api``): every field but the workload."""
+        return {k: v for k, v in asdict(self).items() if k != "workload"}
+
     def shapes(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """(q/out shape, k/v shape, ...) in the (batch, heads, tokens, head_dim) layout."""
         qs = (self.batch, self.heads, self.q_len, self.head_dim)
