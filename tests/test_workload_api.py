@@ -188,6 +188,12 @@ def test_a_plugin_workload_refuses_an_axis_it_does_not_declare_and_a_bad_value(s
     table["grid"]["cols"] = [0]
     with pytest.raises(UserError, match=r"\[grid\] cols = 0: must be > 0"):
         _reg(table)
+    with pytest.raises(UserError, match=r"^\[grid\] cols = 'x' is not an integer$"):
+        softmax.config({"rows": 1, "cols": "x", "dtype": "float32"})
+    with pytest.raises(UserError, match=r"^\[grid\] needs 'dtype'"):
+        softmax.config({"rows": 1, "cols": 2})
+    with pytest.raises(UserError, match=r"^\[grid\] dtype = 'float64': unknown dtype"):
+        softmax.config({"rows": 1, "cols": 2, "dtype": "float64"})
 
 
 def test_a_plugin_workload_line_is_refused_at_register_until_the_pipeline_runs_it(softmax):
@@ -203,9 +209,16 @@ def _python(code: str, *paths: Path) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+def softmax_entry_points() -> str:
+    """entry_points.txt as pip writes it from the documented package's pyproject.toml block."""
+    blocks = re.findall(r"^```toml[ \t]*\n(.*?)^```", DOC.read_text(encoding="utf-8"), re.S | re.M)
+    project = next(tomllib.loads(b)["project"] for b in blocks if "softmax-bench" in b)
+    return "\n".join(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items())
+                     for group, eps in project["entry-points"].items())
+
+
 def test_an_installed_package_s_workload_and_kernels_come_from_their_entry_points(tmp_path):
-    entry = (f"[bench.workloads]\nsoftmax = {SOFTMAX_MODULE}:SOFTMAX\n\n[bench.kernels]\nsoftmax = {SOFTMAX_MODULE}\n")
-    installed_dist(tmp_path, "softmax_bench", "0.1", entry, {SOFTMAX_MODULE: softmax_source()})
+    installed_dist(tmp_path, "softmax_bench", "0.1", softmax_entry_points(), {SOFTMAX_MODULE: softmax_source()})
     code = ("from harness import load_workloads, load_kernels; ks = load_kernels(); "
             "print(sorted(load_workloads()), ks['softmax_fused'].workloads, ks['softmax_fused'].distribution['name'])")
     res = _python(code, tmp_path)
@@ -276,4 +289,30 @@ def test_each_workload_refusal_is_one_line_exit_2_and_writes_nothing(tmp_path, m
         assert rc == 2 and message in err, (i, rc, err)
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
         assert sorted(p.name for p in (repo / "ledger").iterdir()) == before
+    assert git(repo, "status", "--porcelain") == ""
+
+
+def test_the_documented_package_installed_is_listed_and_its_line_refused_at_register_until_it_can_run(tmp_path):
+    from tests.conftest import init_repo
+
+    site = installed_dist(tmp_path / "site", "softmax_bench", "0.1", softmax_entry_points(),
+                          {SOFTMAX_MODULE: softmax_source()})
+    text = "\n".join(["schema = 1", 'hypothesis = "the fused row softmax writes its output once"',
+                      'workload = "softmax"', 'candidate = "softmax_fused"', 'baseline = "softmax_torch"',
+                      "[grid]", "rows = [4]", "cols = [64]", 'dtype = ["float32"]',
+                      "[correctness]", "atol = 1e-6", "rtol = 1e-5", "seeds = [0]",
+                      "[bar]", 'go = "geomean(speedup) >= 1.0 and pass_rate == 1.0"', "prediction = 1.1", ""])
+    repo = init_repo(tmp_path / "proj", {"softmax": text})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]), "COLUMNS": "200"}
+
+    def bench(*args):
+        return subprocess.run([sys.executable, "-m", "harness", *args], cwd=repo, capture_output=True, text=True,
+                              env=env, timeout=600)
+
+    listed = bench("kernels")
+    assert listed.returncode == 0 and "softmax_fused" in listed.stdout and "softmax_torch" in listed.stdout
+    res = bench("register", "softmax")
+    assert res.returncode == 2 and "run attention-shaped kernels only so far" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in (repo / "ledger").iterdir()) == [".gitkeep"]
     assert git(repo, "status", "--porcelain") == ""

@@ -50,7 +50,8 @@ def tolerance_floor(reg) -> dict:
 
 
 def _infeasible(f, bound: str = "") -> str:
-    """Why no output in ``f.dtype`` passes the gate, worked out at the deciding element."""
+    """Why no output in ``f.dtype`` passes the gate, worked out at the deciding element;
+    ``bound``: why the workload's outputs are as large as they are (``Workload.output_bound``)."""
     w, u, dt = f.worst, f.unit_roundoff, f.dtype
     k = math.frexp(abs(w["ref"]))[1] - 1  # |ref| in [2^k, 2^(k+1)): half a ULP there is u·2^k
     seeds = (f"seed {w['seed']}" if len(f.seeds) == 1 else
@@ -61,7 +62,8 @@ def _infeasible(f, bound: str = "") -> str:
             f"({','.join(map(str, w['index']))}): |ref| = {abs(w['ref']):.4g}, where {dt} (unit roundoff u = "
             f"2^{round(math.log2(u))} = {u:.3g}) rounds by up to u·2^{k} = {w['half_ulp']:.3g}; it errs "
             f"{w['err']:.3g} > atol + rtol·|ref| = {w['bound']:.3g}. Outputs reach |ref| = "
-            f"{f.magnitude[w['family']]:.4g} on family {w['family']}{f' ({bound})' if bound else ''}. The smallest tolerance that passes: atol >= {ceil_sig(f.need_atol):g} at rtol "
+            f"{f.magnitude[w['family']]:.4g} on family {w['family']}{f' ({bound})' if bound else ''}. The smallest "
+            f"tolerance that passes: atol >= {ceil_sig(f.need_atol):g} at rtol "
             f"{f.rtol:g}, or rtol >= {ceil_sig(f.need_rtol):g} at atol {f.atol:g} (a real kernel needs margin "
             f"above it) — loosen [correctness] for {dt}")
 

@@ -54,16 +54,29 @@ class Axis:
     check: Callable | None = None
     description: str = ""
 
+    def _wrong_type(self, value) -> bool:
+        if self.type is float:  # a TOML integer is a number too
+            return not isinstance(value, (int, float)) or isinstance(value, bool)
+        return not isinstance(value, self.type) or (self.type is int and isinstance(value, bool))
+
     def reason(self, value) -> str | None:
         """Why ``value`` is no value of this axis, or None."""
-        if not isinstance(value, self.type) or (self.type in (int, float) and isinstance(value, bool)):
-            if not (self.type is float and isinstance(value, int) and not isinstance(value, bool)):
-                return f"is not {AXIS_TYPES.get(self.type, self.type.__name__)}"
+        if self._wrong_type(value):
+            return f"is not {AXIS_TYPES.get(self.type, self.type.__name__)}"
         if self.choices and value not in self.choices:
             return f"unknown {self.name} (known: {', '.join(map(str, self.choices))})"
         if self.type is str and any(c in value for c in KEY_BREAKING):
             return f"holds one of {' '.join(map(repr, KEY_BREAKING))}, which would split the config key"
         return self.check(value) if self.check else None
+
+    def refusal(self, value) -> str | None:
+        """The [grid] refusal of ``value``, or None: ``[grid] cols = 'x' is not an integer``,
+        ``[grid] cols = 0: must be > 0``."""
+        why = self.reason(value)
+        if why is None:
+            return None
+        return f"[grid] {self.name} = {value!r} {why}" if self._wrong_type(value) else \
+            f"[grid] {self.name} = {value!r}: {why}"
 
     def values(self, raw) -> list:
         """A [grid] entry (one value or a list) as this axis's list of values; UserError naming
@@ -72,11 +85,8 @@ class Axis:
         if not values:
             raise UserError(f"[grid] {self.name} is empty: give at least one value")
         for v in values:
-            why = self.reason(v)
-            if why and why.startswith("is not"):
-                raise UserError(f"[grid] {self.name} = {v!r} {why}")
-            if why:
-                raise UserError(f"[grid] {self.name} = {v!r}: {why}")
+            if (refused := self.refusal(v)) is not None:
+                raise UserError(refused)
         if len(set(values)) != len(values):
             raise UserError(f"[grid] {self.name} lists a value twice: {values}")
         return list(values)
@@ -201,9 +211,8 @@ class Workload:
             raise UserError(f"[grid] needs '{missing[0]}' (workload '{self.name}' has axes "
                             f"{', '.join(self.axis_names)})")
         for axis in self.axes:
-            why = axis.reason(values[axis.name])
-            if why:
-                raise UserError(f"[grid] {axis.name} = {values[axis.name]!r}: {why}")
+            if (refused := axis.refusal(values[axis.name])) is not None:
+                raise UserError(refused)
         why = self.check_point(values)
         if why:
             raise UserError(f"[grid] {why}")
