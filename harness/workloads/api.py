@@ -176,7 +176,7 @@ class Workload:
     default_families: tuple[str, ...] = ("normal",)
     # Canaries: name -> the bug it models; `bench register` refuses a tolerance one passes.
     canaries: dict = {}
-    # dtype -> (atol, rtol): what `bench new` writes; `bench register` still checks the floor.
+    # dtype -> (atol, rtol): the tolerances a line starts from; `bench register` still checks the floor.
     tolerances: dict = DEFAULT_TOLERANCES
     # Why the output's magnitude is bounded, as the tolerance floor's refusal says it.
     output_bound: str = ""
