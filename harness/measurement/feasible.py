@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Callable
 
 from harness.workloads import Config, with_dtype
 from harness.workloads.inputs import boundary_configs, make_inputs
@@ -99,7 +101,8 @@ def floors(configs, *, atol: dict, rtol: dict, seeds, families, min_pass_rate: f
     (``floor_references``); None is attention's own, this module's functions."""
     size = workload.input_elems if workload is not None else input_elems
     pick = workload.floor_configs if workload is not None else _gate_configs
-    refs = workload.floor_references if workload is not None else attention_references
+    drawn: dict = {}  # one float32 draw per shape, seed and family, rounded to each dtype
+    refs = partial(workload.floor_references if workload is not None else attention_references, drawn=drawn)
     by_dtype: dict[str, list[Config]] = {}
     for c in configs:
         by_dtype.setdefault(c.dtype, []).append(c)
@@ -108,7 +111,6 @@ def floors(configs, *, atol: dict, rtol: dict, seeds, families, min_pass_rate: f
     # refusal needs one more failing seed than that allows, and no more are checked.
     needed = next(k for k in range(len(seeds) + 1) if k / len(seeds) >= min_pass_rate)
     checked = seeds[:len(seeds) - needed + 1]
-    drawn: dict = {}  # one float32 draw per shape, seed and family, rounded to each dtype
     out = []
     for dt, group in by_dtype.items():
         point = min(group, key=lambda c: (size(c), c.key()))
@@ -116,7 +118,7 @@ def floors(configs, *, atol: dict, rtol: dict, seeds, families, min_pass_rate: f
         if not cases:
             out.append(Floor(dt, atol[dt], rtol[dt], point.key(), (), (), True, 0.0, 0.0, {}, None, unchecked=why))
             continue
-        out.append(_floor(dt, atol[dt], rtol[dt], point, cases, checked, tuple(families), drawn, refs))
+        out.append(_floor(dt, atol[dt], rtol[dt], point, cases, checked, tuple(families), refs))
     return out
 
 
@@ -153,7 +155,8 @@ def _inputs(c: Config, seed: int, family: str, drawn: dict):
 
 
 def _floor(dtype: str, atol: float, rtol: float, point: Config, cases: list[Config], seeds, families,
-           drawn: dict, refs=attention_references) -> Floor:
+           refs: Callable) -> Floor:
+    """The Floor of ``dtype`` over ``cases`` (``refs(c, seed, family)``: their float64 references)."""
     import torch
 
     tiny = torch.finfo(torch.float64).tiny
@@ -163,7 +166,7 @@ def _floor(dtype: str, atol: float, rtol: float, point: Config, cases: list[Conf
         passed, need_a, need_r, worst = True, 0.0, 0.0, None
         for fam in families:
             for c in cases:
-                for i, ref in enumerate(refs(c, seed, fam, drawn)):
+                for i, ref in enumerate(refs(c, seed, fam)):
                     near = nearest(ref, dtype)
                     mag, err = ref.abs(), (near - ref).abs()
                     magnitude[fam] = max(magnitude.get(fam, 0.0), float(mag.max()))

@@ -71,20 +71,17 @@ class AttentionWorkload(Workload):
                 raise UserError(f"[grid] needs '{key}'")
         axis = {a.name: a for a in self.axes}
         size = "batch" if "batch" in grid else TOKENS_KEY
-        table = {
-            size: Axis(size, int, check=positive).values(grid[size]),
-            **{k: axis[k].values(grid[k]) for k in ("heads",)},
-            "kv_heads": axis["kv_heads"].values(grid["kv_heads"]) if "kv_heads" in grid else None,
-            **{k: axis[k].values(grid[k]) for k in ("seq_len", "head_dim", "dtype")},
-            "causal": axis["causal"].values(grid.get("causal", [False])),
-        }
-        why = self.check_causal(table["causal"])
+        sizes = Axis(size, int, check=positive).values(grid[size])
+        heads = axis["heads"].values(grid["heads"])
+        kv_heads = axis["kv_heads"].values(grid["kv_heads"]) if "kv_heads" in grid else None
+        seq_lens, head_dims, dtypes = (axis[k].values(grid[k]) for k in ("seq_len", "head_dim", "dtype"))
+        causal = axis["causal"].values(grid.get("causal", [False]))
+        why = self.check_causal(causal)
         if why:
             raise UserError(f"[grid] {why}")
         configs = []
-        for b, h, kv, n, d, dt, c in itertools.product(table[size], table["heads"], table["kv_heads"] or [None],
-                                                       table["seq_len"], table["head_dim"], table["dtype"],
-                                                       table["causal"]):
+        for b, h, kv, n, d, dt, c in itertools.product(sizes, heads, kv_heads or [None], seq_lens, head_dims,
+                                                       dtypes, causal):
             if size == TOKENS_KEY:
                 if b % n:
                     raise UserError(f"[grid] tokens {b} is not a multiple of seq_len {n}: each config's batch is "
@@ -95,7 +92,9 @@ class AttentionWorkload(Workload):
             if why:
                 raise UserError(f"[grid] {why}")
             configs.append(Config(self.name, b, h, kv, n, d, dt, c))
-        table["kv_heads"] = table["kv_heads"] or "= heads"
+        # The grid as the ledger's registered row shows it, in [grid]'s order.
+        table = {size: sizes, "heads": heads, "kv_heads": kv_heads or "= heads", "seq_len": seq_lens,
+                 "head_dim": head_dims, "dtype": dtypes, "causal": causal}
         return configs, table
 
     def check_causal(self, values) -> str | None:
