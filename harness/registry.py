@@ -170,18 +170,16 @@ def kernel(name: str, *, workloads, dtypes, **options: Unpack[KernelOptions]):
     if unknown:
         raise UserError(f"@kernel {name!r}: unknown option {', '.join(map(repr, unknown))} (known: workloads, dtypes, "
                         f"{', '.join(KernelOptions.__annotations__)}): see docs/kernels.md")
-    opt: dict = {**KERNEL_DEFAULTS, **options}
+    given: dict = {**KERNEL_DEFAULTS, **options}
 
     def wrap(fn):
         src = inspect.getsourcefile(fn) or "<unknown>"
         if name in _REGISTRY and _REGISTRY[name].source != src:
             raise UserError(f"kernel '{name}' is registered twice ({_REGISTRY[name].source} and {src}): rename one")
-        _REGISTRY[name] = KernelSpec(
-            name=name, fn=fn, workloads=tuple(workloads), dtypes=tuple(dtypes), devices=tuple(opt["devices"]),
-            source=src, description=opt["description"] or (inspect.getdoc(fn) or "").split("\n")[0],
-            memory=opt.get("memory"), first_call_memory=opt.get("first_call_memory"),
-            requires=tuple(opt["requires"]), install=opt["install"], available=opt.get("available"),
-            supports=opt.get("supports"), numerics=dict(opt.get("numerics") or {}), describe=opt.get("describe"))
+        spec = KernelSpec(name=name, fn=fn, workloads=tuple(workloads), dtypes=tuple(dtypes), source=src, **given)
+        _REGISTRY[name] = replace(
+            spec, devices=tuple(spec.devices), requires=tuple(spec.requires), numerics=dict(spec.numerics or {}),
+            description=spec.description or (inspect.getdoc(fn) or "").split("\n")[0])
         return fn
 
     return wrap

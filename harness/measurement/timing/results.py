@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from harness.jsonsafe import jsonable
 from harness.measurement.clocks import ClockSummary, kcycles
 from harness.measurement.stats import DEFAULT_CONFIDENCE, Stats, paired_ratio, ratio, speedup_ci
 from harness.measurement.timing.policy import TimingPolicy
 from harness.measurement.timing.refresh import InputMemory
-
-if TYPE_CHECKING:  # criteria imports this module
-    from harness.measurement.timing.criteria import StopRecord
 
 ARM_CANDIDATE, ARM_BASELINE, ARM_CONTROL = "candidate", "baseline", "control"
 
@@ -182,7 +179,7 @@ class Measurement:
     clock_check: dict[str, dict] = field(default_factory=dict)
     # Under the statistic stop (timing/criteria.py): the look its bar quantities come from;
     # None under the noise stop.
-    stop: "StopRecord | None" = None  # timing/criteria.py (which imports this module)
+    stop: Any = None  # a timing/criteria.py StopRecord, or None (criteria imports this module)
 
     @property
     def n_dropped(self) -> int:
