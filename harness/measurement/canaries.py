@@ -175,17 +175,25 @@ def check(configs, *, atol: dict, rtol: dict, seed: int, families, names=None) -
                         continue
                     got, bq = bent
                     ref = _attention64(bq, vk, vv, causal=cfg.causal, scale=cfg.scale)
-                    got = got.to(getattr(torch, cfg.dtype))  # what a kernel would write
-                    fig = compare(got, ref, atol=a, rtol=r, dtype=cfg.dtype)
-                    err = (got.to(torch.float64) - ref).abs()
-                    f = found[n]
-                    f[0] = f[0] or not fig.passed
-                    f[1] = max(f[1], fig.tolerance_ratio)
-                    f[2] = max(f[2], float((err - r * ref.abs()).max()))
-                    f[3] = max(f[3], float(((err - a) / ref.abs().clamp_min(1e-300)).max()))
+                    _judge(found[n], got, ref, cfg.dtype, a, r)
         for n, (rej, ratio, ra, rr) in found.items():
             out.append(Check(n, cfg.key(), cfg.dtype, rej, a, r, ratio, ra, rr))
     return out
+
+
+def _judge(f: list, got, ref, dtype: str, a: float, r: float) -> None:
+    """Fold one bent output into its canary's findings ``f`` = [rejected, largest tolerance
+    ratio, atol it needs, rtol it needs]: ``got`` rounded to ``dtype`` as a kernel would write
+    it, judged by the gate's rule against the float64 ``ref``."""
+    import torch
+
+    got = got.to(getattr(torch, dtype))
+    fig = compare(got, ref, atol=a, rtol=r, dtype=dtype)
+    err = (got.to(torch.float64) - ref).abs()
+    f[0] = f[0] or not fig.passed
+    f[1] = max(f[1], fig.tolerance_ratio)
+    f[2] = max(f[2], float((err - r * ref.abs()).max()))
+    f[3] = max(f[3], float(((err - a) / ref.abs().clamp_min(1e-300)).max()))
 
 
 def workload_points(workload, configs) -> list:
@@ -228,14 +236,7 @@ def check_workload(workload, configs, *, atol: dict, rtol: dict, seed: int, fami
                 if bent is None:
                     continue
                 for got, ref in zip(bent, refs):
-                    got = got.to(getattr(torch, cfg.dtype))  # what a kernel would write
-                    fig = compare(got, ref, atol=a, rtol=r, dtype=cfg.dtype)
-                    err = (got.to(torch.float64) - ref).abs()
-                    f = found[n]
-                    f[0] = f[0] or not fig.passed
-                    f[1] = max(f[1], fig.tolerance_ratio)
-                    f[2] = max(f[2], float((err - r * ref.abs()).max()))
-                    f[3] = max(f[3], float(((err - a) / ref.abs().clamp_min(1e-300)).max()))
+                    _judge(found[n], got, ref, cfg.dtype, a, r)
         for n, (rej, ratio, ra, rr) in found.items():
             out.append(Check(n, cfg.key(), cfg.dtype, rej, a, r, ratio, ra, rr))
     return out
