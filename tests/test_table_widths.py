@@ -65,6 +65,7 @@ def test_every_table_fits_its_width_without_splitting_a_token(name, tmp_path, mo
         # Nothing cut: a narrower table wraps what it shows, it never drops characters.
         assert sum(map(len, text.split())) >= sum(map(len, tokens_wide)), (args, columns, text)
         if columns == FITS:
-            long = [line for line in text.splitlines() if len(line.rstrip()) > FITS]
+            # A line of one token (a path) may be longer: no wrap at spaces can shorten it.
+            long = [line for line in text.splitlines() if len(line.rstrip()) > FITS and len(line.split()) > 1]
             assert not long, (f"bench {' '.join(args)} at COLUMNS={columns}: {len(long)} lines longer than {FITS}:\n"
                               + "\n".join(long[:5]))

@@ -39,7 +39,7 @@ def render_verified(name: str, res) -> None:
                  f"commit vouches for who wrote {it}")
     c.print(f"[green]ok[/]   {name}: {plural(res.n_rows, 'row')}, chain intact{sums}{again}{note}")
     for m in res.remeasured[:MAX_LISTED]:
-        c.print(f"       re-measured {escape(m.describe())}", soft_wrap=True)
+        c.print(f"       re-measured {escape(m.describe())}")  # wrapped at spaces: keys stay whole
     if len(res.remeasured) > MAX_LISTED:
         c.print(f"       and {len(res.remeasured) - MAX_LISTED} more (bench ledger show {Path(name).stem})")
 

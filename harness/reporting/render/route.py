@@ -93,11 +93,12 @@ def render_route(table: RouteTable, js: Path, py: Path, notes=()) -> None:
     c.print(fit(route_table(table)))
     for text in notes:
         c.print(f"  note: {text}", markup=False)
-    # One path a line, never wrapped by rich: a path longer than the terminal stays whole (the
-    # terminal wraps it) rather than folded into pieces no one can paste.
-    c.print(f"wrote {js}", markup=False, soft_wrap=True)
-    c.print(f"  and {py}", markup=False, soft_wrap=True)
-    c.print("(import it: choose(workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal))", markup=False)
+    # Each path alone on its line, never wrapped by rich: a path longer than the terminal stays
+    # whole (the terminal wraps it) rather than folded into pieces no one can paste.
+    c.print("wrote the routes (import the .py: choose(workload, batch, heads, kv_heads, seq_len, head_dim, dtype, "
+            "causal)):", markup=False)
+    for path in (js, py):
+        c.print(f"  {path}", markup=False, soft_wrap=True)
 
 
 def emit_route(table: RouteTable, fmt: str, js: Path, py: Path, notes=()) -> None:
