@@ -103,7 +103,7 @@ def test_gemm_cublaslt_declines_exact_gelu_and_runs_on_cuda_only():
 
 
 # -- canaries: each rejected by the default tolerance at a representative config ------------
-GEMM_SEEDS_POINT = {"m": 64, "n": 64, "k": 1024}
+GEMM_SEEDS_POINT = {"m": 4096, "n": 64, "k": 1024}  # canaries cut m to CANARY_ROWS
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -114,6 +114,7 @@ def test_every_gemm_canary_is_rejected_by_the_default_tolerance(dtype, gelu):
     atol, rtol = ({d: t[i] for d, t in wl.tolerances.items()} for i in (0, 1))
     checks = wl.check_canaries([cfg], atol=atol, rtol=rtol, seed=0, families=wl.default_families)
     names = {c.canary for c in checks}
+    assert {c.point for c in checks} == {cfg.replace(m=64).key()}  # judged on 64 rows of the point
     expected = set(wl.canaries) - ({"gelu_swapped"} if dtype != "float32" else set())
     assert names == expected
     assert all(c.rejected for c in checks), [(c.canary, c.worst_ratio) for c in checks if not c.rejected]
@@ -152,7 +153,7 @@ def test_the_gelu_swap_is_within_the_baselines_own_error_in_half_precision(dtype
 @pytest.mark.parametrize("residual", [False, True])
 def test_every_rmsnorm_canary_is_rejected_by_the_default_tolerance(dtype, residual):
     wl = get_workload("rmsnorm")
-    cfg = wl.config({"tokens": 16, "hidden": 4096, "dtype": dtype, "residual": residual})
+    cfg = wl.config({"tokens": 4096, "hidden": 4096, "dtype": dtype, "residual": residual})
     atol, rtol = ({d: t[i] for d, t in wl.tolerances.items()} for i in (0, 1))
     checks = wl.check_canaries([cfg], atol=atol, rtol=rtol, seed=0, families=wl.default_families)
     expected = {n for n in wl.canaries if residual or not n.startswith("residual_")}

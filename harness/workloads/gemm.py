@@ -44,7 +44,10 @@ EPILOGUE_FLOPS = 1
 # float64 temporaries of the reference per output element: x·wᵀ, + bias, gelu.
 REFERENCE_OUT_COPIES = 3
 # Default tolerances (atol, rtol), derived in docs/workloads.md#gemm_bias_gelu-tolerances.
-GEMM_TOLERANCES = {"float16": (1e-2, 1e-2), "bfloat16": (8e-2, 4e-2), "float32": (1e-4, 1e-4)}
+GEMM_TOLERANCES = {"float16": (1e-2, 1e-2), "bfloat16": (8e-2, 6e-2), "float32": (1e-4, 1e-4)}
+# Rows of x (and out) the canaries are judged on: out's rows are independent, so a canary on
+# CANARY_ROWS rows at the point's n and k is that canary on those rows of the whole point.
+CANARY_ROWS = 64
 
 
 def _seed(cfg, seed: int, family: str) -> int:
@@ -133,6 +136,15 @@ class GemmBiasGelu(Workload):
         return 8 * (cfg.m * cfg.k + cfg.n * cfg.k + cfg.n + REFERENCE_OUT_COPIES * cfg.m * cfg.n)
 
     # -- canaries ---------------------------------------------------------------------------
+    def check_canaries(self, configs, *, atol: dict, rtol: dict, seed: int, families, names=None) -> list:
+        """The canaries at each point with m cut to CANARY_ROWS (n and k as registered: the K
+        canary's size depends on k), so a 16384-row point is not referenced in float64 whole."""
+        cut = list(dict.fromkeys(c.replace(m=min(c.m, CANARY_ROWS)) for c in configs))
+        return super().check_canaries(cut, atol=atol, rtol=rtol, seed=seed, families=families, names=names)
+
+    def canary_subset(self, seed: int) -> str:
+        return f"at most {CANARY_ROWS} rows of the smallest and largest point of each dtype, seed {seed}"
+
     def canary_applies(self, name: str, cfg) -> bool:
         # The two GELUs differ by at most ~5e-4 (at |z| near 2), below a half-precision
         # output's own rounding error once the tolerance covers the baseline's three
