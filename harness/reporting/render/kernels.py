@@ -46,19 +46,19 @@ def render_kernels(kernels: dict, device: str, fmt: str = "table", workloads=())
     # Narrower than SOURCE_COLUMN_MIN, each source goes under its kernel's name.
     apart = console().width >= SOURCE_COLUMN_MIN
     t = table(title=f"kernels (this machine: {device})")
-    for col in ("workload", "name" if apart else "name, source", "workloads", "dtypes", "devices", "usable here",
-                *(("source",) if apart else ())):
-        t.add_column(col, no_wrap=col in ("workload", "name", "name, source", "source"))
+    cols = ("name" if apart else "name, source", "workloads", "dtypes", "devices", "usable here",
+            *(("source",) if apart else ()))
+    for col in cols:
+        t.add_column(col, no_wrap=col in ("name", "name, source", "source"))
     groups = by_workload(kernels, workloads)
     for i, (wl, name) in enumerate(groups):
+        if i == 0 or groups[i - 1][0] != wl:  # a heading row per workload: no column of its own
+            t.add_row(f"[bold]{escape(wl)}[/]", *([""] * (len(cols) - 1)))
         k = kernels[name]
         why = k.unusable_reason(device)
         source = escape(shown(k.source))
-        first = i == 0 or groups[i - 1][0] != wl
-        last = i + 1 == len(groups) or groups[i + 1][0] != wl
-        t.add_row(escape(wl) if first else "", escape(name) if apart else f"{escape(name)}\n[dim]{source}[/]",
-                  ", ".join(k.workloads),
+        t.add_row(escape(name) if apart else f"{escape(name)}\n[dim]{source}[/]", ", ".join(k.workloads),
                   ", ".join(k.dtypes), ", ".join(k.devices),
                   "[green]yes[/]" if why is None else f"[yellow]no[/]: {escape(why)}", *((source,) if apart else ()),
-                  end_section=last)
+                  end_section=i + 1 == len(groups) or groups[i + 1][0] != wl)
     console().print(fit(t))
