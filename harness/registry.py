@@ -15,7 +15,8 @@ head h // (H // Hkv)), all contiguous, on one device, of one dtype. The harness 
 outputs (poisoned with NaN before checked calls) and never reads anything the kernel returns.
 
 Workloads are discovered the same way, from ``bench.workloads`` entry points
-(``load_workloads``): bench's own name attention and decode (``harness.workloads.shipped``).
+(``load_workloads``): bench's own name attention and decode (``harness.workloads.shipped``),
+gemm_bias_gelu (``harness.workloads.gemm``) and rmsnorm (``harness.workloads.rmsnorm``).
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ SHIPPED_ENTRY_POINT = ("bench", KERNELS_PACKAGE)
 WORKLOAD_ENTRY_POINT_GROUP = "bench.workloads"
 SHIPPED_WORKLOAD_MODULE = "harness.workloads.shipped"
 SHIPPED_WORKLOAD_ENTRY_POINTS = (("attention", f"{SHIPPED_WORKLOAD_MODULE}:ATTENTION"),
-                                 ("decode", f"{SHIPPED_WORKLOAD_MODULE}:DECODE"))
+                                 ("decode", f"{SHIPPED_WORKLOAD_MODULE}:DECODE"),
+                                 ("gemm_bias_gelu", "harness.workloads.gemm:GEMM_BIAS_GELU"),
+                                 ("rmsnorm", "harness.workloads.rmsnorm:RMSNORM"))
 # A kernel's name: what registrations, bar clauses (``speedup vs "fa4"``), ledger arms
 # (``candidate:<name>``) and profiler range filters quote. A Python-identifier-like word (dots
 # and dashes allowed after the first character), so no quote, space, '/' or '@' can break any
@@ -281,16 +284,18 @@ _WORKLOADS: dict[str, Workload] = {}
 
 
 def workload_entry_points() -> list:
-    """Every ``bench.workloads`` entry point, bench's own (attention, decode) first; without
-    installed metadata for them (a checkout run without being installed) the ones
-    pyproject.toml declares (``SHIPPED_WORKLOAD_ENTRY_POINTS``)."""
+    """Every ``bench.workloads`` entry point, bench's own (attention, decode, gemm_bias_gelu,
+    rmsnorm) first; without installed metadata for them (a checkout run without being
+    installed, or installed before bench declared one) the ones pyproject.toml declares
+    (``SHIPPED_WORKLOAD_ENTRY_POINTS``)."""
     from importlib.metadata import EntryPoint, entry_points
 
+    shipped = dict(SHIPPED_WORKLOAD_ENTRY_POINTS)
     found = list(entry_points(group=WORKLOAD_ENTRY_POINT_GROUP))
-    own = {ep.name: ep for ep in found if ep.module == SHIPPED_WORKLOAD_MODULE}
+    own = {ep.name: ep for ep in found if shipped.get(ep.name) == ep.value}
     return [*(own.get(name) or EntryPoint(name, value, WORKLOAD_ENTRY_POINT_GROUP)
               for name, value in SHIPPED_WORKLOAD_ENTRY_POINTS),
-            *(ep for ep in found if ep.module != SHIPPED_WORKLOAD_MODULE)]
+            *(ep for ep in found if shipped.get(ep.name) != ep.value)]
 
 
 def load_workloads() -> dict[str, Workload]:

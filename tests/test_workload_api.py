@@ -223,7 +223,7 @@ def test_an_installed_package_s_workload_and_kernels_come_from_their_entry_point
             "print(sorted(load_workloads()), ks['softmax_fused'].workloads, ks['softmax_fused'].distribution['name'])")
     res = _python(code, tmp_path)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.split("\n")[0] == "['attention', 'decode', 'softmax'] ('softmax',) softmax_bench"
+    assert res.stdout.split("\n")[0] == "['attention', 'decode', 'gemm_bias_gelu', 'rmsnorm', 'softmax'] ('softmax',) softmax_bench"
 
 
 @pytest.mark.parametrize("name, value, message", [

@@ -331,6 +331,12 @@ class Workload:
         return canary_checks.check_workload(self, configs, atol=atol, rtol=rtol, seed=seed, families=families,
                                             names=names)
 
+    def canary_applies(self, name: str, cfg) -> bool:
+        """Whether canary ``name`` is checked at ``cfg``: False where no tolerance of the dtype can
+        see it (say why, in the workload's docs), or where it has no meaning (a bias canary of a
+        config without one). A canary checked and passed is refused; one not checked is not."""
+        return True
+
     def canary(self, name: str, cfg, inputs) -> tuple | None:
         """The float64 outputs of canary ``name`` (the reference bent the way the bug bends
         it) on float64 ``inputs``, or None where it means nothing at ``cfg``."""
