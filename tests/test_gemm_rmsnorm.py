@@ -17,27 +17,28 @@ DTYPES = ("float16", "bfloat16", "float32")
 SEEDS = (0, 1)
 
 
-def _configs(workload: str, points, extra: dict) -> list:
+def _configs(workload: str, points, extra: dict, boundary: bool = True, dtypes=DTYPES) -> list:
     """Every point at every dtype and extra axis value, with the gate's boundary configs."""
     import itertools
 
     wl = get_workload(workload)
     out = []
     keys = list(extra)
-    for p, dt, *rest in itertools.product(points, DTYPES, *extra.values()):
+    for p, dt, *rest in itertools.product(points, dtypes, *extra.values()):
         cfg = wl.config({**p, "dtype": dt, **dict(zip(keys, rest))})
-        out += [c for c in (cfg, *wl.boundary_configs(cfg)) if c not in out]
+        out += [c for c in (cfg, *(wl.boundary_configs(cfg) if boundary else ())) if c not in out]
     return out
 
 
-def kernel_cases(kernel: str, workload: str, points, extra: dict, device: str = "cpu") -> list[str]:
+def kernel_cases(kernel: str, workload: str, points, extra: dict, device: str = "cpu",
+                 boundary: bool = True, dtypes=DTYPES) -> list[str]:
     """Run ``kernel`` the contract's way on every config, family and seed; raise on any output
     outside the workload's default tolerance (the gate's rule); the cases checked."""
     from harness.measurement.correctness.figures import compare
 
     wl, spec = get_workload(workload), get_kernel(kernel)
     checked = []
-    for cfg in _configs(workload, points, extra):
+    for cfg in _configs(workload, points, extra, boundary, dtypes):
         if spec.config_reason(cfg) is not None:
             continue
         atol, rtol = wl.tolerances[cfg.dtype]
@@ -59,21 +60,46 @@ GEMM_EXTRA = {"gelu": ("exact", "tanh")}
 RMSNORM_EXTRA = {"residual": (False, True)}
 
 
-@pytest.mark.parametrize("kernel", ["gemm_torch", "gemm_compile"])
-def test_gemm_torch_kernels_match_the_reference_everywhere(kernel):
-    if get_kernel(kernel).unusable_reason("cpu"):
-        pytest.skip(get_kernel(kernel).unusable_reason("cpu"))
-    checked = kernel_cases(kernel, "gemm_bias_gelu", GEMM_POINTS, GEMM_EXTRA)
+def _usable(kernel: str, device: str) -> None:
+    why = get_kernel(kernel).unusable_reason(device)
+    if why:
+        pytest.skip(why)
+
+
+def test_gemm_torch_matches_the_reference_everywhere():
+    checked = kernel_cases("gemm_torch", "gemm_bias_gelu", GEMM_POINTS, GEMM_EXTRA)
     # 3 dtypes x 2 GELUs x (the point + 2 boundary shapes) x 3 families x 2 seeds
     assert len(checked) == 3 * 2 * 3 * 3 * 2
 
 
-@pytest.mark.parametrize("kernel", ["rmsnorm_torch", "rmsnorm_compile"])
-def test_rmsnorm_torch_kernels_match_the_reference_everywhere(kernel):
-    if get_kernel(kernel).unusable_reason("cpu"):
-        pytest.skip(get_kernel(kernel).unusable_reason("cpu"))
-    checked = kernel_cases(kernel, "rmsnorm", RMSNORM_POINTS, RMSNORM_EXTRA)
+def test_rmsnorm_torch_matches_the_reference_everywhere():
+    checked = kernel_cases("rmsnorm_torch", "rmsnorm", RMSNORM_POINTS, RMSNORM_EXTRA)
     assert len(checked) == 3 * 2 * 3 * 4 * 2
+
+
+# The compile peers recompile for every shape and dtype (minutes on a 2-core CPU): here one
+# float32 shape each, everywhere on the GPU below.
+@pytest.mark.parametrize("kernel, workload, extra", [
+    ("gemm_compile", "gemm_bias_gelu", {"gelu": ("exact",)}),
+    ("rmsnorm_compile", "rmsnorm", {"residual": (True,)}),
+])
+def test_the_compile_peers_match_the_reference_at_one_shape(kernel, workload, extra):
+    _usable(kernel, "cpu")
+    points = GEMM_POINTS if workload == "gemm_bias_gelu" else RMSNORM_POINTS
+    checked = kernel_cases(kernel, workload, points, extra, boundary=False, dtypes=("float32",))
+    assert len(checked) == len(get_workload(workload).default_families) * len(SEEDS)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel, workload", [
+    ("gemm_torch", "gemm_bias_gelu"), ("gemm_triton", "gemm_bias_gelu"), ("gemm_compile", "gemm_bias_gelu"),
+    ("rmsnorm_torch", "rmsnorm"), ("rmsnorm_triton", "rmsnorm"), ("rmsnorm_compile", "rmsnorm"),
+])
+def test_every_kernel_matches_the_reference_everywhere_on_a_gpu(kernel, workload):
+    _usable(kernel, "cuda")
+    points, extra = (GEMM_POINTS, GEMM_EXTRA) if workload == "gemm_bias_gelu" else (RMSNORM_POINTS, RMSNORM_EXTRA)
+    checked = kernel_cases(kernel, workload, points, extra, device="cuda")
+    assert len(checked) == (3 * 2 * 3 * 3 * 2 if workload == "gemm_bias_gelu" else 3 * 2 * 3 * 4 * 2)
 
 
 def test_gemm_triton_matches_the_reference_in_the_interpreter():
