@@ -18,6 +18,7 @@ import pytest
 from harness import registry
 from harness.errors import UserError
 from harness.workloads import Config
+from harness.workloads.api import Axis
 from tests.conftest import REPO, TINY, git, installed_dist
 
 DOC = REPO / "docs" / "workloads.md"
@@ -254,11 +255,29 @@ def test_a_checkout_run_without_installed_metadata_finds_the_shipped_workloads(m
     ({"tolerances": {"float32": (1e-6, 1e-5)}}, "no default tolerance for dtype float16"),
     ({"default_families": ("adversarial",)}, "default_families must be a non-empty subset"),
     ({"size_axis": "tokens"}, "size_axis 'tokens' is not one of its axes"),
+    ({"axes": (Axis("speedup", int), Axis("dtype", str, choices=("float32",)))},
+     "axis 'speedup' is a metric or a field every row carries"),
 ])
 def test_a_workload_declaration_is_checked_when_loaded(softmax, change, message):
     bad = type("Bad", (type(softmax),), change)()
     with pytest.raises(UserError, match=re.escape(message)):
         bad.validate()
+
+
+def test_a_bar_filters_on_its_own_workload_s_axes_and_refuses_another_s(softmax):
+    from harness.registration import bar
+
+    fields = bar.workload_fields(softmax)
+    parsed = bar.parse('min(speedup where cols >= 256 and dtype == "float32") >= 1', fields)
+    rows = [{"workload": "softmax", "rows": 4, "cols": c, "dtype": "float32", "candidate": "softmax_fused",
+             "correct": True, "speedup": s} for c, s in ((64, 0.5), (256, 1.5))]
+    assert bar.evaluate(parsed, rows).passed  # the cols = 64 row is filtered out
+    with pytest.raises(bar.BarError, match=re.escape("unknown field 'seq_len'")):
+        bar.parse("min(speedup where seq_len >= 256) >= 1", fields)
+    with pytest.raises(UserError, match=re.escape("[bar] go: unknown field 'seq_len'")):
+        _reg({**softmax_table(), "bar": {"go": "min(speedup where seq_len >= 256) >= 1", "prediction": 1.1}})
+    # A report parses a registered bar without its workload: a shipped workload's axes are known.
+    assert bar.parse("min(speedup where m >= 1024 and gelu == 'tanh') >= 1").clauses()
 
 
 # -- the refusals at `bench register`: one line, exit 2, nothing written --------------------------

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from harness.registration.bar_syntax import (And, Aggregate, Bar, Comparison, FieldTest, Node, Not, Or, parse,
-                                           parse_aggregate)
+                                           parse_aggregate, workload_fields)
 from harness.vocab.metrics import STEP_NAMES, derived
 from harness.registration.tokens import COMPARE, BarError
 
@@ -50,7 +50,7 @@ UNCOMPARED_KEY = "vs_uncompared"
 # The language's public entry points, defined in bar_syntax.py and tokens.py.
 __all__ = ["Aggregate", "Bar", "BarError", "BarOutcome", "ClauseOutcome", "Comparison", "combine", "compare",
            "evaluate", "evaluate_aggregate", "field_tests", "margin", "matches_nothing", "matching", "parse",
-           "parse_aggregate", "reduce", "row_value", "uncompared_note", "uncompared_reason", "uncompared_rows", "PEERS_KEY", "UNCOMPARED_KEY"]
+           "parse_aggregate", "workload_fields", "reduce", "row_value", "uncompared_note", "uncompared_reason", "uncompared_rows", "PEERS_KEY", "UNCOMPARED_KEY"]
 
 
 # --------------------------------------------------------------------------- evaluation

@@ -36,8 +36,11 @@ in (0, MAX_STATED_MHZ].
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Callable, Union
+from typing import Callable, Mapping, Union
+
+from harness.registry import load_workloads
 
 from harness.vocab.metrics import BY_NAME, LEDGER_NAMES, MAX_STATED_MHZ, NAMES, PARAM_NAMES, STEP_NAMES
 from harness.registration.tokens import (END, MAX_NESTING, NAME, NUMBER, OPERATOR, PUNCT, STRING, BarError, Token,
@@ -50,6 +53,10 @@ METRICS: tuple[str, ...] = NAMES + PARAM_NAMES + LEDGER_NAMES + STEP_NAMES
 # A step metric may stand bare in a comparison: ``step_gain >= 0.02`` is the worst candidate's.
 BARE_STEP_AGGREGATE = "min"
 
+# The fields every row carries whatever its workload: a bar may filter any line on these.
+COMMON_FIELDS: dict[str, type] = {"workload": str, "dtype": str, "candidate": str}
+# attention's and decode's axes with the common fields: what a bar parsed without a workload
+# (a report reading a shipped line) knows without loading any workload.
 FILTER_FIELDS: dict[str, type] = {
     "workload": str,
     "batch": int,
@@ -155,12 +162,23 @@ class Bar:
 
 
 class _Parser:
-    def __init__(self, expr: str):
+    def __init__(self, expr: str, fields: Mapping[str, type] | None = None):
         self.expr = expr
+        self.fields = fields
         self.tokens = tokenize(expr)
         self.i = 0
         self.depth = 0
         self.clauses: list[Comparison] = []
+
+    def field_type(self, name: str) -> type | None:
+        """The type of filter field ``name``, or None: the given fields (a registration's
+        workload's), else FILTER_FIELDS, then any installed workload's axes."""
+        if self.fields is not None:
+            return self.fields.get(name)
+        return FILTER_FIELDS.get(name) or installed_fields().get(name)
+
+    def known_fields(self) -> str:
+        return f"known: {', '.join(self.fields if self.fields is not None else FILTER_FIELDS)}"
 
     # token helpers
     def peek(self, ahead: int = 0) -> Token:
@@ -333,7 +351,7 @@ class _Parser:
                             f"it is the fraction of correct rows; filter with {func}(where ...)")
         if name in AGGREGATES:
             raise self.fail(tok, f"aggregates do not nest: '{name}' inside {func}(")
-        if name in FILTER_FIELDS:
+        if name not in METRICS and self.field_type(name) is not None:
             raise self.fail(tok, f"'{name}' is a filter field, not a metric",
                             f"filter with {func}(speedup where {name} ...)")
         if name == PEER_WORD:
@@ -347,15 +365,15 @@ class _Parser:
     # filters
     def field_test(self) -> FieldTest:
         tok = self.peek()
-        known = f"known: {', '.join(FILTER_FIELDS)}"
+        known = self.known_fields()
         if tok.kind != NAME or tok.text in KEYWORDS:
             raise self.fail(tok, f"expected a filter field, got {tok.describe()}", known)
         if tok.text in METRICS:
             raise self.fail(tok, f"'{tok.text}' is a metric; filters select configs by field", known)
-        if tok.text not in FILTER_FIELDS:
+        ftype = self.field_type(tok.text)
+        if ftype is None:
             raise self.fail(tok, f"unknown field '{tok.text}'", known)
         field = self.advance().text
-        ftype = FILTER_FIELDS[field]
 
         if self.is_word("in") or (self.is_word("not") and self.is_word("in", 1)):
             negate = self.advance().text == "not"
@@ -365,7 +383,7 @@ class _Parser:
 
         op = self.peek()
         if op.kind == OPERATOR:
-            if ftype is not int and op.text not in _EQUALITY_OPS:
+            if ftype not in (int, float) and op.text not in _EQUALITY_OPS:
                 raise self.fail(op, f"'{op.text}' does not apply to {ftype.__name__} field '{field}'",
                                 "use ==, != or in [...]")
             self.advance()
@@ -386,7 +404,7 @@ class _Parser:
 
     def literal(self, field: str) -> object:
         tok = self.peek()
-        ftype = FILTER_FIELDS[field]
+        ftype = self.field_type(field)
         if tok.kind == NUMBER:
             got, value = int, tok.value
         elif tok.kind == STRING:
@@ -396,27 +414,46 @@ class _Parser:
         else:
             raise self.fail(tok, f"expected a value for '{field}', got {tok.describe()}",
                             "a number, a quoted string, true or false")
-        if got is not ftype:
-            wanted = {int: "a number", str: 'a quoted string, e.g. "bfloat16"', bool: "true or false"}
+        if got is not ftype and not (got is int and ftype is float):
+            wanted = {int: "a number", float: "a number", str: 'a quoted string, e.g. "bfloat16"', bool: "true or false"}
             raise self.fail(tok, f"field '{field}' is {ftype.__name__}, got {tok.describe()}",
                             f"compare it with {wanted[ftype]}")
         self.advance()
         return value
 
 
-def _parser(expr: str) -> _Parser:
+@functools.cache
+def installed_fields() -> dict[str, type]:
+    """Every installed workload's axes and their types (a bar of a plugin workload's line,
+    parsed by a report that has only the bar). An axis two workloads type differently is left
+    out: only a registration's own workload (``workload_fields``) can say which it is."""
+    seen: dict[str, set[type]] = {}
+    for wl in load_workloads().values():
+        for axis in wl.axes:
+            seen.setdefault(axis.name, set()).add(axis.type)
+    return {name: next(iter(types)) for name, types in seen.items() if len(types) == 1}
+
+
+def workload_fields(workload) -> dict[str, type]:
+    """The fields a bar of ``workload``'s line may filter on: its axes and the common fields."""
+    return {**COMMON_FIELDS, **{a.name: a.type for a in workload.axes}}
+
+
+def _parser(expr: str, fields: Mapping[str, type] | None = None) -> _Parser:
     if not isinstance(expr, str):
         raise BarError(f"bar: expected a string expression, got {type(expr).__name__}")
     if not expr.strip():
         raise syntax_error(expr, 0, "empty expression", _EXAMPLE)
-    return _Parser(expr)
+    return _Parser(expr, fields)
 
 
-def parse(expr: str) -> Bar:
-    """Parse and type-check a bar expression; raises BarError on anything not in the grammar."""
-    return _parser(expr).parse()
+def parse(expr: str, fields: Mapping[str, type] | None = None) -> Bar:
+    """Parse and type-check a bar expression; raises BarError on anything not in the grammar.
+    ``fields``: the filter fields and their types (``workload_fields``); None: FILTER_FIELDS,
+    then any installed workload's axes."""
+    return _parser(expr, fields).parse()
 
 
-def parse_aggregate(expr: str) -> Aggregate:
+def parse_aggregate(expr: str, fields: Mapping[str, type] | None = None) -> Aggregate:
     """Parse a lone aggregate such as ``geomean(speedup)`` (a registration's primary metric)."""
-    return _parser(expr).parse_aggregate()
+    return _parser(expr, fields).parse_aggregate()

@@ -200,8 +200,10 @@ def from_table(raw: dict[str, Any], path: Path, sha256: str) -> Registration:
     timing = checked_table(path, raw, "timing", TimingPolicy.from_mapping)
     numerics = checked_table(path, raw, "numerics", NumericPins.from_registration)
     bar = sections.bar_table(path, raw, head.schema)
-    go = parsed(path, "go", bar.go, barlang.parse)
-    primary_agg = parsed(path, "primary", bar.primary, barlang.parse_aggregate)
+    # A bar filters on the line's own workload's axes: another workload's axis is an unknown field.
+    fields = barlang.workload_fields(get_workload(head.workload))
+    go = parsed(path, "go", bar.go, lambda text: barlang.parse(text, fields))
+    primary_agg = parsed(path, "primary", bar.primary, lambda text: barlang.parse_aggregate(text, fields))
     cross_checks.check_bar(path, head, grid["dtype"], configs, go, bar.primary, primary_agg)
     verify, verify_clauses = cross_checks.verify_clauses(path, raw)
     if verify and bar.mixed_devices:

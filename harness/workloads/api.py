@@ -25,6 +25,7 @@ from harness.workloads import DTYPE_BYTES
 from harness.measurement import canaries as canary_checks
 from harness.measurement import feasible
 from harness.measurement.correctness.figures import DEFAULT_TOLERANCES
+from harness.vocab.metrics import LEDGER_NAMES, NAMES as METRIC_NAMES, PARAM_NAMES, STEP_NAMES
 
 # A workload's or axis's name: what a registration's `workload =` and [grid] keys say, and a
 # config key's fields. No '/' or space: config keys are '/'-joined and tables split on spaces.
@@ -35,6 +36,10 @@ AXIS_TYPES = {int: "an integer", float: "a number", str: "a string", bool: "true
 LAYOUTS = ("contiguous",)
 # The dtypes a workload's `dtype` axis may take: those the gate can round a reference to.
 WORKLOAD_DTYPES = ("float16", "bfloat16", "float32")
+# Names an axis may not take: a bar reads a name as a metric first (vocab/metrics.py), and every
+# row carries these fields whatever its workload.
+RESERVED_AXIS_NAMES = frozenset(METRIC_NAMES) | frozenset(PARAM_NAMES) | frozenset(LEDGER_NAMES) | frozenset(STEP_NAMES) \
+    | {"workload", "candidate", "correct"}
 # Characters a string axis value may not hold: they would split a config key or a table cell.
 KEY_BREAKING = ("/", " ", "=")
 
@@ -371,6 +376,10 @@ class Workload:
         names = [a.name for a in self.axes]
         if not names or len(set(names)) != len(names) or not all(_name_ok(n) for n in names):
             raise UserError(f"{where}: axes must be distinct lower-case names (has {names})")
+        taken = [n for n in names if n in RESERVED_AXIS_NAMES]
+        if taken:
+            raise UserError(f"{where}: axis {taken[0]!r} is a metric or a field every row carries: a bar could not "
+                            f"filter on it — rename the axis")
         if "dtype" not in names:
             raise UserError(f"{where}: needs a 'dtype' axis (tolerances are per dtype)")
         bad = [d for d in self.dtypes if d not in WORKLOAD_DTYPES]
