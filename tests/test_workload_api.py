@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import subprocess
@@ -359,3 +360,102 @@ def test_the_documented_package_installed_runs_end_to_end_register_sweep_verdict
     assert report.returncode == 0, report.stdout + report.stderr
     text = (repo / "reports" / "softmax" / "report.md").read_text()
     assert "softmax/rows=4/cols=64/dtype=float32" in text and "softmax_fused" in text
+
+
+# -- hollow kernels, for every workload: each rejected for its own reason -------------------------
+
+def _attention_correct(q, k, v, out, *, causal, scale):
+    """Attention's and decode's float64 reference, rounded into out: a correct kernel."""
+    from harness.measurement.reference import reference
+
+    out.copy_(reference(q, k, v, causal=causal, scale=scale))
+
+
+def _softmax_correct(x, out):
+    import torch
+
+    out.copy_(torch.softmax(x.to(torch.float64), dim=-1))
+
+
+def _workload_case(name: str, request):
+    """(workload, a small float32 config of it, a correct kernel of its call contract)."""
+    if name == "softmax":
+        wl = request.getfixturevalue("softmax")
+        return wl, wl.config({"rows": 4, "cols": 64, "dtype": "float32"}), _softmax_correct
+    return registry.get_workload(name), Config(name, 1, 2, 2, 32, 16, "float32", False), _attention_correct
+
+
+def _hollow(kind: str, correct, n_inputs: int):
+    """A kernel of the same call contract as ``correct`` that is hollow in one way: ``noop``
+    writes nothing, ``skip_part`` leaves its output's last element unwritten, ``remembers``
+    answers every call of a shape with that shape's first answer, ``remembers_pointer`` every
+    call on the same input buffer with that buffer's first answer."""
+    import torch
+
+    kept: dict = {}
+
+    def kernel(*args, **kw):
+        inputs, (out,) = args[:n_inputs], args[n_inputs:]
+        if kind == "noop":
+            return
+        if kind == "skip_part":
+            full = torch.empty_like(out)
+            correct(*inputs, full, **kw)
+            out.view(-1)[:-1].copy_(full.view(-1)[:-1])
+            return
+        key = tuple(out.shape) if kind == "remembers" else inputs[0].data_ptr()
+        if key not in kept:
+            correct(*inputs, out, **kw)
+            kept[key] = out.clone()
+        out.copy_(kept[key])
+
+    kernel.__name__ = f"{kind}_kernel"
+    return kernel
+
+
+@pytest.mark.parametrize("name", ["attention", "decode", "softmax"])
+def test_hollow_kernels_of_every_workload_are_rejected_each_for_its_own_reason(name, request):
+    """Issue 50 item 2: the gate and the recheck after timing judge any workload's kernel
+    through its workload (draws, call, reference): a no-op kernel leaves the poison
+    everywhere, one that skips part of its output leaves it in that part, one that remembers
+    answers by shape repeats an earlier seed's output, one that remembers by input address
+    answers the old content after the inputs are rewritten in place."""
+    import torch
+
+    from harness.measurement.correctness.after_timing import recheck_in_place
+    from harness.measurement.correctness.gate import gate
+    from harness.measurement.correctness.results import InputCase, Tolerance
+
+    wl, cfg, correct = _workload_case(name, request)
+    n_in, n_out = len(wl.inputs(cfg)), math.prod(wl.outputs(cfg)[0].shape_of(cfg))
+    atol, rtol = wl.tolerances["float32"]
+
+    def gated(fn):
+        return gate(fn, cfg, workload=wl, seeds=(0, 1), families=("normal",), atol=atol, rtol=rtol)
+
+    ok = gated(correct)
+    assert ok.passed, ok.reason
+    noop = gated(_hollow("noop", correct, n_in))
+    assert not noop.passed and noop.tag == "unwritten", noop.reason
+    assert noop.reason.startswith("seed 0 family normal: ") and \
+        f"{n_out} of {n_out} output elements still hold the NaN poison" in noop.reason, noop.reason
+    part = gated(_hollow("skip_part", correct, n_in))
+    assert not part.passed and part.tag == "unwritten", part.reason
+    assert f"1 of {n_out} output elements still hold the NaN poison" in part.reason, part.reason
+    same = gated(_hollow("remembers", correct, n_in))
+    assert not same.passed and same.tag == "degenerate", same.reason
+    assert same.reason.startswith("seed 1 family normal: output is bit-identical to seed 0 family normal's "
+                                  "although the inputs changed"), same.reason
+    # By address: the timed buffers keep their addresses, their content rewritten in place.
+    by_ptr = _hollow("remembers_pointer", correct, n_in)
+    inputs = tuple(wl.make_inputs(cfg, 5, wl.timing_family))
+    (out,) = wl.allocate_outputs(cfg)
+    wl.call(by_ptr, inputs, (out,), cfg)  # the timed calls
+    rep = recheck_in_place(by_ptr, cfg, inputs, out, workload=wl, case=InputCase(1000, wl.timing_family),
+                           tol=Tolerance(atol, rtol))
+    assert not rep.passed and rep.tag == "stale_mismatch", rep.reason
+    assert "bit-identical to the one before the inputs were rewritten in place" in rep.reason, rep.reason
+    fresh = torch.empty_like(out)
+    rep = recheck_in_place(correct, cfg, inputs, fresh, workload=wl, case=InputCase(1001, wl.timing_family),
+                           tol=Tolerance(atol, rtol))
+    assert rep.passed, rep.reason

@@ -277,19 +277,16 @@ def _rates(a: _Audit, row: dict, metrics: dict, cand: list[float] | None) -> Non
 
 
 def _row_rates(config: dict, floor, ms: float) -> dict | None:
-    """The rates of a row's config at ``ms``: attention's and decode's from their formulas
-    (their rows' ``config`` is a ``Config``); another workload's from the FLOPs and bytes its
-    row's ``floor`` records (``Workload.flops``, ``min_bytes`` at sweep time: the ledger layer
-    cannot load a plugin), None where it records none (no ceilings: no rates to check)."""
+    """A row's rates at ``ms``: attention's and decode's from their formulas; another workload's from
+    the FLOPs and bytes its ``floor`` records (the ledger loads no plugin), None if none (no ceilings)."""
+    secs = ms * 1e-3
     if not isinstance(config, dict) or config.get("workload") in (None, *SHIPPED_WORKLOADS):
         cfg = Config(**config)
-        secs = ms * 1e-3
         return {"tflops": formulas.flops(cfg) / secs / 1e12, "gbps": formulas.min_bytes(cfg) / secs / 1e9,
                 "kv_gbps": formulas.kv_bytes(cfg) / secs / 1e9}
     rounds = floor.rounds if floor is not None else None
     if not isinstance(rounds, dict) or number(rounds.get("flops")) is None or number(rounds.get("min_bytes")) is None:
         return None
-    secs = ms * 1e-3
     return {"tflops": rounds["flops"] / secs / 1e12, "gbps": rounds["min_bytes"] / secs / 1e9, "kv_gbps": None}
 
 

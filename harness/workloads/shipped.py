@@ -118,7 +118,8 @@ class AttentionWorkload(Workload):
         return attention_inputs.make_inputs(cfg, seed, family, device)
 
     def fill_inputs(self, cfg, inputs, seed: int, family: str = "normal") -> None:
-        attention_inputs.fill_inputs_(*inputs, cfg, seed, family)
+        q, k, v = inputs
+        attention_inputs.fill_inputs_(q, k, v, cfg, seed, family)
 
     def generation_bytes(self, cfg, device: str = "cpu") -> int:
         return attention_inputs.generation_bytes(cfg, device)

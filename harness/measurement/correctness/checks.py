@@ -169,8 +169,8 @@ def timed_reference(pristine, cfg, workload):
     return ref, time.perf_counter() - t0
 
 
-def _judge(out, fig: ErrorFigures, ref, dtype, *, mismatch: str = "mismatch", nonfinite: str = "nonfinite",
-           repeat: Callable | None = None, flat: bool = True, dims: tuple[str, ...] = ()) -> tuple[str | None, str | None]:
+def _judge(out, fig: ErrorFigures, ref, dims: tuple[str, ...], *, mismatch: str = "mismatch",
+           nonfinite: str = "nonfinite", repeat: Callable | None = None, flat: bool = True) -> tuple[str | None, str | None]:
     """The output half of the check sequence, in its one order: (tag, detail), or (None, None).
 
     Unwritten (the poison survived) → a repeat of an earlier output (``repeat(out, fig)``,
@@ -189,7 +189,7 @@ def _judge(out, fig: ErrorFigures, ref, dtype, *, mismatch: str = "mismatch", no
     if not fig.passed:
         return mismatch, fig.summary()
     if flat:
-        axis = _constant_axis(out, ref, dtype, dims)
+        axis = _constant_axis(out, ref, fig.dtype, dims)
         if axis:
             return "degenerate", f"{axis} (within tolerance only because the tolerance is loose: {fig.summary()})"
     return None, None
@@ -280,7 +280,7 @@ def check_output(out, inputs, cfg, *, workload, atol: float, rtol: float, ref=No
         ref, secs = memo.get(inputs, cfg, workload) if memo is not None else timed_reference(inputs, cfg, workload)
     fig = compare(out, ref, atol=atol, rtol=rtol, dtype=cfg.dtype)
     dims = workload.outputs(cfg)[0].dims
-    tag, detail = _judge(out, fig, ref, cfg.dtype, dims=dims, **judge)
+    tag, detail = _judge(out, fig, ref, dims, **judge)
     return Checked(tag, detail, out, fig, ref, secs)
 
 

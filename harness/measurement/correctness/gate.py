@@ -242,15 +242,15 @@ class GateRun:
     reference_seconds: float
 
 
-def gate(spec, cfg, *, workload, seeds, families=None, atol: float, rtol: float,
-         device: str = "cpu", min_pass_rate: float = 1.0) -> GateResult:
-    """Check ``spec`` at ``cfg`` and its boundary configs for every seed × family (None: the
-    workload's default families).
+def gate(spec, cfg, *, workload, **policy) -> GateResult:
+    """Check ``spec`` at ``cfg`` and its boundary configs for every seed × family, under the
+    ``GatePolicy`` of ``policy`` (seeds, atol, rtol; families, None: the workload's default
+    ones; device; min_pass_rate).
 
     A seed passes if every check of it passes; the gate passes if the share of passing
     seeds reaches ``min_pass_rate`` and no failure is structural (STRUCTURAL_TAGS).
     """
-    pol = GatePolicy(seeds, atol, rtol, families=families, device=device, min_pass_rate=min_pass_rate)
+    pol = GatePolicy(**policy)
     return gate_kernels((spec,), cfg, pol, workload=workload).results[spec_parts(spec)[1]]
 
 
