@@ -176,10 +176,11 @@ def test_unholdable_names_the_closest_known_device_that_runs_the_kernels():
     why = unholdable(cfg, specs, policy, (smaller, small), workload=ATTENTION)
     short = (peak - int(small.memory_bytes * (1 - MEMORY_MARGIN))) / 2**30
     assert f"small: " in why and "smaller" not in why and f"{short:.1f} GiB more" in why
-    assert unholdable(cfg, specs, policy, (small, KnownDevice("big", "cuda", 4 * peak, 2**20)), workload=ATTENTION) is None
+    assert unholdable(cfg, specs, policy, (small, KnownDevice("big", "cuda", 4 * peak, 2**20)),
+                      workload=ATTENTION) is None
     # No known device runs cublas_stack on the CPU: nothing to say about a CPU-only table.
     assert unholdable(cfg, [get_kernel("cublas_stack"), get_kernel("sdpa")], policy,
-                      (KnownDevice("host", "cpu", 1, 0),)) is None
+                      (KnownDevice("host", "cpu", 1, 0),), workload=ATTENTION) is None
 
 
 def test_wording_and_encodings(tmp_path):

@@ -382,7 +382,17 @@ def _workload_case(name: str, request):
     if name == "softmax":
         wl = request.getfixturevalue("softmax")
         return wl, wl.config({"rows": 4, "cols": 64, "dtype": "float32"}), _softmax_correct
+    if name in SHIPPED_TORCH:  # the shipped workloads of one output: their torch baselines
+        wl = registry.get_workload(name)
+        return wl, wl.config(SHIPPED_TORCH[name][1]), registry.get_kernel(SHIPPED_TORCH[name][0]).fn
     return registry.get_workload(name), Config(name, 1, 2, 2, 32, 16, "float32", False), _attention_correct
+
+
+# Small float32 points of the other shipped workloads, with the torch baseline that computes them.
+SHIPPED_TORCH = {
+    "gemm_bias_gelu": ("gemm_torch", {"m": 8, "n": 16, "k": 32, "dtype": "float32", "gelu": "exact"}),
+    "rmsnorm": ("rmsnorm_torch", {"tokens": 4, "hidden": 64, "dtype": "float32", "residual": False}),
+}
 
 
 def _hollow(kind: str, correct, n_inputs: int):
@@ -413,7 +423,7 @@ def _hollow(kind: str, correct, n_inputs: int):
     return kernel
 
 
-@pytest.mark.parametrize("name", ["attention", "decode", "softmax"])
+@pytest.mark.parametrize("name", ["attention", "decode", "gemm_bias_gelu", "rmsnorm", "softmax"])
 def test_hollow_kernels_of_every_workload_are_rejected_each_for_its_own_reason(name, request):
     """Issue 50 item 2: the gate and the recheck after timing judge any workload's kernel
     through its workload (draws, call, reference): a no-op kernel leaves the poison
