@@ -86,15 +86,17 @@ class KernelSpec:
     supports: Callable | None = None
     # What the kernel fixes about its numerics (compute type, math mode, softmax dtype).
     numerics: dict = field(default_factory=dict)
-    # (q, k, v, causal=, scale=) -> dict of what the kernel decided at run time for these
+    # (*inputs, **call_kwargs) -> dict of what the kernel decided at run time for these
     # inputs (e.g. which SDPA backend torch dispatched to); recorded in the result row.
     describe: Callable | None = None
     # The installed package a ``bench.kernels`` entry point loaded it from, as
     # {"name", "version"}; None for kernels of this repository (the commit stamp covers them).
     distribution: dict | None = None
 
-    def details(self, q, k, v, cfg) -> dict:
-        return dict(self.describe(q, k, v, causal=cfg.causal, scale=cfg.scale)) if self.describe else {}
+    def details(self, inputs, call_kwargs: dict) -> dict:
+        """What the kernel decided for these inputs (``describe``, called as the kernel is:
+        ``describe(*inputs, **call_kwargs)``), {} without one."""
+        return dict(self.describe(*inputs, **call_kwargs)) if self.describe else {}
 
     def extra_bytes(self, cfg) -> int:
         return int(self.memory(cfg)) if self.memory else 0

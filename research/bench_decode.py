@@ -72,10 +72,10 @@ def config(shape):
 def gated(spec, shape, reg) -> tuple[bool, str]:
     """The harness's correctness gate of ``spec`` at ``shape`` under ``reg``'s [correctness]:
     (passed, what the table shows: the worst tolerance ratio, or the failure's tag and reason)."""
-    from harness import gate
+    from harness import gate, get_workload
 
     cfg = config(shape)
-    g = gate(spec, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype], rtol=reg.rtol[cfg.dtype],
+    g = gate(spec, cfg, workload=get_workload(reg.workload), seeds=reg.seeds, families=reg.families, atol=reg.atol[cfg.dtype], rtol=reg.rtol[cfg.dtype],
              device="cuda", min_pass_rate=reg.min_pass_rate)
     worst = ((g.to_row().get("worst") or {}).get("figures") or {}).get("tolerance_ratio")
     shown = f"worst {worst:.3g} of tolerance" if isinstance(worst, (int, float)) else "passed"

@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     import torch
     import triton.testing
 
-    from harness import Config, GatePolicy, gate_kernels, get_kernel, load_kernels, load_registration, make_inputs
+    from harness import Config, GatePolicy, gate_kernels, get_kernel, get_workload, load_kernels, load_registration, make_inputs
     from harness import flops as flops_of
 
     load_kernels()
@@ -122,7 +122,8 @@ def main(argv=None) -> int:
         # Every arm through the harness's gate at once (the float64 references shared), under
         # flash-h200-v2's [correctness]; a variant that fails to compile fails its gate.
         run = gate_kernels(specs, cfg, GatePolicy(reg.seeds, reg.atol[dtype], reg.rtol[dtype], families=reg.families,
-                                                  device="cuda", min_pass_rate=reg.min_pass_rate))
+                                                  device="cuda", min_pass_rate=reg.min_pass_rate),
+                           workload=get_workload(reg.workload))
         for spec in specs:
             g = run.results[spec.name]
             worst = ((g.to_row().get("worst") or {}).get("figures") or {}).get("tolerance_ratio")

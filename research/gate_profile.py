@@ -40,7 +40,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from harness import BoundaryMemo, Config, GatePolicy, gate_kernels, get_kernel, load_kernels, load_registration
+    from harness import BoundaryMemo, Config, GatePolicy, gate_kernels, get_kernel, get_workload, load_kernels, load_registration
 
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     load_kernels()
@@ -50,12 +50,12 @@ def main(argv=None) -> int:
     pol = GatePolicy(reg.seeds, reg.atol[a.dtype], reg.rtol[a.dtype], families=reg.families, device=device)
     memo = BoundaryMemo()  # the timed run reuses the boundary cases, as a sweep's later configs do
     t0 = time.perf_counter()
-    gate_kernels(specs, cfg, pol, memo=memo)
+    gate_kernels(specs, cfg, pol, workload=get_workload(reg.workload), memo=memo)
     warm = time.perf_counter() - t0
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     prof.enable()
-    run = gate_kernels(specs, cfg, pol, memo=memo)
+    run = gate_kernels(specs, cfg, pol, workload=get_workload(reg.workload), memo=memo)
     prof.disable()
     wall = time.perf_counter() - t0
     lines = [f"config {cfg.key()} on {device}; {a.registration}'s seeds {list(reg.seeds)}; first (warming) gate {warm:.2f} s; "
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
-            gate_kernels(specs, cfg, pol, memo=memo)
+            gate_kernels(specs, cfg, pol, workload=get_workload(reg.workload), memo=memo)
         lines += ["\n## device time per operator (torch.profiler)",
                   tp.key_averages().table(sort_by="self_cuda_time_total", row_limit=40)]
     out = Path(a.out)

@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     import torch
     import triton.testing
 
-    from harness import Config, gate, get_kernel, load_kernels, load_registration, make_inputs
+    from harness import Config, gate, get_kernel, get_workload, load_kernels, load_registration, make_inputs
     from harness import flops as flops_of
 
     reg = load_registration(Path(__file__).resolve().parents[1] / "registrations" / a.registration)
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
             if usable[name]:
                 continue
             spec = get_kernel(name)
-            res = gate(spec, cfg, seeds=reg.seeds, families=reg.families, atol=reg.atol[dtype], rtol=reg.rtol[dtype],
+            res = gate(spec, cfg, workload=get_workload(reg.workload), seeds=reg.seeds, families=reg.families, atol=reg.atol[dtype], rtol=reg.rtol[dtype],
                      device="cuda", min_pass_rate=reg.min_pass_rate)
             worst = ((res.to_row().get("worst") or {}).get("figures") or {})
             row = dict(kernel=name, dtype=dtype, seq_len=n, batch=b, causal=causal, gate_passed=res.passed,

@@ -47,6 +47,7 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 # a checkout it is what maps the kernels/ folder to the import name bench_kernels.
 import harness  # noqa: F401, E402
 from harness.measurement import clockguard  # noqa: E402
+from harness.workloads.shipped import ATTENTION  # noqa: E402
 
 # The timing modules as written, snapshotted before any test can patch one (a sweep seals them
 # at its first kernel import: registry.load_kernels): a clock check compares against these.
@@ -342,7 +343,7 @@ def gate_calls(cfg, c) -> int:
         out.copy_(zoo.attention(q, k, v, causal=causal, scale=scale))
 
     reg = c.reg
-    gate(counting, cfg, seeds=reg.seeds, families=reg.families, **reg.tolerance(cfg.dtype),
+    gate(counting, cfg, workload=ATTENTION, seeds=reg.seeds, families=reg.families, **reg.tolerance(cfg.dtype),
          device=c.device)
     return n["n"]
 

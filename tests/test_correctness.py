@@ -29,6 +29,7 @@ from harness.workloads.inputs import (BOUNDARY_SEQ_LENS, DEFAULT_FAMILIES, FAMIL
 from bench_kernels.sdpa import sdpa
 from bench_kernels.torch_stack import torch_stack
 from harness.registry import KernelSpec
+from harness.workloads.shipped import ATTENTION
 
 try:
     from tests import zoo
@@ -242,7 +243,7 @@ SHAPES = [("attention", True), ("attention", False), ("decode", False), ("decode
 def test_correct_kernels_pass(name, dtype, workload, causal):
     atol, rtol = DEFAULT_TOLERANCES[dtype]
     cfg = cfg_of(workload=workload, dtype=dtype, causal=causal, batch=2 if workload == "decode" else 1)
-    res = gate(spec(CORRECT[name]), cfg, seeds=SEEDS, atol=atol, rtol=rtol)
+    res = gate(spec(CORRECT[name]), cfg, workload=ATTENTION, seeds=SEEDS, atol=atol, rtol=rtol)
     assert res.passed, res.reason
     assert res.pass_rate == 1.0 and res.n_seeds_passed == len(SEEDS) and res.tag is None
     n_cfgs = 1 + len(res.boundary_configs)
@@ -257,7 +258,7 @@ def test_no_false_degenerate_when_the_reference_is_flat_too():
     # causal prefix pick the same key. Constant outputs there are right, not degenerate.
     cfg = cfg_of(dtype="bfloat16", heads=4, kv_heads=1, seq_len=131)
     atol, rtol = DEFAULT_TOLERANCES["bfloat16"]
-    res = gate(spec(torch_stack), cfg, seeds=(0,), atol=atol, rtol=rtol)
+    res = gate(spec(torch_stack), cfg, workload=ATTENTION, seeds=(0,), atol=atol, rtol=rtol)
     assert res.passed, res.reason
     assert any(r.config.endswith(("/n1/d16/bfloat16/causal",)) for r in res.reports)
 
@@ -268,7 +269,7 @@ def test_correct_kernel_passes_recheck_in_place():
     out = torch.empty_like(q)
     torch_stack(q, k, v, out, causal=True, scale=cfg.scale)
     ptrs = [t.data_ptr() for t in (q, k, v, out)]
-    rep = recheck_in_place(spec(torch_stack), cfg, (q, k, v), out, case=InputCase(1000, "outliers"),
+    rep = recheck_in_place(spec(torch_stack), cfg, (q, k, v), out, workload=ATTENTION, case=InputCase(1000, "outliers"),
                            tol=Tolerance(1e-2, 1e-2))
     assert rep.passed and rep.phase == "recheck", rep.reason
     assert [t.data_ptr() for t in (q, k, v, out)] == ptrs
@@ -294,7 +295,7 @@ def zoo_cases(gpu_only: bool):
 
 def gate_hollow(h, cfg, device="cpu"):
     atol, rtol = (h.loose_atol, 0.0) if h.loose_atol is not None else DEFAULT_TOLERANCES[cfg.dtype]
-    return gate(spec(h.make(), name=h.name), cfg, seeds=(0,), atol=atol, rtol=rtol, device=device)
+    return gate(spec(h.make(), name=h.name), cfg, workload=ATTENTION, seeds=(0,), atol=atol, rtol=rtol, device=device)
 
 
 @pytest.mark.parametrize("h,cfg", list(zoo_cases(gpu_only=False)))
@@ -323,20 +324,20 @@ def test_kernels_gated_together_are_judged_as_if_alone_and_share_each_reference(
 
     def alone_gate(s):
         with apply(state):
-            return gate(s, cfg, seeds=SEEDS, atol=atol, rtol=rtol)
+            return gate(s, cfg, workload=ATTENTION, seeds=SEEDS, atol=atol, rtol=rtol)
 
     alone = {h.name: alone_gate(spec(h.make(), name=h.name)) for h in hollow}
     alone["torch_stack"] = alone_gate(spec(torch_stack))
     made = []
     real = gate_module.timed_reference
 
-    def counted(pristine, c):
+    def counted(pristine, c, wl):
         made.append(c.key())
-        return real(pristine, c)
+        return real(pristine, c, wl)
 
     monkeypatch.setattr(gate_module, "timed_reference", counted)
     specs = [*(spec(h.make(), name=h.name) for h in hollow), spec(torch_stack)]
-    run = gate_kernels(specs, cfg, GatePolicy(SEEDS, atol, rtol), around=lambda name: apply(state))
+    run = gate_kernels(specs, cfg, GatePolicy(SEEDS, atol, rtol), workload=ATTENTION, around=lambda name: apply(state))
     for name, res in run.results.items():
         assert (res.passed, res.tag) == (alone[name].passed, alone[name].tag), (name, res.reason, alone[name].reason)
         assert len(res.reports) == len(alone[name].reports)
@@ -345,7 +346,7 @@ def test_kernels_gated_together_are_judged_as_if_alone_and_share_each_reference(
     assert len(made) == cases  # one reference per case, not one per kernel and case
     assert run.reference_seconds > 0
     with pytest.raises(ValueError, match="each kernel once"):
-        gate_kernels([spec(torch_stack), spec(torch_stack)], cfg, GatePolicy(SEEDS, atol, rtol))
+        gate_kernels([spec(torch_stack), spec(torch_stack)], cfg, GatePolicy(SEEDS, atol, rtol), workload=ATTENTION)
 
 
 def test_a_second_call_bit_for_bit_the_first_is_judged_by_its_figures_and_any_other_is_compared(monkeypatch):
@@ -363,7 +364,7 @@ def test_a_second_call_bit_for_bit_the_first_is_judged_by_its_figures_and_any_ot
         return real(out, *a, **kw)
 
     monkeypatch.setattr(gate_module, "check_output", counted)
-    res = gate(spec(torch_stack), cfg, seeds=SEEDS, families=("normal",), atol=atol, rtol=rtol)
+    res = gate(spec(torch_stack), cfg, workload=ATTENTION, seeds=SEEDS, families=("normal",), atol=atol, rtol=rtol)
     assert res.passed
     judged = [r for r in res.reports if r.phase != "side_stream_check"]
     assert judged and all(r.after_figures is r.figures for r in judged)
@@ -380,7 +381,7 @@ def test_a_second_call_bit_for_bit_the_first_is_judged_by_its_figures_and_any_ot
             flat[3] = flat[3] + by * ulp(float(flat[3]), "float32")
 
     compared.clear()
-    res = gate(spec(nudged), cfg, seeds=SEEDS, families=("normal",), atol=atol, rtol=rtol)
+    res = gate(spec(nudged), cfg, workload=ATTENTION, seeds=SEEDS, families=("normal",), atol=atol, rtol=rtol)
     judged = [r for r in res.reports if r.phase != "side_stream_check"]
     assert res.passed and all(r.after_figures is not r.figures for r in judged)
     assert compared.count("stale_mismatch") == len(judged)  # every second call compared again
@@ -389,7 +390,7 @@ def test_a_second_call_bit_for_bit_the_first_is_judged_by_its_figures_and_any_ot
         nudged(q, k, v, out, causal=causal, scale=scale, by=2**20)
 
     calls["n"] = 0
-    res = gate(spec(far, name="far"), cfg, seeds=SEEDS, families=("normal",), atol=atol, rtol=rtol)
+    res = gate(spec(far, name="far"), cfg, workload=ATTENTION, seeds=SEEDS, families=("normal",), atol=atol, rtol=rtol)
     assert not res.passed and res.tag == "stale_mismatch" and "second call" in res.reason
 
 
@@ -417,13 +418,13 @@ def test_boundary_cases_are_judged_once_per_sweep_and_reused_marked_at_the_next_
     pol = GatePolicy(SEEDS, atol, rtol)
     memo = BoundaryMemo()
     ok, bad = spec(counted), spec(short_wrong)
-    first = gate_kernels([ok, bad], a, pol, memo=memo).results
+    first = gate_kernels([ok, bad], a, pol, workload=ATTENTION, memo=memo).results
     boundary = {c.seq_len for c in boundary_configs(a)}
     assert boundary and boundary <= set(calls)
     calls.clear()
-    second = gate_kernels([ok, bad], b, pol, memo=memo).results
+    second = gate_kernels([ok, bad], b, pol, workload=ATTENTION, memo=memo).results
     assert set(calls) == {160}  # its own seq_len only: every boundary case came from the memo
-    alone = gate_kernels([spec(counted), spec(short_wrong)], b, pol).results  # no memo
+    alone = gate_kernels([spec(counted), spec(short_wrong)], b, pol, workload=ATTENTION).results  # no memo
     for name in ("counted", "short_wrong"):
         got, want = second[name], alone[name]
         assert (got.passed, got.tag, got.pass_rate, len(got.reports)) == (want.passed, want.tag, want.pass_rate,
@@ -439,11 +440,11 @@ def test_boundary_cases_are_judged_once_per_sweep_and_reused_marked_at_the_next_
     assert second["counted"].passed
     # Another function object (a re-import, a redefinition) is judged afresh; so is a forgotten one.
     calls.clear()
-    gate_kernels([spec(lambda *x, **y: counted(*x, **y), name="counted")], b, pol, memo=memo)
+    gate_kernels([spec(lambda *x, **y: counted(*x, **y), name="counted")], b, pol, workload=ATTENTION, memo=memo)
     assert boundary <= set(calls)
     memo.forget(counted)
     calls.clear()
-    gate_kernels([ok], b, pol, memo=memo)
+    gate_kernels([ok], b, pol, workload=ATTENTION, memo=memo)
     assert boundary <= set(calls)
 
 
@@ -455,20 +456,20 @@ def test_reference_memo_reuses_a_reference_only_for_bit_identical_inputs(monkeyp
 
     made = []
     real = checks.timed_reference
-    monkeypatch.setattr(checks, "timed_reference", lambda inputs, c: made.append(1) or real(inputs, c))
+    monkeypatch.setattr(checks, "timed_reference", lambda inputs, c, wl: made.append(1) or real(inputs, c, wl))
     cfg = cfg_of()
     a, b = make_inputs(cfg, 1, "normal"), make_inputs(cfg, 2, "normal")
     memo = checks.ReferenceMemo(size=2)
-    ref_a, secs = memo.get(a, cfg)
+    ref_a, secs = memo.get(a, cfg, ATTENTION)
     assert secs > 0 and len(made) == 1
-    again, secs = memo.get(tuple(t.clone() for t in a), cfg)  # other tensors, same bits
+    again, secs = memo.get(tuple(t.clone() for t in a), cfg, ATTENTION)  # other tensors, same bits
     assert again is ref_a and secs == 0.0 and len(made) == 1
     torch.testing.assert_close(ref_a, reference(*a, causal=cfg.causal, scale=cfg.scale), rtol=0, atol=0)
     a[2].view(-1)[7] += 1  # one element of v changed in place: another content
-    changed, _ = memo.get(a, cfg)
+    changed, _ = memo.get(a, cfg, ATTENTION)
     assert len(made) == 2 and not torch.equal(changed, ref_a)
-    memo.get(b, cfg)  # a third content evicts the least recently used (the unchanged a)
-    memo.get(tuple(t.clone() for t in make_inputs(cfg, 1, "normal")), cfg)
+    memo.get(b, cfg, ATTENTION)  # a third content evicts the least recently used (the unchanged a)
+    memo.get(tuple(t.clone() for t in make_inputs(cfg, 1, "normal")), cfg, ATTENTION)
     assert len(made) == 4 and len(memo.kept) == 2
 
 
@@ -501,13 +502,13 @@ def test_remembered_results_caught_by_recheck_in_place(name):
     h = next(h for h in zoo.ZOO if h.name == name)
     cfg = cfg_of(dtype="float16")
     fn = h.make()
-    res = gate(spec(fn, name=name), cfg, seeds=(0,), atol=1e-2, rtol=1e-2)
+    res = gate(spec(fn, name=name), cfg, workload=ATTENTION, seeds=(0,), atol=1e-2, rtol=1e-2)
     # The gate may catch it too, when the allocator hands a later check a reused address.
     assert res.passed or res.tag in ("degenerate", "stale_mismatch"), res.reason
     q, k, v = make_inputs(cfg, 0, "normal")
     out = torch.empty_like(q)
     fn(q, k, v, out, causal=cfg.causal, scale=cfg.scale)  # the timed calls
-    rep = recheck_in_place(spec(fn, name=name), cfg, (q, k, v), out, case=InputCase(1000, "normal"),
+    rep = recheck_in_place(spec(fn, name=name), cfg, (q, k, v), out, workload=ATTENTION, case=InputCase(1000, "normal"),
                            tol=Tolerance(1e-2, 1e-2))
     assert not rep.passed and rep.tag == "stale_mismatch", rep.reason
     assert "bit-identical to the one before the inputs were rewritten" in rep.reason
@@ -521,15 +522,15 @@ def test_min_pass_rate_counts_seeds_and_never_excuses_structural_failures():
 
     cfg = cfg_of(dtype="float32")
     seeds = range(6)
-    res = gate(spec(flaky), cfg, seeds=seeds, families=("normal",), atol=1e-4, rtol=1e-4, min_pass_rate=0.01)
+    res = gate(spec(flaky), cfg, workload=ATTENTION, seeds=seeds, families=("normal",), atol=1e-4, rtol=1e-4, min_pass_rate=0.01)
     expect = [float(make_inputs(cfg, s, "normal")[0].flatten()[0]) <= 0 for s in seeds]
     assert res.n_seeds_passed == sum(expect) and res.pass_rate == pytest.approx(sum(expect) / 6)
     assert 0 < res.pass_rate < 1
     assert res.passed and res.tag == "mismatch"  # reported even though the rate let it through
-    strict = gate(spec(flaky), cfg, seeds=seeds, families=("normal",), atol=1e-4, rtol=1e-4)
+    strict = gate(spec(flaky), cfg, workload=ATTENTION, seeds=seeds, families=("normal",), atol=1e-4, rtol=1e-4)
     assert not strict.passed
     tail = next(h for h in zoo.ZOO if h.name == "tail_unwritten")
-    loose = gate(spec(tail.make()), cfg, seeds=seeds[:2], families=("normal",), atol=1e-4, rtol=1e-4,
+    loose = gate(spec(tail.make()), cfg, workload=ATTENTION, seeds=seeds[:2], families=("normal",), atol=1e-4, rtol=1e-4,
                  min_pass_rate=0.01)
     assert loose.tag in STRUCTURAL_TAGS and not loose.passed
 
@@ -537,13 +538,13 @@ def test_min_pass_rate_counts_seeds_and_never_excuses_structural_failures():
 def test_gate_refuses_bad_arguments_and_skips_unsupported_boundaries():
     cfg = cfg_of()
     with pytest.raises(UserError):
-        gate(spec(torch_stack), cfg, seeds=(), atol=1e-2, rtol=1e-2)
+        gate(spec(torch_stack), cfg, workload=ATTENTION, seeds=(), atol=1e-2, rtol=1e-2)
     with pytest.raises(UserError):
-        gate(spec(torch_stack), cfg, seeds=(0,), families=("nope",), atol=1e-2, rtol=1e-2)
+        gate(spec(torch_stack), cfg, workload=ATTENTION, seeds=(0,), families=("nope",), atol=1e-2, rtol=1e-2)
     with pytest.raises(UserError):
-        gate(spec(torch_stack, dtypes=("float32",)), cfg, seeds=(0,), atol=1e-2, rtol=1e-2)
+        gate(spec(torch_stack, dtypes=("float32",)), cfg, workload=ATTENTION, seeds=(0,), atol=1e-2, rtol=1e-2)
     no_short = spec(torch_stack, supports=lambda c: "seq_len < 64" if c.seq_len < 64 else None)
-    res = gate(no_short, cfg, seeds=(0,), families=("normal",), atol=1e-2, rtol=1e-2)
+    res = gate(no_short, cfg, workload=ATTENTION, seeds=(0,), families=("normal",), atol=1e-2, rtol=1e-2)
     assert res.passed and [k for k, _ in res.skipped_configs] == [boundary_configs(cfg)[0].key()]
     assert len(res.boundary_configs) == len(BOUNDARY_SEQ_LENS) - 1
 
@@ -551,7 +552,7 @@ def test_gate_refuses_bad_arguments_and_skips_unsupported_boundaries():
 def test_tolerance_defaults_and_gate_bytes():
     assert set(DEFAULT_TOLERANCES) == set(ALL_DTYPES)
     big = Config("attention", 1, 32, 8, 32768, 128, "bfloat16", True)
-    assert gate_bytes(big) < 12 * 2**30  # fits next to a kernel on any data-centre GPU
+    assert gate_bytes(big, ATTENTION) < 12 * 2**30  # fits next to a kernel on any data-centre GPU
 
 
 # ----------------------------------------------------------------------------- GPU
@@ -566,7 +567,7 @@ def test_gpu_correct_kernels_pass(name, dtype, workload, causal):
     atol, rtol = DEFAULT_TOLERANCES[dtype]
     cfg = cfg_of(workload=workload, dtype=dtype, causal=causal, seq_len=1024, heads=8, head_dim=128,
                  batch=4 if workload == "decode" else 1)
-    res = gate(spec(CORRECT[name]), cfg, seeds=SEEDS, atol=atol, rtol=rtol, device="cuda")
+    res = gate(spec(CORRECT[name]), cfg, workload=ATTENTION, seeds=SEEDS, atol=atol, rtol=rtol, device="cuda")
     assert res.passed, res.reason
     assert any(r.phase == "side_stream_check" and r.passed for r in res.reports)
 
@@ -592,12 +593,12 @@ def test_gpu_side_stream_check_and_identical_inputs():
         on_gpu = make_inputs(big, 1, fam, device="cuda")
         assert all(torch.equal(a.cpu(), b) for a, b in zip(on_gpu, make_inputs(big, 1, fam))), fam
     out = torch.empty_like(q)
-    why = side_stream_check(zoo.side_stream, q, k, v, out, causal=True, scale=cfg.scale)
+    why = side_stream_check(zoo.side_stream, (q, k, v), out, cfg=cfg, workload=ATTENTION)
     assert why and "stream" in why
     torch.cuda.synchronize()
-    assert side_stream_check(torch_stack, q, k, v, out, causal=True, scale=cfg.scale) is None
-    assert side_stream_check(torch_stack, q.cpu(), k.cpu(), v.cpu(), out.cpu(), causal=True, scale=1.0) is None
-    rep = recheck_in_place(spec(torch_stack), cfg, (q, k, v), out, case=InputCase(7, "large_logits"),
+    assert side_stream_check(torch_stack, (q, k, v), out, cfg=cfg, workload=ATTENTION) is None
+    assert side_stream_check(torch_stack, (q.cpu(), k.cpu(), v.cpu()), out.cpu(), cfg=cfg, workload=ATTENTION) is None
+    rep = recheck_in_place(spec(torch_stack), cfg, (q, k, v), out, workload=ATTENTION, case=InputCase(7, "large_logits"),
                            tol=Tolerance(1e-2, 1e-2))
     assert rep.passed, rep.reason
     ref = reference(q, k, v, causal=True, scale=cfg.scale)
@@ -614,9 +615,9 @@ def test_gpu_fast_side_stream_work_is_caught_without_a_race(seq_len):
     q, k, v = make_inputs(cfg, 0, "normal", device="cuda")
     for fn in (zoo.side_stream_fast, zoo.side_stream_forked):
         for _ in range(5):
-            why = side_stream_check(fn, q, k, v, torch.empty_like(q), causal=False, scale=cfg.scale)
+            why = side_stream_check(fn, (q, k, v), torch.empty_like(q), cfg=cfg, workload=ATTENTION)
             assert why and "stream" in why, fn.__name__
-        res = gate(spec(fn, name=fn.__name__), cfg, seeds=(0,), atol=2e-2, rtol=2e-2, device="cuda")
+        res = gate(spec(fn, name=fn.__name__), cfg, workload=ATTENTION, seeds=(0,), atol=2e-2, rtol=2e-2, device="cuda")
         assert not res.passed and res.tag == "side_stream", res.reason
-    assert side_stream_check(torch_stack, q, k, v, torch.empty_like(q), causal=False, scale=cfg.scale) is None
+    assert side_stream_check(torch_stack, (q, k, v), torch.empty_like(q), cfg=cfg, workload=ATTENTION) is None
 

@@ -22,6 +22,7 @@ from harness.registration.schema import from_table
 from harness.measurement.clocks import ClockMonitor
 from harness.measurement.timing import TimingPolicy, measure
 from harness.measurement.timing.sustained import SustainBudget, sustain
+from harness.workloads.shipped import ATTENTION
 
 from tests.conftest import REPO, TINY, copy_project, git, init_repo, run_bench
 from tests.timers import ScriptedClockSource, ScriptedTimer
@@ -183,7 +184,7 @@ def test_reports_show_the_measured_and_the_normalised_figure_side_by_side(tmp_pa
     # flash-h200-v2's deciding row as shipped: 2.141 ms at 1776 MHz, sustained.
     cfg = Config("attention", 8, 16, 16, 4096, 128, "float16", False)
     calls, sm = [2.141] * 20, 1776.0
-    kc, r = 2.141 * sm, rates(cfg, 2.141)
+    kc, r = 2.141 * sm, rates(cfg, 2.141, ATTENTION)
     led.append("result", {
         "commit": "a" * 40, "env": {"device": "cuda", "gpu": "NVIDIA H200"}, "config": cfg.as_dict(),
         "config_key": cfg.key(), "candidate": "k", "baseline": "base", "numerics": {},

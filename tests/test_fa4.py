@@ -12,6 +12,7 @@ import pytest
 
 from harness.registry import get_kernel, load_kernels
 from harness.workloads import Config
+from harness.workloads.shipped import ATTENTION
 
 
 def _fa4():
@@ -96,7 +97,7 @@ def test_fa4_passes_the_float64_gate_on_the_gpu(dtype, causal, shape):
     cfg = Config("attention", b, h, hkv, n, d, dtype, causal)
     # flash-h200-v2's tolerances (2x over the cuBLAS stack), bf16's atol tightened from 0.2 to 0.1
     tol = {"float16": 2e-2, "bfloat16": 1e-1}[dtype]
-    res = gate(_fa4(), cfg, seeds=(0, 1), atol=tol, rtol=tol, device="cuda")
+    res = gate(_fa4(), cfg, workload=ATTENTION, seeds=(0, 1), atol=tol, rtol=tol, device="cuda")
     assert res.passed, res.reason
     # Boundary shapes (one key, odd lengths) were judged too, not skipped.
     assert res.boundary_configs and not res.skipped_configs

@@ -15,6 +15,7 @@ from harness.measurement.timing.results import ArmResult
 from harness.pipeline.rates import floor_check
 from harness.pipeline.run import run_config
 from harness.workloads import Config, formulas
+from harness.workloads.shipped import ATTENTION
 from tests import zoo
 from tests.conftest import sweep_context
 from tests.timers import ScriptedTimer
@@ -31,32 +32,33 @@ GPU = Ceilings(device="cuda", fingerprint={}, copy_gbps=100.0, matmul_tflops={"b
 def test_floor_arithmetic_by_mode_against_hand_computed_numbers():
     assert formulas.min_bytes(BF16) == 1_048_576 and formulas.flops(BF16) == 536_870_912
     flops_ms = 536_870_912 / 100e12 * 1e3                        # 5.36870912e-3 ms at 100 TFLOP/s
-    cold = physical.floor(BF16, GPU, "cold", 262_144, "test L2")
+    cold = physical.floor(BF16, GPU, "cold", 262_144, "test L2", workload=ATTENTION)
     assert cold.held_bytes == 0                                    # flushed: nothing held
     assert cold.bytes_floor_ms == pytest.approx(1_048_576 / 100e9 * 1e3)  # 1.048576e-2 ms
     assert cold.flops_floor_ms == pytest.approx(flops_ms)
     assert cold.floor_ms == pytest.approx(1.048576e-2) and cold.margin == IMPOSSIBLE_MARGIN
     assert cold.limit_ms == pytest.approx(1.048576e-2 / 1.3)
-    hot = physical.floor(BF16, GPU, "hot", 262_144, "test L2")     # one L2 of 256 KiB may be held
+    hot = physical.floor(BF16, GPU, "hot", 262_144, "test L2", workload=ATTENTION)  # one L2 of 256 KiB may be held
     assert hot.held_bytes == 262_144
     assert hot.bytes_floor_ms == pytest.approx(786_432 / 100e9 * 1e3) and hot.floor_ms == pytest.approx(7.86432e-3)
-    graph = physical.floor(BF16, GPU, "graph", 4 * 2**20, "test L2")  # everything fits: the FLOPs bound
+    graph = physical.floor(BF16, GPU, "graph", 4 * 2**20, "test L2", workload=ATTENTION)  # all fits: the FLOPs bound
     assert graph.held_bytes == 1_048_576 and graph.bytes_floor_ms == 0
     assert graph.floor_ms == pytest.approx(flops_ms)
     # Host (CPU): held up to its caches; judged against the fastest dtype's matmul rate and the CPU margin.
     cpu = Ceilings(device="cpu", fingerprint={}, copy_gbps=100.0,
                    matmul_tflops={"bfloat16": 1.0, "float32": 50.0, "float16": 0.01})
-    host = physical.floor(BF16, cpu, "host", 524_288, "test caches")
+    host = physical.floor(BF16, cpu, "host", 524_288, "test caches", workload=ATTENTION)
     assert host.held_bytes == 524_288 and host.bytes_floor_ms == pytest.approx(524_288 / 100e9 * 1e3)
     assert host.matmul_tflops == 50.0 and host.flops_floor_ms == pytest.approx(536_870_912 / 50e12 * 1e3)
     assert host.margin == physical.CPU_FLOOR_MARGIN and host.limit_ms == pytest.approx(host.floor_ms / 10)
     # Causal halves the FLOPs (formulas), not the bytes.
-    causal = physical.floor(dataclasses.replace(BF16, causal=True), GPU, "graph", 4 * 2**20, "x")
+    causal = physical.floor(dataclasses.replace(BF16, causal=True), GPU, "graph", 4 * 2**20, "x",
+                            workload=ATTENTION)
     assert causal.flops_floor_ms == pytest.approx(flops_ms / 2)
     with pytest.raises(UserError, match="unknown timing mode"):
-        physical.floor(BF16, GPU, "warm", 0, "x")
+        physical.floor(BF16, GPU, "warm", 0, "x", workload=ATTENTION)
     with pytest.raises(UserError, match="margin"):
-        physical.floor(BF16, GPU, "cold", 0, "x", margin=-1)
+        physical.floor(BF16, GPU, "cold", 0, "x", margin=-1, workload=ATTENTION)
 
 
 def test_cpu_cache_size_comes_from_sysfs_each_shared_cache_once_else_a_named_default(tmp_path):

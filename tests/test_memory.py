@@ -11,6 +11,7 @@ from harness.measurement.timing import TimingPolicy, flush_bytes
 from harness.pipeline.run import run_config
 from harness.workloads import Config
 from harness.workloads.inputs import generation_bytes
+from harness.workloads.shipped import ATTENTION
 from tests.conftest import sweep_context
 
 H200_L2 = 60 * 2**20
@@ -32,7 +33,7 @@ def test_stack_workspace_is_scores_plus_float32_probabilities():
 
 def test_cold_mode_on_cuda_adds_flush_outputs_and_library_workspace():
     specs = [get_kernel("torch_stack"), get_kernel("sdpa")]
-    pred = memory.predict(CFG, specs, TimingPolicy(mode="cold"), "cuda", l2_bytes=H200_L2)
+    pred = memory.predict(CFG, specs, TimingPolicy(mode="cold"), "cuda", workload=ATTENTION, l2_bytes=H200_L2)
     out, inputs = _sizes(CFG)
     stack = specs[0].extra_bytes(CFG)
     # candidate, baseline, control outputs, and each arm's copy of its randomly chosen call's,
@@ -43,7 +44,7 @@ def test_cold_mode_on_cuda_adds_flush_outputs_and_library_workspace():
     assert pred.breakdown["timing_phase"] == timing
     assert pred.breakdown["flush"] == max(4 * H200_L2, 256 * 2**20)
     # two kernels gated together: both first-call outputs are alive beside the running call's two
-    gate = max(3 * inputs + 4 * out + math.prod(CFG.shapes()[0]) * 8 + stack, gate_bytes(CFG, 2))
+    gate = max(3 * inputs + 4 * out + math.prod(CFG.shapes()[0]) * 8 + stack, gate_bytes(CFG, ATTENTION, 2))
     assert pred.peak_bytes == max(gate, timing, pred.breakdown["checks_phase"], pred.breakdown["recheck_phase"],
                                   pred.breakdown["generation_phase"]) + memory.LIBRARY_WORKSPACE_BYTES
 
@@ -60,20 +61,20 @@ def test_generation_scratch_is_bounded_and_counted(monkeypatch):
     tiny = Config("attention", 1, 2, 2, 64, 16, "float16", False)
     assert generation_bytes(tiny) == GEN_BYTES_PER_ELEM * 2 * 64 * 16      # the largest tensor
     specs = [get_kernel("torch_stack"), get_kernel("sdpa")]
-    pred = memory.predict(big, specs, TimingPolicy(mode="hot"), "cuda", l2_bytes=H200_L2)
+    pred = memory.predict(big, specs, TimingPolicy(mode="hot"), "cuda", workload=ATTENTION, l2_bytes=H200_L2)
     b = pred.breakdown
     timed = b["n_slots"] * b["inputs_per_slot"] + b["n_slots"] * b["n_arms"] * b["out"]
     assert b["generation_phase"] == timed + GEN_BYTES_PER_ELEM * GEN_CHUNK
     # The one-pass draw writes straight into the tensors: no scratch in the model.
     monkeypatch.setattr(inputs, "use_fused_draw", lambda device, dtype: device == "cuda")
     assert generation_bytes(big, "cuda") == 0 and generation_bytes(big, "cpu") == GEN_BYTES_PER_ELEM * GEN_CHUNK
-    b = memory.predict(big, specs, TimingPolicy(mode="hot"), "cuda", l2_bytes=H200_L2).breakdown
+    b = memory.predict(big, specs, TimingPolicy(mode="hot"), "cuda", workload=ATTENTION, l2_bytes=H200_L2).breakdown
     assert b["generation_phase"] == timed
 
 
 def test_cpu_has_no_flush_or_library_workspace():
     specs = [get_kernel("torch_stack"), get_kernel("sdpa")]
-    pred = memory.predict(CFG, specs, TimingPolicy(mode="cold"), "cpu")
+    pred = memory.predict(CFG, specs, TimingPolicy(mode="cold"), "cpu", workload=ATTENTION)
     assert pred.breakdown["flush"] == 0 and pred.breakdown["library_workspace"] == 0
     assert pred.breakdown["n_slots"] == 1
 
@@ -81,7 +82,7 @@ def test_cpu_has_no_flush_or_library_workspace():
 def test_hot_mode_rotates_enough_copies_to_defeat_l2():
     small = Config("attention", 1, 2, 2, 256, 64, "float16", False)
     specs = [get_kernel("torch_stack"), get_kernel("sdpa")]
-    pred = memory.predict(small, specs, TimingPolicy(mode="hot"), "cuda", l2_bytes=H200_L2)
+    pred = memory.predict(small, specs, TimingPolicy(mode="hot"), "cuda", workload=ATTENTION, l2_bytes=H200_L2)
     _, inputs = _sizes(small)
     assert pred.breakdown["n_slots"] * inputs >= 4 * H200_L2 or pred.breakdown["n_slots"] == 256
     assert pred.breakdown["flush"] == 0
@@ -89,7 +90,7 @@ def test_hot_mode_rotates_enough_copies_to_defeat_l2():
 
 def test_graph_mode_keeps_every_capture_workspace():
     specs = [get_kernel("torch_stack"), get_kernel("sdpa")]
-    graph = memory.predict(CFG, specs, TimingPolicy(mode="graph"), "cuda", l2_bytes=H200_L2)
+    graph = memory.predict(CFG, specs, TimingPolicy(mode="graph"), "cuda", workload=ATTENTION, l2_bytes=H200_L2)
     out, inputs = _sizes(CFG)
     stack, sdpa = (s.extra_bytes(CFG) for s in specs)
     # 67 MB read and written per call: rotated past 4 × L2 as in hot mode (4 copies); every slot's captures
@@ -110,15 +111,16 @@ def test_graph_mode_rotates_a_kv_cache_but_not_tiny_inputs():
     graph = TimingPolicy(mode="graph")
     # decode at B 1, 8k keys: 33.6 MB of K+V would sit in a 60 MB L2 on one copy
     decode = Config("decode", 1, 32, 8, 8192, 128, "float16", False)
-    n = memory.timing_slots(decode, graph, "cuda", H200_L2)
+    n = memory.timing_slots(decode, graph, "cuda", H200_L2, workload=ATTENTION)
     assert 2 <= n <= GRAPH_MAX_ROTATION_SLOTS and n == memory.timing_slots(decode, TimingPolicy(mode="hot"),
-                                                                           "cuda", H200_L2)
+                                                                           "cuda", H200_L2, workload=ATTENTION)
     # a µs kernel on 0.5 MB: 480 copies would be 480 captured graphs per arm; one copy, as
     # do_bench_cudagraph times it
     tiny = Config("attention", 2, 4, 4, 128, 64, "float32", False)
-    assert memory.timing_slots(tiny, graph, "cuda", H200_L2) == 1
-    assert memory.timing_slots(tiny, TimingPolicy(mode="hot"), "cuda", H200_L2) > GRAPH_MAX_ROTATION_SLOTS
-    assert memory.timing_slots(decode, graph, "cpu", H200_L2) == 1
+    assert memory.timing_slots(tiny, graph, "cuda", H200_L2, workload=ATTENTION) == 1
+    assert memory.timing_slots(tiny, TimingPolicy(mode="hot"), "cuda", H200_L2,
+                               workload=ATTENTION) > GRAPH_MAX_ROTATION_SLOTS
+    assert memory.timing_slots(decode, graph, "cpu", H200_L2, workload=ATTENTION) == 1
 
 
 def test_config_that_cannot_fit_is_skipped_with_both_numbers():
@@ -149,14 +151,14 @@ def test_an_autotuners_first_call_buffer_counts_in_the_gate_only():
     cfg = Config("attention", 4, 16, 16, 1024, 128, "float16", False)
     assert flash.extra_bytes(cfg) == 0 and flash.first_call_bytes(cfg) == AUTOTUNE_FLUSH_BYTES
     specs = [get_kernel("sdpa"), flash]
-    pred = memory.predict(cfg, specs, TimingPolicy(mode="hot"), "cuda", l2_bytes=H200_L2)
+    pred = memory.predict(cfg, specs, TimingPolicy(mode="hot"), "cuda", workload=ATTENTION, l2_bytes=H200_L2)
     b = pred.breakdown
     out, inputs = _sizes(cfg)
     ref_out = math.prod(cfg.shapes()[0]) * 8
     assert b["first_call_workspace"] == {"sdpa": 0, "triton_flash": AUTOTUNE_FLUSH_BYTES}
     # compare() on a GPU with Triton: the one-pass table, no float64 blocks (figures_fused.py)
     assert b["gate_phase"] == max(3 * inputs + 4 * out + ref_out + AUTOTUNE_FLUSH_BYTES,
-                                  gate_bytes(cfg, 2, use_fused("cuda")))
+                                  gate_bytes(cfg, ATTENTION, 2, use_fused("cuda")))
     timed = b["n_slots"] * inputs + b["n_slots"] * b["n_arms"] * out
     spot = b["n_arms"] * out  # each arm's copy of its randomly chosen timed call's output
     refreshed = 2 * b["n_arms"] * out  # and of a call on refreshed content, of each kind
@@ -170,12 +172,12 @@ def test_an_autotuners_first_call_buffer_counts_in_the_gate_only():
     # Judging one output: the reference while it is computed, or its output beside compare's
     # blocks, never both (the reference's scratch is freed first).
     fused = use_fused("cuda")
-    assert judge_bytes(cfg, fused) >= max(reference_bytes(cfg), ref_out + compare_bytes(math.prod(cfg.shapes()[0]), fused))
+    assert judge_bytes(cfg, ATTENTION, fused) >= max(reference_bytes(cfg), ref_out + compare_bytes(math.prod(cfg.shapes()[0]), fused))
     kept = (REFERENCE_MEMO_SIZE - 1) * ref_out  # references kept for the other arms on the same inputs
     # The checks of timed outputs: one regenerated earlier content beside the spot and refresh copies.
-    assert b["checks_phase"] == timed + spot + refreshed + inputs + kept + judge_bytes(cfg, fused)
+    assert b["checks_phase"] == timed + spot + refreshed + inputs + kept + judge_bytes(cfg, ATTENTION, fused)
     # The recheck: pristine inputs, two snapshots; the candidate's workspace (none) or judging.
-    assert b["recheck_phase"] == timed + inputs + 2 * out + kept + judge_bytes(cfg, fused)
+    assert b["recheck_phase"] == timed + inputs + 2 * out + kept + judge_bytes(cfg, ATTENTION, fused)
 
 
 def test_a_config_reads_the_memory_available_only_after_earlier_garbage_is_collected(monkeypatch):

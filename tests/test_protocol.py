@@ -31,6 +31,7 @@ from harness.reporting.render import report as report_out
 from harness.reporting.render import route as route_out
 from harness.reporting.render import rows as row_text
 from harness.reporting.render import sweep as sweep_out
+from harness.workloads.shipped import ATTENTION
 from tests.conftest import REPO, bench_env, git, run_bench
 
 V2 = REPO / "ledger" / "flash-h200-v2.jsonl"
@@ -230,7 +231,7 @@ def _sustained_result(led: Ledger, kernel: str, inter: float, loop: float, base:
     calls = list(loop * (1 + 0.01 * rng.standard_normal(40)))
     cfg, key = _cfg()
     ms = float(np.median(calls))
-    r = rates(Config(**cfg), ms)
+    r = rates(Config(**cfg), ms, ATTENTION)
     lo, hi = speedup_ci(bs, cand)
     return led.append("result", {
         "commit": "a" * 40, "env": {"device": "cuda", "gpu": "NVIDIA H200"}, "config": cfg, "config_key": key,

@@ -226,17 +226,16 @@ def test_the_checks_after_timing_compute_one_float64_reference_per_content(monke
 
     from harness.measurement.correctness import checks as checks_mod
 
-    from harness.pipeline import timed as timed_mod
     from harness.workloads import inputs as inputs_mod
 
     made: list[tuple] = []
     drawn: list = []
     real, real_draw = checks_mod.timed_reference, inputs_mod.make_inputs
 
-    def counted(inputs, cfg):
+    def counted(inputs, cfg, wl):
         if any(f.name == "check_after_timing" for f in traceback.extract_stack()):
             made.append(tuple(checks_mod.checksum(t) for t in inputs))
-        return real(inputs, cfg)
+        return real(inputs, cfg, wl)
 
     def counted_draw(cfg, seed, family="normal", device="cpu"):
         if any(f.name == "check_after_timing" for f in traceback.extract_stack()):
@@ -245,7 +244,6 @@ def test_the_checks_after_timing_compute_one_float64_reference_per_content(monke
 
     monkeypatch.setattr(checks_mod, "timed_reference", counted)
     monkeypatch.setattr(inputs_mod, "make_inputs", counted_draw)
-    monkeypatch.setattr(timed_mod, "make_inputs", counted_draw)  # timed.py imports it at its top
     cands = ("sdpa", "sdpa_math")
     rows = run_config(CFG, cands, sweep_context(line="shared-refs", candidates=cands, timing={
         "warmup_ms": 1, "min_samples": 5, "max_samples": 60, "min_time_ms": 1, "timeout_s": 30, "noise_target": 0.9}))

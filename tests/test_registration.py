@@ -9,6 +9,7 @@ import pytest
 
 from harness.errors import UserError
 from harness.registration import line_ids, schema as registration
+from harness.workloads.shipped import ATTENTION
 from tests.conftest import REPO, TINY
 
 
@@ -169,16 +170,17 @@ def test_unholdable_names_the_closest_known_device_that_runs_the_kernels():
     cfg = Config("attention", 1, 2, 2, 4096, 64, "float32", False)
     specs = [get_kernel("torch_stack"), get_kernel("sdpa")]
     policy = TimingPolicy()
-    peak = predict(cfg, specs, policy, "cuda", l2_bytes=2**20).peak_bytes
+    peak = predict(cfg, specs, policy, "cuda", workload=ATTENTION, l2_bytes=2**20).peak_bytes
     small = KnownDevice("small", "cuda", peak // 2, 2**20)
     smaller = KnownDevice("smaller", "cuda", peak // 4, 2**20)
-    why = unholdable(cfg, specs, policy, (smaller, small))
+    why = unholdable(cfg, specs, policy, (smaller, small), workload=ATTENTION)
     short = (peak - int(small.memory_bytes * (1 - MEMORY_MARGIN))) / 2**30
     assert f"small: " in why and "smaller" not in why and f"{short:.1f} GiB more" in why
-    assert unholdable(cfg, specs, policy, (small, KnownDevice("big", "cuda", 4 * peak, 2**20))) is None
+    assert unholdable(cfg, specs, policy, (small, KnownDevice("big", "cuda", 4 * peak, 2**20)),
+                      workload=ATTENTION) is None
     # No known device runs cublas_stack on the CPU: nothing to say about a CPU-only table.
     assert unholdable(cfg, [get_kernel("cublas_stack"), get_kernel("sdpa")], policy,
-                      (KnownDevice("host", "cpu", 1, 0),)) is None
+                      (KnownDevice("host", "cpu", 1, 0),), workload=ATTENTION) is None
 
 
 def test_wording_and_encodings(tmp_path):

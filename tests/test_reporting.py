@@ -27,6 +27,7 @@ from harness.reporting.render import compare as compare_out
 from harness.reporting.render import plots
 from harness.reporting.render import report as report_out
 from harness.reporting.render import route as route_out
+from harness.workloads.shipped import ATTENTION
 from tests.conftest import REPO, run_bench
 
 DATA = Path(__file__).parent / "data"
@@ -68,7 +69,7 @@ def _result(led: Ledger, n: int, kernel: str, cand: list[float], base: list[floa
     cfg, key = _config(n)
     lo, hi = speedup_ci(base, cand)
     ms = float(np.median(cand))
-    r = rates(Config(**cfg), ms)
+    r = rates(Config(**cfg), ms, ATTENTION)
     return led.append("result", {
         "commit": commit, "env": env, "config": cfg, "config_key": key, "candidate": kernel, "baseline": "base",
         "numerics": {"allow_tf32": False}, "policy": {"control_tolerance": 0.02},

@@ -22,6 +22,7 @@ from harness.pipeline.context import SweepContext
 from harness.pipeline.run import run_config
 from harness.workloads import Config
 from harness.workloads.inputs import make_inputs
+from harness.workloads.shipped import ATTENTION
 from tests import zoo
 from tests.conftest import sweep_context
 from tests.timers import ScriptedClockSource, ScriptedTimer
@@ -154,7 +155,7 @@ def test_a_kernel_wrong_on_alternate_calls_is_caught_when_the_random_call_is_a_w
         m, snap, (q, k, v), fn = _spot_run(seed)
         # The kernel's call number of the chosen measured call: prime + warm-up rounds come first.
         n = 1 + m.warmup_rounds + m.spot_calls["a"]["call"] + 1
-        rep = check_timed_output(CFG, (q, k, v), snap, tol=Tolerance(1e-5, 1e-4), label="a", what="that call")
+        rep = check_timed_output(CFG, (q, k, v), snap, workload=ATTENTION, tol=Tolerance(1e-5, 1e-4), label="a", what="that call")
         assert rep.passed == (n % 2 == 0), (seed, n, rep.reason)
         caught += not rep.passed
     assert 0 < caught < 12
@@ -217,10 +218,10 @@ def test_the_timed_check_tells_unwritten_from_a_computed_nan():
 
     q, k, v = make_inputs(CFG, 5, "normal", "cpu")
     out = poison_(torch.empty(CFG.shapes()[0]))
-    rep = check_timed_output(CFG, (q, k, v), out, tol=Tolerance(1e-5, 1e-4), label="slot 0")
+    rep = check_timed_output(CFG, (q, k, v), out, workload=ATTENTION, tol=Tolerance(1e-5, 1e-4), label="slot 0")
     assert rep.tag == "unwritten" and rep.figures.n_unwritten == out.numel()
     out.fill_(float("nan"))  # a canonical NaN: computed, not left over
-    rep = check_timed_output(CFG, (q, k, v), out, tol=Tolerance(1e-5, 1e-4), label="slot 0")
+    rep = check_timed_output(CFG, (q, k, v), out, workload=ATTENTION, tol=Tolerance(1e-5, 1e-4), label="slot 0")
     assert rep.tag == "nonfinite" and rep.figures.n_unwritten == 0
     assert rep.reason.startswith("slot 0: output of the last timed call: ")
 

@@ -25,11 +25,11 @@ from harness.errors import UserError
 from harness.vocab.outcomes import current_rows, is_replicate
 from harness.vocab.outcomes import PROFILE, RESULT, measured_on
 from harness.measurement import counters
-from harness.workloads import Config, formulas
+from harness.workloads import Config
 from harness.measurement.timing.policy import device_l2_bytes
 from harness.measurement.profile import NcuRun, ProfileCase, ncu_version, profile
 from harness.measurement import memory
-from harness.registry import get_kernel
+from harness.registry import get_kernel, get_workload
 from harness.execution.devicelock import device_lock
 from harness.vocab.devices import device_key
 from harness.ledger.store import require_anchorable
@@ -42,17 +42,20 @@ from harness.pipeline.context import SweepContext, Task
 from harness.workloads.seeds import PROFILE_SEED_OFFSET
 
 
-def formula_values(cfg: Config) -> dict:
-    """The [verify] formulas of a config (harness/registration/verify.py FORMULAS)."""
-    return {"min_bytes": formulas.min_bytes(cfg), "min_read_bytes": formulas.min_read_bytes(cfg),
-            "kv_bytes": formulas.kv_bytes(cfg), "flops": formulas.flops(cfg)}
+def formula_values(cfg) -> dict:
+    """The [verify] formulas of a config (harness/registration/verify.py FORMULAS), as its
+    workload declares them (``kv_bytes`` None where it declares none)."""
+    wl = get_workload(cfg.workload)
+    return {"min_bytes": wl.min_bytes(cfg), "min_read_bytes": wl.min_read_bytes(cfg),
+            "kv_bytes": wl.kv_bytes(cfg), "flops": wl.flops(cfg)}
 
 
 def default_configs(reg) -> list[Config]:
     """The smallest and the largest config of each dtype (by bytes, then FLOPs)."""
     chosen = []
+    wl = get_workload(reg.workload)
     for dt in reg.grid["dtype"]:
-        cfgs = sorted((c for c in reg.configs if c.dtype == dt), key=lambda c: (formulas.min_bytes(c), formulas.flops(c)))
+        cfgs = sorted((c for c in reg.configs if c.dtype == dt), key=lambda c: (wl.min_bytes(c), wl.flops(c)))
         for c in (cfgs[0], cfgs[-1]):
             if c not in chosen:
                 chosen.append(c)
@@ -136,7 +139,8 @@ def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool =
             memory.release(device)
             case = ProfileCase(reg.seeds[0] + PROFILE_SEED_OFFSET, **reg.tolerance(cfg.dtype),
                                numerics=reg.numerics.as_dict())
-            res = profile(cfg, name, case, l2_bytes=l2, run=NcuRun(ncu, version, cwd=line.root))
+            res = profile(cfg, name, case, l2_bytes=l2, run=NcuRun(ncu, version, cwd=line.root),
+                          min_read_bytes=get_workload(cfg.workload).min_read_bytes(cfg))
             yield payload(res, role, gate_info)
 
 

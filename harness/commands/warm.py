@@ -17,22 +17,20 @@ from typing import Callable
 
 from harness.errors import UserError
 from harness.workloads import Config
-from harness.workloads.inputs import boundary_configs
-from harness.registry import get_kernel
-from harness.workloads.inputs import make_inputs
+from harness.registry import get_kernel, get_workload
 
 # Kernels needing one of these modules compile on their first call into an on-disk cache.
 # (cupy's NVRTC kernels compile too, but in well under a second each, and cupy caches them.)
 COMPILING_MODULES = ("triton",)
-# Seed and input family of the one call per (kernel, config): any values compile the same.
+# Seed of the one call per (kernel, config), drawn from the workload's timing family: any
+# values compile the same.
 WARM_SEED = 0
-WARM_FAMILY = "normal"
 
 
 @dataclass(frozen=True)
 class WarmTask:
     kernel: str
-    config: Config
+    config: Config  # or a plugin workload's GridPoint
 
 
 @dataclass(frozen=True)
@@ -92,7 +90,7 @@ def plan(reg, device: str) -> WarmPlan:
             continue
         seen = set()
         for cfg in reg.configs:
-            for c in (cfg, *boundary_configs(cfg)):
+            for c in (cfg, *get_workload(reg.workload).boundary_configs(cfg)):
                 if c.key() not in seen and spec.config_reason(c) is None:
                     seen.add(c.key())
                     tasks.append(WarmTask(name, c))
@@ -106,9 +104,10 @@ def warm_one(task: WarmTask, device: str) -> Warmed:
         import torch
 
         cfg = task.config
-        q, k, v = make_inputs(cfg, WARM_SEED, WARM_FAMILY, device)
-        out = torch.empty_like(q)
-        get_kernel(task.kernel).fn(q, k, v, out, causal=cfg.causal, scale=cfg.scale)
+        wl = get_workload(cfg.workload)
+        inputs = tuple(wl.make_inputs(cfg, WARM_SEED, wl.timing_family, device))
+        (out,) = wl.allocate_outputs(cfg, device)
+        wl.call(get_kernel(task.kernel).fn, inputs, (out,), cfg)
         if device == "cuda":
             torch.cuda.synchronize()
         error = None

@@ -14,15 +14,13 @@ import importlib
 import json
 import sys
 from pathlib import Path
-from harness.registry import get_kernel
+from harness.registry import get_kernel, get_workload
 from harness.jsonsafe import jsonable
 from harness.measurement.correctness.after_timing import check_timed_output
 from harness.measurement.correctness.results import Tolerance
 from harness.measurement.correctness.poison import poison_
 from harness.measurement.counters import nvtx_range
 from harness.measurement.numerics import NumericState, apply
-from harness.workloads import Config
-from harness.workloads.inputs import make_inputs
 from harness.provenance.code import require_private_bytecode
 
 # Calls before the profiled ones: the first call of a shape compiles and may autotune
@@ -42,25 +40,26 @@ def resolve(ref: str):
 def run(spec: dict) -> dict:
     import torch
 
-    cfg = Config(**spec["config"])
+    wl = get_workload(spec["config"]["workload"])
+    cfg = wl.from_row(spec["config"])
     fn = resolve(spec["kernel"])
     device = spec.get("device", "cuda")  # "cpu" only to test this worker without a GPU
     cuda = device == "cuda"
-    q, k, v = make_inputs(cfg, spec["seed"], "normal", device)
-    out = torch.empty(cfg.shapes()[2], dtype=q.dtype, device=q.device)
+    inputs = tuple(wl.make_inputs(cfg, spec["seed"], wl.timing_family, device))
+    (out,) = wl.allocate_outputs(cfg, device)
     with apply(NumericState.from_registration(spec.get("numerics") or {})):
         for _ in range(WARMUP_CALLS):
-            fn(q, k, v, out, causal=cfg.causal, scale=cfg.scale)
+            wl.call(fn, inputs, (out,), cfg)
         for _ in range(spec["calls"]):
             poison_(out)  # a call that skips its work leaves the poison: unwritten, caught below
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.nvtx.range_push(nvtx_range(spec["name"]))
-            fn(q, k, v, out, causal=cfg.causal, scale=cfg.scale)
+            wl.call(fn, inputs, (out,), cfg)
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.nvtx.range_pop()
-    rep = check_timed_output(cfg, (q, k, v), out, tol=Tolerance(spec["atol"], spec["rtol"]), label="profiled call")
+    rep = check_timed_output(cfg, inputs, out, workload=wl, tol=Tolerance(spec["atol"], spec["rtol"]), label="profiled call")
     return jsonable({"output_check": rep.as_dict()})
 
 

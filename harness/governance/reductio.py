@@ -63,7 +63,6 @@ from harness.measurement.ceilings import Ceilings
 from harness.measurement.timing.sustained import rates
 from harness.execution.executor import phase_limit
 from harness.pipeline.phase import TIMING
-from harness.workloads import formulas
 from harness.measurement.counters import COUNTER_RANGES, L2_ALLOWANCE
 from harness.registration.verify import names, possible
 from harness.ledger.store import Ledger, recorded
@@ -71,7 +70,7 @@ from harness.ledger.format import CEILINGS_LEDGER
 from harness.ledger.line_payloads import RegistrationSummary
 from harness.ledger.payloads import CeilingsRef, Env, Metrics, Policy
 from harness.vocab.outcomes import REGISTERED, RESULT
-from harness.registry import get_kernel
+from harness.registry import get_kernel, get_workload
 from harness.registration.schema import KEY_SCHEMA
 from harness.registration.integration import amdahl_refusal, ceiling
 
@@ -146,8 +145,9 @@ def _floors(dev: Device, reg, cfg):
     margin = bar_margin(ceil.device)
     rounds_mode = reg.timing.mode if ceil.device == "cuda" else "host"
     sustained_mode = "cold" if ceil.device == "cuda" else "host"
-    return (physical.floor(cfg, ceil, sustained_mode, cache, source, margin),
-            physical.floor(cfg, ceil, rounds_mode, cache, source, margin))
+    wl = get_workload(reg.workload)
+    return (physical.floor(cfg, ceil, sustained_mode, cache, source, margin, workload=wl),
+            physical.floor(cfg, ceil, rounds_mode, cache, source, margin, workload=wl))
 
 
 def device_bounds(reg, dev: Device | None):
@@ -158,6 +158,7 @@ def device_bounds(reg, dev: Device | None):
     cache: dict = {}
     nature = natural(reg)
     longest = longest_call_ms(reg)
+    wl = get_workload(reg.workload)
 
     def bound(metric: str, cfg, cand: str, peer: str | None = None, at: float | None = None) -> Bound:
         b = nature(metric, cfg, cand, peer, at)
@@ -170,14 +171,16 @@ def device_bounds(reg, dev: Device | None):
         if BY_NAME[metric].needs == "nvml" and ceil.device == "cpu":
             return Bound(absent=f"{metric} is read through NVML: none on {dev.name}")
         if metric in SM_CLOCK_METRICS:
-            return _per_cycle(b, metric, cfg, at, ceil, dev.name)
+            return _per_cycle(b, metric, cfg, at, ceil, dev.name, wl.flops(cfg))
         if cfg.key() not in cache:
             cache[cfg.key()] = _floors(dev, reg, cfg)
         sus, rnd = cache[cfg.key()]
         if metric in RATES or metric in FRACTIONS:
-            top = rates(cfg, sus.limit_ms)
+            top = rates(cfg, sus.limit_ms, wl)
             rate = FRACTIONS.get(metric, metric)
             unit = BY_NAME[rate].unit
+            if top[rate] is None:
+                return Bound(absent=f"workload '{wl.name}' declares no bytes for {rate}")
             why = (f"{rate} at most {top[rate]:.4g} {unit} (its work in the shortest call {dev.name} allows, "
                    f"{sus.limit_ms:.4g} ms; {sus.arithmetic()})")
             if metric in RATES:
@@ -224,6 +227,7 @@ def natural(reg):
     lifts. A step gain, baseline over candidate minus 1, is above −1."""
     longest = longest_call_ms(reg)
     within = f"timeout_s {reg.timing.timeout_s:g} + watchdog_s {reg.timing.watchdog_s:g}"
+    wl = get_workload(reg.workload)
 
     def bound(metric: str, cfg, cand: str, peer: str | None = None, at: float | None = None) -> Bound:
         if metric in GAINS:
@@ -241,8 +245,8 @@ def natural(reg):
         if metric in HOST_TIMES:
             return b.at_most(longest * 1e3, f"no enqueue is longer than its call's phase, {within} s", limit=True)
         if metric in RATES:  # its upper end is a device's (device_bounds): its ceilings, waivable
-            least = rates(cfg, longest)[metric]
-            if least > 0:
+            least = rates(cfg, longest, wl)[metric]
+            if least is not None and least > 0:
                 b = b.at_least(least, f"its work in a call of at most {longest:.4g} ms ({within} s) is {least:.4g} "
                                       f"{BY_NAME[metric].unit}", limit=True)
         return b
@@ -250,7 +254,7 @@ def natural(reg):
     return bound
 
 
-def _per_cycle(b: Bound, metric: str, cfg, at: float | None, ceil, name: str) -> Bound:
+def _per_cycle(b: Bound, metric: str, cfg, at: float | None, ceil, name: str, flops: float) -> Bound:
     """``tflops_at(at)`` at most, or ``cycles`` at least, what the dtype's matmul ceiling does
     per cycle allows (module doc); ``b`` unchanged where the ceilings hold no clock."""
     per = ceil.per_mhz(cfg.dtype)
@@ -260,8 +264,8 @@ def _per_cycle(b: Bound, metric: str, cfg, at: float | None, ceil, name: str) ->
     why = f"the {cfg.dtype} matmul ceiling on {name} does {per:.4g} TFLOP/s per MHz of the SM clock it ran at"
     if metric == "tflops_at":
         return b.at_most(per * at * scale, f"{why}: {per * at:.4g} TFLOP/s at {at:g} MHz")
-    least = formulas.flops(cfg) / (per * 1e9) / scale  # TFLOP/s per MHz is 1e6 FLOPs per cycle; kcycles
-    return b.at_least(least, f"{why}: {formulas.flops(cfg):.4g} FLOPs take at least {least:.4g} kcycles")
+    least = flops / (per * 1e9) / scale  # TFLOP/s per MHz is 1e6 FLOPs per cycle; kcycles
+    return b.at_least(least, f"{why}: {flops:.4g} FLOPs take at least {least:.4g} kcycles")
 
 
 # --------------------------------------------------------------------------- [verify]
@@ -270,9 +274,11 @@ def _per_cycle(b: Bound, metric: str, cfg, at: float | None, ceil, name: str) ->
 def _verify_ranges(reg, cfg, dev: Device | None) -> tuple[dict, dict]:
     """(name -> (lo, hi), name -> why) of the [verify] names at ``cfg``, on ``dev`` if given."""
     env = dict(COUNTER_RANGES)
+    wl = get_workload(reg.workload)
     for name in ("min_bytes", "min_read_bytes", "kv_bytes", "flops"):
-        v = float(getattr(formulas, name)(cfg))
-        env[name] = (v, v)
+        v = getattr(wl, name)(cfg)
+        if v is not None:
+            env[name] = (float(v), float(v))
     why: dict = {}
     if dev is not None and dev.row.device == "cuda":
         sus, _ = _floors(dev, reg, cfg)
@@ -280,11 +286,17 @@ def _verify_ranges(reg, cfg, dev: Device | None) -> tuple[dict, dict]:
         why["duration_us"] = f"the shortest call {dev.name} allows: {sus.arithmetic()}"
         l2 = Env.from_row(dev.row.env or {}).l2_bytes
         if isinstance(l2, int):
-            least = max(0.0, formulas.min_read_bytes(cfg) - L2_ALLOWANCE * l2)
+            least = max(0.0, wl.min_read_bytes(cfg) - L2_ALLOWANCE * l2)
             env["dram_read_bytes"] = (least, math.inf)
-            why["dram_read_bytes"] = (f"q, k and v ({formulas.min_read_bytes(cfg):.4g} B) less {L2_ALLOWANCE:g} × "
+            why["dram_read_bytes"] = (f"{_input_names(wl, cfg)} ({wl.min_read_bytes(cfg):.4g} B) less {L2_ALLOWANCE:g} × "
                                       f"L2 ({l2} B)")
     return env, why
+
+
+def _input_names(wl, cfg) -> str:
+    """The workload's inputs as a reason names them: ``q, k and v``."""
+    names = [t.name for t in wl.inputs(cfg)]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def verify_finding(reg, pairs, dev: Device | None) -> Finding | None:

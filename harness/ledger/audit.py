@@ -13,8 +13,9 @@ the raw data it carries, and names each one that disagrees (``recompute``):
   ``control_ok`` (against the row's ``policy.control_tolerance``);
 - ``metrics.ms``: the sustained calls' median (``rate_protocol == "sustained"``, also
   ``sustained.median_ms`` and ``n_calls``) else the candidate's median; ``tflops``, ``gbps``,
-  ``kv_gbps`` from it and the config's formulas (``sustained.rates``); ``gbps_frac`` and
-  ``kv_gbps_frac`` from the copy ceiling the row's ``floor`` records;
+  ``kv_gbps`` from it and the config's formulas (``sustained.rates``; another workload's from
+  the FLOPs and bytes its ``floor`` records); ``gbps_frac`` and ``kv_gbps_frac`` from the
+  copy ceiling the row's ``floor`` records;
 - a row measured under the statistic stop (``policy.stop = "statistic"``, schema 6) has its
   speedup, CI and control from the stop's look instead (``criteria.row_statistic``): the
   median of the per-round ratios over its first ``timing.stop.n`` kept rounds, the interval
@@ -59,8 +60,7 @@ from harness.measurement.timing.criteria import PRECISION_REASON, Quantity, row_
 from harness.measurement.timing.policy import looks
 from harness.measurement.stats import QUANTUM_TICKS_MS, Stats, paired_ratio, quantum, ratio, speedup_ci
 from harness.measurement.timing.results import ARM_BASELINE, ARM_CONTROL, arm_name, rig_noise
-from harness.measurement.timing.sustained import rates
-from harness.workloads import Config
+from harness.workloads import SHIPPED_WORKLOADS, Config, formulas
 from harness.vocab.metrics import PROTOCOLS, SUSTAINED
 from harness.measurement.clocks import kcycles
 from harness.measurement.ceilings import Ceilings
@@ -258,19 +258,36 @@ def _rates(a: _Audit, row: dict, metrics: dict, cand: list[float] | None) -> Non
     if ms is None:
         return
     a.check(metrics, "ms", "metrics.ms", ms)
+    floor = Floor.from_row(row.floor)
     try:
-        r = rates(Config(**row.config), ms)
+        r = _row_rates(row.config, floor, ms)
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         a.bad("config", row.config, "no rates computable for this config and ms")
         return
+    if r is None:
+        return
     for k in ("tflops", "gbps", "kv_gbps"):
         a.check(metrics, k, f"metrics.{k}", r[k], RATE_RTOL)
-    floor = Floor.from_row(row.floor)
     ceiling = FloorCeilings.from_row(floor.rounds) if floor is not None else None
     copy = number(ceiling.copy_gbps) if ceiling is not None else None
     if copy:
         a.check(metrics, "gbps_frac", "metrics.gbps_frac", r["gbps"] / copy, RATE_RTOL)
-        a.check(metrics, "kv_gbps_frac", "metrics.kv_gbps_frac", r["kv_gbps"] / copy, RATE_RTOL)
+        if r["kv_gbps"] is not None:
+            a.check(metrics, "kv_gbps_frac", "metrics.kv_gbps_frac", r["kv_gbps"] / copy, RATE_RTOL)
+
+
+def _row_rates(config: dict, floor, ms: float) -> dict | None:
+    """A row's rates at ``ms``: attention's and decode's from their formulas; another workload's from
+    the FLOPs and bytes its ``floor`` records (the ledger loads no plugin), None if none (no ceilings)."""
+    secs = ms * 1e-3
+    if not isinstance(config, dict) or config.get("workload") in (None, *SHIPPED_WORKLOADS):
+        cfg = Config(**config)
+        return {"tflops": formulas.flops(cfg) / secs / 1e12, "gbps": formulas.min_bytes(cfg) / secs / 1e9,
+                "kv_gbps": formulas.kv_bytes(cfg) / secs / 1e9}
+    rounds = floor.rounds if floor is not None else None
+    if not isinstance(rounds, dict) or number(rounds.get("flops")) is None or number(rounds.get("min_bytes")) is None:
+        return None
+    return {"tflops": rounds["flops"] / secs / 1e12, "gbps": rounds["min_bytes"] / secs / 1e9, "kv_gbps": None}
 
 
 def _host(a: _Audit, row: dict, metrics: dict, timing: dict) -> None:

@@ -35,7 +35,6 @@ from typing import Mapping, Sequence
 
 from harness.errors import UserError
 from harness.measurement.ceilings import IMPOSSIBLE_MARGIN, Ceilings
-from harness.workloads import formulas
 from harness.measurement.timing.policy import device_l2_bytes
 
 # A call is impossible when it is shorter than floor / (1 + margin).
@@ -62,7 +61,7 @@ class Floor:
     """The shortest a correct call of one config can take in one timing mode (ms)."""
 
     mode: str                    # timing mode the held bytes are for: cold, hot, graph or host
-    min_bytes: float             # q, k, v read + out written (formulas.min_bytes)
+    min_bytes: float             # every input read + every output written (Workload.min_bytes)
     held_bytes: float            # what the cache may have held of them between calls
     cache_bytes: int             # the cache's size (GPU L2, or the CPU's caches)
     cache_source: str            # where cache_bytes came from
@@ -115,14 +114,15 @@ def matmul_ceiling(ceilings: Ceilings, dtype: str) -> float | None:
 
 
 def floor(cfg, ceilings: Ceilings, mode: str, cache_bytes: int, cache_source: str,
-          margin: float | None = None) -> Floor:
-    """The floor of one call of ``cfg`` timed in ``mode`` on the device ``ceilings`` describe."""
+          margin: float | None = None, *, workload) -> Floor:
+    """The floor of one call of ``cfg`` timed in ``mode`` on the device ``ceilings`` describe,
+    from the work the workload declares (``Workload.min_bytes``, ``Workload.flops``)."""
     margin = FLOOR_MARGIN[ceilings.device] if margin is None else margin
     if not (margin >= 0 and math.isfinite(margin)):
         raise UserError(f"physical floor: margin must be a finite number >= 0, not {margin}")
     if cache_bytes < 0:
         raise UserError(f"physical floor: cache_bytes must be >= 0, not {cache_bytes}")
-    nbytes, flops = formulas.min_bytes(cfg), formulas.flops(cfg)
+    nbytes, flops = workload.min_bytes(cfg), workload.flops(cfg)
     held = held_bytes(mode, cache_bytes, nbytes)
     mm = matmul_ceiling(ceilings, cfg.dtype)
     return Floor(mode=mode, min_bytes=nbytes, held_bytes=held, cache_bytes=int(cache_bytes),

@@ -4,7 +4,8 @@ Each kernel declares its own workspace (``KernelSpec.memory``: e.g. the stack's 
 score and probability tensors in their real dtypes); this module adds what the harness
 itself holds — inputs, outputs of every arm, rotation copies or the L2 flush buffer,
 the gate's pristine copies and the chunked float64 reference — phase by phase, and
-takes the largest phase. Result rows record the measured peak beside the prediction.
+takes the largest phase. The sizes come from the workload's memory declaration
+(``Workload.input_bytes``, ``output_bytes``, ``reference_bytes``, ``generation_bytes``). Result rows record the measured peak beside the prediction.
 """
 
 from __future__ import annotations
@@ -12,11 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from harness.measurement.timing.policy import GRAPH_MAX_ROTATION_SLOTS, device_l2_bytes, flush_bytes, rotation_slots
-from harness.workloads.formulas import min_bytes
 from harness.measurement.correctness.checks import REFERENCE_MEMO_SIZE
 from harness.measurement.correctness.figures import use_fused
 from harness.measurement.correctness.vram import gate_bytes, judge_bytes
-from harness.workloads.inputs import generation_bytes
 
 # Free memory held back from what a config may use: allocator fragmentation, the CUDA
 # context and library workspaces (cuBLAS, cuDNN) that allocate outside torch's counter.
@@ -58,34 +57,30 @@ class MemoryPrediction:
     breakdown: dict
 
 
-def timing_slots(cfg, policy, device: str, l2_bytes: int | None = None) -> int:
+def timing_slots(cfg, policy, device: str, l2_bytes: int | None = None, *, workload) -> int:
     """How many input copies the timing rotates through: enough that the bytes each call
-    touches (formulas.min_bytes) exceed the L2 several times in hot mode, and in graph mode
+    touches (``workload.min_bytes``) exceed the L2 several times in hot mode, and in graph mode
     when that takes at most GRAPH_MAX_ROTATION_SLOTS copies; else one.
     The sweep allocates exactly this many, and the model predicts exactly this many."""
     if policy.mode not in ("hot", "graph") or device != "cuda":
         return 1
     l2 = device_l2_bytes(device) if l2_bytes is None else l2_bytes
-    n = rotation_slots(int(min_bytes(cfg)), l2)
+    n = rotation_slots(int(workload.min_bytes(cfg)), l2)
     if policy.mode == "graph" and n > GRAPH_MAX_ROTATION_SLOTS:
         return 1
     return n
 
 
-def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> MemoryPrediction:
+def predict(cfg, specs, policy, device: str, *, workload, l2_bytes: int | None = None) -> MemoryPrediction:
     """Predicted peak bytes allocated through torch while this config runs.
 
     ``specs[0]`` is the baseline; the rest are candidates. The control arm is the
     baseline again with its own output buffers.
     """
-    qs, ks, _ = cfg.shapes()
-    es = cfg.elem_bytes
     fused = use_fused(device)  # compare()'s one-pass table: no float64 blocks
-    q = math.prod(qs) * es
-    kv = 2 * math.prod(ks) * es
-    out = q
-    inputs = q + kv
-    ref_out = math.prod(qs) * F64
+    out = workload.output_bytes(cfg)
+    inputs = workload.input_bytes(cfg)
+    ref_out = sum(math.prod(t.shape_of(cfg)) for t in workload.outputs(cfg)) * F64
     extras = [s.extra_bytes(cfg) for s in specs]
     firsts = [s.first_call_bytes(cfg) for s in specs]
 
@@ -97,12 +92,12 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     # While the reference runs no kernel workspace is alive: correctness.vram.gate_bytes
     # covers that phase (reference chunks, compare blocks).
     gate = max(3 * inputs + (len(specs) + 2) * out + ref_out + max(e + f for e, f in zip(extras, firsts)),
-               gate_bytes(cfg, len(specs), fused))
+               gate_bytes(cfg, workload, len(specs), fused))
 
     n_arms = len(specs) + 1  # candidates + baseline + control
     cuda = device == "cuda"
     l2 = (device_l2_bytes(device) if cuda else 0) if l2_bytes is None else l2_bytes
-    n_slots = timing_slots(cfg, policy, device, l2)
+    n_slots = timing_slots(cfg, policy, device, l2, workload=workload)
     timed_inputs = n_slots * inputs
     timed_outs = n_slots * n_arms * out
     flush = flush_bytes(l2) if (policy.mode == "cold" and cuda) else 0
@@ -120,7 +115,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     # sham's is dropped).
     graph_pool = policy.mode == "graph" and cuda
     refresh_copies = (1 if graph_pool else 2) * n_arms * out  # kinds: in place, and fresh buffers but in graph mode
-    refresh_draw = generation_bytes(cfg, device) + (0 if graph_pool else inputs)
+    refresh_draw = workload.generation_bytes(cfg, device) + (0 if graph_pool else inputs)
     # A kernel's workspace lives only during its call, the draw only between calls; a captured
     # graph's pool lives throughout.
     between = workspace + refresh_draw if graph_pool else max(workspace, refresh_draw)
@@ -133,13 +128,13 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     # output at a time (judge_bytes: the reference, or compare's or checksum's blocks).
     held = timed_inputs + timed_outs + (n_slots * (sum(extras) + extras[0]) if graph_pool else 0)
     kept = (REFERENCE_MEMO_SIZE - 1) * ref_out
-    judge = judge_bytes(cfg, fused)
+    judge = judge_bytes(cfg, workload, fused)
     checks = held + spot + refresh_copies + inputs + kept + judge
     recheck = held + inputs + 2 * out + kept + max(max(extras[1:] or [0]), judge)
     lib = LIBRARY_WORKSPACE_BYTES if cuda else 0
-    # Inputs are drawn on the device (workloads.inputs): the gate draws into fresh buffers,
+    # Inputs are drawn on the device (Workload.make_inputs): the gate draws into fresh buffers,
     # the recheck redraws into the timed ones while every arm's outputs are alive.
-    generation = timed_inputs + timed_outs + generation_bytes(cfg, device)
+    generation = timed_inputs + timed_outs + workload.generation_bytes(cfg, device)
     phases = {"gate": gate + lib, "timing": timing + lib, "checks": max(checks, recheck) + lib,
               "generation": generation + lib}
     phase = max(phases, key=phases.get)
@@ -152,7 +147,7 @@ def predict(cfg, specs, policy, device: str, *, l2_bytes: int | None = None) -> 
     return MemoryPrediction(int(phases[phase]), phase, breakdown)
 
 
-def unholdable(cfg, specs, policy, devices=KNOWN_DEVICES) -> str | None:
+def unholdable(cfg, specs, policy, devices=KNOWN_DEVICES, *, workload) -> str | None:
     """Why no device in ``devices`` on which every kernel of ``specs`` runs can hold ``cfg``
     (which device comes closest, and by how much it falls short), or None if one can — or
     if no known device runs them all (nothing to say)."""
@@ -160,7 +155,7 @@ def unholdable(cfg, specs, policy, devices=KNOWN_DEVICES) -> str | None:
     for d in devices:
         if not all(d.device in s.devices for s in specs):
             continue
-        pred = predict(cfg, specs, policy, d.device, l2_bytes=d.l2_bytes)
+        pred = predict(cfg, specs, policy, d.device, workload=workload, l2_bytes=d.l2_bytes)
         usable = int(d.memory_bytes * (1 - MEMORY_MARGIN))
         if pred.peak_bytes <= usable:
             return None

@@ -91,9 +91,10 @@ class NcuRun:
 
 
 def profile(cfg: Config, kernel: str, case: ProfileCase, *, l2_bytes: int | None, name: str | None = None,
-            run: NcuRun = NcuRun()) -> ProfileResult:
+            run: NcuRun = NcuRun(), min_read_bytes: float | None = None) -> ProfileResult:
     """Counters of one call of ``kernel`` (a registered name or ``module:function``) at ``cfg``
-    on ``case``'s inputs, under ncu as ``run`` says."""
+    on ``case``'s inputs, under ncu as ``run`` says. ``min_read_bytes``: the fewest bytes its
+    workload must read (``Workload.min_read_bytes``; None: an attention ``Config``'s formula)."""
     seed, atol, rtol, numerics = case.seed, case.atol, case.rtol, case.numerics
     ncu, version, cwd, timeout_s = run.path or counters.ncu_path(), run.version, run.cwd, run.timeout_s
     name = name or kernel.rsplit(":", 1)[-1]
@@ -128,7 +129,8 @@ def profile(cfg: Config, kernel: str, case: ProfileCase, *, l2_bytes: int | None
     per_call = counters.per_call(list(inside), PROFILE_CALLS)
     error = None if inside else (f"ncu profiled no kernel launch inside the NVTX range "
                                  f"{counters.nvtx_range(name)!r}: the call launched no kernel ncu can see")
-    impossible = counters.counter_impossible(per_call["dram_read_bytes"], formulas.min_read_bytes(cfg), l2_bytes)
+    least_read = formulas.min_read_bytes(cfg) if min_read_bytes is None else min_read_bytes
+    impossible = counters.counter_impossible(per_call["dram_read_bytes"], least_read, l2_bytes)
     return ProfileResult(cfg, name, launches=inside, per_call=per_call, impossible=impossible,
                          output_check=output_check, error=error, l2_bytes=l2_bytes, ncu_version=version,
                          outside_range=len(launches) - len(inside))

@@ -49,7 +49,7 @@ def budget(task: Task, ctx: SweepContext) -> Budget:
         return Budget(task, ctx, base_spec, (), None, tuple(out))
 
     phase.report(None, phase.SETUP)
-    pred = memory.predict(cfg, [base_spec, *runnable], ctx.reg.timing, ctx.device)
+    pred = memory.predict(cfg, [base_spec, *runnable], ctx.reg.timing, ctx.device, workload=ctx.workload)
     avail = memory.available_bytes(ctx.device)
     if pred.peak_bytes > avail:
         for spec in runnable:

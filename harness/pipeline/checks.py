@@ -82,6 +82,10 @@ class _Judging:
     def ctx(self):
         return self.t.gated.budget.ctx
 
+    @property
+    def wl(self):
+        return self.ctx.workload
+
     def gate_row(self, spec) -> dict:
         return self.t.gated.gates[spec.name].to_row()
 
@@ -244,8 +248,8 @@ def _recheck(spec, j: _Judging) -> Outcome | None:
     """One more call on fresh inputs written into its timed buffers (slot 0)."""
     cfg, reg = j.cfg, j.ctx.reg
     phase.report(spec.name, phase.RECHECK)
-    rc = recheck_in_place(spec, cfg, tuple(j.t.slots[0]), j.t.outs[arm_name(spec.name)][0],
-                          case=InputCase(reg.seeds[0] + RECHECK_SEED_OFFSET, "normal"), tol=_tol(cfg, j.ctx),
+    rc = recheck_in_place(spec, cfg, tuple(j.t.slots[0]), j.t.outs[arm_name(spec.name)][0], workload=j.wl,
+                          case=InputCase(reg.seeds[0] + RECHECK_SEED_OFFSET, j.wl.timing_family), tol=_tol(cfg, j.ctx),
                           memo=j.memo)
     if rc.passed:
         return None
@@ -259,7 +263,8 @@ CANDIDATE_CHECKS = (_left_behind, _wrong_output, _from_memory, _hollow, _rates, 
 def _survivor(spec, j: _Judging) -> Survivor:
     """A candidate that passed every check, with the kernels' own report on the timed inputs."""
     slots, cfg, base = j.t.slots, j.cfg, j.t.gated.budget.base_spec
-    details = {"candidate": spec.details(*slots[0], cfg), "baseline": base.details(*slots[0], cfg)}
+    kwargs = j.wl.call_kwargs(cfg)
+    details = {"candidate": spec.details(slots[0], kwargs), "baseline": base.details(slots[0], kwargs)}
     return Survivor(spec, j.sus.get(spec.name), details)
 
 
@@ -269,19 +274,19 @@ def _drain_confirm(t: Timed, specs: dict):
     copies of input slot 0 into a buffer of its own, so no slot, output or spot copy the
     later checks read is touched. Run only where a share of long drains needs confirming; a
     call that raises ends the config as any kernel exception does (no number)."""
-    cfg, device = t.gated.budget.task.config, t.gated.budget.ctx.device
+    cfg, ctx = t.gated.budget.task.config, t.gated.budget.ctx
+    device, wl = ctx.device, ctx.workload
 
     def confirm(arm: str, n: int) -> list[float]:
         import torch
 
         fn = specs[arm].fn
-        q, k, v = (x.clone() for x in t.slots[0])
+        inputs = tuple(x.clone() for x in t.slots[0])
         out = torch.empty_like(t.outs[arm][0])
         timer = CudaEventTimer(device)
         drains = []
         for _ in range(n):
-            timer.time_call(lambda: fn(q, k, v, out, causal=cfg.causal, scale=cfg.scale), arm=arm,
-                            before=lambda: poison_(out))
+            timer.time_call(lambda: wl.call(fn, inputs, (out,), cfg), arm=arm, before=lambda: poison_(out))
             drains.append(timer.last_drain_s)
         return drains
 
@@ -295,8 +300,8 @@ def spot_failure(cfg, content, m, snaps, name, ctx, memo=None):
     if chosen is None or name not in snaps:
         return None
     version = chosen.get("version")
-    q, k, v = content.inputs(m, chosen["slot"], version)
-    rep = check_timed_output(cfg, (q, k, v), snaps[name], tol=_tol(cfg, ctx),
+    inputs = content.inputs(m, chosen["slot"], version)
+    rep = check_timed_output(cfg, inputs, snaps[name], workload=ctx.workload, tol=_tol(cfg, ctx),
                              label=f"{name}: measured call {chosen['call']} (chosen at random, seed "
                                    f"{m.spot_seed}) on slot {chosen['slot']}{content.describe(m, version)}",
                              what="output of that call", memo=memo)
@@ -317,13 +322,13 @@ def refreshed_failures(cfg, content, m, kept, ctx, memo=None) -> dict:
             c = checks.get(name, {}).get(how)
             if how not in copies or c is None:
                 continue
-            q, k, v = content.inputs(m, c["slot"], c["version"])
+            inputs = content.inputs(m, c["slot"], c["version"])
             reports[(name, how)] = check_timed_output(
-                cfg, (q, k, v), copies[how], tol=_tol(cfg, ctx),
+                cfg, inputs, copies[how], workload=ctx.workload, tol=_tol(cfg, ctx),
                 label=f"{name}: measured round {c['round']} on slot {c['slot']}, its inputs rewritten "
                       f"{how.replace('_', ' ')} just before the call{content.describe(m, c['version'])}",
                 what="output of the first call on the new content", memo=memo)
-            del q, k, v  # not alive while the next content is drawn (the VRAM model counts one)
+            del inputs  # not alive while the next content is drawn (the VRAM model counts one)
     out = {}
     for name, copies in kept.items():
         failed = [reports[(name, how)] for how in copies if (name, how) in reports and not reports[(name, how)].passed]
@@ -347,9 +352,10 @@ def memory_failure(m, arm) -> tuple[str | None, str] | None:
 def sustained(cfg, spec, slots, outs, ctx, memo=None):
     """The candidate's calls back to back at the sustained clock (rates for a rate bar), and
     the check of the last call's output (poisoned before every call), or None when it passed."""
+    wl = ctx.workload
+
     def call(slot: int) -> None:
-        q, k, v = slots[slot]
-        spec.fn(q, k, v, outs[slot], causal=cfg.causal, scale=cfg.scale)
+        wl.call(spec.fn, slots[slot], (outs[slot],), cfg)
 
     def poison(slot: int) -> None:
         poison_(outs[slot])  # the gate's poison: what a call leaves unwritten is told apart
@@ -368,8 +374,7 @@ def sustained(cfg, spec, slots, outs, ctx, memo=None):
     if moved:
         pin(state)
         return sus, Failure("numerics_changed", f"its calls back to back changed global state ({describe(moved)})")
-    q, k, v = slots[sus.last_slot]
-    rep = check_timed_output(cfg, (q, k, v), outs[sus.last_slot], tol=_tol(cfg, ctx),
+    rep = check_timed_output(cfg, slots[sus.last_slot], outs[sus.last_slot], workload=wl, tol=_tol(cfg, ctx),
                              label=f"slot {sus.last_slot}", what="output of the last call timed back to back", memo=memo)
     return sus, (None if rep.passed else rep)
 
@@ -400,10 +405,10 @@ def timed_output_failure(cfg, content, m, arm, outs, ctx, memo=None):
     # computed from the content that call ran on (the refresh may have changed it since).
     for slot in sorted({0, len(content.slots) - 1}):
         version = m.refresh.last_versions[arm][slot] if m.refresh is not None else None
-        q, k, v = content.inputs(m, slot, version)
-        rep = check_timed_output(cfg, (q, k, v), outs[slot], tol=_tol(cfg, ctx),
+        inputs = content.inputs(m, slot, version)
+        rep = check_timed_output(cfg, inputs, outs[slot], workload=ctx.workload, tol=_tol(cfg, ctx),
                                  label=f"slot {slot}{content.describe(m, version)}", memo=memo)
-        del q, k, v  # not alive while the next content is drawn (the VRAM model counts one)
+        del inputs  # not alive while the next content is drawn (the VRAM model counts one)
         if not rep.passed:
             return rep
     return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
+from harness.registry import get_workload
 from harness.workloads import Config
 # The stages' seed offsets live in workloads/seeds.py; the stages read them from here.
 
@@ -36,6 +37,12 @@ class SweepContext:
     device: str
     ceilings: object = None  # the ceilings row used (ledger.rows.CeilingsRow), None: no ceilings
     root: str | None = None
+
+    @property
+    def workload(self):
+        """The line's workload (``harness.workloads.api.Workload``): every stage draws, calls,
+        references and counts through it."""
+        return get_workload(self.reg.workload)
 
     @property
     def rate_bar(self) -> bool:

@@ -20,7 +20,7 @@ from harness.ledger import payloads
 from harness.measurement.correctness.gate import BoundaryMemo, GatePolicy, gate, gate_kernels
 from harness.measurement.numerics import apply, capture, describe, diff
 from harness.measurement import memory
-from harness.registry import get_kernel
+from harness.registry import get_kernel, get_workload
 
 
 # The boundary cases judged in this process, per (registration, device, pinned numeric state):
@@ -51,7 +51,7 @@ def gate_one(spec, cfg, reg, state, device: str):
     flags its call changed (empty: none)."""
     phase.report(spec.name, phase.GATE)
     with apply(state) as pinned:
-        g = gate(spec, cfg, seeds=reg.seeds, families=reg.families, **reg.tolerance(cfg.dtype), device=device,
+        g = gate(spec, cfg, workload=get_workload(reg.workload), seeds=reg.seeds, families=reg.families, **reg.tolerance(cfg.dtype), device=device,
                  min_pass_rate=reg.min_pass_rate)
         phase.note("reference", g.reference_seconds)
         # The TF32 incident: a flag flipped between arms changes which kernels run. A kernel that
@@ -119,7 +119,7 @@ def gate_all(b: Budget) -> Gated:
     memo = boundary_memo(reg, ctx.device, state)
     pol = GatePolicy(reg.seeds, **reg.tolerance(cfg.dtype), families=reg.families, device=ctx.device,
                      min_pass_rate=reg.min_pass_rate)
-    run = gate_kernels(unique, cfg, pol, around=around, memo=memo)
+    run = gate_kernels(unique, cfg, pol, workload=ctx.workload, around=around, memo=memo)
     for spec in unique:
         if spec.name in changed or spec.name in tampered:  # its boundary calls run (and are caught) again
             memo.forget(spec.fn)

@@ -70,7 +70,7 @@ def rates(c: Checked, s: Survivor) -> Rated | Outcome:
         power_w = m.clock.power_mean_w if m.clock else None
         # The candidate's own calls at their rounds' clocks (None on the CPU: no SM clock).
         kcycles = m.arm_clocks[arm_name(spec.name)].kcycles if m.arm_clocks else None
-    r = rates_at(cfg, ms)
+    r = rates_at(cfg, ms, ctx.workload)
     tflops, gbps, kv_gbps = r["tflops"], r["gbps"], r["kv_gbps"]
     metrics = {"ms": ms, "baseline_ms": base.stats.median, "control_ms": ctl.stats.median, "speedup": speedup,
                "speedup_ci_low": lo, "speedup_ci_high": hi, "control": control, "tflops": tflops, "gbps": gbps,
@@ -86,7 +86,7 @@ def rates(c: Checked, s: Survivor) -> Rated | Outcome:
         metrics.update(ceil.fractions(r, cfg.dtype))
         floor, below, base_below = floor_check(cfg, ctx, ceil, m, arm_name(spec.name), sus)
         base_beyond = "; ".join(f"{arm}: {why}" for arm in (ARM_BASELINE, ARM_CONTROL)
-                                if (why := beyond_ceilings(cfg, ctx, ceil, rates_at(cfg, m.arms[arm].stats.median))))
+                                if (why := beyond_ceilings(cfg, ctx, ceil, rates_at(cfg, m.arms[arm].stats.median, ctx.workload))))
         if base_below is not None or base_beyond:
             # Fail closed: a baseline (or control) faster than the device can go means the
             # ceilings are wrong or the baseline skips work; no speedup against it is believable.
@@ -118,13 +118,14 @@ def floor_check(cfg, ctx, ceil, m, cand_arm, sus) -> tuple[dict, str | None, str
     (the floors and each arm's fastest call), why the candidate is impossible, and why the
     baseline or control is (None when not). Dropped rounds count: no clock excuses them."""
     cache, source = physical.cache_bytes(ctx.device)
-    rounds = physical.floor(cfg, ceil, m.effective_mode, cache, source)
+    rounds = physical.floor(cfg, ceil, m.effective_mode, cache, source, workload=ctx.workload)
     calls = [physical.judge(arm, "rounds", {"kept": m.arms[arm].samples, "dropped": m.arms[arm].dropped_samples},
                             rounds) for arm in (cand_arm, ARM_BASELINE, ARM_CONTROL)]
     sustained = None
     if sus is not None:
         # On a GPU do_bench's flush precedes every sustained call, whatever the line's mode.
-        sustained = physical.floor(cfg, ceil, "cold" if sus.flush != "none" else "host", cache, source)
+        sustained = physical.floor(cfg, ceil, "cold" if sus.flush != "none" else "host", cache, source,
+                                   workload=ctx.workload)
         calls.append(physical.judge(cand_arm, "sustained", {"sustained": sus.samples}, sustained))
     row = {"margin": rounds.margin, "rounds": rounds.as_dict(),
            "sustained": sustained.as_dict() if sustained is not None else None,

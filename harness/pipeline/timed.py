@@ -19,7 +19,6 @@ from harness.measurement.leftover import TimedWatch
 from harness.measurement.numerics import capture
 from harness.measurement.memory import timing_slots
 from harness.measurement.timing import ARM_BASELINE, ARM_CONTROL, CallHooks, criterion_for, measure
-from harness.workloads.inputs import fill_inputs_, make_inputs
 from harness.measurement.timing.refresh import IN_PLACE, SHAM
 
 
@@ -66,27 +65,23 @@ def _time(cfg, base_spec, timed, ctx, policy):
     Returns the measurement, the input slots, every arm's output buffers (per slot) and,
     per arm, a copy of the output of one measured call chosen at random (``measure``'s spot).
     """
-    import torch
-
-    qs, _, _ = cfg.shapes()
-    n_slots = timing_slots(cfg, policy, ctx.device)
+    wl = ctx.workload
+    n_slots = timing_slots(cfg, policy, ctx.device, workload=wl)
     # Timing inputs come from seeds the gate never uses, so no answer is already known.
     slot_seeds = [TIMING_SEED_OFFSET + ctx.reg.seeds[0] + s for s in range(n_slots)]
-    slots = [make_inputs(cfg, seed, "normal", ctx.device) for seed in slot_seeds]
-    content = SlotContent(cfg, slots, slot_seeds, ctx.device)
+    slots = [tuple(wl.make_inputs(cfg, seed, wl.timing_family, ctx.device)) for seed in slot_seeds]
+    content = SlotContent(cfg, slots, slot_seeds, ctx.device, wl)
     arm_specs = {arm_name(spec.name): spec for spec in timed}
     arm_specs[ARM_BASELINE] = base_spec
     arm_specs[ARM_CONTROL] = base_spec  # the baseline again, its own buffers, timed as if it were a candidate
-    outs = {name: [torch.empty(qs, dtype=slots[0][0].dtype, device=ctx.device) for _ in range(n_slots)]
-            for name in arm_specs}
+    outs = {name: [wl.allocate_outputs(cfg, ctx.device)[0] for _ in range(n_slots)] for name in arm_specs}
 
     def arm(name):
         fn = arm_specs[name].fn
         o = outs[name]
 
         def call(slot: int) -> None:
-            q, k, v = slots[slot]
-            fn(q, k, v, o[slot], causal=cfg.causal, scale=cfg.scale)
+            wl.call(fn, slots[slot], (o[slot],), cfg)
 
         return call
 
@@ -143,25 +138,28 @@ class SlotContent:
     current tensors or, for an earlier version, regenerated from its recorded seed.
     ``kept``: per arm and kind, the copy of one refreshed call's output (``keep_refreshed``)."""
 
-    def __init__(self, cfg, slots, slot_seeds, device):
+    def __init__(self, cfg, slots, slot_seeds, device, workload):
         self.cfg, self.slots, self.slot_seeds, self.device = cfg, slots, slot_seeds, device
+        self.workload = workload
         self.kept: dict = {}
         self._drawn: tuple | None = None  # ((slot, version), its regenerated inputs): the last one
 
     def refresh(self, slot: int, seed: int, how: str) -> None:
+        wl = self.workload
+        fam = wl.timing_family
         if how == SHAM:  # the same generation, into buffers no call reads: the content stays
-            make_inputs(self.cfg, seed, "normal", self.device)
+            wl.make_inputs(self.cfg, seed, fam, self.device)
         elif how == IN_PLACE:
-            fill_inputs_(*self.slots[slot], self.cfg, seed, "normal")
+            wl.fill_inputs(self.cfg, self.slots[slot], seed, fam)
         else:  # new tensors, new addresses; the old ones are released once replaced
-            self.slots[slot] = make_inputs(self.cfg, seed, "normal", self.device)
+            self.slots[slot] = tuple(wl.make_inputs(self.cfg, seed, fam, self.device))
         if self.device.startswith("cuda"):
             import torch
 
             torch.cuda.synchronize(self.device)  # written before the timed call's window opens
 
     def inputs(self, m, slot: int, version: int | None):
-        """(q, k, v) of ``slot`` at content ``version`` (None: never refreshed, the current)."""
+        """The inputs of ``slot`` at content ``version`` (None: never refreshed, the current)."""
         rec = m.refresh
         if rec is None or version is None:
             return self.slots[slot]
@@ -172,7 +170,9 @@ class SlotContent:
             return self._drawn[1]  # the arms' checked calls share contents: drawn once for all of them
 
         self._drawn = None  # one regenerated content at a time (the VRAM model counts one)
-        inputs = make_inputs(self.cfg, rec.content_seed(self.slot_seeds[slot], version), "normal", self.device)
+        wl = self.workload
+        inputs = tuple(wl.make_inputs(self.cfg, rec.content_seed(self.slot_seeds[slot], version), wl.timing_family,
+                                      self.device))
         self._drawn = ((slot, version), inputs)
         return inputs
 

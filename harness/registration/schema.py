@@ -233,9 +233,11 @@ def check_kernels(reg: Registration, root: Path | None = None) -> tuple[dict, ..
     ``root``'s commit (default: the current directory's repository) or of an installed
     distribution (then imported): returns that distribution's record for the rows
     (``integration.step_code``), () when there is none."""
-    why = get_workload(reg.workload).pipeline_reason()
-    if why:
-        raise err(reg.path, why)
+    wl = get_workload(reg.workload)
+    for cfg in reg.configs:
+        why = wl.pipeline_reason(cfg)
+        if why:
+            raise err(reg.path, why)
     for name in (*reg.candidates, reg.baseline):
         spec = get_kernel(name)
         try:
@@ -265,7 +267,8 @@ def check_fits(reg: Registration) -> None:
     """Every grid point fits some known device (memory.KNOWN_DEVICES) by the VRAM model: a
     point none can hold would be skipped on every machine, and its pairs never measured."""
     specs = [get_kernel(reg.baseline), *(get_kernel(c) for c in reg.candidates)]
+    wl = get_workload(reg.workload)
     for cfg in reg.configs:
-        why = memory.unholdable(cfg, specs, reg.timing)
+        why = memory.unholdable(cfg, specs, reg.timing, workload=wl)
         if why:
             raise err(reg.path, f"[grid] point {cfg.key()} {why}: shrink the grid")

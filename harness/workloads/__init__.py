@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 DTYPES = ("float16", "bfloat16", "float32")
+# The workloads whose grid point is a ``Config`` (shipped.py): their rows' config dicts load as one.
+SHIPPED_WORKLOADS = ("attention", "decode")
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 
 

@@ -111,6 +111,9 @@ class Tensor:
     shape: Callable
     dtype: Callable | None = None
     layout: str = "contiguous"
+    # What each dimension is, as the gate's "exactly constant along the ... axis" names it
+    # (default: "dim i").
+    dims: tuple[str, ...] = ()
 
     def shape_of(self, cfg) -> tuple[int, ...]:
         return tuple(int(n) for n in self.shape(cfg))
@@ -179,6 +182,8 @@ class Workload:
     # registration names others.
     families: dict = {"normal": "every input standard normal"}
     default_families: tuple[str, ...] = ("normal",)
+    # The family timed calls, the content refresh and the recheck after timing draw from.
+    timing_family: str = "normal"
     # Canaries: name -> the bug it models; `bench register` refuses a tolerance one passes.
     canaries: dict = {}
     # dtype -> (atol, rtol): the tolerances a line starts from; `bench register` still checks the floor.
@@ -262,6 +267,22 @@ class Workload:
         """Fresh inputs of ``cfg`` for (seed, family), identical on every device."""
         raise NotImplementedError(f"workload '{self.name}' has no make_inputs")
 
+    def fill_inputs(self, cfg, inputs, seed: int, family: str = "normal") -> None:
+        """Write make_inputs' values for (seed, family) into the existing ``inputs`` (same
+        buffers, same addresses): the content refresh and the recheck after timing, where a
+        kernel that remembers results by pointer must see new content at the old address."""
+        fresh = self.make_inputs(cfg, seed, family, str(inputs[0].device))
+        for t, new in zip(inputs, fresh):
+            if tuple(t.shape) != tuple(new.shape):
+                raise ValueError(f"input of shape {tuple(t.shape)}: {cfg.key()} draws {tuple(new.shape)}")
+            t.copy_(new)
+
+    def generation_bytes(self, cfg, device: str = "cpu") -> int:
+        """Peak device scratch of drawing ``cfg``'s inputs on ``device`` beside the inputs
+        themselves (the VRAM model adds it): by default a fresh input set and a float32 draw
+        of the largest input (``fill_inputs`` copies from a fresh ``make_inputs``)."""
+        return self.input_bytes(cfg) + 4 * self.input_elems(cfg)
+
     def boundary_configs(self, cfg) -> list:
         """Small extra configs the gate also checks (partial tiles, one element)."""
         return []
@@ -296,6 +317,11 @@ class Workload:
     def min_bytes(self, cfg) -> float:
         """Fewest bytes any kernel must move: every input read and every output written once."""
         return self.min_read_bytes(cfg) + float(sum(t.nbytes(cfg) for t in self.outputs(cfg)))
+
+    def kv_bytes(self, cfg) -> float | None:
+        """Bytes of the operand a call streams, for the ``kv_gbps`` rate (attention's K and V
+        cache), or None: a workload without one reports that rate as not measured."""
+        return None
 
     def input_elems(self, cfg) -> int:
         """Elements of the largest input: what drawing and referencing it costs."""
@@ -359,13 +385,14 @@ class Workload:
         return f"the smallest and largest point of each dtype, seed {seed}"
 
     # -- where it runs ---------------------------------------------------------------------
-    def pipeline_reason(self) -> str | None:
-        """Why bench cannot gate and time this workload's kernels yet, or None. The gate, the
-        timing path and the VRAM model still draw and call attention's q, k, v (issue 50's
-        second step makes them call ``make_inputs``, ``reference`` and ``call``): until then a
-        line of any other workload is refused at register, never half-run."""
-        return (f"workload '{self.name}' is declared, but bench's gate and timing path run attention-shaped "
-                f"kernels only so far (issue 50): its lines cannot be registered yet")
+    def pipeline_reason(self, cfg) -> str | None:
+        """Why the gate and the timing path cannot run ``cfg``, or None: they judge one output
+        tensor per call (a workload of several outputs is refused at register, never half-run)."""
+        n = len(self.outputs(cfg))
+        if n != 1:
+            return (f"workload '{self.name}' declares {n} outputs at {cfg.key()}: the gate judges one output "
+                    f"tensor per call — declare the outputs as one tensor")
+        return None
 
     # -- the declaration itself -----------------------------------------------------------------
     def validate(self) -> None:
@@ -390,6 +417,8 @@ class Workload:
             raise UserError(f"{where}: no default tolerance for dtype {missing[0]}: add it to `tolerances`")
         if not self.families or not set(self.default_families) <= set(self.families) or not self.default_families:
             raise UserError(f"{where}: default_families must be a non-empty subset of its families")
+        if self.timing_family not in self.families:
+            raise UserError(f"{where}: timing_family {self.timing_family!r} is not one of its families")
         if self.size_axis and self.size_axis not in names:
             raise UserError(f"{where}: size_axis {self.size_axis!r} is not one of its axes")
 

@@ -20,6 +20,8 @@ from harness.measurement.reference import reference, reference_bytes
 
 # [grid] may give the size as `tokens` instead of `batch`: each config's batch is tokens / seq_len.
 TOKENS_KEY = "tokens"
+# The output's dimensions, as the gate's "exactly constant along the ... axis" names them.
+OUT_DIMS = ("batch", "head", "query row", "head_dim")
 
 
 class AttentionWorkload(Workload):
@@ -104,19 +106,23 @@ class AttentionWorkload(Workload):
     def from_row(self, config: dict) -> Config:
         return Config(**config)
 
-    def pipeline_reason(self) -> str | None:
-        return None  # the gate and the timing path are attention's
-
     # -- tensors, draws and the reference ---------------------------------------------------
     def inputs(self, cfg) -> tuple[Tensor, ...]:
         return (Tensor("q", lambda c: c.shapes()[0]), Tensor("k", lambda c: c.shapes()[1]),
                 Tensor("v", lambda c: c.shapes()[1]))
 
     def outputs(self, cfg) -> tuple[Tensor, ...]:
-        return (Tensor("out", lambda c: c.shapes()[2]),)
+        return (Tensor("out", lambda c: c.shapes()[2], dims=OUT_DIMS),)
 
     def make_inputs(self, cfg, seed: int, family: str = "normal", device: str = "cpu") -> tuple:
         return attention_inputs.make_inputs(cfg, seed, family, device)
+
+    def fill_inputs(self, cfg, inputs, seed: int, family: str = "normal") -> None:
+        q, k, v = inputs
+        attention_inputs.fill_inputs_(q, k, v, cfg, seed, family)
+
+    def generation_bytes(self, cfg, device: str = "cpu") -> int:
+        return attention_inputs.generation_bytes(cfg, device)
 
     def boundary_configs(self, cfg) -> list:
         return attention_inputs.boundary_configs(cfg)
@@ -137,6 +143,9 @@ class AttentionWorkload(Workload):
 
     def min_bytes(self, cfg) -> float:
         return formulas.min_bytes(cfg)
+
+    def kv_bytes(self, cfg) -> float:
+        return formulas.kv_bytes(cfg)
 
     def reference_bytes(self, cfg) -> int:
         return reference_bytes(cfg)

@@ -8,13 +8,12 @@ from __future__ import annotations
 from harness.measurement.correctness.checks import check_call, check_output, spec_parts, sync
 from harness.measurement.correctness.poison import bits_equal
 from harness.measurement.correctness.results import CheckReport, InputCase, Tolerance
-from harness.workloads import Config
-from harness.workloads.inputs import fill_inputs_
 
 
-def recheck_in_place(spec, cfg: Config, inputs, out, *, case: InputCase, tol: Tolerance, memo=None) -> CheckReport:
-    """After timing: fresh inputs (``case``) written into the SAME buffers (``inputs``: q, k,
-    v), out poisoned, one more call.
+def recheck_in_place(spec, cfg, inputs, out, *, workload, case: InputCase, tol: Tolerance,
+                     memo=None) -> CheckReport:
+    """After timing: fresh inputs (``case``) written into the SAME buffers (``inputs``, by
+    ``workload.fill_inputs``), out poisoned, one more call.
 
     A kernel that remembers results by shape or by pointer returns its old answer here; it
     is tagged stale_mismatch (the reason says when the output equals the pre-refill one).
@@ -23,7 +22,7 @@ def recheck_in_place(spec, cfg: Config, inputs, out, *, case: InputCase, tol: To
     fn, _ = spec_parts(spec)
     seed, family = case.seed, case.family
     before = out.clone()
-    fill_inputs_(*inputs, cfg, seed, family)
+    workload.fill_inputs(cfg, tuple(inputs), seed, family)
     pristine = tuple(t.clone() for t in inputs)
     prefix = f"recheck seed {seed} family {family}"
 
@@ -32,7 +31,7 @@ def recheck_in_place(spec, cfg: Config, inputs, out, *, case: InputCase, tol: To
                            reason=f"{prefix}: {detail}" if tag else None, figures=fig, after_figures=None,
                            reference_seconds=secs, phase="recheck")
 
-    r = check_call(fn, cfg, inputs, out, pristine, tol=tol, mismatch="stale_mismatch", memo=memo)
+    r = check_call(fn, cfg, inputs, out, pristine, workload=workload, tol=tol, mismatch="stale_mismatch", memo=memo)
     detail = r.detail
     if r.tag == "stale_mismatch":
         same = bits_equal(r.visible, before)
@@ -42,10 +41,10 @@ def recheck_in_place(spec, cfg: Config, inputs, out, *, case: InputCase, tol: To
     return report(r.tag, detail, r.figures, r.reference_seconds)
 
 
-def check_timed_output(cfg: Config, inputs, out, *, tol: Tolerance, label: str,
+def check_timed_output(cfg, inputs, out, *, workload, tol: Tolerance, label: str,
                        what: str = "output of the last timed call", memo=None) -> CheckReport:
     """After timing: the output the last timed call left in ``out`` against a fresh reference
-    on ``inputs`` (q, k, v).
+    on ``inputs`` (``workload.reference``).
 
     The gate saw a handful of calls; timing makes hundreds. A kernel that drifts, degrades
     or caches after N calls passes the gate and is caught here, on the timed buffers
@@ -54,7 +53,7 @@ def check_timed_output(cfg: Config, inputs, out, *, tol: Tolerance, label: str,
     ``memo`` (a ReferenceMemo): a reference shared with the other arms judged on the same inputs.
     """
     sync(out.device)
-    r = check_output(out, tuple(inputs), cfg, atol=tol.atol, rtol=tol.rtol, mismatch="stale_mismatch", flat=False,
+    r = check_output(out, tuple(inputs), cfg, workload=workload, atol=tol.atol, rtol=tol.rtol, mismatch="stale_mismatch", flat=False,
                      memo=memo)
     return CheckReport(config=cfg.key(), seed=-1, family="timed", passed=r.tag is None, tag=r.tag,
                        reason=f"{label}: {what}: {r.detail}" if r.tag else None,

@@ -3,7 +3,10 @@
 Poison ``out`` → call → the kernel raised, wrote its inputs, wrote off the current stream,
 changed global state or left work running → reference → compare → unwritten, a repeat of
 an earlier output, non-finite, out of tolerance, exactly constant along an axis. The gate,
-the recheck after timing and the timed-output check all go through it.
+the recheck after timing and the timed-output check all go through it, for any workload:
+``workload`` (a ``harness.workloads.api.Workload``) says how a kernel is called
+(``Workload.call``), what its inputs are named and its float64 reference; nothing here knows
+what the kernel computes.
 """
 
 from __future__ import annotations
@@ -16,8 +19,6 @@ from typing import Callable
 from harness.measurement.correctness.figures import ErrorFigures, chunks, compare, fmt_idx, ulp_tensor, unravel
 from harness.measurement.correctness.poison import as_bits, bits_diff, bits_equal, poison_
 from harness.measurement.correctness.results import CLOCK_TAMPERED, Tolerance
-from harness.measurement.reference import reference
-from harness.workloads import Config
 from harness.measurement import clockguard, leftover
 from harness.measurement.numerics import capture, describe, diff
 from harness.measurement.correctness.figures import CHECKSUM_BLOCK, CHECKSUM_WARPS, use_fused
@@ -25,7 +26,6 @@ from harness.measurement.correctness.figures import CHECKSUM_BLOCK, CHECKSUM_WAR
 # An output exactly constant along an axis is degenerate when the reference varies along it
 # by more than this many ULPs of the dtype: a correctly rounded output could not be flat.
 DEGENERATE_ULPS = 4.0
-_AXES = ("batch", "head", "query row", "head_dim")
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,8 @@ def spec_parts(spec):
     return fn, name
 
 
-def _checked_call(fn: Callable, q, k, v, out, *, causal: bool, scale: float) -> _Call:
-    """Poison out, call the kernel, read out as the current stream sees it; then what the call
+def _checked_call(call: Callable[[], object], out) -> _Call:
+    """Poison out, ``call()`` the kernel, read out as the current stream sees it; then what the call
     left behind: device work still running once the current stream finished (confirmed on
     DRAIN_CONFIRM_CALLS calls in a row), host threads or processes still busy, global state
     (numeric flags, thread counts, affinity) changed, a clock the harness times with replaced
@@ -72,7 +72,7 @@ def _checked_call(fn: Callable, q, k, v, out, *, causal: bool, scale: float) -> 
             torch.cuda.synchronize(out.device)
         host0 = leftover.host_snapshot()
         try:
-            fn(q, k, v, out, causal=causal, scale=scale)
+            call()
             if cuda:
                 torch.cuda.current_stream(out.device).synchronize()
         except Exception as exc:  # the kernel's failure is the check's result, with its text
@@ -115,10 +115,10 @@ def _checked_call(fn: Callable, q, k, v, out, *, causal: bool, scale: float) -> 
     return _Call(visible=visible, exception=None, side_stream=side, left_running=left)
 
 
-def _mutated(pristine, inputs) -> str | None:
+def _mutated(pristine, inputs, names) -> str | None:
     import torch
 
-    for name, p, t in zip("qkv", pristine, inputs):
+    for name, p, t in zip(names, pristine, inputs):
         if not bits_equal(p, t):
             diff = bits_diff(p, t)
             n = int(diff.sum())
@@ -128,8 +128,9 @@ def _mutated(pristine, inputs) -> str | None:
     return None
 
 
-def _constant_axis(out, ref, dtype) -> str | None:
-    """An axis along which out is exactly constant while ref varies by > DEGENERATE_ULPS ULPs."""
+def _constant_axis(out, ref, dtype, dims: tuple[str, ...] = ()) -> str | None:
+    """An axis along which out is exactly constant while ref varies by > DEGENERATE_ULPS ULPs
+    (``dims``: the output's dimension names, from its workload's Tensor)."""
     import torch
 
     axes = [axis for axis in range(out.dim()) if out.shape[axis] >= 2]
@@ -144,7 +145,7 @@ def _constant_axis(out, ref, dtype) -> str | None:
         spread = hi - lo
         limit = DEGENERATE_ULPS * ulp_tensor(torch.maximum(hi.abs(), lo.abs()), dtype)
         if bool((spread > limit).any()):
-            name = _AXES[axis] if out.dim() == 4 else f"dim {axis}"
+            name = dims[axis] if len(dims) == out.dim() else f"dim {axis}"
             return (f"output is exactly constant along the {name} axis (all {out.shape[axis]} equal) "
                     f"while the reference varies along it by up to {float(spread.max()):.3g}")
     return None
@@ -157,18 +158,19 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_reference(pristine, cfg: Config):
-    """The float64 reference on ``pristine`` and the seconds it took (the device synchronized)."""
+def timed_reference(pristine, cfg, workload):
+    """The float64 reference output on ``pristine`` (``workload.reference``: one output) and the
+    seconds it took (the device synchronized)."""
     device = pristine[0].device
     sync(device)
     t0 = time.perf_counter()
-    ref = reference(*pristine, causal=cfg.causal, scale=cfg.scale)
+    (ref,) = workload.reference(cfg, tuple(pristine))
     sync(device)
     return ref, time.perf_counter() - t0
 
 
-def _judge(out, fig: ErrorFigures, ref, dtype, *, mismatch: str = "mismatch", nonfinite: str = "nonfinite",
-           repeat: Callable | None = None, flat: bool = True) -> tuple[str | None, str | None]:
+def _judge(out, fig: ErrorFigures, ref, dims: tuple[str, ...], *, mismatch: str = "mismatch",
+           nonfinite: str = "nonfinite", repeat: Callable | None = None, flat: bool = True) -> tuple[str | None, str | None]:
     """The output half of the check sequence, in its one order: (tag, detail), or (None, None).
 
     Unwritten (the poison survived) → a repeat of an earlier output (``repeat(out, fig)``,
@@ -187,7 +189,7 @@ def _judge(out, fig: ErrorFigures, ref, dtype, *, mismatch: str = "mismatch", no
     if not fig.passed:
         return mismatch, fig.summary()
     if flat:
-        axis = _constant_axis(out, ref, dtype)
+        axis = _constant_axis(out, ref, fig.dtype, dims)
         if axis:
             return "degenerate", f"{axis} (within tolerance only because the tolerance is loose: {fig.summary()})"
     return None, None
@@ -255,7 +257,7 @@ class ReferenceMemo:
         self.size = size
         self.kept: dict = {}
 
-    def get(self, inputs, cfg: Config):
+    def get(self, inputs, cfg, workload):
         """(reference of ``inputs``, seconds it took now: 0 when kept)."""
         key = tuple(checksum(t) for t in inputs)
         if key in self.kept:
@@ -263,32 +265,35 @@ class ReferenceMemo:
             return self.kept[key], 0.0
         while len(self.kept) >= self.size:
             self.kept.pop(next(iter(self.kept)))
-        ref, secs = timed_reference(inputs, cfg)
+        ref, secs = timed_reference(inputs, cfg, workload)
         self.kept[key] = ref
         return ref, secs
 
 
-def check_output(out, inputs, cfg: Config, *, atol: float, rtol: float, ref=None, memo: ReferenceMemo | None = None,
-                 **judge) -> Checked:
+def check_output(out, inputs, cfg, *, workload, atol: float, rtol: float, ref=None,
+                 memo: ReferenceMemo | None = None, **judge) -> Checked:
     """Reference (unless given; from ``memo`` when one is kept for these inputs) → compare →
     ``_judge``: the half of the sequence the timed output check shares with the calls the
     gate makes itself."""
     secs = 0.0
     if ref is None:
-        ref, secs = memo.get(inputs, cfg) if memo is not None else timed_reference(inputs, cfg)
+        ref, secs = memo.get(inputs, cfg, workload) if memo is not None else timed_reference(inputs, cfg, workload)
     fig = compare(out, ref, atol=atol, rtol=rtol, dtype=cfg.dtype)
-    tag, detail = _judge(out, fig, ref, cfg.dtype, **judge)
+    dims = workload.outputs(cfg)[0].dims
+    tag, detail = _judge(out, fig, ref, dims, **judge)
     return Checked(tag, detail, out, fig, ref, secs)
 
 
-def call_checks(fn, cfg: Config, q, k, v, out, pristine) -> Checked:
-    """The call half of the check sequence: poison ``out`` → call → the kernel raised, wrote its
-    inputs, wrote off the current stream, changed global state or left work running. Passing,
-    the answer holds the output (``visible``) and no figures yet (``tag`` None)."""
-    c = _checked_call(fn, q, k, v, out, causal=cfg.causal, scale=cfg.scale)
+def call_checks(fn, cfg, inputs, out, pristine, *, workload) -> Checked:
+    """The call half of the check sequence: poison ``out`` → call (``workload.call``) → the
+    kernel raised, wrote its inputs, wrote off the current stream, changed global state or
+    left work running. Passing, the answer holds the output (``visible``) and no figures yet
+    (``tag`` None)."""
+    inputs = tuple(inputs)
+    c = _checked_call(lambda: workload.call(fn, inputs, (out,), cfg), out)
     if c.exception:
         return Checked("exception", c.exception, None, None, None, 0.0)
-    mut = _mutated(pristine, (q, k, v))
+    mut = _mutated(pristine, inputs, [t.name for t in workload.inputs(cfg)])
     if mut:
         return Checked("input_mutated", mut, c.visible, None, None, 0.0)
     if c.side_stream:
@@ -302,12 +307,12 @@ def call_checks(fn, cfg: Config, q, k, v, out, pristine) -> Checked:
     return Checked(None, None, c.visible, None, None, 0.0)
 
 
-def check_call(fn, cfg: Config, inputs, out, pristine, *, tol: Tolerance, memo: ReferenceMemo | None = None,
+def check_call(fn, cfg, inputs, out, pristine, *, workload, tol: Tolerance, memo: ReferenceMemo | None = None,
                **judge) -> Checked:
-    """The check sequence on ``inputs`` (q, k, v): ``call_checks`` → ``check_output``
-    (reference, compare, judge; ``judge``: its other keywords, a given ``ref`` among them)."""
-    q, k, v = inputs
-    c = call_checks(fn, cfg, q, k, v, out, pristine)
+    """The check sequence on ``inputs``: ``call_checks`` → ``check_output`` (reference,
+    compare, judge; ``judge``: its other keywords, a given ``ref`` among them)."""
+    c = call_checks(fn, cfg, inputs, out, pristine, workload=workload)
     if c.tag:
         return c
-    return check_output(c.visible, pristine, cfg, atol=tol.atol, rtol=tol.rtol, memo=memo, **judge)
+    return check_output(c.visible, pristine, cfg, workload=workload, atol=tol.atol, rtol=tol.rtol, memo=memo,
+                        **judge)

@@ -1,8 +1,10 @@
-"""The gate before timing: every seed × input family at the config and its boundary sequence
-lengths, each case called twice (before the reference exists, then on fresh buffers after
+"""The gate before timing: every seed × input family at the config and its workload's boundary
+configs (``Workload.boundary_configs``), each case called twice (before the reference exists, then on fresh buffers after
 it) and the two calls compared, then the side-stream check on CUDA. A seed passes when all
 its checks do; the gate passes on the pass rate and no structural failure. Several kernels
-gated at one config share each case's inputs and float64 reference (``gate_kernels``).
+gated at one config share each case's inputs and float64 reference (``gate_kernels``). The
+workload (``harness.workloads.api.Workload``) draws the inputs, allocates the output, calls the
+kernel and computes the reference: the gate is the same for every workload.
 """
 
 from __future__ import annotations
@@ -20,8 +22,6 @@ from harness.measurement.correctness.figures import chunks, fmt_idx, unravel
 from harness.measurement.correctness.poison import bits_equal
 from harness.measurement.correctness.results import CALL_TAGS, STRUCTURAL_TAGS, CheckReport, GateResult, Tolerance
 from harness.measurement.correctness.side_stream import side_stream_check
-from harness.workloads import Config
-from harness.workloads.inputs import DEFAULT_FAMILIES, FAMILIES, boundary_configs, make_inputs
 
 
 @dataclass(frozen=True)
@@ -33,19 +33,17 @@ class GatePolicy:
     seeds: tuple[int, ...]
     atol: float
     rtol: float
-    families: tuple[str, ...] = DEFAULT_FAMILIES
+    families: tuple[str, ...] | None = None  # None: the workload's default_families
     device: str = "cpu"
     min_pass_rate: float = 1.0
 
     def __post_init__(self):
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
-        object.__setattr__(self, "families", tuple(self.families))
+        if self.families is not None:
+            object.__setattr__(self, "families", tuple(self.families))
         if not self.seeds:
             raise UserError("the correctness gate needs at least one seed")
-        for fam in self.families:
-            if fam not in FAMILIES:
-                raise UserError(f"unknown input family '{fam}' (known: {', '.join(FAMILIES)})")
-        if not self.families:
+        if self.families is not None and not self.families:
             raise UserError("the correctness gate needs at least one input family")
         if not 0.0 < self.min_pass_rate <= 1.0:
             raise UserError(f"min_pass_rate must be in (0, 1], got {self.min_pass_rate}")
@@ -56,12 +54,21 @@ class GatePolicy:
     def tol(self) -> Tolerance:
         return Tolerance(self.atol, self.rtol)
 
+    def of(self, workload) -> GatePolicy:
+        """This policy for ``workload``: its families checked against the workload's (None:
+        the workload's default families)."""
+        if self.families is None:
+            return dataclasses.replace(self, families=tuple(workload.default_families))
+        for fam in self.families:
+            if fam not in workload.families:
+                raise UserError(f"unknown input family '{fam}' (known: {', '.join(workload.families)})")
+        return self
 
-def _new_out(cfg: Config, device):
-    import torch
 
-    qs, _, _ = cfg.shapes()
-    return torch.empty(qs, dtype=getattr(torch, cfg.dtype), device=device)
+def _new_out(workload, cfg, device):
+    """The one output buffer of a call (``Workload.allocate_outputs``)."""
+    (out,) = workload.allocate_outputs(cfg, device)
+    return out
 
 
 def _disagreement(a, b, ref, atol: float, rtol: float) -> str | None:
@@ -90,8 +97,9 @@ class _Kernel:
     """One kernel's part of a gate: its reports so far, the checksums of its earlier outputs
     per config (the "inputs changed" check) and the configs it skips."""
 
-    def __init__(self, spec, configs):
+    def __init__(self, spec, configs, workload):
         self.fn, self.name = spec_parts(spec)
+        self.workload = workload
         self.configs = [c for c, _ in configs]
         self.skipped = []
         for c, _ in configs[1:]:
@@ -114,9 +122,9 @@ def _restore(checked: Checked, inputs, pristine) -> None:
             t.copy_(p)
 
 
-def _first(k: _Kernel, c: Config, inputs, pristine, device) -> Checked:
+def _first(k: _Kernel, c, inputs, pristine, device) -> Checked:
     """The kernel's first call of a case, before the reference exists: the call's own checks."""
-    first = call_checks(k.fn, c, *inputs, _new_out(c, device), pristine)
+    first = call_checks(k.fn, c, inputs, _new_out(k.workload, c, device), pristine, workload=k.workload)
     _restore(first, inputs, pristine)
     return first
 
@@ -127,7 +135,7 @@ class _Case:
     (``inputs``, fresh copies), the pristine content, the reference and the seconds it took,
     and the prefix of its reports' reasons."""
 
-    c: Config
+    c: object  # the config (a Config or a GridPoint)
     seed: int
     family: str
     inputs: tuple
@@ -161,10 +169,11 @@ def _judge_case(k: _Kernel, case: _Case, first: Checked, tol: Tolerance, device)
 
     if first.tag:
         return report(first.tag, first.detail, first.figures), first.visible
-    first = check_output(first.visible, pristine, c, atol=atol, rtol=rtol, ref=ref, repeat=repeat)
+    wl = k.workload
+    first = check_output(first.visible, pristine, c, workload=wl, atol=atol, rtol=rtol, ref=ref, repeat=repeat)
     if first.tag:
         return report(first.tag, first.detail, first.figures), first.visible
-    second = call_checks(k.fn, c, *inputs, _new_out(c, device), pristine)
+    second = call_checks(k.fn, c, inputs, _new_out(wl, c, device), pristine, workload=wl)
     same = second.tag is None and bits_equal(second.visible, first.visible)
     if same:
         # Bit for bit the first call's output: the same figures against the same reference,
@@ -172,7 +181,7 @@ def _judge_case(k: _Kernel, case: _Case, first: Checked, tol: Tolerance, device)
         # compared once instead of three times).
         second = Checked(None, None, second.visible, first.figures, ref, 0.0)
     elif second.tag is None:
-        second = check_output(second.visible, pristine, c, atol=atol, rtol=rtol, ref=ref,
+        second = check_output(second.visible, pristine, c, workload=wl, atol=atol, rtol=rtol, ref=ref,
                               mismatch="stale_mismatch", nonfinite="stale_mismatch", flat=False)
     _restore(second, inputs, pristine)
     if second.tag:
@@ -188,8 +197,9 @@ def _judge_case(k: _Kernel, case: _Case, first: Checked, tol: Tolerance, device)
 class BoundaryMemo:
     """Boundary cases already judged, for the configs of one sweep that share them.
 
-    The boundary configs (BOUNDARY_SEQ_LENS) are the main config with another seq_len, so
-    every config of a line that differs only in seq_len has the same ones: the same kernel
+    The boundary configs (``Workload.boundary_configs``: attention's are the main config with
+    another seq_len) are shared by every config of a line that differs only on the axes they
+    replace (for attention, seq_len): the same kernel
     on the same inputs (seed, family, shape) under the same tolerances and numeric state is
     the same case, and judging it again at the next config repeats identical work (issue 32:
     three quarters of a config's gate cases). A memo lives as long as its process (a worker
@@ -202,10 +212,10 @@ class BoundaryMemo:
         self._done: dict = {}  # key -> (config key it was judged at, its reports)
 
     @staticmethod
-    def _key(fn, c: Config, pol: GatePolicy):
+    def _key(fn, c, pol: GatePolicy):
         return fn, c.key(), pol.seeds, pol.families, float(pol.atol), float(pol.rtol), str(pol.device)
 
-    def get(self, fn, c: Config, pol: GatePolicy) -> tuple[CheckReport, ...] | None:
+    def get(self, fn, c, pol: GatePolicy) -> tuple[CheckReport, ...] | None:
         """The kernel's reports at boundary config ``c`` under ``pol``, marked with where they
         were judged (no reference seconds: none were spent here), or None."""
         hit = self._done.get(self._key(fn, c, pol))
@@ -215,7 +225,7 @@ class BoundaryMemo:
         return tuple(dataclasses.replace(r, reused_from=r.reused_from or where, reference_seconds=0.0)
                      for r in reports)
 
-    def put(self, fn, c: Config, pol: GatePolicy, where: str, reports) -> None:
+    def put(self, fn, c, pol: GatePolicy, where: str, reports) -> None:
         self._done[self._key(fn, c, pol)] = (where, tuple(reports))
 
     def forget(self, fn) -> None:
@@ -232,18 +242,25 @@ class GateRun:
     reference_seconds: float
 
 
-def gate(spec, cfg: Config, *, seeds, families=DEFAULT_FAMILIES, atol: float, rtol: float,
-         device: str = "cpu", min_pass_rate: float = 1.0) -> GateResult:
-    """Check ``spec`` at ``cfg`` and its boundary configs for every seed × family.
+def gate(spec, cfg, *, workload, **policy) -> GateResult:
+    """Check ``spec`` at ``cfg`` and its boundary configs for every seed × family, under the
+    ``GatePolicy`` of ``policy`` (seeds, atol, rtol; families, None: the workload's default
+    ones; device; min_pass_rate).
 
     A seed passes if every check of it passes; the gate passes if the share of passing
     seeds reaches ``min_pass_rate`` and no failure is structural (STRUCTURAL_TAGS).
     """
-    pol = GatePolicy(seeds, atol, rtol, families=families, device=device, min_pass_rate=min_pass_rate)
-    return gate_kernels((spec,), cfg, pol).results[spec_parts(spec)[1]]
+    pol = GatePolicy(**policy)
+    return gate_kernels((spec,), cfg, pol, workload=workload).results[spec_parts(spec)[1]]
 
 
-def gate_kernels(specs, cfg: Config, pol: GatePolicy, *, around: Callable[[str | None], ContextManager] | None = None,
+def _boundary_note(bc, cfg) -> str:
+    """How a boundary config's reasons name it: the axes it changes (`` (boundary seq_len 67)``)."""
+    at = cfg.axes()
+    return f" (boundary {', '.join(f'{a} {v}' for a, v in bc.axes().items() if at.get(a) != v)})"
+
+
+def gate_kernels(specs, cfg, pol: GatePolicy, *, workload, around: Callable[[str | None], ContextManager] | None = None,
                  memo: BoundaryMemo | None = None) -> GateRun:
     """``gate`` for several kernels at once under ``pol``, case by case: for each (config, seed,
     family) the inputs are drawn once, every kernel makes its first call before the reference
@@ -272,8 +289,9 @@ def gate_kernels(specs, cfg: Config, pol: GatePolicy, *, around: Callable[[str |
     if len(set(names)) != len(names):
         raise ValueError(f"gate_kernels gates each kernel once, got {names}")
     t_start = time.perf_counter()
-    configs = [(cfg, ""), *((bc, f" (boundary seq_len {bc.seq_len})") for bc in boundary_configs(cfg))]
-    run = _Gating([_Kernel(spec, configs) for spec in specs], pol, around)
+    pol = pol.of(workload)
+    configs = [(cfg, ""), *((bc, _boundary_note(bc, cfg)) for bc in workload.boundary_configs(cfg))]
+    run = _Gating([_Kernel(spec, configs, workload) for spec in specs], pol, around, workload)
     for c, note in configs:
         _gate_config(run, c, note, cfg, memo)
     if dev_type == "cuda":
@@ -286,8 +304,8 @@ class _Gating:
     """One gate_kernels call as it runs: its kernels, the seconds each spent on its own work
     (``on(k)``; ``on(None)``: the shared work) and the seconds of the shared references."""
 
-    def __init__(self, kernels: list[_Kernel], pol: GatePolicy, around):
-        self.kernels, self.pol = kernels, pol
+    def __init__(self, kernels: list[_Kernel], pol: GatePolicy, around, workload):
+        self.kernels, self.pol, self.workload = kernels, pol, workload
         self.around = around or (lambda name: contextlib.nullcontext())
         self.spent = {k.name: 0.0 for k in kernels}
         self.ref_total = 0.0
@@ -301,7 +319,7 @@ class _Gating:
             self.spent[k.name] += time.perf_counter() - t0
 
 
-def _gate_config(run: _Gating, c: Config, note: str, cfg: Config, memo: BoundaryMemo | None) -> None:
+def _gate_config(run: _Gating, c, note: str, cfg, memo: BoundaryMemo | None) -> None:
     """Every case at config ``c`` (``note``: how its reasons name it) for the kernels that run
     there; with a ``memo``, a boundary config's cases (``c`` is not the gated ``cfg``) are
     taken from it where judged before, and put in it."""
@@ -320,7 +338,7 @@ def _gate_config(run: _Gating, c: Config, note: str, cfg: Config, memo: Boundary
     for seed in pol.seeds:
         for fam in pol.families:
             with run.on(None):
-                pristine = make_inputs(c, seed, fam, device)
+                pristine = tuple(run.workload.make_inputs(c, seed, fam, device))
                 first_set = tuple(t.clone() for t in pristine)
             firsts = {}
             for k in runners:
@@ -329,7 +347,7 @@ def _gate_config(run: _Gating, c: Config, note: str, cfg: Config, memo: Boundary
             ref, secs = None, 0.0
             with run.on(None):
                 if any(f.tag is None for f in firsts.values()):
-                    ref, secs = timed_reference(pristine, c)
+                    ref, secs = timed_reference(pristine, c, run.workload)
                     run.ref_total += secs
                 # Second calls: fresh allocations while the first calls' are still alive.
                 second_set = tuple(t.clone() for t in pristine)
@@ -347,21 +365,21 @@ def _gate_config(run: _Gating, c: Config, note: str, cfg: Config, memo: Boundary
             memo.put(k.fn, c, pol, cfg.key(), k.reports[first_report[k.name]:])
 
 
-def _side_streams(run: _Gating, cfg: Config) -> None:
+def _side_streams(run: _Gating, cfg) -> None:
     """On CUDA: each kernel's side-stream check on the first seed and family at ``cfg``."""
-    pol, device = run.pol, run.pol.device
+    pol, device, wl = run.pol, run.pol.device, run.workload
     seed, fam = pol.seeds[0], pol.families[0]
     with run.on(None):
-        pristine = make_inputs(cfg, seed, fam, device)
+        pristine = wl.make_inputs(cfg, seed, fam, device)
     for k in run.kernels:
         with run.on(k):
-            q, kk, v = (t.clone() for t in pristine)
+            inputs = tuple(t.clone() for t in pristine)
             tag = "side_stream"
             try:
-                why = side_stream_check(k.fn, q, kk, v, _new_out(cfg, device), causal=cfg.causal, scale=cfg.scale)
+                why = side_stream_check(k.fn, inputs, _new_out(wl, cfg, device), cfg=cfg, workload=wl)
             except Exception as exc:
                 why, tag = exception_text(exc), "exception"
-            del q, kk, v
+            del inputs
             k.reports.append(CheckReport(config=cfg.key(), seed=seed, family=fam, passed=why is None,
                                          tag=tag if why else None,
                                          reason=f"seed {seed} family {fam}: {why}" if why else None,

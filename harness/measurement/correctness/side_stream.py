@@ -25,8 +25,9 @@ SIDE_STREAM_SETTLE_S = 0.01
 SIDE_STREAM_REPS = 2
 
 
-def side_stream_check(spec, q, k, v, out, *, causal: bool, scale: float) -> str | None:
-    """Why the kernel's work runs off the current stream, or None (always None on the CPU).
+def side_stream_check(spec, inputs, out, *, cfg, workload) -> str | None:
+    """Why the kernel's work runs off the current stream, or None (always None on the CPU);
+    the kernel called on ``inputs`` and ``out`` as ``workload.call`` calls it at ``cfg``.
 
     Decided by ordering, not by a race the kernel could win however fast it is:
 
@@ -58,7 +59,7 @@ def side_stream_check(spec, q, k, v, out, *, causal: bool, scale: float) -> str 
         held = torch.cuda.Event()
         held.record(stream)
         t0 = time.perf_counter()
-        fn(q, k, v, out, causal=causal, scale=scale)
+        workload.call(fn, inputs, (out,), cfg)
         t_call = time.perf_counter() - t0
         visible = out.clone()  # on the current stream, right behind the call
         time.sleep(SIDE_STREAM_SETTLE_S)

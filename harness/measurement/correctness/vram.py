@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 
 from harness.measurement.correctness.figures import CHECKSUM_BLOCK, COMPARE_CHUNK_ELEMS_CUDA, table_bytes
-from harness.measurement.reference import reference_bytes
-from harness.workloads import Config
 
 
 def compare_bytes(n_elems: int, fused: bool = False) -> int:
@@ -29,26 +27,29 @@ def checksum_bytes(n_elems: int, fused: bool = False) -> int:
     return 3 * 8 * min(n_elems, COMPARE_CHUNK_ELEMS_CUDA)
 
 
-def judge_bytes(cfg: Config, fused: bool = False) -> int:
+def judge_bytes(cfg, workload, fused: bool = False) -> int:
     """Peak bytes of judging one output once its inputs and the output are alive: the float64
     reference while it is computed (reference_bytes, its output included), then that output
     beside compare()'s blocks, or the checksum of the largest input or of the output; these
-    never coexist (the reference's scratch is freed before compare runs)."""
-    qs, ks, _ = cfg.shapes()
-    ref_out = 8 * math.prod(qs)
-    return max(reference_bytes(cfg), ref_out + compare_bytes(math.prod(qs), fused),
-               ref_out + checksum_bytes(max(math.prod(qs), math.prod(ks)), fused))
+    never coexist (the reference's scratch is freed before compare runs). From the workload's
+    memory declaration: ``reference_bytes``, its outputs' and inputs' elements."""
+    n_out = _elems(workload.outputs(cfg), cfg)
+    ref_out = 8 * n_out
+    return max(workload.reference_bytes(cfg), ref_out + compare_bytes(n_out, fused),
+               ref_out + checksum_bytes(max(n_out, workload.input_elems(cfg)), fused))
 
 
-def gate_bytes(cfg: Config, n_kernels: int = 1, fused: bool = False) -> int:
+def _elems(tensors, cfg) -> int:
+    return sum(math.prod(t.shape_of(cfg)) for t in tensors)
+
+
+def gate_bytes(cfg, workload, n_kernels: int = 1, fused: bool = False) -> int:
     """Peak device bytes of gate_kernels() at ``cfg`` for ``n_kernels`` gated together, for the
-    VRAM model: three sets of q, k, v (first calls, pristine copies, second calls), every
+    VRAM model: three sets of inputs (first calls, pristine copies, second calls), every
     kernel's first-call output (kept until the shared reference exists), the second call's
     output and its stream snapshot, one more output, a bool mask, and judging an output
     (``judge_bytes``; ``fused``: compare() takes the one-pass table). The kernel's own extra
     memory (KernelSpec.extra_bytes) comes on top."""
-    qs, ks, _ = cfg.shapes()
-    q = math.prod(qs) * cfg.elem_bytes
-    kv = 2 * math.prod(ks) * cfg.elem_bytes
-    bool_mask = math.prod(qs)  # one full-size bool temporary at a time (bit comparisons)
-    return 3 * (q + kv) + (n_kernels + 3) * q + bool_mask + judge_bytes(cfg, fused)
+    out = workload.output_bytes(cfg)
+    bool_mask = _elems(workload.outputs(cfg), cfg)  # one full-size bool temporary at a time (bit comparisons)
+    return 3 * workload.input_bytes(cfg) + (n_kernels + 3) * out + bool_mask + judge_bytes(cfg, workload, fused)

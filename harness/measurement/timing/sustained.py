@@ -41,7 +41,6 @@ from harness.measurement.clocks import kcycles as median_kcycles
 from harness.measurement import clocks
 from harness.measurement.timing.policy import l2_flush
 from harness.measurement.timing.timers import CudaEventTimer, HostTimer
-from harness.workloads import formulas
 
 # Back-to-back load before timing: long enough for a compute-bound kernel's clock to settle
 # near the level a long loop holds (docs/measurement.md#clocks-and-throttling: the settling curve on the H200).
@@ -236,11 +235,13 @@ def _mean(values) -> float | None:
     return sum(vs) / len(vs) if vs else None
 
 
-def rates(cfg, ms: float) -> Mapping[str, float]:
-    """TFLOP/s and GB/s (all bytes, K+V bytes) of one call of ``cfg`` taking ``ms``."""
+def rates(cfg, ms: float, workload) -> Mapping[str, float | None]:
+    """TFLOP/s and GB/s (all bytes, and the streamed operand's: ``Workload.kv_bytes``, None
+    where the workload has none) of one call of ``cfg`` taking ``ms``."""
     secs = ms * 1e-3
-    return {"tflops": formulas.flops(cfg) / secs / 1e12, "gbps": formulas.min_bytes(cfg) / secs / 1e9,
-            "kv_gbps": formulas.kv_bytes(cfg) / secs / 1e9}
+    kv = workload.kv_bytes(cfg)
+    return {"tflops": workload.flops(cfg) / secs / 1e12, "gbps": workload.min_bytes(cfg) / secs / 1e9,
+            "kv_gbps": None if kv is None else kv / secs / 1e9}
 
 
 __all__ = ["BATCH_S", "MAX_BATCH", "MIN_CALLS", "SustainBudget", "Sustained", "TIMED_S", "WARM_S", "rates", "sustain"]

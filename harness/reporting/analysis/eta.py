@@ -1,7 +1,7 @@
 """The sweep's ETA: how long the configs left will take, from their planned sizes.
 
 The model (docs/measurement.md, "The sweep's progress and ETA"): a config's wall time is
-``a + b · size``, where ``size`` is its useful FLOPs (``workloads.formulas.flops``) times the
+``a + b · size``, where ``size`` is its useful FLOPs (``Workload.flops``) times the
 kernels it times (the baseline and each open candidate): the harness's fixed cost per config
 (setup, the float64 gate's reference, the rounds' floor) is ``a``, the part that grows with
 the work is ``b``. The two are fitted by least squares on the configs whose time is known,
@@ -23,13 +23,13 @@ from typing import Sequence
 
 from harness.vocab.devices import device_of, model
 from harness.vocab.outcomes import OUTCOME_KINDS
-from harness.workloads import Config
-from harness.workloads.formulas import flops
+from harness.errors import UserError
+from harness.registry import get_workload
 
 
-def config_size(config: Config, kernels: int) -> float:
-    """A config's planned size: its useful FLOPs times the kernels it times."""
-    return flops(config) * max(kernels, 1)
+def config_size(config, kernels: int) -> float:
+    """A config's planned size: its useful FLOPs (its workload's) times the kernels it times."""
+    return get_workload(config.workload).flops(config) * max(kernels, 1)
 
 
 def task_size(task) -> float:
@@ -55,8 +55,8 @@ def prior(rows, env: dict | None) -> list[tuple[float, float]]:
     out = []
     for (_, _, total), group in groups.items():
         try:
-            cfg = Config(**group[0].config)
-        except TypeError:  # a config written by another bench: not sized here
+            cfg = get_workload(group[0].config.get("workload")).from_row(group[0].config)
+        except (TypeError, UserError):  # a config written by another bench, or of a workload not installed
             continue
         candidates = {r.candidate for r in group if not r.is_baseline}
         out.append((config_size(cfg, 1 + len(candidates)), total))
