@@ -1,4 +1,4 @@
-"""Issue 51 item 5: `bench status` stays quick by what it imports, not by a timed test (a
+"""Issue 51 item 2: `bench status` stays quick by what it imports, not by a timed test (a
 shared host's timings are noise). Once every line's row is stored beside its ledger's clean
 verification (analysis/verify_cache.py), a status reads them back (analysis/status_view.py)
 and loads none of the checks that made them, nor pydantic (typer's coercion of a str or
