@@ -4,6 +4,7 @@ there), with this working tree's code, as real `python -m harness` subprocesses.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -22,17 +23,34 @@ DOCUMENTED = {
     "ledger repair": ((2,), "nothing to repair"),  # the shipped ledgers are intact
     "verdict": ((0, 1), None),  # --show exits as the verdict did: 0 GO, 1 NO-GO
     "sweep": ((0, 4), "nothing usable"),  # 4: a host too busy to time anything, with its reason
+    "bisect": ((0, 1), "unclear"),  # 1: the two ends not told apart (or not timed) on this host
 }
 # GPU-only examples on a host without CUDA: exit 2, naming why (their help says so).
 GPU_ONLY = {"profile": "NVIDIA GPU", "replicate": "CPU"}
 # The examples that write, in groups: each group in a clone of its own, in this order (`new`'s
 # file is committed before `register`); the groups are separate tests, so that the two test
 # processes of the README's test command run them side by side.
-WRITING_GROUPS = (("new", "register"), ("probe",), ("sweep",), ("ceilings",))
+WRITING_GROUPS = (("new", "register"), ("probe",), ("sweep",), ("ceilings",), ("bisect",))
 WRITING = tuple(c for group in WRITING_GROUPS for c in group)
-# Not yet runnable as written in a clone (issue 51 item 4, left): bisect's example names a tag
-# (v1.0) the repository does not have, and a range with changed code costs a sweep per commit.
-LEFT = {"bisect"}
+# The tag bisect's example names: a user's release tag (its help says so), which a clone of this
+# repository lacks, so the test puts it where a release would be, on the parent of the newest
+# commit that changes something outside ledger/: the range then holds one code commit, and
+# bisect measures its two ends only (a probe each).
+RELEASE_TAG = "v1.0"
+
+
+def tag_release(repo: Path) -> str:
+    """Tag ``RELEASE_TAG`` in ``repo`` as above; the tagged commit."""
+    newest = git(repo, "rev-list", "-n1", "--first-parent", "HEAD", "--", ":(top)", ":(top,exclude)ledger")
+    tagged = git(repo, "rev-parse", f"{newest}^")
+    git(repo, "tag", RELEASE_TAG, tagged)
+    return tagged
+
+
+# What a writing example needs in its clone first that a user would already have.
+SETUP = {"bisect": tag_release}
+# Not runnable as written in a clone: none.
+LEFT: set[str] = set()
 
 
 def _cuda() -> bool:
@@ -138,8 +156,14 @@ def test_the_read_only_examples_run_on_the_shipped_ledgers(read_only_clone, exam
 def test_the_writing_examples_run_in_a_clone(tmp_path, examples, group):
     repo = clone(tmp_path / "clone")
     for command in group:
+        prepared = SETUP[command](repo) if command in SETUP else None
         for args in examples[command]:
-            check(command, args, run_example(repo, args))
+            r = run_example(repo, args)
+            check(command, args, r)
+            if command == "bisect":  # it measured from the tagged commit and recorded each probe
+                assert prepared[:12] in r.stdout + r.stderr, (r.stdout, r.stderr)
+                probes = [json.loads(x) for x in (repo / "ledger" / "_bisect.jsonl").read_text().splitlines()]
+                assert any(p.get("kind") == "probe" and p.get("commit") == prepared for p in probes), probes
         if command == "new":  # the file it wrote, reviewed and committed (its own message says so)
             git(repo, "add", "registrations")
             git(repo, "commit", "-q", "-m", "a new line")

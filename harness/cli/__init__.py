@@ -31,21 +31,65 @@ HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 
 
 
+# The annotations whose values typer's coercion gives back unchanged when they already have
+# that exact type (a string for ``str``, True or False for ``bool``) or are None.
+PLAIN_TYPES = (str, bool)
+
+
+class _Plain:
+    """A plain ``str`` or ``bool`` parameter's coercion: a value of that exact type, or none, is
+    returned as is, as typer's own coercion would return it; anything else goes to typer's.
+    Typer builds its own on pydantic, whose import alone is a large part of a quick command's
+    start-up (``bench status``), and a command line gives strings and flags."""
+
+    def __init__(self, typers):
+        self._typers = typers  # builds typer's own coercion, on first need
+
+    def coerce(self, value, param, ctx):
+        if value is None or type(value) is param.type_descriptor.annotation:
+            return value
+        return self._typers().coerce(value, param=param, ctx=ctx)
+
+
+def _plain(param) -> bool:
+    """Whether typer coerces ``param`` as a lone ``str`` or ``bool``: no parser, file or click
+    type, one value."""
+    desc = getattr(param, "type_descriptor", None)
+    if desc is None or desc.annotation not in PLAIN_TYPES or desc.file_annotation is not None:
+        return False
+    info = desc.parameter_info
+    if getattr(info, "parser", None) is not None or getattr(info, "click_type", None) is not None:
+        return False
+    return not (param.multiple or param.nargs == -1)
+
+
 class _Argument(TyperArgument):
-    """An argument whose help shows its name and help, not typer's ``<str>`` type label."""
+    """An argument whose help shows its name and help, not typer's ``<str>`` type label; a
+    plain ``str`` or ``bool`` one coerced without pydantic (``_Plain``)."""
 
     def display_type_rich(self, ctx):
         return None
 
+    def get_runtime_param(self):
+        if _plain(self):
+            return _Plain(super().get_runtime_param)
+        return super().get_runtime_param()
+
 
 class _Option(TyperOption):
     """An option whose help shows ``--name VALUE`` (a flag: ``--name`` alone), not typer's
-    ``<bool>`` / ``<str>`` type labels."""
+    ``<bool>`` / ``<str>`` type labels; a plain ``str`` or ``bool`` one coerced without
+    pydantic (``_Plain``)."""
 
     def display_type_rich(self, ctx):
         if self.is_flag or self.count:
             return None
         return self.metavar or (self.name or "value").upper()
+
+    def get_runtime_param(self):
+        if _plain(self):
+            return _Plain(super().get_runtime_param)
+        return super().get_runtime_param()
 
 
 def _retype(param):

@@ -38,7 +38,7 @@ def bisect(line: str = typer.Argument(..., autocompletion=complete_line, help="l
     Exit 0 with the first bad commit (and the speedups of the last good and first bad) or "no
     regression"; 1 when "unclear between A and B"; 2 when refused.
 
-    Example: bench bisect example "kv4 n256 float32 full" --good v1.0 --bad HEAD
+    Example: bench bisect example "kv4 n256 float32 full" --good v1.0 --bad HEAD   (v1.0: your release tag)
     """
     from harness.governance import bisect as rule
     from harness.commands.bisect import BisectPlan, bisect as do_bisect

@@ -19,15 +19,19 @@ def status(lineage: bool = typer.Option(False, "--lineage",
     """
     from harness.errors import UserError
     from harness.provenance.git import repo_root
-    from harness.reporting.analysis.history import chains, index
-    from harness.reporting.analysis.status import statuses
+    from harness.reporting.analysis.history import chains
+    from harness.reporting.analysis.status_view import stored_statuses
     from harness.reporting.render.status import render_status
 
     from harness.reporting.render.formats import check_format
 
     check_format(format)
     root = repo_root()
-    rows = statuses(root)
+    idx, rows = stored_statuses(root)
+    if rows is None:  # a line not stored as its ledger is now, or GONE: checked in full (and stored)
+        from harness.reporting.analysis.status import statuses
+
+        rows = statuses(root, idx)
     if not rows:
         raise UserError(f"no lines under {root / 'ledger'}: register one (bench register registrations/<line>.toml)")
     if format != "table":
@@ -35,4 +39,4 @@ def status(lineage: bool = typer.Option(False, "--lineage",
 
         emit_status(rows, format)
         return
-    render_status(rows, chains(index(root)) if lineage else None)
+    render_status(rows, chains(idx) if lineage else None)

@@ -44,7 +44,7 @@ from harness.ledger.payloads import Metrics, Sustained
 from harness.ledger.line_payloads import MeasuredAt
 from harness.measurement.timing.criteria import row_statistic
 from harness.reporting.analysis.compare import MIN_EFFECT
-from harness.reporting.analysis.status import LineStatus
+from harness.reporting.analysis.status_view import LineStatus
 from harness.registration.bar import PEERS_KEY
 from harness.governance.peers import peer_samples
 from harness.measurement.stats import median_ci, paired_ratio, speedup_ci

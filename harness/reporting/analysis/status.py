@@ -1,11 +1,11 @@
 """`bench status`: every line's state, commit and device in one table, from the ledgers — with
 its history (amended by, re-opened, re-measured) beside the state, and lines whose ledger
 is gone from the work tree but in git shown as GONE, never dropped. ``--lineage``: each
-amendment chain as a tree."""
+amendment chain as a tree. A line's row, once checked here, is stored for the next status
+(analysis/status_view.py reads it back without this module)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from harness.vocab.devices import device_name
@@ -13,31 +13,10 @@ from harness.reporting.analysis.replication import replication_view
 from harness.reporting.analysis.lines import LineView, device_label, line_paths
 from harness.ledger.format import read_rows
 from harness.ledger.line_payloads import MeasuredAt
-from harness.reporting.analysis.history import index, line_history
-from harness.vocab.outcomes import Remeasure, remeasures, resweeps
-from harness.reporting.analysis.verify_cache import cached_verify, read_extra, write_extra
-
-
-@dataclass(frozen=True)
-class LineStatus:
-    line: str
-    state: str  # "registered", "swept n of m pairs", "closed GO", "closed NO-GO", "BROKEN: …", "GONE"
-    commit: str | None  # where its outcomes were measured (the verdict's, else the latest outcome's)
-    device: str | None
-    n_done: int
-    n_pairs: int | None
-    outcome: str | None
-    note: str | None = None  # what verify could not check (a shallow clone), shown beside the state
-    history: tuple[str, ...] = ()  # short history (history.LineHistory.short): amended by, re-opened, …
-    details: tuple = ()  # the full history (history.Note per event, LineHistory.notes)
-    # Its replicates against its verdict (analysis/replication.py): the short phrase, and the whole view.
-    replication: str | None = None
-    replication_data: dict | None = None
-
-    @property
-    def shown(self) -> str:
-        """The state with its history: 'closed GO — amended by flash-h200-v2'."""
-        return self.state + (f" — {'; '.join(self.history)}" if self.history else "")
+from harness.reporting.analysis.history import Index, index, line_history
+from harness.vocab.outcomes import remeasures, resweeps
+from harness.reporting.analysis.verify_cache import cached_verify, write_extra
+from harness.reporting.analysis.status_view import ROW_FIELDS, STATUS_EXTRA, LineStatus, from_cache
 
 
 def view_status(view, note: str | None = None) -> LineStatus:
@@ -109,30 +88,6 @@ def gone_status(idx, line: str) -> LineStatus:
                       history=(*was, f"{g.rel} {g.why}", *hist.short()), details=tuple(hist.notes()))
 
 
-# The name `bench status` stores a line's state under, beside its clean verification
-# (analysis/verify_cache.py): what the line's rows alone give, by this code.
-STATUS_EXTRA = "status"
-# LineStatus fields that come from the rows alone (the history comes from every ledger and git).
-ROW_FIELDS = ("line", "state", "commit", "device", "n_done", "n_pairs", "outcome", "note", "replication",
-              "replication_data")
-
-
-def _from_cache(path: Path, idx) -> LineStatus | None:
-    """A line's status from what an earlier `bench status` stored for its ledger as it is now
-    (None: nothing stored, anything changed, or unreadable); its history is made fresh."""
-
-    got = read_extra(path, STATUS_EXTRA)
-    try:
-        fields = {k: got["fields"][k] for k in ROW_FIELDS}
-        if fields["line"] != Path(path).stem:
-            return None
-        measured = (tuple(Remeasure.from_row(m) for m in got["remeasured"]), int(got["resweeps"]))
-    except (TypeError, KeyError, ValueError, AttributeError):
-        return None
-    hist = line_history(idx, Path(path).stem, measured=measured)
-    return LineStatus(**fields, history=tuple(hist.short()), details=tuple(hist.notes()))
-
-
 def _store(path: Path, status: LineStatus, view) -> None:
 
     write_extra(path, STATUS_EXTRA, {"fields": {k: getattr(status, k) for k in ROW_FIELDS},
@@ -144,7 +99,7 @@ def cached_status(path: Path, idx) -> LineStatus:
     """``line_status(path, idx)``, its row-derived part from the cache where the ledger, git and
     the code are as they were when it was stored (analysis/verify_cache.py); else checked in full
     and stored for the next `bench status`."""
-    hit = _from_cache(path, idx)
+    hit = from_cache(path, idx)
     if hit is not None:
         return hit
     status, view = checked_line(path, idx)
@@ -153,9 +108,9 @@ def cached_status(path: Path, idx) -> LineStatus:
     return status
 
 
-def statuses(root: Path) -> list[LineStatus]:
-    """Every line, present or GONE, by name."""
-    idx = index(root)
+def statuses(root: Path, idx: Index | None = None) -> list[LineStatus]:
+    """Every line, present or GONE, by name (``idx``: ``history.index(root)`` where already made)."""
+    idx = index(root) if idx is None else idx
     out = [cached_status(p, idx) for p in line_paths(root)]
     out += [gone_status(idx, line) for line in idx.gone]
     return sorted(out, key=lambda s: s.line)

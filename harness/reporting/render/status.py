@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.reporting.analysis.status import LineStatus
+from harness.reporting.analysis.status_view import LineStatus
 from harness.reporting.render.console import console
 from harness.reporting.render.console import fit, table
 from harness.reporting.render.formats import emit
