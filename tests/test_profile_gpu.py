@@ -222,6 +222,7 @@ def test_a_gemm_verify_sweep_profiles_the_bare_op_beside_each_kernel(repo):
     rows = [json.loads(x) for x in ledger.read_text().splitlines()]
     prof = {r["candidate"]: r for r in rows if r["kind"] == "profile" and "sweep_row" not in r["gate"]}
     assert set(prof) == {"gemm_triton", "gemm_torch"} and all(r["bare"]["correct"] for r in prof.values())
+    assert "bare op" in res.stdout  # the counter table shows the bare op's launches beside the kernels'
     # One bare profile per config, recorded beside each kernel's counters.
     assert prof["gemm_triton"]["bare"] == prof["gemm_torch"]["bare"]
 

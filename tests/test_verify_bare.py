@@ -243,3 +243,29 @@ def test_clauses_over_profile_rows_carrying_bare_counters(tmp_path):
     assert not rows[1].has("bare") and rows[1].bare is None
     (clause, _), _ = verify_clauses(reg, rows[:1], rows, measured_on(rows[0]))
     assert clause.passed is None and "no bare op was profiled" in clause.as_row(5)["failing"][0]["why"]
+
+
+def test_bench_profile_shows_the_bare_op_beside_the_kernels(tmp_path, capsys, monkeypatch):
+    from pathlib import Path
+
+    from harness.measurement import counters
+    from harness.measurement.profile import ProfileResult
+    from harness.reporting.render.console import console
+    from harness.reporting.render.profile import render_profile
+
+    cfg = get_workload("gemm_bias_gelu").config({"m": 32, "n": 48, "k": 64, "dtype": "float32", "gelu": "tanh"})
+    recorded = counters.parse_csv((Path(__file__).parent / "data" / "ncu" / "raw-base.csv").read_text())
+    ls = tuple(x for x in recorded if counters.in_range(x, "triton_flash"))  # any recorded launch will do
+    bare = ProfileResult(cfg, "bare_op", launches=ls, per_call=counters.per_call(list(ls), 1),
+                         output_check={"passed": True})
+    rows = [r for r in _rows(cfg, {"gemm_triton": _counters(1.0, 1.0)}, bare) if r.kind == "profile"]
+    failed = ProfileResult(cfg, "bare_op", output_check={"passed": False, "reason": "profiled bare op: off"})
+    rows += [r for r in _rows(cfg.replace(m=64), {"gemm_triton": _counters(1.0, 1.0)}, failed) if r.kind == "profile"]
+    monkeypatch.setenv("COLUMNS", "200")
+    console.cache_clear()
+    try:
+        render_profile("g", rows)
+        out = capsys.readouterr().out
+    finally:
+        console.cache_clear()
+    assert out.count("bare op") >= 2 and "_attn_fwd" in out and "profiled bare op: off" in out
