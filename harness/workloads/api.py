@@ -407,6 +407,7 @@ class Workload:
         raise NotImplementedError(f"workload '{self.name}' declares no bare op")
 
     def allocate_bare_outputs(self, cfg, device: str = "cpu") -> tuple:
+        """Empty bare-op output buffers, allocated as a kernel's outputs are (``allocate_outputs``)."""
         import torch
 
         return tuple(torch.empty(t.shape_of(cfg), dtype=getattr(torch, t.dtype_of(cfg)), device=device)
