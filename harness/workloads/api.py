@@ -4,9 +4,11 @@ A workload says everything the harness needs to judge and time a kernel of it wi
 knowing what it computes: its grid axes, its input and output tensors as functions of a
 config, how inputs are drawn per seed (with its adversarial families), a float64 reference,
 its FLOPs and bytes per call, its device memory, default tolerances per dtype, the canaries
-(hollow variants) that show a tolerance can fail, and the kernel call contract. bench's own
-workloads (attention, decode: ``harness.workloads.shipped``) and a user's (a ``bench.workloads``
-entry point, ``harness.registry.load_workloads``) are the same kind of object.
+(hollow variants) that show a tolerance can fail, the kernel call contract, and optionally a
+bare op (the core computation its kernels should cost no more than, for ``[verify]``'s
+``bare_<counter>``). bench's own workloads (attention, decode: ``harness.workloads.shipped``)
+and a user's (a ``bench.workloads`` entry point, ``harness.registry.load_workloads``) are the
+same kind of object.
 
 The call contract is destination-passing: the harness allocates the outputs (and poisons
 them with NaN before checked calls), then calls ``fn(*inputs, *outputs, **call_kwargs(cfg))``;
