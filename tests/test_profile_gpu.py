@@ -132,3 +132,105 @@ def test_bench_profile_and_a_verify_sweep_end_to_end(repo):
     assert res.returncode == 0, res.stdout + res.stderr
     verdict = [json.loads(x) for x in ledger.read_text().splitlines()][-1]
     assert verdict["outcome"] == "GO" and [c["passed"] for c in verdict["verify"]] == [True, True, True]
+
+
+# ----------------------------------------------------------------------------- the bare op
+# out (8192 × 4096 fp16, 67 MB) outgrows the H100's and H200's L2 (50, 60 MB): most of its
+# writes reach DRAM within the launch (dirty lines the L2 still holds at the end are not counted).
+GEMM_BIG = {"m": 8192, "n": 4096, "k": 4096, "dtype": "float16", "gelu": "tanh"}
+BARE_CLAUSE = "dram_read_bytes + dram_write_bytes <= 1.1 * (bare_dram_read_bytes + bare_dram_write_bytes)"
+
+
+def test_the_bare_gemm_is_profiled_and_checked_under_ncu():
+    from harness import get_workload
+    from harness.measurement.profile import ProfileCase, profile_bare
+    from harness.measurement.timing import device_l2_bytes
+
+    wl = get_workload("gemm_bias_gelu")
+    cfg = wl.config(GEMM_BIG)
+    l2 = device_l2_bytes("cuda")
+    bare = profile_bare(cfg, ProfileCase(7, 1e-2, 1e-2), l2_bytes=l2)
+    assert bare.error is None and bare.correct, (bare.error, bare.output_check)
+    assert bare.impossible is None and bare.per_call["launches"] >= 1, [x.kernel for x in bare.launches]
+    out_bytes = cfg.m * cfg.n * 2
+    xw_bytes = (cfg.m + cfg.n) * cfg.k * 2
+    assert 0.5 * out_bytes <= bare.per_call["dram_write_bytes"] <= 1.2 * out_bytes, bare.per_call
+    assert bare.per_call["dram_read_bytes"] >= xw_bytes - l2, bare.per_call
+    # A tolerance no fp16 GEMM meets: the check fails, and the result says so, with no counters kept.
+    from harness.commands.profile import bare_payload
+
+    wrong = bare_payload(profile_bare(cfg, ProfileCase(7, 0.0, 0.0), l2_bytes=l2))
+    assert wrong["correct"] is False and wrong["counters"] is None and "bare op" in wrong["error"]
+
+
+GEMM_REG = textwrap.dedent('''\
+    schema = 7
+    hypothesis = "the fused epilogue moves a bare GEMM's bytes, within 10%"
+    workload = "gemm_bias_gelu"
+    candidates = ["gemm_triton"]
+    baseline = "gemm_torch"
+
+    [grid]
+    m = [1024]
+    n = [1024]
+    k = [1024]
+    dtype = ["float16"]
+    gelu = ["tanh"]
+
+    [correctness]
+    atol = 1e-2
+    rtol = 1e-2
+    seeds = [0]
+    families = ["normal"]
+
+    [timing]
+    {timing}
+
+    [bar]
+    go = "pass_rate == 1.0"
+    prediction = 1.0
+    include_noisy = true
+
+    [verify]
+    clauses = {clauses}
+    ''')
+
+
+def test_a_gemm_verify_sweep_profiles_the_bare_op_beside_each_kernel(repo):
+    timing = "\n".join(f"{k} = {v}" for k, v in GPU_ROW_TIMING.items())
+    clauses = [BARE_CLAUSE, "launches >= 1"]
+    (repo / "registrations" / "gemm.toml").write_text(GEMM_REG.format(timing=timing, clauses=json.dumps(clauses)))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "gemm")
+    res = run_bench(repo, "register", "registrations/gemm.toml")
+    assert res.returncode == 0, res.stderr
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "registered")
+
+    res = run_bench(repo, "sweep", "gemm", "--no-ceilings")
+    assert res.returncode == 0, res.stderr
+    ledger = repo / "ledger" / "gemm.jsonl"
+    rows = [json.loads(x) for x in ledger.read_text().splitlines()]
+    swept = [r for r in rows if r["kind"] == "profile"]
+    assert [r["candidate"] for r in swept] == ["gemm_triton"], swept
+    bare = swept[0]["bare"]
+    assert bare["correct"] and bare["op"].startswith("torch.matmul") and bare["counters"]["launches"] >= 1, bare
+    assert bare["counters"]["dram_read_bytes"] > 0 and swept[0]["counters"]["dram_read_bytes"] > 0
+
+    res = run_bench(repo, "profile", "gemm")
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(x) for x in ledger.read_text().splitlines()]
+    prof = {r["candidate"]: r for r in rows if r["kind"] == "profile" and "sweep_row" not in r["gate"]}
+    assert set(prof) == {"gemm_triton", "gemm_torch"} and all(r["bare"]["correct"] for r in prof.values())
+    assert "bare op" in res.stdout  # the counter table shows the bare op's launches beside the kernels'
+    # One bare profile per config, recorded beside each kernel's counters.
+    assert prof["gemm_triton"]["bare"] == prof["gemm_torch"]["bare"]
+
+    # The clause is decided (true or false: the claim is the H200 line's to test, not this
+    # test's), never unknown: the bare counters were there. Exit 0 GO, 1 NO-GO.
+    res = run_bench(repo, "verdict", "gemm")
+    assert res.returncode in (0, 1), res.stdout + res.stderr
+    verdict = [json.loads(x) for x in ledger.read_text().splitlines()][-1]
+    assert verdict["kind"] == "verdict" and res.returncode == (0 if verdict["outcome"] == "GO" else 1)
+    assert verdict["verify"][0]["text"] == BARE_CLAUSE and verdict["verify"][0]["passed"] in (True, False), verdict
+    assert verdict["verify"][1]["passed"] is True

@@ -13,7 +13,10 @@ block, NVTX range and counters.LAUNCH_METRICS), ``counters`` (the per-call [veri
 metrics), ``formulas`` (min_bytes, min_read_bytes, kv_bytes, flops), ``l2_bytes``,
 ``impossible`` (the counter reductio's reason or null), ``output_check`` (the float64
 check of the profiled call), ``correct``, ``error`` (why there are no counters) and
-``ncu`` (version, metrics, calls, launches dropped outside the range).
+``ncu`` (version, metrics, calls, launches dropped outside the range); where the line's
+[verify] clauses name ``bare_<counter>``, also ``bare``: the workload's bare op profiled at
+the same config on the same inputs (``bare_payload``: op, launches, counters, output_check,
+correct, error, outside_range). Rows without it have no ``bare`` field.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from harness.vocab.outcomes import PROFILE, RESULT, measured_on
 from harness.measurement import counters
 from harness.workloads import Config
 from harness.measurement.timing.policy import device_l2_bytes
-from harness.measurement.profile import NcuRun, ProfileCase, ncu_version, profile
+from harness.measurement.profile import NcuRun, ProfileCase, ncu_version, profile, profile_bare
 from harness.measurement import memory
 from harness.registry import get_kernel, get_workload
+from harness.registration import verify
 from harness.execution.devicelock import device_lock
 from harness.vocab.devices import device_key
 from harness.ledger.store import require_anchorable
@@ -74,16 +78,30 @@ def select_configs(reg, keys: list[str]) -> list[Config]:
     return [by_key[k] for k in dict.fromkeys(keys)]
 
 
-def payload(result, role: str, gate) -> dict:
-    """A `profile` row's payload from a ProfileResult (see the module docstring)."""
+def payload(result, role: str, gate, bare: dict | None = None) -> dict:
+    """A `profile` row's payload from a ProfileResult (see the module docstring); ``bare``
+    (``bare_payload``) where the line's [verify] clauses name the bare op's counters."""
     cfg = result.config
-    return {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": result.kernel, "role": role,
-            "gate": gate, "launches": [launch.as_dict() for launch in result.launches],
-            "counters": result.per_call or None, "formulas": formula_values(cfg), "l2_bytes": result.l2_bytes,
-            "impossible": result.impossible, "output_check": result.output_check, "correct": result.correct,
-            "error": result.error,
-            "ncu": {"version": result.ncu_version, "metrics": list(counters.LAUNCH_METRICS.values()),
-                    "calls": 1, "outside_range": result.outside_range}}
+    row = {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": result.kernel, "role": role,
+           "gate": gate, "launches": [launch.as_dict() for launch in result.launches],
+           "counters": result.per_call or None, "formulas": formula_values(cfg), "l2_bytes": result.l2_bytes,
+           "impossible": result.impossible, "output_check": result.output_check, "correct": result.correct,
+           "error": result.error,
+           "ncu": {"version": result.ncu_version, "metrics": list(counters.LAUNCH_METRICS.values()),
+                   "calls": 1, "outside_range": result.outside_range}}
+    return row if bare is None else {**row, "bare": bare}
+
+
+def bare_payload(result) -> dict:
+    """A `profile` row's ``bare``: the workload's bare op profiled at the row's config
+    (``profile_bare``). An op whose output failed its float64 check, or that gave no counters,
+    has ``counters`` None and ``error`` saying why: its clauses are unknown at the row."""
+    check = result.output_check or {}
+    error = result.error or (None if check.get("passed") else check.get("reason") or "the bare op's output failed")
+    return {"op": get_workload(result.config.workload).bare_name,
+            "launches": [launch.as_dict() for launch in result.launches],
+            "counters": None if error else (result.per_call or None), "output_check": result.output_check,
+            "correct": error is None, "error": error, "outside_range": result.outside_range}
 
 
 def _l2_bytes() -> int:
@@ -113,9 +131,11 @@ def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool =
     ncu, version = require_profiler(device)
     l2 = _l2_bytes()
     gated = gated or {}
+    with_bare = bool(verify.bare_names(reg.verify_clauses))
     kernels = [(reg.baseline, "baseline"), *((c, "candidate") for c in reg.candidates)] if gate_first else \
         [(c, "candidate") for c in reg.candidates]
     for cfg in configs:
+        bare = None  # the bare op's, profiled once per config, before its first kernel's row
         for name, role in kernels:
             if (cfg.key(), name) not in gated and not gate_first:
                 continue
@@ -139,9 +159,13 @@ def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool =
             memory.release(device)
             case = ProfileCase(reg.seeds[0] + PROFILE_SEED_OFFSET, **reg.tolerance(cfg.dtype),
                                numerics=reg.numerics.as_dict())
-            res = profile(cfg, name, case, l2_bytes=l2, run=NcuRun(ncu, version, cwd=line.root),
+            run = NcuRun(ncu, version, cwd=line.root)
+            res = profile(cfg, name, case, l2_bytes=l2, run=run,
                           min_read_bytes=get_workload(cfg.workload).min_read_bytes(cfg))
-            yield payload(res, role, gate_info)
+            if with_bare and bare is None:
+                memory.release(device)
+                bare = bare_payload(profile_bare(cfg, case, l2_bytes=l2, run=run))
+            yield payload(res, role, gate_info, bare if with_bare else None)
 
 
 def profile_line(line, configs: list[Config], device: str, *, commit: bool = True, wait: bool = True,

@@ -1,4 +1,5 @@
-"""The process ``ncu`` profiles: one kernel, one config, the call wrapped in an NVTX range.
+"""The process ``ncu`` profiles: one kernel (or the workload's bare op), one config, the call
+wrapped in an NVTX range.
 
 Run as ``python -m harness.execution.profile_worker SPEC.json`` (by
 harness/measurement/profile.py, under ncu). Only the kernel call sits inside the range;
@@ -38,29 +39,42 @@ def resolve(ref: str):
 
 
 def run(spec: dict) -> dict:
-    import torch
-
+    """Profile the spec's kernel, or (``bare``) the workload's bare op, on the same inputs."""
     wl = get_workload(spec["config"]["workload"])
     cfg = wl.from_row(spec["config"])
-    fn = resolve(spec["kernel"])
     device = spec.get("device", "cuda")  # "cpu" only to test this worker without a GPU
-    cuda = device == "cuda"
     inputs = tuple(wl.make_inputs(cfg, spec["seed"], wl.timing_family, device))
+    if spec.get("bare"):
+        outs = wl.allocate_bare_outputs(cfg, device)
+        _calls(spec, outs, lambda: wl.bare_op(cfg, inputs, outs), device)
+        why = wl.bare_check(cfg, inputs, outs, atol=spec["atol"], rtol=spec["rtol"])
+        return jsonable({"output_check": {"passed": why is None, "reason": None if why is None else f"profiled bare op: {why}"}})
+    fn = resolve(spec["kernel"])
     (out,) = wl.allocate_outputs(cfg, device)
+    _calls(spec, (out,), lambda: wl.call(fn, inputs, (out,), cfg), device)
+    rep = check_timed_output(cfg, inputs, out, workload=wl, tol=Tolerance(spec["atol"], spec["rtol"]), label="profiled call")
+    return jsonable({"output_check": rep.as_dict()})
+
+
+def _calls(spec: dict, outs, call, device: str) -> None:
+    """The warm-up calls, then the profiled ones, each inside the NVTX range with ``outs``
+    poisoned before it (a call that skips its work leaves the poison: unwritten, caught after)."""
+    import torch
+
+    cuda = device == "cuda"
     with apply(NumericState.from_registration(spec.get("numerics") or {})):
         for _ in range(WARMUP_CALLS):
-            wl.call(fn, inputs, (out,), cfg)
+            call()
         for _ in range(spec["calls"]):
-            poison_(out)  # a call that skips its work leaves the poison: unwritten, caught below
+            for out in outs:
+                poison_(out)
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.nvtx.range_push(nvtx_range(spec["name"]))
-            wl.call(fn, inputs, (out,), cfg)
+            call()
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.nvtx.range_pop()
-    rep = check_timed_output(cfg, inputs, out, workload=wl, tol=Tolerance(spec["atol"], spec["rtol"]), label="profiled call")
-    return jsonable({"output_check": rep.as_dict()})
 
 
 def main(argv: list[str]) -> int:

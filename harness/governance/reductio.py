@@ -64,7 +64,7 @@ from harness.measurement.timing.sustained import rates
 from harness.execution.executor import phase_limit
 from harness.pipeline.phase import TIMING
 from harness.measurement.counters import COUNTER_RANGES, L2_ALLOWANCE
-from harness.registration.verify import names, possible
+from harness.registration.verify import BARE_PREFIX, names, possible
 from harness.ledger.store import Ledger, recorded
 from harness.ledger.format import CEILINGS_LEDGER
 from harness.ledger.line_payloads import RegistrationSummary
@@ -273,7 +273,7 @@ def _per_cycle(b: Bound, metric: str, cfg, at: float | None, ceil, name: str, fl
 
 def _verify_ranges(reg, cfg, dev: Device | None) -> tuple[dict, dict]:
     """(name -> (lo, hi), name -> why) of the [verify] names at ``cfg``, on ``dev`` if given."""
-    env = dict(COUNTER_RANGES)
+    env = {**COUNTER_RANGES, **{BARE_PREFIX + k: r for k, r in COUNTER_RANGES.items()}}
     wl = get_workload(reg.workload)
     for name in ("min_bytes", "min_read_bytes", "kv_bytes", "flops"):
         v = getattr(wl, name)(cfg)

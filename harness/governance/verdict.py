@@ -147,16 +147,18 @@ def verify_clauses(reg, deciding: list[dict], rows, where: tuple) -> tuple[tuple
         raise UserError(f"line '{reg.line}' has [verify] clauses but {len(missing)} results have no counters from "
                         f"this commit and device (e.g. {first}): run `bench sweep {reg.line}` on a GPU with ncu to "
                         f"profile them")
-    pairs, impossible = [], {}
+    pairs, impossible, missing = [], {}, {}
     for r in results:
         p = profiles[outcome_key(r)]
-        env = {**p.formulas, **p.counters}
+        bare, why = verifylang.bare_env(p.bare)
+        env = {**p.formulas, **p.counters, **bare}
         if not p.correct:
             env = {}  # counters of a call whose output failed the check decide nothing: unknown
         pairs.append((r.config_key, r.candidate, env))
+        missing[(r.config_key, r.candidate)] = why
         if p.impossible:
             impossible[outcome_key(r)] = f"counters: {p.impossible}"
-    return verifylang.evaluate(reg.verify_clauses, pairs), impossible
+    return verifylang.evaluate(reg.verify_clauses, pairs, missing), impossible
 
 
 @dataclass(frozen=True)

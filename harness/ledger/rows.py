@@ -17,7 +17,9 @@ Format history (``schema``, every row's ledger schema, ``ledger.format.LEDGER_SC
   ``floor``, ``rate_protocol``, ``sustained``, ``empty_window``, ``rig_noise``,
   ``tolerance_power``, ``timing_resolution``, ``tolerance_floor``, ``reductio``, ``reopens``,
   ``cost``, and the `integration` row kind (a bench before it refuses such a row as an unknown
-  kind) with the verdict's ``integration``; the verdict's ``primary_note`` (why a primary
+  kind) with the verdict's ``integration``; the `profile` row's ``bare`` (the workload's bare
+  op's counters beside the kernel's; a bench before it refuses such a row as holding an
+  unknown field); the verdict's ``primary_note`` (why a primary
   against a peer, a schema-5 registration's, has no value); the verdict's ``failures`` (a
   NO-GO decided on failures alone); the verdict's ``next_run`` (the between-run variance a bar
   naming ``speedup_next_low`` / ``speedup_next_high`` was decided with: governance/nextrun.py);
@@ -254,6 +256,7 @@ class ProfileRow(Row):
     correct: bool | None = None
     error: str | None = None
     ncu: dict | None = None
+    bare: dict | None = None  # the workload's bare op at the config, where [verify] names its counters
 
     @property
     def pair(self) -> tuple[str, str]:

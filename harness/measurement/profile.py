@@ -33,6 +33,9 @@ PROFILE_CALLS = 1
 PROFILE_TIMEOUT_S = 900
 # Lines of the worker's stderr kept when it fails.
 ERROR_TAIL_LINES = 8
+# The NVTX range name of the workload's bare op (``profile_bare``): each profile is its own
+# ncu run, so a kernel of the same name could not be mistaken for it.
+BARE_RANGE = "bare_op"
 
 
 @dataclass(frozen=True)
@@ -90,21 +93,32 @@ class NcuRun:
     timeout_s: float = PROFILE_TIMEOUT_S
 
 
-def profile(cfg: Config, kernel: str, case: ProfileCase, *, l2_bytes: int | None, name: str | None = None,
-            run: NcuRun = NcuRun(), min_read_bytes: float | None = None) -> ProfileResult:
-    """Counters of one call of ``kernel`` (a registered name or ``module:function``) at ``cfg``
-    on ``case``'s inputs, under ncu as ``run`` says. ``min_read_bytes``: the fewest bytes its
-    workload must read (``Workload.min_read_bytes``; None: an attention ``Config``'s formula)."""
+def profile_bare(cfg, case: ProfileCase, *, l2_bytes: int | None, run: NcuRun = NcuRun()) -> ProfileResult:
+    """Counters of one call of ``cfg``'s workload's bare op (``Workload.bare_op``) on the inputs a
+    kernel profiled with ``case`` gets, its outputs checked against ``bare_reference`` with
+    ``case``'s tolerance. Its reads are not judged by the reductio: it is the yardstick, not a
+    candidate (``impossible`` is None)."""
+    return profile(cfg, None, case, l2_bytes=l2_bytes, name=BARE_RANGE, run=run, bare=True)
+
+
+def profile(cfg: Config, kernel: str | None, case: ProfileCase, *, l2_bytes: int | None, name: str | None = None,
+            run: NcuRun = NcuRun(), min_read_bytes: float | None = None, bare: bool = False) -> ProfileResult:
+    """Counters of one call of ``kernel`` (a registered name or ``module:function``; with
+    ``bare``, the workload's bare op instead) at ``cfg`` on ``case``'s inputs, under ncu as
+    ``run`` says. ``min_read_bytes``: the fewest bytes its workload must read
+    (``Workload.min_read_bytes``; None: an attention ``Config``'s formula)."""
     seed, atol, rtol, numerics = case.seed, case.atol, case.rtol, case.numerics
     ncu, version, cwd, timeout_s = run.path or counters.ncu_path(), run.version, run.cwd, run.timeout_s
-    name = name or kernel.rsplit(":", 1)[-1]
+    if not name and not kernel:
+        raise ValueError("profile needs a kernel, or a name for the range of the bare op")
+    name = name or str(kernel).rsplit(":", 1)[-1]
     if "/" in name or "@" in name:
         raise UserError(f"kernel name {name!r} cannot name an NVTX range filter ('/' and '@' are ncu's separators)")
     with tempfile.TemporaryDirectory(prefix="bench-ncu-") as tmp:
         log, spec_path, result_path = (Path(tmp) / n for n in ("ncu.csv", "spec.json", "result.json"))
         spec_path.write_text(json.dumps({
             "config": cfg.as_dict(), "kernel": kernel, "name": name, "seed": seed, "atol": atol, "rtol": rtol,
-            "numerics": numerics or {}, "calls": PROFILE_CALLS, "result": str(result_path)}))
+            "numerics": numerics or {}, "calls": PROFILE_CALLS, "result": str(result_path), "bare": bare}))
         cmd = [ncu, *counters.ncu_args(str(log), name), sys.executable, "-m", "harness.execution.profile_worker",
                str(spec_path)]
         env = {**os.environ, "PYTHONPATH": _pythonpath()}
@@ -129,8 +143,11 @@ def profile(cfg: Config, kernel: str, case: ProfileCase, *, l2_bytes: int | None
     per_call = counters.per_call(list(inside), PROFILE_CALLS)
     error = None if inside else (f"ncu profiled no kernel launch inside the NVTX range "
                                  f"{counters.nvtx_range(name)!r}: the call launched no kernel ncu can see")
-    least_read = formulas.min_read_bytes(cfg) if min_read_bytes is None else min_read_bytes
-    impossible = counters.counter_impossible(per_call["dram_read_bytes"], least_read, l2_bytes)
+    if bare:
+        impossible = None
+    else:
+        least_read = formulas.min_read_bytes(cfg) if min_read_bytes is None else min_read_bytes
+        impossible = counters.counter_impossible(per_call["dram_read_bytes"], least_read, l2_bytes)
     return ProfileResult(cfg, name, launches=inside, per_call=per_call, impossible=impossible,
                          output_check=output_check, error=error, l2_bytes=l2_bytes, ncu_version=version,
                          outside_range=len(launches) - len(inside))

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from harness.registration.sections import Head
     from harness.registration.verify import Clause
     from harness.workloads import Config
+    from harness.workloads.api import Workload
 
     Named = list[tuple[str, Aggregate]]
 
@@ -89,9 +90,11 @@ def check_bar(path: Path, head: Head, dtypes: list[str], configs: list[Config], 
                      [{**c.as_dict(), "candidate": k} for c in configs for k in cands])
 
 
-def verify_clauses(path: Path, raw: dict[str, Any]) -> tuple[tuple[str, ...], tuple[Clause, ...]]:
+def verify_clauses(path: Path, raw: dict[str, Any], workload: Workload,
+                   configs: list[Config]) -> tuple[tuple[str, ...], tuple[Clause, ...]]:
     """The optional [verify] table: clauses over hardware counters, parsed now so a typo is
-    refused at register time (an unknown metric names the known ones)."""
+    refused at register time (an unknown metric names the known ones), as is a name the line's
+    ``workload`` gives no value at ``configs`` (no bare op, a formula it does not define)."""
     if "verify" not in raw:
         return (), ()
     table = raw["verify"]
@@ -105,6 +108,9 @@ def verify_clauses(path: Path, raw: dict[str, Any]) -> tuple[tuple[str, ...], tu
         parsed = verify.parse_all(table["clauses"])
     except UserError as exc:
         raise err(path, f"[verify] {exc}") from exc
+    why = verify.undefined_names(parsed, workload, configs)
+    if why:
+        raise err(path, f"[verify] {why}")
     return tuple(table["clauses"]), parsed
 
 

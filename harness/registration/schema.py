@@ -205,7 +205,7 @@ def from_table(raw: dict[str, Any], path: Path, sha256: str) -> Registration:
     go = parsed(path, "go", bar.go, lambda text: barlang.parse(text, fields))
     primary_agg = parsed(path, "primary", bar.primary, lambda text: barlang.parse_aggregate(text, fields))
     cross_checks.check_bar(path, head, grid["dtype"], configs, go, bar.primary, primary_agg)
-    verify, verify_clauses = cross_checks.verify_clauses(path, raw)
+    verify, verify_clauses = cross_checks.verify_clauses(path, raw, get_workload(head.workload), configs)
     if verify and bar.mixed_devices:
         raise err(path, "[verify] with [bar] mixed_devices = true: counters are profiled on one GPU model, so a "
                         "line with [verify] is decided on one — drop one of the two")

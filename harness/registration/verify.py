@@ -17,11 +17,14 @@ same caret-under-the-column errors; never ``eval``)::
     factor = NUMBER | NAME | "(" expr ")"
 
 Names are counter metrics of one call of the kernel (``COUNTERS``, summarised from
-``ncu`` launches by harness/measurement/counters.py) and the workload's formulas of the
-config (``FORMULAS``, from harness/workloads/formulas.py). A clause is evaluated on every
+``ncu`` launches by harness/measurement/counters.py), the same counters of one call of the
+workload's bare op at that config (``bare_<counter>``: ``Workload.bare_op``, the core
+computation, e.g. gemm_bias_gelu's GEMM without its epilogue) and the workload's formulas of
+the config (``FORMULAS``: ``Workload.min_bytes`` and kin). A clause is evaluated on every
 profiled (config, candidate) of the line and holds when it holds on each of them; a
-missing value (a metric ncu could not read, a division by zero) makes it unknown, and an
-unknown clause is no GO (the bar's three-valued rule).
+missing value (a metric ncu could not read, a bare op that failed its float64 check, a
+division by zero) makes it unknown, and an unknown clause is no GO (the bar's three-valued
+rule).
 """
 
 from __future__ import annotations
@@ -34,9 +37,15 @@ from harness.registration.tokens import (COMPARE, END, MAX_NESTING, NAME, NUMBER
                                        syntax_error, tokenize)
 from harness.measurement.counters import COUNTERS
 
-# Per-config formulas (bytes and FLOPs any correct kernel must move / do).
+# Per-config formulas (bytes and FLOPs any correct kernel must move / do); a workload may
+# define some of them nowhere (``Workload.kv_bytes`` None): `bench register` refuses a clause
+# naming one its workload does not define (``undefined_names``).
 FORMULAS: tuple[str, ...] = ("min_bytes", "min_read_bytes", "kv_bytes", "flops")
-NAMES = COUNTERS + FORMULAS
+# The counters of the workload's bare op (``Workload.bare_op``), profiled at the same config:
+# ``bare_dram_read_bytes`` is what the core computation alone reads.
+BARE_PREFIX = "bare_"
+BARE_COUNTERS: tuple[str, ...] = tuple(BARE_PREFIX + c for c in COUNTERS)
+NAMES = COUNTERS + BARE_COUNTERS + FORMULAS
 _LABEL = "clause"
 _EXAMPLE = 'e.g. "dram_read_bytes <= 1.2 * min_bytes"'
 
@@ -134,7 +143,8 @@ class _Parser:
         if tok.kind == NAME:
             if tok.text not in NAMES:
                 raise self.fail(tok, f"unknown name '{tok.text}'",
-                                f"counters: {', '.join(COUNTERS)}; formulas: {', '.join(FORMULAS)}")
+                                f"counters: {', '.join(COUNTERS)}; the bare op's: {BARE_PREFIX}<counter>; "
+                                f"formulas: {', '.join(FORMULAS)}")
             self.advance()
             return Name(tok.text)
         if self.is_punct("("):
@@ -179,6 +189,38 @@ def names(node) -> set[str]:
     if isinstance(node, BinOp):
         return names(node.left) | names(node.right)
     return set()
+
+
+def bare_names(clauses) -> set[str]:
+    """The bare op's counters the clauses name: what makes profiling run the bare op too."""
+    return {n for c in clauses for n in names(c) if n in BARE_COUNTERS}
+
+
+def undefined_names(clauses, workload, configs) -> str | None:
+    """Why ``clauses`` cannot be checked on ``workload`` at ``configs``, or None: a clause names
+    the bare op's counters and the workload declares no bare op, or a formula the workload does
+    not define at one of the configs (its value None there: ``kv_bytes`` outside attention)."""
+    for clause in clauses:
+        bare = sorted(names(clause) & set(BARE_COUNTERS))
+        if bare and not workload.has_bare_op:
+            return (f"clause `{clause.text}` names {bare[0]}, but workload '{workload.name}' declares no bare op "
+                    f"(Workload.bare_op: docs/workloads.md) — compare with a formula instead")
+        for name in sorted(names(clause) & set(FORMULAS)):
+            cfg = next((c for c in configs if getattr(workload, name)(c) is None), None)
+            if cfg is not None:
+                return (f"clause `{clause.text}` names {name}, which workload '{workload.name}' does not define "
+                        f"(at {cfg.key()}) — use {', '.join(f for f in FORMULAS if f != name)} or a counter")
+    return None
+
+
+def bare_env(bare: dict | None) -> tuple[dict, dict]:
+    """(the ``bare_<counter>`` values, name -> why each has none) of a `profile` row's ``bare``
+    (commands/profile.py ``bare_payload``; None: a row profiled without it)."""
+    if bare is None:
+        return {}, dict.fromkeys(BARE_COUNTERS, "no bare op was profiled with this row")
+    if not bare.get("counters"):
+        return {}, dict.fromkeys(BARE_COUNTERS, f"bare op: {bare.get('error') or 'no counters'}")
+    return {BARE_PREFIX + k: v for k, v in bare["counters"].items() if k in COUNTERS}, {}
 
 
 _ARITH: dict[str, Callable[[float, float], float | None]] = {
@@ -243,6 +285,7 @@ class PairCheck:
     left: float | None
     right: float | None
     holds: bool | None
+    why: str | None = None  # why an unknown pair has no value, where a row says so
 
 
 @dataclass(frozen=True)
@@ -257,7 +300,8 @@ class ClauseResult:
         bad = [c for c in self.checks if c.holds is not True]
         return {"text": self.text, "passed": self.passed, "n": len(self.checks), "n_failed": len(bad),
                 "failing": [{"config_key": c.config_key, "candidate": c.candidate, "left": c.left,
-                             "right": c.right, "holds": c.holds} for c in bad[:max_listed]]}
+                             "right": c.right, "holds": c.holds, **({"why": c.why} if c.why else {})}
+                            for c in bad[:max_listed]]}
 
 
 def check(clause: Clause, env: dict) -> tuple[float | None, float | None, bool | None]:
@@ -266,13 +310,25 @@ def check(clause: Clause, env: dict) -> tuple[float | None, float | None, bool |
     return left, right, holds
 
 
-def evaluate(clauses, pairs: list[tuple[str, str, dict]]) -> tuple[ClauseResult, ...]:
+def _why(clause: Clause, env: dict, missing: dict) -> str | None:
+    """Why an unknown clause has no value at a pair: the first of its names ``missing`` explains."""
+    return next((missing[n] for n in sorted(names(clause)) if env.get(n) is None and n in missing), None)
+
+
+def evaluate(clauses, pairs: list[tuple], missing: dict | None = None) -> tuple[ClauseResult, ...]:
     """Every clause over ``pairs`` of (config_key, candidate, env). A clause fails if it is
     false on any pair; it is unknown (None) if no pair is false but one is unknown, or
-    there are no pairs at all."""
+    there are no pairs at all. ``missing``: (config_key, candidate) -> {name: why it has no
+    value}, the reason an unknown pair's row lists (a bare op that failed its check)."""
+    missing = missing or {}
     results = []
     for clause in clauses:
-        checks = tuple(PairCheck(ck, cand, *check(clause, env)) for ck, cand, env in pairs)
+        listed: list[PairCheck] = []
+        for ck, cand, env in pairs:
+            left, right, holds = check(clause, env)
+            why = _why(clause, env, missing.get((ck, cand), {})) if holds is None else None
+            listed.append(PairCheck(ck, cand, left, right, holds, why))
+        checks = tuple(listed)
         truths = [c.holds for c in checks]
         passed = False if False in truths else (None if None in truths or not truths else True)
         results.append(ClauseResult(clause.text, passed, checks))

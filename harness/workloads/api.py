@@ -4,9 +4,11 @@ A workload says everything the harness needs to judge and time a kernel of it wi
 knowing what it computes: its grid axes, its input and output tensors as functions of a
 config, how inputs are drawn per seed (with its adversarial families), a float64 reference,
 its FLOPs and bytes per call, its device memory, default tolerances per dtype, the canaries
-(hollow variants) that show a tolerance can fail, and the kernel call contract. bench's own
-workloads (attention, decode: ``harness.workloads.shipped``) and a user's (a ``bench.workloads``
-entry point, ``harness.registry.load_workloads``) are the same kind of object.
+(hollow variants) that show a tolerance can fail, the kernel call contract, and optionally a
+bare op (the core computation its kernels should cost no more than, for ``[verify]``'s
+``bare_<counter>``). bench's own workloads (attention, decode: ``harness.workloads.shipped``)
+and a user's (a ``bench.workloads`` entry point, ``harness.registry.load_workloads``) are the
+same kind of object.
 
 The call contract is destination-passing: the harness allocates the outputs (and poisons
 them with NaN before checked calls), then calls ``fn(*inputs, *outputs, **call_kwargs(cfg))``;
@@ -24,7 +26,7 @@ from harness.errors import UserError
 from harness.workloads import DTYPE_BYTES
 from harness.measurement import canaries as canary_checks
 from harness.measurement import feasible
-from harness.measurement.correctness.figures import DEFAULT_TOLERANCES
+from harness.measurement.correctness.figures import DEFAULT_TOLERANCES, compare
 from harness.vocab.metrics import LEDGER_NAMES, NAMES as METRIC_NAMES, PARAM_NAMES, STEP_NAMES
 
 # A workload's or axis's name: what a registration's `workload =` and [grid] keys say, and a
@@ -384,6 +386,48 @@ class Workload:
         """What the canary report says it ran on."""
         return f"the smallest and largest point of each dtype, seed {seed}"
 
+    # -- the bare op: the core computation a kernel should cost no more than -------------------
+    # What it computes, as a profile row records it (``torch.matmul(x, w.t())``); "" declares
+    # none. A [verify] clause naming ``bare_<counter>`` compares a kernel's counters with this
+    # op's, profiled at the same config on the same inputs (docs/workloads.md#the-bare-op).
+    bare_name: str = ""
+
+    @property
+    def has_bare_op(self) -> bool:
+        return bool(self.bare_name)
+
+    def bare_outputs(self, cfg) -> tuple[Tensor, ...]:
+        """The bare op's outputs (the harness allocates and poisons them, as a kernel's)."""
+        raise NotImplementedError(f"workload '{self.name}' declares no bare op")
+
+    def bare_op(self, cfg, inputs, outputs) -> None:
+        """Run the bare op on the workload's ``inputs``, writing ``outputs`` in place."""
+        raise NotImplementedError(f"workload '{self.name}' declares no bare op")
+
+    def bare_reference(self, cfg, inputs) -> tuple:
+        """The bare op's float64 outputs (one tensor per bare output, in order)."""
+        raise NotImplementedError(f"workload '{self.name}' declares no bare op")
+
+    def allocate_bare_outputs(self, cfg, device: str = "cpu") -> tuple:
+        """Empty bare-op output buffers, allocated as a kernel's outputs are (``allocate_outputs``)."""
+        import torch
+
+        return tuple(torch.empty(t.shape_of(cfg), dtype=getattr(torch, t.dtype_of(cfg)), device=device)
+                     for t in self.bare_outputs(cfg))
+
+    def bare_check(self, cfg, inputs, outputs, *, atol: float, rtol: float) -> str | None:
+        """Why the bare op's ``outputs`` fail the gate's float64 compare against ``bare_reference``
+        on ``inputs`` (unwritten, non-finite or out of tolerance), or None: counters of an op
+        that computed something else measure nothing."""
+        refs = self.bare_reference(cfg, tuple(inputs))
+        if len(refs) != len(outputs):
+            return f"bare_reference gave {len(refs)} outputs for {len(outputs)} bare outputs"
+        for t, out, ref in zip(self.bare_outputs(cfg), outputs, refs):
+            fig = compare(out, ref, atol=atol, rtol=rtol, dtype=cfg.dtype)
+            if fig.n_unwritten or fig.n_nonfinite or not fig.passed:
+                return f"bare op ({self.bare_name}) output {t.name}: {fig.summary()}"
+        return None
+
     # -- where it runs ---------------------------------------------------------------------
     def pipeline_reason(self, cfg) -> str | None:
         """Why the gate and the timing path cannot run ``cfg``, or None: they judge one output
@@ -421,5 +465,11 @@ class Workload:
             raise UserError(f"{where}: timing_family {self.timing_family!r} is not one of its families")
         if self.size_axis and self.size_axis not in names:
             raise UserError(f"{where}: size_axis {self.size_axis!r} is not one of its axes")
+        if self.bare_name:
+            undeclared = [m for m in ("bare_outputs", "bare_op", "bare_reference")
+                          if getattr(type(self), m) is getattr(Workload, m)]
+            if undeclared:
+                raise UserError(f"{where}: declares bare_name {self.bare_name!r} but not {undeclared[0]}: a bare op "
+                                f"needs bare_outputs, bare_op and bare_reference")
 
 

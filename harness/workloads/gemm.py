@@ -127,6 +127,26 @@ class GemmBiasGelu(Workload):
     def call_kwargs(self, cfg) -> dict:
         return {"gelu": cfg.gelu}
 
+    # -- the bare op: the GEMM alone, what a fused epilogue should cost no more than -------------
+    bare_name = "torch.matmul(x, w.t(), out=c)"
+
+    def bare_outputs(self, cfg) -> tuple[Tensor, ...]:
+        return (Tensor("c", lambda c: (c.m, c.n)),)
+
+    def bare_op(self, cfg, inputs, outputs) -> None:
+        """x · wᵀ into c (cuBLAS on CUDA): reads x and w, writes c once; no bias, no GELU."""
+        import torch
+
+        x, w, _bias = inputs
+        (c,) = outputs
+        torch.matmul(x, w.t(), out=c)
+
+    def bare_reference(self, cfg, inputs) -> tuple:
+        import torch
+
+        x, w, _bias = (t.to(torch.float64) for t in inputs)
+        return (x @ w.t(),)
+
     def flops(self, cfg) -> float:
         """2·m·n·k for the GEMM's multiply-adds, plus the bias add per output element."""
         return 2.0 * cfg.m * cfg.n * cfg.k + EPILOGUE_FLOPS * cfg.m * cfg.n

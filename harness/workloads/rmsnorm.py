@@ -145,6 +145,27 @@ class RMSNorm(Workload):
     def call_kwargs(self, cfg) -> dict:
         return {"eps": RMSNORM_EPS}
 
+    # -- the bare op: the rows' own traffic, what a memory-bound norm should cost no more than ----
+    # Each (tokens, hidden) input read once and each output written once, by copies: x into
+    # out, and with a residual also residual into residual_out (two copies, not x + residual: an
+    # add then a copy would read s twice). The weight (hidden elements) is left out: it is L2's.
+    bare_name = "out.copy_(x) [; residual_out.copy_(residual)]"
+
+    def bare_outputs(self, cfg) -> tuple[Tensor, ...]:
+        return self.outputs(cfg)
+
+    def bare_op(self, cfg, inputs, outputs) -> None:
+        x, _weight, *rest = inputs
+        outputs[0].copy_(x)
+        if cfg.residual:
+            outputs[1].copy_(rest[0])
+
+    def bare_reference(self, cfg, inputs) -> tuple:
+        import torch
+
+        x, _weight, *rest = (t.to(torch.float64) for t in inputs)
+        return (x, rest[0]) if cfg.residual else (x,)
+
     def flops(self, cfg) -> float:
         per = FLOPS_PER_ELEM + (RESIDUAL_FLOPS_PER_ELEM if cfg.residual else 0)
         return float(per * cfg.tokens * cfg.hidden)

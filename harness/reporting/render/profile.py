@@ -17,19 +17,19 @@ def render_profile(line: str, rows: list[dict]) -> None:
         for col in ("kernel", "launch", "DRAM read MB", "DRAM write MB", "regs", "tensor %", "spill B", "µs",
                     "grid×block", "smem B", "occ %"):
             t.add_column(col, overflow="fold")
-        for r in (r for r in rows if r.config_key == key):
+        at = [r for r in rows if r.config_key == key]
+        for r in at:
             if r.error:
                 t.add_row(r.candidate, "—", f"[red]{r.error}[/]", *[""] * 8)
                 continue
-            for launch in each(Launch, r.launches):
-                smem = (launch.shared_mem_static_bytes or 0) + (launch.shared_mem_dynamic_bytes or 0)
-                spill = (launch.local_load_bytes or 0) + (launch.local_store_bytes or 0)
-                t.add_row(r.candidate, launch.kernel[:40], fmt(mb(launch.dram_read_bytes), ".4g"),
-                          fmt(mb(launch.dram_write_bytes), ".4g"), fmt(launch.registers, ".0f"),
-                          fmt(launch.tensor_pct, ".3g"), fmt(spill, ".4g"),
-                          fmt(None if launch.duration_ns is None else launch.duration_ns / 1e3, ".4g"),
-                          f"{fmt(launch.grid_size, '.0f')}×{fmt(launch.block_size, '.0f')}",
-                          fmt(smem, ".0f"), fmt(launch.occupancy_pct, ".3g"))
+            _launch_rows(t, r.candidate, r.launches)
+        # The workload's bare op, profiled once per config beside the kernels ([verify] bare_<counter>).
+        bare = next((r.bare for r in at if r.bare), None)
+        if bare is not None:
+            if bare.get("error"):
+                t.add_row("bare op", "—", f"[red]{bare['error']}[/]", *[""] * 8)
+            else:
+                _launch_rows(t, "bare op", bare.get("launches") or [])
         c.print(t)
     for r in rows:
         if r.impossible:
@@ -38,3 +38,16 @@ def render_profile(line: str, rows: list[dict]) -> None:
             check = OutputCheck.from_row(r.output_check)
             if not check.passed:
                 c.print(f"  [red]incorrect[/] {r.candidate} @ {r.config_key}: {check.reason}")
+
+
+def _launch_rows(t, who: str, launches) -> None:
+    """One table line per launch of ``who``'s profiled call."""
+    for launch in each(Launch, launches):
+        smem = (launch.shared_mem_static_bytes or 0) + (launch.shared_mem_dynamic_bytes or 0)
+        spill = (launch.local_load_bytes or 0) + (launch.local_store_bytes or 0)
+        t.add_row(who, launch.kernel[:40], fmt(mb(launch.dram_read_bytes), ".4g"),
+                  fmt(mb(launch.dram_write_bytes), ".4g"), fmt(launch.registers, ".0f"),
+                  fmt(launch.tensor_pct, ".3g"), fmt(spill, ".4g"),
+                  fmt(None if launch.duration_ns is None else launch.duration_ns / 1e3, ".4g"),
+                  f"{fmt(launch.grid_size, '.0f')}×{fmt(launch.block_size, '.0f')}",
+                  fmt(smem, ".0f"), fmt(launch.occupancy_pct, ".3g"))
