@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from harness.errors import UserError
@@ -118,8 +118,8 @@ class Tensor:
     dims: tuple[str, ...] = ()
     # An output's own tolerance, dtype -> (atol, rtol), judged instead of the line's where the
     # output is exact or far looser than the others (an output that is a rounded sum need not
-    # share a normalised one's bound); None: the line's. Inputs ignore it.
-    tolerances: dict | None = None
+    # share a normalised one's bound); None: the line's. Inputs ignore it. Not hashed (a dict).
+    tolerances: dict | None = field(default=None, hash=False)
 
     def shape_of(self, cfg) -> tuple[int, ...]:
         return tuple(int(n) for n in self.shape(cfg))

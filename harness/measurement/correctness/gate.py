@@ -75,8 +75,8 @@ def _disagreements(firsts, seconds, refs, workload, cfg, atol: float, rtol: floa
     """Where two passing calls' outputs differ by more than each output's tolerance (the
     first such output, named where there are several), or None."""
     tols = workload.output_tolerances(cfg, atol, rtol)
-    for a, b, ref, (oa, orr), name in zip(firsts, seconds, refs, tols, output_names(workload, cfg)):
-        dis = _disagreement(a, b, ref, oa, orr)
+    for a, b, ref, (out_atol, out_rtol), name in zip(firsts, seconds, refs, tols, output_names(workload, cfg)):
+        dis = _disagreement(a, b, ref, out_atol, out_rtol)
         if dis:
             return f"{name}: {dis}" if name else dis
     return None
