@@ -173,6 +173,39 @@ def test_the_vram_model_counts_every_output():
     assert gate_bytes(two, wl) - gate_bytes(one, wl) >= 4 * (wl.output_bytes(two) - wl.output_bytes(one))
 
 
+def residual_out_half(x, weight, residual, out, residual_out, *, eps):
+    """A module-level bent kernel (the profiling worker resolves ``module:function``): out
+    right, residual_out's second half never written."""
+    _bent("half")(x, weight, residual, out, residual_out, eps=eps)
+
+
+@pytest.mark.parametrize("kernel, passed", [("rmsnorm_torch", True), ("tests.test_multi_output:residual_out_half", False)])
+def test_the_profiling_worker_poisons_and_checks_every_output(tmp_path, kernel, passed):
+    import json
+
+    from tests.conftest import bench_env
+
+    _, cfg, _ = _case()
+    spec = {"config": cfg.as_dict(), "kernel": kernel, "name": kernel.rsplit(":", 1)[-1], "seed": 5, "atol": TOL[0],
+            "rtol": TOL[1], "numerics": {}, "calls": 1, "result": str(tmp_path / "r.json"), "device": "cpu"}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    res = subprocess.run([sys.executable, "-m", "harness.execution.profile_worker", str(tmp_path / "spec.json")],
+                         cwd=REPO, env=bench_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout == "", res.stderr
+    check = json.loads((tmp_path / "r.json").read_text())["output_check"]
+    assert check["passed"] is passed, check
+    if not passed:
+        assert check["tag"] == "unwritten" and "128 of 256 elements of residual_out" in check["reason"], check
+        assert check["figures"]["output"] == "residual_out"
+
+
+def test_warm_calls_a_kernel_with_every_output():
+    from harness.commands.warm import WarmTask, warm_one
+
+    _, cfg, _ = _case()
+    assert warm_one(WarmTask("rmsnorm_torch", cfg), "cpu").error is None
+
+
 # -- end to end: registered, swept, decided and reported on the CPU ----------------------------
 
 FUSED_MODULE = "rmsnorm_fused_bench"
