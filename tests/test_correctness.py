@@ -460,13 +460,13 @@ def test_reference_memo_reuses_a_reference_only_for_bit_identical_inputs(monkeyp
     cfg = cfg_of()
     a, b = make_inputs(cfg, 1, "normal"), make_inputs(cfg, 2, "normal")
     memo = checks.ReferenceMemo(size=2)
-    ref_a, secs = memo.get(a, cfg, ATTENTION)
+    (ref_a,), secs = memo.get(a, cfg, ATTENTION)  # every output's reference: attention has one
     assert secs > 0 and len(made) == 1
-    again, secs = memo.get(tuple(t.clone() for t in a), cfg, ATTENTION)  # other tensors, same bits
+    (again,), secs = memo.get(tuple(t.clone() for t in a), cfg, ATTENTION)  # other tensors, same bits
     assert again is ref_a and secs == 0.0 and len(made) == 1
     torch.testing.assert_close(ref_a, reference(*a, causal=cfg.causal, scale=cfg.scale), rtol=0, atol=0)
     a[2].view(-1)[7] += 1  # one element of v changed in place: another content
-    changed, _ = memo.get(a, cfg, ATTENTION)
+    (changed,), _ = memo.get(a, cfg, ATTENTION)
     assert len(made) == 2 and not torch.equal(changed, ref_a)
     memo.get(b, cfg, ATTENTION)  # a third content evicts the least recently used (the unchanged a)
     memo.get(tuple(t.clone() for t in make_inputs(cfg, 1, "normal")), cfg, ATTENTION)

@@ -198,20 +198,6 @@ def test_a_plugin_workload_refuses_an_axis_it_does_not_declare_and_a_bad_value(s
         softmax.config({"rows": 1, "cols": 2, "dtype": "float64"})
 
 
-def test_a_workload_of_several_outputs_is_refused_at_register(softmax):
-    from harness.registration.schema import check_kernels
-    from harness.workloads.api import Tensor
-
-    class TwoOutputs(type(softmax)):
-        def outputs(self, cfg):
-            return (Tensor("out", lambda c: (c.rows, c.cols)), Tensor("lse", lambda c: (c.rows,)))
-
-    registry._WORKLOADS["softmax"] = TwoOutputs()
-    with pytest.raises(UserError, match=r"declares 2 outputs at softmax/rows=4/cols=64/dtype=float32: the gate "
-                                        r"judges one output tensor per call"):
-        check_kernels(_reg(softmax_table()))
-
-
 def _python(code: str, *paths: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, paths), str(REPO)])}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=paths[0],
@@ -401,8 +387,8 @@ def _workload_case(name: str, request):
     if name == "softmax":
         wl = request.getfixturevalue("softmax")
         return wl, wl.config({"rows": 4, "cols": 64, "dtype": "float32"}), _softmax_correct
-    if name in SHIPPED_TORCH:  # the shipped workloads of one output: their torch baselines
-        wl = registry.get_workload(name)
+    if name in SHIPPED_TORCH:  # the other shipped workloads: their torch baselines
+        wl = registry.get_workload(name.removesuffix("_residual"))
         return wl, wl.config(SHIPPED_TORCH[name][1]), registry.get_kernel(SHIPPED_TORCH[name][0]).fn
     return registry.get_workload(name), Config(name, 1, 2, 2, 32, 16, "float32", False), _attention_correct
 
@@ -411,44 +397,51 @@ def _workload_case(name: str, request):
 SHIPPED_TORCH = {
     "gemm_bias_gelu": ("gemm_torch", {"m": 8, "n": 16, "k": 32, "dtype": "float32", "gelu": "exact"}),
     "rmsnorm": ("rmsnorm_torch", {"tokens": 4, "hidden": 64, "dtype": "float32", "residual": False}),
+    # Two outputs: out and residual_out (the fused add-RMSNorm).
+    "rmsnorm_residual": ("rmsnorm_torch", {"tokens": 4, "hidden": 64, "dtype": "float32", "residual": True}),
 }
 
 
 def _hollow(kind: str, correct, n_inputs: int):
     """A kernel of the same call contract as ``correct`` that is hollow in one way: ``noop``
-    writes nothing, ``skip_part`` leaves its output's last element unwritten, ``remembers``
-    answers every call of a shape with that shape's first answer, ``remembers_pointer`` every
-    call on the same input buffer with that buffer's first answer."""
+    writes nothing, ``skip_part`` leaves its last output's last element unwritten (every other
+    element of every output right), ``remembers`` answers every call of a shape with that
+    shape's first answer, ``remembers_pointer`` every call on the same input buffer with that
+    buffer's first answer."""
     import torch
 
     kept: dict = {}
 
     def kernel(*args, **kw):
-        inputs, (out,) = args[:n_inputs], args[n_inputs:]
+        inputs, outs = args[:n_inputs], args[n_inputs:]
         if kind == "noop":
             return
         if kind == "skip_part":
-            full = torch.empty_like(out)
-            correct(*inputs, full, **kw)
-            out.view(-1)[:-1].copy_(full.view(-1)[:-1])
+            full = tuple(torch.empty_like(o) for o in outs)
+            correct(*inputs, *full, **kw)
+            for o, f in zip(outs[:-1], full):
+                o.copy_(f)
+            outs[-1].view(-1)[:-1].copy_(full[-1].view(-1)[:-1])
             return
-        key = tuple(out.shape) if kind == "remembers" else inputs[0].data_ptr()
+        key = tuple(outs[0].shape) if kind == "remembers" else inputs[0].data_ptr()
         if key not in kept:
-            correct(*inputs, out, **kw)
-            kept[key] = out.clone()
-        out.copy_(kept[key])
+            correct(*inputs, *outs, **kw)
+            kept[key] = tuple(o.clone() for o in outs)
+        for o, k in zip(outs, kept[key]):
+            o.copy_(k)
 
     kernel.__name__ = f"{kind}_kernel"
     return kernel
 
 
-@pytest.mark.parametrize("name", ["attention", "decode", "gemm_bias_gelu", "rmsnorm", "softmax"])
+@pytest.mark.parametrize("name", ["attention", "decode", "gemm_bias_gelu", "rmsnorm", "rmsnorm_residual", "softmax"])
 def test_hollow_kernels_of_every_workload_are_rejected_each_for_its_own_reason(name, request):
     """Issue 50 item 2: the gate and the recheck after timing judge any workload's kernel
-    through its workload (draws, call, reference): a no-op kernel leaves the poison
-    everywhere, one that skips part of its output leaves it in that part, one that remembers
-    answers by shape repeats an earlier seed's output, one that remembers by input address
-    answers the old content after the inputs are rewritten in place."""
+    through its workload (draws, call, reference), of one output or several: a no-op kernel
+    leaves the poison everywhere, one that skips part of its output leaves it in that part,
+    one that remembers answers by shape repeats an earlier seed's output, one that remembers
+    by input address answers the old content after the inputs are rewritten in place. Where
+    the call has several outputs, each reason names the output it is about."""
     import torch
 
     from harness.measurement.correctness.after_timing import recheck_in_place
@@ -456,7 +449,11 @@ def test_hollow_kernels_of_every_workload_are_rejected_each_for_its_own_reason(n
     from harness.measurement.correctness.results import InputCase, Tolerance
 
     wl, cfg, correct = _workload_case(name, request)
-    n_in, n_out = len(wl.inputs(cfg)), math.prod(wl.outputs(cfg)[0].shape_of(cfg))
+    outputs = wl.outputs(cfg)
+    n_in, n_out, n_last = len(wl.inputs(cfg)), math.prod(outputs[0].shape_of(cfg)), math.prod(outputs[-1].shape_of(cfg))
+    several = len(outputs) > 1
+    first, last = (f"elements of {outputs[0].name}", f"elements of {outputs[-1].name}") if several else \
+        ("output elements", "output elements")
     atol, rtol = wl.tolerances["float32"]
 
     def gated(fn):
@@ -467,24 +464,25 @@ def test_hollow_kernels_of_every_workload_are_rejected_each_for_its_own_reason(n
     noop = gated(_hollow("noop", correct, n_in))
     assert not noop.passed and noop.tag == "unwritten", noop.reason
     assert noop.reason.startswith("seed 0 family normal: ") and \
-        f"{n_out} of {n_out} output elements still hold the NaN poison" in noop.reason, noop.reason
+        f"{n_out} of {n_out} {first} still hold the NaN poison" in noop.reason, noop.reason
     part = gated(_hollow("skip_part", correct, n_in))
     assert not part.passed and part.tag == "unwritten", part.reason
-    assert f"1 of {n_out} output elements still hold the NaN poison" in part.reason, part.reason
+    assert f"1 of {n_last} {last} still hold the NaN poison" in part.reason, part.reason
     same = gated(_hollow("remembers", correct, n_in))
     assert not same.passed and same.tag == "degenerate", same.reason
-    assert same.reason.startswith("seed 1 family normal: output is bit-identical to seed 0 family normal's "
-                                  "although the inputs changed"), same.reason
+    assert same.reason.startswith(f"seed 1 family normal: {outputs[0].name if several else 'output'} is "
+                                  "bit-identical to seed 0 family normal's although the inputs changed"), same.reason
     # By address: the timed buffers keep their addresses, their content rewritten in place.
     by_ptr = _hollow("remembers_pointer", correct, n_in)
     inputs = tuple(wl.make_inputs(cfg, 5, wl.timing_family))
-    (out,) = wl.allocate_outputs(cfg)
-    wl.call(by_ptr, inputs, (out,), cfg)  # the timed calls
-    rep = recheck_in_place(by_ptr, cfg, inputs, out, workload=wl, case=InputCase(1000, wl.timing_family),
+    outs = wl.allocate_outputs(cfg)
+    wl.call(by_ptr, inputs, outs, cfg)  # the timed calls
+    rep = recheck_in_place(by_ptr, cfg, inputs, outs, workload=wl, case=InputCase(1000, wl.timing_family),
                            tol=Tolerance(atol, rtol))
     assert not rep.passed and rep.tag == "stale_mismatch", rep.reason
-    assert "bit-identical to the one before the inputs were rewritten in place" in rep.reason, rep.reason
-    fresh = torch.empty_like(out)
+    assert "bit-identical to the one" in rep.reason and "before the inputs were rewritten in place" in rep.reason, \
+        rep.reason
+    fresh = tuple(torch.empty_like(o) for o in outs)
     rep = recheck_in_place(correct, cfg, inputs, fresh, workload=wl, case=InputCase(1001, wl.timing_family),
                            tol=Tolerance(atol, rtol))
     assert rep.passed, rep.reason

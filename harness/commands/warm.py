@@ -106,8 +106,8 @@ def warm_one(task: WarmTask, device: str) -> Warmed:
         cfg = task.config
         wl = get_workload(cfg.workload)
         inputs = tuple(wl.make_inputs(cfg, WARM_SEED, wl.timing_family, device))
-        (out,) = wl.allocate_outputs(cfg, device)
-        wl.call(get_kernel(task.kernel).fn, inputs, (out,), cfg)
+        outs = tuple(wl.allocate_outputs(cfg, device))
+        wl.call(get_kernel(task.kernel).fn, inputs, outs, cfg)
         if device == "cuda":
             torch.cuda.synchronize()
         error = None

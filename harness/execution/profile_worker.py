@@ -50,9 +50,9 @@ def run(spec: dict) -> dict:
         why = wl.bare_check(cfg, inputs, outs, atol=spec["atol"], rtol=spec["rtol"])
         return jsonable({"output_check": {"passed": why is None, "reason": None if why is None else f"profiled bare op: {why}"}})
     fn = resolve(spec["kernel"])
-    (out,) = wl.allocate_outputs(cfg, device)
-    _calls(spec, (out,), lambda: wl.call(fn, inputs, (out,), cfg), device)
-    rep = check_timed_output(cfg, inputs, out, workload=wl, tol=Tolerance(spec["atol"], spec["rtol"]), label="profiled call")
+    outs = tuple(wl.allocate_outputs(cfg, device))
+    _calls(spec, outs, lambda: wl.call(fn, inputs, outs, cfg), device)
+    rep = check_timed_output(cfg, inputs, outs, workload=wl, tol=Tolerance(spec["atol"], spec["rtol"]), label="profiled call")
     return jsonable({"output_check": rep.as_dict()})
 
 

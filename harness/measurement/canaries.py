@@ -196,6 +196,17 @@ def _judge(f: list, got, ref, dtype: str, a: float, r: float) -> None:
     f[3] = max(f[3], float(((err - a) / ref.abs().clamp_min(1e-300)).max()))
 
 
+def _judge_own(f: list, got, ref, dtype: str, a: float, r: float) -> None:
+    """``_judge`` for an output judged by a tolerance of its own (``a``, ``r``): it rejects the
+    canary or not, whatever the line's tolerance, so it adds nothing to the atol and rtol the
+    line would need."""
+    import torch
+
+    fig = compare(got.to(getattr(torch, dtype)), ref, atol=a, rtol=r, dtype=dtype)
+    f[0] = f[0] or not fig.passed
+    f[1] = max(f[1], fig.tolerance_ratio)
+
+
 def workload_points(workload, configs) -> list:
     """A plugin workload's canary points: the smallest and largest grid point (by its largest
     input) of each dtype."""
@@ -213,8 +224,11 @@ def workload_points(workload, configs) -> list:
 
 def check_workload(workload, configs, *, atol: dict, rtol: dict, seed: int, families, names=None) -> list[Check]:
     """Every canary of ``workload`` (``workload.canaries``, or ``names``) at its canary points,
-    on the whole point: each bent float64 output (``workload.canary``) is rounded to the dtype
-    as a kernel would write it and judged by the gate's rule against the reference."""
+    on the whole point: each bent float64 output (``workload.canary``: one per declared output)
+    is rounded to the dtype as a kernel would write it and judged by the gate's rule against
+    its reference, under its tolerance (``Workload.output_tolerances``; an output with one of
+    its own rejects or not whatever the line's, so the atol/rtol that would reject the canary
+    are those of the outputs judged by the line's)."""
     import torch
 
     out: list[Check] = []
@@ -231,12 +245,16 @@ def check_workload(workload, configs, *, atol: dict, rtol: dict, seed: int, fami
                 drawn[(base, fam)] = workload.make_inputs(base, seed, fam, "cpu")
             inputs = tuple(t.to(getattr(torch, cfg.dtype)).to(torch.float64) for t in drawn[(base, fam)])
             refs = workload.reference(cfg, inputs)
+            tols = workload.output_tolerances(cfg, a, r)
             for n in todo:
                 bent = workload.canary(n, cfg, inputs)
                 if bent is None:
                     continue
-                for got, ref in zip(bent, refs):
-                    _judge(found[n], got, ref, cfg.dtype, a, r)
+                for got, ref, tol in zip(bent, refs, tols):
+                    if tol == (a, r):
+                        _judge(found[n], got, ref, cfg.dtype, a, r)
+                    else:
+                        _judge_own(found[n], got, ref, cfg.dtype, *tol)
         for n, (rej, ratio, ra, rr) in found.items():
             out.append(Check(n, cfg.key(), cfg.dtype, rej, a, r, ratio, ra, rr))
     return out

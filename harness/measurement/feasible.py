@@ -103,6 +103,7 @@ def floors(configs, *, atol: dict, rtol: dict, seeds, families, min_pass_rate: f
     pick = workload.floor_configs if workload is not None else _gate_configs
     drawn: dict = {}  # one float32 draw per shape, seed and family, rounded to each dtype
     refs = partial(workload.floor_references if workload is not None else attention_references, drawn=drawn)
+    own = workload.output_tolerances if workload is not None else None  # attention: one output, the line's
     by_dtype: dict[str, list[Config]] = {}
     for c in configs:
         by_dtype.setdefault(c.dtype, []).append(c)
@@ -118,7 +119,8 @@ def floors(configs, *, atol: dict, rtol: dict, seeds, families, min_pass_rate: f
         if not cases:
             out.append(Floor(dt, atol[dt], rtol[dt], point.key(), (), (), True, 0.0, 0.0, {}, None, unchecked=why))
             continue
-        out.append(_floor(dt, atol[dt], rtol[dt], point, cases, checked, tuple(families), refs))
+        out.append(_floor(dt, atol[dt], rtol[dt], point, cases, checked, tuple(families),
+                          _judged_by(refs, own, atol[dt], rtol[dt])))
     return out
 
 
@@ -154,9 +156,23 @@ def _inputs(c: Config, seed: int, family: str, drawn: dict):
     return tuple(t.to(getattr(torch, c.dtype)) for t in drawn[key])
 
 
+def _judged_by(refs: Callable, own: Callable | None, atol: float, rtol: float) -> Callable:
+    """``refs`` with each reference paired with the tolerance its output is judged by (``own``:
+    ``Workload.output_tolerances``; None: the line's ``atol``/``rtol`` for every output)."""
+    def judged(c, seed: int, family: str) -> tuple:
+        found = refs(c, seed, family)
+        tols = own(c, atol, rtol) if own is not None else ((atol, rtol),) * len(found)
+        return tuple(zip(found, tols))
+
+    return judged
+
+
 def _floor(dtype: str, atol: float, rtol: float, point: Config, cases: list[Config], seeds, families,
            refs: Callable) -> Floor:
-    """The Floor of ``dtype`` over ``cases`` (``refs(c, seed, family)``: their float64 references)."""
+    """The Floor of ``dtype`` over ``cases`` (``refs(c, seed, family)``: their float64 references,
+    each with the (atol, rtol) its output is judged by, ``_judged_by``: an output with a
+    tolerance of its own is judged by it, and the least atol/rtol the line needs is that of
+    the outputs judged by the line's)."""
     import torch
 
     tiny = torch.finfo(torch.float64).tiny
@@ -166,20 +182,21 @@ def _floor(dtype: str, atol: float, rtol: float, point: Config, cases: list[Conf
         passed, need_a, need_r, worst = True, 0.0, 0.0, None
         for fam in families:
             for c in cases:
-                for i, ref in enumerate(refs(c, seed, fam)):
+                for i, (ref, (a, r)) in enumerate(refs(c, seed, fam)):
                     near = nearest(ref, dtype)
                     mag, err = ref.abs(), (near - ref).abs()
                     magnitude[fam] = max(magnitude.get(fam, 0.0), float(mag.max()))
-                    need_a = max(need_a, float((err - rtol * mag).max()))
-                    need_r = max(need_r, float(((err - atol) / mag.clamp_min(tiny)).max()))
-                    fig = compare(near, ref, atol=atol, rtol=rtol, dtype=dtype)  # the gate's own rule decides
+                    if (a, r) == (atol, rtol):
+                        need_a = max(need_a, float((err - rtol * mag).max()))
+                        need_r = max(need_r, float(((err - atol) / mag.clamp_min(tiny)).max()))
+                    fig = compare(near, ref, atol=a, rtol=r, dtype=dtype)  # the gate's own rule decides
                     passed = passed and fig.passed
                     if worst is None or fig.tolerance_ratio > worst["ratio"]:
                         worst = {"config": c.key(), "seed": seed, "family": fam, **({"output": i} if i else {}),
                                  "index": list(fig.worst_index),
                                  "ref": fig.worst_ref, "nearest": fig.worst_out,
                                  "err": abs(fig.worst_out - fig.worst_ref), "half_ulp": ulp(fig.worst_ref, dtype) / 2,
-                                 "bound": atol + rtol * abs(fig.worst_ref), "ratio": fig.tolerance_ratio}
+                                 "bound": a + r * abs(fig.worst_ref), "ratio": fig.tolerance_ratio}
         per_seed.append((passed, max(need_a, 0.0), max(need_r, 0.0), worst))
     # The check passes when one checked seed passes: the least of the seeds' needs, and the
     # deciding element of the seed closest to passing.

@@ -282,11 +282,16 @@ def _drain_confirm(t: Timed, specs: dict):
 
         fn = specs[arm].fn
         inputs = tuple(x.clone() for x in t.slots[0])
-        out = torch.empty_like(t.outs[arm][0])
+        outs = tuple(torch.empty_like(o) for o in t.outs[arm][0])
         timer = CudaEventTimer(device)
         drains = []
+
+        def poison() -> None:
+            for o in outs:
+                poison_(o)
+
         for _ in range(n):
-            timer.time_call(lambda: wl.call(fn, inputs, (out,), cfg), arm=arm, before=lambda: poison_(out))
+            timer.time_call(lambda: wl.call(fn, inputs, outs, cfg), arm=arm, before=poison)
             drains.append(timer.last_drain_s)
         return drains
 
@@ -355,10 +360,11 @@ def sustained(cfg, spec, slots, outs, ctx, memo=None):
     wl = ctx.workload
 
     def call(slot: int) -> None:
-        wl.call(spec.fn, slots[slot], (outs[slot],), cfg)
+        wl.call(spec.fn, slots[slot], outs[slot], cfg)
 
     def poison(slot: int) -> None:
-        poison_(outs[slot])  # the gate's poison: what a call leaves unwritten is told apart
+        for out in outs[slot]:
+            poison_(out)  # the gate's poison: what a call leaves unwritten is told apart
 
     state = capture()  # the pinned state (numerics.apply is in force)
     sus = sustain(arm_name(spec.name), call, n_slots=len(slots), device=ctx.device, prepare=poison)

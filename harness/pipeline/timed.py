@@ -1,8 +1,9 @@
 """Stage 3, timing: the interleaved rounds of every passing candidate, the baseline and the control.
 
-Timing inputs come from seeds the gate never uses. Each arm writes its own output buffers,
-poisoned before every call; one measured call per arm, chosen at random, keeps a copy of its
-output, and the content refresh's calls keep theirs, for the after-timing checks.
+Timing inputs come from seeds the gate never uses. Each arm writes its own output buffers
+(every output the workload declares, per slot), poisoned before every call; one measured call
+per arm, chosen at random, keeps a copy of its outputs, and the content refresh's calls keep
+theirs, for the after-timing checks.
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ def time_arms(g: Gated, held: int, numerics: dict) -> Timed:
 def _time(cfg, base_spec, timed, ctx, policy):
     """Interleaved timing of every passing candidate, the baseline, and the control.
 
-    Returns the measurement, the input slots, every arm's output buffers (per slot) and,
-    per arm, a copy of the output of one measured call chosen at random (``measure``'s spot).
+    Returns the measurement, the input slots, every arm's output buffers (per slot, a tuple
+    of the call's outputs) and, per arm, a copy of the outputs of one measured call chosen at
+    random (``measure``'s spot).
     """
     wl = ctx.workload
     n_slots = timing_slots(cfg, policy, ctx.device, workload=wl)
@@ -74,14 +76,14 @@ def _time(cfg, base_spec, timed, ctx, policy):
     arm_specs = {arm_name(spec.name): spec for spec in timed}
     arm_specs[ARM_BASELINE] = base_spec
     arm_specs[ARM_CONTROL] = base_spec  # the baseline again, its own buffers, timed as if it were a candidate
-    outs = {name: [wl.allocate_outputs(cfg, ctx.device)[0] for _ in range(n_slots)] for name in arm_specs}
+    outs = {name: [tuple(wl.allocate_outputs(cfg, ctx.device)) for _ in range(n_slots)] for name in arm_specs}
 
     def arm(name):
         fn = arm_specs[name].fn
         o = outs[name]
 
         def call(slot: int) -> None:
-            wl.call(fn, slots[slot], (o[slot],), cfg)
+            wl.call(fn, slots[slot], o[slot], cfg)
 
         return call
 
@@ -89,7 +91,8 @@ def _time(cfg, base_spec, timed, ctx, policy):
         o = outs[name]
 
         def fill(slot: int) -> None:
-            poison_(o[slot])  # the gate's poison: what a timed call leaves unwritten is told apart
+            for out in o[slot]:
+                poison_(out)  # the gate's poison: what a timed call leaves unwritten is told apart
 
         return fill
 
@@ -101,10 +104,7 @@ def _time(cfg, base_spec, timed, ctx, policy):
 
         def keep(slot: int) -> None:
             watch.after(name)  # first: the copy below is the harness's work, not the call's
-            if name in snaps:
-                snaps[name].copy_(o[slot])
-            else:
-                snaps[name] = o[slot].clone()
+            copy_into(snaps, name, o[slot])
 
         return keep
 
@@ -112,11 +112,7 @@ def _time(cfg, base_spec, timed, ctx, policy):
         o = outs[name]
 
         def copy(slot: int, how: str) -> None:
-            held = content.kept.setdefault(name, {})
-            if how in held:
-                held[how].copy_(o[slot])
-            else:
-                held[how] = o[slot].clone()
+            copy_into(content.kept.setdefault(name, {}), how, o[slot])
 
         return copy
 
@@ -129,6 +125,16 @@ def _time(cfg, base_spec, timed, ctx, policy):
                                 refresh_seed=refresh_seed(cfg, ctx), watch=watch.before))
     watch.settle()  # the last timed call's changes
     return m, slots, outs, snaps, content, watch
+
+
+def copy_into(held: dict, key, outs: tuple) -> None:
+    """Keep a copy of a call's outputs as ``held[key]``: into the copies already kept there (no
+    allocation between timed calls), else new ones."""
+    if key in held:
+        for kept, out in zip(held[key], outs):
+            kept.copy_(out)
+    else:
+        held[key] = tuple(out.clone() for out in outs)
 
 
 class SlotContent:

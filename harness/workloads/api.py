@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from harness.errors import UserError
@@ -116,6 +116,10 @@ class Tensor:
     # What each dimension is, as the gate's "exactly constant along the ... axis" names it
     # (default: "dim i").
     dims: tuple[str, ...] = ()
+    # An output's own tolerance, dtype -> (atol, rtol), judged instead of the line's where the
+    # output is exact or far looser than the others (an output that is a rounded sum need not
+    # share a normalised one's bound); None: the line's. Inputs ignore it. Not hashed (a dict).
+    tolerances: dict | None = field(default=None, hash=False)
 
     def shape_of(self, cfg) -> tuple[int, ...]:
         return tuple(int(n) for n in self.shape(cfg))
@@ -300,6 +304,12 @@ class Workload:
         return tuple(torch.empty(t.shape_of(cfg), dtype=getattr(torch, t.dtype_of(cfg)), device=device)
                      for t in self.outputs(cfg))
 
+    def output_tolerances(self, cfg, atol: float, rtol: float) -> tuple[tuple[float, float], ...]:
+        """(atol, rtol) per output of ``cfg``, in order: an output's own (``Tensor.tolerances``
+        at the config's dtype) or else the line's ``atol``/``rtol``."""
+        return tuple(t.tolerances[cfg.dtype] if t.tolerances and cfg.dtype in t.tolerances else (atol, rtol)
+                     for t in self.outputs(cfg))
+
     def call_kwargs(self, cfg) -> dict:
         """The keyword arguments every kernel of this workload is called with."""
         return {}
@@ -426,16 +436,6 @@ class Workload:
             fig = compare(out, ref, atol=atol, rtol=rtol, dtype=cfg.dtype)
             if fig.n_unwritten or fig.n_nonfinite or not fig.passed:
                 return f"bare op ({self.bare_name}) output {t.name}: {fig.summary()}"
-        return None
-
-    # -- where it runs ---------------------------------------------------------------------
-    def pipeline_reason(self, cfg) -> str | None:
-        """Why the gate and the timing path cannot run ``cfg``, or None: they judge one output
-        tensor per call (a workload of several outputs is refused at register, never half-run)."""
-        n = len(self.outputs(cfg))
-        if n != 1:
-            return (f"workload '{self.name}' declares {n} outputs at {cfg.key()}: the gate judges one output "
-                    f"tensor per call — declare the outputs as one tensor")
         return None
 
     # -- the declaration itself -----------------------------------------------------------------

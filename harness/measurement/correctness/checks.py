@@ -1,12 +1,17 @@
 """The check sequence every checked call goes through, in one order.
 
-Poison ``out`` → call → the kernel raised, wrote its inputs, wrote off the current stream,
-changed global state or left work running → reference → compare → unwritten, a repeat of
-an earlier output, non-finite, out of tolerance, exactly constant along an axis. The gate,
-the recheck after timing and the timed-output check all go through it, for any workload:
-``workload`` (a ``harness.workloads.api.Workload``) says how a kernel is called
-(``Workload.call``), what its inputs are named and its float64 reference; nothing here knows
-what the kernel computes.
+Poison every output → call → the kernel raised, wrote its inputs, wrote off the current
+stream, changed global state or left work running → reference → compare → unwritten, a
+repeat of an earlier output, non-finite, out of tolerance, exactly constant along an axis.
+The gate, the recheck after timing and the timed-output check all go through it, for any
+workload: ``workload`` (a ``harness.workloads.api.Workload``) says how a kernel is called
+(``Workload.call``), what its inputs and outputs are named, each output's tolerance and its
+float64 reference; nothing here knows what the kernel computes.
+
+A call's outputs are a tuple (``Workload.allocate_outputs``), judged together: each stage of
+the judgement (unwritten, repeat, non-finite, out of tolerance, constant) looks at every
+output before the next stage does, so the gravest failure of any output decides, and its
+reason names the output where the workload declares several.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ DEGENERATE_ULPS = 4.0
 
 @dataclass(frozen=True)
 class _Call:
-    visible: object            # what out held when the current stream finished
+    visible: tuple | None      # what the outputs held when the current stream finished
     exception: str | None
     side_stream: str | None
     left_running: str | None = None
@@ -49,40 +54,61 @@ def exception_text(exc: BaseException) -> str:
     return f"kernel raised {type(exc).__name__}: {msg[0] if msg else ''}{where}"
 
 
+def outputs_of(out) -> tuple:
+    """A call's outputs as a tuple: the tuple given, or a lone tensor (a workload's only
+    output, as callers of one-output workloads pass it) as a tuple of one."""
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def output_names(workload, cfg) -> tuple:
+    """How reasons name each output of ``cfg``: None for a workload's only output (its
+    reasons say "output", as they always have), else the declared names."""
+    names = tuple(t.name for t in workload.outputs(cfg))
+    return (None,) if len(names) == 1 else names
+
+
+def elements(name: str | None) -> str:
+    """``output elements``, or ``elements of residual_out`` where the output has a name."""
+    return f"elements of {name}" if name else "output elements"
+
+
 def spec_parts(spec):
     fn = getattr(spec, "fn", spec)
     name = getattr(spec, "name", getattr(fn, "__name__", "kernel"))
     return fn, name
 
 
-def _checked_call(call: Callable[[], object], out) -> _Call:
-    """Poison out, ``call()`` the kernel, read out as the current stream sees it; then what the call
+def _checked_call(call: Callable[[], object], outs: tuple, names: tuple) -> _Call:
+    """Poison every output, ``call()`` the kernel, read the outputs as the current stream sees
+    them (``names``: how reasons name them, ``output_names``); then what the call
     left behind: device work still running once the current stream finished (confirmed on
     DRAIN_CONFIRM_CALLS calls in a row), host threads or processes still busy, global state
     (numeric flags, thread counts, affinity) changed, a clock the harness times with replaced
     (put back at once: clockguard)."""
     import torch
 
-    cuda = is_cuda(out)
+    device = outs[0].device
+    cuda = is_cuda(outs[0])
     state0 = capture()
     left = None
     for attempt in range(leftover.DRAIN_CONFIRM_CALLS):
-        poison_(out)
+        for out in outs:
+            poison_(out)
         if cuda:
-            torch.cuda.synchronize(out.device)
+            torch.cuda.synchronize(device)
         host0 = leftover.host_snapshot()
         try:
             call()
             if cuda:
-                torch.cuda.current_stream(out.device).synchronize()
+                torch.cuda.current_stream(device).synchronize()
         except Exception as exc:  # the kernel's failure is the check's result, with its text
             return _Call(visible=None, exception=exception_text(exc), side_stream=None)
-        visible = out.clone() if cuda else out
+        visible = tuple(out.clone() for out in outs) if cuda else outs
         drain = None
         if cuda:
-            torch.cuda.current_stream(out.device).synchronize()  # the copy above is not the kernel's work
+            torch.cuda.current_stream(device).synchronize()  # the copies above are not the kernel's work
             try:
-                drain = leftover.drain_s(out.device)
+                drain = leftover.drain_s(device)
             except Exception as exc:
                 return _Call(visible=None, exception=exception_text(exc), side_stream=None)
         host = leftover.host_leftovers(host0)
@@ -106,12 +132,14 @@ def _checked_call(call: Callable[[], object], out) -> _Call:
                 f"(> {leftover.DRAIN_LIMIT_S * 1e6:.0f} µs) on {attempt + 1} call(s) in a row: work left "
                 f"running on another stream")
     if not cuda:
-        return _Call(visible=out, exception=None, side_stream=None, left_running=left)
+        return _Call(visible=outs, exception=None, side_stream=None, left_running=left)
     side = None
-    if not bits_equal(visible, out):
-        changed = int(bits_diff(visible, out).sum())
-        side = (f"{changed} of {out.numel()} output elements were written after the current stream "
-                f"had finished (work on another stream that the current stream never waited for)")
+    for name, seen, out in zip(names, visible, outs):
+        if not bits_equal(seen, out):
+            changed = int(bits_diff(seen, out).sum())
+            side = (f"{changed} of {out.numel()} {elements(name)} were written after the current stream "
+                    f"had finished (work on another stream that the current stream never waited for)")
+            break
     return _Call(visible=visible, exception=None, side_stream=side, left_running=left)
 
 
@@ -128,9 +156,10 @@ def _mutated(pristine, inputs, names) -> str | None:
     return None
 
 
-def _constant_axis(out, ref, dtype, dims: tuple[str, ...] = ()) -> str | None:
+def _constant_axis(out, ref, dtype, dims: tuple[str, ...] = (), name: str | None = None) -> str | None:
     """An axis along which out is exactly constant while ref varies by > DEGENERATE_ULPS ULPs
-    (``dims``: the output's dimension names, from its workload's Tensor)."""
+    (``dims``: the output's dimension names, from its workload's Tensor; ``name``: the
+    output's, where the call has several)."""
     import torch
 
     axes = [axis for axis in range(out.dim()) if out.shape[axis] >= 2]
@@ -145,8 +174,8 @@ def _constant_axis(out, ref, dtype, dims: tuple[str, ...] = ()) -> str | None:
         spread = hi - lo
         limit = DEGENERATE_ULPS * ulp_tensor(torch.maximum(hi.abs(), lo.abs()), dtype)
         if bool((spread > limit).any()):
-            name = dims[axis] if len(dims) == out.dim() else f"dim {axis}"
-            return (f"output is exactly constant along the {name} axis (all {out.shape[axis]} equal) "
+            along = dims[axis] if len(dims) == out.dim() else f"dim {axis}"
+            return (f"{name or 'output'} is exactly constant along the {along} axis (all {out.shape[axis]} equal) "
                     f"while the reference varies along it by up to {float(spread.max()):.3g}")
     return None
 
@@ -159,51 +188,65 @@ def sync(device) -> None:
 
 
 def timed_reference(pristine, cfg, workload):
-    """The float64 reference output on ``pristine`` (``workload.reference``: one output) and the
-    seconds it took (the device synchronized)."""
+    """The float64 reference outputs on ``pristine`` (``workload.reference``: one tensor per
+    declared output, in order) and the seconds they took (the device synchronized)."""
     device = pristine[0].device
     sync(device)
     t0 = time.perf_counter()
-    (ref,) = workload.reference(cfg, tuple(pristine))
+    refs = tuple(workload.reference(cfg, tuple(pristine)))
     sync(device)
-    return ref, time.perf_counter() - t0
+    declared = len(workload.outputs(cfg))
+    if len(refs) != declared:
+        raise ValueError(f"workload '{workload.name}' declares {declared} outputs at {cfg.key()} but its "
+                         f"reference returned {len(refs)}")
+    return refs, time.perf_counter() - t0
 
 
-def _judge(out, fig: ErrorFigures, ref, dims: tuple[str, ...], *, mismatch: str = "mismatch",
-           nonfinite: str = "nonfinite", repeat: Callable | None = None, flat: bool = True) -> tuple[str | None, str | None]:
-    """The output half of the check sequence, in its one order: (tag, detail), or (None, None).
+def _judge(outs: tuple, figs: tuple, refs: tuple, tensors: tuple, *, mismatch: str = "mismatch",
+           nonfinite: str = "nonfinite", repeat: Callable | None = None,
+           flat: bool = True) -> tuple[str | None, str | None, ErrorFigures]:
+    """The output half of the check sequence, in its one order, over every output of the call:
+    (tag, detail, the figures that decided), or (None, None, the figures of the output
+    nearest its bound).
 
-    Unwritten (the poison survived) → a repeat of an earlier output (``repeat(out, fig)``,
+    Unwritten (the poison survived) → a repeat of an earlier output (``repeat(i, out, fig)``,
     asked only of a failing output) → non-finite → out of tolerance → exactly constant along
-    an axis (``flat``). ``mismatch``/``nonfinite`` name those failures where the call is a
-    later one (``stale_mismatch``: state carried across calls).
+    an axis (``flat``); each stage over every output, in declared order, before the next.
+    ``mismatch``/``nonfinite`` name those failures where the call is a later one
+    (``stale_mismatch``: state carried across calls).
     """
-    if fig.n_unwritten:
-        return "unwritten", fig.summary()
-    if repeat is not None and not fig.passed:
-        found = repeat(out, fig)
-        if found is not None:
-            return found
-    if fig.n_nonfinite:
-        return nonfinite, fig.summary()
-    if not fig.passed:
-        return mismatch, fig.summary()
+    for fig in figs:
+        if fig.n_unwritten:
+            return "unwritten", fig.summary(), fig
+    if repeat is not None:
+        for i, (out, fig) in enumerate(zip(outs, figs)):
+            found = None if fig.passed else repeat(i, out, fig)
+            if found is not None:
+                return (*found, fig)
+    for fig in figs:
+        if fig.n_nonfinite:
+            return nonfinite, fig.summary(), fig
+    for fig in figs:
+        if not fig.passed:
+            return mismatch, fig.summary(), fig
     if flat:
-        axis = _constant_axis(out, ref, fig.dtype, dims)
-        if axis:
-            return "degenerate", f"{axis} (within tolerance only because the tolerance is loose: {fig.summary()})"
-    return None, None
+        for out, fig, ref, t in zip(outs, figs, refs, tensors):
+            axis = _constant_axis(out, ref, fig.dtype, t.dims, fig.output)
+            if axis:
+                return ("degenerate", f"{axis} (within tolerance only because the tolerance is loose: "
+                                      f"{fig.summary()})", fig)
+    return None, None, max(figs, key=lambda f: f.tolerance_ratio) if len(figs) > 1 else figs[0]
 
 
 @dataclass(frozen=True)
 class Checked:
-    """One pass of the check sequence over one output."""
+    """One pass of the check sequence over one call's outputs."""
 
     tag: str | None
     detail: str | None
-    visible: object               # out as the current stream saw it; None when the call raised
-    figures: ErrorFigures | None  # None when a call check failed before the comparison
-    ref: object                   # the float64 reference (None when the comparison was not reached)
+    visible: tuple | None         # the outputs as the current stream saw them; None when the call raised
+    figures: ErrorFigures | None  # the deciding output's (check_output); None before the comparison
+    ref: tuple | None             # the float64 references (None when the comparison was not reached)
     reference_seconds: float
 
 
@@ -272,25 +315,35 @@ class ReferenceMemo:
 
 def check_output(out, inputs, cfg, *, workload, atol: float, rtol: float, ref=None,
                  memo: ReferenceMemo | None = None, **judge) -> Checked:
-    """Reference (unless given; from ``memo`` when one is kept for these inputs) → compare →
-    ``_judge``: the half of the sequence the timed output check shares with the calls the
-    gate makes itself."""
+    """Reference (unless given; from ``memo`` when one is kept for these inputs) → compare
+    every output (``out``: the call's outputs, or its only one) with its reference under its
+    tolerance (``Workload.output_tolerances``: the line's ``atol``/``rtol`` unless the output
+    declares its own) → ``_judge``: the half of the sequence the timed output check shares
+    with the calls the gate makes itself."""
+    outs = outputs_of(out)
     secs = 0.0
     if ref is None:
         ref, secs = memo.get(inputs, cfg, workload) if memo is not None else timed_reference(inputs, cfg, workload)
-    fig = compare(out, ref, atol=atol, rtol=rtol, dtype=cfg.dtype)
-    dims = workload.outputs(cfg)[0].dims
-    tag, detail = _judge(out, fig, ref, dims, **judge)
-    return Checked(tag, detail, out, fig, ref, secs)
+    refs = outputs_of(ref)
+    tensors = tuple(workload.outputs(cfg))
+    if not len(outs) == len(refs) == len(tensors):
+        raise ValueError(f"{len(outs)} outputs and {len(refs)} references for the {len(tensors)} outputs "
+                         f"workload '{workload.name}' declares at {cfg.key()}")
+    names = output_names(workload, cfg)
+    figs = tuple(compare(o, r, atol=a, rtol=rt, dtype=t.dtype_of(cfg), output=name)
+                 for o, r, t, name, (a, rt) in zip(outs, refs, tensors, names,
+                                                   workload.output_tolerances(cfg, atol, rtol)))
+    tag, detail, fig = _judge(outs, figs, refs, tensors, **judge)
+    return Checked(tag, detail, outs, fig, refs, secs)
 
 
 def call_checks(fn, cfg, inputs, out, pristine, *, workload) -> Checked:
-    """The call half of the check sequence: poison ``out`` → call (``workload.call``) → the
-    kernel raised, wrote its inputs, wrote off the current stream, changed global state or
-    left work running. Passing, the answer holds the output (``visible``) and no figures yet
-    (``tag`` None)."""
-    inputs = tuple(inputs)
-    c = _checked_call(lambda: workload.call(fn, inputs, (out,), cfg), out)
+    """The call half of the check sequence: poison every output (``out``: the call's outputs,
+    or its only one) → call (``workload.call``) → the kernel raised, wrote its inputs, wrote
+    off the current stream, changed global state or left work running. Passing, the answer
+    holds the outputs (``visible``) and no figures yet (``tag`` None)."""
+    inputs, outs = tuple(inputs), outputs_of(out)
+    c = _checked_call(lambda: workload.call(fn, inputs, outs, cfg), outs, output_names(workload, cfg))
     if c.exception:
         return Checked("exception", c.exception, None, None, None, 0.0)
     mut = _mutated(pristine, inputs, [t.name for t in workload.inputs(cfg)])

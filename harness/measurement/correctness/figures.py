@@ -106,22 +106,28 @@ class ErrorFigures:
     last_unwritten: tuple | None
     first_nonfinite: tuple | None
     first_nonfinite_ref: float | None
+    # Which output of the call these figures are of, named where the workload declares several
+    # (None: its only output; a single output's figures and rows stay as they were).
+    output: str | None = None
 
     def summary(self) -> str:
-        """One readable line: the worst element, by how much, in ULPs, against the bar."""
+        """One readable line: the worst element, by how much, in ULPs, against the bar (naming
+        the output where the call has several)."""
         parts = []
+        elements = f"elements of {self.output}" if self.output else "output elements"
         if self.n_unwritten:
-            parts.append(f"{self.n_unwritten} of {self.n_elements} output elements still hold the NaN "
+            parts.append(f"{self.n_unwritten} of {self.n_elements} {elements} still hold the NaN "
                          f"poison (never written), {fmt_idx(self.first_unwritten)}.."
                          f"{fmt_idx(self.last_unwritten)}")
         if self.n_nonfinite:
-            parts.append(f"{self.n_nonfinite} of {self.n_elements} output elements are inf/NaN where the "
+            parts.append(f"{self.n_nonfinite} of {self.n_elements} {elements} are inf/NaN where the "
                          f"reference is finite, first at {fmt_idx(self.first_nonfinite)} "
                          f"(ref={self.first_nonfinite_ref:.4g})")
         if self.worst_index is not None and (self.tolerance_ratio > 1 or not parts):
             n_tol = self.n_failing - self.n_nonfinite - self.n_unwritten
             rel = "≤" if self.tolerance_ratio <= 1 else ">"
-            parts.append(f"err {abs(self.worst_out - self.worst_ref):.3g} at {fmt_idx(self.worst_index)} "
+            parts.append(f"{self.output + ': ' if self.output else ''}"
+                         f"err {abs(self.worst_out - self.worst_ref):.3g} at {fmt_idx(self.worst_index)} "
                          f"out={self.worst_out:.4g} ref={self.worst_ref:.4g} "
                          f"({self.worst_ulps:.3g} ulp {self.dtype}) {rel} atol {self.atol:g} + rtol "
                          f"{self.rtol:g}·|ref| ({n_tol} of {self.n_elements} elements out of tolerance; "
@@ -131,6 +137,8 @@ class ErrorFigures:
     def as_dict(self) -> dict:
         """Raw values (NaN and inf too: ``harness.jsonsafe`` spells them where JSON is written)."""
         d = asdict(self)
+        if d["output"] is None:
+            del d["output"]  # a single output's figures keep the keys they always had
         for key, val in d.items():
             if isinstance(val, tuple):
                 d[key] = list(val)
@@ -201,8 +209,10 @@ def _combined(table) -> list[float]:
                         table[:, 10].min(), table[:, 11].sum(), table[:, 12].sum()]).tolist()
 
 
-def compare(out, ref, *, atol: float, rtol: float, dtype=None, fused: bool | None = None) -> ErrorFigures:
-    """Error figures of ``out`` (the kernel's dtype) against float64 ``ref``.
+def compare(out, ref, *, atol: float, rtol: float, dtype=None, fused: bool | None = None,
+            output: str | None = None) -> ErrorFigures:
+    """Error figures of ``out`` (the kernel's dtype) against float64 ``ref`` (``output``: its
+    name, given where the call has several outputs).
 
     Passes iff every element is finite and |out - ref| <= atol + rtol·|ref| (torch.allclose
     semantics, ref as the magnitude). Works in blocks so its float64 temporaries stay small.
@@ -261,4 +271,4 @@ def compare(out, ref, *, atol: float, rtol: float, dtype=None, fused: bool | Non
         first_unwritten=unravel(first_unw, shape) if first_unw >= 0 else None,
         last_unwritten=unravel(last_unw, shape) if last_unw >= 0 else None,
         first_nonfinite=unravel(first_nonfin, shape) if first_nonfin >= 0 else None,
-        first_nonfinite_ref=float(r_flat[first_nonfin]) if first_nonfin >= 0 else None)
+        first_nonfinite_ref=float(r_flat[first_nonfin]) if first_nonfin >= 0 else None, output=output)

@@ -3,8 +3,9 @@ configs (``Workload.boundary_configs``), each case called twice (before the refe
 it) and the two calls compared, then the side-stream check on CUDA. A seed passes when all
 its checks do; the gate passes on the pass rate and no structural failure. Several kernels
 gated at one config share each case's inputs and float64 reference (``gate_kernels``). The
-workload (``harness.workloads.api.Workload``) draws the inputs, allocates the output, calls the
-kernel and computes the reference: the gate is the same for every workload.
+workload (``harness.workloads.api.Workload``) draws the inputs, allocates the outputs, calls the
+kernel and computes the reference: the gate is the same for every workload, of one output
+or several (each judged against its own reference, every check over all of them).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Callable, ContextManager
 
 from harness.errors import UserError
 from harness.measurement.correctness.checks import (Checked, call_checks, check_output, checksum, exception_text,
-                                                    spec_parts, timed_reference)
+                                                    output_names, spec_parts, timed_reference)
 from harness.measurement.correctness.figures import chunks, fmt_idx, unravel
 from harness.measurement.correctness.poison import bits_equal
 from harness.measurement.correctness.results import CALL_TAGS, STRUCTURAL_TAGS, CheckReport, GateResult, Tolerance
@@ -65,10 +66,20 @@ class GatePolicy:
         return self
 
 
-def _new_out(workload, cfg, device):
-    """The one output buffer of a call (``Workload.allocate_outputs``)."""
-    (out,) = workload.allocate_outputs(cfg, device)
-    return out
+def _new_outs(workload, cfg, device) -> tuple:
+    """A call's output buffers (``Workload.allocate_outputs``), fresh."""
+    return tuple(workload.allocate_outputs(cfg, device))
+
+
+def _disagreements(firsts, seconds, refs, workload, cfg, atol: float, rtol: float) -> str | None:
+    """Where two passing calls' outputs differ by more than each output's tolerance (the
+    first such output, named where there are several), or None."""
+    tols = workload.output_tolerances(cfg, atol, rtol)
+    for a, b, ref, (out_atol, out_rtol), name in zip(firsts, seconds, refs, tols, output_names(workload, cfg)):
+        dis = _disagreement(a, b, ref, out_atol, out_rtol)
+        if dis:
+            return f"{name}: {dis}" if name else dis
+    return None
 
 
 def _disagreement(a, b, ref, atol: float, rtol: float) -> str | None:
@@ -108,7 +119,8 @@ class _Kernel:
                 self.skipped.append((c.key(), why))
                 self.configs.remove(c)
         self.reports: list[CheckReport] = []
-        self.seen: dict = {}  # config key -> {checksum of a first-call output: (seed, family)}
+        # config key -> {(output index, checksum of that output of a first call): (seed, family)}
+        self.seen: dict = {}
 
 
 def _restore(checked: Checked, inputs, pristine) -> None:
@@ -124,7 +136,7 @@ def _restore(checked: Checked, inputs, pristine) -> None:
 
 def _first(k: _Kernel, c, inputs, pristine, device) -> Checked:
     """The kernel's first call of a case, before the reference exists: the call's own checks."""
-    first = call_checks(k.fn, c, inputs, _new_out(k.workload, c, device), pristine, workload=k.workload)
+    first = call_checks(k.fn, c, inputs, _new_outs(k.workload, c, device), pristine, workload=k.workload)
     _restore(first, inputs, pristine)
     return first
 
@@ -160,12 +172,13 @@ def _judge_case(k: _Kernel, case: _Case, first: Checked, tol: Tolerance, device)
                            reason=f"{prefix}: {detail}" if tag else None, figures=fig, after_figures=fig2,
                            reference_seconds=secs)
 
-    def repeat(out, fig):
-        earlier = seen.get(checksum(out))
+    def repeat(i, out, fig):
+        earlier = seen.get((i, checksum(out)))
         if earlier is None:
             return None
-        return "degenerate", (f"output is bit-identical to seed {earlier[0]} family {earlier[1]}'s although "
-                              f"the inputs changed (a result cached by shape or pointer?): {fig.summary()}")
+        return "degenerate", (f"{fig.output or 'output'} is bit-identical to seed {earlier[0]} family "
+                              f"{earlier[1]}'s although the inputs changed (a result cached by shape or pointer?): "
+                              f"{fig.summary()}")
 
     if first.tag:
         return report(first.tag, first.detail, first.figures), first.visible
@@ -173,8 +186,8 @@ def _judge_case(k: _Kernel, case: _Case, first: Checked, tol: Tolerance, device)
     first = check_output(first.visible, pristine, c, workload=wl, atol=atol, rtol=rtol, ref=ref, repeat=repeat)
     if first.tag:
         return report(first.tag, first.detail, first.figures), first.visible
-    second = call_checks(k.fn, c, inputs, _new_out(wl, c, device), pristine, workload=wl)
-    same = second.tag is None and bits_equal(second.visible, first.visible)
+    second = call_checks(k.fn, c, inputs, _new_outs(wl, c, device), pristine, workload=wl)
+    same = second.tag is None and all(bits_equal(b, a) for b, a in zip(second.visible, first.visible))
     if same:
         # Bit for bit the first call's output: the same figures against the same reference,
         # judged above, and nothing to disagree on (issue 32: the gate's most common case,
@@ -188,7 +201,7 @@ def _judge_case(k: _Kernel, case: _Case, first: Checked, tol: Tolerance, device)
         why = ("second call: " if second.tag in CALL_TAGS else
                "first call passed, second call (fresh buffers, after the reference ran) fails: ")
         return report(second.tag, why + second.detail, first.figures, second.figures), first.visible
-    dis = None if same else _disagreement(first.visible, second.visible, ref, atol, rtol)
+    dis = None if same else _disagreements(first.visible, second.visible, ref, wl, c, atol, rtol)
     if dis:
         return report("stale_mismatch", dis, first.figures, second.figures), first.visible
     return report(fig=first.figures, fig2=second.figures), first.visible
@@ -357,7 +370,9 @@ def _gate_config(run: _Gating, c, note: str, cfg, memo: BoundaryMemo | None) -> 
                     rep, visible = _judge_case(k, case, firsts.pop(k.name), pol.tol, device)
                     k.reports.append(rep)
                     if visible is not None:
-                        k.seen.setdefault(c.key(), {}).setdefault(checksum(visible), (seed, fam))
+                        seen = k.seen.setdefault(c.key(), {})
+                        for i, out in enumerate(visible):
+                            seen.setdefault((i, checksum(out)), (seed, fam))
                     del visible
             del ref, first_set, second_set, pristine, case
     if remembered:
@@ -376,7 +391,7 @@ def _side_streams(run: _Gating, cfg) -> None:
             inputs = tuple(t.clone() for t in pristine)
             tag = "side_stream"
             try:
-                why = side_stream_check(k.fn, inputs, _new_out(wl, cfg, device), cfg=cfg, workload=wl)
+                why = side_stream_check(k.fn, inputs, _new_outs(wl, cfg, device), cfg=cfg, workload=wl)
             except Exception as exc:
                 why, tag = exception_text(exc), "exception"
             del inputs

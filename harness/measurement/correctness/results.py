@@ -42,7 +42,8 @@ class InputCase:
 
 @dataclass(frozen=True)
 class CheckReport:
-    """One (config, seed, family) check of a kernel; ``figures`` are the first call's."""
+    """One (config, seed, family) check of a kernel; ``figures`` are the first call's (of the
+    output that decided, named in them where the call has several)."""
 
     config: str
     seed: int

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from harness.measurement.correctness.checks import is_cuda, spec_parts
+from harness.measurement.correctness.checks import elements, is_cuda, output_names, outputs_of, spec_parts
 from harness.measurement.correctness.poison import bits_diff, bits_equal, poison_, unwritten_mask
 from harness.measurement.timing.timers import hold_stream, max_sm_hz
 
@@ -27,44 +27,49 @@ SIDE_STREAM_REPS = 2
 
 def side_stream_check(spec, inputs, out, *, cfg, workload) -> str | None:
     """Why the kernel's work runs off the current stream, or None (always None on the CPU);
-    the kernel called on ``inputs`` and ``out`` as ``workload.call`` calls it at ``cfg``.
+    the kernel called on ``inputs`` and ``out`` (the call's outputs, or its only one) as
+    ``workload.call`` calls it at ``cfg``.
 
     Decided by ordering, not by a race the kernel could win however fast it is:
 
-    * a spin holds the current stream while the kernel is called; ``out`` is read from a
-      stream of the check's own while the hold still lasts (checked by an event after the
+    * a spin holds the current stream while the kernel is called; every output is read from
+      a stream of the check's own while the hold still lasts (checked by an event after the
       spin): every element must still hold the poison, since nothing the caller's stream
       orders may have run yet. Work on a stream that does not wait for the caller's writes
       during the hold, however short it is;
-    * a copy of ``out`` enqueued on the current stream right after the call (no host sync
-      in between) must equal ``out`` after a device-wide synchronize: work forked to another
+    * a copy of each output enqueued on the current stream right after the call (no host
+      sync in between) must equal it after a device-wide synchronize: work forked to another
       stream and never joined back writes after the current stream is done with the call.
     """
     import torch
 
-    if not is_cuda(out):
+    outs = outputs_of(out)
+    if not is_cuda(outs[0]):
         return None
 
     fn, _ = spec_parts(spec)
-    dev = out.device
+    names = output_names(workload, cfg)
+    dev = outs[0].device
     stream = torch.cuda.current_stream(dev)
     watcher = torch.cuda.Stream(device=dev)  # a pool stream: it never waits for the caller's
     cycles_per_s = max_sm_hz(dev)
     hold, looks = SIDE_STREAM_HOLD_S, 0
-    during = torch.empty_like(out)
+    during = tuple(torch.empty_like(o) for o in outs)
     while looks < SIDE_STREAM_REPS:
-        poison_(out)
+        for o in outs:
+            poison_(o)
         torch.cuda.synchronize(dev)
         hold_stream(hold, cycles_per_s)
         held = torch.cuda.Event()
         held.record(stream)
         t0 = time.perf_counter()
-        workload.call(fn, inputs, (out,), cfg)
+        workload.call(fn, inputs, outs, cfg)
         t_call = time.perf_counter() - t0
-        visible = out.clone()  # on the current stream, right behind the call
+        visible = tuple(o.clone() for o in outs)  # on the current stream, right behind the call
         time.sleep(SIDE_STREAM_SETTLE_S)
         with torch.cuda.stream(watcher):
-            during.copy_(out)
+            for d, o in zip(during, outs):
+                d.copy_(o)
         watcher.synchronize()
         still_held = not held.query()
         torch.cuda.synchronize(dev)
@@ -73,21 +78,28 @@ def side_stream_check(spec, inputs, out, *, cfg, workload) -> str | None:
                 # The call itself waited for the hold (it synchronizes), or the host never
                 # outlasted it: the look cannot be made; the forked-work look below and the
                 # gate's per-call stream check still stand.
-                if not bits_equal(visible, out):
-                    late = int(bits_diff(visible, out).sum())
-                    return (f"{late} of {out.numel()} output elements were written after the caller's stream had "
-                            f"finished the call: work forked to another stream and never joined back")
-                return None
+                return _written_late(visible, outs, names)
             hold *= 2
             continue
         looks += 1
-        early = int((~unwritten_mask(during)).sum())
-        if early:
-            return (f"{early} of {out.numel()} output elements were written while the caller's stream was still "
-                    f"held before the call ({hold * 1e3:.0f} ms spin): the work runs on a stream that does not "
-                    f"wait for the caller's")
-        if not bits_equal(visible, out):
-            late = int(bits_diff(visible, out).sum())
-            return (f"{late} of {out.numel()} output elements were written after the caller's stream had finished "
-                    f"the call: work forked to another stream and never joined back")
+        for name, d, o in zip(names, during, outs):
+            early = int((~unwritten_mask(d)).sum())
+            if early:
+                return (f"{early} of {o.numel()} {elements(name)} were written while the caller's stream was "
+                        f"still held before the call ({hold * 1e3:.0f} ms spin): the work runs on a stream that "
+                        f"does not wait for the caller's")
+        late = _written_late(visible, outs, names)
+        if late:
+            return late
+    return None
+
+
+def _written_late(visible, outs, names) -> str | None:
+    """Why an output changed after the caller's stream finished the call (its copy right behind
+    the call differs from it now), or None."""
+    for name, seen, o in zip(names, visible, outs):
+        if not bits_equal(seen, o):
+            late = int(bits_diff(seen, o).sum())
+            return (f"{late} of {o.numel()} {elements(name)} were written after the caller's stream had "
+                    f"finished the call: work forked to another stream and never joined back")
     return None

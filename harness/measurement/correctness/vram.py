@@ -28,11 +28,12 @@ def checksum_bytes(n_elems: int, fused: bool = False) -> int:
 
 
 def judge_bytes(cfg, workload, fused: bool = False) -> int:
-    """Peak bytes of judging one output once its inputs and the output are alive: the float64
-    reference while it is computed (reference_bytes, its output included), then that output
-    beside compare()'s blocks, or the checksum of the largest input or of the output; these
-    never coexist (the reference's scratch is freed before compare runs). From the workload's
-    memory declaration: ``reference_bytes``, its outputs' and inputs' elements."""
+    """Peak bytes of judging a call's outputs once its inputs and the outputs are alive: the
+    float64 reference while it is computed (reference_bytes, its outputs included), then every
+    output's float64 reference beside compare()'s blocks (one output compared at a time,
+    bounded here by all of them), or the checksum of the largest input or of the outputs;
+    these never coexist (the reference's scratch is freed before compare runs). From the
+    workload's memory declaration: ``reference_bytes``, its outputs' and inputs' elements."""
     n_out = _elems(workload.outputs(cfg), cfg)
     ref_out = 8 * n_out
     return max(workload.reference_bytes(cfg), ref_out + compare_bytes(n_out, fused),
