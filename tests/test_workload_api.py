@@ -372,6 +372,11 @@ def test_the_documented_package_installed_runs_end_to_end_register_sweep_verdict
         assert r.metrics["tflops"] > 0 and r.metrics["kv_gbps"] is None
     verified = bench("ledger", "verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "not re-audited" not in verified.stdout  # the plugin is installed: its rows' rates recomputed
+    bare = subprocess.run([sys.executable, "-m", "harness", "ledger", "verify"], cwd=repo, capture_output=True,
+                          text=True, env={**env, "PYTHONPATH": str(REPO)}, timeout=600)
+    assert bare.returncode == 0 and "rates not re-audited: workload 'softmax' is not installed (" \
+        in " ".join(bare.stdout.split()), bare.stdout + bare.stderr
     verdict = bench("verdict", "softmax")
     assert verdict.returncode == 0, verdict.stdout + verdict.stderr
     assert "GO" in verdict.stdout, verdict.stdout
