@@ -285,14 +285,21 @@ def _row_rates(config: dict, floor, ms: float) -> dict | None:
     ledgers always had them, any other installed workload's (bench's own, a plugin's) through
     ``harness.registry``; None where the workload is not installed here (``rates_unaudited``)."""
     secs = ms * 1e-3
-    if not isinstance(config, dict) or config.get("workload") in (None, *SHIPPED_WORKLOADS):
+    name = _workload_of(config)
+    if not isinstance(config, dict) or name in (None, *SHIPPED_WORKLOADS):
         cfg = Config(**config)
         return {"tflops": formulas.flops(cfg) / secs / 1e12, "gbps": formulas.min_bytes(cfg) / secs / 1e9,
                 "kv_gbps": formulas.kv_bytes(cfg) / secs / 1e9}
-    wl = _installed(config.get("workload"))
+    wl = _installed(name)
     if wl is None:
         return None
     return sustained_rates(wl.from_row(config), ms, wl)
+
+
+def _workload_of(config):
+    """The workload a row's config names (None: none, attention's rows before it was recorded)."""
+    fields = ConfigFields.from_row(config)
+    return None if fields is None else fields.workload
 
 
 def _installed(name):
@@ -306,10 +313,9 @@ def rates_unaudited(row) -> str | None:
     """Why ``row``'s rates cannot be recomputed here (its workload is not installed), or None."""
     if row.kind != RESULT:
         return None
-    config = row.config
-    if not isinstance(config, dict) or config.get("workload") in (None, *SHIPPED_WORKLOADS):
+    name = _workload_of(row.config)
+    if not isinstance(row.config, dict) or name in (None, *SHIPPED_WORKLOADS):
         return None
-    name = config.get("workload")
     return None if _installed(name) is not None else f"rates not re-audited: workload {name!r} is not installed"
 
 
