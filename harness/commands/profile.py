@@ -48,8 +48,8 @@ from harness.workloads.seeds import PROFILE_SEED_OFFSET
 
 def formula_values(cfg) -> dict:
     """The [verify] formulas of a config (harness/registration/verify.py FORMULAS), as its
-    workload declares them (``kv_bytes`` only where it declares one: a clause naming it is
-    unknown elsewhere)."""
+    workload declares them (``kv_bytes`` only where it declares one: `bench register` refuses
+    a clause naming it elsewhere)."""
     wl = get_workload(cfg.workload)
     kv = wl.kv_bytes(cfg)
     return {"min_bytes": wl.min_bytes(cfg), "min_read_bytes": wl.min_read_bytes(cfg),
