@@ -283,3 +283,53 @@ def test_a_host_us_bar_is_refused_on_rows_that_keep_no_host_times(tmp_path):
             f"{cfg.key()}): it keeps no timing.host_samples_us") in r.stderr
     decided = run_bench(repo, "verdict", "kept", "--no-commit")
     assert decided.returncode == 0 and "GO" in decided.stdout, decided.stdout + decided.stderr
+
+
+# ------------------------------------------------------------- plugin workloads' rates (issue 50, item 5)
+
+GEMM_CONFIG = {"workload": "gemm_bias_gelu", "m": 64, "n": 32, "k": 16, "dtype": "float32", "gelu": "exact"}
+
+
+def _as_workload_row(config: dict) -> dict:
+    """The fixture's honest row as a row of another workload: its config and rates as that
+    workload's formulas give them at the row's ms (no floor: a row swept without ceilings)."""
+    from harness.errors import UserError
+    from harness.measurement.timing.sustained import rates
+    from harness.registry import get_workload
+
+    r = copy.deepcopy(_rows()[HONEST])
+    r["config"], r["floor"] = dict(config), None
+    for k in ("gbps_frac", "kv_gbps_frac"):
+        r["metrics"].pop(k, None)
+    try:
+        wl = get_workload(config["workload"])
+    except UserError:  # a workload not installed here: the row keeps the fixture's figures
+        return r
+    r["metrics"].update(rates(wl.from_row(config), r["metrics"]["ms"], wl))
+    return r
+
+
+def test_a_plugin_row_s_rates_are_recomputed_from_its_workload_even_without_ceilings():
+    from harness.ledger.audit import rates_unaudited
+
+    r = _as_workload_row(GEMM_CONFIG)
+    assert recompute(load(r)) == [] and rates_unaudited(load(r)) is None
+    for field in ("tflops", "gbps"):
+        forged = copy.deepcopy(r)
+        forged["metrics"][field] *= 2
+        assert [d.field for d in recompute(load(forged))] == [f"metrics.{field}"]
+
+
+def test_a_row_of_a_workload_not_installed_says_its_rates_were_not_re_audited(tmp_path):
+    from harness.ledger.audit import rates_unaudited
+
+    rows = _rows()
+    rows[HONEST] = _as_workload_row({"workload": "nosuch", "rows": 4, "dtype": "float32"})
+    rows[HONEST]["metrics"]["tflops"] *= 2  # not recomputable here: not named, but said
+    assert recompute(load(rows[HONEST])) == []
+    assert rates_unaudited(load(rows[HONEST])) == "rates not re-audited: workload 'nosuch' is not installed"
+    path = tmp_path / "ledger" / f"{LINE}.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(_rechain(rows))
+    res = verify(path)
+    assert res.ok and res.unaudited == ("rates not re-audited: workload 'nosuch' is not installed (1 result row)",)

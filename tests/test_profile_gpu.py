@@ -24,8 +24,10 @@ ISSUE_CLAUSES = ["dram_read_bytes <= 1.2 * min_bytes", "local_spill_bytes == 0",
 def _profile(cfg, kernel, **kw):
     from harness.measurement.profile import ProfileCase, profile
     from harness.measurement.timing import device_l2_bytes
+    from harness.registry import get_workload
 
-    return profile(cfg, kernel, ProfileCase(7, 2e-2, 2e-2), l2_bytes=device_l2_bytes("cuda"), **kw)
+    return profile(cfg, kernel, ProfileCase(7, 2e-2, 2e-2), l2_bytes=device_l2_bytes("cuda"),
+                   min_read_bytes=get_workload(cfg.workload).min_read_bytes(cfg), **kw)
 
 
 def test_fused_kernel_keeps_s_out_of_dram_and_the_stack_does_not():

@@ -198,6 +198,22 @@ def test_the_shipped_chain_compares_only_like_with_like(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_index_groups_lines_by_workload():
+    """Issue 50 item 5: the index lists each workload's lines together, under its name (one
+    workload's site, as small_site's, has no section rows)."""
+    from harness.reporting.analysis.site import site_data
+    from harness.reporting.render.site import index_html
+
+    site, _ = site_data(REPO, ["decode-small-h200", "example"])
+    groups = site.by_workload()
+    assert [w for w, _ in groups] == ["attention", "decode"]
+    assert [e.status.line for e in dict(groups)["decode"]] == ["decode-small-h200", "decode-small-h200-v2"]
+    html = index_html(site)
+    order = [html.index(s) for s in ('data-workload="attention"', 'data-line="example"', 'data-workload="decode"',
+                                     'data-line="decode-small-h200"', 'data-line="decode-small-h200-v2"')]
+    assert order == sorted(order)
+
+
 def test_a_gone_and_a_broken_ledger_are_listed_without_a_page(tmp_path):
     from harness.reporting.analysis.site import NOT_COMPARED, site_data
 

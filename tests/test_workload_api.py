@@ -316,7 +316,7 @@ SOFTMAX_LINE = "\n".join([
     "[bar]", 'go = "geomean(speedup) >= 0.01 and pass_rate == 1.0"', "prediction = 1.1", "include_noisy = true", ""])
 
 
-def test_the_documented_package_installed_runs_end_to_end_register_sweep_verdict_report(tmp_path):
+def test_the_documented_package_installed_runs_end_to_end_register_sweep_verdict_report(tmp_path, softmax, request):
     """Issue 50 item 6: a workload from a separate installed package goes through every stage
     on the CPU, in a repository of its own: registered, swept (gate, timing, every check after
     timing), decided and reported, its rows holding its own grid point's axes."""
@@ -358,6 +358,11 @@ def test_the_documented_package_installed_runs_end_to_end_register_sweep_verdict
         assert r.metrics["tflops"] > 0 and r.metrics["kv_gbps"] is None
     verified = bench("ledger", "verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "not re-audited" not in verified.stdout  # the plugin is installed: its rows' rates recomputed
+    bare = subprocess.run([sys.executable, "-m", "harness", "ledger", "verify"], cwd=repo, capture_output=True,
+                          text=True, env={**env, "PYTHONPATH": str(REPO)}, timeout=600)
+    assert bare.returncode == 0 and "rates not re-audited: workload 'softmax' is not installed (" \
+        in " ".join(bare.stdout.split()), bare.stdout + bare.stderr
     verdict = bench("verdict", "softmax")
     assert verdict.returncode == 0, verdict.stdout + verdict.stderr
     assert "GO" in verdict.stdout, verdict.stdout
@@ -365,6 +370,53 @@ def test_the_documented_package_installed_runs_end_to_end_register_sweep_verdict
     assert report.returncode == 0, report.stdout + report.stderr
     text = (repo / "reports" / "softmax" / "report.md").read_text()
     assert "softmax/rows=4/cols=64/dtype=float32" in text and "softmax_fused" in text
+    _plugin_report_and_route(repo, bench, ledger, tmp_path, request)
+
+
+def _plugin_report_and_route(repo, bench, ledger, tmp_path, request):
+    """Issue 50 item 5 on the plugin's own line: its plots read its size axis (cols) with its
+    other axes as panels, its page renders in Chromium, and `bench route` keys the dispatcher
+    by its axes and falls back along cols."""
+    import runpy
+
+    from harness.reporting.analysis import lines
+    from harness.reporting.analysis.panels import panels, size_label, size_of
+    from harness.reporting.render import plots, report
+
+    view = lines.load_path(ledger)
+    results = [r for r in view.outcomes().values() if r.kind == "result"]
+    assert sorted(size_of(r) for r in results) == [64.0, 96.0] and size_label(results) == "cols"
+    assert [title for title, _ in panels(results)] == ["float32"]  # rows and dtype do not vary: one panel
+    for fig in (plots.speedup_figure(results), plots.rates_figure(results, "gbps")):
+        assert fig.axes[0].get_xlabel() == "cols (log2 axis)"
+        assert sorted(t.get_text() for t in fig.axes[0].get_xticklabels()) == ["64", "96"]
+    paths = report.write(view, tmp_path / "report")
+    page = request.getfixturevalue("browser").new_page(viewport={"width": 1280, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(paths["html"].as_uri())
+    page.wait_for_load_state("load")
+    imgs = page.eval_on_selector_all("img", "els => els.map(e => ({w: e.naturalWidth, ok: e.complete}))")
+    assert imgs and all(i["ok"] and i["w"] > 300 for i in imgs), imgs
+    page.locator("details.per-config summary").click()
+    assert "cols=64" in page.content() and "cols=96" in page.content()
+    assert not errors, errors
+    page.close()
+
+    routed = bench("route", "softmax", "--out", "routes")
+    assert routed.returncode == 0, routed.stdout + routed.stderr
+    assert "choose(workload, rows, cols, dtype)" in routed.stdout
+    doc = json.loads((repo / "routes" / "route.json").read_text())
+    assert {r["config_key"] for r in doc["routes"]} == {"softmax/rows=4/cols=64/dtype=float32",
+                                                        "softmax/rows=4/cols=96/dtype=float32"}
+    dispatch = runpy.run_path(str(repo / "routes" / "route.py"))
+    assert dispatch["FIELDS"] == ("workload", "rows", "cols", "dtype")
+    for cols in (64, 96):
+        assert dispatch["choose"]("softmax", 4, cols, "float32") == dispatch["ROUTES"][("softmax", 4, cols,
+                                                                                      "float32")]
+    # An unseen size takes the nearest measured cols' route; another rows or dtype, the baseline.
+    assert dispatch["choose"]("softmax", 4, 70, "float32") == dispatch["choose"]("softmax", 4, 64, "float32")
+    assert dispatch["choose"]("softmax", 8, 64, "float32") == dispatch["BASELINE"] == "softmax_torch"
 
 
 # -- hollow kernels, for every workload: each rejected for its own reason -------------------------

@@ -11,8 +11,10 @@ from harness.cli import app
 
 @app.command()
 def new(line: str = typer.Argument(..., help="the line id (not a path): registrations/LINE.toml is written"),
-        candidate: List[str] = typer.Option(..., "--candidate", help="a kernel to test (repeat for several; "
-                                                                       "`bench kernels` lists them)"),
+        candidate: Optional[List[str]] = typer.Option(None, "--candidate",
+                                                      help="a kernel to test (repeat for several; `bench kernels` "
+                                                           "lists them; default: the first other than the baseline "
+                                                           "registered for the workload that runs here)"),
         prediction: float = typer.Option(..., "--prediction", help="your prediction of the primary figure "
                                                                      "(default primary: geomean(speedup)), written "
                                                                      "before any number exists"),
@@ -21,7 +23,12 @@ def new(line: str = typer.Argument(..., help="the line id (not a path): registra
                                                     "cublas_stack for a GPU, torch_stack for a CPU)"),
         device: str = typer.Option("auto", "--device", help="auto | cpu | cuda: the device the line is for "
                                                             "(auto: this machine's); every kernel must run there"),
-        workload: str = typer.Option("attention", "--workload", help="attention | decode"),
+        workload: str = typer.Option("attention", "--workload", help="any installed workload (`bench kernels` "
+                                                                       "groups kernels by workload): attention, "
+                                                                       "decode, gemm_bias_gelu, rmsnorm, a plugin's"),
+        axis: Optional[List[str]] = typer.Option(None, "--grid", help="AXIS=V1,V2: grid values of any axis of the "
+                                                                      "workload (repeat for several axes; default: "
+                                                                      "its example grid)"),
         batch: Optional[List[int]] = typer.Option(None, "--batch", help="grid values (repeat the flag)"),
         heads: Optional[List[int]] = typer.Option(None, "--heads"),
         kv_heads: Optional[List[int]] = typer.Option(None, "--kv-heads"),
@@ -40,6 +47,8 @@ def new(line: str = typer.Argument(..., help="the line id (not a path): registra
     commit it, then `bench register`.
 
     Example: bench new my-line --candidate sdpa --seq-len 128 --seq-len 256 --prediction 1.2
+
+    Example: bench new gemm-cpu --workload gemm_bias_gelu --grid m=64,256 --grid dtype=float32 --prediction 1.0
     """
     from harness.provenance.git import repo_root
     from harness.governance.scaffold import BarAsk, GridAsk, plan, write_new
@@ -47,7 +56,8 @@ def new(line: str = typer.Argument(..., help="the line id (not a path): registra
 
     grid = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_len": seq_len, "head_dim": head_dim,
             "dtype": dtype}
-    new_line = plan(line, candidate, prediction, baseline=baseline, grid=GridAsk(workload, grid, causal),
+    new_line = plan(line, candidate or (), prediction, baseline=baseline,
+                    grid=GridAsk(workload, grid, causal, tuple(axis or ())),
                     bar=BarAsk(hypothesis, go, primary), device=device)
     _, waived = write_new(repo_root(), new_line)
     render_written_registration(line, waived)

@@ -20,27 +20,19 @@ from harness.registration import line_ids
 from harness.registry import check_name, get_kernel, get_workload, load_kernels
 from harness.measurement.correctness.figures import DEFAULT_TOLERANCES
 from harness.measurement.device import detect_device
-from harness.workloads.inputs import DEFAULT_FAMILIES
 from harness.registration.schema import check_kernels, from_table
+from harness.registration.schema_keys import KEY_SCHEMA
 from harness.governance.power import tolerance_floor
-from harness.measurement import canaries
 
-# The grid a flag left out, per workload: a small one that runs anywhere (a fused-attention
-# prefill sweep, a decode step over a long cache), to be widened once the line works.
-DEFAULT_GRID = {
-    "attention": {"batch": [1], "heads": [16], "kv_heads": [16], "seq_len": [1024, 4096], "head_dim": [128],
-                  "dtype": ["float16"], "causal": [False, True]},
-    "decode": {"batch": [16], "heads": [32], "kv_heads": [8], "seq_len": [8192, 32768], "head_dim": [128],
-               "dtype": ["float16"], "causal": [False]},
-}
 # The bar a flag left out: every candidate faster than the baseline on the geometric mean of
 # the grid by more than the smallest speedup a cold-mode line resolves (1 ± 0.02: a bar at
 # 1.0 would be decided by rig noise, and `bench register` warns so), and correct on every config.
 DEFAULT_GO = "geomean(speedup) >= 1.05 and pass_rate == 1.0"
 DEFAULT_PRIMARY = "geomean(speedup)"
 # The baseline a flag left out: the first of these that runs the workload and dtypes on the
-# device the line is written for (the cuBLAS stack on a GPU, the torch stack on a CPU), so a
-# line `bench new` writes sweeps on the machine that wrote it.
+# device the line is written for (the cuBLAS stack on a GPU, the torch stack on a CPU), else
+# the first kernel registered for the workload that does, so a line `bench new` writes sweeps
+# on the machine that wrote it.
 DEFAULT_BASELINES = ("cublas_stack", "torch_stack")
 DEVICES = ("cpu", "cuda")
 MACHINES = {"cpu": "a machine without a GPU", "cuda": "a GPU machine"}
@@ -69,11 +61,88 @@ CAUSAL_CHOICES = {"both": [False, True], "true": [True], "false": [False]}
 @dataclass(frozen=True)
 class GridAsk:
     """The grid `bench new`'s flags ask for: the workload, values per field (field -> values,
-    empty ones left out: the workload's default) and --causal's word (None: the default)."""
+    empty ones left out: the workload's default), --causal's word (None: the default) and
+    --grid's ``AXIS=V1,V2`` entries (any axis of the workload)."""
 
     workload: str
     values: dict
     causal: str | None = None
+    axes: tuple[str, ...] = ()
+
+
+# --grid's words for a bool axis.
+BOOL_WORDS = {"true": True, "false": False}
+
+
+def _axis_value(axis, word: str):
+    """``word`` (one value of a --grid entry) as ``axis``'s type; UserError naming it."""
+    try:
+        if axis.type is bool:
+            return BOOL_WORDS[word]
+        return axis.type(word) if axis.type in (int, float) else word
+    except (KeyError, ValueError):
+        want = "true or false" if axis.type is bool else f"{'an integer' if axis.type is int else 'a number'}"
+        raise UserError(f"--grid {axis.name}={word!r}: not {want}") from None
+
+
+def _grid_entries(wl, entries, flagged: dict) -> dict:
+    """--grid's ``AXIS=V1,V2`` entries as axis -> values, each checked as the axis checks a
+    [grid] value; an axis also given by its own flag (``flagged``) or twice is refused."""
+    axes = {a.name: a for a in wl.axes}
+    out: dict = {}
+    for entry in entries:
+        name, eq, words = entry.partition("=")
+        name = name.strip()
+        if not eq or not words.strip():
+            raise UserError(f"--grid {entry!r}: write AXIS=V1,V2 (axes of {wl.name}: {', '.join(wl.axis_names)})")
+        if name not in axes:
+            raise UserError(f"--grid {entry!r}: {name!r} is not an axis of workload '{wl.name}' (its axes: "
+                            f"{', '.join(wl.axis_names)})")
+        if name in out or name in flagged:
+            raise UserError(f"--grid {entry!r}: {name} is given twice")
+        values = [_axis_value(axes[name], w.strip()) for w in words.split(",")]
+        try:
+            out[name] = axes[name].values(values)
+        except UserError as exc:
+            raise UserError(f"--grid {entry!r}: {exc}") from None
+    return out
+
+
+def default_grid(wl) -> dict:
+    """The grid of workload ``wl`` a flag leaves out, per axis: its ``example_grid``, else the
+    axis's first choice (false for a bool); None for an axis with neither."""
+    out = {}
+    for axis in wl.axes:
+        if axis.name in wl.example_grid:
+            out[axis.name] = list(wl.example_grid[axis.name])
+        elif axis.choices:
+            out[axis.name] = [axis.choices[0]]
+        elif axis.type is bool:
+            out[axis.name] = [False]
+        else:
+            out[axis.name] = None
+    return out
+
+
+def _full_grid(wl, grid: GridAsk) -> dict:
+    """The grid `bench new` writes for ``grid``: the workload's default under the flags' values."""
+    flagged = {k: list(v) for k, v in grid.values.items() if v}
+    for key in flagged:
+        if key not in wl.axis_names:
+            raise UserError(f"--{key.replace('_', '-')}: workload '{wl.name}' has no axis {key} (its axes: "
+                            f"{', '.join(wl.axis_names)}) — give its axes with --grid AXIS=V1,V2")
+    if grid.causal is not None and "causal" not in wl.axis_names:
+        raise UserError(f"--causal: workload '{wl.name}' has no axis causal (its axes: {', '.join(wl.axis_names)})")
+    full = {**default_grid(wl), **flagged, **_grid_entries(wl, grid.axes, flagged)}
+    if grid.causal is not None:
+        if grid.causal not in CAUSAL_CHOICES:
+            raise UserError(f"--causal {grid.causal!r}: use {', '.join(CAUSAL_CHOICES)}")
+        full["causal"] = CAUSAL_CHOICES[grid.causal]
+    missing = [a for a, v in full.items() if v is None]
+    if missing:
+        raise UserError(f"workload '{wl.name}' gives no example value for axis {missing[0]}: pass --grid "
+                        f"{missing[0]}=V1,V2")
+    return full
 
 
 @dataclass(frozen=True)
@@ -92,33 +161,27 @@ def plan(line: str, candidates, prediction: float, *, baseline: str | None, grid
     values given, the default bar with its hypothesis in words, and the device the line is for
     (``device``; None: this machine's) with a baseline that runs there. Every kernel named must
     run on that device: a line written here sweeps here."""
-    workload, causal = grid.workload, grid.causal
+    workload = grid.workload
     hypothesis, go, primary = bar.hypothesis, bar.go, bar.primary
     line_ids.check(line)
     if not math.isfinite(prediction):
         raise UserError(f"--prediction {prediction}: give your predicted value of the primary figure as a finite "
                         f"number")
     try:
-        get_workload(workload)
+        wl = get_workload(workload)
     except UserError as exc:
         raise UserError(f"--workload {workload!r}: {exc}") from None
-    if workload not in DEFAULT_GRID:
-        raise UserError(f"--workload {workload!r}: bench new has a default grid for {' and '.join(DEFAULT_GRID)} "
-                        f"only — write the registration's [grid] from the workload's axes (docs/workloads.md)")
     if go is not None and hypothesis is None:
         raise UserError("--go without --hypothesis: say in words what the bar tests and why you expect it")
     hypothesis, go, primary = (_utf8(flag, text) for flag, text in
                                (("--hypothesis", hypothesis), ("--go", go), ("--primary", primary)))
-    full = {**DEFAULT_GRID[workload], **{k: list(v) for k, v in grid.values.items() if v}}
-    if causal is not None:
-        if causal not in CAUSAL_CHOICES:
-            raise UserError(f"--causal {causal!r}: use {', '.join(CAUSAL_CHOICES)}")
-        full["causal"] = CAUSAL_CHOICES[causal]
-    _known_dtypes(full["dtype"])
+    full = _full_grid(wl, grid)
+    _known_dtypes(wl, full["dtype"])
     cands = tuple(dict.fromkeys(check_name(c, "--candidate") for c in candidates))
     device, here = _device(device)
     baseline = (_default_baseline(workload, full["dtype"], device, here) if baseline is None else
                 check_name(baseline, "--baseline"))
+    cands = cands or (_default_candidate(workload, full["dtype"], device, here, baseline),)
     _runs_on(device, here, (*cands, baseline))
     if hypothesis is None:
         who = cands[0] if len(cands) == 1 else ", ".join(cands)
@@ -128,11 +191,12 @@ def plan(line: str, candidates, prediction: float, *, baseline: str | None, grid
                    primary or DEFAULT_PRIMARY, device)
 
 
-def _known_dtypes(dtypes: list[str]) -> list[str]:
-    """``dtypes`` once each has bench's default tolerance (which the file writes)."""
-    unknown = [d for d in dtypes if d not in DEFAULT_TOLERANCES]
+def _known_dtypes(wl, dtypes: list[str]) -> list[str]:
+    """``dtypes`` once each has the workload's default tolerance (which the file writes)."""
+    unknown = [d for d in dtypes if d not in wl.tolerances or d not in wl.dtypes]
     if unknown:
-        raise UserError(f"--dtype {ascii(unknown[0])}: bench knows {', '.join(DEFAULT_TOLERANCES)}")
+        raise UserError(f"--dtype {ascii(unknown[0])}: bench knows "
+                        f"{', '.join(d for d in wl.tolerances if d in wl.dtypes)}")
     return dtypes
 
 
@@ -172,16 +236,31 @@ def _why_not(spec, device: str, here: bool) -> str | None:
     return None if device in spec.devices else f"runs on {'/'.join(spec.devices)}, not {device}"
 
 
+def _runs(spec, workload: str, dtypes, device: str, here: bool) -> bool:
+    return (spec is not None and _why_not(spec, device, here) is None and workload in spec.workloads
+            and all(d in spec.dtypes for d in dtypes))
+
+
 def _default_baseline(workload: str, dtypes, device: str, here: bool) -> str:
-    """The first of DEFAULT_BASELINES that runs ``workload`` in every dtype on ``device``."""
+    """The first of DEFAULT_BASELINES that runs ``workload`` in every dtype on ``device``, else
+    the first kernel registered for ``workload`` that does."""
     kernels = load_kernels()
-    for name in DEFAULT_BASELINES:
-        spec = kernels.get(name)
-        if (spec is not None and _why_not(spec, device, here) is None and workload in spec.workloads
-                and all(d in spec.dtypes for d in dtypes)):
+    for name in (*DEFAULT_BASELINES, *kernels):
+        if _runs(kernels.get(name), workload, dtypes, device, here):
             return name
-    raise UserError(f"none of the default baselines ({', '.join(DEFAULT_BASELINES)}) runs {workload} in "
-                    f"{', '.join(dtypes)} on {device}{' here' if here else ''}: name one with --baseline "
+    raise UserError(f"none of the default baselines ({', '.join(DEFAULT_BASELINES)}) nor any kernel registered for "
+                    f"{workload} runs it in {', '.join(dtypes)} on {device}{' here' if here else ''}: name one with "
+                    f"--baseline (`bench kernels` lists them)")
+
+
+def _default_candidate(workload: str, dtypes, device: str, here: bool, baseline: str) -> str:
+    """The first kernel registered for ``workload`` but the baseline that runs it in every dtype on ``device``."""
+    kernels = load_kernels()
+    for name, spec in kernels.items():
+        if name != baseline and _runs(spec, workload, dtypes, device, here):
+            return name
+    raise UserError(f"no kernel registered for {workload} but the baseline {baseline} runs it in "
+                    f"{', '.join(dtypes)} on {device}{' here' if here else ''}: name one with --candidate "
                     f"(`bench kernels` lists them)")
 
 
@@ -201,7 +280,6 @@ def _runs_on(device: str, here: bool, names) -> None:
 TOML_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
 # A key TOML takes bare; any other is written quoted.
 BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-GRID_FIELDS = ("batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
 
 
 def toml_string(s: str) -> str:
@@ -228,17 +306,26 @@ def toml_value(v) -> str:
     raise TypeError(f"no TOML value for {v!r}")
 
 
+def _schema_for(tables: dict) -> int:
+    """The oldest schema that reads ``tables`` (table -> its keys): 1 unless a key is newer
+    (``KEY_SCHEMA``: a workload's axis named as a newer bench's key, rmsnorm's ``tokens``)."""
+    return max([1, *(since for (table, key), since in KEY_SCHEMA.items() if key in tables.get(table, {}))])
+
+
 def registration_table(new: NewLine, waived: dict[str, str] | None = None) -> dict:
     """The registration as data: what ``registration_text`` writes, and what the file must
     read back as, value for value."""
-    dtypes = _known_dtypes(new.grid["dtype"])
+    wl = get_workload(new.workload)
+    dtypes = _known_dtypes(wl, new.grid["dtype"])
     cands = ({"candidate": new.candidates[0]} if len(new.candidates) == 1 else
              {"candidates": list(new.candidates)})
-    return {"schema": 1, "hypothesis": new.hypothesis, "workload": new.workload, **cands, "baseline": new.baseline,
-            "grid": {k: list(new.grid[k]) for k in GRID_FIELDS},
-            "correctness": {"atol": {d: DEFAULT_TOLERANCES[d][0] for d in dtypes},
-                            "rtol": {d: DEFAULT_TOLERANCES[d][1] for d in dtypes}, "seeds": 3,
-                            "families": list(DEFAULT_FAMILIES), **({"accept_weak": list(waived)} if waived else {})},
+    grid = {k: list(new.grid[k]) for k in wl.axis_names}
+    return {"schema": _schema_for({"grid": grid}), "hypothesis": new.hypothesis, "workload": new.workload, **cands, "baseline": new.baseline,
+            "grid": grid,
+            "correctness": {"atol": {d: wl.tolerances[d][0] for d in dtypes},
+                            "rtol": {d: wl.tolerances[d][1] for d in dtypes}, "seeds": 3,
+                            "families": list(wl.default_families),
+                            **({"accept_weak": list(waived)} if waived else {})},
             "timing": {"mode": "cold"},
             "bar": {"go": new.go, "primary": new.primary, "prediction": new.prediction}}
 
@@ -269,10 +356,7 @@ baseline = {toml_value(t["baseline"])}
 {grid}
 
 [correctness]
-# The float64 gate: |out - ref| <= atol + rtol * |ref| on every element. bench's defaults per
-# dtype (measurement/correctness/figures.py): they leave the 3-kernel baseline, which rounds S
-# to the input dtype, about 2x margin. `bench register` refuses a tolerance no output in the
-# dtype can meet and one loose enough to let a broken kernel through (its canaries).
+{_tolerance_comment(new.workload)}
 atol = {toml_value(corr["atol"])}
 rtol = {toml_value(corr["rtol"])}
 # Seeds per config; a seed passes when every input family passes at it.
@@ -293,6 +377,20 @@ go = {toml_value(bar["go"])}
 primary = {toml_value(bar["primary"])}
 prediction = {toml_value(bar["prediction"])}
 '''
+
+
+def _tolerance_comment(workload: str) -> str:
+    """What the [correctness] tolerances are and where they come from: bench's attention
+    defaults, or the workload's own ``tolerances``."""
+    if get_workload(workload).tolerances is DEFAULT_TOLERANCES:
+        return """# The float64 gate: |out - ref| <= atol + rtol * |ref| on every element. bench's defaults per
+# dtype (measurement/correctness/figures.py): they leave the 3-kernel baseline, which rounds S
+# to the input dtype, about 2x margin. `bench register` refuses a tolerance no output in the
+# dtype can meet and one loose enough to let a broken kernel through (its canaries)."""
+    return f"""# The float64 gate: |out - ref| <= atol + rtol * |ref| on every element. Workload {workload}'s
+# defaults per dtype (its `tolerances`: docs/workloads.md). `bench register` refuses a
+# tolerance no output in the dtype can meet and one loose enough to let a broken kernel
+# through (its canaries)."""
 
 
 def _waivers(waived: dict[str, str]) -> str:
@@ -333,9 +431,10 @@ def write_new(root: Path, new: NewLine) -> tuple[Path, dict[str, str]]:
     check_kernels(reg, root)
     tolerance_floor(reg)  # a tolerance no output in the dtype could meet is refused here, not at register
     waived: dict[str, str] = {}
-    for c in canaries.check(reg.configs, atol=reg.atol, rtol=reg.rtol, seed=reg.seeds[0], families=reg.families):
+    wl = get_workload(reg.workload)
+    for c in wl.check_canaries(reg.configs, atol=reg.atol, rtol=reg.rtol, seed=reg.seeds[0], families=reg.families):
         if not c.rejected and c.canary not in waived:
-            waived[c.canary] = (f"{canaries.CANARIES[c.canary]}, at {c.point}: {c.dtype} atol {c.atol:g} rtol "
+            waived[c.canary] = (f"{wl.canaries[c.canary]}, at {c.point}: {c.dtype} atol {c.atol:g} rtol "
                                 f"{c.rtol:g} lets it through; {c.fix()} would reject it")
     text = registration_text(new, waived)
     _parsed(text, path, registration_table(new, waived))

@@ -13,8 +13,9 @@ the raw data it carries, and names each one that disagrees (``recompute``):
   ``control_ok`` (against the row's ``policy.control_tolerance``);
 - ``metrics.ms``: the sustained calls' median (``rate_protocol == "sustained"``, also
   ``sustained.median_ms`` and ``n_calls``) else the candidate's median; ``tflops``, ``gbps``,
-  ``kv_gbps`` from it and the config's formulas (``sustained.rates``; another workload's from
-  the FLOPs and bytes its ``floor`` records); ``gbps_frac`` and ``kv_gbps_frac`` from the
+  ``kv_gbps`` from it and the config's workload's formulas (``sustained.rates``; a plugin
+  workload's through ``harness.registry``, and where it is not installed here the rates are
+  not re-audited and verify says so: ``rates_unaudited``); ``gbps_frac`` and ``kv_gbps_frac`` from the
   copy ceiling the row's ``floor`` records;
 - a row measured under the statistic stop (``policy.stop = "statistic"``, schema 6) has its
   speedup, CI and control from the stop's look instead (``criteria.row_statistic``): the
@@ -65,6 +66,9 @@ from harness.vocab.metrics import PROTOCOLS, SUSTAINED
 from harness.measurement.clocks import kcycles
 from harness.measurement.ceilings import Ceilings
 from harness.measurement.floor import matmul_ceiling
+from harness.measurement.timing.sustained import rates as sustained_rates
+from harness.errors import UserError
+from harness.registry import get_workload, load_workloads
 
 # Relative tolerance for a figure recomputed from the row's float64 samples by the same
 # numpy functions that wrote it. The same numpy gives the same bits; another numpy build or
@@ -261,7 +265,7 @@ def _rates(a: _Audit, row: dict, metrics: dict, cand: list[float] | None) -> Non
     floor = Floor.from_row(row.floor)
     try:
         r = _row_rates(row.config, floor, ms)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, UserError):
         a.bad("config", row.config, "no rates computable for this config and ms")
         return
     if r is None:
@@ -277,17 +281,42 @@ def _rates(a: _Audit, row: dict, metrics: dict, cand: list[float] | None) -> Non
 
 
 def _row_rates(config: dict, floor, ms: float) -> dict | None:
-    """A row's rates at ``ms``: attention's and decode's from their formulas; another workload's from
-    the FLOPs and bytes its ``floor`` records (the ledger loads no plugin), None if none (no ceilings)."""
+    """A row's rates at ``ms`` from its workload's formulas: attention's and decode's as their
+    ledgers always had them, any other installed workload's (bench's own, a plugin's) through
+    ``harness.registry``; None where the workload is not installed here (``rates_unaudited``)."""
     secs = ms * 1e-3
-    if not isinstance(config, dict) or config.get("workload") in (None, *SHIPPED_WORKLOADS):
+    name = _workload_of(config)
+    if not isinstance(config, dict) or name in (None, *SHIPPED_WORKLOADS):
         cfg = Config(**config)
         return {"tflops": formulas.flops(cfg) / secs / 1e12, "gbps": formulas.min_bytes(cfg) / secs / 1e9,
                 "kv_gbps": formulas.kv_bytes(cfg) / secs / 1e9}
-    rounds = floor.rounds if floor is not None else None
-    if not isinstance(rounds, dict) or number(rounds.get("flops")) is None or number(rounds.get("min_bytes")) is None:
+    wl = _installed(name)
+    if wl is None:
         return None
-    return {"tflops": rounds["flops"] / secs / 1e12, "gbps": rounds["min_bytes"] / secs / 1e9, "kv_gbps": None}
+    return sustained_rates(wl.from_row(config), ms, wl)
+
+
+def _workload_of(config):
+    """The workload a row's config names (None: none, attention's rows before it was recorded)."""
+    fields = ConfigFields.from_row(config)
+    return None if fields is None else fields.workload
+
+
+def _installed(name):
+    """The installed workload ``name``, or None (a plugin this machine lacks)."""
+    if not isinstance(name, str) or name not in load_workloads():
+        return None
+    return get_workload(name)
+
+
+def rates_unaudited(row) -> str | None:
+    """Why ``row``'s rates cannot be recomputed here (its workload is not installed), or None."""
+    if row.kind != RESULT:
+        return None
+    name = _workload_of(row.config)
+    if not isinstance(row.config, dict) or name in (None, *SHIPPED_WORKLOADS):
+        return None
+    return None if _installed(name) is not None else f"rates not re-audited: workload {name!r} is not installed"
 
 
 def _host(a: _Audit, row: dict, metrics: dict, timing: dict) -> None:
@@ -455,7 +484,7 @@ def unchecked(metric: str, row) -> str | None:
     return f"it keeps no timing.{kept} ({metric} was not recomputable when it was written)"
 
 
-__all__ = ["Disagreement", "KEPT_FROM", "RATE_RTOL", "ROUNDOFF_RTOL", "recompute", "unchecked"]
+__all__ = ["Disagreement", "KEPT_FROM", "RATE_RTOL", "ROUNDOFF_RTOL", "rates_unaudited", "recompute", "unchecked"]
 
 
 # A figure copied or divided from the ceilings row: equal to it but for float rounding.

@@ -23,7 +23,7 @@ from harness.ledger.format import (CEILINGS_LEDGER, CEILINGS_REF, GENESIS_HASH, 
                                               read_rows, row_hash)
 from harness.ledger.rows import UnknownField, load
 from harness.vocab.outcomes import REGISTERED, VERDICT
-from harness.ledger.audit import ceilings_disagreements, ceilings_figures, recompute
+from harness.ledger.audit import ceilings_disagreements, ceilings_figures, rates_unaudited, recompute
 from harness.vocab.outcomes import RESULT, remeasures
 from harness.ledger.verify_links import replicate_fault, supersedes_fault
 from harness.ledger.payloads import CeilingsRef
@@ -45,6 +45,9 @@ class VerifyResult:
     unchecked: str | None = None
     # Pairs measured again where they were measured (outcomes.Remeasure), when ok.
     remeasured: tuple = ()
+    # Why some result rows' rates were not recomputed (their workload is not installed here),
+    # one line per workload with the rows' count; () when every row's were.
+    unaudited: tuple[str, ...] = ()
     # (first, last) rows no commit holds, when ok and in git; None: every row is committed, or
     # the file is in no git repository. The chain cannot show who wrote them: a commit is the anchor.
     uncommitted: tuple[int, int] | None = None
@@ -297,11 +300,11 @@ def verify(path: Path) -> VerifyResult:
     unchecked = None
     if bad is None:
         bad, unchecked = _check_git(body, path)
-    results = 0
+    results, unaudited = 0, ()
     if bad is None:
         bad = _check_figures(records, path)
-        if isinstance(bad, int):
-            bad, results = None, bad
+        if isinstance(bad, tuple):
+            bad, (results, unaudited) = None, bad
     if bad is None:
         bad = _check_ceilings_refs(records, path)
     remeasured: tuple = ()
@@ -323,22 +326,26 @@ def verify(path: Path) -> VerifyResult:
     where = _git_location(path)
     held = count if where is None else (gitguard.show_file(where[0], "HEAD", where[1]) or b"").count(b"\n")
     return VerifyResult(str(path), True, count, n_results=results, unchecked=unchecked, remeasured=remeasured,
-                        uncommitted=(held, count - 1) if count > held else None)
+                        uncommitted=(held, count - 1) if count > held else None, unaudited=unaudited)
 
 
-def _check_figures(records: list[bytes], path: Path) -> VerifyResult | int:
+def _check_figures(records: list[bytes], path: Path) -> VerifyResult | tuple[int, tuple[str, ...]]:
     """Every result row's derived figures against its raw samples (``audit.recompute``): a row
     rewritten and re-hashed before its commit keeps a valid chain but not a sound row.
-    The number of result rows when all add up."""
-    unsound, results = [], 0
+    When all add up: the number of result rows, and why some rows' rates were not re-audited
+    (``audit.rates_unaudited``: one line per reason, with its count of rows)."""
+    unsound, results, unaudited = [], 0, {}
     for n, raw in enumerate(records):
         row = load(json.loads(raw))
         results += row.kind == RESULT
         found = recompute(row)
         if found:
             unsound.append((n, n, tuple(found)))  # the chain held: seq == n
+        why = rates_unaudited(row)
+        if why is not None:
+            unaudited[why] = unaudited.get(why, 0) + 1
     if not unsound:
-        return results
+        return results, tuple(f"{why} ({plural(k, 'result row')})" for why, k in unaudited.items())
     n = unsound[0][0]
     more = f" (and {plural(len(unsound) - 1, 'more row')}: bench ledger verify names each)" if len(unsound) > 1 else ""
     return VerifyResult(str(path), False, len(records), n, _unsound_text(*unsound[0]) + more, unsound=tuple(unsound))

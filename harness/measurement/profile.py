@@ -23,7 +23,7 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.measurement import counters
-from harness.workloads import Config, formulas
+from harness.workloads import Config
 from harness import CODE_PACKAGES
 
 # Profiled calls per (config, kernel): ncu replays each launch until every metric is
@@ -98,15 +98,18 @@ def profile_bare(cfg, case: ProfileCase, *, l2_bytes: int | None, run: NcuRun = 
     kernel profiled with ``case`` gets, its outputs checked against ``bare_reference`` with
     ``case``'s tolerance. Its reads are not judged by the reductio: it is the yardstick, not a
     candidate (``impossible`` is None)."""
-    return profile(cfg, None, case, l2_bytes=l2_bytes, name=BARE_RANGE, run=run, bare=True)
+    return profile(cfg, None, case, l2_bytes=l2_bytes, name=BARE_RANGE, run=run, min_read_bytes=None, bare=True)
 
 
 def profile(cfg: Config, kernel: str | None, case: ProfileCase, *, l2_bytes: int | None, name: str | None = None,
-            run: NcuRun = NcuRun(), min_read_bytes: float | None = None, bare: bool = False) -> ProfileResult:
+            min_read_bytes: float | None, run: NcuRun = NcuRun(), bare: bool = False) -> ProfileResult:
     """Counters of one call of ``kernel`` (a registered name or ``module:function``; with
     ``bare``, the workload's bare op instead) at ``cfg`` on ``case``'s inputs, under ncu as
     ``run`` says. ``min_read_bytes``: the fewest bytes its workload must read
-    (``Workload.min_read_bytes``; None: an attention ``Config``'s formula)."""
+    (``Workload.min_read_bytes``), the bound a DRAM read count below is impossible by; required
+    for a kernel, None for the bare op (never judged by it)."""
+    if not bare and min_read_bytes is None:
+        raise ValueError("profile: a kernel's counters need its workload's min_read_bytes")
     seed, atol, rtol, numerics = case.seed, case.atol, case.rtol, case.numerics
     ncu, version, cwd, timeout_s = run.path or counters.ncu_path(), run.version, run.cwd, run.timeout_s
     if not name and not kernel:
@@ -146,8 +149,7 @@ def profile(cfg: Config, kernel: str | None, case: ProfileCase, *, l2_bytes: int
     if bare:
         impossible = None
     else:
-        least_read = formulas.min_read_bytes(cfg) if min_read_bytes is None else min_read_bytes
-        impossible = counters.counter_impossible(per_call["dram_read_bytes"], least_read, l2_bytes)
+        impossible = counters.counter_impossible(per_call["dram_read_bytes"], min_read_bytes, l2_bytes)
     return ProfileResult(cfg, name, launches=inside, per_call=per_call, impossible=impossible,
                          output_check=output_check, error=error, l2_bytes=l2_bytes, ncu_version=version,
                          outside_range=len(launches) - len(inside))

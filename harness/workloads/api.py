@@ -184,6 +184,10 @@ class Workload:
     axes: tuple[Axis, ...] = ()
     # The axis the plots and `bench route` read as the workload's size.
     size_axis: str = ""
+    # Example values per axis (axis -> list): the grid `bench new` writes where a flag leaves an
+    # axis out, small enough to register and sweep anywhere. An axis without one takes its first
+    # choice (false for a bool); any other needs `bench new --grid AXIS=VALUES`.
+    example_grid: dict = {}
     # Input families: name -> what it draws; the gate runs ``default_families`` unless a
     # registration names others.
     families: dict = {"normal": "every input standard normal"}
@@ -471,5 +475,12 @@ class Workload:
             if undeclared:
                 raise UserError(f"{where}: declares bare_name {self.bare_name!r} but not {undeclared[0]}: a bare op "
                                 f"needs bare_outputs, bare_op and bare_reference")
+        by_name = {a.name: a for a in self.axes}
+        for axis, values in self.example_grid.items():
+            if axis not in by_name:
+                raise UserError(f"{where}: example_grid names {axis!r}, which is not one of its axes")
+            if not isinstance(values, list) or not values or \
+                    any(by_name[axis].reason(v) is not None for v in values):
+                raise UserError(f"{where}: example_grid {axis!r} must be a non-empty list of the axis's values")
 
 

@@ -85,6 +85,9 @@ class RMSNorm(Workload):
         Axis("residual", bool, description="fused add-RMSNorm: s = x + residual, residual_out = s"),
     )
     size_axis = "tokens"
+    # A sweep of tokens at a 4096-wide row (a residual line's two outputs are refused at register
+    # until the gate judges several outputs per call).
+    example_grid = {"tokens": [1024, 4096], "hidden": [4096], "dtype": ["float16"], "residual": [False]}
     families = {
         "normal": f"x (and residual) standard normal, weight {WEIGHT_MEAN:g} + {WEIGHT_SPREAD:g}·N(0, 1)",
         "large_rows": f"as normal, every {LARGE_ROW_EVERY}th row times {LARGE_ROW_SCALE:g}: squares overflow float16",

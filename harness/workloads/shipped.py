@@ -40,6 +40,9 @@ class AttentionWorkload(Workload):
         Axis("causal", bool, description="bottom-right aligned causal mask"),
     )
     size_axis = "seq_len"
+    # A fused-attention prefill sweep, to be widened once the line works.
+    example_grid = {"batch": [1], "heads": [16], "kv_heads": [16], "seq_len": [1024, 4096], "head_dim": [128],
+                    "dtype": ["float16"], "causal": [False, True]}
     families = attention_inputs.FAMILIES
     default_families = attention_inputs.DEFAULT_FAMILIES
     canaries = canaries.CANARIES
@@ -180,6 +183,9 @@ class DecodeWorkload(AttentionWorkload):
     name = "decode"
     description = "decode attention: one query token per sequence against a KV cache of seq_len tokens"
     size_axis = "seq_len"
+    # A decode step over a long cache.
+    example_grid = {"batch": [16], "heads": [32], "kv_heads": [8], "seq_len": [8192, 32768], "head_dim": [128],
+                    "dtype": ["float16"], "causal": [False]}
 
     def check_causal(self, values) -> str | None:
         if True in values:

@@ -1,27 +1,81 @@
 """The plots' panels: the result rows grouped by the config fields that vary between them,
-each group titled by those fields, along a numeric size axis (render/plots.py draws them)."""
+each group titled by those fields, along a numeric size axis (render/plots.py draws them):
+the workload's ``size_axis`` (seq_len for attention and decode, m for GEMM, tokens for RMSNorm)."""
 
 from __future__ import annotations
 
+from harness.errors import UserError
 from harness.jsonsafe import number
+from harness.ledger.payloads import ConfigFields
+from harness.registry import get_workload, load_workloads
 from harness.reporting.analysis.tidy import CONFIG_COLUMNS
+from harness.workloads import SHIPPED_WORKLOADS
 
-# The numeric size axis of the plots; the other config fields that vary split the panels.
+# The numeric size axis of attention's and decode's plots; the other config fields that vary
+# split the panels. Another workload's is its ``Workload.size_axis``.
 SIZE_FIELD = "seq_len"
 # A panel field derived from the config: batch × seq_len (a grid in ``[grid] tokens``).
 TOKENS = "tokens"
 PANEL_FIELDS = ("dtype", "causal", "head_dim")  # always named in a panel's title
 
 
+def _workload_of(config) -> str | None:
+    fields = ConfigFields.from_row(config)
+    return None if fields is None else fields.workload
+
+
+def _installed(name):
+    """The installed workload ``name``, or None (a plugin not installed here)."""
+    return get_workload(name) if isinstance(name, str) and name in load_workloads() else None
+
+
+def size_field(config: dict) -> str | None:
+    """The size axis of the workload ``config`` is a point of: seq_len for attention and decode,
+    another's ``size_axis`` (None: it declares none, or it is not installed here)."""
+    name = _workload_of(config)
+    if name in (None, *SHIPPED_WORKLOADS):
+        return SIZE_FIELD
+    try:
+        wl = _installed(name)
+    except UserError:
+        return None
+    return (wl.size_axis or None) if wl is not None else None
+
+
+def size_label(rows) -> str:
+    """What the plots' x axis is, for ``rows``: their workloads' size axes."""
+    return " / ".join(sorted({f for r in rows if (f := size_field(r.config or {}))})) or SIZE_FIELD
+
+
 def size_of(row) -> float | None:
-    x = number((row.config or {}).get(SIZE_FIELD))
+    config = row.config or {}
+    field = size_field(config)
+    x = number(config.get(field)) if field else None
     return x if x is not None and x > 0 else None
+
+
+def _columns(rows: list) -> tuple[str, ...]:
+    """The config fields of ``rows``, in their workload's axis order (attention's and decode's:
+    ``CONFIG_COLUMNS``; a plugin not installed here: its rows' fields, sorted)."""
+    names = sorted({_workload_of(r.config) for r in rows}, key=str)
+    if set(names) <= {None, *SHIPPED_WORKLOADS}:
+        return CONFIG_COLUMNS
+    cols: list[str] = ["workload"]
+    for name in names:
+        wl = _installed(name)
+        keys = wl.axis_names if wl is not None else \
+            sorted({k for r in rows if _workload_of(r.config) == name for k in r.config or {}})
+        cols += [k for k in keys if k not in cols]
+    return tuple(cols)
 
 
 def _per_token(rows: list) -> bool:
     """Whether the rows' sizes read better as tokens (batch × seq_len) than as batch: fewer
     distinct values (a grid in ``tokens``: batch = tokens / seq_len moves with seq_len, and
     the token count names a panel)."""
+    if _columns(rows) != CONFIG_COLUMNS:  # batch × seq_len means something to attention and decode only
+        return False
+
     def n(f):
         return len({f(r.config or {}) for r in rows})
 
@@ -33,7 +87,8 @@ def panel_fields(rows: list) -> list[str]:
     size axis and the workload) whose value differs between rows — with ``TOKENS`` (batch ×
     seq_len) for batch where that has fewer values (``_per_token``)."""
     tokens = _per_token(rows)
-    varying = [f for f in CONFIG_COLUMNS if f not in (SIZE_FIELD, "workload", *PANEL_FIELDS)
+    sizes = {size_field(r.config or {}) for r in rows}
+    varying = [f for f in _columns(rows) if f not in (*sizes, "workload", *PANEL_FIELDS)
                and not (tokens and f == "batch") and len({repr((r.config or {}).get(f)) for r in rows}) > 1]
     return [*PANEL_FIELDS, *((TOKENS,) if tokens else ()), *varying]
 
@@ -68,4 +123,4 @@ def panels(rows: list) -> list[tuple[str, list]]:
             for key in sorted(groups, key=order)]
 
 
-__all__ = ["PANEL_FIELDS", "SIZE_FIELD", "TOKENS", "panel_fields", "panels", "size_of"]
+__all__ = ["PANEL_FIELDS", "SIZE_FIELD", "TOKENS", "panel_fields", "panels", "size_field", "size_label", "size_of"]

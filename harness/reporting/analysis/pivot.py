@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from harness.errors import UserError
 from harness.reporting.analysis.lines import LineView, arm_samples
+from harness.reporting.analysis.panels import SIZE_FIELD, size_field
 from harness.vocab.outcomes import RESULT
 
 SPEEDUP, MS = "speedup", "ms"
@@ -94,11 +95,15 @@ def numeric_order(config_key: str) -> tuple:
 
 
 def config_order(row) -> tuple:
-    """A result row's place among the pivot's rows: its config's ``ORDER`` fields (numbers as
-    numbers), then its key read numerically (a field ``ORDER`` does not name)."""
+    """A result row's place among the pivot's rows: its config's ``ORDER`` fields (another
+    workload's: its size axis first, then its other fields; numbers as numbers), then its key
+    read numerically (a field ``ORDER`` does not name)."""
     config = row.config or {}
+    size = size_field(config)
+    order = ORDER if size == SIZE_FIELD else ("workload", *((size,) if size else ()),
+                                              *(f for f in config if f not in ("workload", size)))
     fields = tuple((0, float(v), "") if isinstance(v, (int, float)) else (1, 0.0, str(v))
-                   for v in (config.get(f) for f in ORDER))
+                   for v in (config.get(f) for f in order))
     return fields, numeric_order(row.config_key)
 
 

@@ -11,8 +11,9 @@ Ties: kernels whose speedup CIs overlap the fastest one's cannot be told apart a
 shape, so the one tied-best at the most shapes of the table wins (a smaller dispatcher,
 fewer kernels to ship), then the lower median; the route's ``why`` names the kernels it
 tied with. The table is written (``render/route.py``) as JSON and as a small dispatcher
-module that imports nothing; a shape it has not seen takes the route of the nearest
-measured seq_len with the same other fields (the baseline only where there is none).
+module that imports nothing, keyed by the workload's axes; a shape it has not seen takes the
+route of the nearest measured size (``Workload.size_axis``: seq_len for attention and decode)
+with the same other fields (the baseline only where there is none).
 """
 
 from __future__ import annotations
@@ -28,10 +29,16 @@ from harness.vocab.outcomes import FAILING_KINDS, RESULT
 from harness.vocab.devices import device_of
 from harness.reporting.analysis.lines import LineView
 from harness.reporting.analysis.protocol import pair_text, timed
+from harness.registry import get_workload
 from harness.vocab.metrics import INTERLEAVED
+from harness.workloads import SHIPPED_WORKLOADS
 
 ROUTE_SCHEMA = 3  # 2: each route carries the interleaved medians and clock its speedup comes from; 3: "candidate", not "kernel"
 CONFIG_FIELDS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
+# The size axis attention's and decode's routes fall back along.
+SEQ_LEN = "seq_len"
+# Axis types a nearest-size fallback can take a ratio of.
+NUMERIC_AXES = (int, float)
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,10 @@ class RouteTable:
     device: str
     lines: tuple[str, ...]
     routes: tuple[Route, ...]
+    # The dispatcher's key: "workload", then the workload's axes in order; the axis an unseen
+    # shape falls back along (None: exact shapes only, the workload declares no numeric size).
+    fields: tuple[str, ...] = CONFIG_FIELDS
+    size_axis: str | None = SEQ_LEN
 
     @property
     def geomean(self) -> float:
@@ -120,6 +131,7 @@ def build(views: list[LineView]) -> RouteTable:
                         f"({', '.join(sorted(map(str, baselines)))}): a route needs speedups over one baseline")
 
     (baseline,) = baselines
+    fields, size_axis = _key_fields(views)
     outcomes = [(v.line, r) for v in views for r in v.outcomes().values()]
     devices = sorted({device_of(r) for _, r in outcomes if r.kind == RESULT}, key=str)
     if len(devices) > 1:
@@ -179,7 +191,31 @@ def build(views: list[LineView]) -> RouteTable:
                                 None if base is None else base.median_ms, None if base is None else base.median_ms,
                                 None if base is None else base.sm_mhz))
     device, gpu = devices[0]
-    return RouteTable(baseline, gpu or device or "?", tuple(v.line for v in views), tuple(routes))
+    return RouteTable(baseline, gpu or device or "?", tuple(v.line for v in views), tuple(routes), fields, size_axis)
+
+
+def _workload_fields(name) -> tuple[tuple[str, ...], str | None]:
+    """(the dispatcher's key fields, the size axis) of workload ``name``: attention's and
+    decode's as their routes always were; another's from its declaration (installed here)."""
+    if name in (None, *SHIPPED_WORKLOADS):
+        return CONFIG_FIELDS, SEQ_LEN
+    try:
+        wl = get_workload(name)
+    except UserError as exc:
+        raise UserError(f"bench route keys a route by the workload's axes: {exc}") from None
+    types = {a.name: a.type for a in wl.axes}
+    size = wl.size_axis if types.get(wl.size_axis) in NUMERIC_AXES else None
+    return ("workload", *wl.axis_names), size
+
+
+def _key_fields(views: list[LineView]) -> tuple[tuple[str, ...], str | None]:
+    """The one key (fields, size axis) every line's workload routes by; refused where they differ."""
+    names = sorted({RegistrationSummary.from_row(v.registration).workload for v in views}, key=str)
+    keyed = {_workload_fields(n) for n in names}
+    if len(keyed) != 1:
+        raise UserError(f"lines {', '.join(v.line for v in views)} measure workloads {', '.join(map(str, names))}, "
+                        f"whose shapes have different axes: route one workload's lines at a time")
+    return keyed.pop()
 
 
 def _tied(eligible: list[tuple[str, dict]]) -> list[tuple[str, dict]]:

@@ -41,11 +41,12 @@ from harness.vocab import metrics as metric_table
 from harness.vocab.outcomes import RESULT
 from harness.jsonsafe import number
 from harness.ledger.payloads import Metrics, Sustained
-from harness.ledger.line_payloads import MeasuredAt
+from harness.ledger.line_payloads import MeasuredAt, RegistrationSummary
 from harness.measurement.timing.criteria import row_statistic
 from harness.reporting.analysis.compare import MIN_EFFECT
 from harness.reporting.analysis.status_view import LineStatus
 from harness.registration.bar import PEERS_KEY
+from harness.registration.schema_keys import DEFAULT_WORKLOAD
 from harness.governance.peers import peer_samples
 from harness.measurement.stats import median_ci, paired_ratio, speedup_ci
 from harness.reporting.analysis.lines import arm_samples, device_label, line_paths, split_spec
@@ -153,6 +154,7 @@ class Entry:
     amended_by: tuple[str, ...]
     chain: str | None  # the root of its chain page (None: no line amends it or is amended by it)
     page: bool  # whether it has a page (its ledger is here and verifies)
+    workload: str | None = None  # what its kernels compute (None: no readable ledger)
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,12 @@ class Site:
     entries: tuple[Entry, ...]
     chains: tuple[Chain, ...]
     rule: str = RULE
+
+    def by_workload(self) -> list[tuple[str | None, list[Entry]]]:
+        """The entries grouped by workload (names in order, lines without a readable ledger last),
+        each group in line order: the index's sections."""
+        names = sorted({e.workload for e in self.entries}, key=lambda w: (w is None, w or ""))
+        return [(w, [e for e in self.entries if e.workload == w]) for w in names]
 
 
 def _with_value(row: dict, agg, value: float) -> dict:
@@ -399,6 +407,13 @@ def chain(tree: list[tuple[int, str]], heads: dict[str, Headline], amends: dict[
     return Chain(tree[0][1], tuple(steps))
 
 
+def _workload(view) -> str | None:
+    """The workload a line's registration names (none named: attention), None without a view."""
+    if view is None:
+        return None
+    return RegistrationSummary.from_row(view.registration).workload or DEFAULT_WORKLOAD
+
+
 def site_data(root: Path, only: list[str] | None = None) -> tuple[Site, dict]:
     """The site's data, and each line page's (line → (lines.LineView, report_data with its
     history)): the report, as `bench report` builds it.
@@ -438,6 +453,6 @@ def site_data(root: Path, only: list[str] | None = None) -> tuple[Site, dict]:
                        and (wanted is None or tree[0][1] in wanted))
     root_of = {line: c.root for c in chain_list for line in c.lines}
     entries = tuple(Entry(s, heads.get(s.line), amends.get(s.line), idx.amended_by(s.line), root_of.get(s.line),
-                          s.line in views) for s in sorted(found, key=lambda s: s.line))
+                          s.line in views, _workload(views.get(s.line))) for s in sorted(found, key=lambda s: s.line))
     reports = {line: (v, report_data(v, line_history(idx, line, v.rows))) for line, v in sorted(views.items())}
     return Site(entries, chain_list), reports

@@ -30,6 +30,7 @@ def render_verified(name: str, res) -> None:
     n = res.n_results
     sums = f", {plural(n, 'result row')} add{'s' if n == 1 else ''} up" if n else ""
     note = f"; [yellow]{escape(res.unchecked)}[/]" if res.unchecked else ""
+    note += "".join(f"; [yellow]{escape(text)}[/]" for text in res.unaudited)
     again = (f"; {plural(len(res.remeasured), 'pair')} re-measured at the same commit, the newest "
              f"measurement standing" if res.remeasured else "")
     if res.uncommitted:
@@ -58,7 +59,7 @@ def verified_record(name: str, res) -> dict:
                          "disagreements": [{"field": d.field, "stored": d.stored, "recomputed": d.recomputed,
                                             "source": d.source} for d in found]}
                         for n, seq, found in res.unsound],
-            "unchecked": res.unchecked, "uncommitted": uncommitted,
+            "unchecked": res.unchecked, "rates_unaudited": list(res.unaudited), "uncommitted": uncommitted,
             "remeasured": [m.as_row() for m in res.remeasured] if res.ok else []}
 
 

@@ -11,7 +11,7 @@ import math
 
 from harness.ledger.payloads import Clock, Measurement, Metrics, Policy, Rounds, Sustained
 from harness.reporting.analysis.summary import HEADLINE_RATES, datasheet_peak, measured_ceiling, rate_samples
-from harness.reporting.analysis.panels import SIZE_FIELD, panels, size_of
+from harness.reporting.analysis.panels import panels, size_label, size_of
 from harness.reporting.analysis.report import baseline_rate
 from harness.vocab.metrics import SUSTAINED, rate_protocol
 from harness.reporting.analysis.lines import arm_samples
@@ -90,18 +90,19 @@ def _grid(n: int, *, width: float = PANEL_FIG_WIDTH, height: float = PANEL_HEIGH
     return fig, flat[:n]
 
 
-def _size_axis(ax, sizes) -> None:
-    """A log2 axis of the measured sizes, each labelled by its number (never sorted as text)."""
+def _size_axis(ax, rows) -> None:
+    """A log2 axis of the rows' sizes (their workload's size axis), each labelled by its number
+    (never sorted as text)."""
     from matplotlib.ticker import NullFormatter, NullLocator
 
     ax.set_xscale("log", base=2)
-    ticks = sorted(set(sizes))
+    ticks = sorted({size_of(r) for r in rows})
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=7)
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_minor_formatter(NullFormatter())
     if ticks:
         ax.set_xlim(ticks[0] / PANEL_X_PAD, ticks[-1] * PANEL_X_PAD)
-    ax.set_xlabel(f"{SIZE_FIELD} (log2 axis)", fontsize=8)
+    ax.set_xlabel(f"{size_label(rows)} (log2 axis)", fontsize=8)
 
 
 def _figure_legend(fig, axes) -> None:
@@ -162,7 +163,7 @@ def speedup_figure(results: list[dict], thresholds=()):
             for x in xs:  # a dash over each config the clause filters, nowhere else
                 ax.hlines(value, x / THRESHOLD_HALF_WIDTH, x * THRESHOLD_HALF_WIDTH, color="#c00", lw=2.2,
                           ls=(0, (3, 1.5)), label=label, zorder=4)
-        _size_axis(ax, [size_of(r) for r in mine])
+        _size_axis(ax, mine)
         ax.set_title(title, fontsize=9)
         ax.set_ylabel("speedup over baseline (×)", fontsize=8)
         ax.tick_params(axis="y", labelsize=7)
@@ -225,7 +226,7 @@ def rates_figure(results: list[dict], rate: str | None, thresholds=()):
                               ls=(0, (3, 1.5)), label=label, zorder=4)
         top = max([r.metrics[rate] for r in mine] + ceilings + peaks + list(base.values()))
         ax.set_ylim(0, top * 1.12)
-        _size_axis(ax, [size_of(r) for r in mine])
+        _size_axis(ax, mine)
         ax.set_title(title, fontsize=9)
         ax.set_ylabel(f"achieved {unit}", fontsize=8)
         ax.tick_params(axis="y", labelsize=7)

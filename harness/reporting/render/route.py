@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.reporting.analysis.route import CONFIG_FIELDS, RouteTable
+from harness.reporting.analysis.route import RouteTable
 from harness.reporting.render.console import console
 from harness.reporting.render.console import fit
 from harness.reporting.render.console import table as new_table
@@ -15,9 +15,7 @@ from harness.reporting.render.formats import emit, emit_markdown, markdown, note
 DISPATCHER = '''"""Shape-aware dispatch table written by `bench route {lines}` from the ledgers alone.
 
 Device: {device}. Geomean speedup over {baseline} on the routed grid: {geomean:.4g}x,
-worst {worst:.4g}x. A shape not in the table takes the route of the nearest measured seq_len
-with the same other fields (its kernel was measured there, not at the new shape); the
-baseline only where no such shape was measured.
+worst {worst:.4g}x. {fallback}
 """
 
 BASELINE = {baseline!r}
@@ -30,27 +28,45 @@ SPEEDUPS = {{
 }}
 
 
-def choose(workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal):
-    """The kernel to run for this shape: the routed one; for an unseen seq_len, the nearest
+def choose({args}):
+{body}'''
+# What a shape not in the table gets, with a size axis to fall back along, and without one.
+NEAREST_TEXT = '''A shape not in the table takes the route of the nearest measured {size}
+with the same other fields (its kernel was measured there, not at the new shape); the
+baseline only where no such shape was measured.'''
+NEAREST_BODY = '''    """The kernel to run for this shape: the routed one; for an unseen {size}, the nearest
     measured one's (by ratio, the faster route on a tie); BASELINE where none was measured."""
-    key = (workload, batch, heads, kv_heads, seq_len, head_dim, dtype, causal)
+    key = ({args})
     if key in ROUTES:
         return ROUTES[key]
-    near = [k for k in ROUTES if k[:4] == key[:4] and k[5:] == key[5:]]
-    if not near or seq_len < 1:
+    near = [k for k in ROUTES if k[:{i}] == key[:{i}] and k[{j}:] == key[{j}:]]
+    if not near or {size} < 1:
         return BASELINE
-    best = min(near, key=lambda k: (max(k[4], seq_len) / min(k[4], seq_len), -SPEEDUPS[k]))
+    best = min(near, key=lambda k: (max(k[{i}], {size}) / min(k[{i}], {size}), -SPEEDUPS[k]))
     return ROUTES[best]
+'''
+EXACT_TEXT = '''A shape not in the table takes the baseline (the workload declares no numeric
+size axis to fall back along).'''
+EXACT_BODY = '''    """The kernel to run for this shape: the routed one; BASELINE where it was not measured."""
+    return ROUTES.get(({args},), BASELINE)
 '''
 
 
 def dispatcher_source(table: RouteTable) -> str:
-    keys = [tuple(r.config.get(f) for f in CONFIG_FIELDS) for r in table.routes]
+    fields = table.fields
+    keys = [tuple(r.config.get(f) for f in fields) for r in table.routes]
     entries = "\n".join(f"    {k!r}: {r.kernel!r},  # {r.speedup:.3f}x" for k, r in zip(keys, table.routes))
     speedups = "\n".join(f"    {k!r}: {r.speedup!r}," for k, r in zip(keys, table.routes))
+    args = ", ".join(fields)
+    if table.size_axis in fields:
+        i = fields.index(table.size_axis)
+        fallback = NEAREST_TEXT.format(size=table.size_axis)
+        body = NEAREST_BODY.format(size=table.size_axis, args=args, i=i, j=i + 1)
+    else:
+        fallback, body = EXACT_TEXT, EXACT_BODY.format(args=args)
     return DISPATCHER.format(lines=" ".join(table.lines), device=table.device, baseline=table.baseline,
-                             geomean=table.geomean, worst=table.worst.speedup, fields=CONFIG_FIELDS, routes=entries,
-                             speedups=speedups)
+                             geomean=table.geomean, worst=table.worst.speedup, fields=fields, routes=entries,
+                             speedups=speedups, fallback=fallback, args=args, body=body)
 
 
 def write(table: RouteTable, out: Path, stem: str = "route") -> tuple[Path, Path]:
@@ -95,8 +111,7 @@ def render_route(table: RouteTable, js: Path, py: Path, notes=()) -> None:
         c.print(f"  note: {text}", markup=False)
     # Each path alone on its line, never wrapped by rich: a path longer than the terminal stays
     # whole (the terminal wraps it) rather than folded into pieces no one can paste.
-    c.print("wrote the routes (import the .py: choose(workload, batch, heads, kv_heads, seq_len, head_dim, dtype, "
-            "causal)):", markup=False)
+    c.print(f"wrote the routes (import the .py: choose({', '.join(table.fields)})):", markup=False)
     for path in (js, py):
         c.print(f"  {path}", markup=False, soft_wrap=True)
 
