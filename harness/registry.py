@@ -336,6 +336,13 @@ def get_workload(name) -> Workload:
     return workloads[name]
 
 
+def installed_workload(name) -> Workload | None:
+    """The workload ``name`` if it is installed here, else None (a row of a plugin this machine
+    lacks: its readers say what they could not do without it)."""
+    workloads = load_workloads()
+    return workloads[name] if isinstance(name, str) and name in workloads else None
+
+
 def get_kernel(name: str) -> KernelSpec:
     kernels = load_kernels()
     if name not in kernels:

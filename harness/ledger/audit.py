@@ -55,7 +55,7 @@ from typing import Any
 
 from harness.vocab.outcomes import RESULT
 from harness.jsonsafe import number
-from harness.ledger.payloads import (Batches, ConfigFields, Floor, FloorCeilings, Measurement, Policy, Rounds,
+from harness.ledger.payloads import (Batches, config_workload, Floor, FloorCeilings, Measurement, Policy, Rounds,
                                      Samples, Stop, StopQuantity, Sustained)
 from harness.measurement.timing.criteria import PRECISION_REASON, Quantity, row_statistic
 from harness.measurement.timing.policy import looks
@@ -64,11 +64,9 @@ from harness.measurement.timing.results import ARM_BASELINE, ARM_CONTROL, arm_na
 from harness.workloads import SHIPPED_WORKLOADS, Config, formulas
 from harness.vocab.metrics import PROTOCOLS, SUSTAINED
 from harness.measurement.clocks import kcycles
-from harness.measurement.ceilings import Ceilings
-from harness.measurement.floor import matmul_ceiling
 from harness.measurement.timing.sustained import rates as sustained_rates
 from harness.errors import UserError
-from harness.registry import get_workload, load_workloads
+from harness.registry import installed_workload
 
 # Relative tolerance for a figure recomputed from the row's float64 samples by the same
 # numpy functions that wrote it. The same numpy gives the same bits; another numpy build or
@@ -285,38 +283,26 @@ def _row_rates(config: dict, floor, ms: float) -> dict | None:
     ledgers always had them, any other installed workload's (bench's own, a plugin's) through
     ``harness.registry``; None where the workload is not installed here (``rates_unaudited``)."""
     secs = ms * 1e-3
-    name = _workload_of(config)
+    name = config_workload(config)
     if not isinstance(config, dict) or name in (None, *SHIPPED_WORKLOADS):
         cfg = Config(**config)
         return {"tflops": formulas.flops(cfg) / secs / 1e12, "gbps": formulas.min_bytes(cfg) / secs / 1e9,
                 "kv_gbps": formulas.kv_bytes(cfg) / secs / 1e9}
-    wl = _installed(name)
+    wl = installed_workload(name)
     if wl is None:
         return None
     return sustained_rates(wl.from_row(config), ms, wl)
 
-
-def _workload_of(config):
-    """The workload a row's config names (None: none, attention's rows before it was recorded)."""
-    fields = ConfigFields.from_row(config)
-    return None if fields is None else fields.workload
-
-
-def _installed(name):
-    """The installed workload ``name``, or None (a plugin this machine lacks)."""
-    if not isinstance(name, str) or name not in load_workloads():
-        return None
-    return get_workload(name)
 
 
 def rates_unaudited(row) -> str | None:
     """Why ``row``'s rates cannot be recomputed here (its workload is not installed), or None."""
     if row.kind != RESULT:
         return None
-    name = _workload_of(row.config)
+    name = config_workload(row.config)
     if not isinstance(row.config, dict) or name in (None, *SHIPPED_WORKLOADS):
         return None
-    return None if _installed(name) is not None else f"rates not re-audited: workload {name!r} is not installed"
+    return None if installed_workload(name) is not None else f"rates not re-audited: workload {name!r} is not installed"
 
 
 def _host(a: _Audit, row: dict, metrics: dict, timing: dict) -> None:
@@ -485,45 +471,3 @@ def unchecked(metric: str, row) -> str | None:
 
 
 __all__ = ["Disagreement", "KEPT_FROM", "RATE_RTOL", "ROUNDOFF_RTOL", "rates_unaudited", "recompute", "unchecked"]
-
-
-# A figure copied or divided from the ceilings row: equal to it but for float rounding.
-CEILINGS_RTOL = 1e-9
-
-
-def ceilings_disagreements(row: dict, ceilings: dict) -> list[str]:
-    """Where a row's ceilings figures (its ``floor``'s copy and matmul ceilings, the
-    ``*_frac`` metrics) disagree with the ``ceilings`` row its ``ceilings_ref`` names."""
-    ceil = Ceilings.from_row(ceilings)
-    dtype = ConfigFields.from_row(row.config or {}).dtype
-    out: list[str] = []
-
-    def check(where: str, stored: Any, expected: float | None) -> None:
-        got = number(stored)
-        if got is None and expected is None:
-            return
-        if got is None or expected is None or not math.isclose(got, expected, rel_tol=CEILINGS_RTOL):
-            out.append(f"{where} {stored} (ceilings row gives {expected})")
-
-    floor = Floor.from_row(row.floor)
-    for part in ("rounds", "sustained"):
-        used = FloorCeilings.from_row(getattr(floor, part)) if floor is not None else None
-        if used is not None:
-            check(f"floor.{part}.copy_gbps", used.copy_gbps, ceil.copy_gbps)
-            check(f"floor.{part}.matmul_tflops", used.matmul_tflops, matmul_ceiling(ceil, dtype))
-    metrics = row.metrics
-    if isinstance(metrics, dict):
-        expected = ceil.fractions({rate: number(metrics.get(rate)) for rate in ("tflops", "gbps", "kv_gbps")}, dtype)
-        for frac, value in expected.items():
-            if frac in metrics:
-                check(f"metrics.{frac}", metrics[frac], value)
-    return out
-
-
-def ceilings_figures(row: dict) -> list[str]:
-    """The ceilings figures a row holds (floor, ``*_frac`` metrics): a row naming no ceilings row must hold none."""
-    held = ["floor"] if row.floor is not None else []
-    metrics = row.metrics
-    if isinstance(metrics, dict):
-        held += [f"metrics.{k}" for k in ("tflops_frac", "gbps_frac", "kv_gbps_frac") if metrics.get(k) is not None]
-    return held

@@ -74,8 +74,9 @@ def each(cls: Any, items: Any) -> list:
     return [cls.from_row(d) for d in items] if isinstance(items, list) else []
 
 
-def _table_class(name: str, doc: str, names) -> type:
-    """A payload class with one field per name of a table the harness extends by adding a name."""
+def _table_class(name: str, doc: str, names) -> Any:
+    """A payload class with one field per name of a table the harness extends by adding a name
+    (made at import, so typed ``Any``: its fields are the table's)."""
     return dataclasses.make_dataclass(
         name, [(n, Any, field(default=None)) for n in dict.fromkeys(names)], bases=(Payload,), frozen=True,
         kw_only=True, namespace={"__doc__": doc, "__module__": __name__})
@@ -91,6 +92,15 @@ Metrics = _table_class("Metrics", "A row's metrics, each of vocab/metrics.py's t
 # ran under: measurement/numerics.py NumericState): one field per field of those classes.
 ConfigFields = _table_class("ConfigFields", "A row's config: the workload's shape and dtype.",
                             (f.name for f in dataclasses.fields(Config)))
+
+
+def config_workload(config) -> str | None:
+    """The workload a row's config names (None: none recorded, as in attention's oldest rows)."""
+    fields = ConfigFields.from_row(config)
+    name = None if fields is None else fields.workload
+    return name if isinstance(name, str) else None
+
+
 Numerics = _table_class("Numerics", "A row's numerics: the global numeric flags it ran under.",
                         (f.name for f in dataclasses.fields(NumericState)))
 

@@ -23,7 +23,8 @@ from harness.ledger.format import (CEILINGS_LEDGER, CEILINGS_REF, GENESIS_HASH, 
                                               read_rows, row_hash)
 from harness.ledger.rows import UnknownField, load
 from harness.vocab.outcomes import REGISTERED, VERDICT
-from harness.ledger.audit import ceilings_disagreements, ceilings_figures, rates_unaudited, recompute
+from harness.ledger.audit import rates_unaudited, recompute
+from harness.ledger.audit_ceilings import ceilings_disagreements, ceilings_figures
 from harness.vocab.outcomes import RESULT, remeasures
 from harness.ledger.verify_links import replicate_fault, supersedes_fault
 from harness.ledger.payloads import CeilingsRef

@@ -146,10 +146,8 @@ def profile(cfg: Config, kernel: str | None, case: ProfileCase, *, l2_bytes: int
     per_call = counters.per_call(list(inside), PROFILE_CALLS)
     error = None if inside else (f"ncu profiled no kernel launch inside the NVTX range "
                                  f"{counters.nvtx_range(name)!r}: the call launched no kernel ncu can see")
-    if bare:
-        impossible = None
-    else:
-        impossible = counters.counter_impossible(per_call["dram_read_bytes"], min_read_bytes, l2_bytes)
+    impossible = None if min_read_bytes is None else \
+        counters.counter_impossible(per_call["dram_read_bytes"], min_read_bytes, l2_bytes)  # None: the bare op
     return ProfileResult(cfg, name, launches=inside, per_call=per_call, impossible=impossible,
                          output_check=output_check, error=error, l2_bytes=l2_bytes, ncu_version=version,
                          outside_range=len(launches) - len(inside))

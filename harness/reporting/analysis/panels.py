@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from harness.errors import UserError
 from harness.jsonsafe import number
-from harness.ledger.payloads import ConfigFields
-from harness.registry import get_workload, load_workloads
+from harness.ledger.payloads import config_workload
+from harness.registry import installed_workload
 from harness.reporting.analysis.tidy import CONFIG_COLUMNS
 from harness.workloads import SHIPPED_WORKLOADS
 
@@ -19,24 +19,15 @@ TOKENS = "tokens"
 PANEL_FIELDS = ("dtype", "causal", "head_dim")  # always named in a panel's title
 
 
-def _workload_of(config) -> str | None:
-    fields = ConfigFields.from_row(config)
-    return None if fields is None else fields.workload
-
-
-def _installed(name):
-    """The installed workload ``name``, or None (a plugin not installed here)."""
-    return get_workload(name) if isinstance(name, str) and name in load_workloads() else None
-
 
 def size_field(config: dict) -> str | None:
     """The size axis of the workload ``config`` is a point of: seq_len for attention and decode,
     another's ``size_axis`` (None: it declares none, or it is not installed here)."""
-    name = _workload_of(config)
+    name = config_workload(config)
     if name in (None, *SHIPPED_WORKLOADS):
         return SIZE_FIELD
     try:
-        wl = _installed(name)
+        wl = installed_workload(name)
     except UserError:
         return None
     return (wl.size_axis or None) if wl is not None else None
@@ -57,14 +48,14 @@ def size_of(row) -> float | None:
 def _columns(rows: list) -> tuple[str, ...]:
     """The config fields of ``rows``, in their workload's axis order (attention's and decode's:
     ``CONFIG_COLUMNS``; a plugin not installed here: its rows' fields, sorted)."""
-    names = sorted({_workload_of(r.config) for r in rows}, key=str)
+    names = sorted({config_workload(r.config) for r in rows}, key=str)
     if set(names) <= {None, *SHIPPED_WORKLOADS}:
         return CONFIG_COLUMNS
     cols: list[str] = ["workload"]
     for name in names:
-        wl = _installed(name)
+        wl = installed_workload(name)
         keys = wl.axis_names if wl is not None else \
-            sorted({k for r in rows if _workload_of(r.config) == name for k in r.config or {}})
+            sorted({k for r in rows if config_workload(r.config) == name for k in r.config or {}})
         cols += [k for k in keys if k not in cols]
     return tuple(cols)
 
