@@ -283,3 +283,63 @@ class Failure(Payload):
     state: Any = None
     tag: Any = None
     reason: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmSamples(Payload):
+    """A probe's raw interleaved samples (ms, round by round) of the baseline and the candidate."""
+
+    baseline: Any = None
+    candidate: Any = None
+
+    @property
+    def rounds(self) -> int:
+        """The rounds both arms hold (the paired ones where they pair up)."""
+        return min(len(self.baseline), len(self.candidate))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeAnswer(Payload):
+    """What `bench probe` answers (commands/probe.py, one JSON object on stdout): the commit
+    that ran, where its code came from, the outcome, and for a result its speedup, CI and raw
+    samples; `bench bisect` reads it, and a `probe` row keeps its ``env`` and ``gate``."""
+
+    probe: Any = None  # the answer's format (commands/probe.py PROBE_FORMAT)
+    commit: Any = None
+    harness_version: Any = None
+    code_root: Any = None
+    config_key: Any = None
+    candidate: Any = None
+    baseline: Any = None
+    env: Any = None
+    outcome: Any = None
+    reason: Any = None
+    tag: Any = None
+    gate: Any = None
+    transient: Any = None
+    speedup: Any = None
+    ci: Any = None
+    control: Any = None
+    rig_noisy: Any = None
+    samples: Any = None
+
+    @property
+    def arms(self) -> ArmSamples:
+        """The raw samples (a result's answer holds them; any other answer's arms hold none)."""
+        return ArmSamples.from_row(self.samples) or ArmSamples(baseline=[], candidate=[])
+
+
+@dataclass(frozen=True, kw_only=True)
+class BisectRun(Payload):
+    """A `probe` row's ``bisect``: the run it belongs to (commands/bisect.py)."""
+
+    line: Any = None
+    config_key: Any = None
+    candidate: Any = None
+    baseline: Any = None
+    good: Any = None
+    bad: Any = None
+    by: Any = None  # the commit the bisect ran from
+    started: Any = None
+    budget: Any = None
+    threshold: Any = None
