@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.ledger.payloads import Payload, each
+from harness.vocab.outcomes import Replicate
+
+__all__ = ["Replicate"]  # vocab/outcomes.py's (its streams read it), re-exported beside the line's payloads
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,17 +219,6 @@ class Reductio(Payload):
     waived: Any = None
     amdahl: Any = None
     beyond_ceiling_ok: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Replicate(Payload):
-    """A replicate's row (`bench replicate`): which verdict, at which commit, on which instance and stack."""
-
-    of: Any = None
-    closing_commit: Any = None
-    at: Any = None
-    instance: Any = None
-    stack: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,7 +8,8 @@ launches ...; a line's own rows' — the registration, register's checks, the ve
 write reads its default (None unless the class says otherwise), a field no class declares is
 kept for ``dump``, and an object that is not a JSON object (absent, null) gives None. Readers
 outside the ledger's row and payload modules read these attributes, never string keys
-(tests/test_payload_reads.py counts them).
+(tests/test_payload_reads.py counts them). The base class, ``Payload``, is vocab/payload.py's, so
+that modules below ledger/ type what they read the same way.
 """
 
 from __future__ import annotations
@@ -23,55 +24,9 @@ from harness.measurement.numerics import NumericState
 from harness.workloads import Config
 from harness.vocab.metrics import METRICS, STEP_METRICS
 from harness.vocab.outcomes import CRASHED, INCORRECT, SKIPPED
+from harness.vocab.payload import Payload, by_role, each
 
-
-@dataclass(frozen=True, kw_only=True)
-class Payload:
-    """A nested row object's declared fields; the keys it was read with, in order, and those
-    no field declares (both kept so that ``dump`` writes the object back as it was read)."""
-
-    _keys: tuple = field(default=(), repr=False, compare=False)
-    _extra: Mapping = field(default_factory=dict, repr=False, compare=False)
-
-    @classmethod
-    def from_row(cls, d: Any):
-        """The payload of ``d`` as read from a row; None where ``d`` is no JSON object."""
-        if not isinstance(d, Mapping):
-            return None
-        names = _names(cls)
-        return cls(**{k: v for k, v in d.items() if k in names}, _keys=tuple(d),
-                   _extra={k: v for k, v in d.items() if k not in names})
-
-    def has(self, name: str) -> bool:
-        """Whether the object held ``name`` (possibly as null)."""
-        return name in self._keys
-
-    def dump(self) -> dict:
-        """The object as written: the keys it was read with, in their order."""
-        names = _names(type(self))
-        if not self._keys:  # built in code: every declared field
-            return {k: getattr(self, k) for k in names}
-        return {k: getattr(self, k) if k in names else self._extra[k] for k in self._keys}
-
-
-_NAMES: dict[type, frozenset] = {}
-
-
-def _names(cls: type) -> frozenset:
-    if cls not in _NAMES:
-        _NAMES[cls] = frozenset(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
-    return _NAMES[cls]
-
-
-def by_role(d: Any, role: str):
-    """A per-role object's entry for ``role`` (a row's ``gate``, ``kernel_sources``); None where
-    the row holds none."""
-    return d.get(role) if isinstance(d, Mapping) else None
-
-
-def each(cls: Any, items: Any) -> list:
-    """``cls.from_row`` of each object in a row's list (none where it holds no list)."""
-    return [cls.from_row(d) for d in items] if isinstance(items, list) else []
+__all__ = ["Payload", "by_role", "each"]  # the base and helpers, re-exported for the payload modules above vocab/
 
 
 def _table_class(name: str, doc: str, names) -> type:
