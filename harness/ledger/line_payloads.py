@@ -10,29 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.ledger.payloads import Payload, each
-from harness.vocab.outcomes import Replicate
+from harness.vocab.outcomes import Coverage, MeasuredAt, Replicate
 
-__all__ = ["Replicate"]  # vocab/outcomes.py's (its streams read it), re-exported beside the line's payloads
-
-
-@dataclass(frozen=True, kw_only=True)
-class Coverage(Payload):
-    """A verdict's ``coverage``: how many registered pairs it decided on, and the floor."""
-
-    pairs: Any = None
-    decided: Any = None
-    undecided: Any = None
-    fraction: Any = None
-    min_coverage: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class MeasuredAt(Payload):
-    """A verdict's ``measured_at``: the commit, device and GPU its rows were measured at."""
-
-    commit: Any = None
-    device: Any = None
-    gpu: Any = None
+# vocab/outcomes.py's (the streams, coverage and places read them there), re-exported beside the line's payloads
+__all__ = ["Coverage", "MeasuredAt", "Replicate"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,6 +127,29 @@ class ToleranceFloor(Payload):
     worst: Any = None
     unchecked: Any = None
 
+    @property
+    def worst_element(self) -> "WorstElement | None":
+        return WorstElement.from_row(self.worst)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorstElement(Payload):
+    """A ``tolerance_floor`` entry's ``worst`` (measurement/feasible.py): the deciding element —
+    where it is, its float64 reference and nearest representable value, the error, half a ULP
+    there, the bound it is held to and its ratio to the bound."""
+
+    config: Any = None
+    seed: Any = None
+    family: Any = None
+    output: Any = None  # which output of a several-output workload (absent: the first)
+    index: Any = None
+    ref: Any = None
+    nearest: Any = None
+    err: Any = None
+    half_ulp: Any = None
+    bound: Any = None
+    ratio: Any = None
+
 
 @dataclass(frozen=True, kw_only=True)
 class CanaryCheck(Payload):
@@ -187,6 +191,16 @@ class TimingResolution(Payload):
     devices: Any = None
     control_tolerance: Any = None
     warnings: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedDevice(Payload):
+    """One GPU's entry of a ``timing_resolution``'s ``devices``: the result rows read, the
+    control's spread used (at most the tolerance) and the one observed."""
+
+    n: Any = None
+    spread: Any = None
+    observed_spread: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)

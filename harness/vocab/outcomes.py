@@ -171,6 +171,29 @@ def outcome_key(row) -> tuple[str, str]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Coverage(Payload):
+    """A verdict's ``coverage`` (``coverage``, with the registration's floor): how many
+    registered pairs it decided on."""
+
+    pairs: Any = None
+    decided: Any = None
+    undecided: Any = None
+    fraction: Any = None
+    min_coverage: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasuredAt(Payload):
+    """A verdict's ``measured_at``: the commit, device and GPU its rows were measured at, and
+    the software stack."""
+
+    commit: Any = None
+    device: Any = None
+    gpu: Any = None
+    stack: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class CodePackage(Payload):
     """One entry of a row's ``code``: a code package loaded from an installed distribution
     (provenance/code.py ``outside_code``)."""
