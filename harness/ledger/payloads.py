@@ -29,7 +29,7 @@ from harness.vocab.payload import Payload, by_role, each
 __all__ = ["Payload", "by_role", "each"]  # the base and helpers, re-exported for the payload modules above vocab/
 
 
-def _table_class(name: str, doc: str, names) -> type:
+def _table_class(name: str, doc: str, names) -> Any:  # a class made at import: its fields are unknown to mypy
     """A payload class with one field per name of a table the harness extends by adding a name."""
     return dataclasses.make_dataclass(
         name, [(n, Any, field(default=None)) for n in dict.fromkeys(names)], bases=(Payload,), frozen=True,

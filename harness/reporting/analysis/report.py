@@ -14,8 +14,8 @@ from harness.vocab import metrics as metric_table
 from harness.vocab.metrics import INTERLEAVED, METRICS, PROTOCOL_TEXT, RATES, SUSTAINED
 from harness.vocab.outcomes import PROFILE, RESULT
 from harness.ledger.rows import RegisteredRow, VerdictRow
-from harness.ledger.payloads import (Amdahl, Clock, Counters, Gate, Launch, Measurement, Metrics, OpShare, Policy,
-                                     by_role, each)
+from harness.ledger.payloads import (Amdahl, Clock, Counters, Figures, Gate, Launch, Measurement, Metrics, OpShare,
+                                     Policy, by_role, each)
 from harness.ledger.line_payloads import Clause
 from harness.jsonsafe import number
 from harness.reporting.analysis import protocol, summary
@@ -117,12 +117,12 @@ def _gate(gate: dict | None) -> str:
     if not gate:
         return "—"
     gate = Gate.from_row(gate)
-    worst = (gate.worst_check.figures if gate.worst else None) or {}
-    ratio = worst.get("tolerance_ratio")
+    worst = Figures.from_row(gate.worst_check.figures if gate.worst else None) or Figures()
+    ratio = worst.tolerance_ratio
     checks = gate.n_checks if gate.has("n_checks") else 0
     failed = gate.n_failed if gate.has("n_failed") else 0
     return (f"{checks - failed}/{checks} checks, worst "
-            f"{_f(worst.get('max_abs_err'), '.2g')} abs ({_f(ratio, '.2f')} of tol)")
+            f"{_f(worst.max_abs_err, '.2g')} abs ({_f(ratio, '.2f')} of tol)")
 
 
 def _clock(timing: dict) -> str:
