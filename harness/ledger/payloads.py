@@ -226,10 +226,22 @@ class Floor(Payload):
 
 @dataclass(frozen=True, kw_only=True)
 class FloorCeilings(Payload):
-    """One protocol's ceilings in a ``floor``: the copy bandwidth and matmul rate used."""
+    """One protocol's physical floor in a ``floor`` (measurement/floor.py ``Floor.as_dict``): the
+    ceilings used (copy bandwidth, matmul rate), the bytes and FLOPs of a call, and the floor."""
 
+    mode: Any = None
+    min_bytes: Any = None
+    held_bytes: Any = None
+    cache_bytes: Any = None
+    cache_source: Any = None
     copy_gbps: Any = None
+    bytes_floor_ms: Any = None
+    flops: Any = None
     matmul_tflops: Any = None
+    flops_floor_ms: Any = None
+    floor_ms: Any = None
+    margin: Any = None
+    limit_ms: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -349,6 +361,17 @@ class OutputCheck(Payload):
     """A `profile` row's ``output_check``: whether the profiled call's output passed, and why not."""
 
     passed: Any = None
+    reason: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateAnswer(Payload):
+    """A `gate` job's answer (pipeline/gate.py ``gate_job``), which `bench profile` runs before it
+    profiles a kernel: the gate's summary (a profile row's ``gate``), whether it passed, and why not."""
+
+    gate: Any = None
+    passed: Any = None
+    tag: Any = None
     reason: Any = None
 
 

@@ -26,9 +26,10 @@ import math
 import platform
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 from harness.vocab.devices import Fingerprint
+from harness.vocab.payload import Payload
 from harness.errors import UserError
 from harness.measurement.clocks import open_monitor, window_clocks
 from harness.measurement.timing.timers import CudaEventTimer, HostTimer, Timer, median_ms
@@ -94,6 +95,27 @@ MATMUL_KEYS = ("float16", "bfloat16", "float32", TF32_KEY)
 RATE_UNITS = MappingProxyType({"tflops": "TFLOP/s", "gbps": "GB/s", "kv_gbps": "GB/s"})
 
 
+@dataclass(frozen=True, kw_only=True)
+class CeilingsMethod(Payload):
+    """A ceilings row's ``method``: how the rates were measured (timer, sizes, repetitions) and,
+    on a GPU, the mean SM clock of each matmul's timed calls (``sm_mhz``, per dtype)."""
+
+    timer: Any = None
+    copy_bytes: Any = None
+    copy_reps: Any = None
+    matmul_n: Any = None
+    matmul_sizes: Any = None
+    matmul_reps: Any = None
+    threads: Any = None
+    data: Any = None
+    sm_mhz: Any = None
+
+    @property
+    def clocks(self) -> Mapping:
+        """``sm_mhz`` where it is a table of clocks, else none."""
+        return self.sm_mhz if isinstance(self.sm_mhz, Mapping) else {}
+
+
 @dataclass(frozen=True)
 class Ceilings:
     """What one device measurably can do; rates in GB/s (1e9 B/s) and TFLOP/s (1e12/s)."""
@@ -151,7 +173,7 @@ class Ceilings:
         MHz: its work per cycle, which does not move with the clock), the larger of fp32 and
         TF32 for float32 as ``tflops_ceiling``; None where no clock was recorded (the CPU,
         rows measured before it)."""
-        clocks = self.method.get("sm_mhz") if isinstance(self.method.get("sm_mhz"), Mapping) else {}
+        clocks = CeilingsMethod.from_row(self.method).clocks
         keys = ("float32", TF32_KEY) if dtype == "float32" else (dtype,)
         vals = [self.matmul_tflops[k] / float(clocks[k]) for k in keys if k in self.matmul_tflops
                 and isinstance(clocks.get(k), (int, float)) and not isinstance(clocks.get(k), bool)
