@@ -116,6 +116,18 @@ class CeilingsMethod(Payload):
         return self.sm_mhz if isinstance(self.sm_mhz, Mapping) else {}
 
 
+@dataclass(frozen=True, kw_only=True)
+class CeilingsRecord(Payload):
+    """The measured fields of a ceilings row (or of ``Ceilings.to_row``), which ``Ceilings.from_row``
+    reads; the row's other fields (its place in the chain, its env) are kept, unread."""
+
+    device: Any = None
+    fingerprint: Any = None
+    copy_gbps: Any = None
+    matmul_tflops: Any = None
+    method: Any = None
+
+
 @dataclass(frozen=True)
 class Ceilings:
     """What one device measurably can do; rates in GB/s (1e9 B/s) and TFLOP/s (1e12/s)."""
@@ -207,18 +219,19 @@ class Ceilings:
         """Rebuild from ``to_row()`` output or a `ceilings` ledger row (ledger.rows.CeilingsRow)."""
         if not isinstance(row, Mapping):
             row = row.dump()
-        missing = [k for k in ("device", "fingerprint", "copy_gbps", "matmul_tflops") if k not in row]
+        held = CeilingsRecord.from_row(row)
+        missing = [k for k in ("device", "fingerprint", "copy_gbps", "matmul_tflops") if not held.has(k)]
         if missing:
             raise UserError(f"not a ceilings row: missing {', '.join(missing)} "
                             f"(re-measure with `bench ceilings --force`)")
         try:
-            copy = float(row["copy_gbps"])
-            mm = {str(k): float(v) for k, v in dict(row["matmul_tflops"]).items() if v is not None}
+            copy = float(held.copy_gbps)
+            mm = {str(k): float(v) for k, v in dict(held.matmul_tflops).items() if v is not None}
         except (TypeError, ValueError) as exc:
             raise UserError(f"ceilings row has a non-numeric rate ({exc}): re-measure with "
                             f"`bench ceilings --force`") from exc
-        return cls(device=row["device"], fingerprint=dict(row["fingerprint"]), copy_gbps=copy,
-                   matmul_tflops=mm, method=dict(row.get("method") or {}))
+        return cls(device=held.device, fingerprint=dict(held.fingerprint), copy_gbps=copy,
+                   matmul_tflops=mm, method=dict(held.method or {}))
 
 
 def impossible(rates: Mapping[str, float | None], ceilings: Ceilings, dtype: str,
