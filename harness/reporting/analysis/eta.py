@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from harness.ledger.payloads import Cost
+from harness.ledger.payloads import ConfigFields, Cost
 from harness.vocab.devices import device_of, model
 from harness.vocab.outcomes import OUTCOME_KINDS
 from harness.errors import UserError
@@ -57,7 +57,7 @@ def prior(rows, env: dict | None) -> list[tuple[float, float]]:
     out = []
     for (_, _, total), group in groups.items():
         try:
-            cfg = get_workload(group[0].config.get("workload")).from_row(group[0].config)
+            cfg = get_workload(ConfigFields.from_row(group[0].config).workload).from_row(group[0].config)
         except (TypeError, UserError):  # a config written by another bench, or of a workload not installed
             continue
         candidates = {r.candidate for r in group if not r.is_baseline}
