@@ -36,7 +36,7 @@ from harness.registry import get_kernel, get_workload
 from harness.registration import verify
 from harness.execution.devicelock import device_lock
 from harness.vocab.devices import device_key
-from harness.ledger.payloads import GateAnswer
+from harness.ledger.payloads import GateAnswer, OutputCheck
 from harness.ledger.store import require_anchorable
 from harness.measurement.device import env_summary
 from harness.commands.interrupts import StopNow, interrupts
@@ -99,8 +99,8 @@ def bare_payload(result) -> dict:
     """A `profile` row's ``bare``: the workload's bare op profiled at the row's config
     (``profile_bare``). An op whose output failed its float64 check, or that gave no counters,
     has ``counters`` None and ``error`` saying why: its clauses are unknown at the row."""
-    check = result.output_check or {}
-    error = result.error or (None if check.get("passed") else check.get("reason") or "the bare op's output failed")
+    check = OutputCheck.from_row(result.output_check or {})
+    error = result.error or (None if check.passed else check.reason or "the bare op's output failed")
     return {"op": get_workload(result.config.workload).bare_name,
             "launches": [launch.as_dict() for launch in result.launches],
             "counters": None if error else (result.per_call or None), "output_check": result.output_check,

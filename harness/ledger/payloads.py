@@ -365,6 +365,20 @@ class OutputCheck(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Bare(Payload):
+    """A `profile` row's ``bare`` (commands/profile.py ``bare_payload``): the workload's bare op
+    profiled at the row's config — its launches and counters, or why it has none."""
+
+    op: Any = None
+    launches: Any = None
+    counters: Any = None
+    output_check: Any = None
+    correct: Any = None
+    error: Any = None
+    outside_range: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class GateAnswer(Payload):
     """A `gate` job's answer (pipeline/gate.py ``gate_job``), which `bench profile` runs before it
     profiles a kernel: the gate's summary (a profile row's ``gate``), whether it passed, and why not."""
