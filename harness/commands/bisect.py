@@ -31,7 +31,7 @@ from harness.governance.bisect import FIRST_BAD, INTERRUPTED, NO_REGRESSION, UNC
 from harness.provenance import git as gitguard
 from harness.ledger.store import Ledger, require_anchorable
 from harness.ledger.format import BISECT_LEDGER, utc_now
-from harness.vocab.outcomes import PROBE
+from harness.vocab.outcomes import PROBE, RESULT
 from harness.commands.interrupts import StopNow, interrupts
 from harness.commands.writer import write
 from harness.governance.line import read_line
@@ -39,6 +39,7 @@ from harness.registration.line_ids import config_of
 from harness.ledger.verify import verify, verify_refusal
 from harness.commands.probe import PROBE_FORMAT
 from harness.jsonsafe import number
+from harness.ledger.line_payloads import BisectRun, ProbeAnswer
 
 # One probe's subprocess (its gate and timing of one config) is given this long before it is
 # killed and its commit skipped.
@@ -147,9 +148,8 @@ def bisect(plan: BisectPlan, *, device: str = "auto", commit: bool = True, root:
     led.require_writable()
     if commit:
         require_anchorable(led)
-    run = {"line": reg.line, "config_key": cfg.key(), "candidate": candidate, "baseline": reg.baseline,
-           "good": good_sha, "bad": bad_sha, "by": ln.commit, "started": utc_now(), "budget": budget,
-           "threshold": threshold}
+    run = BisectRun(line=reg.line, config_key=cfg.key(), candidate=candidate, baseline=reg.baseline, good=good_sha,
+                    bad=bad_sha, by=ln.commit, started=utc_now(), budget=budget, threshold=threshold)
     res = BisectResult(reg.line, cfg.key(), candidate, reg.baseline, good_sha, bad_sha, len(commits),
                        committed=commit)
     # A Ctrl-C or SIGTERM stops it at once, but never between a row's append and its commit;
@@ -233,12 +233,12 @@ class _Measured:
     """A commit's measurements so far (``ok``: it can be measured; else ``why`` not)."""
 
     commit: str
-    measurements: list = field(default_factory=list)
+    measurements: list[ProbeAnswer] = field(default_factory=list)
     attempts: int = 0  # probes run, those that gave no number included
     missed: list = field(default_factory=list)  # why transient attempts gave no number
     ok: bool = True
     why: str = ""
-    answer: dict | None = None  # the last probe's answer
+    answer: ProbeAnswer | None = None  # the last probe's answer
 
     @property
     def estimate(self) -> rule.Estimate:
@@ -282,10 +282,10 @@ class _Prober:
         finally:
             gitguard.remove_worktree(self.root, where)
         m.answer = answer or m.answer
-        if why is None and answer.get("outcome") != "result":
-            tag = f" [{answer['tag']}]" if answer.get("tag") else ""
-            why = f"no number: {answer.get('outcome')}{tag}: {answer.get('reason')}"
-            if answer.get("transient"):
+        if why is None and answer.outcome != RESULT:
+            tag = f" [{answer.tag}]" if answer.tag else ""
+            why = f"no number: {answer.outcome}{tag}: {answer.reason}"
+            if answer.transient:
                 m.missed.append(why)
                 return
         if why is not None:
@@ -293,7 +293,7 @@ class _Prober:
             return
         m.measurements.append(answer)
 
-    def _run(self, where: Path, commit: str) -> tuple[dict | None, str | None]:
+    def _run(self, where: Path, commit: str) -> tuple[ProbeAnswer | None, str | None]:
         """(the probe's answer, None) or (whatever it said, why it cannot be used)."""
         env = {k: v for k, v in os.environ.items() if k not in FOREIGN_CODE_ENV}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -310,42 +310,42 @@ class _Prober:
         if done.returncode != 0:
             return None, f"its code cannot run the probe (exit {done.returncode}): {last}"
         try:
-            answer = json.loads((done.stdout or "").strip().splitlines()[-1])
+            answer = ProbeAnswer.from_row(json.loads((done.stdout or "").strip().splitlines()[-1]))
         except (IndexError, ValueError):
             return None, f"its probe printed no JSON object: {last}"
-        if not isinstance(answer, dict) or answer.get("probe") != PROBE_FORMAT:
-            return None, f"its probe answered in another format ({answer.get('probe') if isinstance(answer, dict) else '?'})"
-        if Path(answer.get("code_root", "")).resolve() != where.resolve():
+        if answer is None or answer.probe != PROBE_FORMAT:
+            return None, f"its probe answered in another format ({answer.probe if answer is not None else '?'})"
+        if Path(answer.code_root or "").resolve() != where.resolve():
             return None, "its probe ran code from outside its own worktree"
-        if answer.get("commit") != commit:
-            return None, f"its probe measured commit {str(answer.get('commit'))[:12]}, not {commit[:12]}"
+        if answer.commit != commit:
+            return None, f"its probe measured commit {str(answer.commit)[:12]}, not {commit[:12]}"
         return answer, None
 
 
 class _Rows:
     """Appends (and commits) one `probe` row per commit measured."""
 
-    def __init__(self, led: Ledger, ln, run: dict, commit: bool, res: BisectResult, on_probe, guard):
+    def __init__(self, led: Ledger, ln, run: BisectRun, commit: bool, res: BisectResult, on_probe, guard):
         self.led, self.ln, self.run, self.commit, self.res, self.on_probe = led, ln, run, commit, res, on_probe
         self.guard = guard
 
     def add(self, m: _Measured, role: str, decision: str, why: str) -> Probe:
         est = m.estimate if m.measurements else None
-        last = m.answer or {}
-        per = [{"speedup": number(a.get("speedup")), "ci": [number(x) for x in a.get("ci") or []],
-                "n": min(len(a["samples"]["baseline"]), len(a["samples"]["candidate"])),
-                "control": number(a.get("control")), "rig_noisy": a.get("rig_noisy")} for a in m.measurements]
+        last = m.answer
+        per = [{"speedup": number(a.speedup), "ci": [number(x) for x in a.ci or []], "n": a.arms.rounds,
+                "control": number(a.control), "rig_noisy": a.rig_noisy} for a in m.measurements]
         subject = gitguard.subject(self.ln.root, m.commit)
-        fields = {"commit": m.commit, "harness_version": last.get("harness_version"), "env": last.get("env"),
+        fields = {"commit": m.commit, "harness_version": last.harness_version if last else None,
+                  "env": last.env if last else None,
                   "registration_sha256": self.ln.registered.registration_sha256,
                   "registration_commit": self.ln.registered.registration_commit,
-                  "bisect": self.run, "config_key": self.run["config_key"], "role": role, "subject": subject,
+                  "bisect": self.run.dump(), "config_key": self.run.config_key, "role": role, "subject": subject,
                   "speedup": est.speedup if est else None,
                   "speedup_ci_low": est.lo if est else None, "speedup_ci_high": est.hi if est else None,
                   "samples": {"n": est.n if est else 0, "measurements": per, "attempts": m.attempts,
-                              "missed": m.missed}, "gate": last.get("gate"),
+                              "missed": m.missed}, "gate": last.gate if last else None,
                   "decision": decision, "reason": why}
-        why_commit = f"bisect of {self.run['line']} at {self.run['config_key']}" if self.commit else None
+        why_commit = f"bisect of {self.run.line} at {self.run.config_key}" if self.commit else None
         (row,), _, _ = write(self.led, [(PROBE, fields)], why=why_commit, guard=self.guard)
         p = Probe(m.commit, subject, role, decision, why, est, row.dump())
         self.res.probes.append(p)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from harness import __version__
 from harness.errors import UserError
-from harness.vocab.devices import ceilings_name
+from harness.vocab.devices import Fingerprint, ceilings_name
 from harness.ledger.store import Ledger, committed_rows, require_anchorable, rows_text
 from harness.ledger.format import CEILINGS_LEDGER, ceilings_where
 from harness.ledger.rows import CeilingsRow
@@ -124,7 +124,7 @@ def store_ceilings(root: Path, fingerprint: dict, env: dict, measured: dict, *, 
     """``append_ceilings``, and with ``why`` its commit, as one step under ``guard``'s shield."""
     impossible = implausible(Ceilings.from_row({"fingerprint": fingerprint, **measured}))
     if impossible:
-        raise UserError(f"the ceilings just measured on {fingerprint.get('name')} were not stored: {impossible}, "
+        raise UserError(f"the ceilings just measured on {Fingerprint.of(fingerprint).name} were not stored: {impossible}, "
                         f"so the timer or the device's name is wrong — check the GPU (nvidia-smi) and measure "
                         f"again (bench ceilings --force)")
     led = Ledger(root, CEILINGS_LEDGER)

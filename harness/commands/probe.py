@@ -22,7 +22,7 @@ from harness.governance.line import require_tracked_code
 from harness.measurement.device import detect_device, env_summary
 from harness.pipeline.context import SweepContext
 from harness.pipeline.run import run_config
-from harness.ledger.rows import load
+from harness.ledger.payloads import Gate, Measurement, Metrics, by_role
 from harness.vocab.outcomes import RESULT, transient
 from harness.measurement.timing.results import ARM_BASELINE, arm_name
 
@@ -48,8 +48,7 @@ def probe(registration: Path, config_key: str, candidate: str, device: str, root
     ctx = SweepContext(reg=reg, device=dev, ceilings=None, root=str(tree.root))
     with device_lock(device_key(env), who={"line": reg.line, "root": str(tree.root)}, wait=True):
         outcomes = run_config(cfg, (candidate,), ctx)
-    row = next((o for o in outcomes if o.payload.get("candidate") == candidate and o.payload.get("role") != "baseline"),
-               outcomes[0])
+    row = next((o for o in outcomes if o.row.candidate == candidate and not o.row.is_baseline), outcomes[0])
     return {"probe": PROBE_FORMAT, "commit": gitguard.head_commit(tree.root), "harness_version": harness.__version__,
             "code_root": str(Path(harness.__file__).resolve().parent.parent), "config_key": config_key,
             "candidate": candidate, "baseline": reg.baseline, "env": env, **measured(row)}
@@ -60,19 +59,18 @@ def measured(row) -> dict:
     (anything but a result) and whether that may pass (``transient``), whether each role
     passed the float64 gate, and for a result the speedup, its CI and the raw interleaved
     samples of both arms (ms, round by round)."""
-    p = row.payload
-    gate = p.get("gate") or {}
-    if row.kind == RESULT:
-        passed = {role: bool((gate.get(role) or {}).get("passed")) for role in ("candidate", "baseline")}
+    r = row.row
+    if r.kind == RESULT:
+        gates = {role: Gate.from_row(by_role(r.gate, role)) for role in ("candidate", "baseline")}
+        passed = {role: bool(g is not None and g.passed) for role, g in gates.items()}
     else:  # a rejection's gate is its own role's
-        passed = {p.get("role") or "candidate": gate.get("passed") if gate else None}
+        passed = {r.role or "candidate": Gate.from_row(r.gate).passed if r.gate else None}
     # transient: worth measuring again (clocks throttled, memory short, timing cut short)
-    out = {"outcome": row.kind, "reason": p.get("reason"), "tag": p.get("tag"), "gate": passed,
-           "transient": transient(load({"kind": row.kind, **p}))}
-    if row.kind != RESULT:
+    out = {"outcome": r.kind, "reason": r.reason, "tag": r.tag, "gate": passed, "transient": transient(r)}
+    if r.kind != RESULT:
         return out
-    m, arms = p["metrics"], p["timing"]["arms"]
-    return {**out, "speedup": m["speedup"], "ci": [m["speedup_ci_low"], m["speedup_ci_high"]],
-            "control": m.get("control"), "rig_noisy": bool(p.get("rig_noisy")),
-            "samples": {"baseline": arms[ARM_BASELINE]["samples_ms"],
-                        "candidate": arms[arm_name(p["candidate"])]["samples_ms"]}}
+    m, timing = Metrics.from_row(r.metrics), Measurement.from_row(r.timing)
+    return {**out, "speedup": m.speedup, "ci": [m.speedup_ci_low, m.speedup_ci_high],
+            "control": m.control, "rig_noisy": bool(r.rig_noisy),
+            "samples": {"baseline": timing.arm(ARM_BASELINE).samples_ms,
+                        "candidate": timing.arm(arm_name(r.candidate)).samples_ms}}

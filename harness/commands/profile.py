@@ -36,6 +36,7 @@ from harness.registry import get_kernel, get_workload
 from harness.registration import verify
 from harness.execution.devicelock import device_lock
 from harness.vocab.devices import device_key
+from harness.ledger.payloads import GateAnswer, OutputCheck
 from harness.ledger.store import require_anchorable
 from harness.measurement.device import env_summary
 from harness.commands.interrupts import StopNow, interrupts
@@ -60,7 +61,7 @@ def default_configs(reg) -> list[Config]:
     """The smallest and the largest config of each dtype (by bytes, then FLOPs)."""
     chosen = []
     wl = get_workload(reg.workload)
-    for dt in reg.grid["dtype"]:
+    for dt in reg.dtypes:
         cfgs = sorted((c for c in reg.configs if c.dtype == dt), key=lambda c: (wl.min_bytes(c), wl.flops(c)))
         for c in (cfgs[0], cfgs[-1]):
             if c not in chosen:
@@ -98,8 +99,8 @@ def bare_payload(result) -> dict:
     """A `profile` row's ``bare``: the workload's bare op profiled at the row's config
     (``profile_bare``). An op whose output failed its float64 check, or that gave no counters,
     has ``counters`` None and ``error`` saying why: its clauses are unknown at the row."""
-    check = result.output_check or {}
-    error = result.error or (None if check.get("passed") else check.get("reason") or "the bare op's output failed")
+    check = OutputCheck.from_row(result.output_check or {})
+    error = result.error or (None if check.passed else check.reason or "the bare op's output failed")
     return {"op": get_workload(result.config.workload).bare_name,
             "launches": [launch.as_dict() for launch in result.launches],
             "counters": None if error else (result.per_call or None), "output_check": result.output_check,
@@ -150,13 +151,13 @@ def profile_rows(line, configs: list[Config], device: str, *, gate_first: bool =
             else:
                 if gate is None:
                     raise ValueError(f"{name} @ {cfg.key()} has no sweep row whose gate it passed, and no gate to run")
-                g = gate(cfg, name)
-                gate_info = g["gate"]
-                if not g["passed"]:
+                g = GateAnswer.from_row(gate(cfg, name))
+                gate_info = g.gate
+                if not g.passed:
                     yield {"config": cfg.as_dict(), "config_key": cfg.key(), "candidate": name, "role": role,
                            "gate": gate_info, "launches": [], "counters": None, "formulas": formula_values(cfg),
                            "l2_bytes": l2, "impossible": None, "output_check": None, "correct": False,
-                           "error": f"failed the correctness gate [{g['tag']}]: {g['reason']}"}
+                           "error": f"failed the correctness gate [{g.tag}]: {g.reason}"}
                     continue
             memory.release(device)
             case = ProfileCase(reg.seeds[0] + PROFILE_SEED_OFFSET, **reg.tolerance(cfg.dtype),

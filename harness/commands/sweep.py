@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from harness.errors import UserError, plural
-from harness.ledger.payloads import Cost, Env
+from harness.ledger.payloads import Cost, Env, Metrics, Policy
 from harness.ledger.store import require_anchorable
 from harness.governance.line import Line
 from harness.vocab.outcomes import INCORRECT, RESULT, measured_at, state_of
@@ -298,7 +298,7 @@ def _run_configs(line: Line, executor, ctx: SweepContext, guard: Interrupts, run
         for task in tasks:
             noisy = tuple(c for c in task.candidates
                           if getattr(writer.latest.get((task.config.key(), c)), "kind", None) == RESULT
-                          and writer.latest[(task.config.key(), c)].payload["rig_noisy"])
+                          and writer.latest[(task.config.key(), c)].row.rig_noisy)
             if noisy:
                 by_cfg[task.config.key()] = Task(task.config, noisy)
         if not by_cfg:
@@ -343,13 +343,13 @@ def _summary(plan: SweepPlan, executor, run: _Run, writer: Writer, guard: Interr
     rejections: dict[str, int] = {}
     controls: list[tuple[float, bool]] = []
     tolerance = None
-    for o in writer.latest.values():
-        counts[o.kind] = counts.get(o.kind, 0) + 1
-        if o.kind == INCORRECT:
-            rejections[o.payload["tag"]] = rejections.get(o.payload["tag"], 0) + 1
-        if o.kind == RESULT:
-            controls.append((o.payload["metrics"]["control"], o.payload["rig_noisy"]))
-            tolerance = o.payload["policy"]["control_tolerance"]
+    for r in (o.row for o in writer.latest.values()):
+        counts[r.kind] = counts.get(r.kind, 0) + 1
+        if r.kind == INCORRECT:
+            rejections[r.tag] = rejections.get(r.tag, 0) + 1
+        if r.kind == RESULT:
+            controls.append((Metrics.from_row(r.metrics).control, r.rig_noisy))
+            tolerance = Policy.from_row(r.policy).control_tolerance
     if run.profiled:
         counts["profile"] = run.profiled
     control = None

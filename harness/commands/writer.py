@@ -102,9 +102,10 @@ class Writer:
                 "reason": f"{why} at commit {line.commit[:12]} on {key[1]}{' ' + key[2] if key[2] else ''}", **mark}))
         batch += [(o.kind, {**line.stamp(env).fields(), **o.payload, **mark}) for o, env in rows]
         written = self._write(batch, commit=True)
-        for o, _ in rows:
-            self.latest[(o.payload["config_key"], o.payload["candidate"])] = o
-        cost = next((o.payload["cost"] for o, _ in rows if o.payload.get("cost")), None)
+        typed = [o.row for o, _ in rows]
+        for (o, _), r in zip(rows, typed):
+            self.latest[r.pair] = o
+        cost = next((r.cost for r in typed if r.cost), None)
         if cost is not None:
             self.costs.append(cost)
         return written

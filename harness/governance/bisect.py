@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from harness.ledger.line_payloads import ProbeAnswer
 from harness.measurement.stats import ratio, speedup_ci
 
 # A regression smaller than this (relative drop of the speedup) is no regression.
@@ -61,14 +62,15 @@ class Estimate:
         return {"speedup": self.speedup, "ci": [self.lo, self.hi], "n": self.n, "measurements": self.measurements}
 
 
-def pooled(measurements: list[dict]) -> Estimate:
-    """One estimate from measurements holding ``samples`` ({"baseline", "candidate"}: ms per
-    round): rounds concatenated, paired where every measurement's arms pair up."""
-    base = [x for m in measurements for x in m["samples"]["baseline"]]
-    cand = [x for m in measurements for x in m["samples"]["candidate"]]
+def pooled(measurements: list[ProbeAnswer]) -> Estimate:
+    """One estimate from probe answers holding ``samples`` (ms per round of each arm): rounds
+    concatenated, paired where every measurement's arms pair up."""
+    arms = [m.arms for m in measurements]
+    base = [x for a in arms for x in a.baseline]
+    cand = [x for a in arms for x in a.candidate]
     if not base or not cand:
         return Estimate(math.nan, math.nan, math.nan, 0, len(measurements))
-    paired = all(len(m["samples"]["baseline"]) == len(m["samples"]["candidate"]) for m in measurements)
+    paired = all(len(a.baseline) == len(a.candidate) for a in arms)
     lo, hi = speedup_ci(base, cand, paired=paired)
     return Estimate(ratio(base, cand), lo, hi, min(len(base), len(cand)), len(measurements))
 

@@ -24,6 +24,8 @@ from harness.ledger.store import Ledger, Left, require_anchorable
 from harness.ledger.format import ledger_path
 from harness.ledger.verify import rows_at, verify, verify_refusal
 from harness.ledger.locks import exclusive
+from harness.ledger.line_payloads import RegistrationSummary
+from harness.ledger.rows import RegisteredRow, load
 from harness.vocab.outcomes import REGISTERED, VERDICT
 from harness.measurement.device import host_id
 from harness.governance import power, reductio
@@ -268,7 +270,7 @@ def registered_path(registered: dict, line: str, *, closed: bool) -> str:
     """The registration path of a line's `registered` row, refused unless it is relative and
     stays inside the repository: any other path names a file of some machine, not of this
     clone's commit (bench would hash the wrong file, or none)."""
-    rel = (registered.registration or {}).get("path")
+    rel = RegistrationSummary.from_row(registered.registration or {}).path
     if not isinstance(rel, str) or not rel:
         raise UserError(f"ledger/{line}.jsonl: row 0 names no registration path: it is not a bench ledger")
     posix, win = PurePosixPath(rel), PureWindowsPath(rel)
@@ -292,9 +294,12 @@ def _require_registered(root: Path, line: str, given: Path | None = None) -> Non
         return
     try:  # only row 0 is needed; a ledger it cannot be read from is refused under the lock
         with open(path, "rb") as fh:
-            rel = json.loads(fh.readline())["registration"]["path"]
-    except (OSError, ValueError, KeyError, TypeError):
+            first = json.loads(fh.readline())
+        row0 = load(first) if isinstance(first, dict) else None
+    except (OSError, ValueError):  # unreadable, no JSON, or no row bench knows (rows.UnknownField)
         return
+    summary = RegistrationSummary.from_row(row0.registration) if isinstance(row0, RegisteredRow) else None
+    rel = summary.path if summary is not None else None
     if not isinstance(rel, str) or PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
         return  # registered_path refuses it, with its fix, under the lock
     if (root / rel).resolve() != given.resolve():

@@ -13,6 +13,7 @@ compared, and a decided result is never re-measured at its commit).
 
 from __future__ import annotations
 
+from harness.ledger.payloads import Measurement
 from harness.measurement.stats import paired_ratio, ratio
 from harness.measurement.timing.criteria import row_statistic
 from harness.measurement.timing.results import arm_name
@@ -26,9 +27,9 @@ NO_SAMPLES = "no_samples"  # the row keeps no samples of P (or of its own arm)
 
 
 def _samples(row, kernel: str) -> list[float]:
-    arms = (row.timing or {}).get("arms") if isinstance(row.timing, dict) else None
-    arm = (arms or {}).get(arm_name(kernel)) or {}
-    return [float(x) for x in arm.get("samples_ms") or []]
+    timing = Measurement.from_row(row.timing)
+    arm = timing.arm(arm_name(kernel)) if timing is not None else None
+    return [float(x) for x in (arm.samples_ms if arm is not None else None) or []]
 
 
 def peer_samples(row, peer: str) -> tuple[list[float], list[float]]:

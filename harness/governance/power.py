@@ -29,6 +29,8 @@ from harness.vocab.devices import device_name
 from harness.vocab.outcomes import RESULT
 from harness.measurement import feasible
 from harness.registry import get_kernel, get_workload
+from harness.ledger.line_payloads import ResolvedDevice, WorstElement
+from harness.ledger.payloads import Metrics, Policy
 from harness.ledger.store import recorded
 
 # Recorded results per device below which its control spread is not trusted.
@@ -52,17 +54,17 @@ def tolerance_floor(reg) -> dict:
 def _infeasible(f, bound: str = "") -> str:
     """Why no output in ``f.dtype`` passes the gate, worked out at the deciding element;
     ``bound``: why the workload's outputs are as large as they are (``Workload.output_bound``)."""
-    w, u, dt = f.worst, f.unit_roundoff, f.dtype
-    k = math.frexp(abs(w["ref"]))[1] - 1  # |ref| in [2^k, 2^(k+1)): half a ULP there is u·2^k
-    seeds = (f"seed {w['seed']}" if len(f.seeds) == 1 else
-             f"seed {w['seed']} (every seed checked fails: {', '.join(map(str, f.seeds))})")
+    w, u, dt = WorstElement.from_row(f.worst), f.unit_roundoff, f.dtype
+    k = math.frexp(abs(w.ref))[1] - 1  # |ref| in [2^k, 2^(k+1)): half a ULP there is u·2^k
+    seeds = (f"seed {w.seed}" if len(f.seeds) == 1 else
+             f"seed {w.seed} (every seed checked fails: {', '.join(map(str, f.seeds))})")
     return (f"[correctness] {dt} atol {f.atol:g}, rtol {f.rtol:g} is below {dt}'s own rounding, so no kernel can "
             f"pass the gate: the float64 reference rounded to the nearest {dt} (the best output any kernel can "
-            f"write) fails it at {w['config']}, {seeds}, family {w['family']}, element "
-            f"({','.join(map(str, w['index']))}): |ref| = {abs(w['ref']):.4g}, where {dt} (unit roundoff u = "
-            f"2^{round(math.log2(u))} = {u:.3g}) rounds by up to u·2^{k} = {w['half_ulp']:.3g}; it errs "
-            f"{w['err']:.3g} > atol + rtol·|ref| = {w['bound']:.3g}. Outputs reach |ref| = "
-            f"{f.magnitude[w['family']]:.4g} on family {w['family']}{f' ({bound})' if bound else ''}. The smallest "
+            f"write) fails it at {w.config}, {seeds}, family {w.family}, element "
+            f"({','.join(map(str, w.index))}): |ref| = {abs(w.ref):.4g}, where {dt} (unit roundoff u = "
+            f"2^{round(math.log2(u))} = {u:.3g}) rounds by up to u·2^{k} = {w.half_ulp:.3g}; it errs "
+            f"{w.err:.3g} > atol + rtol·|ref| = {w.bound:.3g}. Outputs reach |ref| = "
+            f"{f.magnitude[w.family]:.4g} on family {w.family}{f' ({bound})' if bound else ''}. The smallest "
             f"tolerance that passes: atol >= {ceil_sig(f.need_atol):g} at rtol "
             f"{f.rtol:g}, or rtol >= {ceil_sig(f.need_rtol):g} at atol {f.atol:g} (a real kernel needs margin "
             f"above it) — loosen [correctness] for {dt}")
@@ -81,7 +83,7 @@ def tolerance_power(reg) -> dict:
     seed = reg.seeds[0]
     # One pass: canaries and downgrades share each point's inputs and reference.
     wl = get_workload(reg.workload)
-    names = tuple(dict.fromkeys((*wl.canaries, *wl.downgrade_names(reg.grid["dtype"]))))
+    names = tuple(dict.fromkeys((*wl.canaries, *wl.downgrade_names(reg.dtypes))))
     every = wl.check_canaries(reg.configs, atol=reg.atol, rtol=reg.rtol, seed=seed, families=reg.families,
                               names=names)
     checks = [c for c in every if c.canary in wl.canaries]
@@ -102,9 +104,9 @@ def _recorded_controls(root: Path, mode: str) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for _, rows in recorded(root):
         for row in rows:
-            if row.kind != RESULT or (row.policy or {}).get("mode") != mode:
+            if row.kind != RESULT or Policy.from_row(row.policy or {}).mode != mode:
                 continue
-            control = (row.metrics or {}).get("control")
+            control = Metrics.from_row(row.metrics or {}).control
             gpu = device_name(row.env or {})
             if isinstance(control, (int, float)) and gpu:
                 out.setdefault(gpu, []).append(abs(control - 1.0))
@@ -119,12 +121,12 @@ def timing_resolution(root: Path, reg) -> dict:
     for gpu, devs in _recorded_controls(root, policy.mode).items():
         if len(devs) >= MIN_SPREAD_ROWS:
             spread = statistics.quantiles(devs, n=100, method="inclusive")[round(SPREAD_QUANTILE * 100) - 1]
-            devices[gpu] = {"n": len(devs), "spread": min(spread, tol), "observed_spread": spread}
-    worst = max((d["spread"] for d in devices.values()), default=tol)
+            devices[gpu] = ResolvedDevice(n=len(devs), spread=min(spread, tol), observed_spread=spread)
+    worst = max((d.spread for d in devices.values()), default=tol)
     warnings = []
     for clause in reg.bar.clauses():
         if clause.aggregate.metric in SPEEDUP_METRICS and 1 / (1 + worst) < clause.threshold < 1 + worst:
             warnings.append(f"bar clause `{clause.text}`: its threshold {clause.threshold:g} lies inside the smallest "
                             f"speedup this line can resolve (1 ± {worst:.3g}, mode {policy.mode}): rig noise decides it")
-    return {"mode": policy.mode, "control_tolerance": tol, "devices": devices,
+    return {"mode": policy.mode, "control_tolerance": tol, "devices": {gpu: d.dump() for gpu, d in devices.items()},
             "resolvable_speedup": 1 + worst, "warnings": warnings}

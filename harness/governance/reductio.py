@@ -67,7 +67,7 @@ from harness.measurement.counters import COUNTER_RANGES, L2_ALLOWANCE
 from harness.registration.verify import BARE_PREFIX, names, possible
 from harness.ledger.store import Ledger, recorded
 from harness.ledger.format import CEILINGS_LEDGER
-from harness.ledger.line_payloads import RegistrationSummary
+from harness.ledger.line_payloads import ReductioDevice, RegistrationSummary
 from harness.ledger.payloads import CeilingsRef, Env, Metrics, Policy
 from harness.vocab.outcomes import REGISTERED, RESULT
 from harness.registry import get_kernel, get_workload
@@ -430,7 +430,7 @@ def at_register(root: Path, reg) -> dict:
         raise _refusal(reg, found[0][1], reductio=True)
     note = None
     if not devices:
-        held = f"holds ceilings only of {', '.join(s['device'] for s in skipped)}, where the line does not run" \
+        held = f"holds ceilings only of {', '.join(ReductioDevice.from_row(s).device for s in skipped)}, where the line does not run" \
             if skipped else "holds none"
         note = (f"no device's ceilings are known ({CEILINGS_FILE} {held}): the bar was checked for what it can "
                 f"decide and against fractions of a ceiling only; `bench sweep` checks it against the device it "

@@ -55,8 +55,8 @@ from typing import Any
 
 from harness.vocab.outcomes import RESULT
 from harness.jsonsafe import number
-from harness.ledger.payloads import (Batches, config_workload, Floor, FloorCeilings, Measurement, Policy, Rounds,
-                                     Samples, Stop, StopQuantity, Sustained)
+from harness.ledger.payloads import (Batches, Floor, FloorCeilings, Measurement, Metrics, Policy, Rounds, Samples,
+                                     Stop, StopQuantity, Sustained, config_workload)
 from harness.measurement.timing.criteria import PRECISION_REASON, Quantity, row_statistic
 from harness.measurement.timing.policy import looks
 from harness.measurement.stats import QUANTUM_TICKS_MS, Stats, paired_ratio, quantum, ratio, speedup_ci
@@ -262,20 +262,20 @@ def _rates(a: _Audit, row: dict, metrics: dict, cand: list[float] | None) -> Non
     a.check(metrics, "ms", "metrics.ms", ms)
     floor = Floor.from_row(row.floor)
     try:
-        r = _row_rates(row.config, floor, ms)
+        r = Metrics.from_row(_row_rates(row.config, floor, ms))  # the rates under their metric names
     except (KeyError, TypeError, ValueError, ZeroDivisionError, UserError):
         a.bad("config", row.config, "no rates computable for this config and ms")
         return
     if r is None:
         return
-    for k in ("tflops", "gbps", "kv_gbps"):
-        a.check(metrics, k, f"metrics.{k}", r[k], RATE_RTOL)
+    for k, v in (("tflops", r.tflops), ("gbps", r.gbps), ("kv_gbps", r.kv_gbps)):
+        a.check(metrics, k, f"metrics.{k}", v, RATE_RTOL)
     ceiling = FloorCeilings.from_row(floor.rounds) if floor is not None else None
     copy = number(ceiling.copy_gbps) if ceiling is not None else None
     if copy:
-        a.check(metrics, "gbps_frac", "metrics.gbps_frac", r["gbps"] / copy, RATE_RTOL)
-        if r["kv_gbps"] is not None:
-            a.check(metrics, "kv_gbps_frac", "metrics.kv_gbps_frac", r["kv_gbps"] / copy, RATE_RTOL)
+        a.check(metrics, "gbps_frac", "metrics.gbps_frac", r.gbps / copy, RATE_RTOL)
+        if r.kv_gbps is not None:
+            a.check(metrics, "kv_gbps_frac", "metrics.kv_gbps_frac", r.kv_gbps / copy, RATE_RTOL)
 
 
 def _row_rates(config: dict, floor, ms: float) -> dict | None:

@@ -10,26 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.ledger.payloads import Payload, each
+from harness.vocab.outcomes import Coverage, MeasuredAt, Replicate
 
-
-@dataclass(frozen=True, kw_only=True)
-class Coverage(Payload):
-    """A verdict's ``coverage``: how many registered pairs it decided on, and the floor."""
-
-    pairs: Any = None
-    decided: Any = None
-    undecided: Any = None
-    fraction: Any = None
-    min_coverage: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class MeasuredAt(Payload):
-    """A verdict's ``measured_at``: the commit, device and GPU its rows were measured at."""
-
-    commit: Any = None
-    device: Any = None
-    gpu: Any = None
+# vocab/outcomes.py's (the streams, coverage and places read them there), re-exported beside the line's payloads
+__all__ = ["Coverage", "MeasuredAt", "Replicate"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +127,29 @@ class ToleranceFloor(Payload):
     worst: Any = None
     unchecked: Any = None
 
+    @property
+    def worst_element(self) -> "WorstElement | None":
+        return WorstElement.from_row(self.worst)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorstElement(Payload):
+    """A ``tolerance_floor`` entry's ``worst`` (measurement/feasible.py): the deciding element —
+    where it is, its float64 reference and nearest representable value, the error, half a ULP
+    there, the bound it is held to and its ratio to the bound."""
+
+    config: Any = None
+    seed: Any = None
+    family: Any = None
+    output: Any = None  # which output of a several-output workload (absent: the first)
+    index: Any = None
+    ref: Any = None
+    nearest: Any = None
+    err: Any = None
+    half_ulp: Any = None
+    bound: Any = None
+    ratio: Any = None
+
 
 @dataclass(frozen=True, kw_only=True)
 class CanaryCheck(Payload):
@@ -187,6 +194,16 @@ class TimingResolution(Payload):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ResolvedDevice(Payload):
+    """One GPU's entry of a ``timing_resolution``'s ``devices``: the result rows read, the
+    control's spread used (at most the tolerance) and the one observed."""
+
+    n: Any = None
+    spread: Any = None
+    observed_spread: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReductioDevice(Payload):
     """A device a registered bar was (or could not be) checked against (governance/reductio.py)."""
 
@@ -216,17 +233,6 @@ class Reductio(Payload):
     waived: Any = None
     amdahl: Any = None
     beyond_ceiling_ok: Any = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Replicate(Payload):
-    """A replicate's row (`bench replicate`): which verdict, at which commit, on which instance and stack."""
-
-    of: Any = None
-    closing_commit: Any = None
-    at: Any = None
-    instance: Any = None
-    stack: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -283,3 +289,63 @@ class Failure(Payload):
     state: Any = None
     tag: Any = None
     reason: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmSamples(Payload):
+    """A probe's raw interleaved samples (ms, round by round) of the baseline and the candidate."""
+
+    baseline: Any = None
+    candidate: Any = None
+
+    @property
+    def rounds(self) -> int:
+        """The rounds both arms hold (the paired ones where they pair up)."""
+        return min(len(self.baseline), len(self.candidate))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeAnswer(Payload):
+    """What `bench probe` answers (commands/probe.py, one JSON object on stdout): the commit
+    that ran, where its code came from, the outcome, and for a result its speedup, CI and raw
+    samples; `bench bisect` reads it, and a `probe` row keeps its ``env`` and ``gate``."""
+
+    probe: Any = None  # the answer's format (commands/probe.py PROBE_FORMAT)
+    commit: Any = None
+    harness_version: Any = None
+    code_root: Any = None
+    config_key: Any = None
+    candidate: Any = None
+    baseline: Any = None
+    env: Any = None
+    outcome: Any = None
+    reason: Any = None
+    tag: Any = None
+    gate: Any = None
+    transient: Any = None
+    speedup: Any = None
+    ci: Any = None
+    control: Any = None
+    rig_noisy: Any = None
+    samples: Any = None
+
+    @property
+    def arms(self) -> ArmSamples:
+        """The raw samples (a result's answer holds them; any other answer's arms hold none)."""
+        return ArmSamples.from_row(self.samples) or ArmSamples(baseline=[], candidate=[])
+
+
+@dataclass(frozen=True, kw_only=True)
+class BisectRun(Payload):
+    """A `probe` row's ``bisect``: the run it belongs to (commands/bisect.py)."""
+
+    line: Any = None
+    config_key: Any = None
+    candidate: Any = None
+    baseline: Any = None
+    good: Any = None
+    bad: Any = None
+    by: Any = None  # the commit the bisect ran from
+    started: Any = None
+    budget: Any = None
+    threshold: Any = None

@@ -8,7 +8,8 @@ launches ...; a line's own rows' — the registration, register's checks, the ve
 write reads its default (None unless the class says otherwise), a field no class declares is
 kept for ``dump``, and an object that is not a JSON object (absent, null) gives None. Readers
 outside the ledger's row and payload modules read these attributes, never string keys
-(tests/test_payload_reads.py counts them).
+(tests/test_payload_reads.py counts them). The base class, ``Payload``, is vocab/payload.py's, so
+that modules below ledger/ type what they read the same way.
 """
 
 from __future__ import annotations
@@ -23,60 +24,13 @@ from harness.measurement.numerics import NumericState
 from harness.workloads import Config
 from harness.vocab.metrics import METRICS, STEP_METRICS
 from harness.vocab.outcomes import CRASHED, INCORRECT, SKIPPED
+from harness.vocab.payload import Payload, by_role, each
+
+__all__ = ["Payload", "by_role", "each"]  # the base and helpers, re-exported for the payload modules above vocab/
 
 
-@dataclass(frozen=True, kw_only=True)
-class Payload:
-    """A nested row object's declared fields; the keys it was read with, in order, and those
-    no field declares (both kept so that ``dump`` writes the object back as it was read)."""
-
-    _keys: tuple = field(default=(), repr=False, compare=False)
-    _extra: Mapping = field(default_factory=dict, repr=False, compare=False)
-
-    @classmethod
-    def from_row(cls, d: Any):
-        """The payload of ``d`` as read from a row; None where ``d`` is no JSON object."""
-        if not isinstance(d, Mapping):
-            return None
-        names = _names(cls)
-        return cls(**{k: v for k, v in d.items() if k in names}, _keys=tuple(d),
-                   _extra={k: v for k, v in d.items() if k not in names})
-
-    def has(self, name: str) -> bool:
-        """Whether the object held ``name`` (possibly as null)."""
-        return name in self._keys
-
-    def dump(self) -> dict:
-        """The object as written: the keys it was read with, in their order."""
-        names = _names(type(self))
-        if not self._keys:  # built in code: every declared field
-            return {k: getattr(self, k) for k in names}
-        return {k: getattr(self, k) if k in names else self._extra[k] for k in self._keys}
-
-
-_NAMES: dict[type, frozenset] = {}
-
-
-def _names(cls: type) -> frozenset:
-    if cls not in _NAMES:
-        _NAMES[cls] = frozenset(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
-    return _NAMES[cls]
-
-
-def by_role(d: Any, role: str):
-    """A per-role object's entry for ``role`` (a row's ``gate``, ``kernel_sources``); None where
-    the row holds none."""
-    return d.get(role) if isinstance(d, Mapping) else None
-
-
-def each(cls: Any, items: Any) -> list:
-    """``cls.from_row`` of each object in a row's list (none where it holds no list)."""
-    return [cls.from_row(d) for d in items] if isinstance(items, list) else []
-
-
-def _table_class(name: str, doc: str, names) -> Any:
-    """A payload class with one field per name of a table the harness extends by adding a name
-    (made at import, so typed ``Any``: its fields are the table's)."""
+def _table_class(name: str, doc: str, names) -> Any:  # a class made at import: its fields are unknown to mypy
+    """A payload class with one field per name of a table the harness extends by adding a name."""
     return dataclasses.make_dataclass(
         name, [(n, Any, field(default=None)) for n in dict.fromkeys(names)], bases=(Payload,), frozen=True,
         kw_only=True, namespace={"__doc__": doc, "__module__": __name__})
@@ -281,10 +235,22 @@ class Floor(Payload):
 
 @dataclass(frozen=True, kw_only=True)
 class FloorCeilings(Payload):
-    """One protocol's ceilings in a ``floor``: the copy bandwidth and matmul rate used."""
+    """One protocol's physical floor in a ``floor`` (measurement/floor.py ``Floor.as_dict``): the
+    ceilings used (copy bandwidth, matmul rate), the bytes and FLOPs of a call, and the floor."""
 
+    mode: Any = None
+    min_bytes: Any = None
+    held_bytes: Any = None
+    cache_bytes: Any = None
+    cache_source: Any = None
     copy_gbps: Any = None
+    bytes_floor_ms: Any = None
+    flops: Any = None
     matmul_tflops: Any = None
+    flops_floor_ms: Any = None
+    floor_ms: Any = None
+    margin: Any = None
+    limit_ms: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -404,6 +370,31 @@ class OutputCheck(Payload):
     """A `profile` row's ``output_check``: whether the profiled call's output passed, and why not."""
 
     passed: Any = None
+    reason: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bare(Payload):
+    """A `profile` row's ``bare`` (commands/profile.py ``bare_payload``): the workload's bare op
+    profiled at the row's config — its launches and counters, or why it has none."""
+
+    op: Any = None
+    launches: Any = None
+    counters: Any = None
+    output_check: Any = None
+    correct: Any = None
+    error: Any = None
+    outside_range: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateAnswer(Payload):
+    """A `gate` job's answer (pipeline/gate.py ``gate_job``), which `bench profile` runs before it
+    profiles a kernel: the gate's summary (a profile row's ``gate``), whether it passed, and why not."""
+
+    gate: Any = None
+    passed: Any = None
+    tag: Any = None
     reason: Any = None
 
 

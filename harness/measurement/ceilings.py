@@ -26,9 +26,10 @@ import math
 import platform
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 from harness.vocab.devices import Fingerprint
+from harness.vocab.payload import Payload
 from harness.errors import UserError
 from harness.measurement.clocks import open_monitor, window_clocks
 from harness.measurement.timing.timers import CudaEventTimer, HostTimer, Timer, median_ms
@@ -94,6 +95,39 @@ MATMUL_KEYS = ("float16", "bfloat16", "float32", TF32_KEY)
 RATE_UNITS = MappingProxyType({"tflops": "TFLOP/s", "gbps": "GB/s", "kv_gbps": "GB/s"})
 
 
+@dataclass(frozen=True, kw_only=True)
+class CeilingsMethod(Payload):
+    """A ceilings row's ``method``: how the rates were measured (timer, sizes, repetitions) and,
+    on a GPU, the mean SM clock of each matmul's timed calls (``sm_mhz``, per dtype)."""
+
+    timer: Any = None
+    copy_bytes: Any = None
+    copy_reps: Any = None
+    matmul_n: Any = None
+    matmul_sizes: Any = None
+    matmul_reps: Any = None
+    threads: Any = None
+    data: Any = None
+    sm_mhz: Any = None
+
+    @property
+    def clocks(self) -> Mapping:
+        """``sm_mhz`` where it is a table of clocks, else none."""
+        return self.sm_mhz if isinstance(self.sm_mhz, Mapping) else {}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CeilingsRecord(Payload):
+    """The measured fields of a ceilings row (or of ``Ceilings.to_row``), which ``Ceilings.from_row``
+    reads; the row's other fields (its place in the chain, its env) are kept, unread."""
+
+    device: Any = None
+    fingerprint: Any = None
+    copy_gbps: Any = None
+    matmul_tflops: Any = None
+    method: Any = None
+
+
 @dataclass(frozen=True)
 class Ceilings:
     """What one device measurably can do; rates in GB/s (1e9 B/s) and TFLOP/s (1e12/s)."""
@@ -151,7 +185,7 @@ class Ceilings:
         MHz: its work per cycle, which does not move with the clock), the larger of fp32 and
         TF32 for float32 as ``tflops_ceiling``; None where no clock was recorded (the CPU,
         rows measured before it)."""
-        clocks = self.method.get("sm_mhz") if isinstance(self.method.get("sm_mhz"), Mapping) else {}
+        clocks = CeilingsMethod.from_row(self.method).clocks
         keys = ("float32", TF32_KEY) if dtype == "float32" else (dtype,)
         vals = [self.matmul_tflops[k] / float(clocks[k]) for k in keys if k in self.matmul_tflops
                 and isinstance(clocks.get(k), (int, float)) and not isinstance(clocks.get(k), bool)
@@ -185,18 +219,19 @@ class Ceilings:
         """Rebuild from ``to_row()`` output or a `ceilings` ledger row (ledger.rows.CeilingsRow)."""
         if not isinstance(row, Mapping):
             row = row.dump()
-        missing = [k for k in ("device", "fingerprint", "copy_gbps", "matmul_tflops") if k not in row]
+        held = CeilingsRecord.from_row(row)
+        missing = [k for k in ("device", "fingerprint", "copy_gbps", "matmul_tflops") if not held.has(k)]
         if missing:
             raise UserError(f"not a ceilings row: missing {', '.join(missing)} "
                             f"(re-measure with `bench ceilings --force`)")
         try:
-            copy = float(row["copy_gbps"])
-            mm = {str(k): float(v) for k, v in dict(row["matmul_tflops"]).items() if v is not None}
+            copy = float(held.copy_gbps)
+            mm = {str(k): float(v) for k, v in dict(held.matmul_tflops).items() if v is not None}
         except (TypeError, ValueError) as exc:
             raise UserError(f"ceilings row has a non-numeric rate ({exc}): re-measure with "
                             f"`bench ceilings --force`") from exc
-        return cls(device=row["device"], fingerprint=dict(row["fingerprint"]), copy_gbps=copy,
-                   matmul_tflops=mm, method=dict(row.get("method") or {}))
+        return cls(device=held.device, fingerprint=dict(held.fingerprint), copy_gbps=copy,
+                   matmul_tflops=mm, method=dict(held.method or {}))
 
 
 def impossible(rates: Mapping[str, float | None], ceilings: Ceilings, dtype: str,

@@ -32,7 +32,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Iterable, Mapping
+from typing import Any, ClassVar, Iterable, Mapping
+
+from harness.vocab.payload import Payload
 
 # The level of the next-run interval: the share of next runs' speedups it is meant to hold.
 NEXT_RUN_LEVEL = 0.95
@@ -112,6 +114,22 @@ def control_tau2(controls: Iterable[tuple[float, float]]) -> tuple[float | None,
     return (max(0.0, total / n) if n else None), n
 
 
+@dataclass(frozen=True, kw_only=True)
+class NextRunRecord(Payload):
+    """A verdict row's ``next_run`` as written (``BetweenRun.as_dict``); ``BetweenRun.from_dict``
+    reads it through this."""
+
+    REQUIRED: ClassVar[tuple] = ("tau", "source", "level", "floor")  # what a record cannot be read without
+
+    tau: Any = None
+    source: Any = None
+    basis: Any = None
+    n: Any = None
+    estimate: Any = None
+    level: Any = None
+    floor: Any = None
+
+
 @dataclass(frozen=True)
 class BetweenRun:
     """The between-run standard deviation ``tau`` (log scale) a line's next-run intervals use.
@@ -171,11 +189,14 @@ class BetweenRun:
     @classmethod
     def from_dict(cls, d: Mapping) -> "BetweenRun":
         """Back from ``as_dict`` (the record a verdict row keeps); ValueError when it is not one."""
+        r = NextRunRecord.from_row(d)
+        missing = [k for k in NextRunRecord.REQUIRED if r is None or not r.has(k)]
+        if missing:
+            raise ValueError(f"not a between-run record: {d!r} (no {', '.join(missing)})")
         try:
-            est = d.get("estimate")
-            return cls(float(d["tau"]), str(d["source"]), d.get("basis"), int(d.get("n", 0)),
-                       None if est is None else float(est), float(d["level"]), float(d["floor"]))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            return cls(float(r.tau), str(r.source), r.basis, int(r.n if r.has("n") else 0),
+                       None if r.estimate is None else float(r.estimate), float(r.level), float(r.floor))
+        except (TypeError, ValueError) as exc:
             raise ValueError(f"not a between-run record: {d!r} ({exc})") from exc
 
 

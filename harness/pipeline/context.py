@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
+from harness.ledger.rows import OutcomeRow, load
 from harness.registry import get_workload
 from harness.workloads import Config
 # The stages' seed offsets live in workloads/seeds.py; the stages read them from here.
@@ -67,6 +68,14 @@ class Outcome:
 
     kind: str
     payload: dict
+
+    @property
+    def row(self) -> OutcomeRow:
+        """The payload as the typed row it is appended as (fields it does not hold read None)."""
+        row = load({"kind": self.kind, **self.payload})
+        if not isinstance(row, OutcomeRow):
+            raise ValueError(f"an outcome's kind {self.kind!r} is no outcome row's")
+        return row
 
 
 def spot_seed(cfg: Config, ctx: SweepContext) -> int:

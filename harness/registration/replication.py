@@ -41,10 +41,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.errors import UserError, plural
-from harness.vocab.devices import (card_told, instance, instance_key, instance_text, model, stack,
+from harness.vocab.devices import (DeviceEnv, card_told, instance, instance_key, instance_text, model, stack,
                                         stack_differs, stack_text)
-from harness.vocab.outcomes import (MISSING_KINDS, OUTCOME_KINDS, VERDICT, coverage, current_rows,
-                                         is_replicate, latest_outcomes, measured_on, outcome_key, places, stream)
+from harness.vocab.outcomes import (MISSING_KINDS, OUTCOME_KINDS, VERDICT, Coverage, MeasuredAt, Replicate, coverage,
+                                         current_rows, is_replicate, latest_outcomes, measured_on, outcome_key, places,
+                                         stream)
 from harness.provenance.git import is_ancestor
 from harness.registration.bar_syntax import And, Comparison, Not, Or
 from harness.registration import bar as barlang
@@ -153,8 +154,9 @@ def target(line) -> Target:
                         f"{', '.join(sorted({str(w[0])[:12] for w, _ in at}))}): a replicate repeats one — finish "
                         f"`bench sweep {name}` at one commit first")
     (where, st), = at
-    if verdict is not None and isinstance((verdict.measured_at or {}).get("stack"), dict):
-        st = verdict.measured_at["stack"]  # the stack the verdict says it was decided on
+    decided_at = MeasuredAt.from_row(verdict.measured_at) if verdict is not None else None
+    if decided_at is not None and isinstance(decided_at.stack, dict):
+        st = decided_at.stack  # the stack the verdict says it was decided on
     seen: dict = {}
     for r in deciding:
         seen.setdefault(instance_key(r.env or {}), instance(r.env or {}))
@@ -199,7 +201,7 @@ def check_instance(line, tgt: Target, envs: list[dict], at: str, *, other_stack:
                         f"(--gpus N)")
     env = envs[0]
     if not card_told(env):
-        raise UserError(f"this GPU ({env.get('gpu')}) reports neither a UUID nor a serial: its rows could not be told "
+        raise UserError(f"this GPU ({DeviceEnv.of(env).gpu}) reports neither a UUID nor a serial: its rows could not be told "
                         f"from another card's — replicate on a card NVML identifies")
     here, there = model(env), (tgt.where[1], tgt.where[2])
     if here[0] != there[0] or (not line.reg.mixed_devices and here[1] != there[1]):
@@ -215,9 +217,9 @@ def check_instance(line, tgt: Target, envs: list[dict], at: str, *, other_stack:
     held = [r for r in line.rows if r.kind in OUTCOME_KINDS and r.commit == line.commit
             and instance_key(r.env or {}) == key and not (is_replicate(r) and stream(r.replicate) == own)]
     if held:
-        what = ("a replicate before the verdict" if is_replicate(held[0]) and held[0].replicate.get("of") is None
-                else f"a replicate of verdict row {held[0].replicate.get('of')}" if is_replicate(held[0])
-                else "the line's own sweep")
+        rep = Replicate.from_row(held[0].replicate) if is_replicate(held[0]) else None
+        what = ("the line's own sweep" if rep is None else "a replicate before the verdict" if rep.of is None
+                else f"a replicate of verdict row {rep.of}")
         raise UserError(f"this device instance ({instance_text(mine)}) already holds {plural(len(held), 'row')} of "
                         f"line '{name}' at commit {line.commit[:12]} (row {held[0].seq}: {what}): a replicate "
                         f"measures an instance that has not measured this commit — run it on another card or host")
@@ -266,13 +268,12 @@ def grids(rows, *, of=...) -> list[Grid]:
     for r in current_rows(rows):
         if r.kind not in OUTCOME_KINDS or not is_replicate(r):
             continue
-        rep = r.replicate
-        if of is not ... and rep.get("of") != of:
+        rep = Replicate.from_row(r.replicate)
+        if of is not ... and rep.of != of:
             continue
-        k = (stream(rep), r.commit)
+        k = (stream(r.replicate), r.commit)
         if k not in groups:
-            groups[k] = Grid(dict(rep.get("instance") or {}), rep.get("of"), r.commit, rep.get("at"),
-                             rep.get("stack"), {})
+            groups[k] = Grid(dict(rep.instance or {}), rep.of, r.commit, rep.at, rep.stack, {})
         groups[k].rows[outcome_key(r)] = r
     return list(groups.values())
 
@@ -287,9 +288,9 @@ def unusable(reg, grid: Grid, pairs: list) -> str | None:
     never = [r for r in deciding if r.kind in MISSING_KINDS]
     if never and not reg.allow_missing:
         return f"{plural(len(never), 'pair')} never measured"
-    cov = coverage(deciding, include_noisy=reg.include_noisy)
-    if cov["fraction"] < reg.min_coverage:
-        return f"{cov['decided']} of {cov['pairs']} pairs decided"
+    cov = Coverage.from_row(coverage(deciding, include_noisy=reg.include_noisy))
+    if cov.fraction < reg.min_coverage:
+        return f"{cov.decided} of {cov.pairs} pairs decided"
     return None
 
 

@@ -93,6 +93,11 @@ class Registration:
         return {"atol": self.atol[dtype], "rtol": self.rtol[dtype]}
 
     @property
+    def dtypes(self) -> list:
+        """The grid's dtypes, as [grid] lists them."""
+        return self.grid["dtype"]
+
+    @property
     def timing_table(self) -> dict:
         """[timing] as written (only the keys the registration sets)."""
         return dict(self.raw.get("timing", {}))

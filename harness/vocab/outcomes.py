@@ -6,10 +6,11 @@ and the reports all read these; none restates them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 from harness.vocab.devices import NOT_RECORDED, STACK_FIELDS, model, stack
 from harness.vocab.devices import instance_key
+from harness.vocab.payload import Payload
 
 # Outcome kinds: what happened to one (config, candidate) pair at one sweep.
 RESULT = "result"  # measured: metrics, raw samples, CI, control
@@ -169,6 +170,53 @@ def outcome_key(row) -> tuple[str, str]:
     return row.config_key, row.candidate
 
 
+@dataclass(frozen=True, kw_only=True)
+class Coverage(Payload):
+    """A verdict's ``coverage`` (``coverage``, with the registration's floor): how many
+    registered pairs it decided on."""
+
+    pairs: Any = None
+    decided: Any = None
+    undecided: Any = None
+    fraction: Any = None
+    min_coverage: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasuredAt(Payload):
+    """A verdict's ``measured_at``: the commit, device and GPU its rows were measured at, and
+    the software stack."""
+
+    commit: Any = None
+    device: Any = None
+    gpu: Any = None
+    stack: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CodePackage(Payload):
+    """One entry of a row's ``code``: a code package loaded from an installed distribution
+    (provenance/code.py ``outside_code``)."""
+
+    package: Any = None
+    name: Any = None
+    version: Any = None
+    editable: Any = None
+    files: Any = None
+    sha256: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replicate(Payload):
+    """A replicate's row (`bench replicate`): which verdict, at which commit, on which instance and stack."""
+
+    of: Any = None
+    closing_commit: Any = None
+    at: Any = None
+    instance: Any = None
+    stack: Any = None
+
+
 def measured_on(row, any_gpu: bool = False) -> tuple:
     """Where a row was measured: (commit, device, GPU name, code). Resume and the verdict key
     rows by it: one verdict, one such key; ``any_gpu`` (a line registered with ``[bar]
@@ -179,7 +227,8 @@ def measured_on(row, any_gpu: bool = False) -> tuple:
 
 def measured_at(commit: str | None, env: dict | None, code, any_gpu: bool = False) -> tuple:
     """``measured_on`` of the rows a command stamps with ``commit``, ``env`` and ``code``."""
-    named = ", ".join(f"{c.get('name')} {c.get('version')} ({str(c.get('sha256'))[:12]})" for c in code or ()) or None
+    named = ", ".join(f"{p.name} {p.version} ({str(p.sha256)[:12]})"
+                      for p in (CodePackage.from_row(c) for c in code or ())) or None
     device, gpu = model(env or {})
     return commit, device, None if any_gpu else gpu, named
 
@@ -240,10 +289,10 @@ def latest_outcomes(rows) -> dict[tuple[str, str], object]:
 def stream(replicate: dict | None) -> tuple | None:
     """Which rows one run extends: None for the line's own sweeps, else a replicate's (the
     verdict row it replicates — None before the verdict — and its device instance)."""
-    if replicate is None:
+    rep = Replicate.from_row(replicate)
+    if rep is None:
         return None
-
-    return replicate.get("of"), instance_key(replicate.get("instance") or {})
+    return rep.of, instance_key(rep.instance or {})
 
 
 def stream_outcomes(rows, replicate: dict | None = None) -> list:
@@ -255,6 +304,32 @@ def stream_outcomes(rows, replicate: dict | None = None) -> list:
     key = stream(replicate)
     return [r for r in current_rows(rows) if r.kind in OUTCOME_KINDS and is_replicate(r)
             and stream(r.replicate) == key]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowState(Payload):
+    """A row's seq and state in a verdict's ``remeasured`` entry."""
+
+    seq: Any = None
+    state: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Remeasured(Payload):
+    """A verdict row's ``remeasured`` entry (``Remeasure.as_row``), as written."""
+
+    config_key: Any = None
+    candidate: Any = None
+    replaced: Any = None
+    current: Any = None
+
+    @property
+    def superseded(self) -> list[RowState]:
+        return [RowState.from_row(x) for x in self.replaced]
+
+    @property
+    def standing(self) -> RowState:
+        return RowState.from_row(self.current)
 
 
 @dataclass(frozen=True)
@@ -274,8 +349,9 @@ class Remeasure:
     @classmethod
     def from_row(cls, d: dict) -> "Remeasure":
         """Back from ``as_row`` (a verdict row's ``remeasured`` entry)."""
-        return cls(d["config_key"], d["candidate"], tuple((x["seq"], x["state"]) for x in d["replaced"]),
-                   (d["current"]["seq"], d["current"]["state"]))
+        e = Remeasured.from_row(d)
+        return cls(e.config_key, e.candidate, tuple((x.seq, x.state) for x in e.superseded),
+                   (e.standing.seq, e.standing.state))
 
     def as_row(self) -> dict:
         return {"config_key": self.config_key, "candidate": self.candidate,

@@ -137,7 +137,7 @@ class ErrorFigures:
     def as_dict(self) -> dict:
         """Raw values (NaN and inf too: ``harness.jsonsafe`` spells them where JSON is written)."""
         d = asdict(self)
-        if d["output"] is None:
+        if self.output is None:
             del d["output"]  # a single output's figures keep the keys they always had
         for key, val in d.items():
             if isinstance(val, tuple):

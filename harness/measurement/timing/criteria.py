@@ -37,6 +37,7 @@ from harness.measurement.stats import half_width, paired_ratio, rel_noise
 from harness.measurement.timing.policy import DEFAULT_STOP, look_confidence, looks
 from harness.measurement.timing.refresh import REFRESH_MIN_ROUNDS
 from harness.measurement.timing.results import ARM_BASELINE, ARM_CANDIDATE, ARM_CONTROL, arm_name
+from harness.vocab.payload import Payload
 
 if TYPE_CHECKING:
     from harness.measurement.timing.policy import TimingPolicy
@@ -238,18 +239,43 @@ def row_statistic(policy: Any, timing: Any) -> tuple[int, float] | None:
     stop: its first n kept rounds (``timing.stop.n``) at the confidence its policy gives each
     look; None for a noise-stopped row (every row before schema 6). ValueError when the row
     says statistic but its record cannot say which rounds."""
-    if not isinstance(policy, Mapping) or policy.get("stop", DEFAULT_STOP) != STATISTIC:
+    pol = _StatisticPolicy.from_row(policy)
+    if pol is None or pol.stop != STATISTIC:
         return None
-    stop = timing.get("stop") if isinstance(timing, Mapping) else None
-    n = stop.get("n") if isinstance(stop, Mapping) else None
+    held = _StatisticTiming.from_row(timing)
+    stop = _StopRounds.from_row(held.stop) if held is not None else None
+    n = stop.n if stop is not None else None
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"a statistic-stopped row needs timing.stop.n, a count of kept rounds, got {n!r}")
+    lacks = [k for k in ("alpha", "min_samples", "max_samples") if not pol.has(k)]
+    if lacks:
+        raise ValueError(f"a statistic-stopped row's policy lacks alpha, min_samples or max_samples: {lacks[0]!r}")
     try:
-        confidence = look_confidence(float(policy["alpha"]), len(looks(int(policy["min_samples"]),
-                                                                        int(policy["max_samples"]))))
-    except (KeyError, TypeError, ValueError) as exc:
+        confidence = look_confidence(float(pol.alpha), len(looks(int(pol.min_samples), int(pol.max_samples))))
+    except (TypeError, ValueError) as exc:
         raise ValueError(f"a statistic-stopped row's policy lacks alpha, min_samples or max_samples: {exc}") from exc
     return n, confidence
+
+
+# The fields of a row's ``policy`` and ``timing`` the statistic stop's reading takes (measurement/
+# sits below ledger/: read here through these, not through ledger/payloads.py's Policy and Measurement).
+
+@dataclass(frozen=True, kw_only=True)
+class _StatisticPolicy(Payload):
+    stop: Any = DEFAULT_STOP  # a noise-stopped policy (every row before schema 6) leaves it out
+    alpha: Any = None
+    min_samples: Any = None
+    max_samples: Any = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _StatisticTiming(Payload):
+    stop: Any = None  # StopRecord.as_dict: the rule, its looks and the kept rounds it stopped at
+
+
+@dataclass(frozen=True, kw_only=True)
+class _StopRounds(Payload):
+    n: Any = None
 
 
 __all__ = ["Criterion", "NOISE_REASON", "NoiseStop", "PRECISION_REASON", "Progress", "Quantity",

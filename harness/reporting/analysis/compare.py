@@ -33,6 +33,7 @@ from harness.errors import UserError
 from harness.vocab.outcomes import RESULT
 from harness.vocab.devices import device_of
 from harness.reporting.analysis.lines import LineView, arm_samples
+from harness.ledger.payloads import Measurement
 from harness.measurement.stats import mann_whitney_u, ratio, speedup_ci
 from harness.measurement.numerics import CAPTURE_ONLY
 from harness.vocab.metrics import INTERLEAVED
@@ -155,14 +156,14 @@ def compare_samples(a: list[float], b: list[float]) -> tuple[float, float, float
 
 def _settings(row: dict) -> dict:
     """What must match for two rows' times to differ only by the kernel."""
-    timing = row.timing or {}
+    timing = Measurement.from_row(row.timing or {})
     device, gpu = device_of(row)
 
     # Capture-only state (CPU affinity, inter-op threads) differs between workers and hosts
     # by design; it is checked within a sweep, not matched across rows.
     numerics = {k: v for k, v in (row.numerics or {}).items() if k not in CAPTURE_ONLY}
     return {"device": device, "gpu": gpu, "numerics": numerics,
-            "timing mode": timing.get("effective_mode") or timing.get("mode")}
+            "timing mode": timing.effective_mode or timing.mode}
 
 
 # Settings whose None means "never recorded" (rows older than the field). A device's None is

@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from harness.ledger.payloads import ConfigFields, Cost
 from harness.vocab.devices import device_of, model
 from harness.vocab.outcomes import OUTCOME_KINDS
 from harness.errors import UserError
@@ -48,14 +49,15 @@ def prior(rows, env: dict | None) -> list[tuple[float, float]]:
     for r in rows:
         if r.kind not in OUTCOME_KINDS or device_of(r) != here:
             continue
-        total = (getattr(r, "cost", None) or {}).get("total")
+        cost = Cost.from_row(r.cost)
+        total = cost.total if cost is not None else None
         if not isinstance(total, (int, float)) or not math.isfinite(total) or total <= 0 or not r.config:
             continue
         groups.setdefault((r.config_key, r.commit, float(total)), []).append(r)
     out = []
     for (_, _, total), group in groups.items():
         try:
-            cfg = get_workload(group[0].config.get("workload")).from_row(group[0].config)
+            cfg = get_workload(ConfigFields.from_row(group[0].config).workload).from_row(group[0].config)
         except (TypeError, UserError):  # a config written by another bench, or of a workload not installed
             continue
         candidates = {r.candidate for r in group if not r.is_baseline}

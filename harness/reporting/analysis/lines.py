@@ -17,6 +17,7 @@ from harness.vocab.devices import device_of
 from harness.vocab.outcomes import REGISTERED, RESULT, VERDICT, is_replicate
 from harness.ledger.rows import RegisteredRow, VerdictRow
 from harness.ledger.line_payloads import RegistrationSummary
+from harness.ledger.payloads import Measurement
 from harness.vocab.outcomes import latest_outcomes
 from harness.ledger.format import ledger_path, read_rows
 from harness.ledger.store import missing_ledgers
@@ -128,9 +129,8 @@ def load_path(path: Path, *, commit: str | None = None) -> LineView:
 
 def arm_samples(row: dict, arm: str) -> list[float]:
     """Raw kept samples (ms) of one arm of a result row: 'candidate', 'baseline' or 'control'."""
-    arms = (row.timing or {}).get("arms") or {}
-    name = f"candidate:{row.candidate}" if arm == "candidate" else arm
-    return [float(x) for x in (arms.get(name) or {}).get("samples_ms") or []]
+    held = Measurement.from_row(row.timing or {}).arm(f"candidate:{row.candidate}" if arm == "candidate" else arm)
+    return [float(x) for x in (held.samples_ms if held is not None else None) or []]
 
 
 def device_label(row: dict) -> str:

@@ -70,7 +70,13 @@ def _per_token(rows: list) -> bool:
     def n(f):
         return len({f(r.config or {}) for r in rows})
 
-    return n(lambda c: c.get("batch", 0) * c.get(SIZE_FIELD, 0)) < n(lambda c: c.get("batch"))
+    return n(_tokens) < n(lambda c: ConfigFields.from_row(c).batch)
+
+
+def _tokens(config: dict):
+    """batch × seq_len of a row's config (an axis it does not hold counts 0)."""
+    held = ConfigFields.from_row(config)
+    return (held.batch if held.has("batch") else 0) * config.get(SIZE_FIELD, 0)
 
 
 def panel_fields(rows: list) -> list[str]:
@@ -86,7 +92,7 @@ def panel_fields(rows: list) -> list[str]:
 
 def _panel_value(row, field: str):
     c = row.config or {}
-    return c.get("batch", 0) * c.get(SIZE_FIELD, 0) if field == TOKENS else c.get(field)
+    return _tokens(c) if field == TOKENS else c.get(field)
 
 
 def _field_text(field: str, value) -> str:

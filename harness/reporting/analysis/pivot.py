@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass
 
 from harness.errors import UserError
+from harness.ledger.payloads import Metrics
 from harness.reporting.analysis.lines import LineView, arm_samples
 from harness.reporting.analysis.panels import SIZE_FIELD, size_field
 from harness.vocab.outcomes import RESULT
@@ -121,9 +122,9 @@ def pivot(view: LineView, figure: str = SPEEDUP) -> Pivot:
     results = [r for r in view.outcomes().values() if r.kind == RESULT]
     if not results:
         raise UserError(f"line '{view.line}' has no result rows to tabulate: sweep it first (bench sweep {view.line})")
-    reg = view.registration
-    baseline = reg.get("baseline") or results[0].baseline
-    order = [c for c in (reg.get("candidates") or []) if c != baseline]
+    reg = view.plan
+    baseline = reg.baseline or results[0].baseline
+    order = [c for c in (reg.candidates or []) if c != baseline]
     order += sorted({r.candidate for r in results} - set(order) - {baseline})
     kernels = tuple([baseline, *[c for c in order if any(r.candidate == c for r in results)]])
     place = {r.config_key: config_order(r) for r in results}
@@ -135,9 +136,8 @@ def pivot(view: LineView, figure: str = SPEEDUP) -> Pivot:
         if figure == SPEEDUP:
             raw[baseline] = Cell(1.0)
             for r in rows:
-                m = r.metrics or {}
-                raw[r.candidate] = Cell(_num(m.get("speedup")), _num(m.get("speedup_ci_low")),
-                                        _num(m.get("speedup_ci_high")))
+                m = Metrics.from_row(r.metrics or {})
+                raw[r.candidate] = Cell(_num(m.speedup), _num(m.speedup_ci_low), _num(m.speedup_ci_high))
         else:
             base = [x for r in rows for x in arm_samples(r, "baseline")]
             if base:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
+from typing import Any
 
 from harness.vocab import metrics as metric_table
 from harness.vocab.metrics import INTERLEAVED, METRICS, PROTOCOL_TEXT, RATES, SUSTAINED
 from harness.vocab.outcomes import PROFILE, RESULT
 from harness.ledger.rows import RegisteredRow, VerdictRow
-from harness.ledger.payloads import (Amdahl, Clock, Counters, Gate, Launch, Measurement, Metrics, OpShare, Policy,
-                                     by_role, each)
+from harness.ledger.payloads import (Amdahl, Clock, Counters, Figures, Gate, Launch, Measurement, Metrics, OpShare,
+                                     Policy, by_role, each)
 from harness.ledger.line_payloads import Clause
 from harness.jsonsafe import number
 from harness.reporting.analysis import protocol, summary
@@ -61,6 +63,17 @@ def _reason_group(row: dict) -> str:
     return _cut(f"{who}: {head}")
 
 
+@dataclass(frozen=True)
+class _Primary:
+    """The line's primary figure: its expression, value and registered prediction, and why a
+    primary against a peer has no value (None: it has one, or no note)."""
+
+    expr: str | None
+    value: Any
+    prediction: Any
+    note: str | None
+
+
 def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
     """The verdict's clauses, or — with no verdict yet — the bar evaluated on the outcomes so far."""
     v = view.verdict
@@ -70,7 +83,7 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
                                v.next_run if v is not None else None)
     if v is not None:
         clauses = v.clauses or []
-        primary = {"expr": v.primary, "value": v.primary_value, "prediction": v.prediction, "note": v.primary_note}
+        primary = _Primary(v.primary, v.primary_value, v.prediction, v.primary_note)
     else:
         go = reg.go
         if not go:
@@ -82,8 +95,8 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
                     "n": c.n, **({"note": c.note} if c.note else {})} for c in outcome.clauses]
         agg = barlang.parse_aggregate(reg.primary) if reg.primary else None
         value = barlang.evaluate_aggregate(agg, rows) if agg is not None else None
-        primary = {"expr": reg.primary, "value": value, "prediction": reg.prediction,
-                   "note": barlang.uncompared_note(agg, rows) if agg is not None and value is None else None}
+        primary = _Primary(reg.primary, value, reg.prediction,
+                           barlang.uncompared_note(agg, rows) if agg is not None and value is None else None)
     parsed = {c.text: c for c in barlang.parse(reg.go).clauses()} if reg.go else {}
     clauses = [Clause.from_row(c) for c in clauses]
     noisy = bool(reg.include_noisy)
@@ -101,28 +114,26 @@ def _clauses(view: LineView, outcomes: dict) -> tuple[list[dict], dict | None]:
                             next_run=next_run)
             if c.text in parsed else "—"}
            for c in clauses]
-    value, prediction = number(primary["value"]), number(primary["prediction"])
-    # Always present (None: no outcome yet), so the templates never read a missing key.
-    primary["error"] = _f(value - prediction, "+.4g") if value is not None and prediction is not None else None
+    value, prediction = number(primary.value), number(primary.prediction)
     # Where the value was measured; where a peer primary compared nothing, why.
-    primary["source"] = primary.pop("note") or (protocol.source(barlang.parse_aggregate(primary["expr"]), outcomes,
-                                                                include_noisy=noisy, value=primary["value"],
-                                                                next_run=next_run)
-                                                if primary["expr"] else "—")
-    primary = {**primary, "value": _f(primary["value"]), "prediction": _f(primary["prediction"], "g")}
-    return out, primary
+    source = primary.note or (protocol.source(barlang.parse_aggregate(primary.expr), outcomes, include_noisy=noisy,
+                                              value=primary.value, next_run=next_run) if primary.expr else "—")
+    return out, {"expr": primary.expr, "value": _f(primary.value), "prediction": _f(primary.prediction, "g"),
+                 # Always present (None: no outcome yet), so the templates never read a missing key.
+                 "error": _f(value - prediction, "+.4g") if value is not None and prediction is not None else None,
+                 "source": source}
 
 
 def _gate(gate: dict | None) -> str:
     if not gate:
         return "—"
     gate = Gate.from_row(gate)
-    worst = (gate.worst_check.figures if gate.worst else None) or {}
-    ratio = worst.get("tolerance_ratio")
+    worst = Figures.from_row(gate.worst_check.figures if gate.worst else None) or Figures()
+    ratio = worst.tolerance_ratio
     checks = gate.n_checks if gate.has("n_checks") else 0
     failed = gate.n_failed if gate.has("n_failed") else 0
     return (f"{checks - failed}/{checks} checks, worst "
-            f"{_f(worst.get('max_abs_err'), '.2g')} abs ({_f(ratio, '.2f')} of tol)")
+            f"{_f(worst.max_abs_err, '.2g')} abs ({_f(ratio, '.2f')} of tol)")
 
 
 def _clock(timing: dict) -> str:

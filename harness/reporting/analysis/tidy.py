@@ -21,7 +21,7 @@ from harness.vocab.metrics import rate_protocol
 from harness.reporting.analysis.lines import arm_samples
 from harness.vocab.devices import instance_text
 from harness.ledger.format import read_rows
-from harness.ledger.payloads import Clock, Env, Gate, Measurement, Rounds, by_role
+from harness.ledger.payloads import Clock, Env, Figures, Gate, Measurement, Rounds, by_role
 from harness.ledger.line_payloads import Replicate
 
 CONFIG_COLUMNS = ("workload", "batch", "heads", "kv_heads", "seq_len", "head_dim", "dtype", "causal")
@@ -68,13 +68,20 @@ def tidy_records(rows) -> tuple[list[dict], list[str]]:
             "rig_noisy": bool(r.rig_noisy) if is_result else None,
             "impossible": bool(r.impossible) if is_result else None,
             "gate_pass_rate": number(gate.pass_rate),
-            "gate_tolerance_ratio": number(((gate.worst_check.figures if gate.worst else None) or {}).get("tolerance_ratio")),
+            "gate_tolerance_ratio": number(_worst_ratio(gate)),
             "reason": None if is_result else (f"[{r.tag}] " if r.tag else "") + str(r.reason or ""),
             "time": r.time,
             "replicate": replicate_text(r.replicate),
         })
         records.append(rec)
     return records, metrics
+
+
+def _worst_ratio(gate: Gate):
+    """The gate's worst check's error as a fraction of its tolerance (None: none recorded)."""
+    check = gate.worst_check
+    figures = Figures.from_row(check.figures) if check is not None else None
+    return figures.tolerance_ratio if figures is not None else None
 
 
 def replicate_text(rep: dict | None) -> str | None:

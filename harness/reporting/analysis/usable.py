@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from harness.ledger.payloads import Measurement
 from harness.vocab.outcomes import RIG_NOISY_STATE, SKIPPED, THROTTLED, decided, state_of
 
 
@@ -24,11 +25,11 @@ def waited_share(rows) -> float | None:
     other work), over every row that recorded its rounds; None where none did."""
     waited = rounds = 0
     for r in rows:
-        t = _timing(r)
-        n = t.get("n_rounds") or 0
+        t = Measurement.from_row(r.timing)
+        n = (t.n_rounds if t is not None else None) or 0
         if n:
             rounds += n
-            waited += t.get("n_waited") or 0
+            waited += t.n_waited or 0
     return waited / rounds if rounds else None
 
 

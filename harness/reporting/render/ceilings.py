@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from harness.measurement.ceilings import CeilingsMethod
 from harness.vocab.devices import ceilings_name
 from harness.reporting.render.console import console
 from harness.reporting.render.rows import fmt
@@ -13,7 +14,8 @@ def render_ceilings(row: dict, measured: bool, *, commit: str | None = None, com
     c.print(f"{'measured' if measured else 'stored'} ceilings for {ceilings_name(row)} "
             f"(ledger/_device_ceilings.jsonl row {row.seq}, {str(row.hash)[:12]}):")
     c.print(f"  copy bandwidth: {fmt(row.copy_gbps, '.4g')} GB/s (read + write)")
-    clocks = (row.method or {}).get("sm_mhz") or {}  # the SM clock each ran at (GPU rows since it was recorded)
+    method = CeilingsMethod.from_row(row.method)
+    clocks = (method.sm_mhz if method is not None else None) or {}  # the SM clock each ran at (GPU rows since it was recorded)
     for dt, tf in sorted((row.matmul_tflops or {}).items()):
         at = f" at {fmt(clocks[dt], '.0f')} MHz" if isinstance(clocks, dict) and clocks.get(dt) is not None else ""
         c.print(f"  matmul {dt}: {fmt(tf, '.4g')} TFLOP/s{at}")

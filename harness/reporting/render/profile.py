@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.ledger.payloads import Launch, OutputCheck, each
+from harness.ledger.payloads import Bare, Launch, OutputCheck, each
 from harness.reporting.render.console import console
 from harness.reporting.render.rows import fmt, mb
 
@@ -24,12 +24,12 @@ def render_profile(line: str, rows: list[dict]) -> None:
                 continue
             _launch_rows(t, r.candidate, r.launches)
         # The workload's bare op, profiled once per config beside the kernels ([verify] bare_<counter>).
-        bare = next((r.bare for r in at if r.bare), None)
+        bare = Bare.from_row(next((r.bare for r in at if r.bare), None))
         if bare is not None:
-            if bare.get("error"):
-                t.add_row("bare op", "—", f"[red]{bare['error']}[/]", *[""] * 8)
+            if bare.error:
+                t.add_row("bare op", "—", f"[red]{bare.error}[/]", *[""] * 8)
             else:
-                _launch_rows(t, "bare op", bare.get("launches") or [])
+                _launch_rows(t, "bare op", bare.launches or [])
         c.print(t)
     for r in rows:
         if r.impossible:
