@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from harness.errors import UserError
 from harness.jsonsafe import number
-from harness.ledger.payloads import config_workload
+from harness.ledger.payloads import ConfigFields, config_workload
 from harness.registry import installed_workload
 from harness.reporting.analysis.tidy import CONFIG_COLUMNS
 from harness.workloads import SHIPPED_WORKLOADS
