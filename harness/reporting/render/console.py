@@ -40,6 +40,14 @@ def table(**kw):
     return Table(**kw)
 
 
+def words_fit(t) -> bool:
+    """Whether ``t`` fits the console with each column at its longest word (what ``fit`` can
+    reach without folding or cutting a word)."""
+    c = console()
+    least = sum(t._measure_column(c, c.options, col).minimum for col in t.columns)
+    return least <= c.options.max_width - t._extra_width
+
+
 def fit(t):
     """``t`` with each wrapping column's width set so that the table fits the console: the
     widest column with room narrows first, never below its longest word, so that cells wrap

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.reporting.analysis.status_view import LineStatus
 from harness.reporting.render.console import console
-from harness.reporting.render.console import fit, table
+from harness.reporting.render.console import fit, table, words_fit
 from harness.reporting.render.formats import emit
 
 SHALLOW_NOTE = ("note: this clone is shallow: the history of {n} of {total} lines before its oldest commit is not "
@@ -30,17 +30,22 @@ def _commit(s: LineStatus) -> str:
     return s.commit if s.commit is None or " " in s.commit else s.commit[:12]
 
 
-def status_table(rows: list[LineStatus]):
+def status_table(rows: list[LineStatus], replicates_column: bool = True):
+    """The lines' table; ``replicates_column`` False: a line's replicates in its state cell
+    (where the table's words would not fit the console with a column of their own)."""
     from rich.markup import escape
 
     t = table(title=f"{len(rows)} lines")
-    replicated = any(s.replication for s in rows)  # the column only where a line has replicates
+    column = replicates_column and any(s.replication for s in rows)  # only where a line has replicates
     # A line's name and commit never wrap; the rest wraps between words.
-    for col in ("line", "state", "commit", "device", *(("replicates",) if replicated else ())):
+    for col in ("line", "state", "commit", "device", *(("replicates",) if column else ())):
         t.add_column(col, no_wrap=col in ("line", "commit"))
     for s in rows:
-        t.add_row(s.line, _state_cell(s), _commit(s) or "—", s.device or "—",
-                  *((escape(s.replication or "—"),) if replicated else ()))
+        state = _state_cell(s)
+        if s.replication and not column:
+            state += f"; replicates: {escape(s.replication)}"
+        t.add_row(s.line, state, _commit(s) or "—", s.device or "—",
+                  *((escape(s.replication or "—"),) if column else ()))
     return t
 
 
@@ -83,7 +88,8 @@ def render_status(rows: list[LineStatus], chains=None) -> None:
         for tree in lineage_trees(rows, chains):
             c.print(tree)
     else:
-        c.print(fit(status_table(rows)))
+        t = status_table(rows)
+        c.print(fit(t if words_fit(t) else status_table(rows, replicates_column=False)))
     shallow = [s.line for s in rows if s.note]
     if shallow:
         c.print(SHALLOW_NOTE.format(n=len(shallow), total=len(rows)))
