@@ -9,6 +9,7 @@ from typing import Any
 
 from harness.jsonsafe import number
 from harness.ledger.payloads import ConfigFields, Floor, FloorCeilings
+from harness.ledger.rows import OutcomeRow
 from harness.measurement.ceilings import Ceilings
 from harness.measurement.floor import matmul_ceiling
 
@@ -16,7 +17,7 @@ from harness.measurement.floor import matmul_ceiling
 CEILINGS_RTOL = 1e-9
 
 
-def ceilings_disagreements(row, ceilings: dict) -> list[str]:
+def ceilings_disagreements(row: OutcomeRow, ceilings: dict[str, Any]) -> list[str]:
     """Where a row's ceilings figures (its ``floor``'s copy and matmul ceilings, the
     ``*_frac`` metrics) disagree with the ``ceilings`` row its ``ceilings_ref`` names."""
     ceil = Ceilings.from_row(ceilings)
@@ -45,7 +46,7 @@ def ceilings_disagreements(row, ceilings: dict) -> list[str]:
     return out
 
 
-def ceilings_figures(row) -> list[str]:
+def ceilings_figures(row: OutcomeRow) -> list[str]:
     """The ceilings figures a row holds (floor, ``*_frac`` metrics): a row naming no ceilings row must hold none."""
     held = ["floor"] if row.floor is not None else []
     metrics = row.metrics

@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.provenance.git import LEDGER_DIR
-from harness.ledger.rows import UnknownField, load
+from harness.ledger.rows import CeilingsRow, Row, UnknownField, load
 
 LEDGER_SCHEMA = 1
 # The device ceilings' ledger (commands/ceilings.py); line ids cannot start with '_'. Outcome
@@ -31,7 +31,7 @@ def canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def row_hash(row: dict) -> str:
+def row_hash(row: dict[str, Any]) -> str:
     body = {k: v for k, v in row.items() if k != "hash"}
     return hashlib.sha256(canonical(body).encode("utf-8")).hexdigest()
 
@@ -44,7 +44,7 @@ def ledger_path(root: Path, line: str) -> Path:
     return Path(root) / LEDGER_DIR / f"{line}.jsonl"
 
 
-def check_schema(row: dict, path: Path, n: int) -> None:
+def check_schema(row: dict[str, Any], path: Path, n: int) -> None:
     schema = row.get("schema")
     if not isinstance(schema, int):
         raise UserError(f"{path}: row {n} has no integer 'schema': not a bench ledger row")
@@ -53,7 +53,7 @@ def check_schema(row: dict, path: Path, n: int) -> None:
                         f"({LEDGER_SCHEMA}): upgrade bench (pip install -U -e .) to read it")
 
 
-def parse_row(raw: bytes, path: Path, n: int) -> dict:
+def parse_row(raw: bytes, path: Path, n: int) -> dict[str, Any]:
     try:
         row = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -64,7 +64,7 @@ def parse_row(raw: bytes, path: Path, n: int) -> dict:
     return row
 
 
-def typed(row: dict, path: Path, n: int):
+def typed(row: dict[str, Any], path: Path, n: int) -> Row:
     """Row ``n`` of ``path`` as its typed class (ledger/rows.py), schema-checked."""
     check_schema(row, path, n)
     try:
@@ -74,7 +74,7 @@ def typed(row: dict, path: Path, n: int):
                         f"(pip install -U -e .) to read it, or restore the file from git") from None
 
 
-def read_rows(path: Path, *, as_far_as_it_reads: bool = False) -> list:
+def read_rows(path: Path, *, as_far_as_it_reads: bool = False) -> list[Row]:
     """All rows of a ledger file as typed rows (ledger/rows.py), schema-checked (chain not
     checked: use ``verify``). A line that is not a JSON object is refused — or, with
     ``as_far_as_it_reads``, ends the rows: the rows before the damage (what `bench ledger show`
@@ -98,7 +98,7 @@ def read_rows(path: Path, *, as_far_as_it_reads: bool = False) -> list:
     return rows
 
 
-def ceilings_where(row) -> str:
+def ceilings_where(row: CeilingsRow) -> str:
     """Where a ceilings row lies, for a reason that names a figure it gave: file, row and hash."""
     if row.seq is None:  # a row built in memory, in no ledger
         name = (row.fingerprint or {}).get("name") or row.device

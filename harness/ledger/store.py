@@ -19,7 +19,8 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from contextlib import AbstractContextManager
+from typing import Any, Iterator
 
 from harness.errors import UserError
 from harness.provenance import git as gitguard
@@ -99,7 +100,7 @@ class Ledger:
     def rows(self) -> list[Row]:
         return read_rows(self.path)
 
-    def _lock(self):
+    def _lock(self) -> AbstractContextManager[None]:
         return exclusive(Path(str(self.path) + ".lock"), timeout=LOCK_TIMEOUT_S,
                          busy=f"{self.path} stayed locked for {LOCK_TIMEOUT_S:.0f} s by another writer: "
                               f"check for a stuck bench process")
@@ -160,7 +161,7 @@ class Ledger:
                         f"restore it from git (git checkout -- {self.rel}; rows not yet committed are lost) and run "
                         f"the command again")
 
-    def append(self, kind: str, fields: dict) -> Row:
+    def append(self, kind: str, fields: dict[str, Any]) -> Row:
         """Append one row; returns it (typed, ledger_rows) once it is flushed and fsynced to disk.
 
         A write or fsync that fails (disk full, I/O error, short write) is cut back to the
@@ -168,7 +169,7 @@ class Ledger:
         """
         return self.append_after(None, kind, fields)[0]
 
-    def append_after(self, left: Left | None, kind: str, fields: dict) -> tuple[Row, Left]:
+    def append_after(self, left: Left | None, kind: str, fields: dict[str, Any]) -> tuple[Row, Left]:
         """``append``, to a file that must be byte for byte ``left`` (``require_left``, under the
         lock: None, as it is); the row and the file as this append leaves it."""
         if kind not in KINDS:
@@ -312,13 +313,13 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def dataframe(path: Path):
+def dataframe(path: Path) -> Any:  # a pandas DataFrame (pandas is untyped here)
     """The ledger's rows as a flat pandas DataFrame (nested fields joined with '.'); the tidy
     view (one row per current outcome, typed columns) is ``harness.reporting.analysis.tidy.tidy``."""
     return frame(read_rows(Path(path)))
 
 
-def frame(rows):
+def frame(rows: list[Row]) -> Any:
     """Typed rows as ``dataframe`` flattens them."""
     import pandas as pd
 

@@ -7,6 +7,7 @@ import sys
 from typing import Sequence
 from pathlib import Path
 
+from harness.ledger.rows import Row
 from harness.errors import plural
 from harness.ledger.store import rows_text
 from harness.reporting.analysis.history import MAX_LISTED
@@ -92,7 +93,7 @@ def write_jsonl(lines) -> None:
         sys.stdout.write(text + "\n")
 
 
-def render_ledger(line: str, rows: list[dict], history=(), superseded: dict | None = None) -> None:
+def render_ledger(line: str, rows: list[Row], history=(), superseded: dict | None = None) -> None:
     """The rows as a table, a superseded row marked with the row that superseded it, after the
     line's ``history`` notes (history.LineHistory.notes)."""
     from rich.markup import escape
